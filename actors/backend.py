@@ -1,0 +1,74 @@
+"""The ``ApiBackend`` protocol: the only way kdispatch talks to an apiserver.
+
+Implementations live in ``adapters/`` (``memory.InMemoryApiServer``, ``kubernetes.KubernetesBackend``).
+Every method is called from an executor worker thread, may block for the duration of one request
+(bounded by the backend's request timeout), must be safe to call from several threads at once, and
+reports failures only by raising :class:`~actors.errors.ApiError` subclasses:
+
+=========================  ==========================================================
+``NotFoundError``          404
+``ConflictError``          409 precondition / resourceVersion / already bound
+``AlreadyExistsError``     409 on create
+``TooManyRequestsError``   429, with ``retry_after`` seconds
+``ServerError``            5xx
+``RequestTimeoutError``    client-side timeout or 504
+``ApiConnectionError``     connection refused / reset
+``InvalidRequestError``    400 / 403 / 422 (permanent)
+``BadResponseError``       a reply that cannot be understood
+=========================  ==========================================================
+
+Objects go in and come out as JSON dicts (see :mod:`actors.objects`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from actors.objects import Obj
+
+PatchType = Literal["strategic", "merge"]
+
+
+@runtime_checkable
+class ApiBackend(Protocol):
+    """What the dispatcher needs from an apiserver. Thread-safe; runs on executor workers."""
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj:
+        """Read one object (a fresh copy from the server, not a cache)."""
+        ...
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> Obj:
+        """Patch the ``status`` subresource and return the updated object.
+
+        ``uid`` and (when not None) ``resource_version`` are preconditions: a mismatch raises
+        ``ConflictError`` (``NotFoundError`` if the object is gone). ``strategic`` merges
+        ``status.conditions`` by ``type``; ``merge`` is RFC 7386 (lists replaced whole).
+        """
+        ...
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        """Create a ``pods/binding`` to ``node``. A pod that is already bound (to any node)
+        raises ``ConflictError``; a UID mismatch raises ``ConflictError``."""
+        ...
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete with a UID precondition (mismatch raises ``ConflictError``)."""
+        ...

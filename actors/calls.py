@@ -1,0 +1,167 @@
+"""The call model: what a call is, and the validated registry of call types.
+
+A :class:`Call` is an immutable *intent* for one object (identified by :class:`ObjectRef`): "these
+conditions should hold", "this pod should be bound to that node". Intents merge, supersede each
+other by relevance, turn into no-ops when the observed object already satisfies them, and are
+turned into an actual request only at send time, against the newest observed object.
+
+Pure module: no threads, no pykka, no kubernetes. Every method of a call runs on whichever thread
+calls it and must not block, except :meth:`Call.send`, which runs on an executor worker thread
+and performs the request(s) through the backend.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar, Self
+
+from actors.backend import ApiBackend
+from actors.errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
+from actors.objects import Obj, ObjectRef
+
+
+class Call(ABC):
+    """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
+    first field is ``ref``.
+
+    Class attributes, validated by :class:`CallTypeRegistry`:
+
+    * ``call_type`` — unique name, e.g. ``"pod_binding"`` (also the metrics label);
+    * ``kind`` — the object kind it applies to (``"Pod"``, ``"ResourceClaim"``, or a user kind);
+    * ``relevance`` — a positive int; on one object a more relevant call overwrites a pending
+      less relevant one, and a less relevant call is skipped while a more relevant one is
+      tracked. Also the executor lane: higher relevance goes first when throttled;
+    * ``exclusive`` — when True (deletions/preemptions) the call *cancels* every pending call of
+      the object instead of overwriting it, and nothing may be queued behind it.
+    """
+
+    call_type: ClassVar[str]
+    kind: ClassVar[str]
+    relevance: ClassVar[int]
+    exclusive: ClassVar[bool] = False
+
+    ref: ObjectRef
+
+    # ------------------------------------------------------------------ rules (pure)
+
+    def merge(self, older: Self) -> Self:
+        """Combine with an older pending call of the same type: newer values win, the older
+        call fills the gaps. Default: the newer call replaces the older one."""
+        del older
+        return self
+
+    @abstractmethod
+    def is_noop(self, obj: Obj | None) -> bool:
+        """Whether sending this call against ``obj`` (the newest observed object, None if
+        unknown) would change nothing."""
+
+    @abstractmethod
+    def apply(self, obj: Obj) -> Obj:
+        """The object as it will be once this call succeeded (optimistic view). Never mutates
+        ``obj``; returns ``obj`` itself when nothing changes."""
+
+    def precheck(self, obj: Obj | None) -> str | None:
+        """A reason why this call can never succeed against ``obj`` (fail fast), or None.
+        Example: a binding for a pod that is already bound elsewhere or terminating."""
+        del obj
+        return None
+
+    # ------------------------------------------------------------------ I/O (executor thread)
+
+    @abstractmethod
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Perform the request(s) for this intent against ``obj`` (newest observed object).
+
+        Runs on an executor worker thread and may block for one or two requests. Returns the
+        object the server answered with, if any, so the actor can update its observed state.
+        Raises :class:`~actors.errors.ApiError` subclasses; a call that can recognise its own
+        ambiguous success (e.g. a binding answered "already bound to the same node") returns
+        normally instead.
+        """
+
+    def describe(self) -> str:
+        """Short human description for logs."""
+        return f"{self.call_type} {self.ref.namespace}/{self.ref.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class CallTypeSpec:
+    """A registered call type."""
+
+    call_type: str
+    kind: str
+    relevance: int
+    exclusive: bool
+    cls: type[Call]
+
+
+class CallTypeRegistry:
+    """Validated registry of call types. Thread-safe; registration is rare, lookup is a dict get.
+
+    Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, missing or
+    non-positive relevance, a name already taken, or two call types for the same kind with the
+    same relevance (the merge order between them would be undefined).
+    """
+
+    def __init__(self, call_classes: Iterable[type[Call]] = ()) -> None:
+        self._lock = threading.Lock()
+        self._by_type: dict[str, CallTypeSpec] = {}
+        for cls in call_classes:
+            self.register(cls)
+
+    def register(self, cls: type[Call]) -> CallTypeSpec:
+        """Register a call class. Raises :class:`CallTypeRegistrationError`."""
+        if not isinstance(cls, type) or not issubclass(cls, Call):
+            raise CallTypeRegistrationError(f"{cls!r} is not a Call subclass")
+        call_type = getattr(cls, "call_type", None)
+        kind = getattr(cls, "kind", None)
+        relevance = getattr(cls, "relevance", None)
+        if not isinstance(call_type, str) or not call_type:
+            raise CallTypeRegistrationError(f"{cls.__name__} has no call_type")
+        if not isinstance(kind, str) or not kind:
+            raise CallTypeRegistrationError(f"{cls.__name__} has no kind")
+        if isinstance(relevance, bool) or not isinstance(relevance, int) or relevance <= 0:
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.relevance must be a positive int, got {relevance!r}"
+            )
+        spec = CallTypeSpec(call_type, kind, relevance, bool(cls.exclusive), cls)
+        with self._lock:
+            if call_type in self._by_type:
+                raise CallTypeRegistrationError(f"call type {call_type!r} is already registered")
+            for other in self._by_type.values():
+                if other.kind == kind and other.relevance == relevance:
+                    raise CallTypeRegistrationError(
+                        f"{call_type!r} and {other.call_type!r} both have relevance {relevance} "
+                        f"for kind {kind}"
+                    )
+            self._by_type = {**self._by_type, call_type: spec}
+        return spec
+
+    def spec(self, call_type: str) -> CallTypeSpec:
+        """The spec of a registered call type; :class:`UnknownCallTypeError` otherwise."""
+        try:
+            return self._by_type[call_type]
+        except KeyError:
+            raise UnknownCallTypeError(f"unknown call type {call_type!r}") from None
+
+    def check(self, call: object) -> Call:
+        """Validate a submitted call: a registered type whose ref matches its kind."""
+        if not isinstance(call, Call):
+            raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
+        spec = self._by_type.get(call.call_type)
+        if spec is None or spec.cls is not type(call):
+            raise UnknownCallTypeError(f"call type {call.call_type!r} is not registered")
+        if call.ref.kind != spec.kind:
+            raise InvalidCallError(f"{call.call_type} applies to {spec.kind}, not {call.ref.kind}")
+        return call
+
+    def relevances(self) -> list[int]:
+        """Distinct relevances of all registered types, highest first (the executor lanes)."""
+        return sorted({s.relevance for s in self._by_type.values()}, reverse=True)
+
+    def types(self) -> list[str]:
+        """Registered call type names."""
+        return sorted(self._by_type)

@@ -1,0 +1,202 @@
+"""Typed errors and call outcomes.
+
+Three families live here:
+
+* input errors raised synchronously at the API boundary (``InvalidInputError`` and subclasses);
+* call outcomes that a call's future resolves with (``Outcome`` for the successful ones,
+  ``CallOutcomeError`` subclasses raised from ``future.result()`` for the others);
+* backend errors raised by an :class:`~actors.backend.ApiBackend` (``ApiError`` and subclasses),
+  which the executor classifies into retries, rebases and failures.
+
+Pure module: no threads, no pykka, no kubernetes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class KdispatchError(Exception):
+    """Base class of every error this library raises."""
+
+
+# --------------------------------------------------------------------------- input errors
+
+
+class InvalidInputError(KdispatchError, ValueError):
+    """Bad input rejected at the API boundary (wrong type, malformed name, bad config, ...)."""
+
+
+class InvalidObjectError(InvalidInputError):
+    """An object (Pod, ResourceClaim, ...) lacks metadata or has malformed identity fields."""
+
+
+class InvalidCallError(InvalidInputError):
+    """A call was built with invalid arguments, or submitted for an object of the wrong kind."""
+
+
+class UnknownCallTypeError(InvalidInputError):
+    """A call type that was never registered."""
+
+
+class CallTypeRegistrationError(InvalidInputError):
+    """A call type registration was rejected (duplicate type, missing or clashing relevance)."""
+
+
+class InvalidConfigError(InvalidInputError):
+    """A configuration value is out of range."""
+
+
+class DispatcherClosed(KdispatchError):
+    """The dispatcher is stopped (or stopping): raised by ``submit`` after ``stop``, and the outcome
+    of every call still pending when ``stop`` reached its deadline."""
+
+
+class ActorLimitExceeded(KdispatchError):
+    """Spawning one more object actor would exceed the registry's ``max_live`` cap."""
+
+
+# --------------------------------------------------------------------------- call outcomes
+
+
+class Outcome(enum.Enum):
+    """The successful outcomes of a call; ``future.result()`` returns one of them.
+
+    Like upstream, waiting callers treat ``SKIPPED`` and ``OVERWRITTEN`` as success: the object
+    ends up in (or moves towards) the intended state without this exact request being sent.
+    """
+
+    SUCCESS = "success"
+    SKIPPED = "skipped"  # no-op against the newest object, or less relevant than a tracked call
+    OVERWRITTEN = "overwritten"  # merged into / replaced by a newer pending call
+
+
+class CallOutcomeError(KdispatchError):
+    """A call did not (and will not) reach the server; ``future.result()`` raises it."""
+
+    result_label = "error"
+
+    def __init__(self, message: str, *, uid: str = "", call_type: str = "") -> None:
+        super().__init__(message)
+        self.uid = uid
+        self.call_type = call_type
+
+
+class CallCancelled(CallOutcomeError):
+    """Withdrawn before it was sent: object deleted, preempted, or cancelled by the caller."""
+
+    result_label = "cancelled"
+
+
+class CallConflict(CallOutcomeError):
+    """The server kept answering 409 Conflict after the bounded number of rebases."""
+
+    result_label = "conflict"
+
+
+class ObjectNotFound(CallOutcomeError):
+    """The server answered 404: the object no longer exists."""
+
+    result_label = "not_found"
+
+
+class CallFailed(CallOutcomeError):
+    """The call failed for good (permanent error, retries exhausted, or a bug in a merger);
+    ``cause`` holds the underlying exception."""
+
+    result_label = "failed"
+
+    def __init__(
+        self, message: str, *, uid: str = "", call_type: str = "", cause: BaseException | None = None
+    ) -> None:
+        super().__init__(message, uid=uid, call_type=call_type)
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+
+
+# --------------------------------------------------------------------------- backend errors
+
+
+class ApiError(KdispatchError):
+    """An error answered by (or on the way to) the apiserver.
+
+    ``retryable`` tells the executor whether the same request may succeed later.
+    """
+
+    status: int = 0
+    retryable: bool = False
+    reason: str = "Unknown"
+
+    def __init__(self, message: str = "", *, status: int | None = None) -> None:
+        super().__init__(message or self.reason)
+        if status is not None:
+            self.status = status
+
+
+class NotFoundError(ApiError):
+    status = 404
+    reason = "NotFound"
+
+
+class ConflictError(ApiError):
+    """409 on a precondition (UID or resourceVersion) or an optimistic-concurrency failure."""
+
+    status = 409
+    reason = "Conflict"
+
+
+class AlreadyExistsError(ConflictError):
+    """409 because the object (or a binding) already exists."""
+
+    reason = "AlreadyExists"
+
+
+class TooManyRequestsError(ApiError):
+    """429; ``retry_after`` is the server's requested wait in seconds (0 when it gave none)."""
+
+    status = 429
+    retryable = True
+    reason = "TooManyRequests"
+
+    def __init__(self, message: str = "", *, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = max(0.0, float(retry_after))
+
+
+class ServerError(ApiError):
+    """5xx."""
+
+    status = 500
+    retryable = True
+    reason = "InternalError"
+
+
+class RequestTimeoutError(ApiError):
+    """The client-side request timeout fired, or the server answered 504."""
+
+    status = 504
+    retryable = True
+    reason = "Timeout"
+
+
+class ApiConnectionError(ApiError):
+    """The connection failed or was reset before a reply arrived."""
+
+    status = 0
+    retryable = True
+    reason = "ConnectionError"
+
+
+class InvalidRequestError(ApiError):
+    """400/403/422 and other permanent 4xx: retrying the same request cannot help."""
+
+    status = 422
+    reason = "Invalid"
+
+
+class BadResponseError(ApiError):
+    """The server's reply could not be understood (garbage, wrong kind, missing fields)."""
+
+    status = 0
+    reason = "BadResponse"

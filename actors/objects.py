@@ -1,0 +1,175 @@
+"""Kubernetes objects as plain JSON dicts, and their identity.
+
+Objects travel through kdispatch as the JSON form the apiserver speaks (``metadata.uid``,
+``status.conditions`` ...), never as client model classes. They are treated as immutable: code that
+derives a new object copies the path it changes (:func:`with_path`) and never mutates its input.
+
+Pure module: no threads, no pykka, no kubernetes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.errors import InvalidObjectError
+
+Obj = Mapping[str, Any]
+"""A Kubernetes object in its JSON form. Never mutated once shared."""
+
+POD = "Pod"
+RESOURCE_CLAIM = "ResourceClaim"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$")
+_KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+
+
+def is_dns_subdomain(value: object) -> bool:
+    """True for a valid RFC 1123 subdomain (object and node names): ≤253 chars, lowercase."""
+    return isinstance(value, str) and 0 < len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
+
+
+def is_dns_label(value: object) -> bool:
+    """True for a valid RFC 1123 label (namespaces): ≤63 chars, lowercase alphanumerics and '-'."""
+    return isinstance(value, str) and 0 < len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
+def check_uid(uid: object) -> str:
+    """Return ``uid`` if it is a plausible object UID, else raise :class:`InvalidObjectError`."""
+    if not isinstance(uid, str) or not _UID.match(uid):
+        raise InvalidObjectError(f"invalid uid {uid!r}: want 1-128 chars of [A-Za-z0-9-_.:]")
+    return uid
+
+
+def check_node_name(node: object) -> str:
+    """Return ``node`` if it is a valid node name, else raise :class:`InvalidObjectError`."""
+    if not is_dns_subdomain(node):
+        raise InvalidObjectError(f"invalid node name {node!r}: want an RFC 1123 subdomain")
+    assert isinstance(node, str)
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Identity of one object. Equality includes the UID: a pod deleted and re-created under the
+    same name is a different object."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not _KIND.match(self.kind):
+            raise InvalidObjectError(f"invalid kind {self.kind!r}")
+        if not is_dns_label(self.namespace):
+            raise InvalidObjectError(f"invalid namespace {self.namespace!r}: want an RFC 1123 label")
+        if not is_dns_subdomain(self.name):
+            raise InvalidObjectError(f"invalid name {self.name!r}: want an RFC 1123 subdomain")
+        check_uid(self.uid)
+
+    @classmethod
+    def of(cls, obj: object, kind: str | None = None) -> ObjectRef:
+        """Identity of ``obj``. ``kind`` defaults to ``obj['kind']``; when both are given they
+        must agree. Raises :class:`InvalidObjectError` for anything malformed."""
+        if not isinstance(obj, Mapping):
+            raise InvalidObjectError(f"object must be a mapping, got {type(obj).__name__}")
+        meta = obj.get("metadata")
+        if not isinstance(meta, Mapping):
+            raise InvalidObjectError("object has no metadata")
+        obj_kind = obj.get("kind")
+        if kind is None:
+            if not isinstance(obj_kind, str):
+                raise InvalidObjectError("object has no kind")
+            kind = obj_kind
+        elif obj_kind is not None and obj_kind != kind:
+            raise InvalidObjectError(f"expected a {kind}, got a {obj_kind!r}")
+        return cls(kind, meta.get("namespace", "default"), meta.get("name"), meta.get("uid"))
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"
+
+
+def meta(obj: Obj) -> Mapping[str, Any]:
+    """``obj['metadata']`` or an empty mapping."""
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def uid_of(obj: Obj) -> str:
+    """``metadata.uid``, validated."""
+    return check_uid(meta(obj).get("uid"))
+
+
+def resource_version(obj: Obj | None) -> str | None:
+    """``metadata.resourceVersion`` or None."""
+    if obj is None:
+        return None
+    rv = meta(obj).get("resourceVersion")
+    return rv if isinstance(rv, str) and rv else None
+
+
+def is_newer(candidate: Obj, current: Obj | None) -> bool:
+    """Whether ``candidate`` should replace ``current`` as the newest observed state.
+
+    resourceVersions are opaque to clients; like most controllers we compare them as integers
+    when both are numeric (the case on etcd-backed apiservers and on the embedded one) and
+    otherwise take the later arrival as newer.
+    """
+    if current is None:
+        return True
+    new_rv, cur_rv = resource_version(candidate), resource_version(current)
+    if new_rv is None or cur_rv is None:
+        return True
+    if new_rv.isdigit() and cur_rv.isdigit():
+        return int(new_rv) >= int(cur_rv)
+    return True
+
+
+def get_path(obj: Obj | None, *path: str) -> Any:
+    """``obj[path[0]][path[1]]...`` or None when any step is missing."""
+    cur: Any = obj
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def with_path(obj: Obj, path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A shallow copy of ``obj`` with ``obj[path...] = value``; copies only the dicts on the path.
+    ``value`` of ``DELETE`` removes the key."""
+    out = dict(obj)
+    if len(path) == 1:
+        if value is DELETE:
+            out.pop(path[0], None)
+        else:
+            out[path[0]] = value
+        return out
+    child = out.get(path[0])
+    out[path[0]] = with_path(child if isinstance(child, Mapping) else {}, path[1:], value)
+    return out
+
+
+class _Delete:
+    def __repr__(self) -> str:
+        return "DELETE"
+
+
+DELETE: Any = _Delete()
+"""Sentinel for :func:`with_path`: remove the key."""
+
+
+def pod_node_name(pod: Obj | None) -> str | None:
+    """``spec.nodeName`` of a pod, or None when unbound."""
+    node = get_path(pod, "spec", "nodeName")
+    return node if isinstance(node, str) and node else None
+
+
+def is_terminating(obj: Obj | None) -> bool:
+    """Whether the object has a deletionTimestamp."""
+    return bool(get_path(obj, "metadata", "deletionTimestamp"))
