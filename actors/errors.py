@@ -200,3 +200,10 @@ class BadResponseError(ApiError):
 
     status = 0
     reason = "BadResponse"
+
+
+class GoneError(ApiError):
+    """410: the requested resourceVersion is older than the server's watch history."""
+
+    status = 410
+    reason = "Expired"

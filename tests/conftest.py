@@ -1,0 +1,38 @@
+"""Shared fixtures. Every test is checked for leaked threads and pykka actors."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pykka
+import pytest
+
+
+def _live_pooled() -> int:
+    try:
+        from actors.runtime import live_pooled_actors
+    except ImportError:  # runtime not importable: nothing can have leaked from it
+        return 0
+    return live_pooled_actors()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fail the test if it leaves a thread, a pykka actor or a pooled actor behind.
+
+    Threads started by the test get a bounded ``join`` (proper synchronisation, not a sleep)
+    so that threads which are already exiting are not reported.
+    """
+    before = set(threading.enumerate())
+    pooled_before = _live_pooled()
+    yield
+    leaked = [t for t in threading.enumerate() if t not in before]
+    for t in leaked:
+        t.join(timeout=5.0)
+    leaked = [t.name for t in leaked if t.is_alive()]
+    actors = pykka.ActorRegistry.get_all()
+    pooled = _live_pooled() - pooled_before
+    assert not leaked, f"leaked threads: {leaked}"
+    assert not actors, f"leaked pykka actors: {actors}"
+    assert pooled <= 0, f"leaked pooled actors: {pooled}"
