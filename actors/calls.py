@@ -12,15 +12,33 @@ and performs the request(s) through the backend.
 
 from __future__ import annotations
 
+import enum
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Literal, Self
 
 from actors.backend import ApiBackend
 from actors.errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
 from actors.objects import Obj, ObjectRef
+
+
+class Unset(enum.Enum):
+    """Type of :data:`UNSET`."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+"""Sentinel for an optional call field that was not specified (distinct from None, which
+means "clear")."""
+
+UnsetType = Literal[Unset.UNSET]
+"""Annotation for fields that may hold :data:`UNSET`."""
 
 
 class Call(ABC):
@@ -36,7 +54,13 @@ class Call(ABC):
       tracked. Also the executor lane: higher relevance goes first when throttled;
     * ``exclusive`` — when True (deletions/preemptions) the call *cancels* every pending call of
       the object instead of overwriting it, and nothing may be queued behind it.
+
+    Instance attributes: ``ref`` (the object) and ``basis`` (the object snapshot the caller had
+    when it made the call, or None; the object actor uses it as its observed object when it has
+    nothing newer).
     """
+
+    __slots__ = ()
 
     call_type: ClassVar[str]
     kind: ClassVar[str]
@@ -44,6 +68,7 @@ class Call(ABC):
     exclusive: ClassVar[bool] = False
 
     ref: ObjectRef
+    basis: Obj | None = None
 
     # ------------------------------------------------------------------ rules (pure)
 
