@@ -1,0 +1,668 @@
+"""``InMemoryApiServer``: the embedded apiserver the main job and the tests use.
+
+It implements :class:`~actors.backend.ApiBackend` (``get``, ``patch_status``, ``bind``,
+``delete`` — with injectable latency and faults, logged and counted) plus an admin surface
+without faults or latency (``create``, ``update``, ``get_object``, ``list``, ``watch`` ...) for
+tests, informers and examples.
+
+Model: objects are JSON dicts stored by ``(kind, namespace, name)`` (namespace ``""`` for
+cluster-scoped kinds such as Node). One global resourceVersion counter, as in etcd, rendered as
+a decimal string; every change bumps it and emits exactly one watch event. A request that changes
+nothing (a no-op patch or update) writes nothing, as the real apiserver does. Stored objects are
+never mutated — every write stores a new snapshot — and callers always get their own deep copy.
+
+Threading: one lock guards the store, the event history, the watch registry, the fault injector
+and the counters. Latency sleeps happen on the calling thread outside the lock. Watch consumers
+have their own queues (see :mod:`adapters.memory_watch`), so slow consumers never block writers.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, TypeVar
+
+from loguru import logger
+
+from actors.backend import PatchType
+from actors.errors import (
+    AlreadyExistsError,
+    ApiError,
+    ConflictError,
+    GoneError,
+    InvalidInputError,
+    InvalidObjectError,
+    InvalidRequestError,
+    NotFoundError,
+)
+from actors.objects import POD, check_node_name, check_uid, is_dns_label, is_dns_subdomain
+from adapters.memory_faults import (
+    APPLY_THEN_FAIL,
+    FAULTS,
+    OPS,
+    FaultInjector,
+    FaultPlan,
+    Latency,
+    fault_name,
+)
+from adapters.memory_objects import (
+    API_VERSIONS,
+    CLUSTER_SCOPED_KINDS,
+    clone,
+    make_claim,
+    make_node,
+    make_pod,
+    to_json,
+)
+from adapters.memory_patch import json_merge, status_merge_keys, strategic_merge
+from adapters.memory_watch import EventType, Watch, WatchEvent
+
+__all__ = [
+    "CLUSTER_SCOPED_KINDS",
+    "FAULTS",
+    "OPS",
+    "FaultPlan",
+    "InMemoryApiServer",
+    "Latency",
+    "RequestRecord",
+    "Watch",
+    "WatchEvent",
+    "make_claim",
+    "make_node",
+    "make_pod",
+]
+
+T = TypeVar("T")
+Key = tuple[str, str, str]
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One ``ApiBackend`` request as the server saw it. ``outcome`` is ``"ok"``, the injected
+    fault's name (``"429"``, ``"timeout"``, ``"apply_then_fail"`` ...) or the reason of the error
+    the server answered (``"NotFound"``, ``"Conflict"``, ``"Invalid"``). ``uid`` is the request's
+    UID precondition (``""`` for ``get``); ``t`` is ``time.monotonic()`` when it was answered."""
+
+    op: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    outcome: str
+    t: float
+
+
+class _Req(NamedTuple):
+    op: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def what(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+class _Event(NamedTuple):
+    rv: int
+    kind: str
+    namespace: str
+    type: EventType
+    obj: Json
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _plural(kind: str) -> str:
+    return kind.lower() + "s"
+
+
+def _check_str(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+class InMemoryApiServer:
+    """Thread-safe embedded apiserver. See the module docstring for the model.
+
+    ``latency``/``faults``/``seed``: the injected latency and fault models (seeded, so a run is
+    reproducible for a given request order). ``history``: how many events are kept for watches
+    that resume from a resourceVersion (older → 410 Gone). ``sleep``: how latency is waited
+    (inject a recorder in tests). ``cluster_scoped``: kinds stored without a namespace.
+    ``request_log_limit``: the request log keeps the newest this many records.
+    """
+
+    def __init__(
+        self,
+        *,
+        latency: Latency | None = None,
+        faults: FaultPlan | None = None,
+        seed: int = 0,
+        history: int = 100_000,
+        sleep: Callable[[float], None] = time.sleep,
+        cluster_scoped: Iterable[str] = CLUSTER_SCOPED_KINDS,
+        request_log_limit: int = 200_000,
+    ) -> None:
+        for name, value in (("history", history), ("request_log_limit", request_log_limit)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
+        if not callable(sleep):
+            raise InvalidInputError(f"sleep must be callable, got {sleep!r}")
+        self._lock = threading.Lock()
+        self._faults = FaultInjector(latency, faults, seed)
+        self._fixed_latency = self._faults.latency.jitter == 0
+        self._sleep = sleep
+        self._cluster_scoped = frozenset(cluster_scoped)
+        self._objects: dict[Key, Json] = {}
+        self._rv = 0
+        self._history: deque[_Event] = deque()
+        self._history_limit = history
+        self._floor = 0  # every event with rv > floor is in the history
+        self._watches: dict[str, set[Watch]] = {}
+        self._log: deque[RequestRecord] = deque(maxlen=request_log_limit)
+        self._counts: Counter[str] = Counter()
+        self._fault_counts: Counter[str] = Counter()
+
+    # ================================================================ ApiBackend (faultable)
+
+    def get(self, kind: str, namespace: str, name: str) -> Json:
+        """Read one object. Request thread (executor worker)."""
+
+        def apply() -> Json:
+            return self._lookup(kind, namespace, name)
+
+        return clone(self._request(_Req("get", kind, namespace, name, ""), apply))
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> Json:
+        """Patch ``status`` with UID and (optional) resourceVersion preconditions. ``patch`` may
+        hold ``status`` and, like the real apiserver's optimistic-concurrency fields, a
+        ``metadata`` with only ``uid``/``resourceVersion`` (extra preconditions). Request thread."""
+
+        def apply() -> Json:
+            status_patch, extra_uid, extra_rv = self._parse_status_patch(patch, patch_type)
+            cur = self._lookup(kind, namespace, name)
+            for expected in (uid, extra_uid):
+                if expected is not None:
+                    self._check_uid(cur, expected)
+            for expected_rv in (resource_version, extra_rv):
+                if expected_rv is not None:
+                    self._check_rv(cur, expected_rv)
+            if patch_type == "strategic":
+                if status_patch is None:
+                    status: Json = {}
+                else:
+                    status = strategic_merge(
+                        cur.get("status"), status_patch, status_merge_keys(cur["kind"])
+                    )
+            else:
+                merged = json_merge(cur.get("status"), status_patch)
+                status = merged if isinstance(merged, dict) else {}
+            self._validate_status(status)
+            if status == cur.get("status", {}):
+                return cur
+            return self._replace(cur, {**cur, "status": status})
+
+        _check_str("uid", uid)
+        return clone(self._request(_Req("patch_status", kind, namespace, name, uid), apply))
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        """Bind a pod to ``node``: sets ``spec.nodeName`` and ``PodScheduled=True``. Request
+        thread."""
+
+        def apply() -> Json:
+            try:
+                check_node_name(node)
+            except InvalidObjectError as err:
+                raise InvalidRequestError(str(err)) from None
+            cur = self._lookup(POD, namespace, name)
+            self._check_uid(cur, uid)
+            bound = cur.get("spec", {}).get("nodeName")
+            if bound:
+                raise ConflictError(
+                    f'Operation cannot be fulfilled on pods/binding "{name}": '
+                    f'pod {name} is already assigned to node "{bound}"'
+                )
+            if cur["metadata"].get("deletionTimestamp"):
+                raise ConflictError(
+                    f'Operation cannot be fulfilled on pods/binding "{name}": '
+                    f"pod {name} is being deleted, cannot be assigned to a host"
+                )
+            return self._replace(cur, _bound(cur, node))
+
+        _check_str("uid", uid)
+        self._request(_Req("bind", POD, namespace, name, uid), apply)
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete with a UID precondition; the object is removed at once (the grace period is
+        validated, not waited). Request thread."""
+
+        def apply() -> Json:
+            if grace_period_seconds is not None and (
+                isinstance(grace_period_seconds, bool)
+                or not isinstance(grace_period_seconds, int)
+                or grace_period_seconds < 0
+            ):
+                raise InvalidRequestError(
+                    f"grace_period_seconds must be an int >= 0, got {grace_period_seconds!r}"
+                )
+            cur = self._lookup(kind, namespace, name)
+            self._check_uid(cur, uid)
+            return self._remove(cur)
+
+        _check_str("uid", uid)
+        self._request(_Req("delete", kind, namespace, name, uid), apply)
+
+    # ================================================================ fault scripting
+
+    def script(self, op: str, *faults: str | ApiError, name: str | None = None) -> None:
+        """Make the next ``op`` requests (on object ``name`` if given) fail with ``faults``, in
+        order, before any random fault. Fault names: see :data:`FAULTS`. Any thread."""
+        with self._lock:
+            self._faults.script(op, faults, name)
+
+    def pending_faults(self) -> int:
+        """Scripted faults that have not fired yet. Any thread."""
+        with self._lock:
+            return self._faults.pending_scripted()
+
+    # ================================================================ admin (no faults)
+
+    def create(self, obj: Mapping[str, Any]) -> Json:
+        """Store a new object (ADDED event). Fills ``metadata.uid`` (uuid4) if missing,
+        ``resourceVersion``, ``creationTimestamp``, ``apiVersion`` for known kinds and namespace
+        ``default`` for namespaced kinds. Raises ``AlreadyExistsError`` for a taken name. Any
+        thread."""
+        data = self._admin_object(obj)
+        meta = data["metadata"]
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", _now())
+        if "apiVersion" not in data and data["kind"] in API_VERSIONS:
+            data["apiVersion"] = API_VERSIONS[data["kind"]]
+        key = self._key_of(data)
+        with self._lock:
+            if key in self._objects:
+                raise AlreadyExistsError(f'{_plural(key[0])} "{key[2]}" already exists')
+            self._rv += 1
+            meta["resourceVersion"] = str(self._rv)
+            self._objects[key] = data
+            self._emit("ADDED", data)
+        return clone(data)
+
+    def update(self, obj: Mapping[str, Any]) -> Json:
+        """Replace an object (e.g. a kubelet status update; MODIFIED event). A
+        ``resourceVersion`` or ``uid`` in ``obj`` must match the stored one (``ConflictError``);
+        the stored uid, creationTimestamp and deletionTimestamp are kept. Any thread."""
+        data = self._admin_object(obj)
+        key = self._key_of(data)
+        with self._lock:
+            cur = self._objects.get(key)
+            if cur is None:
+                raise NotFoundError(f'{_plural(key[0])} "{key[2]}" not found')
+            meta = data["metadata"]
+            if "uid" in meta:
+                self._check_uid(cur, meta["uid"])
+            if "resourceVersion" in meta:
+                self._check_rv(cur, meta["resourceVersion"])
+            for field in ("uid", "creationTimestamp", "deletionTimestamp", "resourceVersion"):
+                if field in cur["metadata"]:
+                    meta[field] = cur["metadata"][field]
+            if data == cur:
+                return clone(cur)
+            result = self._replace(cur, data)
+        return clone(result)
+
+    def remove(self, kind: str, namespace: str, name: str) -> Json:
+        """Delete without preconditions, faults or logging (e.g. the kubelet finishing a
+        graceful deletion); returns the last state. ``NotFoundError`` if missing. Any thread."""
+        with self._lock:
+            return clone(self._remove(self._lookup(kind, namespace, name)))
+
+    def mark_terminating(
+        self, kind: str, namespace: str, name: str, grace_period_seconds: int = 30
+    ) -> Json:
+        """Set ``metadata.deletionTimestamp`` (a graceful deletion in progress; MODIFIED event).
+        Idempotent. Any thread."""
+        with self._lock:
+            cur = self._lookup(kind, namespace, name)
+            if cur["metadata"].get("deletionTimestamp"):
+                return clone(cur)
+            meta = {
+                **cur["metadata"],
+                "deletionTimestamp": _now(),
+                "deletionGracePeriodSeconds": grace_period_seconds,
+            }
+            return clone(self._replace(cur, {**cur, "metadata": meta}))
+
+    def get_object(self, kind: str, namespace: str, name: str) -> Json | None:
+        """The stored object (a copy) or None. No faults, latency or logging. Any thread."""
+        with self._lock:
+            obj = self._objects.get(self._key(kind, namespace, name))
+        return None if obj is None else clone(obj)
+
+    def list(self, kind: str, namespace: str | None = None) -> tuple[builtins.list[Json], str]:
+        """All objects of ``kind`` (in ``namespace`` if given), sorted by namespace and name,
+        and the resourceVersion to watch from. Any thread."""
+        _check_str("kind", kind)
+        if namespace is not None:
+            _check_str("namespace", namespace)
+        scoped = kind in self._cluster_scoped
+        with self._lock:
+            snapshots = [
+                obj
+                for (k, ns, _), obj in self._objects.items()
+                if k == kind and (namespace is None or scoped or ns == namespace)
+            ]
+            rv = str(self._rv)
+        snapshots.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return [clone(o) for o in snapshots], rv
+
+    def watch(
+        self, kind: str, *, resource_version: str | None = None, namespace: str | None = None
+    ) -> Watch:
+        """Open a watch on ``kind`` (in ``namespace`` if given).
+
+        ``resource_version``: None or ``""`` → only changes from now on; ``"0"`` → the current
+        objects as synthetic ADDED events, then changes (the apiserver's "any version"); a
+        resourceVersion ``R`` → every change with rv > R, then live ones, or ``GoneError`` (410)
+        when the history no longer reaches back to R. Any thread.
+        """
+        _check_str("kind", kind)
+        if namespace is not None:
+            _check_str("namespace", namespace)
+        if resource_version is not None and not isinstance(resource_version, str):
+            raise InvalidRequestError(
+                f"resource_version must be a string, got {resource_version!r}"
+            )
+        if resource_version and not resource_version.isdigit():
+            raise InvalidRequestError(f"invalid resourceVersion {resource_version!r}")
+        scope = None if kind in self._cluster_scoped else namespace
+        w = Watch(kind, scope, self._unregister)
+        with self._lock:
+            if resource_version == "0":
+                for (k, ns, _), obj in sorted(self._objects.items()):
+                    if k == kind and w.matches(ns):
+                        w.push("ADDED", obj)
+            elif resource_version:
+                since = int(resource_version)
+                if since < self._floor:
+                    raise GoneError(f"too old resource version: {since} ({self._floor})")
+                replay: builtins.list[_Event] = []
+                for event in reversed(self._history):
+                    if event.rv <= since:
+                        break
+                    if event.kind == kind and w.matches(event.namespace):
+                        replay.append(event)
+                for event in reversed(replay):
+                    w.push(event.type, event.obj)
+            self._watches.setdefault(kind, set()).add(w)
+        return w
+
+    def drop_watches(self) -> int:
+        """End every open watch as a dropped connection would; returns how many. Any thread."""
+        with self._lock:
+            watches = [w for ws in self._watches.values() for w in ws]
+            self._watches.clear()
+            dropped = sum(1 for w in watches if w.end(dropped=True))
+        logger.debug("dropped {} watches", dropped)
+        return dropped
+
+    def compact(self) -> None:
+        """Forget the event history (like an etcd compaction): a watch from any resourceVersion
+        older than the current one gets 410 Gone. Any thread."""
+        with self._lock:
+            self._history.clear()
+            self._floor = self._rv
+
+    # ================================================================ observation
+
+    @property
+    def request_log(self) -> builtins.list[RequestRecord]:
+        """A copy of the request log (oldest first). Any thread."""
+        with self._lock:
+            return list(self._log)
+
+    def counts(self) -> dict[str, int]:
+        """Successful requests per op (every op of :data:`OPS` present). Any thread."""
+        with self._lock:
+            return {op: self._counts[op] for op in sorted(OPS)}
+
+    def fault_counts(self) -> dict[str, int]:
+        """Injected faults (scripted and random) by name. Any thread."""
+        with self._lock:
+            return dict(self._fault_counts)
+
+    @property
+    def resource_version(self) -> str:
+        """The current global resourceVersion. Any thread."""
+        with self._lock:
+            return str(self._rv)
+
+    # ================================================================ internals
+
+    def _request(self, req: _Req, apply: Callable[[], T]) -> T:
+        """Latency, then fault draw, apply, log and count under the lock. Request thread."""
+        if self._fixed_latency:
+            delay = self._faults.latency.base(req.op)
+        else:
+            with self._lock:
+                delay = self._faults.delay(req.op)
+        if delay > 0:
+            self._sleep(delay)
+        with self._lock:
+            fault = self._faults.draw(req.op, req.name)
+            if fault is not None and fault != APPLY_THEN_FAIL:
+                self._fault(req, fault_name(fault))
+                raise self._faults.error(fault, req.op, req.what)
+            try:
+                result = apply()
+            except ApiError as err:
+                if fault == APPLY_THEN_FAIL:
+                    self._fault(req, APPLY_THEN_FAIL)
+                    raise self._faults.error(fault, req.op, req.what) from err
+                self._record(req, err.reason)
+                raise
+            if fault == APPLY_THEN_FAIL:
+                self._fault(req, APPLY_THEN_FAIL)
+                raise self._faults.error(fault, req.op, req.what)
+            self._counts[req.op] += 1
+            self._record(req, "ok")
+            return result
+
+    def _fault(self, req: _Req, fault: str) -> None:
+        self._fault_counts[fault] += 1
+        self._record(req, fault)
+        logger.debug("injected {} on {} {}", fault, req.op, req.what)
+
+    def _record(self, req: _Req, outcome: str) -> None:
+        self._log.append(
+            RequestRecord(
+                req.op, req.kind, req.namespace, req.name, req.uid, outcome, time.monotonic()
+            )
+        )
+
+    def _key(self, kind: str, namespace: str, name: str) -> Key:
+        _check_str("kind", kind)
+        _check_str("namespace", namespace)
+        _check_str("name", name)
+        return (kind, "" if kind in self._cluster_scoped else namespace, name)
+
+    def _lookup(self, kind: str, namespace: str, name: str) -> Json:
+        """The stored snapshot (never to be mutated or handed out). Lock held."""
+        obj = self._objects.get(self._key(kind, namespace, name))
+        if obj is None:
+            raise NotFoundError(f'{_plural(kind)} "{name}" not found')
+        return obj
+
+    def _key_of(self, data: Json) -> Key:
+        meta = data["metadata"]
+        return (data["kind"], meta.get("namespace", ""), meta["name"])
+
+    def _admin_object(self, obj: Mapping[str, Any]) -> Json:
+        """Validated owned copy of an object given to create/update, namespace normalised."""
+        if not isinstance(obj, Mapping):
+            raise InvalidObjectError(f"object must be a mapping, got {type(obj).__name__}")
+        data: Json = to_json(obj)
+        kind = data.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise InvalidObjectError("object has no kind")
+        meta = data.get("metadata")
+        if not isinstance(meta, dict):
+            raise InvalidObjectError("object has no metadata")
+        if not is_dns_subdomain(meta.get("name")):
+            raise InvalidObjectError(f"invalid name {meta.get('name')!r}")
+        if kind in self._cluster_scoped:
+            meta.pop("namespace", None)
+        else:
+            meta.setdefault("namespace", "default")
+            if not is_dns_label(meta["namespace"]):
+                raise InvalidObjectError(f"invalid namespace {meta['namespace']!r}")
+        if "uid" in meta:
+            check_uid(meta["uid"])
+        return data
+
+    def _check_uid(self, cur: Json, uid: object) -> None:
+        actual = cur["metadata"].get("uid")
+        if uid != actual:
+            raise ConflictError(
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+            )
+
+    def _check_rv(self, cur: Json, rv: object) -> None:
+        if rv != cur["metadata"].get("resourceVersion"):
+            raise ConflictError(
+                f"Operation cannot be fulfilled on {_plural(cur['kind'])} "
+                f'"{cur["metadata"]["name"]}": the object has been modified; please apply your '
+                "changes to the latest version and try again"
+            )
+
+    @staticmethod
+    def _parse_status_patch(
+        patch: object, patch_type: object
+    ) -> tuple[Json | None, str | None, str | None]:
+        """(status patch, uid precondition, resourceVersion precondition) of a patch body."""
+        if patch_type not in ("strategic", "merge"):
+            raise InvalidRequestError(f"unsupported patch type {patch_type!r}")
+        if not isinstance(patch, Mapping):
+            raise InvalidRequestError(f"patch must be a JSON object, got {type(patch).__name__}")
+        try:
+            body = to_json(patch, "patch")
+        except InvalidObjectError as err:
+            raise InvalidRequestError(str(err)) from None
+        extra = set(body) - {"status", "metadata"}
+        if extra:
+            raise InvalidRequestError(f"only status may be patched, got {sorted(extra)}")
+        meta = body.get("metadata") or {}
+        if not isinstance(meta, dict) or set(meta) - {"uid", "resourceVersion"}:
+            raise InvalidRequestError("patch metadata may only hold uid and resourceVersion")
+        status = body.get("status")
+        if status is not None and not isinstance(status, dict):
+            raise InvalidRequestError("patch status must be a JSON object")
+        return status, meta.get("uid"), meta.get("resourceVersion")
+
+    @staticmethod
+    def _validate_status(status: Json) -> None:
+        conditions = status.get("conditions")
+        if conditions is None:
+            return
+        if not isinstance(conditions, list):
+            raise InvalidRequestError("status.conditions must be a list")
+        seen: set[str] = set()
+        for cond in conditions:
+            ctype = cond.get("type") if isinstance(cond, dict) else None
+            if not isinstance(ctype, str) or not ctype:
+                raise InvalidRequestError("every status condition needs a string type")
+            if ctype in seen:
+                raise InvalidRequestError(f"duplicate status condition type {ctype!r}")
+            seen.add(ctype)
+
+    def _replace(self, cur: Json, new: Json) -> Json:
+        """Store ``new`` (sharing structure with ``cur``) with a fresh rv; MODIFIED. Lock held."""
+        self._rv += 1
+        new = {**new, "metadata": {**new["metadata"], "resourceVersion": str(self._rv)}}
+        self._objects[self._key_of(cur)] = new
+        self._emit("MODIFIED", new)
+        return new
+
+    def _remove(self, cur: Json) -> Json:
+        """Delete ``cur``; DELETED with the last state at a fresh rv. Lock held."""
+        del self._objects[self._key_of(cur)]
+        self._rv += 1
+        last = {**cur, "metadata": {**cur["metadata"], "resourceVersion": str(self._rv)}}
+        self._emit("DELETED", last)
+        return last
+
+    def _emit(self, event_type: EventType, obj: Json) -> None:
+        """Record an event at the current rv and deliver it to the matching watches. Lock
+        held."""
+        kind = obj["kind"]
+        namespace = obj["metadata"].get("namespace", "")
+        if self._history_limit == 0:
+            self._floor = self._rv
+        else:
+            if len(self._history) >= self._history_limit:
+                self._floor = self._history.popleft().rv
+            self._history.append(_Event(self._rv, kind, namespace, event_type, obj))
+        for w in self._watches.get(kind, ()):
+            if w.matches(namespace):
+                w.push(event_type, obj)
+
+    def _unregister(self, w: Watch) -> None:
+        """Forget a stopped watch. Consumer thread; never called with the watch lock held."""
+        with self._lock:
+            watches = self._watches.get(w.kind)
+            if watches is not None:
+                watches.discard(w)
+
+
+def _bound(pod: Json, node: str) -> Json:
+    """``pod`` with ``spec.nodeName = node`` and the PodScheduled condition set to True
+    (replacing any previous PodScheduled entry, as the binding subresource does)."""
+    status = dict(pod.get("status") or {})
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    previous = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+    since = (
+        previous.get("lastTransitionTime")
+        if previous is not None and previous.get("status") == "True"
+        else None
+    )
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastProbeTime": None,
+        "lastTransitionTime": since or _now(),
+    }
+    if previous is None:
+        conditions.append(scheduled)
+    else:
+        conditions = [scheduled if c is previous else c for c in conditions]
+    status["conditions"] = conditions
+    return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}, "status": status}

@@ -1,0 +1,223 @@
+"""JSON object helpers of the in-memory apiserver, and builders for test objects.
+
+``to_json`` turns caller input into plain owned JSON (dicts, lists, scalars) and rejects anything
+else; ``clone`` is a fast deep copy of such JSON. ``make_pod``, ``make_node`` and ``make_claim``
+build objects in the shape the real apiserver serves (``spec.containers[].resources.requests``,
+``spec.priority``, ``spec.resourceClaims`` ...).
+
+Pure module: no threads, no pykka, no kubernetes.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar, cast
+
+from actors.errors import InvalidObjectError
+from actors.objects import RESOURCE_CLAIM, check_uid, is_dns_label, is_dns_subdomain
+
+CLUSTER_SCOPED_KINDS: frozenset[str] = frozenset(
+    {
+        "Node",
+        "Namespace",
+        "PersistentVolume",
+        "StorageClass",
+        "PriorityClass",
+        "DeviceClass",
+        "ResourceSlice",
+        "CustomResourceDefinition",
+    }
+)
+"""Kinds stored under namespace ``""`` by default."""
+
+API_VERSIONS: Mapping[str, str] = {
+    "Pod": "v1",
+    "Node": "v1",
+    "Namespace": "v1",
+    RESOURCE_CLAIM: "resource.k8s.io/v1",
+    "DeviceClass": "resource.k8s.io/v1",
+    "ResourceSlice": "resource.k8s.io/v1",
+}
+"""Default ``apiVersion`` filled in on create when an object of these kinds has none."""
+
+
+def to_json(value: object, path: str = "object") -> Any:
+    """A fresh JSON copy of ``value`` (mappings → dict, lists/tuples → list). Raises
+    :class:`InvalidObjectError` naming the path of anything that is not JSON."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise InvalidObjectError(f"{path}: {value!r} is not a JSON number")
+        return value
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidObjectError(f"{path}: key {key!r} is not a string")
+            out[key] = to_json(item, f"{path}.{key}")
+        return out
+    if isinstance(value, list | tuple):
+        return [to_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    raise InvalidObjectError(f"{path}: {type(value).__name__} is not JSON")
+
+
+J = TypeVar("J")
+
+
+def clone(value: J) -> J:
+    """Deep copy of plain JSON (dicts, lists, scalars); several times faster than
+    ``copy.deepcopy`` for this shape."""
+    return cast(J, _clone(value))
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clone(v) if isinstance(v, dict | list) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clone(v) if isinstance(v, dict | list) else v for v in value]
+    return value
+
+
+def _check_name(name: object, what: str = "name") -> str:
+    if not is_dns_subdomain(name):
+        raise InvalidObjectError(f"invalid {what} {name!r}: want an RFC 1123 subdomain")
+    assert isinstance(name, str)
+    return name
+
+
+def _check_namespace(namespace: object) -> str:
+    if not is_dns_label(namespace):
+        raise InvalidObjectError(f"invalid namespace {namespace!r}: want an RFC 1123 label")
+    assert isinstance(namespace, str)
+    return namespace
+
+
+def _check_amount(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidObjectError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _uid(uid: str | None) -> str:
+    return str(uuid.uuid4()) if uid is None else check_uid(uid)
+
+
+def cpu_quantity(milli: int) -> str:
+    """``1500`` → ``"1500m"``, ``2000`` → ``"2"``."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def _labels(labels: Mapping[str, str] | None, what: str) -> dict[str, str]:
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise InvalidObjectError(f"{what} must map strings to strings, got {labels!r}")
+    return dict(labels)
+
+
+def make_pod(
+    name: str,
+    namespace: str = "default",
+    *,
+    cpu_m: int = 100,
+    mem_mi: int = 128,
+    priority: int = 0,
+    node_selector: Mapping[str, str] | None = None,
+    uid: str | None = None,
+    claims: Iterable[str] = (),
+) -> dict[str, Any]:
+    """An unbound, pending Pod with one container requesting ``cpu_m`` millicores and
+    ``mem_mi`` MiB. ``claims`` names ResourceClaims (same namespace) the pod references, both
+    in ``spec.resourceClaims`` and in the container's ``resources.claims``. A UID is generated
+    when ``uid`` is None."""
+    _check_name(name)
+    _check_namespace(namespace)
+    _check_amount("cpu_m", cpu_m)
+    _check_amount("mem_mi", mem_mi)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidObjectError(f"priority must be an int, got {priority!r}")
+    if isinstance(claims, str):
+        raise InvalidObjectError("claims must be a collection of claim names, not a string")
+    claim_names = [_check_name(c, "claim name") for c in claims]
+    resources: dict[str, Any] = {
+        "requests": {"cpu": cpu_quantity(cpu_m), "memory": f"{mem_mi}Mi"},
+    }
+    if claim_names:
+        resources["claims"] = [{"name": c} for c in claim_names]
+    spec: dict[str, Any] = {
+        "schedulerName": "default-scheduler",
+        "priority": priority,
+        "containers": [
+            {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}
+        ],
+    }
+    selector = _labels(node_selector, "node_selector")
+    if selector:
+        spec["nodeSelector"] = selector
+    if claim_names:
+        spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claim_names]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": _uid(uid)},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+
+
+def make_node(
+    name: str, cpu_m: int, mem_mi: int, labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A Ready Node with ``cpu_m`` millicores and ``mem_mi`` MiB allocatable (110 pods), labelled
+    ``kubernetes.io/hostname`` plus ``labels``."""
+    _check_name(name, "node name")
+    _check_amount("cpu_m", cpu_m)
+    _check_amount("mem_mi", mem_mi)
+    resources = {"cpu": cpu_quantity(cpu_m), "memory": f"{mem_mi}Mi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": _uid(None),
+            "labels": {"kubernetes.io/hostname": name, **_labels(labels, "labels")},
+        },
+        "spec": {},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def make_claim(name: str, namespace: str = "default", uid: str | None = None) -> dict[str, Any]:
+    """An unallocated ``resource.k8s.io/v1`` ResourceClaim asking for one device of class
+    ``gpu.example.com``. A UID is generated when ``uid`` is None."""
+    _check_name(name)
+    _check_namespace(namespace)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": RESOURCE_CLAIM,
+        "metadata": {"name": name, "namespace": namespace, "uid": _uid(uid)},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "device",
+                        "exactly": {
+                            "deviceClassName": "gpu.example.com",
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                        },
+                    }
+                ]
+            }
+        },
+        "status": {},
+    }

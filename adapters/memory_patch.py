@@ -1,0 +1,140 @@
+"""Patch semantics of the in-memory apiserver: strategic merge and JSON merge (RFC 7386).
+
+Both functions are pure and copy-on-write: they never mutate their inputs and share unchanged
+subtrees of the original with the result (the server never mutates a stored object, so sharing
+is safe). The patch must already be owned JSON (see :func:`adapters.memory_objects.to_json`).
+
+Strategic merge follows the apiserver for the fields kdispatch touches. Maps merge recursively
+and ``null`` deletes a key; lists are replaced whole unless the field has a merge key, in which
+case elements are matched by that key, merged recursively, and new ones appended. The merge keys
+come from the upstream Go types (``patchMergeKey``): ``Pod.status.conditions`` by ``type``,
+``podIPs``/``hostIPs`` by ``ip``, ``resourceClaimStatuses`` by ``name``, and
+``ResourceClaim.status.reservedFor`` by ``uid``; ``status.conditions`` of any other kind merges by
+``type``. Directives: ``$patch: replace|delete`` on a map or list element, ``$retainKeys`` on a
+map; ``$setElementOrder/<field>`` is accepted and ignored (ordering only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actors.errors import InvalidRequestError
+from actors.objects import POD, RESOURCE_CLAIM
+
+Path = tuple[str, ...]
+
+STATUS_MERGE_KEYS: Mapping[str, Mapping[Path, str]] = {
+    POD: {
+        ("conditions",): "type",
+        ("podIPs",): "ip",
+        ("hostIPs",): "ip",
+        ("resourceClaimStatuses",): "name",
+    },
+    RESOURCE_CLAIM: {("reservedFor",): "uid"},
+}
+DEFAULT_STATUS_MERGE_KEYS: Mapping[Path, str] = {("conditions",): "type"}
+
+
+class _Deleted:
+    pass
+
+
+_DELETED = _Deleted()
+
+
+def status_merge_keys(kind: str) -> Mapping[Path, str]:
+    """Merge keys of the lists under ``status`` of ``kind``, by path relative to ``status``."""
+    return STATUS_MERGE_KEYS.get(kind, DEFAULT_STATUS_MERGE_KEYS)
+
+
+def strategic_merge(
+    original: Any, patch: dict[str, Any], keys: Mapping[Path, str]
+) -> dict[str, Any]:
+    """``original`` (a map, or anything else meaning empty) with the strategic-merge ``patch``
+    applied. ``keys`` maps list paths (relative to ``original``) to their merge key.
+    Raises :class:`InvalidRequestError` for malformed patches."""
+    merged = _merge_map(original, patch, keys, ())
+    return {} if isinstance(merged, _Deleted) else merged
+
+
+def _merge_map(
+    original: Any, patch: Mapping[str, Any], keys: Mapping[Path, str], path: Path
+) -> dict[str, Any] | _Deleted:
+    directive = patch.get("$patch")
+    if directive == "delete":
+        return _DELETED
+    if directive == "replace":
+        return {k: v for k, v in patch.items() if not k.startswith("$") and v is not None}
+    if directive is not None:
+        raise InvalidRequestError(f"{_where(path)}: unknown $patch directive {directive!r}")
+    out: dict[str, Any] = dict(original) if isinstance(original, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):
+            if key == "$retainKeys" or key.startswith("$setElementOrder/"):
+                continue
+            raise InvalidRequestError(f"{_where(path)}: unsupported directive {key!r}")
+        sub = (*path, key)
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict):
+            merged = _merge_map(out.get(key), value, keys, sub)
+            if isinstance(merged, _Deleted):
+                out.pop(key, None)
+            else:
+                out[key] = merged
+        elif isinstance(value, list) and sub in keys:
+            out[key] = _merge_list(out.get(key), value, keys[sub], keys, sub)
+        else:
+            out[key] = value
+    retain = patch.get("$retainKeys")
+    if retain is not None:
+        if not isinstance(retain, list) or not all(isinstance(k, str) for k in retain):
+            raise InvalidRequestError(f"{_where(path)}: $retainKeys must be a list of strings")
+        out = {k: v for k, v in out.items() if k in retain}
+    return out
+
+
+def _merge_list(
+    original: Any, items: list[Any], key: str, keys: Mapping[Path, str], path: Path
+) -> list[Any]:
+    replace = {"$patch": "replace"}
+    out: list[Any] = [] if replace in items or not isinstance(original, list) else list(original)
+    for item in items:
+        if item == replace:
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get(key), str | int):
+            raise InvalidRequestError(
+                f"{_where(path)}: every element must be an object with merge key {key!r}"
+            )
+        index = next(
+            (i for i, cur in enumerate(out) if isinstance(cur, dict) and cur.get(key) == item[key]),
+            None,
+        )
+        merged = _merge_map(out[index] if index is not None else None, item, keys, path)
+        if isinstance(merged, _Deleted):
+            if index is not None:
+                del out[index]
+        elif index is None:
+            out.append(merged)
+        else:
+            out[index] = merged
+    return out
+
+
+def json_merge(original: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: maps merge recursively, ``null`` deletes, everything else
+    (lists included) replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out: dict[str, Any] = dict(original) if isinstance(original, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = json_merge(out.get(key), value)
+    return out
+
+
+def _where(path: Path) -> str:
+    return ".".join(path) or "patch root"

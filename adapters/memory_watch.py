@@ -1,0 +1,140 @@
+"""Watch streams of the in-memory apiserver.
+
+A :class:`Watch` owns an unbounded queue: the server appends events to it while holding its own
+lock (so every watch sees events in resourceVersion order and a slow consumer never blocks a
+writer), and the consumer takes them on its own thread. Lock order is always server lock, then
+the watch's lock; the watch never calls into the server while holding its lock.
+
+When a watch ends — :meth:`Watch.stop` by the consumer, or the server dropping it to simulate a
+lost connection — events still queued are discarded, as they would be on a broken connection:
+the consumer resumes by watching again from the last resourceVersion it processed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from actors.errors import InvalidInputError
+from adapters.memory_objects import clone
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One change: ``object`` is the consumer's own copy of the object after the change (for
+    DELETED, the last state with the deletion's resourceVersion)."""
+
+    type: EventType
+    object: dict[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        """``object.metadata.resourceVersion``."""
+        return str(self.object["metadata"]["resourceVersion"])
+
+
+class Watch:
+    """An iterator of :class:`WatchEvent` for one kind (and optionally one namespace).
+
+    Created by :meth:`InMemoryApiServer.watch`. ``next``/iteration run on the consumer's thread;
+    ``stop`` may be called from any thread and wakes a blocked consumer.
+    """
+
+    def __init__(self, kind: str, namespace: str | None, on_stop: Callable[[Watch], None]) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self._on_stop = on_stop
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[tuple[EventType, dict[str, Any]]] = deque()
+        self._ended = False
+        self._dropped = False
+
+    # ----------------------------------------------------------------- server side
+
+    def matches(self, namespace: str) -> bool:
+        """Whether an event in ``namespace`` belongs to this watch. Any thread."""
+        return self.namespace is None or self.namespace == namespace
+
+    def push(self, event_type: EventType, obj: dict[str, Any]) -> None:
+        """Queue one event; ``obj`` is an immutable snapshot. Runs on a writer thread under
+        the server lock."""
+        with self._cond:
+            if not self._ended:
+                self._queue.append((event_type, obj))
+                self._cond.notify()
+
+    def end(self, *, dropped: bool) -> bool:
+        """End the stream and discard queued events; False if it had already ended. Runs on
+        any thread (under the server lock when the server drops it)."""
+        with self._cond:
+            if self._ended:
+                return False
+            self._ended = True
+            self._dropped = dropped
+            self._queue.clear()
+            self._cond.notify_all()
+            return True
+
+    # ----------------------------------------------------------------- consumer side
+
+    def next(self, timeout: float | None = None) -> WatchEvent | None:
+        """The next event, waiting up to ``timeout`` seconds (None: forever). Returns None on
+        timeout or once the watch has ended (check :attr:`ended`). Consumer thread."""
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or math.isnan(timeout)
+            or timeout < 0
+        ):
+            raise InvalidInputError(f"timeout must be None or a number >= 0, got {timeout!r}")
+        with self._cond:
+            if not self._queue and not self._ended:
+                self._cond.wait_for(lambda: bool(self._queue) or self._ended, timeout)
+            if self._ended or not self._queue:
+                return None
+            event_type, obj = self._queue.popleft()
+        return WatchEvent(event_type, clone(obj))
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        return self
+
+    def __next__(self) -> WatchEvent:
+        """Block for the next event; ``StopIteration`` once stopped or dropped."""
+        event = self.next(None)
+        if event is None:
+            raise StopIteration
+        return event
+
+    def stop(self) -> None:
+        """End the watch (idempotent) and unregister it from the server. Any thread."""
+        if self.end(dropped=False):
+            self._on_stop(self)
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def ended(self) -> bool:
+        """True once stopped or dropped."""
+        with self._cond:
+            return self._ended
+
+    @property
+    def dropped(self) -> bool:
+        """True if the server ended this watch (:meth:`InMemoryApiServer.drop_watches`)."""
+        with self._cond:
+            return self._dropped
+
+    def pending(self) -> int:
+        """Events queued and not yet taken. Any thread."""
+        with self._cond:
+            return len(self._queue)
