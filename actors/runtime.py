@@ -1,0 +1,593 @@
+"""Pooled pykka actors: many actors, a few shared worker threads.
+
+pykka's ``ThreadingActor`` gives every actor its own OS thread, which costs tens of KiB and a
+context switch per message. :class:`PooledActor` is a real :class:`pykka.Actor` subclass whose
+inbox is drained by the worker threads of an :class:`ActorPool` instead:
+
+* the messages of one actor are handled one at a time and in order;
+* different actors run concurrently, up to ``pool.workers`` at once;
+* an actor handles at most ``pool.batch`` messages per turn, then goes to the back of the ready
+  queue, so a flooded actor cannot starve the others;
+* ``ActorRef.tell``/``ask``/``stop``, futures (pykka's ``ThreadingFuture``), proxies and the
+  ``on_start``/``on_stop``/``on_failure`` hooks behave as in pykka. An exception raised while
+  handling an ``ask`` goes to the caller and the actor keeps running; one raised while handling a
+  ``tell`` calls ``on_failure`` and stops that actor only. A ``BaseException`` stops only the actor
+  that raised it (pykka would stop every actor in its registry).
+
+No worker ever blocks on an empty inbox: ``inbox.put()`` puts the actor on the pool's ready queue
+when it was idle (a per-inbox state makes sure it is queued at most once).
+
+Two rules differ from plain pykka and matter to callers:
+
+* **Pooled actors are not in pykka's** ``ActorRegistry``. That registry is one global list with
+  O(n) unregister; ``ActorRegistry.get_all()``/``stop_all()`` do not see pooled actors. Keep your
+  own references (see :mod:`actors.registry`) and stop actors with ``ref.stop()`` or
+  :meth:`ActorPool.stop`.
+* **A pooled actor must never block** on a future, on ``ask(..., block=True)``, on a proxy result
+  or on anything else that waits for another actor: it would hold a pool worker and can deadlock
+  the whole pool. Replies travel as messages (``tell`` a reply to the asker's ref).
+
+Messages still queued when an actor stops are answered as in pykka (asks resolve with
+``ActorDeadError``, queued stop requests with success); each queued *tell* is passed to
+:meth:`PooledActor.on_dropped`.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from queue import Empty, SimpleQueue
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self
+
+import pykka
+from loguru import logger
+from pykka import ActorDeadError, ActorRef
+from pykka._threading import ThreadingFuture
+from pykka.messages import _ActorStop
+
+from actors.errors import InvalidConfigError, InvalidInputError, KdispatchError
+
+if TYPE_CHECKING:
+    from pykka._actor import ActorInbox
+    from pykka._envelope import Envelope
+
+__all__ = ["ActorPool", "PoolStateError", "PooledActor", "live_pooled_actors"]
+
+
+class PoolStateError(KdispatchError, RuntimeError):
+    """The pool is in the wrong state for the request: an actor started on a pool that is not
+    running, a stopped pool restarted, or a pool stopped from one of its own worker threads."""
+
+
+# --------------------------------------------------------------------------- process-wide count
+
+_live_lock = threading.Lock()
+_live_total = 0
+
+
+def _add_live(delta: int) -> None:
+    global _live_total  # noqa: PLW0603 - one process-wide counter, guarded by _live_lock
+    with _live_lock:
+        _live_total += delta
+
+
+def live_pooled_actors() -> int:
+    """Number of pooled actors started (on any pool) and not yet stopped. Any thread."""
+    return _live_total
+
+
+# --------------------------------------------------------------------------- lightweight event
+
+_cond_create_lock = threading.Lock()
+
+
+class _LazyEvent(threading.Event):
+    """A ``threading.Event`` whose ``Condition`` (a lock, a deque and bound methods: ~1 KiB) is
+    only created when somebody waits.
+
+    Every actor has one (``actor_stopped``, read by ``ActorRef.is_alive``) but almost nobody
+    waits on it. Any thread.
+    """
+
+    _cond: threading.Condition | None
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._cond = None
+
+    def __repr__(self) -> str:
+        return f"<_LazyEvent {'set' if self._flag else 'unset'}>"
+
+    def _at_fork_reinit(self) -> None:
+        if self._cond is not None:
+            self._cond._at_fork_reinit()  # type: ignore[attr-defined]
+
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _cond_create_lock:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(threading.Lock())
+        return cond
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    isSet = is_set
+
+    def set(self) -> None:
+        # The flag is written before the condition is read; wait() creates the condition before
+        # it reads the flag. So a waiter either sees the flag or is notified.
+        self._flag = True
+        cond = self._cond
+        if cond is not None:
+            with cond:
+                cond.notify_all()
+
+    def clear(self) -> None:
+        self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        cond = self._condition()
+        with cond:
+            if not self._flag:
+                cond.wait(timeout)
+            return self._flag
+
+
+# --------------------------------------------------------------------------- inbox
+
+_IDLE: Final = 0  # empty and not on the ready queue
+_SCHEDULED: Final = 1  # on the ready queue or being run by a worker
+_CLOSED: Final = 2  # the actor has stopped; puts are answered/dropped at once
+
+
+class _PooledInbox:
+    """The inbox of one pooled actor: a deque created on first use and freed when drained, one
+    lock, and a state that puts the actor on the pool's ready queue at most once.
+
+    ``put`` runs on any thread; ``get``/``empty`` and the private methods only on the worker that
+    currently runs the actor.
+    """
+
+    __slots__ = ("_actor", "_items", "_lock", "_state")
+
+    def __init__(self, actor: PooledActor) -> None:
+        self._actor: PooledActor | None = actor
+        self._items: deque[Envelope[Any]] | None = None
+        self._lock = threading.Lock()
+        self._state: int = _IDLE
+
+    def put(self, envelope: Envelope[Any], /) -> None:
+        """Queue an envelope; schedule the actor if it was idle. Any thread, never blocks."""
+        with self._lock:
+            state = self._state
+            if state != _CLOSED:
+                items = self._items
+                if items is None:
+                    items = self._items = deque()
+                items.append(envelope)
+                if state == _SCHEDULED:
+                    return
+                self._state = _SCHEDULED
+                actor = self._actor
+        if state == _CLOSED:
+            _reject_late(envelope)
+            return
+        assert actor is not None
+        actor._pool._ready.put(actor)
+
+    def get(self) -> Envelope[Any]:
+        """Pop the oldest envelope; raises ``queue.Empty`` instead of blocking. Owning worker."""
+        with self._lock:
+            if not self._items:
+                raise Empty
+            return self._items.popleft()
+
+    def empty(self) -> bool:
+        """True if no envelope is queued. Any thread (a snapshot)."""
+        return not self._items
+
+    def _schedule_start(self) -> None:
+        """Queue the actor's first turn (``on_start``). Starting thread, before any put."""
+        with self._lock:
+            self._state = _SCHEDULED
+            actor = self._actor
+        assert actor is not None
+        actor._pool._ready.put(actor)
+
+    def _next(self) -> Envelope[Any] | None:
+        """Pop the next envelope, or go idle and return None. Owning worker."""
+        items = self._items
+        if items:  # only the owning worker pops, so a non-empty deque stays non-empty
+            return items.popleft()
+        with self._lock:
+            items = self._items
+            if items:
+                return items.popleft()
+            self._items = None
+            self._state = _IDLE
+            return None
+
+    def _yield_turn(self) -> bool:
+        """End a full batch: True if messages remain (the caller requeues), else go idle."""
+        with self._lock:
+            if self._items:
+                return True
+            self._items = None
+            self._state = _IDLE
+            return False
+
+    def _close(self) -> deque[Envelope[Any]] | None:
+        """Close for good and hand back what was still queued. Owning worker."""
+        with self._lock:
+            self._state = _CLOSED
+            items, self._items = self._items, None
+            self._actor = None  # let the actor object be freed once nobody uses it
+        return items
+
+
+def _dead_error(ref: object) -> ActorDeadError:
+    return ActorDeadError(f"{ref} stopped before handling the message")
+
+
+def _reject_late(envelope: Envelope[Any]) -> None:
+    """An envelope put after the actor closed: asks fail, tells are counted as dropped."""
+    if envelope.reply_to is not None:
+        err = ActorDeadError("actor stopped before handling the message")
+        envelope.reply_to.set_exception(exc_info=(ActorDeadError, err, None))
+    else:
+        logger.debug("dropped a message sent to a stopped pooled actor: {!r}", envelope.message)
+        _note_dropped(None)
+
+
+_dropped_lock = threading.Lock()
+_late_dropped = 0  # tells put after their actor had closed (any pool)
+
+
+def _note_dropped(pool: ActorPool | None) -> None:
+    global _late_dropped  # noqa: PLW0603 - guarded by _dropped_lock
+    with _dropped_lock:
+        if pool is None:
+            _late_dropped += 1
+        else:
+            pool._dropped += 1
+
+
+# --------------------------------------------------------------------------- pool
+
+_NEW: Final = "new"
+_RUNNING: Final = "running"
+_STOPPING: Final = "stopping"
+_STOPPED: Final = "stopped"
+
+
+class ActorPool:
+    """A fixed set of worker threads that runs the turns of pooled actors.
+
+    Lifecycle: ``start()`` (idempotent) → actors started with ``pool=...`` → ``stop()``, which
+    stops every live actor of the pool (after the messages already queued to it, like
+    ``ref.stop()``) and joins the workers. A stopped pool cannot be restarted.
+    """
+
+    def __init__(self, workers: int = 2, batch: int = 16, name: str = "kdispatch-pool") -> None:
+        """Validate the configuration; starts nothing. Any thread."""
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise InvalidConfigError(f"workers must be an int >= 1, got {workers!r}")
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidConfigError(f"batch must be an int >= 1, got {batch!r}")
+        if not isinstance(name, str) or not name:
+            raise InvalidConfigError(f"name must be a non-empty str, got {name!r}")
+        self._workers = workers
+        self._batch = batch
+        self._name = name
+        self._ready: SimpleQueue[PooledActor | None] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._state: str = _NEW
+        self._threads: list[threading.Thread] = []
+        self._live: dict[int, PooledActor] = {}
+        self._dropped = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<ActorPool {self._name} {self._state} workers={self._workers} live={len(self._live)}>"
+        )
+
+    @property
+    def workers(self) -> int:
+        """Number of worker threads."""
+        return self._workers
+
+    @property
+    def batch(self) -> int:
+        """Most messages one actor handles per turn before yielding its worker."""
+        return self._batch
+
+    @property
+    def name(self) -> str:
+        """Prefix of the worker thread names."""
+        return self._name
+
+    @property
+    def dropped(self) -> int:
+        """Tell messages passed to the default ``on_dropped`` of this pool's actors."""
+        return self._dropped
+
+    def start(self) -> None:
+        """Start the worker threads (daemon threads named ``f"{name}-{i}"``). A second call does
+        nothing; raises :class:`PoolStateError` once the pool is stopping or stopped. Any thread."""
+        with self._lock:
+            if self._state == _RUNNING:
+                return
+            if self._state != _NEW:
+                raise PoolStateError(f"{self._name} is {self._state} and cannot be restarted")
+            for i in range(self._workers):
+                thread = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+                self._threads.append(thread)
+            for thread in self._threads:
+                thread.start()
+            self._state = _RUNNING
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop every live actor of the pool, then join the workers.
+
+        Each actor gets a stop request behind the messages already in its inbox (as
+        ``ref.stop()``); the pool waits for them and for the workers until ``timeout`` seconds
+        have passed in total (``None``: no limit), and logs what is still running then. Safe to
+        call more than once. Any thread except the pool's own workers (that would deadlock:
+        raises :class:`PoolStateError`).
+        """
+        if threading.current_thread() in self._threads:
+            raise PoolStateError(f"{self._name}.stop() called from its own worker thread")
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            if self._state == _NEW:
+                self._state = _STOPPED
+                return
+            first = self._state == _RUNNING
+            self._state = _STOPPING
+            actors = list(self._live.values())
+        if first:
+            futures = [actor.actor_ref.stop(block=False) for actor in actors]
+            for future in futures:
+                try:
+                    future.get(timeout=_remaining(deadline))
+                except pykka.Timeout:
+                    break
+            for _ in self._threads:
+                self._ready.put(None)
+        for thread in self._threads:
+            thread.join(_remaining(deadline))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:
+            logger.warning(
+                "{} stop timed out: {} actors live, workers still running: {}",
+                self._name,
+                len(self._live),
+                alive,
+            )
+        with self._lock:
+            self._state = _STOPPED
+
+    def live_count(self) -> int:
+        """Actors started on this pool and not yet stopped. Any thread."""
+        return len(self._live)
+
+    # ----------------------------------------------------------------- internals
+
+    def _register(self, actor: PooledActor) -> None:
+        """Count a starting actor as live; raises if the pool is not running. Starting thread."""
+        with self._lock:
+            if self._state != _RUNNING:
+                raise PoolStateError(f"cannot start {actor} on {self._name}: pool is {self._state}")
+            self._live[id(actor)] = actor
+        _add_live(1)
+
+    def _unregister(self, actor: PooledActor) -> None:
+        """Forget a stopped actor. Worker thread running the actor."""
+        with self._lock:
+            removed = self._live.pop(id(actor), None)
+        if removed is not None:
+            _add_live(-1)
+
+    def _work(self) -> None:
+        """Worker thread body: run actor turns until a ``None`` sentinel arrives."""
+        ready = self._ready
+        batch = self._batch
+        while True:
+            actor = ready.get()
+            if actor is None:
+                return
+            try:
+                actor._run_turn(batch)
+            except BaseException:
+                logger.opt(exception=True).error(
+                    "{}: error running a turn of {}", self._name, actor
+                )
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(0.0, deadline - time.monotonic())
+
+
+# --------------------------------------------------------------------------- actor
+
+
+class PooledActor(pykka.Actor):
+    """A pykka actor whose messages are handled on the worker threads of an :class:`ActorPool`.
+
+    Subclass it like ``pykka.ThreadingActor`` and call ``super().__init__(pool=pool)``; start it
+    with ``MyActor.start(..., pool=pool)``. ``__init__`` runs on the starting thread; ``on_start``,
+    ``on_receive``, proxied methods, ``on_stop``, ``on_failure`` and ``on_dropped`` run on a pool
+    worker, one at a time per actor. Never block on another actor from those methods (see the
+    module docstring).
+    """
+
+    __slots__ = (
+        "_actor_ref",
+        "_pool",
+        "_pooled_started",
+        "actor_inbox",
+        "actor_stopped",
+        "actor_urn",
+    )
+
+    _pool: ActorPool
+    _pooled_started: bool
+
+    def __init__(self, *, pool: ActorPool) -> None:
+        """Bind the actor to ``pool`` and create its URN, inbox, stop flag and ref. Starting thread.
+
+        Sets the same four fields as ``pykka.Actor.__init__`` (which is deliberately not called:
+        it would build a full ``threading.Event`` and a ref only to throw them away).
+        """
+        if not isinstance(pool, ActorPool):
+            raise InvalidInputError(f"pool must be an ActorPool, got {type(pool).__name__}")
+        self._pool = pool
+        self._pooled_started = False
+        self.actor_urn = uuid.uuid4().urn
+        self.actor_inbox = _PooledInbox(self)
+        self.actor_stopped = _LazyEvent()
+        self._actor_ref = ActorRef(self)
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:
+        """Create the actor (``cls(*args, **kwargs)``) and schedule ``on_start`` on its pool.
+
+        Unlike pykka, the actor is not registered in ``pykka.ActorRegistry``. Raises
+        :class:`PoolStateError` if the pool is not running. Any thread (not an actor that must
+        stay non-blocking: it never blocks anyway).
+        """
+        obj = cls(*args, **kwargs)
+        if getattr(obj, "_actor_ref", None) is None or getattr(obj, "_pool", None) is None:
+            raise InvalidInputError(f"{cls.__name__}.__init__ must call super().__init__(pool=...)")
+        obj._start_actor_loop()
+        return obj.actor_ref
+
+    @staticmethod
+    def _create_actor_inbox() -> ActorInbox:
+        """pykka hook, unused: a pooled inbox needs its actor, so ``__init__`` builds it."""
+        raise NotImplementedError("pooled actors create their inbox in __init__")
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        """pykka hook: futures for asks to this actor (pykka's ``ThreadingFuture``)."""
+        return ThreadingFuture()
+
+    def _start_actor_loop(self) -> None:
+        """pykka hook: register with the pool and schedule the first turn. Starting thread."""
+        self._pool._register(self)
+        inbox = self.actor_inbox
+        assert isinstance(inbox, _PooledInbox)
+        inbox._schedule_start()
+
+    # ----------------------------------------------------------------- the loop, one turn at a time
+
+    def _run_turn(self, batch: int) -> None:
+        """Handle up to ``batch`` messages, then requeue, go idle, or tear down. Pool worker."""
+        inbox = self.actor_inbox
+        assert isinstance(inbox, _PooledInbox)
+        stopped = self.actor_stopped
+        if not self._pooled_started:
+            self._pooled_started = True
+            self._actor_loop_setup()
+        handled = 0
+        while not stopped.is_set():
+            if handled == batch:
+                if inbox._yield_turn():
+                    self._pool._ready.put(self)
+                return
+            envelope = inbox._next()
+            if envelope is None:
+                return
+            self._handle_envelope(envelope)
+            handled += 1
+        self._teardown(inbox)
+
+    def _handle_envelope(self, envelope: Envelope[Any]) -> None:
+        """pykka's loop body for one envelope. Pool worker."""
+        reply_to = envelope.reply_to
+        try:
+            response = self._handle_receive(envelope.message)
+            if reply_to is not None:
+                reply_to.set(response)
+        except Exception:
+            if reply_to is not None:
+                logger.opt(exception=True).debug("exception returned from {} to caller", self)
+                reply_to.set_exception()
+            else:
+                self._handle_failure(*sys.exc_info())
+                try:
+                    self.on_failure(*sys.exc_info())
+                except Exception:
+                    self._handle_failure(*sys.exc_info())
+        except BaseException as exc:
+            logger.opt(exception=True).error("{!r} in {}: stopping this actor", exc, self)
+            if reply_to is not None:
+                err = ActorDeadError(f"{self} stopped by {exc!r}")
+                reply_to.set_exception(exc_info=(ActorDeadError, err, None))
+            self._stop()
+
+    def _teardown(self, inbox: _PooledInbox) -> None:
+        """Close the inbox and answer what is left in it (see module docstring). Pool worker."""
+        self._pool._unregister(self)
+        items = inbox._close()
+        if not items:
+            return
+        ref = self._actor_ref
+        for envelope in items:
+            reply_to = envelope.reply_to
+            if reply_to is not None:
+                if isinstance(envelope.message, _ActorStop):
+                    reply_to.set(None)
+                else:
+                    err = _dead_error(ref)
+                    reply_to.set_exception(exc_info=(ActorDeadError, err, None))
+            else:
+                try:
+                    self.on_dropped(envelope.message)
+                except Exception:
+                    logger.opt(exception=True).error("on_dropped of {} failed", self)
+
+    def _mark_stopped(self) -> None:
+        """Set ``actor_stopped`` and stop counting the actor as live. Pool worker."""
+        if not self.actor_stopped.is_set():
+            self.actor_stopped.set()
+            self._pool._unregister(self)
+
+    def _stop(self) -> None:
+        """pykka hook: stop now (no global registry), then run ``on_stop``. Pool worker."""
+        self._mark_stopped()
+        logger.debug("stopped {}", self)
+        try:
+            self.on_stop()
+        except Exception:
+            self._handle_failure(*sys.exc_info())
+
+    def _handle_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """pykka hook: log an unhandled exception and stop the actor. Pool worker."""
+        logger.opt(exception=(exception_type, exception_value, traceback)).error(
+            "unhandled exception in {}", self
+        )
+        self._mark_stopped()
+
+    def on_dropped(self, message: object) -> None:
+        """Called for each *tell* still queued when the actor stops or fails (asks resolve with
+        ``ActorDeadError`` instead). Default: log at debug level and count in
+        ``pool.dropped``. Pool worker, in actor context, after ``on_stop``/``on_failure``."""
+        logger.debug("{} dropped {!r}", self, message)
+        _note_dropped(self._pool)
