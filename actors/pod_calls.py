@@ -1,0 +1,535 @@
+"""Pod calls: status patch (conditions, nominatedNodeName), binding, preemption.
+
+Each call is an immutable intent whose rules (merge, no-op, optimistic apply, fail-fast
+precheck) are pure functions of the call and an observed pod. The actual request is computed in
+:meth:`~actors.calls.Call.send` against the newest observed pod, so a patch only carries what
+still differs at that moment and is guarded by the pod's UID and resourceVersion.
+
+Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` runs on whichever
+thread calls it (caller or object actor) and never blocks; ``send`` runs on an executor worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Final, Self
+
+from loguru import logger
+
+from actors.backend import ApiBackend
+from actors.calls import UNSET, Call, UnsetType
+from actors.errors import ConflictError, InvalidCallError, InvalidObjectError, NotFoundError
+from actors.objects import (
+    DELETE,
+    POD,
+    Obj,
+    ObjectRef,
+    check_node_name,
+    get_path,
+    is_newer,
+    is_terminating,
+    meta,
+    pod_node_name,
+    resource_version,
+    with_path,
+)
+
+__all__ = [
+    "UNSET",
+    "PodBinding",
+    "PodPreemption",
+    "PodStatusPatch",
+    "check_condition",
+    "utc_now",
+]
+
+CONDITION_STATUSES: Final = frozenset({"True", "False", "Unknown"})
+_CONDITION_KEYS: Final = frozenset({"type", "status", "reason", "message"})
+LAST_TRANSITION_TIME: Final = "lastTransitionTime"
+POD_SCHEDULED: Final = "PodScheduled"
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+
+Condition = Mapping[str, str]
+"""A validated condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
+
+
+def utc_now() -> str:
+    """The current time as a Kubernetes timestamp (RFC 3339, UTC, second precision)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_condition(cond: object) -> Condition:
+    """Validate a condition intent and return a read-only copy of it.
+
+    It needs ``type`` (non-empty str) and ``status`` (``"True"``, ``"False"`` or ``"Unknown"``);
+    ``reason`` and ``message`` are optional strings. Timestamps are set at send time and any
+    other key is rejected. Raises :class:`InvalidCallError`.
+    """
+    if not isinstance(cond, Mapping):
+        raise InvalidCallError(f"a condition must be a mapping, got {type(cond).__name__}")
+    unknown = set(cond) - _CONDITION_KEYS
+    if unknown:
+        raise InvalidCallError(
+            f"condition has unsupported keys {sorted(map(str, unknown))}: "
+            "only type, status, reason and message may be given"
+        )
+    ctype = cond.get("type")
+    if not isinstance(ctype, str) or not ctype:
+        raise InvalidCallError(f"condition needs a non-empty string 'type', got {ctype!r}")
+    status = cond.get("status")
+    if status not in CONDITION_STATUSES:
+        raise InvalidCallError(
+            f"condition {ctype!r}: status must be one of 'True', 'False', 'Unknown', got {status!r}"
+        )
+    for key in ("reason", "message"):
+        if key in cond and not isinstance(cond[key], str):
+            raise InvalidCallError(f"condition {ctype!r}: {key} must be a str")
+    return MappingProxyType(
+        {k: cond[k] for k in ("type", "status", "reason", "message") if k in cond}
+    )
+
+
+def _check_conditions(conds: object) -> tuple[Condition, ...]:
+    if isinstance(conds, Mapping | str | bytes) or not isinstance(conds, Iterable):
+        raise InvalidCallError("conditions must be a sequence of condition mappings")
+    out = tuple(check_condition(c) for c in conds)
+    seen: set[str] = set()
+    for c in out:
+        if c["type"] in seen:
+            raise InvalidCallError(f"condition type {c['type']!r} given twice")
+        seen.add(c["type"])
+    return out
+
+
+def _check_node(node: object, what: str) -> str:
+    try:
+        return check_node_name(node)
+    except InvalidObjectError as exc:
+        raise InvalidCallError(f"{what}: {exc}") from None
+
+
+def _check_identity(call: Call) -> None:
+    """Validate ``ref`` and ``basis`` of a pod call."""
+    ref, basis = call.ref, call.basis
+    if not isinstance(ref, ObjectRef):
+        raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
+    if ref.kind != call.kind:
+        raise InvalidCallError(f"{call.call_type} applies to {call.kind}, not {ref.kind}")
+    if basis is not None:
+        if not isinstance(basis, Mapping):
+            raise InvalidCallError(f"{call.call_type}: basis must be an object mapping or None")
+        if meta(basis).get("uid") != ref.uid:
+            raise InvalidCallError(f"{call.call_type}: basis is not the object of {ref}")
+        if basis.get("kind") not in (None, call.kind):
+            raise InvalidCallError(f"{call.call_type}: basis is a {basis.get('kind')!r}")
+
+
+def _check_merge(newer: Call, older: Call) -> None:
+    if type(older) is not type(newer) or older.ref != newer.ref:
+        raise InvalidCallError(f"cannot merge {older.describe()} into {newer.describe()}")
+
+
+def _newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
+    if newer is None:
+        return older
+    if older is None or is_newer(newer, older):
+        return newer
+    return older
+
+
+def _fetch(backend: ApiBackend, ref: ObjectRef) -> Obj:
+    """Read the current object of ``ref``; :class:`NotFoundError` if it was replaced."""
+    obj = backend.get(ref.kind, ref.namespace, ref.name)
+    if meta(obj).get("uid") != ref.uid:
+        raise NotFoundError(f"{ref} no longer exists (the name now has another uid)")
+    return obj
+
+
+# --------------------------------------------------------------------------- conditions
+
+
+def pod_conditions(obj: Obj | None) -> dict[str, Mapping[str, Any]]:
+    """``status.conditions`` of an object, by type (malformed entries ignored)."""
+    conds = get_path(obj, "status", "conditions")
+    if not isinstance(conds, list | tuple):
+        return {}
+    return {
+        c["type"]: c for c in conds if isinstance(c, Mapping) and isinstance(c.get("type"), str)
+    }
+
+
+def _satisfied(existing: Mapping[str, Any] | None, intent: Condition) -> bool:
+    """Whether ``existing`` already has every field the intent specifies."""
+    return existing is not None and all(existing.get(k) == v for k, v in intent.items())
+
+
+def _apply_conditions(obj: Obj, intents: Iterable[Condition], *, replace: bool = False) -> Obj:
+    """``obj`` with the condition intents applied by type (``obj`` itself if nothing changes).
+
+    ``replace=False`` merges the intent's fields into an existing condition (strategic-merge
+    semantics of a status patch); ``replace=True`` replaces it whole (what the apiserver does on
+    binding). ``lastTransitionTime`` is kept when the status does not change and dropped when it
+    does (the real time is only known once the server applied it).
+    """
+    raw = get_path(obj, "status", "conditions")
+    current: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
+    index = {
+        c["type"]: i
+        for i, c in enumerate(current)
+        if isinstance(c, Mapping) and isinstance(c.get("type"), str)
+    }
+    changed = False
+    for intent in intents:
+        i = index.get(intent["type"])
+        if i is None:
+            index[intent["type"]] = len(current)
+            current.append(dict(intent))
+            changed = True
+            continue
+        old = current[i]
+        same_status = old.get("status") == intent["status"]
+        if replace:
+            new = dict(intent)
+            if same_status and LAST_TRANSITION_TIME in old:
+                new[LAST_TRANSITION_TIME] = old[LAST_TRANSITION_TIME]
+        else:
+            new = {**old, **intent}
+            if not same_status:
+                new.pop(LAST_TRANSITION_TIME, None)
+        if new != old:
+            current[i] = new
+            changed = True
+    return with_path(obj, ("status", "conditions"), current) if changed else obj
+
+
+def _norm_node(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+# --------------------------------------------------------------------------- calls
+
+
+@dataclass(frozen=True, slots=True)
+class PodStatusPatch(Call):
+    """Pod conditions (merged by type) and/or ``status.nominatedNodeName`` (set or cleared).
+
+    Sent as a strategic-merge patch of ``pods/status`` carrying only what still differs from the
+    newest observed pod, guarded by its UID and resourceVersion: a stale ``PodScheduled=False``
+    can never overwrite a later ``PodScheduled=True`` (the server answers 409 and the actor
+    rebases). Build with :meth:`for_pod`.
+    """
+
+    call_type = "pod_status_patch"
+    kind = POD
+    relevance = 1
+
+    ref: ObjectRef
+    conditions: tuple[Condition, ...] = ()
+    nominated_node_name: str | UnsetType | None = UNSET
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_identity(self)
+        object.__setattr__(self, "conditions", _check_conditions(self.conditions))
+        nnn = self.nominated_node_name
+        if nnn is not UNSET and nnn is not None:
+            _check_node(nnn, "nominated_node_name")
+        if not self.conditions and nnn is UNSET:
+            raise InvalidCallError(
+                "pod_status_patch needs at least one condition or a nominated_node_name"
+            )
+
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
+
+    @classmethod
+    def for_pod(
+        cls,
+        pod: Obj,
+        *,
+        conditions: Iterable[Mapping[str, Any]] = (),
+        nominated_node_name: str | UnsetType | None = UNSET,
+    ) -> Self:
+        """A status patch for ``pod`` (also its basis). ``nominated_node_name=None`` clears it.
+        Raises :class:`InvalidObjectError` / :class:`InvalidCallError`."""
+        ref = ObjectRef.of(pod, POD)
+        if isinstance(conditions, Mapping):
+            raise InvalidCallError("conditions must be a sequence of conditions, not one mapping")
+        return cls(ref, tuple(conditions), nominated_node_name, basis=pod)
+
+    def merge(self, older: Self) -> Self:
+        """Conditions merge by type: this call's fields win, the older call fills the gaps (its
+        other condition types, and a reason/message this call leaves unspecified), exactly as if
+        both had been sent in order; the older call's order is kept, new types are appended.
+        nominatedNodeName is this call's if set, else the older one's."""
+        _check_merge(self, older)
+        newer = {c["type"]: c for c in self.conditions}
+        older_types = {c["type"] for c in older.conditions}
+        conds = tuple(
+            MappingProxyType({**c, **newer[c["type"]]}) if c["type"] in newer else c
+            for c in older.conditions
+        ) + tuple(c for c in self.conditions if c["type"] not in older_types)
+        nnn = self.nominated_node_name
+        if nnn is UNSET:
+            nnn = older.nominated_node_name
+        return type(self)(self.ref, conds, nnn, basis=_newest_basis(self.basis, older.basis))
+
+    def _nnn_differs(self, obj: Obj | None) -> bool:
+        nnn = self.nominated_node_name
+        if nnn is UNSET:
+            return False
+        return _norm_node(nnn) != _norm_node(get_path(obj, "status", "nominatedNodeName"))
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        """Every condition already has the intended status/reason/message (timestamps ignored)
+        and nominatedNodeName (if set) already has the intended value (None ≡ absent)."""
+        if obj is None:
+            return False
+        current = pod_conditions(obj)
+        if not all(_satisfied(current.get(c["type"]), c) for c in self.conditions):
+            return False
+        return not self._nnn_differs(obj)
+
+    def apply(self, obj: Obj) -> Obj:
+        """The pod once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
+        if self.is_noop(obj):
+            return obj
+        out = _apply_conditions(obj, self.conditions)
+        if self._nnn_differs(obj):
+            nnn = self.nominated_node_name
+            out = with_path(out, ("status", "nominatedNodeName"), nnn if nnn else DELETE)
+        return out
+
+    def status_patch(self, obj: Obj | None, now: str | None = None) -> dict[str, Any] | None:
+        """The strategic-merge body for ``pods/status`` against ``obj``: only the conditions that
+        differ (with ``lastTransitionTime = now`` where the status changes) and
+        ``nominatedNodeName`` if it differs (None clears it). None when nothing differs."""
+        current = pod_conditions(obj)
+        stamp: str | None = now
+        conds: list[dict[str, Any]] = []
+        for intent in self.conditions:
+            old = current.get(intent["type"])
+            if _satisfied(old, intent):
+                continue
+            entry = dict(intent)
+            if old is None or old.get("status") != intent["status"]:
+                if stamp is None:
+                    stamp = utc_now()
+                entry[LAST_TRANSITION_TIME] = stamp
+            conds.append(entry)
+        body: dict[str, Any] = {}
+        if conds:
+            body["conditions"] = conds
+        if self._nnn_differs(obj):
+            body["nominatedNodeName"] = self.nominated_node_name or None
+        return body or None
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Patch what still differs from ``obj`` (fetched first when unknown), guarded by UID
+        and resourceVersion; returns the server's pod, or ``obj`` when nothing differs.
+        Runs on an executor worker thread."""
+        if obj is None:
+            obj = _fetch(backend, self.ref)
+        body = self.status_patch(obj)
+        if body is None:
+            return obj
+        ref = self.ref
+        return backend.patch_status(
+            POD,
+            ref.namespace,
+            ref.name,
+            body,
+            uid=ref.uid,
+            resource_version=resource_version(obj),
+            patch_type="strategic",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodBinding(Call):
+    """Bind a pod to a node (``pods/binding``). Build with :meth:`for_pod`.
+
+    A 409 whose fresh read shows the same pod already bound to the same node is success: the
+    first attempt landed and only its reply was lost.
+    """
+
+    call_type = "pod_binding"
+    kind = POD
+    relevance = 2
+
+    ref: ObjectRef
+    node: str
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_identity(self)
+        _check_node(self.node, "node")
+
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
+
+    @classmethod
+    def for_pod(cls, pod: Obj, node: str) -> Self:
+        """A binding of ``pod`` (also its basis) to ``node``."""
+        return cls(ObjectRef.of(pod, POD), node, basis=pod)
+
+    def precheck(self, obj: Obj | None) -> str | None:
+        """Fail fast for a terminating pod or a pod bound to another node."""
+        if is_terminating(obj):
+            return f"pod {self.ref.namespace}/{self.ref.name} is being deleted"
+        bound = pod_node_name(obj)
+        if bound is not None and bound != self.node:
+            return (
+                f"pod {self.ref.namespace}/{self.ref.name} is already bound to node {bound!r}, "
+                f"not {self.node!r}"
+            )
+        return None
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        """Already bound to the same node."""
+        return pod_node_name(obj) == self.node
+
+    def apply(self, obj: Obj) -> Obj:
+        """``spec.nodeName`` set and ``PodScheduled=True`` (copy-on-write)."""
+        if self.is_noop(obj):
+            return obj
+        out = with_path(obj, ("spec", "nodeName"), self.node)
+        scheduled = MappingProxyType({"type": POD_SCHEDULED, "status": "True"})
+        return _apply_conditions(out, (scheduled,), replace=True)
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Create the binding. On 409, read the pod: the same pod bound to the same node is
+        success (returns that pod); anything else re-raises the conflict. Errors of the read
+        itself propagate. Runs on an executor worker thread."""
+        del obj
+        ref = self.ref
+        try:
+            backend.bind(ref.namespace, ref.name, uid=ref.uid, node=self.node)
+        except ConflictError:
+            current = backend.get(POD, ref.namespace, ref.name)
+            if meta(current).get("uid") == ref.uid and pod_node_name(current) == self.node:
+                logger.bind(uid=ref.uid, call_type=self.call_type, node=self.node).debug(
+                    "binding conflict: pod already bound to the same node, counted as success"
+                )
+                return current
+            raise
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PodPreemption(Call):
+    """Preempt (delete) a victim pod, optionally marking it with a ``DisruptionTarget``
+    condition first. Exclusive: it cancels every other pending call of the pod.
+
+    The deletion carries a UID precondition, so a re-created pod of the same name is never hit;
+    NotFound at either step means the pod is already gone, which is success.
+    """
+
+    call_type = "pod_preemption"
+    kind = POD
+    relevance = 3
+    exclusive = True
+
+    ref: ObjectRef
+    condition: Condition | None = None
+    grace_period_seconds: int | None = None
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_identity(self)
+        if self.condition is not None:
+            cond = check_condition(self.condition)
+            if cond["type"] != DISRUPTION_TARGET:
+                raise InvalidCallError(
+                    f"pod_preemption condition must be {DISRUPTION_TARGET!r}, got {cond['type']!r}"
+                )
+            object.__setattr__(self, "condition", cond)
+        grace = self.grace_period_seconds
+        if grace is not None and (
+            isinstance(grace, bool) or not isinstance(grace, int) or grace < 0
+        ):
+            raise InvalidCallError(f"grace_period_seconds must be an int >= 0, got {grace!r}")
+
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
+
+    @classmethod
+    def for_pod(
+        cls,
+        pod: Obj,
+        *,
+        reason: str = "PreemptionByScheduler",
+        message: str = "",
+        preemptor: str | None = None,
+        grace_period_seconds: int | None = None,
+        add_condition: bool = True,
+    ) -> Self:
+        """A preemption of ``pod`` (also its basis). With ``add_condition`` a
+        ``DisruptionTarget=True`` condition with ``reason`` and ``message`` (default: naming the
+        ``preemptor``, e.g. ``"ns/name"``) is patched before the deletion."""
+        ref = ObjectRef.of(pod, POD)
+        condition: dict[str, Any] | None = None
+        if add_condition:
+            if not isinstance(reason, str) or not reason:
+                raise InvalidCallError("reason must be a non-empty str")
+            if preemptor is not None and not isinstance(preemptor, str):
+                raise InvalidCallError("preemptor must be a str or None")
+            if not message and preemptor:
+                message = f"preempted to make room for pod {preemptor}"
+            condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": reason}
+            if message:
+                condition["message"] = message
+        return cls(ref, condition, grace_period_seconds, basis=pod)
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        """The pod is already terminating: its deletion is under way."""
+        return is_terminating(obj)
+
+    def apply(self, obj: Obj) -> Obj:
+        """The pod marked terminating (``deletionTimestamp = "pending"`` unless already set)
+        with the condition applied (copy-on-write)."""
+        out = obj
+        if self.condition is not None:
+            out = _apply_conditions(out, (self.condition,))
+        if not is_terminating(out):
+            out = with_path(out, ("metadata", "deletionTimestamp"), "pending")
+        return out
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Patch the condition (UID precondition only) unless ``obj`` already has it with the
+        same status, then delete with a UID precondition. NotFound at either step is success.
+        Returns None. Runs on an executor worker thread."""
+        ref = self.ref
+        try:
+            cond = self.condition
+            if cond is not None:
+                existing = pod_conditions(obj).get(cond["type"])
+                if existing is None or existing.get("status") != cond["status"]:
+                    entry = {**cond, LAST_TRANSITION_TIME: utc_now()}
+                    backend.patch_status(
+                        POD,
+                        ref.namespace,
+                        ref.name,
+                        {"conditions": [entry]},
+                        uid=ref.uid,
+                        resource_version=None,
+                        patch_type="strategic",
+                    )
+            backend.delete(
+                POD,
+                ref.namespace,
+                ref.name,
+                uid=ref.uid,
+                grace_period_seconds=self.grace_period_seconds,
+            )
+        except NotFoundError:
+            logger.bind(uid=ref.uid, call_type=self.call_type).debug(
+                "preemption victim already gone"
+            )
+        return None
