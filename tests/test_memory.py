@@ -1,0 +1,957 @@
+"""Tests of the in-memory apiserver (adapters.memory): storage, preconditions, patch semantics,
+binding, deletion, watches, fault and latency injection, thread-safety."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actors.backend import ApiBackend
+from actors.errors import (
+    AlreadyExistsError,
+    ApiConnectionError,
+    ApiError,
+    ConflictError,
+    GoneError,
+    InvalidInputError,
+    InvalidObjectError,
+    InvalidRequestError,
+    NotFoundError,
+    RequestTimeoutError,
+    ServerError,
+    TooManyRequestsError,
+)
+from adapters.memory import (
+    FaultPlan,
+    InMemoryApiServer,
+    Latency,
+    Watch,
+    WatchEvent,
+    make_claim,
+    make_node,
+    make_pod,
+)
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class SleepRecorder:
+    """Injected ``sleep``: records the requested waits, never sleeps."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, seconds: float) -> None:
+        with self._lock:
+            self.calls.append(seconds)
+
+
+@pytest.fixture
+def server() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def pod(server: InMemoryApiServer) -> dict[str, Any]:
+    return server.create(make_pod("p1"))
+
+
+def uid(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["uid"])
+
+
+def rv(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["resourceVersion"])
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in obj["status"].get("conditions", [])}
+
+
+def patch(
+    server: InMemoryApiServer, obj: dict[str, Any], status: dict[str, Any], **kw: Any
+) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return dict(
+        server.patch_status(
+            obj["kind"],
+            meta.get("namespace", ""),
+            meta["name"],
+            {"status": status},
+            uid=kw.pop("uid", meta["uid"]),
+            resource_version=kw.pop("resource_version", None),
+            **kw,
+        )
+    )
+
+
+def drain(w: Watch) -> list[WatchEvent]:
+    """Every event already queued on ``w`` (non-blocking)."""
+    out: list[WatchEvent] = []
+    while (e := w.next(timeout=0)) is not None:
+        out.append(e)
+    return out
+
+
+@pytest.fixture
+def pod_watch(server: InMemoryApiServer) -> Iterator[Watch]:
+    w = server.watch("Pod")
+    yield w
+    w.stop()
+
+
+# ----------------------------------------------------------------------------- protocol, create
+
+
+def test_is_an_api_backend(server: InMemoryApiServer) -> None:
+    assert isinstance(server, ApiBackend)
+
+
+def test_create_fills_metadata(server: InMemoryApiServer) -> None:
+    spec = make_pod("p1")
+    del spec["metadata"]["uid"]
+    del spec["metadata"]["namespace"]
+    created = server.create(spec)
+    meta = created["metadata"]
+    assert meta["namespace"] == "default"
+    assert len(meta["uid"]) == 36
+    assert meta["resourceVersion"] == "1" == server.resource_version
+    assert meta["creationTimestamp"].endswith("Z")
+    assert server.get_object("Pod", "default", "p1") == created
+
+
+def test_create_keeps_given_uid_and_fills_api_version(server: InMemoryApiServer) -> None:
+    obj = {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "ns", "uid": "u-1"}}
+    created = server.create(obj)
+    assert created["metadata"]["uid"] == "u-1"
+    assert created["apiVersion"] == "resource.k8s.io/v1"
+    assert "resourceVersion" not in obj["metadata"], "input must not be mutated"
+
+
+def test_node_is_cluster_scoped(server: InMemoryApiServer) -> None:
+    node = make_node("n1", 4000, 8192)
+    node["metadata"]["namespace"] = "ignored"
+    created = server.create(node)
+    assert "namespace" not in created["metadata"]
+    assert server.get_object("Node", "", "n1") == created
+    assert server.get_object("Node", "anything", "n1") == created
+    items, _ = server.list("Node", namespace="default")
+    assert [i["metadata"]["name"] for i in items] == ["n1"]
+
+
+def test_create_same_name_already_exists(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    with pytest.raises(AlreadyExistsError):
+        server.create(make_pod("p1"))
+    server.create(make_pod("p1", namespace="other"))  # other namespace: fine
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not a mapping",
+        {"metadata": {"name": "x"}},
+        {"kind": "Pod"},
+        {"kind": "Pod", "metadata": {"name": "Bad_Name"}},
+        {"kind": "Pod", "metadata": {"name": "x", "namespace": "Bad NS"}},
+        {"kind": "Pod", "metadata": {"name": "x", "uid": "bad uid!"}},
+        {"kind": "Pod", "metadata": {"name": "x"}, "spec": {"f": object()}},
+        {"kind": "Pod", "metadata": {"name": "x"}, "spec": {"f": float("nan")}},
+    ],
+)
+def test_create_rejects_bad_objects(server: InMemoryApiServer, bad: Any) -> None:
+    with pytest.raises(InvalidObjectError):
+        server.create(bad)
+    assert server.resource_version == "0"
+
+
+def test_resource_version_is_global_across_kinds(server: InMemoryApiServer) -> None:
+    a = server.create(make_pod("a"))
+    c = server.create(make_claim("c"))
+    n = server.create(make_node("n", 1000, 1024))
+    assert [rv(a), rv(c), rv(n)] == ["1", "2", "3"]
+
+
+# ----------------------------------------------------------------------------- get / list / copies
+
+
+def test_get_returns_copies(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    got = dict(server.get("Pod", "default", "p1"))
+    got["spec"]["containers"][0]["name"] = "mutated"
+    pod["status"]["phase"] = "Mutated"
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None
+    assert stored["spec"]["containers"][0]["name"] == "main"
+    assert stored["status"]["phase"] == "Pending"
+
+
+def test_get_not_found(server: InMemoryApiServer) -> None:
+    with pytest.raises(NotFoundError):
+        server.get("Pod", "default", "nope")
+    assert server.get_object("Pod", "default", "nope") is None
+    assert server.request_log[-1].outcome == "NotFound"
+
+
+def test_list_sorted_filtered_with_rv(server: InMemoryApiServer) -> None:
+    for ns, name in [("b", "x"), ("a", "z"), ("a", "y")]:
+        server.create(make_pod(name, namespace=ns))
+    server.create(make_claim("c", namespace="a"))
+    items, list_rv = server.list("Pod")
+    assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items] == [
+        ("a", "y"),
+        ("a", "z"),
+        ("b", "x"),
+    ]
+    assert list_rv == "4"
+    assert [i["metadata"]["name"] for i in server.list("Pod", namespace="a")[0]] == ["y", "z"]
+
+
+# ----------------------------------------------------------------------------- patch_status
+
+
+def test_patch_uid_precondition(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    with pytest.raises(ConflictError, match="UID in precondition"):
+        patch(server, pod, {"nominatedNodeName": "n1"}, uid="other-uid")
+    assert server.resource_version == rv(pod)
+
+
+def test_patch_resource_version_precondition(
+    server: InMemoryApiServer, pod: dict[str, Any]
+) -> None:
+    newer = patch(server, pod, {"nominatedNodeName": "n1"}, resource_version=rv(pod))
+    assert int(rv(newer)) == int(rv(pod)) + 1
+    with pytest.raises(ConflictError, match="has been modified"):
+        patch(server, pod, {"nominatedNodeName": "n2"}, resource_version=rv(pod))
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
+
+
+def test_patch_preconditions_in_patch_metadata(
+    server: InMemoryApiServer, pod: dict[str, Any]
+) -> None:
+    body = {"metadata": {"uid": "other"}, "status": {"phase": "Running"}}
+    with pytest.raises(ConflictError):
+        server.patch_status("Pod", "default", "p1", body, uid=uid(pod), resource_version=None)
+    body = {"metadata": {"resourceVersion": "999"}, "status": {"phase": "Running"}}
+    with pytest.raises(ConflictError):
+        server.patch_status("Pod", "default", "p1", body, uid=uid(pod), resource_version=None)
+    body = {"metadata": {"uid": uid(pod), "resourceVersion": rv(pod)}, "status": {"phase": "X"}}
+    out = server.patch_status("Pod", "default", "p1", body, uid=uid(pod), resource_version=None)
+    assert out["status"]["phase"] == "X"
+
+
+def test_patch_not_found(server: InMemoryApiServer) -> None:
+    with pytest.raises(NotFoundError):
+        server.patch_status(
+            "Pod", "default", "nope", {"status": {}}, uid="u", resource_version=None
+        )
+
+
+def test_strategic_conditions_merge_by_type(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    patch(
+        server,
+        pod,
+        {
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "m",
+                },
+                {"type": "DisruptionTarget", "status": "True"},
+            ]
+        },
+    )
+    out = patch(
+        server,
+        pod,
+        {
+            "conditions": [
+                {"type": "PodScheduled", "message": "new"},
+                {"type": "Ready", "status": "False"},
+            ]
+        },
+    )
+    conds = conditions(out)
+    assert [c["type"] for c in out["status"]["conditions"]] == [
+        "PodScheduled",
+        "DisruptionTarget",
+        "Ready",
+    ]
+    assert conds["PodScheduled"] == {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "new",
+    }
+    assert conds["DisruptionTarget"]["status"] == "True"
+
+
+def test_strategic_none_deletes_and_clears_nominated_node(
+    server: InMemoryApiServer, pod: dict[str, Any]
+) -> None:
+    patch(server, pod, {"nominatedNodeName": "n1", "extra": {"a": 1, "b": 2}})
+    out = patch(server, pod, {"nominatedNodeName": None, "extra": {"a": None, "c": 3}})
+    assert "nominatedNodeName" not in out["status"]
+    assert out["status"]["extra"] == {"b": 2, "c": 3}
+    assert out["status"]["phase"] == "Pending"
+
+
+def test_strategic_other_lists_replace(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    patch(server, pod, {"containerStatuses": [{"name": "a"}, {"name": "b"}]})
+    out = patch(server, pod, {"containerStatuses": [{"name": "c"}]})
+    assert out["status"]["containerStatuses"] == [{"name": "c"}]
+
+
+def test_strategic_directives(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    patch(
+        server,
+        pod,
+        {"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]},
+    )
+    out = patch(
+        server,
+        pod,
+        {
+            "conditions": [{"type": "A", "$patch": "delete"}],
+            "$setElementOrder/conditions": [{"type": "B"}],
+        },
+    )
+    assert [c["type"] for c in out["status"]["conditions"]] == ["B"]
+    out = patch(
+        server, pod, {"conditions": [{"$patch": "replace"}, {"type": "C", "status": "True"}]}
+    )
+    assert [c["type"] for c in out["status"]["conditions"]] == ["C"]
+    with pytest.raises(InvalidRequestError):
+        patch(server, pod, {"$deleteFromPrimitiveList/x": ["a"]})
+    with pytest.raises(InvalidRequestError, match="merge key"):
+        patch(server, pod, {"conditions": [{"status": "True"}]})
+
+
+def test_claim_reserved_for_merges_by_uid(server: InMemoryApiServer) -> None:
+    claim = server.create(make_claim("c1"))
+    patch(server, claim, {"allocation": {"devices": {"results": []}}})
+    patch(server, claim, {"reservedFor": [{"resource": "pods", "name": "a", "uid": "ua"}]})
+    out = patch(server, claim, {"reservedFor": [{"resource": "pods", "name": "b", "uid": "ub"}]})
+    assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ua", "ub"]
+    out = patch(server, claim, {"reservedFor": [{"uid": "ua", "$patch": "delete"}]})
+    assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ub"]
+    assert "allocation" in out["status"]
+
+
+def test_merge_patch_is_rfc7386(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    patch(server, pod, {"conditions": [{"type": "A", "status": "True"}], "nominatedNodeName": "n"})
+    out = patch(
+        server,
+        pod,
+        {"conditions": [{"type": "B", "status": "True"}], "nominatedNodeName": None, "x": {"y": 1}},
+        patch_type="merge",
+    )
+    assert out["status"]["conditions"] == [{"type": "B", "status": "True"}]
+    assert "nominatedNodeName" not in out["status"]
+    assert out["status"]["x"] == {"y": 1}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"spec": {"nodeName": "n1"}},
+        {"status": {}, "metadata": {"labels": {"a": "b"}}},
+        {"status": "not an object"},
+        {"status": {"conditions": "nope"}},
+        {"status": {"bad": object()}},
+    ],
+)
+def test_patch_rejects_invalid_bodies(
+    server: InMemoryApiServer, pod: dict[str, Any], body: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidRequestError):
+        server.patch_status("Pod", "default", "p1", body, uid=uid(pod), resource_version=None)
+    assert server.resource_version == rv(pod)
+
+
+def test_merge_patch_rejects_duplicate_condition_types(
+    server: InMemoryApiServer, pod: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidRequestError, match="duplicate"):
+        patch(server, pod, {"conditions": [{"type": "A"}, {"type": "A"}]}, patch_type="merge")
+
+
+def test_patch_rejects_unknown_patch_type(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequestError):
+        patch(server, pod, {}, patch_type="json")
+
+
+def test_noop_patch_writes_nothing(
+    server: InMemoryApiServer, pod: dict[str, Any], pod_watch: Watch
+) -> None:
+    first = patch(server, pod, {"conditions": [{"type": "A", "status": "True"}]})
+    again = patch(server, pod, {"conditions": [{"type": "A", "status": "True"}]})
+    assert rv(again) == rv(first)
+    assert len(drain(pod_watch)) == 1
+    assert server.counts()["patch_status"] == 2
+
+
+# ----------------------------------------------------------------------------- bind
+
+
+def test_bind_sets_node_and_pod_scheduled(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    patch(
+        server,
+        pod,
+        {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+    )
+    server.bind("default", "p1", uid=uid(pod), node="n1")
+    got = server.get("Pod", "default", "p1")
+    assert got["spec"]["nodeName"] == "n1"
+    scheduled = conditions(dict(got))["PodScheduled"]
+    assert scheduled["status"] == "True"
+    assert "reason" not in scheduled
+    assert len(got["status"]["conditions"]) == 1
+
+
+def test_double_bind_conflicts_naming_node(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    server.bind("default", "p1", uid=uid(pod), node="n1")
+    for node in ("n1", "n2"):
+        with pytest.raises(ConflictError, match='already assigned to node "n1"'):
+            server.bind("default", "p1", uid=uid(pod), node=node)
+    assert server.counts()["bind"] == 1
+
+
+def test_bind_preconditions(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    with pytest.raises(ConflictError, match="UID"):
+        server.bind("default", "p1", uid="other", node="n1")
+    with pytest.raises(NotFoundError):
+        server.bind("default", "nope", uid=uid(pod), node="n1")
+    with pytest.raises(InvalidRequestError):
+        server.bind("default", "p1", uid=uid(pod), node="Not A Node")
+    server.mark_terminating("Pod", "default", "p1")
+    with pytest.raises(ConflictError, match="being deleted"):
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and "nodeName" not in stored["spec"]
+
+
+# ----------------------------------------------------------------------------- delete
+
+
+def test_delete_uid_precondition_and_not_found(
+    server: InMemoryApiServer, pod: dict[str, Any], pod_watch: Watch
+) -> None:
+    with pytest.raises(ConflictError):
+        server.delete("Pod", "default", "p1", uid="other")
+    assert server.get_object("Pod", "default", "p1") is not None
+    server.delete("Pod", "default", "p1", uid=uid(pod), grace_period_seconds=0)
+    assert server.get_object("Pod", "default", "p1") is None
+    with pytest.raises(NotFoundError):
+        server.delete("Pod", "default", "p1", uid=uid(pod))
+    [event] = drain(pod_watch)
+    assert event.type == "DELETED"
+    assert event.object["metadata"]["uid"] == uid(pod)
+    assert int(event.resource_version) == int(rv(pod)) + 1 == int(server.resource_version)
+
+
+def test_delete_rejects_bad_grace_period(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequestError):
+        server.delete("Pod", "default", "p1", uid=uid(pod), grace_period_seconds=-1)
+    assert server.get_object("Pod", "default", "p1") is not None
+
+
+def test_recreated_pod_is_a_different_object(
+    server: InMemoryApiServer, pod: dict[str, Any]
+) -> None:
+    server.delete("Pod", "default", "p1", uid=uid(pod))
+    again = server.create(make_pod("p1"))
+    assert uid(again) != uid(pod)
+    with pytest.raises(ConflictError):
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+
+
+# ----------------------------------------------------------------------------- admin writes
+
+
+def test_update_replaces_keeps_uid_and_checks_rv(
+    server: InMemoryApiServer, pod: dict[str, Any]
+) -> None:
+    new = dict(pod)
+    new["status"] = {"phase": "Running"}
+    updated = server.update(new)
+    assert updated["status"] == {"phase": "Running"}
+    assert uid(updated) == uid(pod)
+    with pytest.raises(ConflictError):
+        server.update(new)  # stale resourceVersion
+    no_rv = {"kind": "Pod", "metadata": {"name": "p1"}, "spec": {}, "status": {"phase": "Done"}}
+    replaced = server.update(no_rv)
+    assert uid(replaced) == uid(pod) and replaced["spec"] == {}
+    same = server.update(no_rv)
+    assert rv(same) == rv(replaced), "a no-op update writes nothing"
+    with pytest.raises(ConflictError):
+        server.update({**no_rv, "metadata": {"name": "p1", "uid": "other"}})
+    with pytest.raises(NotFoundError):
+        server.update({"kind": "Pod", "metadata": {"name": "nope"}})
+
+
+def test_mark_terminating_and_remove(
+    server: InMemoryApiServer, pod: dict[str, Any], pod_watch: Watch
+) -> None:
+    marked = server.mark_terminating("Pod", "default", "p1")
+    assert marked["metadata"]["deletionTimestamp"]
+    assert server.mark_terminating("Pod", "default", "p1") == marked
+    last = server.remove("Pod", "default", "p1")
+    assert [e.type for e in drain(pod_watch)] == ["MODIFIED", "DELETED"]
+    assert last["metadata"]["deletionTimestamp"]
+    with pytest.raises(NotFoundError):
+        server.mark_terminating("Pod", "default", "p1")
+    assert server.request_log == []
+
+
+# ----------------------------------------------------------------------------- watch
+
+
+def test_watch_none_sees_only_new_events(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    with server.watch("Pod") as w:
+        server.create(make_pod("p2"))
+        server.create(make_claim("c1"))  # other kind: not delivered
+        events = drain(w)
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "p2")]
+    assert w.ended and not w.dropped
+
+
+def test_watch_from_rv_replays_history(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    start = server.resource_version
+    patch(server, pod, {"phase": "Running"})
+    server.create(make_pod("p2", namespace="other"))
+    server.delete("Pod", "default", "p1", uid=uid(pod))
+    with server.watch("Pod", resource_version=start) as w:
+        events = drain(w)
+        server.create(make_pod("p3"))
+        live = w.next(timeout=1)
+    assert [e.type for e in events] == ["MODIFIED", "ADDED", "DELETED"]
+    assert [int(e.resource_version) for e in events] == [2, 3, 4]
+    assert live is not None and live.object["metadata"]["name"] == "p3"
+    with server.watch("Pod", resource_version=start, namespace="default") as w:
+        assert [e.type for e in drain(w)] == ["MODIFIED", "DELETED", "ADDED"]
+
+
+def test_watch_from_zero_lists_current_state(server: InMemoryApiServer) -> None:
+    b = server.create(make_pod("b"))
+    server.create(make_pod("a"))
+    server.delete("Pod", "default", "b", uid=uid(b))
+    with server.watch("Pod", resource_version="0") as w:
+        events = drain(w)
+    assert [(e.type, e.object["metadata"]["name"]) for e in events] == [("ADDED", "a")]
+
+
+def test_watch_gone_after_compact(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    old = server.resource_version
+    patch(server, pod, {"phase": "Running"})
+    server.compact()
+    with pytest.raises(GoneError) as info:
+        server.watch("Pod", resource_version=old)
+    assert info.value.status == 410
+    with server.watch("Pod", resource_version=server.resource_version) as w:
+        patch(server, pod, {"phase": "Done"})
+        assert [e.object["status"]["phase"] for e in drain(w)] == ["Done"]
+
+
+def test_watch_gone_beyond_history() -> None:
+    server = InMemoryApiServer(history=3)
+    for i in range(5):
+        server.create(make_pod(f"p{i}"))  # rv 1..5; history keeps 3, 4, 5
+    with pytest.raises(GoneError):
+        server.watch("Pod", resource_version="1")
+    with server.watch("Pod", resource_version="2") as w:
+        assert [e.resource_version for e in drain(w)] == ["3", "4", "5"]
+
+
+def test_watch_rejects_bad_resource_version(server: InMemoryApiServer) -> None:
+    with pytest.raises(InvalidRequestError):
+        server.watch("Pod", resource_version="abc")
+
+
+def test_drop_watches_ends_iteration(server: InMemoryApiServer) -> None:
+    w1 = server.watch("Pod")
+    w2 = server.watch("Node")
+    server.create(make_pod("p1"))
+    assert server.drop_watches() == 2
+    assert w1.dropped and w2.dropped
+    assert list(w1) == [], "queued events are lost with the connection"
+    assert w1.next(timeout=0) is None
+    server.create(make_pod("p2"))
+    assert server.drop_watches() == 0
+    w1.stop()  # idempotent after a drop
+
+
+@pytest.mark.timeout(10)
+def test_stop_wakes_blocked_consumer(server: InMemoryApiServer) -> None:
+    w = server.watch("Pod")
+    started = threading.Event()
+    seen: list[WatchEvent] = []
+
+    def consume() -> None:
+        started.set()
+        seen.extend(w)  # blocks until stopped
+
+    t = threading.Thread(target=consume)
+    t.start()
+    started.wait()
+    server.create(make_pod("p1"))
+    w.stop()
+    t.join(5)
+    assert not t.is_alive()
+    assert w.ended and not w.dropped
+
+
+def test_slow_watcher_does_not_block_writers(server: InMemoryApiServer) -> None:
+    with server.watch("Pod") as w:
+        for i in range(500):
+            server.create(make_pod(f"p{i}"))
+        assert w.pending() == 500
+        assert [int(e.resource_version) for e in drain(w)] == list(range(1, 501))
+
+
+def test_watch_event_objects_are_copies(server: InMemoryApiServer) -> None:
+    with server.watch("Pod") as w:
+        server.create(make_pod("p1"))
+        event = w.next(timeout=1)
+    assert event is not None
+    event.object["status"]["phase"] = "Mutated"
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["status"]["phase"] == "Pending"
+
+
+@pytest.mark.timeout(20)
+def test_watch_order_across_threads_and_no_lost_updates() -> None:
+    server = InMemoryApiServer()
+    writers, per_writer = 4, 50
+    pods = [server.create(make_pod(f"p{i}")) for i in range(writers)]
+    shared = server.create(make_pod("shared"))
+    base = int(server.resource_version)
+    watch = server.watch("Pod", resource_version=str(base))
+    received: list[WatchEvent] = []
+    total = writers * per_writer * 2
+
+    def consume() -> None:
+        for event in watch:
+            received.append(event)
+            if len(received) == total:
+                return
+
+    def write(i: int) -> None:
+        own = pods[i]
+        for n in range(per_writer):
+            patch(server, own, {"n": n})
+            while True:  # optimistic concurrency on the shared pod: get, patch with rv, retry
+                cur = dict(server.get("Pod", "default", "shared"))
+                count = cur["status"].get("count", 0)
+                try:
+                    patch(server, cur, {"count": count + 1}, resource_version=rv(cur))
+                    break
+                except ConflictError:
+                    continue
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(15)
+    consumer.join(15)
+    watch.stop()
+    assert not consumer.is_alive()
+    final = server.get_object("Pod", "default", "shared")
+    assert final is not None and final["status"]["count"] == writers * per_writer
+    assert uid(final) == uid(shared)
+    rvs = [int(e.resource_version) for e in received]
+    assert rvs == list(range(base + 1, base + total + 1)), "strictly increasing, none lost"
+    counts = [
+        e.object["status"]["count"] for e in received if e.object["metadata"]["name"] == "shared"
+    ]
+    assert counts == list(range(1, writers * per_writer + 1))
+    assert server.counts()["patch_status"] == total
+
+
+# ----------------------------------------------------------------------------- scripted faults
+
+
+def test_scripted_faults_fire_in_order(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    server.script("patch_status", "429", "500", "timeout", "conn_reset", "404", "409")
+    expected: list[type[ApiError]] = [
+        TooManyRequestsError,
+        ServerError,
+        RequestTimeoutError,
+        ApiConnectionError,
+        NotFoundError,
+        ConflictError,
+    ]
+    for err_type in expected:
+        with pytest.raises(err_type) as info:
+            patch(server, pod, {"phase": "Running"})
+        assert type(info.value) is err_type
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and rv(stored) == rv(pod), "plain faults apply nothing"
+    assert patch(server, pod, {"phase": "Running"})["status"]["phase"] == "Running"
+    assert server.fault_counts() == {
+        "429": 1,
+        "500": 1,
+        "timeout": 1,
+        "conn_reset": 1,
+        "404": 1,
+        "409": 1,
+    }
+    assert [r.outcome for r in server.request_log] == [
+        "429",
+        "500",
+        "timeout",
+        "conn_reset",
+        "404",
+        "409",
+        "ok",
+    ]
+    assert server.pending_faults() == 0
+
+
+def test_scripted_429_carries_retry_after() -> None:
+    server = InMemoryApiServer(faults=FaultPlan(retry_after=1.5))
+    pod = server.create(make_pod("p1"))
+    server.script("bind", "429")
+    with pytest.raises(TooManyRequestsError) as info:
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+    assert info.value.retry_after == 1.5
+
+
+def test_scripted_fault_by_name_and_instance(server: InMemoryApiServer) -> None:
+    a = server.create(make_pod("a"))
+    b = server.create(make_pod("b"))
+    server.script("bind", InvalidRequestError("forbidden", status=403), name="b")
+    server.bind("default", "a", uid=uid(a), node="n1")  # not the scripted name
+    with pytest.raises(InvalidRequestError) as info:
+        server.bind("default", "b", uid=uid(b), node="n1")
+    assert info.value.status == 403
+    server.bind("default", "b", uid=uid(b), node="n1")
+    assert server.fault_counts() == {"Invalid": 1}
+
+
+def test_scripted_get_fault(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    server.script("get", "500")
+    with pytest.raises(ServerError):
+        server.get("Pod", "default", "p1")
+    assert server.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+    assert server.counts() == {"bind": 0, "delete": 0, "get": 1, "patch_status": 0}
+
+
+def test_apply_then_fail_applies(
+    server: InMemoryApiServer, pod: dict[str, Any], pod_watch: Watch
+) -> None:
+    server.script("bind", "apply_then_fail")
+    with pytest.raises(RequestTimeoutError):
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+    assert [e.type for e in drain(pod_watch)] == ["MODIFIED"]
+    # the retry meets the binding that landed
+    with pytest.raises(ConflictError, match='"n1"'):
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+    server.script("delete", "apply_then_fail")
+    with pytest.raises(RequestTimeoutError):
+        server.delete("Pod", "default", "p1", uid=uid(pod))
+    assert server.get_object("Pod", "default", "p1") is None
+    assert server.counts()["bind"] == 0 and server.counts()["delete"] == 0
+    assert server.fault_counts() == {"apply_then_fail": 2}
+
+
+def test_apply_then_fail_on_a_rejected_request_still_times_out(
+    server: InMemoryApiServer, pod: dict[str, Any]
+) -> None:
+    server.script("delete", "apply_then_fail")
+    with pytest.raises(RequestTimeoutError):
+        server.delete("Pod", "default", "p1", uid="other")
+    assert server.get_object("Pod", "default", "p1") is not None
+
+
+def test_script_rejects_bad_input(server: InMemoryApiServer) -> None:
+    with pytest.raises(InvalidInputError):
+        server.script("create", "500")
+    with pytest.raises(InvalidInputError):
+        server.script("bind", "418")
+    assert server.pending_faults() == 0
+
+
+# ----------------------------------------------------------------------------- random faults
+
+
+def _random_run(seed: int, n: int = 60) -> list[str]:
+    server = InMemoryApiServer(faults=FaultPlan(rate=0.5), seed=seed)
+    pod = server.create(make_pod("p1"))
+    for i in range(n):
+        with contextlib.suppress(ApiError):
+            patch(server, pod, {"i": i})
+        server.get("Pod", "default", "p1")  # not in the plan's ops: never faults
+    return [r.outcome for r in server.request_log if r.op == "patch_status"]
+
+
+def test_random_faults_are_seeded() -> None:
+    first, again, other = _random_run(7), _random_run(7), _random_run(8)
+    assert first == again
+    assert first != other
+    faults = [o for o in first if o != "ok"]
+    assert 10 < len(faults) < 50
+    assert set(faults) == {"429", "500", "timeout", "apply_then_fail"}
+
+
+def test_random_fault_weights_and_ops() -> None:
+    plan = FaultPlan(rate=1.0, weights={"conn_reset": 1}, ops=frozenset({"get"}))
+    server = InMemoryApiServer(faults=plan)
+    pod = server.create(make_pod("p1"))
+    for _ in range(3):
+        with pytest.raises(ApiConnectionError):
+            server.get("Pod", "default", "p1")
+    patch(server, pod, {"phase": "Running"})
+    assert server.fault_counts() == {"conn_reset": 3}
+
+
+def test_scripted_before_random() -> None:
+    server = InMemoryApiServer(faults=FaultPlan(rate=1.0, weights={"500": 1}))
+    pod = server.create(make_pod("p1"))
+    server.script("bind", "409")
+    with pytest.raises(ConflictError):
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+    with pytest.raises(ServerError):
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rate": 1.5},
+        {"rate": -0.1},
+        {"rate": 0.5, "weights": {"500": 0}},
+        {"weights": {"418": 1}},
+        {"retry_after": -1},
+        {"ops": frozenset({"create"})},
+        {"ops": "bind"},
+    ],
+)
+def test_fault_plan_validation(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        FaultPlan(**kwargs)
+
+
+# ----------------------------------------------------------------------------- latency
+
+
+def test_latency_uses_injected_sleep() -> None:
+    sleep = SleepRecorder()
+    latency = Latency(fixed=0.02, per_op={"bind": 0.5, "get": 0.0})
+    server = InMemoryApiServer(latency=latency, sleep=sleep)
+    pod = server.create(make_pod("p1"))  # admin: no latency
+    server.get_object("Pod", "default", "p1")
+    assert sleep.calls == []
+    patch(server, pod, {"phase": "Running"})
+    server.bind("default", "p1", uid=uid(pod), node="n1")
+    server.get("Pod", "default", "p1")  # per_op 0 overrides fixed: no sleep
+    server.delete("Pod", "default", "p1", uid=uid(pod))
+    assert sleep.calls == [0.02, 0.5, 0.02]
+
+
+def test_latency_jitter_is_seeded_and_bounded() -> None:
+    def run(seed: int) -> list[float]:
+        sleep = SleepRecorder()
+        server = InMemoryApiServer(
+            latency=Latency(fixed=0.01, jitter=0.005), seed=seed, sleep=sleep
+        )
+        for _ in range(20):
+            server.get_object("Pod", "default", "x")
+            with pytest.raises(NotFoundError):
+                server.get("Pod", "default", "x")
+        return sleep.calls
+
+    first = run(3)
+    assert first == run(3) != run(4)
+    assert all(0.01 <= s <= 0.015 for s in first)
+    assert len(set(first)) == len(first)
+
+
+def test_latency_applies_to_faulted_requests() -> None:
+    sleep = SleepRecorder()
+    server = InMemoryApiServer(latency=Latency(fixed=0.1), sleep=sleep)
+    pod = server.create(make_pod("p1"))
+    server.script("bind", "500")
+    with pytest.raises(ServerError):
+        server.bind("default", "p1", uid=uid(pod), node="n1")
+    assert sleep.calls == [0.1]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"fixed": -1}, {"jitter": float("inf")}, {"per_op": {"create": 1}}, {"per_op": {"get": -1}}],
+)
+def test_latency_validation(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        Latency(**kwargs)
+
+
+def test_server_validation() -> None:
+    with pytest.raises(InvalidInputError):
+        InMemoryApiServer(history=-1)
+    with pytest.raises(InvalidInputError):
+        InMemoryApiServer(seed="x")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def test_make_pod_shape() -> None:
+    pod = make_pod(
+        "web",
+        "prod",
+        cpu_m=1500,
+        mem_mi=256,
+        priority=10,
+        node_selector={"zone": "a"},
+        uid="u1",
+        claims=["gpu"],
+    )
+    assert pod["apiVersion"] == "v1" and pod["kind"] == "Pod"
+    assert pod["metadata"] == {"name": "web", "namespace": "prod", "uid": "u1"}
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["requests"] == {"cpu": "1500m", "memory": "256Mi"}
+    assert container["resources"]["claims"] == [{"name": "gpu"}]
+    assert pod["spec"]["priority"] == 10
+    assert pod["spec"]["nodeSelector"] == {"zone": "a"}
+    assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": "gpu"}]
+    assert "nodeName" not in pod["spec"]
+    assert make_pod("a")["metadata"]["uid"] != make_pod("a")["metadata"]["uid"]
+
+
+def test_make_node_and_claim_shape() -> None:
+    node = make_node("n1", 4000, 8192, labels={"zone": "a"})
+    assert node["status"]["allocatable"] == {"cpu": "4", "memory": "8192Mi", "pods": "110"}
+    assert node["metadata"]["labels"] == {"kubernetes.io/hostname": "n1", "zone": "a"}
+    claim = make_claim("c1", uid="cu")
+    assert claim["apiVersion"] == "resource.k8s.io/v1"
+    assert claim["metadata"] == {"name": "c1", "namespace": "default", "uid": "cu"}
+    assert claim["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: make_pod("Bad"),
+        lambda: make_pod("ok", namespace="a.b"),
+        lambda: make_pod("ok", cpu_m=-1),
+        lambda: make_pod("ok", claims="abc"),
+        lambda: make_pod("ok", uid="bad uid"),
+        lambda: make_node("n", 1000, True),
+        lambda: make_claim("c", uid=""),
+    ],
+)
+def test_builders_reject_bad_input(build: Any) -> None:
+    with pytest.raises(InvalidObjectError):
+        build()
