@@ -1,0 +1,39 @@
+"""The built-in call types and the default registry.
+
+=======================  ===============  =========  =========
+call type                kind             relevance  exclusive
+=======================  ===============  =========  =========
+``pod_status_patch``     Pod              1
+``pod_binding``          Pod              2
+``pod_preemption``       Pod              3          yes
+``claim_status_patch``   ResourceClaim    1
+=======================  ===============  =========  =========
+
+Users add their own call types (for any kind, e.g. a quota CRD) to a registry returned by
+:func:`default_call_types` with :meth:`~actors.calls.CallTypeRegistry.register`.
+
+Pure module: no threads, no pykka, no kubernetes.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from actors.calls import Call, CallTypeRegistry
+from actors.claim_calls import ClaimStatusPatch
+from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+
+__all__ = ["BUILTIN_CALL_TYPES", "default_call_types"]
+
+BUILTIN_CALL_TYPES: Final[tuple[type[Call], ...]] = (
+    PodStatusPatch,
+    PodBinding,
+    PodPreemption,
+    ClaimStatusPatch,
+)
+
+
+def default_call_types() -> CallTypeRegistry:
+    """A fresh registry holding the four built-in call types (safe to extend; callable from any
+    thread)."""
+    return CallTypeRegistry(BUILTIN_CALL_TYPES)

@@ -1,0 +1,176 @@
+"""The call type registry: built-ins, validation at registration, user call types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+
+from actors.backend import ApiBackend
+from actors.call_types import BUILTIN_CALL_TYPES, default_call_types
+from actors.calls import Call, CallTypeRegistry
+from actors.claim_calls import ClaimStatusPatch
+from actors.errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
+from actors.objects import Obj, ObjectRef, get_path, with_path
+from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+
+POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaReservation(Call):
+    """A user call type for a custom resource: reserve an amount of a quota."""
+
+    call_type = "quota_reservation"
+    kind = "QuotaReservation"
+    relevance = 1
+
+    ref: ObjectRef
+    amount: int
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        return bool(get_path(obj, "status", "reserved") == self.amount)
+
+    def apply(self, obj: Obj) -> Obj:
+        return obj if self.is_noop(obj) else with_path(obj, ("status", "reserved"), self.amount)
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ref = self.ref
+        return backend.patch_status(
+            ref.kind,
+            ref.namespace,
+            ref.name,
+            {"reserved": self.amount},
+            uid=ref.uid,
+            resource_version=None,
+            patch_type="merge",
+        )
+
+
+def user_call(name: str, *, kind: str = "Widget", relevance: Any = 1) -> type[Call]:
+    """A minimal call class with the given class attributes."""
+
+    @dataclass(frozen=True, slots=True)
+    class UserCall(Call):
+        call_type: ClassVar[str] = name
+        ref: ObjectRef
+
+        def is_noop(self, obj: Obj | None) -> bool:
+            return False
+
+        def apply(self, obj: Obj) -> Obj:
+            return obj
+
+        def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+            return None
+
+    UserCall.kind = kind
+    if relevance is not None:
+        UserCall.relevance = relevance
+    return UserCall
+
+
+class TestDefaultRegistry:
+    def test_builtins(self) -> None:
+        registry = default_call_types()
+        assert registry.types() == [
+            "claim_status_patch",
+            "pod_binding",
+            "pod_preemption",
+            "pod_status_patch",
+        ]
+        assert registry.relevances() == [3, 2, 1]
+        assert (PodStatusPatch, PodBinding, PodPreemption, ClaimStatusPatch) == BUILTIN_CALL_TYPES
+        spec = registry.spec("pod_preemption")
+        assert (spec.kind, spec.relevance, spec.exclusive, spec.cls) == (
+            "Pod",
+            3,
+            True,
+            PodPreemption,
+        )
+        assert registry.spec("claim_status_patch").kind == "ResourceClaim"
+
+    def test_each_call_is_fresh(self) -> None:
+        first, second = default_call_types(), default_call_types()
+        first.register(QuotaReservation)
+        assert "quota_reservation" in first.types()
+        assert "quota_reservation" not in second.types()
+
+    def test_check_accepts_builtin_calls(self) -> None:
+        registry = default_call_types()
+        call = PodBinding(POD_REF, "n1")
+        assert registry.check(call) is call
+
+    def test_check_rejects_non_calls_and_unregistered_types(self) -> None:
+        registry = default_call_types()
+        with pytest.raises(InvalidCallError, match="expected a Call"):
+            registry.check({"call_type": "pod_binding"})
+        with pytest.raises(UnknownCallTypeError, match="quota_reservation"):
+            registry.check(QuotaReservation(ObjectRef("QuotaReservation", "ns", "q", "u"), 3))
+
+
+class TestRegistration:
+    def test_user_call_type_for_a_custom_kind(self) -> None:
+        registry = default_call_types()
+        spec = registry.register(QuotaReservation)
+        assert (spec.call_type, spec.kind, spec.relevance, spec.exclusive) == (
+            "quota_reservation",
+            "QuotaReservation",
+            1,  # same relevance as the status patches, but another kind: fine
+            False,
+        )
+        call = QuotaReservation(ObjectRef("QuotaReservation", "team-a", "gpus", "q-1"), 4)
+        assert registry.check(call) is call
+        assert registry.spec("quota_reservation").cls is QuotaReservation
+        assert call.basis is None
+
+    def test_duplicate_type(self) -> None:
+        registry = default_call_types()
+        with pytest.raises(CallTypeRegistrationError, match="already registered"):
+            registry.register(PodBinding)
+        with pytest.raises(CallTypeRegistrationError, match="already registered"):
+            registry.register(user_call("pod_binding", relevance=9))
+
+    @pytest.mark.parametrize("relevance", [None, 0, -1, True, False, 1.5, "2"])
+    def test_missing_or_bad_relevance(self, relevance: Any) -> None:
+        registry = default_call_types()
+        with pytest.raises(CallTypeRegistrationError, match="relevance"):
+            registry.register(user_call("widget_patch", relevance=relevance))
+
+    def test_equal_relevance_on_same_kind(self) -> None:
+        registry = default_call_types()
+        with pytest.raises(CallTypeRegistrationError, match="both have relevance 2"):
+            registry.register(user_call("pod_label_patch", kind="Pod", relevance=2))
+        registry.register(user_call("pod_label_patch", kind="Pod", relevance=4))
+
+    def test_failed_registration_leaves_registry_unchanged(self) -> None:
+        registry = default_call_types()
+        before = registry.types()
+        with pytest.raises(CallTypeRegistrationError):
+            registry.register(user_call("pod_label_patch", kind="Pod", relevance=1))
+        assert registry.types() == before
+
+    def test_unknown_type(self) -> None:
+        with pytest.raises(UnknownCallTypeError, match="no_such_call"):
+            default_call_types().spec("no_such_call")
+
+    @pytest.mark.parametrize("cls", [dict, object, "pod_binding", PodBinding(POD_REF, "n1")])
+    def test_non_call_classes(self, cls: Any) -> None:
+        with pytest.raises(CallTypeRegistrationError, match="not a Call subclass"):
+            default_call_types().register(cls)
+
+    def test_missing_name_or_kind(self) -> None:
+        with pytest.raises(CallTypeRegistrationError, match="call_type"):
+            CallTypeRegistry().register(user_call(""))
+        with pytest.raises(CallTypeRegistrationError, match="kind"):
+            CallTypeRegistry().register(user_call("x", kind=""))
+
+    def test_wrong_kind_submitted(self) -> None:
+        registry = default_call_types()
+        widget = user_call("widget_patch")
+        registry.register(widget)
+        call = widget(ObjectRef("Pod", "ns", "p", "u"))  # type: ignore[call-arg]
+        with pytest.raises(InvalidCallError, match="applies to Widget"):
+            registry.check(call)
