@@ -127,6 +127,13 @@ def _plural(kind: str) -> str:
     return kind.lower() + "s"
 
 
+def _uid(uid: object) -> str:
+    """A UID precondition as logged: ``""`` for none. Rejects non-strings."""
+    if uid is None:
+        return ""
+    return _check_str("uid", uid)
+
+
 def _check_str(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidRequestError(f"{what} must be a string, got {value!r}")
@@ -141,6 +148,8 @@ class InMemoryApiServer:
     that resume from a resourceVersion (older → 410 Gone). ``sleep``: how latency is waited
     (inject a recorder in tests). ``cluster_scoped``: kinds stored without a namespace.
     ``request_log_limit``: the request log keeps the newest this many records.
+    ``watch_queue_limit``: a watch whose consumer falls this many events behind is dropped
+    (None: unbounded queues).
     """
 
     def __init__(
@@ -153,10 +162,15 @@ class InMemoryApiServer:
         sleep: Callable[[float], None] = time.sleep,
         cluster_scoped: Iterable[str] = CLUSTER_SCOPED_KINDS,
         request_log_limit: int = 200_000,
+        watch_queue_limit: int | None = None,
     ) -> None:
-        for name, value in (("history", history), ("request_log_limit", request_log_limit)):
+        limits = [("history", history), ("request_log_limit", request_log_limit)]
+        if watch_queue_limit is not None:
+            limits.append(("watch_queue_limit", watch_queue_limit))
+        for name, value in limits:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
+        self._watch_queue_limit = watch_queue_limit
         if not callable(sleep):
             raise InvalidInputError(f"sleep must be callable, got {sleep!r}")
         self._lock = threading.Lock()
@@ -191,13 +205,15 @@ class InMemoryApiServer:
         name: str,
         patch: dict[str, Any],
         *,
-        uid: str,
+        uid: str | None,
         resource_version: str | None,
         patch_type: PatchType = "strategic",
     ) -> Json:
         """Patch ``status`` with UID and (optional) resourceVersion preconditions. ``patch`` may
         hold ``status`` and, like the real apiserver's optimistic-concurrency fields, a
-        ``metadata`` with only ``uid``/``resourceVersion`` (extra preconditions). Request thread."""
+        ``metadata`` with only ``uid``/``resourceVersion`` (extra preconditions). ``uid=None``
+        (no precondition) is accepted for HTTP front ends; the dispatcher always passes one.
+        Request thread."""
 
         def apply() -> Json:
             status_patch, extra_uid, extra_rv = self._parse_status_patch(patch, patch_type)
@@ -223,12 +239,11 @@ class InMemoryApiServer:
                 return cur
             return self._replace(cur, {**cur, "status": status})
 
-        _check_str("uid", uid)
-        return clone(self._request(_Req("patch_status", kind, namespace, name, uid), apply))
+        return clone(self._request(_Req("patch_status", kind, namespace, name, _uid(uid)), apply))
 
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        """Bind a pod to ``node``: sets ``spec.nodeName`` and ``PodScheduled=True``. Request
-        thread."""
+    def bind(self, namespace: str, name: str, *, uid: str | None, node: str) -> None:
+        """Bind a pod to ``node``: sets ``spec.nodeName`` and ``PodScheduled=True``.
+        ``uid=None``: no UID precondition (a binding without ``metadata.uid``). Request thread."""
 
         def apply() -> Json:
             try:
@@ -236,7 +251,8 @@ class InMemoryApiServer:
             except InvalidObjectError as err:
                 raise InvalidRequestError(str(err)) from None
             cur = self._lookup(POD, namespace, name)
-            self._check_uid(cur, uid)
+            if uid is not None:
+                self._check_uid(cur, uid)
             bound = cur.get("spec", {}).get("nodeName")
             if bound:
                 raise ConflictError(
@@ -250,8 +266,7 @@ class InMemoryApiServer:
                 )
             return self._replace(cur, _bound(cur, node))
 
-        _check_str("uid", uid)
-        self._request(_Req("bind", POD, namespace, name, uid), apply)
+        self._request(_Req("bind", POD, namespace, name, _uid(uid)), apply)
 
     def delete(
         self,
@@ -259,11 +274,12 @@ class InMemoryApiServer:
         namespace: str,
         name: str,
         *,
-        uid: str,
+        uid: str | None,
         grace_period_seconds: int | None = None,
     ) -> None:
         """Delete with a UID precondition; the object is removed at once (the grace period is
-        validated, not waited). Request thread."""
+        validated, not waited). ``uid=None``: no precondition (HTTP front ends). Request
+        thread."""
 
         def apply() -> Json:
             if grace_period_seconds is not None and (
@@ -275,11 +291,11 @@ class InMemoryApiServer:
                     f"grace_period_seconds must be an int >= 0, got {grace_period_seconds!r}"
                 )
             cur = self._lookup(kind, namespace, name)
-            self._check_uid(cur, uid)
+            if uid is not None:
+                self._check_uid(cur, uid)
             return self._remove(cur)
 
-        _check_str("uid", uid)
-        self._request(_Req("delete", kind, namespace, name, uid), apply)
+        self._request(_Req("delete", kind, namespace, name, _uid(uid)), apply)
 
     # ================================================================ fault scripting
 
@@ -405,7 +421,7 @@ class InMemoryApiServer:
         if resource_version and not resource_version.isdigit():
             raise InvalidRequestError(f"invalid resourceVersion {resource_version!r}")
         scope = None if kind in self._cluster_scoped else namespace
-        w = Watch(kind, scope, self._unregister)
+        w = Watch(kind, scope, self._unregister, self._watch_queue_limit)
         with self._lock:
             if resource_version == "0":
                 for (k, ns, _), obj in sorted(self._objects.items()):
@@ -423,7 +439,8 @@ class InMemoryApiServer:
                         replay.append(event)
                 for event in reversed(replay):
                     w.push(event.type, event.obj)
-            self._watches.setdefault(kind, set()).add(w)
+            if not w.ended:  # a replay longer than watch_queue_limit ends it at once
+                self._watches.setdefault(kind, set()).add(w)
         return w
 
     def drop_watches(self) -> int:
@@ -631,9 +648,13 @@ class InMemoryApiServer:
             if len(self._history) >= self._history_limit:
                 self._floor = self._history.popleft().rv
             self._history.append(_Event(self._rv, kind, namespace, event_type, obj))
-        for w in self._watches.get(kind, ()):
-            if w.matches(namespace):
-                w.push(event_type, obj)
+        watches = self._watches.get(kind)
+        if not watches:
+            return
+        overflowed = [w for w in watches if w.matches(namespace) and not w.push(event_type, obj)]
+        for w in overflowed:
+            watches.discard(w)
+            logger.debug("dropped a {} watch that fell behind", kind)
 
     def _unregister(self, w: Watch) -> None:
         """Forget a stopped watch. Consumer thread; never called with the watch lock held."""

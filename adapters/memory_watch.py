@@ -5,8 +5,9 @@ lock (so every watch sees events in resourceVersion order and a slow consumer ne
 writer), and the consumer takes them on its own thread. Lock order is always server lock, then
 the watch's lock; the watch never calls into the server while holding its lock.
 
-When a watch ends — :meth:`Watch.stop` by the consumer, or the server dropping it to simulate a
-lost connection — events still queued are discarded, as they would be on a broken connection:
+When a watch ends — :meth:`Watch.stop` by the consumer, the server dropping it to simulate a
+lost connection, or its queue overflowing the optional ``limit`` (as the apiserver closes watches
+that cannot keep up) — events still queued are discarded, as they would be on a broken connection:
 the consumer resumes by watching again from the last resourceVersion it processed.
 """
 
@@ -46,10 +47,17 @@ class Watch:
     ``stop`` may be called from any thread and wakes a blocked consumer.
     """
 
-    def __init__(self, kind: str, namespace: str | None, on_stop: Callable[[Watch], None]) -> None:
+    def __init__(
+        self,
+        kind: str,
+        namespace: str | None,
+        on_stop: Callable[[Watch], None],
+        limit: int | None = None,
+    ) -> None:
         self.kind = kind
         self.namespace = namespace
         self._on_stop = on_stop
+        self._limit = limit
         self._cond = threading.Condition(threading.Lock())
         self._queue: deque[tuple[EventType, dict[str, Any]]] = deque()
         self._ended = False
@@ -61,13 +69,21 @@ class Watch:
         """Whether an event in ``namespace`` belongs to this watch. Any thread."""
         return self.namespace is None or self.namespace == namespace
 
-    def push(self, event_type: EventType, obj: dict[str, Any]) -> None:
-        """Queue one event; ``obj`` is an immutable snapshot. Runs on a writer thread under
-        the server lock."""
+    def push(self, event_type: EventType, obj: dict[str, Any]) -> bool:
+        """Queue one event; ``obj`` is an immutable snapshot. Returns False once the watch has
+        ended (a full queue ends it as dropped). Runs on a writer thread under the server
+        lock."""
         with self._cond:
-            if not self._ended:
-                self._queue.append((event_type, obj))
-                self._cond.notify()
+            if self._ended:
+                return False
+            if self._limit is not None and len(self._queue) >= self._limit:
+                self._ended = self._dropped = True
+                self._queue.clear()
+                self._cond.notify_all()
+                return False
+            self._queue.append((event_type, obj))
+            self._cond.notify()
+            return True
 
     def end(self, *, dropped: bool) -> bool:
         """End the stream and discard queued events; False if it had already ended. Runs on
@@ -130,7 +146,8 @@ class Watch:
 
     @property
     def dropped(self) -> bool:
-        """True if the server ended this watch (:meth:`InMemoryApiServer.drop_watches`)."""
+        """True if the server ended this watch (:meth:`InMemoryApiServer.drop_watches`, or
+        the consumer fell more than the server's ``watch_queue_limit`` events behind)."""
         with self._cond:
             return self._dropped
 

@@ -955,3 +955,36 @@ def test_make_node_and_claim_shape() -> None:
 def test_builders_reject_bad_input(build: Any) -> None:
     with pytest.raises(InvalidObjectError):
         build()
+
+
+# ----------------------------------------------------------------------------- front-end hooks
+
+
+def test_requests_without_uid_precondition(server: InMemoryApiServer, pod: dict[str, Any]) -> None:
+    out = server.patch_status(
+        "Pod", "default", "p1", {"status": {"phase": "Running"}}, uid=None, resource_version=None
+    )
+    assert out["status"]["phase"] == "Running"
+    server.bind("default", "p1", uid=None, node="n1")
+    server.delete("Pod", "default", "p1", uid=None)
+    assert server.get_object("Pod", "default", "p1") is None
+    assert {r.uid for r in server.request_log} == {""}
+    with pytest.raises(InvalidRequestError):
+        server.delete("Pod", "default", "p1", uid=123)  # type: ignore[arg-type]
+
+
+def test_watch_that_falls_behind_is_dropped() -> None:
+    server = InMemoryApiServer(watch_queue_limit=3)
+    with server.watch("Pod") as slow, server.watch("Pod") as fast:
+        for i in range(5):
+            server.create(make_pod(f"p{i}"))
+            assert fast.next(timeout=0) is not None
+        assert slow.dropped and not fast.dropped
+        assert slow.next(timeout=0) is None
+    for i in range(5):
+        server.create(make_pod(f"q{i}"))
+    with pytest.raises(InvalidInputError):
+        InMemoryApiServer(watch_queue_limit=-1)
+    with server.watch("Pod", resource_version="0") as replay:  # 10 pods > limit
+        assert replay.dropped
+    assert server.drop_watches() == 0
