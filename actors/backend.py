@@ -1,6 +1,6 @@
 """The ``ApiBackend`` protocol: the only way kdispatch talks to an apiserver.
 
-Implementations live in ``adapters/`` (``memory.InMemoryApiServer``, ``kubernetes.KubernetesBackend``).
+Implementations live in ``adapters/``: ``memory.InMemoryApiServer``, ``kubernetes.KubernetesBackend``.
 Every method is called from an executor worker thread, may block for the duration of one request
 (bounded by the backend's request timeout), must be safe to call from several threads at once, and
 reports failures only by raising :class:`~actors.errors.ApiError` subclasses:
@@ -49,6 +49,9 @@ class ApiBackend(Protocol):
         patch_type: PatchType = "strategic",
     ) -> Obj:
         """Patch the ``status`` subresource and return the updated object.
+
+        ``patch`` is the object-shaped body, e.g. ``{"status": {"conditions": [...]}}``; only
+        ``status`` may be set (backends add the ``metadata`` preconditions themselves).
 
         ``uid`` and (when not None) ``resource_version`` are preconditions: a mismatch raises
         ``ConflictError`` (``NotFoundError`` if the object is gone). ``strategic`` merges

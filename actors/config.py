@@ -15,7 +15,9 @@ from actors.errors import InvalidConfigError
 def _positive(name: str, value: object, *, allow_zero: bool = False, integer: bool = False) -> None:
     ok_type = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_type):
-        raise InvalidConfigError(f"{name} must be a {'int' if integer else 'number'}, got {value!r}")
+        raise InvalidConfigError(
+            f"{name} must be a {'int' if integer else 'number'}, got {value!r}"
+        )
     if isinstance(value, float) and math.isnan(value):
         raise InvalidConfigError(f"{name} must not be NaN")
     if value < 0 or (value == 0 and not allow_zero):

@@ -107,7 +107,12 @@ class CallFailed(CallOutcomeError):
     result_label = "failed"
 
     def __init__(
-        self, message: str, *, uid: str = "", call_type: str = "", cause: BaseException | None = None
+        self,
+        message: str,
+        *,
+        uid: str = "",
+        call_type: str = "",
+        cause: BaseException | None = None,
     ) -> None:
         super().__init__(message, uid=uid, call_type=call_type)
         self.cause = cause

@@ -67,7 +67,9 @@ class ObjectRef:
         if not isinstance(self.kind, str) or not _KIND.match(self.kind):
             raise InvalidObjectError(f"invalid kind {self.kind!r}")
         if not is_dns_label(self.namespace):
-            raise InvalidObjectError(f"invalid namespace {self.namespace!r}: want an RFC 1123 label")
+            raise InvalidObjectError(
+                f"invalid namespace {self.namespace!r}: want an RFC 1123 label"
+            )
         if not is_dns_subdomain(self.name):
             raise InvalidObjectError(f"invalid name {self.name!r}: want an RFC 1123 subdomain")
         check_uid(self.uid)
@@ -88,7 +90,9 @@ class ObjectRef:
             kind = obj_kind
         elif obj_kind is not None and obj_kind != kind:
             raise InvalidObjectError(f"expected a {kind}, got a {obj_kind!r}")
-        return cls(kind, meta.get("namespace", "default"), meta.get("name"), meta.get("uid"))
+        return cls(
+            kind, meta.get("namespace", "default"), meta.get("name", ""), meta.get("uid", "")
+        )
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"

@@ -1,0 +1,326 @@
+"""The public facade: ``Dispatcher``.
+
+A scheduler (or any controller) submits calls and gets a future back in microseconds; informer
+callbacks feed the newest objects in; everything else happens on the actor pool and the
+executor's workers. Thread-safety: every public method may be called from any thread. Methods
+that only ``tell`` (``submit``, ``on_*``, ``cancel``, ``preempt``) never block on the apiserver;
+``view`` blocks for one round trip to the object's actor; ``stop`` blocks until its deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any, Self, cast
+
+import pykka
+from loguru import logger
+from prometheus_client import CollectorRegistry
+
+from actors.backend import ApiBackend
+from actors.call_types import default_call_types
+from actors.calls import Call, CallTypeRegistry
+from actors.config import DispatcherConfig
+from actors.errors import (
+    ActorLimitExceeded,
+    CallCancelled,
+    DispatcherClosed,
+    InvalidInputError,
+    InvalidObjectError,
+    Outcome,
+)
+from actors.executor import Executor
+from actors.messages import CallFuture, Cancel, Close, Deleted, Observed, Submit, View
+from actors.metrics import Metrics
+from actors.object_actor import ActorContext, ObjectActor
+from actors.objects import Obj, ObjectRef, check_uid
+from actors.pod_calls import PodPreemption
+from actors.registry import Registry
+from actors.runtime import ActorPool
+
+
+class Dispatcher:
+    """Non-blocking, merged, rate-limited API calls; one actor per object UID.
+
+    Typical use::
+
+        dispatcher = Dispatcher(backend).start()
+        future = dispatcher.submit(PodBinding.for_pod(pod, "node-1"))
+        ...
+        dispatcher.stop(drain=True, timeout=10)
+    """
+
+    def __init__(
+        self,
+        backend: ApiBackend,
+        config: DispatcherConfig | None = None,
+        *,
+        call_types: CallTypeRegistry | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(backend, ApiBackend):
+            raise InvalidInputError(
+                f"backend must implement ApiBackend, got {type(backend).__name__}"
+            )
+        if config is None:
+            config = DispatcherConfig()
+        if not isinstance(config, DispatcherConfig):
+            raise InvalidInputError(
+                f"config must be a DispatcherConfig, got {type(config).__name__}"
+            )
+        if call_types is not None and not isinstance(call_types, CallTypeRegistry):
+            raise InvalidInputError("call_types must be a CallTypeRegistry")
+        self.config = config
+        self.call_types = call_types if call_types is not None else default_call_types()
+        self.metrics = Metrics(metrics_registry)
+        self._clock = clock
+        rc = config.registry
+        self._registry = Registry(
+            idle_timeout=rc.idle_timeout,
+            tombstone_ttl=rc.tombstone_ttl,
+            tombstone_max=rc.tombstone_max,
+            max_live=rc.max_live,
+            clock=clock,
+        )
+        self.metrics.bind_live(self._registry.live_count, lambda: self._registry.dropped)
+        self._pool = ActorPool(workers=config.runtime.workers, batch=config.runtime.batch)
+        self._executor = Executor(
+            backend,
+            relevances=self.call_types.relevances(),
+            rate_limit=config.rate_limit,
+            retry=config.retry,
+            config=config.executor,
+            metrics=self.metrics,
+            clock=clock,
+        )
+        self._ctx = ActorContext(
+            registry=self._registry,
+            send_ready=self._executor.tell,
+            metrics=self.metrics,
+            retry=config.retry,
+            clock=clock,
+            on_resolved=self._on_resolved,
+            spawn=self._spawn,
+        )
+        self._state_lock = threading.Condition(threading.Lock())
+        self._outstanding = 0
+        self._started = False
+        self._closed = False
+        self._reaper_stop = threading.Event()
+        self._reaper: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Self:
+        """Caller thread. Start the actor pool, the executor and the idle reaper."""
+        with self._state_lock:
+            if self._started:
+                raise InvalidInputError("dispatcher already started")
+            self._started = True
+        self._pool.start()
+        self._executor.start()
+        self._reaper = threading.Thread(
+            target=self._reap_loop, name="kdispatch-reaper", daemon=True
+        )
+        self._reaper.start()
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start() if not self._started else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
+        """Caller thread. Stop intake; with ``drain``, let pending calls finish until
+        ``timeout``; then resolve everything left with :class:`DispatcherClosed`, stop this
+        dispatcher's actors and threads (never pykka's global ``stop_all``). Returns True if
+        every call finished before the deadline. Idempotent."""
+        deadline = time.monotonic() + timeout
+        with self._state_lock:
+            if self._closed:
+                return self._outstanding == 0
+            self._closed = True
+            self._ctx.closing = not drain
+            if drain and self._started:
+                while self._outstanding > 0:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._state_lock.wait(left)
+            drained = self._outstanding == 0
+            self._ctx.closing = True
+        self._reaper_stop.set()
+        if self._reaper is not None:
+            self._reaper.join()
+        self._executor.pause_intake()
+        # Close every actor: resolves what is left with DispatcherClosed.
+        futures = []
+        for ref in self._registry.live_refs():
+            with contextlib.suppress(pykka.ActorDeadError):
+                futures.append(ref.ask(Close(), block=False))
+        for fut in futures:
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                fut.get(timeout=max(0.1, deadline - time.monotonic()))
+        self._registry.stop_all(timeout=max(0.1, deadline - time.monotonic()))
+        self._executor.stop(timeout=max(0.1, deadline - time.monotonic()) + 30.0)
+        self._pool.stop(timeout=max(0.1, deadline - time.monotonic()))
+        logger.debug("dispatcher stopped (drained={})", drained)
+        return drained
+
+    # ------------------------------------------------------------------ calls
+
+    def submit(self, call: Call) -> CallFuture:
+        """Any thread; never blocks on the apiserver. Validate ``call`` and hand it to its
+        object's actor. Raises :class:`~actors.errors.InvalidInputError` subclasses for bad
+        calls and :class:`DispatcherClosed` once ``stop`` was called."""
+        self.call_types.check(call)
+        future: CallFuture = Future()
+        future.set_running_or_notify_cancel()  # withdraw with cancel(uid), not future.cancel()
+        with self._state_lock:
+            if self._closed or not self._started:
+                raise DispatcherClosed(
+                    "dispatcher is stopped" if self._closed else "dispatcher not started"
+                )
+            self._outstanding += 1
+        uid = call.ref.uid
+        try:
+            routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
+        except ActorLimitExceeded:
+            self._on_resolved()
+            raise
+        if not routed:  # tombstoned: the object was deleted
+            self.metrics.outcomes.labels(call.call_type, "cancelled").inc()
+            future.set_exception(CallCancelled("object deleted", uid=uid, call_type=call.call_type))
+            self._on_resolved()
+        return future
+
+    def preempt(
+        self,
+        pod: Obj,
+        *,
+        reason: str = "PreemptionByScheduler",
+        message: str = "",
+        preemptor: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> CallFuture:
+        """Any thread. Preempt a victim: cancels its pending calls, then (optionally) sets the
+        ``DisruptionTarget`` condition and deletes it with a UID precondition."""
+        return self.submit(
+            PodPreemption.for_pod(
+                pod,
+                reason=reason,
+                message=message,
+                preemptor=preemptor,
+                grace_period_seconds=grace_period_seconds,
+            )
+        )
+
+    def cancel(self, uid: str, call_type: str | None = None) -> None:
+        """Any thread. Withdraw the object's pending call (of ``call_type``, or any); its future
+        resolves :class:`CallCancelled`. A call already in flight cannot be recalled."""
+        check_uid(uid)
+        if call_type is not None:
+            self.call_types.spec(call_type)
+        self._registry.tell(uid, Cancel(call_type))
+
+    def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
+        """Caller thread (blocks for one actor round trip; never call it from an actor). The
+        object as last observed with in-flight and pending mutations applied (read-your-writes),
+        or None if the object is not tracked."""
+        check_uid(uid)
+        ref = self._registry.get(uid)
+        if ref is None:
+            return None
+        try:
+            result = ref.ask(View(), block=True, timeout=timeout)
+        except pykka.ActorDeadError:
+            return None
+        return cast("Obj | None", result)
+
+    # ------------------------------------------------------------------ informer callbacks
+
+    def on_add(self, obj: Obj, kind: str | None = None) -> None:
+        """Informer thread; only tells. A tracked object learns its newest state."""
+        self._observe(obj, kind)
+
+    def on_update(self, obj: Obj, kind: str | None = None) -> None:
+        """Informer thread; only tells. An update for an untracked object changes nothing."""
+        self._observe(obj, kind)
+
+    def on_delete(self, obj: Obj, kind: str | None = None) -> None:
+        """Informer thread; only tells. Cancels every pending call of the object, stops its
+        actor and tombstones the UID so late events cannot resurrect it."""
+        ref = ObjectRef.of(obj, kind)
+        if not self._registry.tell(ref.uid, Deleted(obj)):
+            self._registry.tombstone(ref.uid)
+
+    def _observe(self, obj: Obj, kind: str | None) -> None:
+        if not isinstance(obj, Mapping):
+            raise InvalidObjectError(f"object must be a mapping, got {type(obj).__name__}")
+        ref = ObjectRef.of(obj, kind)
+        self._registry.tell(ref.uid, Observed(obj))
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def live_actors(self) -> int:
+        """Object actors alive now."""
+        return self._registry.live_count()
+
+    @property
+    def outstanding(self) -> int:
+        """Futures not yet resolved."""
+        with self._state_lock:
+            return self._outstanding
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for reports: calls sent per type, outcomes per type, retries."""
+        m = self.metrics
+        out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
+        for metric in m.registry.collect():
+            for sample in metric.samples:
+                if sample.name == "scheduler_async_api_call_execution_total":
+                    ct = sample.labels["call_type"]
+                    out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
+                elif sample.name == "kdispatch_call_outcomes_total":
+                    key = f"{sample.labels['call_type']}:{sample.labels['outcome']}"
+                    out["outcomes"][key] = int(sample.value)
+                elif sample.name == "kdispatch_retries_total":
+                    key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
+                    out["retries"][key] = int(sample.value)
+        out["sent_total"] = sum(out["sent"].values())
+        out["live_actors"] = self.live_actors
+        out["dropped_messages"] = self._registry.dropped
+        out["tokens_taken"] = self._executor.tokens_taken
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _spawn(self, uid: str) -> pykka.ActorRef[Any]:
+        return ObjectActor.start(uid, self._ctx, pool=self._pool)
+
+    def _spawner(self, uid: str) -> Callable[[], pykka.ActorRef[Any]]:
+        return lambda: self._spawn(uid)
+
+    def _on_resolved(self) -> None:
+        with self._state_lock:
+            self._outstanding -= 1
+            if self._outstanding == 0:
+                self._state_lock.notify_all()
+
+    def _reap_loop(self) -> None:
+        """Reaper thread: periodically ask idle actors to leave."""
+        interval = self.config.reap_interval
+        while not self._reaper_stop.wait(interval):
+            try:
+                self._registry.reap_idle()
+            except Exception:  # pragma: no cover - defensive
+                logger.opt(exception=True).error("reaping failed")
+
+
+__all__ = ["Dispatcher", "Outcome"]

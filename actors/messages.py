@@ -1,0 +1,116 @@
+"""Messages exchanged between the facade, the object actors and the executor.
+
+All are immutable slotted dataclasses; actors receive them with ``tell`` (``Take`` and ``View``
+with ``ask`` from threads that may block: executor workers and callers, never pool threads).
+"""
+
+from __future__ import annotations
+
+import enum
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from actors.calls import Call
+from actors.errors import Outcome
+from actors.objects import Obj
+
+CallFuture = Future[Outcome]
+"""What ``Dispatcher.submit`` returns: ``result()`` gives an :class:`Outcome` or raises a
+:class:`~actors.errors.CallOutcomeError` / :class:`~actors.errors.DispatcherClosed`."""
+
+
+# --------------------------------------------------------------------------- to object actors
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    """A new call for the object, with the caller's future."""
+
+    call: Call
+    future: CallFuture
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """Informer add/update: the newest object."""
+
+    obj: Obj
+
+
+@dataclass(frozen=True, slots=True)
+class Deleted:
+    """Informer delete (or a synthetic one after a re-list)."""
+
+    obj: Obj | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Caller cancellation: withdraw the pending call (of ``call_type``, or any)."""
+
+    call_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    """Dispatcher shutdown: resolve everything with ``DispatcherClosed`` and stop."""
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """Ask: the observed object with in-flight and pending mutations applied (or None)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Take:
+    """Ask from an executor worker holding a token: hand over the current merged call.
+
+    The actor answers a :class:`Taken` (the call moves to in flight) or None (nothing to send:
+    merged away, no-op, cancelled, backing off, or already in flight)."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """Answer to :class:`Take`."""
+
+    call: Call
+    obj: Obj | None
+    attempt: int  # 1 for the first try
+
+
+class Result(enum.Enum):
+    """How an attempt ended, as classified by the executor worker."""
+
+    SUCCESS = "success"
+    RETRY = "retry"  # retryable error: try again after ``delay``
+    CONFLICT = "conflict"  # 409: rebase on ``obj`` (freshly fetched) and retry
+    NOT_FOUND = "not_found"
+    FAILED = "failed"  # permanent
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """An attempt finished (sent by the executor worker to the object actor)."""
+
+    call: Call
+    result: Result
+    obj: Obj | None = None  # server object (success) or fresh object (conflict)
+    error: BaseException | None = None
+    delay: float = 0.0  # RETRY: seconds to wait before the next attempt
+
+
+# --------------------------------------------------------------------------- to the executor
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """An object actor has a call to send (lane = its relevance), not before ``not_before``
+    (executor clock)."""
+
+    uid: str
+    ref: Any  # pykka.ActorRef of the object actor
+    relevance: int
+    not_before: float = 0.0

@@ -1,0 +1,475 @@
+"""One lightweight actor per object (Pod, ResourceClaim, ...), keyed by UID.
+
+The actor owns everything about its object: the newest observed state, at most one *pending*
+(merged) call and at most one call *in flight*, and the futures of both. Every rule of DESIGN §3
+"Per-object rules" lives here; since one actor handles one message at a time, the rules need no
+locks, and since only the actor resolves its futures, each future resolves exactly once.
+
+All ``on_*``/``_handle_*`` methods run on a pool thread of :mod:`actors.runtime`, one message at a
+time per actor. They never block: replies to the executor travel as messages (``Ready``) and the
+executor's worker threads ask with ``Take``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import InvalidStateError
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import pykka
+from loguru import logger
+
+from actors.calls import Call
+from actors.config import RetryConfig
+from actors.errors import (
+    CallCancelled,
+    CallConflict,
+    CallFailed,
+    CallOutcomeError,
+    DispatcherClosed,
+    ObjectNotFound,
+    Outcome,
+)
+from actors.messages import (
+    CallFuture,
+    Cancel,
+    Close,
+    Deleted,
+    Done,
+    Observed,
+    Ready,
+    Result,
+    Submit,
+    Take,
+    Taken,
+    View,
+)
+from actors.metrics import Metrics
+from actors.objects import Obj, is_newer
+from actors.registry import ReapRequest, Registry
+from actors.runtime import ActorPool, PooledActor
+
+
+@dataclass(slots=True)
+class ActorContext:
+    """What every object actor of one dispatcher shares (one instance per dispatcher)."""
+
+    registry: Registry
+    send_ready: Callable[[Ready], None]
+    metrics: Metrics
+    retry: RetryConfig
+    clock: Callable[[], float]
+    on_resolved: Callable[[], None]
+    spawn: Callable[[str], pykka.ActorRef[Any]]
+    closing: bool = False
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A tracked call (pending or in flight) and its caller's future."""
+
+    call: Call
+    future: CallFuture
+    attempt: int = 0  # attempts already made
+    conflicts: int = 0  # 409 rebases already made
+    not_before: float = 0.0  # executor clock; backoff after a retryable error
+
+
+_OUTCOME_LABEL = {
+    Outcome.SUCCESS: "success",
+    Outcome.SKIPPED: "skipped",
+    Outcome.OVERWRITTEN: "overwritten",
+}
+
+
+class ObjectActor(PooledActor):
+    """Serializes, merges and elides the calls of one object. Runs on the actor pool."""
+
+    def __init__(self, uid: str, ctx: ActorContext, *, pool: ActorPool) -> None:
+        super().__init__(pool=pool)
+        self.uid = uid
+        self.ctx = ctx
+        self.observed: Obj | None = None
+        self.pending: _Entry | None = None
+        self.inflight: _Entry | None = None
+        self.gone = False  # object deleted: accept nothing, stop once nothing is in flight
+        self.handling: _Entry | None = None  # the submitted call being handled (crash safety)
+
+    # ------------------------------------------------------------------ resolution
+
+    def _resolve(
+        self, entry: _Entry, outcome: Outcome | CallOutcomeError | DispatcherClosed
+    ) -> None:
+        """Resolve one future (exactly once: only this actor resolves its futures)."""
+        call_type = entry.call.call_type
+        try:
+            if isinstance(outcome, Outcome):
+                entry.future.set_result(outcome)
+                label = _OUTCOME_LABEL[outcome]
+            else:
+                entry.future.set_exception(outcome)
+                label = "closed" if isinstance(outcome, DispatcherClosed) else outcome.result_label
+        except InvalidStateError:  # pragma: no cover - would be a bug: never resolve twice
+            logger.error("future of {} resolved twice", entry.call.describe())
+            raise
+        self.ctx.metrics.outcomes.labels(call_type, label).inc()
+        self.ctx.on_resolved()
+        logger.bind(uid=self.uid, call_type=call_type, result=label).debug("call resolved")
+
+    def _fail(self, entry: _Entry, exc_type: type[CallOutcomeError], why: str) -> None:
+        self._resolve(entry, exc_type(why, uid=self.uid, call_type=entry.call.call_type))
+
+    def _set_pending(self, entry: _Entry | None) -> None:
+        old = self.pending
+        if old is not None:
+            self.ctx.metrics.pending.labels(old.call.call_type).dec()
+        if entry is not None:
+            self.ctx.metrics.pending.labels(entry.call.call_type).inc()
+        self.pending = entry
+
+    def _drop_pending(self, outcome: Outcome | CallOutcomeError | DispatcherClosed) -> None:
+        entry = self.pending
+        if entry is not None:
+            self._set_pending(None)
+            self._resolve(entry, outcome)
+
+    def _notify_executor(self) -> None:
+        """Tell the executor there is something to send (if nothing is in flight)."""
+        entry = self.pending
+        if entry is not None and self.inflight is None:
+            self.ctx.send_ready(
+                Ready(self.uid, self.actor_ref, entry.call.relevance, entry.not_before)
+            )
+
+    def _observe(self, obj: Obj | None) -> None:
+        if obj is not None and is_newer(obj, self.observed):
+            self.observed = obj
+
+    # ------------------------------------------------------------------ message dispatch
+
+    def on_receive(self, message: Any) -> Any:
+        """Pool thread. Dispatch one message."""
+        if isinstance(message, Submit):
+            self.handling = _Entry(message.call, message.future)
+            self._on_submit(self.handling)
+            self.handling = None
+            return None
+        if isinstance(message, Take):
+            return self._on_take(message.now)
+        if isinstance(message, Done):
+            return self._on_done(message)
+        if isinstance(message, Observed):
+            return self._on_observed(message.obj)
+        if isinstance(message, Deleted):
+            return self._on_deleted()
+        if isinstance(message, View):
+            return self._view()
+        if isinstance(message, Cancel):
+            return self._on_cancel(message.call_type)
+        if isinstance(message, ReapRequest):
+            return self._on_reap(message)
+        if isinstance(message, Close):
+            return self._on_close()
+        return super().on_receive(message)
+
+    # ------------------------------------------------------------------ submit: the merge rules
+
+    def _on_submit(self, entry: _Entry) -> None:
+        call = entry.call
+        self.ctx.metrics.submitted.labels(call.call_type).inc()
+        if self.ctx.closing:
+            self._resolve(entry, DispatcherClosed("dispatcher is stopping"))
+            return
+        if self.gone:
+            self._fail(entry, CallCancelled, "object deleted")
+            return
+        self._observe(call.basis)
+        pending, inflight = self.pending, self.inflight
+
+        if call.exclusive:
+            # A deletion/preemption cancels everything pending and becomes the only pending call.
+            if pending is not None and pending.call.call_type == call.call_type:
+                self.ctx.metrics.merged.labels(call.call_type).inc()
+                entry.call = call.merge(pending.call)
+                entry.attempt, entry.not_before = pending.attempt, pending.not_before
+                self._drop_pending(Outcome.OVERWRITTEN)
+            else:
+                self._drop_pending(
+                    CallCancelled(
+                        f"preempted by {call.call_type}",
+                        uid=self.uid,
+                        call_type=pending.call.call_type if pending else "",
+                    )
+                )
+            if inflight is not None and inflight.call.call_type == call.call_type:
+                # the same deletion is already on its way
+                self._resolve(entry, Outcome.SKIPPED)
+                return
+            if entry.call.is_noop(self.observed):
+                self._resolve(entry, Outcome.SKIPPED)
+                return
+            self._set_pending(entry)
+            self._notify_executor()
+            return
+
+        tracked = [e for e in (pending, inflight) if e is not None]
+        if any(e.call.exclusive for e in tracked):
+            self._fail(entry, CallCancelled, "object is being deleted")
+            return
+        reason = call.precheck(self.observed)
+        if reason is not None:
+            self._fail(entry, CallConflict, reason)
+            return
+        top = max((e.call.relevance for e in tracked), default=0)
+        if call.relevance < top:
+            self._resolve(entry, Outcome.SKIPPED)  # less relevant than a tracked call
+            return
+
+        if pending is not None and pending.call.call_type == call.call_type:
+            # same type: merge, the newer values win, the older call fills the gaps
+            self.ctx.metrics.merged.labels(call.call_type).inc()
+            entry.call = call.merge(pending.call)
+            entry.attempt, entry.conflicts = pending.attempt, pending.conflicts
+            entry.not_before = pending.not_before
+            self._drop_pending(Outcome.OVERWRITTEN)
+            if entry.call.is_noop(self.observed):
+                self._resolve(entry, Outcome.SKIPPED)
+                return
+            self._set_pending(entry)
+            self._notify_executor()
+            return
+
+        if call.is_noop(self.observed) and (
+            inflight is None or inflight.call.call_type != call.call_type
+        ):
+            # nothing to do, and no in-flight call of this type will change it meanwhile
+            self._resolve(entry, Outcome.SKIPPED)
+            return
+
+        if pending is not None:
+            # more relevant than the pending call: take over its place (and its backoff)
+            entry.not_before = pending.not_before
+            self._drop_pending(Outcome.OVERWRITTEN)
+        self._set_pending(entry)
+        self._notify_executor()
+
+    # ------------------------------------------------------------------ executor handshake
+
+    def _on_take(self, now: float) -> Taken | None:
+        """Ask from an executor worker that holds a token. Returns the call to send now."""
+        entry = self.pending
+        if entry is None or self.inflight is not None or self.gone:
+            return None
+        if entry.not_before > now:
+            return None  # backing off; a delayed Ready will come
+        if entry.call.is_noop(self.observed):
+            self._drop_pending(Outcome.SKIPPED)
+            return None
+        reason = entry.call.precheck(self.observed)
+        if reason is not None:
+            self._set_pending(None)
+            self._fail(entry, CallConflict, reason)
+            return None
+        self._set_pending(None)
+        entry.attempt += 1
+        self.inflight = entry
+        return Taken(entry.call, self.observed, entry.attempt)
+
+    def _on_done(self, done: Done) -> None:
+        entry = self.inflight
+        if entry is None or entry.call is not done.call:
+            logger.bind(uid=self.uid).warning("stale Done for {}", done.call.describe())
+            return
+        self.inflight = None
+        result = done.result
+        if result is Result.SUCCESS:
+            self._observe(done.obj)
+            self._resolve(entry, Outcome.SUCCESS)
+            if entry.call.exclusive:  # the object is being deleted
+                self._retire("deleted by " + entry.call.call_type)
+                return
+        elif result is Result.NOT_FOUND:
+            self._resolve(
+                entry,
+                ObjectNotFound("object not found", uid=self.uid, call_type=entry.call.call_type),
+            )
+            self._retire("object not found")
+            return
+        elif result is Result.CONFLICT:
+            self._observe(done.obj)
+            entry.conflicts += 1
+            if entry.conflicts > self.ctx.retry.max_conflict_retries:
+                self._fail(
+                    entry, CallConflict, f"conflict after {entry.conflicts} attempts: {done.error}"
+                )
+            else:
+                self.ctx.metrics.retries.labels(entry.call.call_type, "conflict").inc()
+                self._requeue(entry, 0.0)
+        elif result is Result.RETRY:
+            if entry.attempt >= self.ctx.retry.max_attempts:
+                self._resolve(
+                    entry,
+                    CallFailed(
+                        f"gave up after {entry.attempt} attempts: {done.error}",
+                        uid=self.uid,
+                        call_type=entry.call.call_type,
+                        cause=done.error,
+                    ),
+                )
+            else:
+                self._requeue(entry, done.delay)
+        else:
+            self._resolve(
+                entry,
+                CallFailed(
+                    f"{entry.call.call_type} failed: {done.error}",
+                    uid=self.uid,
+                    call_type=entry.call.call_type,
+                    cause=done.error,
+                ),
+            )
+        if self.gone:
+            self._finish_gone()
+            return
+        self._notify_executor()
+
+    def _requeue(self, entry: _Entry, delay: float) -> None:
+        """Put a retried call back as pending, merged with whatever arrived meanwhile."""
+        entry.not_before = self.ctx.clock() + delay
+        pending = self.pending
+        if pending is None:
+            self._set_pending(entry)
+        elif pending.call.call_type == entry.call.call_type:
+            self.ctx.metrics.merged.labels(entry.call.call_type).inc()
+            pending.call = pending.call.merge(entry.call)
+            pending.attempt = max(pending.attempt, entry.attempt)
+            pending.not_before = max(pending.not_before, entry.not_before)
+            self._resolve(entry, Outcome.OVERWRITTEN)
+        else:
+            # a more relevant call (or a deletion) took over while this one was in flight
+            outcome: Outcome | CallOutcomeError = (
+                CallCancelled(
+                    "object is being deleted", uid=self.uid, call_type=entry.call.call_type
+                )
+                if pending.call.exclusive
+                else Outcome.OVERWRITTEN
+            )
+            self._resolve(entry, outcome)
+
+    # ------------------------------------------------------------------ informer events
+
+    def _on_observed(self, obj: Obj) -> None:
+        if not is_newer(obj, self.observed):
+            return
+        self.observed = obj
+        entry = self.pending
+        if entry is None:
+            return
+        if entry.call.is_noop(obj):
+            self._drop_pending(Outcome.SKIPPED)
+            return
+        reason = entry.call.precheck(obj)
+        if reason is not None:
+            self._set_pending(None)
+            self._fail(entry, CallConflict, reason)
+
+    def _on_deleted(self) -> None:
+        self._retire("object deleted")
+
+    def _retire(self, why: str) -> None:
+        """The object is gone: cancel what is pending, refuse new calls, and leave the
+        registry (tombstoned) once nothing is in flight."""
+        self.gone = True
+        entry = self.pending
+        if entry is not None:
+            self._set_pending(None)
+            self._fail(entry, CallCancelled, why)
+        self.ctx.registry.tombstone(self.uid)
+        if self.inflight is None:
+            self._finish_gone()
+
+    def _finish_gone(self) -> None:
+        self.ctx.registry.retire(self.uid, self.actor_ref)
+        self.stop()
+
+    def _on_cancel(self, call_type: str | None) -> None:
+        entry = self.pending
+        if entry is not None and call_type in (None, entry.call.call_type):
+            self._set_pending(None)
+            self._fail(entry, CallCancelled, "cancelled by caller")
+
+    # ------------------------------------------------------------------ view, reaping, closing
+
+    def _view(self) -> Obj | None:
+        obj = self.observed
+        if obj is None:
+            return None
+        for entry in (self.inflight, self.pending):
+            if entry is not None:
+                obj = entry.call.apply(obj)
+        return obj
+
+    def _on_reap(self, request: ReapRequest) -> None:
+        idle = self.pending is None and self.inflight is None and not self.gone
+        if idle and self.ctx.registry.release(self.uid, self.actor_ref, request.generation):
+            self.stop()
+
+    def _on_close(self) -> None:
+        closed = DispatcherClosed("dispatcher stopped before the call completed")
+        self._drop_pending(closed)
+        entry, self.inflight = self.inflight, None
+        if entry is not None:
+            self._resolve(entry, closed)
+        self.stop()
+
+    # ------------------------------------------------------------------ failure and leftovers
+
+    def on_failure(
+        self,
+        exception_type: type[BaseException] | None,
+        exception_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Pool thread. A bug (e.g. in a custom merger) crashed this actor: fail this object's
+        futures with the error and leave the registry so the next message spawns a clean actor.
+        Other objects are untouched."""
+        self.ctx.metrics.actor_failures.inc()
+        logger.bind(uid=self.uid).opt(exception=exception_value).error("object actor crashed")
+        for entry in (self.handling, self.pending, self.inflight):
+            if entry is not None and not entry.future.done():
+                self._resolve(
+                    entry,
+                    CallFailed(
+                        f"object actor crashed: {exception_value!r}",
+                        uid=self.uid,
+                        call_type=entry.call.call_type,
+                        cause=exception_value,
+                    ),
+                )
+        self._set_pending(None)
+        self.inflight = self.handling = None
+        self.ctx.registry.forget(self.uid, self.actor_ref)
+
+    def on_dropped(self, message: object) -> None:
+        """Pool thread. A message that reached this actor after it stopped: route it to the
+        object's current actor (or resolve its future), never lose it silently."""
+        if isinstance(message, Submit):
+            if self.ctx.closing:
+                self._resolve(
+                    _Entry(message.call, message.future), DispatcherClosed("dispatcher is stopping")
+                )
+                return
+            try:
+                routed = self.ctx.registry.tell(self.uid, message, lambda: self.ctx.spawn(self.uid))
+            except Exception as exc:  # ActorLimitExceeded
+                self._resolve(
+                    _Entry(message.call, message.future),
+                    CallFailed(str(exc), uid=self.uid, call_type=message.call.call_type, cause=exc),
+                )
+                return
+            if not routed:
+                self._fail(_Entry(message.call, message.future), CallCancelled, "object deleted")
+        elif isinstance(message, Observed | Cancel):
+            self.ctx.registry.tell(self.uid, message)

@@ -1,0 +1,331 @@
+"""UID → actor registry: spawn on demand, idle reaping, tombstones for deleted objects.
+
+One :class:`Registry` maps the UIDs of Kubernetes objects to the refs of their actors (normally
+:class:`~actors.runtime.PooledActor` refs). It is the only way messages reach an object actor
+(``tell``), which lets it keep three promises:
+
+* **Exactly one actor per live UID.** Lookup, spawn (``factory()``) and the message ``put`` happen
+  under one lock, so many threads racing on one UID spawn one actor, and a message is never routed
+  to an actor that :meth:`~Registry.retire`, :meth:`~Registry.forget` or
+  :meth:`~Registry.release` has already removed.
+* **Idle actors leave without losing messages.** :meth:`~Registry.reap_idle` sends
+  :class:`ReapRequest` (carrying the UID's *generation*, bumped by every routed message) to actors
+  with no routed message for ``idle_timeout``. The actor decides: if it has nothing in flight it
+  calls :meth:`~Registry.release`, which succeeds only if no message was routed since that
+  generation, and then stops itself. A message routed after the request makes ``release`` fail,
+  so the actor stays and handles it.
+* **Deleted objects stay dead.** :meth:`~Registry.retire` and :meth:`~Registry.tombstone` record
+  the UID in a TTL cache; messages for it are dropped and counted, and never spawn a new actor,
+  until the tombstone expires.
+
+Rules for callers: ``factory`` runs under the registry lock, so it must be quick and must not
+call back into the registry; refs obtained with :meth:`~Registry.get` or
+:meth:`~Registry.get_or_spawn` and told directly bypass these guarantees (use
+:meth:`~Registry.tell`).
+The registry never stops an actor except in :meth:`~Registry.stop_all`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+from cachetools import TTLCache
+from loguru import logger
+
+from actors.errors import (
+    ActorLimitExceeded,
+    InvalidConfigError,
+    InvalidInputError,
+    KdispatchError,
+)
+
+__all__ = ["ReapRequest", "Registry", "Tombstoned"]
+
+Factory = Callable[[], pykka.ActorRef[Any]]
+
+
+class Tombstoned(KdispatchError):
+    """The UID belongs to a deleted object (tombstoned): no actor may be spawned for it."""
+
+    def __init__(self, uid: str) -> None:
+        super().__init__(f"uid {uid!r} is tombstoned (its object was deleted)")
+        self.uid = uid
+
+
+@dataclass(frozen=True, slots=True)
+class ReapRequest:
+    """Sent by :meth:`Registry.reap_idle` to an actor that looks idle.
+
+    The actor answers by calling ``registry.release(uid, self.actor_ref, generation)`` if it has
+    nothing pending, and stops itself if that returns True.
+    """
+
+    uid: str
+    generation: int
+
+
+class _Entry:
+    """A live UID: its ref, the generation (routed messages so far) and the last activity time."""
+
+    __slots__ = ("generation", "last", "ref")
+
+    def __init__(self, ref: pykka.ActorRef[Any], now: float) -> None:
+        self.ref = ref
+        self.generation = 0
+        self.last = now
+
+
+def _check_uid(uid: object) -> str:
+    if not isinstance(uid, str) or not uid:
+        raise InvalidInputError(f"uid must be a non-empty str, got {uid!r}")
+    return uid
+
+
+class Registry:
+    """Thread-safe map from UID to actor ref; every method runs on the calling thread and takes
+    one internal lock for O(1) work (``reap_idle``: O(actors asked); ``stop_all``: O(live))."""
+
+    def __init__(
+        self,
+        *,
+        idle_timeout: float | None = 60.0,
+        tombstone_ttl: float = 300.0,
+        tombstone_max: int = 200_000,
+        max_live: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Validate the configuration (raises ``InvalidConfigError``). Any thread."""
+        if idle_timeout is not None and not _positive_number(idle_timeout):
+            raise InvalidConfigError(f"idle_timeout must be > 0 or None, got {idle_timeout!r}")
+        if not _positive_number(tombstone_ttl):
+            raise InvalidConfigError(f"tombstone_ttl must be > 0, got {tombstone_ttl!r}")
+        if not _positive_int(tombstone_max):
+            raise InvalidConfigError(f"tombstone_max must be an int >= 1, got {tombstone_max!r}")
+        if max_live is not None and not _positive_int(max_live):
+            raise InvalidConfigError(f"max_live must be an int >= 1 or None, got {max_live!r}")
+        if not callable(clock):
+            raise InvalidConfigError("clock must be callable")
+        self._idle_timeout = idle_timeout
+        self._max_live = max_live
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._live: OrderedDict[str, _Entry] = OrderedDict()  # least recently active first
+        self._tombstones: TTLCache[str, bool] = TTLCache(
+            maxsize=tombstone_max, ttl=tombstone_ttl, timer=clock
+        )
+        self._dropped = 0
+
+    # ----------------------------------------------------------------- routing
+
+    def tell(self, uid: str, message: object, factory: Factory | None = None) -> bool:
+        """Route ``message`` to the live actor of ``uid``, spawning it with ``factory()`` if absent.
+
+        Returns False (and counts the message in :attr:`dropped`) if ``uid`` is tombstoned, or has
+        no live actor and no factory was given. A ref found dead (a crashed actor nobody forgot
+        yet) is replaced by a fresh one. Raises ``ActorLimitExceeded`` if spawning would exceed
+        ``max_live``, and whatever ``factory`` raises. Any thread.
+        """
+        _check_uid(uid)
+        with self._lock:
+            if uid in self._tombstones:
+                self._dropped += 1
+                return False
+            for _ in range(2):
+                entry = self._live.get(uid)
+                if entry is None:
+                    if factory is None:
+                        self._dropped += 1
+                        return False
+                    entry = self._spawn_locked(uid, factory)
+                try:
+                    entry.ref.tell(message)
+                except pykka.ActorDeadError:
+                    del self._live[uid]
+                    continue
+                entry.generation += 1
+                entry.last = self._clock()
+                self._live.move_to_end(uid)
+                return True
+            # The actor died again between spawn and put (a factory handing out dead refs).
+            self._dropped += 1
+            return False
+
+    def get_or_spawn(self, uid: str, factory: Factory) -> pykka.ActorRef[Any]:
+        """The live ref of ``uid``, spawning it with ``factory()`` if absent (or found dead).
+
+        Counts as activity: bumps the generation, so a pending :meth:`release` fails. Raises
+        :class:`Tombstoned` for a tombstoned UID and ``ActorLimitExceeded`` at ``max_live``.
+        Any thread.
+        """
+        _check_uid(uid)
+        with self._lock:
+            if uid in self._tombstones:
+                raise Tombstoned(uid)
+            entry = self._live.get(uid)
+            if entry is None or not entry.ref.is_alive():
+                if entry is not None:
+                    del self._live[uid]
+                entry = self._spawn_locked(uid, factory)
+            entry.generation += 1
+            entry.last = self._clock()
+            self._live.move_to_end(uid)
+            return entry.ref
+
+    def get(self, uid: str) -> pykka.ActorRef[Any] | None:
+        """The registered ref of ``uid`` or None (no spawn, no activity). Any thread."""
+        with self._lock:
+            entry = self._live.get(uid)
+            return None if entry is None else entry.ref
+
+    def _spawn_locked(self, uid: str, factory: Factory) -> _Entry:
+        if self._max_live is not None and len(self._live) >= self._max_live:
+            raise ActorLimitExceeded(
+                f"cannot spawn an actor for {uid!r}: {len(self._live)} live (max_live)"
+            )
+        if not callable(factory):
+            raise InvalidInputError(f"factory must be callable, got {factory!r}")
+        ref = factory()
+        if not isinstance(ref, pykka.ActorRef):
+            raise InvalidInputError(f"factory must return a pykka.ActorRef, got {ref!r}")
+        entry = _Entry(ref, self._clock())
+        self._live[uid] = entry
+        return entry
+
+    # ----------------------------------------------------------------- leaving
+
+    def retire(self, uid: str, ref: pykka.ActorRef[Any]) -> None:
+        """The object of ``uid`` was deleted: unregister ``ref`` (if it is still the current one)
+        and tombstone ``uid``. The caller (normally the actor itself) stops the actor. Any thread.
+        """
+        _check_uid(uid)
+        with self._lock:
+            self._remove_locked(uid, ref)
+            self._tombstones[uid] = True
+
+    def tombstone(self, uid: str) -> None:
+        """Tombstone ``uid`` (which may have no actor): later messages for it are dropped. A live
+        actor stays registered until it is retired, forgotten or released. Any thread."""
+        _check_uid(uid)
+        with self._lock:
+            self._tombstones[uid] = True
+
+    def is_tombstoned(self, uid: str) -> bool:
+        """True while ``uid`` has an unexpired tombstone. Any thread."""
+        with self._lock:
+            return uid in self._tombstones
+
+    def forget(self, uid: str, ref: pykka.ActorRef[Any]) -> None:
+        """Unregister ``ref`` (if current) without a tombstone, e.g. after the actor crashed:
+        the next message for ``uid`` spawns a fresh actor. Any thread."""
+        with self._lock:
+            self._remove_locked(uid, ref)
+
+    def _remove_locked(self, uid: str, ref: pykka.ActorRef[Any]) -> bool:
+        entry = self._live.get(uid)
+        if entry is None or entry.ref is not ref:
+            return False
+        del self._live[uid]
+        return True
+
+    # ----------------------------------------------------------------- reaping
+
+    def reap_idle(self) -> int:
+        """Tell :class:`ReapRequest` to every live actor with no activity (routed message or
+        earlier reap request) for ``idle_timeout``, and return how many were asked.
+
+        An asked actor moves to the back, so it is asked again only after another
+        ``idle_timeout``; the cost is O(actors asked). Refs found dead are dropped from the
+        map. Returns 0 when ``idle_timeout`` is None. Any thread (typically a timer).
+        """
+        if self._idle_timeout is None:
+            return 0
+        asked = 0
+        with self._lock:
+            now = self._clock()
+            cutoff = now - self._idle_timeout
+            idle: list[tuple[str, _Entry]] = []
+            for uid, entry in self._live.items():
+                if entry.last > cutoff:
+                    break
+                idle.append((uid, entry))
+            for uid, entry in idle:
+                try:
+                    entry.ref.tell(ReapRequest(uid, entry.generation))
+                except pykka.ActorDeadError:
+                    del self._live[uid]
+                    continue
+                entry.last = now
+                self._live.move_to_end(uid)
+                asked += 1
+        return asked
+
+    def release(self, uid: str, ref: pykka.ActorRef[Any], generation: int) -> bool:
+        """Unregister ``ref`` iff it is current and no message was routed to ``uid`` since
+        ``generation`` (from its :class:`ReapRequest`). True → the caller must stop itself;
+        False → it stays registered and has messages coming. Any thread (normally the actor)."""
+        with self._lock:
+            entry = self._live.get(uid)
+            if entry is None or entry.ref is not ref or entry.generation != generation:
+                return False
+            del self._live[uid]
+            return True
+
+    # ----------------------------------------------------------------- inspection, shutdown
+
+    def live_count(self) -> int:
+        """Registered UIDs (live actors). Any thread."""
+        return len(self._live)
+
+    def live_refs(self) -> list[pykka.ActorRef[Any]]:
+        """A snapshot of the registered actors' refs (e.g. to broadcast a shutdown). Any thread."""
+        with self._lock:
+            return [entry.ref for entry in self._live.values()]
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped because their UID was tombstoned or had no actor and no factory."""
+        return self._dropped
+
+    @property
+    def idle_timeout(self) -> float | None:
+        """Seconds without activity before an actor is asked to leave (None: never)."""
+        return self._idle_timeout
+
+    def stop_all(self, timeout: float | None = None) -> None:
+        """Stop this registry's actors and clear the map.
+
+        Sends every actor a stop request (behind its queued messages) without blocking, then waits
+        for them until ``timeout`` seconds have passed in total (None: no limit) and logs the ones
+        still running then. Other actors (other registries, other pools) are untouched. Stop
+        routing messages first: a ``tell`` racing with this spawns a new actor. Any thread except
+        a pooled actor's (it waits on futures).
+        """
+        with self._lock:
+            refs = [entry.ref for entry in self._live.values()]
+            self._live.clear()
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        futures = [ref.stop(block=False) for ref in refs]
+        pending = 0
+        for i, future in enumerate(futures):
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                future.get(timeout=remaining)
+            except pykka.Timeout:
+                pending = len(futures) - i
+                break
+        if pending:
+            logger.warning("registry stop_all timed out with up to {} actors stopping", pending)
+
+
+def _positive_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1

@@ -1,0 +1,80 @@
+"""Test backends wrapping the in-memory apiserver: gate requests and wait for them."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from actors.backend import PatchType
+from actors.objects import Obj
+from adapters.memory import InMemoryApiServer
+
+
+class GatedBackend:
+    """Forwards to an :class:`InMemoryApiServer`; every request first waits for ``gate`` (set by
+    default) and is recorded, so tests can hold requests in flight and wait for N of them."""
+
+    def __init__(self, inner: InMemoryApiServer | None = None) -> None:
+        self.inner = inner or InMemoryApiServer()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.calls: list[tuple[str, str]] = []
+        self._cond = threading.Condition()
+
+    def _enter(self, op: str, name: str) -> None:
+        with self._cond:
+            self.calls.append((op, name))
+            self._cond.notify_all()
+        if not self.gate.wait(timeout=30):
+            raise RuntimeError("gate never opened")
+
+    def wait_calls(self, n: int, timeout: float = 10.0) -> list[tuple[str, str]]:
+        """Block until at least ``n`` requests arrived; returns them."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.calls) >= n, timeout=timeout):
+                raise AssertionError(
+                    f"only {len(self.calls)} of {n} requests arrived: {self.calls}"
+                )
+            return list(self.calls)
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj:
+        self._enter("get", name)
+        return self.inner.get(kind, namespace, name)
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> Obj:
+        self._enter("patch_status", name)
+        return self.inner.patch_status(
+            kind,
+            namespace,
+            name,
+            patch,
+            uid=uid,
+            resource_version=resource_version,
+            patch_type=patch_type,
+        )
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        self._enter("bind", name)
+        self.inner.bind(namespace, name, uid=uid, node=node)
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        self._enter("delete", name)
+        self.inner.delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)

@@ -1,0 +1,315 @@
+"""The Dispatcher end to end on the embedded in-memory apiserver."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from concurrent.futures import wait
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from actors.claim_calls import ClaimStatusPatch
+from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from actors.dispatcher import Dispatcher
+from actors.errors import (
+    CallCancelled,
+    CallConflict,
+    CallFailed,
+    DispatcherClosed,
+    InvalidCallError,
+    InvalidInputError,
+    InvalidObjectError,
+    Outcome,
+    UnknownCallTypeError,
+)
+from actors.pod_calls import PodBinding, PodStatusPatch
+from adapters.memory import InMemoryApiServer, make_claim, make_pod
+from tests.backends import GatedBackend
+from tests.factories import cond
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = DispatcherConfig(
+    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
+    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
+)
+
+
+@pytest.fixture
+def server() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
+    d = Dispatcher(server, FAST).start()
+    yield d
+    d.stop(timeout=10)
+
+
+def result(fut: Any) -> Any:
+    try:
+        return fut.result(timeout=10)
+    except Exception as exc:
+        return type(exc)
+
+
+def test_binding_reaches_the_server(server: InMemoryApiServer, dispatcher: Dispatcher) -> None:
+    pod = server.create(make_pod("p1"))
+    assert (
+        dispatcher.submit(PodBinding.for_pod(pod, "node-1")).result(timeout=10) is Outcome.SUCCESS
+    )
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "node-1"
+    assert dispatcher.stats()["sent"] == {"pod_binding": 1}
+
+
+def test_status_patch_reaches_the_server_with_preconditions(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("p1"))
+    fut = dispatcher.submit(
+        PodStatusPatch.for_pod(
+            pod, conditions=[cond(message="0/3 nodes")], nominated_node_name="n2"
+        )
+    )
+    assert fut.result(timeout=10) is Outcome.SUCCESS
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None
+    assert stored["status"]["nominatedNodeName"] == "n2"
+    [c] = [c for c in stored["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (c["status"], c["message"]) == ("False", "0/3 nodes")
+
+
+def test_stale_status_patch_cannot_overwrite_later_binding(server: InMemoryApiServer) -> None:
+    """#139602: the patch is computed against the newest object and guarded by resourceVersion."""
+    pod = server.create(make_pod("p1"))
+    server.bind("default", "p1", uid=pod["metadata"]["uid"], node="n1")  # someone else bound it
+    with Dispatcher(server, FAST) as d:
+        # the caller's copy is stale (unbound); the server answers 409, the actor rebases
+        fut = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond()]))
+        assert fut.result(timeout=10) in (Outcome.SUCCESS, Outcome.SKIPPED)
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None
+    scheduled = [c for c in stored["status"]["conditions"] if c["type"] == "PodScheduled"]
+    # the rebased patch was computed against the bound pod; the binding's condition was
+    # replaced only by an explicit, fresh intent, never by a stale request
+    assert stored["spec"]["nodeName"] == "n1"
+    assert len(scheduled) == 1
+
+
+def test_merging_sends_fewer_requests(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(gated, FAST) as d:
+        gated.gate.clear()
+        first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="try 0")]))
+        gated.wait_calls(1)  # in flight, held at the gate
+        futs = [
+            d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message=f"try {i}")]))
+            for i in range(1, 20)
+        ]
+        gated.gate.set()
+        assert first.result(timeout=10) is Outcome.SUCCESS
+        outcomes = [f.result(timeout=10) for f in futs]
+    assert outcomes.count(Outcome.OVERWRITTEN) == 18
+    assert outcomes[-1] is Outcome.SUCCESS
+    assert [c[0] for c in gated.calls].count("patch_status") == 2
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None
+    assert stored["status"]["conditions"][0]["message"] == "try 19"
+
+
+def test_retryable_errors_are_retried(server: InMemoryApiServer, dispatcher: Dispatcher) -> None:
+    pod = server.create(make_pod("p1"))
+    server.script("bind", "500", "429", "timeout", name="p1")
+    assert dispatcher.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
+    retries = dispatcher.stats()["retries"]
+    assert retries == {"pod_binding:5xx": 1, "pod_binding:429": 1, "pod_binding:timeout": 1}
+
+
+def test_retries_are_bounded(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))
+    server.script("bind", *["500"] * 3, name="p1")
+    cfg = DispatcherConfig(
+        rate_limit=FAST.rate_limit, retry=RetryConfig(max_attempts=3, base_backoff=0, max_backoff=0)
+    )
+    with Dispatcher(server, cfg) as d:
+        exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+    assert isinstance(exc, CallFailed)
+
+
+def test_permanent_error_fails_without_retry(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("p1"))
+    server.script("patch_status", "409", "409", "409", "409", name="p1")
+    fut = dispatcher.submit(PodStatusPatch.for_pod(pod, conditions=[cond()]))
+    assert result(fut) is CallConflict  # 1 try + 3 bounded rebases
+
+
+def test_binding_reply_lost_is_recognised_as_done(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """Two generals: the first binding landed but its reply was lost."""
+    pod = server.create(make_pod("p1"))
+    server.script("bind", "apply_then_fail", name="p1")
+    assert dispatcher.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
+    outcomes = [r.outcome for r in server.request_log if r.op == "bind"]
+    # the first try landed and its reply was lost; the retry met "already bound" (409)
+    assert len(outcomes) == 2 and outcomes[0] != "ok" and outcomes[1] != "ok"
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+
+
+def test_binding_conflicting_with_other_node_fails(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))
+    server.bind("default", "p1", uid=pod["metadata"]["uid"], node="other")
+    with Dispatcher(server, FAST) as d:
+        assert result(d.submit(PodBinding.for_pod(pod, "n1"))) is CallConflict
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "other"
+
+
+def test_preemption_deletes_the_victim(server: InMemoryApiServer, dispatcher: Dispatcher) -> None:
+    pod = server.create(make_pod("victim"))
+    fut = dispatcher.preempt(pod, preemptor="default/high", message="preempted by high")
+    assert fut.result(timeout=10) is Outcome.SUCCESS
+    assert server.get_object("Pod", "default", "victim") is None
+    # the actor is retired and tombstoned: a late call is cancelled, not sent
+    assert result(dispatcher.submit(PodBinding.for_pod(pod, "n1"))) is CallCancelled
+
+
+def test_delete_event_cancels_pending_calls(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    a, b = server.create(make_pod("a")), server.create(make_pod("b"))
+    with Dispatcher(gated, FAST) as d:
+        gated.gate.clear()
+        fa = d.submit(PodStatusPatch.for_pod(a, conditions=[cond()]))
+        gated.wait_calls(1)
+        fa2 = d.submit(PodStatusPatch.for_pod(a, conditions=[cond(message="later")]))
+        fb = d.submit(PodBinding.for_pod(b, "n1"))
+        d.on_delete(a)
+        assert result(fa2) is CallCancelled
+        gated.gate.set()
+        assert result(fb) is Outcome.SUCCESS
+        assert result(fa) is Outcome.SUCCESS  # was in flight: cannot be recalled
+        assert result(d.submit(PodBinding.for_pod(a, "n1"))) is CallCancelled
+
+
+def test_update_for_untracked_object_changes_nothing(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("p1"))
+    dispatcher.on_update(pod)
+    dispatcher.on_add(pod)
+    assert dispatcher.live_actors == 0
+    assert dispatcher.view(pod["metadata"]["uid"]) is None
+
+
+def test_view_is_read_your_writes(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(gated, FAST) as d:
+        gated.gate.clear()
+        d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n7"))
+        view = d.view(pod["metadata"]["uid"])
+        assert view is not None and view["status"]["nominatedNodeName"] == "n7"
+        gated.gate.set()
+
+
+def test_claim_reservation(server: InMemoryApiServer, dispatcher: Dispatcher) -> None:
+    claim = server.create(make_claim("c1"))
+    consumer = {"resource": "pods", "name": "p1", "uid": "pod-uid-1"}
+    fut = dispatcher.submit(
+        ClaimStatusPatch.for_claim(claim, allocate={"devices": {"results": []}}, reserve=[consumer])
+    )
+    assert fut.result(timeout=10) is Outcome.SUCCESS
+    stored = server.get_object("ResourceClaim", "default", "c1")
+    assert stored is not None
+    assert stored["status"]["reservedFor"] == [consumer]
+
+
+def test_many_pods_concurrently(server: InMemoryApiServer) -> None:
+    pods = [server.create(make_pod(f"p{i}")) for i in range(5000)]
+    with Dispatcher(server, FAST) as d:
+        futs = [d.submit(PodBinding.for_pod(p, f"n{i % 50}")) for i, p in enumerate(pods)]
+        _done, not_done = wait(futs, timeout=50)
+        assert not not_done
+        assert {f.result() for f in futs} == {Outcome.SUCCESS}
+    items, _ = server.list("Pod")
+    assert all(p["spec"].get("nodeName") for p in items)
+    assert server.counts()["bind"] == 5000
+
+
+def test_stop_drains_then_rejects(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))
+    d = Dispatcher(server, FAST).start()
+    fut = d.submit(PodBinding.for_pod(pod, "n1"))
+    assert d.stop(drain=True, timeout=10) is True
+    assert fut.result(timeout=0) is Outcome.SUCCESS
+    with pytest.raises(DispatcherClosed):
+        d.submit(PodBinding.for_pod(pod, "n1"))
+    assert d.live_actors == 0
+
+
+def test_stop_without_drain_resolves_everything_closed(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    pods = [server.create(make_pod(f"p{i}")) for i in range(50)]
+    d = Dispatcher(gated, DispatcherConfig(executor=ExecutorConfig(workers=2))).start()
+    gated.gate.clear()
+    futs = [d.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+    gated.wait_calls(2)
+    stopper_result: list[bool] = []
+    import threading
+
+    t = threading.Thread(target=lambda: stopper_result.append(d.stop(drain=False, timeout=5)))
+    t.start()
+    # every future is resolved by the deadline; the two held requests are released after
+    _done, not_done = wait(futs, timeout=10)
+    gated.gate.set()
+    t.join(timeout=30)
+    assert not not_done
+    outcomes = [result(f) for f in futs]
+    assert outcomes.count(DispatcherClosed) >= 48
+    assert stopper_result == [False]
+
+
+def test_metrics_use_upstream_names_and_injected_registry(server: InMemoryApiServer) -> None:
+    registry = CollectorRegistry()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, FAST, metrics_registry=registry) as d:
+        d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
+    names = {m.name for m in registry.collect()}
+    assert {
+        "scheduler_pending_async_api_calls",
+        "scheduler_async_api_call_execution",
+        "scheduler_async_api_call_execution_duration_seconds",
+    } <= names
+    assert (
+        registry.get_sample_value(
+            "scheduler_async_api_call_execution_total",
+            {"call_type": "pod_binding", "result": "success"},
+        )
+        == 1
+    )
+
+
+# ---------------------------------------------------------------- bad input at the boundary
+
+
+def test_bad_input_is_rejected(server: InMemoryApiServer, dispatcher: Dispatcher) -> None:
+    with pytest.raises(InvalidCallError):
+        dispatcher.submit("bind p1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidObjectError):
+        dispatcher.on_update({"kind": "Pod"})
+    with pytest.raises(InvalidObjectError):
+        dispatcher.cancel("")
+    with pytest.raises(UnknownCallTypeError):
+        dispatcher.cancel("uid-1", "pod_teleport")
+    with pytest.raises(InvalidInputError):
+        Dispatcher(object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        Dispatcher(server, {"qps": 5})  # type: ignore[arg-type]
