@@ -1,6 +1,7 @@
 """The ``ApiBackend`` protocol: the only way kdispatch talks to an apiserver.
 
-Implementations live in ``adapters/``: ``memory.InMemoryApiServer``, ``kubernetes.KubernetesBackend``.
+Implementations live in ``adapters/``: ``memory.InMemoryApiServer``,
+``kubernetes.KubernetesBackend``.
 Every method is called from an executor worker thread, may block for the duration of one request
 (bounded by the backend's request timeout), must be safe to call from several threads at once, and
 reports failures only by raising :class:`~actors.errors.ApiError` subclasses:

@@ -83,7 +83,7 @@ def check_condition(cond: object) -> Condition:
     if not isinstance(ctype, str) or not ctype:
         raise InvalidCallError(f"condition needs a non-empty string 'type', got {ctype!r}")
     status = cond.get("status")
-    if status not in CONDITION_STATUSES:
+    if not isinstance(status, str) or status not in CONDITION_STATUSES:
         raise InvalidCallError(
             f"condition {ctype!r}: status must be one of 'True', 'False', 'Unknown', got {status!r}"
         )
@@ -344,7 +344,7 @@ class PodStatusPatch(Call):
             POD,
             ref.namespace,
             ref.name,
-            body,
+            {"status": body},
             uid=ref.uid,
             resource_version=resource_version(obj),
             patch_type="strategic",
@@ -516,7 +516,7 @@ class PodPreemption(Call):
                         POD,
                         ref.namespace,
                         ref.name,
-                        {"conditions": [entry]},
+                        {"status": {"conditions": [entry]}},
                         uid=ref.uid,
                         resource_version=None,
                         patch_type="strategic",
