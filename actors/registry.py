@@ -283,7 +283,7 @@ class Registry:
         return len(self._live)
 
     def live_refs(self) -> list[pykka.ActorRef[Any]]:
-        """A snapshot of the registered actors' refs (e.g. to broadcast a shutdown). Any thread."""
+        """A snapshot of the registered refs, least recently active first. Any thread."""
         with self._lock:
             return [entry.ref for entry in self._live.values()]
 

@@ -1,0 +1,413 @@
+"""Tests of the UID registry (actors/registry.py) on top of the pooled runtime."""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import random
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pykka
+import pytest
+
+from actors.errors import ActorLimitExceeded, InvalidConfigError, InvalidInputError
+from actors.registry import ReapRequest, Registry, Tombstoned
+from actors.runtime import ActorPool, PooledActor
+
+WAIT = 5.0
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class ObjActor(PooledActor):
+    """Counts messages; answers ReapRequest like an object actor with nothing in flight."""
+
+    def __init__(
+        self, pool: ActorPool, registry: Registry, uid: str, outcomes: queue.Queue[Any]
+    ) -> None:
+        super().__init__(pool=pool)
+        self.registry = registry
+        self.uid = uid
+        self.outcomes = outcomes
+        self.log: list[Any] = []
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, ReapRequest):
+            released = self.registry.release(message.uid, self.actor_ref, message.generation)
+            self.outcomes.put((message.uid, "released" if released else "kept"))
+            if released:
+                self.stop()
+            return None
+        if isinstance(message, tuple) and message[0] == "wait":
+            assert message[1].wait(WAIT)
+            return None
+        if message == "crash":
+            raise RuntimeError("crash")
+        self.log.append(message)
+        return list(self.log)
+
+
+class Harness:
+    def __init__(self, pool: ActorPool, registry: Registry) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.outcomes: queue.Queue[Any] = queue.Queue()
+        self.spawns = itertools.count()
+        self.spawned: list[str] = []
+        self._lock = threading.Lock()
+
+    def factory(self, uid: str) -> Callable[[], pykka.ActorRef[Any]]:
+        def make() -> pykka.ActorRef[Any]:
+            with self._lock:
+                self.spawned.append(uid)
+            return ObjActor.start(self.pool, self.registry, uid, self.outcomes)
+
+        return make
+
+    def tell(self, uid: str, message: object) -> bool:
+        return self.registry.tell(uid, message, self.factory(uid))
+
+    def log_of(self, uid: str) -> list[Any]:
+        ref = self.registry.get(uid)
+        assert ref is not None
+        result: list[Any] = ref.ask("sync", block=True, timeout=WAIT)
+        return result[:-1]
+
+
+@pytest.fixture
+def pool() -> Iterator[ActorPool]:
+    p = ActorPool(workers=2, name="reg-pool")
+    p.start()
+    yield p
+    p.stop(timeout=WAIT)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def h(pool: ActorPool, clock: FakeClock) -> Iterator[Harness]:
+    registry = Registry(idle_timeout=60.0, tombstone_ttl=300.0, clock=clock)
+    yield Harness(pool, registry)
+    registry.stop_all(timeout=WAIT)
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def test_tell_spawns_once_and_routes_in_order(h: Harness) -> None:
+    for i in range(10):
+        assert h.tell("u1", i)
+    assert h.log_of("u1") == list(range(10))
+    assert h.spawned == ["u1"]
+    assert h.registry.live_count() == 1
+    assert h.registry.dropped == 0
+
+
+def test_tell_without_factory_drops_when_absent(h: Harness) -> None:
+    assert h.registry.tell("nobody", "m") is False
+    assert h.registry.dropped == 1
+    assert h.registry.live_count() == 0
+    assert h.tell("u", "a")
+    assert h.registry.tell("u", "b") is True  # present: no factory needed
+    assert h.log_of("u") == ["a", "b"]
+
+
+def test_get_and_get_or_spawn(h: Harness) -> None:
+    assert h.registry.get("u") is None
+    ref = h.registry.get_or_spawn("u", h.factory("u"))
+    assert h.registry.get("u") is ref
+    assert h.registry.get_or_spawn("u", h.factory("u")) is ref
+    assert h.spawned == ["u"]
+    other = h.registry.get_or_spawn("v", h.factory("v"))
+    assert h.registry.live_refs() == [ref, other]
+    assert h.tell("u", "m")  # activity moves "u" to the back
+    assert h.registry.live_refs() == [other, ref]
+
+
+def test_many_threads_many_uids_spawn_each_once(h: Harness) -> None:
+    uids = [f"uid-{i}" for i in range(1000)]
+    barrier = threading.Barrier(32, timeout=WAIT)
+    errors: list[BaseException] = []
+
+    def run(seed: int) -> None:
+        order = uids[:]
+        random.Random(seed).shuffle(order)
+        try:
+            barrier.wait()
+            for uid in order:
+                assert h.tell(uid, seed)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    assert sorted(h.spawned) == sorted(uids)
+    assert h.registry.live_count() == 1000
+    for uid in uids[::50]:
+        assert sorted(h.log_of(uid)) == list(range(32))
+
+
+def test_many_threads_one_uid_spawn_once(h: Harness) -> None:
+    barrier = threading.Barrier(32, timeout=WAIT)
+    refs: list[pykka.ActorRef[Any]] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        barrier.wait()
+        ref = h.registry.get_or_spawn("one", h.factory("one"))
+        assert h.tell("one", "m")
+        with lock:
+            refs.append(ref)
+
+    threads = [threading.Thread(target=run) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert h.spawned == ["one"]
+    assert len(refs) == 32 and all(r is refs[0] for r in refs)
+    assert h.log_of("one") == ["m"] * 32
+
+
+def test_dead_actor_is_replaced_and_forget_spawns_fresh(h: Harness) -> None:
+    assert h.tell("u", "crash")
+    first = h.registry.get("u")
+    assert first is not None
+    first.actor_stopped.wait(WAIT)  # crashed on the pool
+    assert h.tell("u", "after crash")  # dead ref found: a fresh actor gets it
+    second = h.registry.get("u")
+    assert second is not None and second is not first
+    assert h.log_of("u") == ["after crash"]
+    h.registry.forget("u", first)  # stale ref: nothing happens
+    assert h.registry.get("u") is second
+    h.registry.forget("u", second)
+    assert h.registry.get("u") is None
+    assert not h.registry.is_tombstoned("u")
+    assert second.is_alive()  # forget does not stop it
+    second.stop()
+    assert h.tell("u", "fresh")
+    assert h.spawned == ["u", "u", "u"]
+
+
+def test_factory_errors_propagate_and_register_nothing(h: Harness) -> None:
+    def bad() -> pykka.ActorRef[Any]:
+        raise RuntimeError("factory failed")
+
+    with pytest.raises(RuntimeError):
+        h.registry.tell("u", "m", bad)
+    with pytest.raises(InvalidInputError):
+        h.registry.tell("u", "m", lambda: "not a ref")  # type: ignore[arg-type,return-value]
+    assert h.registry.live_count() == 0
+
+
+# --------------------------------------------------------------------------- reaping
+
+
+def test_reap_idle_releases_idle_actor(h: Harness, clock: FakeClock) -> None:
+    assert h.tell("a", 1)
+    first = h.registry.get("a")
+    assert first is not None
+    clock.advance(59)
+    assert h.registry.reap_idle() == 0
+    clock.advance(2)
+    assert h.registry.reap_idle() == 1
+    assert h.outcomes.get(timeout=WAIT) == ("a", "released")
+    assert first.actor_stopped.wait(WAIT)
+    assert h.registry.live_count() == 0
+    assert h.tell("a", 2)  # not tombstoned: spawns fresh
+    assert h.spawned == ["a", "a"]
+    assert h.log_of("a") == [2]
+
+
+def test_reap_only_idle_and_each_once_per_timeout(h: Harness, clock: FakeClock) -> None:
+    gate = threading.Event()
+    assert h.tell("old", "x")
+    old = h.registry.get("old")
+    assert old is not None
+    old.tell(("wait", gate))  # direct tell: not routed, no activity
+    clock.advance(30)
+    assert h.tell("young", "y")
+    clock.advance(31)
+    assert h.registry.reap_idle() == 1  # only "old" (61 s); "young" is 31 s idle
+    assert h.registry.reap_idle() == 0  # "old" was asked and moved to the back
+    assert h.tell("old", "z")  # routed after the request: release must fail
+    gate.set()
+    assert h.outcomes.get(timeout=WAIT) == ("old", "kept")
+    assert h.log_of("old") == ["x", "z"]
+    assert h.registry.get("old") is old
+    clock.advance(30)
+    assert h.registry.reap_idle() == 1  # "young" now 61 s idle
+    assert h.outcomes.get(timeout=WAIT) == ("young", "released")
+    clock.advance(31)
+    assert h.registry.reap_idle() == 1  # "old": last activity was the routed "z"
+    assert h.outcomes.get(timeout=WAIT) == ("old", "released")
+    assert old.actor_stopped.wait(WAIT)
+    assert h.registry.live_count() == 0
+    assert h.spawned == ["old", "young"]
+
+
+def test_release_checks_ref_and_generation(h: Harness) -> None:
+    ref = h.registry.get_or_spawn("u", h.factory("u"))
+    other = h.registry.get_or_spawn("v", h.factory("v"))
+    assert h.registry.release("u", other, 1) is False
+    assert h.registry.release("u", ref, 0) is False
+    assert h.registry.release("missing", ref, 1) is False
+    assert h.registry.release("u", ref, 1) is True
+    assert h.registry.get("u") is None
+    ref.stop()
+
+
+def test_reap_disabled_and_dead_refs_dropped(pool: ActorPool, clock: FakeClock) -> None:
+    never = Registry(idle_timeout=None, clock=clock)
+    harness = Harness(pool, never)
+    assert harness.tell("u", 1)
+    clock.advance(10_000)
+    assert never.reap_idle() == 0
+    never.stop_all(timeout=WAIT)
+
+    reg = Registry(idle_timeout=1.0, clock=clock)
+    harness = Harness(pool, reg)
+    assert harness.tell("u", "crash")
+    ref = reg.get("u")
+    assert ref is not None
+    assert ref.actor_stopped.wait(WAIT)
+    clock.advance(2)
+    assert reg.reap_idle() == 0  # dead: removed rather than asked
+    assert reg.live_count() == 0
+
+
+# --------------------------------------------------------------------------- tombstones
+
+
+def test_retire_tombstones_and_drops(h: Harness, clock: FakeClock) -> None:
+    assert h.tell("gone", "a")
+    ref = h.registry.get("gone")
+    assert ref is not None
+    h.registry.retire("gone", ref)
+    ref.stop()
+    assert h.registry.is_tombstoned("gone")
+    assert h.registry.get("gone") is None
+    assert h.tell("gone", "b") is False
+    assert h.tell("gone", "c") is False
+    assert h.registry.dropped == 2
+    with pytest.raises(Tombstoned):
+        h.registry.get_or_spawn("gone", h.factory("gone"))
+    assert h.spawned == ["gone"]  # never resurrected
+    clock.advance(299)
+    assert h.tell("gone", "d") is False
+    clock.advance(2)  # tombstone expired
+    assert not h.registry.is_tombstoned("gone")
+    assert h.tell("gone", "e")
+    assert h.spawned == ["gone", "gone"]
+    assert h.log_of("gone") == ["e"]
+
+
+def test_retire_with_stale_ref_keeps_current_but_tombstones(h: Harness) -> None:
+    stale = h.registry.get_or_spawn("u", h.factory("u"))
+    assert h.registry.release("u", stale, 1)
+    stale.stop()
+    current = h.registry.get_or_spawn("u", h.factory("u"))
+    h.registry.retire("u", stale)
+    assert h.registry.get("u") is current
+    assert h.tell("u", "m") is False  # tombstoned all the same
+
+
+def test_tombstone_without_actor_and_size_bound(pool: ActorPool, clock: FakeClock) -> None:
+    reg = Registry(tombstone_max=2, clock=clock)
+    harness = Harness(pool, reg)
+    reg.tombstone("a")
+    assert harness.tell("a", 1) is False
+    assert harness.spawned == []
+    clock.advance(1)
+    reg.tombstone("b")
+    clock.advance(1)
+    reg.tombstone("c")  # evicts the oldest
+    assert [reg.is_tombstoned(u) for u in "abc"] == [False, True, True]
+    reg.stop_all(timeout=WAIT)
+
+
+# --------------------------------------------------------------------------- limits, shutdown
+
+
+def test_max_live(pool: ActorPool, clock: FakeClock) -> None:
+    reg = Registry(max_live=2, clock=clock)
+    harness = Harness(pool, reg)
+    assert harness.tell("a", 1) and harness.tell("b", 1)
+    with pytest.raises(ActorLimitExceeded):
+        harness.tell("c", 1)
+    with pytest.raises(ActorLimitExceeded):
+        reg.get_or_spawn("c", harness.factory("c"))
+    assert harness.tell("a", 2)  # existing actors still reachable
+    ref = reg.get("a")
+    assert ref is not None
+    reg.forget("a", ref)
+    ref.stop()
+    assert harness.tell("c", 1)
+    assert reg.live_count() == 2
+    reg.stop_all(timeout=WAIT)
+
+
+def test_stop_all_stops_only_own_actors(pool: ActorPool, clock: FakeClock) -> None:
+    reg1, reg2 = Registry(clock=clock), Registry(clock=clock)
+    h1, h2 = Harness(pool, reg1), Harness(pool, reg2)
+    for i in range(20):
+        assert h1.tell(f"u{i}", i)
+        assert h2.tell(f"u{i}", i)
+    mine = [reg1.get(f"u{i}") for i in range(20)]
+    outsider = ObjActor.start(pool, reg1, "outsider", queue.Queue())
+    reg1.stop_all(timeout=WAIT)
+    assert reg1.live_count() == 0
+    assert all(r is not None and not r.is_alive() for r in mine)
+    assert outsider.is_alive()
+    assert reg2.live_count() == 20
+    assert h2.log_of("u3") == [3]
+    assert pool.live_count() == 21
+    reg2.stop_all(timeout=WAIT)
+    outsider.stop()
+    assert pool.live_count() == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"idle_timeout": 0},
+        {"idle_timeout": -1.0},
+        {"idle_timeout": "60"},
+        {"tombstone_ttl": 0},
+        {"tombstone_max": 0},
+        {"tombstone_max": 1.5},
+        {"max_live": 0},
+        {"max_live": True},
+        {"clock": 3.0},
+    ],
+)
+def test_config_validation(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidConfigError):
+        Registry(**kwargs)
+
+
+def test_uid_validation(h: Harness) -> None:
+    for bad in ("", None, 5):
+        with pytest.raises(InvalidInputError):
+            h.registry.tell(bad, "m", h.factory("x"))  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError):
+            h.registry.tombstone(bad)  # type: ignore[arg-type]
+    assert h.spawned == []
