@@ -110,8 +110,9 @@ def _reserved_for(obj: Obj | None) -> list[Any]:
     return list(entries) if isinstance(entries, list | tuple) else []
 
 
-def _entry_uid(entry: Any) -> Any:
-    return entry.get("uid") if isinstance(entry, Mapping) else None
+def _entry_uid(entry: Any) -> str | None:
+    uid = entry.get("uid") if isinstance(entry, Mapping) else None
+    return uid if isinstance(uid, str) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,10 +229,8 @@ class ClaimStatusPatch(Call):
         if not self.reservations:
             return None
         current = _reserved_for(obj)
-        changes = dict(self.reservations)
-        kept = [
-            e for e in current if not (_entry_uid(e) in changes and changes[_entry_uid(e)] is None)
-        ]
+        unreserve = {uid for uid, ref in self.reservations if ref is None}
+        kept = [e for e in current if _entry_uid(e) not in unreserve]
         present = {_entry_uid(e) for e in kept}
         added = [
             _thaw(ref) for uid, ref in self.reservations if ref is not None and uid not in present
@@ -261,7 +260,7 @@ class ClaimStatusPatch(Call):
         return out
 
     def status_patch(self, obj: Obj | None) -> dict[str, Any] | None:
-        """The JSON merge patch body for ``resourceclaims/status`` against ``obj``: only the
+        """The ``status`` part of the JSON merge patch against ``obj``: only the
         keys that change (``reservedFor`` complete; None removes a key). None when nothing
         changes."""
         body: dict[str, Any] = {}
@@ -274,7 +273,8 @@ class ClaimStatusPatch(Call):
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Merge-patch what changes against ``obj`` (fetched first when unknown, since the
-        complete ``reservedFor`` must be known), guarded by UID and resourceVersion. Returns the
+        complete ``reservedFor`` must be known) with the object-shaped body
+        ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion. Returns the
         server's claim, or ``obj`` when nothing changes. Runs on an executor worker thread."""
         ref = self.ref
         if obj is None:
@@ -288,7 +288,7 @@ class ClaimStatusPatch(Call):
             RESOURCE_CLAIM,
             ref.namespace,
             ref.name,
-            body,
+            {"status": body},
             uid=ref.uid,
             resource_version=resource_version(obj),
             patch_type="merge",

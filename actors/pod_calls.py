@@ -307,8 +307,8 @@ class PodStatusPatch(Call):
         return out
 
     def status_patch(self, obj: Obj | None, now: str | None = None) -> dict[str, Any] | None:
-        """The strategic-merge body for ``pods/status`` against ``obj``: only the conditions that
-        differ (with ``lastTransitionTime = now`` where the status changes) and
+        """The ``status`` part of the strategic-merge patch against ``obj``: only the conditions
+        that differ (with ``lastTransitionTime = now`` where the status changes) and
         ``nominatedNodeName`` if it differs (None clears it). None when nothing differs."""
         current = pod_conditions(obj)
         stamp: str | None = now
@@ -331,9 +331,10 @@ class PodStatusPatch(Call):
         return body or None
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Patch what still differs from ``obj`` (fetched first when unknown), guarded by UID
-        and resourceVersion; returns the server's pod, or ``obj`` when nothing differs.
-        Runs on an executor worker thread."""
+        """Patch what still differs from ``obj`` (fetched first when unknown) with the
+        object-shaped body ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion;
+        returns the server's pod, or ``obj`` when nothing differs. Runs on an executor worker
+        thread."""
         if obj is None:
             obj = _fetch(backend, self.ref)
         body = self.status_patch(obj)

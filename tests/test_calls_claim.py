@@ -111,7 +111,8 @@ class RecordingBackend(ApiBackend):
         if self.fail_patch is not None:
             raise self.fail_patch
         assert self.obj is not None
-        out = json_merge(self.obj, {"status": patch})
+        assert set(patch) == {"status"}, "object-shaped body holding only status"
+        out = json_merge(self.obj, patch)
         out["metadata"]["resourceVersion"] = str(int(out["metadata"]["resourceVersion"]) + 1)
         self.obj = out
         return copy.deepcopy(out)
@@ -313,6 +314,11 @@ class TestApply:
         out = claim_patch(deallocate=True, unreserve=("a",)).apply(claim)
         assert out["status"] == {}
 
+    def test_malformed_reserved_for_entries_are_kept(self) -> None:
+        claim = make_claim(reserved=[{"uid": ["odd"]}, "junk", consumer("a")])  # type: ignore[list-item,dict-item]
+        out = claim_patch(reserve=("b",), unreserve=("a",)).apply(claim)
+        assert out["status"]["reservedFor"] == [{"uid": ["odd"]}, "junk", consumer("b")]
+
     def test_noop_returns_same_object(self) -> None:
         claim = make_claim(allocation=ALLOC, reserved=[consumer("a")])
         assert claim_patch(allocate=ALLOC, reserve=("a",)).apply(claim) is claim
@@ -336,7 +342,7 @@ class TestSend:
                     "kind": "ResourceClaim",
                     "namespace": "ns",
                     "name": "claim",
-                    "patch": {"reservedFor": [consumer("a"), consumer("b")]},
+                    "patch": {"status": {"reservedFor": [consumer("a"), consumer("b")]}},
                     "uid": "cuid-1",
                     "resource_version": "3",
                     "patch_type": "merge",
@@ -364,7 +370,7 @@ class TestSend:
         assert [op for op, _ in backend.requests] == ["get", "patch_status"]
         req = backend.requests[1][1]
         assert req["resource_version"] == "30"
-        assert req["patch"] == {"reservedFor": [consumer("x"), consumer("y")]}
+        assert req["patch"] == {"status": {"reservedFor": [consumer("x"), consumer("y")]}}
 
     def test_fetched_claim_with_another_uid_is_not_found(self) -> None:
         backend = RecordingBackend(make_claim(uid="recreated"))

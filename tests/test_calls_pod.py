@@ -122,7 +122,8 @@ class RecordingBackend(ApiBackend):
         )
         self._maybe_fail("patch_status")
         assert self.obj is not None
-        self.obj = strategic_status_merge(self.obj, patch)
+        assert set(patch) == {"status"}, "object-shaped body holding only status"
+        self.obj = strategic_status_merge(self.obj, patch["status"])
         return copy.deepcopy(self.obj)
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
@@ -194,6 +195,7 @@ class TestValidation:
         [
             ([{"type": "A", "status": True}], "status must be one of"),
             ([{"type": "A", "status": "yes"}], "status must be one of"),
+            ([{"type": "A", "status": ["True"]}], "status must be one of"),
             ([{"type": "A"}], "status must be one of"),
             ([{"status": "True"}], "non-empty string 'type'"),
             ([{"type": "", "status": "True"}], "non-empty string 'type'"),
@@ -442,7 +444,12 @@ class TestStatusPatchSend:
             "namespace": "ns",
             "name": "p",
             "patch": {
-                "conditions": [cond("B", "True", reason="r2"), {**cond("C", "False"), LTT: NOW}]
+                "status": {
+                    "conditions": [
+                        cond("B", "True", reason="r2"),
+                        {**cond("C", "False"), LTT: NOW},
+                    ]
+                }
             },
             "uid": "uid-1",
             "resource_version": "7",
@@ -475,7 +482,7 @@ class TestStatusPatchSend:
         assert backend.ops() == ["get", "patch_status"]
         req = backend.requests[1][1]
         assert req["resource_version"] == "41"
-        assert req["patch"] == {"conditions": [{**cond("B", "True"), LTT: NOW}]}
+        assert req["patch"] == {"status": {"conditions": [{**cond("B", "True"), LTT: NOW}]}}
 
     def test_fetched_object_with_another_uid_is_not_found(self) -> None:
         backend = RecordingBackend(make_pod(uid="recreated"))
@@ -617,7 +624,9 @@ class TestPreemption:
         assert call.send(backend, pod) is None
         assert backend.ops() == ["patch_status", "delete"]
         patch_req, delete_req = backend.requests[0][1], backend.requests[1][1]
-        assert patch_req["patch"] == {"conditions": [{**dict(call.condition or {}), LTT: NOW}]}
+        assert patch_req["patch"] == {
+            "status": {"conditions": [{**dict(call.condition or {}), LTT: NOW}]}
+        }
         assert patch_req["uid"] == "uid-1" and patch_req["resource_version"] is None
         assert patch_req["patch_type"] == "strategic"
         assert delete_req == {
