@@ -1,0 +1,573 @@
+"""KubernetesBackend driven through the real ``kubernetes`` client over real HTTP.
+
+The server side is the in-memory apiserver served by ``ApiServerHTTP`` on 127.0.0.1, plus a
+tiny canned-reply HTTP server for replies the emulator never produces (garbage, odd statuses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import traceback
+from collections.abc import Iterator
+
+import pytest
+from loguru import logger
+
+from actors.backend import ApiBackend
+from actors.errors import (
+    AlreadyExistsError,
+    ApiConnectionError,
+    ApiError,
+    BadResponseError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    RequestTimeoutError,
+    ServerError,
+    TooManyRequestsError,
+)
+from adapters.httpserver import ApiServerHTTP
+from adapters.kubernetes import KubernetesBackend
+from adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+
+TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def mem() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def http(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
+    with ApiServerHTTP(mem, token=TOKEN, hang_seconds=10.0) as srv:
+        yield srv
+
+
+@pytest.fixture
+def backend(http: ApiServerHTTP) -> Iterator[KubernetesBackend]:
+    with KubernetesBackend.for_url(http.url, token=TOKEN, request_timeout=5.0) as b:
+        yield b
+
+
+def _pod(mem: InMemoryApiServer, name: str = "p1") -> tuple[str, str]:
+    obj = mem.create(make_pod(name))
+    return obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def test_is_an_api_backend_with_a_pool_sized_for_the_workers(http: ApiServerHTTP) -> None:
+    with KubernetesBackend.for_url(http.url, workers=32, request_timeout=1.5) as b:
+        assert isinstance(b, ApiBackend)
+        cfg = b.api_client.configuration
+        assert cfg.connection_pool_maxsize >= 32
+        assert cfg.retries.total == 0  # the executor owns retries
+        assert cfg.verify_ssl is True
+        assert b.request_timeout == 1.5
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "1", True])
+def test_bad_request_timeout_rejected(http: ApiServerHTTP, bad: object) -> None:
+    with pytest.raises(InvalidRequestError):
+        KubernetesBackend.for_url(http.url, request_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_bad_arguments_rejected_before_sending(
+    backend: KubernetesBackend, mem: InMemoryApiServer
+) -> None:
+    uid, _ = _pod(mem)
+    with pytest.raises(InvalidRequestError):
+        backend.get("Deployment", "default", "p1")
+    with pytest.raises(InvalidRequestError):
+        backend.get("Pod", "Not_A_Namespace", "p1")
+    with pytest.raises(InvalidRequestError):
+        backend.get("Node", "default", "n1")
+    with pytest.raises(InvalidRequestError):
+        backend.bind("default", "p1", uid=uid, node="Bad Node")
+    with pytest.raises(InvalidRequestError):
+        backend.patch_status(
+            "Pod", "default", "p1", {}, uid=uid, resource_version=None, patch_type="json"
+        )  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError):
+        backend.delete("Pod", "default", "p1", uid=uid, grace_period_seconds=-1)
+    assert mem.request_log == []
+
+
+# --------------------------------------------------------------------------- happy paths
+
+
+def test_get_pod_node_and_claim(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    uid, rv = _pod(mem)
+    mem.create(make_node("n1", 4000, 8192))
+    claim = mem.create(make_claim("c1"))
+    pod = backend.get("Pod", "default", "p1")
+    assert pod["kind"] == "Pod"
+    assert pod["metadata"]["uid"] == uid
+    assert pod["metadata"]["resourceVersion"] == rv
+    assert backend.get("Node", "", "n1")["metadata"]["name"] == "n1"
+    got = backend.get("ResourceClaim", "default", "c1")
+    assert got["apiVersion"] == "resource.k8s.io/v1"
+    assert got["metadata"]["uid"] == claim["metadata"]["uid"]
+
+
+def test_strategic_patch_merges_conditions_by_type(
+    backend: KubernetesBackend, mem: InMemoryApiServer
+) -> None:
+    uid, rv = _pod(mem)
+    first = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    out = backend.patch_status("Pod", "default", "p1", first, uid=uid, resource_version=rv)
+    second = {
+        "status": {
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            "nominatedNodeName": "n1",
+        }
+    }
+    out = backend.patch_status(
+        "Pod", "default", "p1", second, uid=uid, resource_version=out["metadata"]["resourceVersion"]
+    )
+    types = {c["type"]: c["status"] for c in out["status"]["conditions"]}
+    assert types == {"Ready": "False", "PodScheduled": "False"}
+    assert out["status"]["nominatedNodeName"] == "n1"
+    stored = mem.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["status"] == out["status"]
+    assert second == {  # the caller's patch is not mutated by adding preconditions
+        "status": {
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+            "nominatedNodeName": "n1",
+        }
+    }
+
+
+def test_claim_status_merge_patch(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    claim = mem.create(make_claim("c1"))
+    uid, rv = claim["metadata"]["uid"], claim["metadata"]["resourceVersion"]
+    reserved = [{"resource": "pods", "name": "p1", "uid": "pod-uid-1"}]
+    out = backend.patch_status(
+        "ResourceClaim",
+        "default",
+        "c1",
+        {"status": {"reservedFor": reserved, "allocation": {"devices": {"results": []}}}},
+        uid=uid,
+        resource_version=rv,
+        patch_type="merge",
+    )
+    assert out["kind"] == "ResourceClaim"
+    assert out["status"]["reservedFor"] == reserved
+    # merge patch replaces lists whole and null deletes
+    out = backend.patch_status(
+        "ResourceClaim",
+        "default",
+        "c1",
+        {"status": {"reservedFor": None}},
+        uid=uid,
+        resource_version=None,
+        patch_type="merge",
+    )
+    stored = mem.get_object("ResourceClaim", "default", "c1")
+    assert stored is not None
+    assert "reservedFor" not in stored["status"]
+    assert stored["status"]["allocation"] == {"devices": {"results": []}}
+
+
+def test_bind_checks_the_201_status(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    uid, _ = _pod(mem)
+    backend.bind("default", "p1", uid=uid, node="n1")
+    stored = mem.get_object("Pod", "default", "p1")
+    assert stored is not None
+    assert stored["spec"]["nodeName"] == "n1"
+    assert [(r.op, r.outcome) for r in mem.request_log] == [("bind", "ok")]
+
+
+def test_delete_with_uid_precondition(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    uid, _ = _pod(mem)
+    claim = mem.create(make_claim("c1"))
+    backend.delete("Pod", "default", "p1", uid=uid, grace_period_seconds=0)
+    backend.delete("ResourceClaim", "default", "c1", uid=claim["metadata"]["uid"])
+    assert mem.get_object("Pod", "default", "p1") is None
+    assert mem.get_object("ResourceClaim", "default", "c1") is None
+    with pytest.raises(NotFoundError):
+        backend.delete("Pod", "default", "p1", uid=uid)
+
+
+# --------------------------------------------------------------------------- error mapping
+
+
+def test_not_found(backend: KubernetesBackend) -> None:
+    for call in (
+        lambda: backend.get("Pod", "default", "nope"),
+        lambda: backend.patch_status("Pod", "default", "nope", {}, uid="u", resource_version=None),
+        lambda: backend.bind("default", "nope", uid="u", node="n1"),
+        lambda: backend.delete("Pod", "default", "nope", uid="u"),
+    ):
+        with pytest.raises(NotFoundError) as info:
+            call()
+        assert info.value.status == 404
+        assert not info.value.retryable
+
+
+def test_conflicts_on_uid_and_resource_version(
+    backend: KubernetesBackend, mem: InMemoryApiServer
+) -> None:
+    uid, rv = _pod(mem)
+    patch = {"status": {"nominatedNodeName": "n1"}}
+    with pytest.raises(ConflictError) as info:
+        backend.patch_status("Pod", "default", "p1", patch, uid="other-uid", resource_version=None)
+    assert "UID in precondition" in str(info.value)
+    backend.patch_status("Pod", "default", "p1", patch, uid=uid, resource_version=rv)
+    with pytest.raises(ConflictError) as info:  # rv is stale now
+        backend.patch_status(
+            "Pod",
+            "default",
+            "p1",
+            {"status": {"nominatedNodeName": "n2"}},
+            uid=uid,
+            resource_version=rv,
+        )
+    assert not isinstance(info.value, AlreadyExistsError)
+    assert "has been modified" in str(info.value)
+    with pytest.raises(ConflictError):
+        backend.bind("default", "p1", uid="other-uid", node="n1")
+    with pytest.raises(ConflictError):
+        backend.delete("Pod", "default", "p1", uid="other-uid")
+    stored = mem.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
+
+
+def test_double_binding_conflicts(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    uid, _ = _pod(mem)
+    backend.bind("default", "p1", uid=uid, node="n1")
+    with pytest.raises(ConflictError) as info:
+        backend.bind("default", "p1", uid=uid, node="n2")
+    assert info.value.status == 409
+    assert "already assigned" in str(info.value)
+    stored = mem.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+
+
+def test_429_carries_retry_after(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    uid, _ = _pod(mem)
+    mem.script("bind", "429")
+    with pytest.raises(TooManyRequestsError) as info:
+        backend.bind("default", "p1", uid=uid, node="n1")
+    assert info.value.retryable
+    assert info.value.retry_after == pytest.approx(0.05)
+    mem.script("bind", TooManyRequestsError("slow down", retry_after=3))
+    with pytest.raises(TooManyRequestsError) as info:
+        backend.bind("default", "p1", uid=uid, node="n1")
+    assert info.value.retry_after == 3.0
+    backend.bind("default", "p1", uid=uid, node="n1")  # then it goes through
+
+
+def test_500_is_retryable(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    uid, _ = _pod(mem)
+    mem.script("patch_status", "500")
+    with pytest.raises(ServerError) as info:
+        backend.patch_status("Pod", "default", "p1", {"status": {}}, uid=uid, resource_version=None)
+    assert info.value.status == 500
+    assert info.value.retryable
+
+
+def test_client_timeout_when_the_server_hangs(mem: InMemoryApiServer) -> None:
+    uid, _ = _pod(mem)
+    with (
+        ApiServerHTTP(mem, hang_seconds=20.0) as srv,
+        KubernetesBackend.for_url(srv.url, request_timeout=0.3) as b,
+    ):
+        mem.script("get", "timeout")
+        with pytest.raises(RequestTimeoutError) as info:
+            b.get("Pod", "default", "p1")
+        assert info.value.retryable
+        # apply_then_fail: the change is applied, the reply never arrives
+        mem.script("patch_status", "apply_then_fail")
+        with pytest.raises(RequestTimeoutError):
+            b.patch_status(
+                "Pod",
+                "default",
+                "p1",
+                {"status": {"nominatedNodeName": "n9"}},
+                uid=uid,
+                resource_version=None,
+            )
+        stored = mem.get_object("Pod", "default", "p1")
+        assert stored is not None and stored["status"]["nominatedNodeName"] == "n9"
+        assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"  # the pool recovers
+
+
+def test_504_reply_is_a_timeout(mem: InMemoryApiServer) -> None:
+    _pod(mem)
+    with (
+        ApiServerHTTP(mem, timeout_reply="504") as srv,
+        KubernetesBackend.for_url(srv.url, request_timeout=2.0) as b,
+    ):
+        mem.script("get", "timeout")
+        with pytest.raises(RequestTimeoutError) as info:
+            b.get("Pod", "default", "p1")
+        assert info.value.status == 504
+
+
+def test_connection_reset(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
+    uid, _ = _pod(mem)
+    mem.script("bind", "conn_reset")
+    with pytest.raises(ApiConnectionError) as info:
+        backend.bind("default", "p1", uid=uid, node="n1")
+    assert info.value.retryable
+    backend.bind("default", "p1", uid=uid, node="n1")
+
+
+def test_connection_refused() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with (
+        KubernetesBackend.for_url(url, request_timeout=2.0) as b,
+        pytest.raises(ApiConnectionError),
+    ):
+        b.get("Pod", "default", "p1")
+
+
+def test_unauthorized_is_permanent(http: ApiServerHTTP, mem: InMemoryApiServer) -> None:
+    _pod(mem)
+    with (
+        KubernetesBackend.for_url(http.url, token="wrong-token", request_timeout=2.0) as b,
+        pytest.raises(InvalidRequestError) as info,
+    ):
+        b.get("Pod", "default", "p1")
+    assert info.value.status == 401
+    assert not info.value.retryable
+
+
+def test_shared_client_under_parallel_workers(
+    http: ApiServerHTTP, mem: InMemoryApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    workers = 8
+    uids = [_pod(mem, f"p{i}")[0] for i in range(workers)]
+    errors: list[BaseException] = []
+    caplog.set_level(logging.WARNING, logger="urllib3")
+    with KubernetesBackend.for_url(http.url, token=TOKEN, workers=workers) as b:
+
+        def work(i: int) -> None:
+            try:
+                for j in range(15):
+                    b.patch_status(
+                        "Pod",
+                        "default",
+                        f"p{i}",
+                        {"status": {"nominatedNodeName": f"n{j}"}},
+                        uid=uids[i],
+                        resource_version=None,
+                    )
+            except BaseException as exc:  # collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    for i in range(workers):
+        stored = mem.get_object("Pod", "default", f"p{i}")
+        assert stored is not None and stored["status"]["nominatedNodeName"] == "n14"
+    assert "Connection pool is full" not in caplog.text
+    assert http.open_connections <= workers
+
+
+# --------------------------------------------------------------------------- canned replies
+
+
+class CannedServer:
+    """Answers each request with the next canned raw reply, one connection per request."""
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self._replies = list(replies)
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, name="canned-http")
+        self._thread.start()
+
+    def _serve(self) -> None:
+        for reply in self._replies:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                while len(body) < length:
+                    body += conn.recv(65536)
+                conn.sendall(reply)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        self._thread.join(5)
+
+
+def _reply(code: int, body: bytes, *headers: str) -> bytes:
+    head = [f"HTTP/1.1 {code} X", f"Content-Length: {len(body)}", "Connection: close", *headers]
+    if not any(h.lower().startswith("content-type") for h in headers):
+        head.append("Content-Type: application/json")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+@contextlib.contextmanager
+def canned(*replies: bytes) -> Iterator[KubernetesBackend]:
+    srv = CannedServer(list(replies))
+    try:
+        with KubernetesBackend.for_url(srv.url, request_timeout=2.0) as b:
+            yield b
+    finally:
+        srv.close()
+
+
+def test_binding_reply_variants() -> None:
+    ok_status = b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201}'
+    binding = (
+        b'{"kind":"Binding","apiVersion":"v1","metadata":{"name":"p1"},"target":{"name":"n1"}}'
+    )
+    failure = b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","code":201}'
+    with canned(
+        _reply(201, ok_status),
+        _reply(200, binding),
+        _reply(201, failure),
+        _reply(201, b"<html>proxy</html>", "Content-Type: text/html"),
+        _reply(202, ok_status),
+        _reply(201, b'["not", "an", "object"]'),
+    ) as b:
+        b.bind("default", "p1", uid="u1", node="n1")
+        b.bind("default", "p1", uid="u1", node="n1")
+        for _ in range(4):
+            with pytest.raises(BadResponseError):
+                b.bind("default", "p1", uid="u1", node="n1")
+
+
+def test_garbage_and_wrong_kind_replies() -> None:
+    with canned(
+        _reply(200, b"{truncated"),
+        _reply(200, b'{"kind":"Node","metadata":{"name":"p1"}}'),
+        _reply(200, b"\xff\xfe"),
+        _reply(200, b'{"kind":"Pod"}'),
+    ) as b:
+        for _ in range(4):
+            with pytest.raises(BadResponseError):
+                b.get("Pod", "default", "p1")
+
+
+def _status(code: int, reason: str, details: str = "") -> bytes:
+    extra = f',"details":{details}' if details else ""
+    return (
+        f'{{"kind":"Status","apiVersion":"v1","metadata":{{}},"status":"Failure",'
+        f'"message":"m","reason":"{reason}","code":{code}{extra}}}'
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "status", "retryable"),
+    [
+        (_reply(409, _status(409, "AlreadyExists")), AlreadyExistsError, 409, False),
+        (_reply(409, _status(409, "Conflict")), ConflictError, 409, False),
+        (_reply(400, _status(400, "BadRequest")), InvalidRequestError, 400, False),
+        (_reply(403, _status(403, "Forbidden")), InvalidRequestError, 403, False),
+        (_reply(422, _status(422, "Invalid")), InvalidRequestError, 422, False),
+        (_reply(503, b"upstream down", "Content-Type: text/plain"), ServerError, 503, True),
+        (_reply(502, b""), ServerError, 502, True),
+        (_reply(504, _status(504, "Timeout")), RequestTimeoutError, 504, True),
+        (_reply(429, _status(429, "TooManyRequests")), TooManyRequestsError, 429, True),
+    ],
+)
+def test_status_mapping(reply: bytes, error: type[ApiError], status: int, retryable: bool) -> None:
+    with canned(reply) as b, pytest.raises(error) as info:
+        b.patch_status("Pod", "default", "p1", {"status": {}}, uid="u1", resource_version="7")
+    assert type(info.value) is error
+    assert info.value.status == status
+    assert info.value.retryable is retryable
+
+
+def test_retry_after_from_status_details_or_header() -> None:
+    details = '{"name":"p1","kind":"pods","retryAfterSeconds":4}'
+    with canned(
+        _reply(429, _status(429, "TooManyRequests", details)),
+        _reply(429, _status(429, "TooManyRequests", details), "Retry-After: 2"),
+        _reply(429, b"", "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT"),
+    ) as b:
+        waits = []
+        for _ in range(3):
+            with pytest.raises(TooManyRequestsError) as info:
+                b.get("Pod", "default", "p1")
+            waits.append(info.value.retry_after)
+    assert waits == [4.0, 2.0, 0.0]
+
+
+# --------------------------------------------------------------------------- secrets
+
+
+def _all_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc) + repr(exc.__cause__)
+
+
+def test_bearer_token_never_in_errors_or_logs(
+    mem: InMemoryApiServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    uid, _ = _pod(mem)
+    caplog.set_level(logging.DEBUG)
+    lines: list[str] = []
+    logger.enable("adapters")
+    sink = logger.add(lines.append, level="TRACE", format="{message} {extra}")
+    texts: list[str] = []
+    try:
+        with (
+            ApiServerHTTP(mem, token=TOKEN, hang_seconds=20.0) as srv,
+            KubernetesBackend.for_url(srv.url, token=TOKEN, request_timeout=0.3) as b,
+        ):
+            texts.append(repr(b))
+            b.bind("default", "p1", uid=uid, node="n1")
+            for op, fault in (
+                ("get", "timeout"),
+                ("get", "conn_reset"),
+                ("get", "429"),
+                ("get", "500"),
+            ):
+                mem.script(op, fault)
+                with pytest.raises(ApiError) as info:
+                    b.get("Pod", "default", "p1")
+                texts.append(_all_text(info.value))
+            for call in (
+                lambda: b.get("Pod", "default", "missing"),
+                lambda: b.bind("default", "p1", uid=uid, node="n2"),
+            ):
+                with pytest.raises(ApiError) as info:
+                    call()
+                texts.append(_all_text(info.value))
+        with (
+            ApiServerHTTP(mem, token="another-token") as srv,
+            KubernetesBackend.for_url(srv.url, token=TOKEN, request_timeout=2.0) as b,
+        ):
+            with pytest.raises(InvalidRequestError) as info:
+                b.get("Pod", "default", "p1")
+            texts.append(_all_text(info.value))
+    finally:
+        logger.remove(sink)
+        logger.disable("adapters")
+    assert len(texts) == 8
+    assert any("bound" in line for line in lines)  # the sink did see the backend's logs
+    for text in [*texts, *lines, caplog.text]:
+        assert TOKEN not in text
