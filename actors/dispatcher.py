@@ -99,7 +99,7 @@ class Dispatcher:
         )
         self._ctx = ActorContext(
             registry=self._registry,
-            send_ready=self._executor.tell,
+            executor=self._executor.tell,
             metrics=self.metrics,
             retry=config.retry,
             clock=clock,

@@ -1,17 +1,21 @@
 """The shared executor: the only component that talks to the apiserver.
 
-It is an actor in protocol: its only input is :meth:`Executor.tell` with :class:`Ready` messages
-from object actors, its only outputs are ``Take`` asks and ``Done`` messages back to them. Inside,
-a mailbox-free scheduler keeps one FIFO *lane* per relevance (upstream queues object UIDs, not
-calls; so does this), a heap of objects backing off, and a token bucket; ``workers`` threads send
-requests, so parallelism is bounded.
+It is an actor in protocol: its only input is :meth:`Executor.tell` (``Ready``, ``Job`` and
+``Refund`` messages from object actors) and its only outputs are ``Grant`` and ``Done`` messages
+back to them; nobody ever blocks on it. Inside, one lock guards a scheduler that keeps one FIFO
+*lane* of object UIDs per relevance (upstream queues UIDs, not calls; so does this), a heap of
+objects backing off, and a token bucket; ``workers`` threads send the requests.
 
-Scheduling, when tokens or workers are scarce: the highest-relevance non-empty lane goes first
+A call travels ``Ready`` (the object has something to send) → ``Grant`` (a token and a worker
+slot are reserved for it) → ``Job`` (the actor hands over its *current* merged call, so merges,
+no-op elision and cancellations apply until that instant; or ``Refund`` if nothing is left, which
+gives the token back) → a worker sends it → ``Done`` to the actor. Grants are handed out inline,
+on the thread that freed a slot or brought work; a timer thread covers token refills and backoff
+expiries. At most ``workers`` grants and jobs exist at once: parallelism is bounded.
+
+Scheduling when tokens or slots are scarce: the highest-relevance non-empty lane goes first
 (deletions, then bindings, then status patches), except that each lower lane with work is
-guaranteed ``lane_min_share`` of the dispatches, so nothing starves. A worker takes a token
-*first* and only then asks the object for its current merged call, so merges, no-op elision and
-cancellations apply until the last instant; a token for an object that had nothing left to send is
-refunded.
+guaranteed ``lane_min_share`` of the grants, so nothing starves.
 
 Retries: retryable errors (429, 5xx, timeouts, connection errors) go back to the object actor
 with a per-object backoff of ``base_backoff·2^(attempt-1)`` capped at ``max_backoff`` and at
@@ -25,7 +29,7 @@ import heapq
 import itertools
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -42,7 +46,7 @@ from actors.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
-from actors.messages import Done, Ready, Result, Take, Taken
+from actors.messages import Done, Grant, Job, Ready, Refund, Result
 from actors.metrics import Metrics
 from actors.ratelimit import TokenBucket
 
@@ -68,7 +72,8 @@ def _retry_reason(err: ApiError) -> str:
 class Executor:
     """Rate-limited, lane-prioritised, bounded-parallelism request executor.
 
-    ``tell`` may be called from any thread; the worker threads are the executor's own.
+    ``tell`` may be called from any thread and never blocks for long (one short lock); the
+    worker threads and the timer thread are the executor's own.
     """
 
     def __init__(
@@ -82,7 +87,6 @@ class Executor:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         name: str = "kdispatch-executor",
-        ask_timeout: float = 30.0,
     ) -> None:
         self._backend = backend
         self._retry = retry
@@ -90,193 +94,241 @@ class Executor:
         self._metrics = metrics
         self._clock = clock
         self._name = name
-        self._ask_timeout = ask_timeout
         self._bucket = TokenBucket(rate_limit.qps, rate_limit.burst, clock)
-        self._lanes: dict[int, _Lane] = {
-            r: OrderedDict() for r in sorted(set(relevances), reverse=True)
-        }
-        self._credit: dict[int, float] = dict.fromkeys(self._lanes, 0.0)
+        self._lanes: dict[int, _Lane] = {}
+        self._credit: dict[int, float] = {}
+        for r in relevances:
+            self._add_lane(r)
         self._delayed: list[tuple[float, int, str, Any, int]] = []
         self._seq = itertools.count()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._jobs_ready = threading.Condition(self._lock)  # workers wait here
+        self._timer_cond = threading.Condition(self._lock)  # the timer waits here
+        self._jobs: deque[Job] = deque()
+        self._granted = 0  # grants not yet answered
+        self._running = 0  # jobs queued or being sent
+        self._token_at: float | None = None  # when the bucket will have a token again
         self._threads: list[threading.Thread] = []
         self._stopping = False
-        self._busy = 0
-        self.sent = 0
-        """Requests started (attempts), for stats."""
+        self._sent = itertools.count()
+        self._sent_count = 0
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Caller thread. Start the worker threads."""
+        """Caller thread. Start the worker threads and the timer thread."""
         for i in range(self._config.workers):
             t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        t = threading.Thread(target=self._timer, name=f"{self._name}-timer", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def pause_intake(self) -> None:
+        """Caller thread. Stop granting; queued jobs are dropped unsent (their actors resolve
+        them as closed); requests already being sent finish."""
+        with self._lock:
+            self._stopping = True
+            self._jobs.clear()
+            self._jobs_ready.notify_all()
+            self._timer_cond.notify_all()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Caller thread. Stop dispatching; workers finish the request they are sending (bounded
-        by the backend's request timeout) and are joined."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
+        """Caller thread. :meth:`pause_intake`, then join the threads (a worker sending a
+        request finishes it first, bounded by the backend's request timeout)."""
+        self.pause_intake()
         deadline = None if timeout is None else time.monotonic() + timeout
         for t in self._threads:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         self._threads = [t for t in self._threads if t.is_alive()]
         if self._threads:
-            logger.warning("executor workers still sending after stop: {}", len(self._threads))
-
-    def pause_intake(self) -> None:
-        """Caller thread. Stop handing out new work (workers finish what they hold)."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
+            logger.warning("executor threads still running after stop: {}", len(self._threads))
 
     # ------------------------------------------------------------------ the actor interface
 
-    def tell(self, msg: Ready) -> None:
-        """Any thread. An object has a call to send. Duplicate notifications for an object that
-        is already queued keep its place (like upstream's UID queue)."""
-        with self._cond:
-            if msg.not_before > self._clock():
-                heapq.heappush(
-                    self._delayed,
-                    (msg.not_before, next(self._seq), msg.uid, msg.ref, msg.relevance),
-                )
+    def tell(self, msg: Ready | Job | Refund) -> None:
+        """Any thread (object actors on pool threads). Never blocks on I/O."""
+        with self._lock:
+            if isinstance(msg, Ready):
+                if msg.not_before > self._clock():
+                    heapq.heappush(
+                        self._delayed,
+                        (msg.not_before, next(self._seq), msg.uid, msg.ref, msg.relevance),
+                    )
+                    self._timer_cond.notify()
+                else:
+                    self._enqueue(msg.uid, msg.ref, msg.relevance)
+            elif isinstance(msg, Job):
+                self._granted -= 1
+                if self._stopping:
+                    return
+                self._running += 1
+                self._jobs.append(msg)
+                self._jobs_ready.notify()
+                return
             else:
-                self._enqueue(msg.uid, msg.ref, msg.relevance)
-            self._cond.notify()
+                self._granted -= 1
+                self._bucket.refund()
+            grants = self._grant_locked()
+        self._send_grants(grants)
 
     def wake(self) -> None:
         """Any thread. Re-check the clock (tests that advance a fake clock call this)."""
-        with self._cond:
-            self._cond.notify_all()
+        with self._lock:
+            grants = self._grant_locked()
+            self._timer_cond.notify_all()
+        self._send_grants(grants)
 
     def backlog(self) -> int:
         """Any thread. Objects queued or backing off."""
-        with self._cond:
+        with self._lock:
             return sum(len(lane) for lane in self._lanes.values()) + len(self._delayed)
 
     def idle(self) -> bool:
-        """Any thread. Nothing queued, backing off or being sent."""
-        with self._cond:
-            return self._busy == 0 and not self._delayed and not any(self._lanes.values())
+        """Any thread. Nothing queued, backing off, granted or being sent."""
+        with self._lock:
+            return (
+                self._granted == 0
+                and self._running == 0
+                and not self._delayed
+                and not any(self._lanes.values())
+            )
 
     @property
     def tokens_taken(self) -> int:
         """Tokens used (taken and not refunded)."""
-        with self._cond:
+        with self._lock:
             return self._bucket.taken
+
+    @property
+    def sent(self) -> int:
+        """Attempts sent to the backend."""
+        return self._sent_count
 
     # ------------------------------------------------------------------ scheduling (under lock)
 
+    def _add_lane(self, relevance: int) -> None:
+        lanes = {**self._lanes, relevance: OrderedDict()}
+        self._lanes = dict(sorted(lanes.items(), reverse=True))
+        self._credit.setdefault(relevance, 0.0)
+
     def _enqueue(self, uid: str, ref: Any, relevance: int) -> None:
-        lane = self._lanes.get(relevance)
-        if lane is None:  # a relevance registered after start: give it a lane
-            self._lanes = dict(
-                sorted({**self._lanes, relevance: OrderedDict()}.items(), reverse=True)
-            )
-            self._credit[relevance] = 0.0
-            lane = self._lanes[relevance]
-        if uid not in lane:
+        if relevance not in self._lanes:  # a relevance registered after start
+            self._add_lane(relevance)
+        lane = self._lanes[relevance]
+        if uid not in lane:  # already queued: keep its place
             lane[uid] = (ref, self._clock())
 
-    def _promote_due(self, now: float) -> float | None:
-        """Move due backoffs into their lanes; return when the next one is due."""
+    def _pick(self, nonempty: list[int]) -> tuple[str, Any, float, int]:
+        """Highest lane first; each lower lane with work earns ``lane_min_share`` per grant."""
+        chosen = nonempty[0]
+        share = self._config.lane_min_share
+        if share > 0:
+            for r in nonempty[1:]:
+                self._credit[r] += share
+            for r in reversed(nonempty[1:]):
+                if self._credit[r] >= 1.0:
+                    self._credit[r] -= 1.0
+                    chosen = r
+                    break
+        uid, (ref, since) = self._lanes[chosen].popitem(last=False)
+        return uid, ref, since, chosen
+
+    def _grant_locked(self) -> list[tuple[str, Any, float, int]]:
+        """Reserve tokens and slots for as many queued objects as possible."""
+        grants: list[tuple[str, Any, float, int]] = []
+        if self._stopping:
+            return grants
+        now = self._clock()
         delayed = self._delayed
         while delayed and delayed[0][0] <= now:
             _, _, uid, ref, relevance = heapq.heappop(delayed)
             self._enqueue(uid, ref, relevance)
-        return delayed[0][0] if delayed else None
-
-    def _pick(self) -> tuple[str, Any, float, int] | None:
-        """Choose the next object: highest lane first, lower lanes get their minimum share."""
-        nonempty = [r for r, lane in self._lanes.items() if lane]
-        if not nonempty:
-            return None
-        chosen = nonempty[0]
-        share = self._config.lane_min_share
-        for r in nonempty[1:]:
-            self._credit[r] += share
-        for r in reversed(nonempty[1:]):
-            if self._credit[r] >= 1.0:
-                self._credit[r] -= 1.0
-                chosen = r
+        slots = self._config.workers - self._granted - self._running
+        while slots > 0:
+            nonempty = [r for r, lane in self._lanes.items() if lane]
+            if not nonempty:
+                for r in self._credit:
+                    self._credit[r] = 0.0
                 break
-        for r, lane in self._lanes.items():
-            if not lane:
-                self._credit[r] = 0.0
-        uid, (ref, since) = self._lanes[chosen].popitem(last=False)
-        return uid, ref, since, chosen
-
-    def _next_work(self) -> tuple[str, Any, float, int] | None:
-        """Worker thread, under the lock: wait for a due object and a token."""
-        while not self._stopping:
-            now = self._clock()
-            next_due = self._promote_due(now)
-            if not any(self._lanes.values()):
-                self._cond.wait(None if next_due is None else max(0.0, next_due - now))
-                continue
             wait = self._bucket.try_take()
             if wait > 0:
-                if next_due is not None:
-                    wait = min(wait, max(0.0, next_due - now))
-                self._cond.wait(wait)
-                continue
-            picked = self._pick()
-            assert picked is not None
-            self._busy += 1
-            return picked
-        return None
+                self._token_at = now + wait
+                self._timer_cond.notify()
+                break
+            grants.append(self._pick(nonempty))
+            self._granted += 1
+            slots -= 1
+        return grants
 
-    # ------------------------------------------------------------------ workers
+    def _send_grants(self, grants: list[tuple[str, Any, float, int]]) -> None:
+        """Outside the lock: tell each granted actor (a dead one refunds at once)."""
+        if not grants:
+            return
+        now = self._clock()
+        for uid, ref, since, lane in grants:
+            self._metrics.waited(lane, max(0.0, now - since))
+            try:
+                ref.tell(Grant(now))
+            except pykka.ActorDeadError:
+                self.tell(Refund(uid))
+
+    # ------------------------------------------------------------------ threads
+
+    def _timer(self) -> None:
+        """Timer thread: grant when tokens refill or backoffs expire."""
+        with self._lock:
+            while not self._stopping:
+                wake_at = [
+                    t
+                    for t in (self._token_at, self._delayed[0][0] if self._delayed else None)
+                    if t is not None
+                ]
+                timeout = max(0.0, min(wake_at) - self._clock()) if wake_at else None
+                self._timer_cond.wait(timeout)
+                self._token_at = None
+                grants = self._grant_locked()
+                if grants:
+                    self._lock.release()
+                    try:
+                        self._send_grants(grants)
+                    finally:
+                        self._lock.acquire()
 
     def _work(self) -> None:
-        """Worker thread body."""
+        """Worker thread: send jobs one at a time."""
         while True:
-            with self._cond:
-                picked = self._next_work()
-            if picked is None:
-                return
-            uid, ref, since, lane = picked
+            with self._lock:
+                while not self._jobs and not self._stopping:
+                    self._jobs_ready.wait()
+                if self._stopping:
+                    return
+                job = self._jobs.popleft()
             try:
-                self._serve(uid, ref, since, lane)
+                done = self.execute(job)
+                try:
+                    job.ref.tell(done)
+                except pykka.ActorDeadError:
+                    logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")
-            finally:
-                with self._cond:
-                    self._busy -= 1
+            with self._lock:
+                self._running -= 1
+                grants = self._grant_locked()
+            self._send_grants(grants)
 
-    def _serve(self, uid: str, ref: Any, since: float, lane: int) -> None:
-        try:
-            taken = ref.ask(Take(self._clock()), timeout=self._ask_timeout)
-        except (pykka.ActorDeadError, pykka.Timeout):
-            taken = None
-        if not isinstance(taken, Taken):
-            with self._cond:
-                self._bucket.refund()
-            return
-        self._metrics.limiter_wait.labels(str(lane)).observe(max(0.0, self._clock() - since))
-        done = self.execute(taken)
-        try:
-            ref.tell(done)
-        except pykka.ActorDeadError:
-            logger.bind(uid=uid).debug("object actor gone before its result arrived")
-
-    def execute(self, taken: Taken) -> Done:
+    def execute(self, job: Job) -> Done:
         """Worker thread. Send one attempt and classify its result."""
-        call = taken.call
-        log = logger.bind(uid=call.ref.uid, call_type=call.call_type, attempt=taken.attempt)
-        with self._cond:
-            self.sent += 1
+        call = job.call
+        self._sent_count = next(self._sent) + 1
         start = time.perf_counter()
         result = Result.SUCCESS
         obj = None
         error: BaseException | None = None
         delay = 0.0
         try:
-            obj = call.send(self._backend, taken.obj)
+            obj = call.send(self._backend, job.obj)
         except NotFoundError as exc:
             result, error = Result.NOT_FOUND, exc
         except ConflictError as exc:
@@ -286,22 +338,22 @@ class Executor:
             except NotFoundError:
                 result = Result.NOT_FOUND
             except ApiError as get_exc:
-                log.debug("refetch after conflict failed: {}", get_exc)
+                logger.debug("refetch after conflict failed: {}", get_exc)
         except ApiError as exc:
             error = exc
             if exc.retryable:
                 result = Result.RETRY
                 retry_after = exc.retry_after if isinstance(exc, TooManyRequestsError) else 0.0
-                delay = backoff_delay(self._retry, taken.attempt, retry_after)
-                self._metrics.retries.labels(call.call_type, _retry_reason(exc)).inc()
+                delay = backoff_delay(self._retry, job.attempt, retry_after)
+                self._metrics.retry(call.call_type, _retry_reason(exc))
             else:
                 result = Result.FAILED
         except Exception as exc:  # a bug in a call's send(): fail this call only
             result, error = Result.FAILED, exc
-            log.opt(exception=exc).error("call send raised")
-        elapsed = time.perf_counter() - start
-        label = result.value
-        self._metrics.executions.labels(call.call_type, label).inc()
-        self._metrics.duration.labels(call.call_type, label).observe(elapsed)
-        log.bind(result=label).debug("attempt finished in {:.1f} ms", elapsed * 1000)
+            logger.opt(exception=exc).error("{} send raised", call.call_type)
+        self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
+        if error is not None:
+            logger.debug(
+                "{} {} attempt {}: {}", call.call_type, call.ref.uid, job.attempt, result.value
+            )
         return Done(call, result, obj, error, delay)

@@ -1,7 +1,8 @@
 """Messages exchanged between the facade, the object actors and the executor.
 
-All are immutable slotted dataclasses; actors receive them with ``tell`` (``Take`` and ``View``
-with ``ask`` from threads that may block: executor workers and callers, never pool threads).
+All are immutable slotted dataclasses sent with ``tell``, except ``View``, which callers ``ask``
+from threads that may block (never from a pool thread). Object actors and the executor never
+block on each other: a call moves Ready → Grant → Job → Done, each a message.
 """
 
 from __future__ import annotations
@@ -63,22 +64,12 @@ class View:
 
 
 @dataclass(frozen=True, slots=True)
-class Take:
-    """Ask from an executor worker holding a token: hand over the current merged call.
-
-    The actor answers a :class:`Taken` (the call moves to in flight) or None (nothing to send:
-    merged away, no-op, cancelled, backing off, or already in flight)."""
+class Grant:
+    """From the executor: a token and a worker slot are reserved for this object. The actor
+    answers with a :class:`Job` (its current merged call moves to in flight) or a
+    :class:`Refund` (nothing to send: merged away, no-op, cancelled, backing off, in flight)."""
 
     now: float
-
-
-@dataclass(frozen=True, slots=True)
-class Taken:
-    """Answer to :class:`Take`."""
-
-    call: Call
-    obj: Obj | None
-    attempt: int  # 1 for the first try
 
 
 class Result(enum.Enum):
@@ -103,6 +94,24 @@ class Done:
 
 
 # --------------------------------------------------------------------------- to the executor
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """An object actor's answer to :class:`Grant`: send ``call`` against ``obj`` now."""
+
+    ref: Any  # pykka.ActorRef of the object actor
+    call: Call
+    obj: Obj | None
+    attempt: int  # 1 for the first try
+    ready_since: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """An object actor's answer to :class:`Grant` when it has nothing to send."""
+
+    uid: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ Thread-safe: methods are called from pool threads, executor workers and callers.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -88,6 +89,47 @@ class Metrics:
             "Object actors that crashed (their futures failed, the actor was restarted clean).",
             registry=r,
         )
+
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    # Labelled children are cached: ``labels()`` takes a lock and builds a key on every call,
+    # which is most of the cost of a metric update on the hot path.
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric._name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def outcome(self, call_type: str, outcome: str) -> None:
+        """A call resolved."""
+        self._child(self.outcomes, call_type, outcome).inc()
+
+    def submit(self, call_type: str) -> None:
+        """A call was submitted."""
+        self._child(self.submitted, call_type).inc()
+
+    def merge(self, call_type: str) -> None:
+        """A pending call was merged with a newer one."""
+        self._child(self.merged, call_type).inc()
+
+    def pending_delta(self, call_type: str, delta: int) -> None:
+        """The pending-calls gauge of ``call_type`` moves by ``delta``."""
+        self._child(self.pending, call_type).inc(delta)
+
+    def retry(self, call_type: str, reason: str) -> None:
+        """An attempt will be retried."""
+        self._child(self.retries, call_type, reason).inc()
+
+    def executed(self, call_type: str, result: str, seconds: float) -> None:
+        """An attempt finished."""
+        self._child(self.executions, call_type, result).inc()
+        self._child(self.duration, call_type, result).observe(seconds)
+
+    def waited(self, lane: int, seconds: float) -> None:
+        """An object waited ``seconds`` in lane ``lane`` before its grant."""
+        self._child(self.limiter_wait, str(lane)).observe(seconds)
 
     def bind_live(self, live: Callable[[], int], dropped: Callable[[], int]) -> None:
         """Make the live-actor and dropped gauges read the registry on scrape."""

@@ -6,8 +6,8 @@ The actor owns everything about its object: the newest observed state, at most o
 locks, and since only the actor resolves its futures, each future resolves exactly once.
 
 All ``on_*``/``_handle_*`` methods run on a pool thread of :mod:`actors.runtime`, one message at a
-time per actor. They never block: replies to the executor travel as messages (``Ready``) and the
-executor's worker threads ask with ``Take``.
+time per actor. They never block: the executor and the actor talk only in messages
+(``Ready`` → ``Grant`` → ``Job``/``Refund`` → ``Done``).
 """
 
 from __future__ import annotations
@@ -38,12 +38,13 @@ from actors.messages import (
     Close,
     Deleted,
     Done,
+    Grant,
+    Job,
     Observed,
     Ready,
+    Refund,
     Result,
     Submit,
-    Take,
-    Taken,
     View,
 )
 from actors.metrics import Metrics
@@ -57,7 +58,7 @@ class ActorContext:
     """What every object actor of one dispatcher shares (one instance per dispatcher)."""
 
     registry: Registry
-    send_ready: Callable[[Ready], None]
+    executor: Callable[[Ready | Job | Refund], None]
     metrics: Metrics
     retry: RetryConfig
     clock: Callable[[], float]
@@ -114,9 +115,8 @@ class ObjectActor(PooledActor):
         except InvalidStateError:  # pragma: no cover - would be a bug: never resolve twice
             logger.error("future of {} resolved twice", entry.call.describe())
             raise
-        self.ctx.metrics.outcomes.labels(call_type, label).inc()
+        self.ctx.metrics.outcome(call_type, label)
         self.ctx.on_resolved()
-        logger.bind(uid=self.uid, call_type=call_type, result=label).debug("call resolved")
 
     def _fail(self, entry: _Entry, exc_type: type[CallOutcomeError], why: str) -> None:
         self._resolve(entry, exc_type(why, uid=self.uid, call_type=entry.call.call_type))
@@ -124,9 +124,9 @@ class ObjectActor(PooledActor):
     def _set_pending(self, entry: _Entry | None) -> None:
         old = self.pending
         if old is not None:
-            self.ctx.metrics.pending.labels(old.call.call_type).dec()
+            self.ctx.metrics.pending_delta(old.call.call_type, -1)
         if entry is not None:
-            self.ctx.metrics.pending.labels(entry.call.call_type).inc()
+            self.ctx.metrics.pending_delta(entry.call.call_type, 1)
         self.pending = entry
 
     def _drop_pending(self, outcome: Outcome | CallOutcomeError | DispatcherClosed) -> None:
@@ -139,7 +139,7 @@ class ObjectActor(PooledActor):
         """Tell the executor there is something to send (if nothing is in flight)."""
         entry = self.pending
         if entry is not None and self.inflight is None:
-            self.ctx.send_ready(
+            self.ctx.executor(
                 Ready(self.uid, self.actor_ref, entry.call.relevance, entry.not_before)
             )
 
@@ -156,8 +156,8 @@ class ObjectActor(PooledActor):
             self._on_submit(self.handling)
             self.handling = None
             return None
-        if isinstance(message, Take):
-            return self._on_take(message.now)
+        if isinstance(message, Grant):
+            return self._on_grant(message.now)
         if isinstance(message, Done):
             return self._on_done(message)
         if isinstance(message, Observed):
@@ -178,7 +178,7 @@ class ObjectActor(PooledActor):
 
     def _on_submit(self, entry: _Entry) -> None:
         call = entry.call
-        self.ctx.metrics.submitted.labels(call.call_type).inc()
+        self.ctx.metrics.submit(call.call_type)
         if self.ctx.closing:
             self._resolve(entry, DispatcherClosed("dispatcher is stopping"))
             return
@@ -191,7 +191,7 @@ class ObjectActor(PooledActor):
         if call.exclusive:
             # A deletion/preemption cancels everything pending and becomes the only pending call.
             if pending is not None and pending.call.call_type == call.call_type:
-                self.ctx.metrics.merged.labels(call.call_type).inc()
+                self.ctx.metrics.merge(call.call_type)
                 entry.call = call.merge(pending.call)
                 entry.attempt, entry.not_before = pending.attempt, pending.not_before
                 self._drop_pending(Outcome.OVERWRITTEN)
@@ -229,7 +229,7 @@ class ObjectActor(PooledActor):
 
         if pending is not None and pending.call.call_type == call.call_type:
             # same type: merge, the newer values win, the older call fills the gaps
-            self.ctx.metrics.merged.labels(call.call_type).inc()
+            self.ctx.metrics.merge(call.call_type)
             entry.call = call.merge(pending.call)
             entry.attempt, entry.conflicts = pending.attempt, pending.conflicts
             entry.not_before = pending.not_before
@@ -257,30 +257,30 @@ class ObjectActor(PooledActor):
 
     # ------------------------------------------------------------------ executor handshake
 
-    def _on_take(self, now: float) -> Taken | None:
-        """Ask from an executor worker that holds a token. Returns the call to send now."""
+    def _on_grant(self, now: float) -> None:
+        """The executor reserved a token and a worker for this object: hand over the current
+        merged call (it moves to in flight), or refund if there is nothing to send now."""
         entry = self.pending
-        if entry is None or self.inflight is not None or self.gone:
-            return None
-        if entry.not_before > now:
-            return None  # backing off; a delayed Ready will come
-        if entry.call.is_noop(self.observed):
-            self._drop_pending(Outcome.SKIPPED)
-            return None
-        reason = entry.call.precheck(self.observed)
-        if reason is not None:
-            self._set_pending(None)
-            self._fail(entry, CallConflict, reason)
-            return None
-        self._set_pending(None)
-        entry.attempt += 1
-        self.inflight = entry
-        return Taken(entry.call, self.observed, entry.attempt)
+        job = None
+        if entry is not None and self.inflight is None and not self.gone:
+            if entry.not_before > now:
+                pass  # backing off; a delayed Ready is queued
+            elif entry.call.is_noop(self.observed):
+                self._drop_pending(Outcome.SKIPPED)
+            elif (reason := entry.call.precheck(self.observed)) is not None:
+                self._set_pending(None)
+                self._fail(entry, CallConflict, reason)
+            else:
+                self._set_pending(None)
+                entry.attempt += 1
+                self.inflight = entry
+                job = Job(self.actor_ref, entry.call, self.observed, entry.attempt)
+        self.ctx.executor(job if job is not None else Refund(self.uid))
 
     def _on_done(self, done: Done) -> None:
         entry = self.inflight
         if entry is None or entry.call is not done.call:
-            logger.bind(uid=self.uid).warning("stale Done for {}", done.call.describe())
+            logger.warning("stale Done for {} ({})", done.call.describe(), self.uid)
             return
         self.inflight = None
         result = done.result
@@ -305,7 +305,7 @@ class ObjectActor(PooledActor):
                     entry, CallConflict, f"conflict after {entry.conflicts} attempts: {done.error}"
                 )
             else:
-                self.ctx.metrics.retries.labels(entry.call.call_type, "conflict").inc()
+                self.ctx.metrics.retry(entry.call.call_type, "conflict")
                 self._requeue(entry, 0.0)
         elif result is Result.RETRY:
             if entry.attempt >= self.ctx.retry.max_attempts:
@@ -342,7 +342,7 @@ class ObjectActor(PooledActor):
         if pending is None:
             self._set_pending(entry)
         elif pending.call.call_type == entry.call.call_type:
-            self.ctx.metrics.merged.labels(entry.call.call_type).inc()
+            self.ctx.metrics.merge(entry.call.call_type)
             pending.call = pending.call.merge(entry.call)
             pending.attempt = max(pending.attempt, entry.attempt)
             pending.not_before = max(pending.not_before, entry.not_before)
@@ -436,7 +436,7 @@ class ObjectActor(PooledActor):
         futures with the error and leave the registry so the next message spawns a clean actor.
         Other objects are untouched."""
         self.ctx.metrics.actor_failures.inc()
-        logger.bind(uid=self.uid).opt(exception=exception_value).error("object actor crashed")
+        logger.opt(exception=exception_value).error("object actor for {} crashed", self.uid)
         for entry in (self.handling, self.pending, self.inflight):
             if entry is not None and not entry.future.done():
                 self._resolve(
@@ -473,3 +473,5 @@ class ObjectActor(PooledActor):
                 self._fail(_Entry(message.call, message.future), CallCancelled, "object deleted")
         elif isinstance(message, Observed | Cancel):
             self.ctx.registry.tell(self.uid, message)
+        elif isinstance(message, Grant):
+            self.ctx.executor(Refund(self.uid))

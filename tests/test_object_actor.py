@@ -1,8 +1,9 @@
 """Per-object rules (DESIGN §3), driven message by message.
 
-The test plays the executor: it receives the actor's ``Ready`` notifications, asks ``Take`` like a
-worker holding a token, and answers ``Done``. Every ask is answered only after the messages sent
-before it were handled (one actor handles its inbox in order), so no sleeps are needed.
+The test plays the executor: it receives the actor's ``Ready`` notifications, sends ``Grant`` like
+the executor reserving a token, collects the ``Job`` (or ``Refund``) answer and replies ``Done``.
+An actor handles its inbox in order, so a ``View`` ask after a message returns only once that
+message was handled: no sleeps are needed.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from actors.messages import (
     Close,
     Deleted,
     Done,
+    Grant,
+    Job,
     Observed,
     Ready,
+    Refund,
     Result,
     Submit,
-    Take,
-    Taken,
     View,
 )
 from actors.metrics import Metrics
@@ -70,16 +72,23 @@ class Harness:
         self.pool.start()
         self.registry = Registry(idle_timeout=10.0, clock=self.clock)
         self.ready: queue.Queue[Ready] = queue.Queue()
+        self.answers: queue.Queue[Job | Refund] = queue.Queue()
         self.resolved = 0
         self.ctx = ActorContext(
             registry=self.registry,
-            send_ready=self.ready.put,
+            executor=self._executor,
             metrics=Metrics(),
             retry=retry or RetryConfig(max_attempts=3, max_conflict_retries=2),
             clock=self.clock,
             on_resolved=self._count,
             spawn=self._spawn,
         )
+
+    def _executor(self, msg: Ready | Job | Refund) -> None:
+        if isinstance(msg, Ready):
+            self.ready.put(msg)
+        else:
+            self.answers.put(msg)
 
     def _count(self) -> None:
         self.resolved += 1
@@ -98,11 +107,13 @@ class Harness:
         assert ref is not None, f"no actor for {uid}"
         return ref
 
-    def take(self, uid: str) -> Taken | None:
-        result: Taken | None = self.ref(uid).ask(Take(self.clock()), timeout=5)
-        return result
+    def take(self, uid: str) -> Job | None:
+        """Grant a token to the object; return its Job, or None if it refunded."""
+        self.ref(uid).tell(Grant(self.clock()))
+        answer = self.answers.get(timeout=5)
+        return answer if isinstance(answer, Job) else None
 
-    def done(self, uid: str, taken: Taken, result: Result = Result.SUCCESS, **kw: Any) -> None:
+    def done(self, uid: str, taken: Job, result: Result = Result.SUCCESS, **kw: Any) -> None:
         self.ref(uid).tell(Done(taken.call, result, **kw))
 
     def view(self, uid: str) -> Obj | None:
@@ -215,7 +226,7 @@ def test_same_type_merges_and_older_is_overwritten(h: Harness) -> None:
     f2 = h.submit(PodStatusPatch.for_pod(p, nominated_node_name="n2"))
     assert f1.result(timeout=5) is Outcome.OVERWRITTEN
     taken = h.take("uid-a")
-    assert isinstance(taken, Taken) and isinstance(taken.call, PodStatusPatch)
+    assert isinstance(taken, Job) and isinstance(taken.call, PodStatusPatch)
     assert taken.call.nominated_node_name == "n2"
     assert [c["reason"] for c in taken.call.conditions] == ["A"]
     h.done("uid-a", taken)
@@ -406,7 +417,7 @@ def test_retry_merges_with_call_that_arrived_meanwhile(h: Harness) -> None:
     h.done("uid-a", t1, Result.RETRY, error=ServerError(), delay=0.0)
     assert f1.result(timeout=5) is Outcome.OVERWRITTEN
     t2 = h.take("uid-a")
-    assert isinstance(t2, Taken) and isinstance(t2.call, PodStatusPatch)
+    assert isinstance(t2, Job) and isinstance(t2.call, PodStatusPatch)
     assert t2.call.nominated_node_name == "n1" and len(t2.call.conditions) == 1
     h.done("uid-a", t2)
     assert f2.result(timeout=5) is Outcome.SUCCESS
