@@ -51,12 +51,6 @@ class Metrics:
             ["call_type", "outcome"],
             registry=r,
         )
-        self.submitted = Counter(
-            "kdispatch_calls_submitted_total",
-            "Calls submitted, by call type.",
-            ["call_type"],
-            registry=r,
-        )
         self.merged = Counter(
             "kdispatch_calls_merged_total",
             "Pending calls merged with a newer call of the same type.",
@@ -105,10 +99,6 @@ class Metrics:
     def outcome(self, call_type: str, outcome: str) -> None:
         """A call resolved."""
         self._child(self.outcomes, call_type, outcome).inc()
-
-    def submit(self, call_type: str) -> None:
-        """A call was submitted."""
-        self._child(self.submitted, call_type).inc()
 
     def merge(self, call_type: str) -> None:
         """A pending call was merged with a newer one."""

@@ -178,7 +178,6 @@ class ObjectActor(PooledActor):
 
     def _on_submit(self, entry: _Entry) -> None:
         call = entry.call
-        self.ctx.metrics.submit(call.call_type)
         if self.ctx.closing:
             self._resolve(entry, DispatcherClosed("dispatcher is stopping"))
             return

@@ -138,7 +138,8 @@ def get_path(obj: Obj | None, *path: str) -> Any:
     """``obj[path[0]][path[1]]...`` or None when any step is missing."""
     cur: Any = obj
     for key in path:
-        if not isinstance(cur, Mapping):
+        # exact dicts first: isinstance against the Mapping ABC is ~10x slower
+        if type(cur) is not dict and not isinstance(cur, Mapping):
             return None
         cur = cur.get(key)
     return cur
