@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import threading
 from collections.abc import Iterator
 from types import TracebackType
@@ -493,3 +494,24 @@ def test_lazy_event_wait_and_set() -> None:
     assert ev.is_set() and ev.wait() is True
     ev.clear()
     assert not ev.is_set()
+
+
+# --------------------------------------------------------------------------- benchmark smoke
+
+
+@pytest.mark.timeout(60)
+def test_benchmark_main_writes_report(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import actor_runtime
+
+    out = tmp_path / "bench.json"
+    argv = ["--actors", "200", "--msgs-per-actor", "2", "--threading-max-msgs", "200"]
+    assert actor_runtime.main([*argv, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [run["runtime"] for run in report["runs"]] == ["pooled", "threading"]
+    for run in report["runs"]:
+        assert run["actors"] == 200
+        for figure in actor_runtime.FIGURES:
+            assert isinstance(run[figure], float)
+    assert set(report["ratios"]) == set(actor_runtime.FIGURES)
+    assert isinstance(report["targets"]["all_met"], bool)
+    assert "tell_msgs_per_s" in capsys.readouterr().out

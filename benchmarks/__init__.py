@@ -1,0 +1,1 @@
+"""Benchmarks (not tests): each module runs with ``python -m benchmarks.<name> --json PATH``."""
