@@ -352,8 +352,12 @@ class Executor:
             result, error = Result.FAILED, exc
             logger.opt(exception=exc).error("{} send raised", call.call_type)
         self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
-        if error is not None:
-            logger.debug(
-                "{} {} attempt {}: {}", call.call_type, call.ref.uid, job.attempt, result.value
-            )
+        logger.debug(
+            "{call_type} {uid} attempt {attempt}: {result}",
+            uid=call.ref.uid,
+            call_type=call.call_type,
+            attempt=job.attempt,
+            result=result.value,
+            pod=call.ref.name,
+        )
         return Done(call, result, obj, error, delay)

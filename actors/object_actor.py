@@ -117,6 +117,8 @@ class ObjectActor(PooledActor):
             raise
         self.ctx.metrics.outcome(call_type, label)
         self.ctx.on_resolved()
+        # keyword arguments land in the record's ``extra`` (loguru's capture)
+        logger.debug("{call_type} {uid}: {result}", uid=self.uid, call_type=call_type, result=label)
 
     def _fail(self, entry: _Entry, exc_type: type[CallOutcomeError], why: str) -> None:
         self._resolve(entry, exc_type(why, uid=self.uid, call_type=entry.call.call_type))

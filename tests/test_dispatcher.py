@@ -313,3 +313,29 @@ def test_bad_input_is_rejected(server: InMemoryApiServer, dispatcher: Dispatcher
         Dispatcher(object())  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError):
         Dispatcher(server, {"qps": 5})  # type: ignore[arg-type]
+
+
+def test_logs_are_off_by_default_and_carry_bound_fields(server: InMemoryApiServer) -> None:
+    from loguru import logger
+
+    records: list[dict[str, Any]] = []
+    sink = logger.add(lambda m: records.append(m.record), level="DEBUG")
+    try:
+        pod = server.create(make_pod("p1"))
+        with Dispatcher(server, FAST) as d:
+            d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
+        assert records == []  # the library is silent unless enabled
+        logger.enable("actors")
+        pod2 = server.create(make_pod("p2"))
+        with Dispatcher(server, FAST) as d:
+            d.submit(PodBinding.for_pod(pod2, "n1")).result(timeout=10)
+    finally:
+        logger.disable("actors")
+        logger.remove(sink)
+    extras = [r["extra"] for r in records]
+    assert {
+        "uid": pod2["metadata"]["uid"],
+        "call_type": "pod_binding",
+        "result": "success",
+    }.items() <= (next(e for e in extras if "attempt" not in e and e.get("uid")).items())
+    assert any(e.get("attempt") == 1 and e.get("pod") == "p2" for e in extras)
