@@ -41,7 +41,7 @@ import uuid
 from collections import deque
 from queue import Empty, SimpleQueue
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 import pykka
 from loguru import logger
@@ -51,9 +51,6 @@ from pykka._threading import ThreadingFuture
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr, _ActorStop
 
 from actors.errors import InvalidConfigError, InvalidInputError, KdispatchError
-
-if TYPE_CHECKING:
-    from pykka._actor import ActorInbox
 
 __all__ = ["ActorPool", "PoolStateError", "PooledActor", "live_pooled_actors"]
 
@@ -468,7 +465,7 @@ class PooledActor(pykka.Actor):
         self._pool = pool
         self._pooled_started = False
         self.actor_urn = uuid.uuid4().urn
-        self.actor_inbox = _PooledInbox(self, pool._ready)
+        self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = _LazyEvent()
         self._actor_ref = _PooledActorRef(self)
 
@@ -477,8 +474,8 @@ class PooledActor(pykka.Actor):
         """Create the actor (``cls(*args, **kwargs)``) and schedule ``on_start`` on its pool.
 
         Unlike pykka, the actor is not registered in ``pykka.ActorRegistry``. Raises
-        :class:`PoolStateError` if the pool is not running. Any thread (not an actor that must
-        stay non-blocking: it never blocks anyway).
+        :class:`PoolStateError` if the pool is not running. Any thread, a pooled actor's
+        included (it never blocks).
         """
         obj = cls(*args, **kwargs)
         if getattr(obj, "_actor_ref", None) is None or getattr(obj, "_pool", None) is None:
@@ -486,10 +483,10 @@ class PooledActor(pykka.Actor):
         obj._start_actor_loop()
         return obj.actor_ref
 
-    @staticmethod
-    def _create_actor_inbox() -> ActorInbox:
-        """pykka hook, unused: a pooled inbox needs its actor, so ``__init__`` builds it."""
-        raise NotImplementedError("pooled actors create their inbox in __init__")
+    def _create_actor_inbox(self) -> _PooledInbox:  # type: ignore[override]
+        """pykka hook, here an instance method (the inbox schedules its actor on the pool).
+        Called once from ``__init__``. Starting thread."""
+        return _PooledInbox(self, self._pool._ready)
 
     @staticmethod
     def _create_future() -> pykka.Future[Any]:
