@@ -339,3 +339,35 @@ def test_logs_are_off_by_default_and_carry_bound_fields(server: InMemoryApiServe
         "result": "success",
     }.items() <= (next(e for e in extras if "attempt" not in e and e.get("uid")).items())
     assert any(e.get("attempt") == 1 and e.get("pod") == "p2" for e in extras)
+
+
+def test_max_live_actors_is_enforced_with_a_typed_error(server: InMemoryApiServer) -> None:
+    from actors.config import RegistryConfig
+    from actors.errors import ActorLimitExceeded
+
+    gated = GatedBackend(server)
+    pods = [server.create(make_pod(f"p{i}")) for i in range(3)]
+    cfg = DispatcherConfig(rate_limit=FAST.rate_limit, registry=RegistryConfig(max_live=2))
+    with Dispatcher(gated, cfg) as d:
+        gated.gate.clear()
+        futs = [d.submit(PodBinding.for_pod(p, "n1")) for p in pods[:2]]
+        with pytest.raises(ActorLimitExceeded):
+            d.submit(PodBinding.for_pod(pods[2], "n1"))
+        assert d.outstanding == 2  # the rejected call is not counted as pending
+        gated.gate.set()
+        assert [f.result(timeout=10) for f in futs] == [Outcome.SUCCESS] * 2
+
+
+def test_cancel_withdraws_a_queued_call(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(gated, FAST) as d:
+        gated.gate.clear()
+        first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="a")]))
+        gated.wait_calls(1)
+        queued = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="b")]))
+        d.cancel(pod["metadata"]["uid"])
+        assert result(queued) is CallCancelled
+        gated.gate.set()
+        assert first.result(timeout=10) is Outcome.SUCCESS
+    assert [c[0] for c in gated.calls] == ["patch_status"]
