@@ -385,6 +385,44 @@ def test_put_after_close_is_answered(pool: ActorPool) -> None:
     assert ref.actor_inbox.empty()
 
 
+def _ask_many(
+    ref: pykka.ActorRef[Any],
+    barrier: threading.Barrier,
+    futures: list[pykka.Future[Any]],
+    lock: threading.Lock,
+) -> None:
+    barrier.wait()
+    for i in range(200):
+        future = ref.ask(i, block=False)
+        with lock:
+            futures.append(future)
+
+
+def test_asks_racing_with_stop_all_resolve(pool: ActorPool) -> None:
+    """Every ask sent while the actor stops resolves (a reply or ActorDeadError), none hangs."""
+    for _ in range(20):
+        ref = Recorder.start(pool)
+        barrier = threading.Barrier(5, timeout=WAIT)
+        futures: list[pykka.Future[Any]] = []
+        args = (ref, barrier, futures, threading.Lock())
+        threads = [threading.Thread(target=_ask_many, args=args) for _ in range(4)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        ref.stop(block=False)
+        for t in threads:
+            t.join(WAIT)
+        answered = dead = 0
+        for future in futures:
+            try:
+                future.get(timeout=WAIT)
+                answered += 1
+            except pykka.ActorDeadError:
+                dead += 1
+        assert answered + dead == 800
+        assert not ref.is_alive()
+
+
 def test_actor_object_freed_after_stop() -> None:
     p = ActorPool(workers=1, name="free")
     p.start()
