@@ -110,18 +110,30 @@ def map_api_exception(exc: ApiException, what: str) -> ApiError:
     ``what`` names the operation for the message (e.g. ``"bind default/p1"``).
     """
     code = exc.status if isinstance(exc.status, int) else 0
-    status = _status_body(exc.body)
-    reason = status.get("reason") if isinstance(status.get("reason"), str) else None
-    server_msg = status.get("message") if isinstance(status.get("message"), str) else ""
-    text = f"{what}: HTTP {code} {reason or exc.reason or ''}".rstrip()
-    if server_msg:
-        text += f": {server_msg[:_MESSAGE_LIMIT]}"
-    headers = exc.headers if isinstance(exc.headers, Mapping) else None
     if code == 0:
         # Raised by the client's REST layer itself (TLS failure, unpreparable request).
         return ApiConnectionError(
             f"{what}: {str(exc.reason or 'transport error')[:_MESSAGE_LIMIT]}"
         )
+    headers = exc.headers if isinstance(exc.headers, Mapping) else None
+    return error_from_status(code, _status_body(exc.body), what, headers, http_reason=exc.reason)
+
+
+def error_from_status(
+    code: int,
+    status: Mapping[str, Any],
+    what: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    http_reason: object = None,
+) -> ApiError:
+    """The :class:`ApiError` for HTTP ``code`` with its ``Status`` body (possibly empty), as
+    answered to a request or carried by a watch ``ERROR`` event."""
+    reason = status.get("reason") if isinstance(status.get("reason"), str) else None
+    server_msg = status.get("message") if isinstance(status.get("message"), str) else ""
+    text = f"{what}: HTTP {code} {reason or http_reason or ''}".rstrip()
+    if server_msg:
+        text += f": {server_msg[:_MESSAGE_LIMIT]}"
     if code == 404:
         return NotFoundError(text)
     if code == 409:
