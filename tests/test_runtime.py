@@ -113,6 +113,19 @@ def test_ordering_per_sender_with_many_senders_and_actors(pool: ActorPool) -> No
             assert [i for s, i in log if s == sender] == list(range(200))
 
 
+def test_tell_paths_keep_messages_intact(pool: ActorPool) -> None:
+    """Bare tells, envelopes put through pykka's own ``tell``, and messages that are envelopes."""
+    ref = Recorder.start(pool)
+    inner = Envelope("inner")
+    ref.tell("bare")
+    pykka.ActorRef.tell(ref, "via pykka")  # pykka's path: an Envelope put in the inbox
+    ref.tell(inner)
+    assert ref.ask("end", timeout=WAIT) == "end"
+    log = ref.proxy().log.get(timeout=WAIT)
+    assert log == ["bare", "via pykka", inner, "end"]
+    ref.stop()
+
+
 def test_future_nonblocking_and_timeout(pool: ActorPool) -> None:
     gate = threading.Event()
     ref = Recorder.start(pool)
