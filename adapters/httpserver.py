@@ -510,7 +510,8 @@ class ApiServerHTTP:
             return _HttpError(410, "Expired", str(exc))
         if isinstance(exc, InvalidRequestError):
             code = exc.status if 400 <= exc.status < 500 else 422
-            reason = "Invalid" if code == 422 else HTTPStatus(code).phrase.replace(" ", "")
+            known = code != 422 and code in HTTPStatus._value2member_map_
+            reason = HTTPStatus(code).phrase.replace(" ", "") if known else "Invalid"
             return _HttpError(code, reason, str(exc), details=route.details())
         code = exc.status if 500 <= exc.status <= 599 else 500
         return _HttpError(code, "InternalError", str(exc))
