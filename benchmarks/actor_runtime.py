@@ -9,7 +9,7 @@ For each runtime, with N actors that count the messages they handle:
 * ``rss_kib_per_actor``: resident memory growth after starting them (idle, ``gc.collect()``
   before both readings), divided by N;
 * ``tell_msgs_per_s``: one thread tells round-robin to all actors (``--msgs-per-actor`` each);
-  from the first tell until the last message is handled; the median of 3 rounds. The
+  from the first tell until the last message is handled; the median of 5 rounds. The
   ThreadingActor part is capped at ``--threading-max-msgs`` messages per round (it is two orders
   of magnitude slower), never skipped;
 * ``ask_p50_us`` / ``ask_p99_us``: sequential blocking asks to random actors (2,000 pooled;
@@ -239,7 +239,7 @@ def run_pooled(n: int, workers: int, batch: int, msgs_per_actor: int) -> dict[st
         def spawn(started: Countdown, handled: Countdown) -> pykka.ActorRef[Any]:
             return PooledCounter.start(pool, started, handled)
 
-        bounds = Bounds(msgs_per_actor, None, tell_rounds=3, asks=2000, ask_budget_s=None)
+        bounds = Bounds(msgs_per_actor, None, tell_rounds=5, asks=2000, ask_budget_s=None)
         result = measure("pooled", n, spawn, bounds)
     finally:
         pool.stop(timeout=WAIT_LIMIT)
@@ -255,7 +255,7 @@ def run_threading(n: int, msgs_per_actor: int, max_msgs: int) -> dict[str, Any]:
     def spawn(started: Countdown, handled: Countdown) -> pykka.ActorRef[Any]:
         return ThreadingCounter.start(started, handled)
 
-    bounds = Bounds(msgs_per_actor, max_msgs, tell_rounds=3, asks=500, ask_budget_s=2.0)
+    bounds = Bounds(msgs_per_actor, max_msgs, tell_rounds=5, asks=500, ask_budget_s=2.0)
     try:
         result = measure("threading", n, spawn, bounds)
     finally:  # normally all stopped already; only this benchmark's actors are touched
