@@ -1,0 +1,1 @@
+"""Runnable examples built on kdispatch: a threaded scheduler (the main job) and a stress run."""

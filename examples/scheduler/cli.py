@@ -1,0 +1,135 @@
+"""Command line of the main job: ``python -m examples.scheduler``.
+
+Parses the options into a :class:`~examples.scheduler.runner.RunConfig`, runs it with a progress
+bar on stderr, prints the summary table on stdout and optionally writes the figures as JSON.
+Exit status: 0 when the run verified clean (no duplicate binding, no lost intent), 1 otherwise,
+2 for bad options, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from loguru import logger
+
+from actors.errors import InvalidInputError
+from examples.scheduler.report import summary_table, write_json
+from examples.scheduler.runner import RunConfig, run
+
+
+def parser() -> argparse.ArgumentParser:
+    """The argument parser (also used for ``--help``)."""
+    p = argparse.ArgumentParser(
+        prog="python -m examples.scheduler",
+        description="A threaded scheduler on kdispatch: schedules pods on an embedded "
+        "apiserver (or a real cluster) and reports what the API calls cost.",
+    )
+    d = RunConfig()
+    p.add_argument("--nodes", type=int, default=d.nodes, help="nodes to create (embedded)")
+    p.add_argument("--pods", type=int, default=d.pods, help="pods to create (embedded)")
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=d.latency_ms,
+        help="apiserver latency per request (embedded; default %(default)s)",
+    )
+    p.add_argument(
+        "--qps",
+        type=float,
+        default=d.qps,
+        help="client-side rate limit, requests/s (0 = unlimited, the default)",
+    )
+    p.add_argument("--burst", type=int, default=d.burst, help="rate limiter burst")
+    p.add_argument(
+        "--faults",
+        type=float,
+        default=d.faults,
+        help="share of requests failing with injected faults (embedded)",
+    )
+    p.add_argument(
+        "--sync",
+        action="store_true",
+        help="blocking API calls on the scheduling threads instead of the dispatcher",
+    )
+    p.add_argument(
+        "--kubeconfig", metavar="PATH", help="schedule the pending pods of a real cluster instead"
+    )
+    p.add_argument(
+        "--scheduler-name",
+        default=None,
+        help="spec.schedulerName to serve (default: default-scheduler embedded, "
+        "kdispatch-example with --kubeconfig)",
+    )
+    p.add_argument("--threads", type=int, default=d.threads, help="scheduling threads")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=d.workers,
+        help="dispatcher executor threads (parallel requests)",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=d.max_seconds,
+        help="stop at this deadline even if pods are still pending",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=d.max_attempts,
+        help="unschedulable cycles before a pod is given up",
+    )
+    p.add_argument("--high-priority-share", type=float, default=d.high_priority_share)
+    p.add_argument("--unschedulable-share", type=float, default=d.unschedulable_share)
+    p.add_argument("--claim-share", type=float, default=d.claim_share)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", action="store_true", help="debug logs on stderr")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the main job; returns the exit status."""
+    args = parser().parse_args(argv)
+    try:
+        cfg = RunConfig(
+            nodes=args.nodes,
+            pods=args.pods,
+            latency_ms=args.latency_ms,
+            qps=args.qps,
+            burst=args.burst,
+            faults=args.faults,
+            sync=args.sync,
+            kubeconfig=args.kubeconfig,
+            scheduler_name=args.scheduler_name,
+            threads=args.threads,
+            workers=args.workers,
+            max_seconds=args.max_seconds,
+            max_attempts=args.max_attempts,
+            high_priority_share=args.high_priority_share,
+            unschedulable_share=args.unschedulable_share,
+            claim_share=args.claim_share,
+            seed=args.seed,
+        )
+    except InvalidInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.verbose:
+        logger.remove()
+        logger.add(sys.stderr, level="DEBUG")
+        for name in ("actors", "adapters", "examples"):
+            logger.enable(name)
+    else:
+        logger.disable("examples")
+    fig = run(cfg, stream=None if args.no_progress else sys.stderr)
+    print(summary_table(fig))
+    for problem in fig.get("problems", []):
+        print(f"problem: {problem}")
+    if args.json:
+        write_json(args.json, fig)
+    if fig["stopped_by"] == "interrupt":
+        return 130
+    return 0 if fig["duplicate_bindings"] == 0 and fig["lost_intents"] == 0 else 1

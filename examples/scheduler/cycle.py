@@ -1,0 +1,626 @@
+"""The scheduler: informer callbacks in, scheduling cycles on N threads, bindings as
+continuations of their futures.
+
+Scheduling cycle (a scheduling thread, one pod): nominated node first, else filter and score;
+reserve the best node in the assume-cache (re-checked under its lock, so concurrent cycles never
+double-book); hand the pod to the binding cycle. A pod that fits nowhere may preempt (see
+:mod:`examples.scheduler.preemption`), otherwise it gets ``PodScheduled=False`` through the API
+layer *without waiting* and backs off; after ``max_attempts`` such cycles it is given up.
+
+Binding cycle: allocate/reserve the pod's ResourceClaims, then bind. Each step submits its calls
+and registers a continuation on their futures; the continuation runs on a scheduling thread once
+they resolve (so with the dispatcher no thread ever blocks on the apiserver, and with
+``--sync`` the blocking happens inside ``submit``). On failure the pod is un-assumed, its claims
+deallocated, and it is requeued with backoff.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from loguru import logger
+
+from actors.calls import UNSET
+from actors.claim_calls import ClaimStatusPatch
+from actors.errors import (
+    CallOutcomeError,
+    DispatcherClosed,
+    InvalidInputError,
+    ObjectNotFound,
+)
+from actors.objects import Obj, get_path, meta, pod_node_name
+from actors.pod_calls import PodBinding, PodStatusPatch
+from examples.scheduler.api import CallFuture, SchedulerApi
+from examples.scheduler.cache import Allocation, SchedulerCache
+from examples.scheduler.claims import ClaimStore, allocation_for
+from examples.scheduler.framework import Filtered, Framework
+from examples.scheduler.nominator import Nominator
+from examples.scheduler.podinfo import PodInfo
+from examples.scheduler.preemption import UNRESOLVABLE, Preemptions, select_victims
+from examples.scheduler.queue import SchedulingQueue
+from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Tracker
+
+UNSCHEDULABLE_REASON = "Unschedulable"
+
+
+class Phase(enum.Enum):
+    """Where a pod is in the scheduler."""
+
+    QUEUED = "queued"  # active or backing off
+    SCHEDULING = "scheduling"
+    BINDING = "binding"
+    BOUND = "bound"
+    UNSCHEDULABLE = "unschedulable"  # given up after max_attempts
+    GONE = "gone"  # deleted (preempted or by someone else)
+
+
+SETTLED = frozenset({Phase.BOUND, Phase.UNSCHEDULABLE, Phase.GONE})
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Knobs of the scheduler (validated)."""
+
+    threads: int = 2
+    scheduler_name: str = "default-scheduler"
+    max_attempts: int = 5
+    """Unschedulable cycles before a pod is given up."""
+    max_bind_failures: int = 5
+    backoff_initial: float = 0.05
+    backoff_max: float = 1.0
+    victim_wait: float = 2.0
+    """A preemptor re-checks after this long even if a victim deletion event was missed."""
+    max_candidates: int = 100
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "max_attempts", "max_bind_failures", "max_candidates"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("backoff_initial", "backoff_max", "victim_wait"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
+
+
+@dataclass(slots=True)
+class PodRecord:
+    """The scheduler's mutable state for one pod (guarded by the scheduler lock)."""
+
+    info: PodInfo
+    phase: Phase
+    attempts: int = 0
+    bind_failures: int = 0
+    preempted: bool = False
+    woken: bool = False  # its victims went away while its cycle was running
+
+
+@dataclass(slots=True)
+class BindTask:
+    """One binding cycle in progress."""
+
+    rec: PodRecord
+    info: PodInfo
+    node: str
+    allocations: list[Allocation]
+    started: float
+    futures: list[CallFuture] = field(default_factory=list)
+
+
+class Scheduler:
+    """A small, real, multi-threaded scheduler on a :class:`SchedulerApi`."""
+
+    def __init__(
+        self,
+        api: SchedulerApi,
+        config: SchedulerConfig | None = None,
+        *,
+        tracker: Tracker | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.config = config or SchedulerConfig()
+        self.tracker = tracker or Tracker(clock)
+        self._clock = clock
+        self.cache = SchedulerCache()
+        self.framework = Framework(self.cache)
+        self.nominator = Nominator(api.view)
+        self.preemptions = Preemptions()
+        self.claims = ClaimStore()
+        self.queue = SchedulingQueue(clock)
+        self._rng = random.Random(self.config.seed)
+        self._lock = threading.Lock()
+        self._preempt_lock = threading.Lock()
+        self._pods: dict[str, PodRecord] = {}
+        self._phases: Counter[Phase] = Counter()
+        self._threads: list[threading.Thread] = []
+        self.errors = 0
+        """Unexpected exceptions caught in scheduling threads (0 in a healthy run)."""
+        self.cycles = 0
+
+    # ================================================================ lifecycle
+
+    def start(self) -> None:
+        """Caller thread. Start the scheduling threads."""
+        for i in range(self.config.threads):
+            t = threading.Thread(target=self._work, name=f"scheduler-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Caller thread. Stop the scheduling threads (cycles in progress finish)."""
+        self.queue.close()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._threads = [t for t in self._threads if t.is_alive()]
+
+    def _work(self) -> None:
+        """Scheduling thread body: continuations first, then cycles."""
+        while True:
+            item = self.queue.pop()
+            if item is None:
+                return
+            try:
+                if isinstance(item, str):
+                    self._schedule(item)
+                else:
+                    item()
+            except Exception:
+                self.errors += 1
+                logger.opt(exception=True).error("scheduling thread error")
+                if isinstance(item, str):
+                    self._retry_later(item)
+
+    def _retry_later(self, uid: str) -> None:
+        with self._lock:
+            rec = self._pods.get(uid)
+            if rec is None or rec.phase is not Phase.SCHEDULING:
+                return
+            self._set_phase(rec, Phase.QUEUED)
+            self.queue.backoff(uid, rec.info.priority, self.config.backoff_max)
+
+    # ================================================================ informer callbacks
+
+    def on_pod_add(self, obj: Obj) -> None:
+        """Informer thread. A pod appeared (or the informer re-listed it)."""
+        self.on_pod_update(obj)
+
+    def on_pod_update(self, obj: Obj) -> None:
+        """Informer thread. Newest pod object: track it, queue it, or confirm its binding."""
+        uid = meta(obj).get("uid")
+        node = pod_node_name(obj)
+        ours = get_path(obj, "spec", "schedulerName") in (None, self.config.scheduler_name)
+        with self._lock:
+            rec = self._pods.get(uid) if isinstance(uid, str) else None
+            if rec is None:
+                if not ours and node is None:
+                    return
+                info = PodInfo.of(obj)
+                rec = PodRecord(info, Phase.QUEUED)
+                self._pods[info.uid] = rec
+                self._phases[Phase.QUEUED] += 1
+                new = True
+            else:
+                info = rec.info = rec.info.with_obj(obj)
+                new = False
+            phase = rec.phase
+            if node is not None and phase in (Phase.QUEUED, Phase.UNSCHEDULABLE):
+                self._set_phase(rec, Phase.BOUND)  # bound by someone else
+        if node is not None:
+            self.cache.confirm(info, node)
+            self.nominator.remove(info.uid)
+            if phase is Phase.QUEUED:
+                self.queue.remove(info.uid)
+            return
+        if phase is Phase.GONE or info.terminating:
+            return
+        if info.nominated_node is not None and phase is Phase.QUEUED:
+            self.nominator.observe(info)
+        if new:
+            self.queue.add(info.uid, info.priority)
+
+    def on_pod_delete(self, obj: Obj) -> None:
+        """Informer thread. A pod is gone: free its place, wake its preemptor, deallocate its
+        claims."""
+        uid = meta(obj).get("uid")
+        if not isinstance(uid, str):
+            return
+        victim = self.cache.is_victim(uid)
+        with self._lock:
+            rec = self._pods.get(uid)
+            if rec is not None:
+                rec.preempted = rec.preempted or victim
+                self._set_phase(rec, Phase.GONE)
+        self.queue.remove(uid)
+        self.nominator.remove(uid)
+        self.preemptions.forget(uid)
+        released = self.cache.remove(uid)
+        preemptor = self.preemptions.victim_gone(uid)
+        if preemptor is not None:
+            self._wake(preemptor)
+        for alloc in released:
+            self._release_claim(alloc, uid)
+
+    def on_node_add(self, obj: Obj) -> None:
+        """Informer thread."""
+        self.cache.set_node(obj)
+
+    def on_node_update(self, obj: Obj) -> None:
+        """Informer thread."""
+        self.cache.set_node(obj)
+
+    def on_node_delete(self, obj: Obj) -> None:
+        """Informer thread."""
+        self.cache.remove_node(str(meta(obj).get("name")))
+
+    def on_claim_add(self, obj: Obj) -> None:
+        """Informer thread."""
+        self.claims.put(obj)
+
+    def on_claim_update(self, obj: Obj) -> None:
+        """Informer thread."""
+        self.claims.put(obj)
+
+    def on_claim_delete(self, obj: Obj) -> None:
+        """Informer thread."""
+        self.claims.delete(obj)
+
+    # ================================================================ scheduling cycle
+
+    def _schedule(self, uid: str) -> None:
+        """Scheduling thread. One scheduling cycle for one pod."""
+        with self._lock:
+            rec = self._pods.get(uid)
+            if rec is None or rec.phase is not Phase.QUEUED:
+                return
+            self._set_phase(rec, Phase.SCHEDULING)
+            info = rec.info
+            self.cycles += 1
+        if info.node is not None or info.terminating:
+            self._finish_cycle(rec, Phase.BOUND if info.node else Phase.GONE)
+            return
+        missing = [c for c in info.claim_keys() if self.claims.get(c) is None]
+        if missing:
+            msg = (
+                f"0/{len(self.cache.nodes)} nodes are available: "
+                f'resourceclaim "{missing[0]}" not found.'
+            )
+            self._unschedulable(rec, info, msg, None)
+            return
+        reservations = self.nominator.reservations(info.priority, info.uid)
+        nominated = self.nominator.node_of(uid)
+        if nominated is not None:
+            allocs = self.cache.reserve(info, nominated, reservations.get(nominated, (0, 0)))
+            if allocs is not None:
+                self._start_binding(rec, info, nominated, allocs)
+                return
+        filtered = self.framework.filter(info, reservations)
+        if filtered.feasible:
+            best = max(filtered.feasible, key=lambda p: p[0])[1]
+            for node in [best, *(n for n in filtered.ranked() if n is not best)]:
+                allocs = self.cache.reserve(info, node.name, reservations.get(node.name, (0, 0)))
+                if allocs is not None:
+                    self._start_binding(rec, info, node.name, allocs)
+                    return
+            self._requeue(rec, 0.0)  # every candidate was taken by concurrent cycles
+            return
+        self._no_fit(rec, info, filtered)
+
+    def _finish_cycle(self, rec: PodRecord, phase: Phase) -> None:
+        with self._lock:
+            if rec.phase is Phase.SCHEDULING:
+                self._set_phase(rec, phase)
+
+    def _requeue(self, rec: PodRecord, delay: float) -> None:
+        """Back to the queue after ``delay`` — at once if its victims went away meanwhile.
+        The queue is updated under the scheduler lock so a concurrent :meth:`_wake` cannot slip
+        between the phase change and the backoff entry."""
+        with self._lock:
+            if rec.phase not in (Phase.SCHEDULING, Phase.BINDING):
+                return
+            self._set_phase(rec, Phase.QUEUED)
+            if rec.woken:
+                rec.woken, delay = False, 0.0
+            self.queue.backoff(rec.info.uid, rec.info.priority, delay)
+
+    def _backoff(self, attempts: int) -> float:
+        cfg = self.config
+        return float(min(cfg.backoff_max, cfg.backoff_initial * 2 ** max(0, attempts - 1)))
+
+    def _no_fit(self, rec: PodRecord, info: PodInfo, filtered: Filtered) -> None:
+        """Scheduling thread. Nothing fits: wait for victims, preempt, or report
+        unschedulable."""
+        msg = Framework.failure_message(len(self.cache.nodes), filtered.reasons)
+        if self.preemptions.waiting(info.uid):
+            # kubernetes#134249: never preempt again while our victims are terminating
+            self._requeue(rec, self.config.victim_wait)
+            return
+        if set(filtered.reasons) - UNRESOLVABLE and self._preempt(info, msg):
+            self._requeue(rec, self.config.victim_wait)
+            return
+        self._unschedulable(rec, info, msg, None)
+
+    def _unschedulable(
+        self, rec: PodRecord, info: PodInfo, msg: str, nominated: str | None
+    ) -> None:
+        """Scheduling thread. ``PodScheduled=False`` without waiting; back off or give up."""
+        self._patch_status(info, msg, nominated)
+        with self._lock:
+            rec.attempts += 1
+            give_up = rec.attempts >= self.config.max_attempts
+            if rec.phase is not Phase.SCHEDULING:
+                return
+            self._set_phase(rec, Phase.UNSCHEDULABLE if give_up else Phase.QUEUED)
+            if not give_up:
+                self.queue.backoff(info.uid, info.priority, self._backoff(rec.attempts))
+        if give_up:
+            self.nominator.remove(info.uid)
+            logger.bind(pod=info.key).debug("giving up: {}", msg)
+
+    def _patch_status(self, info: PodInfo, msg: str, nominated: str | None) -> None:
+        cond = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": UNSCHEDULABLE_REASON,
+            "message": msg,
+        }
+        call = PodStatusPatch.for_pod(
+            info.obj, conditions=[cond], nominated_node_name=nominated or UNSET
+        )
+        expect = {"reason": UNSCHEDULABLE_REASON, "nominated": nominated}
+        self._submit(STATUS, info.uid, info.key, expect, partial(self.api.submit, call))
+
+    # ================================================================ preemption
+
+    def _preempt(self, info: PodInfo, msg: str) -> bool:
+        """Scheduling thread. Choose and mark victims, nominate the preemptor (read back
+        through ``view``), then preempt the victims — no waiting on any of it. Preemptions are
+        serialised so that each sees the nominations of the previous ones. Returns whether a
+        preemption is under way for the pod."""
+        if not self.cache.has_lower_priority(info.priority):
+            return False
+        with self._preempt_lock:
+            if self.preemptions.waiting(info.uid):
+                return True
+            reservations = self.nominator.reservations(info.priority, info.uid)
+            with self.cache.locked():
+                cand = select_victims(
+                    info, self.cache, reservations, self._rng, self.config.max_candidates
+                )
+                if cand is None:
+                    return False
+                victims = [v.uid for v in cand.victims]
+                self.cache.mark_victims(victims)
+                self.preemptions.start(info.uid, victims)
+            self._patch_status(info, msg, cand.node)
+            self.nominator.refresh(info)  # read-your-writes: the pending nomination reserves
+        logger.bind(pod=info.key, node=cand.node).debug("preempting {} pods", len(victims))
+        for victim in cand.victims:
+            fut = self._submit(
+                PREEMPT,
+                victim.uid,
+                victim.key,
+                {"preemptor": info.uid},
+                partial(self.api.preempt, victim.obj, preemptor=info.key),
+            )
+            if fut is not None:
+                fut.add_done_callback(partial(self._post_victim_done, victim))
+        return True
+
+    def _post_victim_done(self, victim: PodInfo, fut: CallFuture) -> None:
+        """Future callback (resolving thread): hand over to a scheduling thread."""
+        self.queue.post(partial(self._victim_done, victim, fut))
+
+    def _victim_done(self, victim: PodInfo, fut: CallFuture) -> None:
+        """Continuation. A victim's preemption resolved; if it failed for good the victim
+        stays, may be chosen again, and no longer holds its preemptor back."""
+        exc = fut.exception()
+        if exc is None or isinstance(exc, ObjectNotFound | DispatcherClosed):
+            return
+        self.cache.unmark_victim(victim.uid)
+        preemptor = self.preemptions.victim_gone(victim.uid)
+        if preemptor is not None:
+            self._wake(preemptor)
+
+    def _wake(self, uid: str) -> None:
+        """A preemptor's last victim is gone: retry it now (or as soon as its cycle ends)."""
+        with self._lock:
+            rec = self._pods.get(uid)
+            if rec is None:
+                return
+            if rec.phase is Phase.QUEUED:
+                self.queue.activate(uid, rec.info.priority)
+            elif rec.phase is Phase.SCHEDULING:
+                rec.woken = True
+
+    # ================================================================ binding cycle
+
+    def _start_binding(
+        self, rec: PodRecord, info: PodInfo, node: str, allocs: list[Allocation]
+    ) -> None:
+        """Scheduling thread. The pod is assumed on ``node``: write its claims, then bind."""
+        with self._lock:
+            gone = rec.phase is not Phase.SCHEDULING
+            if not gone:
+                self._set_phase(rec, Phase.BINDING)
+        if gone:
+            self.cache.forget(info.uid)
+            return
+        self.nominator.remove(info.uid)
+        self.preemptions.forget(info.uid)
+        task = BindTask(rec, info, node, allocs, self._clock())
+        for key in info.claim_keys():
+            claim = self.claims.get(key)
+            alloc = self.cache.allocation(key)
+            if claim is None or alloc is None:
+                self._binding_failed(task, None)
+                return
+            new = alloc in allocs
+            call = ClaimStatusPatch.for_claim(
+                claim,
+                allocate=allocation_for(alloc.node, alloc.device) if new else UNSET,
+                reserve=[info.consumer()],
+            )
+            expect = {"device": (alloc.node, alloc.device), "reserve": info.uid}
+            fut = self._submit(
+                CLAIM, str(meta(claim).get("uid")), key, expect, partial(self.api.submit, call)
+            )
+            if fut is None:
+                return
+            task.futures.append(fut)
+        if task.futures:
+            self._when_all(task.futures, partial(self._claims_done, task))
+        else:
+            self._send_binding(task)
+
+    def _when_all(self, futures: list[CallFuture], then: Callable[[], None]) -> None:
+        """Post ``then`` to the queue once every future resolved (callbacks never block)."""
+        left = [len(futures)]
+        lock = threading.Lock()
+
+        def one_done(_f: CallFuture) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self.queue.post(then)
+
+        for fut in futures:
+            fut.add_done_callback(one_done)
+
+    def _claims_done(self, task: BindTask) -> None:
+        """Continuation. Claims written: bind, or fail the binding cycle."""
+        for fut in task.futures:
+            exc = fut.exception()
+            if exc is not None:
+                self._binding_failed(task, exc)
+                return
+        self._send_binding(task)
+
+    def _send_binding(self, task: BindTask) -> None:
+        info = task.info
+        call = PodBinding.for_pod(task.rec.info.obj, task.node)
+        fut = self._submit(
+            BIND, info.uid, info.key, {"node": task.node}, partial(self.api.submit, call)
+        )
+        if fut is not None:
+            fut.add_done_callback(partial(self._post_bound, task))
+
+    def _post_bound(self, task: BindTask, fut: CallFuture) -> None:
+        """Future callback (resolving thread): hand over to a scheduling thread."""
+        self.queue.post(partial(self._bound, task, fut))
+
+    def _bound(self, task: BindTask, fut: CallFuture) -> None:
+        """Continuation. The binding resolved."""
+        exc = fut.exception()
+        if exc is not None:
+            self._binding_failed(task, exc)
+            return
+        info = task.info
+        self.cache.confirm(info, task.node)
+        with self._lock:
+            if task.rec.phase is Phase.BINDING:
+                self._set_phase(task.rec, Phase.BOUND)
+        self.tracker.binding_done(self._clock() - task.started)
+
+    def _binding_failed(self, task: BindTask, exc: BaseException | None) -> None:
+        """Continuation. Un-assume, deallocate what this cycle allocated, requeue."""
+        info = task.info
+        logger.bind(pod=info.key, node=task.node).debug("binding failed: {!r}", exc)
+        self.cache.forget(info.uid)
+        for alloc in task.allocations:
+            self._release_claim(alloc, info.uid)
+        if isinstance(exc, DispatcherClosed):
+            return
+        with self._lock:
+            task.rec.bind_failures += 1
+            give_up = task.rec.bind_failures >= self.config.max_bind_failures
+            if give_up and task.rec.phase is Phase.BINDING:
+                self._set_phase(task.rec, Phase.UNSCHEDULABLE)
+        if not give_up:
+            self._requeue(task.rec, self._backoff(task.rec.bind_failures))
+
+    def _release_claim(self, alloc: Allocation, owner: str) -> None:
+        """Deallocate and unreserve a claim (its pod failed to bind or is gone); no waiting."""
+        claim = self.claims.get(alloc.claim)
+        if claim is None:
+            return
+        call = ClaimStatusPatch.for_claim(claim, deallocate=True, unreserve=[owner])
+        expect = {"device": None, "unreserve": owner}
+        self._submit(
+            CLAIM, str(meta(claim).get("uid")), alloc.claim, expect, partial(self.api.submit, call)
+        )
+
+    # ================================================================ helpers
+
+    def _submit(
+        self,
+        kind: str,
+        uid: str,
+        key: str,
+        expect: Mapping[str, Any],
+        send: Callable[[], CallFuture],
+    ) -> CallFuture | None:
+        """Submit through the API layer, timing the submit and recording the intent. None
+        once the API layer is closed (the run is stopping)."""
+        start = time.perf_counter()
+        try:
+            fut = send()
+        except DispatcherClosed:
+            return None
+        except CallOutcomeError as err:  # pragma: no cover - submit reports errors via futures
+            logger.warning("submit failed: {}", err)
+            return None
+        self.tracker.record(
+            kind, uid, key, expect=expect, future=fut, submit_seconds=time.perf_counter() - start
+        )
+        return fut
+
+    def _set_phase(self, rec: PodRecord, phase: Phase) -> None:
+        """Scheduler lock held."""
+        if rec.phase is not phase:
+            self._phases[rec.phase] -= 1
+            self._phases[phase] += 1
+            rec.phase = phase
+
+    # ================================================================ introspection
+
+    def phase_counts(self) -> dict[str, int]:
+        """Any thread. Pods per phase, plus ``preempted`` (deleted as our victims)."""
+        with self._lock:
+            out = {p.value: self._phases[p] for p in Phase}
+            out["preempted"] = sum(1 for r in self._pods.values() if r.preempted)
+            out["total"] = len(self._pods)
+        return out
+
+    def settled(self) -> bool:
+        """Any thread. Every known pod is bound, given up or gone, and nothing is pending."""
+        with self._lock:
+            unsettled = sum(self._phases[p] for p in Phase if p not in SETTLED)
+        return unsettled == 0 and self.queue.counts()[2] == 0
+
+    def busy(self) -> bool:
+        """Any thread. Something is queued for a cycle now, in a cycle, or binding (pods that
+        only back off do not count)."""
+        with self._lock:
+            working = self._phases[Phase.SCHEDULING] + self._phases[Phase.BINDING]
+        active, _, tasks = self.queue.counts()
+        return working + active + tasks > 0
+
+    def known(self) -> int:
+        """Any thread. Pods this scheduler tracks."""
+        return len(self._pods)
+
+    def record(self, uid: str) -> PodRecord | None:
+        """Any thread. A pod's record (for tests and reports)."""
+        return self._pods.get(uid)

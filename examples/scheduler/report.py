@@ -1,0 +1,136 @@
+"""The run's figures: computing them, the summary table, and the JSON file.
+
+``figures()`` turns the raw material of a run (phase counts, API stats, tracker samples,
+verification) into one flat-ish dict; :func:`summary_table` renders it for humans and
+:func:`write_json` for tools (keys include ``pods_bound``, ``pods_total``, ``pods_per_s``,
+``calls_sent``, ``duplicate_bindings`` and ``lost_intents``). Pure functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-quantile (0..1, nearest rank) of ``values``, or None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
+    return ordered[rank]
+
+
+def _ms(values: Sequence[float]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        v = percentile(values, q)
+        out[name] = None if v is None else round(v * 1000, 3)
+    return out
+
+
+def outcome_totals(outcomes: Mapping[str, int]) -> dict[str, int]:
+    """Sum ``type:outcome`` counters by outcome."""
+    totals: dict[str, int] = {}
+    for key, count in outcomes.items():
+        outcome = key.rsplit(":", 1)[-1]
+        totals[outcome] = totals.get(outcome, 0) + count
+    return totals
+
+
+def figures(
+    *,
+    mode: str,
+    settings: Mapping[str, Any],
+    counts: Mapping[str, int],
+    pods_total: int,
+    api_stats: Mapping[str, Any],
+    submit_latencies: Sequence[float],
+    binding_latencies: Sequence[float],
+    wall_s: float,
+    verification: Mapping[str, Any],
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """All figures of one run as a JSON-ready dict."""
+    sent: dict[str, int] = dict(sorted(api_stats["sent"].items()))
+    totals = outcome_totals(api_stats["outcomes"])
+    bound = counts.get("bound", 0)
+    return {
+        "mode": mode,
+        **settings,
+        "pods_total": pods_total,
+        "pods_bound": bound,
+        "pods_unschedulable": counts.get("unschedulable", 0),
+        "pods_preempted": counts.get("preempted", 0),
+        "pods_unsettled": pods_total
+        - bound
+        - counts.get("unschedulable", 0)
+        - counts.get("gone", 0),
+        "calls_sent": sum(sent.values()),
+        "calls_sent_by_type": sent,
+        "calls_merged": totals.get("overwritten", 0),
+        "calls_skipped": totals.get("skipped", 0),
+        "calls_cancelled": totals.get("cancelled", 0),
+        "calls_failed": sum(totals.get(k, 0) for k in ("failed", "conflict", "not_found", "error")),
+        "calls_outcomes": dict(sorted(api_stats["outcomes"].items())),
+        "retries": api_stats.get("retries", 0),
+        "submit_latency_ms": _ms(submit_latencies),
+        "binding_latency_ms": _ms(binding_latencies),
+        "wall_s": round(wall_s, 3),
+        "pods_per_s": round(bound / wall_s, 1) if wall_s > 0 else 0.0,
+        **verification,
+        **extra,
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if value < 10 else f"{value:,.1f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def summary_table(fig: Mapping[str, Any]) -> str:
+    """A two-column plain-text table of the headline figures."""
+    sub, bind = fig["submit_latency_ms"], fig["binding_latency_ms"]
+    rows: list[tuple[str, Any]] = [
+        ("mode", fig["mode"]),
+        ("pods bound", f"{fig['pods_bound']:,} / {fig['pods_total']:,}"),
+        ("pods unschedulable (given up)", fig["pods_unschedulable"]),
+        ("pods preempted", fig["pods_preempted"]),
+        ("pods unsettled", fig["pods_unsettled"]),
+        ("API calls sent", fig["calls_sent"]),
+    ]
+    rows += [(f"  {ct}", n) for ct, n in fig["calls_sent_by_type"].items()]
+    rows += [
+        ("calls merged (overwritten)", fig["calls_merged"]),
+        ("calls skipped (no-op / superseded)", fig["calls_skipped"]),
+        ("calls cancelled", fig["calls_cancelled"]),
+        ("calls failed", fig["calls_failed"]),
+        ("retries", fig["retries"]),
+        ("submit latency p50 / p99 (ms)", f"{_fmt(sub['p50'])} / {_fmt(sub['p99'])}"),
+        ("binding latency p50 / p99 (ms)", f"{_fmt(bind['p50'])} / {_fmt(bind['p99'])}"),
+        ("pods/s", fig["pods_per_s"]),
+        ("wall time (s)", fig["wall_s"]),
+        ("duplicate bindings", fig["duplicate_bindings"]),
+        ("lost intents", fig["lost_intents"]),
+    ]
+    if fig.get("qps_budget_used") is not None:
+        rows.append(("QPS budget used while pending", f"{fig['qps_budget_used']:.1%}"))
+    if fig.get("stopped_by"):
+        rows.append(("stopped by", fig["stopped_by"]))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {_fmt(value)}" for name, value in rows]
+    rule = "-" * max(len(line) for line in lines)
+    return "\n".join([rule, *lines, rule])
+
+
+def write_json(path: str | Path, fig: Mapping[str, Any]) -> None:
+    """Write the figures as pretty JSON."""
+    Path(path).write_text(json.dumps(fig, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -1,0 +1,358 @@
+"""One run of the main job: set up the cluster and the scheduler, drive it to the end, verify.
+
+Embedded mode (default): an :class:`~adapters.memory.InMemoryApiServer` with the requested
+latency and faults; nodes and claims are created, informers synced, then the scheduler starts
+and wave 1 of the pods is created; wave 2 (high priority) follows once wave 1 has been placed.
+``--kubeconfig`` mode: a real cluster; nothing is created, the scheduler places the pending pods
+that name it (``spec.schedulerName``).
+
+A run ends when every pod is bound, given up (unschedulable after ``max_attempts`` cycles) or
+gone (preempted), at the ``max_seconds`` deadline, or on Ctrl-C — and always shuts down cleanly:
+scheduling threads, dispatcher (draining what is pending), informers, monitor.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any, TextIO
+
+from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry
+
+from actors.backend import ApiBackend
+from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from actors.dispatcher import Dispatcher
+from actors.errors import InvalidInputError
+from actors.objects import Obj, meta
+from adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
+from adapters.kubernetes import KubernetesBackend
+from adapters.memory import FaultPlan, InMemoryApiServer, Latency
+from examples.scheduler.api import DispatchedApi, SchedulerApi
+from examples.scheduler.claims import claim_key
+from examples.scheduler.cycle import Scheduler, SchedulerConfig
+from examples.scheduler.direct import DirectApi
+from examples.scheduler.progress import Monitor, budget_share, describe
+from examples.scheduler.report import figures
+from examples.scheduler.tracker import Tracker
+from examples.scheduler.verify import BindingAudit, verify
+from examples.scheduler.workload import WorkloadSpec, build_workload
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Everything the CLI can set. ``qps=0`` means no client-side rate limit."""
+
+    nodes: int = 500
+    pods: int = 5000
+    latency_ms: float = 10.0
+    qps: float = 0.0
+    burst: int = 100
+    faults: float = 0.0
+    sync: bool = False
+    kubeconfig: str | None = None
+    scheduler_name: str | None = None
+    threads: int = 2
+    workers: int = 32
+    max_seconds: float = 120.0
+    max_attempts: int = 5
+    high_priority_share: float = 0.03
+    unschedulable_share: float = 0.01
+    claim_share: float = 0.02
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        ints = ("nodes", "pods", "burst", "threads", "workers", "max_attempts")
+        for name in ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("latency_ms", "qps", "faults", "max_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
+            if not math.isfinite(value):
+                raise InvalidInputError(f"{name} must be finite")
+        if self.faults > 1:
+            raise InvalidInputError("faults is a rate between 0 and 1")
+        if self.max_seconds <= 0:
+            raise InvalidInputError("max_seconds must be > 0")
+        for name in ("high_priority_share", "unschedulable_share", "claim_share"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 <= value <= 0.5:
+                raise InvalidInputError(f"{name} must be between 0 and 0.5, got {value!r}")
+
+    @property
+    def embedded(self) -> bool:
+        """True when running on the in-memory apiserver."""
+        return self.kubeconfig is None
+
+
+@dataclass
+class _Env:
+    """The live parts of a run."""
+
+    api: SchedulerApi
+    scheduler: Scheduler
+    informers: list[Informer]
+    server: InMemoryApiServer | None
+    backend: ApiBackend
+    audit: BindingAudit
+    lists: dict[str, ListWatch] = field(default_factory=dict)
+
+
+def _settings(cfg: RunConfig) -> dict[str, Any]:
+    out = asdict(cfg)
+    out.pop("kubeconfig")
+    out["qps"] = cfg.qps or None
+    out["embedded"] = cfg.embedded
+    return out
+
+
+def _make_api(cfg: RunConfig, backend: ApiBackend) -> SchedulerApi:
+    retry = RetryConfig(max_attempts=8)
+    if cfg.sync:
+        return DirectApi(backend, retry)
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=cfg.qps or math.inf, burst=cfg.burst),
+        executor=ExecutorConfig(workers=cfg.workers),
+        retry=retry,
+    )
+    dispatcher = Dispatcher(backend, config, metrics_registry=CollectorRegistry())
+    return DispatchedApi(dispatcher.start())
+
+
+Handlers = tuple[Callable[[Obj], None], Callable[[Obj], None], Callable[[Obj], None]]
+"""``(on_add, on_update, on_delete)``, each taking the newest object."""
+
+
+def _informer(lw: ListWatch, name: str, *handlers: Handlers) -> Informer:
+    """An informer delivering to each ``(on_add, on_update, on_delete)`` triple."""
+    inf = Informer(lw, name=name)
+    for on_add, on_update, on_delete in handlers:
+        inf.add_handler(on_add, _new_only(on_update), on_delete)
+    return inf
+
+
+def _new_only(on_update: Callable[[Obj], None]) -> Callable[[Obj, Obj], None]:
+    """Adapt a one-argument update handler to the informer's ``(old, new)`` signature."""
+
+    def handler(_old: Obj, new: Obj) -> None:
+        on_update(new)
+
+    return handler
+
+
+def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
+    server: InMemoryApiServer | None = None
+    if cfg.embedded:
+        server = InMemoryApiServer(
+            latency=Latency(fixed=cfg.latency_ms / 1000.0),
+            faults=FaultPlan(rate=cfg.faults) if cfg.faults else None,
+            seed=cfg.seed,
+            request_log_limit=max(200_000, 40 * cfg.pods),
+        )
+        backend: ApiBackend = server
+        lists: dict[str, ListWatch] = {
+            kind: MemoryListWatch(server, kind) for kind in ("Node", "ResourceClaim", "Pod")
+        }
+    else:
+        kube = KubernetesBackend.from_kubeconfig(cfg.kubeconfig, workers=cfg.workers)
+        backend = kube
+        informer_client = k8s.ApiClient(kube.api_client.configuration)
+        lists = {
+            kind: ClientListWatch(informer_client, kind)
+            for kind in ("Node", "ResourceClaim", "Pod")
+        }
+    api = _make_api(cfg, backend)
+    name = cfg.scheduler_name or ("default-scheduler" if cfg.embedded else "kdispatch-example")
+    scheduler = Scheduler(
+        api,
+        SchedulerConfig(
+            threads=cfg.threads,
+            scheduler_name=name,
+            max_attempts=cfg.max_attempts,
+            seed=cfg.seed,
+        ),
+        tracker=tracker,
+    )
+    s = scheduler
+    audit = BindingAudit()
+    informers = [
+        _informer(lists["Node"], "nodes", (s.on_node_add, s.on_node_update, s.on_node_delete)),
+        _informer(
+            lists["ResourceClaim"],
+            "claims",
+            (api.on_add, api.on_update, api.on_delete),
+            (s.on_claim_add, s.on_claim_update, s.on_claim_delete),
+        ),
+        _informer(
+            lists["Pod"],
+            "pods",
+            (api.on_add, api.on_update, api.on_delete),
+            (s.on_pod_add, s.on_pod_update, s.on_pod_delete),
+            (audit.on_pod, audit.on_pod, audit.on_delete),
+        ),
+    ]
+    return _Env(api, scheduler, informers, server, backend, audit, lists)
+
+
+def _placed(sched: Scheduler, created: int) -> bool:
+    """Every created pod is known and nothing is being scheduled or bound."""
+    return sched.known() >= created and not sched.busy()
+
+
+class _Waiter:
+    """Polls a condition from the main thread until it holds, the deadline passes or the
+    run is interrupted (Ctrl-C raises KeyboardInterrupt out of the wait)."""
+
+    def __init__(self, deadline: float, interval: float = 0.01) -> None:
+        self.deadline = deadline
+        self._interval = interval
+        self._tick = threading.Event()
+
+    def until(self, condition: Callable[[], bool]) -> bool:
+        while not condition():
+            if time.monotonic() >= self.deadline:
+                return False
+            self._tick.wait(self._interval)
+        return True
+
+
+def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]:
+    """Execute one run and return its figures (see :mod:`examples.scheduler.report`). Main
+    thread: Ctrl-C ends the run early, with a summary."""
+    tracker = Tracker()
+    env = _setup(cfg, tracker)
+    sched = env.scheduler
+    started = time.monotonic()
+    pods_total = 0
+    stopped_by = "done"
+    monitor = Monitor(
+        lambda: (env.api.stats()["tokens_taken"], env.api.outstanding()),
+        lambda: describe(
+            sched.phase_counts(),
+            max(pods_total, sched.known()),
+            time.monotonic() - started,
+            sum(env.api.stats()["sent"].values()),
+        ),
+        stream,
+    )
+    ended = started
+    try:
+        for inf in env.informers:
+            inf.start()
+            if not inf.wait_for_sync(60.0):
+                raise RuntimeError(f"informer {inf.name} did not sync")
+        started = time.monotonic()
+        waiter = _Waiter(started + cfg.max_seconds)
+        sched.start()
+        monitor.start()
+        if env.server is not None:
+            workload = build_workload(
+                WorkloadSpec(
+                    nodes=cfg.nodes,
+                    pods=cfg.pods,
+                    high_priority_share=cfg.high_priority_share,
+                    unschedulable_share=cfg.unschedulable_share,
+                    claim_share=cfg.claim_share,
+                    seed=cfg.seed,
+                )
+            )
+            # nodes and claims first; informers deliver them before the pods that need them
+            for obj in workload.nodes + workload.claims:
+                env.server.create(obj)
+            waiter.until(lambda: len(sched.cache.nodes) >= cfg.nodes)
+            started = time.monotonic()
+            for i, wave in enumerate(workload.waves):
+                if i and not waiter.until(partial(_placed, sched, pods_total)):
+                    break
+                for pod in wave:
+                    env.server.create(pod)
+                    pods_total += 1
+        done = waiter.until(lambda: sched.known() >= pods_total and sched.settled())
+        if not cfg.embedded:
+            pods_total = sched.known()
+        if not done:
+            stopped_by = "deadline"
+    except KeyboardInterrupt:
+        stopped_by = "interrupt"
+    ended = time.monotonic()
+    return _finish(
+        cfg,
+        env,
+        tracker=tracker,
+        monitor=monitor,
+        stopped_by=stopped_by,
+        pods_total=pods_total,
+        wall_s=ended - started,
+    )
+
+
+def _final_state(env: _Env) -> tuple[dict[str, Obj], dict[str, Obj]]:
+    pods, _ = env.lists["Pod"].list()
+    claims, _ = env.lists["ResourceClaim"].list()
+    return (
+        {str(meta(p).get("uid")): p for p in pods},
+        {claim_key(c): c for c in claims},
+    )
+
+
+def _finish(
+    cfg: RunConfig,
+    env: _Env,
+    *,
+    tracker: Tracker,
+    monitor: Monitor,
+    stopped_by: str,
+    pods_total: int,
+    wall_s: float,
+) -> dict[str, Any]:
+    """Shut everything down (drain unless interrupted), verify and compute the figures."""
+    clean = stopped_by == "done"
+    env.scheduler.stop()
+    drained = env.api.close(drain=clean, timeout=30.0 if clean else 2.0)
+    monitor.stop()
+    pods, claims = _final_state(env)
+    for inf in env.informers:
+        inf.stop()
+    if isinstance(env.backend, KubernetesBackend):
+        env.backend.close()
+    log = env.server.request_log if env.server is not None else None
+    check = verify(tracker.snapshot(), pods, claims, log, env.audit)
+    victims = tracker.preempted
+    extra: dict[str, Any] = {
+        "stopped_by": stopped_by,
+        "drained": drained,
+        "qps_budget_used": budget_share(monitor.samples, cfg.qps or math.inf, cfg.burst),
+        "preemption_rounds": env.scheduler.preemptions.started,
+        "victims": len(victims),
+        "max_preemptions_per_victim": max(victims.values(), default=0),
+        "scheduling_cycles": env.scheduler.cycles,
+        "scheduler_errors": env.scheduler.errors,
+        "faults_injected": env.server.fault_counts() if env.server is not None else {},
+        "problems": check.problems,
+    }
+    return figures(
+        mode=env.api.mode,
+        settings=_settings(cfg),
+        counts=env.scheduler.phase_counts(),
+        pods_total=pods_total,
+        api_stats=env.api.stats(),
+        submit_latencies=tracker.submit_latencies,
+        binding_latencies=tracker.binding_latencies,
+        wall_s=wall_s,
+        verification={
+            "duplicate_bindings": check.duplicate_bindings,
+            "lost_intents": check.lost_intents,
+            "unresolved_futures": check.unresolved,
+            "closed_at_stop": check.closed_at_stop,
+            "intents_checked": check.checked,
+        },
+        extra=extra,
+    )

@@ -1,0 +1,95 @@
+"""What the scheduler intended, and how long things took.
+
+Every API call the scheduler makes is recorded as an :class:`Intent` (what the server should
+show once it succeeded) together with its future; :mod:`examples.scheduler.verify` checks the
+final apiserver state against them. Latency samples (submit, binding) and per-victim preemption
+counts live here too. Thread-safe: appends come from scheduling threads and future callbacks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from examples.scheduler.api import CallFuture
+
+BIND: Final = "bind"
+STATUS: Final = "status"
+PREEMPT: Final = "preempt"
+CLAIM: Final = "claim"
+
+
+@dataclass(slots=True)
+class Intent:
+    """One call the scheduler made. ``expect`` describes the state it asks for (per kind:
+    ``node``; ``reason``/``nominated``; nothing; ``allocation``/``reserve``/``unreserve``)."""
+
+    kind: str
+    uid: str
+    key: str
+    expect: Mapping[str, Any]
+    future: CallFuture
+    seq: int
+    submitted: float
+    resolved: float | None = None
+    callbacks: int = 0
+
+
+@dataclass
+class Tracker:
+    """Intents and latency samples of one run."""
+
+    clock: Callable[[], float] = time.monotonic
+    intents: list[Intent] = field(default_factory=list)
+    submit_latencies: list[float] = field(default_factory=list)
+    binding_latencies: list[float] = field(default_factory=list)
+    preempted: Counter[str] = field(default_factory=Counter)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(
+        self,
+        kind: str,
+        uid: str,
+        key: str,
+        *,
+        expect: Mapping[str, Any],
+        future: CallFuture,
+        submit_seconds: float,
+    ) -> Intent:
+        """Any thread. Record a call just submitted (``submit_seconds``: how long the submit
+        itself blocked the caller)."""
+        with self._lock:
+            intent = Intent(
+                kind, uid, key, expect, future, len(self.intents), self.clock() - submit_seconds
+            )
+            self.intents.append(intent)
+            self.submit_latencies.append(submit_seconds)
+            if kind == PREEMPT:
+                self.preempted[uid] += 1
+        future.add_done_callback(lambda _f: self._resolved(intent))
+        return intent
+
+    def _resolved(self, intent: Intent) -> None:
+        """Future callback (the resolving thread: never blocks)."""
+        with self._lock:
+            intent.callbacks += 1
+            intent.resolved = self.clock()
+
+    def binding_done(self, seconds: float) -> None:
+        """Binding continuation. A binding cycle finished successfully after ``seconds``."""
+        with self._lock:
+            self.binding_latencies.append(seconds)
+
+    def snapshot(self) -> list[Intent]:
+        """Any thread. A copy of the intents list."""
+        with self._lock:
+            return list(self.intents)
+
+    def unresolved(self) -> int:
+        """Any thread. Intents whose future has not resolved."""
+        with self._lock:
+            return sum(1 for i in self.intents if not i.future.done())

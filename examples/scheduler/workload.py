@@ -1,0 +1,115 @@
+"""The main job's workload: nodes, ResourceClaims and two waves of pods.
+
+* Nodes: 4 cpu / 16 GiB each, labelled with one of three zones; every ``gpu_every``-th node also
+  offers 4 ``example.com/gpu`` devices.
+* Wave 1 (low priority 0): sized to fill about ``fill`` of the cluster's cpu with mixed pod
+  sizes; some select a zone, some reference a ResourceClaim (one claim per pod), and a few are
+  unschedulable (a nodeSelector no node matches, or more cpu than any node has).
+* Wave 2 (priority 1000, created once wave 1 has been placed): pods of about 2.5 times the average
+  size, which mostly fit nowhere and must preempt.
+
+Deterministic for a given seed. Pure module: builds dicts, creates nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters.memory import make_claim, make_node, make_pod
+from examples.scheduler.resources import GPU_RESOURCE
+
+NODE_CPU_M = 4000
+NODE_MEM_MI = 16384
+GPUS_PER_NODE = 4
+ZONES = ("zone-a", "zone-b", "zone-c")
+ZONE_LABEL = "topology.kubernetes.io/zone"
+HIGH_PRIORITY = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """Shape of the workload (shares are fractions of ``pods``)."""
+
+    nodes: int = 500
+    pods: int = 5000
+    high_priority_share: float = 0.03
+    unschedulable_share: float = 0.01
+    claim_share: float = 0.02
+    zone_share: float = 0.1
+    fill: float = 0.9
+    gpu_every: int = 10
+    seed: int = 1
+
+
+@dataclass(slots=True)
+class Workload:
+    """Objects to create: nodes and claims first, then the pod waves in order."""
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+    waves: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def pod_count(self) -> int:
+        """Pods in all waves."""
+        return sum(len(w) for w in self.waves)
+
+
+def build_workload(spec: WorkloadSpec) -> Workload:
+    """Build the objects of ``spec``."""
+    rng = random.Random(spec.seed)
+    out = Workload()
+    for i in range(spec.nodes):
+        node = make_node(
+            f"node-{i:04d}", NODE_CPU_M, NODE_MEM_MI, {ZONE_LABEL: ZONES[i % len(ZONES)]}
+        )
+        if spec.gpu_every and i % spec.gpu_every == 0:
+            for key in ("capacity", "allocatable"):
+                node["status"][key][GPU_RESOURCE] = str(GPUS_PER_NODE)
+        out.nodes.append(node)
+
+    n_high = round(spec.pods * spec.high_priority_share)
+    n_unsched = round(spec.pods * spec.unschedulable_share)
+    n_low = max(0, spec.pods - n_high - n_unsched)
+    n_claims = min(
+        round(spec.pods * spec.claim_share),
+        n_low,
+        (spec.nodes // spec.gpu_every + 1) * GPUS_PER_NODE if spec.gpu_every else 0,
+    )
+    avg = spec.fill * spec.nodes * NODE_CPU_M / max(1, n_low)
+    sizes = [max(10, round(avg * f / 10) * 10) for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
+
+    wave1: list[dict[str, Any]] = []
+    for i in range(n_low):
+        name = f"low-{i:05d}"
+        cpu = rng.choice(sizes)
+        selector = {ZONE_LABEL: rng.choice(ZONES)} if rng.random() < spec.zone_share else None
+        claims: list[str] = []
+        if i < n_claims:
+            claim = make_claim(f"gpu-{name}")
+            out.claims.append(claim)
+            claims.append(claim["metadata"]["name"])
+        wave1.append(
+            make_pod(name, cpu_m=cpu, mem_mi=cpu * 2, node_selector=selector, claims=claims)
+        )
+    for i in range(n_unsched):
+        name = f"unschedulable-{i:04d}"
+        if i % 2:
+            pod = make_pod(name, cpu_m=100, mem_mi=128, node_selector={ZONE_LABEL: "nowhere"})
+        else:
+            pod = make_pod(name, cpu_m=NODE_CPU_M * 2, mem_mi=256)
+        wave1.append(pod)
+    rng.shuffle(wave1)
+    wave2 = [
+        make_pod(
+            f"high-{i:04d}",
+            cpu_m=round(avg * 2.5 / 10) * 10,
+            mem_mi=round(avg * 2.5 / 10) * 20,
+            priority=HIGH_PRIORITY,
+        )
+        for i in range(n_high)
+    ]
+    out.waves = [wave1, wave2] if wave2 else [wave1]
+    return out
