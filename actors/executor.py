@@ -48,6 +48,7 @@ from actors.errors import (
 )
 from actors.messages import Done, Grant, Job, Ready, Refund, Result
 from actors.metrics import Metrics
+from actors.objects import get_path
 from actors.ratelimit import TokenBucket
 
 _Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor ref, ready since)
@@ -339,6 +340,10 @@ class Executor:
                 result = Result.NOT_FOUND
             except ApiError as get_exc:
                 logger.debug("refetch after conflict failed: {}", get_exc)
+            else:
+                if get_path(obj, "metadata", "uid") != call.ref.uid:
+                    # same name, another object: ours was deleted and re-created
+                    result, obj = Result.NOT_FOUND, None
         except ApiError as exc:
             error = exc
             if exc.retryable:

@@ -298,6 +298,9 @@ class ObjectActor(PooledActor):
             )
             self._retire("object not found")
             return
+        elif self.gone and result in (Result.CONFLICT, Result.RETRY):
+            # deleted while in flight: there is nothing left to retry against
+            self._fail(entry, CallCancelled, "object deleted")
         elif result is Result.CONFLICT:
             self._observe(done.obj)
             entry.conflicts += 1

@@ -289,3 +289,20 @@ def test_execute_classifies_results(error: BaseException | None, result: Result)
         assert done.delay == 0.005
     if isinstance(error, ConflictError):
         assert done.obj is not None and done.obj["metadata"]["resourceVersion"] == "9"
+
+
+def test_conflict_refetch_of_recreated_object_is_not_found() -> None:
+    class Recreated(NullBackend):
+        def get(self, kind: str, namespace: str, name: str) -> Obj:
+            return {"metadata": {"name": name, "uid": "someone-else", "resourceVersion": "1"}}
+
+    ex = Executor(
+        Recreated(),
+        relevances=[1],
+        rate_limit=RateLimitConfig(),
+        retry=RetryConfig(),
+        config=ExecutorConfig(),
+        metrics=Metrics(),
+    )
+    done = ex.execute(Job(None, probe("a", [], raises=ConflictError()), None, 1))
+    assert done.result is Result.NOT_FOUND and done.obj is None

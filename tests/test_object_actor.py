@@ -561,3 +561,16 @@ def test_idle_actor_is_reaped_busy_one_is_not(h: Harness) -> None:
     h.sync("uid-b")
     assert h.registry.get("uid-a") is None
     assert h.registry.get("uid-b") is ref_b
+
+
+@pytest.mark.parametrize("result", [Result.RETRY, Result.CONFLICT])
+def test_retry_after_delete_is_cancelled_not_requeued(h: Harness, result: Result) -> None:
+    p = pod("a")
+    fut = h.submit(unsched(p))
+    taken = h.take("uid-a")
+    assert taken is not None
+    ref = h.ref("uid-a")
+    ref.tell(Deleted(p))
+    ref.tell(Done(taken.call, result, error=ServerError()))
+    assert outcome(fut) is CallCancelled
+    assert ref.actor_stopped.wait(5)
