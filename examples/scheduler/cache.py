@@ -26,6 +26,7 @@ from typing import Any
 from actors.objects import Obj, meta
 from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.resources import node_allocatable
+from examples.scheduler.taints import Taint, node_taints, tolerated
 
 
 class NodeInfo:
@@ -43,11 +44,22 @@ class NodeInfo:
         "mem_free",
         "name",
         "pods",
+        "taints",
     )
 
-    def __init__(self, name: str, labels: Mapping[str, str], cpu: int, mem: int, devices: int):
+    def __init__(
+        self,
+        name: str,
+        labels: Mapping[str, str],
+        cpu: int,
+        mem: int,
+        *,
+        devices: int = 0,
+        taints: tuple[Taint, ...] = (),
+    ) -> None:
         self.name = name
         self.labels: dict[str, str] = dict(labels)
+        self.taints = taints
         self.cpu_alloc = self.cpu_free = cpu
         self.mem_alloc = self.mem_free = mem
         self.devices = tuple(f"gpu-{i}" for i in range(devices))
@@ -58,6 +70,12 @@ class NodeInfo:
         """Whether the node's labels satisfy a nodeSelector."""
         labels = self.labels
         return all(labels.get(k) == v for k, v in selector)
+
+    def admits(self, pod: PodInfo) -> bool:
+        """nodeSelector and taints: whether the pod may run here at all (capacity aside)."""
+        if pod.selector and not self.matches(pod.selector):
+            return False
+        return not self.taints or tolerated(self.taints, pod.tolerations)
 
     def _add(self, pod: PodInfo) -> None:
         self.pods[pod.uid] = pod
@@ -103,7 +121,14 @@ class SchedulerCache:
         cpu, mem, devices = node_allocatable(node)
         labels = meta(node).get("labels")
         with self._lock:
-            info = NodeInfo(name, labels if isinstance(labels, Mapping) else {}, cpu, mem, devices)
+            info = NodeInfo(
+                name,
+                labels if isinstance(labels, Mapping) else {},
+                cpu,
+                mem,
+                devices=devices,
+                taints=node_taints(node),
+            )
             old = self._nodes.get(name)
             if old is not None:
                 for pod in old.pods.values():
@@ -150,7 +175,7 @@ class SchedulerCache:
             if (
                 node.cpu_free - reserved[0] < pod.cpu_m
                 or node.mem_free - reserved[1] < pod.mem
-                or not node.matches(pod.selector)
+                or not node.admits(pod)
             ):
                 return None
             new: list[Allocation] = []

@@ -84,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--high-priority-share", type=float, default=d.high_priority_share)
     p.add_argument("--unschedulable-share", type=float, default=d.unschedulable_share)
     p.add_argument("--claim-share", type=float, default=d.claim_share)
+    p.add_argument(
+        "--fill", type=float, default=d.fill, help="share of the cluster's cpu wave 1 asks for"
+    )
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -112,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             high_priority_share=args.high_priority_share,
             unschedulable_share=args.unschedulable_share,
             claim_share=args.claim_share,
+            fill=args.fill,
             seed=args.seed,
         )
     except InvalidInputError as err:
@@ -122,8 +126,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.add(sys.stderr, level="DEBUG")
         for name in ("actors", "adapters", "examples"):
             logger.enable(name)
-    else:
-        logger.disable("examples")
     fig = run(cfg, stream=None if args.no_progress else sys.stderr)
     print(summary_table(fig))
     for problem in fig.get("problems", []):

@@ -617,6 +617,11 @@ class Scheduler:
         active, _, tasks = self.queue.counts()
         return working + active + tasks > 0
 
+    def given_up(self) -> list[str]:
+        """Any thread. ``namespace/name`` of the pods given up as unschedulable, sorted."""
+        with self._lock:
+            return sorted(r.info.key for r in self._pods.values() if r.phase is Phase.UNSCHEDULABLE)
+
     def known(self) -> int:
         """Any thread. Pods this scheduler tracks."""
         return len(self._pods)

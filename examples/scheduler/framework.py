@@ -1,11 +1,11 @@
 """Filtering and scoring: which nodes can take a pod, and which is best.
 
-Filters: nodeSelector, cpu and memory requests (counting capacity reserved for nominated pods of
-higher or equal priority), and devices for the pod's unallocated ResourceClaims (an allocated
-claim pins the pod to its node). Score: *least allocated* — the mean of the free cpu and memory
-fractions the node would have left. Like upstream, a cycle stops filtering once it has found
-``num_feasible_to_find(n)`` feasible nodes, starting where the previous cycle stopped, so large
-clusters are not scanned whole for every pod.
+Filters: nodeSelector, taints/tolerations, cpu and memory requests (counting capacity reserved
+for nominated pods of higher or equal priority), and devices for the pod's unallocated
+ResourceClaims (an allocated claim pins the pod to its node). Score: *least allocated* — the
+mean of the free cpu and memory fractions the node would have left. Like upstream, a cycle stops
+filtering once it has found ``num_feasible_to_find(n)`` feasible nodes, starting where the
+previous cycle stopped, so large clusters are not scanned whole for every pod.
 
 Runs on scheduling threads and reads node fields without the cache lock: the winning node is
 re-checked by :meth:`SchedulerCache.reserve`. Pure functions otherwise.
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from examples.scheduler.cache import NodeInfo, SchedulerCache
 from examples.scheduler.nominator import Reservations
 from examples.scheduler.podinfo import PodInfo
+from examples.scheduler.taints import tolerated
 
 MIN_FEASIBLE_NODES = 100
 MIN_FEASIBLE_PERCENTAGE = 5
@@ -26,6 +27,7 @@ MIN_FEASIBLE_PERCENTAGE = 5
 INSUFFICIENT_CPU = "Insufficient cpu"
 INSUFFICIENT_MEMORY = "Insufficient memory"
 SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
 NO_DEVICES = "node(s) cannot allocate all claims"
 CLAIM_ELSEWHERE = "node(s) do not hold the pod's allocated claims"
 
@@ -114,6 +116,9 @@ class Framework:
             evaluated += 1
             if selector and not node.matches(selector):
                 reasons[SELECTOR_MISMATCH] += 1
+                continue
+            if node.taints and not tolerated(node.taints, pod.tolerations):
+                reasons[UNTOLERATED_TAINT] += 1
                 continue
             if pinned is not None and node.name != pinned:
                 reasons[CLAIM_ELSEWHERE] += 1

@@ -12,6 +12,7 @@ from typing import Any
 
 from actors.objects import Obj, get_path, is_terminating, meta, pod_node_name, uid_of
 from examples.scheduler.resources import pod_requests
+from examples.scheduler.taints import Toleration, pod_tolerations
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class PodInfo:
     mem: int
     selector: tuple[tuple[str, str], ...]
     claims: tuple[str, ...]
+    tolerations: tuple[Toleration, ...]
     obj: Obj
 
     @classmethod
@@ -48,6 +50,7 @@ class PodInfo:
             mem=mem,
             selector=tuple(sorted(selector.items())) if isinstance(selector, Mapping) else (),
             claims=_claim_names(spec),
+            tolerations=pod_tolerations(pod),
             obj=pod,
         )
 
@@ -62,6 +65,7 @@ class PodInfo:
             self.mem,
             self.selector,
             self.claims,
+            self.tolerations,
             pod,
         )
 

@@ -18,11 +18,16 @@ import threading
 from dataclasses import dataclass
 
 from examples.scheduler.cache import SchedulerCache
-from examples.scheduler.framework import CLAIM_ELSEWHERE, NO_DEVICES, SELECTOR_MISMATCH
+from examples.scheduler.framework import (
+    CLAIM_ELSEWHERE,
+    NO_DEVICES,
+    SELECTOR_MISMATCH,
+    UNTOLERATED_TAINT,
+)
 from examples.scheduler.nominator import Reservations
 from examples.scheduler.podinfo import PodInfo
 
-UNRESOLVABLE = frozenset({SELECTOR_MISMATCH, CLAIM_ELSEWHERE, NO_DEVICES})
+UNRESOLVABLE = frozenset({SELECTOR_MISMATCH, UNTOLERATED_TAINT, CLAIM_ELSEWHERE, NO_DEVICES})
 """Filter failures that evicting pods cannot fix."""
 
 
@@ -61,7 +66,7 @@ def select_victims(
     start = rng.randrange(n)
     for i in range(n):
         node = nodes[(start + i) % n]
-        if pod.selector and not node.matches(pod.selector):
+        if not node.admits(pod):
             continue
         lower = [
             p

@@ -64,6 +64,7 @@ class RunConfig:
     high_priority_share: float = 0.03
     unschedulable_share: float = 0.01
     claim_share: float = 0.02
+    fill: float = 0.9
     seed: int = 1
 
     def __post_init__(self) -> None:
@@ -82,6 +83,8 @@ class RunConfig:
             raise InvalidInputError("faults is a rate between 0 and 1")
         if self.max_seconds <= 0:
             raise InvalidInputError("max_seconds must be > 0")
+        if not isinstance(self.fill, int | float) or not 0 < self.fill <= 1:
+            raise InvalidInputError(f"fill must be in (0, 1], got {self.fill!r}")
         for name in ("high_priority_share", "unschedulable_share", "claim_share"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value <= 0.5:
@@ -261,6 +264,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
                     high_priority_share=cfg.high_priority_share,
                     unschedulable_share=cfg.unschedulable_share,
                     claim_share=cfg.claim_share,
+                    fill=cfg.fill,
                     seed=cfg.seed,
                 )
             )
@@ -336,6 +340,7 @@ def _finish(
         "scheduling_cycles": env.scheduler.cycles,
         "scheduler_errors": env.scheduler.errors,
         "faults_injected": env.server.fault_counts() if env.server is not None else {},
+        "pods_given_up": env.scheduler.given_up()[:100],
         "problems": check.problems,
     }
     return figures(

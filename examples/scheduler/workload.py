@@ -1,12 +1,14 @@
 """The main job's workload: nodes, ResourceClaims and two waves of pods.
 
 * Nodes: 4 cpu / 16 GiB each, labelled with one of three zones; every ``gpu_every``-th node also
-  offers 4 ``example.com/gpu`` devices.
-* Wave 1 (low priority 0): sized to fill about ``fill`` of the cluster's cpu with mixed pod
+  offers 4 ``example.com/gpu`` devices and is tainted so that only pods with claims (which
+  tolerate the taint) go there.
+* Wave 1 (low priority 0): sized to fill about ``fill`` of the untainted nodes' cpu with mixed pod
   sizes; some select a zone, some reference a ResourceClaim (one claim per pod), and a few are
   unschedulable (a nodeSelector no node matches, or more cpu than any node has).
-* Wave 2 (priority 1000, created once wave 1 has been placed): pods of about 2.5 times the average
-  size, which mostly fit nowhere and must preempt.
+* Wave 2 (priority 1000, created once wave 1 has been placed): pods of 2.5 times the average size
+  (at least 1.5 times the free space wave 1 leaves per node), which mostly fit nowhere and must
+  preempt.
 
 Deterministic for a given seed. Pure module: builds dicts, creates nothing.
 """
@@ -26,6 +28,8 @@ GPUS_PER_NODE = 4
 ZONES = ("zone-a", "zone-b", "zone-c")
 ZONE_LABEL = "topology.kubernetes.io/zone"
 HIGH_PRIORITY = 1000
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +72,15 @@ def build_workload(spec: WorkloadSpec) -> Workload:
         if spec.gpu_every and i % spec.gpu_every == 0:
             for key in ("capacity", "allocatable"):
                 node["status"][key][GPU_RESOURCE] = str(GPUS_PER_NODE)
+            node["spec"]["taints"] = [dict(GPU_TAINT)]
         out.nodes.append(node)
 
     n_high = round(spec.pods * spec.high_priority_share)
     n_unsched = round(spec.pods * spec.unschedulable_share)
     n_low = max(0, spec.pods - n_high - n_unsched)
-    n_claims = min(
-        round(spec.pods * spec.claim_share),
-        n_low,
-        (spec.nodes // spec.gpu_every + 1) * GPUS_PER_NODE if spec.gpu_every else 0,
-    )
-    avg = spec.fill * spec.nodes * NODE_CPU_M / max(1, n_low)
+    gpu_nodes = -(-spec.nodes // spec.gpu_every) if spec.gpu_every else 0
+    n_claims = min(round(spec.pods * spec.claim_share), n_low, gpu_nodes * GPUS_PER_NODE)
+    avg = spec.fill * (spec.nodes - gpu_nodes) * NODE_CPU_M / max(1, n_low - n_claims)
     sizes = [max(10, round(avg * f / 10) * 10) for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
 
     wave1: list[dict[str, Any]] = []
@@ -91,9 +93,11 @@ def build_workload(spec: WorkloadSpec) -> Workload:
             claim = make_claim(f"gpu-{name}")
             out.claims.append(claim)
             claims.append(claim["metadata"]["name"])
-        wave1.append(
-            make_pod(name, cpu_m=cpu, mem_mi=cpu * 2, node_selector=selector, claims=claims)
-        )
+            selector = None
+        pod = make_pod(name, cpu_m=cpu, mem_mi=cpu * 2, node_selector=selector, claims=claims)
+        if claims:
+            pod["spec"]["tolerations"] = [dict(GPU_TOLERATION)]
+        wave1.append(pod)
     for i in range(n_unsched):
         name = f"unschedulable-{i:04d}"
         if i % 2:
@@ -102,13 +106,10 @@ def build_workload(spec: WorkloadSpec) -> Workload:
             pod = make_pod(name, cpu_m=NODE_CPU_M * 2, mem_mi=256)
         wave1.append(pod)
     rng.shuffle(wave1)
+    # larger than the free space wave 1 leaves on a node, so they must preempt
+    high_cpu = round(max(2.5 * avg, 1.5 * (1 - spec.fill) * NODE_CPU_M) / 10) * 10
     wave2 = [
-        make_pod(
-            f"high-{i:04d}",
-            cpu_m=round(avg * 2.5 / 10) * 10,
-            mem_mi=round(avg * 2.5 / 10) * 20,
-            priority=HIGH_PRIORITY,
-        )
+        make_pod(f"high-{i:04d}", cpu_m=high_cpu, mem_mi=high_cpu * 2, priority=HIGH_PRIORITY)
         for i in range(n_high)
     ]
     out.waves = [wave1, wave2] if wave2 else [wave1]

@@ -1,0 +1,414 @@
+"""The scheduler example: its parts one by one, then whole runs (async, --sync, real client).
+
+Runs are small (tens of nodes, a few hundred pods, millisecond latency) and end on their own;
+they verify themselves against the apiserver's final state, and these tests check that
+verification too (it must catch a lost intent and a duplicate binding).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.errors import InvalidInputError, InvalidObjectError, Outcome
+from adapters.httpserver import ApiServerHTTP
+from adapters.memory import InMemoryApiServer, RequestRecord, make_claim, make_node, make_pod
+from examples.scheduler.cache import SchedulerCache
+from examples.scheduler.cli import main
+from examples.scheduler.framework import Framework, num_feasible_to_find
+from examples.scheduler.nominator import Nominator
+from examples.scheduler.podinfo import PodInfo
+from examples.scheduler.preemption import Preemptions, select_victims
+from examples.scheduler.queue import SchedulingQueue
+from examples.scheduler.report import write_json
+from examples.scheduler.resources import GPU_RESOURCE, cpu_millis, mem_bytes
+from examples.scheduler.runner import RunConfig, run
+from examples.scheduler.tracker import BIND, Tracker
+from examples.scheduler.verify import verify
+from examples.scheduler.workload import WorkloadSpec, build_workload
+
+pytestmark = pytest.mark.timeout(60)
+
+JSON_KEYS = {
+    "pods_bound",
+    "pods_total",
+    "pods_per_s",
+    "calls_sent",
+    "duplicate_bindings",
+    "lost_intents",
+    "pods_unschedulable",
+    "pods_preempted",
+    "calls_sent_by_type",
+    "calls_merged",
+    "calls_skipped",
+    "calls_cancelled",
+    "submit_latency_ms",
+    "binding_latency_ms",
+    "wall_s",
+}
+
+
+class FakeClock:
+    """A clock tests advance by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pod(name: str, cpu: int, prio: int = 0, **kw: Any) -> PodInfo:
+    return PodInfo.of(make_pod(name, cpu_m=cpu, mem_mi=64, priority=prio, uid=f"u-{name}", **kw))
+
+
+def node(name: str, cpu: int = 4000, gpus: int = 0, **labels: str) -> dict[str, Any]:
+    obj = make_node(name, cpu, 16384, labels)
+    if gpus:
+        obj["status"]["allocatable"][GPU_RESOURCE] = str(gpus)
+    return obj
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def test_quantities() -> None:
+    assert cpu_millis("100m") == 100
+    assert cpu_millis("1.5") == 1500
+    assert cpu_millis(2) == 2000
+    assert mem_bytes("128Mi") == 128 * 2**20
+    assert mem_bytes("1G") == 10**9
+    assert mem_bytes("1e3") == 1000
+    for bad in ("", "abc", "1Qi", True, None):
+        with pytest.raises(InvalidObjectError):
+            cpu_millis(bad)
+
+
+def test_pod_info_parses_requests_priority_selector_and_claims() -> None:
+    info = pod("a", 250, 7, node_selector={"zone": "z1"}, claims=["gpu-a"])
+    assert (info.cpu_m, info.mem, info.priority) == (250, 64 * 2**20, 7)
+    assert info.selector == (("zone", "z1"),)
+    assert info.claim_keys() == ("default/gpu-a",)
+
+
+def test_queue_orders_by_priority_then_fifo_and_runs_tasks_first() -> None:
+    q = SchedulingQueue(FakeClock())
+    q.add("low", 0)
+    q.add("high-1", 10)
+    q.add("high-2", 10)
+    assert not q.add("low", 0)  # one entry per pod
+    ran: list[str] = []
+    q.post(lambda: ran.append("task"))
+    task = q.pop(timeout=0)
+    assert callable(task)
+    task()
+    assert ran == ["task"]
+    assert [q.pop(timeout=0) for _ in range(3)] == ["high-1", "high-2", "low"]
+    assert q.pop(timeout=0) is None
+
+
+def test_queue_backoff_activate_and_remove() -> None:
+    clock = FakeClock()
+    q = SchedulingQueue(clock)
+    q.backoff("a", 0, 5.0)
+    q.backoff("b", 0, 1.0)
+    q.backoff("gone", 0, 1.0)
+    q.remove("gone")
+    assert q.counts() == (0, 2, 0)
+    assert q.pop(timeout=0) is None
+    clock.now += 1.0
+    assert q.pop(timeout=0) == "b"
+    assert q.pop(timeout=0) is None
+    assert q.activate("a", 0)
+    assert not q.activate("a", 0)  # no longer backing off
+    assert q.pop(timeout=0) == "a"
+    q.close()
+    assert q.pop() is None
+
+
+def test_cache_concurrent_reserves_never_double_book() -> None:
+    cache = SchedulerCache()
+    cache.set_node(node("n1", cpu=1000))
+    pods = [pod(f"p{i}", 300) for i in range(8)]
+    barrier = threading.Barrier(len(pods))
+    results: dict[str, bool] = {}
+
+    def reserve(p: PodInfo) -> None:
+        barrier.wait()
+        results[p.uid] = cache.reserve(p, "n1") is not None
+
+    threads = [threading.Thread(target=reserve, args=(p,)) for p in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(results.values()) == 3
+    n1 = cache.node("n1")
+    assert n1 is not None and n1.cpu_free == 100
+    winner = next(uid for uid, ok in results.items() if ok)
+    cache.forget(winner)
+    assert n1.cpu_free == 400
+    loser = next(p for p in pods if not results[p.uid])
+    cache.confirm(loser, "n1")  # bound by someone else: placed without a fit check
+    assert n1.cpu_free == 100 and cache.placed_on(loser.uid) == "n1"
+    assert cache.has_lower_priority(1) and not cache.has_lower_priority(0)
+
+
+def test_cache_allocates_devices_for_claims_and_releases_them() -> None:
+    cache = SchedulerCache()
+    cache.set_node(node("gpu", gpus=1))
+    a = pod("a", 100, claims=["ca"])
+    b = pod("b", 100, claims=["cb"])
+    allocs = cache.reserve(a, "gpu")
+    assert allocs is not None and [x.device for x in allocs] == ["gpu-0"]
+    assert cache.reserve(b, "gpu") is None  # no free device
+    cache.forget(a.uid)
+    assert cache.allocation("default/ca") is None
+    allocs = cache.reserve(b, "gpu")
+    assert allocs is not None and allocs[0].claim == "default/cb"
+    assert [x.claim for x in cache.remove(b.uid)] == ["default/cb"]
+
+
+def test_framework_filters_selector_taints_and_capacity_and_scores_least_allocated() -> None:
+    cache = SchedulerCache()
+    cache.set_node(node("busy", zone="a"))
+    cache.set_node(node("idle", zone="a"))
+    cache.set_node(node("other", zone="b"))
+    tainted = node("tainted", zone="a")
+    tainted["spec"]["taints"] = [{"key": "gpu", "effect": "NoSchedule"}]
+    cache.set_node(tainted)
+    assert cache.reserve(pod("filler", 3000), "busy") is not None
+    fw = Framework(cache)
+    result = fw.filter(pod("x", 500, node_selector={"zone": "a"}), {})
+    assert [n.name for n in result.ranked()] == ["idle", "busy"]
+    tolerant = make_pod("t", cpu_m=500, uid="u-t", node_selector={"zone": "a"})
+    tolerant["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    names = {n.name for n in fw.filter(PodInfo.of(tolerant), {}).ranked()}
+    assert names == {"idle", "busy", "tainted"}
+    big = fw.filter(pod("big", 1500, node_selector={"zone": "a"}), {"idle": (3000, 0)})
+    assert not big.feasible
+    msg = Framework.failure_message(4, big.reasons)
+    assert msg == (
+        "0/4 nodes are available: 2 Insufficient cpu, "
+        "1 node(s) didn't match Pod's node affinity/selector, "
+        "1 node(s) had untolerated taint(s)."
+    )
+    assert num_feasible_to_find(50) == 50
+    assert num_feasible_to_find(500) == 230
+    assert num_feasible_to_find(100_000) == 5000
+
+
+def test_nominator_reads_pending_nominations_through_view() -> None:
+    preemptor = pod("pre", 1000, 100)
+    seen: dict[str, dict[str, Any]] = {}
+
+    def view(uid: str) -> dict[str, Any] | None:
+        return seen.get(uid)
+
+    nominator = Nominator(view)
+    assert nominator.refresh(preemptor) is None
+    seen[preemptor.uid] = {**preemptor.obj, "status": {"nominatedNodeName": "n1"}}
+    assert nominator.refresh(preemptor) == "n1"
+    assert nominator.reservations(50, "someone")["n1"][0] == 1000
+    assert nominator.reservations(200, "someone") == {}  # higher priority ignores it
+    assert nominator.reservations(50, preemptor.uid) == {}  # never reserves against itself
+    nominator.remove(preemptor.uid)
+    assert nominator.node_of(preemptor.uid) is None
+
+
+def test_select_victims_keeps_all_it_can_and_prefers_lowest_priority() -> None:
+    cache = SchedulerCache()
+    cache.set_node(node("n1"))
+    cache.set_node(node("n2"))
+    for name, cpu, prio in (("a", 1000, 0), ("b", 1000, 0), ("c", 1000, 0), ("d", 800, 0)):
+        assert cache.reserve(pod(name, cpu, prio), "n1") is not None
+    for name, cpu, prio in (("e", 1900, 5), ("f", 1900, 5)):
+        assert cache.reserve(pod(name, cpu, prio), "n2") is not None
+    cand = select_victims(pod("pre", 1000, 10), cache, {}, random.Random(0))
+    assert cand is not None
+    assert cand.node == "n1"
+    assert [v.name for v in cand.victims] == ["d"]
+    cache.mark_victims([v.uid for v in cand.victims])
+    again = select_victims(pod("pre2", 1000, 10), cache, {}, random.Random(0))
+    assert again is not None and "d" not in [v.name for v in again.victims]
+    assert select_victims(pod("low", 1000, 0), cache, {}, random.Random(0)) is None
+
+
+def test_preemptions_guard_against_preempting_again_while_victims_live() -> None:
+    p = Preemptions()
+    p.start("pre", ["v1", "v2"])
+    assert p.waiting("pre")
+    with pytest.raises(RuntimeError):
+        p.start("pre", ["v3"])
+    assert p.victim_gone("v1") is None
+    assert p.victim_gone("v2") == "pre"
+    assert not p.waiting("pre")
+    p.start("pre", ["v3"])  # allowed once the earlier victims are gone
+    assert p.started == 2
+
+
+def _done(outcome: Outcome | BaseException | None) -> Future[Outcome]:
+    fut: Future[Outcome] = Future()
+    if isinstance(outcome, BaseException):
+        fut.set_exception(outcome)
+    elif outcome is not None:
+        fut.set_result(outcome)
+    return fut
+
+
+def test_verify_catches_lost_intents_and_duplicate_bindings() -> None:
+    tracker = Tracker()
+    tracker.record(
+        BIND,
+        "u1",
+        "default/p1",
+        expect={"node": "n1"},
+        future=_done(Outcome.SUCCESS),
+        submit_seconds=0.0,
+    )
+    tracker.record(
+        BIND,
+        "u2",
+        "default/p2",
+        expect={"node": "n1"},
+        future=_done(Outcome.SUCCESS),
+        submit_seconds=0.0,
+    )
+    tracker.record(
+        BIND, "u3", "default/p3", expect={"node": "n1"}, future=_done(None), submit_seconds=0.0
+    )
+    pods = {
+        "u1": {"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}},
+        "u2": {"metadata": {"uid": "u2"}, "spec": {}},  # success, but not bound: lost
+        "u3": {"metadata": {"uid": "u3"}, "spec": {}},
+    }
+    log = [RequestRecord("bind", "Pod", "default", "p1", "u1", "ok", 0.0)] * 2
+    result = verify(tracker.snapshot(), pods, {}, log)
+    assert result.duplicate_bindings == 1
+    assert result.unresolved == 1
+    assert result.lost_intents == 2  # u2 not reflected, u3 never resolved
+    clean = verify(tracker.snapshot()[:1], pods, {}, log[:1])
+    assert (clean.duplicate_bindings, clean.lost_intents) == (0, 0)
+
+
+def test_workload_shape() -> None:
+    wl = build_workload(
+        WorkloadSpec(nodes=20, pods=200, high_priority_share=0.05, claim_share=0.05)
+    )
+    assert len(wl.nodes) == 20 and wl.pod_count == 200
+    assert len(wl.waves[1]) == 10 and all(p["spec"]["priority"] == 1000 for p in wl.waves[1])
+    assert len(wl.claims) == 8  # capped by the devices: 2 GPU nodes x 4
+    tainted = [n for n in wl.nodes if n["spec"].get("taints")]
+    assert len(tainted) == 2
+    claim_pods = [p for p in wl.waves[0] if p["spec"].get("resourceClaims")]
+    assert len(claim_pods) == 8 and all(p["spec"]["tolerations"] for p in claim_pods)
+    assert sum(1 for p in wl.waves[0] if p["metadata"]["name"].startswith("unsched")) == 2
+
+
+def test_run_config_rejects_bad_values() -> None:
+    for bad in ({"nodes": 0}, {"faults": 2.0}, {"qps": -1}, {"fill": 0}, {"threads": True}):
+        with pytest.raises(InvalidInputError):
+            RunConfig(**bad)
+    assert main(["--nodes", "0", "--no-progress"]) == 2
+
+
+# --------------------------------------------------------------------------- whole runs
+
+
+def _check_clean(fig: dict[str, Any]) -> None:
+    assert fig["stopped_by"] == "done"
+    assert fig["duplicate_bindings"] == 0
+    assert fig["lost_intents"] == 0, fig["problems"]
+    assert fig["unresolved_futures"] == 0
+    assert fig["closed_at_stop"] == 0
+    assert fig["scheduler_errors"] == 0
+    assert fig["pods_unsettled"] == 0
+    # every pod the scheduler gave up on is one built not to fit anywhere
+    assert all(key.startswith("default/unschedulable-") for key in fig["pods_given_up"])
+    assert (
+        fig["pods_bound"] + fig["pods_preempted"] + fig["pods_unschedulable"] == (fig["pods_total"])
+    )
+
+
+@pytest.mark.timeout(90)
+def test_async_run_with_preemption_claims_and_faults(tmp_path: Path) -> None:
+    fig = run(
+        RunConfig(
+            nodes=20,
+            pods=200,
+            latency_ms=1.0,
+            faults=0.05,
+            high_priority_share=0.05,
+            claim_share=0.05,
+            fill=0.8,
+            workers=8,
+            max_seconds=60,
+            seed=3,
+        ),
+        stream=None,
+    )
+    _check_clean(fig)
+    assert fig["mode"] == "async"
+    assert fig["pods_total"] == 200
+    assert fig["pods_unschedulable"] == 2
+    assert fig["pods_preempted"] > 0
+    assert fig["victims"] == fig["pods_preempted"]
+    assert fig["max_preemptions_per_victim"] == 1  # each victim preempted exactly once
+    assert fig["calls_sent_by_type"]["claim_status_patch"] >= 8
+    assert sum(fig["faults_injected"].values()) > 0 and fig["retries"] > 0
+    path = tmp_path / "run.json"
+    write_json(path, fig)
+    assert set(json.loads(path.read_text())) >= JSON_KEYS
+
+
+@pytest.mark.timeout(90)
+def test_cli_sync_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "sync.json"
+    args = ["--nodes", "10", "--pods", "80", "--sync", "--latency-ms", "0", "--fill", "0.8"]
+    assert main([*args, "--json", str(path), "--no-progress"]) == 0
+    fig = json.loads(path.read_text())
+    _check_clean(fig)
+    assert fig["mode"] == "sync"
+    assert fig["calls_merged"] == 0  # nothing to merge when every call blocks
+    out = capsys.readouterr().out
+    assert "pods bound" in out and "lost intents" in out
+
+
+@pytest.mark.timeout(90)
+def test_kubeconfig_run_schedules_pending_pods_over_http(tmp_path: Path) -> None:
+    mem = InMemoryApiServer()
+    for i in range(4):
+        mem.create(node(f"n{i}", gpus=2 if i == 0 else 0))
+    mem.create(make_claim("gpu-c"))
+    for i in range(30):
+        obj = make_pod(f"p{i}", cpu_m=200, claims=["gpu-c"] if i == 0 else ())
+        obj["spec"]["schedulerName"] = "kdispatch-example"
+        mem.create(obj)
+    other = make_pod("not-ours", cpu_m=100)  # default-scheduler: left alone
+    mem.create(other)
+    with ApiServerHTTP(mem) as srv:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f'clusters: [{{name: t, cluster: {{server: "{srv.url}"}}}}]\n'
+            "users: [{name: u, user: {token: t0k}}]\n"
+            "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
+            "current-context: c\n"
+        )
+        fig = run(RunConfig(kubeconfig=str(kubeconfig), workers=4, max_seconds=60), stream=None)
+    _check_clean(fig)
+    assert (fig["pods_total"], fig["pods_bound"]) == (30, 30)
+    not_ours = mem.get_object("Pod", "default", "not-ours")
+    assert not_ours is not None and not_ours["spec"].get("nodeName") is None
+    claim = mem.get_object("ResourceClaim", "default", "gpu-c")
+    p0 = mem.get_object("Pod", "default", "p0")
+    assert claim is not None and p0 is not None
+    assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == "n0"
+    assert p0["spec"]["nodeName"] == "n0"
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [p0["metadata"]["uid"]]
