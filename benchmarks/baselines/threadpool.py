@@ -1,0 +1,108 @@
+"""Baseline ``threadpool``: a ``ThreadPoolExecutor`` with a lock per object.
+
+What most people would write to take API calls off the scheduling thread: submit every call as
+a task to a thread pool; a task takes its object's lock (so two calls for one pod never run at
+the same time), computes the request against the pod the caller passed, skips it if nothing
+differs, waits for the shared client rate limiter and sends it. Tasks run in submission order
+(the pool's FIFO work queue); nothing is merged, nothing is prioritised, locks are never
+reclaimed. Benchmark-only code.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from actors.backend import ApiBackend
+from actors.errors import DispatcherClosed, Outcome
+from actors.objects import Obj
+from benchmarks.baselines.base import (
+    ClientRateLimiter,
+    Cond,
+    OutcomeFuture,
+    resolved,
+    send_binding,
+    send_status,
+    status_body,
+)
+
+
+class ThreadPoolContender:
+    """``submit_*`` queue a task on the pool and return its future."""
+
+    name = "threadpool"
+
+    def __init__(self, backend: ApiBackend, qps: float, burst: int, workers: int) -> None:
+        self._backend = backend
+        self._limiter = ClientRateLimiter(qps, burst)
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-pool")
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._closed = False
+        self._sent = 0
+        self._skipped = 0
+
+    def _lock(self, uid: str) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(uid)
+            if lock is None:
+                lock = self._locks[uid] = threading.Lock()
+            return lock
+
+    def _count(self, skipped: bool = False) -> None:
+        with self._locks_guard:
+            if skipped:
+                self._skipped += 1
+            else:
+                self._sent += 1
+
+    def submit_status(self, pod: Obj, cond: Cond) -> OutcomeFuture:
+        """Caller thread; returns at once."""
+        if self._closed:
+            return resolved(error=DispatcherClosed("stopped"))
+        return self._pool.submit(self._status, pod, cond)
+
+    def submit_binding(self, pod: Obj, node: str) -> OutcomeFuture:
+        """Caller thread; returns at once."""
+        if self._closed:
+            return resolved(error=DispatcherClosed("stopped"))
+        return self._pool.submit(self._binding, pod, node)
+
+    def _status(self, pod: Obj, cond: Cond) -> Outcome:
+        """Pool thread."""
+        with self._lock(pod["metadata"]["uid"]):
+            body = status_body(pod, cond)
+            if body is None:
+                self._count(skipped=True)
+                return Outcome.SKIPPED
+            self._limiter.wait()
+            self._count()
+            send_status(self._backend, pod, body)
+            return Outcome.SUCCESS
+
+    def _binding(self, pod: Obj, node: str) -> Outcome:
+        """Pool thread."""
+        with self._lock(pod["metadata"]["uid"]):
+            self._limiter.wait()
+            self._count()
+            send_binding(self._backend, pod, node)
+            return Outcome.SUCCESS
+
+    def observe(self, pod: Obj) -> None:
+        """Nothing to do: each task uses the pod its caller passed."""
+
+    def stop(self, drain: bool = True, timeout: float = 30.0) -> None:
+        """Caller thread. Without ``drain``, queued tasks are cancelled; running ones finish."""
+        del timeout  # ThreadPoolExecutor.shutdown has no deadline
+        self._closed = True
+        self._pool.shutdown(wait=True, cancel_futures=not drain)
+
+    def stats(self) -> dict[str, Any]:
+        """Requests sent, no-ops skipped, locks held."""
+        return {
+            "sent": self._sent,
+            "skipped": self._skipped,
+            "tokens_taken": self._limiter.taken,
+            "locks": len(self._locks),
+        }

@@ -1,0 +1,286 @@
+"""Shared pieces of the workloads: run profiles (sizes), pods, an informer, timing helpers and
+the result record format.
+
+Benchmark-only code. A result record is a plain JSON dict::
+
+    {"workload": "W4", "contender": "kdispatch", "params": {...}, "figures": {...},
+     "series": {...}}
+
+``figures`` are the scalar results the summary compares; ``series`` are lists for the charts.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from actors.objects import Obj
+from adapters.memory import InMemoryApiServer, make_node, make_pod
+
+Record = dict[str, Any]
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/1000 nodes are available: 1000 Insufficient cpu.",
+}
+"""The condition an unschedulable pod gets (the message varies where a workload says so)."""
+
+
+def unschedulable(message: str | None = None) -> dict[str, str]:
+    """The ``PodScheduled=False`` condition, with ``message`` if given."""
+    cond = dict(UNSCHEDULABLE)
+    if message is not None:
+        cond["message"] = message
+    return cond
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one benchmark run. ``tiny`` is for the smoke test, ``quick`` finishes in a few
+    minutes on 2 cores, ``full`` runs the sizes of the issue."""
+
+    name: str
+    # W1 submit latency
+    w1_objects: int
+    w1_latency: float
+    w1_rate: float  # submits per second
+    w1_seconds: float
+    w1_blocking_samples: int
+    # W2 throughput
+    w2_pods: int
+    # W3 churn
+    w3_pods: int
+    w3_retries: int
+    w3_gap: float  # seconds between two rounds of retries
+    w3_qps: float
+    w3_latency: float
+    # W4 starvation
+    w4_seconds: float
+    w4_nodes: int
+    w4_unschedulable: int
+    w4_arrivals_per_s: float
+    w4_qps: float
+    w4_latency: float
+    w4_backoff_initial: float
+    w4_backoff_max: float
+    # W5 budget
+    w5_calls: int
+    w5_qps: float
+    w5_burst: int
+    w5_latency: float
+    # W6 memory
+    w6_sizes: tuple[int, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form for results.json."""
+        return asdict(self)
+
+
+TINY = Profile(
+    name="tiny",
+    w1_objects=200,
+    w1_latency=0.02,
+    w1_rate=400.0,
+    w1_seconds=0.3,
+    w1_blocking_samples=5,
+    w2_pods=200,
+    w3_pods=20,
+    w3_retries=3,
+    w3_gap=0.005,
+    w3_qps=500.0,
+    w3_latency=0.001,
+    w4_seconds=1.0,
+    w4_nodes=10,
+    w4_unschedulable=40,
+    w4_arrivals_per_s=20.0,
+    w4_qps=100.0,
+    w4_latency=0.002,
+    w4_backoff_initial=0.2,
+    w4_backoff_max=0.5,
+    w5_calls=60,
+    w5_qps=200.0,
+    w5_burst=10,
+    w5_latency=0.001,
+    w6_sizes=(200,),
+)
+
+QUICK = Profile(
+    name="quick",
+    w1_objects=10_000,
+    w1_latency=0.02,
+    w1_rate=500.0,
+    w1_seconds=4.0,
+    w1_blocking_samples=100,
+    w2_pods=4_000,
+    w3_pods=200,
+    w3_retries=10,
+    w3_gap=0.01,
+    w3_qps=200.0,
+    w3_latency=0.002,
+    w4_seconds=30.0,
+    w4_nodes=1_000,
+    w4_unschedulable=2_000,
+    w4_arrivals_per_s=50.0,
+    w4_qps=100.0,
+    w4_latency=0.005,
+    w4_backoff_initial=1.0,
+    w4_backoff_max=10.0,
+    w5_calls=600,
+    w5_qps=100.0,
+    w5_burst=100,
+    w5_latency=0.005,
+    w6_sizes=(1_000, 10_000),
+)
+
+FULL = Profile(
+    name="full",
+    w1_objects=10_000,
+    w1_latency=0.02,
+    w1_rate=500.0,
+    w1_seconds=15.0,
+    w1_blocking_samples=300,
+    w2_pods=20_000,
+    w3_pods=1_000,
+    w3_retries=20,
+    w3_gap=0.01,
+    w3_qps=200.0,
+    w3_latency=0.002,
+    w4_seconds=180.0,
+    w4_nodes=1_000,
+    w4_unschedulable=2_000,
+    w4_arrivals_per_s=50.0,
+    w4_qps=100.0,
+    w4_latency=0.005,
+    w4_backoff_initial=1.0,
+    w4_backoff_max=10.0,
+    w5_calls=3_000,
+    w5_qps=100.0,
+    w5_burst=100,
+    w5_latency=0.005,
+    w6_sizes=(1_000, 10_000, 50_000),
+)
+
+PROFILES = {p.name: p for p in (TINY, QUICK, FULL)}
+
+
+def record(
+    workload: str,
+    contender: str,
+    params: dict[str, Any],
+    figures: dict[str, Any],
+    series: dict[str, Any] | None = None,
+) -> Record:
+    """One result record (see the module docstring)."""
+    return {
+        "workload": workload,
+        "contender": contender,
+        "params": params,
+        "figures": figures,
+        "series": series or {},
+    }
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def create_pods(
+    server: InMemoryApiServer,
+    count: int,
+    prefix: str,
+    conditions: Sequence[dict[str, str]] = (),
+) -> list[Obj]:
+    """Create ``count`` pending pods (with ``conditions`` already in their status) and return
+    them as stored."""
+    out: list[Obj] = []
+    for i in range(count):
+        pod = make_pod(f"{prefix}-{i}")
+        if conditions:
+            pod["status"]["conditions"] = [dict(c) for c in conditions]
+        out.append(server.create(pod))
+    return out
+
+
+def create_nodes(server: InMemoryApiServer, count: int) -> list[str]:
+    """Create ``count`` nodes; return their names."""
+    names = [f"node-{i}" for i in range(count)]
+    for name in names:
+        server.create(make_node(name, 32_000, 131_072))
+    return names
+
+
+class Informer:
+    """A pod informer: a thread that follows the server's watch, keeps ``cache`` (uid → newest
+    pod) current and hands every update to ``on_update`` (a contender's ``observe``)."""
+
+    def __init__(
+        self,
+        server: InMemoryApiServer,
+        cache: dict[str, Obj],
+        on_update: Callable[[Obj], None],
+    ) -> None:
+        self._cache = cache
+        self._on_update = on_update
+        self._watch = server.watch("Pod", resource_version=server.resource_version)
+        self._thread = threading.Thread(target=self._run, name="bench-informer", daemon=True)
+        self.events = 0
+
+    def start(self) -> Informer:
+        """Caller thread."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        """Informer thread."""
+        for event in self._watch:
+            pod = event.object
+            self._cache[pod["metadata"]["uid"]] = pod
+            self.events += 1
+            self._on_update(pod)
+
+    def stop(self) -> None:
+        """Caller thread: end the watch and join the thread."""
+        self._watch.stop()
+        self._thread.join()
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The ``q``-quantile (0..1) by the nearest-rank method; NaN for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def on_done(fut: Future[Any], callback: Callable[[float, Future[Any]], None]) -> None:
+    """Call ``callback(perf_counter_at_completion, fut)`` once ``fut`` resolves (on the resolving
+    thread, or at once if it already has)."""
+    fut.add_done_callback(lambda f: callback(time.perf_counter(), f))
+
+
+def error_count(futures: Iterable[Future[Any]]) -> int:
+    """Resolved futures that raised."""
+    return sum(1 for f in futures if f.done() and f.exception() is not None)
+
+
+def requests_by_op(server: InMemoryApiServer, since: int = 0) -> dict[str, int]:
+    """Requests the server saw (every outcome), by op, from request-log index ``since`` on."""
+    out: dict[str, int] = {}
+    for rec in server.request_log[since:]:
+        out[rec.op] = out.get(rec.op, 0) + 1
+    return out
+
+
+def finite(value: float) -> float | None:
+    """``value`` for JSON, or None when it is NaN/inf."""
+    return value if math.isfinite(value) else None
