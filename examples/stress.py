@@ -1,0 +1,641 @@
+"""Stress run: ≥ 10,000 concurrent object actors under random churn, then a full check.
+
+``python -m examples.stress --objects 10000 --seconds 10 [--faults 0.05] [--json PATH]``
+
+An embedded apiserver holds ``objects`` Pods and ResourceClaims (one claim per ten objects).
+Every object first gets one call, so every object has a live actor at once; then ``threads``
+churn threads, each owning a disjoint shard of the objects (so the order of the calls on one
+object is well defined), submit random calls as fast as they can for ``seconds``: condition and
+nominatedNodeName patches, bindings (sometimes to a second node), preemptions, claim
+allocations and reservations, caller cancellations — while the same threads, acting as kubelet
+and controllers, update objects behind the dispatcher's back (informer updates that make its
+pending patches stale) and delete some, and the apiserver injects faults.
+
+At the end, after ``Dispatcher.stop`` drained everything, it checks:
+
+* every future resolved, and exactly once (its done-callbacks ran once);
+* the apiserver's final state equals the intents: per object and aspect (condition,
+  nominatedNodeName, node, claim allocation, each claim reservation) the final value is the value
+  of the last call that succeeded, or of a later call that succeeded by being merged or skipped
+  (a merged call's effect rides on the call it was merged into, which may have failed); an
+  aspect with no successful call keeps its initial value; a successfully preempted object is gone;
+* no pod was bound twice (the apiserver's request log and the informer's view of each pod);
+* no object actor, pooled actor, pykka actor or thread is left after stop.
+
+Pure orchestration on the caller's thread plus the churn threads; exit status 0 when every check
+passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import random
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pykka
+from loguru import logger
+from prometheus_client import CollectorRegistry
+
+from actors.calls import Call
+from actors.claim_calls import ClaimStatusPatch
+from actors.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
+from actors.dispatcher import Dispatcher
+from actors.errors import (
+    ApiError,
+    DispatcherClosed,
+    InvalidInputError,
+    Outcome,
+)
+from actors.objects import Obj, get_path, meta, pod_node_name
+from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from actors.runtime import live_pooled_actors
+from adapters.informer import Informer, MemoryListWatch
+from adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
+from examples.scheduler.claims import allocated_device, allocation_for, reserved_uids
+
+CHURN_CONDITION = "example.com/Churn"
+NODES = tuple(f"node-{i}" for i in range(8))
+DEVICES = ("gpu-0", "gpu-1")
+CONSUMERS_PER_CLAIM = 3
+SUCCESS_CLASS = (Outcome.SUCCESS, Outcome.SKIPPED, Outcome.OVERWRITTEN)
+
+Aspect = tuple[str, str]
+"""``(object uid, aspect name)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StressConfig:
+    """Knobs of a stress run (validated)."""
+
+    objects: int = 10_000
+    seconds: float = 10.0
+    threads: int = 4
+    faults: float = 0.05
+    latency_ms: float = 1.0
+    workers: int = 16
+    seed: int = 1
+    drain_timeout: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("objects", "threads", "workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
+        for name in ("seconds", "faults", "latency_ms", "drain_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
+            if not math.isfinite(value):
+                raise InvalidInputError(f"{name} must be finite")
+        if self.faults > 1:
+            raise InvalidInputError("faults is a rate between 0 and 1")
+
+
+@dataclass(slots=True)
+class Intent:
+    """One submitted call and the aspect values it asks for."""
+
+    seq: int
+    call_type: str
+    uid: str
+    values: dict[str, Any]
+    future: Future[Outcome]
+    callbacks: int = 0
+
+
+@dataclass
+class _Obj:
+    """A churned object: kind, name, uid and (claims) its consumer uids."""
+
+    kind: str
+    name: str
+    uid: str
+    consumers: tuple[str, ...] = ()
+
+
+@dataclass
+class StressResult:
+    """Figures and findings of a run; ``ok`` when every check passed."""
+
+    config: dict[str, Any]
+    intents: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    peak_live_actors: int = 0
+    external_updates: int = 0
+    external_deletes: int = 0
+    faults_injected: dict[str, int] = field(default_factory=dict)
+    sent: int = 0
+    churn_seconds: float = 0.0
+    drain_seconds: float = 0.0
+    drained: bool = False
+    unresolved: int = 0
+    resolved_more_than_once: int = 0
+    state_mismatches: int = 0
+    aspects_checked: int = 0
+    double_bindings: int = 0
+    leaked_actors: int = 0
+    leaked_pooled_actors: int = 0
+    leaked_threads: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every check passed."""
+        return not (
+            self.unresolved
+            or self.resolved_more_than_once
+            or self.state_mismatches
+            or self.double_bindings
+            or self.leaked_actors
+            or self.leaked_pooled_actors
+            or self.leaked_threads
+        )
+
+    def note(self, text: str) -> None:
+        """Keep the first 20 findings."""
+        if len(self.problems) < 20:
+            self.problems.append(text)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready figures (with ``ok``)."""
+        return {**asdict(self), "ok": self.ok}
+
+
+class _Recorder:
+    """Intents in submission order; thread-safe appends from the churn threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.intents: list[Intent] = []
+
+    def submit(
+        self, dispatcher: Dispatcher, call: Call, uid: str, values: dict[str, Any]
+    ) -> Intent | None:
+        """Churn thread. Submit ``call``; record it (None once the dispatcher is closed)."""
+        try:
+            fut = dispatcher.submit(call)
+        except DispatcherClosed:
+            return None
+        with self._lock:
+            intent = Intent(len(self.intents), call.call_type, uid, values, fut)
+            self.intents.append(intent)
+
+        def resolved(_f: Future[Outcome]) -> None:
+            with self._lock:
+                intent.callbacks += 1
+
+        fut.add_done_callback(resolved)
+        return intent
+
+
+class _Churner(threading.Thread):
+    """One churn thread over a shard of the objects (see module docstring)."""
+
+    def __init__(
+        self,
+        index: int,
+        shard: list[_Obj],
+        env: _Env,
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(name=f"stress-churn-{index}", daemon=True)
+        self.shard = shard
+        self.env = env
+        self.stop_event = stop
+        self.rng = random.Random(env.cfg.seed * 1000 + index)
+        self.updates = 0
+        self.deletes = 0
+        self.version = 0
+
+    def run(self) -> None:
+        """Churn thread body."""
+        while not self.stop_event.is_set():
+            obj = self.rng.choice(self.shard)
+            # an external update/delete racing with another writer: fine
+            with contextlib.suppress(ApiError):
+                self.step(obj)
+
+    def current(self, obj: _Obj) -> Obj | None:
+        """The informer's newest object (the basis of the next call)."""
+        return self.env.cache(obj.kind).get(obj.uid)
+
+    def step(self, obj: _Obj) -> None:
+        """Churn thread. One random action on ``obj``."""
+        current = self.current(obj)
+        if current is None:
+            return  # deleted
+        roll = self.rng.random()
+        env, rec = self.env, self.env.recorder
+        if roll < 0.02:
+            self.external_update(obj)
+            return
+        if roll < 0.025:
+            self.external_delete(obj)
+            return
+        if roll < 0.035:
+            env.dispatcher.cancel(obj.uid)
+            return
+        if obj.kind == "ResourceClaim":
+            self.claim_call(obj, current)
+            return
+        self.version += 1
+        if roll < 0.04:
+            call: Call = PodPreemption.for_pod(current, preemptor="default/stress")
+            rec.submit(env.dispatcher, call, obj.uid, {"gone": True})
+        elif roll < 0.25:
+            node = self.rng.choice(NODES[:2])  # often the same node again, sometimes another
+            rec.submit(env.dispatcher, PodBinding.for_pod(current, node), obj.uid, {"node": node})
+        elif roll < 0.45:
+            nnn = self.rng.choice((*NODES, None))
+            call = PodStatusPatch.for_pod(current, nominated_node_name=nnn)
+            rec.submit(env.dispatcher, call, obj.uid, {"nnn": nnn})
+        else:
+            cond = {
+                "type": CHURN_CONDITION,
+                "status": self.rng.choice(("True", "False")),
+                "reason": "Churn",
+                "message": f"v{self.version}",
+            }
+            call = PodStatusPatch.for_pod(current, conditions=[cond])
+            rec.submit(env.dispatcher, call, obj.uid, {"cond": (cond["status"], cond["message"])})
+
+    def claim_call(self, obj: _Obj, current: Obj) -> None:
+        """Churn thread. Allocate/deallocate and reserve/unreserve a consumer."""
+        env = self.env
+        consumer = self.rng.choice(obj.consumers)
+        ref = {"resource": "pods", "name": f"c-{consumer[:8]}", "uid": consumer}
+        roll = self.rng.random()
+        values: dict[str, Any]
+        if roll < 0.3:
+            node, device = self.rng.choice(NODES), self.rng.choice(DEVICES)
+            call = ClaimStatusPatch.for_claim(current, allocate=allocation_for(node, device))
+            values = {"alloc": (node, device)}
+        elif roll < 0.4:
+            call = ClaimStatusPatch.for_claim(current, deallocate=True)
+            values = {"alloc": None}
+        elif roll < 0.75:
+            call = ClaimStatusPatch.for_claim(current, reserve=[ref])
+            values = {f"res:{consumer}": True}
+        else:
+            call = ClaimStatusPatch.for_claim(current, unreserve=[consumer])
+            values = {f"res:{consumer}": False}
+        env.recorder.submit(env.dispatcher, call, obj.uid, values)
+
+    def external_update(self, obj: _Obj) -> None:
+        """Churn thread. A controller relabels the object (resourceVersion-guarded): the
+        dispatcher's pending patches become stale and must rebase."""
+        fresh = self.env.server.get_object(obj.kind, "default", obj.name)
+        if fresh is None or meta(fresh).get("uid") != obj.uid:
+            return
+        fresh["metadata"]["labels"] = {"churn": str(self.rng.randrange(1000))}
+        self.env.server.update(fresh)
+        self.updates += 1
+
+    def external_delete(self, obj: _Obj) -> None:
+        """Churn thread. Someone else deletes the object (rarely)."""
+        if self.rng.random() < 0.2:
+            self.env.server.remove(obj.kind, "default", obj.name)
+            self.env.removed.add(obj.uid)
+            self.deletes += 1
+
+
+@dataclass
+class _Env:
+    """The live parts of a stress run."""
+
+    cfg: StressConfig
+    server: InMemoryApiServer
+    dispatcher: Dispatcher
+    informers: dict[str, Informer]
+    recorder: _Recorder
+    rebinds: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
+
+    def cache(self, kind: str) -> Mapping[str, Obj]:
+        """The informer cache of ``kind`` (uid → newest object; lookups from any thread)."""
+        return self.informers[kind].cache
+
+
+def _objects(cfg: StressConfig, server: InMemoryApiServer) -> list[_Obj]:
+    objs: list[_Obj] = []
+    for i in range(cfg.objects):
+        if i % 10 == 9:
+            claim = server.create(make_claim(f"claim-{i:06d}"))
+            consumers = tuple(
+                f"{claim['metadata']['uid']}-c{k}" for k in range(CONSUMERS_PER_CLAIM)
+            )
+            objs.append(
+                _Obj(
+                    "ResourceClaim", claim["metadata"]["name"], claim["metadata"]["uid"], consumers
+                )
+            )
+        else:
+            pod = server.create(make_pod(f"pod-{i:06d}"))
+            objs.append(_Obj("Pod", pod["metadata"]["name"], pod["metadata"]["uid"]))
+    return objs
+
+
+def _audit_bindings(env: _Env) -> Callable[[Obj, Obj], None]:
+    """An informer update handler recording pods seen moving from one node to another."""
+
+    def on_update(old: Obj, new: Obj) -> None:
+        before, after = pod_node_name(old), pod_node_name(new)
+        if before is not None and after != before:
+            env.rebinds.add(str(meta(new).get("uid")))
+
+    return on_update
+
+
+def _setup(cfg: StressConfig) -> tuple[_Env, list[_Obj]]:
+    server = InMemoryApiServer(
+        latency=Latency(fixed=cfg.latency_ms / 1000.0),
+        faults=FaultPlan(
+            rate=cfg.faults,
+            weights={"429": 1, "500": 1, "timeout": 1, "conn_reset": 1, "apply_then_fail": 2},
+            retry_after=0.01,
+        )
+        if cfg.faults
+        else None,
+        seed=cfg.seed,
+        request_log_limit=2_000_000,
+    )
+    objs = _objects(cfg, server)
+    dispatcher = Dispatcher(
+        server,
+        DispatcherConfig(
+            rate_limit=RateLimitConfig(qps=math.inf),
+            executor=ExecutorConfig(workers=cfg.workers),
+            retry=RetryConfig(max_attempts=12, max_backoff=0.5),
+        ),
+        metrics_registry=CollectorRegistry(),
+    )
+    informers = {
+        kind: Informer(MemoryListWatch(server, kind), name=f"stress-{kind.lower()}")
+        for kind in ("Pod", "ResourceClaim")
+    }
+    env = _Env(cfg, server, dispatcher, informers, _Recorder())
+    for kind, inf in informers.items():
+        inf.attach(dispatcher)
+        if kind == "Pod":
+            inf.add_handler(on_update=_audit_bindings(env))
+    return env, objs
+
+
+def _touch_all(env: _Env, objs: list[_Obj]) -> None:
+    """One call per object, so every object has a live actor at the same time."""
+    for obj in objs:
+        current = env.cache(obj.kind).get(obj.uid)
+        if current is None:
+            continue
+        if obj.kind == "Pod":
+            cond = {"type": CHURN_CONDITION, "status": "False", "reason": "Churn", "message": "v0"}
+            call: Call = PodStatusPatch.for_pod(current, conditions=[cond])
+            values: dict[str, Any] = {"cond": ("False", "v0")}
+        else:
+            ref = {"resource": "pods", "name": "c0", "uid": obj.consumers[0]}
+            call = ClaimStatusPatch.for_claim(current, reserve=[ref])
+            values = {f"res:{obj.consumers[0]}": True}
+        env.recorder.submit(env.dispatcher, call, obj.uid, values)
+
+
+def _final_values(obj: _Obj, final: Obj) -> dict[str, Any]:
+    if obj.kind == "Pod":
+        conds = get_path(final, "status", "conditions") or []
+        churn = next((c for c in conds if c.get("type") == CHURN_CONDITION), None)
+        return {
+            "cond": None if churn is None else (churn.get("status"), churn.get("message")),
+            "nnn": get_path(final, "status", "nominatedNodeName") or None,
+            "node": pod_node_name(final),
+        }
+    reserved = reserved_uids(final)
+    values: dict[str, Any] = {"alloc": allocated_device(final)}
+    for c in obj.consumers:
+        values[f"res:{c}"] = c in reserved
+    return values
+
+
+def _initial_values(obj: _Obj) -> dict[str, Any]:
+    if obj.kind == "Pod":
+        return {"cond": None, "nnn": None, "node": None}
+    return {"alloc": None, **{f"res:{c}": False for c in obj.consumers}}
+
+
+def _check_state(env: _Env, objs: list[_Obj], result: StressResult) -> None:
+    """Final apiserver state against the intents (see module docstring)."""
+    per_aspect: dict[Aspect, list[tuple[Intent, Any]]] = defaultdict(list)
+    preempted: set[str] = set()
+    for intent in env.recorder.intents:
+        outcome = intent.future.result() if intent.future.exception() is None else None
+        for name, value in intent.values.items():
+            if name == "gone":
+                if outcome is Outcome.SUCCESS:
+                    preempted.add(intent.uid)
+                continue
+            per_aspect[(intent.uid, name)].append((intent, value))
+    finals = {
+        kind: {str(meta(o).get("uid")): o for o in env.server.list(kind)[0]}
+        for kind in ("Pod", "ResourceClaim")
+    }
+    for obj in objs:
+        final = finals[obj.kind].get(obj.uid)
+        if final is None:
+            continue  # deleted: by a preemption or externally; nothing else to compare
+        if obj.uid in preempted:
+            result.state_mismatches += 1
+            result.note(f"{obj.kind} {obj.name}: preempted successfully but still exists")
+            continue
+        values = _final_values(obj, final)
+        for name, initial in _initial_values(obj).items():
+            history = per_aspect.get((obj.uid, name), [])
+            allowed = _allowed(history, initial)
+            result.aspects_checked += 1
+            if values[name] not in allowed:
+                result.state_mismatches += 1
+                result.note(
+                    f"{obj.kind} {obj.name} {name}: final {values[name]!r} not in {allowed!r}"
+                )
+
+
+def _allowed(history: list[tuple[Intent, Any]], initial: Any) -> list[Any]:
+    """Values an aspect may end with: the last successful call's, or a later call's that
+    succeeded by merge/skip; the initial value if no call succeeded."""
+    last_success = -1
+    ok: list[tuple[int, Any]] = []
+    for i, (intent, value) in enumerate(history):
+        fut = intent.future
+        if fut.exception() is not None:
+            continue
+        if fut.result() is Outcome.SUCCESS:
+            last_success = i
+        ok.append((i, value))
+    allowed = [v for i, v in ok if i >= last_success]
+    if last_success < 0:
+        allowed.append(initial)
+    return allowed
+
+
+def _check_bindings(env: _Env, result: StressResult) -> None:
+    applied = Counter(r.uid for r in env.server.request_log if r.op == "bind" and r.outcome == "ok")
+    twice = {uid for uid, n in applied.items() if n > 1} | env.rebinds
+    result.double_bindings = len(twice)
+    for uid in sorted(twice)[:5]:
+        result.note(f"pod {uid} bound twice")
+
+
+def run_stress(cfg: StressConfig, *, stream: Any = None) -> StressResult:
+    """Execute a stress run (caller thread) and return its findings."""
+    threads_before = set(threading.enumerate())
+    pooled_before = live_pooled_actors()
+    result = StressResult(config=asdict(cfg))
+    env, objs = _setup(cfg)
+
+    def say(text: str) -> None:
+        if stream is not None:
+            print(text, file=stream, flush=True)
+
+    env.dispatcher.start()
+    for inf in env.informers.values():
+        inf.start()
+        inf.wait_for_sync(60.0)
+    say(f"{len(objs)} objects created; touching every one")
+    _touch_all(env, objs)
+    result.peak_live_actors = env.dispatcher.live_actors
+    stop = threading.Event()
+    shards = [objs[i :: cfg.threads] for i in range(cfg.threads)]
+    churners = [_Churner(i, shard, env, stop) for i, shard in enumerate(shards) if shard]
+    started = time.monotonic()
+    for c in churners:
+        c.start()
+    say(f"{result.peak_live_actors} live object actors; churning for {cfg.seconds:g}s")
+    stop.wait(cfg.seconds)
+    stop.set()
+    for c in churners:
+        c.join()
+    result.churn_seconds = round(time.monotonic() - started, 3)
+    result.peak_live_actors = max(result.peak_live_actors, env.dispatcher.live_actors)
+    say(f"{len(env.recorder.intents)} calls submitted; draining")
+    started = time.monotonic()
+    result.drained = env.dispatcher.stop(drain=True, timeout=cfg.drain_timeout)
+    result.drain_seconds = round(time.monotonic() - started, 3)
+    stats = env.dispatcher.stats()
+    for inf in env.informers.values():
+        inf.stop()
+    _summarise(env, churners, stats, result)
+    _check_state(env, objs, result)
+    _check_bindings(env, result)
+    _check_leaks(env, threads_before, pooled_before, result)
+    return result
+
+
+def _summarise(
+    env: _Env, churners: list[_Churner], stats: dict[str, Any], res: StressResult
+) -> None:
+    res.intents = len(env.recorder.intents)
+    res.outcomes = dict(sorted(stats["outcomes"].items()))
+    res.sent = int(stats["sent_total"])
+    res.faults_injected = env.server.fault_counts()
+    res.external_updates = sum(c.updates for c in churners)
+    res.external_deletes = sum(c.deletes for c in churners)
+    for intent in env.recorder.intents:
+        if not intent.future.done():
+            res.unresolved += 1
+            res.note(f"{intent.call_type} on {intent.uid}: future never resolved")
+        elif intent.callbacks != 1:
+            res.resolved_more_than_once += 1
+            res.note(f"{intent.call_type} on {intent.uid}: resolved {intent.callbacks} times")
+
+
+def _check_leaks(
+    env: _Env, threads_before: set[threading.Thread], pooled_before: int, res: StressResult
+) -> None:
+    res.leaked_actors = env.dispatcher.live_actors + len(pykka.ActorRegistry.get_all())
+    res.leaked_pooled_actors = max(0, live_pooled_actors() - pooled_before)
+    leftover = [t for t in threading.enumerate() if t not in threads_before]
+    for t in leftover:
+        t.join(5.0)
+    res.leaked_threads = [t.name for t in leftover if t.is_alive()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; exit status 0 when every check passed."""
+    p = argparse.ArgumentParser(
+        prog="python -m examples.stress", description=__doc__.split("\n")[0]
+    )
+    d = StressConfig()
+    p.add_argument("--objects", type=int, default=d.objects)
+    p.add_argument("--seconds", type=float, default=d.seconds)
+    p.add_argument("--threads", type=int, default=d.threads, help="churn threads")
+    p.add_argument("--faults", type=float, default=d.faults)
+    p.add_argument("--latency-ms", type=float, default=d.latency_ms)
+    p.add_argument("--workers", type=int, default=d.workers)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        cfg = StressConfig(
+            objects=args.objects,
+            seconds=args.seconds,
+            threads=args.threads,
+            faults=args.faults,
+            latency_ms=args.latency_ms,
+            workers=args.workers,
+            seed=args.seed,
+        )
+    except InvalidInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.verbose:
+        logger.remove()
+        logger.add(sys.stderr, level="DEBUG")
+        for name in ("actors", "adapters", "examples"):
+            logger.enable(name)
+    result = run_stress(cfg, stream=sys.stderr)
+    out = result.as_dict()
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    for key in (
+        "intents",
+        "sent",
+        "peak_live_actors",
+        "external_updates",
+        "external_deletes",
+        "churn_seconds",
+        "drain_seconds",
+        "drained",
+        "unresolved",
+        "resolved_more_than_once",
+        "aspects_checked",
+        "state_mismatches",
+        "double_bindings",
+        "leaked_actors",
+        "leaked_pooled_actors",
+        "leaked_threads",
+    ):
+        print(f"{key:<24} {out[key]}")
+    print(f"{'outcomes':<24} {out['outcomes']}")
+    print(f"{'faults_injected':<24} {out['faults_injected']}")
+    for problem in result.problems:
+        print(f"problem: {problem}")
+    print("OK" if result.ok else "FAILED")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
