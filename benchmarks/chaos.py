@@ -1,0 +1,619 @@
+"""Chaos run of the dispatcher with an oracle.
+
+    python -m benchmarks.chaos --pods N --fault-rate F --json PATH [--http]
+
+N pods (and N/5 ResourceClaims) live on the embedded in-memory apiserver, which fails a share F
+of the status patches, bindings and deletions with 429 (with Retry-After), 500, timeouts and
+"applied on the server but the reply was lost"; with ``--http`` the dispatcher talks to it through
+the official client over real HTTP on 127.0.0.1 (connection resets join the faults). One driver
+thread submits random intents — pod status patches (conditions, nominatedNodeName), bindings,
+preemptions, claim reservations and allocations — and meanwhile deletes random pods on the
+server; informers (list+watch, the in-memory source or the official client) report every change
+and deletion to the dispatcher, and a monkey keeps compacting the watch history and cutting the
+watches, so informers resume and re-list (410). Then the dispatcher is drained and stopped, and
+the oracle (:mod:`benchmarks.chaos_oracle`) compares the server with the intents.
+
+JSON keys (ideal values in brackets): ``lost_intents`` [0], ``duplicate_bindings`` [0],
+``converged`` [1.0], ``unresolved_futures`` [0], ``leaked`` [0] — see :func:`run` — plus counts
+of outcomes, faults, retries, watch drops and re-lists. Exit status 0 when all five are ideal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import random
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pykka
+from kubernetes import client as k8s
+from loguru import logger
+
+from actors.backend import ApiBackend
+from actors.claim_calls import ClaimStatusPatch
+from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from actors.dispatcher import Dispatcher
+from actors.errors import KdispatchError, NotFoundError, Outcome
+from actors.pod_calls import PodBinding, PodStatusPatch
+from actors.runtime import live_pooled_actors
+from adapters.httpserver import ApiServerHTTP
+from adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
+from adapters.kubernetes import KubernetesBackend, prepare_configuration
+from adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
+from benchmarks.chaos_oracle import ABSENT, Field, Intent, score
+from benchmarks.chaos_watch import BindingAuditor, WatchMonkey
+
+Obj = dict[str, Any]
+POD, CLAIM = "Pod", "ResourceClaim"
+CHAOS_CONDITION = "example.com/Chaos"
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One chaos run. ``intents_per_pod``: actions per pod on average (intents, deletions,
+    preemptions). ``watch_chaos_interval``: seconds between history compactions + watch drops
+    (0: none). ``request_timeout``: the HTTP client's timeout (``--http``).
+    ``status_after_binding``: whether a pod with a binding intent may still get
+    ``PodScheduled`` status patches (False keeps the run clear of a known defect: after a
+    successful binding the object actor keeps the pre-binding object for no-op checks)."""
+
+    pods: int = 1000
+    fault_rate: float = 0.2
+    http: bool = False
+    seed: int = 1
+    intents_per_pod: float = 4.0
+    claims_per_pod: float = 0.2
+    workers: int = 16
+    request_timeout: float = 0.5
+    latency_ms: float = 0.0
+    watch_chaos_interval: float = 1.0
+    status_after_binding: bool = True
+    batch: int = 500
+    settle_timeout: float = 600.0
+    drain_timeout: float = 30.0
+
+
+@dataclass(slots=True)
+class _Object:
+    kind: str
+    name: str
+    uid: str
+    initial: Obj
+    node: str = ""  # a pod's designated node
+    bind_requested: bool = False
+    deleted: bool = False  # deleted by the driver (server-side)
+
+
+class _Driver:
+    """Submits random intents and records them for the oracle. Runs on the driver thread."""
+
+    def __init__(
+        self,
+        cfg: ChaosConfig,
+        server: InMemoryApiServer,
+        dispatcher: Dispatcher,
+        caches: dict[str, Informer],
+    ) -> None:
+        self.cfg = cfg
+        self.rng = random.Random(f"chaos:{cfg.seed}")
+        self.server = server
+        self.d = dispatcher
+        self.caches = caches
+        self.seq = itertools.count()
+        self.intents: list[Intent] = []
+        self.pods: list[_Object] = []
+        self.claims: list[_Object] = []
+        self.nodes = [f"node-{i}" for i in range(max(2, cfg.pods // 10))]
+        self.open_higher: dict[str, list[tuple[int, Future[Outcome]]]] = defaultdict(list)
+        self.reserved: dict[str, set[str]] = defaultdict(set)
+        self.actions: Counter[str] = Counter()
+
+    # ----------------------------------------------------------------- setup
+
+    def create(self) -> None:
+        for i in range(self.cfg.pods):
+            obj = self.server.create(make_pod(f"chaos-{i}"))
+            node = self.nodes[i % len(self.nodes)]
+            self.pods.append(_Object(POD, obj["metadata"]["name"], _uid(obj), obj, node))
+        for i in range(max(1, int(self.cfg.pods * self.cfg.claims_per_pod))):
+            obj = self.server.create(make_claim(f"claim-{i}"))
+            self.claims.append(_Object(CLAIM, obj["metadata"]["name"], _uid(obj), obj))
+
+    # ----------------------------------------------------------------- the run
+
+    def drive(self) -> list[Future[Outcome]]:
+        """Submit every action; returns the futures. Keeps at most two batches unresolved."""
+        total = int(self.cfg.pods * self.cfg.intents_per_pod)
+        actions: list[tuple[float, Callable[[], None]]] = [
+            (0.42, self.status_patch),
+            (0.25, self.binding),
+            (0.20 if self.claims else 0.0, self.claim_patch),
+            (0.05, self.preemption),
+            (0.05, self.deletion),
+            (0.03, self.late_intent),
+        ]
+        weights = [w for w, _ in actions]
+        batches: list[list[Future[Outcome]]] = []
+        for start in range(0, total, self.cfg.batch):
+            first = len(self.intents)
+            for _ in range(min(self.cfg.batch, total - start)):
+                self.rng.choices(actions, weights)[0][1]()
+            batches.append([i.future for i in self.intents[first:] if i.future is not None])
+            if len(batches) > 2:
+                wait(batches[-3], timeout=self.cfg.settle_timeout)
+        return [i.future for i in self.intents if i.future is not None]
+
+    def _pick_pod(self, *, live: bool = True) -> _Object:
+        for _ in range(8):
+            pod = self.rng.choice(self.pods)
+            if pod.deleted != live:
+                return pod
+        return pod
+
+    def _basis(self, o: _Object) -> Obj:
+        """The freshest copy the driver has, like a scheduler's informer cache."""
+        cached = self.caches[o.kind].cache.get(o.uid)
+        return cached if cached is not None else o.initial
+
+    def _record(
+        self,
+        o: _Object,
+        call_type: str,
+        relevance: int,
+        strict: dict[Field, Any],
+        submit: Callable[[], Future[Outcome]],
+        *,
+        loose: dict[Field, Any] | None = None,
+        exclusive: bool = False,
+        node: str | None = None,
+    ) -> None:
+        opened = self.open_higher[o.uid]
+        opened[:] = [(r, f) for r, f in opened if not f.done()]
+        intent = Intent(
+            next(self.seq),
+            o.uid,
+            call_type,
+            relevance,
+            strict,
+            loose or {},
+            exclusive=exclusive,
+            under_higher=any(r > relevance for r, _ in opened),
+            binding_node=node,
+        )
+        try:
+            intent.future = submit()
+        except KdispatchError as exc:
+            intent.rejected = type(exc).__name__
+        self.intents.append(intent)
+        if intent.future is not None and relevance > 1:
+            opened.append((relevance, intent.future))
+        self.actions[call_type] += 1
+
+    # ----------------------------------------------------------------- actions
+
+    def status_patch(self, pod: _Object | None = None) -> None:
+        pod = pod or self._pick_pod()
+        rng = self.rng
+        conditions: list[dict[str, str]] = []
+        strict: dict[Field, Any] = {}
+        if rng.random() < 0.6 and (self.cfg.status_after_binding or not pod.bind_requested):
+            cond = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": f"0/{len(self.nodes)} nodes: attempt {rng.randrange(4)}",
+            }
+            conditions.append(cond)
+        if rng.random() < 0.4 or not conditions:
+            cond = {
+                "type": CHAOS_CONDITION,
+                "status": rng.choice(("True", "False")),
+                "reason": rng.choice(("Alpha", "Beta")),
+            }
+            if rng.random() < 0.5:
+                cond["message"] = f"m{rng.randrange(3)}"
+            conditions.append(cond)
+        for c in conditions:
+            for key in ("status", "reason", "message"):
+                if key in c:
+                    strict["cond", c["type"], key] = c[key]
+        kwargs: dict[str, Any] = {"conditions": conditions}
+        if rng.random() < 0.35:
+            nnn = rng.choice((None, *rng.sample(self.nodes, 2)))
+            kwargs["nominated_node_name"] = nnn
+            strict["nnn",] = nnn or ABSENT
+        basis = self._basis(pod)
+        self._record(
+            pod,
+            "pod_status_patch",
+            1,
+            strict,
+            lambda: self.d.submit(PodStatusPatch.for_pod(basis, **kwargs)),
+        )
+
+    def binding(self, pod: _Object | None = None) -> None:
+        pod = pod or self._pick_pod()
+        node = pod.node if self.rng.random() < 0.8 else self.rng.choice(self.nodes)
+        pod.bind_requested = True
+        basis = self._basis(pod)
+        loose: dict[Field, Any] = {
+            ("cond", "PodScheduled", "status"): "True",
+            ("cond", "PodScheduled", "reason"): ABSENT,
+            ("cond", "PodScheduled", "message"): ABSENT,
+        }
+        self._record(
+            pod,
+            "pod_binding",
+            2,
+            {("node",): node},
+            lambda: self.d.submit(PodBinding.for_pod(basis, node)),
+            loose=loose,
+            node=node,
+        )
+
+    def preemption(self) -> None:
+        pod = self._pick_pod()
+        basis = self._basis(pod)
+        self._record(
+            pod,
+            "pod_preemption",
+            3,
+            {},
+            lambda: self.d.preempt(basis, preemptor="default/chaos-preemptor"),
+            exclusive=True,
+        )
+
+    def deletion(self) -> None:
+        """Delete a pod on the server (as its owner or the kubelet would); the informer tells
+        the dispatcher, and half the time the driver tells it directly as well."""
+        pod = self._pick_pod()
+        pod.deleted = True
+        self.actions["server_delete"] += 1
+        try:
+            last = self.server.remove(POD, "default", pod.name)
+        except NotFoundError:
+            return
+        if self.rng.random() < 0.5:
+            self.d.on_delete(last)
+
+    def late_intent(self) -> None:
+        """An intent for a pod that may already be gone."""
+        pod = self._pick_pod(live=False)
+        (self.status_patch if self.rng.random() < 0.5 else self.binding)(pod)
+
+    def claim_patch(self) -> None:
+        claim = self.rng.choice(self.claims)
+        basis = self._basis(claim)
+        reserved = self.reserved[claim.uid]
+        roll = self.rng.random()
+        if roll < 0.1:
+            alloc = self._allocation() if self.rng.random() < 0.7 else None
+            strict: dict[Field, Any] = {("alloc",): alloc if alloc is not None else ABSENT}
+
+            def submit() -> Future[Outcome]:
+                if alloc is None:
+                    return self.d.submit(ClaimStatusPatch.for_claim(basis, deallocate=True))
+                return self.d.submit(ClaimStatusPatch.for_claim(basis, allocate=alloc))
+
+        elif roll < 0.35 and reserved:
+            cuid = self.rng.choice(sorted(reserved))
+            reserved.discard(cuid)
+            strict = {("reserved", cuid): False}
+
+            def submit() -> Future[Outcome]:
+                return self.d.submit(ClaimStatusPatch.for_claim(basis, unreserve=[cuid]))
+
+        else:
+            pod = self.rng.choice(self.pods)
+            reserved.add(pod.uid)
+            strict = {("reserved", pod.uid): True}
+            consumer = {"resource": "pods", "name": pod.name, "uid": pod.uid}
+
+            def submit() -> Future[Outcome]:
+                return self.d.submit(ClaimStatusPatch.for_claim(basis, reserve=[consumer]))
+
+        self._record(claim, "claim_status_patch", 1, strict, submit)
+
+    def _allocation(self) -> dict[str, Any]:
+        device = f"gpu-{self.rng.randrange(4)}"
+        return {
+            "devices": {
+                "results": [
+                    {
+                        "request": "device",
+                        "driver": "gpu.example.com",
+                        "pool": "p",
+                        "device": device,
+                    }
+                ]
+            }
+        }
+
+
+def _uid(obj: Obj) -> str:
+    return str(obj["metadata"]["uid"])
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def _config(cfg: ChaosConfig) -> DispatcherConfig:
+    return DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=math.inf, burst=1),
+        # bounded, but with enough attempts that a 20% fault rate does not exhaust them
+        retry=RetryConfig(max_attempts=12, base_backoff=0.002, max_backoff=0.05),
+        executor=ExecutorConfig(workers=cfg.workers),
+    )
+
+
+def _fault_plan(cfg: ChaosConfig) -> FaultPlan:
+    weights = {"429": 1.0, "500": 1.0, "timeout": 1.0, "apply_then_fail": 1.0}
+    if cfg.http:
+        weights["conn_reset"] = 1.0
+    return FaultPlan(rate=cfg.fault_rate, weights=weights, retry_after=0.01)
+
+
+def _duplicates(
+    driver: _Driver,
+    server: InMemoryApiServer,
+    auditor: BindingAuditor,
+    final: dict[str, Obj | None],
+) -> tuple[int, list[str]]:
+    """Pods bound twice or to two nodes, by four independent witnesses."""
+    flagged: dict[str, str] = {}
+    ok_binds = Counter(r.uid for r in server.request_log if r.op == "bind" and r.outcome == "ok")
+    for uid, n in ok_binds.items():
+        if n > 1:
+            flagged.setdefault(uid, f"the server answered {n} bindings with success")
+    for uid, nodes in auditor.nodes().items():
+        if len(nodes) > 1:
+            flagged.setdefault(uid, f"seen bound to {sorted(nodes)}")
+    promised: dict[str, set[str]] = defaultdict(set)
+    asked: dict[str, set[str]] = defaultdict(set)
+    for i in driver.intents:
+        if i.binding_node is None:
+            continue
+        asked[i.uid].add(i.binding_node)
+        fut = i.future
+        if (
+            fut is not None
+            and fut.done()
+            and fut.exception() is None
+            and fut.result() is Outcome.SUCCESS
+        ):
+            promised[i.uid].add(i.binding_node)
+    for uid, nodes in promised.items():
+        if len(nodes) > 1:
+            flagged.setdefault(uid, f"bindings to {sorted(nodes)} all said success")
+    for pod in driver.pods:
+        obj = final.get(pod.uid)
+        node = (obj or {}).get("spec", {}).get("nodeName")
+        if node and node not in asked[pod.uid]:
+            flagged.setdefault(pod.uid, f"bound to {node}, which no intent asked for")
+    return len(flagged), [f"{u}: {why}" for u, why in list(flagged.items())[:10]]
+
+
+def _leaks(baseline: set[threading.Thread], pooled_before: int, timeout: float = 5.0) -> list[str]:
+    """Threads and actors started by the run and still alive (bounded joins first)."""
+    deadline = time.monotonic() + timeout
+    extra = [t for t in threading.enumerate() if t not in baseline]
+    for t in extra:
+        t.join(max(0.0, deadline - time.monotonic()))
+    left = [f"thread {t.name}" for t in extra if t.is_alive()]
+    left += [f"pykka actor {a}" for a in pykka.ActorRegistry.get_all()]
+    pooled = live_pooled_actors() - pooled_before
+    if pooled > 0:
+        left.append(f"{pooled} pooled actors")
+    return left
+
+
+class _Harness:
+    """The apiserver (in memory, optionally behind HTTP), the backend, the dispatcher, the
+    informers, the auditor and the watch monkey of one run. Driver thread."""
+
+    def __init__(self, cfg: ChaosConfig) -> None:
+        self.cfg = cfg
+        self.server = InMemoryApiServer(
+            latency=Latency(fixed=cfg.latency_ms / 1000.0),
+            faults=_fault_plan(cfg),
+            seed=cfg.seed,
+            history=max(100_000, cfg.pods * 40),
+            request_log_limit=max(200_000, cfg.pods * 60),
+        )
+        self.auditor = BindingAuditor(self.server).start()
+        self.http: ApiServerHTTP | None = None
+        self.kbackend: KubernetesBackend | None = None
+        self.clients: list[Any] = []  # informer ApiClients
+        backend: ApiBackend = self.server
+        if cfg.http:
+            self.http = ApiServerHTTP(
+                self.server, hang_seconds=max(2.0, cfg.request_timeout * 4)
+            ).start()
+            self.kbackend = KubernetesBackend.for_url(
+                self.http.url, workers=cfg.workers, request_timeout=cfg.request_timeout
+            )
+            backend = self.kbackend
+        self.dispatcher = Dispatcher(backend, _config(cfg)).start()
+        self.informers = {
+            kind: Informer(self._source(kind), name=f"chaos-{kind.lower()}", backoff_initial=0.01)
+            for kind in (POD, CLAIM)
+        }
+        self.monkey = (
+            WatchMonkey(self.server, cfg.watch_chaos_interval) if cfg.watch_chaos_interval else None
+        )
+        self.drained = False
+
+    def _source(self, kind: str) -> ListWatch:
+        if self.http is None:
+            return MemoryListWatch(self.server, kind)
+        client = k8s.ApiClient(prepare_configuration(k8s.Configuration(host=self.http.url), 2))
+        self.clients.append(client)
+        return ClientListWatch(client, kind, request_timeout=10.0)
+
+    def start(self) -> None:
+        """Start the informers (after the objects exist) and the monkey."""
+        for informer in self.informers.values():
+            informer.attach(self.dispatcher)
+            informer.start()
+        for informer in self.informers.values():
+            informer.wait_for_sync(30.0)
+        if self.monkey is not None:
+            self.monkey.start()
+
+    def stop(self) -> None:
+        """Drain and stop the dispatcher, then everything else. Safe after a failed start."""
+        if self.monkey is not None:
+            self.monkey.stop()
+        self.drained = self.dispatcher.stop(drain=True, timeout=self.cfg.drain_timeout)
+        for informer in self.informers.values():
+            informer.stop()
+        self.auditor.stop()
+        if self.kbackend is not None:
+            self.kbackend.close()
+        for client in self.clients:
+            client.close()
+        if self.http is not None:
+            self.http.stop()
+
+
+def run(cfg: ChaosConfig) -> dict[str, Any]:
+    """One chaos run; returns the figures (see the module docstring).
+
+    * ``lost_intents``: intents whose future promised success (or never resolved) while the
+      server's final state does not show them and nothing later superseded them;
+    * ``duplicate_bindings``: pods bound twice or to two nodes (request log, a watch on every
+      pod change, the futures and the final state are all witnesses);
+    * ``converged``: share of live objects with intents whose final state is what the last
+      intents left there;
+    * ``unresolved_futures``: futures still pending after ``stop()`` returned;
+    * ``leaked``: threads and actors of the run alive after everything was stopped.
+    """
+    baseline = set(threading.enumerate())
+    pooled_before = live_pooled_actors()
+    h = _Harness(cfg)
+    server = h.server
+    driver = _Driver(cfg, server, h.dispatcher, h.informers)
+    try:
+        driver.create()
+        h.start()
+        started = time.monotonic()
+        futures = driver.drive()
+        submitted_s = time.monotonic() - started
+        _done, pending = wait(futures, timeout=cfg.settle_timeout)
+        settled_s = time.monotonic() - started
+    finally:
+        h.stop()
+    unresolved = sum(1 for f in futures if not f.done())
+    stats = h.dispatcher.stats()
+    final: dict[str, Obj | None] = {}
+    for o in (*driver.pods, *driver.claims):
+        obj = server.get_object(o.kind, "default", o.name)
+        final[o.uid] = obj if obj is not None and _uid(obj) == o.uid else None
+    initial = {o.uid: o.initial for o in (*driver.pods, *driver.claims)}
+    result = score(driver.intents, final, initial)
+    duplicates, duplicate_examples = _duplicates(driver, server, h.auditor, final)
+    leaks = _leaks(baseline, pooled_before)
+    informers = h.informers.values()
+    monkey = h.monkey
+    return {
+        "lost_intents": result.lost_intents,
+        "duplicate_bindings": duplicates,
+        "converged": round(result.converged, 6),
+        "unresolved_futures": unresolved,
+        "leaked": len(leaks),
+        "config": asdict(cfg),
+        "mode": "http" if cfg.http else "memory",
+        "intents": len(driver.intents),
+        "actions": dict(driver.actions),
+        "outcomes": dict(result.outcomes),
+        "pending_after_settle": len(pending),
+        "drained": h.drained,
+        "live_objects_checked": result.live_objects_checked,
+        "live_objects_converged": result.live_objects_converged,
+        "pods_deleted_on_server": sum(1 for p in driver.pods if final[p.uid] is None),
+        "faults_injected": server.fault_counts(),
+        "requests_ok": server.counts(),
+        "requests_sent": stats["sent_total"],
+        "retries": stats["retries"],
+        "informer_relists_after_first": sum(i.relists for i in informers) - len(informers),
+        "informer_watches": sum(i.watches for i in informers),
+        "watch_drops": monkey.drops if monkey else 0,
+        "compactions": monkey.compactions if monkey else 0,
+        "auditor_relists": h.auditor.relists,
+        "submit_seconds": round(submitted_s, 3),
+        "settle_seconds": round(settled_s, 3),
+        "lost_examples": result.lost_examples,
+        "unconverged_examples": result.unconverged_examples,
+        "duplicate_examples": duplicate_examples,
+        "leaks": leaks,
+    }
+
+
+IDEAL = {
+    "lost_intents": 0,
+    "duplicate_bindings": 0,
+    "converged": 1.0,
+    "unresolved_futures": 0,
+    "leaked": 0,
+}
+
+
+def ideal(figures: dict[str, Any]) -> bool:
+    """Whether the five oracle figures all have their ideal values."""
+    return all(figures[k] == v for k, v in IDEAL.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line; returns the exit status (0 when the oracle is satisfied)."""
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.chaos", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--pods", type=int, default=ChaosConfig.pods)
+    p.add_argument("--fault-rate", type=float, default=ChaosConfig.fault_rate)
+    p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    p.add_argument("--http", action="store_true", help="real client over HTTP on 127.0.0.1")
+    p.add_argument("--seed", type=int, default=ChaosConfig.seed)
+    p.add_argument("--workers", type=int, default=ChaosConfig.workers)
+    p.add_argument("--intents-per-pod", type=float, default=ChaosConfig.intents_per_pod)
+    p.add_argument("--request-timeout", type=float, default=ChaosConfig.request_timeout)
+    p.add_argument("--latency-ms", type=float, default=ChaosConfig.latency_ms)
+    p.add_argument("--watch-chaos-interval", type=float, default=ChaosConfig.watch_chaos_interval)
+    p.add_argument(
+        "--no-status-after-binding",
+        action="store_true",
+        help="no PodScheduled patches for pods with a binding intent (see ChaosConfig)",
+    )
+    args = p.parse_args(argv)
+    cfg = ChaosConfig(
+        pods=args.pods,
+        fault_rate=args.fault_rate,
+        http=args.http,
+        seed=args.seed,
+        workers=args.workers,
+        intents_per_pod=args.intents_per_pod,
+        request_timeout=args.request_timeout,
+        latency_ms=args.latency_ms,
+        watch_chaos_interval=args.watch_chaos_interval,
+        status_after_binding=not args.no_status_after_binding,
+    )
+    logger.disable("adapters")
+    figures = run(cfg)
+    text = json.dumps(figures, indent=2, sort_keys=True, default=str)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    print(text)
+    return 0 if ideal(figures) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""The chaos oracle: what every intent promised, and whether the server kept it.
+
+An *intent* is one call submitted to the dispatcher. It is reduced to the fields of the object it
+sets (``strict``: the server must end up with exactly this value unless something later changed
+the field) and the fields it may change as a side effect (``loose``: e.g. a binding replaces the
+``PodScheduled`` condition). After the run, :func:`score` compares the server's final objects
+with the intents and their futures:
+
+* **lost intent** — a future that said ``SUCCESS``/``SKIPPED``/``OVERWRITTEN`` for an object that
+  is still alive, while one of its strict fields does not hold the promised value and no later
+  intent touched that field; or a preemption that said success while its pod is still alive; or
+  a future that never resolved. Intents that the design lets a more relevant call supersede are
+  exempt: one followed by a more relevant intent (a binding overwrites a pending status patch),
+  and one answered ``SKIPPED`` while a more relevant intent of the object was still open.
+* **converged** — for each live object with intents, every touched field holds a value some
+  intent may legitimately have left there: the value of the last intent that certainly applied,
+  or of any later intent that may or may not have (failed, superseded, unresolved).
+
+Field keys are tuples: ``("cond", type, key)`` for a pod condition's status/reason/message,
+``("nnn",)``, ``("node",)``, ``("alloc",)`` and ``("reserved", consumer uid)``.
+
+Pure module: no threads. Runs on the chaos driver's thread.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.errors import Outcome
+from actors.objects import get_path
+
+Field = tuple[str, ...]
+
+ABSENT = "<absent>"
+"""The value of a field that is not set on the object."""
+
+SUCCESSISH = frozenset({Outcome.SUCCESS, Outcome.SKIPPED, Outcome.OVERWRITTEN})
+
+
+@dataclass(slots=True)
+class Intent:
+    """One submitted call and what it promised."""
+
+    seq: int
+    uid: str
+    call_type: str
+    relevance: int
+    strict: dict[Field, Any]
+    loose: dict[Field, Any] = field(default_factory=dict)
+    future: Future[Outcome] | None = None
+    rejected: str | None = None  # submit raised: the exception type name
+    exclusive: bool = False  # a preemption: the object must be gone if it says success
+    under_higher: bool = False  # a more relevant intent of the object was open at submit
+    binding_node: str | None = None
+
+    def outcome(self) -> str:
+        """``success``/``skipped``/``overwritten``, an exception type name, or ``unresolved``."""
+        if self.rejected is not None:
+            return f"rejected:{self.rejected}"
+        fut = self.future
+        if fut is None or not fut.done():
+            return "unresolved"
+        exc = fut.exception()
+        if exc is not None:
+            return type(exc).__name__
+        return fut.result().value
+
+    def successish(self) -> bool:
+        """Whether the future promised the object is heading to the intended state."""
+        fut = self.future
+        return (
+            fut is not None
+            and fut.done()
+            and fut.exception() is None
+            and fut.result() in SUCCESSISH
+        )
+
+
+# --------------------------------------------------------------------------- field values
+
+
+def condition_value(obj: Mapping[str, Any] | None, ctype: str, key: str) -> Any:
+    """``key`` of the pod condition of type ``ctype`` (``ABSENT`` when missing)."""
+    conds = get_path(obj, "status", "conditions")
+    if isinstance(conds, list):
+        for c in conds:
+            if isinstance(c, Mapping) and c.get("type") == ctype:
+                value = c.get(key)
+                return ABSENT if value is None else value
+    return ABSENT
+
+
+def actual(obj: Mapping[str, Any] | None, f: Field) -> Any:
+    """The value of field ``f`` on ``obj``."""
+    head = f[0]
+    if head == "cond":
+        return condition_value(obj, f[1], f[2])
+    if head == "nnn":
+        return get_path(obj, "status", "nominatedNodeName") or ABSENT
+    if head == "node":
+        return get_path(obj, "spec", "nodeName") or ABSENT
+    if head == "alloc":
+        return get_path(obj, "status", "allocation") or ABSENT
+    if head == "reserved":
+        entries = get_path(obj, "status", "reservedFor")
+        uids = {e.get("uid") for e in entries if isinstance(e, Mapping)} if entries else set()
+        return f[1] in uids
+    raise ValueError(f"unknown field {f!r}")
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+@dataclass(slots=True)
+class Score:
+    """What :func:`score` found."""
+
+    lost_intents: int = 0
+    unresolved_futures: int = 0
+    converged: float = 1.0
+    live_objects_checked: int = 0
+    live_objects_converged: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    lost_examples: list[str] = field(default_factory=list)
+    unconverged_examples: list[str] = field(default_factory=list)
+
+
+def _exempt(i: Intent, later_max_relevance: int) -> bool:
+    """Whether the design lets ``i`` go unapplied although it said success."""
+    if later_max_relevance > i.relevance:
+        return True  # a more relevant intent came later and may have overwritten it
+    fut = i.future
+    return i.under_higher and fut is not None and fut.result() is Outcome.SKIPPED
+
+
+def score(
+    intents: Iterable[Intent],
+    final: Mapping[str, Mapping[str, Any] | None],
+    initial: Mapping[str, Mapping[str, Any]],
+    *,
+    examples: int = 10,
+) -> Score:
+    """Score ``intents`` against the ``final`` server objects (uid → object, None when gone)
+    and the ``initial`` ones (uid → object as created)."""
+    out = Score()
+    by_uid: dict[str, list[Intent]] = defaultdict(list)
+    for i in intents:
+        by_uid[i.uid].append(i)
+        out.outcomes[i.outcome()] += 1
+    checked = converged = 0
+    for uid, items in by_uid.items():
+        items.sort(key=lambda i: i.seq)
+        obj = final.get(uid)
+        live = obj is not None
+        later_max = [0] * len(items)
+        running = 0
+        for k in range(len(items) - 1, -1, -1):
+            later_max[k] = running
+            running = max(running, items[k].relevance)
+        last_touch: dict[Field, int] = {}
+        for i in items:
+            for f in (*i.strict, *i.loose):
+                last_touch[f] = i.seq
+        for k, i in enumerate(items):
+            if i.future is not None and not i.future.done():
+                out.unresolved_futures += 1
+                out.lost_intents += 1
+                _note(out.lost_examples, examples, f"{uid}: {i.call_type} #{i.seq} unresolved")
+                continue
+            if not live or not i.successish():
+                continue
+            if i.exclusive:
+                out.lost_intents += 1
+                _note(out.lost_examples, examples, f"{uid}: preemption said success, pod alive")
+                continue
+            if _exempt(i, later_max[k]):
+                continue
+            for f, v in i.strict.items():
+                if last_touch[f] == i.seq and actual(obj, f) != v:
+                    out.lost_intents += 1
+                    _note(
+                        out.lost_examples,
+                        examples,
+                        f"{uid}: {i.call_type} #{i.seq} ({i.outcome()}) promised {f}={v!r}, "
+                        f"server has {actual(obj, f)!r}",
+                    )
+                    break
+        if live:
+            checked += 1
+            bad = _unconverged(items, later_max, obj, initial.get(uid))
+            if bad is None:
+                converged += 1
+            else:
+                _note(out.unconverged_examples, examples, f"{uid}: {bad}")
+    out.live_objects_checked = checked
+    out.live_objects_converged = converged
+    out.converged = converged / checked if checked else 1.0
+    return out
+
+
+def _unconverged(
+    items: list[Intent],
+    later_max: list[int],
+    obj: Mapping[str, Any] | None,
+    initial: Mapping[str, Any] | None,
+) -> str | None:
+    """Why ``obj`` does not hold a value the intents allow, or None when it does."""
+    allowed: dict[Field, set[Any]] = {}
+    last_touch: dict[Field, int] = {}
+    for i in items:
+        for f in (*i.strict, *i.loose):
+            last_touch[f] = i.seq
+    for k, i in enumerate(items):
+        certain = i.successish() and not i.exclusive and not _exempt(i, later_max[k])
+        # an overwritten intent shares the fate of the call it was merged into: it decides a
+        # field only when no later intent touched that field
+        merged = certain and i.future is not None and i.future.result() is Outcome.OVERWRITTEN
+        for f, v in i.strict.items():
+            bucket = allowed.setdefault(f, {_freeze(actual(initial, f))})
+            if certain and not (merged and last_touch[f] != i.seq):
+                bucket.clear()
+            bucket.add(_freeze(v))
+        for f, v in i.loose.items():
+            allowed.setdefault(f, {_freeze(actual(initial, f))}).add(_freeze(v))
+    for f, values in allowed.items():
+        have = _freeze(actual(obj, f))
+        if have not in values:
+            return f"{f} is {have!r}, allowed {sorted(map(repr, values))}"
+    return None
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable form of a JSON value."""
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _note(bucket: list[str], limit: int, text: str) -> None:
+    if len(bucket) < limit:
+        bucket.append(text)
