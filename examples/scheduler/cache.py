@@ -39,6 +39,8 @@ class NodeInfo:
         "cpu_free",
         "devices",
         "free_devices",
+        "inv_cpu",
+        "inv_mem",
         "labels",
         "mem_alloc",
         "mem_free",
@@ -62,6 +64,8 @@ class NodeInfo:
         self.taints = taints
         self.cpu_alloc = self.cpu_free = cpu
         self.mem_alloc = self.mem_free = mem
+        self.inv_cpu = 1.0 / cpu if cpu else 0.0  # for scoring without divisions
+        self.inv_mem = 1.0 / mem if mem else 0.0
         self.devices = tuple(f"gpu-{i}" for i in range(devices))
         self.free_devices: list[str] = list(self.devices)
         self.pods: dict[str, PodInfo] = {}
@@ -111,6 +115,7 @@ class SchedulerCache:
         self._assumed: set[str] = set()
         self._victims: set[str] = set()
         self._claims: dict[str, Allocation] = {}
+        self._by_label: dict[tuple[str, str], tuple[NodeInfo, ...]] | None = None
         self._priorities: Counter[int] = Counter()  # priorities of placed pods
 
     # ------------------------------------------------------------------ nodes
@@ -137,17 +142,37 @@ class SchedulerCache:
                 info.free_devices = [d for d in info.devices if d not in used]
             self._nodes[name] = info
             self._node_list = tuple(self._nodes.values())
+            self._by_label = None
 
     def remove_node(self, name: str) -> None:
         """Informer thread. Forget a node (its pods stay known by uid until deleted)."""
         with self._lock:
             if self._nodes.pop(name, None) is not None:
                 self._node_list = tuple(self._nodes.values())
+                self._by_label = None
 
     @property
     def nodes(self) -> tuple[NodeInfo, ...]:
         """The nodes (an immutable snapshot of the list; the NodeInfos are live). Any thread."""
         return self._node_list
+
+    def nodes_matching(self, selector: tuple[tuple[str, str], ...]) -> tuple[NodeInfo, ...]:
+        """The nodes whose labels satisfy a (non-empty) nodeSelector, in node order, from a
+        label index rebuilt after node changes. Any thread."""
+        index = self._by_label
+        if index is None:
+            with self._lock:
+                index = self._by_label
+                if index is None:
+                    built: dict[tuple[str, str], list[NodeInfo]] = {}
+                    for node in self._node_list:
+                        for pair in node.labels.items():
+                            built.setdefault(pair, []).append(node)
+                    index = self._by_label = {k: tuple(v) for k, v in built.items()}
+        first = index.get(selector[0], ())
+        if len(selector) == 1:
+            return first
+        return tuple(node for node in first if node.matches(selector))
 
     def node(self, name: str) -> NodeInfo | None:
         """A node by name. Any thread."""

@@ -305,9 +305,16 @@ class Scheduler:
                 self._start_binding(rec, info, nominated, allocs)
                 return
         filtered = self.framework.filter(info, reservations)
-        if filtered.feasible:
-            best = max(filtered.feasible, key=lambda p: p[0])[1]
-            for node in [best, *(n for n in filtered.ranked() if n is not best)]:
+        best = filtered.best()
+        if best is not None:
+            allocs = self.cache.reserve(info, best.name, reservations.get(best.name, (0, 0)))
+            if allocs is not None:
+                self._start_binding(rec, info, best.name, allocs)
+                return
+            # a concurrent cycle took it first: the next best ones, re-checked the same way
+            for node in filtered.ranked():
+                if node is best:
+                    continue
                 allocs = self.cache.reserve(info, node.name, reservations.get(node.name, (0, 0)))
                 if allocs is not None:
                     self._start_binding(rec, info, node.name, allocs)

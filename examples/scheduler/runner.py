@@ -236,8 +236,9 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     started = time.monotonic()
     pods_total = 0
     stopped_by = "done"
+    limited = cfg.qps > 0  # tokens are only sampled when there is a budget to measure
     monitor = Monitor(
-        lambda: (env.api.stats()["tokens_taken"], env.api.outstanding()),
+        lambda: (env.api.stats()["tokens_taken"] if limited else 0, env.api.outstanding()),
         lambda: describe(
             sched.phase_counts(),
             max(pods_total, sched.known()),
