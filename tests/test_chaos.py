@@ -49,7 +49,7 @@ def test_chaos_in_memory() -> None:
             seed=7,
             workers=8,
             watch_chaos_interval=0.05,
-            status_after_binding=False,
+            avoid_stale_noops=True,
         )
     )
     _check(figures)
@@ -66,7 +66,7 @@ def test_chaos_over_http_with_the_real_client() -> None:
             workers=8,
             request_timeout=0.3,
             watch_chaos_interval=0.1,
-            status_after_binding=False,
+            avoid_stale_noops=True,
         )
     )
     _check(figures)
