@@ -16,11 +16,15 @@ from typing import Any
 
 import pytest
 
-from actors.errors import InvalidInputError, InvalidObjectError, Outcome
+from actors.calls import Call
+from actors.errors import CallFailed, InvalidInputError, InvalidObjectError, Outcome
+from actors.objects import Obj
+from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from adapters.httpserver import ApiServerHTTP
 from adapters.memory import InMemoryApiServer, RequestRecord, make_claim, make_node, make_pod
 from examples.scheduler.cache import SchedulerCache
 from examples.scheduler.cli import main
+from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig
 from examples.scheduler.framework import Framework, num_feasible_to_find
 from examples.scheduler.nominator import Nominator
 from examples.scheduler.podinfo import PodInfo
@@ -316,6 +320,108 @@ def test_run_config_rejects_bad_values() -> None:
         with pytest.raises(InvalidInputError):
             RunConfig(**bad)
     assert main(["--nodes", "0", "--no-progress"]) == 2
+
+
+class FakeApi:
+    """A :class:`SchedulerApi` whose futures the test resolves; ``view`` applies the pending
+    calls to the last object it was given, like the dispatcher's read-your-writes view."""
+
+    mode = "fake"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Call, Future[Outcome]]] = []
+        self.objects: dict[str, Obj] = {}
+
+    def submit(self, call: Call) -> Future[Outcome]:
+        fut: Future[Outcome] = Future()
+        fut.set_running_or_notify_cancel()
+        self.calls.append((call, fut))
+        return fut
+
+    def preempt(self, pod: Obj, *, preemptor: str) -> Future[Outcome]:
+        return self.submit(PodPreemption.for_pod(pod, preemptor=preemptor))
+
+    def view(self, uid: str) -> Obj | None:
+        obj = self.objects.get(uid)
+        for call, fut in self.calls:
+            if obj is not None and call.ref.uid == uid and not fut.done():
+                obj = call.apply(obj)
+        return obj
+
+    def of_type(self, call_type: str) -> list[Call]:
+        return [c for c, _ in self.calls if c.call_type == call_type]
+
+    def on_add(self, obj: Any) -> None: ...
+    def on_update(self, obj: Any) -> None: ...
+    def on_delete(self, obj: Any) -> None: ...
+    def stats(self) -> dict[str, Any]:
+        return {"sent": {}, "outcomes": {}, "retries": 0, "tokens_taken": 0}
+
+    def outstanding(self) -> int:
+        return sum(1 for _, f in self.calls if not f.done())
+
+    def close(self, *, drain: bool, timeout: float) -> bool:
+        return True
+
+
+def test_pending_nomination_reserves_room_and_preemptor_never_preempts_twice() -> None:
+    clock = FakeClock()
+    api = FakeApi()
+    sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
+    sched.on_node_add(node("n1", cpu=1000))
+    victim = make_pod("victim", cpu_m=1000, uid="u-victim")
+    victim["spec"]["nodeName"] = "n1"
+    sched.on_pod_add(victim)
+    preemptor = make_pod("pre", cpu_m=1000, priority=100, uid="u-pre")
+    api.objects["u-pre"] = preemptor
+    sched.on_pod_add(preemptor)
+
+    assert sched.step()  # no fit: preempt the victim, nominate n1 (patch pending, not waited)
+    assert [c.ref.name for c in api.of_type("pod_preemption")] == ["victim"]
+    (patch,) = api.of_type("pod_status_patch")
+    assert isinstance(patch, PodStatusPatch) and patch.nominated_node_name == "n1"
+    assert sched.nominator.node_of("u-pre") == "n1"  # read back through view()
+
+    clock.now += 10  # retry while the victim is still terminating: wait, never preempt again
+    assert sched.step()
+    assert len(api.of_type("pod_preemption")) == 1 and sched.preemptions.started == 1
+
+    sched.on_pod_delete(victim)  # the victim is gone: n1 is free, the preemptor woken
+    sched.queue.remove("u-pre")  # let a lower-priority pod's cycle run first
+    sched.on_pod_add(make_pod("low", cpu_m=500, uid="u-low"))
+    assert sched.step()
+    assert api.of_type("pod_binding") == []  # the room on n1 is reserved for the preemptor
+    record = sched.record("u-low")
+    assert record is not None and record.attempts == 1
+
+    sched.queue.add("u-pre", 100)
+    assert sched.step()
+    (binding,) = api.of_type("pod_binding")
+    assert isinstance(binding, PodBinding) and (binding.ref.name, binding.node) == ("pre", "n1")
+    api.calls[-1][1].set_result(Outcome.SUCCESS)
+    assert sched.step()  # the binding continuation
+    pre = sched.record("u-pre")
+    assert pre is not None and pre.phase is Phase.BOUND
+    assert sched.errors == 0
+
+
+def test_failed_binding_unassumes_and_requeues_with_backoff() -> None:
+    clock = FakeClock()
+    api = FakeApi()
+    sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
+    sched.on_node_add(node("n1", cpu=1000))
+    sched.on_pod_add(make_pod("p", cpu_m=600, uid="u-p"))
+    assert sched.step()
+    assert len(api.of_type("pod_binding")) == 1
+    n1 = sched.cache.node("n1")
+    assert n1 is not None and n1.cpu_free == 400  # assumed at once
+    api.calls[-1][1].set_exception(CallFailed("gave up", uid="u-p", call_type="pod_binding"))
+    assert sched.step()  # continuation: un-assume, back off
+    assert n1.cpu_free == 1000 and not sched.cache.is_assumed("u-p")
+    assert not sched.step()  # backing off
+    clock.now += 1.0
+    assert sched.step()
+    assert len(api.of_type("pod_binding")) == 2
 
 
 # --------------------------------------------------------------------------- whole runs

@@ -126,7 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.add(sys.stderr, level="DEBUG")
         for name in ("actors", "adapters", "examples"):
             logger.enable(name)
-    fig = run(cfg, stream=None if args.no_progress else sys.stderr)
+    try:
+        fig = run(cfg, stream=None if args.no_progress else sys.stderr)
+    except KeyboardInterrupt:  # during set-up, before the run could summarise itself
+        print("interrupted", file=sys.stderr)
+        return 130
     print(summary_table(fig))
     for problem in fig.get("problems", []):
         print(f"problem: {problem}")

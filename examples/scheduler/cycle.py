@@ -166,20 +166,27 @@ class Scheduler:
 
     def _work(self) -> None:
         """Scheduling thread body: continuations first, then cycles."""
-        while True:
-            item = self.queue.pop()
-            if item is None:
-                return
-            try:
-                if isinstance(item, str):
-                    self._schedule(item)
-                else:
-                    item()
-            except Exception:
-                self.errors += 1
-                logger.opt(exception=True).error("scheduling thread error")
-                if isinstance(item, str):
-                    self._retry_later(item)
+        while self.step(None):
+            pass
+
+    def step(self, timeout: float | None = 0.0) -> bool:
+        """Scheduling thread (or a test driving the scheduler without threads): run the next
+        continuation or scheduling cycle, waiting up to ``timeout`` seconds for one (None:
+        until the queue closes). False when there was nothing to run."""
+        item = self.queue.pop(timeout)
+        if item is None:
+            return False
+        try:
+            if isinstance(item, str):
+                self._schedule(item)
+            else:
+                item()
+        except Exception:
+            self.errors += 1
+            logger.opt(exception=True).error("scheduling thread error")
+            if isinstance(item, str):
+                self._retry_later(item)
+        return True
 
     def _retry_later(self, uid: str) -> None:
         with self._lock:
