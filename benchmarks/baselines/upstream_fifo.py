@@ -22,7 +22,7 @@ What each part models (upstream name in parentheses):
 * :meth:`_enqueue` — no-op skip at add (``IsNoOp`` against the call's pod-status snapshot) unless
   a call for the object is in flight; a call added behind an in-flight one is re-queued, at the
   back of the FIFO, when the in-flight one is finalized (``finalize``, compared by ``callID``).
-* :meth:`sync_object` — ``SyncObject``: an informer update refreshes the snapshot of a call that
+* :meth:`observe` — ``SyncObject``: an informer update refreshes the snapshot of a call that
   has not started executing and drops it if it became a no-op.
 * :meth:`_execute` — ``PodStatusPatchCall.Execute`` computes the two-way patch between the
   snapshot and the snapshot with the conditions applied and sends nothing if they are equal;
@@ -117,6 +117,10 @@ class UpstreamFifoContender:
     def submit_binding(self, pod: Obj, node: str) -> OutcomeFuture:
         """Caller thread (``Add`` of a ``PodBindingCall``)."""
         return self._add(PodBinding.for_pod(pod, node))
+
+    def submit_call(self, call: UpstreamCall) -> OutcomeFuture:
+        """Caller thread: ``Add`` of a call built beforehand (W1 times the submission alone)."""
+        return self._add(call)
 
     def _add(self, call: UpstreamCall) -> OutcomeFuture:
         fut: OutcomeFuture = Future()

@@ -24,8 +24,10 @@ from benchmarks.workloads.common import (
     Record,
     create_pods,
     error_count,
+    freeze_setup,
     record,
     requests_by_op,
+    unfreeze,
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
@@ -42,6 +44,7 @@ def run(profile: Profile, contender: str) -> Record:
     cond = unschedulable()
     c = make_contender(contender, server, qps=profile.w3_qps)
     informer = Informer(server, cache, c.observe).start()
+    freeze_setup()
     futures: list[Future[Any]] = []
     start = time.perf_counter()
     try:
@@ -56,6 +59,7 @@ def run(profile: Profile, contender: str) -> Record:
     finally:
         c.stop(drain=True, timeout=120.0)
         informer.stop()
+        unfreeze()
     elapsed = time.perf_counter() - start
     by_op = requests_by_op(server)
     sent = sum(by_op.values())

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.backend import ApiBackend
+from actors.calls import Call
 from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
 from actors.dispatcher import Dispatcher
 from actors.objects import Obj
@@ -52,6 +53,10 @@ class KdispatchContender:
     def submit_binding(self, pod: Obj, node: str) -> OutcomeFuture:
         """Submit a ``pod_binding`` of ``pod`` to ``node``."""
         return self.dispatcher.submit(PodBinding.for_pod(pod, node))
+
+    def submit_call(self, call: Call) -> OutcomeFuture:
+        """Submit a call built beforehand (W1 times the submission alone)."""
+        return self.dispatcher.submit(call)
 
     def observe(self, pod: Obj) -> None:
         """Informer thread: the pod's newest state."""

@@ -17,8 +17,10 @@ from benchmarks.workloads.common import (
     Record,
     create_pods,
     error_count,
+    freeze_setup,
     record,
     requests_by_op,
+    unfreeze,
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
@@ -32,6 +34,7 @@ def run(profile: Profile, contender: str) -> Record:
     pods = create_pods(server, profile.w2_pods, "w2")
     conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(pods))]
     c = make_contender(contender, server, qps=math.inf)
+    freeze_setup()
     try:
         start = time.perf_counter()
         futures = [c.submit_status(pod, cond) for pod, cond in zip(pods, conds, strict=True)]
@@ -40,6 +43,7 @@ def run(profile: Profile, contender: str) -> Record:
         end = time.perf_counter()
     finally:
         c.stop(drain=True, timeout=60.0)
+        unfreeze()
     elapsed = end - start
     return record(
         WORKLOAD,

@@ -1,0 +1,126 @@
+"""Smoke test of the benchmarks: every workload on every contender at a tiny size, the output
+files, and the semantics of the upstream model the headline comparison rests on.
+
+Checks shapes and files, never the numbers (they depend on the machine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.errors import Outcome
+from adapters.memory import InMemoryApiServer, make_pod
+from benchmarks.__main__ import _parse, run
+from benchmarks.baselines import ClientRateLimiter, UpstreamFifoContender
+from benchmarks.workloads import WORKLOADS
+from benchmarks.workloads.common import unschedulable
+from benchmarks.workloads.contenders import CONTENDERS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(90)
+def test_tiny_run_writes_results_charts_and_summary(tmp_path: Path) -> None:
+    results = run("tiny", tmp_path)
+
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk["meta"]["profile"] == "tiny"
+    records = {(r["workload"], r["contender"]): r for r in on_disk["records"]}
+    assert set(records) == {(w, c) for w in WORKLOADS for c in CONTENDERS}
+    assert len(on_disk["records"]) == len(results["records"])
+    for rec in on_disk["records"]:
+        assert set(rec) == {"workload", "contender", "params", "figures", "series"}
+        assert rec["figures"], rec["workload"]
+        for key, value in rec["figures"].items():
+            assert value is None or isinstance(value, int | float | dict), key
+    for c in CONTENDERS:
+        assert records[("W3", c)]["figures"]["pods_bound"] == records[("W3", c)]["params"]["pods"]
+        assert records[("W2", c)]["figures"]["errors"] == 0
+        assert records[("W4", c)]["figures"]["bind_decisions"] > 0
+        assert "bytes_per_object" in records[("W6", c)]["figures"]
+    assert "submit_only_p99_us" in records[("W1", "kdispatch")]["figures"]
+
+    for wid in WORKLOADS:
+        png = tmp_path / f"{wid.lower()}.png"
+        assert png.read_bytes()[:8] == PNG_MAGIC, png
+    summary = (tmp_path / "summary.md").read_text()
+    assert "## Targets" in summary
+    for wid in WORKLOADS:
+        assert f"### {wid}" in summary
+        assert f"({wid.lower()}.png)" in summary
+    assert summary.count("| pass |") + summary.count("| **miss** |") == 7
+
+
+class _GatedBackend(InMemoryApiServer):
+    """Holds every request until the test opens the gate; records the order requests arrive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Semaphore(0)
+        self.order: list[tuple[str, str]] = []
+
+    def patch_status(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.order.append(("patch_status", kwargs["uid"]))
+        self.entered.release()
+        self.gate.wait()
+        return super().patch_status(*args, **kwargs)
+
+    def bind(self, namespace: str, name: str, *, uid: str | None, node: str) -> None:
+        self.order.append(("bind", str(uid)))
+        self.entered.release()
+        self.gate.wait()
+        super().bind(namespace, name, uid=uid, node=node)
+
+
+@pytest.mark.timeout(10)
+def test_upstream_model_merges_overwrites_skips_and_keeps_fifo() -> None:
+    server = _GatedBackend()
+    a = server.create(make_pod("a"))
+    b = server.create(make_pod("b"))
+    model = UpstreamFifoContender(server, qps=math.inf, burst=1, workers=1)
+    try:
+        first = model.submit_status(a, unschedulable("one"))
+        assert server.entered.acquire(timeout=5)  # a's patch is in flight, the worker is busy
+        queued_b = model.submit_status(b, unschedulable("b"))
+        behind = model.submit_status(a, unschedulable("two"))
+        merged = model.submit_status(a, unschedulable("three"))
+        binding = model.submit_binding(a, "node-1")  # more relevant: replaces the waiting patch
+        late_status = model.submit_status(a, unschedulable("four"))  # less relevant: skipped
+        assert first.result(timeout=5) is Outcome.OVERWRITTEN  # same type merged on top of it
+        assert behind.result(timeout=5) is Outcome.OVERWRITTEN
+        assert merged.result(timeout=5) is Outcome.OVERWRITTEN
+        assert late_status.result(timeout=5) is Outcome.SKIPPED
+        server.gate.set()
+        assert queued_b.result(timeout=5) is Outcome.SUCCESS
+        assert binding.result(timeout=5) is Outcome.SUCCESS
+    finally:
+        server.gate.set()
+        model.stop(drain=True, timeout=5)
+    uid_a, uid_b = a["metadata"]["uid"], b["metadata"]["uid"]
+    # FIFO, no priority: b (queued first) goes before a's binding, re-queued at the back.
+    assert server.order == [("patch_status", uid_a), ("patch_status", uid_b), ("bind", uid_a)]
+
+
+def test_client_rate_limiter_reserves_tokens_in_order() -> None:
+    now = [0.0]
+    limiter = ClientRateLimiter(qps=10, burst=2, clock=lambda: now[0])
+    waits = [limiter.reserve() for _ in range(4)]
+    assert waits == pytest.approx([0.0, 0.0, 0.1, 0.2])
+    now[0] = 1.0  # the debt is repaid and the bucket refills to its burst
+    assert limiter.reserve() == 0.0
+    assert limiter.taken == 5
+
+
+def test_cli_rejects_unknown_names(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        _parse(["--quick", "--out", str(tmp_path), "--workloads", "W9"])
+    args = _parse(["--full", "--out", str(tmp_path), "--contenders", "kdispatch,blocking"])
+    assert args.profile == "full"
+    assert args.contenders == ["kdispatch", "blocking"]
