@@ -1,0 +1,207 @@
+"""Shutdown under load: every future resolves by the deadline and nothing is left running.
+
+``stop(drain=True, timeout)`` with 10,000 pending calls and a slow apiserver resolves each
+future either with its real outcome or with :class:`DispatcherClosed`; submits racing with the
+stop either raise :class:`DispatcherClosed` or get a future that resolves; the leak fixture in
+``conftest.py`` checks threads and actors after each test. The scheduler example (the main job)
+exits cleanly with a summary when interrupted with Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import wait
+from pathlib import Path
+
+import pytest
+
+from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from actors.dispatcher import Dispatcher
+from actors.errors import DispatcherClosed, Outcome
+from actors.messages import CallFuture
+from actors.pod_calls import PodBinding, PodStatusPatch
+from adapters.memory import InMemoryApiServer, Latency, make_pod
+
+pytestmark = pytest.mark.timeout(90)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _outcome(future: CallFuture) -> object:
+    exc = future.exception(timeout=0)
+    return type(exc) if exc is not None else future.result(timeout=0)
+
+
+def test_stop_with_ten_thousand_pending_calls_and_a_slow_apiserver() -> None:
+    server = InMemoryApiServer(latency=Latency(fixed=0.02))
+    pods = [server.create(make_pod(f"p{i}")) for i in range(10_000)]
+    # kube-scheduler's client defaults (50 QPS, burst 100): the backlog cannot drain in time
+    d = Dispatcher(server, DispatcherConfig(executor=ExecutorConfig(workers=4))).start()
+    futures = [d.submit(PodBinding.for_pod(p, f"node-{i % 100}")) for i, p in enumerate(pods)]
+    assert d.live_actors == 10_000
+    drained: list[bool] = []
+    deadline = 1.0
+    stopper = threading.Thread(target=lambda: drained.append(d.stop(drain=True, timeout=deadline)))
+    stopper.start()
+    # every future is resolved by the deadline (plus the time to close 10,000 actors)
+    _done, not_done = wait(futures, timeout=deadline + 20)
+    stopper.join(timeout=30)
+    assert not not_done
+    assert not stopper.is_alive() and drained == [False]
+    outcomes = [_outcome(f) for f in futures]
+    assert set(outcomes) <= {Outcome.SUCCESS, DispatcherClosed}
+    succeeded = outcomes.count(Outcome.SUCCESS)
+    assert 0 < succeeded < 10_000
+    assert outcomes.count(DispatcherClosed) == 10_000 - succeeded
+    # a success was answered by the server, so the pod is bound
+    bound = {p["metadata"]["name"] for p in server.list("Pod")[0] if p["spec"].get("nodeName")}
+    assert all(
+        p["metadata"]["name"] in bound
+        for p, o in zip(pods, outcomes, strict=True)
+        if o is Outcome.SUCCESS
+    )
+    assert (d.live_actors, d.outstanding) == (0, 0)
+    with pytest.raises(DispatcherClosed):
+        d.submit(PodBinding.for_pod(pods[0], "node-0"))
+
+
+def test_stop_drains_everything_that_fits_before_the_deadline() -> None:
+    server = InMemoryApiServer(latency=Latency(fixed=0.002))
+    pods = [server.create(make_pod(f"p{i}")) for i in range(500)]
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=math.inf, burst=1), executor=ExecutorConfig(workers=8)
+    )
+    d = Dispatcher(server, config).start()
+    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+    assert d.stop(drain=True, timeout=60) is True
+    assert {_outcome(f) for f in futures} == {Outcome.SUCCESS}
+    assert server.counts()["bind"] == 500
+
+
+def test_stop_without_drain_under_retries_resolves_everything() -> None:
+    """A backlog of calls backing off after 500s is closed at once, not waited for."""
+    server = InMemoryApiServer()
+    pods = [server.create(make_pod(f"p{i}")) for i in range(200)]
+    for p in pods:
+        server.script("patch_status", "500", name=p["metadata"]["name"])
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=math.inf, burst=1),
+        retry=RetryConfig(base_backoff=30.0, max_backoff=30.0),
+    )
+    d = Dispatcher(server, config).start()
+    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    futures = [d.submit(PodStatusPatch.for_pod(p, conditions=[cond])) for p in pods]
+    assert d.stop(drain=False, timeout=5) is False
+    _done, not_done = wait(futures, timeout=0)
+    assert not not_done  # resolved when stop() returned
+    assert {_outcome(f) for f in futures} == {DispatcherClosed}
+
+
+def test_submits_racing_with_stop_never_hang() -> None:
+    server = InMemoryApiServer(latency=Latency(fixed=0.001))
+    pods = [server.create(make_pod(f"p{i}")) for i in range(2_000)]
+    d = Dispatcher(server, DispatcherConfig(executor=ExecutorConfig(workers=4))).start()
+    futures: list[list[CallFuture]] = [[] for _ in range(4)]
+    refused = [0] * 4
+    go = threading.Event()
+
+    def submitter(k: int) -> None:
+        go.wait(10)
+        for p in pods[k::4]:
+            try:
+                futures[k].append(d.submit(PodBinding.for_pod(p, "node-1")))
+            except DispatcherClosed:
+                refused[k] += 1
+
+    threads = [threading.Thread(target=submitter, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    go.set()
+    stopped = d.stop(drain=True, timeout=0.5)
+    for t in threads:
+        t.join(timeout=30)
+    every = [f for fs in futures for f in fs]
+    _done, not_done = wait(every, timeout=10)
+    assert not not_done
+    assert len(every) + sum(refused) == 2_000
+    assert {_outcome(f) for f in every} <= {Outcome.SUCCESS, DispatcherClosed}
+    assert isinstance(stopped, bool)
+    assert d.outstanding == 0
+
+
+def test_concurrent_and_repeated_stops_are_safe() -> None:
+    server = InMemoryApiServer(latency=Latency(fixed=0.005))
+    pods = [server.create(make_pod(f"p{i}")) for i in range(300)]
+    d = Dispatcher(server, DispatcherConfig(executor=ExecutorConfig(workers=2))).start()
+    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+    results: list[bool] = []
+    stoppers = [
+        threading.Thread(target=lambda: results.append(d.stop(drain=True, timeout=0.3)))
+        for _ in range(3)
+    ]
+    for t in stoppers:
+        t.start()
+    for t in stoppers:
+        t.join(timeout=30)
+    assert len(results) == 3
+    _done, not_done = wait(futures, timeout=10)
+    assert not not_done
+    assert isinstance(d.stop(), bool)  # once more, after the fact
+
+
+# --------------------------------------------------------------------------- the main job
+
+
+@pytest.mark.skipif(
+    not (ROOT / "examples" / "scheduler" / "__main__.py").exists(), reason="no scheduler example"
+)
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_scheduler_example_exits_cleanly_with_a_summary_on_ctrl_c() -> None:
+    args = [
+        sys.executable,
+        "-m",
+        "examples.scheduler",
+        "--nodes",
+        "50",
+        "--pods",
+        "3000",
+        "--qps",
+        "50",  # slow enough that the run is still going when interrupted
+        "--max-seconds",
+        "60",
+        "--seed",
+        "3",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        # wait for a progress line showing bound pods: the run is in the middle of scheduling
+        progress = ""
+        while not re.search(r"bound [1-9]", progress):
+            ready, _, _ = select.select([proc.stderr], [], [], 60)
+            assert ready, "the example printed no progress"
+            progress = proc.stderr.readline()
+            assert progress, "the example ended before it was interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130, out  # interrupted mid-run, not finished
+    assert re.search(r"stopped by\s+interrupt", out), out
+    # the summary reports the run as far as it went, verified
+    assert re.search(r"pods bound\s+[1-9]", out), out
+    assert re.search(r"duplicate bindings\s+0\n", out), out
+    assert re.search(r"lost intents\s+0\n", out), out
