@@ -5,12 +5,12 @@ devices), score (least allocated) and reserve in an assume-cache; bindings, stat
 preemptions and ResourceClaim writes go through the dispatcher (or, with ``--sync``, block on
 the calling thread). Modules, one concept each:
 
-``podinfo``/``resources`` parsed pods and quantities · ``queue`` the scheduling queue ·
-``cache`` the assume-cache · ``nominator`` nominations via ``view()`` · ``framework`` filter
-and score · ``preemption`` victims and the #134249 guard · ``claims`` DRA allocation ·
-``api``/``direct`` the two API layers · ``cycle`` the scheduler itself · ``tracker``/``verify``
-intents and the end-of-run check · ``workload``/``runner``/``progress``/``report``/``cli`` the
-main job.
+``podinfo``/``resources``/``taints`` parsed pods, quantities and taints · ``queue`` the
+scheduling queue · ``cache`` the assume-cache · ``nominator`` nominations via ``view()`` ·
+``framework`` filter and score · ``preemption`` victims and the #134249 guard · ``claims`` DRA
+allocation · ``api``/``direct`` the two API layers · ``cycle`` the scheduler itself ·
+``tracker``/``verify`` intents and the end-of-run check ·
+``workload``/``runner``/``progress``/``report``/``cli`` the main job.
 """
 
 from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig
