@@ -106,6 +106,11 @@ class Executor:
         self._jobs_ready = threading.Condition(self._lock)  # workers wait here
         self._timer_cond = threading.Condition(self._lock)  # the timer waits here
         self._jobs: deque[Job] = deque()
+        # Requests being sent, by UID, and objects whose turn came while one of theirs was
+        # still being sent (only possible when a crashed actor was replaced): never two
+        # requests for one object at once.
+        self._sending: set[str] = set()
+        self._deferred: dict[str, tuple[Any, int]] = {}
         self._granted = 0  # grants not yet answered
         self._running = 0  # jobs queued or being sent
         self._token_at: float | None = None  # when the bucket will have a token again
@@ -165,6 +170,7 @@ class Executor:
                 if self._stopping:
                     return
                 self._running += 1
+                self._sending.add(msg.call.ref.uid)
                 self._jobs.append(msg)
                 self._jobs_ready.notify()
                 return
@@ -221,6 +227,18 @@ class Executor:
         if uid not in lane:  # already queued: keep its place
             lane[uid] = (ref, self._clock())
 
+    def _pick_sendable(self) -> tuple[str, Any, float, int] | None:
+        """The next object to grant, skipping (and deferring) objects with a request still
+        being sent. None when no lane has a sendable object."""
+        while True:
+            nonempty = [r for r, lane in self._lanes.items() if lane]
+            if not nonempty:
+                return None
+            uid, ref, since, lane = self._pick(nonempty)
+            if uid not in self._sending:
+                return uid, ref, since, lane
+            self._deferred[uid] = (ref, lane)
+
     def _pick(self, nonempty: list[int]) -> tuple[str, Any, float, int]:
         """Highest lane first; each lower lane with work earns ``lane_min_share`` per grant."""
         chosen = nonempty[0]
@@ -258,7 +276,11 @@ class Executor:
                 self._token_at = now + wait
                 self._timer_cond.notify()
                 break
-            grants.append(self._pick(nonempty))
+            picked = self._pick_sendable()
+            if picked is None:
+                self._bucket.refund()
+                break
+            grants.append(picked)
             self._granted += 1
             slots -= 1
         return grants
@@ -316,6 +338,11 @@ class Executor:
                 logger.opt(exception=True).error("executor worker error")
             with self._lock:
                 self._running -= 1
+                uid = job.call.ref.uid
+                self._sending.discard(uid)
+                deferred = self._deferred.pop(uid, None)
+                if deferred is not None:
+                    self._enqueue(uid, deferred[0], deferred[1])
                 grants = self._grant_locked()
             self._send_grants(grants)
 

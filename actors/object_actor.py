@@ -48,7 +48,7 @@ from actors.messages import (
     View,
 )
 from actors.metrics import Metrics
-from actors.objects import Obj, is_newer
+from actors.objects import Obj, get_path, is_newer, resource_version
 from actors.registry import ReapRequest, Registry
 from actors.runtime import ActorPool, PooledActor
 
@@ -76,6 +76,7 @@ class _Entry:
     attempt: int = 0  # attempts already made
     conflicts: int = 0  # 409 rebases already made
     not_before: float = 0.0  # executor clock; backoff after a retryable error
+    sent_rv: str | None = None  # resourceVersion the last attempt was computed against
 
 
 _OUTCOME_LABEL = {
@@ -97,6 +98,11 @@ class ObjectActor(PooledActor):
         self.inflight: _Entry | None = None
         self.gone = False  # object deleted: accept nothing, stop once nothing is in flight
         self.handling: _Entry | None = None  # the submitted call being handled (crash safety)
+        self.granted = False  # a Grant is being handled and not yet answered (crash safety)
+        # After an attempt failed ambiguously (the request may or may not have been applied),
+        # the observed object is not trusted until one newer than this resourceVersion arrives:
+        # no-op elision pauses and the next attempt re-reads the object from the server.
+        self.uncertain_rv: str | None = None
 
     # ------------------------------------------------------------------ resolution
 
@@ -145,9 +151,39 @@ class ObjectActor(PooledActor):
                 Ready(self.uid, self.actor_ref, entry.call.relevance, entry.not_before)
             )
 
+    def _accepts(self, obj: Obj | None) -> bool:
+        """Whether ``obj`` is a newer state of *this* object. Anything else (a reply for another
+        UID, garbage without metadata, the same or an older resourceVersion) is ignored: the
+        current view may hold mutations applied on top of that version."""
+        return (
+            obj is not None
+            and get_path(obj, "metadata", "uid") == self.uid
+            and is_newer(obj, self.observed, strict=True)
+        )
+
     def _observe(self, obj: Obj | None) -> None:
-        if obj is not None and is_newer(obj, self.observed):
+        if obj is not None and self._accepts(obj):
             self.observed = obj
+            self._check_certain()
+
+    def _check_certain(self) -> None:
+        """Trust the observed object again once it is newer than the ambiguous attempt's
+        basis: with resourceVersion preconditions, any newer state either contains that
+        request or proves it was never applied."""
+        rv = self.uncertain_rv
+        if rv is None:
+            return
+        cur = resource_version(self.observed)
+        if (
+            cur is not None
+            and cur != rv
+            and is_newer(self.observed or {}, {"metadata": {"resourceVersion": rv}})
+        ):
+            self.uncertain_rv = None
+
+    def _is_noop(self, call: Call) -> bool:
+        """No-op elision against the observed object, paused while it is uncertain."""
+        return self.uncertain_rv is None and call.is_noop(self.observed)
 
     # ------------------------------------------------------------------ message dispatch
 
@@ -208,7 +244,7 @@ class ObjectActor(PooledActor):
                 # the same deletion is already on its way
                 self._resolve(entry, Outcome.SKIPPED)
                 return
-            if entry.call.is_noop(self.observed):
+            if self._is_noop(entry.call):
                 self._resolve(entry, Outcome.SKIPPED)
                 return
             self._set_pending(entry)
@@ -235,16 +271,14 @@ class ObjectActor(PooledActor):
             entry.attempt, entry.conflicts = pending.attempt, pending.conflicts
             entry.not_before = pending.not_before
             self._drop_pending(Outcome.OVERWRITTEN)
-            if entry.call.is_noop(self.observed):
+            if self._is_noop(entry.call):
                 self._resolve(entry, Outcome.SKIPPED)
                 return
             self._set_pending(entry)
             self._notify_executor()
             return
 
-        if call.is_noop(self.observed) and (
-            inflight is None or inflight.call.call_type != call.call_type
-        ):
+        if self._is_noop(call) and (inflight is None or inflight.call.call_type != call.call_type):
             # nothing to do, and no in-flight call of this type will change it meanwhile
             self._resolve(entry, Outcome.SKIPPED)
             return
@@ -261,12 +295,13 @@ class ObjectActor(PooledActor):
     def _on_grant(self, now: float) -> None:
         """The executor reserved a token and a worker for this object: hand over the current
         merged call (it moves to in flight), or refund if there is nothing to send now."""
+        self.granted = True
         entry = self.pending
         job = None
         if entry is not None and self.inflight is None and not self.gone:
             if entry.not_before > now:
                 pass  # backing off; a delayed Ready is queued
-            elif entry.call.is_noop(self.observed):
+            elif self._is_noop(entry.call):
                 self._drop_pending(Outcome.SKIPPED)
             elif (reason := entry.call.precheck(self.observed)) is not None:
                 self._set_pending(None)
@@ -275,8 +310,11 @@ class ObjectActor(PooledActor):
                 self._set_pending(None)
                 entry.attempt += 1
                 self.inflight = entry
-                job = Job(self.actor_ref, entry.call, self.observed, entry.attempt)
+                basis = None if self.uncertain_rv is not None else self.observed
+                entry.sent_rv = resource_version(self.observed)
+                job = Job(self.actor_ref, entry.call, basis, entry.attempt)
         self.ctx.executor(job if job is not None else Refund(self.uid))
+        self.granted = False
 
     def _on_done(self, done: Done) -> None:
         entry = self.inflight
@@ -286,7 +324,11 @@ class ObjectActor(PooledActor):
         self.inflight = None
         result = done.result
         if result is Result.SUCCESS:
-            self._observe(done.obj)
+            if done.obj is not None:
+                self._observe(done.obj)
+            elif self.observed is not None and self.uncertain_rv is None:
+                # no object in the reply (a binding): the server now reflects this call
+                self.observed = entry.call.apply(self.observed)
             self._resolve(entry, Outcome.SUCCESS)
             if entry.call.exclusive:  # the object is being deleted
                 self._retire("deleted by " + entry.call.call_type)
@@ -294,13 +336,21 @@ class ObjectActor(PooledActor):
         elif result is Result.NOT_FOUND:
             self._resolve(
                 entry,
-                ObjectNotFound("object not found", uid=self.uid, call_type=entry.call.call_type),
+                # a deletion that finds its object gone has done its job
+                Outcome.SUCCESS
+                if entry.call.exclusive
+                else ObjectNotFound(
+                    "object not found", uid=self.uid, call_type=entry.call.call_type
+                ),
             )
             self._retire("object not found")
             return
         elif self.gone and result in (Result.CONFLICT, Result.RETRY):
-            # deleted while in flight: there is nothing left to retry against
-            self._fail(entry, CallCancelled, "object deleted")
+            # deleted while in flight: nothing left to retry against; a deletion got its way
+            if entry.call.exclusive:
+                self._resolve(entry, Outcome.SUCCESS)
+            else:
+                self._fail(entry, CallCancelled, "object deleted")
         elif result is Result.CONFLICT:
             self._observe(done.obj)
             entry.conflicts += 1
@@ -323,7 +373,15 @@ class ObjectActor(PooledActor):
                     ),
                 )
             else:
-                self._requeue(entry, done.delay)
+                # the request may have been applied: distrust what we observed before it
+                if self.uncertain_rv is None:
+                    self.uncertain_rv = entry.sent_rv or ""
+                    self._check_certain()
+                if self.uncertain_rv is None and entry.call.is_noop(self.observed):
+                    # a newer object already shows the intent (e.g. the informer saw our write)
+                    self._resolve(entry, Outcome.SKIPPED)
+                else:
+                    self._requeue(entry, done.delay)
         else:
             self._resolve(
                 entry,
@@ -365,13 +423,14 @@ class ObjectActor(PooledActor):
     # ------------------------------------------------------------------ informer events
 
     def _on_observed(self, obj: Obj) -> None:
-        if not is_newer(obj, self.observed):
+        if not self._accepts(obj):
             return
         self.observed = obj
+        self._check_certain()
         entry = self.pending
         if entry is None:
             return
-        if entry.call.is_noop(obj):
+        if self._is_noop(entry.call):
             self._drop_pending(Outcome.SKIPPED)
             return
         reason = entry.call.precheck(obj)
@@ -389,7 +448,10 @@ class ObjectActor(PooledActor):
         entry = self.pending
         if entry is not None:
             self._set_pending(None)
-            self._fail(entry, CallCancelled, why)
+            if entry.call.exclusive:  # a pending deletion: the object is gone, as intended
+                self._resolve(entry, Outcome.SUCCESS)
+            else:
+                self._fail(entry, CallCancelled, why)
         self.ctx.registry.tombstone(self.uid)
         if self.inflight is None:
             self._finish_gone()
@@ -454,6 +516,9 @@ class ObjectActor(PooledActor):
                 )
         self._set_pending(None)
         self.inflight = self.handling = None
+        if self.granted:  # the crash interrupted a grant: give the slot and token back
+            self.granted = False
+            self.ctx.executor(Refund(self.uid))
         self.ctx.registry.forget(self.uid, self.actor_ref)
 
     def on_dropped(self, message: object) -> None:

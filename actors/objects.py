@@ -117,12 +117,13 @@ def resource_version(obj: Obj | None) -> str | None:
     return rv if isinstance(rv, str) and rv else None
 
 
-def is_newer(candidate: Obj, current: Obj | None) -> bool:
+def is_newer(candidate: Obj, current: Obj | None, *, strict: bool = False) -> bool:
     """Whether ``candidate`` should replace ``current`` as the newest observed state.
 
     resourceVersions are opaque to clients; like most controllers we compare them as integers
     when both are numeric (the case on etcd-backed apiservers and on the embedded one) and
-    otherwise take the later arrival as newer.
+    otherwise take the later arrival as newer. ``strict``: an equal resourceVersion is not
+    newer (the same server version again).
     """
     if current is None:
         return True
@@ -130,8 +131,8 @@ def is_newer(candidate: Obj, current: Obj | None) -> bool:
     if new_rv is None or cur_rv is None:
         return True
     if new_rv.isdigit() and cur_rv.isdigit():
-        return int(new_rv) >= int(cur_rv)
-    return True
+        return int(new_rv) > int(cur_rv) if strict else int(new_rv) >= int(cur_rv)
+    return not strict or new_rv != cur_rv
 
 
 def get_path(obj: Obj | None, *path: str) -> Any:

@@ -574,3 +574,68 @@ def test_retry_after_delete_is_cancelled_not_requeued(h: Harness, result: Result
     ref.tell(Done(taken.call, result, error=ServerError()))
     assert outcome(fut) is CallCancelled
     assert ref.actor_stopped.wait(5)
+
+
+def test_pending_preemption_of_a_deleted_pod_succeeds(h: Harness) -> None:
+    """The deletion is what a preemption wants: if the pod goes away first, it succeeded."""
+    p = pod("a")
+    f_patch = h.submit(unsched(p))
+    t = h.take("uid-a")
+    assert t is not None
+    f_pre = h.submit(PodPreemption.for_pod(p))
+    h.ref("uid-a").tell(Deleted(p))
+    assert f_pre.result(timeout=5) is Outcome.SUCCESS
+    h.done("uid-a", t, Result.NOT_FOUND)
+    assert outcome(f_patch) is ObjectNotFound
+
+
+def test_preemption_in_flight_when_pod_deleted_succeeds_on_retry(h: Harness) -> None:
+    p = pod("a")
+    f_pre = h.submit(PodPreemption.for_pod(p))
+    t = h.take("uid-a")
+    assert t is not None
+    ref = h.ref("uid-a")
+    ref.tell(Deleted(p))
+    ref.tell(Done(t.call, Result.RETRY, error=ServerError()))
+    assert f_pre.result(timeout=5) is Outcome.SUCCESS
+
+
+def test_success_without_reply_object_updates_the_observed_state(h: Harness) -> None:
+    """A binding's reply has no object: the actor applies it, so a later status patch equal to
+    the pre-binding condition is not elided against a stale view."""
+    p = pod("a", conditions=(cond(),))
+    f_bind = h.submit(PodBinding.for_pod(p, "n1"))
+    t = h.take("uid-a")
+    assert t is not None
+    h.done("uid-a", t)
+    assert f_bind.result(timeout=5) is Outcome.SUCCESS
+    f_patch = h.submit(unsched(p))  # PodScheduled=False again (the pod was bound: True)
+    assert h.take("uid-a") is not None
+    assert not f_patch.done()
+
+
+def test_ambiguous_failure_pauses_noop_elision_and_rereads(h: Harness) -> None:
+    p = pod("a", rv=1, conditions=(cond(reason="A"),))
+    f_lost = h.submit(unsched(p, reason="B"))
+    t = h.take("uid-a")
+    assert t is not None and t.obj is not None
+    h.done("uid-a", t, Result.RETRY, error=ServerError(), delay=0.0)  # maybe applied
+    # restoring A is a no-op against what we saw, but the server may hold B now
+    f_restore = h.submit(unsched(p, reason="A"))
+    assert f_lost.result(timeout=5) is Outcome.OVERWRITTEN
+    t2 = h.take("uid-a")
+    assert t2 is not None and t2.obj is None  # the attempt re-reads the object first
+    h.done("uid-a", t2, obj=pod("a", rv=3, conditions=(cond(reason="A"),)))
+    assert f_restore.result(timeout=5) is Outcome.SUCCESS
+    # a fresh object restored trust: no-ops are elided again
+    assert h.submit(unsched(p, reason="A")).result(timeout=5) is Outcome.SKIPPED
+
+
+def test_retry_resolves_at_once_when_newer_object_shows_it_applied(h: Harness) -> None:
+    p = pod("a", rv=1)
+    fut = h.submit(unsched(p, reason="B"))
+    t = h.take("uid-a")
+    assert t is not None
+    h.ref("uid-a").tell(Observed(pod("a", rv=2, conditions=(cond(reason="B"),))))
+    h.done("uid-a", t, Result.RETRY, error=ServerError(), delay=30.0)
+    assert fut.result(timeout=5) is Outcome.SKIPPED
