@@ -278,6 +278,11 @@ class Dispatcher:
         with self._state_lock:
             return self._outstanding
 
+    @property
+    def tokens_taken(self) -> int:
+        """Rate-limiter tokens used so far (taken and not refunded); cheap, any thread."""
+        return self._executor.tokens_taken
+
     def stats(self) -> dict[str, Any]:
         """Counters for reports: calls sent per type, outcomes per type, retries."""
         m = self.metrics
@@ -296,7 +301,7 @@ class Dispatcher:
         out["sent_total"] = sum(out["sent"].values())
         out["live_actors"] = self.live_actors
         out["dropped_messages"] = self._registry.dropped
-        out["tokens_taken"] = self._executor.tokens_taken
+        out["tokens_taken"] = self.tokens_taken
         return out
 
     # ------------------------------------------------------------------ internals
