@@ -62,10 +62,7 @@ class ChaosConfig:
     """One chaos run. ``intents_per_pod``: actions per pod on average (intents, deletions,
     preemptions). ``watch_chaos_interval``: seconds between history compactions + watch drops
     (0: none). ``request_timeout``: the HTTP client's timeout (``--http``).
-    ``avoid_stale_noops``: give every intent values no earlier intent used and never undo a
-    claim change that may still be in flight. This keeps the run clear of two known defects
-    of the object actor, which elides no-ops against an object it knows may be stale (after a
-    successful binding; after a lost reply): with it, any loss the oracle finds is new."""
+    """
 
     pods: int = 1000
     fault_rate: float = 0.2
@@ -77,7 +74,6 @@ class ChaosConfig:
     request_timeout: float = 0.5
     latency_ms: float = 0.0
     watch_chaos_interval: float = 1.0
-    avoid_stale_noops: bool = False
     batch: int = 500
     settle_timeout: float = 600.0
     drain_timeout: float = 30.0
@@ -115,9 +111,6 @@ class _Driver:
         self.nodes = [f"node-{i}" for i in range(max(2, cfg.pods // 10))]
         self.open_higher: dict[str, list[tuple[int, Future[Outcome]]]] = defaultdict(list)
         self.reserved: dict[str, set[str]] = defaultdict(set)
-        self.ever_reserved: dict[str, set[str]] = defaultdict(set)
-        self.claim_futures: dict[str, list[Future[Outcome]]] = defaultdict(list)
-        self.unique = itertools.count()
         self.actions: Counter[str] = Counter()
 
     # ----------------------------------------------------------------- setup
@@ -203,31 +196,24 @@ class _Driver:
 
     # ----------------------------------------------------------------- actions
 
-    def _variant(self, choices: tuple[str, ...], prefix: str) -> str:
-        """A random one of ``choices``, or a value never used before (``avoid_stale_noops``)."""
-        if self.cfg.avoid_stale_noops:
-            return f"{prefix}{next(self.unique)}"
-        return self.rng.choice(choices)
-
     def status_patch(self, pod: _Object | None = None) -> None:
         pod = pod or self._pick_pod()
         rng = self.rng
         conditions: list[dict[str, str]] = []
         strict: dict[Field, Any] = {}
         if rng.random() < 0.6:
-            attempts = tuple(f"attempt {k}" for k in range(4))
             cond = {
                 "type": "PodScheduled",
                 "status": "False",
                 "reason": "Unschedulable",
-                "message": f"0/{len(self.nodes)} nodes: {self._variant(attempts, 'attempt ')}",
+                "message": f"0/{len(self.nodes)} nodes: attempt {rng.randrange(4)}",
             }
             conditions.append(cond)
         if rng.random() < 0.4 or not conditions:
             cond = {
                 "type": CHAOS_CONDITION,
                 "status": rng.choice(("True", "False")),
-                "reason": self._variant(("Alpha", "Beta"), "Reason"),
+                "reason": rng.choice(("Alpha", "Beta")),
             }
             if rng.random() < 0.5:
                 cond["message"] = f"m{rng.randrange(3)}"
@@ -238,10 +224,7 @@ class _Driver:
                     strict["cond", c["type"], key] = c[key]
         kwargs: dict[str, Any] = {"conditions": conditions}
         if rng.random() < 0.35:
-            if self.cfg.avoid_stale_noops:
-                nnn: str | None = f"nominated-{next(self.unique)}"
-            else:
-                nnn = rng.choice((None, *rng.sample(self.nodes, 2)))
+            nnn = rng.choice((None, *rng.sample(self.nodes, 2)))
             kwargs["nominated_node_name"] = nnn
             strict["nnn",] = nnn or ABSENT
         basis = self._basis(pod)
@@ -306,39 +289,30 @@ class _Driver:
         claim = self.rng.choice(self.claims)
         basis = self._basis(claim)
         reserved = self.reserved[claim.uid]
-        history = self.claim_futures[claim.uid]
-        history[:] = [f for f in history if not f.done()]
-        # with avoid_stale_noops, nothing is undone while a change may still be in flight
-        may_undo = not (self.cfg.avoid_stale_noops and history)
         roll = self.rng.random()
         strict: dict[Field, Any]
         if roll < 0.1:
-            alloc = self._allocation() if not may_undo or self.rng.random() < 0.7 else None
+            alloc = self._allocation() if self.rng.random() < 0.7 else None
             strict = {("alloc",): alloc if alloc is not None else ABSENT}
             if alloc is None:
                 call = ClaimStatusPatch.for_claim(basis, deallocate=True)
             else:
                 call = ClaimStatusPatch.for_claim(basis, allocate=alloc)
-        elif roll < 0.35 and reserved and may_undo:
+        elif roll < 0.35 and reserved:
             cuid = self.rng.choice(sorted(reserved))
             reserved.discard(cuid)
             strict = {("reserved", cuid): False}
             call = ClaimStatusPatch.for_claim(basis, unreserve=[cuid])
         else:
             pod = self.rng.choice(self.pods)
-            if self.cfg.avoid_stale_noops and pod.uid in self.ever_reserved[claim.uid]:
-                return
             reserved.add(pod.uid)
-            self.ever_reserved[claim.uid].add(pod.uid)
             strict = {("reserved", pod.uid): True}
             consumer = {"resource": "pods", "name": pod.name, "uid": pod.uid}
             call = ClaimStatusPatch.for_claim(basis, reserve=[consumer])
         self._record(claim, "claim_status_patch", 1, strict, lambda: self.d.submit(call))
-        if self.intents[-1].future is not None:
-            history.append(self.intents[-1].future)
 
     def _allocation(self) -> dict[str, Any]:
-        device = self._variant(tuple(f"gpu-{k}" for k in range(4)), "gpu-")
+        device = f"gpu-{self.rng.randrange(4)}"
         return {
             "devices": {
                 "results": [
@@ -601,11 +575,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--request-timeout", type=float, default=ChaosConfig.request_timeout)
     p.add_argument("--latency-ms", type=float, default=ChaosConfig.latency_ms)
     p.add_argument("--watch-chaos-interval", type=float, default=ChaosConfig.watch_chaos_interval)
-    p.add_argument(
-        "--avoid-stale-noops",
-        action="store_true",
-        help="steer clear of the two known no-op elision defects (see ChaosConfig)",
-    )
     args = p.parse_args(argv)
     cfg = ChaosConfig(
         pods=args.pods,
@@ -617,7 +586,6 @@ def main(argv: list[str] | None = None) -> int:
         request_timeout=args.request_timeout,
         latency_ms=args.latency_ms,
         watch_chaos_interval=args.watch_chaos_interval,
-        avoid_stale_noops=args.avoid_stale_noops,
     )
     logger.disable("adapters")
     figures = run(cfg)
