@@ -71,6 +71,7 @@ class Profile:
     w4_latency: float
     w4_backoff_initial: float
     w4_backoff_max: float
+    w4_drain: float  # seconds the outstanding bindings get after the window
     # W5 budget
     w5_calls: int
     w5_qps: float
@@ -105,6 +106,7 @@ TINY = Profile(
     w4_latency=0.002,
     w4_backoff_initial=0.2,
     w4_backoff_max=0.5,
+    w4_drain=1.0,
     w5_calls=60,
     w5_qps=200.0,
     w5_burst=10,
@@ -133,6 +135,7 @@ QUICK = Profile(
     w4_latency=0.005,
     w4_backoff_initial=1.0,
     w4_backoff_max=10.0,
+    w4_drain=10.0,
     w5_calls=600,
     w5_qps=100.0,
     w5_burst=100,
@@ -161,6 +164,7 @@ FULL = Profile(
     w4_latency=0.005,
     w4_backoff_initial=1.0,
     w4_backoff_max=10.0,
+    w4_drain=60.0,
     w5_calls=3_000,
     w5_qps=100.0,
     w5_burst=100,
