@@ -368,7 +368,10 @@ class Executor:
             except ApiError as get_exc:
                 logger.debug("refetch after conflict failed: {}", get_exc)
             else:
-                if get_path(obj, "metadata", "uid") != call.ref.uid:
+                fetched_uid = get_path(obj, "metadata", "uid")
+                if not isinstance(fetched_uid, str):
+                    obj = None  # garbage: retry the conflict without a fresh basis (bounded)
+                elif fetched_uid != call.ref.uid:
                     # same name, another object: ours was deleted and re-created
                     result, obj = Result.NOT_FOUND, None
         except ApiError as exc:

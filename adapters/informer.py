@@ -50,6 +50,7 @@ from actors.errors import (
     GoneError,
     InvalidInputError,
 )
+from actors.objects import get_path
 from adapters.kubernetes import (
     error_from_status,
     read_json_object,
@@ -332,8 +333,8 @@ class _HttpWatchStream:
 def _rv_newer(candidate: Obj, current: Obj) -> bool:
     """Whether ``candidate`` is a newer state than ``current`` (numeric resourceVersions are
     compared as integers; opaque ones by inequality)."""
-    new = (candidate.get("metadata") or {}).get("resourceVersion")
-    cur = (current.get("metadata") or {}).get("resourceVersion")
+    new = get_path(candidate, "metadata", "resourceVersion")
+    cur = get_path(current, "metadata", "resourceVersion")
     if not isinstance(new, str) or not isinstance(cur, str):
         return True
     if new.isdigit() and cur.isdigit():
@@ -564,7 +565,11 @@ class Informer:
     def _apply(self, event: WatchEvent) -> None:
         """Apply one watch event to the cache and the handlers. Informer thread."""
         obj = event.object
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if not isinstance(obj, Mapping):
+            self._log.warning("{} event without an object ignored", event.type)
+            return
+        rv = get_path(obj, "metadata", "resourceVersion")
+        rv = rv if isinstance(rv, str) else None
         if event.type == BOOKMARK:
             self._advance(rv)
             return

@@ -543,12 +543,6 @@ class GarbageRefetch(GatedBackend):
         return "not an object" if self.garbage else obj  # type: ignore[return-value]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="executor.execute counts a 409 refetch whose reply has no matching uid as NotFound "
-    "even when the reply is not an object at all; the actor retires and tombstones the UID, "
-    "so every later call for the (existing) pod is cancelled as 'object deleted'",
-)
 def test_garbage_refetch_after_a_conflict_does_not_condemn_the_object() -> None:
     server = InMemoryApiServer()
     pod = server.create(make_pod("p1"))
@@ -556,7 +550,9 @@ def test_garbage_refetch_after_a_conflict_does_not_condemn_the_object() -> None:
     backend = GarbageRefetch(server)
     with Dispatcher(backend, FAST) as d:
         first = d.submit(PodStatusPatch.for_pod(pod, conditions=[COND]))
-        assert isinstance(first.exception(timeout=10), CallOutcomeError)
+        # the garbage read is not taken for a deletion: the conflict is retried (bounded)
+        exc = first.exception(timeout=10)
+        assert exc is None or isinstance(exc, CallOutcomeError)
         backend.garbage = False
         assert d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
 
@@ -632,12 +628,6 @@ def test_informer_delivering_objects_without_metadata_skips_them(env: Env) -> No
     assert env.d.submit(PodBinding.for_pod(env.pod, "n1")).result(timeout=10) is Outcome.SUCCESS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adapters/informer.py Informer._apply reads obj.get('metadata') or {} and calls "
-    ".get on it: an event whose metadata is not a mapping raises AttributeError, which ends "
-    "the watch; the resumed watch replays the same event, so the informer never gets past it",
-)
 def test_informer_skips_an_event_whose_metadata_is_not_a_mapping(env: Env) -> None:
     good = dict(env.pod, metadata={**env.pod["metadata"], "resourceVersion": "20"})
     events = [
