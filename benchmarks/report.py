@@ -83,7 +83,10 @@ def _bars(a: Axes, recs: dict[str, Rec], key: str, ylabel: str) -> None:
 
 
 def _chart_w2(recs: dict[str, Rec], ax: list[Axes]) -> None:
-    _bars(ax[0], recs, "throughput_per_s", "calls resolved per second")
+    _bars(ax[0], recs, "throughput_per_s", "calls resolved per second (median run)")
+    for i, rec in enumerate(recs.values()):
+        runs = rec["series"].get("throughput_per_s", [])
+        ax[0].scatter([i] * len(runs), runs, color="black", s=8, zorder=3)
 
 
 def _chart_w3(recs: dict[str, Rec], ax: list[Axes]) -> None:
@@ -214,7 +217,12 @@ TABLES = {
         lower_is_better=True,
     ),
     "W2": _Table(
-        (_Col("throughput_per_s", "calls/s", "{:.0f}"), _Col("requests", "requests", "{:.0f}")),
+        (
+            _Col("throughput_per_s", "calls/s (median)", "{:.0f}"),
+            _Col("throughput_min_per_s", "min", "{:.0f}"),
+            _Col("throughput_max_per_s", "max", "{:.0f}"),
+            _Col("requests", "requests", "{:.0f}"),
+        ),
         "throughput_per_s",
         lower_is_better=False,
     ),

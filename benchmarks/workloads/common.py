@@ -56,6 +56,7 @@ class Profile:
     w1_blocking_samples: int
     # W2 throughput
     w2_pods: int
+    w2_repeats: int
     # W3 churn
     w3_pods: int
     w3_retries: int
@@ -93,6 +94,7 @@ TINY = Profile(
     w1_seconds=0.3,
     w1_blocking_samples=5,
     w2_pods=200,
+    w2_repeats=1,
     w3_pods=20,
     w3_retries=3,
     w3_gap=0.005,
@@ -122,6 +124,7 @@ QUICK = Profile(
     w1_seconds=4.0,
     w1_blocking_samples=100,
     w2_pods=4_000,
+    w2_repeats=5,
     w3_pods=200,
     w3_retries=10,
     w3_gap=0.01,
@@ -151,6 +154,7 @@ FULL = Profile(
     w1_seconds=15.0,
     w1_blocking_samples=300,
     w2_pods=20_000,
+    w2_repeats=7,
     w3_pods=1_000,
     w3_retries=20,
     w3_gap=0.01,
