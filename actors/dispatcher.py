@@ -13,7 +13,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from typing import Any, Self, cast
 
 import pykka
@@ -179,8 +178,7 @@ class Dispatcher:
         object's actor. Raises :class:`~actors.errors.InvalidInputError` subclasses for bad
         calls and :class:`DispatcherClosed` once ``stop`` was called."""
         self.call_types.check(call)
-        future: CallFuture = Future()
-        future.set_running_or_notify_cancel()  # withdraw with cancel(uid), not future.cancel()
+        future = CallFuture()
         with self._state_lock:
             if self._closed or not self._started:
                 raise DispatcherClosed(

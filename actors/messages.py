@@ -16,9 +16,20 @@ from actors.calls import Call
 from actors.errors import Outcome
 from actors.objects import Obj
 
-CallFuture = Future[Outcome]
-"""What ``Dispatcher.submit`` returns: ``result()`` gives an :class:`Outcome` or raises a
-:class:`~actors.errors.CallOutcomeError` / :class:`~actors.errors.DispatcherClosed`."""
+
+class CallFuture(Future[Outcome]):
+    """What ``Dispatcher.submit`` returns: a standard ``concurrent.futures.Future`` whose
+    ``result()`` gives an :class:`Outcome` or raises a
+    :class:`~actors.errors.CallOutcomeError` / :class:`~actors.errors.DispatcherClosed`.
+
+    Only the call's object actor resolves it, exactly once. ``cancel()`` always returns False
+    (the call is already in the dispatcher's hands): withdraw a queued call with
+    ``Dispatcher.cancel(uid)``, and the future then resolves ``CallCancelled``.
+    """
+
+    def cancel(self) -> bool:
+        """Any thread. Never cancels (see the class docstring)."""
+        return False
 
 
 # --------------------------------------------------------------------------- to object actors

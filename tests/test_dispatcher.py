@@ -371,3 +371,14 @@ def test_cancel_withdraws_a_queued_call(server: InMemoryApiServer) -> None:
         gated.gate.set()
         assert first.result(timeout=10) is Outcome.SUCCESS
     assert [c[0] for c in gated.calls] == ["patch_status"]
+
+
+def test_future_cancel_never_breaks_exactly_once(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(gated, FAST) as d:
+        gated.gate.clear()
+        fut = d.submit(PodBinding.for_pod(pod, "n1"))
+        assert fut.cancel() is False  # the dispatcher owns the call; use cancel(uid)
+        gated.gate.set()
+        assert fut.result(timeout=10) is Outcome.SUCCESS
