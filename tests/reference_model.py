@@ -1,0 +1,405 @@
+"""A plain reference model of the calls of one Pod, for the stateful test of the object actor.
+
+The model knows what DESIGN §3 promises about one object, not how the actor is built. Every call
+a caller submits becomes an :class:`Intent`; the model keeps two slots, ``pending`` and
+``inflight``, and after every step it is told which futures resolved (and how) and checks that
+against the rules below. Between steps, the open futures must be exactly those of the two slots
+(at most one pending call and one call in flight per object).
+
+**Submit** call C, with P pending and I in flight:
+
+1. the object is gone → C ``cancelled``;
+2. C is exclusive (preemption): P ``overwritten`` (merged into C) if it is a preemption, else
+   ``cancelled``; C ``skipped`` if I is a preemption (C rides on it), else C becomes pending;
+3. P or I is exclusive → C ``cancelled``;
+4. C less relevant than P or I → C ``skipped``;
+5. P has C's type → P ``overwritten``, merged into C (newer fields win), which becomes pending;
+6. otherwise C becomes pending and P (less relevant) is ``overwritten``.
+
+**Grant**: the pending call moves to in flight, and the call sent is exactly the merge of the
+intents carried in it; nothing is sent after the actor learnt that the object is gone.
+
+**Done** of I: success → ``success``; not found → ``not_found`` and P ``cancelled`` (the object
+is gone); permanent failure, or a retryable one at the last attempt → ``failed``; a retry or a
+conflict after the actor learnt that the object is gone → ``cancelled``; otherwise a retry or a
+conflict puts I back as pending: alone, merged into a pending call of its type (I
+``overwritten``), or replaced by a more relevant pending call (I ``overwritten``, ``cancelled``
+if that is a preemption). **Informer delete** → P ``cancelled``, gone. **Caller cancel** → P
+``cancelled`` (if of the given type). Whenever the object disappears, a tracked preemption
+resolves ``success`` instead: its object is gone, as intended.
+
+**Choices left to the actor.** Whether a call is a *no-op* and whether a binding *fails fast*
+depend on the actor's view of the object, which the model does not keep. The model accepts the
+actor's choice (C, or the merged C, resolves ``skipped``/``conflict`` on submit; the pending
+call does on an informer update or a grant; a retried call is ``skipped`` when a newer object
+shows it applied) and checks it against the server: a call skipped as a no-op must already hold
+there, and the call in flight must not set any of its fields to another value; a binding that
+failed fast must target a pod bound to another node.
+
+**Final state.** An intent is *written* if its future resolved ``success``, or it was merged into
+a newer call that is written. Written intents reach the server in submission order (a merge keeps
+newer-wins), so once everything is drained each field holds the value of the last written intent
+that sets it (its initial value otherwise). A binding merged into a newer one is replaced by it,
+not written. A binding also sets ``PodScheduled=True`` without reason or message, but only the
+first written binding actually binds (later ones find the pod already bound to their node). The
+pod is gone iff someone deleted it or a preemption was written. A call skipped as a no-op
+asserts a value; it writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.calls import UNSET, Call
+from actors.errors import CallOutcomeError, DispatcherClosed, Outcome
+from actors.objects import Obj, get_path, is_terminating, pod_node_name
+from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, pod_conditions
+
+Fields = dict[str, Any]
+"""Field values by name: ``"<condition type>.<status|reason|message>"``, ``"nnn"`` (nominated
+node name), ``"nodeName"``; None means absent."""
+
+PATCH = PodStatusPatch.call_type
+BINDING = PodBinding.call_type
+PREEMPTION = PodPreemption.call_type
+CONDITION_TYPES = ("PodScheduled", "QueueGate", "DisruptionTarget", "Ready")
+BOUND = {"PodScheduled.status": "True", "PodScheduled.reason": None, "PodScheduled.message": None}
+"""What a binding does to the PodScheduled condition (it replaces the condition whole)."""
+
+
+def _condition_fields(conditions: object) -> Fields:
+    out: Fields = {}
+    for cond in conditions if isinstance(conditions, list | tuple) else ():
+        for key in ("status", "reason", "message"):
+            if key in cond:
+                out[f"{cond['type']}.{key}"] = cond[key]
+    return out
+
+
+def call_fields(call: Call) -> Fields:
+    """The fields ``call`` sets (a binding: only its node; see :data:`BOUND`)."""
+    if isinstance(call, PodStatusPatch):
+        out = _condition_fields(call.conditions)
+        if call.nominated_node_name is not UNSET:
+            out["nnn"] = call.nominated_node_name or None
+        return out
+    if isinstance(call, PodBinding):
+        return {"nodeName": call.node}
+    if isinstance(call, PodPreemption):
+        conditions = (call.condition,) if call.condition is not None else ()
+        return {**_condition_fields(conditions), "grace": call.grace_period_seconds}
+    raise TypeError(f"unexpected call {call!r}")
+
+
+def pod_fields(pod: Obj) -> Fields:
+    """The fields of a pod, every condition type of :data:`CONDITION_TYPES` included."""
+    conds = pod_conditions(pod)
+    out: Fields = {
+        f"{ctype}.{key}": conds.get(ctype, {}).get(key)
+        for ctype in CONDITION_TYPES
+        for key in ("status", "reason", "message")
+    }
+    out["nnn"] = get_path(pod, "status", "nominatedNodeName") or None
+    out["nodeName"] = pod_node_name(pod)
+    return out
+
+
+def differences(want: Mapping[str, Any], pod: Obj) -> dict[str, tuple[Any, Any]]:
+    """``{field: (wanted, actual)}`` for every field of ``want`` that ``pod`` does not hold."""
+    have = pod_fields(pod)
+    return {k: (v, have.get(k)) for k, v in want.items() if have.get(k) != v}
+
+
+def outcome_label(future: Future[Outcome]) -> str:
+    """How a resolved future ended: ``success``, ``skipped``, ``overwritten``, ``cancelled``,
+    ``conflict``, ``not_found``, ``failed`` or ``closed``."""
+    exc = future.exception(timeout=0)
+    if exc is None:
+        return future.result(timeout=0).value
+    if isinstance(exc, CallOutcomeError):
+        return exc.result_label
+    if isinstance(exc, DispatcherClosed):
+        return "closed"
+    return f"unexpected {exc!r}"
+
+
+@dataclass(eq=False)
+class Intent:
+    """One submitted call, its future, and what became of it."""
+
+    seq: int
+    call: Call
+    future: Future[Outcome]
+    merged: Fields = field(init=False)  # own fields + those of the older calls merged into it
+    carried_by: Intent | None = None  # the newer call it was merged into
+    label: str | None = None  # its outcome, once resolved
+
+    def __post_init__(self) -> None:
+        self.merged = call_fields(self.call)
+
+    @property
+    def call_type(self) -> str:
+        return self.call.call_type
+
+    def written(self) -> bool:
+        """Whether this intent reached the server (itself, or merged into a newer call)."""
+        intent = self
+        while intent.carried_by is not None:
+            intent = intent.carried_by
+        return intent.label == "success"
+
+    def __repr__(self) -> str:
+        return f"#{self.seq} {self.call_type} {call_fields(self.call)}"
+
+
+def _merge_into(older: Intent, newer: Intent) -> None:
+    """``older`` was merged into ``newer``: status patches merge field by field (newer wins),
+    other calls replace the older one."""
+    older.carried_by = newer
+    if newer.call_type == PATCH:
+        newer.merged = {**older.merged, **newer.merged}
+
+
+def _gone_outcome(intent: Intent, otherwise: str) -> str:
+    """The outcome of a tracked call when its object disappears: a preemption got its way."""
+    return "success" if intent.call.exclusive else otherwise
+
+
+class Model:
+    """The reference model of one Pod's calls (see the module docstring). Test thread only."""
+
+    def __init__(self, initial: Obj, max_attempts: int) -> None:
+        self.initial = pod_fields(initial)
+        self.max_attempts = max_attempts
+        self.intents: list[Intent] = []
+        self.pending: Intent | None = None
+        self.inflight: Intent | None = None
+        self.gone = False  # the actor learnt that the object is deleted
+        self.deleted = False  # someone else deleted the object on the server
+        self.kubelet: Fields = {}  # fields written by the kubelet (never by our calls)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def new_intent(self, call: Call, future: Future[Outcome]) -> Intent:
+        """Record a call about to be submitted."""
+        intent = Intent(len(self.intents), call, future)
+        self.intents.append(intent)
+        return intent
+
+    def newly_resolved(self) -> dict[Intent, str]:
+        """Intents whose future resolved since the last step, with their outcome."""
+        return {
+            i: outcome_label(i.future) for i in self.intents if i.label is None and i.future.done()
+        }
+
+    def unresolved(self) -> set[Intent]:
+        """The intents whose futures must still be open: the two slots."""
+        return {i for i in (self.pending, self.inflight) if i is not None}
+
+    def _settle(self, want: dict[Intent, str], got: dict[Intent, str], step: str) -> None:
+        assert got == want, f"{step}: expected outcomes {want}, got {got}"
+        for intent, label in got.items():
+            intent.label = label
+
+    def clobbered(self, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields the in-flight call will set to other values than ``fields``."""
+        inflight = self.inflight.merged if self.inflight is not None else {}
+        return {k: v for k, v in inflight.items() if k in fields and fields[k] != v}
+
+    def _check_noop(self, intent: Intent, server: Obj | None) -> None:
+        clobbered = self.clobbered(intent.merged)
+        assert not clobbered, (
+            f"{intent} skipped as a no-op, but {self.inflight} in flight will set {clobbered}"
+        )
+        if server is None:
+            return
+        if intent.call_type == PREEMPTION:
+            assert is_terminating(server), f"{intent} skipped but the pod is not terminating"
+            return
+        want = {"nodeName": intent.merged["nodeName"]} if intent.call_type == BINDING else None
+        diff = differences(want or intent.merged, server)
+        assert not diff, f"{intent} skipped as a no-op, but the server has {diff} (want, have)"
+
+    @staticmethod
+    def _check_failed_fast(intent: Intent, server: Obj | None) -> None:
+        assert intent.call_type == BINDING, f"{intent} failed with a conflict"
+        if server is None or is_terminating(server):
+            return
+        bound = pod_node_name(server)
+        assert bound not in (None, intent.merged["nodeName"]), (
+            f"{intent} failed fast, but the server pod is bound to {bound!r}"
+        )
+
+    # ------------------------------------------------------------------ steps
+
+    def on_submit(self, c: Intent, got: dict[Intent, str], server: Obj | None) -> None:
+        """``c`` was submitted; ``got`` is what resolved meanwhile."""
+        p, i = self.pending, self.inflight
+        tracked = [e for e in (p, i) if e is not None]
+        want: dict[Intent, str] = {}
+        if self.gone:
+            want[c] = "cancelled"
+        elif c.call.exclusive:
+            if p is not None:
+                if p.call_type == c.call_type:
+                    want[p] = "overwritten"
+                    _merge_into(p, c)
+                else:
+                    want[p] = "cancelled"
+                self.pending = None
+            if i is not None and i.call_type == c.call_type:
+                want[c] = "skipped"  # the same deletion is on its way
+                c.carried_by = i
+            else:
+                self.pending = c
+        elif any(e.call.exclusive for e in tracked):
+            want[c] = "cancelled"
+        elif got.get(c) == "conflict":
+            self._check_failed_fast(c, server)
+            want[c] = "conflict"
+        elif c.call.relevance < max((e.call.relevance for e in tracked), default=0):
+            want[c] = "skipped"
+        elif p is not None and p.call_type == c.call_type:
+            want[p] = "overwritten"
+            _merge_into(p, c)
+            self.pending = c
+            if got.get(c) == "skipped":  # the merged call is a no-op
+                self._check_noop(c, server)
+                want[c] = "skipped"
+                self.pending = None
+        elif got.get(c) == "skipped":
+            self._check_noop(c, server)
+            want[c] = "skipped"
+        else:
+            if p is not None:
+                want[p] = "overwritten"  # replaced by a more relevant call
+            self.pending = c
+        self._settle(want, got, f"submit {c}")
+
+    def on_grant(self, sent: Call | None, got: dict[Intent, str], server: Obj | None) -> None:
+        """The executor granted a token; the actor sent ``sent`` (None: it refunded)."""
+        p = self.pending
+        want: dict[Intent, str] = {}
+        if sent is not None:
+            assert not self.gone, f"{sent.describe()} sent after the object was deleted"
+            assert self.inflight is None, "two calls in flight"
+            assert p is not None, f"{sent.describe()} sent with nothing pending"
+            assert call_fields(sent) == p.merged, (
+                f"sent {call_fields(sent)}, but the merged intent is {p.merged}"
+            )
+            self.pending, self.inflight = None, p
+        elif p is not None and self.inflight is None and not self.gone:
+            label = got.get(p)  # a refund: the pending call became a no-op or fails fast
+            if label == "skipped":
+                self._check_noop(p, server)
+            elif label == "conflict":
+                self._check_failed_fast(p, server)
+            else:
+                raise AssertionError(f"grant refunded, but {p} is pending (got {got})")
+            want[p] = label
+            self.pending = None
+        self._settle(want, got, "grant")
+
+    def on_done(
+        self, result: str, attempt: int, got: dict[Intent, str], server: Obj | None
+    ) -> None:
+        """The in-flight attempt ended with ``result`` (a :class:`~actors.messages.Result`
+        value)."""
+        i, p = self.inflight, self.pending
+        assert i is not None
+        self.inflight = None
+        want: dict[Intent, str] = {}
+        if result == "success":
+            want[i] = "success"
+            self.gone = self.gone or i.call.exclusive
+        elif result == "not_found":
+            want[i] = _gone_outcome(i, "not_found")
+            if p is not None:
+                want[p] = _gone_outcome(p, "cancelled")
+            self.pending, self.gone = None, True
+        elif self.gone and result in ("retry", "conflict"):  # deleted meanwhile: no retry
+            label = got.get(i)
+            want[i] = _gone_outcome(i, label if label in ("cancelled", "failed") else "cancelled")
+        elif result == "failed" or (result == "retry" and attempt >= self.max_attempts):
+            want[i] = "failed"
+        elif result == "retry" and got.get(i) == "skipped":  # a newer object shows it applied
+            self._check_noop(i, server)
+            want[i] = "skipped"
+        elif p is None:
+            self.pending = i  # retried as the pending call
+        elif p.call_type == i.call_type:
+            want[i] = "overwritten"
+            _merge_into(i, p)
+        else:
+            want[i] = "cancelled" if p.call.exclusive else "overwritten"
+        self._settle(want, got, f"done {result} of {i}")
+
+    def on_observed(self, got: dict[Intent, str], server: Obj | None) -> None:
+        """An informer update reached the actor."""
+        p = self.pending
+        want: dict[Intent, str] = {}
+        label = got.get(p) if p is not None else None
+        if p is not None and label in ("skipped", "conflict"):
+            if label == "skipped":
+                self._check_noop(p, server)
+            else:
+                self._check_failed_fast(p, server)
+            want[p] = label
+            self.pending = None
+        self._settle(want, got, "informer update")
+
+    def on_deleted(self, got: dict[Intent, str]) -> None:
+        """An informer delete reached the actor (or the registry, when there is no actor)."""
+        p = self.pending
+        want = {p: _gone_outcome(p, "cancelled")} if p is not None else {}
+        self.pending, self.gone = None, True
+        self._settle(want, got, "informer delete")
+
+    def on_cancel(self, call_type: str | None, got: dict[Intent, str]) -> None:
+        """The caller withdrew the pending call (of ``call_type``, or any)."""
+        p = self.pending
+        want: dict[Intent, str] = {}
+        if p is not None and call_type in (None, p.call_type):
+            want[p] = "cancelled"
+            self.pending = None
+        self._settle(want, got, f"cancel {call_type}")
+
+    # ------------------------------------------------------------------ expectations
+
+    def expected_view(self) -> Fields:
+        """What ``View`` must show on top of the observed pod: the in-flight, then the pending
+        mutations (read-your-writes)."""
+        out: Fields = {}
+        for intent in (self.inflight, self.pending):
+            if intent is None:
+                continue
+            if intent.call_type == BINDING:  # PodScheduled=True only if it actually binds
+                out = {k: v for k, v in out.items() if not k.startswith("PodScheduled.")}
+                out.update(intent.merged)
+            else:
+                out.update({k: v for k, v in intent.merged.items() if k != "grace"})
+        return out
+
+    def expected_pod(self) -> Fields | None:
+        """The server's pod fields once everything is drained (None: the pod is gone)."""
+        written = [i for i in self.intents if i.written()]
+        if self.deleted or any(i.call_type == PREEMPTION for i in written):
+            return None
+        fields = dict(self.initial)
+        for intent in written:
+            own = call_fields(intent.call)
+            if intent.call_type == BINDING:
+                if intent.carried_by is not None:
+                    continue  # replaced by the newer binding it was merged into
+                assert fields["nodeName"] in (None, own["nodeName"]), (
+                    f"{intent} succeeded, but the pod was bound to {fields['nodeName']!r}"
+                )
+                if fields["nodeName"] is None:
+                    fields.update({**own, **BOUND})
+            else:
+                fields.update(own)
+        fields.update(self.kubelet)
+        return fields
