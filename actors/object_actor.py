@@ -103,6 +103,7 @@ class ObjectActor(PooledActor):
         # the observed object is not trusted until one newer than this resourceVersion arrives:
         # no-op elision pauses and the next attempt re-reads the object from the server.
         self.uncertain_rv: str | None = None
+        self.landed: Call | None = None  # succeeded without a reply object, not yet observed
 
     # ------------------------------------------------------------------ resolution
 
@@ -163,8 +164,20 @@ class ObjectActor(PooledActor):
 
     def _observe(self, obj: Obj | None) -> None:
         if obj is not None and self._accepts(obj):
-            self.observed = obj
-            self._check_certain()
+            self._adopt(obj)
+
+    def _adopt(self, obj: Obj) -> None:
+        """Make ``obj`` (accepted as newer) the observed state. A call known to have landed
+        whose reply carried no object (a binding) stays applied on top until an observed
+        object shows it: an informer event written before it may still arrive after it."""
+        landed = self.landed
+        if landed is not None:
+            if landed.is_noop(obj):
+                self.landed = None
+            else:
+                obj = landed.apply(obj)
+        self.observed = obj
+        self._check_certain()
 
     def _check_certain(self) -> None:
         """Trust the observed object again once it is newer than the ambiguous attempt's
@@ -182,8 +195,15 @@ class ObjectActor(PooledActor):
             self.uncertain_rv = None
 
     def _is_noop(self, call: Call) -> bool:
-        """No-op elision against the observed object, paused while it is uncertain."""
-        return self.uncertain_rv is None and call.is_noop(self.observed)
+        """Whether ``call`` changes nothing: it must hold against the observed object *and*
+        against it with the in-flight call applied (that call may land or not). Paused while
+        the observed object is uncertain."""
+        if self.uncertain_rv is not None or not call.is_noop(self.observed):
+            return False
+        inflight, observed = self.inflight, self.observed
+        if inflight is not None and observed is not None:
+            return call.is_noop(inflight.call.apply(observed))
+        return True
 
     # ------------------------------------------------------------------ message dispatch
 
@@ -278,8 +298,7 @@ class ObjectActor(PooledActor):
             self._notify_executor()
             return
 
-        if self._is_noop(call) and (inflight is None or inflight.call.call_type != call.call_type):
-            # nothing to do, and no in-flight call of this type will change it meanwhile
+        if self._is_noop(call):
             self._resolve(entry, Outcome.SKIPPED)
             return
 
@@ -329,6 +348,7 @@ class ObjectActor(PooledActor):
             elif self.observed is not None and self.uncertain_rv is None:
                 # no object in the reply (a binding): the server now reflects this call
                 self.observed = entry.call.apply(self.observed)
+                self.landed = entry.call
             self._resolve(entry, Outcome.SUCCESS)
             if entry.call.exclusive:  # the object is being deleted
                 self._retire("deleted by " + entry.call.call_type)
@@ -425,15 +445,14 @@ class ObjectActor(PooledActor):
     def _on_observed(self, obj: Obj) -> None:
         if not self._accepts(obj):
             return
-        self.observed = obj
-        self._check_certain()
+        self._adopt(obj)
         entry = self.pending
         if entry is None:
             return
         if self._is_noop(entry.call):
             self._drop_pending(Outcome.SKIPPED)
             return
-        reason = entry.call.precheck(obj)
+        reason = entry.call.precheck(self.observed)
         if reason is not None:
             self._set_pending(None)
             self._fail(entry, CallConflict, reason)

@@ -20,16 +20,14 @@ the pending and in-flight mutations. At the end the test drains (grant and send 
 left) and checks that every future resolved exactly once and that the server's pod equals the
 model's expected final state.
 
-Known product bugs are kept out of the random exploration by the guards in :data:`GUARDS`; each
-has a minimal ``xfail(strict=True)`` test at the end of this module. Set
-``KDISPATCH_STATEFUL_UNGUARDED=1`` to let the machine run into them.
+A product bug found here gets a named guard in :data:`GUARDS` (the machine steers around it) and
+a minimal ``xfail(strict=True)`` test until it is fixed; none is open.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import os
 import queue
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -98,20 +96,11 @@ MAX_ATTEMPTS = 3
 NODES = ("n1", "n2")
 NAME, NAMESPACE = "p", "default"
 
-GUARDS: frozenset[str] = (
-    frozenset()
-    if os.environ.get("KDISPATCH_STATEFUL_UNGUARDED")
-    else frozenset({"noop-while-in-flight", "stale-after-binding"})
-)
-"""Scenarios of known bugs the machine avoids (see the xfail tests at the end):
-
-* ``noop-while-in-flight``: no informer update, and no status patch merged into the pending one,
-  that makes the pending status patch a no-op while the patch in flight will change one of its
-  fields (the actor drops the pending call as ``skipped``, and the in-flight value wins);
-* ``stale-after-binding``: once the actor saw its binding succeed, the informer skips events that
-  still show the pod unbound (one would replace the actor's view, and the next status patch could
-  be skipped as a no-op against that stale view).
-"""
+GUARDS: frozenset[str] = frozenset()
+"""Scenarios of known bugs the machine steers around (none open). Two were found and fixed:
+``noop-while-in-flight`` (a pending patch dropped as a no-op although the same-type patch in
+flight would change its field) and ``stale-after-binding`` (an informer event older than a
+successful binding replacing the actor's view); their regression tests are at the end."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -593,11 +582,6 @@ def _submit(world: World, call: Call) -> CountingFuture:
     return future
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="informer update drops a pending patch as a no-op although the same-type patch in "
-    "flight will undo it (noop-while-in-flight)",
-)
 def test_informer_update_keeps_a_pending_patch_the_in_flight_patch_would_undo(
     world: World,
 ) -> None:
@@ -617,11 +601,6 @@ def test_informer_update_keeps_a_pending_patch_the_in_flight_patch_would_undo(
     assert world.take().call == PodStatusPatch.for_pod(p, nominated_node_name=None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a patch merged into the pending one is skipped as a no-op although the same-type "
-    "patch in flight will undo it (noop-while-in-flight)",
-)
 def test_merge_keeps_a_pending_patch_the_in_flight_patch_would_undo(world: World) -> None:
     """Same as above, when the clear is sent twice: the merge must not be elided either."""
     p = pod("a")  # not nominated
@@ -633,11 +612,6 @@ def test_merge_keeps_a_pending_patch_the_in_flight_patch_would_undo(world: World
     assert not again.done(), f"the clear resolved {again.result()}: the pod stays nominated"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an informer event older than a successful binding replaces the actor's view: the "
-    "pod looks unbound again and a patch is skipped against it (stale-after-binding)",
-)
 def test_informer_event_older_than_a_successful_binding_does_not_undo_it(world: World) -> None:
     """A lagging informer event from before the binding must neither hide the binding from
     ``View`` nor let a later ``PodScheduled=False`` patch be skipped while the server has
