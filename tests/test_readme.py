@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,14 @@ def _block(heading: str) -> str:
 
 def test_custom_call_type_example_works() -> None:
     backend = InMemoryApiServer()
-    scope: dict[str, Any] = {"backend": backend, "__name__": "readme_example"}
-    exec(compile(_block("### Your own call types"), "README.md", "exec"), scope)
+    module = types.ModuleType("readme_example")  # dataclasses look their module up
+    sys.modules[module.__name__] = module
+    scope: dict[str, Any] = module.__dict__
+    scope["backend"] = backend
+    try:
+        exec(compile(_block("### Your own call types"), "README.md", "exec"), scope)
+    finally:
+        del sys.modules[module.__name__]
     hold, ref_cls, dispatcher = scope["QuotaHold"], scope["ObjectRef"], scope["dispatcher"]
     obj = backend.create(
         {
