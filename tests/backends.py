@@ -1,23 +1,27 @@
-"""Test backends wrapping the in-memory apiserver: gate requests and wait for them."""
+"""Test backends wrapping another backend: gate requests and wait for them."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from actors.backend import PatchType
+from actors.backend import ApiBackend, PatchType
 from actors.objects import Obj
 from adapters.memory import InMemoryApiServer
 
 
 class GatedBackend:
-    """Forwards to an :class:`InMemoryApiServer`; every request first waits for ``gate`` (set by
-    default) and is recorded, so tests can hold requests in flight and wait for N of them."""
+    """Forwards to another backend (an :class:`InMemoryApiServer` by default). Every request is
+    recorded and first waits for ``gate`` (set by default) — only the requests for the object
+    named ``hold`` when one is given — so tests can hold requests in flight and wait for N of
+    them. Request methods run on executor worker threads."""
 
-    def __init__(self, inner: InMemoryApiServer | None = None) -> None:
-        self.inner = inner or InMemoryApiServer()
+    def __init__(self, inner: ApiBackend | None = None, *, hold: str | None = None) -> None:
+        self.inner: Any = inner if inner is not None else InMemoryApiServer()
+        self.hold = hold
         self.gate = threading.Event()
-        self.gate.set()
+        if hold is None:
+            self.gate.set()
         self.calls: list[tuple[str, str]] = []
         self._cond = threading.Condition()
 
@@ -25,7 +29,7 @@ class GatedBackend:
         with self._cond:
             self.calls.append((op, name))
             self._cond.notify_all()
-        if not self.gate.wait(timeout=30):
+        if (self.hold is None or name == self.hold) and not self.gate.wait(timeout=30):
             raise RuntimeError("gate never opened")
 
     def wait_calls(self, n: int, timeout: float = 10.0) -> list[tuple[str, str]]:
@@ -39,7 +43,8 @@ class GatedBackend:
 
     def get(self, kind: str, namespace: str, name: str) -> Obj:
         self._enter("get", name)
-        return self.inner.get(kind, namespace, name)
+        obj: Obj = self.inner.get(kind, namespace, name)
+        return obj
 
     def patch_status(
         self,
@@ -53,7 +58,7 @@ class GatedBackend:
         patch_type: PatchType = "strategic",
     ) -> Obj:
         self._enter("patch_status", name)
-        return self.inner.patch_status(
+        obj: Obj = self.inner.patch_status(
             kind,
             namespace,
             name,
@@ -62,6 +67,7 @@ class GatedBackend:
             resource_version=resource_version,
             patch_type=patch_type,
         )
+        return obj
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         self._enter("bind", name)

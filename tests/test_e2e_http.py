@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from actors.backend import PatchType
 from actors.calls import UNSET, UnsetType
 from actors.claim_calls import ClaimStatusPatch
 from actors.config import (
@@ -39,6 +38,7 @@ from adapters.httpserver import ApiServerHTTP
 from adapters.informer import ClientListWatch, Informer
 from adapters.kubernetes import KubernetesBackend
 from adapters.memory import FaultPlan, InMemoryApiServer, RequestRecord, make_claim, make_pod
+from tests.backends import GatedBackend
 from tests.factories import cond
 
 WAIT = 60.0
@@ -578,73 +578,6 @@ def test_thousand_pods_end_to_end_over_http(make_stack: Callable[..., Stack]) ->
 # --------------------------------------------------------------------------- informer wiring
 
 
-class HeldBackend:
-    """Forwards to a :class:`KubernetesBackend`; requests for the pod named ``hold`` wait for
-    ``gate`` on the executor worker (before anything is sent). Every request is recorded."""
-
-    def __init__(self, inner: KubernetesBackend, hold: str) -> None:
-        self.inner = inner
-        self.hold = hold
-        self.gate = threading.Event()
-        self.calls: list[tuple[str, str]] = []
-        self._cond = threading.Condition()
-
-    def _enter(self, op: str, name: str) -> None:
-        """Executor worker thread."""
-        with self._cond:
-            self.calls.append((op, name))
-            self._cond.notify_all()
-        if name == self.hold and not self.gate.wait(WAIT):
-            raise RuntimeError("gate never opened")
-
-    def wait_calls(self, n: int) -> None:
-        """Test thread: block until ``n`` requests arrived."""
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.calls) >= n, WAIT), self.calls
-
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        self._enter("get", name)
-        return self.inner.get(kind, namespace, name)
-
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
-        self._enter("patch_status", name)
-        return self.inner.patch_status(
-            kind,
-            namespace,
-            name,
-            patch,
-            uid=uid,
-            resource_version=resource_version,
-            patch_type=patch_type,
-        )
-
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        self._enter("bind", name)
-        self.inner.bind(namespace, name, uid=uid, node=node)
-
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        self._enter("delete", name)
-        self.inner.delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
-
-
 @pytest.mark.timeout(60)
 def test_informer_events_over_http_cancel_and_elide_pending_calls(
     make_stack: Callable[..., Stack],
@@ -656,10 +589,10 @@ def test_informer_events_over_http_cancel_and_elide_pending_calls(
     blocker = mem.create(make_pod("blocker"))
     victim = mem.create(make_pod("victim"))
     other = mem.create(make_pod("other"))
-    held: list[HeldBackend] = []
+    held: list[GatedBackend] = []
 
-    def wrap(backend: KubernetesBackend) -> HeldBackend:
-        held.append(HeldBackend(backend, hold="blocker"))
+    def wrap(backend: KubernetesBackend) -> GatedBackend:
+        held.append(GatedBackend(backend, hold="blocker"))
         return held[0]
 
     config = DispatcherConfig(
@@ -669,7 +602,7 @@ def test_informer_events_over_http_cancel_and_elide_pending_calls(
     d, gated = stack.dispatcher, held[0]
     try:
         first = d.submit(PodStatusPatch.for_pod(blocker, conditions=[cond(message="held")]))
-        gated.wait_calls(1)  # the only worker is now busy with it
+        gated.wait_calls(1, timeout=WAIT)  # the only worker is now busy with it
         doomed = d.submit(
             PodStatusPatch.for_pod(
                 victim, conditions=[cond(message="never sent")], nominated_node_name="node-1"
