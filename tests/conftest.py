@@ -30,9 +30,9 @@ def no_leaks() -> Iterator[None]:
     leaked = [t for t in threading.enumerate() if t not in before]
     for t in leaked:
         t.join(timeout=5.0)
-    leaked = [t.name for t in leaked if t.is_alive()]
+    names = [t.name for t in leaked if t.is_alive()]
     actors = pykka.ActorRegistry.get_all()
     pooled = _live_pooled() - pooled_before
-    assert not leaked, f"leaked threads: {leaked}"
+    assert not names, f"leaked threads: {names}"
     assert not actors, f"leaked pykka actors: {actors}"
     assert pooled <= 0, f"leaked pooled actors: {pooled}"

@@ -318,7 +318,7 @@ def test_bad_input_is_rejected(server: InMemoryApiServer, dispatcher: Dispatcher
 def test_logs_are_off_by_default_and_carry_bound_fields(server: InMemoryApiServer) -> None:
     from loguru import logger
 
-    records: list[dict[str, Any]] = []
+    records: list[Any] = []
     sink = logger.add(lambda m: records.append(m.record), level="DEBUG")
     try:
         pod = server.create(make_pod("p1"))

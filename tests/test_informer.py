@@ -85,7 +85,7 @@ def api_client(http_server: ApiServerHTTP) -> Iterator[k8s.ApiClient]:
     cfg = prepare_configuration(k8s.Configuration(host=http_server.url), 4)
     client = k8s.ApiClient(cfg)
     yield client
-    client.close()
+    client.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture(params=["memory", "http"])
@@ -490,7 +490,7 @@ def test_stop_interrupts_backoff_and_not_synced_without_a_list() -> None:
         assert not inf.has_synced()
     finally:
         assert inf.stop(timeout=5.0)
-        client.close()
+        client.close()  # type: ignore[no-untyped-call]
 
 
 def test_stop_cuts_a_quiet_http_watch(

@@ -93,8 +93,14 @@ def test_bad_arguments_rejected_before_sending(
         backend.bind("default", "p1", uid=uid, node="Bad Node")
     with pytest.raises(InvalidRequestError):
         backend.patch_status(
-            "Pod", "default", "p1", {}, uid=uid, resource_version=None, patch_type="json"
-        )  # type: ignore[arg-type]
+            "Pod",
+            "default",
+            "p1",
+            {},
+            uid=uid,
+            resource_version=None,
+            patch_type="json",  # type: ignore[arg-type]
+        )
     with pytest.raises(InvalidRequestError):
         backend.delete("Pod", "default", "p1", uid=uid, grace_period_seconds=-1)
     assert mem.request_log == []

@@ -31,6 +31,7 @@ from actors.errors import (
     ServerError,
 )
 from actors.messages import (
+    CallFuture,
     Cancel,
     Close,
     Deleted,
@@ -97,7 +98,7 @@ class Harness:
         return ObjectActor.start(uid, self.ctx, pool=self.pool)
 
     def submit(self, call: Call) -> Future[Outcome]:
-        fut: Future[Outcome] = Future()
+        fut = CallFuture()
         uid = call.ref.uid
         assert self.registry.tell(uid, Submit(call, fut), lambda: self._spawn(uid))
         return fut
