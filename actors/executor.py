@@ -116,8 +116,6 @@ class Executor:
         self._token_at: float | None = None  # when the bucket will have a token again
         self._threads: list[threading.Thread] = []
         self._stopping = False
-        self._sent = itertools.count()
-        self._sent_count = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -192,26 +190,11 @@ class Executor:
         with self._lock:
             return sum(len(lane) for lane in self._lanes.values()) + len(self._delayed)
 
-    def idle(self) -> bool:
-        """Any thread. Nothing queued, backing off, granted or being sent."""
-        with self._lock:
-            return (
-                self._granted == 0
-                and self._running == 0
-                and not self._delayed
-                and not any(self._lanes.values())
-            )
-
     @property
     def tokens_taken(self) -> int:
         """Tokens used (taken and not refunded)."""
         with self._lock:
             return self._bucket.taken
-
-    @property
-    def sent(self) -> int:
-        """Attempts sent to the backend."""
-        return self._sent_count
 
     # ------------------------------------------------------------------ scheduling (under lock)
 
@@ -349,7 +332,6 @@ class Executor:
     def execute(self, job: Job) -> Done:
         """Worker thread. Send one attempt and classify its result."""
         call = job.call
-        self._sent_count = next(self._sent) + 1
         start = time.perf_counter()
         result = Result.SUCCESS
         obj = None
