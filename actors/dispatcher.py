@@ -24,7 +24,6 @@ from actors.call_types import default_call_types
 from actors.calls import Call, CallTypeRegistry
 from actors.config import DispatcherConfig
 from actors.errors import (
-    ActorLimitExceeded,
     CallCancelled,
     DispatcherClosed,
     InvalidInputError,
@@ -188,7 +187,7 @@ class Dispatcher:
         uid = call.ref.uid
         try:
             routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
-        except ActorLimitExceeded:
+        except BaseException:  # ActorLimitExceeded, or a spawn that failed: not pending
             self._on_resolved()
             raise
         if not routed:  # tombstoned: the object was deleted
