@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from actors.backend import ApiBackend, PatchType
+from actors.errors import ApiError, NotFoundError
 from actors.objects import Obj
 from adapters.memory import InMemoryApiServer
 
@@ -84,3 +87,91 @@ class GatedBackend:
     ) -> None:
         self._enter("delete", name)
         self.inner.delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+
+
+class RecordingBackend(ApiBackend):
+    """Keeps one object, records every request, and answers with scripted errors or by applying
+    status patches with ``apply_patch`` (object, object-shaped patch) -> new object. Runs on the
+    test's thread (the calls' ``send`` is called directly)."""
+
+    def __init__(
+        self,
+        obj: Obj | None = None,
+        *,
+        errors: dict[str, list[ApiError]] | None = None,
+        apply_patch: Callable[[Obj, dict[str, Any]], Obj],
+    ) -> None:
+        self.obj: Obj | None = copy.deepcopy(obj)
+        self.errors = errors or {}
+        self.apply_patch = apply_patch
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+
+    def _maybe_fail(self, op: str) -> None:
+        queue = self.errors.get(op)
+        if queue:
+            raise queue.pop(0)
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj:
+        self.requests.append(("get", {"kind": kind, "namespace": namespace, "name": name}))
+        self._maybe_fail("get")
+        if self.obj is None:
+            raise NotFoundError()
+        return copy.deepcopy(self.obj)
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> Obj:
+        self.requests.append(
+            (
+                "patch_status",
+                {
+                    "kind": kind,
+                    "namespace": namespace,
+                    "name": name,
+                    "patch": copy.deepcopy(patch),
+                    "uid": uid,
+                    "resource_version": resource_version,
+                    "patch_type": patch_type,
+                },
+            )
+        )
+        self._maybe_fail("patch_status")
+        assert self.obj is not None
+        assert set(patch) == {"status"}, "object-shaped body holding only status"
+        self.obj = self.apply_patch(self.obj, patch)
+        return copy.deepcopy(self.obj)
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        self.requests.append(
+            ("bind", {"namespace": namespace, "name": name, "uid": uid, "node": node})
+        )
+        self._maybe_fail("bind")
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        self.requests.append(
+            (
+                "delete",
+                {"kind": kind, "namespace": namespace, "name": name, "uid": uid,
+                 "grace_period_seconds": grace_period_seconds},
+            )
+        )  # fmt: skip
+        self._maybe_fail("delete")
+
+    def ops(self) -> list[str]:
+        return [op for op, _ in self.requests]

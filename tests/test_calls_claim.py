@@ -12,11 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.backend import ApiBackend, PatchType
 from actors.calls import UNSET
 from actors.claim_calls import ClaimStatusPatch
-from actors.errors import ConflictError, InvalidCallError, InvalidObjectError, NotFoundError
+from actors.errors import (
+    ApiError,
+    ConflictError,
+    InvalidCallError,
+    InvalidObjectError,
+    NotFoundError,
+)
 from actors.objects import Obj, ObjectRef
+from tests import backends
 
 REF = ObjectRef("ResourceClaim", "ns", "claim", "cuid-1")
 ALLOC = {
@@ -69,67 +75,19 @@ def json_merge(target: Any, patch: Any) -> Any:
     return out
 
 
-class RecordingBackend(ApiBackend):
-    """Records requests; status patches follow JSON merge-patch semantics."""
+def json_merge_bump(obj: Obj, patch: dict[str, Any]) -> Obj:
+    """The apiserver's answer to a merge patch: RFC 7386, resourceVersion bumped."""
+    out: dict[str, Any] = json_merge(obj, patch)
+    out["metadata"]["resourceVersion"] = str(int(out["metadata"]["resourceVersion"]) + 1)
+    return out
 
-    def __init__(self, obj: Obj | None, *, fail_patch: Exception | None = None) -> None:
-        self.obj = copy.deepcopy(obj)
-        self.fail_patch = fail_patch
-        self.requests: list[tuple[str, dict[str, Any]]] = []
 
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        self.requests.append(("get", {"kind": kind, "namespace": namespace, "name": name}))
-        if self.obj is None:
-            raise NotFoundError()
-        return copy.deepcopy(self.obj)
-
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
-        self.requests.append(
-            (
-                "patch_status",
-                {
-                    "kind": kind,
-                    "namespace": namespace,
-                    "name": name,
-                    "patch": copy.deepcopy(patch),
-                    "uid": uid,
-                    "resource_version": resource_version,
-                    "patch_type": patch_type,
-                },
-            )
-        )
-        if self.fail_patch is not None:
-            raise self.fail_patch
-        assert self.obj is not None
-        assert set(patch) == {"status"}, "object-shaped body holding only status"
-        out = json_merge(self.obj, patch)
-        out["metadata"]["resourceVersion"] = str(int(out["metadata"]["resourceVersion"]) + 1)
-        self.obj = out
-        return copy.deepcopy(out)
-
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        raise AssertionError("not a pod")
-
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        raise AssertionError("claims are not deleted by calls")
+def RecordingBackend(
+    obj: Obj | None, *, fail_patch: ApiError | None = None
+) -> backends.RecordingBackend:
+    """A recording backend applying claim status patches as JSON merge patches."""
+    errors = {"patch_status": [fail_patch]} if fail_patch is not None else None
+    return backends.RecordingBackend(obj, errors=errors, apply_patch=json_merge_bump)
 
 
 # --------------------------------------------------------------------------- validation

@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors import pod_calls
-from actors.backend import ApiBackend, PatchType
 from actors.calls import UNSET
 from actors.errors import (
     ApiError,
@@ -29,6 +28,7 @@ from actors.errors import (
 )
 from actors.objects import Obj, ObjectRef
 from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from tests import backends
 
 NOW = "2030-01-02T03:04:05Z"
 REAL_UTC_NOW = pod_calls.utc_now
@@ -75,83 +75,13 @@ def cond(ctype: str, status: str, **extra: str) -> dict[str, str]:
 REF = ObjectRef("Pod", "ns", "p", "uid-1")
 
 
-class RecordingBackend(ApiBackend):
-    """Records every request; answers with scripted errors or a strategic-merge emulation."""
-
-    def __init__(self, obj: Obj | None = None, *, errors: dict[str, list[ApiError]] | None = None):
-        self.obj: Obj | None = copy.deepcopy(obj)
-        self.errors = errors or {}
-        self.requests: list[tuple[str, dict[str, Any]]] = []
-
-    def _maybe_fail(self, op: str) -> None:
-        queue = self.errors.get(op)
-        if queue:
-            raise queue.pop(0)
-
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        self.requests.append(("get", {"kind": kind, "namespace": namespace, "name": name}))
-        self._maybe_fail("get")
-        if self.obj is None:
-            raise NotFoundError()
-        return copy.deepcopy(self.obj)
-
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
-        self.requests.append(
-            (
-                "patch_status",
-                {
-                    "kind": kind,
-                    "namespace": namespace,
-                    "name": name,
-                    "patch": copy.deepcopy(patch),
-                    "uid": uid,
-                    "resource_version": resource_version,
-                    "patch_type": patch_type,
-                },
-            )
-        )
-        self._maybe_fail("patch_status")
-        assert self.obj is not None
-        assert set(patch) == {"status"}, "object-shaped body holding only status"
-        self.obj = strategic_status_merge(self.obj, patch["status"])
-        return copy.deepcopy(self.obj)
-
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        self.requests.append(
-            ("bind", {"namespace": namespace, "name": name, "uid": uid, "node": node})
-        )
-        self._maybe_fail("bind")
-
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        self.requests.append(
-            (
-                "delete",
-                {"kind": kind, "namespace": namespace, "name": name, "uid": uid,
-                 "grace_period_seconds": grace_period_seconds},
-            )
-        )  # fmt: skip
-        self._maybe_fail("delete")
-
-    def ops(self) -> list[str]:
-        return [op for op, _ in self.requests]
+def RecordingBackend(
+    obj: Obj | None = None, *, errors: dict[str, list[ApiError]] | None = None
+) -> backends.RecordingBackend:
+    """A recording backend applying pod status patches with strategic-merge semantics."""
+    return backends.RecordingBackend(
+        obj, errors=errors, apply_patch=lambda o, p: strategic_status_merge(o, p["status"])
+    )
 
 
 def strategic_status_merge(obj: Obj, patch: Mapping[str, Any]) -> dict[str, Any]:
