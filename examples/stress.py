@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 import pykka
-from loguru import logger
 from prometheus_client import CollectorRegistry
 
 from actors.calls import Call
@@ -67,6 +66,7 @@ from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from actors.runtime import live_pooled_actors
 from adapters.informer import Informer, MemoryListWatch
 from adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
+from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
 from examples.scheduler.claims import allocated_device, allocation_for, reserved_uids
 
 CHURN_CONDITION = "example.com/Churn"
@@ -93,18 +93,9 @@ class StressConfig:
     drain_timeout: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in ("objects", "threads", "workers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("seconds", "faults", "latency_ms", "drain_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
-            if not math.isfinite(value):
-                raise InvalidInputError(f"{name} must be finite")
-        if self.faults > 1:
-            raise InvalidInputError("faults is a rate between 0 and 1")
+        check_counts(self, "objects", "threads", "workers")
+        check_amounts(self, "seconds", "faults", "latency_ms", "drain_timeout")
+        check_rate("faults", self.faults)
 
 
 @dataclass(slots=True)
@@ -602,10 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.verbose:
-        logger.remove()
-        logger.add(sys.stderr, level="DEBUG")
-        for name in ("actors", "adapters", "examples"):
-            logger.enable(name)
+        enable_verbose_logs()
     result = run_stress(cfg, stream=sys.stderr)
     out = result.as_dict()
     if args.json:

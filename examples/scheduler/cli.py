@@ -12,9 +12,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from loguru import logger
-
 from actors.errors import InvalidInputError
+from examples.common import enable_verbose_logs
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
 
@@ -122,10 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.verbose:
-        logger.remove()
-        logger.add(sys.stderr, level="DEBUG")
-        for name in ("actors", "adapters", "examples"):
-            logger.enable(name)
+        enable_verbose_logs()
     try:
         fig = run(cfg, stream=None if args.no_progress else sys.stderr)
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself

@@ -33,6 +33,7 @@ from actors.objects import Obj, meta
 from adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
 from adapters.kubernetes import KubernetesBackend
 from adapters.memory import FaultPlan, InMemoryApiServer, Latency
+from examples.common import check_amounts, check_counts, check_rate
 from examples.scheduler.api import DispatchedApi, SchedulerApi
 from examples.scheduler.claims import claim_key
 from examples.scheduler.cycle import Scheduler, SchedulerConfig
@@ -68,19 +69,9 @@ class RunConfig:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        ints = ("nodes", "pods", "burst", "threads", "workers", "max_attempts")
-        for name in ints:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("latency_ms", "qps", "faults", "max_seconds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
-            if not math.isfinite(value):
-                raise InvalidInputError(f"{name} must be finite")
-        if self.faults > 1:
-            raise InvalidInputError("faults is a rate between 0 and 1")
+        check_counts(self, "nodes", "pods", "burst", "threads", "workers", "max_attempts")
+        check_amounts(self, "latency_ms", "qps", "faults", "max_seconds")
+        check_rate("faults", self.faults)
         if self.max_seconds <= 0:
             raise InvalidInputError("max_seconds must be > 0")
         if not isinstance(self.fill, int | float) or not 0 < self.fill <= 1:
