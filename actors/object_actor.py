@@ -186,11 +186,9 @@ class ObjectActor(PooledActor):
         rv = self.uncertain_rv
         if rv is None:
             return
-        cur = resource_version(self.observed)
-        if (
-            cur is not None
-            and cur != rv
-            and is_newer(self.observed or {}, {"metadata": {"resourceVersion": rv}})
+        observed = self.observed
+        if resource_version(observed) is not None and is_newer(
+            observed or {}, {"metadata": {"resourceVersion": rv}}, strict=True
         ):
             self.uncertain_rv = None
 
