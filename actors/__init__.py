@@ -3,12 +3,10 @@
 The public names are re-exported here; everything else is internal.
 """
 
-from loguru import logger
-
-from actors.call_types import BUILTIN_CALL_TYPES, default_call_types
-from actors.calls import UNSET, Call, CallTypeRegistry
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import (
+from .call_types import BUILTIN_CALL_TYPES, default_call_types
+from .calls import UNSET, Call, CallTypeRegistry
+from .claim_calls import ClaimStatusPatch
+from .config import (
     DispatcherConfig,
     ExecutorConfig,
     RateLimitConfig,
@@ -16,8 +14,8 @@ from actors.config import (
     RetryConfig,
     RuntimeConfig,
 )
-from actors.dispatcher import Dispatcher
-from actors.errors import (
+from .dispatcher import Dispatcher
+from .errors import (
     ActorLimitExceeded,
     ApiError,
     CallCancelled,
@@ -34,10 +32,8 @@ from actors.errors import (
     Outcome,
     UnknownCallTypeError,
 )
-from actors.objects import ObjectRef
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-
-logger.disable("actors")
+from .objects import ObjectRef
+from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
 __all__ = [
     "BUILTIN_CALL_TYPES",

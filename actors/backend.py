@@ -4,7 +4,7 @@ Implementations live in ``adapters/``: ``memory.InMemoryApiServer``,
 ``kubernetes.KubernetesBackend``.
 Every method is called from an executor worker thread, may block for the duration of one request
 (bounded by the backend's request timeout), must be safe to call from several threads at once, and
-reports failures only by raising :class:`~actors.errors.ApiError` subclasses:
+reports failures only by raising :class:`~kdispatch.actors.errors.ApiError` subclasses:
 
 =========================  ==========================================================
 ``NotFoundError``          404
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from actors.objects import Obj
+from .objects import Obj
 
 PatchType = Literal["strategic", "merge"]
 

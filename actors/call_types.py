@@ -10,7 +10,7 @@ call type                kind             relevance  exclusive
 =======================  ===============  =========  =========
 
 Users add their own call types (for any kind, e.g. a quota CRD) to a registry returned by
-:func:`default_call_types` with :meth:`~actors.calls.CallTypeRegistry.register`.
+:func:`default_call_types` with :meth:`~kdispatch.actors.calls.CallTypeRegistry.register`.
 
 Pure module: no threads, no pykka, no kubernetes.
 """
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from actors.calls import Call, CallTypeRegistry
-from actors.claim_calls import ClaimStatusPatch
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from .calls import Call, CallTypeRegistry
+from .claim_calls import ClaimStatusPatch
+from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
 __all__ = ["BUILTIN_CALL_TYPES", "default_call_types"]
 

@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, Final, Literal, Self
 
-from actors.backend import ApiBackend
-from actors.errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
-from actors.objects import Obj, ObjectRef
+from .backend import ApiBackend
+from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
+from .objects import Obj, ObjectRef
 
 
 class Unset(enum.Enum):
@@ -102,7 +102,8 @@ class Call(ABC):
 
         Runs on an executor worker thread and may block for one or two requests. Returns the
         object the server answered with, if any, so the actor can update its observed state.
-        Raises :class:`~actors.errors.ApiError` subclasses; a call that can recognise its own
+        Raises :class:`~kdispatch.actors.errors.ApiError` subclasses; a call that can recognise its
+        own
         ambiguous success (e.g. a binding answered "already bound to the same node") returns
         normally instead.
         """

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Self
 
-from actors.backend import ApiBackend
-from actors.calls import UNSET, Call, UnsetType
-from actors.errors import InvalidCallError, InvalidObjectError, NotFoundError
-from actors.objects import (
+from .backend import ApiBackend
+from .calls import UNSET, Call, UnsetType
+from .errors import InvalidCallError, InvalidObjectError, NotFoundError
+from .objects import (
     DELETE,
     RESOURCE_CLAIM,
     Obj,

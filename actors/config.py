@@ -1,7 +1,8 @@
 """Configuration: a tree of frozen dataclasses with documented, validated defaults.
 
 Every value is checked in ``__post_init__``; a bad value raises
-:class:`~actors.errors.InvalidConfigError` when the config is built, not when it is first used.
+:class:`~kdispatch.actors.errors.InvalidConfigError` when the config is built, not when it is first
+used.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from actors.errors import InvalidConfigError
+from .errors import InvalidConfigError
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False, integer: bool = False) -> None:
@@ -122,7 +123,7 @@ class RegistryConfig:
 
 @dataclass(frozen=True, slots=True)
 class DispatcherConfig:
-    """Top-level configuration of a :class:`~actors.dispatcher.Dispatcher`."""
+    """Top-level configuration of a :class:`~kdispatch.actors.dispatcher.Dispatcher`."""
 
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)

@@ -19,25 +19,25 @@ import pykka
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from actors.backend import ApiBackend
-from actors.call_types import default_call_types
-from actors.calls import Call, CallTypeRegistry
-from actors.config import DispatcherConfig
-from actors.errors import (
+from .backend import ApiBackend
+from .call_types import default_call_types
+from .calls import Call, CallTypeRegistry
+from .config import DispatcherConfig
+from .errors import (
     CallCancelled,
     DispatcherClosed,
     InvalidInputError,
     InvalidObjectError,
     Outcome,
 )
-from actors.executor import Executor
-from actors.messages import CallFuture, Cancel, Close, Deleted, Observed, Submit, View
-from actors.metrics import Metrics
-from actors.object_actor import ActorContext, ObjectActor
-from actors.objects import Obj, ObjectRef, check_uid
-from actors.pod_calls import PodPreemption
-from actors.registry import Registry
-from actors.runtime import ActorPool
+from .executor import Executor
+from .messages import CallFuture, Cancel, Close, Deleted, Observed, Submit, View
+from .metrics import Metrics
+from .object_actor import ActorContext, ObjectActor
+from .objects import Obj, ObjectRef, check_uid
+from .pod_calls import PodPreemption
+from .registry import Registry
+from .runtime import ActorPool
 
 
 class Dispatcher:
@@ -174,7 +174,8 @@ class Dispatcher:
 
     def submit(self, call: Call) -> CallFuture:
         """Any thread; never blocks on the apiserver. Validate ``call`` and hand it to its
-        object's actor. Raises :class:`~actors.errors.InvalidInputError` subclasses for bad
+        object's actor. Raises :class:`~kdispatch.actors.errors.InvalidInputError` subclasses for
+        bad
         calls and :class:`DispatcherClosed` once ``stop`` was called."""
         self.call_types.check(call)
         future = CallFuture()

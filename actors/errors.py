@@ -5,7 +5,8 @@ Three families live here:
 * input errors raised synchronously at the API boundary (``InvalidInputError`` and subclasses);
 * call outcomes that a call's future resolves with (``Outcome`` for the successful ones,
   ``CallOutcomeError`` subclasses raised from ``future.result()`` for the others);
-* backend errors raised by an :class:`~actors.backend.ApiBackend` (``ApiError`` and subclasses),
+* backend errors raised by an :class:`~kdispatch.actors.backend.ApiBackend` (``ApiError`` and
+subclasses),
   which the executor classifies into retries, rebases and failures.
 
 Pure module: no threads, no pykka, no kubernetes.

@@ -36,9 +36,9 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from actors.backend import ApiBackend
-from actors.config import ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.errors import (
+from .backend import ApiBackend
+from .config import ExecutorConfig, RateLimitConfig, RetryConfig
+from .errors import (
     ApiConnectionError,
     ApiError,
     ConflictError,
@@ -46,10 +46,10 @@ from actors.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
-from actors.messages import Done, Grant, Job, Ready, Refund, Result
-from actors.metrics import Metrics
-from actors.objects import get_path
-from actors.ratelimit import TokenBucket
+from .messages import Done, Grant, Job, Ready, Refund, Result
+from .metrics import Metrics
+from .objects import get_path
+from .ratelimit import TokenBucket
 
 _Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor ref, ready since)
 

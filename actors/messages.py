@@ -12,15 +12,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from actors.calls import Call
-from actors.errors import Outcome
-from actors.objects import Obj
+from .calls import Call
+from .errors import Outcome
+from .objects import Obj
 
 
 class CallFuture(Future[Outcome]):
     """What ``Dispatcher.submit`` returns: a standard ``concurrent.futures.Future`` whose
     ``result()`` gives an :class:`Outcome` or raises a
-    :class:`~actors.errors.CallOutcomeError` / :class:`~actors.errors.DispatcherClosed`.
+    :class:`~kdispatch.actors.errors.CallOutcomeError` /
+    :class:`~kdispatch.actors.errors.DispatcherClosed`.
 
     Only the call's object actor resolves it, exactly once. ``cancel()`` always returns False
     (the call is already in the dispatcher's hands): withdraw a queued call with

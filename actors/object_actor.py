@@ -21,9 +21,9 @@ from typing import Any
 import pykka
 from loguru import logger
 
-from actors.calls import Call
-from actors.config import RetryConfig
-from actors.errors import (
+from .calls import Call
+from .config import RetryConfig
+from .errors import (
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -32,7 +32,7 @@ from actors.errors import (
     ObjectNotFound,
     Outcome,
 )
-from actors.messages import (
+from .messages import (
     CallFuture,
     Cancel,
     Close,
@@ -47,10 +47,10 @@ from actors.messages import (
     Submit,
     View,
 )
-from actors.metrics import Metrics
-from actors.objects import Obj, get_path, is_newer, resource_version
-from actors.registry import ReapRequest, Registry
-from actors.runtime import ActorPool, PooledActor
+from .metrics import Metrics
+from .objects import Obj, get_path, is_newer, resource_version
+from .registry import ReapRequest, Registry
+from .runtime import ActorPool, PooledActor
 
 
 @dataclass(slots=True)

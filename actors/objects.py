@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.errors import InvalidObjectError
+from .errors import InvalidObjectError
 
 Obj = Mapping[str, Any]
 """A Kubernetes object in its JSON form. Never mutated once shared."""

@@ -2,7 +2,8 @@
 
 Each call is an immutable intent whose rules (merge, no-op, optimistic apply, fail-fast
 precheck) are pure functions of the call and an observed pod. The actual request is computed in
-:meth:`~actors.calls.Call.send` against the newest observed pod, so a patch only carries what
+:meth:`~kdispatch.actors.calls.Call.send` against the newest observed pod, so a patch only carries
+what
 still differs at that moment and is guarded by the pod's UID and resourceVersion.
 
 Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` runs on whichever
@@ -19,10 +20,10 @@ from typing import Any, Final, Self
 
 from loguru import logger
 
-from actors.backend import ApiBackend
-from actors.calls import UNSET, Call, UnsetType
-from actors.errors import ConflictError, InvalidCallError, InvalidObjectError, NotFoundError
-from actors.objects import (
+from .backend import ApiBackend
+from .calls import UNSET, Call, UnsetType
+from .errors import ConflictError, InvalidCallError, InvalidObjectError, NotFoundError
+from .objects import (
     DELETE,
     POD,
     Obj,

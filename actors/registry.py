@@ -1,7 +1,8 @@
 """UID → actor registry: spawn on demand, idle reaping, tombstones for deleted objects.
 
 One :class:`Registry` maps the UIDs of Kubernetes objects to the refs of their actors (normally
-:class:`~actors.runtime.PooledActor` refs). It is the only way messages reach an object actor
+:class:`~kdispatch.actors.runtime.PooledActor` refs). It is the only way messages reach an object
+actor
 (``tell``), which lets it keep three promises:
 
 * **Exactly one actor per live UID.** Lookup, spawn (``factory()``) and the message ``put`` happen
@@ -38,7 +39,7 @@ import pykka
 from cachetools import TTLCache
 from loguru import logger
 
-from actors.errors import (
+from .errors import (
     ActorLimitExceeded,
     InvalidConfigError,
     InvalidInputError,

@@ -50,7 +50,7 @@ from pykka._envelope import Envelope
 from pykka._threading import ThreadingFuture
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr, _ActorStop
 
-from actors.errors import InvalidConfigError, InvalidInputError, KdispatchError
+from .errors import InvalidConfigError, InvalidInputError, KdispatchError
 
 __all__ = ["ActorPool", "PoolStateError", "PooledActor", "live_pooled_actors"]
 

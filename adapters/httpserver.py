@@ -1,7 +1,7 @@
 """``ApiServerHTTP``: the in-memory apiserver served over the real Kubernetes REST paths.
 
 Tests drive it with the official ``kubernetes`` client, so the HTTP, serialization and error
-paths of :class:`adapters.kubernetes.KubernetesBackend` and of the informers run for real.
+paths of :class:`kdispatch.adapters.kubernetes.KubernetesBackend` and of the informers run for real.
 
 Served (JSON only)::
 
@@ -58,7 +58,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from loguru import logger
 
-from actors.errors import (
+from kdispatch.actors.errors import (
     AlreadyExistsError,
     ApiConnectionError,
     ApiError,
@@ -71,7 +71,8 @@ from actors.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
-from adapters.memory import InMemoryApiServer
+
+from .memory import InMemoryApiServer
 
 _KINDS: Mapping[str, tuple[str, str]] = {
     # resource → (kind, apiVersion)

@@ -26,7 +26,7 @@ below is small and meets all of the points above.
 
 Two sources: :class:`ClientListWatch` over the official client (raw JSON lines from
 ``_preload_content=False``, errors mapped like :mod:`adapters.kubernetes`), and
-:class:`MemoryListWatch` directly over an :class:`~adapters.memory.InMemoryApiServer`.
+:class:`MemoryListWatch` directly over an :class:`~kdispatch.adapters.memory.InMemoryApiServer`.
 """
 
 from __future__ import annotations
@@ -43,20 +43,21 @@ from typing import Any, NamedTuple, Protocol
 from kubernetes import client as k8s
 from loguru import logger
 
-from actors.errors import (
+from kdispatch.actors.errors import (
     ApiConnectionError,
     ApiError,
     BadResponseError,
     GoneError,
     InvalidInputError,
 )
-from actors.objects import get_path
-from adapters.kubernetes import (
+from kdispatch.actors.objects import get_path
+
+from .kubernetes import (
     error_from_status,
     read_json_object,
     translate_errors,
 )
-from adapters.memory import InMemoryApiServer
+from .memory import InMemoryApiServer
 
 POD = "Pod"
 RESOURCE_CLAIM = "ResourceClaim"

@@ -1,4 +1,5 @@
-"""``KubernetesBackend``: the :class:`~actors.backend.ApiBackend` over the official client.
+"""``KubernetesBackend``: the :class:`~kdispatch.actors.backend.ApiBackend` over the official
+client.
 
 Every request goes through one shared :class:`kubernetes.client.ApiClient` (its urllib3 pool is
 thread-safe; size ``connection_pool_maxsize`` to at least the executor's worker count, which the
@@ -37,8 +38,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from loguru import logger
 
-from actors.backend import PatchType
-from actors.errors import (
+from kdispatch.actors.backend import PatchType
+from kdispatch.actors.errors import (
     AlreadyExistsError,
     ApiConnectionError,
     ApiError,
@@ -51,7 +52,7 @@ from actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from actors.objects import is_dns_label, is_dns_subdomain
+from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
 
 POD = "Pod"
 RESOURCE_CLAIM = "ResourceClaim"
@@ -235,7 +236,7 @@ def _check_timeout(value: object) -> float:
 
 
 class KubernetesBackend:
-    """:class:`~actors.backend.ApiBackend` over the official ``kubernetes`` client.
+    """:class:`~kdispatch.actors.backend.ApiBackend` over the official ``kubernetes`` client.
 
     Thread-safe: every method may be called from any number of executor worker threads at
     once; they share one ``ApiClient`` and its connection pool. Each method blocks for at most

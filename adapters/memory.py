@@ -1,6 +1,6 @@
 """``InMemoryApiServer``: the embedded apiserver the main job and the tests use.
 
-It implements :class:`~actors.backend.ApiBackend` (``get``, ``patch_status``, ``bind``,
+It implements :class:`~kdispatch.actors.backend.ApiBackend` (``get``, ``patch_status``, ``bind``,
 ``delete`` — with injectable latency and faults, logged and counted) plus an admin surface
 without faults or latency (``create``, ``update``, ``get_object``, ``list``, ``watch`` ...) for
 tests, informers and examples.
@@ -30,8 +30,8 @@ from typing import Any, NamedTuple, TypeVar
 
 from loguru import logger
 
-from actors.backend import PatchType
-from actors.errors import (
+from kdispatch.actors.backend import PatchType
+from kdispatch.actors.errors import (
     AlreadyExistsError,
     ApiError,
     ConflictError,
@@ -41,8 +41,9 @@ from actors.errors import (
     InvalidRequestError,
     NotFoundError,
 )
-from actors.objects import POD, check_node_name, check_uid, is_dns_label, is_dns_subdomain
-from adapters.memory_faults import (
+from kdispatch.actors.objects import POD, check_node_name, check_uid, is_dns_label, is_dns_subdomain
+
+from .memory_faults import (
     APPLY_THEN_FAIL,
     FAULTS,
     OPS,
@@ -51,7 +52,7 @@ from adapters.memory_faults import (
     Latency,
     fault_name,
 )
-from adapters.memory_objects import (
+from .memory_objects import (
     API_VERSIONS,
     CLUSTER_SCOPED_KINDS,
     clone,
@@ -60,8 +61,8 @@ from adapters.memory_objects import (
     make_pod,
     to_json,
 )
-from adapters.memory_patch import json_merge, status_merge_keys, strategic_merge
-from adapters.memory_watch import EventType, Watch, WatchEvent
+from .memory_patch import json_merge, status_merge_keys, strategic_merge
+from .memory_watch import EventType, Watch, WatchEvent
 
 __all__ = [
     "CLUSTER_SCOPED_KINDS",

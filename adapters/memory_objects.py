@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, cast
 
-from actors.errors import InvalidObjectError
-from actors.objects import RESOURCE_CLAIM, check_uid, is_dns_label, is_dns_subdomain
+from kdispatch.actors.errors import InvalidObjectError
+from kdispatch.actors.objects import RESOURCE_CLAIM, check_uid, is_dns_label, is_dns_subdomain
 
 CLUSTER_SCOPED_KINDS: frozenset[str] = frozenset(
     {

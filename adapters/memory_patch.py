@@ -2,7 +2,8 @@
 
 Both functions are pure and copy-on-write: they never mutate their inputs and share unchanged
 subtrees of the original with the result (the server never mutates a stored object, so sharing
-is safe). The patch must already be owned JSON (see :func:`adapters.memory_objects.to_json`).
+is safe). The patch must already be owned JSON (see
+:func:`kdispatch.adapters.memory_objects.to_json`).
 
 Strategic merge follows the apiserver for the fields kdispatch touches. Maps merge recursively
 and ``null`` deletes a key; lists are replaced whole unless the field has a merge key, in which
@@ -19,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actors.errors import InvalidRequestError
-from actors.objects import POD, RESOURCE_CLAIM
+from kdispatch.actors.errors import InvalidRequestError
+from kdispatch.actors.objects import POD, RESOURCE_CLAIM
 
 Path = tuple[str, ...]
 

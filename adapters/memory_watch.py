@@ -20,8 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from actors.errors import InvalidInputError
-from adapters.memory_objects import clone
+from kdispatch.actors.errors import InvalidInputError
+
+from .memory_objects import clone
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 

@@ -42,7 +42,7 @@ from typing import Any
 
 import pykka
 
-from actors.runtime import ActorPool, PooledActor
+from kdispatch.actors.runtime import ActorPool, PooledActor
 
 FIGURES = (
     "start_us_per_actor",

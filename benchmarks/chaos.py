@@ -38,19 +38,19 @@ import pykka
 from kubernetes import client as k8s
 from loguru import logger
 
-from actors.backend import ApiBackend
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import KdispatchError, NotFoundError, Outcome
-from actors.pod_calls import PodBinding, PodStatusPatch
-from actors.runtime import live_pooled_actors
-from adapters.httpserver import ApiServerHTTP
-from adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
-from adapters.kubernetes import KubernetesBackend, prepare_configuration
-from adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
 from benchmarks.chaos_oracle import ABSENT, Field, Intent, score
 from benchmarks.chaos_watch import BindingAuditor, WatchMonkey
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import KdispatchError, NotFoundError, Outcome
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.runtime import live_pooled_actors
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
+from kdispatch.adapters.kubernetes import KubernetesBackend, prepare_configuration
+from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
 
 Obj = dict[str, Any]
 POD, CLAIM = "Pod", "ResourceClaim"
@@ -587,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         latency_ms=args.latency_ms,
         watch_chaos_interval=args.watch_chaos_interval,
     )
-    logger.disable("adapters")
+    logger.disable("kdispatch")
     figures = run(cfg)
     text = json.dumps(figures, indent=2, sort_keys=True, default=str)
     if args.json:

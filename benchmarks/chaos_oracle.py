@@ -30,8 +30,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.errors import Outcome
-from actors.objects import get_path
+from kdispatch.actors.errors import Outcome
+from kdispatch.actors.objects import get_path
 
 Field = tuple[str, ...]
 

@@ -18,8 +18,8 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from actors.errors import GoneError
-from adapters.memory import InMemoryApiServer, Watch
+from kdispatch.actors.errors import GoneError
+from kdispatch.adapters.memory import InMemoryApiServer, Watch
 
 
 class BindingAuditor:

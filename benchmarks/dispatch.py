@@ -28,11 +28,11 @@ import time
 from concurrent.futures import wait
 from typing import Any
 
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
-from actors.dispatcher import Dispatcher
-from actors.pod_calls import PodBinding, PodStatusPatch
-from adapters.memory import InMemoryApiServer, Latency, make_pod
 from benchmarks.workloads.common import freeze_setup, unfreeze
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
 
 UNSCHEDULABLE = {
     "type": "PodScheduled",

@@ -7,7 +7,7 @@ import sys
 
 from loguru import logger
 
-from actors.errors import InvalidInputError
+from kdispatch.actors.errors import InvalidInputError
 
 
 def check_counts(obj: object, *names: str) -> None:
@@ -38,5 +38,5 @@ def enable_verbose_logs() -> None:
     """Send the library's and the examples' debug logs to stderr (off by default)."""
     logger.remove()
     logger.add(sys.stderr, level="DEBUG")
-    for name in ("actors", "adapters", "examples"):
+    for name in ("kdispatch", "examples"):
         logger.enable(name)

@@ -3,7 +3,8 @@
 Pods that name this scheduler (``spec.schedulerName``, default ``kdispatch-example``) and are
 not bound yet get bound round-robin to Ready, schedulable nodes. With no such node, the pod gets
 a ``PodScheduled=False`` / ``Unschedulable`` status patch instead (retried on the next update).
-Every API call goes through :class:`actors.Dispatcher` over :class:`KubernetesBackend`; pods,
+Every API call goes through :class:`kdispatch.actors.Dispatcher` over :class:`KubernetesBackend`;
+pods,
 nodes and (optionally) ResourceClaims come from informers, and the pod and claim informers feed
 the dispatcher so pending calls are rebased on, or cancelled by, what the cluster reports.
 
@@ -36,7 +37,7 @@ from typing import Any
 from kubernetes import client as k8s
 from loguru import logger
 
-from actors import (
+from kdispatch.actors import (
     CallOutcomeError,
     DispatcherClosed,
     DispatcherConfig,
@@ -46,9 +47,9 @@ from actors import (
     PodStatusPatch,
     RateLimitConfig,
 )
-from actors.dispatcher import Dispatcher
-from adapters.informer import ClientListWatch, Informer
-from adapters.kubernetes import KubernetesBackend
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.adapters.informer import ClientListWatch, Informer
+from kdispatch.adapters.kubernetes import KubernetesBackend
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -173,8 +174,7 @@ class ToyScheduler:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.verbose:
-        logger.enable("actors")
-        logger.enable("adapters")
+        logger.enable("kdispatch")
     if args.in_cluster:
         backend = KubernetesBackend.in_cluster(
             workers=args.workers, request_timeout=args.request_timeout

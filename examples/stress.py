@@ -46,28 +46,28 @@ from typing import Any
 import pykka
 from prometheus_client import CollectorRegistry
 
-from actors.calls import Call
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import (
+from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
+from examples.scheduler.claims import allocated_device, allocation_for, reserved_uids
+from kdispatch.actors.calls import Call
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import (
     DispatcherConfig,
     ExecutorConfig,
     RateLimitConfig,
     RetryConfig,
 )
-from actors.dispatcher import Dispatcher
-from actors.errors import (
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
     ApiError,
     DispatcherClosed,
     InvalidInputError,
     Outcome,
 )
-from actors.objects import Obj, get_path, meta, pod_node_name
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from actors.runtime import live_pooled_actors
-from adapters.informer import Informer, MemoryListWatch
-from adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
-from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
-from examples.scheduler.claims import allocated_device, allocation_for, reserved_uids
+from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.runtime import live_pooled_actors
+from kdispatch.adapters.informer import Informer, MemoryListWatch
+from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
 
 CHURN_CONDITION = "example.com/Churn"
 NODES = tuple(f"node-{i}" for i in range(8))

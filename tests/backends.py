@@ -7,10 +7,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from actors.backend import ApiBackend, PatchType
-from actors.errors import ApiError, NotFoundError
-from actors.objects import Obj
-from adapters.memory import InMemoryApiServer
+from kdispatch.actors.backend import ApiBackend, PatchType
+from kdispatch.actors.errors import ApiError, NotFoundError
+from kdispatch.actors.objects import Obj
+from kdispatch.adapters.memory import InMemoryApiServer
 
 
 class GatedBackend:

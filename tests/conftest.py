@@ -11,7 +11,7 @@ import pytest
 
 def _live_pooled() -> int:
     try:
-        from actors.runtime import live_pooled_actors
+        from kdispatch.actors.runtime import live_pooled_actors
     except ImportError:  # runtime not importable: nothing can have leaked from it
         return 0
     return live_pooled_actors()

@@ -53,10 +53,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.calls import UNSET, Call
-from actors.errors import CallOutcomeError, DispatcherClosed, Outcome
-from actors.objects import Obj, get_path, is_terminating, pod_node_name
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, pod_conditions
+from kdispatch.actors.calls import UNSET, Call
+from kdispatch.actors.errors import CallOutcomeError, DispatcherClosed, Outcome
+from kdispatch.actors.objects import Obj, get_path, is_terminating, pod_node_name
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, pod_conditions
 
 Fields = dict[str, Any]
 """Field values by name: ``"<condition type>.<status|reason|message>"``, ``"nnn"`` (nominated
@@ -306,7 +306,7 @@ class Model:
     def on_done(
         self, result: str, attempt: int, got: dict[Intent, str], server: Obj | None
     ) -> None:
-        """The in-flight attempt ended with ``result`` (a :class:`~actors.messages.Result`
+        """The in-flight attempt ended with ``result`` (a :class:`~kdispatch.actors.messages.Result`
         value)."""
         i, p = self.inflight, self.pending
         assert i is not None

@@ -24,22 +24,22 @@ from typing import Any
 
 import pytest
 
-from actors.backend import ApiBackend, PatchType
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import (
+from kdispatch.actors.backend import ApiBackend, PatchType
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
     CallCancelled,
     CallConflict,
     ObjectNotFound,
     Outcome,
     RequestTimeoutError,
 )
-from actors.objects import Obj
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from adapters.httpserver import ApiServerHTTP
-from adapters.kubernetes import KubernetesBackend
-from adapters.memory import InMemoryApiServer, make_claim, make_pod
+from kdispatch.actors.objects import Obj
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(30)

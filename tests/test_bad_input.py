@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from actors.backend import ApiBackend, PatchType
-from actors.call_types import default_call_types
-from actors.calls import Call, CallTypeRegistry
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import (
+from kdispatch.actors.backend import ApiBackend, PatchType
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call, CallTypeRegistry
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import (
     DispatcherConfig,
     ExecutorConfig,
     RateLimitConfig,
@@ -29,8 +29,8 @@ from actors.config import (
     RetryConfig,
     RuntimeConfig,
 )
-from actors.dispatcher import Dispatcher
-from actors.errors import (
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
     ActorLimitExceeded,
     BadResponseError,
     CallFailed,
@@ -46,10 +46,10 @@ from actors.errors import (
     Outcome,
     UnknownCallTypeError,
 )
-from actors.objects import Obj, ObjectRef
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from adapters.informer import Informer, WatchEvent
-from adapters.memory import InMemoryApiServer, make_claim, make_pod
+from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.adapters.informer import Informer, WatchEvent
+from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(30)
@@ -428,7 +428,9 @@ def test_bad_input_raises_a_typed_error_at_the_boundary(
 ) -> None:
     with pytest.raises(expected) as info:
         action(env)
-    assert type(info.value).__module__ == "actors.errors"  # a documented type, nothing ad hoc
+    assert (
+        type(info.value).__module__ == "kdispatch.actors.errors"
+    )  # a documented type, nothing ad hoc
     assert str(info.value)  # a message that says what is wrong
     # nothing else was hurt: the dispatcher still serves other objects
     assert env.d.submit(PodBinding.for_pod(env.other, "n1")).result(timeout=10) is Outcome.SUCCESS

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from actors.errors import Outcome
-from adapters.memory import InMemoryApiServer, make_pod
 from benchmarks.__main__ import _parse, run
 from benchmarks.baselines import ClientRateLimiter, UpstreamFifoContender
 from benchmarks.workloads import WORKLOADS
 from benchmarks.workloads.common import unschedulable
 from benchmarks.workloads.contenders import CONTENDERS
+from kdispatch.actors.errors import Outcome
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

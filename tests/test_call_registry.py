@@ -7,13 +7,17 @@ from typing import Any, ClassVar
 
 import pytest
 
-from actors.backend import ApiBackend
-from actors.call_types import BUILTIN_CALL_TYPES, default_call_types
-from actors.calls import Call, CallTypeRegistry
-from actors.claim_calls import ClaimStatusPatch
-from actors.errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
-from actors.objects import Obj, ObjectRef, get_path, with_path
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import BUILTIN_CALL_TYPES, default_call_types
+from kdispatch.actors.calls import Call, CallTypeRegistry
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.errors import (
+    CallTypeRegistrationError,
+    InvalidCallError,
+    UnknownCallTypeError,
+)
+from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
 POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")
 

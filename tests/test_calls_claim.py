@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.calls import UNSET
-from actors.claim_calls import ClaimStatusPatch
-from actors.errors import (
+from kdispatch.actors.calls import UNSET
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.errors import (
     ApiError,
     ConflictError,
     InvalidCallError,
     InvalidObjectError,
     NotFoundError,
 )
-from actors.objects import Obj, ObjectRef
+from kdispatch.actors.objects import Obj, ObjectRef
 from tests import backends
 
 REF = ObjectRef("ResourceClaim", "ns", "claim", "cuid-1")

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors import pod_calls
-from actors.calls import UNSET
-from actors.errors import (
+from kdispatch.actors import pod_calls
+from kdispatch.actors.calls import UNSET
+from kdispatch.actors.errors import (
     ApiError,
     ConflictError,
     InvalidCallError,
@@ -26,8 +26,8 @@ from actors.errors import (
     NotFoundError,
     ServerError,
 )
-from actors.objects import Obj, ObjectRef
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests import backends
 
 NOW = "2030-01-02T03:04:05Z"

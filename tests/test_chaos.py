@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import CallFailed, Outcome
-from actors.pod_calls import PodBinding, PodStatusPatch
-from adapters.memory import InMemoryApiServer, make_pod
 from benchmarks.chaos import IDEAL, ChaosConfig, ideal, run
 from benchmarks.chaos_oracle import ABSENT, Intent, score
 from benchmarks.chaos_watch import BindingAuditor
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import CallFailed, Outcome
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from actors.backend import ApiBackend
-from actors.call_types import default_call_types
-from actors.calls import Call
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import CallFailed, Outcome
-from actors.messages import CallFuture
-from actors.objects import Obj, ObjectRef, get_path, with_path
-from adapters.memory import InMemoryApiServer
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import CallFailed, Outcome
+from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
+from kdispatch.adapters.memory import InMemoryApiServer
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(30)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import (
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -24,8 +24,8 @@ from actors.errors import (
     Outcome,
     UnknownCallTypeError,
 )
-from actors.pod_calls import PodBinding, PodStatusPatch
-from adapters.memory import InMemoryApiServer, make_claim, make_pod
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 from tests.factories import cond
 
@@ -325,12 +325,12 @@ def test_logs_are_off_by_default_and_carry_bound_fields(server: InMemoryApiServe
         with Dispatcher(server, FAST) as d:
             d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
         assert records == []  # the library is silent unless enabled
-        logger.enable("actors")
+        logger.enable("kdispatch")
         pod2 = server.create(make_pod("p2"))
         with Dispatcher(server, FAST) as d:
             d.submit(PodBinding.for_pod(pod2, "n1")).result(timeout=10)
     finally:
-        logger.disable("actors")
+        logger.disable("kdispatch")
         logger.remove(sink)
     extras = [r["extra"] for r in records]
     assert {
@@ -342,8 +342,8 @@ def test_logs_are_off_by_default_and_carry_bound_fields(server: InMemoryApiServe
 
 
 def test_max_live_actors_is_enforced_with_a_typed_error(server: InMemoryApiServer) -> None:
-    from actors.config import RegistryConfig
-    from actors.errors import ActorLimitExceeded
+    from kdispatch.actors.config import RegistryConfig
+    from kdispatch.actors.errors import ActorLimitExceeded
 
     gated = GatedBackend(server)
     pods = [server.create(make_pod(f"p{i}")) for i in range(3)]

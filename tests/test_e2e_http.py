@@ -22,22 +22,28 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from actors.calls import UNSET, UnsetType
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import (
+from kdispatch.actors.calls import UNSET, UnsetType
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import (
     DispatcherConfig,
     ExecutorConfig,
     RateLimitConfig,
     RetryConfig,
 )
-from actors.dispatcher import Dispatcher
-from actors.errors import CallCancelled, Outcome
-from actors.objects import Obj
-from actors.pod_calls import PodBinding, PodStatusPatch
-from adapters.httpserver import ApiServerHTTP
-from adapters.informer import ClientListWatch, Informer
-from adapters.kubernetes import KubernetesBackend
-from adapters.memory import FaultPlan, InMemoryApiServer, RequestRecord, make_claim, make_pod
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import CallCancelled, Outcome
+from kdispatch.actors.objects import Obj
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.informer import ClientListWatch, Informer
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import (
+    FaultPlan,
+    InMemoryApiServer,
+    RequestRecord,
+    make_claim,
+    make_pod,
+)
 from tests.backends import GatedBackend
 from tests.factories import cond
 

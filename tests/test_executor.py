@@ -13,20 +13,20 @@ from typing import Any, ClassVar
 
 import pytest
 
-from actors.backend import ApiBackend
-from actors.calls import Call
-from actors.config import ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.errors import (
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.errors import (
     ConflictError,
     InvalidRequestError,
     NotFoundError,
     ServerError,
     TooManyRequestsError,
 )
-from actors.executor import Executor, backoff_delay
-from actors.messages import Done, Grant, Job, Ready, Refund, Result
-from actors.metrics import Metrics
-from actors.objects import Obj, ObjectRef
+from kdispatch.actors.executor import Executor, backoff_delay
+from kdispatch.actors.messages import Done, Grant, Job, Ready, Refund, Result
+from kdispatch.actors.metrics import Metrics
+from kdispatch.actors.objects import Obj, ObjectRef
 
 pytestmark = pytest.mark.timeout(30)
 

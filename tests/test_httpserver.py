@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from actors.errors import InvalidInputError
-from adapters.httpserver import ApiServerHTTP
-from adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.actors.errors import InvalidInputError
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
 
 pytestmark = pytest.mark.timeout(30)
 

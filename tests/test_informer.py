@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from actors.errors import ApiConnectionError, GoneError, InvalidInputError, ServerError
-from adapters.httpserver import ApiServerHTTP
-from adapters.informer import (
+from kdispatch.actors.errors import ApiConnectionError, GoneError, InvalidInputError, ServerError
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.informer import (
     ClientListWatch,
     Informer,
     ListWatch,
@@ -24,8 +24,8 @@ from adapters.informer import (
     WatchEvent,
     WatchStream,
 )
-from adapters.kubernetes import prepare_configuration
-from adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.adapters.kubernetes import prepare_configuration
+from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
 
 pytestmark = pytest.mark.timeout(30)
 

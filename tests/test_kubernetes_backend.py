@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 from loguru import logger
 
-from actors.backend import ApiBackend
-from actors.errors import (
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.errors import (
     AlreadyExistsError,
     ApiConnectionError,
     ApiError,
@@ -29,9 +29,9 @@ from actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from adapters.httpserver import ApiServerHTTP
-from adapters.kubernetes import KubernetesBackend
-from adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
 
 TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
 
@@ -536,7 +536,7 @@ def test_bearer_token_never_in_errors_or_logs(
     uid, _ = _pod(mem)
     caplog.set_level(logging.DEBUG)
     lines: list[str] = []
-    logger.enable("adapters")
+    logger.enable("kdispatch")
     sink = logger.add(lines.append, level="TRACE", format="{message} {extra}")
     texts: list[str] = []
     try:
@@ -572,7 +572,7 @@ def test_bearer_token_never_in_errors_or_logs(
             texts.append(_all_text(info.value))
     finally:
         logger.remove(sink)
-        logger.disable("adapters")
+        logger.disable("kdispatch")
     assert len(texts) == 8
     assert any("bound" in line for line in lines)  # the sink did see the backend's logs
     for text in [*texts, *lines, caplog.text]:

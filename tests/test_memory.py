@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from actors.backend import ApiBackend
-from actors.errors import (
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.errors import (
     AlreadyExistsError,
     ApiConnectionError,
     ApiError,
@@ -25,7 +25,7 @@ from actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from adapters.memory import (
+from kdispatch.adapters.memory import (
     FaultPlan,
     InMemoryApiServer,
     Latency,

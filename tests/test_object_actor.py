@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from actors.backend import ApiBackend
-from actors.call_types import default_call_types
-from actors.calls import Call
-from actors.config import RetryConfig
-from actors.errors import (
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import RetryConfig
+from kdispatch.actors.errors import (
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -30,7 +30,7 @@ from actors.errors import (
     Outcome,
     ServerError,
 )
-from actors.messages import (
+from kdispatch.actors.messages import (
     CallFuture,
     Cancel,
     Close,
@@ -45,12 +45,12 @@ from actors.messages import (
     Submit,
     View,
 )
-from actors.metrics import Metrics
-from actors.object_actor import ActorContext, ObjectActor
-from actors.objects import Obj, ObjectRef
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from actors.registry import Registry
-from actors.runtime import ActorPool
+from kdispatch.actors.metrics import Metrics
+from kdispatch.actors.object_actor import ActorContext, ObjectActor
+from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.registry import Registry
+from kdispatch.actors.runtime import ActorPool
 from tests.factories import cond, pod
 
 pytestmark = pytest.mark.timeout(30)

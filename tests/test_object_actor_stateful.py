@@ -45,9 +45,9 @@ from hypothesis.stateful import (
 )
 from pykka import ActorDeadError, ActorRef
 
-from actors.calls import UNSET, Call
-from actors.config import RetryConfig
-from actors.errors import (
+from kdispatch.actors.calls import UNSET, Call
+from kdispatch.actors.config import RetryConfig
+from kdispatch.actors.errors import (
     CallCancelled,
     ConflictError,
     InvalidRequestError,
@@ -55,7 +55,7 @@ from actors.errors import (
     Outcome,
     ServerError,
 )
-from actors.messages import (
+from kdispatch.actors.messages import (
     CallFuture,
     Cancel,
     Deleted,
@@ -69,13 +69,13 @@ from actors.messages import (
     Submit,
     View,
 )
-from actors.metrics import Metrics
-from actors.object_actor import ActorContext, ObjectActor
-from actors.objects import POD, Obj, is_newer, pod_node_name
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from actors.registry import Registry
-from actors.runtime import ActorPool
-from adapters.memory import InMemoryApiServer, WatchEvent
+from kdispatch.actors.metrics import Metrics
+from kdispatch.actors.object_actor import ActorContext, ObjectActor
+from kdispatch.actors.objects import POD, Obj, is_newer, pod_node_name
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.registry import Registry
+from kdispatch.actors.runtime import ActorPool
+from kdispatch.adapters.memory import InMemoryApiServer, WatchEvent
 from tests.factories import cond, pod
 from tests.reference_model import (
     BINDING,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from actors.ratelimit import TokenBucket
+from kdispatch.actors.ratelimit import TokenBucket
 
 
 class FakeClock:

@@ -8,8 +8,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-from actors.errors import Outcome
-from adapters.memory import InMemoryApiServer
+from kdispatch.actors.errors import Outcome
+from kdispatch.adapters.memory import InMemoryApiServer
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -12,9 +12,9 @@ from typing import Any
 import pykka
 import pytest
 
-from actors.errors import ActorLimitExceeded, InvalidConfigError, InvalidInputError
-from actors.registry import ReapRequest, Registry, Tombstoned
-from actors.runtime import ActorPool, PooledActor
+from kdispatch.actors.errors import ActorLimitExceeded, InvalidConfigError, InvalidInputError
+from kdispatch.actors.registry import ReapRequest, Registry, Tombstoned
+from kdispatch.actors.runtime import ActorPool, PooledActor
 
 WAIT = 5.0
 

@@ -14,8 +14,8 @@ import pytest
 from pykka._envelope import Envelope
 from pykka._threading import ThreadingFuture
 
-from actors.errors import InvalidConfigError, InvalidInputError
-from actors.runtime import ActorPool, PooledActor, PoolStateError, live_pooled_actors
+from kdispatch.actors.errors import InvalidConfigError, InvalidInputError
+from kdispatch.actors.runtime import ActorPool, PooledActor, PoolStateError, live_pooled_actors
 
 WAIT = 5.0  # generous bound for waits that must succeed; never used to sequence anything
 
@@ -524,7 +524,7 @@ def test_pool_properties() -> None:
 
 
 def test_lazy_event_wait_and_set() -> None:
-    from actors.runtime import _LazyEvent
+    from kdispatch.actors.runtime import _LazyEvent
 
     ev = _LazyEvent()
     assert not ev.is_set()

@@ -16,12 +16,6 @@ from typing import Any
 
 import pytest
 
-from actors.calls import Call
-from actors.errors import CallFailed, InvalidInputError, InvalidObjectError, Outcome
-from actors.objects import Obj
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from adapters.httpserver import ApiServerHTTP
-from adapters.memory import InMemoryApiServer, RequestRecord, make_claim, make_node, make_pod
 from examples.scheduler.cache import SchedulerCache
 from examples.scheduler.cli import main
 from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig
@@ -36,6 +30,18 @@ from examples.scheduler.runner import RunConfig, run
 from examples.scheduler.tracker import BIND, Tracker
 from examples.scheduler.verify import verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
+from kdispatch.actors.calls import Call
+from kdispatch.actors.errors import CallFailed, InvalidInputError, InvalidObjectError, Outcome
+from kdispatch.actors.objects import Obj
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.memory import (
+    InMemoryApiServer,
+    RequestRecord,
+    make_claim,
+    make_node,
+    make_pod,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import (
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
     ApiConnectionError,
     ApiError,
     CallFailed,
@@ -41,11 +41,11 @@ from actors.errors import (
     NotFoundError,
     Outcome,
 )
-from actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from adapters.httpserver import ApiServerHTTP
-from adapters.informer import ClientListWatch, Informer
-from adapters.kubernetes import KubernetesBackend
-from adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.informer import ClientListWatch, Informer
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,14 +69,12 @@ def captured(caplog: pytest.LogCaptureFixture) -> Iterator[list[str]]:
         backtrace=True,
         diagnose=True,
     )
-    logger.enable("actors")
-    logger.enable("adapters")
+    logger.enable("kdispatch")
     caplog.set_level(logging.DEBUG)
     try:
         yield lines
     finally:
-        logger.disable("actors")
-        logger.disable("adapters")
+        logger.disable("kdispatch")
         logger.remove(sink)
         lines.extend(r.getMessage() for r in caplog.records)
         lines.extend(caplog.text.splitlines())

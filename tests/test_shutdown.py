@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import DispatcherClosed, Outcome
-from actors.messages import CallFuture
-from actors.pod_calls import PodBinding, PodStatusPatch
-from adapters.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import DispatcherClosed, Outcome
+from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
 
 pytestmark = pytest.mark.timeout(90)
 

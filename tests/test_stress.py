@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from actors.errors import CallFailed, InvalidInputError, Outcome
 from examples.stress import Intent, StressConfig, _allowed, main, run_stress
+from kdispatch.actors.errors import CallFailed, InvalidInputError, Outcome
 
 
 @pytest.mark.timeout(60)

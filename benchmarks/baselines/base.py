@@ -4,7 +4,8 @@ limiter the baselines wait on, and the request each contender sends.
 Benchmark-only code. The adapter is deliberately tiny — ``submit_status(pod, cond)``,
 ``submit_binding(pod, node)``, ``observe(pod)``, ``stop()`` — so every contender runs the very
 same workload against the very same backend. Every ``submit_*`` returns a
-:class:`concurrent.futures.Future` resolving to an :class:`~actors.errors.Outcome` (or raising),
+:class:`concurrent.futures.Future` resolving to an :class:`~kdispatch.actors.errors.Outcome` (or
+raising),
 already resolved for the blocking contender.
 """
 
@@ -17,10 +18,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from actors.backend import ApiBackend
-from actors.errors import Outcome
-from actors.objects import POD, Obj
-from actors.pod_calls import PodStatusPatch
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.errors import Outcome
+from kdispatch.actors.objects import POD, Obj
+from kdispatch.actors.pod_calls import PodStatusPatch
 
 Cond = Mapping[str, str]
 """A pod condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
@@ -62,7 +63,9 @@ class ClientRateLimiter:
     negative — and sleeps until the reservation is due, so waiters are served in the order they
     asked and every waiter holds its thread (a goroutine upstream) while it waits.
 
-    Same ``qps``/``burst`` semantics as :class:`actors.ratelimit.TokenBucket`: ``burst`` tokens
+
+    Same ``qps``/``burst`` semantics as :class:`kdispatch.actors.ratelimit.TokenBucket`: ``burst``
+    tokens
     stored at most, ``qps`` tokens per second; ``qps=math.inf`` never waits. Thread-safe.
     """
 

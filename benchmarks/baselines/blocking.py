@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.backend import ApiBackend
-from actors.errors import Outcome
-from actors.objects import Obj
 from benchmarks.baselines.base import (
     ClientRateLimiter,
     Cond,
@@ -22,6 +19,9 @@ from benchmarks.baselines.base import (
     send_status,
     status_body,
 )
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.errors import Outcome
+from kdispatch.actors.objects import Obj
 
 
 class BlockingContender:

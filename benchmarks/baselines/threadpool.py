@@ -14,9 +14,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from actors.backend import ApiBackend
-from actors.errors import DispatcherClosed, Outcome
-from actors.objects import Obj
 from benchmarks.baselines.base import (
     ClientRateLimiter,
     Cond,
@@ -26,6 +23,9 @@ from benchmarks.baselines.base import (
     send_status,
     status_body,
 )
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.errors import DispatcherClosed, Outcome
+from kdispatch.actors.objects import Obj
 
 
 class ThreadPoolContender:

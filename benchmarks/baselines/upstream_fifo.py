@@ -48,10 +48,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from actors.backend import ApiBackend
-from actors.errors import DispatcherClosed, Outcome
-from actors.objects import Obj
-from actors.pod_calls import PodBinding, PodStatusPatch
 from benchmarks.baselines.base import (
     ClientRateLimiter,
     Cond,
@@ -60,6 +56,10 @@ from benchmarks.baselines.base import (
     send_status,
     settle,
 )
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.errors import DispatcherClosed, Outcome
+from kdispatch.actors.objects import Obj
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 
 UpstreamCall = PodStatusPatch | PodBinding
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from concurrent.futures import wait
 
-from adapters.memory import InMemoryApiServer, Latency
 from benchmarks.workloads.common import (
     Profile,
     Record,
@@ -25,6 +24,7 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
+from kdispatch.adapters.memory import InMemoryApiServer, Latency
 
 WORKLOAD = "W5"
 BIN = 0.5  # seconds per bin of the request-rate series

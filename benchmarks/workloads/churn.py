@@ -17,7 +17,6 @@ import time
 from concurrent.futures import Future, wait
 from typing import Any
 
-from adapters.memory import InMemoryApiServer, Latency
 from benchmarks.workloads.common import (
     Informer,
     Profile,
@@ -31,6 +30,7 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
+from kdispatch.adapters.memory import InMemoryApiServer, Latency
 
 WORKLOAD = "W3"
 

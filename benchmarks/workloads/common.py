@@ -20,8 +20,8 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from actors.objects import Obj
-from adapters.memory import InMemoryApiServer, make_node, make_pod
+from kdispatch.actors.objects import Obj
+from kdispatch.adapters.memory import InMemoryApiServer, make_node, make_pod
 
 Record = dict[str, Any]
 

@@ -1,4 +1,5 @@
-"""The contenders of every workload: kdispatch's :class:`~actors.dispatcher.Dispatcher` and the
+"""The contenders of every workload: kdispatch's :class:`~kdispatch.actors.dispatcher.Dispatcher`
+and the
 three baselines, built with the same backend, rate limit and request parallelism.
 
 Benchmark-only code.
@@ -8,12 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.backend import ApiBackend
-from actors.calls import Call
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
-from actors.dispatcher import Dispatcher
-from actors.objects import Obj
-from actors.pod_calls import PodBinding, PodStatusPatch
 from benchmarks.baselines import (
     BlockingContender,
     Cond,
@@ -22,6 +17,12 @@ from benchmarks.baselines import (
     ThreadPoolContender,
     UpstreamFifoContender,
 )
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.objects import Obj
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 
 KDISPATCH = "kdispatch"
 CONTENDERS: tuple[str, ...] = (KDISPATCH, "upstream_fifo", "threadpool", "blocking")

@@ -20,8 +20,6 @@ import time
 from concurrent.futures import Future, wait
 from typing import Any
 
-from actors.pod_calls import PodStatusPatch
-from adapters.memory import InMemoryApiServer, Latency
 from benchmarks.workloads.common import (
     Profile,
     Record,
@@ -34,6 +32,8 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
+from kdispatch.actors.pod_calls import PodStatusPatch
+from kdispatch.adapters.memory import InMemoryApiServer, Latency
 
 WORKLOAD = "W1"
 QUANTILES = [i / 200 for i in range(1, 200)] + [0.999, 0.9999, 1.0]

@@ -29,11 +29,11 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
-from actors.objects import Obj
-from adapters.memory import InMemoryApiServer, make_pod
 from benchmarks.baselines import Contender
 from benchmarks.workloads.common import Profile, Record, record, unschedulable
 from benchmarks.workloads.contenders import make_contender
+from kdispatch.actors.objects import Obj
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 
 WORKLOAD = "W6"
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,7 +31,6 @@ import time
 from concurrent.futures import Future, wait
 from typing import Any
 
-from adapters.memory import InMemoryApiServer, Latency
 from benchmarks.baselines import Contender
 from benchmarks.workloads.common import (
     Informer,
@@ -47,6 +46,7 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
+from kdispatch.adapters.memory import InMemoryApiServer, Latency
 
 WORKLOAD = "W4"
 SAMPLE_EVERY = 0.25  # seconds between two backlog samples

@@ -12,7 +12,6 @@ import math
 import time
 from concurrent.futures import wait
 
-from adapters.memory import InMemoryApiServer
 from benchmarks.workloads.common import (
     Profile,
     Record,
@@ -25,6 +24,7 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
+from kdispatch.adapters.memory import InMemoryApiServer
 
 WORKLOAD = "W2"
 

@@ -1,7 +1,7 @@
 """The scheduler's API layer: one interface, two implementations.
 
 :class:`SchedulerApi` is everything the scheduler asks of the apiserver. :class:`DispatchedApi`
-goes through a kdispatch :class:`~actors.dispatcher.Dispatcher` (returns at once; merged,
+goes through a kdispatch :class:`~kdispatch.actors.dispatcher.Dispatcher` (returns at once; merged,
 rate-limited, retried by the object actors and the executor). :class:`~examples.scheduler.direct.
 DirectApi` (``--sync``) performs each call on the calling thread before returning an already
 resolved future, like a scheduler that makes blocking API calls. The scheduler code is the same
@@ -13,10 +13,10 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from actors.calls import Call
-from actors.dispatcher import Dispatcher
-from actors.errors import Outcome
-from actors.objects import Obj
+from kdispatch.actors.calls import Call
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import Outcome
+from kdispatch.actors.objects import Obj
 
 CallFuture = Future[Outcome]
 

@@ -23,10 +23,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from actors.objects import Obj, meta
 from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.resources import node_allocatable
 from examples.scheduler.taints import Taint, node_taints, tolerated
+from kdispatch.actors.objects import Obj, meta
 
 
 class NodeInfo:

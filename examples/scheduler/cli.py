@@ -12,10 +12,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from actors.errors import InvalidInputError
 from examples.common import enable_verbose_logs
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
+from kdispatch.actors.errors import InvalidInputError
 
 
 def parser() -> argparse.ArgumentParser:

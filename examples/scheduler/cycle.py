@@ -28,16 +28,6 @@ from typing import Any
 
 from loguru import logger
 
-from actors.calls import UNSET
-from actors.claim_calls import ClaimStatusPatch
-from actors.errors import (
-    CallOutcomeError,
-    DispatcherClosed,
-    InvalidInputError,
-    ObjectNotFound,
-)
-from actors.objects import Obj, get_path, meta, pod_node_name
-from actors.pod_calls import PodBinding, PodStatusPatch
 from examples.scheduler.api import CallFuture, SchedulerApi
 from examples.scheduler.cache import Allocation, SchedulerCache
 from examples.scheduler.claims import ClaimStore, allocation_for
@@ -47,6 +37,16 @@ from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.preemption import UNRESOLVABLE, Preemptions, select_victims
 from examples.scheduler.queue import SchedulingQueue
 from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Tracker
+from kdispatch.actors.calls import UNSET
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.errors import (
+    CallOutcomeError,
+    DispatcherClosed,
+    InvalidInputError,
+    ObjectNotFound,
+)
+from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 
 UNSCHEDULABLE_REASON = "Unschedulable"
 

@@ -15,10 +15,11 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
-from actors.backend import ApiBackend
-from actors.calls import Call
-from actors.config import RetryConfig
-from actors.errors import (
+from examples.scheduler.api import CallFuture
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import RetryConfig
+from kdispatch.actors.errors import (
     ApiError,
     CallConflict,
     CallFailed,
@@ -30,10 +31,9 @@ from actors.errors import (
     Outcome,
     TooManyRequestsError,
 )
-from actors.executor import backoff_delay
-from actors.objects import Obj, is_newer, uid_of
-from actors.pod_calls import PodPreemption
-from examples.scheduler.api import CallFuture
+from kdispatch.actors.executor import backoff_delay
+from kdispatch.actors.objects import Obj, is_newer, uid_of
+from kdispatch.actors.pod_calls import PodPreemption
 
 
 class DirectApi:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from actors.objects import Obj, get_path
 from examples.scheduler.podinfo import PodInfo
+from kdispatch.actors.objects import Obj, get_path
 
 Reservations = dict[str, tuple[int, int]]
 """node name → (cpu millicores, memory bytes) reserved for nominated pods."""

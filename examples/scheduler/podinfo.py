@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.objects import Obj, get_path, is_terminating, meta, pod_node_name, uid_of
 from examples.scheduler.resources import pod_requests
 from examples.scheduler.taints import Toleration, pod_tolerations
+from kdispatch.actors.objects import Obj, get_path, is_terminating, meta, pod_node_name, uid_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,8 @@ class PodInfo:
 
     @classmethod
     def of(cls, pod: Obj) -> PodInfo:
-        """Parse ``pod``. Raises :class:`~actors.errors.InvalidObjectError` for bad identity or
+        """Parse ``pod``. Raises :class:`~kdispatch.actors.errors.InvalidObjectError` for bad
+        identity or
         quantities."""
         m = meta(pod)
         spec = pod.get("spec")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
-from actors.errors import InvalidObjectError
+from kdispatch.actors.errors import InvalidObjectError
 
 _BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL: Final = {

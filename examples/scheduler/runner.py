@@ -1,6 +1,6 @@
 """One run of the main job: set up the cluster and the scheduler, drive it to the end, verify.
 
-Embedded mode (default): an :class:`~adapters.memory.InMemoryApiServer` with the requested
+Embedded mode (default): an :class:`~kdispatch.adapters.memory.InMemoryApiServer` with the requested
 latency and faults; nodes and claims are created, informers synced, then the scheduler starts
 and wave 1 of the pods is created; wave 2 (high priority) follows once wave 1 has been placed.
 ``--kubeconfig`` mode: a real cluster; nothing is created, the scheduler places the pending pods
@@ -25,14 +25,6 @@ from typing import Any, TextIO
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from actors.backend import ApiBackend
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import InvalidInputError
-from actors.objects import Obj, meta
-from adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
-from adapters.kubernetes import KubernetesBackend
-from adapters.memory import FaultPlan, InMemoryApiServer, Latency
 from examples.common import check_amounts, check_counts, check_rate
 from examples.scheduler.api import DispatchedApi, SchedulerApi
 from examples.scheduler.claims import claim_key
@@ -43,6 +35,14 @@ from examples.scheduler.report import figures
 from examples.scheduler.tracker import Tracker
 from examples.scheduler.verify import BindingAudit, verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import InvalidInputError
+from kdispatch.actors.objects import Obj, meta
+from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,11 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from actors.errors import DispatcherClosed, Outcome
-from actors.objects import Obj, get_path, meta, pod_node_name
-from adapters.memory import RequestRecord
 from examples.scheduler.claims import allocated_device, reserved_uids
 from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Intent
+from kdispatch.actors.errors import DispatcherClosed, Outcome
+from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
+from kdispatch.adapters.memory import RequestRecord
 
 
 class BindingAudit:
