@@ -6,8 +6,7 @@ Three families live here:
 * call outcomes that a call's future resolves with (``Outcome`` for the successful ones,
   ``CallOutcomeError`` subclasses raised from ``future.result()`` for the others);
 * backend errors raised by an :class:`~kdispatch.actors.backend.ApiBackend` (``ApiError`` and
-subclasses),
-  which the executor classifies into retries, rebases and failures.
+  subclasses), which the executor classifies into retries, rebases and failures.
 
 Pure module: no threads, no pykka, no kubernetes.
 """
@@ -53,6 +52,12 @@ class DispatcherClosed(KdispatchError):
     of every call still pending when ``stop`` reached its deadline."""
 
 
+class LeadershipLost(DispatcherClosed):
+    """This replica lost (or could not renew) its leader lease: intake stopped and every call
+    not yet sent resolves with this. Nothing is sent after the renew deadline; a request already
+    on the wire when the lease was lost cannot be recalled (Kubernetes has no fencing tokens)."""
+
+
 class ActorLimitExceeded(KdispatchError):
     """Spawning one more object actor would exceed the registry's ``max_live`` cap."""
 
@@ -95,6 +100,14 @@ class CallConflict(CallOutcomeError):
     result_label = "conflict"
 
 
+class CallStale(CallOutcomeError):
+    """The object changed after the caller decided, in a way that makes the intent wrong (for
+    example ``PodScheduled=False`` for a pod that has been bound since): nothing was sent, and
+    the caller should decide again on the newer object. Not a success."""
+
+    result_label = "stale"
+
+
 class ObjectNotFound(CallOutcomeError):
     """The server answered 404: the object no longer exists."""
 
@@ -127,17 +140,22 @@ class CallFailed(CallOutcomeError):
 class ApiError(KdispatchError):
     """An error answered by (or on the way to) the apiserver.
 
-    ``retryable`` tells the executor whether the same request may succeed later.
+    ``retryable`` tells the executor whether the same request may succeed later;
+    ``retry_after`` is the server's Retry-After in seconds (0 when it gave none), honoured on
+    429 and 5xx alike.
     """
 
     status: int = 0
     retryable: bool = False
     reason: str = "Unknown"
 
-    def __init__(self, message: str = "", *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str = "", *, status: int | None = None, retry_after: float = 0.0
+    ) -> None:
         super().__init__(message or self.reason)
         if status is not None:
             self.status = status
+        self.retry_after = max(0.0, float(retry_after))
 
 
 class NotFoundError(ApiError):
@@ -166,8 +184,7 @@ class TooManyRequestsError(ApiError):
     reason = "TooManyRequests"
 
     def __init__(self, message: str = "", *, retry_after: float = 0.0) -> None:
-        super().__init__(message)
-        self.retry_after = max(0.0, float(retry_after))
+        super().__init__(message, retry_after=retry_after)
 
 
 class ServerError(ApiError):
@@ -195,10 +212,24 @@ class ApiConnectionError(ApiError):
 
 
 class InvalidRequestError(ApiError):
-    """400/403/422 and other permanent 4xx: retrying the same request cannot help."""
+    """400/422 and other permanent 4xx: retrying the same request cannot help."""
 
     status = 422
     reason = "Invalid"
+
+
+class UnauthorizedError(InvalidRequestError):
+    """401: the credentials were refused. Never retried."""
+
+    status = 401
+    reason = "Unauthorized"
+
+
+class ForbiddenError(InvalidRequestError):
+    """403: RBAC (or an admission webhook) forbids the request. Never retried."""
+
+    status = 403
+    reason = "Forbidden"
 
 
 class BadResponseError(ApiError):
