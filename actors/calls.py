@@ -158,8 +158,9 @@ class CallTypeRegistry:
 
     Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, missing or
     non-positive relevance, a name already taken, or contradictory supersession: a type that
-    supersedes itself, an unregistered type or one of another kind, two types that supersede
-    each other, or an exclusive type that declares ``supersedes`` (it supersedes everything).
+    supersedes itself, an unregistered type, one of another kind or an exclusive one, or an
+    exclusive type that declares ``supersedes`` (it supersedes everything). Since a type can
+    only supersede types registered before it, supersession is acyclic by construction.
     """
 
     def __init__(self, call_classes: Iterable[type[Call]] = ()) -> None:
@@ -214,10 +215,6 @@ class CallTypeRegistry:
                 if other.kind != kind:
                     raise CallTypeRegistrationError(
                         f"{call_type!r} ({kind}) cannot supersede {name!r} ({other.kind})"
-                    )
-                if call_type in other.supersedes:
-                    raise CallTypeRegistrationError(
-                        f"{call_type!r} and {name!r} would supersede each other"
                     )
                 if other.exclusive:
                     raise CallTypeRegistrationError(

@@ -53,6 +53,7 @@ from .config import ExecutorConfig, RateLimitConfig, RetryConfig
 from .errors import (
     ApiConnectionError,
     ApiError,
+    BadResponseError,
     ConflictError,
     DispatcherClosed,
     LeadershipLost,
@@ -476,7 +477,10 @@ class Executor:
         try:
             if send.read:
                 obj = backend.get(ref.kind, ref.namespace, ref.name)
-                if get_path(obj, "metadata", "uid") != ref.uid:
+                uid = get_path(obj, "metadata", "uid")
+                if not isinstance(uid, str):  # garbage: the read is retried, never a deletion
+                    raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
+                if uid != ref.uid:
                     result, obj = Result.NOT_FOUND, None  # same name, another object
             else:
                 obj = call.send(backend, send.obj)
@@ -484,6 +488,7 @@ class Executor:
             result, error = Result.NOT_FOUND, exc
         except ConflictError as exc:
             result, error = Result.CONFLICT, exc
+            self._metrics.retry(call.call_type, "conflict")
             obj = self._reread(backend, call)
             if obj is _GONE:
                 result, obj = Result.NOT_FOUND, None
@@ -491,7 +496,7 @@ class Executor:
             result, error = Result.FAILED, exc
         except ApiError as exc:
             error = exc
-            if exc.retryable:
+            if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
                 delay = self._retry.delay(send.attempt or 1, exc.retry_after, self._rand())
                 self._metrics.retry(call.call_type, _retry_reason(exc))

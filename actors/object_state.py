@@ -188,13 +188,23 @@ class Done:
 class _Entry:
     """A tracked call and its caller's future."""
 
-    __slots__ = ("attempt", "call", "conflicts", "deadline", "future", "not_before", "sent_rv")
+    __slots__ = (
+        "attempt",
+        "call",
+        "conflicts",
+        "deadline",
+        "failures",
+        "future",
+        "not_before",
+        "sent_rv",
+    )
 
     def __init__(self, call: Call, future: Any) -> None:
         self.call = call
         self.future = future
         self.attempt = 0  # requests of this call already sent (re-reads not counted)
         self.conflicts = 0  # 409s already rebased on
+        self.failures = 0  # retryable failures (sends and re-reads)
         self.not_before = 0.0  # backoff after a retryable failure
         self.deadline: float | None = None  # end of the retry budget (from the first failure)
         self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
@@ -471,6 +481,7 @@ class ObjectState:
         """A merged call keeps the older entry's retry state (a merge never resets backoff)."""
         entry.attempt, entry.conflicts = older.attempt, older.conflicts
         entry.not_before, entry.deadline = older.not_before, older.deadline
+        entry.failures = older.failures
 
     # ------------------------------------------------------------------ done rules
 
@@ -559,14 +570,15 @@ class ObjectState:
         retry = self.retry
         if entry.deadline is None:
             entry.deadline = now + retry.budget
+        entry.failures += 1
         at = now + done.delay
         attempts = retry.max_attempts
-        if at > entry.deadline or (attempts is not None and entry.attempt >= attempts):
+        if at > entry.deadline or (attempts is not None and entry.failures >= attempts):
             self._fail_entry(
                 out,
                 entry,
                 CallFailed(
-                    f"gave up after {entry.attempt} attempts "
+                    f"gave up after {entry.failures} failed requests "
                     f"({retry.budget:g} s retry budget): {done.error}",
                     uid=self.uid,
                     call_type=entry.call.call_type,
@@ -598,6 +610,7 @@ class ObjectState:
                 pending.call = pending.call.merge(entry.call)
                 pending.attempt = max(pending.attempt, entry.attempt)
                 pending.conflicts = max(pending.conflicts, entry.conflicts)
+                pending.failures = max(pending.failures, entry.failures)
                 pending.not_before = max(pending.not_before, entry.not_before)
                 if pending.deadline is None:
                     pending.deadline = entry.deadline
