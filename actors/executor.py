@@ -488,7 +488,6 @@ class Executor:
             result, error = Result.NOT_FOUND, exc
         except ConflictError as exc:
             result, error = Result.CONFLICT, exc
-            self._metrics.retry(call.call_type, "conflict")
             obj = self._reread(backend, call)
             if obj is _GONE:
                 result, obj = Result.NOT_FOUND, None

@@ -53,6 +53,7 @@ from .object_state import (
     Merged,
     ObjectState,
     Ready,
+    Rebased,
     Refund,
     Resolve,
     Retire,
@@ -177,6 +178,8 @@ class ObjectActor(PooledActor):
                 ctx.executor.refund()
             elif kind is Merged:
                 ctx.metrics.merge(effect.call_type)  # type: ignore[union-attr]
+            elif kind is Rebased:
+                ctx.metrics.retry(effect.call_type, "conflict")  # type: ignore[union-attr]
             elif kind is Retire:
                 retire: Retire = effect  # type: ignore[assignment]
                 if retire.tombstone:

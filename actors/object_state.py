@@ -68,6 +68,7 @@ __all__ = [
     "InvalidTransition",
     "ObjectState",
     "Ready",
+    "Rebased",
     "Refund",
     "Resolve",
     "Result",
@@ -168,7 +169,14 @@ class Merged:
     call_type: str
 
 
-Effect = Resolve | Ready | Send | Refund | Retire | Merged
+@dataclass(frozen=True, slots=True)
+class Rebased:
+    """Metrics: a call is retried after a 409, on the re-read object."""
+
+    call_type: str
+
+
+Effect = Resolve | Ready | Send | Refund | Retire | Merged | Rebased
 
 
 @dataclass(frozen=True, slots=True)
@@ -543,6 +551,7 @@ class ObjectState:
                     f"conflict after {entry.conflicts} re-reads: {done.error}",
                 )
             else:
+                out.append(Rebased(call.call_type))
                 self._requeue_front(out, entry, now)
                 self._revisit(out)
         elif result is Result.RETRY:
