@@ -496,7 +496,14 @@ class ObjectState:
     def _read_done(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> None:
         """The re-read before ``entry`` ended: adopt the object and put the call back first."""
         result = done.result
-        if result is Result.SUCCESS and done.obj is not None:
+        if self.gone and result is not Result.NOT_FOUND:
+            # deleted while the re-read was on its way: nothing left to send; a deletion got
+            # its way
+            if entry.call.exclusive:
+                out.append(Resolve(entry.future, entry.call.call_type, _SUCCESS))
+            else:
+                self._fail(out, entry, CallCancelled, "object deleted")
+        elif result is Result.SUCCESS and done.obj is not None:
             self._adopt_fresh(done.obj)
             self._requeue_front(out, entry, now)
             self._revisit(out)
@@ -670,7 +677,8 @@ class ObjectState:
             else:
                 obj = landed.apply(obj)
         self.observed = obj
-        self.rv_stale = False
+        if self.landed is None:  # an older event than the landed call keeps the re-read
+            self.rv_stale = False
         self._check_trust()
 
     def _check_trust(self) -> None:
