@@ -134,7 +134,6 @@ class Driver:
     def retires(self) -> list[Retire]:
         return [e for e in self.last if isinstance(e, Retire)]
 
-    @property
     def state(self) -> State:
         return self.m.state
 
@@ -179,7 +178,7 @@ def test_done_with_nothing_in_flight_is_an_invalid_transition(d: Driver) -> None
     with pytest.raises(InvalidTransition):
         d.m.done(Done(call, Result.SUCCESS), d.now)
     d.submit(call)
-    assert d.state is State.PENDING
+    assert d.state() is State.PENDING
     with pytest.raises(InvalidTransition):
         d.m.done(Done(call, Result.SUCCESS), d.now)
 
@@ -194,26 +193,26 @@ def test_done_for_another_call_than_the_one_in_flight_is_invalid(d: Driver) -> N
 
 def test_states_through_a_calls_life(d: Driver) -> None:
     p = pod("a")
-    assert d.state is State.IDLE and d.m.idle
+    assert d.state() is State.IDLE and d.m.idle
     d.submit(unsched(p, reason="A"))
-    assert d.state is State.PENDING and not d.m.idle
+    assert d.state() is State.PENDING and not d.m.idle
     s = d.send()
-    assert d.state is State.IN_FLIGHT
+    assert d.state() is State.IN_FLIGHT
     d.submit(unsched(p, reason="B"))
-    assert d.state is State.IN_FLIGHT_PENDING
+    assert d.state() is State.IN_FLIGHT_PENDING
     d.done(s, obj=pod("a", rv=2, conditions=(cond(reason="A"),)))
-    assert d.state is State.PENDING
+    assert d.state() is State.PENDING
     s = d.send()
-    assert d.state is State.IN_FLIGHT
+    assert d.state() is State.IN_FLIGHT
     d.deleted()
-    assert d.state is State.RETIRING
+    assert d.state() is State.RETIRING
     d.done(s, Result.NOT_FOUND)
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
     # terminal: calls are refused, grants refunded
     f = d.submit(unsched(p))
     assert d.outcome(f) is CallCancelled
     assert d.grant() is None
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
 
 
 # ============================================================ upstream queue behaviour
@@ -229,7 +228,7 @@ def test_first_call_asks_for_a_grant_and_is_sent_against_its_basis(d: Driver) ->
     assert d.outcome(fut) is None
     d.done(s)
     assert d.outcome(fut) is Outcome.SUCCESS
-    assert d.state is State.IDLE
+    assert d.state() is State.IDLE
 
 
 def test_noop_call_is_skipped_and_asks_for_nothing(d: Driver) -> None:
@@ -237,7 +236,7 @@ def test_noop_call_is_skipped_and_asks_for_nothing(d: Driver) -> None:
     assert d.outcome(fut) is Outcome.SKIPPED
     assert d.readies() == []
     assert d.grant() is None  # a stray grant is refunded
-    assert d.state is State.IDLE
+    assert d.state() is State.IDLE
 
 
 def test_same_type_merges_and_older_is_overwritten(d: Driver) -> None:
@@ -261,7 +260,7 @@ def test_merge_that_becomes_noop_skips_new_and_removes_pending(d: Driver) -> Non
     f2 = d.submit(unsched(p, reason="A"))
     assert d.outcome(f1) is Outcome.OVERWRITTEN
     assert d.outcome(f2) is Outcome.SKIPPED
-    assert d.state is State.IDLE
+    assert d.state() is State.IDLE
     assert d.grant() is None
 
 
@@ -305,7 +304,7 @@ def test_informer_update_makes_pending_noop_skipped(d: Driver) -> None:
     fut = d.submit(unsched(pod("a"), reason="A"))
     d.observed(pod("a", rv=5, conditions=(cond(reason="A"),)))
     assert d.outcome(fut) is Outcome.SKIPPED
-    assert d.state is State.IDLE
+    assert d.state() is State.IDLE
     assert d.grant() is None
 
 
@@ -367,7 +366,7 @@ def test_status_patch_while_a_binding_is_tracked_is_skipped(d: Driver) -> None:
     assert d.outcome(d.submit(gate(p))) is Outcome.SKIPPED  # binding pending
     s = d.send()
     assert d.outcome(d.submit(gate(p))) is Outcome.SKIPPED  # binding in flight
-    assert d.state is State.IN_FLIGHT
+    assert d.state() is State.IN_FLIGHT
     d.done(s)
     assert d.outcome(f_bind) is Outcome.SUCCESS
 
@@ -385,7 +384,7 @@ class LabelPatch(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def is_noop(self, obj: Obj | None) -> bool:
-        return get_path(obj, "metadata", "labels", "l") == self.value
+        return bool(get_path(obj, "metadata", "labels", "l") == self.value)
 
     def apply(self, obj: Obj) -> Obj:
         return with_path(obj, ("metadata", "labels", "l"), self.value)
@@ -408,7 +407,7 @@ def test_other_type_queues_behind_a_pending_binding_and_both_are_sent_in_order(
     assert d.readies() == []  # the head (the binding) is already asked for
     s1 = d.send()
     assert s1.call.call_type == "pod_binding"
-    assert d.state is State.IN_FLIGHT_PENDING
+    assert d.state() is State.IN_FLIGHT_PENDING
     d.done(s1)
     assert d.outcome(f_bind) is Outcome.SUCCESS
     assert d.readies() == [Ready(4, 0.0)]
@@ -448,7 +447,7 @@ def test_stale_patch_against_a_bound_pod_is_refused_at_submit(d: Driver) -> None
     d.observed(bound(before))  # the informer already shows it bound
     fut = d.submit(unsched(before))  # decided on the pre-binding snapshot
     assert d.outcome(fut) is CallStale
-    assert d.state is State.IDLE and d.grant() is None
+    assert d.state() is State.IDLE and d.grant() is None
 
 
 def test_stale_patch_whose_basis_is_bound_is_refused(d: Driver) -> None:
@@ -470,7 +469,7 @@ def test_pending_patch_goes_stale_when_the_informer_shows_the_pod_bound(d: Drive
     fut = d.submit(unsched(p))
     d.observed(bound(p))
     assert d.outcome(fut) is CallStale
-    assert d.state is State.IDLE
+    assert d.state() is State.IDLE
 
 
 def test_patch_goes_stale_after_a_conflict_whose_reread_shows_the_pod_bound(d: Driver) -> None:
@@ -533,7 +532,7 @@ def test_deletion_cancels_everything_pending_and_tombstones(d: Driver) -> None:
     d.deleted()
     assert d.outcome(fut) is CallCancelled
     assert d.retires() == [Retire(tombstone=True, final=True)]
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
 
 
 def test_deletion_with_call_in_flight_resolves_it_when_done(d: Driver) -> None:
@@ -544,12 +543,12 @@ def test_deletion_with_call_in_flight_resolves_it_when_done(d: Driver) -> None:
     d.deleted()
     assert d.outcome(f2) is CallCancelled and d.outcome(f1) is None
     assert d.retires() == [Retire(tombstone=True, final=False)]
-    assert d.state is State.RETIRING
+    assert d.state() is State.RETIRING
     assert d.outcome(d.submit(unsched(p))) is CallCancelled  # nothing accepted meanwhile
     d.done(s1, Result.NOT_FOUND)
     assert d.outcome(f1) is ObjectNotFound
     assert d.retires() == [Retire(tombstone=False, final=True)]
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
 
 
 @pytest.mark.parametrize("result", [Result.RETRY, Result.CONFLICT])
@@ -559,7 +558,7 @@ def test_retry_after_delete_is_cancelled_not_requeued(d: Driver, result: Result)
     d.deleted()
     d.done(s, result, error=ServerError())
     assert d.outcome(fut) is CallCancelled
-    assert d.state is State.RETIRED and d.retires()[-1].final
+    assert d.state() is State.RETIRED and d.retires()[-1].final
 
 
 def test_not_found_fails_call_cancels_pending_and_retires(d: Driver) -> None:
@@ -586,7 +585,7 @@ def test_preemption_cancels_pending_and_runs_the_deletion(d: Driver) -> None:
     d.done(s)
     assert d.outcome(f_pre) is Outcome.SUCCESS
     assert d.retires() == [Retire(tombstone=True, final=True)]
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
 
 
 def test_preemption_while_a_call_is_in_flight_waits_for_it(d: Driver) -> None:
@@ -594,7 +593,7 @@ def test_preemption_while_a_call_is_in_flight_waits_for_it(d: Driver) -> None:
     f_patch = d.submit(unsched(p))
     s = d.send()
     f_pre = d.submit(PodPreemption.for_pod(p))
-    assert d.state is State.IN_FLIGHT_PENDING
+    assert d.state() is State.IN_FLIGHT_PENDING
     d.done(s, Result.RETRY, error=ServerError())  # the retry would go behind the deletion
     assert d.outcome(f_patch) is CallCancelled
     read = d.send()  # the patch may have landed: the preemption re-reads the pod first
@@ -646,7 +645,7 @@ def test_preemption_not_found_is_success(d: Driver) -> None:
     f_pre = d.submit(PodPreemption.for_pod(pod("a")))
     d.done(d.send(), Result.NOT_FOUND)
     assert d.outcome(f_pre) is Outcome.SUCCESS
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
 
 
 class Recorder:
@@ -697,7 +696,7 @@ def test_retried_preemption_whose_reread_finds_the_pod_gone_succeeds(d: Driver) 
     assert read.read
     d.done(read, Result.NOT_FOUND)
     assert d.outcome(f_pre) is Outcome.SUCCESS
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
 
 
 def test_retried_preemption_whose_reread_shows_it_terminating_is_skipped(d: Driver) -> None:
@@ -717,7 +716,7 @@ def test_caller_cancellation_withdraws_queued_call(d: Driver) -> None:
     assert d.outcome(fut) is None
     d.cancel(None)
     assert d.outcome(fut) is CallCancelled
-    assert d.state is State.IDLE and d.grant() is None
+    assert d.state() is State.IDLE and d.grant() is None
 
 
 def test_cancel_cannot_recall_call_in_flight(d: Driver) -> None:
@@ -772,7 +771,7 @@ def test_retry_backs_off_with_a_fake_clock_then_fails_after_max_attempts() -> No
         assert s.attempt == attempt
         d.done(s, Result.RETRY, error=ServerError("boom"), delay=1.0)
         assert d.readies() == [Ready(2, d.now + 1.0)]
-        assert d.state is State.PENDING
+        assert d.state() is State.PENDING
         assert d.grant() is None  # an early grant is refunded and the Ready renewed
         assert d.readies() == [Ready(2, d.now + 1.0)]
         d.now += 1.0
@@ -981,7 +980,7 @@ def test_close_resolves_pending_and_in_flight(d: Driver) -> None:
     effects = d._take(d.m.close())
     assert d.outcome(f1) is DispatcherClosed and d.outcome(f2) is DispatcherClosed
     assert [e for e in effects if isinstance(e, Retire)] == [Retire(tombstone=False, final=True)]
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
     assert d.outcome(d.submit(unsched(p))) is CallCancelled
 
 
@@ -993,10 +992,10 @@ def test_revoke_resolves_what_is_not_on_the_wire(d: Driver) -> None:
     lost = LeadershipLost("lease lost")
     d._take(d.m.revoke(lost))
     assert d.results[f2] is lost and d.outcome(f1) is None
-    assert d.state is State.IN_FLIGHT
+    assert d.state() is State.IN_FLIGHT
     d.done(s)  # the call on the wire finishes and reports as usual
     assert d.outcome(f1) is Outcome.SUCCESS
-    assert d.state is State.IDLE
+    assert d.state() is State.IDLE
 
 
 def test_every_tracked_future_is_listed_for_crash_handling(d: Driver) -> None:
@@ -1027,10 +1026,10 @@ def test_reread_in_flight_when_the_object_is_deleted_resolves_the_call(
     read = d.send()
     assert read.read
     d.deleted()
-    assert d.state is State.RETIRING
+    assert d.state() is State.RETIRING
     obj = pod("a", rv=3) if result is Result.SUCCESS else None
     d.done(read, result, obj=obj, error=None if obj else ServerError())
-    assert d.state is State.RETIRED
+    assert d.state() is State.RETIRED
     assert d.outcome(fut) is (Outcome.SUCCESS if exclusive else CallCancelled)
     assert d.m.queue == []
 
