@@ -31,8 +31,9 @@ is gone); permanent failure, or a retryable one at the last attempt → ``failed
 conflict after the actor learnt that the object is gone → ``cancelled``; otherwise a retry or a
 conflict puts I back as pending: alone, merged into a pending call of its type (I
 ``overwritten``), or replaced by a superseding pending call (I ``overwritten``, ``cancelled``
-if that is a preemption). A read step that ends (success or retry) puts I back the same way; it
-never fails on the attempt count (reads are not attempts). A binding whose 409 re-read shows the
+if that is a preemption). A read step that ends (success or retry) puts I back the same way; a
+failed read counts towards the attempts like a failed send (``max_attempts`` caps failed
+requests). A binding whose 409 re-read shows the
 pod bound to its node has landed: ``success``. **Informer delete** → P ``cancelled``, gone.
 **Caller cancel** → P ``cancelled`` (if of the given type). Whenever the object disappears, a
 tracked preemption resolves ``success`` instead: its object is gone, as intended.
@@ -147,6 +148,7 @@ class Intent:
     merged: Fields = field(init=False)  # own fields + those of the older calls merged into it
     carried_by: Intent | None = None  # the newer call it was merged into
     label: str | None = None  # its outcome, once resolved
+    failures: int = 0  # retryable failures of its requests (sends and re-reads)
 
     def __post_init__(self) -> None:
         self.merged = call_fields(self.call)
@@ -170,6 +172,7 @@ def _merge_into(older: Intent, newer: Intent) -> None:
     """``older`` was merged into ``newer``: status patches merge field by field (newer wins),
     other calls replace the older one."""
     older.carried_by = newer
+    newer.failures = max(newer.failures, older.failures)
     if newer.call_type == PATCH:
         newer.merged = {**older.merged, **newer.merged}
 
@@ -360,8 +363,14 @@ class Model:
         self.inflight = None
         want: dict[Intent, str] = {}
         requeue = False
-        if read and result in ("success", "retry"):
-            assert not self.gone, "guarded: a read ending after the deletion (see GUARDS)"
+        del attempt  # the retry budget counts failed requests, re-reads included
+        if result == "retry":
+            i.failures += 1
+        if read and self.gone and result != "not_found":  # deleted while the read was out
+            want[i] = _gone_outcome(i, "cancelled")
+        elif read and result == "retry" and i.failures >= self.max_attempts:
+            want[i] = "failed"
+        elif read and result in ("success", "retry"):
             requeue = True
         elif result == "success":
             want[i] = "success"
@@ -374,7 +383,7 @@ class Model:
         elif self.gone and result in ("retry", "conflict"):  # deleted meanwhile: no retry
             label = got.get(i)
             want[i] = _gone_outcome(i, label if label in ("cancelled", "failed") else "cancelled")
-        elif result == "failed" or (result == "retry" and attempt >= self.max_attempts):
+        elif result == "failed" or (result == "retry" and i.failures >= self.max_attempts):
             want[i] = "failed"
         elif result == "retry" and got.get(i) == "skipped":  # a newer object shows it applied
             self._check_noop(i, server)

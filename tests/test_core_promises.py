@@ -153,7 +153,7 @@ def test_stale_unschedulable_over_http_with_the_official_client(
             assert informer.stop(timeout=10)
     finally:
         informer.stop(timeout=10)
-        watch_client.close()
+        watch_client.close()  # type: ignore[no-untyped-call]
         backend.close()
         http.stop()
     assert_bound_and_scheduled(server)
@@ -280,7 +280,7 @@ class PodLabelNote(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def is_noop(self, obj: Obj | None) -> bool:
-        return get_path(obj, "status", "message") == self.note
+        return bool(get_path(obj, "status", "message") == self.note)
 
     def apply(self, obj: Obj) -> Obj:
         return with_path(obj, ("status", "message"), self.note)

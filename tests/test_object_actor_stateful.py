@@ -85,10 +85,10 @@ MAX_ATTEMPTS = 3
 NODES = ("n1", "n2")
 NAME, NAMESPACE = "p", "default"
 
-GUARDS: frozenset[str] = frozenset({"read-after-delete"})
+GUARDS: frozenset[str] = frozenset()
 """Scenarios of known bugs the machine steers around.
 
-* ``read-after-delete`` (open): a re-read that ends (success or retry) after the informer's
+* ``read-after-delete`` (fixed): a re-read that ends (success or retry) after the informer's
   delete reached the machine puts its call back into the queue of a retired object, and its
   future never resolves. The informer delete is held back while a read is in flight. Pinned by
   ``test_object_state.py::test_reread_in_flight_when_the_object_is_deleted_resolves_the_call``.

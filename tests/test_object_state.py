@@ -1006,14 +1006,9 @@ def test_every_tracked_future_is_listed_for_crash_handling(d: Driver) -> None:
     assert sorted(d.m.futures()) == sorted([f1, f2])
 
 
-# ============================================================ known bugs (xfail until fixed)
+# ============================================================ regressions found by the ported tests
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: a re-read that ends (SUCCESS or RETRY) after the object was deleted "
-    "puts its call back into the queue of a retired object; its future never resolves",
-)
 @pytest.mark.parametrize("exclusive", [False, True], ids=["patch", "preemption"])
 @pytest.mark.parametrize("result", [Result.SUCCESS, Result.RETRY])
 def test_reread_in_flight_when_the_object_is_deleted_resolves_the_call(
@@ -1034,12 +1029,6 @@ def test_reread_in_flight_when_the_object_is_deleted_resolves_the_call(
     assert d.m.queue == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: an informer event older than a landed binding (it does not show it yet) "
-    "clears rv_stale, so the next status patch is sent against that older resourceVersion "
-    "and walks into a 409",
-)
 def test_informer_event_older_than_a_landed_binding_keeps_the_reread(d: Driver) -> None:
     p = pod("a", rv=2)
     d.submit(PodBinding.for_pod(p, "n1"))

@@ -114,7 +114,7 @@ class _Refusing:
 def test_budget_ends_in_call_failed_when_the_server_stays_away() -> None:
     pod = make_pod("p1", uid="uid-p1")
     config = DispatcherConfig(retry=RetryConfig(budget=0.3, base_backoff=0.01, max_backoff=0.05))
-    with Dispatcher(_Refusing(), config) as d:  # type: ignore[arg-type]
+    with Dispatcher(_Refusing(), config) as d:
         future = d.submit(PodBinding.for_pod(pod, "n1"))
         with pytest.raises(CallFailed) as info:
             future.result(timeout=10)
