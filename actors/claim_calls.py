@@ -19,7 +19,7 @@ from typing import Any, Final, Self
 
 from .backend import ApiBackend
 from .calls import UNSET, Call, UnsetType
-from .errors import InvalidCallError, InvalidObjectError, NotFoundError
+from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
     RESOURCE_CLAIM,
@@ -272,15 +272,12 @@ class ClaimStatusPatch(Call):
         return body or None
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Merge-patch what changes against ``obj`` (fetched first when unknown, since the
-        complete ``reservedFor`` must be known) with the object-shaped body
+        """Merge-patch what changes against ``obj`` (the trusted claim: the complete
+        ``reservedFor`` must be known) with the object-shaped body
         ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion. Returns the
-        server's claim, or ``obj`` when nothing changes. Runs on an executor worker thread."""
+        server's claim, or ``obj`` when nothing changes (no request). Runs on an executor
+        worker thread."""
         ref = self.ref
-        if obj is None:
-            obj = backend.get(ref.kind, ref.namespace, ref.name)
-            if meta(obj).get("uid") != ref.uid:
-                raise NotFoundError(f"{ref} no longer exists (the name now has another uid)")
         body = self.status_patch(obj)
         if body is None:
             return obj

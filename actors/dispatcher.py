@@ -31,7 +31,7 @@ from .errors import (
     Outcome,
 )
 from .executor import Executor
-from .messages import CallFuture, Cancel, Close, Deleted, Observed, Submit, View
+from .messages import CallFuture, Cancel, Close, Deleted, Observed, Revoke, Submit, View
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, check_uid
@@ -59,6 +59,7 @@ class Dispatcher:
         call_types: CallTypeRegistry | None = None,
         metrics_registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        send_gate: Callable[[], bool] | None = None,
     ) -> None:
         if not isinstance(backend, ApiBackend):
             raise InvalidInputError(
@@ -72,6 +73,8 @@ class Dispatcher:
             )
         if call_types is not None and not isinstance(call_types, CallTypeRegistry):
             raise InvalidInputError("call_types must be a CallTypeRegistry")
+        if send_gate is not None and not callable(send_gate):
+            raise InvalidInputError("send_gate must be a callable returning bool, or None")
         self.config = config
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry)
@@ -94,10 +97,11 @@ class Dispatcher:
             config=config.executor,
             metrics=self.metrics,
             clock=clock,
+            send_gate=send_gate,
         )
         self._ctx = ActorContext(
             registry=self._registry,
-            executor=self._executor.tell,
+            executor=self._executor,
             metrics=self.metrics,
             retry=config.retry,
             clock=clock,
@@ -108,6 +112,7 @@ class Dispatcher:
         self._outstanding = 0
         self._started = False
         self._closed = False
+        self._revoked: DispatcherClosed | None = None
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
 
@@ -180,6 +185,8 @@ class Dispatcher:
         self.call_types.check(call)
         future = CallFuture()
         with self._state_lock:
+            if self._revoked is not None:
+                raise self._revoked
             if self._closed or not self._started:
                 raise DispatcherClosed(
                     "dispatcher is stopped" if self._closed else "dispatcher not started"
@@ -217,6 +224,26 @@ class Dispatcher:
                 grace_period_seconds=grace_period_seconds,
             )
         )
+
+    def revoke(self, error: DispatcherClosed) -> None:
+        """Any thread; never blocks. Stop intake at once (``submit`` raises ``error`` from now
+        on) and resolve every call not yet sent with ``error``, e.g. :class:`LeadershipLost`
+        when the leader lease is lost. A request already on the wire finishes and reports as
+        usual. Pair it with a ``send_gate`` that has turned False, so nothing else is sent."""
+        if not isinstance(error, DispatcherClosed):
+            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
+        with self._state_lock:
+            if self._revoked is not None:
+                return
+            self._revoked = error
+        for ref in self._registry.live_refs():
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(Revoke(error))
+
+    @property
+    def revoked(self) -> DispatcherClosed | None:
+        """The error :meth:`revoke` was called with, or None."""
+        return self._revoked
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Any thread. Withdraw the object's pending call (of ``call_type``, or any); its future
@@ -282,12 +309,14 @@ class Dispatcher:
         return self._executor.tokens_taken
 
     def stats(self) -> dict[str, Any]:
-        """Counters for reports: calls sent per type, outcomes per type, retries."""
+        """Counters for reports: requests sent per call type (every request the apiserver saw,
+        follow-up GETs and re-reads included; equal to the tokens taken), outcomes per type,
+        retries."""
         m = self.metrics
         out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
         for metric in m.registry.collect():
             for sample in metric.samples:
-                if sample.name == "scheduler_async_api_call_execution_total":
+                if sample.name == "kdispatch_requests_total":
                     ct = sample.labels["call_type"]
                     out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
                 elif sample.name == "kdispatch_call_outcomes_total":

@@ -70,6 +70,13 @@ class Metrics:
             buckets=DURATION_BUCKETS,
             registry=r,
         )
+        self.requests = Counter(
+            "kdispatch_requests_total",
+            "Requests sent to the apiserver (each took a rate-limiter token), by call type and "
+            "verb; a call's follow-up GET, re-read or second request counts too.",
+            ["call_type", "verb"],
+            registry=r,
+        )
         self.live_actors = Gauge(
             "kdispatch_live_object_actors", "Object actors currently alive.", registry=r
         )
@@ -111,6 +118,10 @@ class Metrics:
     def retry(self, call_type: str, reason: str) -> None:
         """An attempt will be retried."""
         self._child(self.retries, call_type, reason).inc()
+
+    def request(self, call_type: str, verb: str) -> None:
+        """One request is being sent."""
+        self._child(self.requests, call_type, verb).inc()
 
     def executed(self, call_type: str, result: str, seconds: float) -> None:
         """An attempt finished."""

@@ -479,6 +479,14 @@ class InMemoryApiServer:
             return dict(self._fault_counts)
 
     @property
+    def non_blocking(self) -> bool:
+        """Whether no request ever waits (no latency configured). Then the dispatcher may run
+        requests on its actor threads instead of handing them to executor workers. Any
+        thread."""
+        lat = self._faults.latency
+        return lat.fixed == 0 and lat.jitter == 0 and not any(lat.per_op.values())
+
+    @property
     def resource_version(self) -> str:
         """The current global resourceVersion. Any thread."""
         with self._lock:
