@@ -10,6 +10,7 @@ that only ``tell`` (``submit``, ``on_*``, ``cancel``, ``preempt``) never block o
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -19,12 +20,14 @@ import pykka
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from .backend import ApiBackend
+from .backend import ApiBackend, PatchType
 from .call_types import default_call_types
 from .calls import Call, CallTypeRegistry
 from .config import DispatcherConfig
 from .errors import (
+    ApiError,
     CallCancelled,
+    CallFailed,
     DispatcherClosed,
     InvalidInputError,
     InvalidObjectError,
@@ -59,6 +62,7 @@ class Dispatcher:
         call_types: CallTypeRegistry | None = None,
         metrics_registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        send_gate: Callable[[], bool] | None = None,
     ) -> None:
         if not isinstance(backend, ApiBackend):
             raise InvalidInputError(
@@ -76,6 +80,11 @@ class Dispatcher:
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry)
         self._clock = clock
+        if send_gate is not None and not callable(send_gate):
+            raise InvalidInputError("send_gate must be callable")
+        self._revoked: DispatcherClosed | None = None
+        if send_gate is not None:
+            backend = _GatedBackend(backend, send_gate, self._gate_error)
         rc = config.registry
         self._registry = Registry(
             idle_timeout=rc.idle_timeout,
@@ -178,8 +187,10 @@ class Dispatcher:
         bad
         calls and :class:`DispatcherClosed` once ``stop`` was called."""
         self.call_types.check(call)
-        future = CallFuture()
+        future = _FencedFuture(self._revoked_error)
         with self._state_lock:
+            if self._revoked is not None:
+                raise copy.copy(self._revoked)
             if self._closed or not self._started:
                 raise DispatcherClosed(
                     "dispatcher is stopped" if self._closed else "dispatcher not started"
@@ -302,6 +313,34 @@ class Dispatcher:
         out["tokens_taken"] = self.tokens_taken
         return out
 
+    # ------------------------------------------------------------------ fencing (interim)
+
+    def revoke(self, error: DispatcherClosed) -> None:
+        """Any thread; never blocks on the apiserver. Stop intake at once (``submit`` raises
+        ``error`` from now on) and resolve every call not yet sent with ``error``; requests
+        already on the wire finish on the wire. Idempotent; ``stop`` still releases the
+        threads."""
+        if not isinstance(error, DispatcherClosed):
+            raise InvalidInputError(f"error must be a DispatcherClosed, got {error!r}")
+        with self._state_lock:
+            if self._revoked is not None:
+                return
+            self._revoked = error
+            if self._closed or not self._started:
+                return
+            self._ctx.closing = True
+        logger.info("dispatcher revoked: {}", error)
+        self._executor.pause_intake()
+        for ref in self._registry.live_refs():
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(Close())
+
+    def _revoked_error(self) -> DispatcherClosed | None:
+        return self._revoked
+
+    def _gate_error(self) -> DispatcherClosed:
+        return self._revoked or DispatcherClosed("the send gate is closed")
+
     # ------------------------------------------------------------------ internals
 
     def _spawn(self, uid: str) -> pykka.ActorRef[Any]:
@@ -324,6 +363,103 @@ class Dispatcher:
                 self._registry.reap_idle()
             except Exception:  # pragma: no cover - defensive
                 logger.opt(exception=True).error("reaping failed")
+
+
+# --------------------------------------------------------------------------- fencing (interim)
+# An interim, facade-only version of the fencing hooks ``send_gate`` and ``revoke`` that leader
+# election relies on: the gate wraps the backend (so it is checked before every request a call
+# makes, follow-up GETs included) and the revocation error is given to futures that the actors
+# resolve as closed. The executor and the object actor will implement both natively.
+
+
+class _SendRefused(ApiError):
+    """The send gate said no: the request was not sent (permanent for this call)."""
+
+    reason = "SendRefused"
+
+    def __init__(self, error: DispatcherClosed) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _GatedBackend:
+    """An :class:`ApiBackend` that asks ``gate`` before every request (executor workers)."""
+
+    def __init__(
+        self,
+        inner: ApiBackend,
+        gate: Callable[[], bool],
+        error: Callable[[], DispatcherClosed],
+    ) -> None:
+        self._inner = inner
+        self._gate = gate
+        self._error = error
+
+    def _check(self) -> None:
+        if not self._gate():
+            raise _SendRefused(self._error())
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj:
+        self._check()
+        return self._inner.get(kind, namespace, name)
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> Obj:
+        self._check()
+        return self._inner.patch_status(
+            kind,
+            namespace,
+            name,
+            patch,
+            uid=uid,
+            resource_version=resource_version,
+            patch_type=patch_type,
+        )
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        self._check()
+        self._inner.bind(namespace, name, uid=uid, node=node)
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        self._check()
+        self._inner.delete(
+            kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds
+        )
+
+
+class _FencedFuture(CallFuture):
+    """A call future that reports a refused send, or a close caused by :meth:`Dispatcher.revoke`,
+    as the revocation error itself (each future gets its own copy)."""
+
+    def __init__(self, revoked: Callable[[], DispatcherClosed | None]) -> None:
+        super().__init__()
+        self._revoked = revoked
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        if isinstance(exception, CallFailed) and isinstance(exception.cause, _SendRefused):
+            exception = copy.copy(exception.cause.error)
+        elif isinstance(exception, DispatcherClosed):
+            revoked = self._revoked()
+            if revoked is not None:
+                exception = copy.copy(revoked)
+        super().set_exception(exception)
 
 
 __all__ = ["Dispatcher", "Outcome"]
