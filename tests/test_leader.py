@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes.leaderelection import electionconfig, leaderelection
-from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+from kubernetes.leaderelection import electionconfig as _electionconfig
+from kubernetes.leaderelection import leaderelection as _leaderelection
+from kubernetes.leaderelection.resourcelock import leaselock as _leaselock
 from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig
@@ -36,6 +37,11 @@ from kdispatch.adapters.leader import (
 )
 from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
+
+# the official election package is untyped
+electionconfig: Any = _electionconfig
+leaderelection: Any = _leaderelection
+LeaseLock: Any = _leaselock.LeaseLock
 
 
 class FakeClock:
@@ -109,7 +115,7 @@ def test_coordination_api_over_http(http: ApiServerHTTP) -> None:
     """The official client's CoordinationV1Api: create, read, replace (409 on a stale
     resourceVersion), patch, list, delete."""
     with _client(http.url, "writer-1") as api:
-        coord = k8s.CoordinationV1Api(api)
+        coord: Any = k8s.CoordinationV1Api(api)
         spec = k8s.V1LeaseSpec(holder_identity="x", lease_duration_seconds=5)
         lease = coord.create_namespaced_lease(
             "default", k8s.V1Lease(metadata=k8s.V1ObjectMeta(name="l"), spec=spec)
@@ -389,7 +395,12 @@ def test_elector_gate_on_a_dispatcher_sends_nothing_after_the_deadline() -> None
     elector, lost = _elector(server, "a", clock)
     d = _dispatcher(server, elector.may_send)
     try:
-        elector._on_lost = lambda err: (lost.append(err), d.revoke(err))  # type: ignore[assignment]
+
+        def on_lost(err: LeadershipLost) -> None:
+            lost.append(err)
+            d.revoke(err)
+
+        elector._on_lost = on_lost
         elector.step()
         assert d.submit(PodBinding.for_pod(pods[0], "n1")).result(timeout=10).value == "success"
         clock.now += 10  # the deadline passes without a renew
