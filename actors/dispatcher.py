@@ -10,6 +10,7 @@ that only ``tell`` (``submit``, ``on_*``, ``cancel``, ``preempt``) never block o
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -186,7 +187,7 @@ class Dispatcher:
         future = CallFuture()
         with self._state_lock:
             if self._revoked is not None:
-                raise self._revoked
+                raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
             if self._closed or not self._started:
                 raise DispatcherClosed(
                     "dispatcher is stopped" if self._closed else "dispatcher not started"
