@@ -394,7 +394,7 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("view-malformed-uid", lambda e: e.d.view("not a uid!"), InvalidObjectError),
     ("cancel-int-uid", lambda e: e.d.cancel(42), InvalidObjectError),  # type: ignore[arg-type]
     ("on-add-without-metadata", lambda e: e.d.on_add({"kind": "Pod"}), InvalidObjectError),
-    ("on-update-not-a-mapping", lambda e: e.d.on_update("pod"), InvalidObjectError),  # type: ignore[arg-type]
+    ("on-update-not-a-mapping", lambda e: e.d.on_update("pod"), InvalidObjectError),
     (
         "on-delete-without-metadata",
         lambda e: e.d.on_delete({"kind": "Pod", "metadata": None}),
