@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -182,6 +183,7 @@ class Dispatcher:
         bad
         calls and :class:`DispatcherClosed` once ``stop`` was called."""
         self.call_types.check(call)
+        call = _plain_basis(call)
         future = CallFuture()
         with self._state_lock:
             if self._closed or not self._started:
@@ -361,6 +363,20 @@ class Dispatcher:
                 self._registry.reap_idle()
             except Exception:  # pragma: no cover - defensive
                 logger.opt(exception=True).error("reaping failed")
+
+
+def _plain_basis(call: Call) -> Call:
+    """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
+    ``Body`` is a live view kopf may update in place) is snapshotted here, at submission, so
+    the object's actor never sees it change. Plain dicts (the usual case) pass untouched."""
+    basis = getattr(call, "basis", None)
+    if basis is None or type(basis) is dict:
+        return call
+    if isinstance(call, type) or not dataclasses.is_dataclass(call):
+        return call
+    if not any(f.name == "basis" and f.init for f in dataclasses.fields(call)):
+        return call
+    return cast("Call", dataclasses.replace(call, basis=as_object(basis)))
 
 
 __all__ = ["Dispatcher", "Outcome"]

@@ -36,6 +36,8 @@ from .actors import (
     InvalidObjectError,
     KdispatchError,
     LeadershipLost,
+    MetricsRegistryInUse,
+    NoEventLoopError,
     ObjectNotFound,
     ObjectRef,
     Outcome,
@@ -48,6 +50,7 @@ from .actors import (
     RuntimeConfig,
     UnauthorizedError,
     UnknownCallTypeError,
+    as_object,
     default_call_types,
 )
 
@@ -82,6 +85,8 @@ __all__ = [
     "InvalidObjectError",
     "KdispatchError",
     "LeadershipLost",
+    "MetricsRegistryInUse",
+    "NoEventLoopError",
     "ObjectNotFound",
     "ObjectRef",
     "Outcome",
@@ -95,5 +100,6 @@ __all__ = [
     "UnauthorizedError",
     "UnknownCallTypeError",
     "__version__",
+    "as_object",
     "default_call_types",
 ]

@@ -247,3 +247,22 @@ def test_informer_events_may_be_models_or_kopf_bodies(server: InMemoryApiServer)
         assert d.outstanding == 0
     sent = [r for r in server.request_log if r.op == "patch_status"]
     assert [r.name for r in sent] == ["p0", "p1"]  # p0 by the dispatcher, p1 by the test
+
+
+def test_a_mapping_basis_is_snapshotted_at_submit(server: InMemoryApiServer) -> None:
+    """kopf may update a Body in place; the dispatcher keeps the state the caller decided on."""
+    p0, p1 = server.create(make_pod("p0")), server.create(make_pod("p1"))
+    raw = dict(p1)
+    raw["spec"] = dict(p1["spec"])
+    with Dispatcher(server, SLOW) as d:
+        d.submit(PodStatusPatch.for_pod(p0, conditions=[cond()])).result(timeout=10)
+        pending = d.submit(
+            PodStatusPatch.for_pod(kopf.Body(cast("kopf.RawBody", raw)), conditions=[cond()])
+        )
+        raw["spec"]["nodeName"] = "changed-later"  # the live view moves on
+        view = d.view(p1["metadata"]["uid"])
+        assert view is not None and "nodeName" not in view["spec"]
+        assert view["status"]["conditions"][0]["reason"] == "Unschedulable"
+        d.cancel(p1["metadata"]["uid"])
+        with pytest.raises(CallCancelled):
+            pending.result(timeout=10)
