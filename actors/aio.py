@@ -132,14 +132,25 @@ def _settle(target: asyncio.Future[Any], value: Any, exc: BaseException | None) 
 async def ask_view(ref: pykka.ActorRef[Any], timeout: float | None) -> Obj | None:
     """Loop thread. The actor's ``View`` answer, awaited without blocking the loop; None when
     the actor has stopped (the object is no longer tracked). Raises :class:`TimeoutError` after
-    ``timeout`` seconds."""
+    ``timeout`` seconds (a timer on the loop, no extra task); a reply arriving later is
+    dropped."""
     loop = asyncio.get_running_loop()
     target: asyncio.Future[Any] = loop.create_future()
     if not ref.is_alive():
         return None
     ref.actor_inbox.put(Envelope(View(), reply_to=LoopReply(loop, target)))
+    timer = None if timeout is None else loop.call_later(timeout, _expire, target, timeout)
     try:
-        result = await asyncio.wait_for(target, timeout)
+        result = await target
     except pykka.ActorDeadError:
         return None
+    finally:
+        if timer is not None:
+            timer.cancel()
     return result  # type: ignore[no-any-return]
+
+
+def _expire(target: asyncio.Future[Any], timeout: float) -> None:
+    """Loop thread: the view's deadline passed."""
+    if not target.done():
+        target.set_exception(TimeoutError(f"no view within {timeout} s"))

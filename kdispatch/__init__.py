@@ -5,7 +5,8 @@
 live in :mod:`kdispatch.adapters`.
 
 Logs go through loguru under the one name ``kdispatch`` and are disabled on import, as a
-library's should be: ``from loguru import logger; logger.enable("kdispatch")``.
+library's should be: ``from loguru import logger; logger.enable("kdispatch")``, or
+``kdispatch.logs.to_stdlib()`` to hand them to the standard ``logging`` module.
 """
 
 from importlib.metadata import PackageNotFoundError, version
