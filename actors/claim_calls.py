@@ -25,6 +25,7 @@ from .objects import (
     RESOURCE_CLAIM,
     Obj,
     ObjectRef,
+    as_object,
     check_uid,
     get_path,
     is_newer,
@@ -160,7 +161,7 @@ class ClaimStatusPatch(Call):
     @classmethod
     def for_claim(
         cls,
-        claim: Obj,
+        claim: object,
         *,
         allocate: Mapping[str, Any] | UnsetType = UNSET,
         deallocate: bool = False,
@@ -174,6 +175,7 @@ class ClaimStatusPatch(Call):
         remove (a uid may not be in both). Raises :class:`InvalidCallError` /
         :class:`InvalidObjectError`.
         """
+        claim = as_object(claim)  # official-client models and any Mapping
         ref = ObjectRef.of(claim, RESOURCE_CLAIM)
         if not isinstance(deallocate, bool):
             raise InvalidCallError("deallocate must be a bool")

@@ -8,7 +8,10 @@ used.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Self
 
 from .errors import InvalidConfigError
 
@@ -23,6 +26,23 @@ def _positive(name: str, value: object, *, allow_zero: bool = False, integer: bo
         raise InvalidConfigError(f"{name} must not be NaN")
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+UPSTREAM_METRICS_PREFIX = "scheduler"
+"""The prefix of upstream's metric names (kube-scheduler's ``scheduler_...``)."""
+
+_METRICS_PREFIX = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def check_metrics_prefix(prefix: object) -> str:
+    """``prefix`` if it can start a Prometheus metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``, no
+    trailing ``_``), else :class:`InvalidConfigError`."""
+    if not isinstance(prefix, str) or not _METRICS_PREFIX.match(prefix) or prefix.endswith("_"):
+        raise InvalidConfigError(
+            f"metrics_prefix must match [a-zA-Z_:][a-zA-Z0-9_:]* without a trailing '_', "
+            f"got {prefix!r}"
+        )
+    return prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +179,9 @@ class DispatcherConfig:
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     reap_interval: float = 5.0
     """How often idle actors are reaped."""
+    metrics_prefix: str = UPSTREAM_METRICS_PREFIX
+    """Prefix of upstream's metric names (``scheduler_pending_async_api_calls`` ...); a
+    controller that is not a scheduler sets its own. The ``kdispatch_*`` names never change."""
 
     def __post_init__(self) -> None:
         for name, typ in (
@@ -171,3 +194,28 @@ class DispatcherConfig:
             if not isinstance(getattr(self, name), typ):
                 raise InvalidConfigError(f"{name} must be a {typ.__name__}")
         _positive("reap_interval", self.reap_interval)
+        check_metrics_prefix(self.metrics_prefix)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A config from nested mappings of field names, e.g. parsed YAML or JSON:
+        ``{"rate_limit": {"qps": 20}, "retry": {"max_attempts": 3}}``. Unset fields keep their
+        defaults; strings are coerced to the field's type (``"20"``, ``"inf"``, ``"true"``,
+        ``"none"``). Raises :class:`InvalidConfigError` naming the key for unknown keys and
+        bad values. See :mod:`kdispatch.actors.config_load`."""
+        from .config_load import load_dataclass
+
+        return load_dataclass(cls, data)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, prefix: str = "KDISPATCH_"
+    ) -> Self:
+        """A config from environment variables named ``KDISPATCH_<SECTION>_<FIELD>``, upper
+        case (``KDISPATCH_RATE_LIMIT_QPS=20``, ``KDISPATCH_RETRY_MAX_ATTEMPTS=3``,
+        ``KDISPATCH_REAP_INTERVAL=1``); ``environ`` defaults to ``os.environ``. Every variable
+        starting with ``prefix`` must name a field: a typo raises :class:`InvalidConfigError`.
+        See :mod:`kdispatch.actors.config_load`."""
+        from .config_load import load_env
+
+        return load_env(cls, environ, prefix=prefix)

@@ -507,7 +507,8 @@ class Executor:
         if backend.requests == 0:
             with self._lock:
                 self._bucket.refund()  # nothing was sent: the grant's token goes back
-        self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
+        if not send.read:  # upstream's execution metrics count the call's own attempts
+            self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
         logger.debug(
             "{call_type} {uid} attempt {attempt}: {result}",
             uid=ref.uid,

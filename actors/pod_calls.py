@@ -28,6 +28,7 @@ from .objects import (
     POD,
     Obj,
     ObjectRef,
+    as_object,
     check_node_name,
     get_path,
     is_newer,
@@ -247,13 +248,14 @@ class PodStatusPatch(Call):
     @classmethod
     def for_pod(
         cls,
-        pod: Obj,
+        pod: object,
         *,
         conditions: Iterable[Mapping[str, Any]] = (),
         nominated_node_name: str | UnsetType | None = UNSET,
     ) -> Self:
         """A status patch for ``pod`` (also its basis). ``nominated_node_name=None`` clears it.
         Raises :class:`InvalidObjectError` / :class:`InvalidCallError`."""
+        pod = as_object(pod)  # official-client models and any Mapping
         ref = ObjectRef.of(pod, POD)
         if isinstance(conditions, Mapping):
             raise InvalidCallError("conditions must be a sequence of conditions, not one mapping")
@@ -390,8 +392,9 @@ class PodBinding(Call):
         return hash((self.call_type, self.ref))
 
     @classmethod
-    def for_pod(cls, pod: Obj, node: str) -> Self:
+    def for_pod(cls, pod: object, node: str) -> Self:
         """A binding of ``pod`` (also its basis) to ``node``."""
+        pod = as_object(pod)  # official-client models and any Mapping
         return cls(ObjectRef.of(pod, POD), node, basis=pod)
 
     def precheck(self, obj: Obj | None) -> str | None:
@@ -475,7 +478,7 @@ class PodPreemption(Call):
     @classmethod
     def for_pod(
         cls,
-        pod: Obj,
+        pod: object,
         *,
         reason: str = "PreemptionByScheduler",
         message: str = "",
@@ -486,6 +489,7 @@ class PodPreemption(Call):
         """A preemption of ``pod`` (also its basis). With ``add_condition`` a
         ``DisruptionTarget=True`` condition with ``reason`` and ``message`` (default: naming the
         ``preemptor``, e.g. ``"ns/name"``) is patched before the deletion."""
+        pod = as_object(pod)  # official-client models and any Mapping
         ref = ObjectRef.of(pod, POD)
         condition: dict[str, Any] | None = None
         if add_condition:

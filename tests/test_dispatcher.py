@@ -274,7 +274,7 @@ def test_metrics_use_upstream_names_and_injected_registry(server: InMemoryApiSer
     assert (
         registry.get_sample_value(
             "scheduler_async_api_call_execution_total",
-            {"call_type": "pod_binding", "result": "success"},
+            {"call_type": "pod_binding", "result": "success", "outcome": "success"},
         )
         == 1
     )
