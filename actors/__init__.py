@@ -24,6 +24,7 @@ from .errors import (
     CallOutcomeError,
     CallStale,
     DispatcherClosed,
+    DisruptionBudgetError,
     ForbiddenError,
     InvalidCallError,
     InvalidConfigError,
@@ -35,7 +36,11 @@ from .errors import (
     Outcome,
     UnauthorizedError,
     UnknownCallTypeError,
+    UnknownKindError,
 )
+from .eviction_calls import PodEviction
+from .kinds import KindInfo, KindTable
+from .kinds import register as register_kind
 from .objects import ObjectRef
 from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
@@ -55,6 +60,7 @@ __all__ = [
     "Dispatcher",
     "DispatcherClosed",
     "DispatcherConfig",
+    "DisruptionBudgetError",
     "ExecutorConfig",
     "ForbiddenError",
     "InvalidCallError",
@@ -62,11 +68,14 @@ __all__ = [
     "InvalidInputError",
     "InvalidObjectError",
     "KdispatchError",
+    "KindInfo",
+    "KindTable",
     "LeadershipLost",
     "ObjectNotFound",
     "ObjectRef",
     "Outcome",
     "PodBinding",
+    "PodEviction",
     "PodPreemption",
     "PodStatusPatch",
     "RateLimitConfig",
@@ -75,5 +84,7 @@ __all__ = [
     "RuntimeConfig",
     "UnauthorizedError",
     "UnknownCallTypeError",
+    "UnknownKindError",
     "default_call_types",
+    "register_kind",
 ]

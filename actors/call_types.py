@@ -7,6 +7,7 @@ call type                kind             relevance  exclusive
 ``pod_binding``          Pod              2
 ``pod_preemption``       Pod              3          yes
 ``claim_status_patch``   ResourceClaim    1
+``pod_eviction``         Pod              4          yes
 =======================  ===============  =========  =========
 
 Users add their own call types (for any kind, e.g. a quota CRD) to a registry returned by
@@ -21,6 +22,7 @@ from typing import Final
 
 from .calls import Call, CallTypeRegistry
 from .claim_calls import ClaimStatusPatch
+from .eviction_calls import PodEviction
 from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
 __all__ = ["BUILTIN_CALL_TYPES", "default_call_types"]
@@ -30,10 +32,11 @@ BUILTIN_CALL_TYPES: Final[tuple[type[Call], ...]] = (
     PodBinding,
     PodPreemption,
     ClaimStatusPatch,
+    PodEviction,
 )
 
 
 def default_call_types() -> CallTypeRegistry:
-    """A fresh registry holding the four built-in call types (safe to extend; callable from any
+    """A fresh registry holding the built-in call types (safe to extend; callable from any
     thread)."""
     return CallTypeRegistry(BUILTIN_CALL_TYPES)

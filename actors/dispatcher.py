@@ -73,6 +73,9 @@ class Dispatcher:
         if call_types is not None and not isinstance(call_types, CallTypeRegistry):
             raise InvalidInputError("call_types must be a CallTypeRegistry")
         self.config = config
+        size_pool = getattr(backend, "size_pool", None)
+        if callable(size_pool):  # e.g. KubernetesBackend: a connection per executor worker
+            size_pool(config.executor.workers)
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry)
         self._clock = clock
