@@ -287,6 +287,14 @@ class KubernetesBackend:
 
     # ----------------------------------------------------------------- generic requests
 
+    def get_path(self, path: str) -> bytes:
+        """GET any API path (e.g. a discovery document such as ``/apis``) and return the raw
+        body of the 2xx reply. Calling thread."""
+        if not isinstance(path, str) or not path.startswith(("/api", "/apis")) or ".." in path:
+            raise InvalidRequestError(f"path must be an API path, got {path!r}")
+        reply = self._transport.request("GET", path, what=f"get {path}", timeout=self._timeout)
+        return reply.data
+
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         """GET one object as a JSON dict. Executor worker thread."""
         info = self._target(kind, namespace, name)
