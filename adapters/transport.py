@@ -29,6 +29,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple, Protocol
@@ -328,7 +329,11 @@ def _raise_for_status(status: int, headers: Mapping[str, str], data: bytes, what
 
 
 class LeanTransport:
-    """Prebuilt JSON through the official client's own urllib3 pool (see the module)."""
+    """Prebuilt JSON through the official client's own urllib3 pool (see the module).
+
+    Without a proxy, requests go straight to the host's connection pool (looked up once, and
+    again after the pool manager was cleared); through a proxy, via the client's
+    ``ProxyManager``, which adds the proxy headers."""
 
     name = "lean"
 
@@ -336,6 +341,11 @@ class LeanTransport:
         self._client: Any = api_client
         self._cfg: Any = api_client.configuration
         self._retries = no_urllib3_retries()
+        self._timeouts: dict[Timeout, urllib3.Timeout] = {}
+        self._pool: Any = None
+        self._pool_lock = threading.Lock()
+        # a host may carry a path prefix (an API proxy): requests to the pool keep it
+        self._base = (urllib3.util.parse_url(self._cfg.host).path or "").rstrip("/")
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
         headers = {"Accept": _JSON}
@@ -350,6 +360,25 @@ class LeanTransport:
                 headers[auth["key"]] = auth["value"]
         return headers
 
+    def _timeout(self, timeout: Timeout) -> urllib3.Timeout:
+        cached = self._timeouts.get(timeout)
+        if cached is None:
+            cached = self._timeouts[timeout] = _urllib3_timeout(timeout)
+        return cached
+
+    def _host_pool(self) -> Any:
+        """The host's connection pool, or None when requests go through a proxy manager."""
+        manager: Any = self._client.rest_client.pool_manager
+        if isinstance(manager, urllib3.ProxyManager) or not isinstance(
+            manager, urllib3.PoolManager
+        ):
+            return None
+        pool = self._pool
+        if pool is None or pool.pool is None:  # first use, or closed by PoolManager.clear()
+            with self._pool_lock:
+                pool = self._pool = manager.connection_from_url(self._cfg.host)
+        return pool
+
     def _send(
         self,
         method: str,
@@ -361,13 +390,28 @@ class LeanTransport:
         timeout: Timeout,
         preload: bool,
     ) -> Any:
+        headers = self._headers(content_type)
+        pool = self._host_pool()
+        if pool is not None:
+            target = f"{self._base}{path}"
+            return pool.urlopen(
+                method,
+                f"{target}?{urlencode(query)}" if query else target,
+                body=body,
+                headers=headers,
+                timeout=self._timeout(timeout),
+                retries=self._retries,
+                redirect=False,
+                preload_content=preload,
+                assert_same_host=False,
+            )
         manager: Any = self._client.rest_client.pool_manager
-        return manager.request(
+        return manager.urlopen(
             method,
             _url(self._cfg.host, path, query),
             body=body,
-            headers=self._headers(content_type),
-            timeout=_urllib3_timeout(timeout),
+            headers=headers,
+            timeout=self._timeout(timeout),
             retries=self._retries,
             redirect=False,
             preload_content=preload,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 from loguru import logger
 
 from kdispatch.actors.backend import ApiBackend
@@ -38,7 +39,7 @@ from kdispatch.actors.errors import (
 from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
-from kdispatch.adapters.transport import TransportName
+from kdispatch.adapters.transport import TransportName, prepare_configuration
 
 TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
 
@@ -599,3 +600,68 @@ def test_bearer_token_never_in_errors_or_logs(
     assert any("bound" in line for line in lines)  # the sink did see the backend's logs
     for text in [*texts, *lines, caplog.text]:
         assert TOKEN not in text
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_pool_resized_after_use_keeps_working(http: ApiServerHTTP, mem: InMemoryApiServer) -> None:
+    _pod(mem)
+    with _for_url(http.url, token=TOKEN, workers=2) as b:
+        assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+        b.size_pool(64)  # closes the open pools; the next request opens a bigger one
+        assert b.api_client.configuration.connection_pool_maxsize == 64
+        assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+
+
+def test_configuration_proxy_and_host_path_are_honoured(
+    http: ApiServerHTTP, mem: InMemoryApiServer
+) -> None:
+    _pod(mem)
+    cfg = k8s.Configuration(host="http://apiserver.invalid")  # only the proxy can reach it
+    cfg.proxy = http.url  # the emulator answers absolute-URI (proxy) requests too
+    cfg.api_key = {"authorization": TOKEN}
+    cfg.api_key_prefix = {"authorization": "Bearer"}
+    with KubernetesBackend(
+        k8s.ApiClient(prepare_configuration(cfg, 2)), transport=_TRANSPORT[0], owns_client=True
+    ) as b:
+        assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+    with _for_url(f"{http.url}/some/prefix", token=TOKEN) as b, pytest.raises(NotFoundError):
+        b.get("Pod", "default", "p1")  # sent under the prefix, which the emulator does not serve
+
+
+def test_token_refresh_hook_runs_for_every_request(
+    http: ApiServerHTTP, mem: InMemoryApiServer
+) -> None:
+    _pod(mem)
+    refreshed: list[int] = []
+    cfg = k8s.Configuration(host=http.url)
+
+    def refresh(conf: Any) -> None:
+        refreshed.append(1)
+        conf.api_key = {"authorization": TOKEN}
+        conf.api_key_prefix = {"authorization": "Bearer"}
+
+    cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
+    cfg.api_key = {"authorization": "expired"}
+    with KubernetesBackend(
+        k8s.ApiClient(prepare_configuration(cfg, 2)), transport=_TRANSPORT[0], owns_client=True
+    ) as b:
+        for _ in range(3):
+            assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+    assert len(refreshed) >= 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"workers": 0}, {"workers": True}, {"transport": "fast"}, {"request_timeout": -1}],
+)
+def test_bad_backend_configuration_is_a_config_error(
+    http: ApiServerHTTP, kwargs: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidConfigError):
+        KubernetesBackend.for_url(http.url, **kwargs)
+    with pytest.raises(InvalidConfigError):
+        KubernetesBackend.for_url("ftp://example.com")
+    with pytest.raises(InvalidConfigError):
+        KubernetesBackend("not a client")  # type: ignore[arg-type]
