@@ -25,6 +25,7 @@ from .errors import (
     CallOutcomeError,
     CallStale,
     DispatcherClosed,
+    DisruptionBudgetError,
     ForbiddenError,
     InvalidCallError,
     InvalidConfigError,
@@ -36,7 +37,11 @@ from .errors import (
     Outcome,
     UnauthorizedError,
     UnknownCallTypeError,
+    UnknownKindError,
 )
+from .eviction_calls import PodEviction
+from .kinds import KindInfo, KindTable
+from .kinds import register as register_kind
 from .metrics import MetricsRegistryInUse
 from .objects import ObjectRef, as_object
 from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
@@ -57,6 +62,7 @@ __all__ = [
     "Dispatcher",
     "DispatcherClosed",
     "DispatcherConfig",
+    "DisruptionBudgetError",
     "ExecutorConfig",
     "ForbiddenError",
     "InvalidCallError",
@@ -64,6 +70,8 @@ __all__ = [
     "InvalidInputError",
     "InvalidObjectError",
     "KdispatchError",
+    "KindInfo",
+    "KindTable",
     "LeadershipLost",
     "MetricsRegistryInUse",
     "NoEventLoopError",
@@ -71,6 +79,7 @@ __all__ = [
     "ObjectRef",
     "Outcome",
     "PodBinding",
+    "PodEviction",
     "PodPreemption",
     "PodStatusPatch",
     "RateLimitConfig",
@@ -79,6 +88,8 @@ __all__ = [
     "RuntimeConfig",
     "UnauthorizedError",
     "UnknownCallTypeError",
+    "UnknownKindError",
     "as_object",
     "default_call_types",
+    "register_kind",
 ]

@@ -11,10 +11,13 @@ reports failures only by raising :class:`~kdispatch.actors.errors.ApiError` subc
 ``ConflictError``          409 precondition / resourceVersion / already bound
 ``AlreadyExistsError``     409 on create
 ``TooManyRequestsError``   429, with ``retry_after`` seconds
+``DisruptionBudgetError``  429 on an eviction a PodDisruptionBudget forbids (retryable)
 ``ServerError``            5xx
 ``RequestTimeoutError``    client-side timeout or 504
 ``ApiConnectionError``     connection refused / reset
-``InvalidRequestError``    400 / 403 / 422 (permanent)
+``UnauthorizedError``      401 (permanent, never retried)
+``ForbiddenError``         403 (permanent, never retried)
+``InvalidRequestError``    400 / 422 and other permanent 4xx
 ``BadResponseError``       a reply that cannot be understood
 =========================  ==========================================================
 
@@ -23,11 +26,12 @@ Objects go in and come out as JSON dicts (see :mod:`actors.objects`).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from .kinds import PatchType
 from .objects import Obj
 
-PatchType = Literal["strategic", "merge"]
+__all__ = ["ApiBackend", "EvictionBackend", "PatchType"]
 
 
 @runtime_checkable
@@ -75,4 +79,24 @@ class ApiBackend(Protocol):
         grace_period_seconds: int | None = None,
     ) -> None:
         """Delete with a UID precondition (mismatch raises ``ConflictError``)."""
+        ...
+
+
+@runtime_checkable
+class EvictionBackend(Protocol):
+    """A backend that can create ``pods/eviction`` (policy/v1), which honours
+    PodDisruptionBudgets. Thread-safe; runs on executor workers."""
+
+    def evict(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Evict the pod (its ``deleteOptions`` carry a UID precondition: a mismatch raises
+        ``ConflictError``). A PodDisruptionBudget that allows no disruption now raises
+        :class:`~kdispatch.actors.errors.DisruptionBudgetError`; a missing pod
+        ``NotFoundError``."""
         ...

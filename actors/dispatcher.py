@@ -81,6 +81,9 @@ class Dispatcher:
         if send_gate is not None and not callable(send_gate):
             raise InvalidInputError("send_gate must be a callable returning bool, or None")
         self.config = config
+        size_pool = getattr(backend, "size_pool", None)
+        if callable(size_pool):  # e.g. KubernetesBackend: a connection per executor worker
+            size_pool(config.executor.workers)
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry, prefix=config.metrics_prefix)
         self._clock = clock

@@ -244,3 +244,16 @@ class GoneError(ApiError):
 
     status = 410
     reason = "Expired"
+
+
+class UnknownKindError(InvalidInputError):
+    """A kind that is not in the kind table (:mod:`kdispatch.actors.kinds`): register it, or
+    fill the table from the apiserver's discovery documents."""
+
+
+class DisruptionBudgetError(TooManyRequestsError):
+    """429 on ``pods/eviction``: evicting the pod now would violate a PodDisruptionBudget
+    ("Cannot evict pod as it would violate the pod's disruption budget."). Retryable: the
+    budget frees up as other pods become ready."""
+
+    reason = "DisruptionBudget"

@@ -3,17 +3,27 @@
 Tests drive it with the official ``kubernetes`` client, so the HTTP, serialization and error
 paths of :class:`kdispatch.adapters.kubernetes.KubernetesBackend` and of the informers run for real.
 
-Served (JSON only)::
+Served (JSON only), for every kind of the kind table (:mod:`kdispatch.actors.kinds`: the
+built-ins and any registered CRD), under ``/api/v1`` or ``/apis/{group}/{version}``,
+namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}``)::
 
-    GET    /api/v1/pods                                    list / watch, all namespaces
-    GET    /api/v1/namespaces/{ns}/pods                    list / watch
-    POST   /api/v1/namespaces/{ns}/pods                    create (test setup)
-    GET    /api/v1/namespaces/{ns}/pods/{name}             get
-    DELETE /api/v1/namespaces/{ns}/pods/{name}             delete (DeleteOptions body)
-    PATCH  /api/v1/namespaces/{ns}/pods/{name}/status      strategic-merge or merge patch
-    POST   /api/v1/namespaces/{ns}/pods/{name}/binding     v1 Binding → Status 201
-    GET    /api/v1/nodes[/{name}]                          list / watch / get; POST creates
-    ...    /apis/resource.k8s.io/v1[/namespaces/{ns}]/resourceclaims[/{name}[/status]]
+    GET    .../{plural}                       list (labelSelector, fieldSelector, limit,
+                                              continue) / watch (?watch=true, same selectors)
+    POST   .../{plural}                       create
+    GET    .../{plural}/{name}[/status]       get
+    PUT    .../{plural}/{name}                replace (resourceVersion precondition)
+    PATCH  .../{plural}/{name}[/status]       strategic-merge, merge or JSON patch
+    DELETE .../{plural}/{name}                delete (DeleteOptions: preconditions uid and
+                                              resourceVersion, gracePeriodSeconds)
+    POST   .../pods/{name}/binding            v1 Binding → Status 201
+    POST   .../pods/{name}/eviction           policy/v1 Eviction → Status 201, or 429 when a
+                                              PodDisruptionBudget forbids it
+    GET    /api, /api/v1, /apis, /apis/{group}/{version}    discovery documents of the table
+
+A kind-specific store (for example for Leases) plugs in with ``stores={"Lease": store}``: the
+requests for that kind go to ``store``, which offers the same generic methods as
+:class:`InMemoryApiServer` (``get``, ``list_page``, ``watch``, ``create``, ``update``,
+``patch``, ``patch_status``, ``delete``, ``get_object``).
 
 Behaviour follows the real apiserver where the client can see it: lists answer ``<Kind>List``
 with ``metadata.resourceVersion`` and items without ``kind``/``apiVersion``; watches
@@ -44,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 import select
 import socket
 import struct
@@ -63,6 +72,7 @@ from kdispatch.actors.errors import (
     ApiConnectionError,
     ApiError,
     ConflictError,
+    DisruptionBudgetError,
     GoneError,
     InvalidInputError,
     InvalidObjectError,
@@ -71,40 +81,21 @@ from kdispatch.actors.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
+from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
 from .memory import InMemoryApiServer, RequestRecord, request_writer
 from .memory_leases import LeasePath, LeaseWrite
 from .memory_leases import serve_http as serve_lease
+from .memory_pdb import PDB_MESSAGE
 
-_KINDS: Mapping[str, tuple[str, str]] = {
-    # resource → (kind, apiVersion)
-    "pods": ("Pod", "v1"),
-    "nodes": ("Node", "v1"),
-    "resourceclaims": ("ResourceClaim", "resource.k8s.io/v1"),
-}
-
-_ROUTES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (
-        re.compile(
-            r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
-        ),
-        "pods",
-    ),
-    (re.compile(r"^/api/v1/pods$"), "pods"),
-    (re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"), "nodes"),
-    (
-        re.compile(
-            r"^/apis/resource\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/resourceclaims"
-            r"(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$"
-        ),
-        "resourceclaims",
-    ),
-    (re.compile(r"^/apis/resource\.k8s\.io/v1/resourceclaims$"), "resourceclaims"),
-)
+_STATUS_ONLY_KINDS = frozenset({"Pod", "ResourceClaim"})
+"""Kinds whose merge/strategic status patches go through ``patch_status`` (the dispatcher's
+request, with its strict checks); every other kind uses the generic ``patch``."""
 
 _PATCH_TYPES = {
     "application/strategic-merge-patch+json": "strategic",
     "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
 }
 
 _DEFAULT_WATCH_SECONDS = 1800.0
@@ -164,14 +155,17 @@ def _dumps(obj: object) -> bytes:
 
 
 class _Route:
-    """A parsed request path."""
+    """A parsed request path: the kind, and namespace/name/subresource when present."""
 
-    __slots__ = ("kind", "name", "namespace", "plural", "sub")
+    __slots__ = ("info", "kind", "name", "namespace", "plural", "sub")
 
-    def __init__(self, plural: str, namespace: str | None, name: str | None, sub: str | None):
-        self.plural = plural
-        self.kind = _KINDS[plural][0]
-        self.namespace = namespace
+    def __init__(
+        self, info: KindInfo, namespace: str | None, name: str | None, sub: str | None
+    ) -> None:
+        self.info = info
+        self.kind = info.kind
+        self.plural = info.plural
+        self.namespace = namespace if info.namespaced else ""
         self.name = name
         self.sub = sub
 
@@ -179,16 +173,39 @@ class _Route:
         return {"name": self.name, "kind": self.plural} if self.name else {"kind": self.plural}
 
 
-def _route(path: str) -> _Route:
-    for pattern, plural in _ROUTES:
-        m = pattern.match(path)
-        if m is not None:
-            groups = m.groupdict()
-            ns = groups.get("ns")
-            if plural == "nodes":
-                ns = ""
-            return _Route(plural, ns, groups.get("name"), groups.get("sub"))
-    raise _HttpError(404, "NotFound", "the server could not find the requested resource")
+def _not_found() -> _HttpError:
+    return _HttpError(404, "NotFound", "the server could not find the requested resource")
+
+
+def _route(kinds: KindTable, path: str) -> _Route | tuple[str, str] | None:
+    """The resource a path names; ``(group, version)`` for a discovery document of a group
+    version (``("", "")`` for the group list); None for ``/api``."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"]:
+        if len(parts) == 1:
+            return None
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[:1] == ["apis"]:
+        if len(parts) == 1:
+            return ("", "")
+        if len(parts) < 3:
+            raise _not_found()
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise _not_found()
+    if not rest:
+        return (group or "core", version)
+    namespace: str | None = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        info = kinds.by_resource(group, version, rest[2])
+        if info is not None and info.namespaced:
+            namespace, rest = rest[1], rest[2:]
+    info = kinds.by_resource(group, version, rest[0])
+    if info is None or len(rest) > 3 or (info.namespaced and namespace is None and len(rest) > 1):
+        raise _not_found()
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    return _Route(info, namespace, name, sub)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -249,13 +266,19 @@ class _Handler(BaseHTTPRequestHandler):
         api = self.server.api
         writer = request_writer.set(self.headers.get("User-Agent") or "")
         try:
+            # the body first: a refused request must not leave it in the keep-alive stream
+            body = self._body() if method in ("POST", "PATCH", "DELETE", "PUT") else None
             api.check_auth(self.headers.get("Authorization"))
             url = urlsplit(self.path)
-            if api.serve_extra(self, method, url.path, url.query):  # leases, request audit
+            if api.serve_extra(self, method, url.path, url.query, body):  # leases, audit
                 return
-            route = _route(url.path)
+            route = _route(api.kinds, url.path)
+            if not isinstance(route, _Route):
+                if method != "GET":
+                    raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported")
+                self._reply_json(200, discovery(api.kinds, route))
+                return
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-            body = self._body() if method in ("POST", "PATCH", "DELETE") else None
             try:
                 api.handle(self, method, route, query, body)
             except ApiError as exc:
@@ -318,6 +341,9 @@ class ApiServerHTTP:
     """Serves an :class:`InMemoryApiServer` over HTTP on ``host:port`` (0 = a free port).
 
     ``token``: when set, requests must carry ``Authorization: Bearer <token>`` (else 401).
+    ``kinds``: the kind table whose kinds are served (default: the process-wide one).
+    ``stores``: kind → a kind-specific store answering that kind's requests instead of
+    ``server`` (see the module).
     ``hang_seconds``: how long an injected timeout withholds the reply. ``timeout_reply``:
     ``"hang"`` (default) or ``"504"``. ``start``/``stop`` run on the caller's thread; request
     handling runs on per-connection threads and never holds a lock of its own while waiting.
@@ -333,9 +359,19 @@ class ApiServerHTTP:
         hang_seconds: float = 30.0,
         timeout_reply: Literal["hang", "504"] = "hang",
         watch_poll: float = 0.2,
+        kinds: KindTable | None = None,
+        stores: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(server, InMemoryApiServer):
             raise InvalidInputError(f"server must be an InMemoryApiServer, got {server!r}")
+        if kinds is not None and not isinstance(kinds, KindTable):
+            raise InvalidInputError(f"kinds must be a KindTable, got {kinds!r}")
+        if stores is not None and (
+            not isinstance(stores, Mapping) or not all(isinstance(k, str) for k in stores)
+        ):
+            raise InvalidInputError("stores must map kind names to stores")
+        self.kinds = kinds if kinds is not None else DEFAULT_KINDS
+        self._stores = dict(stores or {})
         for label, value in (("hang_seconds", hang_seconds), ("watch_poll", watch_poll)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
@@ -498,6 +534,16 @@ class ApiServerHTTP:
                 return _HttpError(504, "Timeout", str(exc), details=route.details())
             self._hang_until_gone(sock)
             return _Abort(reset=False)
+        if isinstance(exc, DisruptionBudgetError):
+            message, _, cause = str(exc).partition(PDB_MESSAGE)
+            return _HttpError(
+                429,
+                "TooManyRequests",
+                PDB_MESSAGE,
+                details={
+                    "causes": [{"reason": "DisruptionBudget", "message": cause.strip() or message}]
+                },
+            )
         if isinstance(exc, TooManyRequestsError):
             wait = exc.retry_after
             header = str(int(wait)) if float(wait).is_integer() else repr(float(wait))
@@ -522,9 +568,14 @@ class ApiServerHTTP:
             reason = HTTPStatus(code).phrase.replace(" ", "") if known else "Invalid"
             return _HttpError(code, reason, str(exc), details=route.details())
         code = exc.status if 500 <= exc.status <= 599 else 500
-        return _HttpError(code, "InternalError", str(exc))
+        headers = {"Retry-After": str(math.ceil(exc.retry_after))} if exc.retry_after else None
+        return _HttpError(code, "InternalError", str(exc), headers=headers)
 
     # ----------------------------------------------------------------- requests
+
+    def store(self, kind: str) -> Any:
+        """The store serving ``kind``: a plugged-in one, else the in-memory server."""
+        return self._stores.get(kind, self.server)
 
     def handle(
         self,
@@ -535,6 +586,8 @@ class ApiServerHTTP:
         body: Any,
     ) -> None:
         """Serve one request. Connection thread."""
+        store = self.store(route.kind)
+        ns, name = route.namespace or "", route.name or ""
         if route.name is None:
             if method == "GET":
                 if query.get("watch") in ("true", "1"):
@@ -542,60 +595,93 @@ class ApiServerHTTP:
                 else:
                     self._list(h, route, query)
                 return
-            if method == "POST" and route.namespace is not None:
+            if method == "POST" and (route.namespace is not None or not route.info.namespaced):
                 self._create(h, route, body)
                 return
         elif route.sub is None:
             if method == "GET":
-                h._reply_json(200, self.server.get(route.kind, route.namespace or "", route.name))
+                h._reply_json(200, store.get(route.kind, ns, name))
                 return
-            if method == "DELETE" and route.plural != "nodes":
+            if method == "DELETE":
                 self._delete(h, route, query, body)
                 return
-        elif route.sub == "status" and method == "PATCH" and route.plural != "nodes":
-            self._patch_status(h, route, body)
-            return
-        elif route.sub == "binding" and method == "POST" and route.plural == "pods":
+            if method == "PUT":
+                self._replace(h, route, body)
+                return
+            if method == "PATCH":
+                self._patch(h, route, body, None)
+                return
+        elif route.sub == "status" and route.info.status:
+            if method == "GET":
+                h._reply_json(200, store.get(route.kind, ns, name))
+                return
+            if method == "PATCH":
+                self._patch(h, route, body, "status")
+                return
+        elif route.sub == "binding" and method == "POST" and route.kind == "Pod":
             self._bind(h, route, body)
+            return
+        elif route.sub == "eviction" and method == "POST" and route.kind == "Pod":
+            self._evict(h, route, body)
             return
         raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported on {h.path}")
 
     def _current_uid(self, route: _Route) -> str:
-        obj = self.server.get_object(route.kind, route.namespace or "", route.name or "")
+        obj = self.store(route.kind).get_object(route.kind, route.namespace or "", route.name or "")
         if obj is None:
             raise NotFoundError(f'{route.plural} "{route.name}" not found')
         return str(obj["metadata"]["uid"])
 
     def _list(self, h: _Handler, route: _Route, query: Mapping[str, str]) -> None:
-        _reject_selectors(query)
-        items, rv = self.server.list(route.kind, namespace=route.namespace)
-        kind, api_version = _KINDS[route.plural]
+        limit = _int_query(query, "limit")
+        items, rv, token = self.store(route.kind).list_page(
+            route.kind,
+            namespace=route.namespace or None,
+            label_selector=query.get("labelSelector") or None,
+            field_selector=query.get("fieldSelector") or None,
+            limit=limit if limit else None,
+            continue_token=query.get("continue") or None,
+        )
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if token:
+            meta["continue"] = token
         h._reply_json(
             200,
             {
-                "kind": f"{kind}List",
-                "apiVersion": api_version,
-                "metadata": {"resourceVersion": str(rv)},
+                "kind": f"{route.kind}List",
+                "apiVersion": route.info.api_version,
+                "metadata": meta,
                 "items": [_strip_type(item) for item in items],
             },
         )
 
-    def _create(self, h: _Handler, route: _Route, body: Any) -> None:
+    def _owned_body(self, route: _Route, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise _HttpError(400, "BadRequest", "body must be a JSON object")
-        kind, api_version = _KINDS[route.plural]
         obj = dict(body)
-        obj.setdefault("kind", kind)
-        obj.setdefault("apiVersion", api_version)
+        obj.setdefault("kind", route.kind)
+        obj.setdefault("apiVersion", route.info.api_version)
+        if obj["kind"] != route.kind:
+            raise _HttpError(400, "BadRequest", f"body is a {obj['kind']!r}, not a {route.kind}")
         meta = dict(obj.get("metadata") or {})
         if route.namespace:
             if meta.get("namespace", route.namespace) != route.namespace:
                 raise _HttpError(400, "BadRequest", "metadata.namespace does not match the path")
             meta["namespace"] = route.namespace
+        if route.name is not None and meta.get("name", route.name) != route.name:
+            raise _HttpError(400, "BadRequest", "metadata.name does not match the path")
         obj["metadata"] = meta
-        h._reply_json(201, self.server.create(obj))
+        return obj
 
-    def _patch_status(self, h: _Handler, route: _Route, body: Any) -> None:
+    def _create(self, h: _Handler, route: _Route, body: Any) -> None:
+        h._reply_json(201, self.store(route.kind).create(self._owned_body(route, body)))
+
+    def _replace(self, h: _Handler, route: _Route, body: Any) -> None:
+        obj = self._owned_body(route, body)
+        obj["metadata"].setdefault("name", route.name)
+        h._reply_json(200, self.store(route.kind).update(obj))
+
+    def _patch(self, h: _Handler, route: _Route, body: Any, sub: str | None) -> None:
         content_type = (h.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         patch_type = _PATCH_TYPES.get(content_type)
         if patch_type is None:
@@ -604,6 +690,28 @@ class ApiServerHTTP:
                 "UnsupportedMediaType",
                 f"the body of the request was in an unknown format: {content_type}",
             )
+        if patch_type == "strategic" and route.info.patch != "strategic":
+            raise _HttpError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format: {content_type}, accepted "
+                "media types include: application/json-patch+json, "
+                "application/merge-patch+json",
+            )
+        store = self.store(route.kind)
+        ns, name = route.namespace or "", route.name or ""
+        if sub == "status" and patch_type != "json" and route.kind in _STATUS_ONLY_KINDS:
+            self._patch_status(h, route, body, patch_type)
+            return
+        if patch_type == "json":
+            if not isinstance(body, list):
+                raise _HttpError(400, "BadRequest", "a JSON patch must be a list of operations")
+        elif not isinstance(body, dict):
+            raise _HttpError(400, "BadRequest", "patch body must be a JSON object")
+        obj = store.patch(route.kind, ns, name, body, subresource=sub, patch_type=patch_type)
+        h._reply_json(200, obj)
+
+    def _patch_status(self, h: _Handler, route: _Route, body: Any, patch_type: str) -> None:
         if not isinstance(body, dict):
             raise _HttpError(400, "BadRequest", "patch body must be a JSON object")
         patch = dict(body)
@@ -614,14 +722,14 @@ class ApiServerHTTP:
             patch["metadata"] = meta
         if uid is None:
             uid = self._current_uid(route)
-        obj = self.server.patch_status(
+        obj = self.store(route.kind).patch_status(
             route.kind,
             route.namespace or "",
             route.name or "",
             patch,
             uid=str(uid),
             resource_version=None if rv is None else str(rv),
-            patch_type=patch_type,  # type: ignore[arg-type]
+            patch_type=patch_type,
         )
         h._reply_json(200, obj)
 
@@ -639,28 +747,41 @@ class ApiServerHTTP:
         self.server.bind(route.namespace or "", route.name or "", uid=str(uid), node=node)
         h._reply_json(201, status_object(201, "", ""))
 
+    def _evict(self, h: _Handler, route: _Route, body: Any) -> None:
+        if not isinstance(body, dict) or body.get("kind", "Eviction") != "Eviction":
+            raise _HttpError(400, "BadRequest", "body must be a policy/v1 Eviction")
+        meta = body.get("metadata")
+        if isinstance(meta, dict) and meta.get("name", route.name) != route.name:
+            raise _HttpError(400, "BadRequest", "name in URL does not match name in Eviction")
+        uid, rv, grace = _delete_options(body.get("deleteOptions"), {})
+        self.server.evict(
+            route.namespace or "",
+            route.name or "",
+            uid=uid,
+            resource_version=rv,
+            grace_period_seconds=grace,
+        )
+        h._reply_json(201, status_object(201, "", ""))
+
     def _delete(self, h: _Handler, route: _Route, query: Mapping[str, str], body: Any) -> None:
-        options = body if isinstance(body, dict) else {}
-        pre = options.get("preconditions")
-        uid = pre.get("uid") if isinstance(pre, dict) else None
-        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
-        if grace is not None:
-            try:
-                grace = int(grace)
-            except (TypeError, ValueError):
-                raise _HttpError(400, "BadRequest", f"bad gracePeriodSeconds {grace!r}") from None
+        uid, rv, grace = _delete_options(body, query)
+        store = self.store(route.kind)
         ns, name = route.namespace or "", route.name or ""
-        before = self.server.get_object(route.kind, ns, name)
+        before = store.get_object(route.kind, ns, name)
         if uid is None:
             uid = self._current_uid(route)
-        self.server.delete(route.kind, ns, name, uid=str(uid), grace_period_seconds=grace)
-        after = self.server.get_object(route.kind, ns, name)
+        store.delete(route.kind, ns, name, uid=uid, resource_version=rv, grace_period_seconds=grace)
+        after = store.get_object(route.kind, ns, name)
         h._reply_json(200, after or before or status_object(200, "", ""))
 
     # ----------------------------------------------------------------- watch
 
     def _watch(self, h: _Handler, route: _Route, query: Mapping[str, str]) -> None:
-        _reject_selectors(query)
+        store = self.store(route.kind)
+        selectors = {
+            "label_selector": query.get("labelSelector") or None,
+            "field_selector": query.get("fieldSelector") or None,
+        }
         rv = query.get("resourceVersion") or None
         timeout = _DEFAULT_WATCH_SECONDS
         if "timeoutSeconds" in query:
@@ -670,10 +791,17 @@ class ApiServerHTTP:
                 raise _HttpError(400, "BadRequest", "bad timeoutSeconds") from None
         initial: list[dict[str, Any]] = []
         if rv in (None, "0"):
-            initial, list_rv = self.server.list(route.kind, namespace=route.namespace)
+            initial, list_rv, _ = store.list_page(
+                route.kind, namespace=route.namespace or None, **selectors
+            )
             rv = str(list_rv)
         try:
-            w = self.server.watch(route.kind, resource_version=rv, namespace=route.namespace)
+            w = store.watch(
+                route.kind,
+                resource_version=rv,
+                namespace=route.namespace or None,
+                **selectors,
+            )
         except GoneError as exc:  # the apiserver reports it in the stream, not as the HTTP status
             status = status_object(410, "Expired", str(exc))
             self._start_stream(h)
@@ -725,7 +853,9 @@ class ApiServerHTTP:
 
     # ----------------------------------------------------------------- leases and audit
 
-    def serve_extra(self, h: _Handler, method: str, path: str, query_string: str) -> bool:
+    def serve_extra(
+        self, h: _Handler, method: str, path: str, query_string: str, body: Any
+    ) -> bool:
         """Serve ``coordination.k8s.io/v1`` leases (:mod:`adapters.memory_leases`) and the
         request audit (``GET /debug/kdispatch/requests``: the in-memory server's request log
         with each writer, and the lease writes); False for any other path. Connection
@@ -737,7 +867,6 @@ class ApiServerHTTP:
         if lease is None:
             return False
         query = {k: v[-1] for k, v in parse_qs(query_string).items()}
-        body = h._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
         content_type = (h.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         route = _LeaseRoute(lease)
         try:
@@ -811,7 +940,85 @@ def _strip_type(item: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if k not in ("kind", "apiVersion")}
 
 
-def _reject_selectors(query: Mapping[str, str]) -> None:
-    for key in ("labelSelector", "fieldSelector"):
-        if query.get(key):
-            raise _HttpError(400, "BadRequest", f"{key} is not supported by this test apiserver")
+def _int_query(query: Mapping[str, str], key: str) -> int | None:
+    raw = query.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _HttpError(400, "BadRequest", f"bad {key} {raw!r}") from None
+    if value < 0:
+        raise _HttpError(400, "BadRequest", f"bad {key} {raw!r}")
+    return value
+
+
+def _delete_options(
+    options: object, query: Mapping[str, str]
+) -> tuple[str | None, str | None, int | None]:
+    """(uid, resourceVersion, gracePeriodSeconds) of DeleteOptions (or the query)."""
+    opts = options if isinstance(options, dict) else {}
+    pre = opts.get("preconditions")
+    pre = pre if isinstance(pre, dict) else {}
+    uid, rv = pre.get("uid"), pre.get("resourceVersion")
+    grace = opts.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+    if grace is not None:
+        try:
+            grace = int(grace)
+        except (TypeError, ValueError):
+            raise _HttpError(400, "BadRequest", f"bad gracePeriodSeconds {grace!r}") from None
+    return (
+        None if uid is None else str(uid),
+        None if rv is None else str(rv),
+        grace,
+    )
+
+
+def discovery(kinds: KindTable, which: tuple[str, str] | None) -> dict[str, Any]:
+    """A discovery document of the kind table: ``/api`` (None), ``/apis`` (``("", "")``) or
+    one group version's APIResourceList."""
+    if which is None:
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    group, version = which
+    if not group:
+        versions: dict[str, set[str]] = {}
+        for info in kinds:
+            if info.group:
+                versions.setdefault(info.group, set()).add(info.version)
+        groups = []
+        for name in sorted(versions):
+            vs = [{"groupVersion": f"{name}/{v}", "version": v} for v in sorted(versions[name])]
+            groups.append({"name": name, "versions": vs, "preferredVersion": vs[0]})
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+    group = "" if group == "core" else group
+    resources: list[dict[str, Any]] = []
+    for info in kinds:
+        if info.group != group or info.version != version:
+            continue
+        resources.append(
+            {
+                "name": info.plural,
+                "singularName": info.kind.lower(),
+                "namespaced": info.namespaced,
+                "kind": info.kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            }
+        )
+        if info.status:
+            resources.append(
+                {
+                    "name": f"{info.plural}/status",
+                    "singularName": "",
+                    "namespaced": info.namespaced,
+                    "kind": info.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    if not resources:
+        raise _not_found()
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }

@@ -1,8 +1,8 @@
 """Informers: list+watch loops keeping a UID-keyed cache and calling handlers.
 
-An :class:`Informer` lists one kind (Pod, ResourceClaim or Node) through a :class:`ListWatch`
-source, then watches from the list's resourceVersion; every change reaches the registered
-handlers as JSON dicts with ``kind`` set, on the informer's own thread, in order.
+An :class:`Informer` lists one kind (any kind of the kind table, CRDs included) through a
+:class:`ListWatch` source, then watches from the list's resourceVersion; every change reaches
+the registered handlers as JSON dicts with ``kind`` set, on the informer's own thread, in order.
 
 * Keyed by ``metadata.uid``: a pod deleted and re-created under the same name is a delete of
   the old UID and an add of the new one.
@@ -16,6 +16,12 @@ handlers as JSON dicts with ``kind`` set, on the informer's own thread, in order
   cuts an open watch stream.
 * A handler that raises is logged and skipped; it never stops the loop or other handlers.
 * :meth:`Informer.has_synced` turns true once the first list has been delivered.
+* Failures are visible: :attr:`Informer.last_error` holds the newest one (None again after a
+  successful list or a watch that made progress), an ``on_error(exc)`` hook is called with each
+  one on the informer thread, and ``kdispatch_informer_errors_total{informer,kind,reason}``
+  counts them. 401/403 (``UnauthorizedError``/``ForbiddenError``) are still retried with backoff
+  (a refreshed token or a new RBAC binding fixes them without a restart), but
+  :meth:`Informer.wait_for_sync` raises them instead of only timing out.
 
 Why not ``kubernetes.informer.SharedInformer`` (shipped by the client since 37.0): it delivers
 model objects (pydantic ``V1Pod``...), not the JSON dicts kdispatch works with, and building them
@@ -24,8 +30,9 @@ signal; its ``stop()`` joins without a timeout and cannot interrupt a quiet watc
 checks its stop flag between events); list failures wait a fixed 5 s with no backoff. The loop
 below is small and meets all of the points above.
 
-Two sources: :class:`ClientListWatch` over the official client (raw JSON lines from
-``_preload_content=False``, errors mapped like :mod:`adapters.kubernetes`), and
+Two sources: :class:`ClientListWatch` over the official client (through
+:class:`~kdispatch.adapters.kubernetes.KubernetesBackend`'s ``list_all``/``watch``, raw JSON
+lines, errors mapped like :mod:`kdispatch.adapters.transport`), and
 :class:`MemoryListWatch` directly over an :class:`~kdispatch.adapters.memory.InMemoryApiServer`.
 """
 
@@ -36,36 +43,30 @@ import json
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
 from loguru import logger
+from prometheus_client import CollectorRegistry, Counter
 
 from kdispatch.actors.errors import (
     ApiConnectionError,
     ApiError,
     BadResponseError,
+    ForbiddenError,
     GoneError,
     InvalidInputError,
+    UnauthorizedError,
 )
+from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from kdispatch.actors.objects import get_path
 
-from .kubernetes import (
-    error_from_status,
-    read_json_object,
-    translate_errors,
-)
+from .kubernetes import KubernetesBackend, error_from_status, translate_errors
 from .memory import InMemoryApiServer
-
-POD = "Pod"
-RESOURCE_CLAIM = "ResourceClaim"
-NODE = "Node"
-KINDS: Mapping[str, str] = MappingProxyType(
-    {POD: "v1", NODE: "v1", RESOURCE_CLAIM: "resource.k8s.io/v1"}
-)
-"""Kinds an informer can watch, with their apiVersion."""
+from .transport import TransportName
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
 _EVENT_TYPES = frozenset({ADDED, MODIFIED, DELETED, BOOKMARK})
@@ -109,17 +110,11 @@ class ListWatch(Protocol):
         ...
 
 
-def _check_kind(kind: object) -> str:
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise InvalidInputError(f"unsupported kind {kind!r}: want one of {sorted(KINDS)}")
-    return kind
-
-
-def _typed(obj: Obj, kind: str) -> Obj:
+def _typed(obj: Obj, info: KindInfo) -> Obj:
     """``obj`` with ``kind``/``apiVersion`` filled in (list items come without them)."""
-    if obj.get("kind") != kind:
-        obj["kind"] = kind
-    obj.setdefault("apiVersion", KINDS[kind])
+    if obj.get("kind") != info.kind:
+        obj["kind"] = info.kind
+    obj.setdefault("apiVersion", info.api_version)
     return obj
 
 
@@ -127,33 +122,50 @@ def _typed(obj: Obj, kind: str) -> Obj:
 
 
 class MemoryListWatch:
-    """:class:`ListWatch` directly over an :class:`InMemoryApiServer` (no HTTP). A watch the
-    server drops raises :class:`ApiConnectionError`, like a cut connection."""
+    """:class:`ListWatch` directly over an :class:`InMemoryApiServer` (no HTTP), for any kind
+    of the kind table. ``label_selector``: only objects whose labels match (equality-based and
+    set-based selectors, as the apiserver parses them). A watch the server drops raises
+    :class:`ApiConnectionError`, like a cut connection."""
 
-    def __init__(self, server: InMemoryApiServer, kind: str, namespace: str | None = None):
+    def __init__(
+        self,
+        server: InMemoryApiServer,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        kinds: KindTable | None = None,
+    ):
         if not isinstance(server, InMemoryApiServer):
             raise InvalidInputError(f"server must be an InMemoryApiServer, got {server!r}")
-        self.kind = _check_kind(kind)
+        self._info = (kinds or DEFAULT_KINDS).lookup(kind)
+        self.kind = self._info.kind
         self._server = server
         self._namespace = namespace
+        self._selector = label_selector
 
     def list(self) -> tuple[list[Obj], str]:
         """Informer thread."""
-        items, rv = self._server.list(self.kind, namespace=self._namespace)
-        return [_typed(item, self.kind) for item in items], rv
+        items, rv = self._server.list(
+            self.kind, namespace=self._namespace, label_selector=self._selector
+        )
+        return [_typed(item, self._info) for item in items], rv
 
     def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
         """Informer thread."""
         w = self._server.watch(
-            self.kind, resource_version=resource_version, namespace=self._namespace
+            self.kind,
+            resource_version=resource_version,
+            namespace=self._namespace,
+            label_selector=self._selector,
         )
-        return _MemoryWatchStream(w, self.kind, timeout_seconds)
+        return _MemoryWatchStream(w, self._info, timeout_seconds)
 
 
 class _MemoryWatchStream:
-    def __init__(self, w: Any, kind: str, timeout: float) -> None:
+    def __init__(self, w: Any, info: KindInfo, timeout: float) -> None:
         self._w = w
-        self._kind = kind
+        self._info = info
         self._timeout = timeout
 
     def __iter__(self) -> Iterator[WatchEvent]:
@@ -166,10 +178,12 @@ class _MemoryWatchStream:
             if event is None:
                 if self._w.ended:
                     if self._w.dropped:
-                        raise ApiConnectionError(f"watch of {self._kind} dropped by the server")
+                        raise ApiConnectionError(
+                            f"watch of {self._info.kind} dropped by the server"
+                        )
                     return
                 continue
-            yield WatchEvent(event.type, _typed(event.object, self._kind))
+            yield WatchEvent(event.type, _typed(event.object, self._info))
 
     def stop(self) -> None:
         self._w.stop()
@@ -179,90 +193,93 @@ class _MemoryWatchStream:
 
 
 class ClientListWatch:
-    """:class:`ListWatch` over the official client's list/watch calls.
+    """:class:`ListWatch` over the official client, for any kind of the kind table (built-in
+    or CRD, namespaced or cluster-scoped), with label/field selectors.
 
-    Lists are plain consistent reads (no resourceVersion); watches ask for bookmarks and a
-    server-side ``timeoutSeconds``, with a client read timeout a little longer. Replies are
-    read raw and decoded here. Watches hold a pooled connection for their whole duration: give
-    informers their own ``ApiClient`` (it may share the backend's ``Configuration``) so they do
-    not compete with the executor's workers for the pool.
+    ``api``: an ``ApiClient`` or a :class:`KubernetesBackend` (its client is used).
+    Lists page through the collection (``limit``/``continue``, ``page_size`` objects per
+    request) as consistent reads; watches ask for bookmarks and a server-side
+    ``timeoutSeconds``, with a client read timeout a little longer. Replies are read raw and
+    decoded here, through the ``transport`` (``"lean"`` or ``"client"``, see
+    :mod:`kdispatch.adapters.transport`). Watches hold a pooled connection for their whole
+    duration: give informers their own ``ApiClient`` (it may share the backend's
+    ``Configuration``) so they do not compete with the executor's workers for the pool.
+    Bad arguments raise :class:`InvalidInputError` subclasses (an unknown kind
+    ``UnknownKindError``).
     """
 
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        api: k8s.ApiClient | KubernetesBackend,
         kind: str,
         namespace: str | None = None,
         *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
         request_timeout: float = 30.0,
+        page_size: int = 500,
+        transport: TransportName = "lean",
+        kinds: KindTable | None = None,
     ) -> None:
-        if not isinstance(api_client, k8s.ApiClient):
+        if isinstance(api, KubernetesBackend):
+            api = api.api_client
+        if not isinstance(api, k8s.ApiClient):
             raise InvalidInputError(
-                f"api_client must be a kubernetes ApiClient, got {api_client!r}"
+                f"api must be a kubernetes ApiClient or a KubernetesBackend, got {api!r}"
             )
-        if (
-            isinstance(request_timeout, bool)
-            or not isinstance(request_timeout, int | float)
-            or not request_timeout > 0
+        for label, value in (
+            ("label_selector", label_selector),
+            ("field_selector", field_selector),
         ):
-            raise InvalidInputError(f"request_timeout must be > 0, got {request_timeout!r}")
-        self.kind = _check_kind(kind)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidInputError(f"{label} must be a non-empty str or None, got {value!r}")
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise InvalidInputError(f"page_size must be a positive int, got {page_size!r}")
+        table = kinds or DEFAULT_KINDS
+        self._info = table.lookup(kind)
+        self.kind = self._info.kind
+        if namespace is not None and not self._info.namespaced:
+            raise InvalidInputError(f"{kind} is cluster-scoped, got namespace {namespace!r}")
         self._namespace = namespace
-        self._timeout = float(request_timeout)
-        core: Any = k8s.CoreV1Api(api_client)
-        resource: Any = k8s.ResourceV1Api(api_client)
-        self._call: Callable[..., Any]
-        self._args: tuple[str, ...] = () if namespace is None else (namespace,)
-        if kind == NODE:
-            self._call, self._args = core.list_node, ()
-        elif kind == POD:
-            self._call = (
-                core.list_pod_for_all_namespaces if namespace is None else core.list_namespaced_pod
-            )
-        elif namespace is None:
-            self._call = resource.list_resource_claim_for_all_namespaces
-        else:
-            self._call = resource.list_namespaced_resource_claim
+        self._labels = label_selector
+        self._fields = field_selector
+        self._page_size = page_size
+        self._backend = KubernetesBackend(
+            api, request_timeout=request_timeout, transport=transport, kinds=table
+        )
+        self._timeout = self._backend.request_timeout
 
     def list(self) -> tuple[list[Obj], str]:
         """Informer thread."""
-        what = f"list {self.kind}"
-        with translate_errors(what):
-            resp = self._call(*self._args, _preload_content=False, _request_timeout=self._timeout)
-            body = read_json_object(resp, what)
-        items = body.get("items")
-        meta = body.get("metadata")
-        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-        if not isinstance(items, list) or not isinstance(rv, str) or not rv:
-            raise BadResponseError(f"{what}: reply has no items or no resourceVersion")
-        if not all(isinstance(item, dict) for item in items):
-            raise BadResponseError(f"{what}: reply has a non-object item")
-        return [_typed(item, self.kind) for item in items], rv
+        items, rv = self._backend.list_all(
+            self.kind,
+            self._namespace,
+            label_selector=self._labels,
+            field_selector=self._fields,
+            page_size=self._page_size,
+        )
+        return list(items), rv
 
     def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
         """Informer thread."""
-        what = f"watch {self.kind}"
-        seconds = max(1, int(timeout_seconds))
-        with translate_errors(what):
-            resp = self._call(
-                *self._args,
-                watch=True,
-                resource_version=resource_version,
-                timeout_seconds=seconds,
-                allow_watch_bookmarks=True,
-                _preload_content=False,
-                _request_timeout=(self._timeout, seconds + self._timeout),
-            )
-        return _HttpWatchStream(resp, self.kind, what)
+        resp = self._backend.watch(
+            self.kind,
+            self._namespace,
+            resource_version=resource_version,
+            timeout_seconds=max(1, int(timeout_seconds)),
+            label_selector=self._labels,
+            field_selector=self._fields,
+        )
+        return _HttpWatchStream(resp, self._info, f"watch {self.kind}")
 
 
 class _HttpWatchStream:
     """JSON lines of a chunked watch reply. ``stop`` shuts the socket down for reading, which
     unblocks the informer thread; the response is then closed (never returned to the pool)."""
 
-    def __init__(self, resp: Any, kind: str, what: str) -> None:
+    def __init__(self, resp: Any, info: KindInfo, what: str) -> None:
         self._resp = resp
-        self._kind = kind
+        self._info = info
         self._what = what
         self._lock = threading.Lock()
         self._stopped = False
@@ -308,7 +325,7 @@ class _HttpWatchStream:
             raise BadResponseError(f"{self._what}: unknown event type {event_type!r}")
         if event_type == BOOKMARK:
             return WatchEvent(BOOKMARK, obj)
-        return WatchEvent(event_type, _typed(obj, self._kind))
+        return WatchEvent(event_type, _typed(obj, self._info))
 
     def _close(self) -> None:
         with self._lock:
@@ -349,6 +366,32 @@ def _uid(obj: Obj) -> str | None:
     return uid if isinstance(uid, str) and uid else None
 
 
+OnError = Callable[[BaseException], None]
+
+_ERRORS_NAME = "kdispatch_informer_errors_total"
+_error_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+_counters_lock = threading.Lock()
+
+
+def informer_errors(registry: CollectorRegistry) -> Counter:
+    """The ``kdispatch_informer_errors_total`` counter of ``registry``, shared by every
+    informer registered there. Any thread."""
+    with _counters_lock:
+        counter = _error_counters.get(registry)
+        if counter is None:
+            counter = Counter(
+                _ERRORS_NAME,
+                "Informer list/watch failures, by informer, kind and error reason.",
+                ["informer", "kind", "reason"],
+                registry=registry,
+            )
+            _error_counters[registry] = counter
+        return counter
+
+
+_PERMANENT = (UnauthorizedError, ForbiddenError)
+
+
 class _Handler(NamedTuple):
     on_add: OnAdd | None
     on_update: OnUpdate | None
@@ -376,7 +419,13 @@ class Informer:
         backoff_initial: float = 0.05,
         backoff_max: float = 5.0,
         watch_timeout: float = 300.0,
+        on_error: OnError | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
+        if on_error is not None and not callable(on_error):
+            raise InvalidInputError(f"on_error must be callable, got {on_error!r}")
+        if metrics_registry is not None and not isinstance(metrics_registry, CollectorRegistry):
+            raise InvalidInputError("metrics_registry must be a prometheus CollectorRegistry")
         for label, value in (
             ("backoff_initial", backoff_initial),
             ("backoff_max", backoff_max),
@@ -390,7 +439,14 @@ class Informer:
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"name must be a non-empty str, got {name!r}")
         self._lw = list_watch
-        self._kind = _check_kind(getattr(list_watch, "kind", None))
+        kind = getattr(list_watch, "kind", None)
+        if not isinstance(kind, str) or not kind:
+            raise InvalidInputError(f"list_watch must have a kind, got {kind!r}")
+        self._kind = kind
+        self._on_error = on_error
+        self._errors = informer_errors(metrics_registry or CollectorRegistry()).labels
+        self._last_error: BaseException | None = None
+        self._state = threading.Condition(threading.Lock())  # synced / last_error changes
         self.name = name
         self._resync = resync
         self._backoff_initial = float(backoff_initial)
@@ -461,8 +517,26 @@ class Informer:
         return self._synced.is_set()
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Block until :meth:`has_synced` (True) or ``timeout`` (False)."""
-        return self._synced.wait(timeout)
+        """Block until :meth:`has_synced` (True) or ``timeout`` (False; :attr:`last_error`
+        says why). Raises ``UnauthorizedError``/``ForbiddenError`` at once when the list was
+        refused for that reason and nothing has been synced yet. Any thread."""
+        with self._state:
+            self._state.wait_for(
+                lambda: self._synced.is_set() or isinstance(self._last_error, _PERMANENT),
+                timeout,
+            )
+            if self._synced.is_set():
+                return True
+            if isinstance(self._last_error, _PERMANENT):
+                raise self._last_error
+            return False
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The newest list/watch failure, or None when the last list (or a watch since)
+        succeeded. Any thread."""
+        with self._state:
+            return self._last_error
 
     @property
     def cache(self) -> Mapping[str, Obj]:
@@ -501,16 +575,22 @@ class Informer:
                     self._rv = rv
                     need_list, failures = False, 0
                     self.relists += 1
-                    self._synced.set()
+                    with self._state:
+                        self._synced.set()
+                        self._last_error = None
+                        self._state.notify_all()
                 if self._resync is not None and time.monotonic() - last_resync >= self._resync:
                     self._replay()
                     last_resync = time.monotonic()
                 if self._run_watch(last_resync):
                     failures = gone_streak = 0
+                    if self._progress:
+                        self._clear_error()
                     continue
                 failures += 1
             except GoneError as exc:
                 self._log.info("watch expired ({}); re-listing", exc)
+                self._errors(self.name, self._kind, exc.reason).inc()
                 need_list = True
                 # re-list at once, unless Gone keeps coming without any progress in between
                 gone_streak = 1 if self._progress else gone_streak + 1
@@ -521,11 +601,29 @@ class Informer:
                 # a watch that delivered events before failing starts the backoff afresh
                 failures = 1 if self._progress else failures + 1
                 self._log.warning("{} failed: {}", "list" if need_list else "watch", exc)
-            except Exception:
+                self._report(exc, exc.reason)
+            except Exception as exc:
                 failures = 1 if self._progress else failures + 1
                 self._log.exception("informer loop error")
+                self._report(exc, type(exc).__name__)
             self._stop.wait(self._backoff(failures))
         self._log.debug("informer stopped")
+
+    def _report(self, exc: BaseException, reason: str) -> None:
+        """Record a failure: last_error, the metric, the hook. Informer thread."""
+        with self._state:
+            self._last_error = exc
+            self._state.notify_all()
+        self._errors(self.name, self._kind, reason).inc()
+        if self._on_error is not None:
+            try:
+                self._on_error(exc)
+            except Exception:
+                self._log.exception("informer on_error hook raised")
+
+    def _clear_error(self) -> None:
+        with self._state:
+            self._last_error = None
 
     def _run_watch(self, last_resync: float) -> bool:
         """One watch request. True when it made progress or ran its full course (renew at

@@ -1,238 +1,113 @@
 """``KubernetesBackend``: the :class:`~kdispatch.actors.backend.ApiBackend` over the official
-client.
+client, for any resource.
 
-Every request goes through one shared :class:`kubernetes.client.ApiClient` (its urllib3 pool is
-thread-safe; size ``connection_pool_maxsize`` to at least the executor's worker count, which the
-``for_url`` / ``from_kubeconfig`` / ``in_cluster`` constructors do) and carries a client-side
-timeout. Replies are read with ``_preload_content=False`` and decoded here as JSON dicts: that is
-the form kdispatch works with, it avoids building model objects, and it sidesteps the client's
-failure to decode the ``Status`` that ``pods/binding`` answers with.
+Any kind of the kind table (:mod:`kdispatch.actors.kinds`) — built-in or CRD, namespaced or
+cluster-scoped — can be read (``get``), listed with label/field selectors and pagination
+(``list``, ``list_all``), watched (``watch``), created (``create``), patched (``patch``: the
+object or a subresource such as ``status``; strategic merge for built-ins, JSON merge patch for
+CRDs, or a JSON patch whose preconditions become ``test`` operations), have a subresource
+created (``create_subresource``: ``pods/binding``, ``pods/eviction``) and be deleted with
+preconditions (``delete``). ``patch_status``, ``bind``, ``evict`` and ``delete`` are the
+dispatcher's calls on top of these.
+
+Requests go through one shared :class:`kubernetes.client.ApiClient` — its ``Configuration``
+(auth, TLS, proxies, token refresh) and its thread-safe urllib3 pool — with one of two
+transports (:mod:`kdispatch.adapters.transport`): ``"lean"`` (the default: prebuilt JSON
+straight through the client's pool, raw JSON replies) or ``"client"`` (the official
+``call_api``). The pool keeps at least ``workers`` connections (:meth:`size_pool`; the
+:class:`~kdispatch.actors.dispatcher.Dispatcher` calls it with its executor's worker count), so
+parallel workers never see "Connection pool is full". Every request carries a client-side
+timeout.
 
 Upstream facts this module relies on:
 
-* a dict body sent with ``Content-Type: application/strategic-merge-patch+json`` merges
-  ``status.conditions`` by ``type`` on the server; ``metadata.uid`` and
-  ``metadata.resourceVersion`` in a patch body are preconditions (mismatch → 409 Conflict);
+* ``metadata.uid`` and ``metadata.resourceVersion`` in a (strategic or JSON merge) patch body
+  are preconditions (mismatch → 409 Conflict); a JSON patch carries them as ``test`` ops;
+* a strategic merge patch merges ``status.conditions`` by ``type``; custom resources only
+  accept JSON merge and JSON patches;
 * ``pods/binding`` answers ``Status{code: 201}``; a pod that is already bound gets 409;
-* a 429 carries ``Retry-After`` (and usually ``details.retryAfterSeconds``);
-* ``resource.k8s.io/v1`` serves ResourceClaims and their ``status`` subresource.
+* ``pods/eviction`` takes a ``policy/v1`` ``Eviction`` whose ``deleteOptions`` carry the
+  preconditions, and answers 429 "Cannot evict pod as it would violate the pod's disruption
+  budget." when a PodDisruptionBudget allows no disruption;
+* a 429 (and often a 503) carries ``Retry-After``;
+* lists page with ``limit``/``continue``; the last page has no ``continue`` token.
 
-Errors are mapped to :mod:`actors.errors` (see :func:`map_api_exception` and
-:func:`map_transport_error`). Exception messages carry the operation, HTTP status, reason and
-the server's message, never request headers: bearer tokens do not appear in them or in logs.
-urllib3's own retries are switched off (the executor owns the retry policy).
+Exception messages carry the operation, HTTP status, reason and the server's message, never
+request headers: bearer tokens do not appear in them or in logs. Bad configuration (URL,
+workers, timeout, transport) raises :class:`~kdispatch.actors.errors.InvalidConfigError`;
+malformed request arguments raise ``InvalidRequestError`` (or ``UnknownKindError``) before
+anything is sent.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import math
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, TypeVar
+import builtins
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
-import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 from loguru import logger
 
-from kdispatch.actors.backend import PatchType
 from kdispatch.actors.errors import (
-    AlreadyExistsError,
-    ApiConnectionError,
-    ApiError,
     BadResponseError,
-    ConflictError,
-    GoneError,
+    InvalidConfigError,
     InvalidRequestError,
-    NotFoundError,
-    RequestTimeoutError,
-    ServerError,
-    TooManyRequestsError,
 )
+from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable, PatchType
 from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
 
-POD = "Pod"
-RESOURCE_CLAIM = "ResourceClaim"
-NODE = "Node"
+from .transport import (
+    TransportName,
+    check_timeout,
+    check_workers,
+    decode_object,
+    error_from_status,
+    make_transport,
+    map_api_exception,
+    map_transport_error,
+    no_urllib3_retries,
+    prepare_configuration,
+    read_json_object,
+    size_pool,
+    translate_errors,
+)
+
+__all__ = [
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "KubernetesBackend",
+    "ObjectList",
+    "error_from_status",
+    "map_api_exception",
+    "map_transport_error",
+    "no_urllib3_retries",
+    "prepare_configuration",
+    "read_json_object",
+    "translate_errors",
+]
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
-_API_VERSIONS = {POD: "v1", NODE: "v1", RESOURCE_CLAIM: "resource.k8s.io/v1"}
-_MESSAGE_LIMIT = 300
-
-T = TypeVar("T")
-
-
-# --------------------------------------------------------------------------- error mapping
-
-
-def _status_body(body: object) -> Mapping[str, Any]:
-    """The ``Status`` object in an error reply, or an empty mapping when there is none."""
-    if isinstance(body, bytes):
-        try:
-            body = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return {}
-    if not isinstance(body, str) or not body:
-        return {}
-    try:
-        parsed = json.loads(body)
-    except json.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+AnyPatchType = Literal["strategic", "merge", "json"]
+_CONTENT_TYPES: Mapping[str, str] = {
+    "strategic": STRATEGIC_MERGE_PATCH,
+    "merge": MERGE_PATCH,
+    "json": JSON_PATCH,
+}
+_SUBRESOURCE_NAMES = frozenset({"status", "scale", "binding", "eviction", "ephemeralcontainers"})
 
 
-def _retry_after(headers: Mapping[str, str] | None, status: Mapping[str, Any]) -> float:
-    """Seconds to wait, from ``Retry-After`` (delta-seconds) or ``details.retryAfterSeconds``."""
-    if headers is not None:
-        raw = headers.get("Retry-After")
-        if raw is not None:
-            try:
-                value = float(raw.strip())
-            except ValueError:  # an HTTP-date or garbage: fall back to the Status details
-                value = -1.0
-            if math.isfinite(value) and value >= 0:
-                return value
-    details = status.get("details")
-    if isinstance(details, Mapping):
-        seconds = details.get("retryAfterSeconds")
-        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0:
-            return float(seconds)
-    return 0.0
+class ObjectList(NamedTuple):
+    """One page of a list: the objects (``kind``/``apiVersion`` filled in), the list's
+    resourceVersion (to watch from), and the token of the next page (None on the last)."""
 
-
-def map_api_exception(exc: ApiException, what: str) -> ApiError:
-    """Translate an HTTP error reply of the official client into an :class:`ApiError`.
-
-    ``what`` names the operation for the message (e.g. ``"bind default/p1"``).
-    """
-    code = exc.status if isinstance(exc.status, int) else 0
-    if code == 0:
-        # Raised by the client's REST layer itself (TLS failure, unpreparable request).
-        return ApiConnectionError(
-            f"{what}: {str(exc.reason or 'transport error')[:_MESSAGE_LIMIT]}"
-        )
-    headers = exc.headers if isinstance(exc.headers, Mapping) else None
-    return error_from_status(code, _status_body(exc.body), what, headers, http_reason=exc.reason)
-
-
-def error_from_status(
-    code: int,
-    status: Mapping[str, Any],
-    what: str,
-    headers: Mapping[str, str] | None = None,
-    *,
-    http_reason: object = None,
-) -> ApiError:
-    """The :class:`ApiError` for HTTP ``code`` with its ``Status`` body (possibly empty), as
-    answered to a request or carried by a watch ``ERROR`` event."""
-    reason = status.get("reason") if isinstance(status.get("reason"), str) else None
-    server_msg = status.get("message") if isinstance(status.get("message"), str) else ""
-    text = f"{what}: HTTP {code} {reason or http_reason or ''}".rstrip()
-    if server_msg:
-        text += f": {server_msg[:_MESSAGE_LIMIT]}"
-    if code == 404:
-        return NotFoundError(text)
-    if code == 409:
-        if reason == "AlreadyExists":
-            return AlreadyExistsError(text)
-        return ConflictError(text)
-    if code == 410:
-        return GoneError(text)
-    if code == 429:
-        return TooManyRequestsError(text, retry_after=_retry_after(headers, status))
-    if code in (408, 504):
-        return RequestTimeoutError(text, status=code)
-    if 500 <= code <= 599:
-        return ServerError(text, status=code)
-    if 400 <= code <= 499:
-        return InvalidRequestError(text, status=code)
-    return BadResponseError(text, status=code)
-
-
-def map_transport_error(exc: BaseException, what: str) -> ApiError:
-    """Translate a urllib3 / socket failure (no HTTP reply) into an :class:`ApiError`."""
-    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
-        exc = exc.reason
-    name = type(exc).__name__
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):
-        return ApiConnectionError(f"{what}: cannot connect ({name})")
-    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
-        return RequestTimeoutError(f"{what}: client-side timeout ({name})")
-    return ApiConnectionError(f"{what}: connection failed ({name})")
-
-
-@contextmanager
-def translate_errors(what: str) -> Iterator[None]:
-    """Run a client call, re-raising its failures as :mod:`actors.errors` types."""
-    try:
-        yield
-    except ApiError:
-        raise
-    except ApiException as exc:
-        raise map_api_exception(exc, what) from exc
-    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
-        raise map_transport_error(exc, what) from exc
-
-
-def read_json_object(resp: Any, what: str) -> dict[str, Any]:
-    """Read a whole ``_preload_content=False`` reply and decode it as one JSON object."""
-    try:
-        data = resp.data
-    finally:
-        resp.release_conn()
-    if not isinstance(data, bytes | bytearray):
-        raise BadResponseError(f"{what}: empty reply")
-    try:
-        parsed = json.loads(data)
-    except UnicodeDecodeError:
-        raise BadResponseError(f"{what}: reply is not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise BadResponseError(f"{what}: reply is not JSON ({exc.msg})") from None
-    if not isinstance(parsed, dict):
-        raise BadResponseError(f"{what}: reply is a JSON {type(parsed).__name__}, not an object")
-    return parsed
-
-
-def drain(resp: Any) -> None:
-    """Read and discard a ``_preload_content=False`` reply, returning the connection to the pool."""
-    try:
-        resp.drain_conn()
-    finally:
-        resp.release_conn()
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-def no_urllib3_retries() -> urllib3.Retry:
-    """A retry policy that never retries: the executor decides about retries."""
-    return urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0, other=0)
-
-
-def prepare_configuration(cfg: k8s.Configuration, workers: int) -> k8s.Configuration:
-    """Size the connection pool for ``workers`` threads and switch off urllib3 retries."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InvalidRequestError(f"workers must be a positive int, got {workers!r}")
-    current = cfg.connection_pool_maxsize or 0
-    cfg.connection_pool_maxsize = max(int(current), workers)
-    cfg.retries = no_urllib3_retries()
-    return cfg
-
-
-def _check_timeout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidRequestError(f"request_timeout must be a positive number, got {value!r}")
-    if not math.isfinite(value):
-        raise InvalidRequestError("request_timeout must be finite")
-    return float(value)
-
-
-# --------------------------------------------------------------------------- the backend
+    items: list[dict[str, Any]]
+    resource_version: str
+    continue_token: str | None
 
 
 class KubernetesBackend:
@@ -240,25 +115,36 @@ class KubernetesBackend:
 
     Thread-safe: every method may be called from any number of executor worker threads at
     once; they share one ``ApiClient`` and its connection pool. Each method blocks for at most
-    one request, bounded by ``request_timeout`` seconds.
+    one request (``list_all``: one per page), bounded by ``request_timeout`` seconds.
     """
 
     def __init__(
-        self, api_client: k8s.ApiClient, *, request_timeout: float = 10.0, owns_client: bool = False
+        self,
+        api_client: k8s.ApiClient,
+        *,
+        request_timeout: float = 10.0,
+        owns_client: bool = False,
+        transport: TransportName = "lean",
+        workers: int | None = None,
+        kinds: KindTable | None = None,
     ) -> None:
         """Wrap ``api_client`` (its configuration is used as is). ``owns_client``: close it in
-        :meth:`close`. Runs on the caller's thread."""
+        :meth:`close`. ``transport``: ``"lean"`` or ``"client"``. ``workers``: size the pool
+        for that many threads now (see :meth:`size_pool`). ``kinds``: the kind table (default:
+        the process-wide one). Runs on the caller's thread; raises ``InvalidConfigError``."""
         if not isinstance(api_client, k8s.ApiClient):
-            raise InvalidRequestError(
+            raise InvalidConfigError(
                 f"api_client must be a kubernetes ApiClient, got {api_client!r}"
             )
+        if kinds is not None and not isinstance(kinds, KindTable):
+            raise InvalidConfigError(f"kinds must be a KindTable, got {kinds!r}")
         self._api_client = api_client
-        self._timeout = _check_timeout(request_timeout)
+        self._timeout = check_timeout(request_timeout)
+        self._transport = make_transport(api_client, transport)
         self._owns_client = owns_client
-        # The generated API classes are only partly typed; replies are handled as raw urllib3
-        # responses here, so they are used through Any.
-        self._core: Any = k8s.CoreV1Api(api_client)
-        self._resource: Any = k8s.ResourceV1Api(api_client)
+        self._kinds = kinds if kinds is not None else DEFAULT_KINDS
+        if workers is not None:
+            self.size_pool(workers)
 
     # ----------------------------------------------------------------- constructors
 
@@ -271,6 +157,8 @@ class KubernetesBackend:
         request_timeout: float = 10.0,
         token: str | None = None,
         ca_cert: str | None = None,
+        transport: TransportName = "lean",
+        kinds: KindTable | None = None,
     ) -> KubernetesBackend:
         """A backend for an apiserver at ``url`` (tests, or a proxy such as ``kubectl proxy``).
 
@@ -278,7 +166,9 @@ class KubernetesBackend:
         stays on. Runs on the caller's thread.
         """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidRequestError(f"url must be an http(s) URL, got {url!r}")
+            raise InvalidConfigError(f"url must be an http(s) URL, got {url!r}")
+        check_workers(workers)
+        check_timeout(request_timeout)
         cfg = k8s.Configuration(host=url.rstrip("/"))
         if token is not None:
             cfg.api_key = {"authorization": token}
@@ -286,7 +176,13 @@ class KubernetesBackend:
         if ca_cert is not None:
             cfg.ssl_ca_cert = ca_cert
         prepare_configuration(cfg, workers)
-        return cls(k8s.ApiClient(cfg), request_timeout=request_timeout, owns_client=True)
+        return cls(
+            k8s.ApiClient(cfg),
+            request_timeout=request_timeout,
+            owns_client=True,
+            transport=transport,
+            kinds=kinds,
+        )
 
     @classmethod
     def from_kubeconfig(
@@ -296,27 +192,52 @@ class KubernetesBackend:
         *,
         workers: int = 8,
         request_timeout: float = 10.0,
+        transport: TransportName = "lean",
+        kinds: KindTable | None = None,
     ) -> KubernetesBackend:
         """A backend from a kubeconfig file (default ``~/.kube/config``) and context.
 
         The file is never written back (token refreshes stay in memory). Runs on the caller's
         thread.
         """
+        check_workers(workers)
+        check_timeout(request_timeout)
         cfg = k8s.Configuration()
         load: Any = k8s_config.load_kube_config
         load(config_file=path, context=context, client_configuration=cfg, persist_config=False)
         prepare_configuration(cfg, workers)
-        return cls(k8s.ApiClient(cfg), request_timeout=request_timeout, owns_client=True)
+        return cls(
+            k8s.ApiClient(cfg),
+            request_timeout=request_timeout,
+            owns_client=True,
+            transport=transport,
+            kinds=kinds,
+        )
 
     @classmethod
-    def in_cluster(cls, *, workers: int = 8, request_timeout: float = 10.0) -> KubernetesBackend:
+    def in_cluster(
+        cls,
+        *,
+        workers: int = 8,
+        request_timeout: float = 10.0,
+        transport: TransportName = "lean",
+        kinds: KindTable | None = None,
+    ) -> KubernetesBackend:
         """A backend from the pod's service account (token and CA mounted by the kubelet).
         Runs on the caller's thread."""
+        check_workers(workers)
+        check_timeout(request_timeout)
         cfg = k8s.Configuration()
         load: Any = k8s_config.load_incluster_config
         load(client_configuration=cfg)
         prepare_configuration(cfg, workers)
-        return cls(k8s.ApiClient(cfg), request_timeout=request_timeout, owns_client=True)
+        return cls(
+            k8s.ApiClient(cfg),
+            request_timeout=request_timeout,
+            owns_client=True,
+            transport=transport,
+            kinds=kinds,
+        )
 
     # ----------------------------------------------------------------- properties / lifecycle
 
@@ -329,6 +250,21 @@ class KubernetesBackend:
     def request_timeout(self) -> float:
         """The client-side timeout of every request, in seconds."""
         return self._timeout
+
+    @property
+    def transport(self) -> str:
+        """``"lean"`` or ``"client"``."""
+        return self._transport.name
+
+    @property
+    def kinds(self) -> KindTable:
+        """The kind table requests are resolved with."""
+        return self._kinds
+
+    def size_pool(self, workers: int) -> None:
+        """Keep at least ``workers`` pooled connections per host (never shrinks). The
+        dispatcher calls this with ``ExecutorConfig.workers``. Caller's thread, at setup."""
+        size_pool(self._api_client, workers)
 
     def close(self) -> None:
         """Close the client's connection pool if this backend created it. Any thread."""
@@ -344,26 +280,247 @@ class KubernetesBackend:
 
     def __repr__(self) -> str:
         host = getattr(self._api_client.configuration, "host", "?")
-        return f"KubernetesBackend(host={host!r}, request_timeout={self._timeout})"
+        return (
+            f"KubernetesBackend(host={host!r}, transport={self.transport!r}, "
+            f"request_timeout={self._timeout})"
+        )
 
-    # ----------------------------------------------------------------- ApiBackend
+    # ----------------------------------------------------------------- generic requests
+
+    def get_path(self, path: str) -> bytes:
+        """GET any API path (e.g. a discovery document such as ``/apis``) and return the raw
+        body of the 2xx reply. Calling thread."""
+        if not isinstance(path, str) or not path.startswith(("/api", "/apis")) or ".." in path:
+            raise InvalidRequestError(f"path must be an API path, got {path!r}")
+        reply = self._transport.request("GET", path, what=f"get {path}", timeout=self._timeout)
+        return reply.data
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         """GET one object as a JSON dict. Executor worker thread."""
-        _check_target(kind, namespace, name)
+        info = self._target(kind, namespace, name)
         what = f"get {kind} {_ref(namespace, name)}"
-        call: Callable[..., Any]
-        args: tuple[str, ...]
-        if kind == POD:
-            call, args = self._core.read_namespaced_pod, (name, namespace)
-        elif kind == RESOURCE_CLAIM:
-            call, args = self._resource.read_namespaced_resource_claim, (name, namespace)
+        reply = self._transport.request(
+            "GET", info.path(namespace, name), what=what, timeout=self._timeout
+        )
+        return _typed(decode_object(reply.data, what), info, what)
+
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+    ) -> ObjectList:
+        """One page of objects of ``kind`` (in ``namespace``, or every namespace when None).
+        ``limit``/``continue_token`` page through a large collection. Calling thread."""
+        info = self._kinds.lookup(kind)
+        path = self._collection(info, namespace)
+        query = _selectors(label_selector, field_selector)
+        if limit is not None:
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")
+            query.append(("limit", str(limit)))
+        if continue_token is not None:
+            query.append(("continue", _text("continue_token", continue_token)))
+        if resource_version is not None:
+            query.append(("resourceVersion", _text("resource_version", resource_version)))
+        what = f"list {kind}"
+        reply = self._transport.request("GET", path, what=what, timeout=self._timeout, query=query)
+        return _object_list(decode_object(reply.data, what), info, what)
+
+    def list_all(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        page_size: int = 500,
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """Every object of ``kind``, following ``continue`` tokens page by page, and the
+        resourceVersion of the list (to watch from). Calling thread."""
+        items: builtins.list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = self.list(
+                kind,
+                namespace,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=page_size,
+                continue_token=token,
+            )
+            items.extend(page.items)
+            if not page.continue_token:
+                return items, page.resource_version
+            token = page.continue_token
+
+    def watch(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        timeout_seconds: int = 300,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        bookmarks: bool = True,
+    ) -> Any:
+        """Open a watch: the raw urllib3 response streaming JSON lines (see
+        :class:`kdispatch.adapters.informer.ClientListWatch`, which decodes it). The read
+        timeout is ``timeout_seconds`` plus the request timeout. Calling thread."""
+        info = self._kinds.lookup(kind)
+        path = self._collection(info, namespace)
+        if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int):
+            raise InvalidRequestError(f"timeout_seconds must be an int, got {timeout_seconds!r}")
+        query = [("watch", "true"), *_selectors(label_selector, field_selector)]
+        if resource_version:
+            query.append(("resourceVersion", _text("resource_version", resource_version)))
+        query.append(("timeoutSeconds", str(max(1, timeout_seconds))))
+        if bookmarks:
+            query.append(("allowWatchBookmarks", "true"))
+        return self._transport.stream(
+            path,
+            what=f"watch {kind}",
+            timeout=(self._timeout, max(1, timeout_seconds) + self._timeout),
+            query=query,
+        )
+
+    def create(self, kind: str, namespace: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a new object; returns what the server stored. Executor worker thread."""
+        info = self._kinds.lookup(kind)
+        if not isinstance(obj, Mapping):
+            raise InvalidRequestError(f"obj must be a mapping, got {type(obj).__name__}")
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        self._target(kind, namespace, name)
+        body = {"apiVersion": info.api_version, "kind": kind, **obj}
+        what = f"create {kind} {_ref(namespace, str(name))}"
+        reply = self._transport.request(
+            "POST",
+            self._collection(info, namespace),
+            what=what,
+            timeout=self._timeout,
+            body=body,
+        )
+        return _typed(decode_object(reply.data, what), info, what)
+
+    def patch(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        subresource: str | None = None,
+        patch_type: AnyPatchType | None = None,
+    ) -> dict[str, Any]:
+        """PATCH the object (or ``subresource``, e.g. ``"status"``) and return the result.
+
+        ``patch_type``: ``"strategic"`` (built-ins only), ``"merge"`` (RFC 7386) or ``"json"``
+        (RFC 6902, ``patch`` is a list of operations); None picks the kind's flavour. ``uid``
+        and ``resource_version`` are preconditions (409 on mismatch): in the body's
+        ``metadata`` for merge patches, as leading ``test`` operations for a JSON patch.
+        Executor worker thread."""
+        info = self._target(kind, namespace, name)
+        if subresource is not None and subresource not in _SUBRESOURCE_NAMES:
+            raise InvalidRequestError(f"unsupported subresource {subresource!r}")
+        if subresource == "status" and not info.status:
+            raise InvalidRequestError(f"{kind} has no status subresource")
+        if uid is not None:
+            _check_uid(uid)
+        if resource_version is not None and (
+            not isinstance(resource_version, str) or not resource_version
+        ):
+            raise InvalidRequestError(
+                f"resource_version must be a non-empty str or None, got {resource_version!r}"
+            )
+        flavour = info.patch if patch_type is None else patch_type
+        if flavour not in _CONTENT_TYPES:
+            raise InvalidRequestError(
+                f"patch_type must be 'strategic', 'merge' or 'json', got {patch_type!r}"
+            )
+        body: object
+        if flavour == "json":
+            if isinstance(patch, Mapping | str | bytes) or not isinstance(patch, Sequence):
+                raise InvalidRequestError("a JSON patch must be a list of operations")
+            body = [*_tests(uid, resource_version), *(_op(op) for op in patch)]
         else:
-            call, args = self._core.read_node, (name,)
-        with translate_errors(what):
-            resp = call(*args, _preload_content=False, _request_timeout=self._timeout)
-            obj = read_json_object(resp, what)
-        return _with_kind(obj, kind, what)
+            if not isinstance(patch, Mapping):
+                raise InvalidRequestError(f"patch must be a dict, got {type(patch).__name__}")
+            body = _with_preconditions(patch, uid, resource_version)
+        suffix = f"/{subresource}" if subresource else ""
+        what = f"patch {kind} {_ref(namespace, name)}{suffix}"
+        reply = self._transport.request(
+            "PATCH",
+            info.path(namespace, name, subresource),
+            what=what,
+            timeout=self._timeout,
+            body=body,
+            content_type=_CONTENT_TYPES[flavour],
+        )
+        return _typed(decode_object(reply.data, what), info, what)
+
+    def create_subresource(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        subresource: str,
+        body: Mapping[str, Any],
+    ) -> tuple[int, dict[str, Any]]:
+        """POST ``body`` to a subresource (``binding``, ``eviction``); returns the HTTP status
+        and the decoded reply. Executor worker thread."""
+        info = self._target(kind, namespace, name)
+        if subresource not in _SUBRESOURCE_NAMES:
+            raise InvalidRequestError(f"unsupported subresource {subresource!r}")
+        what = f"create {kind} {_ref(namespace, name)}/{subresource}"
+        reply = self._transport.request(
+            "POST",
+            info.path(namespace, name, subresource),
+            what=what,
+            timeout=self._timeout,
+            body=dict(body),
+        )
+        return reply.status, decode_object(reply.data, what)
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+        resource_version: str | None = None,
+        propagation_policy: str | None = None,
+    ) -> None:
+        """DELETE with preconditions (``DeleteOptions.preconditions``: ``uid``, and
+        ``resource_version`` when given) and an optional grace period. 404 raises
+        :class:`NotFoundError`. Executor worker thread."""
+        self._target(kind, namespace, name)
+        info = self._kinds.lookup(kind)
+        _check_uid(uid)
+        options = _delete_options(uid, resource_version, grace_period_seconds)
+        if propagation_policy is not None:
+            if propagation_policy not in ("Orphan", "Background", "Foreground"):
+                raise InvalidRequestError(f"invalid propagation_policy {propagation_policy!r}")
+            options["propagationPolicy"] = propagation_policy
+        self._transport.request(
+            "DELETE",
+            info.path(namespace, name),
+            what=f"delete {kind} {_ref(namespace, name)}",
+            timeout=self._timeout,
+            body=options,
+        )
+
+    # ----------------------------------------------------------------- the dispatcher's calls
 
     def patch_status(
         self,
@@ -374,121 +531,95 @@ class KubernetesBackend:
         *,
         uid: str,
         resource_version: str | None,
-        patch_type: PatchType = "strategic",
+        patch_type: PatchType | None = None,
     ) -> dict[str, Any]:
         """PATCH the ``status`` subresource with UID / resourceVersion preconditions carried in
-        the body's metadata. Returns the updated object. Executor worker thread."""
-        _check_target(kind, namespace, name)
-        if kind == NODE:
-            raise InvalidRequestError("patch_status supports Pod and ResourceClaim, not Node")
-        _check_uid(uid)
-        if resource_version is not None and (
-            not isinstance(resource_version, str) or not resource_version
-        ):
-            raise InvalidRequestError(
-                f"resource_version must be a non-empty str or None, got {resource_version!r}"
-            )
-        if patch_type not in ("strategic", "merge"):
+        the body's metadata (None: the kind's patch flavour). Returns the updated object.
+        Executor worker thread."""
+        if patch_type is not None and patch_type not in ("strategic", "merge"):
             raise InvalidRequestError(
                 f"patch_type must be 'strategic' or 'merge', got {patch_type!r}"
             )
-        if not isinstance(patch, Mapping):
-            raise InvalidRequestError(f"patch must be a dict, got {type(patch).__name__}")
-        body = _with_preconditions(patch, uid, resource_version)
-        content_type = STRATEGIC_MERGE_PATCH if patch_type == "strategic" else MERGE_PATCH
-        what = f"patch {kind} {_ref(namespace, name)}/status"
-        call = (
-            self._core.patch_namespaced_pod_status
-            if kind == POD
-            else self._resource.patch_namespaced_resource_claim_status
+        _check_uid(uid)
+        return self.patch(
+            kind,
+            namespace,
+            name,
+            patch,
+            uid=uid,
+            resource_version=resource_version,
+            subresource="status",
+            patch_type=patch_type,
         )
-        with translate_errors(what):
-            resp = call(
-                name,
-                namespace,
-                body,
-                _content_type=content_type,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-            obj = read_json_object(resp, what)
-        return _with_kind(obj, kind, what)
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         """POST ``pods/binding`` (UID precondition in the Binding's metadata) and check that the
         server answered 200/201 with a success ``Status`` (or the Binding). Executor worker
         thread."""
-        _check_target(POD, namespace, name)
+        self._target("Pod", namespace, name)
         _check_uid(uid)
         if not is_dns_subdomain(node):
             raise InvalidRequestError(f"invalid node name {node!r}")
         what = f"bind {_ref(namespace, name)} to {node}"
-        body = k8s.V1Binding(
-            metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, uid=uid),
-            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
-        with translate_errors(what):
-            resp = self._core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False, _request_timeout=self._timeout
-            )
-            code = resp.status
-            reply = read_json_object(resp, what)
-        if code not in (200, 201):
-            raise BadResponseError(f"{what}: unexpected HTTP {code}", status=code)
-        reply_kind = reply.get("kind")
-        if reply_kind == "Status":
-            if reply.get("status") != "Success":
-                raise BadResponseError(
-                    f"{what}: reply Status is {reply.get('status')!r}", status=code
-                )
-        elif reply_kind != "Binding":
-            raise BadResponseError(f"{what}: reply kind is {reply_kind!r}", status=code)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        code, reply = self.create_subresource("Pod", namespace, name, "binding", body)
+        _check_created(code, reply, "Binding", what)
         logger.bind(pod=_ref(namespace, name), uid=uid, node=node).debug("bound")
 
-    def delete(
+    def evict(
         self,
-        kind: str,
         namespace: str,
         name: str,
         *,
         uid: str,
         grace_period_seconds: int | None = None,
     ) -> None:
-        """DELETE with a UID precondition (``V1DeleteOptions.preconditions``) and an optional
-        grace period. 404 raises :class:`NotFoundError`. Executor worker thread."""
-        _check_target(kind, namespace, name)
-        if kind == NODE:
-            raise InvalidRequestError("delete supports Pod and ResourceClaim, not Node")
+        """POST a ``policy/v1`` ``Eviction`` to ``pods/eviction`` with a UID precondition in its
+        ``deleteOptions``. A PodDisruptionBudget that forbids it raises
+        :class:`~kdispatch.actors.errors.DisruptionBudgetError` (a retryable 429). Executor
+        worker thread."""
+        self._target("Pod", namespace, name)
         _check_uid(uid)
-        if grace_period_seconds is not None and (
-            isinstance(grace_period_seconds, bool)
-            or not isinstance(grace_period_seconds, int)
-            or grace_period_seconds < 0
-        ):
-            raise InvalidRequestError(
-                f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
-            )
-        options = k8s.V1DeleteOptions(
-            preconditions=k8s.V1Preconditions(uid=uid), grace_period_seconds=grace_period_seconds
-        )
-        what = f"delete {kind} {_ref(namespace, name)}"
-        call = (
-            self._core.delete_namespaced_pod
-            if kind == POD
-            else self._resource.delete_namespaced_resource_claim
-        )
-        with translate_errors(what):
-            resp = call(
-                name,
-                namespace,
-                body=options,
-                _preload_content=False,
-                _request_timeout=self._timeout,
-            )
-            drain(resp)
+        what = f"evict {_ref(namespace, name)}"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": _delete_options(uid, None, grace_period_seconds),
+        }
+        code, reply = self.create_subresource("Pod", namespace, name, "eviction", body)
+        _check_created(code, reply, "Eviction", what)
+        logger.bind(pod=_ref(namespace, name), uid=uid).debug("evicted")
 
+    # ----------------------------------------------------------------- helpers
 
-# --------------------------------------------------------------------------- helpers
+    def _target(self, kind: object, namespace: object, name: object) -> KindInfo:
+        """The kind's facts, after rejecting malformed names before anything is sent."""
+        info = self._kinds.lookup(kind)
+        if not info.namespaced:
+            if namespace not in ("", None):
+                raise InvalidRequestError(f"{kind} is cluster-scoped, got namespace {namespace!r}")
+        elif not is_dns_label(namespace):
+            raise InvalidRequestError(f"invalid namespace {namespace!r}")
+        if not is_dns_subdomain(name):
+            raise InvalidRequestError(f"invalid name {name!r}")
+        return info
+
+    @staticmethod
+    def _collection(info: KindInfo, namespace: str | None) -> str:
+        if namespace is not None and namespace != "":
+            if not info.namespaced:
+                raise InvalidRequestError(
+                    f"{info.kind} is cluster-scoped, got namespace {namespace!r}"
+                )
+            if not is_dns_label(namespace):
+                raise InvalidRequestError(f"invalid namespace {namespace!r}")
+        return info.collection_path(namespace or None)
 
 
 def _ref(namespace: str, name: str) -> str:
@@ -500,41 +631,112 @@ def _check_uid(uid: object) -> None:
         raise InvalidRequestError(f"uid must be a non-empty str, got {uid!r}")
 
 
-def _check_target(kind: object, namespace: object, name: object) -> None:
-    """Reject an unsupported kind or malformed names before anything is sent."""
-    if kind not in _API_VERSIONS:
-        raise InvalidRequestError(f"unsupported kind {kind!r}: want one of {sorted(_API_VERSIONS)}")
-    if kind == NODE:
-        if namespace not in ("", None):
-            raise InvalidRequestError(f"Node is cluster-scoped, got namespace {namespace!r}")
-    elif not is_dns_label(namespace):
-        raise InvalidRequestError(f"invalid namespace {namespace!r}")
-    if not is_dns_subdomain(name):
-        raise InvalidRequestError(f"invalid name {name!r}")
+def _text(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidRequestError(f"{what} must be a non-empty str, got {value!r}")
+    return value
+
+
+def _selectors(label_selector: object, field_selector: object) -> list[tuple[str, str]]:
+    query: list[tuple[str, str]] = []
+    if label_selector is not None:
+        query.append(("labelSelector", _text("label_selector", label_selector)))
+    if field_selector is not None:
+        query.append(("fieldSelector", _text("field_selector", field_selector)))
+    return query
+
+
+def _delete_options(
+    uid: str, resource_version: str | None, grace_period_seconds: object
+) -> dict[str, Any]:
+    if grace_period_seconds is not None and (
+        isinstance(grace_period_seconds, bool)
+        or not isinstance(grace_period_seconds, int)
+        or grace_period_seconds < 0
+    ):
+        raise InvalidRequestError(
+            f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
+        )
+    pre: dict[str, str] = {"uid": uid}
+    if resource_version is not None:
+        pre["resourceVersion"] = _text("resource_version", resource_version)
+    options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": pre}
+    if grace_period_seconds is not None:
+        options["gracePeriodSeconds"] = grace_period_seconds
+    return options
 
 
 def _with_preconditions(
-    patch: Mapping[str, Any], uid: str, resource_version: str | None
+    patch: Mapping[str, Any], uid: str | None, resource_version: str | None
 ) -> dict[str, Any]:
     """A copy of ``patch`` whose ``metadata`` carries the UID / resourceVersion preconditions."""
     body = dict(patch)
+    if uid is None and resource_version is None:
+        return body
     existing = body.get("metadata")
     metadata = dict(existing) if isinstance(existing, Mapping) else {}
-    metadata["uid"] = uid
+    if uid is not None:
+        metadata["uid"] = uid
     if resource_version is not None:
         metadata["resourceVersion"] = resource_version
     body["metadata"] = metadata
     return body
 
 
-def _with_kind(obj: dict[str, Any], kind: str, what: str) -> dict[str, Any]:
-    """Check that a decoded reply is of ``kind``; fill ``kind``/``apiVersion`` when absent."""
+def _tests(uid: str | None, resource_version: str | None) -> list[dict[str, Any]]:
+    """JSON patch ``test`` operations for the preconditions."""
+    ops: list[dict[str, Any]] = []
+    if uid is not None:
+        ops.append({"op": "test", "path": "/metadata/uid", "value": uid})
+    if resource_version is not None:
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version})
+    return ops
+
+
+def _op(op: object) -> dict[str, Any]:
+    if not isinstance(op, Mapping) or not isinstance(op.get("op"), str):
+        raise InvalidRequestError(f"a JSON patch operation must be a mapping with 'op': {op!r}")
+    return dict(op)
+
+
+def _check_created(code: int, reply: Mapping[str, Any], kind: str, what: str) -> None:
+    """A subresource creation must answer 200/201 with a success ``Status`` or the object."""
+    if code not in (200, 201):
+        raise BadResponseError(f"{what}: unexpected HTTP {code}", status=code)
+    reply_kind = reply.get("kind")
+    if reply_kind == "Status":
+        if reply.get("status") != "Success":
+            raise BadResponseError(f"{what}: reply Status is {reply.get('status')!r}", status=code)
+    elif reply_kind != kind:
+        raise BadResponseError(f"{what}: reply kind is {reply_kind!r}", status=code)
+
+
+def _typed(obj: dict[str, Any], info: KindInfo, what: str) -> dict[str, Any]:
+    """Check that a decoded reply is of the kind; fill ``kind``/``apiVersion`` when absent."""
     got = obj.get("kind")
     if got is None:
-        obj["kind"] = kind
-        obj.setdefault("apiVersion", _API_VERSIONS[kind])
-    elif got != kind:
-        raise BadResponseError(f"{what}: reply kind is {got!r}, expected {kind!r}")
+        obj["kind"] = info.kind
+        obj.setdefault("apiVersion", info.api_version)
+    elif got != info.kind:
+        raise BadResponseError(f"{what}: reply kind is {got!r}, expected {info.kind!r}")
     if not isinstance(obj.get("metadata"), Mapping):
         raise BadResponseError(f"{what}: reply has no metadata")
     return obj
+
+
+def _object_list(body: dict[str, Any], info: KindInfo, what: str) -> ObjectList:
+    items = body.get("items")
+    meta = body.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    token = meta.get("continue") if isinstance(meta, Mapping) else None
+    if items is None:
+        items = []
+    if not isinstance(items, list) or not isinstance(rv, str) or not rv:
+        raise BadResponseError(f"{what}: reply has no items or no resourceVersion")
+    if not all(isinstance(item, dict) for item in items):
+        raise BadResponseError(f"{what}: reply has a non-object item")
+    for item in items:
+        if item.get("kind") != info.kind:
+            item["kind"] = info.kind
+        item.setdefault("apiVersion", info.api_version)
+    return ObjectList(items, rv, token if isinstance(token, str) and token else None)

@@ -18,7 +18,9 @@ have their own queues (see :mod:`adapters.memory_watch`), so slow consumers neve
 
 from __future__ import annotations
 
+import base64
 import builtins
+import json
 import threading
 import time
 import uuid
@@ -27,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from loguru import logger
 
@@ -42,6 +44,7 @@ from kdispatch.actors.errors import (
     InvalidRequestError,
     NotFoundError,
 )
+from kdispatch.actors.kinds import DEFAULT_KINDS, KindTable
 from kdispatch.actors.objects import POD, check_node_name, check_uid, is_dns_label, is_dns_subdomain
 
 from .memory_faults import (
@@ -55,15 +58,22 @@ from .memory_faults import (
 )
 from .memory_leases import LeaseStore
 from .memory_objects import (
-    API_VERSIONS,
     CLUSTER_SCOPED_KINDS,
     clone,
     make_claim,
     make_node,
+    make_pdb,
     make_pod,
     to_json,
 )
-from .memory_patch import json_merge, status_merge_keys, strategic_merge
+from .memory_patch import (
+    json_merge,
+    json_patch,
+    status_merge_keys,
+    strategic_merge,
+)
+from .memory_pdb import check_eviction, disruption_status
+from .memory_select import Predicate, both, parse_field_selector, parse_label_selector
 from .memory_watch import EventType, Watch, WatchEvent
 
 __all__ = [
@@ -78,6 +88,7 @@ __all__ = [
     "WatchEvent",
     "make_claim",
     "make_node",
+    "make_pdb",
     "make_pod",
     "request_writer",
 ]
@@ -129,6 +140,10 @@ class _Event(NamedTuple):
     namespace: str
     type: EventType
     obj: Json
+    old: Json | None  # the state before a MODIFIED (watches with selectors need it)
+
+
+ObjectPatchType = Literal["strategic", "merge", "json"]
 
 
 def _now() -> str:
@@ -158,7 +173,9 @@ class InMemoryApiServer:
     ``latency``/``faults``/``seed``: the injected latency and fault models (seeded, so a run is
     reproducible for a given request order). ``history``: how many events are kept for watches
     that resume from a resourceVersion (older → 410 Gone). ``sleep``: how latency is waited
-    (inject a recorder in tests). ``cluster_scoped``: kinds stored without a namespace.
+    (inject a recorder in tests). ``kinds``: the kind table (default: the process-wide one);
+    it says which kinds are cluster-scoped and fills ``apiVersion``. Objects of any kind may be
+    stored, registered or not. ``cluster_scoped``: more kinds stored without a namespace.
     ``request_log_limit``: the request log keeps the newest this many records.
     ``watch_queue_limit``: a watch whose consumer falls this many events behind is dropped
     (None: unbounded queues).
@@ -175,7 +192,11 @@ class InMemoryApiServer:
         cluster_scoped: Iterable[str] = CLUSTER_SCOPED_KINDS,
         request_log_limit: int = 200_000,
         watch_queue_limit: int | None = None,
+        kinds: KindTable | None = None,
     ) -> None:
+        if kinds is not None and not isinstance(kinds, KindTable):
+            raise InvalidInputError(f"kinds must be a KindTable, got {kinds!r}")
+        self._kinds = kinds if kinds is not None else DEFAULT_KINDS
         limits = [("history", history), ("request_log_limit", request_log_limit)]
         if watch_queue_limit is not None:
             limits.append(("watch_queue_limit", watch_queue_limit))
@@ -189,7 +210,7 @@ class InMemoryApiServer:
         self._faults = FaultInjector(latency, faults, seed)
         self._fixed_latency = self._faults.latency.jitter == 0
         self._sleep = sleep
-        self._cluster_scoped = frozenset(cluster_scoped)
+        self._extra_cluster_scoped = frozenset(cluster_scoped)
         self._objects: dict[Key, Json] = {}
         self._rv = 0
         self._history: deque[_Event] = deque()
@@ -289,26 +310,123 @@ class InMemoryApiServer:
         *,
         uid: str | None,
         grace_period_seconds: int | None = None,
+        resource_version: str | None = None,
     ) -> None:
-        """Delete with a UID precondition; the object is removed at once (the grace period is
-        validated, not waited). ``uid=None``: no precondition (HTTP front ends). Request
-        thread."""
+        """Delete with a UID (and optional resourceVersion) precondition; the object is removed
+        at once (the grace period is validated, not waited). ``uid=None``: no precondition
+        (HTTP front ends). Request thread."""
 
         def apply() -> Json:
-            if grace_period_seconds is not None and (
-                isinstance(grace_period_seconds, bool)
-                or not isinstance(grace_period_seconds, int)
-                or grace_period_seconds < 0
-            ):
-                raise InvalidRequestError(
-                    f"grace_period_seconds must be an int >= 0, got {grace_period_seconds!r}"
-                )
+            _check_grace(grace_period_seconds)
             cur = self._lookup(kind, namespace, name)
             if uid is not None:
                 self._check_uid(cur, uid)
+            if resource_version is not None:
+                self._check_rv(cur, resource_version)
             return self._remove(cur)
 
         self._request(_Req("delete", kind, namespace, name, _uid(uid)), apply)
+
+    def patch(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: Mapping[str, Any] | builtins.list[Any],
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        subresource: str | None = None,
+        patch_type: ObjectPatchType | None = None,
+    ) -> Json:
+        """Patch any object, or its ``status`` (``subresource="status"``), and return it.
+
+        ``patch_type``: ``strategic``, ``merge`` (RFC 7386) or ``json`` (RFC 6902, a list of
+        operations; a failed ``test`` answers 422 as upstream does); None: the kind's flavour
+        from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version`` and a
+        ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions (409).
+        As on the apiserver, a patch of the object leaves ``status`` alone for kinds with a
+        status subresource, a status patch changes only ``status``, and identity fields
+        (name, namespace, uid, creationTimestamp, kind, apiVersion) never change. Strategic
+        merge uses the status merge keys of :mod:`adapters.memory_patch` (other lists are
+        replaced whole). Request thread."""
+        info = self._kinds.get(kind)
+        flavour = patch_type or (info.patch if info is not None else "merge")
+        has_status = info.status if info is not None else True
+
+        def apply() -> Json:
+            if subresource not in (None, "status"):
+                raise InvalidRequestError(f"unsupported subresource {subresource!r}")
+            if flavour not in ("strategic", "merge", "json"):
+                raise InvalidRequestError(f"unsupported patch type {flavour!r}")
+            try:
+                body = to_json(patch, "patch")
+            except InvalidObjectError as err:
+                raise InvalidRequestError(str(err)) from None
+            cur = self._lookup(kind, namespace, name)
+            patched, preconditions = _apply_patch(cur, body, flavour)
+            if uid is not None:
+                preconditions.append(("uid", uid))
+            if resource_version is not None:
+                preconditions.append(("rv", resource_version))
+            for which, expected in preconditions:
+                if which == "uid":
+                    self._check_uid(cur, expected)
+                else:
+                    self._check_rv(cur, expected)
+            if not isinstance(patched, dict):
+                raise InvalidRequestError("the patched object is not a JSON object")
+            new = _keep_identity(cur, patched)
+            if subresource == "status":
+                new = {**cur, "status": new.get("status") or {}}
+            elif has_status:
+                new = {k: v for k, v in new.items() if k != "status"}
+                if "status" in cur:
+                    new["status"] = cur["status"]
+            if isinstance(new.get("status"), dict):
+                self._validate_status(new["status"])
+            if new == cur:
+                return cur
+            return self._replace(cur, new)
+
+        op = "patch_status" if subresource == "status" else "patch"
+        return clone(self._request(_Req(op, kind, namespace, name, _uid(uid)), apply))
+
+    def evict(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None,
+        grace_period_seconds: int | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """``pods/eviction``: delete the pod unless a PodDisruptionBudget forbids it now
+        (:class:`~kdispatch.actors.errors.DisruptionBudgetError`, a 429; the rules are in
+        :mod:`adapters.memory_pdb`). ``uid``/``resource_version``: the deleteOptions'
+        preconditions (409); ``uid=None``: none. Request thread."""
+
+        def apply() -> Json:
+            _check_grace(grace_period_seconds)
+            cur = self._lookup(POD, namespace, name)
+            if uid is not None:
+                self._check_uid(cur, uid)
+            if resource_version is not None:
+                self._check_rv(cur, resource_version)
+            check_eviction(
+                cur, self._in_namespace(PDB, namespace), self._in_namespace(POD, namespace)
+            )
+            return self._remove(cur)
+
+        self._request(_Req("evict", POD, namespace, name, _uid(uid)), apply)
+
+    def pdb_status(self, namespace: str, name: str) -> dict[str, int]:
+        """The figures the eviction of :meth:`evict` uses for PDB ``namespace/name``
+        (``expectedPods``, ``currentHealthy``, ``desiredHealthy``, ``disruptionsAllowed``).
+        No faults. Any thread."""
+        with self._lock:
+            pdb = self._lookup(PDB, namespace, name)
+            return disruption_status(pdb, self._in_namespace(POD, namespace))
 
     # ================================================================ fault scripting
 
@@ -334,8 +452,9 @@ class InMemoryApiServer:
         meta = data["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", _now())
-        if "apiVersion" not in data and data["kind"] in API_VERSIONS:
-            data["apiVersion"] = API_VERSIONS[data["kind"]]
+        info = self._kinds.get(data["kind"])
+        if "apiVersion" not in data and info is not None:
+            data["apiVersion"] = info.api_version
         key = self._key_of(data)
         with self._lock:
             if key in self._objects:
@@ -412,13 +531,45 @@ class InMemoryApiServer:
             obj = self._objects.get(self._key(kind, namespace, name))
         return None if obj is None else clone(obj)
 
-    def list(self, kind: str, namespace: str | None = None) -> tuple[builtins.list[Json], str]:
-        """All objects of ``kind`` (in ``namespace`` if given), sorted by namespace and name,
-        and the resourceVersion to watch from. Any thread."""
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[builtins.list[Json], str]:
+        """All objects of ``kind`` (in ``namespace`` if given, matching the selectors if
+        given), sorted by namespace and name, and the resourceVersion to watch from. Any
+        thread."""
+        items, rv, _ = self.list_page(
+            kind, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+        return items, rv
+
+    def list_page(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> tuple[builtins.list[Json], str, str | None]:
+        """One page of :meth:`list`: at most ``limit`` objects after ``continue_token``, and
+        the token of the next page (None on the last). Unlike etcd, later pages see the
+        current objects, not a snapshot at the first page's resourceVersion. Any thread."""
         _check_str("kind", kind)
         if namespace is not None:
             _check_str("namespace", namespace)
-        scoped = kind in self._cluster_scoped
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")
+        after = _decode_continue(continue_token)
+        matches = _predicate(label_selector, field_selector)
+        scoped = self._scoped(kind)
         with self._lock:
             snapshots = [
                 obj
@@ -426,13 +577,29 @@ class InMemoryApiServer:
                 if k == kind and (namespace is None or scoped or ns == namespace)
             ]
             rv = str(self._rv)
-        snapshots.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        return [clone(o) for o in snapshots], rv
+        snapshots.sort(key=_sort_key)
+        if after is not None:
+            snapshots = [o for o in snapshots if _sort_key(o) > after]
+        if matches is not None:
+            snapshots = [o for o in snapshots if matches(o)]
+        token = None
+        if limit is not None and len(snapshots) > limit:
+            snapshots = snapshots[:limit]
+            token = _encode_continue(_sort_key(snapshots[-1]))
+        return [clone(o) for o in snapshots], rv, token
 
     def watch(
-        self, kind: str, *, resource_version: str | None = None, namespace: str | None = None
+        self,
+        kind: str,
+        *,
+        resource_version: str | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> Watch:
-        """Open a watch on ``kind`` (in ``namespace`` if given).
+        """Open a watch on ``kind`` (in ``namespace`` if given; with selectors, only objects
+        that match: one that starts matching arrives as ADDED, one that stops as DELETED, as
+        the apiserver's watch cache does).
 
         ``resource_version``: None or ``""`` → only changes from now on; ``"0"`` → the current
         objects as synthetic ADDED events, then changes (the apiserver's "any version"); a
@@ -448,8 +615,14 @@ class InMemoryApiServer:
             )
         if resource_version and not resource_version.isdigit():
             raise InvalidRequestError(f"invalid resourceVersion {resource_version!r}")
-        scope = None if kind in self._cluster_scoped else namespace
-        w = Watch(kind, scope, self._unregister, self._watch_queue_limit)
+        scope = None if self._scoped(kind) else namespace
+        w = Watch(
+            kind,
+            scope,
+            self._unregister,
+            self._watch_queue_limit,
+            _predicate(label_selector, field_selector),
+        )
         with self._lock:
             if resource_version == "0":
                 for (k, ns, _), obj in sorted(self._objects.items()):
@@ -466,7 +639,7 @@ class InMemoryApiServer:
                     if event.kind == kind and w.matches(event.namespace):
                         replay.append(event)
                 for event in reversed(replay):
-                    w.push(event.type, event.obj)
+                    w.push(event.type, event.obj, event.old)
             if not w.ended:  # a replay longer than watch_queue_limit ends it at once
                 self._watches.setdefault(kind, set()).add(w)
         return w
@@ -569,11 +742,22 @@ class InMemoryApiServer:
             )
         )
 
+    def _in_namespace(self, kind: str, namespace: str) -> builtins.list[Json]:
+        """Stored objects of ``kind`` in ``namespace`` (snapshots). Lock held."""
+        return [o for (k, ns, _), o in self._objects.items() if k == kind and ns == namespace]
+
+    def _scoped(self, kind: str) -> bool:
+        """Whether ``kind`` is cluster-scoped (stored under namespace ``""``)."""
+        if kind in self._extra_cluster_scoped:
+            return True
+        info = self._kinds.get(kind)
+        return info is not None and not info.namespaced
+
     def _key(self, kind: str, namespace: str, name: str) -> Key:
         _check_str("kind", kind)
         _check_str("namespace", namespace)
         _check_str("name", name)
-        return (kind, "" if kind in self._cluster_scoped else namespace, name)
+        return (kind, "" if self._scoped(kind) else namespace, name)
 
     def _lookup(self, kind: str, namespace: str, name: str) -> Json:
         """The stored snapshot (never to be mutated or handed out). Lock held."""
@@ -599,7 +783,7 @@ class InMemoryApiServer:
             raise InvalidObjectError("object has no metadata")
         if not is_dns_subdomain(meta.get("name")):
             raise InvalidObjectError(f"invalid name {meta.get('name')!r}")
-        if kind in self._cluster_scoped:
+        if self._scoped(kind):
             meta.pop("namespace", None)
         else:
             meta.setdefault("namespace", "default")
@@ -669,7 +853,7 @@ class InMemoryApiServer:
         self._rv += 1
         new = {**new, "metadata": {**new["metadata"], "resourceVersion": str(self._rv)}}
         self._objects[self._key_of(cur)] = new
-        self._emit("MODIFIED", new)
+        self._emit("MODIFIED", new, cur)
         return new
 
     def _remove(self, cur: Json) -> Json:
@@ -680,7 +864,7 @@ class InMemoryApiServer:
         self._emit("DELETED", last)
         return last
 
-    def _emit(self, event_type: EventType, obj: Json) -> None:
+    def _emit(self, event_type: EventType, obj: Json, old: Json | None = None) -> None:
         """Record an event at the current rv and deliver it to the matching watches. Lock
         held."""
         kind = obj["kind"]
@@ -690,11 +874,13 @@ class InMemoryApiServer:
         else:
             if len(self._history) >= self._history_limit:
                 self._floor = self._history.popleft().rv
-            self._history.append(_Event(self._rv, kind, namespace, event_type, obj))
+            self._history.append(_Event(self._rv, kind, namespace, event_type, obj, old))
         watches = self._watches.get(kind)
         if not watches:
             return
-        overflowed = [w for w in watches if w.matches(namespace) and not w.push(event_type, obj)]
+        overflowed = [
+            w for w in watches if w.matches(namespace) and not w.push(event_type, obj, old)
+        ]
         for w in overflowed:
             watches.discard(w)
             logger.debug("dropped a {} watch that fell behind", kind)
@@ -730,3 +916,88 @@ def _bound(pod: Json, node: str) -> Json:
         conditions = [scheduled if c is previous else c for c in conditions]
     status["conditions"] = conditions
     return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}, "status": status}
+
+
+def _sort_key(obj: Json) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return (meta.get("namespace", ""), meta["name"])
+
+
+def _encode_continue(key: tuple[str, str]) -> str:
+    raw = json.dumps(list(key), separators=(",", ":")).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).decode("ascii")
+
+
+def _decode_continue(token: object) -> tuple[str, str] | None:
+    if token is None or token == "":
+        return None
+    if not isinstance(token, str):
+        raise InvalidRequestError(f"continue must be a string, got {token!r}")
+    try:
+        key = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    except (ValueError, UnicodeError):
+        raise InvalidRequestError("invalid continue token", status=400) from None
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+        raise InvalidRequestError("invalid continue token", status=400)
+    return (key[0], key[1])
+
+
+def _predicate(label_selector: str | None, field_selector: str | None) -> Predicate | None:
+    for name, value in (("label_selector", label_selector), ("field_selector", field_selector)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequestError(f"{name} must be a string, got {value!r}")
+    return both(parse_label_selector(label_selector), parse_field_selector(field_selector))
+
+
+PDB = "PodDisruptionBudget"
+_IDENTITY = ("name", "namespace", "uid", "creationTimestamp", "resourceVersion")
+
+
+def _check_grace(grace_period_seconds: object) -> None:
+    if grace_period_seconds is not None and (
+        isinstance(grace_period_seconds, bool)
+        or not isinstance(grace_period_seconds, int)
+        or grace_period_seconds < 0
+    ):
+        raise InvalidRequestError(
+            f"grace_period_seconds must be an int >= 0, got {grace_period_seconds!r}"
+        )
+
+
+def _keep_identity(cur: Json, new: Json) -> Json:
+    """``new`` with ``cur``'s kind, apiVersion and identity metadata (never patched)."""
+    meta = new.get("metadata")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    for field in _IDENTITY:
+        if field in cur["metadata"]:
+            meta[field] = cur["metadata"][field]
+        else:
+            meta.pop(field, None)
+    out = {**new, "metadata": meta, "kind": cur["kind"]}
+    if "apiVersion" in cur:
+        out["apiVersion"] = cur["apiVersion"]
+    return out
+
+
+def _apply_patch(
+    cur: Json, body: Any, flavour: str
+) -> tuple[Any, builtins.list[tuple[str, object]]]:
+    """(the patched object, the preconditions a merge patch's metadata carries)."""
+    preconditions: builtins.list[tuple[str, object]] = []
+    if flavour == "json":
+        if not isinstance(body, list):
+            raise InvalidRequestError("a JSON patch must be a list of operations")
+        return json_patch(cur, body), preconditions
+    if not isinstance(body, dict):
+        raise InvalidRequestError("a merge patch must be a JSON object")
+    meta = body.get("metadata")
+    if isinstance(meta, dict):
+        if "uid" in meta:
+            preconditions.append(("uid", meta["uid"]))
+        if "resourceVersion" in meta:
+            preconditions.append(("rv", meta["resourceVersion"]))
+    if flavour == "strategic":
+        keys = {("status", *p): k for p, k in status_merge_keys(cur["kind"]).items()}
+        return strategic_merge(cur, body, keys), preconditions
+    merged = json_merge(cur, body)
+    return (merged if isinstance(merged, dict) else {}), preconditions

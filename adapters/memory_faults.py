@@ -27,8 +27,9 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
 )
 
-OPS: frozenset[str] = frozenset({"get", "patch_status", "bind", "delete"})
-"""The faultable requests: the methods of the ``ApiBackend`` protocol."""
+OPS: frozenset[str] = frozenset({"get", "patch_status", "bind", "delete", "patch", "evict"})
+"""The faultable requests: the methods of the ``ApiBackend`` protocol, plus the generic
+object ``patch`` and ``evict`` (``pods/eviction``)."""
 
 APPLY_THEN_FAIL = "apply_then_fail"
 

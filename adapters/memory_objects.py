@@ -1,9 +1,9 @@
 """JSON object helpers of the in-memory apiserver, and builders for test objects.
 
 ``to_json`` turns caller input into plain owned JSON (dicts, lists, scalars) and rejects anything
-else; ``clone`` is a fast deep copy of such JSON. ``make_pod``, ``make_node`` and ``make_claim``
-build objects in the shape the real apiserver serves (``spec.containers[].resources.requests``,
-``spec.priority``, ``spec.resourceClaims`` ...).
+else; ``clone`` is a fast deep copy of such JSON. ``make_pod``, ``make_node``, ``make_claim``
+and ``make_pdb`` build objects in the shape the real apiserver serves
+(``spec.containers[].resources.requests``, ``spec.priority``, ``spec.resourceClaims`` ...).
 
 Pure module: no threads, no pykka, no kubernetes.
 """
@@ -13,34 +13,22 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
 from kdispatch.actors.errors import InvalidObjectError
+from kdispatch.actors.kinds import BUILTIN_KINDS
 from kdispatch.actors.objects import RESOURCE_CLAIM, check_uid, is_dns_label, is_dns_subdomain
 
 CLUSTER_SCOPED_KINDS: frozenset[str] = frozenset(
-    {
-        "Node",
-        "Namespace",
-        "PersistentVolume",
-        "StorageClass",
-        "PriorityClass",
-        "DeviceClass",
-        "ResourceSlice",
-        "CustomResourceDefinition",
-    }
+    info.kind for info in BUILTIN_KINDS if not info.namespaced
 )
-"""Kinds stored under namespace ``""`` by default."""
+"""Built-in kinds stored under namespace ``""`` (from the kind table)."""
 
-API_VERSIONS: Mapping[str, str] = {
-    "Pod": "v1",
-    "Node": "v1",
-    "Namespace": "v1",
-    RESOURCE_CLAIM: "resource.k8s.io/v1",
-    "DeviceClass": "resource.k8s.io/v1",
-    "ResourceSlice": "resource.k8s.io/v1",
-}
-"""Default ``apiVersion`` filled in on create when an object of these kinds has none."""
+API_VERSIONS: Mapping[str, str] = MappingProxyType(
+    {info.kind: info.api_version for info in BUILTIN_KINDS}
+)
+"""``apiVersion`` of the built-in kinds (from the kind table)."""
 
 
 def to_json(value: object, path: str = "object") -> Any:
@@ -130,11 +118,12 @@ def make_pod(
     node_selector: Mapping[str, str] | None = None,
     uid: str | None = None,
     claims: Iterable[str] = (),
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An unbound, pending Pod with one container requesting ``cpu_m`` millicores and
-    ``mem_mi`` MiB. ``claims`` names ResourceClaims (same namespace) the pod references, both
-    in ``spec.resourceClaims`` and in the container's ``resources.claims``. A UID is generated
-    when ``uid`` is None."""
+    """An unbound, pending Pod (labelled ``labels``) with one container requesting ``cpu_m``
+    millicores and ``mem_mi`` MiB. ``claims`` names ResourceClaims (same namespace) the pod
+    references, both in ``spec.resourceClaims`` and in the container's ``resources.claims``. A
+    UID is generated when ``uid`` is None."""
     _check_name(name)
     _check_namespace(namespace)
     _check_amount("cpu_m", cpu_m)
@@ -161,10 +150,14 @@ def make_pod(
         spec["nodeSelector"] = selector
     if claim_names:
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claim_names]
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
+    pod_labels = _labels(labels, "labels")
+    if pod_labels:
+        meta["labels"] = pod_labels
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "uid": _uid(uid)},
+        "metadata": meta,
         "spec": spec,
         "status": {"phase": "Pending"},
     }
@@ -220,4 +213,38 @@ def make_claim(name: str, namespace: str = "default", uid: str | None = None) ->
             }
         },
         "status": {},
+    }
+
+
+def make_pdb(
+    name: str,
+    namespace: str = "default",
+    *,
+    match_labels: Mapping[str, str],
+    min_available: int | str | None = None,
+    max_unavailable: int | str | None = None,
+) -> dict[str, Any]:
+    """A ``policy/v1`` PodDisruptionBudget selecting pods by ``match_labels``, with
+    ``min_available`` or ``max_unavailable`` (an int or a percentage such as ``"50%"``)."""
+    _check_name(name)
+    _check_namespace(namespace)
+    if (min_available is None) == (max_unavailable is None):
+        raise InvalidObjectError("give exactly one of min_available and max_unavailable")
+    for label, value in (("min_available", min_available), ("max_unavailable", max_unavailable)):
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | str)
+            or (isinstance(value, int) and value < 0)
+        ):
+            raise InvalidObjectError(f"{label} must be an int >= 0 or a percentage")
+    spec: dict[str, Any] = {"selector": {"matchLabels": _labels(match_labels, "match_labels")}}
+    if min_available is not None:
+        spec["minAvailable"] = min_available
+    else:
+        spec["maxUnavailable"] = max_unavailable
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
     }

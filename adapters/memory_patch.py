@@ -139,3 +139,119 @@ def json_merge(original: Any, patch: Any) -> Any:
 
 def _where(path: Path) -> str:
     return ".".join(path) or "patch root"
+
+
+# --------------------------------------------------------------------------- JSON patch
+
+
+class JsonPatchTestFailed(InvalidRequestError):
+    """A JSON patch ``test`` operation did not hold (the apiserver answers 422)."""
+
+
+def _pointer(path: object) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise InvalidRequestError(f"invalid JSON pointer {path!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+
+
+def _parent(doc: Any, tokens: list[str], path: object) -> tuple[Any, str]:
+    cur = doc
+    for token in tokens[:-1]:
+        if isinstance(cur, dict) and token in cur:
+            cur = cur[token]
+        elif isinstance(cur, list) and token.isdigit() and int(token) < len(cur):
+            cur = cur[int(token)]
+        else:
+            raise InvalidRequestError(f"JSON patch path {path!r} does not exist")
+    return cur, tokens[-1]
+
+
+def _get(doc: Any, tokens: list[str], path: object) -> Any:
+    if not tokens:
+        return doc
+    parent, last = _parent(doc, tokens, path)
+    if isinstance(parent, dict) and last in parent:
+        return parent[last]
+    if isinstance(parent, list) and last.isdigit() and int(last) < len(parent):
+        return parent[int(last)]
+    raise InvalidRequestError(f"JSON patch path {path!r} does not exist")
+
+
+def _copy_path(doc: Any, tokens: list[str]) -> Any:
+    """``doc`` with the containers on ``tokens`` copied, the one at the end included
+    (copy-on-write)."""
+    if not isinstance(doc, dict | list):
+        return doc
+    out: Any = dict(doc) if isinstance(doc, dict) else list(doc)
+    if not tokens:
+        return out
+    head = tokens[0]
+    if isinstance(out, dict) and head in out:
+        out[head] = _copy_path(out[head], tokens[1:])
+    elif isinstance(out, list) and head.isdigit() and int(head) < len(out):
+        out[int(head)] = _copy_path(out[int(head)], tokens[1:])
+    return out
+
+
+def json_patch(original: Any, ops: list[Any]) -> Any:
+    """RFC 6902 JSON patch (``add``, ``remove``, ``replace``, ``move``, ``copy``, ``test``) of
+    ``original``, copy-on-write. A failed ``test`` raises :class:`JsonPatchTestFailed`; any
+    other malformed operation :class:`InvalidRequestError`."""
+    doc = original
+    for op in ops:
+        if not isinstance(op, dict) or not isinstance(op.get("op"), str):
+            raise InvalidRequestError(f"invalid JSON patch operation {op!r}")
+        name, path = op["op"], op.get("path")
+        tokens = _pointer(path)
+        if name == "test":
+            if _get(doc, tokens, path) != op.get("value"):
+                raise JsonPatchTestFailed(f"testing value {path} failed: test failed")
+            continue
+        if name in ("move", "copy"):
+            source = _pointer(op.get("from"))
+            value = _get(doc, source, op.get("from"))
+            if name == "move":
+                doc = _remove(doc, source, op.get("from"))
+            doc = _add(doc, tokens, path, value)
+        elif name == "add":
+            doc = _add(doc, tokens, path, op.get("value"))
+        elif name == "remove":
+            doc = _remove(doc, tokens, path)
+        elif name == "replace":
+            _get(doc, tokens, path)
+            doc = _add(_remove(doc, tokens, path), tokens, path, op.get("value"))
+        else:
+            raise InvalidRequestError(f"unknown JSON patch operation {name!r}")
+    return doc
+
+
+def _add(doc: Any, tokens: list[str], path: object, value: Any) -> Any:
+    if not tokens:
+        return value
+    doc = _copy_path(doc, tokens[:-1])
+    parent, last = _parent(doc, tokens, path)
+    if isinstance(parent, dict):
+        parent[last] = value
+    elif isinstance(parent, list):
+        if last == "-":
+            parent.append(value)
+        elif last.isdigit() and int(last) <= len(parent):
+            parent.insert(int(last), value)
+        else:
+            raise InvalidRequestError(f"JSON patch index {path!r} out of range")
+    else:
+        raise InvalidRequestError(f"JSON patch path {path!r} does not exist")
+    return doc
+
+
+def _remove(doc: Any, tokens: list[str], path: object) -> Any:
+    if not tokens:
+        raise InvalidRequestError("cannot remove the whole document")
+    _get(doc, tokens, path)
+    doc = _copy_path(doc, tokens[:-1])
+    parent, last = _parent(doc, tokens, path)
+    if isinstance(parent, dict):
+        del parent[last]
+    else:
+        del parent[int(last)]
+    return doc

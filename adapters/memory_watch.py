@@ -54,8 +54,10 @@ class Watch:
         namespace: str | None,
         on_stop: Callable[[Watch], None],
         limit: int | None = None,
+        predicate: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         self.kind = kind
+        self._predicate = predicate
         self.namespace = namespace
         self._on_stop = on_stop
         self._limit = limit
@@ -70,10 +72,26 @@ class Watch:
         """Whether an event in ``namespace`` belongs to this watch. Any thread."""
         return self.namespace is None or self.namespace == namespace
 
-    def push(self, event_type: EventType, obj: dict[str, Any]) -> bool:
-        """Queue one event; ``obj`` is an immutable snapshot. Returns False once the watch has
-        ended (a full queue ends it as dropped). Runs on a writer thread under the server
-        lock."""
+    def push(
+        self, event_type: EventType, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> bool:
+        """Queue one event; ``obj`` is an immutable snapshot (``old``: the state before a
+        MODIFIED). With a selector, only matching objects pass: a MODIFIED that makes an object
+        match becomes ADDED, one that makes it stop matching DELETED. Returns False once the
+        watch has ended (a full queue ends it as dropped). Runs on a writer thread under the
+        server lock."""
+        if self._predicate is not None:
+            now = self._predicate(obj)
+            before = old is not None and self._predicate(old)
+            if event_type == "MODIFIED":
+                if not now and not before:
+                    return not self.ended
+                if now and not before:
+                    event_type = "ADDED"
+                elif before and not now:
+                    event_type = "DELETED"
+            elif not now:
+                return not self.ended
         with self._cond:
             if self._ended:
                 return False

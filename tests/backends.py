@@ -88,6 +88,12 @@ class GatedBackend:
         self._enter("delete", name)
         self.inner.delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
 
+    def evict(
+        self, namespace: str, name: str, *, uid: str, grace_period_seconds: int | None = None
+    ) -> None:
+        self._enter("evict", name)
+        self.inner.evict(namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+
 
 class RecordingBackend(ApiBackend):
     """Keeps one object, records every request, and answers with scripted errors or by applying

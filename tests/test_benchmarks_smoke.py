@@ -124,3 +124,20 @@ def test_cli_rejects_unknown_names(tmp_path: Path) -> None:
     args = _parse(["--full", "--out", str(tmp_path), "--contenders", "kdispatch,blocking"])
     assert args.profile == "full"
     assert args.contenders == ["kdispatch", "blocking"]
+
+
+@pytest.mark.timeout(120)
+def test_transport_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    from benchmarks.transport import CONTENDERS
+    from benchmarks.transport import main as transport_main
+
+    out = tmp_path / "transport.json"
+    transport_main(["--calls", "16", "--threads", "2", "--runs", "1", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert set(data["summary"]) == {"sequential", "2_threads"}
+    for mode in data["summary"].values():
+        assert set(CONTENDERS) <= set(mode)
+        for name in CONTENDERS:
+            assert mode[name]["calls_per_s"]["median"] > 0
+            assert mode[name]["cpu_us_per_call"]["median"] > 0
+    assert [run["sequential"]["lean"]["calls"] for run in data["runs"]] == [16]

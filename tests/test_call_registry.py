@@ -16,6 +16,7 @@ from kdispatch.actors.errors import (
     InvalidCallError,
     UnknownCallTypeError,
 )
+from kdispatch.actors.eviction_calls import PodEviction
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
@@ -82,11 +83,19 @@ class TestDefaultRegistry:
         assert registry.types() == [
             "claim_status_patch",
             "pod_binding",
+            "pod_eviction",
             "pod_preemption",
             "pod_status_patch",
         ]
-        assert registry.relevances() == [3, 2, 1]
-        assert (PodStatusPatch, PodBinding, PodPreemption, ClaimStatusPatch) == BUILTIN_CALL_TYPES
+        assert registry.relevances() == [3, 2, 1]  # eviction shares the deletion lane
+        assert (
+            PodStatusPatch,
+            PodBinding,
+            PodPreemption,
+            ClaimStatusPatch,
+            PodEviction,
+        ) == BUILTIN_CALL_TYPES
+        assert registry.spec("pod_eviction").exclusive
         spec = registry.spec("pod_preemption")
         assert (spec.kind, spec.relevance, spec.exclusive, spec.cls) == (
             "Pod",

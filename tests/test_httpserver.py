@@ -153,9 +153,7 @@ def test_patch_status_preconditions_from_the_body(
         conn, "PATCH", path, {"status": {"nominatedNodeName": None}}, content_type=STRATEGIC
     )
     assert code == 200 and "nominatedNodeName" not in out["status"]
-    code, _, status = _call(
-        conn, "PATCH", path, [{"op": "add"}], content_type="application/json-patch+json"
-    )
+    code, _, status = _call(conn, "PATCH", path, {}, content_type="application/apply-patch+yaml")
     assert (code, status["reason"]) == (415, "UnsupportedMediaType")
     code, _, status = _call(conn, "PATCH", path, b"{not json", content_type=STRATEGIC)
     assert (code, status["reason"]) == (400, "BadRequest")
@@ -209,13 +207,11 @@ def test_binding_and_delete(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
 def test_error_statuses(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
     mem.create(make_pod("a"))
     conn = _conn(srv)
-    code, _, status = _call(conn, "GET", "/api/v1/configmaps")
+    code, _, status = _call(conn, "GET", "/api/v1/widgets")  # not in the kind table
     assert (code, status["reason"]) == (404, "NotFound")
-    code, _, status = _call(
-        conn, "PATCH", "/api/v1/namespaces/default/pods/a", {}, content_type=STRATEGIC
-    )
+    code, _, status = _call(conn, "PUT", "/api/v1/namespaces/default/pods/a/status", {})
     assert (code, status["reason"]) == (405, "MethodNotAllowed")
-    code, _, status = _call(conn, "GET", "/api/v1/pods?labelSelector=app%3Dx")
+    code, _, status = _call(conn, "GET", "/api/v1/pods?labelSelector=%28%28")
     assert code == 400
     mem.script("get", "429")
     code, headers, status = _call(conn, "GET", "/api/v1/namespaces/default/pods/a")

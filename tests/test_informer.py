@@ -507,7 +507,7 @@ def test_stop_cuts_a_quiet_http_watch(
 def test_bad_arguments(mem: InMemoryApiServer) -> None:
     lw = MemoryListWatch(mem, "Pod")
     with pytest.raises(InvalidInputError):
-        MemoryListWatch(mem, "Deployment")
+        MemoryListWatch(mem, "Widget")  # not in the kind table
     with pytest.raises(InvalidInputError):
         Informer(lw, name="")
     with pytest.raises(InvalidInputError):

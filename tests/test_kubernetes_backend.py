@@ -2,6 +2,7 @@
 
 The server side is the in-memory apiserver served by ``ApiServerHTTP`` on 127.0.0.1, plus a
 tiny canned-reply HTTP server for replies the emulator never produces (garbage, odd statuses).
+Every test runs on both transports: ``lean`` (the default) and ``client`` (``call_api``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import socket
 import threading
 import traceback
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 from loguru import logger
 
 from kdispatch.actors.backend import ApiBackend
@@ -23,19 +26,38 @@ from kdispatch.actors.errors import (
     ApiError,
     BadResponseError,
     ConflictError,
+    ForbiddenError,
+    InvalidConfigError,
     InvalidRequestError,
     NotFoundError,
     RequestTimeoutError,
     ServerError,
     TooManyRequestsError,
+    UnauthorizedError,
+    UnknownKindError,
 )
 from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.adapters.transport import TransportName, prepare_configuration
 
 TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
 
 pytestmark = pytest.mark.timeout(30)
+
+_TRANSPORT: list[TransportName] = ["lean"]
+
+
+@pytest.fixture(autouse=True, params=["lean", "client"])
+def transport(request: pytest.FixtureRequest) -> Iterator[TransportName]:
+    """Run the test with ``KubernetesBackend(transport=...)`` set to each transport."""
+    _TRANSPORT[0] = request.param
+    yield request.param
+    _TRANSPORT[0] = "lean"
+
+
+def _for_url(url: str, **kwargs: Any) -> KubernetesBackend:
+    return KubernetesBackend.for_url(url, transport=_TRANSPORT[0], **kwargs)
 
 
 @pytest.fixture
@@ -51,7 +73,7 @@ def http(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
 
 @pytest.fixture
 def backend(http: ApiServerHTTP) -> Iterator[KubernetesBackend]:
-    with KubernetesBackend.for_url(http.url, token=TOKEN, request_timeout=5.0) as b:
+    with _for_url(http.url, token=TOKEN, request_timeout=5.0) as b:
         yield b
 
 
@@ -64,7 +86,7 @@ def _pod(mem: InMemoryApiServer, name: str = "p1") -> tuple[str, str]:
 
 
 def test_is_an_api_backend_with_a_pool_sized_for_the_workers(http: ApiServerHTTP) -> None:
-    with KubernetesBackend.for_url(http.url, workers=32, request_timeout=1.5) as b:
+    with _for_url(http.url, workers=32, request_timeout=1.5) as b:
         assert isinstance(b, ApiBackend)
         cfg = b.api_client.configuration
         assert cfg.connection_pool_maxsize >= 32
@@ -75,16 +97,16 @@ def test_is_an_api_backend_with_a_pool_sized_for_the_workers(http: ApiServerHTTP
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "1", True])
 def test_bad_request_timeout_rejected(http: ApiServerHTTP, bad: object) -> None:
-    with pytest.raises(InvalidRequestError):
-        KubernetesBackend.for_url(http.url, request_timeout=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError):
+        _for_url(http.url, request_timeout=bad)
 
 
 def test_bad_arguments_rejected_before_sending(
     backend: KubernetesBackend, mem: InMemoryApiServer
 ) -> None:
     uid, _ = _pod(mem)
-    with pytest.raises(InvalidRequestError):
-        backend.get("Deployment", "default", "p1")
+    with pytest.raises(UnknownKindError):
+        backend.get("Widget", "default", "p1")
     with pytest.raises(InvalidRequestError):
         backend.get("Pod", "Not_A_Namespace", "p1")
     with pytest.raises(InvalidRequestError):
@@ -284,7 +306,7 @@ def test_client_timeout_when_the_server_hangs(mem: InMemoryApiServer) -> None:
     uid, _ = _pod(mem)
     with (
         ApiServerHTTP(mem, hang_seconds=20.0) as srv,
-        KubernetesBackend.for_url(srv.url, request_timeout=0.3) as b,
+        _for_url(srv.url, request_timeout=0.3) as b,
     ):
         mem.script("get", "timeout")
         with pytest.raises(RequestTimeoutError) as info:
@@ -310,7 +332,7 @@ def test_504_reply_is_a_timeout(mem: InMemoryApiServer) -> None:
     _pod(mem)
     with (
         ApiServerHTTP(mem, timeout_reply="504") as srv,
-        KubernetesBackend.for_url(srv.url, request_timeout=2.0) as b,
+        _for_url(srv.url, request_timeout=2.0) as b,
     ):
         mem.script("get", "timeout")
         with pytest.raises(RequestTimeoutError) as info:
@@ -333,7 +355,7 @@ def test_connection_refused() -> None:
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     with (
-        KubernetesBackend.for_url(url, request_timeout=2.0) as b,
+        _for_url(url, request_timeout=2.0) as b,
         pytest.raises(ApiConnectionError),
     ):
         b.get("Pod", "default", "p1")
@@ -342,8 +364,8 @@ def test_connection_refused() -> None:
 def test_unauthorized_is_permanent(http: ApiServerHTTP, mem: InMemoryApiServer) -> None:
     _pod(mem)
     with (
-        KubernetesBackend.for_url(http.url, token="wrong-token", request_timeout=2.0) as b,
-        pytest.raises(InvalidRequestError) as info,
+        _for_url(http.url, token="wrong-token", request_timeout=2.0) as b,
+        pytest.raises(UnauthorizedError) as info,
     ):
         b.get("Pod", "default", "p1")
     assert info.value.status == 401
@@ -357,7 +379,7 @@ def test_shared_client_under_parallel_workers(
     uids = [_pod(mem, f"p{i}")[0] for i in range(workers)]
     errors: list[BaseException] = []
     caplog.set_level(logging.WARNING, logger="urllib3")
-    with KubernetesBackend.for_url(http.url, token=TOKEN, workers=workers) as b:
+    with _for_url(http.url, token=TOKEN, workers=workers) as b:
 
         def work(i: int) -> None:
             try:
@@ -439,7 +461,7 @@ def _reply(code: int, body: bytes, *headers: str) -> bytes:
 def canned(*replies: bytes) -> Iterator[KubernetesBackend]:
     srv = CannedServer(list(replies))
     try:
-        with KubernetesBackend.for_url(srv.url, request_timeout=2.0) as b:
+        with _for_url(srv.url, request_timeout=2.0) as b:
             yield b
     finally:
         srv.close()
@@ -492,7 +514,8 @@ def _status(code: int, reason: str, details: str = "") -> bytes:
         (_reply(409, _status(409, "AlreadyExists")), AlreadyExistsError, 409, False),
         (_reply(409, _status(409, "Conflict")), ConflictError, 409, False),
         (_reply(400, _status(400, "BadRequest")), InvalidRequestError, 400, False),
-        (_reply(403, _status(403, "Forbidden")), InvalidRequestError, 403, False),
+        (_reply(401, _status(401, "Unauthorized")), UnauthorizedError, 401, False),
+        (_reply(403, _status(403, "Forbidden")), ForbiddenError, 403, False),
         (_reply(422, _status(422, "Invalid")), InvalidRequestError, 422, False),
         (_reply(503, b"upstream down", "Content-Type: text/plain"), ServerError, 503, True),
         (_reply(502, b""), ServerError, 502, True),
@@ -542,7 +565,7 @@ def test_bearer_token_never_in_errors_or_logs(
     try:
         with (
             ApiServerHTTP(mem, token=TOKEN, hang_seconds=20.0) as srv,
-            KubernetesBackend.for_url(srv.url, token=TOKEN, request_timeout=0.3) as b,
+            _for_url(srv.url, token=TOKEN, request_timeout=0.3) as b,
         ):
             texts.append(repr(b))
             b.bind("default", "p1", uid=uid, node="n1")
@@ -565,7 +588,7 @@ def test_bearer_token_never_in_errors_or_logs(
                 texts.append(_all_text(info.value))
         with (
             ApiServerHTTP(mem, token="another-token") as srv,
-            KubernetesBackend.for_url(srv.url, token=TOKEN, request_timeout=2.0) as b,
+            _for_url(srv.url, token=TOKEN, request_timeout=2.0) as b,
         ):
             with pytest.raises(InvalidRequestError) as info:
                 b.get("Pod", "default", "p1")
@@ -577,3 +600,68 @@ def test_bearer_token_never_in_errors_or_logs(
     assert any("bound" in line for line in lines)  # the sink did see the backend's logs
     for text in [*texts, *lines, caplog.text]:
         assert TOKEN not in text
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_pool_resized_after_use_keeps_working(http: ApiServerHTTP, mem: InMemoryApiServer) -> None:
+    _pod(mem)
+    with _for_url(http.url, token=TOKEN, workers=2) as b:
+        assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+        b.size_pool(64)  # closes the open pools; the next request opens a bigger one
+        assert b.api_client.configuration.connection_pool_maxsize == 64
+        assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+
+
+def test_configuration_proxy_and_host_path_are_honoured(
+    http: ApiServerHTTP, mem: InMemoryApiServer
+) -> None:
+    _pod(mem)
+    cfg = k8s.Configuration(host="http://apiserver.invalid")  # only the proxy can reach it
+    cfg.proxy = http.url  # the emulator answers absolute-URI (proxy) requests too
+    cfg.api_key = {"authorization": TOKEN}
+    cfg.api_key_prefix = {"authorization": "Bearer"}
+    with KubernetesBackend(
+        k8s.ApiClient(prepare_configuration(cfg, 2)), transport=_TRANSPORT[0], owns_client=True
+    ) as b:
+        assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+    with _for_url(f"{http.url}/some/prefix", token=TOKEN) as b, pytest.raises(NotFoundError):
+        b.get("Pod", "default", "p1")  # sent under the prefix, which the emulator does not serve
+
+
+def test_token_refresh_hook_runs_for_every_request(
+    http: ApiServerHTTP, mem: InMemoryApiServer
+) -> None:
+    _pod(mem)
+    refreshed: list[int] = []
+    cfg = k8s.Configuration(host=http.url)
+
+    def refresh(conf: Any) -> None:
+        refreshed.append(1)
+        conf.api_key = {"authorization": TOKEN}
+        conf.api_key_prefix = {"authorization": "Bearer"}
+
+    cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
+    cfg.api_key = {"authorization": "expired"}
+    with KubernetesBackend(
+        k8s.ApiClient(prepare_configuration(cfg, 2)), transport=_TRANSPORT[0], owns_client=True
+    ) as b:
+        for _ in range(3):
+            assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+    assert len(refreshed) >= 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"workers": 0}, {"workers": True}, {"transport": "fast"}, {"request_timeout": -1}],
+)
+def test_bad_backend_configuration_is_a_config_error(
+    http: ApiServerHTTP, kwargs: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidConfigError):
+        KubernetesBackend.for_url(http.url, **kwargs)
+    with pytest.raises(InvalidConfigError):
+        KubernetesBackend.for_url("ftp://example.com")
+    with pytest.raises(InvalidConfigError):
+        KubernetesBackend("not a client")  # type: ignore[arg-type]

@@ -743,7 +743,14 @@ def test_scripted_get_fault(server: InMemoryApiServer, pod: dict[str, Any]) -> N
     with pytest.raises(ServerError):
         server.get("Pod", "default", "p1")
     assert server.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
-    assert server.counts() == {"bind": 0, "delete": 0, "get": 1, "patch_status": 0}
+    assert server.counts() == {
+        "bind": 0,
+        "delete": 0,
+        "evict": 0,
+        "get": 1,
+        "patch": 0,
+        "patch_status": 0,
+    }
 
 
 def test_apply_then_fail_applies(

@@ -1,4 +1,5 @@
-"""The README's custom call type example runs as written (on the in-memory apiserver)."""
+"""The README's snippets run as written: the custom call type over HTTP with the official
+client against ``ApiServerHTTP``, and every section that documents a public name."""
 
 from __future__ import annotations
 
@@ -17,14 +18,14 @@ import pytest
 from loguru import logger
 
 from kdispatch import Dispatcher
-from kdispatch.actors.errors import Outcome
+from kdispatch.actors.errors import Outcome, UnauthorizedError
 from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 
-pytestmark = pytest.mark.timeout(60)
-
 README = Path(__file__).resolve().parent.parent / "README.md"
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def _block(heading: str) -> str:
@@ -35,51 +36,86 @@ def _block(heading: str) -> str:
     return match.group(1)
 
 
-def test_custom_call_type_example_works() -> None:
-    backend = InMemoryApiServer()
-    module = types.ModuleType("readme_example")  # dataclasses look their module up
-    sys.modules[module.__name__] = module
-    scope: dict[str, Any] = module.__dict__
-    scope["backend"] = backend
-    try:
-        exec(compile(_block("### Your own call types"), "README.md", "exec"), scope)
-    finally:
-        del sys.modules[module.__name__]
-    hold, ref_cls, dispatcher = scope["QuotaHold"], scope["ObjectRef"], scope["dispatcher"]
-    obj = backend.create(
-        {
-            "apiVersion": "example.io/v1",
-            "kind": "QuotaClaim",
-            "metadata": {"name": "q1", "namespace": "default"},
-            "status": {},
-        }
-    )
-    dispatcher.start()
-    try:
-        first = dispatcher.submit(hold(ref_cls.of(obj), 500, basis=obj))
-        assert first.result(timeout=10) is Outcome.SUCCESS
-        again = dispatcher.submit(hold(ref_cls.of(obj), 500, basis=obj))
-        assert again.result(timeout=10) is Outcome.SKIPPED  # the first one's reply was observed
-    finally:
-        dispatcher.stop(timeout=10)
-    stored = backend.get_object("QuotaClaim", "default", "q1")
-    assert stored is not None and stored["status"] == {"heldCpuM": 500}
-
-
-# ------------------------------------------------------------------ the sections of issue 12
-
-
 def _run(heading: str, **scope: Any) -> dict[str, Any]:
-    """Execute the first python block after ``heading`` in a registered module; its globals."""
-    module = types.ModuleType(f"readme_{abs(hash(heading))}")
+    """Execute the section's snippet in a registered module (dataclasses look it up)."""
+    module = types.ModuleType("readme_example")
     sys.modules[module.__name__] = module
-    namespace: dict[str, Any] = module.__dict__
-    namespace.update(scope)
+    module.__dict__.update(scope)
     try:
-        exec(compile(_block(heading), "README.md", "exec"), namespace)
+        exec(compile(_block(heading), "README.md", "exec"), module.__dict__)
     finally:
         del sys.modules[module.__name__]
-    return namespace
+    return module.__dict__
+
+
+@pytest.fixture
+def mem() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def http(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
+    with ApiServerHTTP(mem, watch_poll=0.02) as srv:
+        yield srv
+
+
+def test_custom_call_type_example_runs_over_http(
+    mem: InMemoryApiServer, http: ApiServerHTTP
+) -> None:
+    with KubernetesBackend.for_url(http.url) as backend:
+        scope = _run("### Your own call types", backend=backend)
+        hold, ref_cls, dispatcher = scope["QuotaHold"], scope["ObjectRef"], scope["dispatcher"]
+        obj = mem.create(
+            {
+                "apiVersion": "example.io/v1",
+                "kind": "QuotaClaim",
+                "metadata": {"name": "q1", "namespace": "default"},
+                "status": {},
+            }
+        )
+        dispatcher.start()
+        try:
+            first = dispatcher.submit(hold(ref_cls.of(obj), 500, basis=obj))
+            assert first.result(timeout=10) is Outcome.SUCCESS
+            again = dispatcher.submit(hold(ref_cls.of(obj), 500, basis=obj))
+            assert again.result(timeout=10) is Outcome.SKIPPED  # the first reply was observed
+        finally:
+            dispatcher.stop(timeout=10)
+    stored = mem.get_object("QuotaClaim", "default", "q1")
+    assert stored is not None and stored["status"] == {"heldCpuM": 500}
+    patches = [r for r in mem.request_log if r.op == "patch_status"]
+    assert [(r.kind, r.outcome) for r in patches] == [("QuotaClaim", "ok")]
+
+
+def test_any_resource_example() -> None:
+    scope = _run("### Any resource: the kind table")
+    assert [o["metadata"]["name"] for o in scope["page"].items] == ["q1"]
+    assert scope["held"]["spec"]["cpuM"] == 100  # the JSON patch landed
+    assert scope["held"]["status"] == {"heldCpuM": 100}
+
+
+def test_informer_errors_example(capsys: pytest.CaptureFixture[str]) -> None:
+    scope = _run("### Informers for any kind, and their errors")
+    assert scope["errors"] and isinstance(scope["errors"][0], UnauthorizedError)
+    assert isinstance(scope["deployments"].last_error, UnauthorizedError)
+    assert "informer refused: list Deployment: HTTP 401" in capsys.readouterr().out
+    count = scope["registry"].get_sample_value(
+        "kdispatch_informer_errors_total",
+        {"informer": "deploys", "kind": "Deployment", "reason": "Unauthorized"},
+    )
+    assert count is not None and count >= 1
+
+
+def test_transports_example() -> None:
+    scope = _run("### Transports and the connection pool")
+    assert scope["backend"].transport == "client"
+
+
+def test_eviction_example() -> None:
+    scope = _run("### Eviction")
+    server = scope["server"]
+    assert server.get_object("Pod", "default", "web-1") is not None  # the budget held
+    assert {r.outcome for r in server.request_log if r.op == "evict"} == {"DisruptionBudget"}
 
 
 def test_objects_as_you_hold_them() -> None:
@@ -87,15 +123,6 @@ def test_objects_as_you_hold_them() -> None:
         scope = _run("### Objects as you hold them", dispatcher=dispatcher)
     assert scope["binding"].ref.uid == "uid-web-0"
     assert scope["binding"].basis == scope["plain"]
-
-
-@pytest.fixture
-def http() -> Iterator[ApiServerHTTP]:
-    server = ApiServerHTTP(InMemoryApiServer(), watch_poll=0.02).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_asyncio_section(http: ApiServerHTTP) -> None:

@@ -40,6 +40,7 @@ from kdispatch.actors.errors import (
     InvalidRequestError,
     NotFoundError,
     Outcome,
+    UnauthorizedError,
 )
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.httpserver import ApiServerHTTP
@@ -128,7 +129,10 @@ def test_a_rejected_token_appears_in_no_log_and_no_exception(
             ClientListWatch(backend.api_client, "Pod"), name="denied", backoff_initial=0.01
         )
         informer.start()
-        assert not informer.wait_for_sync(0.3)  # every list is refused
+        with pytest.raises(UnauthorizedError):  # every list is refused, and it says why
+            informer.wait_for_sync(10)
+        assert isinstance(informer.last_error, UnauthorizedError)
+        texts += exception_texts(informer.last_error)
         assert informer.stop(timeout=10)
     texts += [repr(backend)]
     assert any("401" in t for t in texts)

@@ -1,0 +1,245 @@
+"""The kind table: kind → (group, version, plural, namespaced, status subresource, patch flavour).
+
+One source of truth for where a kind lives in the REST API. The backends, informers and the
+in-memory/HTTP apiservers look kinds up here; users add their own (a CRD) with
+:func:`register`, or fill a table from the apiserver's discovery documents
+(:func:`kdispatch.adapters.discovery.register_from_discovery`).
+
+=========================  ===================  ========  ==========  ======  =========
+kind                       apiVersion           plural    namespaced  status  patch
+=========================  ===================  ========  ==========  ======  =========
+built-in kinds below       ``v1``, ``apps/v1``  ...       ...         ...     strategic
+a registered CRD           ``group/version``    given     given       given   merge
+=========================  ===================  ========  ==========  ======  =========
+
+``patch`` is the flavour of an object-shaped patch: the apiserver only understands strategic
+merge patches for its built-in types; custom resources take JSON merge patches (RFC 7386).
+
+Thread-safety: a :class:`KindTable` may be read and extended from any thread (registration
+swaps an immutable mapping under a lock; lookups are a dict get). Pure module: no threads of
+its own, no pykka, no kubernetes.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+from .errors import InvalidInputError, UnknownKindError
+
+PatchType = Literal["strategic", "merge"]
+"""An object-shaped patch: strategic merge (built-in kinds) or RFC 7386 JSON merge (CRDs)."""
+
+PATCH_TYPES: frozenset[str] = frozenset({"strategic", "merge"})
+
+_KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+_PLURAL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_GROUP = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
+_VERSION = re.compile(r"^v[0-9]+((alpha|beta)[0-9]+)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class KindInfo:
+    """Where one kind lives in the REST API. Immutable."""
+
+    kind: str
+    group: str
+    """API group; ``""`` for the core group (``/api/v1``)."""
+    version: str
+    plural: str
+    """The resource name in URLs, e.g. ``pods``."""
+    namespaced: bool = True
+    status: bool = True
+    """Whether the kind has a ``status`` subresource."""
+    patch: PatchType = "merge"
+    """Flavour of object-shaped patches: ``strategic`` for built-ins, ``merge`` for CRDs."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not _KIND.match(self.kind):
+            raise InvalidInputError(f"invalid kind {self.kind!r}: want e.g. 'QuotaClaim'")
+        if not isinstance(self.group, str) or not _GROUP.match(self.group):
+            raise InvalidInputError(f"invalid API group {self.group!r}")
+        if not isinstance(self.version, str) or not _VERSION.match(self.version):
+            raise InvalidInputError(f"invalid API version {self.version!r}: want e.g. 'v1'")
+        if not isinstance(self.plural, str) or not _PLURAL.match(self.plural):
+            raise InvalidInputError(f"invalid plural {self.plural!r}: want e.g. 'quotaclaims'")
+        for name in ("namespaced", "status"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidInputError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.patch not in PATCH_TYPES:
+            raise InvalidInputError(f"patch must be 'strategic' or 'merge', got {self.patch!r}")
+
+    @property
+    def api_version(self) -> str:
+        """``v1`` for the core group, else ``group/version``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def prefix(self) -> str:
+        """``/api/v1`` or ``/apis/<group>/<version>``."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        """The URL path of the collection (every namespace when ``namespace`` is None, and
+        always for cluster-scoped kinds)."""
+        if self.namespaced and namespace:
+            return f"{self.prefix}/namespaces/{namespace}/{self.plural}"
+        return f"{self.prefix}/{self.plural}"
+
+    def path(self, namespace: str, name: str, subresource: str | None = None) -> str:
+        """The URL path of one object (or of one of its subresources)."""
+        base = f"{self.collection_path(namespace if self.namespaced else None)}/{name}"
+        return f"{base}/{subresource}" if subresource else base
+
+
+BUILTIN_KINDS: tuple[KindInfo, ...] = (
+    KindInfo("Pod", "", "v1", "pods", True, True, "strategic"),
+    KindInfo("Node", "", "v1", "nodes", False, True, "strategic"),
+    KindInfo("Namespace", "", "v1", "namespaces", False, True, "strategic"),
+    KindInfo("ConfigMap", "", "v1", "configmaps", True, False, "strategic"),
+    KindInfo("Secret", "", "v1", "secrets", True, False, "strategic"),
+    KindInfo("Service", "", "v1", "services", True, True, "strategic"),
+    KindInfo("Event", "", "v1", "events", True, False, "strategic"),
+    KindInfo("PersistentVolume", "", "v1", "persistentvolumes", False, True, "strategic"),
+    KindInfo("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True, True, "strategic"),
+    KindInfo("Deployment", "apps", "v1", "deployments", True, True, "strategic"),
+    KindInfo("ReplicaSet", "apps", "v1", "replicasets", True, True, "strategic"),
+    KindInfo("StatefulSet", "apps", "v1", "statefulsets", True, True, "strategic"),
+    KindInfo("DaemonSet", "apps", "v1", "daemonsets", True, True, "strategic"),
+    KindInfo("Job", "batch", "v1", "jobs", True, True, "strategic"),
+    KindInfo("Lease", "coordination.k8s.io", "v1", "leases", True, False, "strategic"),
+    KindInfo(
+        "PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", True, True, "strategic"
+    ),
+    KindInfo(
+        "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", False, False, "strategic"
+    ),
+    KindInfo("StorageClass", "storage.k8s.io", "v1", "storageclasses", False, False, "strategic"),
+    KindInfo("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True, True, "strategic"),
+    KindInfo("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", False, False, "strategic"),
+    KindInfo("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False, False, "strategic"),
+    KindInfo(
+        "CustomResourceDefinition",
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        False,
+        True,
+        "strategic",
+    ),
+)
+"""The built-in kinds every table starts with."""
+
+
+class KindTable:
+    """kind → :class:`KindInfo`, extendable at run time. Thread-safe (see the module)."""
+
+    def __init__(self, kinds: Iterable[KindInfo] = BUILTIN_KINDS) -> None:
+        self._lock = threading.Lock()
+        self._by_kind: Mapping[str, KindInfo] = MappingProxyType({})
+        for info in kinds:
+            self.add(info)
+
+    def add(self, info: KindInfo, *, replace: bool = False) -> KindInfo:
+        """Add ``info``. A kind already present with different facts raises
+        :class:`InvalidInputError` unless ``replace``; the same facts again are a no-op."""
+        if not isinstance(info, KindInfo):
+            raise InvalidInputError(f"expected a KindInfo, got {type(info).__name__}")
+        with self._lock:
+            current = self._by_kind.get(info.kind)
+            if current is not None and current != info and not replace:
+                raise InvalidInputError(
+                    f"kind {info.kind!r} is already registered as {current.api_version} "
+                    f"{current.plural}; pass replace=True to change it"
+                )
+            self._by_kind = MappingProxyType({**self._by_kind, info.kind: info})
+        return info
+
+    def register(
+        self,
+        kind: str,
+        group: str,
+        version: str,
+        plural: str,
+        *,
+        namespaced: bool = True,
+        status: bool = True,
+        patch: PatchType = "merge",
+        replace: bool = False,
+    ) -> KindInfo:
+        """Register a kind (a CRD by default: JSON merge patches, with a status subresource).
+        Raises :class:`InvalidInputError` for malformed facts or a clash (see :meth:`add`)."""
+        return self.add(
+            KindInfo(kind, group, version, plural, namespaced, status, patch), replace=replace
+        )
+
+    def lookup(self, kind: object) -> KindInfo:
+        """The facts of ``kind``; :class:`UnknownKindError` when it is not registered."""
+        info = self._by_kind.get(kind) if isinstance(kind, str) else None
+        if info is None:
+            raise UnknownKindError(
+                f"unknown kind {kind!r}: register it (kdispatch.actors.kinds.register) or fill "
+                "the table from discovery"
+            )
+        return info
+
+    def get(self, kind: str) -> KindInfo | None:
+        """The facts of ``kind`` or None."""
+        return self._by_kind.get(kind)
+
+    def by_resource(self, group: str, version: str, plural: str) -> KindInfo | None:
+        """The kind served at ``group/version/plural``, or None."""
+        for info in self._by_kind.values():
+            if info.plural == plural and info.group == group and info.version == version:
+                return info
+        return None
+
+    def __contains__(self, kind: object) -> bool:
+        return isinstance(kind, str) and kind in self._by_kind
+
+    def __iter__(self) -> Iterator[KindInfo]:
+        return iter(list(self._by_kind.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_kind)
+
+    def kinds(self) -> list[str]:
+        """Registered kind names, sorted."""
+        return sorted(self._by_kind)
+
+
+DEFAULT_KINDS = KindTable()
+"""The process-wide table every component uses unless given another one."""
+
+
+def register(
+    kind: str,
+    group: str,
+    version: str,
+    plural: str,
+    *,
+    namespaced: bool = True,
+    status: bool = True,
+    patch: PatchType = "merge",
+    replace: bool = False,
+) -> KindInfo:
+    """Register a kind in :data:`DEFAULT_KINDS` (see :meth:`KindTable.register`). Any thread."""
+    return DEFAULT_KINDS.register(
+        kind,
+        group,
+        version,
+        plural,
+        namespaced=namespaced,
+        status=status,
+        patch=patch,
+        replace=replace,
+    )
+
+
+def lookup(kind: object) -> KindInfo:
+    """``DEFAULT_KINDS.lookup(kind)``. Any thread."""
+    return DEFAULT_KINDS.lookup(kind)

@@ -1,0 +1,107 @@
+"""Fill a kind table from the apiserver's discovery documents (``/api/v1``, ``/apis``).
+
+:func:`register_from_discovery` reads the core group and the preferred version of every API
+group through a :class:`~kdispatch.adapters.kubernetes.KubernetesBackend`'s transport and
+registers each kind it finds (plural, namespaced, whether a ``status`` subresource is served).
+Kinds already in the table keep their facts. Discovery does not say which resources are custom:
+groups of the Kubernetes project (the core group, the unsuffixed built-in groups such as
+``apps`` or ``policy``, and every group ending in ``.k8s.io``) get strategic merge patches,
+every other group JSON merge patches, as CRDs need.
+
+Runs on the calling thread (one request per group version); errors are
+:mod:`kdispatch.actors.errors` types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kdispatch.actors.errors import BadResponseError, InvalidInputError
+from kdispatch.actors.kinds import KindInfo, KindTable, PatchType
+
+from .kubernetes import KubernetesBackend
+
+BUILTIN_GROUPS: frozenset[str] = frozenset(
+    {"", "apps", "batch", "policy", "autoscaling", "extensions"}
+)
+"""Unsuffixed groups served by kube-apiserver itself (plus every ``*.k8s.io`` group)."""
+
+
+def _flavour(group: str) -> PatchType:
+    return "strategic" if group in BUILTIN_GROUPS or group.endswith(".k8s.io") else "merge"
+
+
+def _get(backend: KubernetesBackend, path: str) -> dict[str, Any]:
+    reply = backend.get_path(path)
+    try:
+        doc = json.loads(reply)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise BadResponseError(f"discovery {path}: reply is not JSON") from None
+    if not isinstance(doc, dict):
+        raise BadResponseError(f"discovery {path}: reply is not an object")
+    return doc
+
+
+def _kinds_of(group: str, version: str, doc: Mapping[str, Any]) -> list[KindInfo]:
+    resources = doc.get("resources")
+    if not isinstance(resources, list):
+        raise BadResponseError(f"discovery {group}/{version}: no resources")
+    names = {r.get("name") for r in resources if isinstance(r, Mapping)}
+    found: list[KindInfo] = []
+    for r in resources:
+        if not isinstance(r, Mapping):
+            continue
+        name, kind = r.get("name"), r.get("kind")
+        if not isinstance(name, str) or "/" in name or not isinstance(kind, str):
+            continue  # a subresource, or garbage
+        try:
+            found.append(
+                KindInfo(
+                    kind,
+                    group,
+                    version,
+                    name,
+                    namespaced=bool(r.get("namespaced")),
+                    status=f"{name}/status" in names,
+                    patch=_flavour(group),
+                )
+            )
+        except InvalidInputError:
+            continue  # a resource whose names the table cannot hold
+    return found
+
+
+def register_from_discovery(
+    backend: KubernetesBackend,
+    table: KindTable | None = None,
+    *,
+    groups: Iterable[str] | None = None,
+) -> list[KindInfo]:
+    """Register the kinds the apiserver serves in ``table`` (default: the backend's table);
+    ``groups``: only these API groups (``""`` is the core group). Returns the kinds added.
+    Calling thread."""
+    if not isinstance(backend, KubernetesBackend):
+        raise InvalidInputError(f"backend must be a KubernetesBackend, got {backend!r}")
+    target = table if table is not None else backend.kinds
+    wanted = None if groups is None else set(groups)
+    versions: list[tuple[str, str]] = []
+    if wanted is None or "" in wanted:
+        versions.append(("", "v1"))
+    for g in _get(backend, "/apis").get("groups") or []:
+        if not isinstance(g, Mapping) or not isinstance(g.get("name"), str):
+            continue
+        preferred = g.get("preferredVersion")
+        version = preferred.get("version") if isinstance(preferred, Mapping) else None
+        if isinstance(version, str) and (wanted is None or g["name"] in wanted):
+            versions.append((g["name"], version))
+    added: list[KindInfo] = []
+    for group, version in versions:
+        path = f"/apis/{group}/{version}" if group else "/api/v1"
+        for info in _kinds_of(group, version, _get(backend, path)):
+            if info.kind in target:
+                continue
+            target.add(info)
+            added.append(info)
+    return added

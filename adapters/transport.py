@@ -1,0 +1,546 @@
+"""How requests reach the apiserver: two transports over one official-client ``ApiClient``.
+
+Both keep the official client's :class:`kubernetes.client.Configuration` — host, bearer token
+(and its refresh through ``refresh_api_key_hook``, via ``Configuration.auth_settings()`` →
+``get_api_key_with_prefix``), client certificates, CA bundle, TLS verification, proxies — and its
+urllib3 pool (``api_client.rest_client.pool_manager``, built from that configuration):
+
+* :class:`LeanTransport` (``transport="lean"``, the default) serialises the JSON body once and
+  sends it straight through the client's pool; replies are read as raw JSON. No ``call_api``,
+  no parameter sanitising, no models.
+* :class:`ClientTransport` (``transport="client"``) goes through the official
+  ``ApiClient.param_serialize`` + ``ApiClient.call_api``, the path the generated API methods
+  take (header and auth handling, body sanitising, ``RESTClientObject.request``); replies are
+  read raw too.
+
+Failures are raised as :mod:`kdispatch.actors.errors` types (see :func:`error_from_status` and
+:func:`map_transport_error`): 401 → ``UnauthorizedError``, 403 → ``ForbiddenError`` (never
+retried), 429 → ``TooManyRequestsError`` (``DisruptionBudgetError`` for an eviction a
+PodDisruptionBudget forbids), 5xx → ``ServerError``, both with the server's ``Retry-After``.
+Messages carry the operation, HTTP status, reason and the server's message, never request
+headers. urllib3's own retries are off (the executor owns the retry policy).
+
+Every method runs on the calling thread (an executor worker or an informer thread) and is safe
+to call from many threads at once (the pool is thread-safe).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Literal, NamedTuple, Protocol
+from urllib.parse import urlencode
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from kdispatch.actors.errors import (
+    AlreadyExistsError,
+    ApiConnectionError,
+    ApiError,
+    BadResponseError,
+    ConflictError,
+    DisruptionBudgetError,
+    ForbiddenError,
+    GoneError,
+    InvalidConfigError,
+    InvalidRequestError,
+    NotFoundError,
+    RequestTimeoutError,
+    ServerError,
+    TooManyRequestsError,
+    UnauthorizedError,
+)
+
+TransportName = Literal["lean", "client"]
+TRANSPORTS: frozenset[str] = frozenset({"lean", "client"})
+
+_MESSAGE_LIMIT = 300
+_JSON = "application/json"
+
+Query = Sequence[tuple[str, str]]
+
+
+# --------------------------------------------------------------------------- error mapping
+
+
+def status_body(body: object) -> Mapping[str, Any]:
+    """The ``Status`` object in an error reply, or an empty mapping when there is none."""
+    if isinstance(body, bytes | bytearray):
+        try:
+            body = bytes(body).decode("utf-8")
+        except UnicodeDecodeError:
+            return {}
+    if not isinstance(body, str) or not body:
+        return {}
+    try:
+        parsed = json.loads(body)
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def retry_after(headers: Mapping[str, str] | None, status: Mapping[str, Any]) -> float:
+    """Seconds to wait, from ``Retry-After`` (delta-seconds) or ``details.retryAfterSeconds``."""
+    if headers is not None:
+        raw = headers.get("Retry-After")
+        if raw is not None:
+            try:
+                value = float(raw.strip())
+            except ValueError:  # an HTTP-date or garbage: fall back to the Status details
+                value = -1.0
+            if math.isfinite(value) and value >= 0:
+                return value
+    details = status.get("details")
+    if isinstance(details, Mapping):
+        seconds = details.get("retryAfterSeconds")
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0:
+            return float(seconds)
+    return 0.0
+
+
+def _is_disruption_budget(status: Mapping[str, Any]) -> bool:
+    """Whether a 429 ``Status`` is the eviction subresource refusing for a PDB."""
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    if isinstance(causes, list) and any(
+        isinstance(c, Mapping) and c.get("reason") == "DisruptionBudget" for c in causes
+    ):
+        return True
+    message = status.get("message")
+    return isinstance(message, str) and "disruption budget" in message
+
+
+def error_from_status(
+    code: int,
+    status: Mapping[str, Any],
+    what: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    http_reason: object = None,
+) -> ApiError:
+    """The :class:`ApiError` for HTTP ``code`` with its ``Status`` body (possibly empty), as
+    answered to a request or carried by a watch ``ERROR`` event."""
+    reason = status.get("reason") if isinstance(status.get("reason"), str) else None
+    server_msg = status.get("message") if isinstance(status.get("message"), str) else ""
+    text = f"{what}: HTTP {code} {reason or http_reason or ''}".rstrip()
+    if server_msg:
+        text += f": {server_msg[:_MESSAGE_LIMIT]}"
+    if code == 401:
+        return UnauthorizedError(text)
+    if code == 403:
+        return ForbiddenError(text)
+    if code == 404:
+        return NotFoundError(text)
+    if code == 409:
+        if reason == "AlreadyExists":
+            return AlreadyExistsError(text)
+        return ConflictError(text)
+    if code == 410:
+        return GoneError(text)
+    if code == 429:
+        wait = retry_after(headers, status)
+        if _is_disruption_budget(status):
+            return DisruptionBudgetError(text, retry_after=wait)
+        return TooManyRequestsError(text, retry_after=wait)
+    if code in (408, 504):
+        return RequestTimeoutError(text, status=code, retry_after=retry_after(headers, status))
+    if 500 <= code <= 599:
+        return ServerError(text, status=code, retry_after=retry_after(headers, status))
+    if 400 <= code <= 499:
+        return InvalidRequestError(text, status=code)
+    return BadResponseError(text, status=code)
+
+
+def map_api_exception(exc: ApiException, what: str) -> ApiError:
+    """Translate an HTTP error of the official client into an :class:`ApiError`."""
+    code = exc.status if isinstance(exc.status, int) else 0
+    if code == 0:
+        # Raised by the client's REST layer itself (TLS failure, unpreparable request).
+        return ApiConnectionError(
+            f"{what}: {str(exc.reason or 'transport error')[:_MESSAGE_LIMIT]}"
+        )
+    headers = exc.headers if isinstance(exc.headers, Mapping) else None
+    return error_from_status(code, status_body(exc.body), what, headers, http_reason=exc.reason)
+
+
+def map_transport_error(exc: BaseException, what: str) -> ApiError:
+    """Translate a urllib3 / socket failure (no HTTP reply) into an :class:`ApiError`."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        exc = exc.reason
+    name = type(exc).__name__
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return ApiConnectionError(f"{what}: cannot connect ({name})")
+    if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
+        return RequestTimeoutError(f"{what}: client-side timeout ({name})")
+    return ApiConnectionError(f"{what}: connection failed ({name})")
+
+
+@contextmanager
+def translate_errors(what: str) -> Iterator[None]:
+    """Run client or urllib3 code, re-raising its failures as :mod:`actors.errors` types."""
+    try:
+        yield
+    except ApiError:
+        raise
+    except ApiException as exc:
+        raise map_api_exception(exc, what) from exc
+    except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+        raise map_transport_error(exc, what) from exc
+
+
+def decode_object(data: object, what: str) -> dict[str, Any]:
+    """Decode a whole reply body as one JSON object (``BadResponseError`` otherwise)."""
+    if not isinstance(data, bytes | bytearray) or not data:
+        raise BadResponseError(f"{what}: empty reply")
+    try:
+        parsed = json.loads(data)
+    except UnicodeDecodeError:
+        raise BadResponseError(f"{what}: reply is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise BadResponseError(f"{what}: reply is not JSON ({exc.msg})") from None
+    if not isinstance(parsed, dict):
+        raise BadResponseError(f"{what}: reply is a JSON {type(parsed).__name__}, not an object")
+    return parsed
+
+
+def read_json_object(resp: Any, what: str) -> dict[str, Any]:
+    """Read a whole ``preload_content=False`` urllib3 reply and decode it as one JSON object."""
+    try:
+        data = resp.data
+    finally:
+        resp.release_conn()
+    return decode_object(data, what)
+
+
+def dumps(obj: object) -> bytes:
+    """Compact JSON, as sent on the wire."""
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def no_urllib3_retries() -> urllib3.Retry:
+    """A retry policy that never retries: the executor decides about retries."""
+    return urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0, other=0)
+
+
+def check_workers(workers: object) -> int:
+    """``workers`` if it is an int >= 1, else :class:`InvalidConfigError`."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidConfigError(f"workers must be a positive int, got {workers!r}")
+    return workers
+
+
+def prepare_configuration(cfg: k8s.Configuration, workers: int) -> k8s.Configuration:
+    """Size the connection pool for ``workers`` threads and switch off urllib3 retries."""
+    check_workers(workers)
+    current = cfg.connection_pool_maxsize or 0
+    cfg.connection_pool_maxsize = max(int(current), workers)
+    cfg.retries = no_urllib3_retries()
+    return cfg
+
+
+def size_pool(api_client: k8s.ApiClient, workers: int) -> None:
+    """Make ``api_client``'s urllib3 pool keep at least ``workers`` connections per host, so
+    that ``workers`` threads never see "Connection pool is full". Pools already open are
+    closed and reopened at the new size (idle connections only; a request in flight finishes
+    on its own connection). Any thread; meant for setup."""
+    check_workers(workers)
+    cfg: Any = api_client.configuration
+    current = int(cfg.connection_pool_maxsize or 0)
+    manager: Any = api_client.rest_client.pool_manager
+    if current >= workers and int(manager.connection_pool_kw.get("maxsize", 1)) >= workers:
+        return
+    cfg.connection_pool_maxsize = max(current, workers)
+    manager.connection_pool_kw["maxsize"] = cfg.connection_pool_maxsize
+    manager.clear()
+
+
+def check_timeout(value: object) -> float:
+    """A positive finite request timeout, else :class:`InvalidConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidConfigError(f"request_timeout must be a positive number, got {value!r}")
+    if not math.isfinite(value):
+        raise InvalidConfigError("request_timeout must be finite")
+    return float(value)
+
+
+# --------------------------------------------------------------------------- transports
+
+
+class Reply(NamedTuple):
+    """A 2xx reply: status code, headers and the whole body."""
+
+    status: int
+    headers: Mapping[str, str]
+    data: bytes
+
+
+Timeout = float | tuple[float, float]
+"""Seconds in total, or (connect, read)."""
+
+
+class Transport(Protocol):
+    """Sends one request. Thread-safe; runs on the calling thread."""
+
+    name: str
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        timeout: Timeout,
+        query: Query = (),
+        body: object = None,
+        content_type: str = _JSON,
+    ) -> Reply:
+        """Send ``body`` (a JSON value, or None) and read the whole reply. A non-2xx reply
+        raises its :class:`ApiError`; so does a transport failure."""
+        ...
+
+    def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
+        """GET ``path`` without reading the body (a watch): the open urllib3 response of a 2xx
+        reply. Errors as :meth:`request`."""
+        ...
+
+
+def _url(host: str, path: str, query: Query) -> str:
+    return f"{host}{path}?{urlencode(query)}" if query else f"{host}{path}"
+
+
+def _urllib3_timeout(timeout: Timeout) -> urllib3.Timeout:
+    if isinstance(timeout, tuple):
+        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
+    return urllib3.Timeout(total=timeout)
+
+
+def _raise_for_status(status: int, headers: Mapping[str, str], data: bytes, what: str) -> None:
+    if not 200 <= status <= 299:
+        raise error_from_status(status, status_body(data), what, headers)
+
+
+class LeanTransport:
+    """Prebuilt JSON through the official client's own urllib3 pool (see the module).
+
+    Without a proxy, requests go straight to the host's connection pool (looked up once, and
+    again after the pool manager was cleared); through a proxy, via the client's
+    ``ProxyManager``, which adds the proxy headers."""
+
+    name = "lean"
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._client: Any = api_client
+        self._cfg: Any = api_client.configuration
+        self._retries = no_urllib3_retries()
+        self._timeouts: dict[Timeout, urllib3.Timeout] = {}
+        self._pool: Any = None
+        self._pool_lock = threading.Lock()
+        # a host may carry a path prefix (an API proxy): requests to the pool keep it
+        self._base = (urllib3.util.parse_url(self._cfg.host).path or "").rstrip("/")
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": _JSON}
+        headers.update(self._client.default_headers)  # User-Agent, and any the user set
+        if self._client.cookie:
+            headers["Cookie"] = self._client.cookie
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        # auth_settings() calls get_api_key_with_prefix, which runs refresh_api_key_hook
+        for auth in self._cfg.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+    def _timeout(self, timeout: Timeout) -> urllib3.Timeout:
+        cached = self._timeouts.get(timeout)
+        if cached is None:
+            cached = self._timeouts[timeout] = _urllib3_timeout(timeout)
+        return cached
+
+    def _host_pool(self) -> Any:
+        """The host's connection pool, or None when requests go through a proxy manager."""
+        manager: Any = self._client.rest_client.pool_manager
+        if isinstance(manager, urllib3.ProxyManager) or not isinstance(
+            manager, urllib3.PoolManager
+        ):
+            return None
+        pool = self._pool
+        if pool is None or pool.pool is None:  # first use, or closed by PoolManager.clear()
+            with self._pool_lock:
+                pool = self._pool = manager.connection_from_url(self._cfg.host)
+        return pool
+
+    def _send(
+        self,
+        method: str,
+        *,
+        path: str,
+        query: Query,
+        body: bytes | None,
+        content_type: str | None,
+        timeout: Timeout,
+        preload: bool,
+    ) -> Any:
+        headers = self._headers(content_type)
+        pool = self._host_pool()
+        if pool is not None:
+            target = f"{self._base}{path}"
+            return pool.urlopen(
+                method,
+                f"{target}?{urlencode(query)}" if query else target,
+                body=body,
+                headers=headers,
+                timeout=self._timeout(timeout),
+                retries=self._retries,
+                redirect=False,
+                preload_content=preload,
+                assert_same_host=False,
+            )
+        manager: Any = self._client.rest_client.pool_manager
+        return manager.urlopen(
+            method,
+            _url(self._cfg.host, path, query),
+            body=body,
+            headers=headers,
+            timeout=self._timeout(timeout),
+            retries=self._retries,
+            redirect=False,
+            preload_content=preload,
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        timeout: Timeout,
+        query: Query = (),
+        body: object = None,
+        content_type: str = _JSON,
+    ) -> Reply:
+        """Calling thread."""
+        payload = None if body is None else dumps(body)
+        with translate_errors(what):
+            resp = self._send(
+                method,
+                path=path,
+                query=query,
+                body=payload,
+                content_type=content_type if payload else None,
+                timeout=timeout,
+                preload=True,
+            )
+            data = resp.data
+        _raise_for_status(resp.status, resp.headers, data, what)
+        return Reply(resp.status, resp.headers, data)
+
+    def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
+        """Calling thread."""
+        with translate_errors(what):
+            resp = self._send(
+                "GET",
+                path=path,
+                query=query,
+                body=None,
+                content_type=None,
+                timeout=timeout,
+                preload=False,
+            )
+            if not 200 <= resp.status <= 299:
+                data = resp.data
+                resp.release_conn()
+                _raise_for_status(resp.status, resp.headers, data, what)
+        return resp
+
+
+class ClientTransport:
+    """The official ``param_serialize`` + ``call_api`` path (see the module)."""
+
+    name = "client"
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self._client: Any = api_client
+
+    def _call(
+        self,
+        method: str,
+        *,
+        path: str,
+        query: Query,
+        body: object,
+        content_type: str | None,
+        timeout: Timeout,
+    ) -> Any:
+        headers = {"Accept": _JSON}
+        if content_type is not None and body is not None:
+            headers["Content-Type"] = content_type
+        request = self._client.param_serialize(
+            method,
+            path,
+            query_params=list(query),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        return self._client.call_api(*request, _request_timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        timeout: Timeout,
+        query: Query = (),
+        body: object = None,
+        content_type: str = _JSON,
+    ) -> Reply:
+        """Calling thread."""
+        with translate_errors(what):
+            resp = self._call(
+                method,
+                path=path,
+                query=query,
+                body=body,
+                content_type=content_type,
+                timeout=timeout,
+            )
+            try:
+                data = resp.read()
+            finally:
+                resp.response.release_conn()
+        _raise_for_status(resp.status, resp.headers, data or b"", what)
+        return Reply(resp.status, resp.headers, data or b"")
+
+    def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
+        """Calling thread."""
+        with translate_errors(what):
+            resp = self._call(
+                "GET", path=path, query=query, body=None, content_type=None, timeout=timeout
+            )
+            raw = resp.response
+            if not 200 <= resp.status <= 299:
+                data = raw.data
+                raw.release_conn()
+                _raise_for_status(resp.status, resp.headers, data, what)
+        return raw
+
+
+def make_transport(api_client: k8s.ApiClient, transport: object) -> Transport:
+    """The transport named ``transport`` over ``api_client`` (:class:`InvalidConfigError` for
+    any other name)."""
+    if transport == "lean":
+        return LeanTransport(api_client)
+    if transport == "client":
+        return ClientTransport(api_client)
+    raise InvalidConfigError(f"transport must be 'lean' or 'client', got {transport!r}")

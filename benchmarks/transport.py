@@ -1,0 +1,234 @@
+"""Transports side by side: the same pod status patches through three client paths.
+
+``python -m benchmarks.transport [--calls 1000] [--threads 8] [--runs 3] [--json PATH]``
+
+Contenders, in one process, against one ``ApiServerHTTP`` (the in-memory apiserver over HTTP)
+running in a **separate process**, so the CPU measured here is the client's alone:
+
+* ``models``: the official client as most code uses it — ``CoreV1Api.patch_namespaced_pod_status``
+  with a dict body, answered as a ``V1Pod`` model (the baseline);
+* ``client``: ``KubernetesBackend(transport="client")`` — the official ``call_api`` path, raw
+  JSON replies;
+* ``lean``: ``KubernetesBackend(transport="lean")`` (the default) — prebuilt JSON through the
+  client's own urllib3 pool.
+
+Each run measures every contender sequentially (one thread) and with ``--threads`` threads, in
+a rotating order; figures are calls/s (wall clock) and client CPU µs per call
+(``time.process_time``, every thread of this process). Every patch changes the pod
+(``nominatedNodeName`` alternates), carries a UID precondition, and is checked for errors.
+Reported: per-run figures, and median/min/max over the runs, plus the ratios lean/models and
+lean/client computed within each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.transport import prepare_configuration
+
+PODS = 16
+CONTENDERS = ("models", "client", "lean")
+
+
+def serve() -> None:
+    """Child process: serve PODS pods over HTTP until stdin closes."""
+    from kdispatch.adapters.httpserver import ApiServerHTTP
+    from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+
+    mem = InMemoryApiServer(history=1000, request_log_limit=1000)
+    for i in range(PODS):
+        mem.create(make_pod(f"p{i}", uid=f"uid-{i}"))
+    with ApiServerHTTP(mem) as srv:
+        print(srv.url, flush=True)
+        sys.stdin.read()
+
+
+Patch = Callable[[int, int], None]  # (pod index, call number)
+
+
+def _patchers(url: str, workers: int) -> tuple[dict[str, Patch], list[Any]]:
+    closers: list[Any] = []
+
+    def body(j: int) -> dict[str, Any]:
+        return {"status": {"nominatedNodeName": f"n{j % 2}"}}
+
+    cfg = prepare_configuration(k8s.Configuration(host=url), workers)
+    models_client = k8s.ApiClient(cfg)
+    closers.append(models_client)
+    core: Any = k8s.CoreV1Api(models_client)
+
+    def models(i: int, j: int) -> None:
+        pod = core.patch_namespaced_pod_status(
+            f"p{i}", "default", {**body(j), "metadata": {"uid": f"uid-{i}"}}
+        )
+        assert pod.metadata.name == f"p{i}"
+
+    patchers: dict[str, Patch] = {"models": models}
+    for transport in ("client", "lean"):
+        backend = KubernetesBackend.for_url(url, workers=workers, transport=transport)
+        closers.append(backend)
+
+        def patch(i: int, j: int, b: KubernetesBackend = backend) -> None:
+            out = b.patch_status(
+                "Pod", "default", f"p{i}", body(j), uid=f"uid-{i}", resource_version=None
+            )
+            assert out["metadata"]["name"] == f"p{i}"
+
+        patchers[transport] = patch
+    return patchers, closers
+
+
+def _measure(patch: Patch, calls: int, threads: int) -> dict[str, float]:
+    per_thread = calls // threads
+    errors: list[BaseException] = []
+    start_gate = threading.Barrier(threads + 1)
+
+    def work(t: int) -> None:
+        start_gate.wait()
+        try:
+            for j in range(per_thread):
+                patch(t % PODS, j)
+        except BaseException as exc:  # reported, never hidden
+            errors.append(exc)
+
+    pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    start_gate.wait()
+    for th in pool:
+        th.join()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    if errors:
+        raise RuntimeError(f"{len(errors)} threads failed: {errors[0]!r}")
+    done = per_thread * threads
+    return {"calls": done, "calls_per_s": done / wall, "cpu_us_per_call": cpu / done * 1e6}
+
+
+def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
+    """Start the server process, run every contender ``runs`` times per mode."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.transport", "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"server did not start: {url!r}")
+        patchers, closers = _patchers(url, max(threads, 1))
+        try:
+            for patch in patchers.values():  # warm up: connections, imports, caches
+                _measure(patch, 50, 1)
+            per_run: list[dict[str, Any]] = []
+            for r in range(runs):
+                order = CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]
+                figures: dict[str, Any] = {}
+                for mode, n_threads in (("sequential", 1), (f"{threads}_threads", threads)):
+                    figures[mode] = {
+                        name: _measure(patchers[name], calls, n_threads) for name in order
+                    }
+                per_run.append(figures)
+        finally:
+            for c in closers:
+                c.close()
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(30)
+    return {"runs": per_run, "summary": _summary(per_run)}
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def _summary(per_run: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mode in per_run[0]:
+        entry: dict[str, Any] = {}
+        for name in CONTENDERS:
+            entry[name] = {
+                key: _spread([r[mode][name][key] for r in per_run])
+                for key in ("calls_per_s", "cpu_us_per_call")
+            }
+        for base in ("models", "client"):
+            entry[f"lean_vs_{base}"] = {
+                "calls_per_s": _spread(
+                    [r[mode]["lean"]["calls_per_s"] / r[mode][base]["calls_per_s"] for r in per_run]
+                ),
+                "cpu_per_call": _spread(
+                    [
+                        r[mode]["lean"]["cpu_us_per_call"] / r[mode][base]["cpu_us_per_call"]
+                        for r in per_run
+                    ]
+                ),
+            }
+        out[mode] = entry
+    return out
+
+
+def _table(result: dict[str, Any]) -> str:
+    lines = []
+    for mode, entry in result["summary"].items():
+        lines.append(f"{mode}: calls/s and client CPU µs per call, median (min-max)")
+        for name in CONTENDERS:
+            c, u = entry[name]["calls_per_s"], entry[name]["cpu_us_per_call"]
+            lines.append(
+                f"  {name:7s} {c['median']:8.0f} ({c['min']:.0f}-{c['max']:.0f}) calls/s  "
+                f"{u['median']:6.0f} ({u['min']:.0f}-{u['max']:.0f}) µs"
+            )
+        for base in ("models", "client"):
+            r = entry[f"lean_vs_{base}"]
+            lines.append(
+                f"  lean/{base}: {r['calls_per_s']['median']:.2f}x calls/s "
+                f"({r['calls_per_s']['min']:.2f}-{r['calls_per_s']['max']:.2f}), "
+                f"{r['cpu_per_call']['median']:.2f}x CPU per call "
+                f"({r['cpu_per_call']['min']:.2f}-{r['cpu_per_call']['max']:.2f})"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve()
+        return None
+    if args.calls < args.threads or args.threads < 1 or args.runs < 1:
+        parser.error("need --calls >= --threads >= 1 and --runs >= 1")
+    result = run(args.calls, args.threads, args.runs)
+    result["meta"] = {"calls": args.calls, "threads": args.threads, "runs": args.runs,
+                      "python": sys.version.split()[0]}  # fmt: skip
+    print(_table(result))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

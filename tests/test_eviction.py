@@ -1,0 +1,160 @@
+"""``pod_eviction``: pods/eviction through the dispatcher, honouring PodDisruptionBudgets.
+
+Checked on the server: which pods are gone, and which requests it answered how."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kdispatch import PodEviction
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
+    CallCancelled,
+    CallFailed,
+    DisruptionBudgetError,
+    InvalidCallError,
+    InvalidInputError,
+    Outcome,
+)
+from kdispatch.actors.pod_calls import PodStatusPatch
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import InMemoryApiServer, make_pdb, make_pod
+from tests.backends import GatedBackend
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = RetryConfig(max_attempts=4, base_backoff=0.001, max_backoff=0.005)
+
+
+def _config(retry: RetryConfig = FAST) -> DispatcherConfig:
+    return DispatcherConfig(rate_limit=RateLimitConfig(qps=10_000, burst=10_000), retry=retry)
+
+
+@pytest.fixture
+def mem() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+def _ready_pod(mem: InMemoryApiServer, name: str) -> dict[str, Any]:
+    pod = mem.create(make_pod(name, labels={"app": "web"}))
+    return mem.update(
+        {**pod, "spec": {**pod["spec"], "nodeName": "n1"},
+         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    )  # fmt: skip
+
+
+def _evictions(mem: InMemoryApiServer) -> list[tuple[str, str]]:
+    return [(r.name, r.outcome) for r in mem.request_log if r.op == "evict"]
+
+
+class FreesAfter:
+    """Forwards to the server; after ``n`` PDB refusals, a third ready pod appears, so the
+    budget allows one disruption again. Executor worker threads."""
+
+    def __init__(self, mem: InMemoryApiServer, n: int) -> None:
+        self.inner = GatedBackend(mem)
+        self.mem, self.n, self.refusals = mem, n, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def evict(
+        self, namespace: str, name: str, *, uid: str, grace_period_seconds: Any = None
+    ) -> None:
+        try:
+            self.inner.evict(namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+        except DisruptionBudgetError:
+            self.refusals += 1
+            if self.refusals == self.n:
+                _ready_pod(self.mem, "spare")
+            raise
+
+
+def test_eviction_deletes_the_pod_when_the_budget_allows(mem: InMemoryApiServer) -> None:
+    a = _ready_pod(mem, "a")
+    _ready_pod(mem, "b")
+    mem.create(make_pdb("web", match_labels={"app": "web"}, max_unavailable=1))
+    with Dispatcher(mem, _config()) as d:
+        assert d.submit(PodEviction.for_pod(a)).result(timeout=10) is Outcome.SUCCESS
+    assert mem.get_object("Pod", "default", "a") is None
+    assert mem.get_object("Pod", "default", "b") is not None
+    assert _evictions(mem) == [("a", "ok")]
+
+
+def test_a_pdb_refusal_is_retried_until_the_budget_frees(mem: InMemoryApiServer) -> None:
+    a, _ = _ready_pod(mem, "a"), _ready_pod(mem, "b")
+    mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=2))
+    backend = FreesAfter(mem, 2)
+    with Dispatcher(backend, _config()) as d:
+        assert d.submit(PodEviction.for_pod(a)).result(timeout=10) is Outcome.SUCCESS
+    assert mem.get_object("Pod", "default", "a") is None
+    assert _evictions(mem) == [("a", "DisruptionBudget")] * 2 + [("a", "ok")]
+
+
+def test_a_budget_that_never_frees_fails_typed(mem: InMemoryApiServer) -> None:
+    a = _ready_pod(mem, "a")
+    mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=1))
+    with Dispatcher(mem, _config()) as d:
+        exc = d.submit(PodEviction.for_pod(a)).exception(timeout=10)
+    assert isinstance(exc, CallFailed)
+    assert isinstance(exc.cause, DisruptionBudgetError)
+    assert mem.get_object("Pod", "default", "a") is not None  # the budget held
+    assert _evictions(mem) == [("a", "DisruptionBudget")] * 4  # FAST.max_attempts
+
+
+def test_eviction_cancels_the_pods_pending_calls(mem: InMemoryApiServer) -> None:
+    pod = mem.create(make_pod("a"))
+    backend = GatedBackend(mem, hold="a")
+    with Dispatcher(backend, _config()) as d:
+        try:
+            first = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+            backend.wait_calls(1)  # in flight, held at the gate
+            cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            pending = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond]))
+            eviction = d.submit(PodEviction.for_pod(pod))
+            with pytest.raises(CallCancelled):
+                pending.result(timeout=10)
+        finally:
+            backend.gate.set()
+        assert first.result(timeout=10) is Outcome.SUCCESS  # in flight: cannot be recalled
+        assert eviction.result(timeout=10) is Outcome.SUCCESS
+    assert [op for op, _ in backend.calls] == ["patch_status", "evict"]  # never the 2nd patch
+    assert mem.get_object("Pod", "default", "a") is None
+
+
+def test_eviction_over_http_with_the_official_client(mem: InMemoryApiServer) -> None:
+    a = _ready_pod(mem, "a")
+    mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=1))
+    with (
+        ApiServerHTTP(mem) as srv,
+        KubernetesBackend.for_url(srv.url) as backend,
+        Dispatcher(backend, _config()) as d,
+    ):
+        exc = d.submit(PodEviction.for_pod(a, grace_period_seconds=0)).exception(timeout=10)
+        assert isinstance(exc, CallFailed) and isinstance(exc.cause, DisruptionBudgetError)
+        _ready_pod(mem, "b")
+        assert d.submit(PodEviction.for_pod(a)).result(timeout=10) is Outcome.SUCCESS
+    assert mem.get_object("Pod", "default", "a") is None
+
+
+def test_bad_eviction_input_is_refused_at_the_call_site(mem: InMemoryApiServer) -> None:
+    pod = mem.create(make_pod("a"))
+    with pytest.raises(InvalidCallError):
+        PodEviction.for_pod(pod, grace_period_seconds=-1)
+    claim = {"kind": "ResourceClaim", "metadata": {"name": "c", "namespace": "d", "uid": "u"}}
+    with pytest.raises(InvalidInputError):  # InvalidObjectError: not a Pod
+        PodEviction.for_pod(claim)
+
+
+def test_a_pdb_refusal_is_retried_within_the_time_budget(mem: InMemoryApiServer) -> None:
+    a, _ = _ready_pod(mem, "a"), _ready_pod(mem, "b")
+    mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=2))
+    backend = FreesAfter(mem, 12)  # more refusals than any attempt count used to allow
+    retry = RetryConfig(budget=30.0, base_backoff=0.001, max_backoff=0.005)
+    with Dispatcher(backend, _config(retry)) as d:
+        assert d.submit(PodEviction.for_pod(a)).result(timeout=30) is Outcome.SUCCESS
+    assert mem.get_object("Pod", "default", "a") is None
