@@ -31,6 +31,7 @@ from .errors import (
     Outcome,
 )
 from .executor import Executor
+from .gctuning import GcTuner
 from .messages import CallFuture, Cancel, Close, Deleted, Observed, Submit, View
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
@@ -110,6 +111,7 @@ class Dispatcher:
         self._closed = False
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._gc = GcTuner(config.runtime)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -125,7 +127,15 @@ class Dispatcher:
             target=self._reap_loop, name="kdispatch-reaper", daemon=True
         )
         self._reaper.start()
+        self._gc.start()
         return self
+
+    def freeze_gc(self) -> None:
+        """Any thread. Take every object alive now out of the cyclic collector's scans: collect
+        the young generations, then ``gc.freeze()`` (process-wide). Call it after warm-up (the
+        informers synced, the first wave of calls submitted); ``RuntimeConfig.gc_freeze`` does it
+        at start and then periodically. ``stop()`` unfreezes."""
+        self._gc.freeze()
 
     def __enter__(self) -> Self:
         return self.start() if not self._started else self
@@ -167,6 +177,7 @@ class Dispatcher:
         self._registry.stop_all(timeout=max(0.1, deadline - time.monotonic()))
         self._executor.stop(timeout=max(0.1, deadline - time.monotonic()) + 30.0)
         self._pool.stop(timeout=max(0.1, deadline - time.monotonic()))
+        self._gc.stop()
         logger.debug("dispatcher stopped (drained={})", drained)
         return drained
 

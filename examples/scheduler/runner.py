@@ -17,6 +17,7 @@ import math
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -26,17 +27,25 @@ from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
 from examples.common import check_amounts, check_counts, check_rate
+from examples.gcwatch import GcWatch
 from examples.scheduler.api import DispatchedApi, SchedulerApi
 from examples.scheduler.claims import claim_key
 from examples.scheduler.cycle import Scheduler, SchedulerConfig
 from examples.scheduler.direct import DirectApi
+from examples.scheduler.prekep import PreKepApi
 from examples.scheduler.progress import Monitor, budget_share, describe
 from examples.scheduler.report import figures
 from examples.scheduler.tracker import Tracker
 from examples.scheduler.verify import BindingAudit, verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
 from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+    RuntimeConfig,
+)
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import InvalidInputError
 from kdispatch.actors.objects import Obj, meta
@@ -44,10 +53,17 @@ from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, Me
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency
 
+API_MODES = ("async", "pre-kep", "all-blocking")
+"""``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
+binding threads); every call blocking the scheduling thread."""
+
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    """Everything the CLI can set. ``qps=0`` means no client-side rate limit."""
+    """Everything the CLI can set. ``qps=0`` means no client-side rate limit.
+    ``binding_threads`` (``pre-kep`` only): None means as many as ``workers``, the same thread
+    budget as the dispatcher's executor. ``gc_freeze``: the dispatcher's
+    ``RuntimeConfig.gc_freeze``, plus one ``freeze_gc()`` once the informers synced."""
 
     nodes: int = 500
     pods: int = 5000
@@ -55,7 +71,9 @@ class RunConfig:
     qps: float = 0.0
     burst: int = 100
     faults: float = 0.0
-    sync: bool = False
+    api: str = "async"
+    binding_threads: int | None = None
+    gc_freeze: bool = False
     kubeconfig: str | None = None
     scheduler_name: str | None = None
     threads: int = 2
@@ -72,6 +90,10 @@ class RunConfig:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers", "max_attempts")
         check_amounts(self, "latency_ms", "qps", "faults", "max_seconds")
         check_rate("faults", self.faults)
+        if self.api not in API_MODES:
+            raise InvalidInputError(f"api must be one of {API_MODES}, got {self.api!r}")
+        if self.binding_threads is not None:
+            check_counts(self, "binding_threads")
         if self.max_seconds <= 0:
             raise InvalidInputError("max_seconds must be > 0")
         if not isinstance(self.fill, int | float) or not 0 < self.fill <= 1:
@@ -105,17 +127,22 @@ def _settings(cfg: RunConfig) -> dict[str, Any]:
     out.pop("kubeconfig")
     out["qps"] = cfg.qps or None
     out["embedded"] = cfg.embedded
+    if cfg.api == "pre-kep":
+        out["binding_threads"] = cfg.binding_threads or cfg.workers
     return out
 
 
 def _make_api(cfg: RunConfig, backend: ApiBackend) -> SchedulerApi:
     retry = RetryConfig(max_attempts=8)
-    if cfg.sync:
+    if cfg.api == "all-blocking":
         return DirectApi(backend, retry)
+    if cfg.api == "pre-kep":
+        return PreKepApi(backend, retry, binding_threads=cfg.binding_threads or cfg.workers)
     config = DispatcherConfig(
         rate_limit=RateLimitConfig(qps=cfg.qps or math.inf, burst=cfg.burst),
         executor=ExecutorConfig(workers=cfg.workers),
         retry=retry,
+        runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
     )
     dispatcher = Dispatcher(backend, config, metrics_registry=CollectorRegistry())
     return DispatchedApi(dispatcher.start())
@@ -239,11 +266,15 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         stream,
     )
     ended = started
+    gc_watch = GcWatch().install()
     try:
         for inf in env.informers:
             inf.start()
             if not inf.wait_for_sync(60.0):
                 raise RuntimeError(f"informer {inf.name} did not sync")
+        if cfg.gc_freeze and isinstance(env.api, DispatchedApi):
+            env.api.dispatcher.freeze_gc()  # warm-up done: informer caches are long-lived
+        gc_watch.reset()
         started = time.monotonic()
         waiter = _Waiter(started + cfg.max_seconds)
         sched.start()
@@ -279,6 +310,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     except KeyboardInterrupt:
         stopped_by = "interrupt"
     ended = time.monotonic()
+    gc_watch.uninstall()
     return _finish(
         cfg,
         env,
@@ -287,6 +319,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         stopped_by=stopped_by,
         pods_total=pods_total,
         wall_s=ended - started,
+        gc_pauses=gc_watch.summary(),
     )
 
 
@@ -308,6 +341,7 @@ def _finish(
     stopped_by: str,
     pods_total: int,
     wall_s: float,
+    gc_pauses: dict[str, Any],
 ) -> dict[str, Any]:
     """Shut everything down (drain unless interrupted), verify and compute the figures."""
     clean = stopped_by == "done"
@@ -334,6 +368,9 @@ def _finish(
         "faults_injected": env.server.fault_counts() if env.server is not None else {},
         "pods_given_up": env.scheduler.given_up()[:100],
         "problems": check.problems,
+        "gc_pauses": gc_pauses,
+        "requests": None if log is None else len(log),
+        "requests_by_op": None if log is None else dict(sorted(Counter(r.op for r in log).items())),
     }
     return figures(
         mode=env.api.mode,
@@ -342,6 +379,7 @@ def _finish(
         pods_total=pods_total,
         api_stats=env.api.stats(),
         submit_latencies=tracker.submit_latencies,
+        loop_submit_latencies=tracker.loop_submit_latencies,
         binding_latencies=tracker.binding_latencies,
         wall_s=wall_s,
         verification={
