@@ -1,4 +1,5 @@
-"""The scheduler example: its parts one by one, then whole runs (async, --pre-kep, --all-blocking, real client).
+"""The scheduler example: its parts one by one, then whole runs (async, --pre-kep,
+--all-blocking, real client).
 
 Runs are small (tens of nodes, a few hundred pods, millisecond latency) and end on their own;
 they verify themselves against the apiserver's final state, and these tests check that
