@@ -3,6 +3,7 @@
 The public names are re-exported here; everything else is internal.
 """
 
+from .aio import NoEventLoopError
 from .call_types import BUILTIN_CALL_TYPES, default_call_types
 from .calls import UNSET, Call, CallTypeRegistry
 from .claim_calls import ClaimStatusPatch
@@ -36,7 +37,8 @@ from .errors import (
     UnauthorizedError,
     UnknownCallTypeError,
 )
-from .objects import ObjectRef
+from .metrics import MetricsRegistryInUse
+from .objects import ObjectRef, as_object
 from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
 __all__ = [
@@ -63,6 +65,8 @@ __all__ = [
     "InvalidObjectError",
     "KdispatchError",
     "LeadershipLost",
+    "MetricsRegistryInUse",
+    "NoEventLoopError",
     "ObjectNotFound",
     "ObjectRef",
     "Outcome",
@@ -75,5 +79,6 @@ __all__ = [
     "RuntimeConfig",
     "UnauthorizedError",
     "UnknownCallTypeError",
+    "as_object",
     "default_call_types",
 ]

@@ -2,8 +2,9 @@
 
 A :class:`Call` is an immutable *intent* for one object (identified by :class:`ObjectRef`): "these
 conditions should hold", "this pod should be bound to that node". Intents merge, supersede each
-other by relevance, turn into no-ops when the observed object already satisfies them, and are
-turned into an actual request only at send time, against the newest observed object.
+other as their types declare, turn into no-ops when the observed object already satisfies them,
+go stale when the object changed in a way that contradicts them, and are turned into an actual
+request only at send time, against the newest trusted object.
 
 Pure module: no threads, no pykka, no kubernetes. Every method of a call runs on whichever thread
 calls it and must not block, except :meth:`Call.send`, which runs on an executor worker thread
@@ -49,15 +50,24 @@ class Call(ABC):
 
     * ``call_type`` — unique name, e.g. ``"pod_binding"`` (also the metrics label);
     * ``kind`` — the object kind it applies to (``"Pod"``, ``"ResourceClaim"``, or a user kind);
-    * ``relevance`` — a positive int; on one object a more relevant call overwrites a pending
-      less relevant one, and a less relevant call is skipped while a more relevant one is
-      tracked. Also the executor lane: higher relevance goes first when throttled;
-    * ``exclusive`` — when True (deletions/preemptions) the call *cancels* every pending call of
-      the object instead of overwriting it, and nothing may be queued behind it.
+    * ``relevance`` — a positive int: the executor lane. When tokens are scarce, higher lanes
+      go first (each lower lane keeps a minimum share). It orders *objects*, never calls of one
+      object: that is what ``supersedes`` is for;
+    * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
+      type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
+      type arriving while this one is tracked resolves ``SKIPPED``. A call of another type that
+      neither supersedes nor is superseded queues behind what is pending: both are sent, in
+      order. (A binding supersedes a status patch.)
+    * ``exclusive`` — deletions, preemptions and evictions: the call *cancels* every pending
+      call of the object, becomes the only pending call, and nothing may be queued behind it;
+    * ``reads_object`` — the request is computed from the object (a patch guarded by its
+      resourceVersion): before sending, the object actor makes sure it holds an object it can
+      trust, re-reading it after an ambiguous failure. False for requests that only carry
+      preconditions (a binding).
 
-    Instance attributes: ``ref`` (the object) and ``basis`` (the object snapshot the caller had
-    when it made the call, or None; the object actor uses it as its observed object when it has
-    nothing newer).
+    Instance attributes: ``ref`` (the object) and ``basis`` (the object the caller decided on,
+    or None). The basis is kept with the call: :meth:`revalidate` compares it with the newer
+    object the call would be sent against.
     """
 
     __slots__ = ()
@@ -65,7 +75,9 @@ class Call(ABC):
     call_type: ClassVar[str]
     kind: ClassVar[str]
     relevance: ClassVar[int]
+    supersedes: ClassVar[frozenset[str]] = frozenset()
     exclusive: ClassVar[bool] = False
+    reads_object: ClassVar[bool] = True
 
     ref: ObjectRef
     basis: Obj | None = None
@@ -94,18 +106,34 @@ class Call(ABC):
         del obj
         return None
 
+    def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
+        """Staleness: a reason why the intent, decided on ``basis``, no longer applies to
+        ``obj`` (the newest object the call would be sent against), or None to rebase on it.
+
+        Checked at submit, on every newer observed object, after a 409 and just before the
+        request is computed. A reason resolves the call :class:`~kdispatch.actors.errors.
+        CallStale`; nothing is sent. Default: always rebase."""
+        del basis, obj
+        return None
+
+    def landed_despite_conflict(self, fresh: Obj) -> bool:
+        """Whether a 409 answered to this call, with ``fresh`` read right after it, means an
+        earlier attempt of this same call already landed (its reply was lost). Default: no."""
+        del fresh
+        return False
+
     # ------------------------------------------------------------------ I/O (executor thread)
 
     @abstractmethod
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Perform the request(s) for this intent against ``obj`` (newest observed object).
 
-        Runs on an executor worker thread and may block for one or two requests. Returns the
-        object the server answered with, if any, so the actor can update its observed state.
-        Raises :class:`~kdispatch.actors.errors.ApiError` subclasses; a call that can recognise its
-        own
-        ambiguous success (e.g. a binding answered "already bound to the same node") returns
-        normally instead.
+        Runs on an executor worker thread and may block for one or two requests; every
+        request it makes through ``backend`` takes a rate-limiter token. When
+        :attr:`reads_object` is True, ``obj`` is an object the actor trusts (never None); it
+        never re-reads the object itself (the actor does that, as a request of its own).
+        Returns the object the server answered with, if any. Raises
+        :class:`~kdispatch.actors.errors.ApiError` subclasses.
         """
 
     def describe(self) -> str:
@@ -121,6 +149,7 @@ class CallTypeSpec:
     kind: str
     relevance: int
     exclusive: bool
+    supersedes: frozenset[str]
     cls: type[Call]
 
 
@@ -128,8 +157,10 @@ class CallTypeRegistry:
     """Validated registry of call types. Thread-safe; registration is rare, lookup is a dict get.
 
     Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, missing or
-    non-positive relevance, a name already taken, or two call types for the same kind with the
-    same relevance (the merge order between them would be undefined).
+    non-positive relevance, a name already taken, or contradictory supersession: a type that
+    supersedes itself, an unregistered type, one of another kind or an exclusive one, or an
+    exclusive type that declares ``supersedes`` (it supersedes everything). Since a type can
+    only supersede types registered before it, supersession is acyclic by construction.
     """
 
     def __init__(self, call_classes: Iterable[type[Call]] = ()) -> None:
@@ -153,15 +184,41 @@ class CallTypeRegistry:
             raise CallTypeRegistrationError(
                 f"{cls.__name__}.relevance must be a positive int, got {relevance!r}"
             )
-        spec = CallTypeSpec(call_type, kind, relevance, bool(cls.exclusive), cls)
+        declared: object = getattr(cls, "supersedes", frozenset())
+        if not isinstance(declared, frozenset | set | tuple) or not all(
+            isinstance(n, str) for n in declared
+        ):
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.supersedes must be a frozenset of call type names"
+            )
+        supersedes = frozenset(declared)
+        exclusive = bool(cls.exclusive)
+        if exclusive and supersedes:
+            raise CallTypeRegistrationError(
+                f"{cls.__name__} is exclusive (it cancels every other call): drop 'supersedes'"
+            )
+        if call_type in supersedes:
+            raise CallTypeRegistrationError(
+                f"{call_type!r} supersedes itself: calls of one type merge instead"
+            )
+        spec = CallTypeSpec(call_type, kind, relevance, exclusive, supersedes, cls)
         with self._lock:
             if call_type in self._by_type:
                 raise CallTypeRegistrationError(f"call type {call_type!r} is already registered")
-            for other in self._by_type.values():
-                if other.kind == kind and other.relevance == relevance:
+            for name in sorted(supersedes):
+                other = self._by_type.get(name)
+                if other is None:
                     raise CallTypeRegistrationError(
-                        f"{call_type!r} and {other.call_type!r} both have relevance {relevance} "
-                        f"for kind {kind}"
+                        f"{call_type!r} supersedes {name!r}, which is not registered "
+                        "(register it first)"
+                    )
+                if other.kind != kind:
+                    raise CallTypeRegistrationError(
+                        f"{call_type!r} ({kind}) cannot supersede {name!r} ({other.kind})"
+                    )
+                if other.exclusive:
+                    raise CallTypeRegistrationError(
+                        f"{call_type!r} cannot supersede {name!r}: it is exclusive"
                     )
             self._by_type = {**self._by_type, call_type: spec}
         return spec

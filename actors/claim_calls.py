@@ -19,12 +19,13 @@ from typing import Any, Final, Self
 
 from .backend import ApiBackend
 from .calls import UNSET, Call, UnsetType
-from .errors import InvalidCallError, InvalidObjectError, NotFoundError
+from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
     RESOURCE_CLAIM,
     Obj,
     ObjectRef,
+    as_object,
     check_uid,
     get_path,
     is_newer,
@@ -160,7 +161,7 @@ class ClaimStatusPatch(Call):
     @classmethod
     def for_claim(
         cls,
-        claim: Obj,
+        claim: object,
         *,
         allocate: Mapping[str, Any] | UnsetType = UNSET,
         deallocate: bool = False,
@@ -174,6 +175,7 @@ class ClaimStatusPatch(Call):
         remove (a uid may not be in both). Raises :class:`InvalidCallError` /
         :class:`InvalidObjectError`.
         """
+        claim = as_object(claim)  # official-client models and any Mapping
         ref = ObjectRef.of(claim, RESOURCE_CLAIM)
         if not isinstance(deallocate, bool):
             raise InvalidCallError("deallocate must be a bool")
@@ -272,15 +274,12 @@ class ClaimStatusPatch(Call):
         return body or None
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Merge-patch what changes against ``obj`` (fetched first when unknown, since the
-        complete ``reservedFor`` must be known) with the object-shaped body
+        """Merge-patch what changes against ``obj`` (the trusted claim: the complete
+        ``reservedFor`` must be known) with the object-shaped body
         ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion. Returns the
-        server's claim, or ``obj`` when nothing changes. Runs on an executor worker thread."""
+        server's claim, or ``obj`` when nothing changes (no request). Runs on an executor
+        worker thread."""
         ref = self.ref
-        if obj is None:
-            obj = backend.get(ref.kind, ref.namespace, ref.name)
-            if meta(obj).get("uid") != ref.uid:
-                raise NotFoundError(f"{ref} no longer exists (the name now has another uid)")
         body = self.status_patch(obj)
         if body is None:
             return obj

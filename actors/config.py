@@ -8,7 +8,10 @@ used.
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Self
 
 from .errors import InvalidConfigError
 
@@ -23,6 +26,23 @@ def _positive(name: str, value: object, *, allow_zero: bool = False, integer: bo
         raise InvalidConfigError(f"{name} must not be NaN")
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+UPSTREAM_METRICS_PREFIX = "scheduler"
+"""The prefix of upstream's metric names (kube-scheduler's ``scheduler_...``)."""
+
+_METRICS_PREFIX = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def check_metrics_prefix(prefix: object) -> str:
+    """``prefix`` if it can start a Prometheus metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``, no
+    trailing ``_``), else :class:`InvalidConfigError`."""
+    if not isinstance(prefix, str) or not _METRICS_PREFIX.match(prefix) or prefix.endswith("_"):
+        raise InvalidConfigError(
+            f"metrics_prefix must match [a-zA-Z_:][a-zA-Z0-9_:]* without a trailing '_', "
+            f"got {prefix!r}"
+        )
+    return prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,27 +63,54 @@ class RateLimitConfig:
 
 @dataclass(frozen=True, slots=True)
 class RetryConfig:
-    """Retry policy of the executor.
+    """Retry policy: a time budget per call, capped exponential backoff with jitter.
 
-    Retryable errors (429, 5xx, timeouts, connection errors) back off per object by
-    ``base_backoff * 2**(attempt-1)`` capped at ``max_backoff`` (client-go's 5 ms start), and at
-    least the server's Retry-After for 429. After ``max_attempts`` attempts the call fails.
-    A 409 makes the object actor rebase on a freshly fetched object and retry, at most
+    A retryable error (429, 5xx, timeout, connection refused or reset) puts the call back on
+    its object with a delay of ``base_backoff * 2**(attempt-1)``, capped at ``max_backoff``,
+    stretched by up to ``jitter`` (a fraction, random per retry) and never shorter than the
+    server's Retry-After (on 429 and 5xx alike, itself capped at ``max_retry_after``). Only that
+    object waits; others go on. The call fails (``CallFailed``) once the next attempt would
+    start later than ``budget`` seconds after its first retryable failure (or after
+    ``max_attempts`` attempts, when set). A 409 is not retried against the budget: the object
+    actor re-reads the object once, re-validates or rebases, and tries again at most
     ``max_conflict_retries`` times.
     """
 
-    max_attempts: int = 6
+    budget: float = 60.0
+    """Seconds of retrying per call, counted from its first retryable failure. The default
+    rides out an apiserver restart or a leader election of etcd."""
     base_backoff: float = 0.005
-    max_backoff: float = 5.0
+    """First retry delay (client-go's 5 ms)."""
+    max_backoff: float = 2.0
+    """Cap of the exponential delay (before jitter), so a recovered server is noticed fast."""
+    jitter: float = 0.2
+    """Each delay is multiplied by a random factor in [1, 1 + jitter)."""
+    max_retry_after: float = 30.0
+    """Cap on a server's Retry-After."""
+    max_attempts: int | None = None
+    """Optional cap on attempts per call, on top of the budget (None: the budget alone)."""
     max_conflict_retries: int = 3
 
     def __post_init__(self) -> None:
-        _positive("max_attempts", self.max_attempts, integer=True)
+        _positive("budget", self.budget, allow_zero=True)
         _positive("base_backoff", self.base_backoff, allow_zero=True)
         _positive("max_backoff", self.max_backoff, allow_zero=True)
+        _positive("jitter", self.jitter, allow_zero=True)
+        _positive("max_retry_after", self.max_retry_after, allow_zero=True)
+        if self.max_attempts is not None:
+            _positive("max_attempts", self.max_attempts, integer=True)
         _positive("max_conflict_retries", self.max_conflict_retries, allow_zero=True, integer=True)
         if self.max_backoff < self.base_backoff:
             raise InvalidConfigError("max_backoff must be >= base_backoff")
+        if math.isinf(self.budget):
+            raise InvalidConfigError("budget must be finite")
+
+    def delay(self, attempt: int, retry_after: float = 0.0, rand: float = 0.0) -> float:
+        """Seconds before attempt ``attempt + 1`` after a retryable failure of ``attempt``;
+        ``rand`` in [0, 1) draws the jitter. Pure."""
+        exp: float = self.base_backoff * 2.0 ** max(0, attempt - 1)
+        jittered = min(exp, self.max_backoff) * (1.0 + self.jitter * rand)
+        return max(jittered, min(retry_after, self.max_retry_after))
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +204,9 @@ class DispatcherConfig:
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     reap_interval: float = 5.0
     """How often idle actors are reaped."""
+    metrics_prefix: str = UPSTREAM_METRICS_PREFIX
+    """Prefix of upstream's metric names (``scheduler_pending_async_api_calls`` ...); a
+    controller that is not a scheduler sets its own. The ``kdispatch_*`` names never change."""
 
     def __post_init__(self) -> None:
         for name, typ in (
@@ -169,3 +219,28 @@ class DispatcherConfig:
             if not isinstance(getattr(self, name), typ):
                 raise InvalidConfigError(f"{name} must be a {typ.__name__}")
         _positive("reap_interval", self.reap_interval)
+        check_metrics_prefix(self.metrics_prefix)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A config from nested mappings of field names, e.g. parsed YAML or JSON:
+        ``{"rate_limit": {"qps": 20}, "retry": {"max_attempts": 3}}``. Unset fields keep their
+        defaults; strings are coerced to the field's type (``"20"``, ``"inf"``, ``"true"``,
+        ``"none"``). Raises :class:`InvalidConfigError` naming the key for unknown keys and
+        bad values. See :mod:`kdispatch.actors.config_load`."""
+        from .config_load import load_dataclass
+
+        return load_dataclass(cls, data)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, prefix: str = "KDISPATCH_"
+    ) -> Self:
+        """A config from environment variables named ``KDISPATCH_<SECTION>_<FIELD>``, upper
+        case (``KDISPATCH_RATE_LIMIT_QPS=20``, ``KDISPATCH_RETRY_MAX_ATTEMPTS=3``,
+        ``KDISPATCH_REAP_INTERVAL=1``); ``environ`` defaults to ``os.environ``. Every variable
+        starting with ``prefix`` must name a field: a typo raises :class:`InvalidConfigError`.
+        See :mod:`kdispatch.actors.config_load`."""
+        from .config_load import load_env
+
+        return load_env(cls, environ, prefix=prefix)

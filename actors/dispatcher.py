@@ -5,20 +5,26 @@ callbacks feed the newest objects in; everything else happens on the actor pool 
 executor's workers. Thread-safety: every public method may be called from any thread. Methods
 that only ``tell`` (``submit``, ``on_*``, ``cancel``, ``preempt``) never block on the apiserver;
 ``view`` blocks for one round trip to the object's actor; ``stop`` blocks until its deadline.
+``asubmit`` and ``aview`` are their asyncio forms (:mod:`kdispatch.actors.aio`): awaited on the
+caller's loop, they never block it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import copy
+import dataclasses
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, Self, cast
 
 import pykka
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
+from .aio import ask_view, check_timeout, running_loop, wrap_call_future
 from .backend import ApiBackend
 from .call_types import default_call_types
 from .calls import Call, CallTypeRegistry
@@ -27,15 +33,14 @@ from .errors import (
     CallCancelled,
     DispatcherClosed,
     InvalidInputError,
-    InvalidObjectError,
     Outcome,
 )
 from .executor import Executor
 from .gctuning import GcTuner
-from .messages import CallFuture, Cancel, Close, Deleted, Observed, Submit, View
+from .messages import CallFuture, Cancel, Close, Deleted, Observed, Revoke, Submit, View
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
-from .objects import Obj, ObjectRef, check_uid
+from .objects import Obj, ObjectRef, as_object, check_uid
 from .pod_calls import PodPreemption
 from .registry import Registry
 from .runtime import ActorPool
@@ -60,6 +65,7 @@ class Dispatcher:
         call_types: CallTypeRegistry | None = None,
         metrics_registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        send_gate: Callable[[], bool] | None = None,
     ) -> None:
         if not isinstance(backend, ApiBackend):
             raise InvalidInputError(
@@ -73,9 +79,11 @@ class Dispatcher:
             )
         if call_types is not None and not isinstance(call_types, CallTypeRegistry):
             raise InvalidInputError("call_types must be a CallTypeRegistry")
+        if send_gate is not None and not callable(send_gate):
+            raise InvalidInputError("send_gate must be a callable returning bool, or None")
         self.config = config
         self.call_types = call_types if call_types is not None else default_call_types()
-        self.metrics = Metrics(metrics_registry)
+        self.metrics = Metrics(metrics_registry, prefix=config.metrics_prefix)
         self._clock = clock
         rc = config.registry
         self._registry = Registry(
@@ -95,10 +103,11 @@ class Dispatcher:
             config=config.executor,
             metrics=self.metrics,
             clock=clock,
+            send_gate=send_gate,
         )
         self._ctx = ActorContext(
             registry=self._registry,
-            executor=self._executor.tell,
+            executor=self._executor,
             metrics=self.metrics,
             retry=config.retry,
             clock=clock,
@@ -109,6 +118,7 @@ class Dispatcher:
         self._outstanding = 0
         self._started = False
         self._closed = False
+        self._revoked: DispatcherClosed | None = None
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._gc = GcTuner(config.runtime)
@@ -177,6 +187,7 @@ class Dispatcher:
         self._registry.stop_all(timeout=max(0.1, deadline - time.monotonic()))
         self._executor.stop(timeout=max(0.1, deadline - time.monotonic()) + 30.0)
         self._pool.stop(timeout=max(0.1, deadline - time.monotonic()))
+        self.metrics.release()  # the registry may now take another dispatcher's metrics
         self._gc.stop()
         logger.debug("dispatcher stopped (drained={})", drained)
         return drained
@@ -189,8 +200,11 @@ class Dispatcher:
         bad
         calls and :class:`DispatcherClosed` once ``stop`` was called."""
         self.call_types.check(call)
+        call = _plain_basis(call)
         future = CallFuture()
         with self._state_lock:
+            if self._revoked is not None:
+                raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
             if self._closed or not self._started:
                 raise DispatcherClosed(
                     "dispatcher is stopped" if self._closed else "dispatcher not started"
@@ -203,31 +217,65 @@ class Dispatcher:
             self._on_resolved()
             raise
         if not routed:  # tombstoned: the object was deleted
-            self.metrics.outcomes.labels(call.call_type, "cancelled").inc()
+            self.metrics.outcome(call.call_type, "cancelled")
             future.set_exception(CallCancelled("object deleted", uid=uid, call_type=call.call_type))
             self._on_resolved()
         return future
 
+    def asubmit(self, call: Call) -> asyncio.Future[Outcome]:
+        """Event-loop thread; never blocks it. ``await dispatcher.asubmit(call)`` gives the
+        call's :class:`Outcome` or raises what ``submit(call).result()`` would.
+
+        The call is submitted when ``asubmit`` is called (not when the result is awaited), and
+        bad input raises here, as from :meth:`submit` (outside a running loop:
+        :class:`~kdispatch.actors.aio.NoEventLoopError`). The result is an ``asyncio.Future``
+        on the running loop: await it, ``gather`` it, ``ensure_future`` it. Cancelling it, or
+        the task awaiting it, does not withdraw the call: the call's own future still resolves
+        exactly once. Withdraw a pending call with :meth:`cancel`."""
+        loop = running_loop("asubmit()")
+        return wrap_call_future(self.submit(call), loop)
+
     def preempt(
         self,
-        pod: Obj,
+        pod: object,
         *,
         reason: str = "PreemptionByScheduler",
         message: str = "",
         preemptor: str | None = None,
         grace_period_seconds: int | None = None,
     ) -> CallFuture:
-        """Any thread. Preempt a victim: cancels its pending calls, then (optionally) sets the
-        ``DisruptionTarget`` condition and deletes it with a UID precondition."""
+        """Any thread. Preempt a victim (a dict, a ``Mapping`` or an official-client ``V1Pod``):
+        cancels its pending calls, then (optionally) sets the ``DisruptionTarget`` condition and
+        deletes it with a UID precondition."""
         return self.submit(
             PodPreemption.for_pod(
-                pod,
+                as_object(pod),
                 reason=reason,
                 message=message,
                 preemptor=preemptor,
                 grace_period_seconds=grace_period_seconds,
             )
         )
+
+    def revoke(self, error: DispatcherClosed) -> None:
+        """Any thread; never blocks. Stop intake at once (``submit`` raises ``error`` from now
+        on) and resolve every call not yet sent with ``error``, e.g. :class:`LeadershipLost`
+        when the leader lease is lost. A request already on the wire finishes and reports as
+        usual. Pair it with a ``send_gate`` that has turned False, so nothing else is sent."""
+        if not isinstance(error, DispatcherClosed):
+            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
+        with self._state_lock:
+            if self._revoked is not None:
+                return
+            self._revoked = error
+        for ref in self._registry.live_refs():
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(Revoke(error))
+
+    @property
+    def revoked(self) -> DispatcherClosed | None:
+        """The error :meth:`revoke` was called with, or None."""
+        return self._revoked
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Any thread. Withdraw the object's pending call (of ``call_type``, or any); its future
@@ -251,28 +299,48 @@ class Dispatcher:
             return None
         return cast("Obj | None", result)
 
+    def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
+        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code. The actor's answer is
+        posted to the awaiting loop by the actor's own worker, so the loop is never blocked and
+        no thread waits. Bad input raises when ``aview`` is called; :class:`TimeoutError` after
+        ``timeout`` seconds; None if the object is not tracked."""
+        check_uid(uid)
+        seconds = check_timeout(timeout)
+        return self._aview(uid, seconds)
+
+    async def _aview(self, uid: str, timeout: float | None) -> Obj | None:
+        ref = self._registry.get(uid)
+        if ref is None:
+            return None
+        return await ask_view(ref, timeout)
+
     # ------------------------------------------------------------------ informer callbacks
 
-    def on_add(self, obj: Obj, kind: str | None = None) -> None:
-        """Informer thread; only tells. A tracked object learns its newest state."""
+    # Objects may be dicts, any Mapping (kopf's Body) or official-client models (V1Pod ...):
+    # they are turned into their JSON dict form (objects.as_object) before they go any further.
+
+    def on_add(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread (or the event loop); only tells. A tracked object learns its newest
+        state."""
         self._observe(obj, kind)
 
-    def on_update(self, obj: Obj, kind: str | None = None) -> None:
-        """Informer thread; only tells. An update for an untracked object changes nothing."""
+    def on_update(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread (or the event loop); only tells. An update for an untracked object
+        changes nothing."""
         self._observe(obj, kind)
 
-    def on_delete(self, obj: Obj, kind: str | None = None) -> None:
-        """Informer thread; only tells. Cancels every pending call of the object, stops its
-        actor and tombstones the UID so late events cannot resurrect it."""
-        ref = ObjectRef.of(obj, kind)
-        if not self._registry.tell(ref.uid, Deleted(obj)):
+    def on_delete(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread (or the event loop); only tells. Cancels every pending call of the
+        object, stops its actor and tombstones the UID so late events cannot resurrect it."""
+        plain = as_object(obj)
+        ref = ObjectRef.of(plain, kind)
+        if not self._registry.tell(ref.uid, Deleted(plain)):
             self._registry.tombstone(ref.uid)
 
-    def _observe(self, obj: Obj, kind: str | None) -> None:
-        if not isinstance(obj, Mapping):
-            raise InvalidObjectError(f"object must be a mapping, got {type(obj).__name__}")
-        ref = ObjectRef.of(obj, kind)
-        self._registry.tell(ref.uid, Observed(obj))
+    def _observe(self, obj: object, kind: str | None) -> None:
+        plain = as_object(obj)
+        ref = ObjectRef.of(plain, kind)
+        self._registry.tell(ref.uid, Observed(plain))
 
     # ------------------------------------------------------------------ introspection
 
@@ -293,20 +361,21 @@ class Dispatcher:
         return self._executor.tokens_taken
 
     def stats(self) -> dict[str, Any]:
-        """Counters for reports: calls sent per type, outcomes per type, retries."""
+        """Counters for reports: requests sent per call type (every request the apiserver saw,
+        follow-up GETs and re-reads included; equal to the tokens taken), outcomes per type,
+        retries."""
         m = self.metrics
         out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
-        for metric in m.registry.collect():
-            for sample in metric.samples:
-                if sample.name == "scheduler_async_api_call_execution_total":
-                    ct = sample.labels["call_type"]
-                    out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
-                elif sample.name == "kdispatch_call_outcomes_total":
-                    key = f"{sample.labels['call_type']}:{sample.labels['outcome']}"
-                    out["outcomes"][key] = int(sample.value)
-                elif sample.name == "kdispatch_retries_total":
-                    key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
-                    out["retries"][key] = int(sample.value)
+        for sample in m.samples(m.requests, m.outcomes, m.retries):
+            if sample.name == "kdispatch_requests_total":
+                ct = sample.labels["call_type"]
+                out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
+            elif sample.name == "kdispatch_call_outcomes_total":
+                key = f"{sample.labels['call_type']}:{sample.labels['outcome']}"
+                out["outcomes"][key] = int(sample.value)
+            elif sample.name == "kdispatch_retries_total":
+                key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
+                out["retries"][key] = int(sample.value)
         out["sent_total"] = sum(out["sent"].values())
         out["live_actors"] = self.live_actors
         out["dropped_messages"] = self._registry.dropped
@@ -335,6 +404,20 @@ class Dispatcher:
                 self._registry.reap_idle()
             except Exception:  # pragma: no cover - defensive
                 logger.opt(exception=True).error("reaping failed")
+
+
+def _plain_basis(call: Call) -> Call:
+    """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
+    ``Body`` is a live view kopf may update in place) is snapshotted here, at submission, so
+    the object's actor never sees it change. Plain dicts (the usual case) pass untouched."""
+    basis = getattr(call, "basis", None)
+    if basis is None or type(basis) is dict:
+        return call
+    if isinstance(call, type) or not dataclasses.is_dataclass(call):
+        return call
+    if not any(f.name == "basis" and f.init for f in dataclasses.fields(call)):
+        return call
+    return cast("Call", dataclasses.replace(call, basis=as_object(basis)))
 
 
 __all__ = ["Dispatcher", "Outcome"]

@@ -1,32 +1,44 @@
 """The shared executor: the only component that talks to the apiserver.
 
-It is an actor in protocol: its only input is :meth:`Executor.tell` (``Ready``, ``Job`` and
-``Refund`` messages from object actors) and its only outputs are ``Grant`` and ``Done`` messages
-back to them; nobody ever blocks on it. Inside, one lock guards a scheduler that keeps one FIFO
-*lane* of object UIDs per relevance (upstream queues UIDs, not calls; so does this), a heap of
-objects backing off, and a token bucket; ``workers`` threads send the requests.
+Object actors call it (:meth:`Executor.ready`, :meth:`Executor.job`, :meth:`Executor.refund`);
+it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. Inside, one lock
+guards a scheduler that keeps one FIFO *lane* of object UIDs per relevance (upstream queues
+UIDs, not calls; so does this), a heap of objects backing off, and a token bucket; ``workers``
+threads send the requests.
 
-A call travels ``Ready`` (the object has something to send) → ``Grant`` (a token and a worker
-slot are reserved for it) → ``Job`` (the actor hands over its *current* merged call, so merges,
-no-op elision and cancellations apply until that instant; or ``Refund`` if nothing is left, which
-gives the token back) → a worker sends it → ``Done`` to the actor. Grants are handed out inline,
-on the thread that freed a slot or brought work; a timer thread covers token refills and backoff
-expiries. At most ``workers`` grants and jobs exist at once: parallelism is bounded.
+A call travels: ``ready`` (the object has something to send) → a *grant* (a token and a worker
+slot reserved for it) → the actor hands over its *current* merged call (``job``), so merges,
+no-op elision and cancellations apply until that instant, or ``refund`` if nothing is left → a
+worker sends it → ``Done`` to the actor. When nothing waits and a token and a slot are free,
+``ready`` grants on the spot and the actor goes on in the same turn (no ``Grant`` message);
+otherwise grants are handed out, as messages, by whichever thread frees a slot or brings work,
+and a timer thread covers token refills and backoff expiries. With a non-blocking backend (the
+in-memory apiserver without latency) ``job`` runs the request on the caller's thread and
+returns its ``Done``: the whole call is one actor turn. At most ``workers`` grants and jobs
+exist at once: parallelism is bounded.
+
+Tokens: every request the apiserver sees takes one — the call's own requests, the GET that
+follows a 409, the re-read before a retry, the DELETE after a preemption's condition patch —
+like client-go's limiter. A grant reserves the first token; a job's further requests wait for
+theirs ahead of new grants (a started call finishes first); a job that sent nothing gives its
+token back.
 
 Scheduling when tokens or slots are scarce: the highest-relevance non-empty lane goes first
 (deletions, then bindings, then status patches), except that each lower lane with work is
 guaranteed ``lane_min_share`` of the grants, so nothing starves.
 
-Retries: retryable errors (429, 5xx, timeouts, connection errors) go back to the object actor
-with a per-object backoff of ``base_backoff·2^(attempt-1)`` capped at ``max_backoff`` and at
-least the server's Retry-After; 409 makes the worker fetch the object so the actor can rebase;
-404 and permanent errors end the call.
+Classification: 409 → one GET of the object, then ``CONFLICT`` (the actor re-validates or
+rebases); 404 → ``NOT_FOUND``; 429, 5xx, timeouts and connection errors → ``RETRY`` with the
+retry policy's delay (Retry-After honoured on 429 and 5xx); anything else → ``FAILED``. The
+optional send gate (leader election) is checked before every request: closed, the request is
+not sent and the call resolves with the gate's error.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import random
 import threading
 import time
 from collections import OrderedDict, deque
@@ -41,23 +53,22 @@ from .config import ExecutorConfig, RateLimitConfig, RetryConfig
 from .errors import (
     ApiConnectionError,
     ApiError,
+    BadResponseError,
     ConflictError,
+    DispatcherClosed,
+    LeadershipLost,
     NotFoundError,
     RequestTimeoutError,
     TooManyRequestsError,
 )
-from .messages import Done, Grant, Job, Ready, Refund, Result
+from .messages import Grant, Job
 from .metrics import Metrics
+from .object_state import Done, Result
 from .objects import get_path
 from .ratelimit import TokenBucket
 
 _Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor ref, ready since)
-
-
-def backoff_delay(retry: RetryConfig, attempt: int, retry_after: float = 0.0) -> float:
-    """Seconds before attempt ``attempt + 1``: exponential per object, at least Retry-After."""
-    exp: float = retry.base_backoff * 2.0 ** max(0, attempt - 1)
-    return max(min(exp, retry.max_backoff), retry_after)
+SendGate = Callable[[], bool]
 
 
 def _retry_reason(err: ApiError) -> str:
@@ -70,11 +81,63 @@ def _retry_reason(err: ApiError) -> str:
     return "5xx"
 
 
+class _Charged:
+    """The backend as one job sees it: every request is counted, takes a token (the grant's
+    for the first one) and passes the send gate first. Worker thread (or the actor's thread
+    for a non-blocking backend)."""
+
+    __slots__ = ("_backend", "_call_type", "_executor", "requests")
+
+    def __init__(self, executor: Executor, backend: ApiBackend, call_type: str) -> None:
+        self._executor = executor
+        self._backend = backend
+        self._call_type = call_type
+        self.requests = 0
+
+    def _before(self, verb: str) -> None:
+        ex = self._executor
+        gate = ex.send_gate
+        if gate is not None and not gate():
+            raise LeadershipLost("not sent: this replica may not write (leader lease)")
+        if self.requests:
+            ex.take_followup_token()
+        self.requests += 1
+        ex.count_request(self._call_type, verb)
+
+    def get(self, kind: str, namespace: str, name: str) -> Any:
+        self._before("get")
+        return self._backend.get(kind, namespace, name)
+
+    def patch_status(self, *args: Any, **kwargs: Any) -> Any:
+        self._before("patch")
+        return self._backend.patch_status(*args, **kwargs)
+
+    def bind(self, *args: Any, **kwargs: Any) -> None:
+        self._before("create")
+        self._backend.bind(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        self._before("delete")
+        self._backend.delete(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._backend, name)
+        if not callable(attr):
+            return attr
+
+        def charged(*args: Any, **kwargs: Any) -> Any:
+            self._before(name)
+            return attr(*args, **kwargs)
+
+        return charged
+
+
 class Executor:
     """Rate-limited, lane-prioritised, bounded-parallelism request executor.
 
-    ``tell`` may be called from any thread and never blocks for long (one short lock); the
-    worker threads and the timer thread are the executor's own.
+    Every public method may be called from any thread and never blocks for long (one short
+    lock), except :meth:`job` with a non-blocking backend, which sends the request on the
+    calling thread. The worker threads and the timer thread are the executor's own.
     """
 
     def __init__(
@@ -88,13 +151,22 @@ class Executor:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         name: str = "kdispatch-executor",
+        send_gate: SendGate | None = None,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._backend = backend
+        # Requests run on the actors' threads only when they can never wait: the backend
+        # never blocks and no token is ever waited for.
+        self._inline = getattr(backend, "non_blocking", False) is True and rate_limit.qps == float(
+            "inf"
+        )
         self._retry = retry
         self._config = config
         self._metrics = metrics
         self._clock = clock
+        self._rand = rand
         self._name = name
+        self.send_gate = send_gate
         self._bucket = TokenBucket(rate_limit.qps, rate_limit.burst, clock)
         self._lanes: dict[int, _Lane] = {}
         self._credit: dict[int, float] = {}
@@ -105,6 +177,7 @@ class Executor:
         self._lock = threading.Lock()
         self._jobs_ready = threading.Condition(self._lock)  # workers wait here
         self._timer_cond = threading.Condition(self._lock)  # the timer waits here
+        self._token_cond = threading.Condition(self._lock)  # follow-up requests wait here
         self._jobs: deque[Job] = deque()
         # Requests being sent, by UID, and objects whose turn came while one of theirs was
         # still being sent (only possible when a crashed actor was replaced): never two
@@ -113,6 +186,7 @@ class Executor:
         self._deferred: dict[str, tuple[Any, int]] = {}
         self._granted = 0  # grants not yet answered
         self._running = 0  # jobs queued or being sent
+        self._followups = 0  # requests of started jobs waiting for a token
         self._token_at: float | None = None  # when the bucket will have a token again
         self._threads: list[threading.Thread] = []
         self._stopping = False
@@ -121,7 +195,8 @@ class Executor:
 
     def start(self) -> None:
         """Caller thread. Start the worker threads and the timer thread."""
-        for i in range(self._config.workers):
+        workers = 0 if self._inline else self._config.workers
+        for i in range(workers):
             t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -137,6 +212,7 @@ class Executor:
             self._jobs.clear()
             self._jobs_ready.notify_all()
             self._timer_cond.notify_all()
+            self._token_cond.notify_all()
 
     def stop(self, timeout: float | None = None) -> None:
         """Caller thread. :meth:`pause_intake`, then join the threads (a worker sending a
@@ -151,30 +227,58 @@ class Executor:
 
     # ------------------------------------------------------------------ the actor interface
 
-    def tell(self, msg: Ready | Job | Refund) -> None:
-        """Any thread (object actors on pool threads). Never blocks on I/O."""
+    def ready(self, uid: str, ref: Any, relevance: int, not_before: float) -> bool:
+        """Any thread (object actors). The object has a call to send in lane ``relevance``,
+        not before ``not_before``. Returns True when it is granted on the spot (nothing else
+        waits, a token and a slot are free): the caller then goes on as if it had received a
+        ``Grant``. Never blocks on I/O."""
         with self._lock:
-            if isinstance(msg, Ready):
-                if msg.not_before > self._clock():
-                    heapq.heappush(
-                        self._delayed,
-                        (msg.not_before, next(self._seq), msg.uid, msg.ref, msg.relevance),
-                    )
-                    self._timer_cond.notify()
-                else:
-                    self._enqueue(msg.uid, msg.ref, msg.relevance)
-            elif isinstance(msg, Job):
-                self._granted -= 1
-                if self._stopping:
-                    return
-                self._running += 1
-                self._sending.add(msg.call.ref.uid)
-                self._jobs.append(msg)
-                self._jobs_ready.notify()
-                return
-            else:
-                self._granted -= 1
+            now = self._clock()
+            if not_before > now:
+                heapq.heappush(self._delayed, (not_before, next(self._seq), uid, ref, relevance))
+                self._timer_cond.notify()
+                return False
+            if (
+                not self._stopping
+                and not self._followups
+                and uid not in self._sending
+                and self._granted + self._running < self._config.workers
+                and not any(self._lanes.values())
+                and self._bucket.try_take() == 0
+            ):
+                self._granted += 1
+                return True
+            self._enqueue(uid, ref, relevance)
+            grants = self._grant_locked()
+        self._send_grants(grants)
+        return False
+
+    def job(self, job: Job) -> Done | None:
+        """Any thread (object actors): the answer to a grant. With a non-blocking backend the
+        request runs here and its ``Done`` is returned; otherwise a worker sends it and the
+        ``Done`` arrives as a message (None is returned). Nothing is sent once stopping."""
+        uid = job.send.call.ref.uid
+        with self._lock:
+            self._granted -= 1
+            if self._stopping:
                 self._bucket.refund()
+                return None
+            self._running += 1
+            self._sending.add(uid)
+            if not self._inline:
+                self._jobs.append(job)
+                self._jobs_ready.notify()
+                return None
+        try:
+            return self.execute(job)
+        finally:
+            self._finished(uid)
+
+    def refund(self) -> None:
+        """Any thread (object actors): the answer to a grant when there is nothing to send."""
+        with self._lock:
+            self._granted -= 1
+            self._bucket.refund()
             grants = self._grant_locked()
         self._send_grants(grants)
 
@@ -183,6 +287,7 @@ class Executor:
         with self._lock:
             grants = self._grant_locked()
             self._timer_cond.notify_all()
+            self._token_cond.notify_all()
         self._send_grants(grants)
 
     def backlog(self) -> int:
@@ -192,9 +297,31 @@ class Executor:
 
     @property
     def tokens_taken(self) -> int:
-        """Tokens used (taken and not refunded)."""
+        """Tokens used (taken and not refunded): one per request sent."""
         with self._lock:
             return self._bucket.taken
+
+    # ------------------------------------------------------------------ requests of a job
+
+    def take_followup_token(self) -> None:
+        """Job thread: wait for the token of a job's second (third, ...) request. Such
+        requests go before new grants. Raises ``DispatcherClosed`` when stopping."""
+        with self._lock:
+            self._followups += 1
+            try:
+                while True:
+                    if self._stopping:
+                        raise DispatcherClosed("dispatcher stopped during a call")
+                    wait = self._bucket.try_take()
+                    if wait == 0:
+                        return
+                    self._token_cond.wait(wait)
+            finally:
+                self._followups -= 1
+
+    def count_request(self, call_type: str, verb: str) -> None:
+        """Job thread: one request is about to be sent."""
+        self._metrics.request(call_type, verb)
 
     # ------------------------------------------------------------------ scheduling (under lock)
 
@@ -247,6 +374,9 @@ class Executor:
         while delayed and delayed[0][0] <= now:
             _, _, uid, ref, relevance = heapq.heappop(delayed)
             self._enqueue(uid, ref, relevance)
+        if self._followups:  # started jobs take the next tokens
+            self._token_cond.notify()
+            return grants
         slots = self._config.workers - self._granted - self._running
         while slots > 0:
             nonempty = [r for r, lane in self._lanes.items() if lane]
@@ -274,11 +404,23 @@ class Executor:
             return
         now = self._clock()
         for uid, ref, since, lane in grants:
+            del uid
             self._metrics.waited(lane, max(0.0, now - since))
             try:
                 ref.tell(Grant(now))
             except pykka.ActorDeadError:
-                self.tell(Refund(uid))
+                self.refund()
+
+    def _finished(self, uid: str) -> None:
+        """A job ended (any thread): free its slot, release a deferred turn, grant more."""
+        with self._lock:
+            self._running -= 1
+            self._sending.discard(uid)
+            deferred = self._deferred.pop(uid, None)
+            if deferred is not None:
+                self._enqueue(uid, deferred[0], deferred[1])
+            grants = self._grant_locked()
+        self._send_grants(grants)
 
     # ------------------------------------------------------------------ threads
 
@@ -319,62 +461,82 @@ class Executor:
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")
-            with self._lock:
-                self._running -= 1
-                uid = job.call.ref.uid
-                self._sending.discard(uid)
-                deferred = self._deferred.pop(uid, None)
-                if deferred is not None:
-                    self._enqueue(uid, deferred[0], deferred[1])
-                grants = self._grant_locked()
-            self._send_grants(grants)
+            self._finished(job.send.call.ref.uid)
 
     def execute(self, job: Job) -> Done:
-        """Worker thread. Send one attempt and classify its result."""
-        call = job.call
+        """Job thread. Send one attempt (or the re-read before it) and classify its result."""
+        send = job.send
+        call = send.call
+        ref = call.ref
+        backend = _Charged(self, self._backend, call.call_type)
         start = time.perf_counter()
         result = Result.SUCCESS
         obj = None
         error: BaseException | None = None
         delay = 0.0
         try:
-            obj = call.send(self._backend, job.obj)
+            if send.read:
+                obj = backend.get(ref.kind, ref.namespace, ref.name)
+                uid = get_path(obj, "metadata", "uid")
+                if not isinstance(uid, str):  # garbage: the read is retried, never a deletion
+                    raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
+                if uid != ref.uid:
+                    result, obj = Result.NOT_FOUND, None  # same name, another object
+            else:
+                obj = call.send(backend, send.obj)
         except NotFoundError as exc:
             result, error = Result.NOT_FOUND, exc
         except ConflictError as exc:
             result, error = Result.CONFLICT, exc
-            try:
-                obj = self._backend.get(call.ref.kind, call.ref.namespace, call.ref.name)
-            except NotFoundError:
-                result = Result.NOT_FOUND
-            except ApiError as get_exc:
-                logger.debug("refetch after conflict failed: {}", get_exc)
-            else:
-                fetched_uid = get_path(obj, "metadata", "uid")
-                if not isinstance(fetched_uid, str):
-                    obj = None  # garbage: retry the conflict without a fresh basis (bounded)
-                elif fetched_uid != call.ref.uid:
-                    # same name, another object: ours was deleted and re-created
-                    result, obj = Result.NOT_FOUND, None
+            obj = self._reread(backend, call)
+            if obj is _GONE:
+                result, obj = Result.NOT_FOUND, None
+        except DispatcherClosed as exc:  # the send gate closed, or stopping mid-call
+            result, error = Result.FAILED, exc
         except ApiError as exc:
             error = exc
-            if exc.retryable:
+            if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
-                retry_after = exc.retry_after if isinstance(exc, TooManyRequestsError) else 0.0
-                delay = backoff_delay(self._retry, job.attempt, retry_after)
+                delay = self._retry.delay(send.attempt or 1, exc.retry_after, self._rand())
                 self._metrics.retry(call.call_type, _retry_reason(exc))
             else:
                 result = Result.FAILED
         except Exception as exc:  # a bug in a call's send(): fail this call only
             result, error = Result.FAILED, exc
             logger.opt(exception=exc).error("{} send raised", call.call_type)
-        self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
+        if backend.requests == 0:
+            with self._lock:
+                self._bucket.refund()  # nothing was sent: the grant's token goes back
+        if not send.read:  # upstream's execution metrics count the call's own attempts
+            self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
         logger.debug(
             "{call_type} {uid} attempt {attempt}: {result}",
-            uid=call.ref.uid,
+            uid=ref.uid,
             call_type=call.call_type,
-            attempt=job.attempt,
+            attempt=send.attempt,
             result=result.value,
-            pod=call.ref.name,
+            pod=ref.name,
         )
         return Done(call, result, obj, error, delay)
+
+    @staticmethod
+    def _reread(backend: _Charged, call: Any) -> Any:
+        """The one GET after a 409: the fresh object, ``_GONE`` if the name now holds another
+        object (or none), None if the read failed (the actor re-reads later)."""
+        ref = call.ref
+        try:
+            fresh = backend.get(ref.kind, ref.namespace, ref.name)
+        except NotFoundError:
+            return _GONE
+        except (ApiError, DispatcherClosed) as exc:
+            logger.debug("re-read after conflict failed: {}", exc)
+            return None
+        uid = get_path(fresh, "metadata", "uid")
+        if not isinstance(uid, str):
+            return None  # garbage: retry the conflict without a fresh basis (bounded)
+        if uid != ref.uid:
+            return _GONE  # same name, another object: ours was deleted and re-created
+        return fresh
+
+
+_GONE: Any = object()

@@ -2,18 +2,18 @@
 
 All are immutable slotted dataclasses sent with ``tell``, except ``View``, which callers ``ask``
 from threads that may block (never from a pool thread). Object actors and the executor never
-block on each other: a call moves Ready → Grant → Job → Done, each a message.
+block on each other: a call moves ready → grant → job → done (see :mod:`.executor`).
 """
 
 from __future__ import annotations
 
-import enum
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from .calls import Call
-from .errors import Outcome
+from .errors import DispatcherClosed, Outcome
+from .object_state import Send
 from .objects import Obj
 
 
@@ -76,33 +76,19 @@ class View:
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
-    """From the executor: a token and a worker slot are reserved for this object. The actor
-    answers with a :class:`Job` (its current merged call moves to in flight) or a
-    :class:`Refund` (nothing to send: merged away, no-op, cancelled, backing off, in flight)."""
+class Revoke:
+    """Leadership lost: resolve every call not yet sent with ``error``."""
 
-    now: float
-
-
-class Result(enum.Enum):
-    """How an attempt ended, as classified by the executor worker."""
-
-    SUCCESS = "success"
-    RETRY = "retry"  # retryable error: try again after ``delay``
-    CONFLICT = "conflict"  # 409: rebase on ``obj`` (freshly fetched) and retry
-    NOT_FOUND = "not_found"
-    FAILED = "failed"  # permanent
+    error: DispatcherClosed
 
 
 @dataclass(frozen=True, slots=True)
-class Done:
-    """An attempt finished (sent by the executor worker to the object actor)."""
+class Grant:
+    """From the executor: a token and a worker slot are reserved for this object. The actor
+    answers with :meth:`Executor.job` (its current head call, or the re-read it needs, moves
+    to in flight) or :meth:`Executor.refund` (nothing to send)."""
 
-    call: Call
-    result: Result
-    obj: Obj | None = None  # server object (success) or fresh object (conflict)
-    error: BaseException | None = None
-    delay: float = 0.0  # RETRY: seconds to wait before the next attempt
+    now: float
 
 
 # --------------------------------------------------------------------------- to the executor
@@ -110,28 +96,8 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """An object actor's answer to :class:`Grant`: send ``call`` against ``obj`` now."""
+    """An object actor's answer to a grant: carry out ``send``, then tell ``ref`` the
+    :class:`~kdispatch.actors.object_state.Done`."""
 
     ref: Any  # pykka.ActorRef of the object actor
-    call: Call
-    obj: Obj | None
-    attempt: int  # 1 for the first try
-    ready_since: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class Refund:
-    """An object actor's answer to :class:`Grant` when it has nothing to send."""
-
-    uid: str
-
-
-@dataclass(frozen=True, slots=True)
-class Ready:
-    """An object actor has a call to send (lane = its relevance), not before ``not_before``
-    (executor clock)."""
-
-    uid: str
-    ref: Any  # pykka.ActorRef of the object actor
-    relevance: int
-    not_before: float = 0.0
+    send: Send

@@ -5,92 +5,192 @@ outcome, retry and limiter metrics. The registry is injectable: by default every
 a private :class:`prometheus_client.CollectorRegistry` (so several dispatchers in one process do
 not clash); pass ``prometheus_client.REGISTRY`` to expose them with the default exporter.
 
+* **Prefix.** Upstream's names start with ``scheduler_``; a controller that is not a scheduler
+  passes ``prefix`` (``DispatcherConfig.metrics_prefix``) to get, say,
+  ``mycontroller_pending_async_api_calls``. The ``kdispatch_*`` names never change.
+* **Labels.** Where upstream has the metric its label values are upstream's: ``result`` is
+  ``success`` or ``error``. The finer result of an attempt (``success``, ``retry``,
+  ``conflict``, ``not_found``, ``failed``) is the ``outcome`` label of
+  ``<prefix>_async_api_call_execution_total``.
+* **One dispatcher per registry at a time.** A second ``Metrics`` on a registry whose metrics
+  belong to a dispatcher that has not been stopped raises :class:`MetricsRegistryInUse`
+  (so does a registry holding other collectors of the same names), and nothing is registered.
+  Once that dispatcher is stopped (:meth:`Metrics.release`), a new one takes the registry over:
+  the old collectors are unregistered and counting starts again from zero, as after a restart.
+
 Thread-safe: methods are called from pool threads, executor workers and callers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+
+from .config import UPSTREAM_METRICS_PREFIX, check_metrics_prefix
+from .errors import InvalidConfigError
 
 DURATION_BUCKETS = tuple(0.001 * 2**k for k in range(15))
 """1 ms x 2^k, k = 0..14 (as upstream)."""
 
 
+class MetricsRegistryInUse(InvalidConfigError):
+    """The metrics registry already holds these metrics: those of a dispatcher that is still
+    running (stop it first, or give each dispatcher its own registry), or other
+    collectors with the same names."""
+
+
+# registry -> the Metrics whose collectors it holds
+_owners: weakref.WeakKeyDictionary[CollectorRegistry, Metrics] = weakref.WeakKeyDictionary()
+_owners_lock = threading.Lock()
+
+
 class Metrics:
     """All metrics of one dispatcher. Runs on any thread."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, prefix: str = UPSTREAM_METRICS_PREFIX
+    ) -> None:
+        """Build the collectors and register them (see the module docstring). Raises
+        :class:`MetricsRegistryInUse` or :class:`InvalidConfigError` (bad ``prefix``)."""
+        if registry is not None and not isinstance(registry, CollectorRegistry):
+            raise InvalidConfigError(
+                f"metrics registry must be a prometheus_client CollectorRegistry, got "
+                f"{type(registry).__name__}"
+            )
+        self.prefix = check_metrics_prefix(prefix)
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
+        self.executions_total_name = f"{prefix}_async_api_call_execution_total"
         self.pending = Gauge(
-            "scheduler_pending_async_api_calls",
+            f"{prefix}_pending_async_api_calls",
             "Calls queued in the dispatcher and not yet sent, by call type.",
             ["call_type"],
-            registry=r,
+            registry=None,
         )
         self.executions = Counter(
-            "scheduler_async_api_call_execution_total",
-            "Attempts sent to the apiserver, by call type and result.",
-            ["call_type", "result"],
-            registry=r,
+            self.executions_total_name,
+            "Attempts sent to the apiserver, by call type, result (success or error, as "
+            "upstream) and outcome (success, retry, conflict, not_found, failed).",
+            ["call_type", "result", "outcome"],
+            registry=None,
         )
         self.duration = Histogram(
-            "scheduler_async_api_call_execution_duration_seconds",
+            f"{prefix}_async_api_call_execution_duration_seconds",
             "Duration of attempts sent to the apiserver, by call type and result.",
             ["call_type", "result"],
             buckets=DURATION_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.outcomes = Counter(
             "kdispatch_call_outcomes_total",
             "Calls resolved, by call type and outcome (success, skipped, overwritten, "
             "cancelled, conflict, not_found, failed, closed).",
             ["call_type", "outcome"],
-            registry=r,
+            registry=None,
         )
         self.merged = Counter(
             "kdispatch_calls_merged_total",
             "Pending calls merged with a newer call of the same type.",
             ["call_type"],
-            registry=r,
+            registry=None,
         )
         self.retries = Counter(
             "kdispatch_retries_total",
             "Attempts retried, by call type and reason (429, 5xx, timeout, connection, conflict).",
             ["call_type", "reason"],
-            registry=r,
+            registry=None,
         )
         self.limiter_wait = Histogram(
             "kdispatch_rate_limiter_wait_seconds",
             "Time a ready object waited in the executor lanes before it was sent.",
             ["lane"],
             buckets=DURATION_BUCKETS,
-            registry=r,
+            registry=None,
         )
         self.live_actors = Gauge(
-            "kdispatch_live_object_actors", "Object actors currently alive.", registry=r
+            "kdispatch_live_object_actors", "Object actors currently alive.", registry=None
         )
         self.dropped = Gauge(
             "kdispatch_dropped_messages",
             "Messages dropped because their object was deleted (tombstoned) or untracked.",
-            registry=r,
+            registry=None,
         )
         self.actor_failures = Counter(
             "kdispatch_object_actor_failures_total",
             "Object actors that crashed (their futures failed, the actor was restarted clean).",
-            registry=r,
+            registry=None,
         )
+        self.requests = Counter(
+            "kdispatch_requests_total",
+            "Requests sent to the apiserver (each took a rate-limiter token), by call type and "
+            "verb; a call's follow-up GET, re-read or second request counts too.",
+            ["call_type", "verb"],
+            registry=None,
+        )
+        self._collectors: tuple[Collector, ...] = (
+            self.pending,
+            self.requests,
+            self.executions,
+            self.duration,
+            self.outcomes,
+            self.merged,
+            self.retries,
+            self.limiter_wait,
+            self.live_actors,
+            self.dropped,
+            self.actor_failures,
+        )
+        self._released = False
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._register()
 
-        self._children: dict[tuple[str, ...], Any] = {}
+    def _register(self) -> None:
+        registry = self.registry
+        with _owners_lock:
+            owner = _owners.get(registry)
+            if owner is not None and not owner._released:
+                raise MetricsRegistryInUse(
+                    "this metrics registry already holds the metrics of a dispatcher that has "
+                    "not been stopped; stop it first, or give each dispatcher its own registry "
+                    "(metrics_registry=)"
+                )
+            if owner is not None:
+                owner._unregister()
+            done: list[Collector] = []
+            try:
+                for collector in self._collectors:
+                    registry.register(collector)
+                    done.append(collector)
+            except ValueError as exc:  # prometheus_client: "Duplicated timeseries ..."
+                for collector in done:
+                    registry.unregister(collector)
+                raise MetricsRegistryInUse(f"metrics registry conflict: {exc}") from None
+            _owners[registry] = self
+
+    def _unregister(self) -> None:
+        """Under ``_owners_lock``: take this dispatcher's collectors out of the registry."""
+        for collector in self._collectors:
+            with contextlib.suppress(KeyError):  # unregistered by the user meanwhile
+                self.registry.unregister(collector)
+
+    def release(self) -> None:
+        """Caller thread (``Dispatcher.stop``). The collectors stay registered (and readable)
+        until another dispatcher takes the registry over."""
+        with _owners_lock:
+            self._released = True
 
     # Labelled children are cached: ``labels()`` takes a lock and builds a key on every call,
-    # which is most of the cost of a metric update on the hot path.
+    # which is most of the cost of a metric update on the hot path. A racing first lookup may
+    # build the child twice; ``labels()`` returns the same child both times.
 
     def _child(self, metric: Any, *labels: str) -> Any:
-        key = (metric._name, *labels)
+        key = (id(metric), labels)
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = metric.labels(*labels)
@@ -112,9 +212,15 @@ class Metrics:
         """An attempt will be retried."""
         self._child(self.retries, call_type, reason).inc()
 
-    def executed(self, call_type: str, result: str, seconds: float) -> None:
-        """An attempt finished."""
-        self._child(self.executions, call_type, result).inc()
+    def request(self, call_type: str, verb: str) -> None:
+        """One request is being sent."""
+        self._child(self.requests, call_type, verb).inc()
+
+    def executed(self, call_type: str, outcome: str, seconds: float) -> None:
+        """An attempt finished with ``outcome`` (the executor's result: success, retry,
+        conflict, not_found, failed); upstream's ``result`` label is success or error."""
+        result = "success" if outcome == "success" else "error"
+        self._child(self.executions, call_type, result, outcome).inc()
         self._child(self.duration, call_type, result).observe(seconds)
 
     def waited(self, lane: int, seconds: float) -> None:
@@ -126,7 +232,18 @@ class Metrics:
         self.live_actors.set_function(live)
         self.dropped.set_function(dropped)
 
+    @staticmethod
+    def samples(*collectors: Collector) -> Iterator[Sample]:
+        """Every sample of ``collectors``, read from the collectors themselves (so a dispatcher
+        reads its own figures even after another one took its registry over)."""
+        for collector in collectors:
+            for family in collector.collect():
+                yield from family.samples
+
     def value(self, name: str, **labels: str) -> float:
-        """Current value of one sample (0.0 if absent). For stats and tests."""
-        v = self.registry.get_sample_value(name, labels)
-        return 0.0 if v is None else v
+        """Current value of one sample of this dispatcher (0.0 if absent). For stats and
+        tests."""
+        for sample in self.samples(*self._collectors):
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+        return 0.0

@@ -4,12 +4,21 @@ Objects travel through kdispatch as the JSON form the apiserver speaks (``metada
 ``status.conditions`` ...), never as client model classes. They are treated as immutable: code that
 derives a new object copies the path it changes (:func:`with_path`) and never mutates its input.
 
+At the boundary, :func:`as_object` turns what users hold into that form: a plain ``dict`` as it
+is, any other ``Mapping`` (kopf's ``Body``) deep-copied into dicts and lists, and an official
+client model (``V1Pod``, ``ResourceV1ResourceClaim`` ...) into exactly what the client's
+``ApiClient().sanitize_for_serialization`` would send.
+
 Pure module: no threads, no pykka, no kubernetes.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +35,70 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$")
 _KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+
+
+def as_object(obj: object) -> dict[str, Any]:
+    """The JSON form of ``obj``, the form every object takes inside kdispatch. Any thread; pure.
+
+    * a plain ``dict`` is returned as it is (no copy: it is treated as immutable from now on);
+    * any other ``Mapping`` (kopf's ``Body``, a ``MappingProxyType`` ...) is copied into plain
+      dicts and lists, all the way down;
+    * an official-client model (anything with the generated ``openapi_types`` and
+      ``attribute_map``, such as ``kubernetes.client.V1Pod``) becomes the dict the client would
+      put on the wire: ``ApiClient().sanitize_for_serialization(model)``, i.e. JSON field names,
+      unset fields left out, datetimes as ISO 8601 strings.
+
+    The client itself is never imported (models are recognised by their shape). Raises
+    :class:`InvalidObjectError` for anything else, naming where in the object it failed.
+    """
+    if type(obj) is dict:
+        return obj
+    if isinstance(obj, Mapping) or _is_model(obj):
+        out = _json(obj, "object")
+        assert isinstance(out, dict)
+        return out
+    raise InvalidObjectError(
+        "object must be a mapping (a dict in the apiserver's JSON form) or an official "
+        f"Kubernetes client model, got {type(obj).__name__}"
+    )
+
+
+def _is_model(value: object) -> bool:
+    return isinstance(getattr(value, "openapi_types", None), dict) and isinstance(
+        getattr(value, "attribute_map", None), dict
+    )
+
+
+_SCALARS = (str, int, float, bool, bytes)
+
+
+def _json(value: Any, where: str) -> Any:
+    """``sanitize_for_serialization`` without the client: the same rules, the same output."""
+    if value is None or isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {key: _json(item, f"{where}.{key}") for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if _is_model(value):
+        names: Mapping[str, str] = value.attribute_map
+        out: dict[str, Any] = {}
+        for attr in value.openapi_types:
+            item = getattr(value, attr, None)
+            if item is not None:
+                key = names.get(attr, attr)
+                out[key] = _json(item, f"{where}.{key}")
+        return out
+    secret = getattr(value, "get_secret_value", None)  # pydantic's SecretStr
+    if callable(secret):
+        return secret()
+    raise InvalidObjectError(f"{where}: cannot convert a {type(value).__name__} to JSON")
 
 
 def is_dns_subdomain(value: object) -> bool:
@@ -76,10 +149,10 @@ class ObjectRef:
 
     @classmethod
     def of(cls, obj: object, kind: str | None = None) -> ObjectRef:
-        """Identity of ``obj``. ``kind`` defaults to ``obj['kind']``; when both are given they
-        must agree. Raises :class:`InvalidObjectError` for anything malformed."""
-        if not isinstance(obj, Mapping):
-            raise InvalidObjectError(f"object must be a mapping, got {type(obj).__name__}")
+        """Identity of ``obj`` (a dict, any ``Mapping`` or an official-client model: see
+        :func:`as_object`). ``kind`` defaults to ``obj['kind']``; when both are given they must
+        agree. Raises :class:`InvalidObjectError` for anything malformed."""
+        obj = as_object(obj)
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
             raise InvalidObjectError("object has no metadata")

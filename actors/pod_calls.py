@@ -22,12 +22,13 @@ from loguru import logger
 
 from .backend import ApiBackend
 from .calls import UNSET, Call, UnsetType
-from .errors import ConflictError, InvalidCallError, InvalidObjectError, NotFoundError
+from .errors import InvalidCallError, InvalidObjectError, NotFoundError
 from .objects import (
     DELETE,
     POD,
     Obj,
     ObjectRef,
+    as_object,
     check_node_name,
     get_path,
     is_newer,
@@ -144,14 +145,6 @@ def _newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
     return older
 
 
-def _fetch(backend: ApiBackend, ref: ObjectRef) -> Obj:
-    """Read the current object of ``ref``; :class:`NotFoundError` if it was replaced."""
-    obj = backend.get(ref.kind, ref.namespace, ref.name)
-    if meta(obj).get("uid") != ref.uid:
-        raise NotFoundError(f"{ref} no longer exists (the name now has another uid)")
-    return obj
-
-
 # --------------------------------------------------------------------------- conditions
 
 
@@ -221,9 +214,12 @@ class PodStatusPatch(Call):
     """Pod conditions (merged by type) and/or ``status.nominatedNodeName`` (set or cleared).
 
     Sent as a strategic-merge patch of ``pods/status`` carrying only what still differs from the
-    newest observed pod, guarded by its UID and resourceVersion: a stale ``PodScheduled=False``
-    can never overwrite a later ``PodScheduled=True`` (the server answers 409 and the actor
-    rebases). Build with :meth:`for_pod`.
+    newest trusted pod, guarded by its UID and resourceVersion. Staleness (kubernetes#139602):
+    a patch setting ``PodScheduled`` to anything but ``True`` never lands on a pod that is bound,
+    nor on one whose ``PodScheduled=True`` its caller had not seen; it resolves
+    :class:`~kdispatch.actors.errors.CallStale` instead, whichever way the newer pod arrived
+    (informer, the caller's own basis, a 409's re-read, a binding through this dispatcher).
+    Build with :meth:`for_pod`.
     """
 
     call_type = "pod_status_patch"
@@ -252,13 +248,14 @@ class PodStatusPatch(Call):
     @classmethod
     def for_pod(
         cls,
-        pod: Obj,
+        pod: object,
         *,
         conditions: Iterable[Mapping[str, Any]] = (),
         nominated_node_name: str | UnsetType | None = UNSET,
     ) -> Self:
         """A status patch for ``pod`` (also its basis). ``nominated_node_name=None`` clears it.
         Raises :class:`InvalidObjectError` / :class:`InvalidCallError`."""
+        pod = as_object(pod)  # official-client models and any Mapping
         ref = ObjectRef.of(pod, POD)
         if isinstance(conditions, Mapping):
             raise InvalidCallError("conditions must be a sequence of conditions, not one mapping")
@@ -280,6 +277,24 @@ class PodStatusPatch(Call):
         if nnn is UNSET:
             nnn = older.nominated_node_name
         return type(self)(self.ref, conds, nnn, basis=_newest_basis(self.basis, older.basis))
+
+    def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
+        """Stale when the patch would un-schedule a pod that is scheduled: ``PodScheduled`` set
+        to anything but ``True`` on a bound pod, or on a pod whose ``PodScheduled=True`` is not
+        in ``basis`` (the caller decided before it). Pure."""
+        intent = next((c for c in self.conditions if c["type"] == POD_SCHEDULED), None)
+        if intent is None or intent["status"] == "True":
+            return None
+        for candidate in (obj, basis):
+            node = pod_node_name(candidate)
+            if node is not None:
+                return f"pod is bound to node {node!r}: {POD_SCHEDULED}={intent['status']} is stale"
+        current = pod_conditions(obj).get(POD_SCHEDULED)
+        if current is not None and current.get("status") == "True":
+            seen = pod_conditions(basis).get(POD_SCHEDULED) if basis is not None else None
+            if seen is None or seen.get("status") != "True":
+                return f"{POD_SCHEDULED}=True is newer than the state this patch was decided on"
+        return None
 
     def _nnn_differs(self, obj: Obj | None) -> bool:
         nnn = self.nominated_node_name
@@ -332,12 +347,10 @@ class PodStatusPatch(Call):
         return body or None
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Patch what still differs from ``obj`` (fetched first when unknown) with the
-        object-shaped body ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion;
-        returns the server's pod, or ``obj`` when nothing differs. Runs on an executor worker
+        """Patch what still differs from ``obj`` (the trusted pod) with the object-shaped body
+        ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion; returns the
+        server's pod, or ``obj`` when nothing differs (no request). Runs on an executor worker
         thread."""
-        if obj is None:
-            obj = _fetch(backend, self.ref)
         body = self.status_patch(obj)
         if body is None:
             return obj
@@ -357,13 +370,15 @@ class PodStatusPatch(Call):
 class PodBinding(Call):
     """Bind a pod to a node (``pods/binding``). Build with :meth:`for_pod`.
 
-    A 409 whose fresh read shows the same pod already bound to the same node is success: the
-    first attempt landed and only its reply was lost.
+    It supersedes a pending status patch. A 409 whose one re-read shows the same pod already
+    bound to the same node is success: an earlier attempt landed and only its reply was lost.
     """
 
     call_type = "pod_binding"
     kind = POD
     relevance = 2
+    supersedes = frozenset({"pod_status_patch"})
+    reads_object = False
 
     ref: ObjectRef
     node: str
@@ -377,8 +392,9 @@ class PodBinding(Call):
         return hash((self.call_type, self.ref))
 
     @classmethod
-    def for_pod(cls, pod: Obj, node: str) -> Self:
+    def for_pod(cls, pod: object, node: str) -> Self:
         """A binding of ``pod`` (also its basis) to ``node``."""
+        pod = as_object(pod)  # official-client models and any Mapping
         return cls(ObjectRef.of(pod, POD), node, basis=pod)
 
     def precheck(self, obj: Obj | None) -> str | None:
@@ -405,22 +421,17 @@ class PodBinding(Call):
         scheduled = MappingProxyType({"type": POD_SCHEDULED, "status": "True"})
         return _apply_conditions(out, (scheduled,), replace=True)
 
+    def landed_despite_conflict(self, fresh: Obj) -> bool:
+        """The pod the 409 was re-read as is this pod, bound to this node."""
+        return meta(fresh).get("uid") == self.ref.uid and pod_node_name(fresh) == self.node
+
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Create the binding. On 409, read the pod: the same pod bound to the same node is
-        success (returns that pod); anything else re-raises the conflict. Errors of the read
-        itself propagate. Runs on an executor worker thread."""
+        """Create the binding (one request, UID precondition). A 409 propagates: the executor
+        re-reads the pod once and :meth:`landed_despite_conflict` decides. Runs on an executor
+        worker thread."""
         del obj
         ref = self.ref
-        try:
-            backend.bind(ref.namespace, ref.name, uid=ref.uid, node=self.node)
-        except ConflictError:
-            current = backend.get(POD, ref.namespace, ref.name)
-            if meta(current).get("uid") == ref.uid and pod_node_name(current) == self.node:
-                logger.bind(uid=ref.uid, call_type=self.call_type, node=self.node).debug(
-                    "binding conflict: pod already bound to the same node, counted as success"
-                )
-                return current
-            raise
+        backend.bind(ref.namespace, ref.name, uid=ref.uid, node=self.node)
         return None
 
 
@@ -430,7 +441,10 @@ class PodPreemption(Call):
     condition first. Exclusive: it cancels every other pending call of the pod.
 
     The deletion carries a UID precondition, so a re-created pod of the same name is never hit;
-    NotFound at either step means the pod is already gone, which is success.
+    NotFound at either step means the pod is already gone, which is success. The condition is
+    patched only when the trusted pod lacks ``DisruptionTarget=True``: a retry (the actor
+    re-reads the pod after an ambiguous failure) keeps the existing condition and its
+    ``lastTransitionTime``.
     """
 
     call_type = "pod_preemption"
@@ -464,7 +478,7 @@ class PodPreemption(Call):
     @classmethod
     def for_pod(
         cls,
-        pod: Obj,
+        pod: object,
         *,
         reason: str = "PreemptionByScheduler",
         message: str = "",
@@ -475,6 +489,7 @@ class PodPreemption(Call):
         """A preemption of ``pod`` (also its basis). With ``add_condition`` a
         ``DisruptionTarget=True`` condition with ``reason`` and ``message`` (default: naming the
         ``preemptor``, e.g. ``"ns/name"``) is patched before the deletion."""
+        pod = as_object(pod)  # official-client models and any Mapping
         ref = ObjectRef.of(pod, POD)
         condition: dict[str, Any] | None = None
         if add_condition:
@@ -504,9 +519,9 @@ class PodPreemption(Call):
         return out
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Patch the condition (UID precondition only) unless ``obj`` already has it with the
-        same status, then delete with a UID precondition. NotFound at either step is success.
-        Returns None. Runs on an executor worker thread."""
+        """Patch the condition (UID precondition only) unless ``obj`` (the trusted pod) already
+        has it with the same status, then delete with a UID precondition: one or two requests.
+        NotFound at either step is success. Returns None. Runs on an executor worker thread."""
         ref = self.ref
         try:
             cond = self.condition

@@ -72,7 +72,9 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
 )
 
-from .memory import InMemoryApiServer
+from .memory import InMemoryApiServer, RequestRecord, request_writer
+from .memory_leases import LeasePath, LeaseWrite
+from .memory_leases import serve_http as serve_lease
 
 _KINDS: Mapping[str, tuple[str, str]] = {
     # resource → (kind, apiVersion)
@@ -245,9 +247,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         api = self.server.api
+        writer = request_writer.set(self.headers.get("User-Agent") or "")
         try:
             api.check_auth(self.headers.get("Authorization"))
             url = urlsplit(self.path)
+            if api.serve_extra(self, method, url.path, url.query):  # leases, request audit
+                return
             route = _route(url.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             body = self._body() if method in ("POST", "PATCH", "DELETE") else None
@@ -271,6 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self._reply_json(500, status_object(500, "InternalError", "internal error"))
+        finally:
+            request_writer.reset(writer)
 
     def do_GET(self) -> None:
         self._dispatch("GET")
@@ -715,6 +722,72 @@ class ApiServerHTTP:
                 return True
             if _peer_closed(h.connection):
                 return False
+
+    # ----------------------------------------------------------------- leases and audit
+
+    def serve_extra(self, h: _Handler, method: str, path: str, query_string: str) -> bool:
+        """Serve ``coordination.k8s.io/v1`` leases (:mod:`adapters.memory_leases`) and the
+        request audit (``GET /debug/kdispatch/requests``: the in-memory server's request log
+        with each writer, and the lease writes); False for any other path. Connection
+        thread."""
+        if path == AUDIT_PATH and method == "GET":
+            h._reply_json(200, self.audit())
+            return True
+        lease = LeasePath.parse(path)
+        if lease is None:
+            return False
+        query = {k: v[-1] for k, v in parse_qs(query_string).items()}
+        body = h._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
+        content_type = (h.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        route = _LeaseRoute(lease)
+        try:
+            code, reply = serve_lease(
+                self.server.leases, method, lease, query, body, content_type=content_type
+            )
+        except ApiError as exc:
+            raise self.http_error(exc, route, h.connection) from None
+        except InvalidInputError as exc:  # a body that is not JSON-shaped
+            raise _HttpError(422, "Invalid", str(exc), details=route.details()) from None
+        h._reply_json(code, reply)
+        return True
+
+    def audit(self) -> dict[str, Any]:
+        """The request log (``op``, ``kind``, ``namespace``, ``name``, ``uid``, ``outcome``,
+        ``t``, ``writer``; in the order applied) and the lease writes. Any thread."""
+        return {
+            "requests": [list(r) for r in _records(self.server)],
+            "request_fields": list(RequestRecord.__dataclass_fields__),
+            "leases": [list(w) for w in _lease_writes(self.server)],
+            "lease_fields": list(LeaseWrite.__dataclass_fields__),
+        }
+
+
+AUDIT_PATH = "/debug/kdispatch/requests"
+
+
+class _LeaseRoute(_Route):
+    """A lease path as a route (for error details)."""
+
+    def __init__(self, lease: LeasePath) -> None:
+        self.plural = "leases"
+        self.kind = "Lease"
+        self.namespace = lease.namespace
+        self.name = lease.name
+        self.sub = None
+
+
+def _records(server: InMemoryApiServer) -> list[tuple[Any, ...]]:
+    return [
+        (r.op, r.kind, r.namespace, r.name, r.uid, r.outcome, r.t, r.writer)
+        for r in server.request_log
+    ]
+
+
+def _lease_writes(server: InMemoryApiServer) -> list[tuple[Any, ...]]:
+    return [
+        (w.op, w.namespace, w.name, w.holder, w.resource_version, w.writer, w.t)
+        for w in server.leases.writes
+    ]
 
 
 def _chunk(event: Mapping[str, Any]) -> bytes:

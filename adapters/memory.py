@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
@@ -52,6 +53,7 @@ from .memory_faults import (
     Latency,
     fault_name,
 )
+from .memory_leases import LeaseStore
 from .memory_objects import (
     API_VERSIONS,
     CLUSTER_SCOPED_KINDS,
@@ -77,6 +79,7 @@ __all__ = [
     "make_claim",
     "make_node",
     "make_pod",
+    "request_writer",
 ]
 
 T = TypeVar("T")
@@ -89,7 +92,9 @@ class RequestRecord:
     """One ``ApiBackend`` request as the server saw it. ``outcome`` is ``"ok"``, the injected
     fault's name (``"429"``, ``"timeout"``, ``"apply_then_fail"`` ...) or the reason of the error
     the server answered (``"NotFound"``, ``"Conflict"``, ``"Invalid"``). ``uid`` is the request's
-    UID precondition (``""`` for ``get``); ``t`` is ``time.monotonic()`` when it was answered."""
+    UID precondition (``""`` for ``get``); ``t`` is ``time.monotonic()`` when it was answered.
+    ``writer``: who sent it (:data:`request_writer` while it was served, e.g. the HTTP
+    ``User-Agent``; ``""`` when unknown). The log is in the order the server applied requests."""
 
     op: str
     kind: str
@@ -98,6 +103,12 @@ class RequestRecord:
     uid: str
     outcome: str
     t: float
+    writer: str = ""
+
+
+request_writer: ContextVar[str] = ContextVar("request_writer", default="")
+"""The identity of the client whose request the current thread serves (set by front ends such
+as :mod:`adapters.httpserver`); recorded in :attr:`RequestRecord.writer`."""
 
 
 class _Req(NamedTuple):
@@ -188,6 +199,7 @@ class InMemoryApiServer:
         self._log: deque[RequestRecord] = deque(maxlen=request_log_limit)
         self._counts: Counter[str] = Counter()
         self._fault_counts: Counter[str] = Counter()
+        self.leases = LeaseStore(self)  # coordination.k8s.io/v1 Leases (memory_leases.py)
 
     # ================================================================ ApiBackend (faultable)
 
@@ -357,11 +369,26 @@ class InMemoryApiServer:
             result = self._replace(cur, data)
         return clone(result)
 
-    def remove(self, kind: str, namespace: str, name: str) -> Json:
-        """Delete without preconditions, faults or logging (e.g. the kubelet finishing a
-        graceful deletion); returns the last state. ``NotFoundError`` if missing. Any thread."""
+    def remove(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Json:
+        """Delete without faults or logging (e.g. the kubelet finishing a graceful deletion);
+        returns the last state. ``NotFoundError`` if missing; optional ``uid`` and
+        ``resource_version`` preconditions (``ConflictError``), checked atomically. Any
+        thread."""
         with self._lock:
-            return clone(self._remove(self._lookup(kind, namespace, name)))
+            cur = self._lookup(kind, namespace, name)
+            if uid is not None:
+                self._check_uid(cur, uid)
+            if resource_version is not None:
+                self._check_rv(cur, resource_version)
+            return clone(self._remove(cur))
 
     def mark_terminating(
         self, kind: str, namespace: str, name: str, grace_period_seconds: int = 30
@@ -479,6 +506,14 @@ class InMemoryApiServer:
             return dict(self._fault_counts)
 
     @property
+    def non_blocking(self) -> bool:
+        """Whether no request ever waits (no latency configured). Then the dispatcher may run
+        requests on its actor threads instead of handing them to executor workers. Any
+        thread."""
+        lat = self._faults.latency
+        return lat.fixed == 0 and lat.jitter == 0 and not any(lat.per_op.values())
+
+    @property
     def resource_version(self) -> str:
         """The current global resourceVersion. Any thread."""
         with self._lock:
@@ -523,7 +558,14 @@ class InMemoryApiServer:
     def _record(self, req: _Req, outcome: str) -> None:
         self._log.append(
             RequestRecord(
-                req.op, req.kind, req.namespace, req.name, req.uid, outcome, time.monotonic()
+                req.op,
+                req.kind,
+                req.namespace,
+                req.name,
+                req.uid,
+                outcome,
+                time.monotonic(),
+                request_writer.get(),
             )
         )
 

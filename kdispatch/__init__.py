@@ -5,7 +5,8 @@
 live in :mod:`kdispatch.adapters`.
 
 Logs go through loguru under the one name ``kdispatch`` and are disabled on import, as a
-library's should be: ``from loguru import logger; logger.enable("kdispatch")``.
+library's should be: ``from loguru import logger; logger.enable("kdispatch")``, or
+``kdispatch.logs.to_stdlib()`` to hand them to the standard ``logging`` module.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -36,6 +37,8 @@ from .actors import (
     InvalidObjectError,
     KdispatchError,
     LeadershipLost,
+    MetricsRegistryInUse,
+    NoEventLoopError,
     ObjectNotFound,
     ObjectRef,
     Outcome,
@@ -48,6 +51,7 @@ from .actors import (
     RuntimeConfig,
     UnauthorizedError,
     UnknownCallTypeError,
+    as_object,
     default_call_types,
 )
 
@@ -82,6 +86,8 @@ __all__ = [
     "InvalidObjectError",
     "KdispatchError",
     "LeadershipLost",
+    "MetricsRegistryInUse",
+    "NoEventLoopError",
     "ObjectNotFound",
     "ObjectRef",
     "Outcome",
@@ -95,5 +101,6 @@ __all__ = [
     "UnauthorizedError",
     "UnknownCallTypeError",
     "__version__",
+    "as_object",
     "default_call_types",
 ]

@@ -1,4 +1,5 @@
-"""A plain reference model of the calls of one Pod, for the stateful test of the object actor.
+"""A plain reference model of the calls of one Pod, for the stateful test of the per-object
+state machine (:class:`~kdispatch.actors.object_state.ObjectState`).
 
 The model knows what DESIGN §3 promises about one object, not how the actor is built. Every call
 a caller submits becomes an :class:`Intent`; the model keeps two slots, ``pending`` and
@@ -12,38 +13,49 @@ against the rules below. Between steps, the open futures must be exactly those o
 2. C is exclusive (preemption): P ``overwritten`` (merged into C) if it is a preemption, else
    ``cancelled``; C ``skipped`` if I is a preemption (C rides on it), else C becomes pending;
 3. P or I is exclusive → C ``cancelled``;
-4. C less relevant than P or I → C ``skipped``;
-5. P has C's type → P ``overwritten``, merged into C (newer fields win), which becomes pending;
-6. otherwise C becomes pending and P (less relevant) is ``overwritten``.
+4. C is stale (a patch setting ``PodScheduled`` to anything but ``True`` on a bound pod) → C
+   ``stale``, nothing else changes;
+5. P or I supersedes C (a binding supersedes a status patch) → C ``skipped``;
+6. P has C's type → P ``overwritten``, merged into C (newer fields win), which becomes pending;
+7. otherwise C becomes pending and P (superseded by C) is ``overwritten``. With the built-in
+   types, two calls of different types are never pending at once: a status patch behind a
+   binding is skipped, anything behind a preemption cancelled.
 
-**Grant**: the pending call moves to in flight, and the call sent is exactly the merge of the
-intents carried in it; nothing is sent after the actor learnt that the object is gone.
+**Grant**: the pending call moves to in flight, and the call sent (or re-read for: a *read*
+step, one GET before an object-dependent call is sent again after an ambiguous failure) is
+exactly the merge of the intents carried in it; nothing is sent or read after the actor learnt
+that the object is gone.
 
 **Done** of I: success → ``success``; not found → ``not_found`` and P ``cancelled`` (the object
 is gone); permanent failure, or a retryable one at the last attempt → ``failed``; a retry or a
 conflict after the actor learnt that the object is gone → ``cancelled``; otherwise a retry or a
 conflict puts I back as pending: alone, merged into a pending call of its type (I
-``overwritten``), or replaced by a more relevant pending call (I ``overwritten``, ``cancelled``
-if that is a preemption). **Informer delete** → P ``cancelled``, gone. **Caller cancel** → P
-``cancelled`` (if of the given type). Whenever the object disappears, a tracked preemption
-resolves ``success`` instead: its object is gone, as intended.
+``overwritten``), or replaced by a superseding pending call (I ``overwritten``, ``cancelled``
+if that is a preemption). A read step that ends (success or retry) puts I back the same way; a
+failed read counts towards the attempts like a failed send (``max_attempts`` caps failed
+requests). A binding whose 409 re-read shows the
+pod bound to its node has landed: ``success``. **Informer delete** → P ``cancelled``, gone.
+**Caller cancel** → P ``cancelled`` (if of the given type). Whenever the object disappears, a
+tracked preemption resolves ``success`` instead: its object is gone, as intended.
 
-**Choices left to the actor.** Whether a call is a *no-op* and whether a binding *fails fast*
-depend on the actor's view of the object, which the model does not keep. The model accepts the
-actor's choice (C, or the merged C, resolves ``skipped``/``conflict`` on submit; the pending
-call does on an informer update or a grant; a retried call is ``skipped`` when a newer object
-shows it applied) and checks it against the server: a call skipped as a no-op must already hold
-there, and the call in flight must not set any of its fields to another value; a binding that
-failed fast must target a pod bound to another node.
+**Choices left to the machine.** Whether a call is a *no-op*, whether a binding *fails fast*
+and whether a patch is *stale* depend on the machine's view of the object, which the model does
+not keep. The model accepts the machine's choice (C, or the merged C, resolves
+``skipped``/``conflict``/``stale`` on submit; the pending call does on an informer update, a
+grant, or when a done puts a call back; a retried call is ``skipped`` when a newer object shows
+it applied) and checks it against the server: a call skipped as a no-op must already hold there,
+and the call in flight must not set any of its fields to another value; a binding that failed
+fast must target a pod bound to another node; a stale patch must set ``PodScheduled`` to
+something else than ``True`` while the server's pod is bound (or gone).
 
 **Final state.** An intent is *written* if its future resolved ``success``, or it was merged into
 a newer call that is written. Written intents reach the server in submission order (a merge keeps
 newer-wins), so once everything is drained each field holds the value of the last written intent
 that sets it (its initial value otherwise). A binding merged into a newer one is replaced by it,
-not written. A binding also sets ``PodScheduled=True`` without reason or message, but only the
-first written binding actually binds (later ones find the pod already bound to their node). The
-pod is gone iff someone deleted it or a preemption was written. A call skipped as a no-op
-asserts a value; it writes nothing.
+not written, nor is a stale call. A binding also sets ``PodScheduled=True`` without reason or
+message, but only the first written binding actually binds (later ones find the pod already
+bound to their node). The pod is gone iff someone deleted it or a preemption was written. A
+call skipped as a no-op asserts a value; it writes nothing.
 """
 
 from __future__ import annotations
@@ -136,6 +148,7 @@ class Intent:
     merged: Fields = field(init=False)  # own fields + those of the older calls merged into it
     carried_by: Intent | None = None  # the newer call it was merged into
     label: str | None = None  # its outcome, once resolved
+    failures: int = 0  # retryable failures of its requests (sends and re-reads)
 
     def __post_init__(self) -> None:
         self.merged = call_fields(self.call)
@@ -159,6 +172,7 @@ def _merge_into(older: Intent, newer: Intent) -> None:
     """``older`` was merged into ``newer``: status patches merge field by field (newer wins),
     other calls replace the older one."""
     older.carried_by = newer
+    newer.failures = max(newer.failures, older.failures)
     if newer.call_type == PATCH:
         newer.merged = {**older.merged, **newer.merged}
 
@@ -233,6 +247,35 @@ class Model:
             f"{intent} failed fast, but the server pod is bound to {bound!r}"
         )
 
+    @staticmethod
+    def _check_stale(intent: Intent, server: Obj | None) -> None:
+        assert intent.call_type == PATCH, f"{intent} resolved stale"
+        status = intent.merged.get("PodScheduled.status")
+        assert status not in (None, "True"), f"{intent} stale, but it sets PodScheduled={status}"
+        if server is not None:
+            assert pod_node_name(server) is not None, f"{intent} stale, but the pod is not bound"
+
+    def _check_choice(self, intent: Intent, label: str, server: Obj | None) -> None:
+        if label == "skipped":
+            self._check_noop(intent, server)
+        elif label == "conflict":
+            self._check_failed_fast(intent, server)
+        else:
+            self._check_stale(intent, server)
+
+    def _revisited(
+        self, want: dict[Intent, str], got: dict[Intent, str], server: Obj | None
+    ) -> None:
+        """The object changed: the pending call may have become a no-op, failed fast or gone
+        stale."""
+        p = self.pending
+        if p is not None and p not in want:
+            label = got.get(p)
+            if label in ("skipped", "conflict", "stale"):
+                self._check_choice(p, label, server)
+                want[p] = label
+                self.pending = None
+
     # ------------------------------------------------------------------ steps
 
     def on_submit(self, c: Intent, got: dict[Intent, str], server: Obj | None) -> None:
@@ -257,10 +300,13 @@ class Model:
                 self.pending = c
         elif any(e.call.exclusive for e in tracked):
             want[c] = "cancelled"
+        elif got.get(c) == "stale":
+            self._check_stale(c, server)
+            want[c] = "stale"
         elif got.get(c) == "conflict":
             self._check_failed_fast(c, server)
             want[c] = "conflict"
-        elif c.call.relevance < max((e.call.relevance for e in tracked), default=0):
+        elif any(c.call_type in e.call.supersedes for e in tracked):
             want[c] = "skipped"
         elif p is not None and p.call_type == c.call_type:
             want[p] = "overwritten"
@@ -275,7 +321,8 @@ class Model:
             want[c] = "skipped"
         else:
             if p is not None:
-                want[p] = "overwritten"  # replaced by a more relevant call
+                assert p.call_type in c.call.supersedes, f"{p} and {c} pending at once"
+                want[p] = "overwritten"  # superseded by c
             self.pending = c
         self._settle(want, got, f"submit {c}")
 
@@ -292,27 +339,40 @@ class Model:
             )
             self.pending, self.inflight = None, p
         elif p is not None and self.inflight is None and not self.gone:
-            label = got.get(p)  # a refund: the pending call became a no-op or fails fast
-            if label == "skipped":
-                self._check_noop(p, server)
-            elif label == "conflict":
-                self._check_failed_fast(p, server)
-            else:
+            label = got.get(p)  # a refund: the pending call became a no-op, fails fast or stale
+            if label not in ("skipped", "conflict", "stale"):
                 raise AssertionError(f"grant refunded, but {p} is pending (got {got})")
+            self._check_choice(p, label, server)
             want[p] = label
             self.pending = None
         self._settle(want, got, "grant")
 
     def on_done(
-        self, result: str, attempt: int, got: dict[Intent, str], server: Obj | None
+        self,
+        result: str,
+        attempt: int,
+        got: dict[Intent, str],
+        server: Obj | None,
+        *,
+        read: bool = False,
     ) -> None:
-        """The in-flight attempt ended with ``result`` (a :class:`~kdispatch.actors.messages.Result`
-        value)."""
+        """The in-flight attempt (or, with ``read``, the re-read before it) ended with
+        ``result`` (a :class:`~kdispatch.actors.object_state.Result` value)."""
         i, p = self.inflight, self.pending
         assert i is not None
         self.inflight = None
         want: dict[Intent, str] = {}
-        if result == "success":
+        requeue = False
+        del attempt  # the retry budget counts failed requests, re-reads included
+        if result == "retry":
+            i.failures += 1
+        if read and self.gone and result != "not_found":  # deleted while the read was out
+            want[i] = _gone_outcome(i, "cancelled")
+        elif read and result == "retry" and i.failures >= self.max_attempts:
+            want[i] = "failed"
+        elif read and result in ("success", "retry"):
+            requeue = True
+        elif result == "success":
             want[i] = "success"
             self.gone = self.gone or i.call.exclusive
         elif result == "not_found":
@@ -323,32 +383,33 @@ class Model:
         elif self.gone and result in ("retry", "conflict"):  # deleted meanwhile: no retry
             label = got.get(i)
             want[i] = _gone_outcome(i, label if label in ("cancelled", "failed") else "cancelled")
-        elif result == "failed" or (result == "retry" and attempt >= self.max_attempts):
+        elif result == "failed" or (result == "retry" and i.failures >= self.max_attempts):
             want[i] = "failed"
         elif result == "retry" and got.get(i) == "skipped":  # a newer object shows it applied
             self._check_noop(i, server)
             want[i] = "skipped"
-        elif p is None:
-            self.pending = i  # retried as the pending call
-        elif p.call_type == i.call_type:
-            want[i] = "overwritten"
-            _merge_into(i, p)
+        elif result == "conflict" and got.get(i) == "success":  # the 409 shows it landed
+            assert i.call_type == BINDING and server is not None, f"{i} landed on a 409"
+            assert pod_node_name(server) == i.merged["nodeName"], f"{i} landed, but {server}"
+            want[i] = "success"
         else:
-            want[i] = "cancelled" if p.call.exclusive else "overwritten"
-        self._settle(want, got, f"done {result} of {i}")
+            requeue = True
+        if requeue:
+            if p is None:
+                self.pending = i  # retried as the pending call
+            elif p.call_type == i.call_type:
+                want[i] = "overwritten"
+                _merge_into(i, p)
+            else:
+                want[i] = "cancelled" if p.call.exclusive else "overwritten"
+            self._revisited(want, got, server)
+        what = "read" if read else "done"
+        self._settle(want, got, f"{what} {result} of {i}")
 
     def on_observed(self, got: dict[Intent, str], server: Obj | None) -> None:
         """An informer update reached the actor."""
-        p = self.pending
         want: dict[Intent, str] = {}
-        label = got.get(p) if p is not None else None
-        if p is not None and label in ("skipped", "conflict"):
-            if label == "skipped":
-                self._check_noop(p, server)
-            else:
-                self._check_failed_fast(p, server)
-            want[p] = label
-            self.pending = None
+        self._revisited(want, got, server)
         self._settle(want, got, "informer update")
 
     def on_deleted(self, got: dict[Intent, str]) -> None:

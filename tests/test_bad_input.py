@@ -170,7 +170,7 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("submit-a-string", lambda e: e.d.submit("bind p1"), InvalidCallError),  # type: ignore[arg-type]
     ("submit-none", lambda e: e.d.submit(None), InvalidCallError),  # type: ignore[arg-type]
     ("submit-a-dict", lambda e: e.d.submit({"call_type": "pod_binding"}), InvalidCallError),  # type: ignore[arg-type]
-    ("object-is-a-list", lambda e: PodBinding.for_pod([e.pod], "n1"), InvalidObjectError),  # type: ignore[arg-type]
+    ("object-is-a-list", lambda e: PodBinding.for_pod([e.pod], "n1"), InvalidObjectError),
     (
         "conditions-a-string",
         lambda e: PodStatusPatch.for_pod(e.pod, conditions="PodScheduled"),  # type: ignore[arg-type]
@@ -394,7 +394,7 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("view-malformed-uid", lambda e: e.d.view("not a uid!"), InvalidObjectError),
     ("cancel-int-uid", lambda e: e.d.cancel(42), InvalidObjectError),  # type: ignore[arg-type]
     ("on-add-without-metadata", lambda e: e.d.on_add({"kind": "Pod"}), InvalidObjectError),
-    ("on-update-not-a-mapping", lambda e: e.d.on_update("pod"), InvalidObjectError),  # type: ignore[arg-type]
+    ("on-update-not-a-mapping", lambda e: e.d.on_update("pod"), InvalidObjectError),
     (
         "on-delete-without-metadata",
         lambda e: e.d.on_delete({"kind": "Pod", "metadata": None}),

@@ -143,18 +143,42 @@ class TestRegistration:
         with pytest.raises(CallTypeRegistrationError, match="relevance"):
             registry.register(user_call("widget_patch", relevance=relevance))
 
-    def test_equal_relevance_on_same_kind(self) -> None:
+    def test_equal_relevance_on_same_kind_is_allowed(self) -> None:
+        """Relevance is only a lane: two types of one kind may share it."""
         registry = default_call_types()
-        with pytest.raises(CallTypeRegistrationError, match="both have relevance 2"):
-            registry.register(user_call("pod_label_patch", kind="Pod", relevance=2))
-        registry.register(user_call("pod_label_patch", kind="Pod", relevance=4))
+        registry.register(user_call("pod_label_patch", kind="Pod", relevance=2))
+        assert registry.spec("pod_label_patch").supersedes == frozenset()
 
-    def test_failed_registration_leaves_registry_unchanged(self) -> None:
+    @pytest.mark.parametrize(
+        ("supersedes", "exclusive", "match"),
+        [
+            (frozenset({"pod_label_patch"}), False, "supersedes itself"),
+            (frozenset({"no_such_call"}), False, "not registered"),
+            (frozenset({"claim_status_patch"}), False, "cannot supersede"),
+            (frozenset({"pod_preemption"}), False, "exclusive"),
+            (frozenset({"pod_status_patch"}), True, "drop 'supersedes'"),
+            ("pod_status_patch", False, "frozenset of call type names"),
+        ],
+    )
+    def test_contradictory_supersession_is_refused(
+        self, supersedes: Any, exclusive: bool, match: str
+    ) -> None:
         registry = default_call_types()
         before = registry.types()
-        with pytest.raises(CallTypeRegistrationError):
-            registry.register(user_call("pod_label_patch", kind="Pod", relevance=1))
-        assert registry.types() == before
+        cls = user_call("pod_label_patch", kind="Pod", relevance=4)
+        cls.supersedes = supersedes
+        cls.exclusive = exclusive
+        with pytest.raises(CallTypeRegistrationError, match=match):
+            registry.register(cls)
+        assert registry.types() == before  # a failed registration changes nothing
+
+    def test_supersession_is_acyclic_by_construction(self) -> None:
+        """Only registered types can be superseded, so no two types supersede each other."""
+        registry = default_call_types()
+        later = user_call("pod_label_patch", kind="Pod")
+        later.supersedes = frozenset({"pod_binding"})
+        registry.register(later)
+        assert "pod_label_patch" not in registry.spec("pod_binding").supersedes
 
     def test_unknown_type(self) -> None:
         with pytest.raises(UnknownCallTypeError, match="no_such_call"):

@@ -19,7 +19,6 @@ from kdispatch.actors.errors import (
     ConflictError,
     InvalidCallError,
     InvalidObjectError,
-    NotFoundError,
 )
 from kdispatch.actors.objects import Obj, ObjectRef
 from tests import backends
@@ -320,20 +319,6 @@ class TestSend:
         backend = RecordingBackend(claim)
         assert claim_patch(reserve=("a",)).send(backend, claim) is claim
         assert backend.requests == []
-
-    def test_unknown_claim_is_fetched_so_reserved_for_stays_complete(self) -> None:
-        server = make_claim(rv="30", reserved=[consumer("x")])
-        backend = RecordingBackend(server)
-        ClaimStatusPatch(REF, reservations=(("y", consumer("y")),)).send(backend, None)
-        assert [op for op, _ in backend.requests] == ["get", "patch_status"]
-        req = backend.requests[1][1]
-        assert req["resource_version"] == "30"
-        assert req["patch"] == {"status": {"reservedFor": [consumer("x"), consumer("y")]}}
-
-    def test_fetched_claim_with_another_uid_is_not_found(self) -> None:
-        backend = RecordingBackend(make_claim(uid="recreated"))
-        with pytest.raises(NotFoundError):
-            ClaimStatusPatch(REF, None).send(backend, None)
 
     def test_errors_propagate(self) -> None:
         backend = RecordingBackend(make_claim(), fail_patch=ConflictError("rv"))

@@ -404,22 +404,6 @@ class TestStatusPatchSend:
         assert patch(cond("A", "True")).send(backend, pod) is pod
         assert backend.requests == []
 
-    def test_unknown_object_is_fetched_first(self) -> None:
-        server_pod = make_pod(rv="41", conditions=[{**cond("A", "True"), LTT: "t"}])
-        backend = RecordingBackend(server_pod)
-        call = PodStatusPatch(REF, (cond("A", "True"), cond("B", "True")))
-        call.send(backend, None)
-        assert backend.ops() == ["get", "patch_status"]
-        req = backend.requests[1][1]
-        assert req["resource_version"] == "41"
-        assert req["patch"] == {"status": {"conditions": [{**cond("B", "True"), LTT: NOW}]}}
-
-    def test_fetched_object_with_another_uid_is_not_found(self) -> None:
-        backend = RecordingBackend(make_pod(uid="recreated"))
-        with pytest.raises(NotFoundError):
-            PodStatusPatch(REF, (cond("A", "True"),)).send(backend, None)
-        assert backend.ops() == ["get"]
-
     def test_errors_propagate(self) -> None:
         pod = make_pod()
         backend = RecordingBackend(pod, errors={"patch_status": [ConflictError("rv")]})
@@ -474,34 +458,29 @@ class TestBinding:
             ("bind", {"namespace": "ns", "name": "p", "uid": "uid-1", "node": "n1"})
         ]
 
-    def test_two_generals_conflict_on_same_node_is_success(self) -> None:
-        server_pod = make_pod(node="n1", rv="12")
-        backend = RecordingBackend(server_pod, errors={"bind": [ConflictError("already bound")]})
-        result = PodBinding(REF, "n1").send(backend, make_pod())
-        assert backend.ops() == ["bind", "get"]
-        assert result == server_pod
+    def test_conflict_propagates_without_a_read(self) -> None:
+        """The executor reads once after any 409; the binding itself sends one request."""
+        conflict = ConflictError("already bound")
+        backend = RecordingBackend(make_pod(node="n1"), errors={"bind": [conflict]})
+        with pytest.raises(ConflictError) as info:
+            PodBinding(REF, "n1").send(backend, make_pod())
+        assert info.value is conflict
+        assert backend.ops() == ["bind"]
+
+    def test_same_pod_on_same_node_after_a_conflict_means_it_landed(self) -> None:
+        assert PodBinding(REF, "n1").landed_despite_conflict(make_pod(node="n1", rv="12"))
 
     @pytest.mark.parametrize(
         "server_pod", [make_pod(node="n2"), make_pod(), make_pod(uid="recreated", node="n1")]
     )
-    def test_other_conflicts_are_reraised(self, server_pod: Obj) -> None:
-        conflict = ConflictError("already bound")
-        backend = RecordingBackend(server_pod, errors={"bind": [conflict]})
-        with pytest.raises(ConflictError) as info:
-            PodBinding(REF, "n1").send(backend, make_pod())
-        assert info.value is conflict
-        assert backend.ops() == ["bind", "get"]
+    def test_other_conflicts_did_not_land(self, server_pod: Obj) -> None:
+        assert not PodBinding(REF, "n1").landed_despite_conflict(server_pod)
 
     def test_other_errors_propagate_without_a_read(self) -> None:
         backend = RecordingBackend(make_pod(node="n1"), errors={"bind": [ServerError("boom")]})
         with pytest.raises(ServerError):
             PodBinding(REF, "n1").send(backend, make_pod())
         assert backend.ops() == ["bind"]
-
-    def test_read_after_conflict_failing_propagates(self) -> None:
-        backend = RecordingBackend(None, errors={"bind": [ConflictError()]})
-        with pytest.raises(NotFoundError):
-            PodBinding(REF, "n1").send(backend, make_pod())
 
 
 # --------------------------------------------------------------------------- preemption

@@ -19,7 +19,7 @@ from benchmarks.chaos_oracle import ABSENT, Intent, score
 from benchmarks.chaos_watch import BindingAuditor
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallFailed, Outcome
+from kdispatch.actors.errors import CallFailed, CallStale, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 
@@ -82,23 +82,26 @@ FAST = DispatcherConfig(
 UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
 
 
-def test_status_patch_after_a_binding_is_not_elided_against_the_pre_binding_pod() -> None:
+def test_status_patch_after_a_binding_is_judged_against_the_bound_pod() -> None:
     """Found by the chaos run: after a successful binding (whose reply carries no object) the
-    actor once kept the pre-binding pod and elided this patch as a no-op."""
+    actor once kept the pre-binding pod and elided a repeated ``PodScheduled=False`` as a no-op.
+    Judged against the bound pod, that patch is stale (kubernetes#139602): it never lands."""
     server = InMemoryApiServer()
     pod = server.create(make_pod("p1"))
     with Dispatcher(server, FAST) as d:
-        assert d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10) in (
-            Outcome.SUCCESS,
+        assert d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10) is (
+            Outcome.SUCCESS
         )
         assert d.submit(PodBinding.for_pod(pod, "n1")).result(10) is Outcome.SUCCESS
-        outcome = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10)
+        view = d.view(pod["metadata"]["uid"])
+        assert view is not None and view["spec"]["nodeName"] == "n1"
+        with pytest.raises(CallStale):
+            d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10)
     stored = server.get_object("Pod", "default", "p1")
     assert stored is not None
     [scheduled] = [c for c in stored["status"]["conditions"] if c["type"] == "PodScheduled"]
-    # whatever the outcome says, a success must mean the server holds the intended condition
-    assert outcome is Outcome.SUCCESS
-    assert scheduled["status"] == "False"
+    assert stored["spec"]["nodeName"] == "n1"
+    assert scheduled["status"] == "True"
 
 
 # --------------------------------------------------------------------------- the oracle

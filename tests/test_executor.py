@@ -19,13 +19,15 @@ from kdispatch.actors.config import ExecutorConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.errors import (
     ConflictError,
     InvalidRequestError,
+    LeadershipLost,
     NotFoundError,
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.actors.executor import Executor, backoff_delay
-from kdispatch.actors.messages import Done, Grant, Job, Ready, Refund, Result
+from kdispatch.actors.executor import Executor
+from kdispatch.actors.messages import Grant, Job
 from kdispatch.actors.metrics import Metrics
+from kdispatch.actors.object_state import Done, Result, Send
 from kdispatch.actors.objects import Obj, ObjectRef
 
 pytestmark = pytest.mark.timeout(30)
@@ -69,29 +71,37 @@ class Probe(Call):
 
 
 class FakeRef:
-    """Answers a Grant with a Job for ``call`` (or a Refund when ``call`` is None)."""
+    """An object actor reduced to its answers: a Grant gets ``executor.job`` for ``call`` (or
+    ``executor.refund()`` when ``call`` is None); a Done is recorded."""
 
-    def __init__(self, executor: Executor, call: Call | None) -> None:
+    def __init__(self, executor: Executor, call: Call | None, uid: str = "refunder") -> None:
         self.executor = executor
         self.call = call
+        self.uid = call.ref.uid if call is not None else uid
         self.grants = 0
         self.done: list[Done] = []
         self.finished = threading.Event()
 
+    def ready(self, relevance: int = 1, not_before: float = 0.0) -> None:
+        """Like the actor: tell the executor, and go on at once if granted on the spot."""
+        if self.executor.ready(self.uid, self, relevance, not_before):
+            self.on_grant()
+
+    def on_grant(self) -> None:
+        self.grants += 1
+        if self.call is None:
+            self.executor.refund()
+            return
+        done = self.executor.job(Job(self, Send(self.call, None, 1)))
+        if done is not None:
+            self.tell(done)
+
     def tell(self, msg: Any) -> None:
         if isinstance(msg, Grant):
-            self.grants += 1
-            if self.call is None:
-                self.executor.tell(Refund(self.call_uid))
-            else:
-                self.executor.tell(Job(self, self.call, None, 1))
+            self.on_grant()
         elif isinstance(msg, Done):
             self.done.append(msg)
             self.finished.set()
-
-    @property
-    def call_uid(self) -> str:
-        return "refunder"
 
 
 class NullBackend:
@@ -119,15 +129,19 @@ def make(
     qps: float = float("inf"),
     burst: int = 1,
     clock: Clock | None = None,
+    backend: Any = None,
+    send_gate: Any = None,
 ) -> Executor:
     return Executor(
-        NullBackend(),
+        backend if backend is not None else NullBackend(),
         relevances=[1, 2, 3],
         rate_limit=RateLimitConfig(qps=qps, burst=burst),
         retry=RetryConfig(base_backoff=0.005, max_backoff=1.0),
         config=ExecutorConfig(workers=workers, lane_min_share=share),
         metrics=Metrics(),
         clock=clock or Clock(),
+        send_gate=send_gate,
+        rand=lambda: 0.0,  # no jitter: delays are exact
     )
 
 
@@ -164,14 +178,14 @@ def run_order(share: float, started: list[Executor]) -> list[str]:
     log: list[str] = []
     gate = threading.Event()
     blocker = FakeRef(ex, probe("blocker", log, block=gate))
-    ex.tell(Ready("uid-blocker", blocker, 1))
+    blocker.ready(1)
     refs = []
     names = [(f"p{i}", 1) for i in range(6)] + [(f"b{i}", 2) for i in range(6)]
     names += [(f"d{i}", 3) for i in range(3)]
     for name, rel in names:
         ref = FakeRef(ex, probe(name, log, rel))
         refs.append(ref)
-        ex.tell(Ready(f"uid-{name}", ref, rel))
+        ref.ready(rel)
     gate.set()
     for ref in refs:
         assert ref.finished.wait(10)
@@ -197,10 +211,10 @@ def test_duplicate_ready_keeps_one_place(started: list[Executor]) -> None:
     ex = make(workers=1)  # not started: the first grant's job holds the only slot
     log: list[str] = []
     busy = FakeRef(ex, probe("busy", log))
-    ex.tell(Ready("uid-busy", busy, 1))
+    busy.ready(1)
     ref = FakeRef(ex, probe("a", log))
-    ex.tell(Ready("uid-a", ref, 1))
-    ex.tell(Ready("uid-a", ref, 1))
+    ref.ready(1)
+    ref.ready(1)
     assert ex.backlog() == 1
     assert (busy.grants, ref.grants) == (1, 0)
 
@@ -208,15 +222,15 @@ def test_duplicate_ready_keeps_one_place(started: list[Executor]) -> None:
 def test_token_bucket_throttles_and_refills(started: list[Executor]) -> None:
     clock = Clock()
     ex = make(workers=8, qps=10, burst=2, clock=clock)
-    refs = [FakeRef(ex, None) for _ in range(5)]  # refunders: tokens come back
-    for i, ref in enumerate(refs):
-        ex.tell(Ready(f"uid-{i}", ref, 1))
+    refs = [FakeRef(ex, None, f"uid-{i}") for i in range(5)]  # refunders: tokens come back
+    for ref in refs:
+        ref.ready(1)
     assert sum(r.grants for r in refs) == 5  # refunds make tokens free again
     assert ex.tokens_taken == 0
     log: list[str] = []
     workers = [FakeRef(ex, probe(f"w{i}", log)) for i in range(5)]
-    for i, ref in enumerate(workers):
-        ex.tell(Ready(f"uid-w{i}", ref, 1))
+    for ref in workers:
+        ref.ready(1)
     assert sum(r.grants for r in workers) == 2  # burst
     assert ex.backlog() == 3
     clock.now += 0.1
@@ -235,8 +249,8 @@ def test_parallelism_is_bounded(started: list[Executor]) -> None:
     log: list[str] = []
     gate = threading.Event()
     refs = [FakeRef(ex, probe(f"a{i}", log, block=gate)) for i in range(5)]
-    for i, ref in enumerate(refs):
-        ex.tell(Ready(f"uid-a{i}", ref, 1))
+    for ref in refs:
+        ref.ready(1)
     assert sum(r.grants for r in refs) == 2
     gate.set()
     for ref in refs:
@@ -248,7 +262,7 @@ def test_backoff_ready_waits_until_due(started: list[Executor]) -> None:
     clock = Clock()
     ex = make(clock=clock)
     ref = FakeRef(ex, None)
-    ex.tell(Ready("uid-a", ref, 1, not_before=5.0))
+    ref.ready(1, not_before=5.0)
     assert ref.grants == 0 and ex.backlog() == 1
     clock.now = 4.9
     ex.wake()
@@ -258,11 +272,19 @@ def test_backoff_ready_waits_until_due(started: list[Executor]) -> None:
     assert ref.grants == 1
 
 
-def test_backoff_delay_is_exponential_capped_and_honours_retry_after() -> None:
-    retry = RetryConfig(base_backoff=0.005, max_backoff=0.1)
-    assert [backoff_delay(retry, n) for n in (1, 2, 3)] == [0.005, 0.01, 0.02]
-    assert backoff_delay(retry, 30) == 0.1
-    assert backoff_delay(retry, 1, retry_after=3.0) == 3.0
+def test_retry_delay_is_exponential_capped_jittered_and_honours_retry_after() -> None:
+    retry = RetryConfig(base_backoff=0.005, max_backoff=0.1, jitter=0.2, max_retry_after=30.0)
+    assert [retry.delay(n) for n in (1, 2, 3)] == [0.005, 0.01, 0.02]
+    assert retry.delay(30) == 0.1
+    assert retry.delay(1, rand=0.5) == pytest.approx(0.0055)  # up to +20 % jitter
+    assert retry.delay(30, rand=0.999) < 0.1 * 1.2
+    assert retry.delay(1, retry_after=3.0) == 3.0
+    assert retry.delay(1, retry_after=3600.0) == 30.0  # capped
+
+
+def test_default_budget_rides_out_an_apiserver_restart() -> None:
+    assert RetryConfig().budget >= 60.0
+    assert RetryConfig().max_attempts is None
 
 
 @pytest.mark.parametrize(
@@ -280,7 +302,7 @@ def test_backoff_delay_is_exponential_capped_and_honours_retry_after() -> None:
 def test_execute_classifies_results(error: BaseException | None, result: Result) -> None:
     ex = make()
     call = probe("a", [], raises=error)
-    done = ex.execute(Job(None, call, None, 1))
+    done = ex.execute(Job(None, Send(call, None, 1)))
     assert done.result is result
     assert done.error is error
     if isinstance(error, TooManyRequestsError):
@@ -304,5 +326,227 @@ def test_conflict_refetch_of_recreated_object_is_not_found() -> None:
         config=ExecutorConfig(),
         metrics=Metrics(),
     )
-    done = ex.execute(Job(None, probe("a", [], raises=ConflictError()), None, 1))
+    done = ex.execute(Job(None, Send(probe("a", [], raises=ConflictError()), None, 1)))
     assert done.result is Result.NOT_FOUND and done.obj is None
+
+
+# --------------------------------------------------------------------------- a token per request
+
+
+class Server:
+    """Records every request (verb, name) and the thread it ran on; the first ``conflicts``
+    patches guarded by a resourceVersion answer 409. Worker threads."""
+
+    def __init__(self, conflicts: int = 0, non_blocking: bool = False) -> None:
+        self.requests: list[tuple[str, str]] = []
+        self.threads: list[str] = []
+        self.conflicts = conflicts
+        self.non_blocking = non_blocking
+        self._lock = threading.Lock()
+
+    def _record(self, verb: str, name: str) -> None:
+        with self._lock:
+            self.requests.append((verb, name))
+            self.threads.append(threading.current_thread().name)
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj:
+        self._record("get", name)
+        return {"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "9"}}
+
+    def patch_status(self, kind: str, namespace: str, name: str, *a: Any, **k: Any) -> Obj:
+        self._record("patch", name)
+        with self._lock:
+            if self.conflicts and k.get("resource_version") is not None:
+                self.conflicts -= 1
+                raise ConflictError()
+        return {"metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "10"}}
+
+    def bind(self, namespace: str, name: str, **k: Any) -> None:
+        self._record("bind", name)
+
+    def delete(self, kind: str, namespace: str, name: str, **k: Any) -> None:
+        self._record("delete", name)
+
+
+@dataclass(frozen=True, slots=True)
+class TwoStep(Call):
+    """A preemption-like call: a condition patch, then a delete (two requests)."""
+
+    call_type: ClassVar[str] = "two_step"
+    kind: ClassVar[str] = "Pod"
+    relevance: ClassVar[int] = 3
+
+    ref: ObjectRef
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        return False
+
+    def apply(self, obj: Obj) -> Obj:
+        return obj
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ref = self.ref
+        backend.patch_status(
+            ref.kind, ref.namespace, ref.name, {}, uid=ref.uid, resource_version=None
+        )
+        backend.delete(ref.kind, ref.namespace, ref.name, uid=ref.uid)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class OnePatch(TwoStep):
+    """One status patch (the server may answer 409: then the executor GETs once)."""
+
+    call_type: ClassVar[str] = "one_patch"
+    relevance: ClassVar[int] = 1
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ref = self.ref
+        return backend.patch_status(
+            ref.kind, ref.namespace, ref.name, {}, uid=ref.uid, resource_version="1"
+        )
+
+
+def _ref(name: str) -> ObjectRef:
+    return ObjectRef("Pod", "default", name, f"uid-{name}")
+
+
+def _requests_counted(ex: Executor) -> float:
+    registry = ex._metrics.registry
+    total = 0.0
+    for metric in registry.collect():
+        if metric.name == "kdispatch_requests":
+            total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
+    return total
+
+
+def _run(ex: Executor, calls: list[Call]) -> list[FakeRef]:
+    refs = [FakeRef(ex, c) for c in calls]
+    for ref, call in zip(refs, calls, strict=True):
+        ref.ready(call.relevance)
+    for ref in refs:
+        assert ref.finished.wait(10)
+    return refs
+
+
+@pytest.mark.parametrize(
+    ("calls", "conflicts", "requests"),
+    [
+        ([TwoStep(_ref("a"))], 0, 2),  # patch + delete
+        ([OnePatch(_ref("a"))], 1, 2),  # patch (409) + the GET after it
+        (
+            [TwoStep(_ref(f"d{i}")) for i in range(5)]
+            + [OnePatch(_ref(f"p{i}")) for i in range(5)]
+            + [Probe(_ref(f"n{i}"), []) for i in range(5)],  # sends nothing
+            5,
+            20,
+        ),
+    ],
+    ids=["two-requests", "409-and-get", "mixed"],
+)
+def test_tokens_taken_equal_requests_sent(
+    started: list[Executor], calls: list[Call], conflicts: int, requests: int
+) -> None:
+    server = Server(conflicts=conflicts)
+    ex = make(workers=4, qps=1000, burst=1000, backend=server)
+    ex.start()
+    started.append(ex)
+    refs = _run(ex, calls)
+    assert len(server.requests) == requests
+    assert ex.tokens_taken == requests
+    assert _requests_counted(ex) == requests
+    if conflicts:
+        assert sum(1 for r in refs if r.done[0].result is Result.CONFLICT) == conflicts
+        assert server.requests.count(("get", "a")) <= 1  # one GET per 409
+
+
+def test_a_job_that_sends_nothing_gives_its_token_back(started: list[Executor]) -> None:
+    clock = Clock()
+    ex = make(workers=2, qps=1, burst=1, clock=clock)
+    ex.start()
+    started.append(ex)
+    _run(ex, [probe("a", [])])  # the only token, and no request
+    assert ex.tokens_taken == 0
+    (b,) = _run(ex, [probe("b", [])])  # the token is there again without any refill
+    assert b.grants == 1
+
+
+def _wait_for(predicate: Any, what: str) -> None:
+    """Poll observable state with a deadline (never a sleep as synchronisation)."""
+    deadline = threading.Event()
+    for _ in range(1000):
+        if predicate():
+            return
+        deadline.wait(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_followup_requests_take_tokens_before_new_grants(started: list[Executor]) -> None:
+    clock = Clock()
+    server = Server()
+    ex = make(workers=2, qps=1, burst=1, clock=clock, backend=server)
+    ex.start()
+    started.append(ex)
+    a = FakeRef(ex, TwoStep(_ref("a")))
+    a.ready(3)  # granted on the spot: the only token; its DELETE waits for the next one
+    _wait_for(lambda: ex._followups == 1, "the follow-up request to wait for a token")
+    b = FakeRef(ex, OnePatch(_ref("b")))
+    b.ready(1)
+    assert b.grants == 0
+    clock.now += 1.0  # one token refills: the started call gets it
+    ex.wake()
+    assert a.finished.wait(10)
+    assert b.grants == 0
+    clock.now += 1.0
+    ex.wake()
+    assert b.finished.wait(10)
+    assert server.requests == [("patch", "a"), ("delete", "a"), ("patch", "b")]
+    assert ex.tokens_taken == 3
+
+
+@pytest.mark.parametrize(
+    "error", [ServerError(retry_after=3.0), TooManyRequestsError(retry_after=3.0)], ids=str
+)
+def test_retry_after_sets_the_delay_on_5xx_and_429(error: BaseException) -> None:
+    ex = make()
+    done = ex.execute(Job(None, Send(probe("a", [], raises=error), None, 1)))
+    assert done.result is Result.RETRY
+    assert done.delay >= 3.0
+
+
+def test_send_gate_closed_fails_with_leadership_lost_and_sends_nothing(
+    started: list[Executor],
+) -> None:
+    server = Server()
+    ex = make(workers=1, backend=server, send_gate=lambda: False)
+    ex.start()
+    started.append(ex)
+    (a,) = _run(ex, [OnePatch(_ref("a"))])
+    assert a.done[0].result is Result.FAILED
+    assert isinstance(a.done[0].error, LeadershipLost)
+    assert server.requests == []
+    assert ex.tokens_taken == 0
+
+
+def test_inline_execution_with_a_non_blocking_backend_returns_done_from_job(
+    started: list[Executor],
+) -> None:
+    server = Server(non_blocking=True)
+    ex = make(workers=2, backend=server)  # infinite QPS: no token is ever waited for
+    ex.start()
+    started.append(ex)
+    a = FakeRef(ex, OnePatch(_ref("a")))
+    a.ready(1)
+    assert [d.result for d in a.done] == [Result.SUCCESS]  # returned by job(), on this thread
+    assert server.threads == [threading.current_thread().name]
+
+
+def test_a_blocking_backend_never_runs_inline(started: list[Executor]) -> None:
+    server = Server(non_blocking=False)
+    ex = make(workers=1, backend=server)
+    ex.start()
+    started.append(ex)
+    (a,) = _run(ex, [OnePatch(_ref("a"))])
+    assert [d.result for d in a.done] == [Result.SUCCESS]  # as a message, from a worker
+    assert server.threads != [threading.current_thread().name]

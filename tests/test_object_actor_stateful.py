@@ -1,37 +1,37 @@
-"""Stateful test of one object actor (a Pod) against the reference model of
-:mod:`tests.reference_model`.
+"""Stateful test of the per-object rules: one Pod's :class:`ObjectState`, driven against the
+reference model of :mod:`tests.reference_model`.
 
-The test plays everyone around the actor. It is the *executor*: it collects the actor's
-``Ready``, grants a token (``Grant``), takes the ``Job`` (or ``Refund``) and answers ``Done`` —
-after sending the call for real (``call.send``) to an :class:`InMemoryApiServer` holding the pod,
-or with an injected retryable error (delay 0), conflict (with the fresh pod), permanent error, or
-after someone deleted the pod. It is the *server* (the kubelet updates an unrelated condition,
-someone deletes the pod), the *informer* (server changes reach the actor in order, but only when
-the informer rule runs, so the actor's view lags) and the *scheduler* (status patches — new ones
+The test plays everyone around the state machine. It is the *actor shell*: it feeds the
+machine one event at a time and carries out the effects (resolve a future, note a ``Ready``,
+take a ``Send``). It is the *executor*: it grants (``grant``) when the machine holds a
+``Ready``, and answers ``done`` — after sending the call for real (``call.send``) to an
+:class:`InMemoryApiServer` holding the pod (a read ``Send`` performs the GET), or with an
+injected retryable error (delay 0), conflict (with the fresh pod), permanent error, or after
+someone deleted the pod. It is the *server* (the kubelet updates an unrelated condition,
+someone deletes the pod), the *informer* (server changes reach the machine in order, but only
+when the informer rule runs, so its view lags) and the *scheduler* (status patches — new ones
 and re-sent earlier ones —, bindings and preemptions built from its informer cache, and caller
-cancellations). Every step ends with a ``View`` ask, so the actor has handled everything sent to
-it: no sleeps.
+cancellations). No threads, no pykka: every step is synchronous.
 
 Checked after every step: the outcomes the step produced follow the model's rules; the open
 futures are exactly the model's pending and in-flight calls (never two in flight, nothing sent
-after the deletion was handled); no future was resolved twice and no actor crashed; the executor
-holds a ``Ready`` whenever a call waits with nothing in flight (no lost wake-up); ``View`` shows
-the pending and in-flight mutations. At the end the test drains (grant and send until nothing is
+or read after the deletion was handled); no future was resolved twice; the machine holds a
+``Ready`` whenever a call waits with nothing in flight (no lost wake-up); ``view()`` shows the
+pending and in-flight mutations. At the end the test drains (grant and send until nothing is
 left) and checks that every future resolved exactly once and that the server's pod equals the
 model's expected final state.
 
 A product bug found here gets a named guard in :data:`GUARDS` (the machine steers around it) and
-a minimal ``xfail(strict=True)`` test until it is fixed; none is open.
+a minimal ``xfail(strict=True)`` test until it is fixed.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import queue
 from collections import deque
-from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple, ParamSpec, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -43,48 +43,37 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from pykka import ActorDeadError, ActorRef
 
 from kdispatch.actors.calls import UNSET, Call
 from kdispatch.actors.config import RetryConfig
 from kdispatch.actors.errors import (
-    CallCancelled,
     ConflictError,
     InvalidRequestError,
     NotFoundError,
     Outcome,
     ServerError,
 )
-from kdispatch.actors.messages import (
-    CallFuture,
-    Cancel,
-    Deleted,
+from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.object_state import (
     Done,
-    Grant,
-    Job,
-    Observed,
+    Effect,
+    ObjectState,
     Ready,
-    Refund,
+    Resolve,
     Result,
-    Submit,
-    View,
+    Retire,
+    Send,
 )
-from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.object_actor import ActorContext, ObjectActor
-from kdispatch.actors.objects import POD, Obj, is_newer, pod_node_name
+from kdispatch.actors.objects import POD, Obj, get_path, pod_node_name
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.actors.registry import Registry
-from kdispatch.actors.runtime import ActorPool
 from kdispatch.adapters.memory import InMemoryApiServer, WatchEvent
 from tests.factories import cond, pod
 from tests.reference_model import (
     BINDING,
     PATCH,
     PREEMPTION,
-    Fields,
     Intent,
     Model,
-    call_fields,
     differences,
     pod_fields,
 )
@@ -97,17 +86,20 @@ NODES = ("n1", "n2")
 NAME, NAMESPACE = "p", "default"
 
 GUARDS: frozenset[str] = frozenset()
-"""Scenarios of known bugs the machine steers around (none open). Two were found and fixed:
-``noop-while-in-flight`` (a pending patch dropped as a no-op although the same-type patch in
-flight would change its field) and ``stale-after-binding`` (an informer event older than a
-successful binding replacing the actor's view); their regression tests are at the end."""
+"""Scenarios of known bugs the machine steers around.
+
+* ``read-after-delete`` (fixed): a re-read that ends (success or retry) after the informer's
+  delete reached the machine puts its call back into the queue of a retired object, and its
+  future never resolves. The informer delete is held back while a read is in flight. Pinned by
+  ``test_object_state.py::test_reread_in_flight_when_the_object_is_deleted_resolves_the_call``.
+
+Two were found and fixed earlier: ``noop-while-in-flight`` (a pending patch dropped as a no-op
+although the same-type patch in flight would change its field) and ``stale-after-binding`` (an
+informer event older than a successful binding replacing the view); their regression tests
+are at the end."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def _clock() -> float:
-    return NOW
 
 
 class CountingFuture(CallFuture):
@@ -133,95 +125,65 @@ def resolutions(intent: Intent) -> int:
 
 
 class World:
-    """The object-actor side of one dispatcher, with the test as its executor. Test thread."""
+    """One object's state machine with the test as its actor shell and executor."""
 
-    def __init__(self, retry: RetryConfig) -> None:
-        self.pool = ActorPool(workers=2)
-        self.pool.start()
-        self.registry = Registry(idle_timeout=None, clock=_clock)
-        self.metrics = Metrics()
-        self.readies: queue.SimpleQueue[Ready] = queue.SimpleQueue()
-        self.answers: queue.SimpleQueue[Job | Refund] = queue.SimpleQueue()
-        self.refs: list[ActorRef[Any]] = []
-        self.ctx = ActorContext(
-            registry=self.registry,
-            executor=self._executor,
-            metrics=self.metrics,
-            retry=retry,
-            clock=_clock,
-            on_resolved=lambda: None,
-            spawn=self._spawn,
-        )
+    def __init__(self, uid: str, retry: RetryConfig) -> None:
+        self.machine = ObjectState(uid, retry)
+        self.ready: Ready | None = None  # the Ready the executor holds
+        self.job: Send | None = None  # the request in flight
+        self.retired = False
 
-    def _executor(self, msg: Ready | Job | Refund) -> None:
-        """Pool thread: what the actor tells the executor."""
-        if isinstance(msg, Ready):
-            self.readies.put(msg)
-        else:
-            self.answers.put(msg)
-
-    def _spawn(self, uid: str) -> ActorRef[Any]:
-        ref = ObjectActor.start(uid, self.ctx, pool=self.pool)
-        self.refs.append(ref)
-        return ref
+    def _carry_out(self, effects: list[Effect]) -> Send | None:
+        """Carry out the effects as the actor shell does; the Send among them, if any."""
+        sent: Send | None = None
+        for effect in effects:
+            if isinstance(effect, Resolve):
+                outcome = effect.outcome
+                if isinstance(outcome, Outcome):
+                    effect.future.set_result(outcome)
+                else:
+                    effect.future.set_exception(outcome)
+            elif isinstance(effect, Ready):
+                assert effect.not_before <= NOW
+                self.ready = effect
+            elif isinstance(effect, Send):
+                assert self.job is None and sent is None, "two requests in flight"
+                self.job = sent = effect
+            elif isinstance(effect, Retire) and effect.final:
+                self.retired = True
+        return sent
 
     def submit(self, call: Call, future: CallFuture) -> None:
-        """Like ``Dispatcher.submit``: route to the object's actor (spawned on demand)."""
-        uid = call.ref.uid
         future.set_running_or_notify_cancel()
-        if not self.registry.tell(uid, Submit(call, future), lambda: self._spawn(uid)):
-            future.set_exception(CallCancelled("object deleted", uid=uid, call_type=call.call_type))
+        self._carry_out(self.machine.submit(call, future))
 
-    def tell(self, uid: str, message: object) -> None:
-        """Like the informer callbacks and ``Dispatcher.cancel``: never spawns."""
-        self.registry.tell(uid, message)
+    def grant(self) -> Send | None:
+        """The executor grants the Ready it holds; the Send, or None for a Refund."""
+        assert self.ready is not None
+        self.ready = None
+        return self._carry_out(self.machine.grant(NOW))
 
-    def delete(self, obj: Obj) -> None:
-        """Like ``Dispatcher.on_delete``."""
-        uid = obj["metadata"]["uid"]
-        if not self.registry.tell(uid, Deleted(obj)):
-            self.registry.tombstone(uid)
+    def take(self) -> Send:
+        """Grant and return the Send (minimal tests)."""
+        send = self.grant()
+        assert send is not None, "the machine refunded the grant"
+        return send
 
-    def grant(self, ref: ActorRef[Any]) -> Job | None:
-        """Reserve a token for the actor; its Job, or None if it refunded."""
-        try:
-            ref.tell(Grant(NOW))
-        except ActorDeadError:
-            return None
-        self.sync()
-        answer = self.answers.get(timeout=5)
-        assert self.answers.empty(), "two answers to one grant"
-        return answer if isinstance(answer, Job) else None
+    def done(self, done: Done) -> None:
+        self.job = None
+        self._carry_out(self.machine.done(done, NOW))
 
-    def take(self) -> Job:
-        """Grant a token to the current actor and return its Job (minimal tests)."""
-        job = self.grant(self.refs[-1])
-        assert job is not None, "the actor refunded the grant"
-        return job
+    def observed(self, obj: Obj) -> None:
+        self._carry_out(self.machine.observed_event(obj))
 
-    def done(self, job: Job, done: Done) -> None:
-        """The executor's worker reports the attempt's result."""
-        job.ref.tell(done)
+    def deleted(self) -> None:
+        self._carry_out(self.machine.deleted())
 
-    def sync(self) -> Obj | None:
-        """Wait until the actor handled everything told so far; its view (None if stopped)."""
-        if not self.refs:
-            return None
-        try:
-            view = self.refs[-1].ask(View(), timeout=5)
-        except ActorDeadError:
-            return None
-        return cast("Obj | None", view)
+    def cancel(self, call_type: str | None) -> None:
+        self._carry_out(self.machine.cancel(call_type))
 
-    def take_readies(self) -> list[Ready]:
-        out = []
-        while not self.readies.empty():
-            out.append(self.readies.get_nowait())
-        return out
-
-    def close(self) -> None:
-        self.registry.stop_all(timeout=5)
-        self.pool.stop(timeout=5)
+    def view(self) -> Obj | None:
+        return self.machine.view()
 
 
 # --------------------------------------------------------------------------- strategies
@@ -262,7 +224,7 @@ def step(fn: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         machine = args[0]
-        assert isinstance(machine, ObjectActorMachine)
+        assert isinstance(machine, ObjectStateMachine)
         machine.unfinished += 1
         result = fn(*args, **kwargs)
         machine.unfinished -= 1
@@ -271,8 +233,9 @@ def step(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-class ObjectActorMachine(RuleBasedStateMachine):
-    """One pod, its actor, the in-memory apiserver, a lagging informer, and the model."""
+class ObjectStateMachine(RuleBasedStateMachine):
+    """One pod, its state machine, the in-memory apiserver, a lagging informer, and the
+    model."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -283,14 +246,11 @@ class ObjectActorMachine(RuleBasedStateMachine):
         self.watch = self.server.watch(POD)
         self.events: deque[WatchEvent] = deque()  # server changes the informer has not delivered
         self.cache: Obj = created  # the scheduler's informer cache: basis of its calls
-        self.actor_obj: Obj | None = None  # the actor's observed object, as far as we can tell
         retry = RetryConfig(
             max_attempts=MAX_ATTEMPTS, max_conflict_retries=1000, base_backoff=0, max_backoff=0
         )
-        self.world = World(retry)
+        self.world = World(self.uid, retry)
         self.model = Model(created, MAX_ATTEMPTS)
-        self.ready_ref: ActorRef[Any] | None = None  # the executor's queue entry for the pod
-        self.job: Job | None = None  # the attempt in flight
         self.view: Obj | None = None
 
     # ------------------------------------------------------------------ plumbing
@@ -298,18 +258,10 @@ class ObjectActorMachine(RuleBasedStateMachine):
     def server_pod(self) -> Obj | None:
         return self.server.get_object(POD, NAMESPACE, NAME)
 
-    def _hand(self, obj: Obj | None) -> None:
-        """``obj`` reached the actor: track its observed object as the actor does."""
-        if obj is not None and self.world.refs and is_newer(obj, self.actor_obj, strict=True):
-            self.actor_obj = obj
-
     def _settle(self) -> dict[Intent, str]:
-        """End of a step: wait for the actor, collect the executor's mail and the server's
-        events, and return the futures resolved during the step."""
-        self.view = self.world.sync()
-        for ready in self.world.take_readies():
-            assert ready.not_before <= NOW
-            self.ready_ref = ready.ref
+        """End of a step: collect the server's events and return the futures resolved during
+        the step."""
+        self.view = self.world.view()
         while (event := self.watch.next(timeout=0)) is not None:
             self.events.append(event)
         return self.model.newly_resolved()
@@ -318,21 +270,23 @@ class ObjectActorMachine(RuleBasedStateMachine):
         future = CountingFuture()
         intent = self.model.new_intent(call, future)
         self.world.submit(call, future)
-        self._hand(call.basis)
         self.model.on_submit(intent, self._settle(), self.server_pod())
 
-    def _done(self, job: Job, done: Done) -> None:
-        self.job = None
-        self.world.done(job, done)
-        if done.result in (Result.SUCCESS, Result.CONFLICT):
-            self._hand(done.obj)
-        if done.result is Result.SUCCESS and done.obj is None and self.actor_obj is not None:
-            self.actor_obj = job.call.apply(self.actor_obj)  # a binding: no reply object
-        self.model.on_done(done.result.value, job.attempt, self._settle(), self.server_pod())
+    def _done(self, job: Send, done: Done) -> None:
+        self.world.done(done)
+        self.model.on_done(
+            done.result.value, job.attempt, self._settle(), self.server_pod(), read=job.read
+        )
 
-    def _send(self, job: Job) -> Done:
-        """Send the job to the server and classify the result, as an executor worker does."""
+    def _send(self, job: Send) -> Done:
+        """Send the job to the server and classify the result, as an executor worker does (a
+        read is one GET; a 409 is followed by one GET)."""
         call = job.call
+        if job.read:
+            fresh = self.server_pod()
+            if fresh is None or get_path(fresh, "metadata", "uid") != self.uid:
+                return Done(call, Result.NOT_FOUND)
+            return Done(call, Result.SUCCESS, fresh)
         try:
             return Done(call, Result.SUCCESS, call.send(self.server, job.obj))
         except NotFoundError as exc:
@@ -342,13 +296,6 @@ class ObjectActorMachine(RuleBasedStateMachine):
             if fresh is None:
                 return Done(call, Result.NOT_FOUND, error=exc)
             return Done(call, Result.CONFLICT, fresh, exc)
-
-    def _elided_despite_inflight(self, fields: Fields, obj: Obj | None) -> bool:
-        """Guard helper: whether a status patch setting ``fields`` is a no-op on ``obj`` though
-        the call in flight will change one of them."""
-        return (
-            obj is not None and not differences(fields, obj) and bool(self.model.clobbered(fields))
-        )
 
     # ------------------------------------------------------------------ the scheduler
 
@@ -368,18 +315,11 @@ class ObjectActorMachine(RuleBasedStateMachine):
     def resubmit_status_patch(self, spec: PatchSpec) -> None:
         """The scheduler sends an earlier intent again (a pod failing one cycle after another,
         a nomination set, cleared and set again)."""
-        call = PodStatusPatch.for_pod(
-            self.cache, conditions=spec.conditions, nominated_node_name=spec.nnn
+        self._submit(
+            PodStatusPatch.for_pod(
+                self.cache, conditions=spec.conditions, nominated_node_name=spec.nnn
+            )
         )
-        pending = self.model.pending
-        if "noop-while-in-flight" in GUARDS and pending is not None and pending.call_type == PATCH:
-            merged = {**pending.merged, **call_fields(call)}
-            if any(
-                self._elided_despite_inflight(merged, obj)
-                for obj in (self.cache, self.actor_obj, self.server_pod())
-            ):
-                return  # skipped: see GUARDS
-        self._submit(call)
 
     @rule(node=st.sampled_from(NODES))
     @step
@@ -398,7 +338,7 @@ class ObjectActorMachine(RuleBasedStateMachine):
     @rule(call_type=st.sampled_from([None, PATCH, BINDING, PREEMPTION]))
     @step
     def caller_cancels(self, call_type: str | None) -> None:
-        self.world.tell(self.uid, Cancel(call_type))
+        self.world.cancel(call_type)
         self.model.on_cancel(call_type, self._settle())
 
     # ------------------------------------------------------------------ the server and informer
@@ -428,71 +368,62 @@ class ObjectActorMachine(RuleBasedStateMachine):
         self.model.deleted = True
         self._settle()
 
-    @precondition(
-        lambda self: (
-            self.events
-            and not (
-                "noop-while-in-flight" in GUARDS
-                and self.events[0].type != "DELETED"
-                and self.model.pending is not None
-                and self.model.pending.call_type == PATCH
-                and self._elided_despite_inflight(self.model.pending.merged, self.events[0].object)
-            )
+    def _delete_held_back(self) -> bool:
+        """Guard ``read-after-delete``: the next event is a delete and a read is in flight."""
+        job = self.world.job
+        return (
+            "read-after-delete" in GUARDS
+            and bool(self.events)
+            and self.events[0].type == "DELETED"
+            and job is not None
+            and job.read
         )
-    )
+
+    @precondition(lambda self: self.events and not self._delete_held_back())
     @rule()
     @step
     def informer_delivers(self) -> None:
-        """The next server change reaches the scheduler's cache and the actor."""
+        """The next server change reaches the scheduler's cache and the machine."""
         event = self.events.popleft()
-        if (
-            "stale-after-binding" in GUARDS
-            and event.type != "DELETED"
-            and pod_node_name(self.actor_obj) is not None
-            and pod_node_name(event.object) is None
-        ):
-            return  # skipped: see GUARDS
         self.cache = event.object
         if event.type == "DELETED":
-            self.world.delete(event.object)
+            self.world.deleted()
             self.model.on_deleted(self._settle())
         else:
-            self.world.tell(self.uid, Observed(event.object))
-            self._hand(event.object)
+            self.world.observed(event.object)
             self.model.on_observed(self._settle(), self.server_pod())
 
     # ------------------------------------------------------------------ the executor
 
-    @precondition(lambda self: self.ready_ref is not None)
+    @precondition(lambda self: self.world.ready is not None)
     @rule()
     @step
     def executor_grants(self) -> None:
-        ref, self.ready_ref = self.ready_ref, None
-        assert ref is not None
-        job = self.world.grant(ref)
+        job = self.world.grant()
         if job is not None:
-            assert self.job is None, "two calls in flight"
-            assert job.attempt >= 1
-            self.job = job
+            assert job.read or job.attempt >= 1
+            assert job.read or not job.call.reads_object or job.obj is not None
         self.model.on_grant(job.call if job else None, self._settle(), self.server_pod())
 
-    @precondition(lambda self: self.job is not None)
+    @precondition(lambda self: self.world.job is not None)
     @rule()
     @step
     def worker_sends(self) -> None:
-        assert self.job is not None
-        self._done(self.job, self._send(self.job))
+        job = self.world.job
+        assert job is not None
+        self._done(job, self._send(job))
 
-    @precondition(lambda self: self.job is not None)
+    @precondition(lambda self: self.world.job is not None)
     @rule(failure=WORKER_FAILURES)
     @step
     def worker_fails(self, failure: str) -> None:
-        """The attempt fails: a retryable error (delay 0), a conflict (with the fresh pod), a
-        permanent error, or the pod was deleted just before the request reached the server."""
-        job = self.job
+        """The request fails: a retryable error (delay 0), a conflict (with the fresh pod; a
+        read never gets one), a permanent error, or the pod was deleted just before the
+        request reached the server."""
+        job = self.world.job
         assert job is not None
         fresh = self.server_pod()
-        if failure == "retryable":
+        if failure == "retryable" or (failure == "conflict" and job.read):
             self._done(job, Done(job.call, Result.RETRY, error=ServerError("boom")))
         elif failure == "conflict" and fresh is not None:
             self._done(job, Done(job.call, Result.CONFLICT, fresh, ConflictError()))
@@ -512,14 +443,13 @@ class ObjectActorMachine(RuleBasedStateMachine):
         """Resolutions, crashes, slots, wake-ups and read-your-writes, after every step."""
         for intent in self.model.intents:
             assert resolutions(intent) <= 1, f"{intent} resolved twice"
-        assert self.world.metrics.value("kdispatch_object_actor_failures_total") == 0
         open_futures = {i for i in self.model.intents if not i.future.done()}
         assert open_futures == self.model.unresolved(), (
             f"open futures {open_futures} != pending/in flight {self.model.unresolved()}"
         )
-        assert (self.job is None) == (self.model.inflight is None)
-        if self.model.pending is not None and self.job is None:
-            assert self.ready_ref is not None, "a call is pending but the executor was not told"
+        assert (self.world.job is None) == (self.model.inflight is None)
+        if self.model.pending is not None and self.world.job is None:
+            assert self.world.ready is not None, "a call is pending but the executor was not told"
         if self.view is not None and not self.model.gone:
             diff = differences(self.model.expected_view(), self.view)
             assert not diff, f"the view lacks pending/in-flight mutations: {diff} (want, have)"
@@ -528,9 +458,9 @@ class ObjectActorMachine(RuleBasedStateMachine):
 
     def _drain(self) -> None:
         for _ in range(100):
-            if self.job is not None:
+            if self.world.job is not None:
                 self.worker_sends()
-            elif self.ready_ref is not None:
+            elif self.world.ready is not None:
                 self.executor_grants()
             else:
                 return
@@ -553,78 +483,72 @@ class ObjectActorMachine(RuleBasedStateMachine):
                 )
         finally:
             self.watch.stop()
-            self.world.close()
 
 
-ObjectActorMachine.TestCase.settings = settings(
+ObjectStateMachine.TestCase.settings = settings(
     max_examples=200,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestObjectActorStateful = ObjectActorMachine.TestCase
+TestObjectStateStateful = ObjectStateMachine.TestCase
 
 
-# --------------------------------------------------------------------------- known bugs
+# --------------------------------------------------------------------------- regressions
 
 
-@pytest.fixture
-def world() -> Iterator[World]:
-    w = World(RetryConfig(max_attempts=3))
-    yield w
-    w.close()
+def _world() -> World:
+    return World("uid-a", RetryConfig(max_attempts=3))
 
 
 def _submit(world: World, call: Call) -> CountingFuture:
     future = CountingFuture()
     world.submit(call, future)
-    world.sync()
     return future
 
 
-def test_informer_update_keeps_a_pending_patch_the_in_flight_patch_would_undo(
-    world: World,
-) -> None:
+def test_informer_update_keeps_a_pending_patch_the_in_flight_patch_would_undo() -> None:
     """Nominate n1, then clear the nomination while n1 is in flight: an unrelated update must
     not drop the clear, or the pod stays nominated to n1."""
+    world = _world()
     p = pod("a")  # not nominated
     _submit(world, PodStatusPatch.for_pod(p, nominated_node_name="n1"))
     job = world.take()  # nominate n1: in flight
     clear = _submit(world, PodStatusPatch.for_pod(p, nominated_node_name=None))
     assert not clear.done()  # kept: a no-op now, but not once the nomination lands
     # the kubelet changes something else; the informer delivers it
-    world.tell("uid-a", Observed(pod("a", rv=2, conditions=(cond("Ready", "True", ""),))))
-    world.sync()
+    world.observed(pod("a", rv=2, conditions=(cond("Ready", "True", ""),)))
     assert not clear.done(), f"the clear resolved {clear.result()}: the pod stays nominated"
-    world.done(job, Done(job.call, Result.SUCCESS, pod("a", rv=3, nnn="n1")))
-    world.sync()
+    world.done(Done(job.call, Result.SUCCESS, pod("a", rv=3, nnn="n1")))
     assert world.take().call == PodStatusPatch.for_pod(p, nominated_node_name=None)
 
 
-def test_merge_keeps_a_pending_patch_the_in_flight_patch_would_undo(world: World) -> None:
+def test_merge_keeps_a_pending_patch_the_in_flight_patch_would_undo() -> None:
     """Same as above, when the clear is sent twice: the merge must not be elided either."""
+    world = _world()
     p = pod("a")  # not nominated
     _submit(world, PodStatusPatch.for_pod(p, nominated_node_name="n1"))
     world.take()  # nominate n1: in flight
     first = _submit(world, PodStatusPatch.for_pod(p, nominated_node_name=None))
     again = _submit(world, PodStatusPatch.for_pod(p, nominated_node_name=None))
-    assert first.result(timeout=5) is Outcome.OVERWRITTEN
+    assert first.result(timeout=0) is Outcome.OVERWRITTEN
     assert not again.done(), f"the clear resolved {again.result()}: the pod stays nominated"
 
 
-def test_informer_event_older_than_a_successful_binding_does_not_undo_it(world: World) -> None:
-    """A lagging informer event from before the binding must neither hide the binding from
-    ``View`` nor let a later ``PodScheduled=False`` patch be skipped while the server has
-    ``PodScheduled=True``."""
+def test_informer_event_older_than_a_successful_binding_does_not_undo_it() -> None:
+    """A lagging informer event from before the binding must not hide the binding from
+    ``view()``; and a later ``PodScheduled=False`` patch is stale (the pod is bound), never
+    skipped as a no-op against the pre-binding condition nor sent."""
+    world = _world()
     unschedulable = cond()  # PodScheduled=False, Unschedulable
     p = pod("a", rv=2, conditions=(unschedulable,))
     _submit(world, PodBinding.for_pod(p, "n1"))
     job = world.take()
-    world.done(job, Done(job.call, Result.SUCCESS))  # a binding's reply carries no pod
+    world.done(Done(job.call, Result.SUCCESS))  # a binding's reply carries no pod
     # server: rv 3 = a kubelet update, rv 4 = the binding; the informer is at rv 3
-    kubelet = pod("a", rv=3, conditions=(unschedulable, cond("Ready", "True", "")))
-    world.tell("uid-a", Observed(kubelet))
-    view = world.sync()
+    world.observed(pod("a", rv=3, conditions=(unschedulable, cond("Ready", "True", ""))))
+    view = world.view()
     assert view is not None and pod_node_name(view) == "n1", "read-your-writes lost the binding"
     again = _submit(world, PodStatusPatch.for_pod(p, conditions=[unschedulable]))
-    assert not again.done(), "skipped as a no-op, but the server has PodScheduled=True"
+    exc = again.exception(timeout=0)
+    assert exc is not None and type(exc).__name__ == "CallStale", f"resolved {again!r}"

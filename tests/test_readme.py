@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
 import re
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import kopf
+import pytest
+from loguru import logger
+
+from kdispatch import Dispatcher
 from kdispatch.actors.errors import Outcome
-from kdispatch.adapters.memory import InMemoryApiServer
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+
+pytestmark = pytest.mark.timeout(60)
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -51,3 +64,108 @@ def test_custom_call_type_example_works() -> None:
         dispatcher.stop(timeout=10)
     stored = backend.get_object("QuotaClaim", "default", "q1")
     assert stored is not None and stored["status"] == {"heldCpuM": 500}
+
+
+# ------------------------------------------------------------------ the sections of issue 12
+
+
+def _run(heading: str, **scope: Any) -> dict[str, Any]:
+    """Execute the first python block after ``heading`` in a registered module; its globals."""
+    module = types.ModuleType(f"readme_{abs(hash(heading))}")
+    sys.modules[module.__name__] = module
+    namespace: dict[str, Any] = module.__dict__
+    namespace.update(scope)
+    try:
+        exec(compile(_block(heading), "README.md", "exec"), namespace)
+    finally:
+        del sys.modules[module.__name__]
+    return namespace
+
+
+def test_objects_as_you_hold_them() -> None:
+    with Dispatcher(InMemoryApiServer()) as dispatcher:
+        scope = _run("### Objects as you hold them", dispatcher=dispatcher)
+    assert scope["binding"].ref.uid == "uid-web-0"
+    assert scope["binding"].basis == scope["plain"]
+
+
+@pytest.fixture
+def http() -> Iterator[ApiServerHTTP]:
+    server = ApiServerHTTP(InMemoryApiServer(), watch_poll=0.02).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_asyncio_section(http: ApiServerHTTP) -> None:
+    pod = http.server.create(make_pod("web-0"))
+    backend = KubernetesBackend.for_url(http.url)
+    try:
+        scope = _run("### asyncio", backend=backend, url=http.url)
+    finally:
+        backend.close()
+    assert scope["outcome"] is Outcome.SUCCESS
+    assert scope["seen"]["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert scope["seen"]["spec"]["nodeName"] == "node-1"
+    stored = http.server.get_object("Pod", "default", "web-0")
+    assert stored is not None and stored["spec"]["nodeName"] == "node-1"
+
+
+def test_kopf_recipe(http: ApiServerHTTP, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe's handlers, called as kopf calls them, bind the pod through the dispatcher."""
+    backends: list[KubernetesBackend] = []
+
+    def from_kubeconfig(*_: Any, **__: Any) -> KubernetesBackend:
+        backends.append(KubernetesBackend.for_url(http.url))
+        return backends[-1]
+
+    monkeypatch.setattr(KubernetesBackend, "from_kubeconfig", from_kubeconfig)
+    scope = _run("### A kopf recipe")
+    raw = make_pod("web-0")
+    raw["spec"]["schedulerName"] = "my-scheduler"
+    pod = http.server.create(raw)
+    gone = http.server.create(make_pod("gone"))
+    memo = kopf.Memo()
+
+    async def operator() -> None:
+        await scope["start_dispatcher"](memo=memo)
+        body = kopf.Body(cast("kopf.RawBody", pod))
+        await scope["on_pod"](event={"type": None, "object": pod}, body=body, memo=memo)
+        gone_body = kopf.Body(cast("kopf.RawBody", gone))
+        await scope["on_pod"](event={"type": "DELETED"}, body=gone_body, memo=memo)
+        await scope["stop_dispatcher"](memo=memo)
+
+    try:
+        asyncio.run(operator())
+    finally:
+        for backend in backends:
+            backend.close()
+    stored = http.server.get_object("Pod", "default", "web-0")
+    assert stored is not None and stored["spec"]["nodeName"] == "node-1"
+    assert memo.dispatcher.outstanding == 0
+
+
+def test_configuration_from_files_and_the_environment() -> None:
+    scope = _run("### Configuration from files and the environment")
+    assert scope["config"].rate_limit.qps == math.inf
+    assert scope["config"].registry.max_live is None
+
+
+def test_metrics_section() -> None:
+    backend = InMemoryApiServer()
+    scope = _run("### Metrics: prefix, labels, one registry", backend=backend)
+    names = {family.name for family in scope["registry"].collect()}
+    assert "scheduler_pending_async_api_calls" in names  # the second dispatcher's, default prefix
+    assert "quota_controller_pending_async_api_calls" not in names
+
+
+def test_logs_section() -> None:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), logging.getLogger("kdispatch").level
+    try:
+        _run("### Logs")
+    finally:
+        root.handlers[:] = handlers
+        logging.getLogger("kdispatch").setLevel(level)
+        logger.disable("kdispatch")

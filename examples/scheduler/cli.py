@@ -3,7 +3,8 @@
 Parses the options into a :class:`~examples.scheduler.runner.RunConfig`, runs it with a progress
 bar on stderr, prints the summary table on stdout and optionally writes the figures as JSON.
 Exit status: 0 when the run verified clean (no duplicate binding, no lost intent), 1 otherwise,
-2 for bad options, 130 when interrupted.
+2 for bad options, 3 when the replica lost its leader lease (``--leader-elect``), 130 when
+interrupted. SIGTERM ends the run gracefully (drain, then release the lease).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from examples.common import enable_verbose_logs
+from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
 from kdispatch.actors.errors import InvalidInputError
@@ -112,7 +114,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="debug logs on stderr")
+    _ha_options(p)
     return p
+
+
+def _ha_options(p: argparse.ArgumentParser) -> None:
+    """High availability (see :mod:`examples.scheduler.ha`)."""
+    d = LeaderElect()
+    g = p.add_argument_group("high availability")
+    g.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="campaign for a Lease and schedule only while leading",
+    )
+    g.add_argument("--lease-duration", type=float, default=d.lease_duration, metavar="S")
+    g.add_argument("--renew-deadline", type=float, default=d.renew_deadline, metavar="S")
+    g.add_argument("--retry-period", type=float, default=d.retry_period, metavar="S")
+    g.add_argument("--lease-name", default=d.lease_name)
+    g.add_argument("--lease-namespace", default=d.lease_namespace)
+    g.add_argument("--identity", default="", help="replica name (default: host_pid)")
+
+
+def _leader_elect(args: argparse.Namespace) -> LeaderElect | None:
+    if not args.leader_elect:
+        return None
+    return LeaderElect(
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        lease_name=args.lease_name,
+        lease_namespace=args.lease_namespace,
+        identity=args.identity,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             claim_share=args.claim_share,
             fill=args.fill,
             seed=args.seed,
+            leader_elect=_leader_elect(args),
+            identity=args.identity,
         )
     except InvalidInputError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -158,4 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(args.json, fig)
     if fig["stopped_by"] == "interrupt":
         return 130
+    if fig["stopped_by"] == "leadership_lost":
+        return LOST_EXIT_STATUS
     return 0 if fig["duplicate_bindings"] == 0 and fig["lost_intents"] == 0 else 1

@@ -26,14 +26,13 @@ from kdispatch.actors.errors import (
     CallConflict,
     CallFailed,
     CallOutcomeError,
+    CallStale,
     ConflictError,
     InvalidObjectError,
     NotFoundError,
     ObjectNotFound,
     Outcome,
-    TooManyRequestsError,
 )
-from kdispatch.actors.executor import backoff_delay
 from kdispatch.actors.objects import Obj, is_newer, uid_of
 from kdispatch.actors.pod_calls import PodPreemption
 
@@ -93,6 +92,11 @@ class DirectApi:
             raise CallConflict(reason, uid=ref.uid, call_type=call.call_type)
         attempt = conflicts = 0
         while True:
+            if obj is None and call.reads_object:
+                obj = self._refetch(call)
+            stale = call.revalidate(call.basis, obj)
+            if stale is not None:
+                raise CallStale(stale, uid=ref.uid, call_type=call.call_type)
             attempt += 1
             with self._lock:
                 self._sent[call.call_type] += 1
@@ -105,6 +109,8 @@ class DirectApi:
                 if conflicts > self._retry.max_conflict_retries:
                     raise CallConflict(str(err), uid=ref.uid, call_type=call.call_type) from err
                 obj = self._refetch(call)
+                if call.landed_despite_conflict(obj):
+                    return Outcome.SUCCESS
                 if call.is_noop(obj):
                     return Outcome.SKIPPED
                 reason = call.precheck(obj)
@@ -112,7 +118,7 @@ class DirectApi:
                     raise CallConflict(reason, uid=ref.uid, call_type=call.call_type) from err
                 continue
             except ApiError as err:
-                if not err.retryable or attempt >= self._retry.max_attempts:
+                if not err.retryable or attempt >= (self._retry.max_attempts or 8):
                     raise CallFailed(
                         f"{call.call_type} failed: {err}",
                         uid=ref.uid,
@@ -121,8 +127,7 @@ class DirectApi:
                     ) from err
                 with self._lock:
                     self._retries += 1
-                retry_after = err.retry_after if isinstance(err, TooManyRequestsError) else 0.0
-                time.sleep(backoff_delay(self._retry, attempt, retry_after))
+                time.sleep(self._retry.delay(attempt, err.retry_after))
                 continue
             self._remember(call, obj, result)
             return Outcome.SUCCESS

@@ -6,25 +6,15 @@ arithmetic. Pure module: no threads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from decimal import Decimal, InvalidOperation
+from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any, Final
+
+from kubernetes import utils as _k8s_utils
 
 from kdispatch.actors.errors import InvalidObjectError
 
-_BINARY: Final = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL: Final = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-}
+_PARSE: Callable[[object], object] = _k8s_utils.parse_quantity
 
 GPU_RESOURCE: Final = "example.com/gpu"
 """Extended resource a node advertises for its devices (claims are allocated from them)."""
@@ -32,23 +22,18 @@ GPU_RESOURCE: Final = "example.com/gpu"
 
 def parse_quantity(value: object) -> Decimal:
     """A Kubernetes quantity (``"100m"``, ``"1.5Gi"``, ``"2"``, ``"1e3"``, or a number) as a
-    Decimal. Raises :class:`InvalidObjectError` for anything else."""
-    if isinstance(value, bool):
+    Decimal, parsed by the official client's ``kubernetes.utils.parse_quantity``. Raises
+    :class:`InvalidObjectError` for anything else (booleans included, which the client would
+    read as 1 and 0)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise InvalidObjectError(f"invalid quantity {value!r}")
-    if isinstance(value, int | float):
-        return Decimal(str(value))
-    if not isinstance(value, str) or not value:
-        raise InvalidObjectError(f"invalid quantity {value!r}")
-    text = value.strip()
     try:
-        for suffix, factor in _BINARY.items():
-            if text.endswith(suffix):
-                return Decimal(text[: -len(suffix)]) * factor
-        if text[-1] in _DECIMAL and not text[-1].isdigit():
-            return Decimal(text[:-1]) * _DECIMAL[text[-1]]
-        return Decimal(text)
-    except (InvalidOperation, IndexError):
+        quantity: object = _PARSE(value)
+    except (ValueError, ArithmeticError):
         raise InvalidObjectError(f"invalid quantity {value!r}") from None
+    if not isinstance(quantity, Decimal):  # pragma: no cover - the client returns a Decimal
+        raise InvalidObjectError(f"invalid quantity {value!r}")
+    return quantity
 
 
 def cpu_millis(value: object) -> int:

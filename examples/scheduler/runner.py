@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, TextIO
 
@@ -32,6 +32,13 @@ from examples.scheduler.api import DispatchedApi, SchedulerApi
 from examples.scheduler.claims import claim_key
 from examples.scheduler.cycle import Scheduler, SchedulerConfig
 from examples.scheduler.direct import DirectApi
+from examples.scheduler.ha import (
+    LeaderElect,
+    Terminated,
+    default_identity,
+    make_elector,
+    user_agent,
+)
 from examples.scheduler.prekep import PreKepApi
 from examples.scheduler.progress import Monitor, budget_share, describe
 from examples.scheduler.report import figures
@@ -47,10 +54,11 @@ from kdispatch.actors.config import (
     RuntimeConfig,
 )
 from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch.actors.errors import InvalidInputError, LeadershipLost
 from kdispatch.actors.objects import Obj, meta
 from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.leader import LeaseElector
 from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency
 
 API_MODES = ("async", "pre-kep", "all-blocking")
@@ -85,6 +93,8 @@ class RunConfig:
     claim_share: float = 0.02
     fill: float = 0.9
     seed: int = 1
+    leader_elect: LeaderElect | None = None  # high availability (examples/scheduler/ha.py)
+    identity: str = ""  # the replica's name in its User-Agent (default: host_pid)
 
     def __post_init__(self) -> None:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers", "max_attempts")
@@ -102,6 +112,10 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value <= 0.5:
                 raise InvalidInputError(f"{name} must be between 0 and 0.5, got {value!r}")
+        if self.leader_elect is not None and self.api != "async":
+            raise InvalidInputError(
+                "--leader-elect needs the dispatcher (not --pre-kep or --all-blocking)"
+            )
 
     @property
     def embedded(self) -> bool:
@@ -120,6 +134,7 @@ class _Env:
     backend: ApiBackend
     audit: BindingAudit
     lists: dict[str, ListWatch] = field(default_factory=dict)
+    elector: LeaseElector | None = None
 
 
 def _settings(cfg: RunConfig) -> dict[str, Any]:
@@ -132,7 +147,9 @@ def _settings(cfg: RunConfig) -> dict[str, Any]:
     return out
 
 
-def _make_api(cfg: RunConfig, backend: ApiBackend) -> SchedulerApi:
+def _make_api(
+    cfg: RunConfig, backend: ApiBackend, send_gate: Callable[[], bool] | None = None
+) -> SchedulerApi:
     retry = RetryConfig(max_attempts=8)
     if cfg.api == "all-blocking":
         return DirectApi(backend, retry)
@@ -144,7 +161,9 @@ def _make_api(cfg: RunConfig, backend: ApiBackend) -> SchedulerApi:
         retry=retry,
         runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
     )
-    dispatcher = Dispatcher(backend, config, metrics_registry=CollectorRegistry())
+    dispatcher = Dispatcher(
+        backend, config, metrics_registry=CollectorRegistry(), send_gate=send_gate
+    )
     return DispatchedApi(dispatcher.start())
 
 
@@ -184,13 +203,26 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
         }
     else:
         kube = KubernetesBackend.from_kubeconfig(cfg.kubeconfig, workers=cfg.workers)
+        kube.api_client.user_agent = user_agent(cfg.identity or default_identity())
         backend = kube
         informer_client = k8s.ApiClient(kube.api_client.configuration)
         lists = {
             kind: ClientListWatch(informer_client, kind)
             for kind in ("Node", "ResourceClaim", "Pod")
         }
-    api = _make_api(cfg, backend)
+    elector: LeaseElector | None = None
+    revoke: list[Callable[[LeadershipLost], None]] = []
+    if cfg.leader_elect is not None:
+        settings = replace(cfg.leader_elect, identity=cfg.leader_elect.identity or cfg.identity)
+
+        def on_lost(err: LeadershipLost) -> None:  # revoke the dispatcher built below
+            for hook in revoke:
+                hook(err)
+
+        elector = make_elector(settings, backend, on_lost)
+    api = _make_api(cfg, backend, elector.may_send if elector is not None else None)
+    if isinstance(api, DispatchedApi):
+        revoke.append(api.dispatcher.revoke)
     name = cfg.scheduler_name or ("default-scheduler" if cfg.embedded else "kdispatch-example")
     scheduler = Scheduler(
         api,
@@ -220,7 +252,7 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
             (audit.on_pod, audit.on_pod, audit.on_delete),
         ),
     ]
-    return _Env(api, scheduler, informers, server, backend, audit, lists)
+    return _Env(api, scheduler, informers, server, backend, audit, lists, elector)
 
 
 def _placed(sched: Scheduler, created: int) -> bool:
@@ -266,8 +298,13 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         stream,
     )
     ended = started
+    elector = env.elector
     gc_watch = GcWatch().install()
     try:
+        if elector is not None:  # campaign first; lead before listing anything
+            elector.start()
+            _Waiter(math.inf).until(lambda: elector.is_leader)
+            started = time.monotonic()
         for inf in env.informers:
             inf.start()
             if not inf.wait_for_sync(60.0):
@@ -302,13 +339,19 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
                 for pod in wave:
                     env.server.create(pod)
                     pods_total += 1
-        done = waiter.until(lambda: sched.known() >= pods_total and sched.settled())
+        done = waiter.until(
+            lambda: (sched.known() >= pods_total and sched.settled()) or _lost(elector)
+        )
         if not cfg.embedded:
             pods_total = sched.known()
-        if not done:
+        if _lost(elector):
+            stopped_by = "leadership_lost"
+        elif not done:
             stopped_by = "deadline"
     except KeyboardInterrupt:
         stopped_by = "interrupt"
+    except Terminated:
+        stopped_by = "terminated"
     ended = time.monotonic()
     gc_watch.uninstall()
     return _finish(
@@ -321,6 +364,10 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         wall_s=ended - started,
         gc_pauses=gc_watch.summary(),
     )
+
+
+def _lost(elector: LeaseElector | None) -> bool:
+    return elector is not None and elector.lost is not None
 
 
 def _final_state(env: _Env) -> tuple[dict[str, Obj], dict[str, Obj]]:
@@ -344,9 +391,14 @@ def _finish(
     gc_pauses: dict[str, Any],
 ) -> dict[str, Any]:
     """Shut everything down (drain unless interrupted), verify and compute the figures."""
-    clean = stopped_by == "done"
+    clean = stopped_by in ("done", "terminated")
     env.scheduler.stop()
-    drained = env.api.close(drain=clean, timeout=30.0 if clean else 2.0)
+    timeout = 30.0 if clean else 2.0
+    if stopped_by == "terminated":  # drain until the renew deadline, then hand over
+        timeout = cfg.leader_elect.renew_deadline if cfg.leader_elect else 10.0
+    drained = env.api.close(drain=clean, timeout=timeout)
+    if env.elector is not None:
+        env.elector.stop(release=stopped_by != "leadership_lost")
     monitor.stop()
     pods, claims = _final_state(env)
     for inf in env.informers:

@@ -1,0 +1,156 @@
+"""asyncio bridges: a call's future and an object's view, awaited on the caller's event loop.
+
+Nothing here blocks the loop or spends a thread:
+
+* :func:`wrap_call_future` hands a :class:`~kdispatch.actors.messages.CallFuture` to the loop
+  with :func:`asyncio.wrap_future`: the object actor that resolves the call (on its pool worker)
+  schedules the result onto the loop with ``call_soon_threadsafe``.
+* :func:`ask_view` sends the actor a ``View`` whose reply slot is a :class:`LoopReply`: the actor's
+  worker completes it the way it completes any pykka future, and that completion is posted to
+  the loop. pykka's own futures have no completion callbacks and ``await``-ing one calls its
+  blocking ``get()`` on the loop; a thread waiting on ``get()`` per view would cost a thread per
+  concurrent view. Here the reply costs one ``call_soon_threadsafe``.
+
+Cancelling the task that awaits a call does **not** withdraw the call: the ``CallFuture`` stays
+with the dispatcher and is resolved exactly once whatever the awaiting side does
+(``CallFuture.cancel()`` always returns False). Withdraw a pending call with
+``Dispatcher.cancel(uid)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sys
+import threading
+from types import TracebackType
+from typing import Any, TypeAlias
+
+import pykka
+from pykka._envelope import Envelope
+
+from .errors import InvalidInputError, KdispatchError, Outcome
+from .messages import CallFuture, View
+from .objects import Obj
+
+_ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+
+
+class NoEventLoopError(KdispatchError, RuntimeError):
+    """An asyncio method (``asubmit``, ``aview``) was called outside a running event loop: call
+    it from a coroutine, or use the threaded ``submit``/``view``."""
+
+
+def running_loop(what: str) -> asyncio.AbstractEventLoop:
+    """The running loop of the calling thread, or :class:`NoEventLoopError`. Loop thread."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise NoEventLoopError(
+            f"{what} must be called from a coroutine on a running event loop"
+        ) from None
+
+
+def check_timeout(timeout: object) -> float | None:
+    """``timeout`` as a positive float or None; :class:`InvalidInputError` otherwise."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not timeout > 0  # also refuses NaN
+        or math.isinf(timeout)
+    ):
+        raise InvalidInputError(f"timeout must be a positive number or None, got {timeout!r}")
+    return float(timeout)
+
+
+def wrap_call_future(
+    future: CallFuture, loop: asyncio.AbstractEventLoop
+) -> asyncio.Future[Outcome]:
+    """An asyncio future on ``loop`` that settles when ``future`` does. Loop thread.
+
+    Cancelling the returned future (or the task awaiting it) leaves ``future`` and its call
+    untouched: ``CallFuture.cancel()`` refuses, so it still resolves exactly once."""
+    return asyncio.wrap_future(future, loop=loop)
+
+
+class LoopReply(pykka.Future[Any]):
+    """A pykka future whose completion is posted to an asyncio future on ``loop``.
+
+    ``set``/``set_exception`` run on the actor's pool worker and never block or raise (a closed
+    loop means nobody is awaiting any more). ``get`` is there for pykka's interface; it blocks
+    up to ``timeout`` and must not be called on the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, target: asyncio.Future[Any]) -> None:
+        super().__init__()
+        self._loop = loop
+        self._target = target
+        self._value: Any = None
+        self._exc: BaseException | None = None
+        self._event = threading.Event()
+
+    def set(self, value: Any | None = None) -> None:
+        """Actor's worker thread."""
+        self._value = value
+        self._finish(None)
+
+    def set_exception(self, exc_info: _ExcInfo | None = None) -> None:
+        """Actor's worker thread (pykka calls it inside ``except`` blocks without arguments)."""
+        info = exc_info if exc_info is not None else sys.exc_info()
+        exc = info[1] if info[1] is not None else RuntimeError("actor failed without an error")
+        self._finish(exc)
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        """Any thread but the loop's: wait up to ``timeout`` for the reply."""
+        if not self._event.wait(timeout):
+            raise pykka.Timeout(f"{timeout} seconds")
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if self._event.is_set():  # pykka completes a reply once; a second completion is ignored
+            return
+        self._exc = exc
+        self._event.set()
+        with contextlib.suppress(RuntimeError):  # the loop was closed: nobody waits any more
+            self._loop.call_soon_threadsafe(_settle, self._target, self._value, exc)
+
+
+def _settle(target: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    """Loop thread. A target that timed out or was cancelled meanwhile stays as it is."""
+    if target.done():
+        return
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(value)
+
+
+async def ask_view(ref: pykka.ActorRef[Any], timeout: float | None) -> Obj | None:
+    """Loop thread. The actor's ``View`` answer, awaited without blocking the loop; None when
+    the actor has stopped (the object is no longer tracked). Raises :class:`TimeoutError` after
+    ``timeout`` seconds (a timer on the loop, no extra task); a reply arriving later is
+    dropped."""
+    loop = asyncio.get_running_loop()
+    target: asyncio.Future[Any] = loop.create_future()
+    if not ref.is_alive():
+        return None
+    ref.actor_inbox.put(Envelope(View(), reply_to=LoopReply(loop, target)))
+    timer = None if timeout is None else loop.call_later(timeout, _expire, target, timeout)
+    try:
+        result = await target
+    except pykka.ActorDeadError:
+        return None
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return result  # type: ignore[no-any-return]
+
+
+def _expire(target: asyncio.Future[Any], timeout: float) -> None:
+    """Loop thread: the view's deadline passed."""
+    if not target.done():
+        target.set_exception(TimeoutError(f"no view within {timeout} s"))

@@ -1,0 +1,560 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, fenced to the dispatcher's sends.
+
+One replica per scheduler name leads; the others wait. The lease protocol is client-go's
+(``k8s.io/client-go/tools/leaderelection``): a candidate takes the Lease when it is free, or
+when its record has not changed for ``leaseDurationSeconds`` as timed on the candidate's own
+monotonic clock from the moment it first observed that record (no trust in other machines'
+clocks); the leader renews it every ``retry_period``; every write carries the observed
+``resourceVersion``, so of two candidates only one wins (the other gets 409).
+
+Why not ``kubernetes.leaderelection`` (official client 37)? Read from its source:
+
+* ``LeaderElection.run()`` cannot be stopped: ``acquire()`` and ``renew_loop()`` are endless
+  ``while True`` loops around ``time.sleep``; there is no cancel, and no release of the lease
+  on a graceful shutdown (client-go's ``ReleaseOnCancel``).
+* It does not honour a renew deadline as a fence: the deadline is recomputed at the start of
+  each renew round (after a ``retry_period`` sleep), so it lands up to ``retry_period`` after
+  ``renew_deadline`` counted from the last successful renew; it is measured on the wall clock
+  (``time.time``), which can jump; lease requests have no timeout, so a hung renew blocks past
+  any deadline; and ``onstopped_leading`` runs only after the loop gives up, with no check a
+  sender could consult before each request.
+* ``LeaseLock`` builds its own ``CoordinationV1Api()`` on the global default configuration (no
+  injectable ``ApiClient``), and ``Config`` calls ``sys.exit`` on bad values and refuses a
+  ``retry_period`` below one second.
+
+So this module keeps the same protocol and Lease fields (the official ``LeaseLock`` and this
+elector see each other's leases; the tests check both directions) in a small elector that
+stops cleanly and fences: :meth:`LeaseElector.may_send` is False from ``t0 + renew_deadline``
+on, where ``t0`` is the monotonic time just *before* the last successful acquire/renew request
+was sent. Other candidates time the lease from when they observed that write, which is after
+``t0``, for ``lease_duration`` > ``renew_deadline``; so this replica's gate is closed at least
+``lease_duration - renew_deadline`` before anyone else can take the lease.
+
+What remains (Kubernetes has no fencing tokens): a request that passed the gate before the
+deadline and is still on the wire (or queued in a proxy) when another replica takes over can
+land after the new leader's first write. The window is bounded by the request timeout, and is
+empty whenever requests take less than ``lease_duration - renew_deadline`` (5 s by default).
+
+On losing the lease (someone else holds it, or no renew succeeded before the deadline) the
+elector calls ``on_lost`` once with a :class:`~kdispatch.actors.errors.LeadershipLost` — wire
+it to ``Dispatcher.revoke`` — and stops campaigning: like kube-scheduler, a replica that lost
+leadership exits and is restarted as a fresh candidate that rebuilds from list+watch.
+
+Threads: :meth:`start` runs the election loop on ``kdispatch-leader-<lease>`` and the deadline
+watchdog on ``kdispatch-leader-watchdog-<lease>``; :meth:`may_send` is called by executor
+workers; every other method may be called from any thread. Tests drive :meth:`step` and
+:meth:`check_deadline` directly with a fake clock.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kubernetes import client as k8s
+from loguru import logger
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from kdispatch.actors.errors import (
+    AlreadyExistsError,
+    ApiError,
+    ConflictError,
+    InvalidConfigError,
+    InvalidInputError,
+    LeadershipLost,
+    NotFoundError,
+)
+from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
+
+from .kubernetes import read_json_object, translate_errors
+from .memory import InMemoryApiServer
+
+__all__ = [
+    "ClientLeaseClient",
+    "ElectionConfig",
+    "LeaderMetrics",
+    "LeaseClient",
+    "LeaseElector",
+    "MemoryLeaseClient",
+]
+
+Json = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- lease access
+
+
+class LeaseClient(Protocol):
+    """Reads and writes one kind of object: Leases. Raises ``ApiError`` subclasses; ``timeout``
+    bounds each request in seconds. Called on the elector's thread."""
+
+    def get(self, namespace: str, name: str, *, timeout: float) -> Json | None:
+        """The Lease, or None if there is none."""
+        ...
+
+    def create(self, namespace: str, lease: Json, *, timeout: float) -> Json:
+        """Create it (``AlreadyExistsError`` if someone was faster)."""
+        ...
+
+    def update(self, namespace: str, name: str, lease: Json, *, timeout: float) -> Json:
+        """Replace it; its ``metadata.resourceVersion`` is a precondition (``ConflictError``)."""
+        ...
+
+
+class MemoryLeaseClient:
+    """Leases of an :class:`~kdispatch.adapters.memory.InMemoryApiServer` (the embedded default);
+    ``writer`` is recorded as the identity of every lease write."""
+
+    def __init__(self, server: InMemoryApiServer, *, writer: str = "") -> None:
+        if not isinstance(server, InMemoryApiServer):
+            raise InvalidInputError(f"server must be an InMemoryApiServer, got {server!r}")
+        self._leases = server.leases
+        self._writer = writer
+
+    def get(self, namespace: str, name: str, *, timeout: float) -> Json | None:
+        try:
+            return self._leases.get(namespace, name)
+        except NotFoundError:
+            return None
+
+    def create(self, namespace: str, lease: Json, *, timeout: float) -> Json:
+        from .memory import request_writer
+
+        token = request_writer.set(self._writer)
+        try:
+            return self._leases.create(namespace, lease)
+        finally:
+            request_writer.reset(token)
+
+    def update(self, namespace: str, name: str, lease: Json, *, timeout: float) -> Json:
+        from .memory import request_writer
+
+        token = request_writer.set(self._writer)
+        try:
+            return self._leases.update(namespace, name, lease)
+        finally:
+            request_writer.reset(token)
+
+
+class ClientLeaseClient:
+    """Leases through the official client's ``CoordinationV1Api`` on an injected ``ApiClient``
+    (raw JSON replies, a timeout on every request, errors as ``ApiError`` subclasses)."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        if not isinstance(api_client, k8s.ApiClient):
+            raise InvalidInputError(
+                f"api_client must be a kubernetes ApiClient, got {api_client!r}"
+            )
+        self._api: Any = k8s.CoordinationV1Api(api_client)
+
+    def get(self, namespace: str, name: str, *, timeout: float) -> Json | None:
+        what = f"get lease {namespace}/{name}"
+        try:
+            with translate_errors(what):
+                resp = self._api.read_namespaced_lease(
+                    name, namespace, _preload_content=False, _request_timeout=timeout
+                )
+                return read_json_object(resp, what)
+        except NotFoundError:
+            return None
+
+    def create(self, namespace: str, lease: Json, *, timeout: float) -> Json:
+        what = f"create lease {namespace}"
+        with translate_errors(what):
+            resp = self._api.create_namespaced_lease(
+                namespace, lease, _preload_content=False, _request_timeout=timeout
+            )
+            return read_json_object(resp, what)
+
+    def update(self, namespace: str, name: str, lease: Json, *, timeout: float) -> Json:
+        what = f"update lease {namespace}/{name}"
+        with translate_errors(what):
+            resp = self._api.replace_namespaced_lease(
+                name, namespace, lease, _preload_content=False, _request_timeout=timeout
+            )
+            return read_json_object(resp, what)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidConfigError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidConfigError(f"{name} must be > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionConfig:
+    """One election. Defaults are kube-scheduler's: a 15 s lease, renewed every 2 s, given up
+    (and the send gate closed) 10 s after the last successful renew.
+
+    ``lease_duration`` must exceed ``renew_deadline``, which must exceed ``retry_period``;
+    ``leaseDurationSeconds`` on the Lease is ``lease_duration`` rounded up to whole seconds.
+    """
+
+    name: str
+    namespace: str = "kube-system"
+    identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not is_dns_subdomain(self.name):
+            raise InvalidConfigError(f"invalid lease name {self.name!r}")
+        if not is_dns_label(self.namespace):
+            raise InvalidConfigError(f"invalid lease namespace {self.namespace!r}")
+        if not isinstance(self.identity, str) or not self.identity:
+            raise InvalidConfigError("identity must be a non-empty string")
+        lease = _positive("lease_duration", self.lease_duration)
+        renew = _positive("renew_deadline", self.renew_deadline)
+        retry = _positive("retry_period", self.retry_period)
+        if not lease > renew:
+            raise InvalidConfigError("lease_duration must be greater than renew_deadline")
+        if not renew > retry:
+            raise InvalidConfigError("renew_deadline must be greater than retry_period")
+
+    @property
+    def lease_seconds(self) -> int:
+        """``spec.leaseDurationSeconds`` written on the Lease."""
+        return max(1, math.ceil(self.lease_duration))
+
+
+class LeaderMetrics:
+    """``kdispatch_leader_is_leader{lease}`` (1 while this replica leads) and
+    ``kdispatch_leader_transitions_total{lease,to}`` (``to`` = ``leader`` / ``follower``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.is_leader = Gauge(
+            "kdispatch_leader_is_leader",
+            "1 while this replica holds the leader lease",
+            ["lease"],
+            registry=self.registry,
+        )
+        self.transitions = Counter(
+            "kdispatch_leader_transitions_total",
+            "Times this replica became leader or stopped leading",
+            ["lease", "to"],
+            registry=self.registry,
+        )
+
+
+def _micro_time(wall: float) -> str:
+    """A Kubernetes ``MicroTime``."""
+    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# --------------------------------------------------------------------------- the elector
+
+
+class LeaseElector:
+    """Campaigns for one Lease and fences sends to it (see the module docstring).
+
+    ``on_lost`` is called exactly once, with the :class:`LeadershipLost`, on whichever thread
+    noticed the loss (election loop, watchdog, or an executor worker in :meth:`may_send`); it
+    must not block. ``clock`` is monotonic seconds; ``wall_clock`` only fills the Lease's
+    ``acquireTime``/``renewTime`` fields for humans and other clients.
+    """
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        config: ElectionConfig,
+        *,
+        on_lost: Callable[[LeadershipLost], None] | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not isinstance(config, ElectionConfig):
+            raise InvalidInputError(f"config must be an ElectionConfig, got {config!r}")
+        if on_lost is not None and not callable(on_lost):
+            raise InvalidInputError("on_lost must be callable")
+        self.config = config
+        self._client = client
+        self._on_lost = on_lost
+        self._clock = clock
+        self._wall = wall_clock
+        self.metrics = LeaderMetrics(metrics_registry)
+        self.metrics.is_leader.labels(config.name).set(0)
+        self._cond = threading.Condition(threading.Lock())
+        self._leading = False
+        self._deadline = -math.inf
+        self._lost: LeadershipLost | None = None
+        self._stopped = False
+        self._observed_rv: str | None = None
+        self._observed_at = 0.0
+        self._lease: Json | None = None  # the last version this replica wrote or read
+        self._became_leader_at: float | None = None
+        self._threads: list[threading.Thread] = []
+
+    # ----------------------------------------------------------------- state
+
+    @property
+    def is_leader(self) -> bool:
+        """Any thread. True while the lease is held and the renew deadline has not passed."""
+        return self.may_send()
+
+    @property
+    def lost(self) -> LeadershipLost | None:
+        """Any thread. Why leadership was lost (None if it never was)."""
+        with self._cond:
+            return self._lost
+
+    @property
+    def became_leader_at(self) -> float | None:
+        """Any thread. ``clock()`` when this replica last became leader."""
+        with self._cond:
+            return self._became_leader_at
+
+    def may_send(self) -> bool:
+        """Executor worker threads (the dispatcher's ``send_gate``), before every request:
+        True only while leading and before the renew deadline. Past the deadline, leadership
+        is lost here and then (``on_lost`` runs on this thread)."""
+        with self._cond:
+            if not self._leading:
+                return False
+            if self._clock() < self._deadline:
+                return True
+        self.check_deadline()
+        return False
+
+    def wait_for_leadership(self, timeout: float | None = None) -> bool:
+        """Caller thread. Block until this replica leads (True), or it lost, was stopped, or
+        ``timeout`` passed (False)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._leading or self._lost is not None or self._stopped, timeout
+            )
+            return self._leading
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> LeaseElector:
+        """Caller thread. Start the election loop and the deadline watchdog."""
+        with self._cond:
+            if self._threads:
+                raise InvalidInputError("elector already started")
+            name = self.config.name
+            self._threads = [
+                threading.Thread(target=self._run, name=f"kdispatch-leader-{name}", daemon=True),
+                threading.Thread(
+                    target=self._watchdog, name=f"kdispatch-leader-watchdog-{name}", daemon=True
+                ),
+            ]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, *, release: bool = True, timeout: float = 10.0) -> bool:
+        """Caller thread. Stop campaigning; with ``release``, give the lease up if held (the
+        send gate closes first, then the Lease is written free with a 1 s duration, as
+        client-go's ``ReleaseOnCancel`` does, so a follower takes over at its next retry).
+        Call it after the dispatcher drained. Returns True if the lease was released.
+        Idempotent."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout)
+        released = self.release() if release else False
+        with self._cond:
+            if self._leading:  # stopped without releasing: stop leading anyway
+                self._set_follower_locked()
+        return released
+
+    def release(self) -> bool:
+        """Any thread. Close the send gate and free the lease if this replica holds it."""
+        with self._cond:
+            if not self._leading or self._clock() >= self._deadline:
+                return False
+            self._set_follower_locked()
+            lease = self._lease
+        if lease is None:  # pragma: no cover - leading implies a written lease
+            return False
+        spec = dict(lease.get("spec") or {})
+        now = _micro_time(self._wall())
+        spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now)
+        body = {**lease, "spec": spec}
+        try:
+            self._client.update(
+                self.config.namespace, self.config.name, body, timeout=self.config.renew_deadline
+            )
+        except ApiError as exc:
+            logger.warning("releasing lease {} failed: {}", self.config.name, exc)
+            return False
+        logger.info("{} released lease {}", self.config.identity, self.config.name)
+        return True
+
+    # ----------------------------------------------------------------- one attempt
+
+    def step(self) -> None:
+        """Election thread (or a test). One acquire-or-renew attempt, as client-go's
+        ``tryAcquireOrRenew``."""
+        cfg = self.config
+        with self._cond:
+            if self._lost is not None or self._stopped:
+                return
+            leading = self._leading
+        if leading and self.check_deadline():
+            return
+        t0 = self._clock()
+        timeout = max(0.001, self._deadline - t0) if leading else cfg.renew_deadline
+        try:
+            current = self._client.get(cfg.namespace, cfg.name, timeout=timeout)
+            if current is None:
+                written = self._client.create(cfg.namespace, self._record(None), timeout=timeout)
+            else:
+                holder = self._observe(current)
+                if holder not in ("", cfg.identity):
+                    if leading:
+                        self._lose(f"lease {cfg.name} is held by {holder}")
+                        return
+                    if not self._expired(current):
+                        return
+                written = self._client.update(
+                    cfg.namespace, cfg.name, self._record(current), timeout=timeout
+                )
+        except (AlreadyExistsError, ConflictError) as exc:
+            logger.debug("{} lost a lease race: {}", cfg.identity, exc)
+            return
+        except ApiError as exc:
+            logger.debug("{} could not reach lease {}: {}", cfg.identity, cfg.name, exc)
+            return
+        self._won(t0, written)
+
+    def check_deadline(self) -> bool:
+        """Any thread. Lose leadership if the renew deadline has passed; True if lost now or
+        before."""
+        with self._cond:
+            if self._lost is not None:
+                return True
+            if not self._leading or self._clock() < self._deadline:
+                return False
+        self._lose(f"lease {self.config.name} not renewed within the renew deadline")
+        return True
+
+    # ----------------------------------------------------------------- internals
+
+    def _observe(self, lease: Json) -> str:
+        """Note a read record; restart its expiry timer when it changed. The holder."""
+        rv = str((lease.get("metadata") or {}).get("resourceVersion", ""))
+        now = self._clock()
+        with self._cond:
+            if rv != self._observed_rv:
+                self._observed_rv, self._observed_at = rv, now
+            self._lease = lease
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        return holder if isinstance(holder, str) else ""
+
+    def _expired(self, lease: Json) -> bool:
+        seconds = (lease.get("spec") or {}).get("leaseDurationSeconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+            seconds = self.config.lease_seconds
+        with self._cond:
+            return self._clock() >= self._observed_at + seconds
+
+    def _record(self, current: Json | None) -> Json:
+        """The Lease to write: held by this replica, renewed now."""
+        cfg = self.config
+        now = _micro_time(self._wall())
+        old = dict((current or {}).get("spec") or {})
+        keep = old.get("holderIdentity") == cfg.identity
+        transitions = old.get("leaseTransitions") or 0
+        if current is not None and not keep:
+            transitions += 1
+        spec = {
+            **old,
+            "holderIdentity": cfg.identity,
+            "leaseDurationSeconds": cfg.lease_seconds,
+            "acquireTime": old.get("acquireTime") if keep and old.get("acquireTime") else now,
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
+        if current is None:
+            meta: Json = {"name": cfg.name, "namespace": cfg.namespace}
+            return {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": meta,
+                "spec": spec,
+            }
+        return {**current, "spec": spec}
+
+    def _won(self, t0: float, lease: Json) -> None:
+        cfg = self.config
+        with self._cond:
+            if self._lost is not None or self._stopped:
+                return
+            self._deadline = t0 + cfg.renew_deadline
+            self._lease = lease
+            self._observed_rv = str((lease.get("metadata") or {}).get("resourceVersion", ""))
+            self._observed_at = self._clock()
+            became = not self._leading
+            if became:
+                self._leading = True
+                self._became_leader_at = self._clock()
+                self.metrics.is_leader.labels(cfg.name).set(1)
+                self.metrics.transitions.labels(cfg.name, "leader").inc()
+            self._cond.notify_all()
+        if became:
+            logger.info("{} became leader of lease {}", cfg.identity, cfg.name)
+
+    def _set_follower_locked(self) -> None:
+        self._leading = False
+        self.metrics.is_leader.labels(self.config.name).set(0)
+        self.metrics.transitions.labels(self.config.name, "follower").inc()
+        self._cond.notify_all()
+
+    def _lose(self, reason: str) -> None:
+        with self._cond:
+            if self._lost is not None or not self._leading:
+                return
+            error = LeadershipLost(reason)
+            self._lost = error
+            self._set_follower_locked()
+        logger.warning("{} lost leadership: {}", self.config.identity, reason)
+        if self._on_lost is not None:
+            try:
+                self._on_lost(error)
+            except Exception:
+                logger.opt(exception=True).error("on_lost raised")
+
+    def _run(self) -> None:
+        """Election thread: an attempt every ``retry_period`` until stopped or lost."""
+        period = self.config.retry_period
+        while True:
+            with self._cond:
+                if self._stopped or self._lost is not None:
+                    return
+            started = self._clock()
+            try:
+                self.step()
+            except Exception:  # pragma: no cover - defensive: keep campaigning
+                logger.opt(exception=True).error("leader election step failed")
+            with self._cond:
+                wait = max(0.0, started + period - self._clock())
+                self._cond.wait_for(lambda: self._stopped or self._lost is not None, wait)
+
+    def _watchdog(self) -> None:
+        """Watchdog thread: lose leadership at the renew deadline even while a renew request
+        hangs on the election thread."""
+        while True:
+            with self._cond:
+                if self._stopped or self._lost is not None:
+                    return
+                if self._leading:
+                    wait: float | None = max(0.0, self._deadline - self._clock())
+                else:
+                    wait = None
+                self._cond.wait(wait)
+            self.check_deadline()

@@ -1,0 +1,377 @@
+"""asyncio: asubmit/aview on the caller's loop, cancellation, and the kubernetes.aio informer."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Self, cast
+
+import kopf
+import pytest
+from kubernetes.aio import client as aclient
+
+from kdispatch.actors.aio import NoEventLoopError
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig, RuntimeConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
+    ApiError,
+    CallCancelled,
+    CallConflict,
+    InvalidCallError,
+    InvalidInputError,
+    InvalidObjectError,
+    Outcome,
+)
+from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.aio_informer import AioInformer
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from tests.backends import GatedBackend
+from tests.factories import cond
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = DispatcherConfig(
+    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
+    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
+)
+SLOW = DispatcherConfig(rate_limit=RateLimitConfig(qps=0.001, burst=1), runtime=RuntimeConfig(1))
+"""One token, then none for 1000 s; one pool worker."""
+
+
+async def until(predicate: Any, timeout: float = 10.0) -> None:
+    """Poll observable state on the loop (yielding to it) until ``predicate()`` or fail."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def bound_node(server: InMemoryApiServer, name: str) -> str | None:
+    obj = server.get_object("Pod", "default", name)
+    assert obj is not None
+    node = obj["spec"].get("nodeName")
+    return node if isinstance(node, str) else None
+
+
+# ------------------------------------------------------------------ asubmit
+
+
+@pytest.mark.asyncio
+async def test_asubmit_resolves_on_the_loop_and_the_pod_is_bound() -> None:
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, FAST) as d:
+        fut = d.asubmit(PodBinding.for_pod(pod, "n1"))
+        assert isinstance(fut, asyncio.Future)
+        assert await fut is Outcome.SUCCESS
+    assert bound_node(server, "p1") == "n1"
+
+
+@pytest.mark.asyncio
+async def test_asubmit_never_blocks_the_loop_while_the_request_is_held() -> None:
+    """The apiserver holds the binding; the loop keeps running other work meanwhile, and the
+    awaited result arrives once the server answers."""
+    server = InMemoryApiServer()
+    gated = GatedBackend(server)
+    gated.gate.clear()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(gated, FAST) as d:
+        fut = d.asubmit(PodBinding.for_pod(pod, "n1"))
+        ticks = 0
+        while not gated.calls:  # the request reached the server and is held there
+            ticks += 1
+            await asyncio.sleep(0.005)
+        other = asyncio.ensure_future(asyncio.sleep(0, "other work"))
+        assert await other == "other work"  # another task ran on the loop meanwhile
+        assert not fut.done()
+        gated.gate.set()
+        assert await asyncio.wait_for(fut, 10) is Outcome.SUCCESS
+    assert bound_node(server, "p1") == "n1"
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_awaiting_task_does_not_withdraw_the_call() -> None:
+    """Cancel the task awaiting a binding that is in flight: the binding still lands, its
+    outcome is counted exactly once, nothing stays outstanding."""
+    server = InMemoryApiServer()
+    gated = GatedBackend(server)
+    gated.gate.clear()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(gated, FAST) as d:
+
+        async def bind() -> Outcome:
+            return await d.asubmit(PodBinding.for_pod(pod, "n1"))
+
+        task = asyncio.ensure_future(bind())
+        await until(lambda: bool(gated.calls))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert d.outstanding == 1  # the call is still the dispatcher's
+        gated.gate.set()
+        await until(lambda: d.outstanding == 0)
+        assert (
+            d.metrics.value(
+                "kdispatch_call_outcomes_total", call_type="pod_binding", outcome="success"
+            )
+            == 1
+        )
+        assert d.stats()["sent"] == {"pod_binding": 1}
+    assert bound_node(server, "p1") == "n1"
+
+
+@pytest.mark.asyncio
+async def test_dispatcher_cancel_withdraws_what_the_await_cannot() -> None:
+    """A pending call whose await was cancelled is withdrawn with dispatcher.cancel(uid): it is
+    never sent and resolves CallCancelled exactly once."""
+    server = InMemoryApiServer()
+    p0, p1 = server.create(make_pod("p0")), server.create(make_pod("p1"))
+    d = Dispatcher(server, SLOW).start()
+    try:
+        assert await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()])) is Outcome.SUCCESS
+        fut = d.asubmit(PodStatusPatch.for_pod(p1, conditions=[cond()]))  # waits for a token
+        fut.cancel()
+        d.cancel(p1["metadata"]["uid"])
+        await until(lambda: d.outstanding == 0)
+        assert (
+            d.metrics.value(
+                "kdispatch_call_outcomes_total", call_type="pod_status_patch", outcome="cancelled"
+            )
+            == 1
+        )
+    finally:
+        d.stop(drain=False, timeout=10)
+    obj = server.get_object("Pod", "default", "p1")
+    assert obj is not None and not obj["status"].get("conditions")
+    assert [r.name for r in server.request_log if r.op == "patch_status"] == ["p0"]
+
+
+@pytest.mark.asyncio
+async def test_asubmit_raises_what_result_would() -> None:
+    """A binding for a pod already bound elsewhere fails fast: the await raises CallConflict."""
+    server = InMemoryApiServer()
+    bound = make_pod("p1")
+    bound["spec"]["nodeName"] = "n2"
+    pod = server.create(bound)
+    with Dispatcher(server, FAST) as d, pytest.raises(CallConflict):
+        await d.asubmit(PodBinding.for_pod(pod, "n1"))
+    assert bound_node(server, "p1") == "n2"
+
+
+def test_asubmit_outside_a_loop_is_a_typed_error_and_submits_nothing() -> None:
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, FAST) as d:
+        with pytest.raises(NoEventLoopError):
+            d.asubmit(PodBinding.for_pod(pod, "n1"))
+        assert d.outstanding == 0
+    assert bound_node(server, "p1") is None
+
+
+@pytest.mark.asyncio
+async def test_asubmit_bad_input_raises_at_the_call() -> None:
+    with Dispatcher(InMemoryApiServer(), FAST) as d:
+        with pytest.raises(InvalidCallError):
+            d.asubmit("bind p1")  # type: ignore[arg-type]
+        with pytest.raises(InvalidObjectError):
+            d.aview("not a uid!").close()
+        with pytest.raises(InvalidInputError):
+            d.aview("uid-1", timeout=-1).close()
+        with pytest.raises(InvalidInputError):
+            d.aview("uid-1", timeout=math.nan).close()
+
+
+# ------------------------------------------------------------------ aview
+
+
+@dataclass(frozen=True, slots=True)
+class SlowLabel(Call):
+    """Sets a label; its ``apply`` (run by the object's actor, e.g. for a view) waits for
+    ``RELEASE``, holding the only pool worker."""
+
+    call_type = "slow_label"
+    kind = "Widget"
+    relevance = 1
+
+    ref: ObjectRef
+    value: str
+    basis: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def merge(self, older: Self) -> Self:
+        return self
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        return obj is not None and obj.get("metadata", {}).get("labels", {}).get("l") == self.value
+
+    def apply(self, obj: Obj) -> Obj:
+        ENTERED.set()
+        assert RELEASE.wait(30)
+        meta = dict(obj.get("metadata", {}))
+        meta["labels"] = {**meta.get("labels", {}), "l": self.value}
+        return {**obj, "metadata": meta}
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        raise AssertionError("never sent in this test (no token)")
+
+
+ENTERED, RELEASE = threading.Event(), threading.Event()
+
+
+@pytest.mark.asyncio
+async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
+    ENTERED.clear()
+    RELEASE.clear()
+    server = InMemoryApiServer()
+    p0 = server.create(make_pod("p0"))
+    widget = {"kind": "Widget", "metadata": {"name": "w", "namespace": "default", "uid": "w-1"}}
+    types = default_call_types()
+    types.register(SlowLabel)
+    d = Dispatcher(server, SLOW, call_types=types).start()
+    try:
+        await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
+        d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
+        view = asyncio.ensure_future(d.aview("w-1"))
+        await until(ENTERED.is_set)  # the loop runs while the actor's worker is held
+        assert not view.done()
+        RELEASE.set()
+        obj = await asyncio.wait_for(view, 10)
+        assert obj is not None and obj["metadata"]["labels"] == {"l": "x"}
+        assert await d.aview("untracked-uid") is None
+        assert await d.aview(p0["metadata"]["uid"]) == d.view(p0["metadata"]["uid"])
+    finally:
+        RELEASE.set()
+        d.stop(drain=False, timeout=10)
+
+
+@pytest.mark.asyncio
+async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped() -> None:
+    ENTERED.clear()
+    RELEASE.clear()
+    server = InMemoryApiServer()
+    p0 = server.create(make_pod("p0"))
+    widget = {"kind": "Widget", "metadata": {"name": "w", "namespace": "default", "uid": "w-1"}}
+    types = default_call_types()
+    types.register(SlowLabel)
+    d = Dispatcher(server, SLOW, call_types=types).start()
+    try:
+        await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
+        d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
+        first = asyncio.ensure_future(d.aview("w-1"))
+        await until(ENTERED.is_set)
+        with pytest.raises(TimeoutError):
+            await d.aview("w-1", timeout=0.05)
+        RELEASE.set()
+        late = await asyncio.wait_for(first, 10)  # the actor answers both; the late one is dropped
+        assert late is not None and late["metadata"]["labels"] == {"l": "x"}
+        assert await d.aview("w-1") == late
+    finally:
+        RELEASE.set()
+        d.stop(drain=False, timeout=10)
+
+
+# ------------------------------------------------------------------ kubernetes.aio informer
+
+
+@pytest.mark.asyncio
+async def test_aio_informer_feeds_the_dispatcher_over_http() -> None:
+    """kubernetes.aio over real HTTP: the informer's delete cancels a pending call; an add of a
+    pod the informer lists reaches the dispatcher as a plain dict."""
+    mem = InMemoryApiServer()
+    p0, p1 = mem.create(make_pod("p0")), mem.create(make_pod("p1"))
+    http = ApiServerHTTP(mem, watch_poll=0.02).start()
+    d = Dispatcher(mem, SLOW).start()
+    errors: list[BaseException] = []
+    try:
+        async with aclient.ApiClient(aclient.Configuration(host=http.url)) as api:
+            informer = AioInformer(
+                aclient.CoreV1Api(api).list_pod_for_all_namespaces,
+                kind="Pod",
+                api_version="v1",
+                watch_timeout=5,
+                on_error=errors.append,
+            ).attach(d)
+            informer.start()
+            assert await informer.wait_for_sync(10)
+            assert set(informer.cache) == {p0["metadata"]["uid"], p1["metadata"]["uid"]}
+            await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # the token
+            pending = d.asubmit(PodStatusPatch.for_pod(p1, conditions=[cond()]))
+            mem.remove("Pod", "default", "p1")
+            with pytest.raises(CallCancelled):
+                await asyncio.wait_for(pending, 10)
+            await until(lambda: p1["metadata"]["uid"] not in informer.cache)
+            await informer.stop()
+    finally:
+        d.stop(drain=False, timeout=10)
+        http.stop()
+    assert errors == [] and informer.last_error is None
+
+
+@pytest.mark.asyncio
+async def test_aio_informer_reports_errors_and_recovers() -> None:
+    mem = InMemoryApiServer()
+    mem.create(make_pod("p0"))
+    http = ApiServerHTTP(mem, token="right", watch_poll=0.02).start()
+    errors: list[BaseException] = []
+    try:
+        config = aclient.Configuration(host=http.url, api_key={"authorization": "wrong"})
+        config.api_key_prefix = {"authorization": "Bearer"}
+        async with aclient.ApiClient(config) as api:
+            informer = AioInformer(
+                aclient.CoreV1Api(api).list_pod_for_all_namespaces,
+                kind="Pod",
+                backoff_initial=0.01,
+                backoff_max=0.02,
+                on_error=errors.append,
+            )
+            informer.start()
+            await until(lambda: len(errors) >= 2)
+            assert not informer.has_synced()
+            assert isinstance(informer.last_error, ApiError)
+            assert informer.last_error.status == 401
+            config.api_key = {"authorization": "right"}
+            assert await informer.wait_for_sync(10)
+            assert informer.last_error is None
+            await informer.stop()
+    finally:
+        http.stop()
+
+
+def test_aio_informer_bad_input_is_typed() -> None:
+    with pytest.raises(InvalidInputError, match="list method"):
+        AioInformer(lambda: None, kind="Pod")  # type: ignore[arg-type,return-value]
+    api: Any = aclient.CoreV1Api(aclient.ApiClient(aclient.Configuration(host="http://x")))
+    with pytest.raises(InvalidInputError, match="kind"):
+        AioInformer(api.list_pod_for_all_namespaces, kind="pod")
+    with pytest.raises(InvalidInputError, match="watch_timeout"):
+        AioInformer(api.list_pod_for_all_namespaces, kind="Pod", watch_timeout=0)
+    with pytest.raises(InvalidInputError, match="may not set"):
+        AioInformer(api.list_pod_for_all_namespaces, kind="Pod", list_kwargs={"watch": True})
+    with pytest.raises(InvalidInputError, match="on_add"):
+        AioInformer(api.list_pod_for_all_namespaces, kind="Pod").attach(object())
+
+
+# ------------------------------------------------------------------ the README's kopf recipe
+
+
+@pytest.mark.asyncio
+async def test_a_kopf_handler_submits_through_the_dispatcher() -> None:
+    """The recipe's handler, called as kopf calls it (a ``kopf.Body``), binds the pod."""
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, FAST) as dispatcher:
+
+        async def on_pod_created(body: kopf.Body, **_: Any) -> None:
+            await dispatcher.asubmit(PodBinding.for_pod(body, "n1"))
+
+        await on_pod_created(
+            body=kopf.Body(cast("kopf.RawBody", pod)), name="p1", namespace="default"
+        )
+    assert bound_node(server, "p1") == "n1"

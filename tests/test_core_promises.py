@@ -1,0 +1,376 @@
+"""The core's promises, checked on the server's state and the server's request log.
+
+* a stale ``PodScheduled=False`` never lands on a bound pod (kubernetes#139602), whichever
+  way the pod got bound;
+* a landed binding moves the actor's resourceVersion knowledge on: the next patch re-reads
+  once instead of walking into a 409;
+* a retried preemption re-reads the pod and keeps its ``DisruptionTarget`` condition and its
+  ``lastTransitionTime``;
+* every request takes a rate-limiter token (409 re-reads, preemptions' second request);
+* a call of another type never replaces a pending binding: both are sent, in order;
+* one GET per 409.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+from kubernetes import client as k8s
+
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import CallStale, Outcome, TooManyRequestsError
+from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.informer import ClientListWatch, Informer
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from tests.backends import GatedBackend
+
+pytestmark = pytest.mark.timeout(60)
+
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/3 nodes are available",
+}
+CONFIG = DispatcherConfig(
+    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
+    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0, budget=5.0),
+)
+
+
+def condition(pod: Obj | None, ctype: str) -> dict[str, Any] | None:
+    for c in get_path(pod, "status", "conditions") or []:
+        if c.get("type") == ctype:
+            return dict(c)
+    return None
+
+
+def requests(server: InMemoryApiServer) -> list[tuple[str, str]]:
+    return [(r.op, r.outcome) for r in server.request_log]
+
+
+def assert_bound_and_scheduled(server: InMemoryApiServer, name: str = "p1") -> None:
+    stored = server.get_object("Pod", "default", name)
+    assert stored is not None
+    assert get_path(stored, "spec", "nodeName") == "n1"
+    scheduled = condition(stored, "PodScheduled")
+    assert scheduled is not None and scheduled["status"] == "True", scheduled
+
+
+@pytest.fixture
+def server() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+# --------------------------------------------------------------------------- #139602
+
+
+def test_stale_unschedulable_after_own_binding_never_lands(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))  # the scheduler's pre-binding snapshot
+    with Dispatcher(server, CONFIG) as d:
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(10) is Outcome.SUCCESS
+        with pytest.raises(CallStale):
+            d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10)
+    assert_bound_and_scheduled(server)
+    assert requests(server) == [("bind", "ok")]  # nothing was even tried
+
+
+def test_stale_unschedulable_after_out_of_band_binding_never_lands(
+    server: InMemoryApiServer,
+) -> None:
+    pod = server.create(make_pod("p1"))
+    server.bind("default", "p1", uid=pod["metadata"]["uid"], node="n1")  # another scheduler
+    with Dispatcher(server, CONFIG) as d, pytest.raises(CallStale):
+        d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10)
+    assert_bound_and_scheduled(server)
+    # the patch was computed on the stale pod: 409, one GET, then re-validated and dropped
+    assert requests(server) == [("bind", "ok"), ("patch_status", "Conflict"), ("get", "ok")]
+
+
+def test_stale_unschedulable_when_the_informer_already_shows_the_binding(
+    server: InMemoryApiServer,
+) -> None:
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, CONFIG) as d:
+        nominated = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+        assert nominated.result(10) is Outcome.SUCCESS  # the pod is tracked from here on
+        server.bind("default", "p1", uid=pod["metadata"]["uid"], node="n1")
+        bound = server.get_object("Pod", "default", "p1")
+        assert bound is not None
+        d.on_update(bound)  # what an informer delivers
+        with pytest.raises(CallStale):
+            d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10)
+    assert_bound_and_scheduled(server)
+    assert [op for op, _ in requests(server)] == ["patch_status", "bind"]
+
+
+def test_unschedulable_pending_when_the_binding_lands_is_dropped(
+    server: InMemoryApiServer,
+) -> None:
+    """The patch waits behind an in-flight call; the binding lands meanwhile."""
+    pod = server.create(make_pod("p1"))
+    gated = GatedBackend(server, hold="p1")
+    with Dispatcher(gated, CONFIG) as d:
+        nominate = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+        gated.wait_calls(1)  # the nomination is in flight, held
+        patch = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
+        server.bind("default", "p1", uid=pod["metadata"]["uid"], node="n1")
+        gated.gate.set()
+        # the held nomination meets a 409, merges into the waiting patch, and the merged
+        # patch, re-validated on the re-read (bound) pod, is stale
+        assert nominate.result(10) is Outcome.OVERWRITTEN
+        with pytest.raises(CallStale):
+            patch.result(10)
+    assert_bound_and_scheduled(server)
+
+
+def test_stale_unschedulable_over_http_with_the_official_client(
+    server: InMemoryApiServer,
+) -> None:
+    pod = server.create(make_pod("p1"))
+    http = ApiServerHTTP(server).start()
+    backend = KubernetesBackend.for_url(http.url, workers=4, request_timeout=5.0)
+    watch_client = k8s.ApiClient(backend.api_client.configuration)
+    informer = Informer(ClientListWatch(watch_client, "Pod", request_timeout=5.0), name="pods")
+    try:
+        with Dispatcher(backend, CONFIG) as d:
+            informer.attach(d)
+            informer.start()
+            assert informer.wait_for_sync(10)
+            assert d.submit(PodBinding.for_pod(pod, "n1")).result(10) is Outcome.SUCCESS
+            with pytest.raises(CallStale):
+                d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])).result(10)
+            assert informer.stop(timeout=10)
+    finally:
+        informer.stop(timeout=10)
+        watch_client.close()  # type: ignore[no-untyped-call]
+        backend.close()
+        http.stop()
+    assert_bound_and_scheduled(server)
+    assert "patch_status" not in [op for op, _ in requests(server)]
+
+
+def test_unschedulable_for_an_unbound_pod_still_lands(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, CONFIG) as d:
+        patch = PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])
+        assert d.submit(patch).result(10) is Outcome.SUCCESS
+    scheduled = condition(server.get_object("Pod", "default", "p1"), "PodScheduled")
+    assert scheduled is not None and scheduled["status"] == "False"
+
+
+# --------------------------------------------------------------------------- landed binding
+
+
+def test_patch_after_own_binding_rereads_instead_of_walking_into_a_409(
+    server: InMemoryApiServer,
+) -> None:
+    pod = server.create(make_pod("p1"))
+    ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+    with Dispatcher(server, CONFIG) as d:
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(10) is Outcome.SUCCESS
+        assert d.submit(PodStatusPatch.for_pod(pod, conditions=[ready])).result(10) is (
+            Outcome.SUCCESS
+        )
+    assert requests(server) == [("bind", "ok"), ("get", "ok"), ("patch_status", "ok")]
+    stored = server.get_object("Pod", "default", "p1")
+    assert condition(stored, "Ready") == {**ready, "lastTransitionTime": ANY_TIME}
+    assert_bound_and_scheduled(server)
+
+
+class _AnyTime(str):
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.endswith("Z")
+
+    __hash__ = str.__hash__
+
+
+ANY_TIME = _AnyTime("<a timestamp>")
+
+
+# --------------------------------------------------------------------------- preemption
+
+
+class _SnapshotOnDelete(GatedBackend):
+    """Records the pod's DisruptionTarget as the server holds it when each DELETE arrives."""
+
+    def __init__(self, inner: InMemoryApiServer) -> None:
+        super().__init__(inner)
+        self.seen: list[dict[str, Any] | None] = []
+
+    def delete(self, kind: str, namespace: str, name: str, **kwargs: Any) -> None:
+        self.seen.append(
+            condition(self.inner.get_object(kind, namespace, name), "DisruptionTarget")
+        )
+        super().delete(kind, namespace, name, **kwargs)
+
+
+@pytest.mark.parametrize("faults", [("429",), ("timeout",), ("429", "500", "429")])
+def test_retried_preemption_keeps_disruption_target_and_its_time(
+    server: InMemoryApiServer, faults: tuple[str, ...]
+) -> None:
+    """No informer: after a 429, a 5xx or a lost reply on the DELETE, each retry re-reads the
+    pod and sends only the deletion; the condition the first try wrote stays as it was."""
+    pod = server.create(make_pod("victim"))
+    server.script("delete", *faults, name="victim")
+    backend = _SnapshotOnDelete(server)
+    with Dispatcher(backend, CONFIG) as d:
+        assert d.preempt(pod, preemptor="default/vip").result(10) is Outcome.SUCCESS
+    assert server.get_object("Pod", "default", "victim") is None
+    expected = [("patch_status", "ok")]
+    for fault in faults:
+        expected += [("delete", fault), ("get", "ok")]
+    assert requests(server) == [*expected, ("delete", "ok")]
+    first = backend.seen[0]
+    assert first is not None and first["status"] == "True"
+    assert first["lastTransitionTime"].endswith("Z")
+    assert backend.seen == [first] * (len(faults) + 1)  # never rewritten
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def test_tokens_taken_equal_requests_seen_with_conflicts_and_preemptions(
+    server: InMemoryApiServer,
+) -> None:
+    pods = [server.create(make_pod(f"p{i}")) for i in range(20)]
+    victims = [server.create(make_pod(f"v{i}")) for i in range(20)]
+    for p in pods:
+        server.script("patch_status", "409", "409", name=p["metadata"]["name"])
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=10_000.0, burst=10),
+        retry=RetryConfig(base_backoff=0.0, max_backoff=0.0, max_conflict_retries=5),
+    )
+    with Dispatcher(server, config) as d:
+        futs = [d.submit(PodStatusPatch.for_pod(p, conditions=[UNSCHEDULABLE])) for p in pods]
+        futs += [d.preempt(v, preemptor="default/vip") for v in victims]
+        assert {f.result(20) for f in futs} == {Outcome.SUCCESS}
+        stats = d.stats()
+        tokens = d.tokens_taken
+    seen = len(server.request_log)
+    # 20 x (409, get, 409, get, ok) + 20 x (patch, delete)
+    assert seen == 20 * 5 + 20 * 2
+    assert tokens == seen
+    assert stats["sent_total"] == seen
+
+
+# --------------------------------------------------------------------------- supersession
+
+
+@dataclass(frozen=True, slots=True)
+class PodLabelNote(Call):
+    """A user call type on Pod in a higher lane that declares no supersession."""
+
+    call_type: ClassVar[str] = "pod_label_note"
+    kind: ClassVar[str] = "Pod"
+    relevance: ClassVar[int] = 4
+
+    ref: ObjectRef
+    note: str
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        return bool(get_path(obj, "status", "message") == self.note)
+
+    def apply(self, obj: Obj) -> Obj:
+        return with_path(obj, ("status", "message"), self.note)
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ref = self.ref
+        return backend.patch_status(
+            "Pod",
+            ref.namespace,
+            ref.name,
+            {"status": {"message": self.note}},
+            uid=ref.uid,
+            resource_version=None,
+        )
+
+
+def test_a_call_of_another_type_queues_behind_a_pending_binding(
+    server: InMemoryApiServer,
+) -> None:
+    call_types = default_call_types()
+    call_types.register(PodLabelNote)
+    blocker = server.create(make_pod("p1"))
+    gated = GatedBackend(server, hold="p1")
+    with Dispatcher(gated, CONFIG, call_types=call_types) as d:
+        first = d.submit(PodStatusPatch.for_pod(blocker, nominated_node_name="n1"))
+        gated.wait_calls(1)  # in flight and held: what follows is pending
+        binding = d.submit(PodBinding.for_pod(blocker, "n1"))
+        note = d.submit(PodLabelNote(ObjectRef.of(blocker, "Pod"), "hello", basis=blocker))
+        gated.gate.set()
+        assert first.result(10) is Outcome.SUCCESS
+        assert binding.result(10) is Outcome.SUCCESS
+        assert note.result(10) is Outcome.SUCCESS
+    assert_bound_and_scheduled(server)
+    stored = server.get_object("Pod", "default", "p1")
+    assert get_path(stored, "status", "message") == "hello"
+    ops = [op for op, _ in gated.calls]
+    assert ops.index("bind") < len(ops) - 1  # the binding went first, then the note
+
+
+def test_binding_supersedes_a_pending_status_patch(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))
+    gated = GatedBackend(server, hold="p1")
+    with Dispatcher(gated, CONFIG) as d:
+        first = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+        gated.wait_calls(1)
+        patch = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
+        binding = d.submit(PodBinding.for_pod(pod, "n1"))
+        late = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
+        gated.gate.set()
+        assert first.result(10) is Outcome.SUCCESS
+        assert patch.result(10) is Outcome.OVERWRITTEN
+        assert late.result(10) is Outcome.SKIPPED
+        assert binding.result(10) is Outcome.SUCCESS
+    assert_bound_and_scheduled(server)
+
+
+# --------------------------------------------------------------------------- one GET per 409
+
+
+def test_one_get_per_binding_conflict(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))
+    server.script("bind", "409", name="p1")
+    with Dispatcher(server, CONFIG) as d:
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(10) is Outcome.SUCCESS
+    assert requests(server) == [("bind", "409"), ("get", "ok"), ("bind", "ok")]
+
+
+def test_binding_whose_lost_reply_landed_is_success_after_one_get(
+    server: InMemoryApiServer,
+) -> None:
+    pod = server.create(make_pod("p1"))
+    server.script("bind", "apply_then_fail", name="p1")
+    with Dispatcher(server, CONFIG) as d:
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(10) is Outcome.SUCCESS
+    assert requests(server) == [("bind", "apply_then_fail"), ("bind", "Conflict"), ("get", "ok")]
+    assert_bound_and_scheduled(server)
+
+
+def test_retry_after_on_429_is_honoured_per_object(server: InMemoryApiServer) -> None:
+    """A 429 with Retry-After delays only its object; the others go on."""
+    slow = server.create(make_pod("slow"))
+    others = [server.create(make_pod(f"p{i}")) for i in range(5)]
+    server.script("bind", TooManyRequestsError("slow down", retry_after=0.5), name="slow")
+    with Dispatcher(server, CONFIG) as d:
+        held = d.submit(PodBinding.for_pod(slow, "n1"))
+        assert all(
+            d.submit(PodBinding.for_pod(p, "n1")).result(10) is Outcome.SUCCESS for p in others
+        )
+        assert held.result(10) is Outcome.SUCCESS
+    log = server.request_log
+    first, retry = [r.t for r in log if r.name == "slow"]
+    assert retry - first >= 0.5
+    assert all(r.t < retry for r in log if r.name != "slow")

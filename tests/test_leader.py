@@ -1,0 +1,413 @@
+"""Leader election: the Lease store, the elector on a fake clock, and the dispatcher fence.
+
+Clock-driven behaviour is tested by calling :meth:`LeaseElector.step` and
+:meth:`LeaseElector.check_deadline` with a fake monotonic clock (no threads, no sleeps). The
+fence is tested end to end on a dispatcher whose backend holds a request in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.leaderelection import electionconfig as _electionconfig
+from kubernetes.leaderelection import leaderelection as _leaderelection
+from kubernetes.leaderelection.resourcelock import leaselock as _leaselock
+from prometheus_client import CollectorRegistry
+
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    InvalidConfigError,
+    LeadershipLost,
+    NotFoundError,
+    Outcome,
+)
+from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.leader import (
+    ClientLeaseClient,
+    ElectionConfig,
+    LeaseElector,
+    MemoryLeaseClient,
+)
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from tests.backends import GatedBackend
+
+# the official election package is untyped
+electionconfig: Any = _electionconfig
+leaderelection: Any = _leaderelection
+LeaseLock: Any = _leaselock.LeaseLock
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease_body(holder: str = "a", rv: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "sched"}
+    if rv is not None:
+        meta["resourceVersion"] = rv
+    return {"metadata": meta, "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15}}
+
+
+# --------------------------------------------------------------------------- the Lease store
+
+
+def test_lease_store_optimistic_concurrency() -> None:
+    server = InMemoryApiServer()
+    leases = server.leases
+    created = leases.create("kube-system", lease_body("a"))
+    rv = created["metadata"]["resourceVersion"]
+    assert created["apiVersion"] == "coordination.k8s.io/v1"
+    with pytest.raises(AlreadyExistsError):
+        leases.create("kube-system", lease_body("b"))
+    updated = leases.update("kube-system", "sched", lease_body("b", rv))
+    assert updated["spec"]["holderIdentity"] == "b"
+    with pytest.raises(ConflictError):  # the old resourceVersion lost the race
+        leases.update("kube-system", "sched", lease_body("c", rv))
+    assert leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "b"
+    patched = leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "d"}})
+    assert patched["spec"] == {"holderIdentity": "d", "leaseDurationSeconds": 15}
+    with pytest.raises(ConflictError):
+        leases.patch("kube-system", "sched", {"metadata": {"resourceVersion": rv}})
+    items, _ = leases.list("kube-system")
+    assert [i["metadata"]["name"] for i in items] == ["sched"]
+    with pytest.raises(ConflictError):
+        leases.delete("kube-system", "sched", resource_version=rv)
+    leases.delete("kube-system", "sched")
+    with pytest.raises(NotFoundError):
+        leases.get("kube-system", "sched")
+    assert [w.op for w in leases.writes] == ["create", "update", "patch", "delete"]
+
+
+def test_lease_store_rejects_bad_specs() -> None:
+    leases = InMemoryApiServer().leases
+    bad = lease_body()
+    bad["spec"]["leaseDurationSeconds"] = "15"
+    with pytest.raises(Exception, match="leaseDurationSeconds"):
+        leases.create("default", bad)
+    with pytest.raises(NotFoundError):
+        leases.update("default", "sched", lease_body())
+
+
+@pytest.fixture
+def http() -> Iterator[ApiServerHTTP]:
+    with ApiServerHTTP(InMemoryApiServer()) as srv:
+        yield srv
+
+
+def _client(url: str, agent: str = "test") -> k8s.ApiClient:
+    api = k8s.ApiClient(k8s.Configuration(host=url))
+    api.user_agent = agent
+    return api
+
+
+def test_coordination_api_over_http(http: ApiServerHTTP) -> None:
+    """The official client's CoordinationV1Api: create, read, replace (409 on a stale
+    resourceVersion), patch, list, delete."""
+    with _client(http.url, "writer-1") as api:
+        coord: Any = k8s.CoordinationV1Api(api)
+        spec = k8s.V1LeaseSpec(holder_identity="x", lease_duration_seconds=5)
+        lease = coord.create_namespaced_lease(
+            "default", k8s.V1Lease(metadata=k8s.V1ObjectMeta(name="l"), spec=spec)
+        )
+        lease.spec.holder_identity = "y"
+        assert coord.replace_namespaced_lease("l", "default", lease).spec.holder_identity == "y"
+        with pytest.raises(k8s.ApiException) as err:
+            coord.replace_namespaced_lease("l", "default", lease)
+        assert err.value.status == 409
+        patched = coord.patch_namespaced_lease("l", "default", {"spec": {"holderIdentity": "z"}})
+        assert patched.spec.holder_identity == "z"
+        assert len(coord.list_lease_for_all_namespaces().items) == 1
+        coord.delete_namespaced_lease("l", "default")
+        with pytest.raises(k8s.ApiException) as err:
+            coord.read_namespaced_lease("l", "default")
+        assert err.value.status == 404
+    assert {w.writer for w in http.server.leases.writes} == {"writer-1"}
+
+
+def test_official_leaderelection_and_this_elector_exclude_each_other(http: ApiServerHTTP) -> None:
+    """``kubernetes.leaderelection`` works over the REST paths, and a lease held by it keeps
+    this elector out (and the other way round): same protocol, same Lease fields."""
+    with _client(http.url) as api:
+        lock = LeaseLock("sched", "kube-system", "official")
+        lock.api_instance = k8s.CoordinationV1Api(api)  # LeaseLock offers no ApiClient argument
+        official = leaderelection.LeaderElection(
+            electionconfig.Config(lock, 15, 10, 2, lambda: None, None)
+        )
+        assert official.try_acquire_or_renew()
+        ours = LeaseElector(ClientLeaseClient(api), ElectionConfig("sched", identity="ours"))
+        ours.step()
+        assert not ours.is_leader
+        # once the official holder stops renewing, a later observation lets us in
+        lease = http.server.leases.get("kube-system", "sched")
+        assert lease["spec"]["holderIdentity"] == "official"
+
+    server = InMemoryApiServer()
+    with ApiServerHTTP(server) as srv2, _client(srv2.url) as api2:
+        ours2 = LeaseElector(ClientLeaseClient(api2), ElectionConfig("sched", identity="ours"))
+        ours2.step()
+        assert ours2.is_leader
+        lock2 = LeaseLock("sched", "kube-system", "official")
+        lock2.api_instance = k8s.CoordinationV1Api(api2)
+        official2 = leaderelection.LeaderElection(
+            electionconfig.Config(lock2, 15, 10, 2, lambda: None, None)
+        )
+        assert not official2.try_acquire_or_renew()
+        assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "ours"
+
+
+# --------------------------------------------------------------------------- the elector
+
+
+def _elector(
+    server: InMemoryApiServer, identity: str, clock: FakeClock, **kw: Any
+) -> tuple[LeaseElector, list[LeadershipLost]]:
+    lost: list[LeadershipLost] = []
+    cfg = ElectionConfig(
+        "sched", identity=identity, lease_duration=15, renew_deadline=10, retry_period=2
+    )
+    elector = LeaseElector(
+        MemoryLeaseClient(server, writer=identity),
+        cfg,
+        on_lost=lost.append,
+        clock=clock,
+        metrics_registry=kw.get("registry"),
+    )
+    return elector, lost
+
+
+def test_config_is_checked() -> None:
+    with pytest.raises(InvalidConfigError):
+        ElectionConfig("s", identity="a", lease_duration=10, renew_deadline=10)
+    with pytest.raises(InvalidConfigError):
+        ElectionConfig("s", identity="a", renew_deadline=2, retry_period=2)
+    with pytest.raises(InvalidConfigError):
+        ElectionConfig("s", identity="")
+    d = ElectionConfig("s", identity="a")
+    assert (d.lease_duration, d.renew_deadline, d.retry_period) == (15, 10, 2)
+
+
+def test_gate_closes_at_renew_deadline_from_the_last_successful_renew() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    registry = CollectorRegistry()
+    a, lost = _elector(server, "a", clock, registry=registry)
+    a.step()
+    assert a.is_leader and a.may_send()
+    assert registry.get_sample_value("kdispatch_leader_is_leader", {"lease": "sched"}) == 1
+    clock.now += 2
+    a.step()  # renewed at t=1002: the deadline is 1012
+    server.leases.patch("kube-system", "sched", {"spec": {"leaseTransitions": 0}})
+    clock.now = 1011.999
+    assert a.may_send() and not lost
+    clock.now = 1012.0
+    assert not a.may_send()  # the gate itself notices the deadline
+    assert len(lost) == 1 and isinstance(lost[0], LeadershipLost)
+    assert a.check_deadline() and len(lost) == 1  # on_lost ran exactly once
+    a.step()  # a lost elector never campaigns again
+    assert not a.is_leader
+    assert registry.get_sample_value("kdispatch_leader_is_leader", {"lease": "sched"}) == 0
+    assert (
+        registry.get_sample_value(
+            "kdispatch_leader_transitions_total", {"lease": "sched", "to": "follower"}
+        )
+        == 1
+    )
+
+
+def test_failed_renewals_lose_leadership_at_the_deadline() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, lost = _elector(server, "a", clock)
+    a.step()
+
+    def unreachable(*_a: Any, **_k: Any) -> Any:
+        from kdispatch.actors.errors import ApiConnectionError
+
+        raise ApiConnectionError("down")
+
+    a._client.get = unreachable  # type: ignore[method-assign]
+    for _ in range(4):
+        clock.now += 2
+        a.step()
+        assert a.is_leader, "renewals may fail until the deadline"
+    clock.now += 2  # t0 + 10
+    a.step()
+    assert not a.is_leader and len(lost) == 1
+
+
+def test_follower_waits_a_full_lease_duration_after_observing_the_record() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    b, _ = _elector(server, "b", clock)
+    a.step()
+    b.step()  # observes a's record at t=1000
+    assert not b.is_leader
+    clock.now += 14.9
+    b.step()
+    assert not b.is_leader
+    clock.now = 1015.0
+    b.step()
+    assert b.is_leader
+    lease = server.leases.get("kube-system", "sched")
+    assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+    # the old leader's gate closed at 1010, before b could take over at 1015
+    assert not a.may_send()
+
+
+def test_a_renewal_restarts_the_followers_timer() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    b, _ = _elector(server, "b", clock)
+    a.step()
+    b.step()
+    clock.now += 8
+    a.step()
+    b.step()  # sees the renewed record at 1008
+    clock.now = 1020
+    b.step()
+    assert not b.is_leader
+    clock.now = 1023
+    b.step()
+    assert b.is_leader
+
+
+def test_leader_that_sees_another_holder_loses_at_once() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, lost = _elector(server, "a", clock)
+    a.step()
+    server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "intruder"}})
+    clock.now += 2
+    a.step()
+    assert not a.is_leader and "intruder" in str(lost[0])
+
+
+def test_release_hands_over_at_the_next_retry() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, lost = _elector(server, "a", clock)
+    b, _ = _elector(server, "b", clock)
+    a.step()
+    b.step()
+    assert a.release()
+    assert not a.may_send() and not lost  # a graceful release is not a loss
+    clock.now += 2
+    b.step()
+    assert b.is_leader
+    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "b"
+
+
+def test_two_candidates_racing_for_a_free_lease_one_wins() -> None:
+    """Both saw no lease; the second create gets 409 and the loser stays a follower; a stale
+    update (an old resourceVersion) gets 409 as well."""
+    server, clock, b_clock = InMemoryApiServer(), FakeClock(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    b, _ = _elector(server, "b", b_clock)
+    real_get = b._client.get
+    b._client.get = lambda *_a, **_k: None  # type: ignore[method-assign]
+    a.step()
+    b.step()  # b believes the lease is free and tries to create it
+    assert a.is_leader and not b.is_leader
+    b._client.get = real_get  # type: ignore[method-assign]
+    stale = server.leases.get("kube-system", "sched")
+    clock.now += 2
+    a.step()  # a renews: the resourceVersion b would send is now stale
+    b._client.get = lambda *_a, **_k: stale  # type: ignore[method-assign]
+    b.step()  # b observes the (stale) record
+    b_clock.now += 100  # on b's clock it looks expired; its update carries the old version
+    b.step()
+    assert a.is_leader and not b.is_leader
+    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "a"
+    assert {w.writer for w in server.leases.writes} == {"a"}
+
+
+def test_threads_start_and_stop_cleanly() -> None:
+    server = InMemoryApiServer()
+    cfg = ElectionConfig(
+        "sched", identity="a", lease_duration=1.5, renew_deadline=1.0, retry_period=0.2
+    )
+    elector = LeaseElector(MemoryLeaseClient(server), cfg).start()
+    assert elector.wait_for_leadership(5.0)
+    assert elector.stop(release=True)
+    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == ""
+
+
+# --------------------------------------------------------------------------- the fence
+
+
+def _dispatcher(backend: Any, gate: Any) -> Dispatcher:
+    cfg = DispatcherConfig(executor=ExecutorConfig(workers=1))
+    return Dispatcher(backend, cfg, metrics_registry=CollectorRegistry(), send_gate=gate).start()
+
+
+def test_revoke_resolves_pending_calls_and_stops_intake() -> None:
+    server = InMemoryApiServer()
+    pods = [server.create(make_pod(f"p{i}")) for i in range(3)]
+    server.create({"kind": "Node", "metadata": {"name": "n1"}})
+    backend = GatedBackend(server, hold="p0")
+    d = _dispatcher(backend, lambda: True)
+    try:
+        futures = [d.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+        backend.wait_calls(1)  # p0 is on the wire, the others wait behind the one worker
+        d.revoke(LeadershipLost("lease lost"))
+        for f in futures[1:]:
+            assert isinstance(f.exception(timeout=10), LeadershipLost)
+        with pytest.raises(LeadershipLost):
+            d.submit(PodBinding.for_pod(pods[1], "n1"))
+        backend.gate.set()  # the request on the wire finishes and reports its real result
+        assert futures[0].result(timeout=10) is Outcome.SUCCESS
+    finally:
+        backend.gate.set()
+        d.stop(timeout=10)
+    bound = [p["metadata"]["name"] for p in server.list("Pod")[0] if p["spec"].get("nodeName")]
+    assert bound == ["p0"]  # only the request already on the wire landed
+
+
+def test_closed_gate_sends_nothing_and_resolves_leadership_lost() -> None:
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p"))
+    open_ = [True]
+    d = _dispatcher(server, lambda: open_[0])
+    try:
+        open_[0] = False
+        future = d.submit(PodBinding.for_pod(pod, "n1"))
+        err = future.exception(timeout=10)
+        assert isinstance(err, LeadershipLost)  # refused before it was sent
+        d.revoke(LeadershipLost("deadline"))
+        with pytest.raises(LeadershipLost):
+            d.submit(PodBinding.for_pod(pod, "n1"))
+    finally:
+        d.stop(timeout=10)
+    assert server.counts()["bind"] == 0
+    assert [r for r in server.request_log if r.op == "bind"] == []
+
+
+def test_elector_gate_on_a_dispatcher_sends_nothing_after_the_deadline() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    pods = [server.create(make_pod(f"p{i}")) for i in range(2)]
+    elector, lost = _elector(server, "a", clock)
+    d = _dispatcher(server, elector.may_send)
+    try:
+
+        def on_lost(err: LeadershipLost) -> None:
+            lost.append(err)
+            d.revoke(err)
+
+        elector._on_lost = on_lost
+        elector.step()
+        assert d.submit(PodBinding.for_pod(pods[0], "n1")).result(timeout=10).value == "success"
+        clock.now += 10  # the deadline passes without a renew
+        future = d.submit(PodBinding.for_pod(pods[1], "n1"))
+        assert isinstance(future.exception(timeout=10), LeadershipLost)
+        assert len(lost) == 1
+    finally:
+        d.stop(timeout=10)
+    binds = [r.name for r in server.request_log if r.op == "bind"]
+    assert binds == ["p0"]

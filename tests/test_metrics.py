@@ -1,0 +1,129 @@
+"""Metrics: upstream label values, the prefix option, one dispatcher per registry at a time."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import InvalidConfigError
+from kdispatch.actors.metrics import Metrics, MetricsRegistryInUse
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from tests.factories import cond
+
+pytestmark = pytest.mark.timeout(60)
+
+FAST = DispatcherConfig(
+    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
+    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
+)
+
+
+def test_result_is_success_or_error_and_the_finer_outcome_has_its_own_label() -> None:
+    server = InMemoryApiServer()
+    registry = CollectorRegistry()
+    pod = server.create(make_pod("p1"))
+    server.script("patch_status", "500")  # one retryable failure, then success
+    with Dispatcher(server, FAST, metrics_registry=registry) as d:
+        d.submit(PodStatusPatch.for_pod(pod, conditions=[cond()])).result(timeout=10)
+    samples = {
+        (s.labels["result"], s.labels["outcome"]): s.value
+        for family in registry.collect()
+        if family.name == "scheduler_async_api_call_execution"
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+    assert samples == {("error", "retry"): 1.0, ("success", "success"): 1.0}
+    results = {
+        s.labels["result"]
+        for family in registry.collect()
+        if family.name == "scheduler_async_api_call_execution_duration_seconds"
+        for s in family.samples
+    }
+    assert results == {"success", "error"}
+
+
+def test_prefix_renames_the_upstream_metrics_only() -> None:
+    server = InMemoryApiServer()
+    registry = CollectorRegistry()
+    pod = server.create(make_pod("p1"))
+    config = DispatcherConfig(rate_limit=FAST.rate_limit, metrics_prefix="quota_controller")
+    with Dispatcher(server, config, metrics_registry=registry) as d:
+        d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
+        assert d.stats()["sent"] == {"pod_binding": 1}
+    names = {family.name for family in registry.collect()}
+    assert {
+        "quota_controller_pending_async_api_calls",
+        "quota_controller_async_api_call_execution",
+        "quota_controller_async_api_call_execution_duration_seconds",
+        "kdispatch_call_outcomes",
+    } <= names
+    assert not any(name.startswith("scheduler_") for name in names)
+    assert (
+        registry.get_sample_value(
+            "quota_controller_async_api_call_execution_total",
+            {"call_type": "pod_binding", "result": "success", "outcome": "success"},
+        )
+        == 1
+    )
+
+
+@pytest.mark.parametrize("prefix", ["", "has space", "9lives", "trailing_", 7, None])
+def test_bad_prefix_is_a_config_error(prefix: object) -> None:
+    with pytest.raises(InvalidConfigError, match="metrics_prefix"):
+        DispatcherConfig(metrics_prefix=prefix)  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError):
+        Metrics(prefix=prefix)  # type: ignore[arg-type]
+
+
+def test_a_second_running_dispatcher_on_one_registry_is_refused() -> None:
+    registry = CollectorRegistry()
+    server = InMemoryApiServer()
+    with (
+        Dispatcher(server, FAST, metrics_registry=registry),
+        pytest.raises(MetricsRegistryInUse, match="not been stopped"),
+    ):
+        Dispatcher(server, FAST, metrics_registry=registry)
+
+
+def test_after_stop_a_new_dispatcher_takes_the_registry_over() -> None:
+    registry = CollectorRegistry()
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, FAST, metrics_registry=registry) as first:
+        first.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
+    key = {"call_type": "pod_binding", "result": "success", "outcome": "success"}
+    name = "scheduler_async_api_call_execution_total"
+    assert registry.get_sample_value(name, key) == 1  # still readable after stop
+    second = Dispatcher(server, FAST, metrics_registry=registry)
+    assert registry.get_sample_value(name, key) is None  # the new dispatcher counts from zero
+    assert first.stats()["sent"] == {"pod_binding": 1}  # the stopped one keeps its figures
+    assert second.stats()["sent"] == {}
+    second.stop()
+
+
+def test_foreign_collectors_of_the_same_name_leave_nothing_half_registered() -> None:
+    registry = CollectorRegistry()
+    Counter("kdispatch_retries", "someone else's", registry=registry)
+    before = {family.name for family in registry.collect()}
+    with pytest.raises(MetricsRegistryInUse, match="conflict"):
+        Metrics(registry)
+    assert {family.name for family in registry.collect()} == before
+
+
+def test_bad_registry_is_a_config_error() -> None:
+    with pytest.raises(InvalidConfigError, match="CollectorRegistry"):
+        Metrics("REGISTRY")  # type: ignore[arg-type]
+
+
+def test_labelled_children_are_cached() -> None:
+    m = Metrics()
+    m.outcome("pod_binding", "success")
+    m.outcome("pod_binding", "success")
+    first = m._child(m.outcomes, "pod_binding", "success")
+    assert m._child(m.outcomes, "pod_binding", "success") is first
+    assert m.value("kdispatch_call_outcomes_total", call_type="pod_binding", outcome="success") == 2
