@@ -36,6 +36,7 @@ from .errors import (
     Outcome,
 )
 from .executor import Executor
+from .gctuning import GcTuner
 from .messages import CallFuture, Cancel, Close, Deleted, Observed, Revoke, Submit, View
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
@@ -123,6 +124,7 @@ class Dispatcher:
         self._revoked: DispatcherClosed | None = None
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
+        self._gc = GcTuner(config.runtime)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,7 +140,15 @@ class Dispatcher:
             target=self._reap_loop, name="kdispatch-reaper", daemon=True
         )
         self._reaper.start()
+        self._gc.start()
         return self
+
+    def freeze_gc(self) -> None:
+        """Any thread. Take every object alive now out of the cyclic collector's scans: collect
+        the young generations, then ``gc.freeze()`` (process-wide). Call it after warm-up (the
+        informers synced, the first wave of calls submitted); ``RuntimeConfig.gc_freeze`` does it
+        at start and then periodically. ``stop()`` unfreezes."""
+        self._gc.freeze()
 
     def __enter__(self) -> Self:
         return self.start() if not self._started else self
@@ -181,6 +191,7 @@ class Dispatcher:
         self._executor.stop(timeout=max(0.1, deadline - time.monotonic()) + 30.0)
         self._pool.stop(timeout=max(0.1, deadline - time.monotonic()))
         self.metrics.release()  # the registry may now take another dispatcher's metrics
+        self._gc.stop()
         logger.debug("dispatcher stopped (drained={})", drained)
         return drained
 

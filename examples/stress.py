@@ -22,6 +22,10 @@ At the end, after ``Dispatcher.stop`` drained everything, it checks:
 * no pod was bound twice (the apiserver's request log and the informer's view of each pod);
 * no object actor, pooled actor, pykka actor or thread is left after stop.
 
+It also reports the longest single ``submit()`` and the longest full (generation 2) garbage
+collection while calls were being submitted (``--gc-freeze`` turns on
+``RuntimeConfig.gc_freeze``).
+
 Pure orchestration on the caller's thread plus the churn threads; exit status 0 when every check
 passed.
 """
@@ -47,6 +51,7 @@ import pykka
 from prometheus_client import CollectorRegistry
 
 from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
+from examples.gcwatch import GcWatch
 from examples.scheduler.claims import allocated_device, allocation_for, reserved_uids
 from kdispatch.actors.calls import Call
 from kdispatch.actors.claim_calls import ClaimStatusPatch
@@ -55,6 +60,7 @@ from kdispatch.actors.config import (
     ExecutorConfig,
     RateLimitConfig,
     RetryConfig,
+    RuntimeConfig,
 )
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
@@ -91,6 +97,9 @@ class StressConfig:
     workers: int = 16
     seed: int = 1
     drain_timeout: float = 60.0
+    gc_freeze: bool = False
+    """The dispatcher's ``RuntimeConfig.gc_freeze``, plus one ``freeze_gc()`` once every object
+    has a live actor."""
 
     def __post_init__(self) -> None:
         check_counts(self, "objects", "threads", "workers")
@@ -143,6 +152,11 @@ class StressResult:
     leaked_actors: int = 0
     leaked_pooled_actors: int = 0
     leaked_threads: list[str] = field(default_factory=list)
+    max_submit_ms: float = 0.0
+    """The longest single ``Dispatcher.submit()`` of the run (touch and churn)."""
+    gc_full_collections: int = 0
+    gc_full_max_ms: float = 0.0
+    """The longest full (generation 2) collection while calls were submitted."""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -174,16 +188,21 @@ class _Recorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.intents: list[Intent] = []
+        self.max_submit = 0.0
 
     def submit(
         self, dispatcher: Dispatcher, call: Call, uid: str, values: dict[str, Any]
     ) -> Intent | None:
-        """Churn thread. Submit ``call``; record it (None once the dispatcher is closed)."""
+        """Churn thread. Submit ``call`` (timed); record it (None once the dispatcher is
+        closed)."""
+        t0 = time.perf_counter()
         try:
             fut = dispatcher.submit(call)
         except DispatcherClosed:
             return None
+        took = time.perf_counter() - t0
         with self._lock:
+            self.max_submit = max(self.max_submit, took)
             intent = Intent(len(self.intents), call.call_type, uid, values, fut)
             self.intents.append(intent)
 
@@ -373,6 +392,7 @@ def _setup(cfg: StressConfig) -> tuple[_Env, list[_Obj]]:
             rate_limit=RateLimitConfig(qps=math.inf),
             executor=ExecutorConfig(workers=cfg.workers),
             retry=RetryConfig(max_attempts=12, max_backoff=0.5),
+            runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
         ),
         metrics_registry=CollectorRegistry(),
     )
@@ -505,8 +525,11 @@ def run_stress(cfg: StressConfig, *, stream: Any = None) -> StressResult:
         inf.start()
         inf.wait_for_sync(60.0)
     say(f"{len(objs)} objects created; touching every one")
+    gc_watch = GcWatch().install()
     _touch_all(env, objs)
     result.peak_live_actors = env.dispatcher.live_actors
+    if cfg.gc_freeze:
+        env.dispatcher.freeze_gc()
     stop = threading.Event()
     shards = [objs[i :: cfg.threads] for i in range(cfg.threads)]
     churners = [_Churner(i, shard, env, stop) for i, shard in enumerate(shards) if shard]
@@ -519,6 +542,10 @@ def run_stress(cfg: StressConfig, *, stream: Any = None) -> StressResult:
     for c in churners:
         c.join()
     result.churn_seconds = round(time.monotonic() - started, 3)
+    gc_watch.uninstall()
+    full = gc_watch.summary()["gen2"]
+    result.gc_full_collections, result.gc_full_max_ms = full["collections"], full["max_ms"]
+    result.max_submit_ms = round(env.recorder.max_submit * 1000, 3)
     result.peak_live_actors = max(result.peak_live_actors, env.dispatcher.live_actors)
     say(f"{len(env.recorder.intents)} calls submitted; draining")
     started = time.monotonic()
@@ -576,6 +603,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--latency-ms", type=float, default=d.latency_ms)
     p.add_argument("--workers", type=int, default=d.workers)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument(
+        "--gc-freeze", action="store_true", help="the dispatcher's RuntimeConfig.gc_freeze"
+    )
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
@@ -588,6 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             latency_ms=args.latency_ms,
             workers=args.workers,
             seed=args.seed,
+            gc_freeze=args.gc_freeze,
         )
     except InvalidInputError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -605,6 +636,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "external_updates",
         "external_deletes",
         "churn_seconds",
+        "max_submit_ms",
+        "gc_full_collections",
+        "gc_full_max_ms",
         "drain_seconds",
         "drained",
         "unresolved",

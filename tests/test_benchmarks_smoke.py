@@ -141,3 +141,48 @@ def test_transport_benchmark_writes_its_figures(tmp_path: Path) -> None:
             assert mode[name]["calls_per_s"]["median"] > 0
             assert mode[name]["cpu_us_per_call"]["median"] > 0
     assert [run["sequential"]["lean"]["calls"] for run in data["runs"]] == [16]
+
+
+@pytest.mark.timeout(30)
+def test_gc_pauses_measures_pending_actors_and_summarises_by_round() -> None:
+    from benchmarks.gc_pauses import markdown, measure, summarise
+
+    runs = []
+    for i, variant in enumerate(("default", "gc_freeze", "default", "gc_freeze")):
+        r = measure(200, variant)
+        r["round"] = i // 2
+        runs.append(r)
+    for r in runs:
+        assert r["live_actors"] == 200  # one actor per pod, each with its pending call
+        assert r["fill"]["submits"] == r["steady"]["submits"] == 200
+    summary = summarise(runs)
+    freeze = summary["200"]["gc_freeze"]
+    assert freeze["steady_max_submit_ms"]["min"] <= freeze["steady_max_submit_ms"]["max"]
+    assert len(freeze["steady_max_submit_vs_default"]) == 3  # median, min, max of 2 rounds
+    assert "| 200 | gc_freeze |" in markdown(summary)
+
+
+def test_scheduler_benchmark_ratios_are_taken_within_a_round() -> None:
+    from benchmarks.scheduler import evaluate
+
+    def fig(pps: float, **extra: Any) -> dict[str, Any]:
+        return {"pods_per_s": pps, "duplicate_bindings": 0, "lost_intents": 0, **extra}
+
+    def round_(fast: float, prekep: float) -> dict[str, dict[str, Any]]:
+        loop = {"p50": 50.0, "p99": 900.0}
+        return {
+            "async_latency10": fig(fast, loop_submit_us=loop),
+            "async_latency0": fig(fast),
+            "prekep_latency10": fig(prekep),
+            "allblocking_latency10": fig(fast / 10),
+            "async_gcfreeze_latency10": fig(fast),
+            "async_qps100": fig(1.0, qps_budget_used=0.99),
+        }
+
+    ratios, targets = evaluate([round_(100, 50), round_(300, 100), round_(200, 200)])
+    assert ratios["async_vs_prekep_latency10"]["rounds"] == [2.0, 3.0, 1.0]
+    assert ratios["async_vs_prekep_latency10"]["median"] == 2.0
+    assert targets["async_vs_prekep_latency10"]["met"] is None  # reported, no target
+    assert targets["async_vs_allblocking_latency10"]["met"] is True
+    assert targets["loop_submit_p99_us"]["met"] is True
+    assert targets["all_runs_clean"]["met"] is True

@@ -1,4 +1,5 @@
-"""The scheduler example: its parts one by one, then whole runs (async, --sync, real client).
+"""The scheduler example: its parts one by one, then whole runs (async, --pre-kep,
+--all-blocking, real client).
 
 Runs are small (tens of nodes, a few hundred pods, millisecond latency) and end on their own;
 they verify themselves against the apiserver's final state, and these tests check that
@@ -480,16 +481,41 @@ def test_async_run_with_preemption_claims_and_faults(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(90)
-def test_cli_sync_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "sync.json"
-    args = ["--nodes", "10", "--pods", "80", "--sync", "--latency-ms", "0", "--fill", "0.8"]
+def test_cli_all_blocking_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "blocking.json"
+    args = ["--nodes", "10", "--pods", "80", "--all-blocking", "--latency-ms", "0", "--fill", "0.8"]
     assert main([*args, "--json", str(path), "--no-progress"]) == 0
     fig = json.loads(path.read_text())
     _check_clean(fig)
-    assert fig["mode"] == "sync"
+    assert fig["mode"] == "all-blocking"
     assert fig["calls_merged"] == 0  # nothing to merge when every call blocks
     out = capsys.readouterr().out
     assert "pods bound" in out and "lost intents" in out
+
+
+@pytest.mark.timeout(90)
+def test_cli_pre_kep_run_reports_requests_and_the_scheduling_loop(tmp_path: Path) -> None:
+    path = tmp_path / "prekep.json"
+    args = ["--nodes", "10", "--pods", "80", "--pre-kep", "--binding-threads", "3"]
+    args += ["--latency-ms", "1", "--fill", "0.8", "--claim-share", "0.05"]
+    assert main([*args, "--json", str(path), "--no-progress"]) == 0
+    fig = json.loads(path.read_text())
+    _check_clean(fig)
+    assert fig["mode"] == "pre-kep" and fig["binding_threads"] == 3
+    assert fig["pods_bound"] + fig["pods_unschedulable"] + fig["pods_preempted"] == 80
+    # requests are the apiserver's count, by op, not the layer's call attempts
+    assert fig["requests"] == sum(fig["requests_by_op"].values())
+    assert fig["requests_by_op"]["bind"] >= fig["pods_bound"]
+    loop = fig["loop_submit_us"]
+    assert loop["samples"] > 0 and loop["p50"] <= loop["p99"] <= loop["max"]
+    assert set(fig["gc_pauses"]) == {"gen0", "gen1", "gen2"}
+
+
+def test_run_config_rejects_unknown_api_modes() -> None:
+    with pytest.raises(InvalidInputError):
+        RunConfig(api="sync")
+    with pytest.raises(InvalidInputError):
+        RunConfig(api="pre-kep", binding_threads=0)
 
 
 @pytest.mark.timeout(90)

@@ -5,7 +5,9 @@ seconds, with a shared client limit of ``w4_qps`` (burst 100):
 
 * ``w4_unschedulable`` pods fail their first attempt in the first second, then are retried each
   time their backoff expires (``w4_backoff_initial`` doubling up to ``w4_backoff_max``); every
-  attempt submits a status patch with a new message (``PodScheduled=False``, attempt number);
+  attempt submits the same ``PodScheduled=False`` status patch with the same message, as a real
+  scheduler repeats it for a pod whose situation did not change (so a contender that drops
+  no-op patches can drop the repeats once the first one landed);
 * ``w4_arrivals_per_s`` new schedulable pods arrive per second — one in each
   ``1 / w4_arrivals_per_s`` slot, at a seeded random instant within it, so arrivals keep the
   rate without locking onto the token bucket's rhythm — each bound at once to one of
@@ -14,7 +16,8 @@ seconds, with a shared client limit of ``w4_qps`` (burst 100):
 An informer feeds every pod update to the contender. After ``w4_seconds`` the scheduler stops
 (a scheduler that fell behind leaves the pods it did not reach undecided); bindings still
 outstanding get ``w4_drain`` more seconds to finish, after which their waits are counted as they
-stand (a lower bound, flagged ``binding_unfinished``).
+stand: such waits are censored (the true wait is longer), counted in ``binding_unfinished``, and
+make that contender's percentiles lower bounds.
 
 Figures: binding wait p50/p99 (from the bind decision to the binding's completion), arrival to
 bound (for the blocking contender the decision itself is late), pods bound per second, the
@@ -119,7 +122,7 @@ class _Scheduler:
     def _retry(self, due: float, index: int, attempt: int) -> None:
         p = self.p
         n = len(self.nodes)
-        cond = unschedulable(f"0/{n} nodes are available: attempt {attempt}, {n} Insufficient cpu.")
+        cond = unschedulable(f"0/{n} nodes are available: {n} Insufficient cpu.")
         with self.lock:
             self.status_submitted += 1
         pod = self.cache[self.failing[index]["metadata"]["uid"]]
@@ -219,7 +222,9 @@ def _summarize(
             "bound_per_s": len(in_window) / window,
             "binding_unfinished": sum(1 for v in state.values() if v == "unfinished"),
             "binding_errors": sum(1 for v in state.values() if v == "error"),
-            "status_attempts": sim.status_submitted,
+            "status_calls": sim.status_submitted,
+            "status_requests": requests_by_op(server).get("patch_status", 0),
+            "binding_requests": requests_by_op(server).get("bind", 0),
             "status_backlog_max": max((b for _, b in backlog), default=0.0),
             "status_backlog_end": backlog[-1][1] if backlog else 0.0,
             "scheduler_lag_max_s": sim.late,

@@ -2,13 +2,15 @@
 
 Informer callbacks feed a priority queue; N scheduling threads filter (cpu/memory, nodeSelector,
 devices), score (least allocated) and reserve in an assume-cache; bindings, status patches,
-preemptions and ResourceClaim writes go through the dispatcher (or, with ``--sync``, block on
-the calling thread). Modules, one concept each:
+preemptions and ResourceClaim writes go through the dispatcher (or, with ``--pre-kep``, status
+patches and preemptions block the scheduling thread while binding threads bind, as kube-scheduler
+did before KEP-5229; with ``--all-blocking``, every call blocks the calling thread).
+Modules, one concept each:
 
 ``podinfo``/``resources``/``taints`` parsed pods, quantities and taints · ``queue`` the
 scheduling queue · ``cache`` the assume-cache · ``nominator`` nominations via ``view()`` ·
 ``framework`` filter and score · ``preemption`` victims and the #134249 guard · ``claims`` DRA
-allocation · ``api``/``direct`` the two API layers · ``cycle`` the scheduler itself ·
+allocation · ``api``/``prekep``/``direct`` the three API layers · ``cycle`` the scheduler itself ·
 ``tracker``/``verify`` intents and the end-of-run check ·
 ``workload``/``runner``/``progress``/``report``/``cli`` the main job.
 """

@@ -2,10 +2,11 @@
 
 :class:`SchedulerApi` is everything the scheduler asks of the apiserver. :class:`DispatchedApi`
 goes through a kdispatch :class:`~kdispatch.actors.dispatcher.Dispatcher` (returns at once; merged,
-rate-limited, retried by the object actors and the executor). :class:`~examples.scheduler.direct.
-DirectApi` (``--sync``) performs each call on the calling thread before returning an already
-resolved future, like a scheduler that makes blocking API calls. The scheduler code is the same
-in both modes.
+rate-limited, retried by the object actors and the executor). :class:`~examples.scheduler.prekep.
+PreKepApi` (``--pre-kep``) is kube-scheduler before KEP-5229: status patches and preemptions block
+the scheduling thread, bindings run on binding threads. :class:`~examples.scheduler.direct.
+DirectApi` (``--all-blocking``) performs every call on the calling thread before returning an
+already resolved future. The scheduler code is the same in every mode.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class SchedulerApi(Protocol):
     """What the scheduler needs. Every method may be called from any scheduler thread."""
 
     mode: str
-    """``"async"`` or ``"sync"``."""
+    """``"async"``, ``"pre-kep"`` or ``"all-blocking"``."""
 
     def submit(self, call: Call) -> CallFuture:
         """Send ``call``; the future resolves with an :class:`Outcome` or raises a call error."""

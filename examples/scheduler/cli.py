@@ -49,10 +49,32 @@ def parser() -> argparse.ArgumentParser:
         default=d.faults,
         help="share of requests failing with injected faults (embedded)",
     )
+    modes = p.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--pre-kep",
+        dest="api",
+        action="store_const",
+        const="pre-kep",
+        help="kube-scheduler before KEP-5229 instead of the dispatcher: status patches and "
+        "preemptions block the scheduling threads, bindings run on binding threads",
+    )
+    modes.add_argument(
+        "--all-blocking",
+        dest="api",
+        action="store_const",
+        const="all-blocking",
+        help="every API call (bindings too) blocks the scheduling thread that makes it",
+    )
     p.add_argument(
-        "--sync",
+        "--binding-threads",
+        type=int,
+        default=None,
+        help="binding threads of --pre-kep (default: --workers, the same thread budget)",
+    )
+    p.add_argument(
+        "--gc-freeze",
         action="store_true",
-        help="blocking API calls on the scheduling threads instead of the dispatcher",
+        help="the dispatcher freezes the garbage collector's long-lived objects after warm-up",
     )
     p.add_argument(
         "--kubeconfig", metavar="PATH", help="schedule the pending pods of a real cluster instead"
@@ -137,7 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             qps=args.qps,
             burst=args.burst,
             faults=args.faults,
-            sync=args.sync,
+            api=args.api or "async",
+            binding_threads=args.binding_threads,
+            gc_freeze=args.gc_freeze,
             kubeconfig=args.kubeconfig,
             scheduler_name=args.scheduler_name,
             threads=args.threads,

@@ -10,7 +10,8 @@ layer *without waiting* and backs off; after ``max_attempts`` such cycles it is 
 Binding cycle: allocate/reserve the pod's ResourceClaims, then bind. Each step submits its calls
 and registers a continuation on their futures; the continuation runs on a scheduling thread once
 they resolve (so with the dispatcher no thread ever blocks on the apiserver, and with
-``--sync`` the blocking happens inside ``submit``). On failure the pod is un-assumed, its claims
+``--pre-kep`` or ``--all-blocking`` the blocking happens inside ``submit``, on whichever thread
+the API layer runs the call). On failure the pod is un-assumed, its claims
 deallocated, and it is requeued with backoff.
 """
 
@@ -143,6 +144,7 @@ class Scheduler:
         self._pods: dict[str, PodRecord] = {}
         self._phases: Counter[Phase] = Counter()
         self._threads: list[threading.Thread] = []
+        self._local = threading.local()  # .loop is True on the scheduling threads
         self.errors = 0
         """Unexpected exceptions caught in scheduling threads (0 in a healthy run)."""
         self.cycles = 0
@@ -166,6 +168,7 @@ class Scheduler:
 
     def _work(self) -> None:
         """Scheduling thread body: continuations first, then cycles."""
+        self._local.loop = True
         while self.step(None):
             pass
 
@@ -596,7 +599,13 @@ class Scheduler:
             logger.warning("submit failed: {}", err)
             return None
         self.tracker.record(
-            kind, uid, key, expect=expect, future=fut, submit_seconds=time.perf_counter() - start
+            kind,
+            uid,
+            key,
+            expect=expect,
+            future=fut,
+            submit_seconds=time.perf_counter() - start,
+            on_loop=getattr(self._local, "loop", False),
         )
         return fut
 

@@ -1,10 +1,12 @@
-"""``DirectApi``: the ``--sync`` API layer — blocking calls on the calling thread.
+"""``DirectApi``: the ``--all-blocking`` API layer — every call blocks the calling thread.
 
 Each call is executed before :meth:`DirectApi.submit` returns, with the same rules a careful
 synchronous client would apply: no-op calls are not sent, 409 re-reads the object and retries
 (bounded), retryable errors back off (``base_backoff·2^n``, at least Retry-After) up to
 ``max_attempts``. The returned future is already resolved, so the scheduler code is identical
-in both modes; only where the time goes differs.
+in every mode; only where the time goes differs. No scheduler that is run blocks on its
+bindings like this (kube-scheduler bound in separate goroutines long before KEP-5229: that shape is
+:class:`~examples.scheduler.prekep.PreKepApi`); it is the lower bound of the comparison.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from kdispatch.actors.pod_calls import PodPreemption
 class DirectApi:
     """:class:`~examples.scheduler.api.SchedulerApi` making blocking calls (thread-safe)."""
 
-    mode = "sync"
+    mode = "all-blocking"
 
     def __init__(self, backend: ApiBackend, retry: RetryConfig | None = None) -> None:
         self._backend = backend

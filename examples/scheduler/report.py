@@ -3,7 +3,9 @@
 ``figures()`` turns the raw material of a run (phase counts, API stats, tracker samples,
 verification) into one flat-ish dict; :func:`summary_table` renders it for humans and
 :func:`write_json` for tools (keys include ``pods_bound``, ``pods_total``, ``pods_per_s``,
-``calls_sent``, ``duplicate_bindings`` and ``lost_intents``). Pure functions.
+``calls_sent`` (call attempts), ``requests`` (requests the embedded apiserver saw),
+``loop_submit_us`` (submit p50/p99/max on the scheduling threads), ``gc_pauses``,
+``duplicate_bindings`` and ``lost_intents``). Pure functions.
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ def _ms(values: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
+def _us(values: Sequence[float]) -> dict[str, float | int | None]:
+    out: dict[str, float | int | None] = {"samples": len(values)}
+    for name, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0)):
+        v = percentile(values, q)
+        out[name] = None if v is None else round(v * 1e6, 1)
+    return out
+
+
 def outcome_totals(outcomes: Mapping[str, int]) -> dict[str, int]:
     """Sum ``type:outcome`` counters by outcome."""
     totals: dict[str, int] = {}
@@ -49,6 +59,7 @@ def figures(
     pods_total: int,
     api_stats: Mapping[str, Any],
     submit_latencies: Sequence[float],
+    loop_submit_latencies: Sequence[float],
     binding_latencies: Sequence[float],
     wall_s: float,
     verification: Mapping[str, Any],
@@ -78,6 +89,7 @@ def figures(
         "calls_outcomes": dict(sorted(api_stats["outcomes"].items())),
         "retries": api_stats.get("retries", 0),
         "submit_latency_ms": _ms(submit_latencies),
+        "loop_submit_us": _us(loop_submit_latencies),
         "binding_latency_ms": _ms(binding_latencies),
         "wall_s": round(wall_s, 3),
         "pods_per_s": round(bound / wall_s, 1) if wall_s > 0 else 0.0,
@@ -99,13 +111,15 @@ def _fmt(value: Any) -> str:
 def summary_table(fig: Mapping[str, Any]) -> str:
     """A two-column plain-text table of the headline figures."""
     sub, bind = fig["submit_latency_ms"], fig["binding_latency_ms"]
+    loop = fig["loop_submit_us"]
     rows: list[tuple[str, Any]] = [
         ("mode", fig["mode"]),
         ("pods bound", f"{fig['pods_bound']:,} / {fig['pods_total']:,}"),
         ("pods unschedulable (given up)", fig["pods_unschedulable"]),
         ("pods preempted", fig["pods_preempted"]),
         ("pods unsettled", fig["pods_unsettled"]),
-        ("API calls sent", fig["calls_sent"]),
+        ("API requests (apiserver's count)", fig.get("requests")),
+        ("call attempts", fig["calls_sent"]),
     ]
     rows += [(f"  {ct}", n) for ct, n in fig["calls_sent_by_type"].items()]
     rows += [
@@ -115,12 +129,19 @@ def summary_table(fig: Mapping[str, Any]) -> str:
         ("calls failed", fig["calls_failed"]),
         ("retries", fig["retries"]),
         ("submit latency p50 / p99 (ms)", f"{_fmt(sub['p50'])} / {_fmt(sub['p99'])}"),
+        (
+            "scheduling-loop submit p50 / p99 / max (µs)",
+            f"{_fmt(loop['p50'])} / {_fmt(loop['p99'])} / {_fmt(loop['max'])}",
+        ),
         ("binding latency p50 / p99 (ms)", f"{_fmt(bind['p50'])} / {_fmt(bind['p99'])}"),
         ("pods/s", fig["pods_per_s"]),
         ("wall time (s)", fig["wall_s"]),
         ("duplicate bindings", fig["duplicate_bindings"]),
         ("lost intents", fig["lost_intents"]),
     ]
+    gen2 = fig.get("gc_pauses", {}).get("gen2")
+    if gen2 is not None:
+        rows.append(("full GC pauses / longest (ms)", f"{gen2['collections']} / {gen2['max_ms']}"))
     if fig.get("qps_budget_used") is not None:
         rows.append(("QPS budget used while pending", f"{fig['qps_budget_used']:.1%}"))
     if fig.get("stopped_by"):

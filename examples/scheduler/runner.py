@@ -17,6 +17,7 @@ import math
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -26,6 +27,7 @@ from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
 from examples.common import check_amounts, check_counts, check_rate
+from examples.gcwatch import GcWatch
 from examples.scheduler.api import DispatchedApi, SchedulerApi
 from examples.scheduler.claims import claim_key
 from examples.scheduler.cycle import Scheduler, SchedulerConfig
@@ -37,13 +39,20 @@ from examples.scheduler.ha import (
     make_elector,
     user_agent,
 )
+from examples.scheduler.prekep import PreKepApi
 from examples.scheduler.progress import Monitor, budget_share, describe
 from examples.scheduler.report import figures
 from examples.scheduler.tracker import Tracker
 from examples.scheduler.verify import BindingAudit, verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
 from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+    RuntimeConfig,
+)
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import InvalidInputError, LeadershipLost
 from kdispatch.actors.objects import Obj, meta
@@ -52,10 +61,17 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.leader import LeaseElector
 from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency
 
+API_MODES = ("async", "pre-kep", "all-blocking")
+"""``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
+binding threads); every call blocking the scheduling thread."""
+
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    """Everything the CLI can set. ``qps=0`` means no client-side rate limit."""
+    """Everything the CLI can set. ``qps=0`` means no client-side rate limit.
+    ``binding_threads`` (``pre-kep`` only): None means as many as ``workers``, the same thread
+    budget as the dispatcher's executor. ``gc_freeze``: the dispatcher's
+    ``RuntimeConfig.gc_freeze``, plus one ``freeze_gc()`` once the informers synced."""
 
     nodes: int = 500
     pods: int = 5000
@@ -63,7 +79,9 @@ class RunConfig:
     qps: float = 0.0
     burst: int = 100
     faults: float = 0.0
-    sync: bool = False
+    api: str = "async"
+    binding_threads: int | None = None
+    gc_freeze: bool = False
     kubeconfig: str | None = None
     scheduler_name: str | None = None
     threads: int = 2
@@ -82,6 +100,10 @@ class RunConfig:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers", "max_attempts")
         check_amounts(self, "latency_ms", "qps", "faults", "max_seconds")
         check_rate("faults", self.faults)
+        if self.api not in API_MODES:
+            raise InvalidInputError(f"api must be one of {API_MODES}, got {self.api!r}")
+        if self.binding_threads is not None:
+            check_counts(self, "binding_threads")
         if self.max_seconds <= 0:
             raise InvalidInputError("max_seconds must be > 0")
         if not isinstance(self.fill, int | float) or not 0 < self.fill <= 1:
@@ -90,8 +112,10 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value <= 0.5:
                 raise InvalidInputError(f"{name} must be between 0 and 0.5, got {value!r}")
-        if self.leader_elect is not None and self.sync:
-            raise InvalidInputError("--leader-elect needs the dispatcher (not --sync)")
+        if self.leader_elect is not None and self.api != "async":
+            raise InvalidInputError(
+                "--leader-elect needs the dispatcher (not --pre-kep or --all-blocking)"
+            )
 
     @property
     def embedded(self) -> bool:
@@ -118,6 +142,8 @@ def _settings(cfg: RunConfig) -> dict[str, Any]:
     out.pop("kubeconfig")
     out["qps"] = cfg.qps or None
     out["embedded"] = cfg.embedded
+    if cfg.api == "pre-kep":
+        out["binding_threads"] = cfg.binding_threads or cfg.workers
     return out
 
 
@@ -125,12 +151,15 @@ def _make_api(
     cfg: RunConfig, backend: ApiBackend, send_gate: Callable[[], bool] | None = None
 ) -> SchedulerApi:
     retry = RetryConfig(max_attempts=8)
-    if cfg.sync:
+    if cfg.api == "all-blocking":
         return DirectApi(backend, retry)
+    if cfg.api == "pre-kep":
+        return PreKepApi(backend, retry, binding_threads=cfg.binding_threads or cfg.workers)
     config = DispatcherConfig(
         rate_limit=RateLimitConfig(qps=cfg.qps or math.inf, burst=cfg.burst),
         executor=ExecutorConfig(workers=cfg.workers),
         retry=retry,
+        runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
     )
     dispatcher = Dispatcher(
         backend, config, metrics_registry=CollectorRegistry(), send_gate=send_gate
@@ -270,6 +299,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     )
     ended = started
     elector = env.elector
+    gc_watch = GcWatch().install()
     try:
         if elector is not None:  # campaign first; lead before listing anything
             elector.start()
@@ -279,6 +309,9 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
             inf.start()
             if not inf.wait_for_sync(60.0):
                 raise RuntimeError(f"informer {inf.name} did not sync")
+        if cfg.gc_freeze and isinstance(env.api, DispatchedApi):
+            env.api.dispatcher.freeze_gc()  # warm-up done: informer caches are long-lived
+        gc_watch.reset()
         started = time.monotonic()
         waiter = _Waiter(started + cfg.max_seconds)
         sched.start()
@@ -320,6 +353,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     except Terminated:
         stopped_by = "terminated"
     ended = time.monotonic()
+    gc_watch.uninstall()
     return _finish(
         cfg,
         env,
@@ -328,6 +362,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         stopped_by=stopped_by,
         pods_total=pods_total,
         wall_s=ended - started,
+        gc_pauses=gc_watch.summary(),
     )
 
 
@@ -353,6 +388,7 @@ def _finish(
     stopped_by: str,
     pods_total: int,
     wall_s: float,
+    gc_pauses: dict[str, Any],
 ) -> dict[str, Any]:
     """Shut everything down (drain unless interrupted), verify and compute the figures."""
     clean = stopped_by in ("done", "terminated")
@@ -384,6 +420,9 @@ def _finish(
         "faults_injected": env.server.fault_counts() if env.server is not None else {},
         "pods_given_up": env.scheduler.given_up()[:100],
         "problems": check.problems,
+        "gc_pauses": gc_pauses,
+        "requests": None if log is None else len(log),
+        "requests_by_op": None if log is None else dict(sorted(Counter(r.op for r in log).items())),
     }
     return figures(
         mode=env.api.mode,
@@ -392,6 +431,7 @@ def _finish(
         pods_total=pods_total,
         api_stats=env.api.stats(),
         submit_latencies=tracker.submit_latencies,
+        loop_submit_latencies=tracker.loop_submit_latencies,
         binding_latencies=tracker.binding_latencies,
         wall_s=wall_s,
         verification={

@@ -46,6 +46,8 @@ class Tracker:
     clock: Callable[[], float] = time.monotonic
     intents: list[Intent] = field(default_factory=list)
     submit_latencies: list[float] = field(default_factory=list)
+    loop_submit_latencies: list[float] = field(default_factory=list)
+    """The submits made on the scheduling threads (the scheduling loop) only."""
     binding_latencies: list[float] = field(default_factory=list)
     preempted: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -59,15 +61,18 @@ class Tracker:
         expect: Mapping[str, Any],
         future: CallFuture,
         submit_seconds: float,
+        on_loop: bool = False,
     ) -> Intent:
         """Any thread. Record a call just submitted (``submit_seconds``: how long the submit
-        itself blocked the caller)."""
+        itself blocked the caller; ``on_loop``: the caller is a scheduling thread)."""
         with self._lock:
             intent = Intent(
                 kind, uid, key, expect, future, len(self.intents), self.clock() - submit_seconds
             )
             self.intents.append(intent)
             self.submit_latencies.append(submit_seconds)
+            if on_loop:
+                self.loop_submit_latencies.append(submit_seconds)
             if kind == PREEMPT:
                 self.preempted[uid] += 1
         future.add_done_callback(lambda _f: self._resolved(intent))
