@@ -23,8 +23,9 @@ from loguru import logger
 
 from .backend import ApiBackend, EvictionBackend
 from .calls import Call
-from .errors import InvalidCallError, InvalidRequestError, NotFoundError
-from .objects import POD, Obj, ObjectRef, is_terminating, meta, with_path
+from .errors import InvalidRequestError, NotFoundError
+from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
+from .pod_calls import check_grace_period, check_pod_call
 
 __all__ = ["PodEviction"]
 
@@ -51,26 +52,17 @@ class PodEviction(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.ref, ObjectRef):
-            raise InvalidCallError(f"pod_eviction: ref must be an ObjectRef, got {self.ref!r}")
-        if self.ref.kind != POD:
-            raise InvalidCallError(f"pod_eviction applies to Pod, not {self.ref.kind}")
-        basis = self.basis
-        if basis is not None and meta(basis).get("uid") != self.ref.uid:
-            raise InvalidCallError("pod_eviction: basis is not the object of the ref")
-        grace = self.grace_period_seconds
-        if grace is not None and (
-            isinstance(grace, bool) or not isinstance(grace, int) or grace < 0
-        ):
-            raise InvalidCallError(f"grace_period_seconds must be an int >= 0, got {grace!r}")
+        check_pod_call(self)
+        check_grace_period(self.grace_period_seconds)
 
     def __hash__(self) -> int:
         return hash((self.call_type, self.ref))
 
     @classmethod
-    def for_pod(cls, pod: Obj, *, grace_period_seconds: int | None = None) -> Self:
-        """An eviction of ``pod`` (also its basis). Raises ``InvalidObjectError`` /
-        ``InvalidCallError``."""
+    def for_pod(cls, pod: object, *, grace_period_seconds: int | None = None) -> Self:
+        """An eviction of ``pod`` (also its basis; a dict, any Mapping or an official-client
+        model). Raises ``InvalidObjectError`` / ``InvalidCallError``."""
+        pod = as_object(pod)
         return cls(ObjectRef.of(pod, POD), grace_period_seconds, basis=pod)
 
     def merge(self, older: Self) -> Self:

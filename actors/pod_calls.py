@@ -116,8 +116,14 @@ def _check_node(node: object, what: str) -> str:
         raise InvalidCallError(f"{what}: {exc}") from None
 
 
-def _check_identity(call: Call) -> None:
-    """Validate ``ref`` and ``basis`` of a pod call."""
+def check_grace_period(grace: object) -> None:
+    """Validate a deletion's ``grace_period_seconds`` (None, or an int >= 0)."""
+    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
+        raise InvalidCallError(f"grace_period_seconds must be an int >= 0, got {grace!r}")
+
+
+def check_pod_call(call: Call) -> None:
+    """Validate ``ref`` and ``basis`` of a call on a pod (any pod call type)."""
     ref, basis = call.ref, call.basis
     if not isinstance(ref, ObjectRef):
         raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
@@ -232,7 +238,7 @@ class PodStatusPatch(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        _check_identity(self)
+        check_pod_call(self)
         object.__setattr__(self, "conditions", _check_conditions(self.conditions))
         nnn = self.nominated_node_name
         if nnn is not UNSET and nnn is not None:
@@ -385,7 +391,7 @@ class PodBinding(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        _check_identity(self)
+        check_pod_call(self)
         _check_node(self.node, "node")
 
     def __hash__(self) -> int:
@@ -458,7 +464,7 @@ class PodPreemption(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        _check_identity(self)
+        check_pod_call(self)
         if self.condition is not None:
             cond = check_condition(self.condition)
             if cond["type"] != DISRUPTION_TARGET:
@@ -466,11 +472,7 @@ class PodPreemption(Call):
                     f"pod_preemption condition must be {DISRUPTION_TARGET!r}, got {cond['type']!r}"
                 )
             object.__setattr__(self, "condition", cond)
-        grace = self.grace_period_seconds
-        if grace is not None and (
-            isinstance(grace, bool) or not isinstance(grace, int) or grace < 0
-        ):
-            raise InvalidCallError(f"grace_period_seconds must be an int >= 0, got {grace!r}")
+        check_grace_period(self.grace_period_seconds)
 
     def __hash__(self) -> int:
         return hash((self.call_type, self.ref))
