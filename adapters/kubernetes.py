@@ -11,8 +11,11 @@ failure to decode the ``Status`` that ``pods/binding`` answers with.
 Upstream facts this module relies on:
 
 * a dict body sent with ``Content-Type: application/strategic-merge-patch+json`` merges
-  ``status.conditions`` by ``type`` on the server; ``metadata.uid`` and
-  ``metadata.resourceVersion`` in a patch body are preconditions (mismatch → 409 Conflict);
+  ``status.conditions`` by ``type`` on the server; ``metadata.resourceVersion`` in a patch
+  body is a precondition (mismatch → 409 Conflict); ``metadata.uid`` in a patch body is applied
+  to the object, so a mismatch is 422 Invalid ``metadata.uid: field is immutable`` — mapped
+  here to :class:`ConflictError`, the UID precondition failure it is (a UID precondition on a
+  binding or a deletion is a plain 409 Conflict);
 * ``pods/binding`` answers ``Status{code: 201}``; a pod that is already bound gets 409;
 * a 429 carries ``Retry-After`` (and usually ``details.retryAfterSeconds``);
 * ``resource.k8s.io/v1`` serves ResourceClaims and their ``status`` subresource.
@@ -149,9 +152,21 @@ def error_from_status(
         return RequestTimeoutError(text, status=code)
     if 500 <= code <= 599:
         return ServerError(text, status=code)
+    if code == 422 and _uid_mismatch(status):
+        return ConflictError(text)
     if 400 <= code <= 499:
         return InvalidRequestError(text, status=code)
     return BadResponseError(text, status=code)
+
+
+def _uid_mismatch(status: Mapping[str, Any]) -> bool:
+    """Whether a 422 reply rejects the patch body's ``metadata.uid`` (the object's UID is not
+    the one the patch was meant for: the object was deleted and re-created)."""
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    if not isinstance(causes, list):
+        return False
+    return any(isinstance(c, Mapping) and c.get("field") == "metadata.uid" for c in causes)
 
 
 def map_transport_error(exc: BaseException, what: str) -> ApiError:
