@@ -606,14 +606,27 @@ class ApiServerHTTP:
             )
         if not isinstance(body, dict):
             raise _HttpError(400, "BadRequest", "patch body must be a JSON object")
-        patch = dict(body)
-        meta = dict(patch.pop("metadata", None) or {})
-        uid = meta.pop("uid", None)
-        rv = meta.pop("resourceVersion", None)
-        if meta:
-            patch["metadata"] = meta
+        # The status subresource applies only status: the apiserver resets every other field
+        # (spec, labels, ...) to the stored object's, so changes to them are silently dropped.
+        meta = body.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        patch = {"status": body["status"]} if "status" in body else {}
+        uid = meta.get("uid")
+        rv = meta.get("resourceVersion")
+        current = self._current_uid(route)
+        if uid is not None and uid != current:
+            # not a precondition: the UID is applied to the object and fails validation
+            raise _HttpError(
+                422,
+                "Invalid",
+                f'{_qualified_kind(route)} "{route.name}" is invalid: metadata.uid: '
+                f'Invalid value: "{uid}": field is immutable',
+                details=_invalid_details(
+                    route, "metadata.uid", f'Invalid value: "{uid}": field is immutable'
+                ),
+            )
         if uid is None:
-            uid = self._current_uid(route)
+            uid = current
         obj = self.server.patch_status(
             route.kind,
             route.namespace or "",
@@ -788,6 +801,23 @@ def _lease_writes(server: InMemoryApiServer) -> list[tuple[Any, ...]]:
         (w.op, w.namespace, w.name, w.holder, w.resource_version, w.writer, w.t)
         for w in server.leases.writes
     ]
+
+
+def _qualified_kind(route: _Route) -> str:
+    """``Pod``, ``ResourceClaim.resource.k8s.io``: how a 422 message names the kind."""
+    api_version = _KINDS[route.plural][1]
+    return f"{route.kind}.{api_version.split('/', 1)[0]}" if "/" in api_version else route.kind
+
+
+def _invalid_details(route: _Route, field: str, message: str) -> dict[str, Any]:
+    """``details`` of a 422 as the apiserver writes them: the kind (not the resource), the
+    group for non-core kinds, and one cause."""
+    details: dict[str, Any] = {"name": route.name, "kind": route.kind}
+    api_version = _KINDS[route.plural][1]
+    if "/" in api_version:
+        details["group"] = api_version.split("/", 1)[0]
+    details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": field}]
+    return details
 
 
 def _chunk(event: Mapping[str, Any]) -> bytes:
