@@ -649,7 +649,13 @@ class ApiServerHTTP:
             )
         meta = body.get("metadata")
         uid = (meta.get("uid") if isinstance(meta, dict) else None) or self._current_uid(route)
-        self.server.bind(route.namespace or "", route.name or "", uid=str(uid), node=node)
+        try:
+            self.server.bind(route.namespace or "", route.name or "", uid=str(uid), node=node)
+        except ConflictError as exc:
+            if "pods/binding" not in str(exc):
+                raise  # a UID precondition: reported on "pods"
+            details = {"name": route.name, "kind": "pods/binding"}
+            raise _HttpError(409, "Conflict", str(exc), details=details) from None
         h._reply_json(201, status_object(201, "", ""))
 
     def _delete(self, h: _Handler, route: _Route, query: Mapping[str, str], body: Any) -> None:

@@ -255,8 +255,10 @@ class InMemoryApiServer:
         return clone(self._request(_Req("patch_status", kind, namespace, name, _uid(uid)), apply))
 
     def bind(self, namespace: str, name: str, *, uid: str | None, node: str) -> None:
-        """Bind a pod to ``node``: sets ``spec.nodeName`` and ``PodScheduled=True``.
-        ``uid=None``: no UID precondition (a binding without ``metadata.uid``). Request thread."""
+        """Bind a pod to ``node``: sets ``spec.nodeName`` and ``PodScheduled=True``. A pod
+        that is bound, being deleted or still has ``spec.schedulingGates`` is a conflict, as on
+        kube-apiserver. ``uid=None``: no UID precondition (a binding without
+        ``metadata.uid``). Request thread."""
 
         def apply() -> Json:
             try:
@@ -276,6 +278,11 @@ class InMemoryApiServer:
                 raise ConflictError(
                     f'Operation cannot be fulfilled on pods/binding "{name}": '
                     f"pod {name} is being deleted, cannot be assigned to a host"
+                )
+            if cur.get("spec", {}).get("schedulingGates"):
+                raise ConflictError(
+                    f'Operation cannot be fulfilled on pods/binding "{name}": '
+                    f"pod {name} has non-empty .spec.schedulingGates"
                 )
             return self._replace(cur, _bound(cur, node))
 
