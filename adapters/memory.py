@@ -42,7 +42,14 @@ from kdispatch.actors.errors import (
     InvalidRequestError,
     NotFoundError,
 )
-from kdispatch.actors.objects import POD, check_node_name, check_uid, is_dns_label, is_dns_subdomain
+from kdispatch.actors.objects import (
+    POD,
+    RESOURCE_CLAIM,
+    check_node_name,
+    check_uid,
+    is_dns_label,
+    is_dns_subdomain,
+)
 
 from .memory_faults import (
     APPLY_THEN_FAIL,
@@ -161,7 +168,9 @@ class InMemoryApiServer:
     (inject a recorder in tests). ``cluster_scoped``: kinds stored without a namespace.
     ``request_log_limit``: the request log keeps the newest this many records.
     ``watch_queue_limit``: a watch whose consumer falls this many events behind is dropped
-    (None: unbounded queues).
+    (None: unbounded queues). ``strict_claims``: validate ResourceClaim status updates as
+    kube-apiserver does (``reservedFor`` needs an allocation, an allocation cannot be replaced);
+    off by default because some tests and the chaos run reserve unallocated claims.
     """
 
     def __init__(
@@ -175,6 +184,7 @@ class InMemoryApiServer:
         cluster_scoped: Iterable[str] = CLUSTER_SCOPED_KINDS,
         request_log_limit: int = 200_000,
         watch_queue_limit: int | None = None,
+        strict_claims: bool = False,
     ) -> None:
         limits = [("history", history), ("request_log_limit", request_log_limit)]
         if watch_queue_limit is not None:
@@ -183,6 +193,7 @@ class InMemoryApiServer:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
         self._watch_queue_limit = watch_queue_limit
+        self._strict_claims = bool(strict_claims)
         if not callable(sleep):
             raise InvalidInputError(f"sleep must be callable, got {sleep!r}")
         self._lock = threading.Lock()
@@ -248,6 +259,8 @@ class InMemoryApiServer:
                 merged = json_merge(cur.get("status"), status_patch)
                 status = merged if isinstance(merged, dict) else {}
             self._validate_status(status)
+            if kind == RESOURCE_CLAIM and self._strict_claims:
+                _validate_claim_status(name, cur.get("status") or {}, status)
             if status == cur.get("status", {}):
                 return cur
             return self._replace(cur, {**cur, "status": status})
@@ -311,8 +324,13 @@ class InMemoryApiServer:
                     f"grace_period_seconds must be an int >= 0, got {grace_period_seconds!r}"
                 )
             cur = self._lookup(kind, namespace, name)
-            if uid is not None:
-                self._check_uid(cur, uid)
+            actual = cur["metadata"].get("uid")
+            if uid is not None and uid != actual:
+                raise ConflictError(
+                    f'Operation cannot be fulfilled on {kind} "{name}": the UID in the '
+                    f"precondition ({uid}) does not match the UID in record ({actual}). The "
+                    "object might have been deleted and then recreated"
+                )
             return self._remove(cur)
 
         self._request(_Req("delete", kind, namespace, name, _uid(uid)), apply)
@@ -737,3 +755,20 @@ def _bound(pod: Json, node: str) -> Json:
         conditions = [scheduled if c is previous else c for c in conditions]
     status["conditions"] = conditions
     return {**pod, "spec": {**(pod.get("spec") or {}), "nodeName": node}, "status": status}
+
+
+def _validate_claim_status(name: str, old: Json, new: Json) -> None:
+    """kube-apiserver's ResourceClaim status validation (resource.k8s.io/v1) for what a
+    scheduler writes: ``reservedFor`` needs an allocation (so a claim cannot be deallocated
+    while reserved), and an allocation cannot be replaced by another one."""
+    prefix = f'ResourceClaim.resource.k8s.io "{name}" is invalid: status.'
+    if new.get("reservedFor") and not new.get("allocation"):
+        raise InvalidRequestError(
+            prefix + "reservedFor: Forbidden: may not be specified when `allocated` is not set"
+        )
+    before, after = old.get("allocation"), new.get("allocation")
+    if before and after and before != after:
+        # (the server prints the value as null)
+        raise InvalidRequestError(
+            prefix + "allocation: Invalid value: null: field cannot be modified once set"
+        )
