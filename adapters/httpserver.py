@@ -7,12 +7,13 @@ Served (JSON only)::
 
     GET    /api/v1/pods                                    list / watch, all namespaces
     GET    /api/v1/namespaces/{ns}/pods                    list / watch
-    POST   /api/v1/namespaces/{ns}/pods                    create (test setup)
+    POST   /api/v1/namespaces/{ns}/pods                    create (test setup; the server sets
+                                                           uid, Pending status, schedulerName)
     GET    /api/v1/namespaces/{ns}/pods/{name}             get
     DELETE /api/v1/namespaces/{ns}/pods/{name}             delete (DeleteOptions body)
     PATCH  /api/v1/namespaces/{ns}/pods/{name}/status      strategic-merge or merge patch
     POST   /api/v1/namespaces/{ns}/pods/{name}/binding     v1 Binding → Status 201
-    GET    /api/v1/nodes[/{name}]                          list / watch / get; POST creates
+    GET    /api/v1/nodes[/{name}]                          list / watch / get; POST, DELETE
     ...    /apis/resource.k8s.io/v1[/namespaces/{ns}]/resourceclaims[/{name}[/status]]
 
 Behaviour follows the real apiserver where the client can see it: lists answer ``<Kind>List``
@@ -549,7 +550,7 @@ class ApiServerHTTP:
             if method == "GET":
                 h._reply_json(200, self.server.get(route.kind, route.namespace or "", route.name))
                 return
-            if method == "DELETE" and route.plural != "nodes":
+            if method == "DELETE":
                 self._delete(h, route, query, body)
                 return
         elif route.sub == "status" and method == "PATCH" and route.plural != "nodes":
@@ -592,7 +593,17 @@ class ApiServerHTTP:
             if meta.get("namespace", route.namespace) != route.namespace:
                 raise _HttpError(400, "BadRequest", "metadata.namespace does not match the path")
             meta["namespace"] = route.namespace
+        # as the apiserver: the UID is the server's, and a new pod's status is reset to Pending
+        # (a claim's to empty); a pod without a scheduler gets the default one
+        meta.pop("uid", None)
         obj["metadata"] = meta
+        if route.plural == "pods":
+            spec = obj.get("spec")
+            if isinstance(spec, dict):
+                spec.setdefault("schedulerName", "default-scheduler")
+            obj["status"] = {"phase": "Pending"}
+        elif route.plural == "resourceclaims":
+            obj["status"] = {}
         h._reply_json(201, self.server.create(obj))
 
     def _patch_status(self, h: _Handler, route: _Route, body: Any) -> None:
@@ -613,8 +624,9 @@ class ApiServerHTTP:
         patch = {"status": body["status"]} if "status" in body else {}
         uid = meta.get("uid")
         rv = meta.get("resourceVersion")
-        current = self._current_uid(route)
-        if uid is not None and uid != current:
+        stored = self.server.get_object(route.kind, route.namespace or "", route.name or "")
+        current = stored["metadata"]["uid"] if stored is not None else None
+        if uid is not None and current is not None and uid != current:
             # not a precondition: the UID is applied to the object and fails validation
             raise _HttpError(
                 422,
@@ -626,7 +638,7 @@ class ApiServerHTTP:
                 ),
             )
         if uid is None:
-            uid = current
+            uid = self._current_uid(route)
         obj = self.server.patch_status(
             route.kind,
             route.namespace or "",
@@ -672,7 +684,12 @@ class ApiServerHTTP:
         before = self.server.get_object(route.kind, ns, name)
         if uid is None:
             uid = self._current_uid(route)
-        self.server.delete(route.kind, ns, name, uid=str(uid), grace_period_seconds=grace)
+        try:
+            self.server.delete(route.kind, ns, name, uid=str(uid), grace_period_seconds=grace)
+        except ConflictError as exc:  # the apiserver names the kind here, not the resource
+            raise _HttpError(
+                409, "Conflict", str(exc), details={"name": name, "kind": route.kind}
+            ) from None
         after = self.server.get_object(route.kind, ns, name)
         h._reply_json(200, after or before or status_object(200, "", ""))
 
@@ -693,8 +710,11 @@ class ApiServerHTTP:
             rv = str(list_rv)
         try:
             w = self.server.watch(route.kind, resource_version=rv, namespace=route.namespace)
-        except GoneError as exc:  # the apiserver reports it in the stream, not as the HTTP status
-            status = status_object(410, "Expired", str(exc))
+        except GoneError:  # the apiserver reports it in the stream, not as the HTTP status
+            # as kube-apiserver words it for a watch served from etcd (no watch cache)
+            status = status_object(
+                410, "Expired", "The resourceVersion for the provided watch is too old."
+            )
             self._start_stream(h)
             h.wfile.write(_chunk({"type": "ERROR", "object": status}) + b"0\r\n\r\n")
             return

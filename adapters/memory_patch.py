@@ -125,9 +125,7 @@ def _merge_list(
         patched = [m for m in patched if m.get(key) != item[key]]
         if not isinstance(merged, _Deleted):
             patched.append(merged)
-    server_only = [
-        cur for cur in server if not (isinstance(cur, dict) and cur.get(key) in touched)
-    ]
+    server_only = [cur for cur in server if not (isinstance(cur, dict) and cur.get(key) in touched)]
     return _interleave(patched, server_only, position, key)
 
 
