@@ -40,9 +40,9 @@ from typing import Any, TypeVar
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from adapters.httpserver import ApiServerHTTP
-from adapters.kubernetes import KubernetesBackend, prepare_configuration
-from adapters.memory import InMemoryApiServer
+from kdispatch.adapters.httpserver import ApiServerHTTP
+from kdispatch.adapters.kubernetes import KubernetesBackend, prepare_configuration
+from kdispatch.adapters.memory import InMemoryApiServer
 
 REPO = Path(__file__).resolve().parents[2]
 CONFORMANCE = REPO / "conformance"

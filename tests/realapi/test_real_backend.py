@@ -11,12 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.errors import (
+from kdispatch.actors.errors import (
     ConflictError,
     InvalidRequestError,
     NotFoundError,
 )
-from adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.realapi.cluster import Admin, Target, condition
 from tests.realapi.conftest import create_node, node_body
 from tests.realapi.objects import (

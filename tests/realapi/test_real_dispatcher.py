@@ -15,13 +15,13 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from actors.claim_calls import ClaimStatusPatch
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import CallCancelled, CallConflict, Outcome
-from actors.pod_calls import PodBinding, PodStatusPatch
-from adapters.informer import ClientListWatch, Informer
-from adapters.kubernetes import KubernetesBackend
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import CallCancelled, CallConflict, Outcome
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.informer import ClientListWatch, Informer
+from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.realapi.cluster import Admin, Target, condition, wait_for
 from tests.realapi.objects import allocation, consumer, new_claim, new_pod, remove_pod
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from adapters.informer import ClientListWatch, Informer, ListWatch, WatchStream
+from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, WatchStream
 from tests.realapi.cluster import Admin, RealCluster, Target
 from tests.realapi.conftest import clear_namespace, create_namespace
 from tests.realapi.objects import allocation, new_claim, new_pod, remove_pod, uid_rv

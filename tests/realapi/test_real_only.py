@@ -15,18 +15,18 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry
 
-from actors.backend import PatchType
-from actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from actors.dispatcher import Dispatcher
-from actors.errors import (
+from kdispatch.actors.backend import PatchType
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
     CallFailed,
     ConflictError,
     InvalidRequestError,
     Outcome,
     TooManyRequestsError,
 )
-from actors.pod_calls import PodBinding, PodStatusPatch
-from adapters.kubernetes import KubernetesBackend
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.realapi.cluster import REPO, Admin, RealCluster, condition, wait_for
 from tests.realapi.conftest import clear_namespace, create_namespace
 from tests.realapi.objects import new_pod, remove_pod, uid_rv
