@@ -4,6 +4,8 @@ Priority and Fairness, and the server's own view of what kdispatch sent."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -431,3 +433,45 @@ def test_apf_429s_are_ridden_out_honouring_retry_after(
                 assert nxt.t - prev.t >= prev.retry_after * 0.99, (prev, nxt)
     assert metric_value(registry, "kdispatch_retries_total") >= len(rejected)
     assert condition(radmin.get_pod(rns, "p0"), "PodScheduled") is None
+
+
+# --------------------------------------------------------------------------- outages
+
+
+def test_bindings_ride_out_a_frozen_apiserver(real: RealCluster, radmin: Admin, rns: str) -> None:
+    """kube-apiserver is frozen (SIGSTOP) while bindings are in flight: requests time out and
+    are retried within the retry budget; after SIGCONT every binding lands, once."""
+    pods = [new_pod(radmin, rns, f"p{i}") for i in range(20)]
+    apiserver = next(p for p in real.processes if p.name == "kube-apiserver")
+    config = DispatcherConfig(
+        executor=ExecutorConfig(workers=8),
+        retry=RetryConfig(max_attempts=30, max_backoff=1.0),
+    )
+    backend = real.backend(request_timeout=1.0)
+    registry = CollectorRegistry()
+    d = Dispatcher(backend, config, metrics_registry=registry).start()
+    frozen = False
+    try:
+        os.kill(apiserver.pid, signal.SIGSTOP)
+        frozen = True
+        futures = [d.submit(PodBinding.for_pod(p, f"n{i % 3}")) for i, p in enumerate(pods)]
+        # the outage lasts until every worker has had a request time out and be retried
+        wait_for(
+            lambda: metric_value(registry, "kdispatch_retries_total") >= 8,
+            WAIT,
+            "the executor to retry timed-out bindings",
+        )
+        os.kill(apiserver.pid, signal.SIGCONT)
+        frozen = False
+        outcomes = [f.result(WAIT) for f in futures]
+    finally:
+        if frozen:
+            os.kill(apiserver.pid, signal.SIGCONT)
+        d.stop(timeout=10.0)
+        backend.close()
+    assert outcomes == [Outcome.SUCCESS] * len(pods)
+    for i in range(len(pods)):
+        pod = radmin.get_pod(rns, f"p{i}")
+        assert pod["spec"]["nodeName"] == f"n{i % 3}"
+        sched = condition(pod, "PodScheduled")
+        assert sched is not None and sched["status"] == "True"
