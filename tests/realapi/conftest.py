@@ -19,12 +19,12 @@ creates what the controllers would (each namespace's ``default`` ServiceAccount)
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from tests.realapi.cluster import Admin, EmulatorTarget, RealCluster, Target, find_binaries
@@ -121,11 +121,12 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
         yield cluster
     finally:
         cluster.stop()
-        if os.environ.get("KDISPATCH_REALAPI_LOGS"):
-            for proc in ("etcd", "kube-apiserver"):
-                log = workdir / f"{proc}.log"
-                if log.exists():
-                    print(f"--- {proc} log ({log}) ---")
+        leaked = [
+            f"{p.pid} {p.name()}"
+            for p in psutil.Process().children(recursive=True)
+            if p.name() in ("etcd", "kube-apiserver", "setpriv")
+        ]
+        assert not leaked, f"leaked cluster processes: {leaked}"
 
 
 @pytest.fixture(params=[pytest.param("real", marks=pytest.mark.realapi), "emulator"])
