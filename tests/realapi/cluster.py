@@ -318,8 +318,9 @@ class Target:
     def real(self) -> bool:
         return self.name == "real"
 
-    def compact(self) -> None:
-        """Forget the event history, so watches from an older resourceVersion get 410."""
+    def compact(self, revision: int | None = None) -> None:
+        """Forget the event history (up to ``revision`` where supported), so watches from an
+        older resourceVersion get 410."""
         raise NotImplementedError
 
 
@@ -335,8 +336,8 @@ class EmulatorTarget(Target):
         self.http.start()
         self.url = self.http.url
 
-    def compact(self) -> None:
-        self.mem.compact()
+    def compact(self, revision: int | None = None) -> None:
+        self.mem.compact()  # always up to the current resourceVersion
 
     def close(self) -> None:
         self.http.stop()
@@ -475,10 +476,11 @@ class RealCluster(Target):
     def etcd_revision(self) -> int:
         return int(self._etcd("/v3/kv/range", {"key": _b64("/"), "limit": 1})["header"]["revision"])
 
-    def compact(self) -> None:
-        """Compact etcd to its current revision through its v3 HTTP gateway (what
-        ``etcdctl compaction --physical`` does over gRPC)."""
-        self._etcd("/v3/kv/compaction", {"revision": self.etcd_revision(), "physical": True})
+    def compact(self, revision: int | None = None) -> None:
+        """Compact etcd to ``revision`` (default: the current one) through its v3 HTTP gateway
+        (what ``etcdctl compaction --physical`` does over gRPC)."""
+        rev = self.etcd_revision() if revision is None else revision
+        self._etcd("/v3/kv/compaction", {"revision": rev, "physical": True})
 
     def _etcd(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         req = urllib.request.Request(

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallCancelled, CallConflict, Outcome
+from kdispatch.actors.errors import CallCancelled, CallConflict, CallStale, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
@@ -208,11 +208,6 @@ def test_workload_end_to_end(make_stack: Callable[..., Stack], admin: Admin, ns:
 # --------------------------------------------------------------------------- staleness
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kubernetes#139602 in kdispatch: a stale PodScheduled=False still lands on a bound "
-    "pod (the core fix is under way on main)",
-)
 def test_stale_unschedulable_never_lands_on_a_bound_pod(
     make_stack: Callable[..., Stack], admin: Admin, ns: str
 ) -> None:
@@ -228,14 +223,9 @@ def test_stale_unschedulable_never_lands_on_a_bound_pod(
     sched = condition(stored, "PodScheduled")
     assert stored["spec"]["nodeName"] == "n1"
     assert sched is not None and sched["status"] == "True", sched
-    assert got in (SKIPPED, OVERWRITTEN) or isinstance(got, CallConflict), got
+    assert got in (SKIPPED, OVERWRITTEN) or isinstance(got, CallStale | CallConflict), got
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kubernetes#139602 in kdispatch: a stale PodScheduled=False still lands on a bound "
-    "pod (the core fix is under way on main)",
-)
 def test_stale_unschedulable_with_informer_never_lands(
     make_stack: Callable[..., Stack], admin: Admin, ns: str
 ) -> None:
@@ -248,7 +238,7 @@ def test_stale_unschedulable_with_informer_never_lands(
     got = stale.exception(WAIT) or stale.result(WAIT)
     sched = condition(admin.get_pod(ns, "p1"), "PodScheduled")
     assert sched is not None and sched["status"] == "True", sched
-    assert got in (SKIPPED, OVERWRITTEN) or isinstance(got, CallConflict), got
+    assert got in (SKIPPED, OVERWRITTEN) or isinstance(got, CallStale | CallConflict), got
 
 
 # --------------------------------------------------------------------------- preemption
@@ -265,7 +255,7 @@ def test_preemption_marks_disruption_target_then_deletes(
     assert d.submit(PodBinding.for_pod(victim, "n1")).result(WAIT) is SUCCESS
     pending = d.submit(PodStatusPatch.for_pod(victim, conditions=[unschedulable("x")]))
     assert d.preempt(victim, preemptor=f"{ns}/big").result(WAIT) is SUCCESS
-    assert resolved(pending) in (CallCancelled, SKIPPED, SUCCESS)
+    assert resolved(pending) in (CallCancelled, CallStale, SKIPPED, SUCCESS)
     if not target.real:  # the emulator is its own kubelet: the pod is gone at once
         assert not admin.pod_exists(ns, "victim")
         return

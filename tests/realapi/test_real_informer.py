@@ -178,6 +178,7 @@ class GatedListWatch:
         self.gate.set()
         self.entered = threading.Event()
         self.opened = threading.Event()
+        self.resume_from: str | None = None  # the next watch starts here instead
 
     def list(self) -> tuple[list[dict[str, Any]], str]:
         return self.inner.list()
@@ -185,6 +186,8 @@ class GatedListWatch:
     def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
         self.entered.set()
         assert self.gate.wait(WAIT)
+        if self.resume_from is not None:
+            resource_version, self.resume_from = self.resume_from, None
         stream = self.inner.watch(resource_version, timeout_seconds)
         self.opened.set()
         return stream
@@ -303,6 +306,30 @@ def test_cached_pod_watch_outlives_a_compaction(real: RealCluster) -> None:
         client.close()  # type: ignore[no-untyped-call]
 
 
+@pytest.mark.realapi
+def test_watch_from_just_below_the_compaction_revision_is_a_500(real: RealCluster) -> None:
+    """etcd still streams from its compaction revision, but without the previous state, and
+    kube-apiserver answers with an ``ERROR`` event ``500 InternalError`` (not 410), every
+    time the watch is retried."""
+    client = real.api_client()
+    try:
+        admin = Admin(client)
+        ns = create_namespace(real, admin, "below-compaction")
+        new_claim(admin, ns, "a")
+        patched = patch_claim(admin, ns, "a", {"allocation": allocation("n1")})
+        rev = int(patched["metadata"]["resourceVersion"])
+        real.compact(rev)
+        for _ in range(2):
+            events = watch_once(admin, admin.claim_path(ns), str(rev - 1))
+            assert [e["type"] for e in events] == ["ERROR"], events
+            status = events[0]["object"]
+            assert (status["code"], status["reason"]) == (500, "InternalError")
+            assert "etcd event received with PrevKv=nil" in status["message"]
+        clear_namespace(admin, ns)
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+
+
 def test_resume_just_below_the_compaction_revision_still_converges(  # noqa: PLR0917
     request: pytest.FixtureRequest,
     target: Target,
@@ -333,7 +360,11 @@ def test_resume_just_below_the_compaction_revision_still_converges(  # noqa: PLR
     gated.gate.clear()
     gated.entered.clear()
     assert gated.entered.wait(WAIT)
-    patch_claim(admin, ns, "a", {"allocation": allocation("n1")})
-    target.compact()
+    patched = patch_claim(admin, ns, "a", {"allocation": allocation("n1")})
+    rev = int(patched["metadata"]["resourceVersion"])
+    target.compact(rev)
+    # resume as if the last event the informer saw was the one just before the change (other
+    # writes to etcd, such as lease renewals, could otherwise sit in between)
+    gated.resume_from = str(rev - 1)
     gated.gate.set()
     assert rec.wait(lambda ev: ("update", "a") in [(e[0], e[1]) for e in ev])
