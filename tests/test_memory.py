@@ -278,10 +278,11 @@ def test_strategic_conditions_merge_by_type(server: InMemoryApiServer, pod: dict
         },
     )
     conds = conditions(out)
+    # the apiserver's order: the patch's elements, a new one before the original-only ones
     assert [c["type"] for c in out["status"]["conditions"]] == [
         "PodScheduled",
-        "DisruptionTarget",
         "Ready",
+        "DisruptionTarget",
     ]
     assert conds["PodScheduled"] == {
         "type": "PodScheduled",
@@ -338,7 +339,7 @@ def test_claim_reserved_for_merges_by_uid(server: InMemoryApiServer) -> None:
     patch(server, claim, {"allocation": {"devices": {"results": []}}})
     patch(server, claim, {"reservedFor": [{"resource": "pods", "name": "a", "uid": "ua"}]})
     out = patch(server, claim, {"reservedFor": [{"resource": "pods", "name": "b", "uid": "ub"}]})
-    assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ua", "ub"]
+    assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ub", "ua"]  # new one first
     out = patch(server, claim, {"reservedFor": [{"uid": "ua", "$patch": "delete"}]})
     assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ub"]
     assert "allocation" in out["status"]
