@@ -88,6 +88,7 @@ from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .memory import InMemoryApiServer, RequestRecord, request_writer
 from .memory_leases import LeasePath, LeaseWrite
 from .memory_leases import serve_http as serve_lease
+from .memory_patch import JsonPatchTestFailed
 from .memory_pdb import PDB_MESSAGE
 
 _STATUS_ONLY_KINDS = frozenset({"Pod", "ResourceClaim"})
@@ -99,6 +100,9 @@ _PATCH_TYPES = {
     "application/merge-patch+json": "merge",
     "application/json-patch+json": "json",
 }
+
+JSON_PATCH_REJECTED = "the server rejected our request due to an error in our request"
+"""kube-apiserver's whole message for a JSON patch whose ``test`` operation failed."""
 
 _DEFAULT_WATCH_SECONDS = 1800.0
 _SCHEDULER = "default-scheduler"
@@ -565,6 +569,9 @@ class ApiServerHTTP:
             return _HttpError(409, "Conflict", str(exc), details=route.details())
         if isinstance(exc, GoneError):
             return _HttpError(410, "Expired", str(exc))
+        if isinstance(exc, JsonPatchTestFailed):
+            # kube-apiserver: a generic 422 without details, not the patch library's message
+            return _HttpError(422, "Invalid", JSON_PATCH_REJECTED)
         if isinstance(exc, InvalidRequestError):
             code = exc.status if 400 <= exc.status < 500 else 422
             known = code != 422 and code in HTTPStatus._value2member_map_

@@ -149,6 +149,60 @@ def test_conflicts_on_uid_and_resource_version(
     assert stored["spec"].get("nodeName") is None
 
 
+def test_uid_in_an_object_patch_body_is_immutable_not_a_precondition(
+    backend: KubernetesBackend, admin: Admin, ns: str
+) -> None:
+    """Patching the pod itself (not ``status``) with another UID in the body: 422 ``field is
+    immutable`` too, which the backend reports as the failed UID precondition it is."""
+    uid, _ = uid_rv(new_pod(admin, ns, "p1"))
+    reply = admin.request(
+        "PATCH",
+        admin.pod_path(ns, "p1"),
+        {"metadata": {"uid": "0000-other", "labels": {"a": "b"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert (reply.status, reply.reason) == (422, "Invalid")
+    assert reply.body["message"] == (
+        'Pod "p1" is invalid: metadata.uid: Invalid value: "0000-other": field is immutable'
+    )
+    assert [c["field"] for c in reply.body["details"]["causes"]] == ["metadata.uid"]
+    reply = admin.request(
+        "PATCH",
+        admin.pod_path(ns, "p1"),
+        [{"op": "test", "path": "/metadata/uid", "value": "0000-other"}],
+        content_type="application/json-patch+json",
+    )
+    # a JSON patch carries a UID precondition as a test op: its failure is a bare 422
+    assert (reply.status, reply.reason) == (422, "Invalid")
+    assert reply.body["message"] == (
+        "the server rejected our request due to an error in our request"
+    )
+    assert not reply.body.get("details")
+    with pytest.raises(ConflictError):
+        backend.patch("Pod", ns, "p1", {"metadata": {"labels": {"a": "b"}}}, uid="0000-other")
+    assert "labels" not in admin.get_pod(ns, "p1")["metadata"]
+    out = backend.patch("Pod", ns, "p1", {"metadata": {"labels": {"a": "b"}}}, uid=uid)
+    assert out["metadata"]["labels"] == {"a": "b"}
+
+
+def test_claim_delete_conflict_names_the_qualified_kind(admin: Admin, ns: str) -> None:
+    claim = new_claim(admin, ns, "c1")
+    reply = admin.request(
+        "DELETE", admin.claim_path(ns, "c1"), {"preconditions": {"uid": "0000-x"}}
+    )
+    assert (reply.status, reply.reason) == (409, "Conflict")
+    assert reply.body["message"] == (
+        'Operation cannot be fulfilled on ResourceClaim.resource.k8s.io "c1": the UID in the '
+        f"precondition (0000-x) does not match the UID in record ({claim['metadata']['uid']}). "
+        "The object might have been deleted and then recreated"
+    )
+    assert reply.body["details"] == {
+        "name": "c1",
+        "group": "resource.k8s.io",
+        "kind": "ResourceClaim",
+    }
+
+
 def test_conflict_reply_bodies(admin: Admin, ns: str) -> None:
     """The ``Status`` replies of failed preconditions, as a client sees them."""
     uid, rv = uid_rv(new_pod(admin, ns, "p1"))
@@ -189,6 +243,17 @@ def test_conflict_reply_bodies(admin: Admin, ns: str) -> None:
         f"not match the UID in record ({uid}). The object might have been deleted and then "
         "recreated"
     )
+    current = admin.get_pod(ns, "p1")["metadata"]["resourceVersion"]
+    reply = admin.request(
+        "DELETE", admin.pod_path(ns, "p1"), {"preconditions": {"resourceVersion": rv}}
+    )
+    assert (reply.status, reply.reason) == (409, "Conflict")
+    assert reply.body["message"] == (
+        f'Operation cannot be fulfilled on Pod "p1": the ResourceVersion in the precondition '
+        f"({rv}) does not match the ResourceVersion in record ({current}). The object might "
+        "have been modified"
+    )
+    assert reply.body["details"] == {"name": "p1", "kind": "Pod"}
     reply = admin.request(
         "POST",
         admin.pod_path(ns, "p1") + "/binding",
