@@ -178,7 +178,10 @@ class GatedListWatch:
         self.gate.set()
         self.entered = threading.Event()
         self.opened = threading.Event()
-        self.resume_from: str | None = None  # the next watch starts here instead
+        # the next watch starts here instead, and so does every later one from the same
+        # resourceVersion: as if the informer had last seen ``resume_from``
+        self.resume_from: str | None = None
+        self._instead: tuple[str, str] | None = None
 
     def list(self) -> tuple[list[dict[str, Any]], str]:
         return self.inner.list()
@@ -187,7 +190,9 @@ class GatedListWatch:
         self.entered.set()
         assert self.gate.wait(WAIT)
         if self.resume_from is not None:
-            resource_version, self.resume_from = self.resume_from, None
+            self._instead, self.resume_from = (resource_version, self.resume_from), None
+        if self._instead is not None and resource_version == self._instead[0]:
+            resource_version = self._instead[1]
         stream = self.inner.watch(resource_version, timeout_seconds)
         self.opened.set()
         return stream
@@ -364,7 +369,9 @@ def test_resume_just_below_the_compaction_revision_still_converges(  # noqa: PLR
     rev = int(patched["metadata"]["resourceVersion"])
     target.compact(rev)
     # resume as if the last event the informer saw was the one just before the change (other
-    # writes to etcd, such as lease renewals, could otherwise sit in between)
+    # writes to etcd, such as lease renewals, could otherwise sit in between), in every watch
+    # the informer opens from there: without that, a retry from the informer's own older
+    # resourceVersion would meet a 410 and re-list whenever such a write happened
     gated.resume_from = str(rev - 1)
     gated.gate.set()
     assert rec.wait(lambda ev: ("update", "a") in [(e[0], e[1]) for e in ev])
