@@ -429,8 +429,10 @@ class KubernetesBackend:
 
         ``patch_type``: ``"strategic"`` (built-ins only), ``"merge"`` (RFC 7386) or ``"json"``
         (RFC 6902, ``patch`` is a list of operations); None picks the kind's flavour. ``uid``
-        and ``resource_version`` are preconditions (409 on mismatch): in the body's
-        ``metadata`` for merge patches, as leading ``test`` operations for a JSON patch.
+        and ``resource_version`` are preconditions: in the body's ``metadata`` for merge
+        patches (a mismatch raises ``ConflictError``: the server answers 409 for the
+        resourceVersion, 422 "field is immutable" for the UID), as leading ``test`` operations
+        for a JSON patch (a mismatch is the server's bare 422, ``InvalidRequestError``).
         Executor worker thread."""
         info = self._target(kind, namespace, name)
         if subresource is not None and subresource not in _SUBRESOURCE_NAMES:

@@ -369,7 +369,9 @@ class InMemoryApiServer:
         ``patch_type``: ``strategic``, ``merge`` (RFC 7386) or ``json`` (RFC 6902, a list of
         operations; a failed ``test`` answers 422 as upstream does); None: the kind's flavour
         from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version`` and a
-        ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions (409).
+        ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions
+        (``ConflictError``; over HTTP a wrong body UID is kube-apiserver's 422 instead, see
+        :mod:`adapters.httpserver`).
         As on the apiserver, a patch of the object leaves ``status`` alone for kinds with a
         status subresource, a status patch changes only ``status``, and identity fields
         (name, namespace, uid, creationTimestamp, kind, apiVersion) never change. Strategic
