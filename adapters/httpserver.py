@@ -9,7 +9,9 @@ namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}`
 
     GET    .../{plural}                       list (labelSelector, fieldSelector, limit,
                                               continue) / watch (?watch=true, same selectors)
-    POST   .../{plural}                       create
+    POST   .../{plural}                       create (the server sets uid; a pod gets a
+                                              Pending status and the default schedulerName,
+                                              a ResourceClaim an empty status)
     GET    .../{plural}/{name}[/status]       get
     PUT    .../{plural}/{name}                replace (resourceVersion precondition)
     PATCH  .../{plural}/{name}[/status]       strategic-merge, merge or JSON patch
@@ -86,6 +88,7 @@ from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .memory import InMemoryApiServer, RequestRecord, request_writer
 from .memory_leases import LeasePath, LeaseWrite
 from .memory_leases import serve_http as serve_lease
+from .memory_patch import JsonPatchTestFailed
 from .memory_pdb import PDB_MESSAGE
 
 _STATUS_ONLY_KINDS = frozenset({"Pod", "ResourceClaim"})
@@ -98,7 +101,11 @@ _PATCH_TYPES = {
     "application/json-patch+json": "json",
 }
 
+JSON_PATCH_REJECTED = "the server rejected our request due to an error in our request"
+"""kube-apiserver's whole message for a JSON patch whose ``test`` operation failed."""
+
 _DEFAULT_WATCH_SECONDS = 1800.0
+_SCHEDULER = "default-scheduler"
 _MAX_BODY = 16 << 20
 
 
@@ -562,6 +569,9 @@ class ApiServerHTTP:
             return _HttpError(409, "Conflict", str(exc), details=route.details())
         if isinstance(exc, GoneError):
             return _HttpError(410, "Expired", str(exc))
+        if isinstance(exc, JsonPatchTestFailed):
+            # kube-apiserver: a generic 422 without details, not the patch library's message
+            return _HttpError(422, "Invalid", JSON_PATCH_REJECTED)
         if isinstance(exc, InvalidRequestError):
             code = exc.status if 400 <= exc.status < 500 else 422
             known = code != 422 and code in HTTPStatus._value2member_map_
@@ -674,7 +684,18 @@ class ApiServerHTTP:
         return obj
 
     def _create(self, h: _Handler, route: _Route, body: Any) -> None:
-        h._reply_json(201, self.store(route.kind).create(self._owned_body(route, body)))
+        obj = self._owned_body(route, body)
+        # as the apiserver: the UID is the server's, a new pod's status is reset to Pending (a
+        # claim's to empty), and a pod without a scheduler gets the default one
+        obj["metadata"].pop("uid", None)
+        if route.kind == "Pod":
+            spec = obj.get("spec")
+            if isinstance(spec, dict):
+                obj["spec"] = {**spec, "schedulerName": spec.get("schedulerName") or _SCHEDULER}
+            obj["status"] = {"phase": "Pending"}
+        elif route.kind == "ResourceClaim":
+            obj["status"] = {}
+        h._reply_json(201, self.store(route.kind).create(obj))
 
     def _replace(self, h: _Handler, route: _Route, body: Any) -> None:
         obj = self._owned_body(route, body)
@@ -700,6 +721,8 @@ class ApiServerHTTP:
             )
         store = self.store(route.kind)
         ns, name = route.namespace or "", route.name or ""
+        if patch_type != "json":
+            self._check_body_uid(route, body)
         if sub == "status" and patch_type != "json" and route.kind in _STATUS_ONLY_KINDS:
             self._patch_status(h, route, body, patch_type)
             return
@@ -714,12 +737,13 @@ class ApiServerHTTP:
     def _patch_status(self, h: _Handler, route: _Route, body: Any, patch_type: str) -> None:
         if not isinstance(body, dict):
             raise _HttpError(400, "BadRequest", "patch body must be a JSON object")
-        patch = dict(body)
-        meta = dict(patch.pop("metadata", None) or {})
-        uid = meta.pop("uid", None)
-        rv = meta.pop("resourceVersion", None)
-        if meta:
-            patch["metadata"] = meta
+        # The status subresource applies only status: the apiserver resets every other field
+        # (spec, labels, ...) to the stored object's, so changes to them are silently dropped.
+        meta = body.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        patch = {"status": body["status"]} if "status" in body else {}
+        uid = meta.get("uid")
+        rv = meta.get("resourceVersion")
         if uid is None:
             uid = self._current_uid(route)
         obj = self.store(route.kind).patch_status(
@@ -733,6 +757,27 @@ class ApiServerHTTP:
         )
         h._reply_json(200, obj)
 
+    def _check_body_uid(self, route: _Route, body: Any) -> None:
+        """A ``metadata.uid`` in a strategic or merge patch body is not a precondition on
+        kube-apiserver: it is applied to the object and fails validation as an immutable field
+        (422 Invalid) when it is not the object's UID. Connection thread."""
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        if uid is None:
+            return
+        stored = self.store(route.kind).get_object(
+            route.kind, route.namespace or "", route.name or ""
+        )
+        if stored is None or uid == stored["metadata"].get("uid"):
+            return
+        cause = f"Invalid value: {json.dumps(uid)}: field is immutable"
+        raise _HttpError(
+            422,
+            "Invalid",
+            f'{_qualified_kind(route)} "{route.name}" is invalid: metadata.uid: {cause}',
+            details=_invalid_details(route, "metadata.uid", cause),
+        )
+
     def _bind(self, h: _Handler, route: _Route, body: Any) -> None:
         if not isinstance(body, dict):
             raise _HttpError(400, "BadRequest", "body must be a v1 Binding")
@@ -744,7 +789,13 @@ class ApiServerHTTP:
             )
         meta = body.get("metadata")
         uid = (meta.get("uid") if isinstance(meta, dict) else None) or self._current_uid(route)
-        self.server.bind(route.namespace or "", route.name or "", uid=str(uid), node=node)
+        try:
+            self.server.bind(route.namespace or "", route.name or "", uid=str(uid), node=node)
+        except ConflictError as exc:
+            if "pods/binding" not in str(exc):
+                raise  # a UID precondition: reported on "pods"
+            details = {"name": route.name, "kind": "pods/binding"}
+            raise _HttpError(409, "Conflict", str(exc), details=details) from None
         h._reply_json(201, status_object(201, "", ""))
 
     def _evict(self, h: _Handler, route: _Route, body: Any) -> None:
@@ -770,7 +821,12 @@ class ApiServerHTTP:
         before = store.get_object(route.kind, ns, name)
         if uid is None:
             uid = self._current_uid(route)
-        store.delete(route.kind, ns, name, uid=uid, resource_version=rv, grace_period_seconds=grace)
+        try:
+            store.delete(
+                route.kind, ns, name, uid=uid, resource_version=rv, grace_period_seconds=grace
+            )
+        except ConflictError as exc:  # the apiserver names the kind here, not the resource
+            raise _HttpError(409, "Conflict", str(exc), details=_kind_details(route)) from None
         after = store.get_object(route.kind, ns, name)
         h._reply_json(200, after or before or status_object(200, "", ""))
 
@@ -802,8 +858,11 @@ class ApiServerHTTP:
                 namespace=route.namespace or None,
                 **selectors,
             )
-        except GoneError as exc:  # the apiserver reports it in the stream, not as the HTTP status
-            status = status_object(410, "Expired", str(exc))
+        except GoneError:  # the apiserver reports it in the stream, not as the HTTP status
+            # as kube-apiserver words it for a watch served from etcd (no watch cache)
+            status = status_object(
+                410, "Expired", "The resourceVersion for the provided watch is too old."
+            )
             self._start_stream(h)
             h.wfile.write(_chunk({"type": "ERROR", "object": status}) + b"0\r\n\r\n")
             return
@@ -917,6 +976,27 @@ def _lease_writes(server: InMemoryApiServer) -> list[tuple[Any, ...]]:
         (w.op, w.namespace, w.name, w.holder, w.resource_version, w.writer, w.t)
         for w in server.leases.writes
     ]
+
+
+def _qualified_kind(route: _Route) -> str:
+    """``Pod``, ``ResourceClaim.resource.k8s.io``: how the apiserver names a kind in a 422
+    message and in a deletion's precondition conflict."""
+    return f"{route.kind}.{route.info.group}" if route.info.group else route.kind
+
+
+def _kind_details(route: _Route) -> dict[str, Any]:
+    """``details`` naming the kind (not the resource) and, for non-core kinds, the group."""
+    details: dict[str, Any] = {"name": route.name, "kind": route.kind}
+    if route.info.group:
+        details["group"] = route.info.group
+    return details
+
+
+def _invalid_details(route: _Route, field: str, message: str) -> dict[str, Any]:
+    """``details`` of a 422 as the apiserver writes them: the kind, its group, one cause."""
+    details = _kind_details(route)
+    details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": field}]
+    return details
 
 
 def _chunk(event: Mapping[str, Any]) -> bytes:

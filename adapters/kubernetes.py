@@ -21,8 +21,12 @@ timeout.
 
 Upstream facts this module relies on:
 
-* ``metadata.uid`` and ``metadata.resourceVersion`` in a (strategic or JSON merge) patch body
-  are preconditions (mismatch → 409 Conflict); a JSON patch carries them as ``test`` ops;
+* ``metadata.resourceVersion`` in a (strategic or JSON merge) patch body is a precondition
+  (mismatch → 409 Conflict); ``metadata.uid`` in such a body is applied to the object, so a
+  mismatch is 422 Invalid ``metadata.uid: field is immutable`` — both transports map it to
+  :class:`~kdispatch.actors.errors.ConflictError`, the UID precondition failure it is (a UID
+  precondition on a binding or a deletion is a plain 409 Conflict); a JSON patch carries both
+  as ``test`` ops;
 * a strategic merge patch merges ``status.conditions`` by ``type``; custom resources only
   accept JSON merge and JSON patches;
 * ``pods/binding`` answers ``Status{code: 201}``; a pod that is already bound gets 409;
@@ -425,8 +429,10 @@ class KubernetesBackend:
 
         ``patch_type``: ``"strategic"`` (built-ins only), ``"merge"`` (RFC 7386) or ``"json"``
         (RFC 6902, ``patch`` is a list of operations); None picks the kind's flavour. ``uid``
-        and ``resource_version`` are preconditions (409 on mismatch): in the body's
-        ``metadata`` for merge patches, as leading ``test`` operations for a JSON patch.
+        and ``resource_version`` are preconditions: in the body's ``metadata`` for merge
+        patches (a mismatch raises ``ConflictError``: the server answers 409 for the
+        resourceVersion, 422 "field is immutable" for the UID), as leading ``test`` operations
+        for a JSON patch (a mismatch is the server's bare 422, ``InvalidRequestError``).
         Executor worker thread."""
         info = self._target(kind, namespace, name)
         if subresource is not None and subresource not in _SUBRESOURCE_NAMES:

@@ -45,7 +45,14 @@ from kdispatch.actors.errors import (
     NotFoundError,
 )
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindTable
-from kdispatch.actors.objects import POD, check_node_name, check_uid, is_dns_label, is_dns_subdomain
+from kdispatch.actors.objects import (
+    POD,
+    RESOURCE_CLAIM,
+    check_node_name,
+    check_uid,
+    is_dns_label,
+    is_dns_subdomain,
+)
 
 from .memory_faults import (
     APPLY_THEN_FAIL,
@@ -178,7 +185,9 @@ class InMemoryApiServer:
     stored, registered or not. ``cluster_scoped``: more kinds stored without a namespace.
     ``request_log_limit``: the request log keeps the newest this many records.
     ``watch_queue_limit``: a watch whose consumer falls this many events behind is dropped
-    (None: unbounded queues).
+    (None: unbounded queues). ``strict_claims``: validate ResourceClaim status updates as
+    kube-apiserver does (``reservedFor`` needs an allocation, an allocation cannot be replaced);
+    off by default because some tests and the chaos run reserve unallocated claims.
     """
 
     def __init__(
@@ -193,6 +202,7 @@ class InMemoryApiServer:
         request_log_limit: int = 200_000,
         watch_queue_limit: int | None = None,
         kinds: KindTable | None = None,
+        strict_claims: bool = False,
     ) -> None:
         if kinds is not None and not isinstance(kinds, KindTable):
             raise InvalidInputError(f"kinds must be a KindTable, got {kinds!r}")
@@ -204,6 +214,7 @@ class InMemoryApiServer:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInputError(f"{name} must be an int >= 0, got {value!r}")
         self._watch_queue_limit = watch_queue_limit
+        self._strict_claims = bool(strict_claims)
         if not callable(sleep):
             raise InvalidInputError(f"sleep must be callable, got {sleep!r}")
         self._lock = threading.Lock()
@@ -269,6 +280,8 @@ class InMemoryApiServer:
                 merged = json_merge(cur.get("status"), status_patch)
                 status = merged if isinstance(merged, dict) else {}
             self._validate_status(status)
+            if kind == RESOURCE_CLAIM and self._strict_claims:
+                _validate_claim_status(name, cur.get("status") or {}, status)
             if status == cur.get("status", {}):
                 return cur
             return self._replace(cur, {**cur, "status": status})
@@ -276,8 +289,10 @@ class InMemoryApiServer:
         return clone(self._request(_Req("patch_status", kind, namespace, name, _uid(uid)), apply))
 
     def bind(self, namespace: str, name: str, *, uid: str | None, node: str) -> None:
-        """Bind a pod to ``node``: sets ``spec.nodeName`` and ``PodScheduled=True``.
-        ``uid=None``: no UID precondition (a binding without ``metadata.uid``). Request thread."""
+        """Bind a pod to ``node``: sets ``spec.nodeName`` and ``PodScheduled=True``. A pod
+        that is bound, being deleted or still has ``spec.schedulingGates`` is a conflict, as on
+        kube-apiserver. ``uid=None``: no UID precondition (a binding without
+        ``metadata.uid``). Request thread."""
 
         def apply() -> Json:
             try:
@@ -297,6 +312,11 @@ class InMemoryApiServer:
                 raise ConflictError(
                     f'Operation cannot be fulfilled on pods/binding "{name}": '
                     f"pod {name} is being deleted, cannot be assigned to a host"
+                )
+            if cur.get("spec", {}).get("schedulingGates"):
+                raise ConflictError(
+                    f'Operation cannot be fulfilled on pods/binding "{name}": '
+                    f"pod {name} has non-empty .spec.schedulingGates"
                 )
             return self._replace(cur, _bound(cur, node))
 
@@ -319,10 +339,15 @@ class InMemoryApiServer:
         def apply() -> Json:
             _check_grace(grace_period_seconds)
             cur = self._lookup(kind, namespace, name)
-            if uid is not None:
-                self._check_uid(cur, uid)
-            if resource_version is not None:
-                self._check_rv(cur, resource_version)
+            if uid is not None and uid != cur["metadata"].get("uid"):
+                raise self._delete_conflict(
+                    cur, "UID", uid, cur["metadata"].get("uid"), "deleted and then recreated"
+                )
+            rv = cur["metadata"].get("resourceVersion")
+            if resource_version is not None and resource_version != rv:
+                raise self._delete_conflict(
+                    cur, "ResourceVersion", resource_version, rv, "modified"
+                )
             return self._remove(cur)
 
         self._request(_Req("delete", kind, namespace, name, _uid(uid)), apply)
@@ -344,7 +369,9 @@ class InMemoryApiServer:
         ``patch_type``: ``strategic``, ``merge`` (RFC 7386) or ``json`` (RFC 6902, a list of
         operations; a failed ``test`` answers 422 as upstream does); None: the kind's flavour
         from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version`` and a
-        ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions (409).
+        ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions
+        (``ConflictError``; over HTTP a wrong body UID is kube-apiserver's 422 instead, see
+        :mod:`adapters.httpserver`).
         As on the apiserver, a patch of the object leaves ``status`` alone for kinds with a
         status subresource, a status patch changes only ``status``, and identity fields
         (name, namespace, uid, creationTimestamp, kind, apiVersion) never change. Strategic
@@ -385,6 +412,8 @@ class InMemoryApiServer:
                     new["status"] = cur["status"]
             if isinstance(new.get("status"), dict):
                 self._validate_status(new["status"])
+                if kind == RESOURCE_CLAIM and self._strict_claims:
+                    _validate_claim_status(name, cur.get("status") or {}, new["status"])
             if new == cur:
                 return cur
             return self._replace(cur, new)
@@ -800,6 +829,21 @@ class InMemoryApiServer:
                 f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
             )
 
+    def _delete_conflict(
+        self, cur: Json, field: str, expected: object, actual: object, why: str
+    ) -> ConflictError:
+        """A deletion's failed precondition, worded as kube-apiserver's ``BeforeDelete`` words
+        it: on the kind (``Pod``, ``ResourceClaim.resource.k8s.io``), not the resource."""
+        info = self._kinds.get(cur["kind"])
+        qualified = (
+            f"{cur['kind']}.{info.group}" if info is not None and info.group else cur["kind"]
+        )
+        return ConflictError(
+            f'Operation cannot be fulfilled on {qualified} "{cur["metadata"]["name"]}": the '
+            f"{field} in the precondition ({expected}) does not match the {field} in record "
+            f"({actual}). The object might have been {why}"
+        )
+
     def _check_rv(self, cur: Json, rv: object) -> None:
         if rv != cur["metadata"].get("resourceVersion"):
             raise ConflictError(
@@ -1001,3 +1045,20 @@ def _apply_patch(
         return strategic_merge(cur, body, keys), preconditions
     merged = json_merge(cur, body)
     return (merged if isinstance(merged, dict) else {}), preconditions
+
+
+def _validate_claim_status(name: str, old: Json, new: Json) -> None:
+    """kube-apiserver's ResourceClaim status validation (resource.k8s.io/v1) for what a
+    scheduler writes: ``reservedFor`` needs an allocation (so a claim cannot be deallocated
+    while reserved), and an allocation cannot be replaced by another one."""
+    prefix = f'ResourceClaim.resource.k8s.io "{name}" is invalid: status.'
+    if new.get("reservedFor") and not new.get("allocation"):
+        raise InvalidRequestError(
+            prefix + "reservedFor: Forbidden: may not be specified when `allocated` is not set"
+        )
+    before, after = old.get("allocation"), new.get("allocation")
+    if before and after and before != after:
+        # (the server prints the value as null)
+        raise InvalidRequestError(
+            prefix + "allocation: Invalid value: null: field cannot be modified once set"
+        )

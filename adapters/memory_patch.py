@@ -12,7 +12,12 @@ come from the upstream Go types (``patchMergeKey``): ``Pod.status.conditions`` b
 ``podIPs``/``hostIPs`` by ``ip``, ``resourceClaimStatuses`` by ``name``, and
 ``ResourceClaim.status.reservedFor`` by ``uid``; ``status.conditions`` of any other kind merges by
 ``type``. Directives: ``$patch: replace|delete`` on a map or list element, ``$retainKeys`` on a
-map; ``$setElementOrder/<field>`` is accepted and ignored (ordering only).
+map; ``$setElementOrder/<field>`` is accepted and ignored. A merged list is ordered as the
+apiserver orders it (apimachinery's ``normalizeElementOrder``): the patch's elements in patch
+order, interleaved with the elements only the original has, in their original order, by their
+positions in the original; an element new to the list goes before any original-only one it
+meets. So a patch ``[C, A]`` on ``[A, B]`` gives ``[C, A, B]``, and ``[B]`` on ``[A, B]`` keeps
+``[A, B]``.
 """
 
 from __future__ import annotations
@@ -100,7 +105,10 @@ def _merge_list(
     original: Any, items: list[Any], key: str, keys: Mapping[Path, str], path: Path
 ) -> list[Any]:
     replace = {"$patch": "replace"}
-    out: list[Any] = [] if replace in items or not isinstance(original, list) else list(original)
+    server: list[Any] = [] if replace in items or not isinstance(original, list) else original
+    position = {cur.get(key): i for i, cur in enumerate(server) if isinstance(cur, dict)}
+    patched: list[Any] = []  # merged elements of the patch, in patch order
+    touched: set[Any] = set()
     for item in items:
         if item == replace:
             continue
@@ -108,18 +116,43 @@ def _merge_list(
             raise InvalidRequestError(
                 f"{_where(path)}: every element must be an object with merge key {key!r}"
             )
-        index = next(
-            (i for i, cur in enumerate(out) if isinstance(cur, dict) and cur.get(key) == item[key]),
-            None,
-        )
-        merged = _merge_map(out[index] if index is not None else None, item, keys, path)
-        if isinstance(merged, _Deleted):
-            if index is not None:
-                del out[index]
-        elif index is None:
-            out.append(merged)
+        touched.add(item[key])
+        index = position.get(item[key])
+        current = next((m for m in patched if m.get(key) == item[key]), None)
+        if current is None and index is not None:
+            current = server[index]
+        merged = _merge_map(current, item, keys, path)
+        patched = [m for m in patched if m.get(key) != item[key]]
+        if not isinstance(merged, _Deleted):
+            patched.append(merged)
+    server_only = [cur for cur in server if not (isinstance(cur, dict) and cur.get(key) in touched)]
+    return _interleave(patched, server_only, position, key)
+
+
+def _interleave(
+    patched: list[Any], server_only: list[Any], position: Mapping[Any, int], key: str
+) -> list[Any]:
+    """apimachinery's ``mergeSortedSlice``: merge two ordered lists by the elements' positions
+    in the original list; an element the original lacks goes first."""
+    out: list[Any] = []
+    i = j = 0
+    while i < len(patched) or j < len(server_only):
+        if i >= len(patched):
+            out.append(server_only[j])
+            j += 1
+            continue
+        if j >= len(server_only):
+            out.append(patched[i])
+            i += 1
+            continue
+        left = position.get(patched[i].get(key))
+        right = position.get(server_only[j].get(key)) if isinstance(server_only[j], dict) else None
+        if left is not None and right is not None and right < left:
+            out.append(server_only[j])
+            j += 1
         else:
-            out[index] = merged
+            out.append(patched[i])
+            i += 1
     return out
 
 

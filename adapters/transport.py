@@ -16,7 +16,9 @@ urllib3 pool (``api_client.rest_client.pool_manager``, built from that configura
 Failures are raised as :mod:`kdispatch.actors.errors` types (see :func:`error_from_status` and
 :func:`map_transport_error`): 401 → ``UnauthorizedError``, 403 → ``ForbiddenError`` (never
 retried), 429 → ``TooManyRequestsError`` (``DisruptionBudgetError`` for an eviction a
-PodDisruptionBudget forbids), 5xx → ``ServerError``, both with the server's ``Retry-After``.
+PodDisruptionBudget forbids), 5xx → ``ServerError``, both with the server's ``Retry-After``;
+a 422 whose cause is ``metadata.uid`` (kube-apiserver's answer to a patch body whose UID is not
+the object's: "field is immutable") → ``ConflictError``, the failed UID precondition it is.
 Messages carry the operation, HTTP status, reason and the server's message, never request
 headers. urllib3's own retries are off (the executor owns the retry policy).
 
@@ -152,9 +154,21 @@ def error_from_status(
         return RequestTimeoutError(text, status=code, retry_after=retry_after(headers, status))
     if 500 <= code <= 599:
         return ServerError(text, status=code, retry_after=retry_after(headers, status))
+    if code == 422 and _uid_mismatch(status):
+        return ConflictError(text)
     if 400 <= code <= 499:
         return InvalidRequestError(text, status=code)
     return BadResponseError(text, status=code)
+
+
+def _uid_mismatch(status: Mapping[str, Any]) -> bool:
+    """Whether a 422 reply rejects the patch body's ``metadata.uid`` (the object's UID is not
+    the one the patch was meant for: the object was deleted and re-created)."""
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    if not isinstance(causes, list):
+        return False
+    return any(isinstance(c, Mapping) and c.get("field") == "metadata.uid" for c in causes)
 
 
 def map_api_exception(exc: ApiException, what: str) -> ApiError:

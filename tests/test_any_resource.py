@@ -161,6 +161,9 @@ def test_crd_patches_merge_json_and_status(
     assert out["status"] == {"heldCpuM": 200}
     with pytest.raises(ConflictError):  # stale resourceVersion
         backend.patch("QuotaClaim", "default", "q1", {"spec": {"cpuM": 1}}, resource_version=rv)
+    with pytest.raises(ConflictError) as conflict:  # a 422 "metadata.uid: field is immutable"
+        backend.patch("QuotaClaim", "default", "q1", {"spec": {"cpuM": 1}}, uid="other")
+    assert "HTTP 422" in str(conflict.value) and "field is immutable" in str(conflict.value)
     ops = [{"op": "replace", "path": "/spec/cpuM", "value": 300}]
     out = backend.patch("QuotaClaim", "default", "q1", ops, uid=uid, patch_type="json")
     assert out["spec"]["cpuM"] == 300

@@ -247,7 +247,7 @@ def test_conflicts_on_uid_and_resource_version(
     patch = {"status": {"nominatedNodeName": "n1"}}
     with pytest.raises(ConflictError) as info:
         backend.patch_status("Pod", "default", "p1", patch, uid="other-uid", resource_version=None)
-    assert "UID in precondition" in str(info.value)
+    assert "metadata.uid" in str(info.value)  # 422 "field is immutable", mapped to a conflict
     backend.patch_status("Pod", "default", "p1", patch, uid=uid, resource_version=rv)
     with pytest.raises(ConflictError) as info:  # rv is stale now
         backend.patch_status(

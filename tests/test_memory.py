@@ -278,10 +278,11 @@ def test_strategic_conditions_merge_by_type(server: InMemoryApiServer, pod: dict
         },
     )
     conds = conditions(out)
+    # the apiserver's order: the patch's elements, a new one before the original-only ones
     assert [c["type"] for c in out["status"]["conditions"]] == [
         "PodScheduled",
-        "DisruptionTarget",
         "Ready",
+        "DisruptionTarget",
     ]
     assert conds["PodScheduled"] == {
         "type": "PodScheduled",
@@ -338,10 +339,37 @@ def test_claim_reserved_for_merges_by_uid(server: InMemoryApiServer) -> None:
     patch(server, claim, {"allocation": {"devices": {"results": []}}})
     patch(server, claim, {"reservedFor": [{"resource": "pods", "name": "a", "uid": "ua"}]})
     out = patch(server, claim, {"reservedFor": [{"resource": "pods", "name": "b", "uid": "ub"}]})
-    assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ua", "ub"]
+    assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ub", "ua"]  # new one first
     out = patch(server, claim, {"reservedFor": [{"uid": "ua", "$patch": "delete"}]})
     assert [r["uid"] for r in out["status"]["reservedFor"]] == ["ub"]
     assert "allocation" in out["status"]
+
+
+def test_strict_claims_validate_both_status_patch_paths() -> None:
+    """``strict_claims``: kube-apiserver's claim status rules hold for ``patch_status`` and for
+    the generic ``patch(subresource="status")`` (a JSON patch over HTTP takes that one)."""
+    server = InMemoryApiServer(strict_claims=True)
+    claim = server.create(make_claim("c1"))
+    reserve = {"reservedFor": [{"resource": "pods", "name": "a", "uid": "ua"}]}
+    with pytest.raises(InvalidRequestError, match="reservedFor: Forbidden"):
+        patch(server, claim, reserve)
+    with pytest.raises(InvalidRequestError, match="reservedFor: Forbidden"):
+        server.patch(
+            "ResourceClaim", "default", "c1", {"status": reserve}, subresource="status",
+            patch_type="merge",
+        )  # fmt: skip
+    patch(server, claim, {"allocation": {"devices": {"results": []}}})
+    other = {"allocation": {"devices": {"results": [{"device": "d"}]}}}
+    with pytest.raises(InvalidRequestError, match="cannot be modified once set"):
+        server.patch(
+            "ResourceClaim", "default", "c1", {"status": other}, subresource="status",
+            patch_type="merge",
+        )  # fmt: skip
+    out = patch(server, claim, reserve)
+    assert out["status"]["reservedFor"][0]["uid"] == "ua"
+    stored = server.get_object("ResourceClaim", "default", "c1")
+    assert stored is not None
+    assert stored["status"]["allocation"] == {"devices": {"results": []}}
 
 
 def test_merge_patch_is_rfc7386(server: InMemoryApiServer, pod: dict[str, Any]) -> None:

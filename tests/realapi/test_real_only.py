@@ -1,0 +1,489 @@
+"""Checks only a real apiserver can answer: RBAC with the example's ServiceAccount, API
+Priority and Fairness, and the server's own view of what kdispatch sent."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]
+from prometheus_client import CollectorRegistry
+
+from kdispatch.actors.backend import PatchType
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
+    CallFailed,
+    ConflictError,
+    InvalidRequestError,
+    Outcome,
+    TooManyRequestsError,
+)
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from tests.realapi.cluster import REPO, Admin, RealCluster, condition, wait_for
+from tests.realapi.conftest import clear_namespace, create_namespace
+from tests.realapi.objects import new_pod, remove_pod, uid_rv
+from tests.realapi.test_real_scheduler import schedule_namespace
+
+pytestmark = [pytest.mark.realapi, pytest.mark.timeout(180)]
+
+WAIT = 60.0
+SA_NAMESPACE = "kdispatch"
+
+
+@pytest.fixture
+def radmin(real: RealCluster) -> Iterator[Admin]:
+    client = real.api_client()
+    try:
+        yield Admin(client)
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
+
+
+_seq = iter(range(1_000_000))
+
+
+@pytest.fixture
+def rns(real: RealCluster, radmin: Admin) -> Iterator[str]:
+    name = create_namespace(real, radmin, f"r{next(_seq)}-real-only")
+    yield name
+    clear_namespace(radmin, name)
+
+
+def metric_value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+@pytest.fixture
+def rbackend(real: RealCluster) -> Iterator[KubernetesBackend]:
+    with real.backend() as b:
+        yield b
+
+
+# --------------------------------------------------------------------------- no kubelet
+# The emulator acts as apiserver and kubelet in one: it has no finalizers, and it removes a
+# deleted pod at once whatever its grace period (docs/apiserver-differences.md).
+
+
+def test_binding_a_terminating_pod_is_refused(
+    rbackend: KubernetesBackend, radmin: Admin, rns: str
+) -> None:
+    # a pod with a finalizer stays (Terminating) after a delete, even unbound
+    body = {"metadata": {"finalizers": ["example.com/hold"]}}
+    uid, _ = uid_rv(new_pod(radmin, rns, "p1"))
+    radmin.ok(
+        "PATCH", radmin.pod_path(rns, "p1"), body, content_type="application/merge-patch+json"
+    )
+    radmin.ok("DELETE", radmin.pod_path(rns, "p1"))
+    assert radmin.get_pod(rns, "p1")["metadata"].get("deletionTimestamp")
+    with pytest.raises(ConflictError) as info:
+        rbackend.bind(rns, "p1", uid=uid, node="n1")
+    assert "being deleted" in str(info.value)
+    radmin.ok(
+        "PATCH",
+        radmin.pod_path(rns, "p1"),
+        {"metadata": {"finalizers": None}},
+        content_type="application/merge-patch+json",
+    )
+    assert not radmin.pod_exists(rns, "p1")
+
+
+def test_graceful_delete_of_a_bound_pod_leaves_it_terminating(
+    rbackend: KubernetesBackend, radmin: Admin, rns: str
+) -> None:
+    """No kubelet: a bound pod deleted with the default grace period stays until removed."""
+    uid, _ = uid_rv(new_pod(radmin, rns, "p1"))
+    rbackend.bind(rns, "p1", uid=uid, node="n1")
+    rbackend.delete("Pod", rns, "p1", uid=uid)
+    stored = radmin.get_pod(rns, "p1")
+    assert stored["metadata"]["deletionTimestamp"]
+    assert stored["metadata"]["deletionGracePeriodSeconds"] == 30
+    remove_pod(radmin, rns, "p1")
+    assert not radmin.pod_exists(rns, "p1")
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def apply_rbac(admin: Admin, *, name: str = "kdispatch", drop: str | None = None) -> None:
+    """Apply ``examples/rbac.yaml`` (optionally renamed, and without the rule for resource
+    ``drop``). Idempotent: 409 AlreadyExists is fine."""
+    docs = [d for d in yaml.safe_load_all((REPO / "examples" / "rbac.yaml").read_text()) if d]
+    paths = {
+        "Namespace": "/api/v1/namespaces",
+        "ServiceAccount": f"/api/v1/namespaces/{SA_NAMESPACE}/serviceaccounts",
+        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    }
+    docs.insert(0, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SA_NAMESPACE}})
+    for doc in docs:
+        if doc["kind"] != "Namespace":
+            doc["metadata"]["name"] = name
+        if doc["kind"] == "ClusterRole" and drop is not None:
+            doc["rules"] = [r for r in doc["rules"] if drop not in r["resources"]]
+        if doc["kind"] == "ClusterRoleBinding":
+            doc["roleRef"]["name"] = name
+            doc["subjects"][0]["name"] = name
+        reply = admin.request("POST", paths[doc["kind"]], doc)
+        assert reply.status in (201, 409), reply
+
+
+def sa_token(admin: Admin, name: str) -> str:
+    """A token for the ServiceAccount through the TokenRequest API."""
+    body = admin.ok(
+        "POST",
+        f"/api/v1/namespaces/{SA_NAMESPACE}/serviceaccounts/{name}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    token: str = body["status"]["token"]
+    return token
+
+
+def can(admin: Admin, user: str, verb: str, resource: str, sub: str = "") -> bool:
+    review = admin.ok(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "resource": resource,
+                    "subresource": sub,
+                    "group": "",
+                    "namespace": "default",
+                },
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+def test_main_job_runs_with_the_example_rbac(
+    real: RealCluster, radmin: Admin, rns: str, tmp_path: Path
+) -> None:
+    apply_rbac(radmin)
+    user = f"system:serviceaccount:{SA_NAMESPACE}:kdispatch"
+    wait_for(lambda: can(radmin, user, "create", "pods", "binding"), WAIT, "RBAC to apply")
+    token = sa_token(radmin, "kdispatch")
+    kubeconfig = real.write_kubeconfig(tmp_path / "kubeconfig", token=token)
+    schedule_namespace(real, radmin, rns, kubeconfig, f"kd-rbac-{rns}"[:63])
+
+
+def test_a_removed_verb_is_a_typed_forbidden_error_and_never_retried(
+    real: RealCluster, radmin: Admin, rns: str
+) -> None:
+    apply_rbac(radmin, name="kdispatch-nobind", drop="pods/binding")
+    user = f"system:serviceaccount:{SA_NAMESPACE}:kdispatch-nobind"
+    wait_for(lambda: can(radmin, user, "patch", "pods", "status"), WAIT, "RBAC to apply")
+    assert not can(radmin, user, "create", "pods", "binding")
+    token = sa_token(radmin, "kdispatch-nobind")
+    pod = new_pod(radmin, rns, "p1")
+    registry = CollectorRegistry()
+    backend = real.backend(token=token)
+    d = Dispatcher(backend, DispatcherConfig(), metrics_registry=registry).start()
+    try:
+        started = time.monotonic()
+        fut = d.submit(PodBinding.for_pod(pod, "n1"))
+        exc = fut.exception(WAIT)
+        elapsed = time.monotonic() - started
+        # the verb that is still granted works with the same token
+        patch = PodStatusPatch.for_pod(pod, nominated_node_name="n1")
+        assert d.submit(patch).result(WAIT) is Outcome.SUCCESS
+    finally:
+        d.stop(timeout=10.0)
+        backend.close()
+    assert isinstance(exc, CallFailed), exc
+    cause = exc.cause
+    assert isinstance(cause, InvalidRequestError) and cause.status == 403, cause
+    assert "Forbidden" in str(cause) and "pods/binding" in str(cause)
+    assert not cause.retryable
+    assert elapsed < 5.0
+    assert metric_value(registry, "kdispatch_retries_total") == 0
+    assert (
+        metric_value(
+            registry,
+            "scheduler_async_api_call_execution_total",
+            call_type="pod_binding",
+        )
+        == 1
+    )
+    stored = radmin.get_pod(rns, "p1")
+    assert stored["spec"].get("nodeName") is None
+    assert stored["status"]["nominatedNodeName"] == "n1"
+
+
+# --------------------------------------------------------------------------- APF
+
+
+@dataclass
+class Attempt:
+    name: str
+    t: float
+    retry_after: float | None  # set when the server answered 429
+
+
+class RecordingBackend:
+    """Delegates to a ``KubernetesBackend`` and records every read and status patch."""
+
+    def __init__(self, inner: KubernetesBackend) -> None:
+        self.inner = inner
+        self.attempts: list[Attempt] = []
+        self._lock = threading.Lock()
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        t = time.monotonic()
+        try:
+            out = self.inner.get(kind, namespace, name)
+        except TooManyRequestsError as exc:
+            with self._lock:
+                self.attempts.append(Attempt(name, t, exc.retry_after))
+            raise
+        with self._lock:
+            self.attempts.append(Attempt(name, t, None))
+        return out
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> dict[str, Any]:
+        t = time.monotonic()
+        try:
+            out = self.inner.patch_status(
+                kind,
+                namespace,
+                name,
+                patch,
+                uid=uid,
+                resource_version=resource_version,
+                patch_type=patch_type,
+            )
+        except TooManyRequestsError as exc:
+            with self._lock:
+                self.attempts.append(Attempt(name, t, exc.retry_after))
+            raise
+        with self._lock:
+            self.attempts.append(Attempt(name, t, None))
+        return out
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        self.inner.bind(namespace, name, uid=uid, node=node)
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        self.inner.delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+
+
+def setup_flow_control(admin: Admin) -> str:
+    """A one-share PriorityLevelConfiguration that rejects what it cannot seat at once, and a
+    FlowSchema sending user ``kd-flood`` to it. Returns the FlowSchema's uid."""
+    base = "/apis/flowcontrol.apiserver.k8s.io/v1"
+    admin.create(
+        f"{base}/prioritylevelconfigurations",
+        {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": "kd-tiny"},
+            "spec": {
+                "type": "Limited",
+                "limited": {
+                    "nominalConcurrencyShares": 1,
+                    "lendablePercent": 0,
+                    "borrowingLimitPercent": 0,
+                    "limitResponse": {"type": "Reject"},
+                },
+            },
+        },
+    )
+    schema = admin.create(
+        f"{base}/flowschemas",
+        {
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+            "kind": "FlowSchema",
+            "metadata": {"name": "kd-flood"},
+            "spec": {
+                "priorityLevelConfiguration": {"name": "kd-tiny"},
+                "matchingPrecedence": 200,
+                "distinguisherMethod": {"type": "ByUser"},
+                "rules": [
+                    {
+                        "subjects": [{"kind": "User", "user": {"name": "kd-flood"}}],
+                        "resourceRules": [
+                            {
+                                "verbs": ["*"],
+                                "apiGroups": ["*"],
+                                "resources": ["*"],
+                                "namespaces": ["*"],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    admin.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": "kd-flood"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "cluster-admin",
+            },
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kd-flood"}
+            ],
+        },
+    )
+    uid: str = schema["metadata"]["uid"]
+    return uid
+
+
+def server_rejections(admin: Admin) -> float:
+    reply = admin.request("GET", "/metrics")
+    text = reply.body.get("_raw", "")
+    total = 0.0
+    for line in str(text).splitlines():
+        if line.startswith("apiserver_flowcontrol_rejected_requests_total{") and (
+            'priority_level="kd-tiny"' in line
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.timeout(300)
+def test_apf_429s_are_ridden_out_honouring_retry_after(
+    real: RealCluster, radmin: Admin, rns: str
+) -> None:
+    schema_uid = setup_flow_control(radmin)
+    flood_client = real.api_client(token=real.flood_token)
+    try:
+        flood = Admin(flood_client)
+
+        def classified() -> bool:
+            reply = flood.request("GET", flood.pod_path(rns))
+            return (
+                reply.status == 200
+                and reply.headers.get("X-Kubernetes-PF-FlowSchema-UID") == schema_uid
+            )
+
+        wait_for(classified, WAIT, "the FlowSchema to classify kd-flood")
+    finally:
+        flood_client.close()  # type: ignore[no-untyped-call]
+    n = 24
+    pods = [new_pod(radmin, rns, f"p{i}") for i in range(n)]
+    before = server_rejections(radmin)
+    registry = CollectorRegistry()
+    inner = real.backend(token=real.flood_token, workers=12)
+    backend = RecordingBackend(inner)
+    # APF's Retry-After starts at 1 s and doubles (up to 32 s) while a priority level keeps
+    # dropping requests: give the calls a budget that outlasts a few doublings
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=10_000, burst=10_000),
+        executor=ExecutorConfig(workers=12),
+        retry=RetryConfig(budget=200.0, max_retry_after=32.0),
+    )
+    d = Dispatcher(backend, config, metrics_registry=registry).start()
+    try:
+        futures = [
+            d.submit(PodStatusPatch.for_pod(p, nominated_node_name=f"n{i}"))
+            for i, p in enumerate(pods)
+        ]
+        outcomes = [f.result(240.0) for f in futures]
+    finally:
+        d.stop(timeout=10.0)
+        inner.close()
+    assert outcomes == [Outcome.SUCCESS] * n  # nothing lost
+    for i in range(n):
+        assert radmin.get_pod(rns, f"p{i}")["status"]["nominatedNodeName"] == f"n{i}"
+    rejected = [a for a in backend.attempts if a.retry_after is not None]
+    assert rejected, "APF rejected nothing: the burst never exceeded the priority level's seats"
+    assert server_rejections(radmin) - before >= len(rejected)
+    assert all(a.retry_after is not None and a.retry_after >= 1 for a in rejected)
+    # every retry of an object waited at least the Retry-After its 429 carried
+    by_name: dict[str, list[Attempt]] = {}
+    for a in sorted(backend.attempts, key=lambda a: a.t):
+        by_name.setdefault(a.name, []).append(a)
+    for attempts in by_name.values():
+        for prev, nxt in itertools.pairwise(attempts):
+            if prev.retry_after is not None:
+                assert nxt.t - prev.t >= prev.retry_after * 0.99, (prev, nxt)
+    assert metric_value(registry, "kdispatch_retries_total") >= len(rejected)
+    assert condition(radmin.get_pod(rns, "p0"), "PodScheduled") is None
+
+
+# --------------------------------------------------------------------------- outages
+
+
+def test_bindings_ride_out_a_frozen_apiserver(real: RealCluster, radmin: Admin, rns: str) -> None:
+    """kube-apiserver is frozen (SIGSTOP) while bindings are in flight: requests time out and
+    are retried within the retry budget; after SIGCONT every binding lands, once."""
+    pods = [new_pod(radmin, rns, f"p{i}") for i in range(20)]
+    apiserver = next(p for p in real.processes if p.name == "kube-apiserver")
+    config = DispatcherConfig(
+        executor=ExecutorConfig(workers=8),
+        retry=RetryConfig(max_attempts=30, max_backoff=1.0),
+    )
+    backend = real.backend(request_timeout=1.0)
+    registry = CollectorRegistry()
+    d = Dispatcher(backend, config, metrics_registry=registry).start()
+    frozen = False
+    try:
+        os.kill(apiserver.pid, signal.SIGSTOP)
+        frozen = True
+        futures = [d.submit(PodBinding.for_pod(p, f"n{i % 3}")) for i, p in enumerate(pods)]
+        # the outage lasts until every worker has had a request time out and be retried
+        wait_for(
+            lambda: metric_value(registry, "kdispatch_retries_total") >= 8,
+            WAIT,
+            "the executor to retry timed-out bindings",
+        )
+        os.kill(apiserver.pid, signal.SIGCONT)
+        frozen = False
+        outcomes = [f.result(WAIT) for f in futures]
+    finally:
+        if frozen:
+            os.kill(apiserver.pid, signal.SIGCONT)
+        d.stop(timeout=10.0)
+        backend.close()
+    assert outcomes == [Outcome.SUCCESS] * len(pods)
+    for i in range(len(pods)):
+        pod = radmin.get_pod(rns, f"p{i}")
+        assert pod["spec"]["nodeName"] == f"n{i % 3}"
+        sched = condition(pod, "PodScheduled")
+        assert sched is not None and sched["status"] == "True"
