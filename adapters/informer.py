@@ -59,6 +59,7 @@ from kdispatch.actors.errors import (
     ForbiddenError,
     GoneError,
     InvalidInputError,
+    ServerError,
     UnauthorizedError,
 )
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
@@ -602,6 +603,12 @@ class Informer:
                 failures = 1 if self._progress else failures + 1
                 self._log.warning("{} failed: {}", "list" if need_list else "watch", exc)
                 self._report(exc, exc.reason)
+                if isinstance(exc, ServerError):
+                    # like client-go's reflector: after an internal error of the server, list
+                    # again rather than resume from a resourceVersion it may never serve (a
+                    # 500 "PrevKv=nil" right below a compaction repeats forever); dropped
+                    # connections and 429s resume the watch
+                    need_list = True
             except Exception as exc:
                 failures = 1 if self._progress else failures + 1
                 self._log.exception("informer loop error")
