@@ -28,6 +28,7 @@ from .objects import (
     as_object,
     check_uid,
     get_path,
+    is_mapping,
     is_newer,
     meta,
     resource_version,
@@ -112,7 +113,7 @@ def _reserved_for(obj: Obj | None) -> list[Any]:
 
 
 def _entry_uid(entry: Any) -> str | None:
-    uid = entry.get("uid") if isinstance(entry, Mapping) else None
+    uid = entry.get("uid") if is_mapping(entry) else None
     return uid if isinstance(uid, str) else None
 
 
@@ -140,9 +141,7 @@ class ClaimStatusPatch(Call):
             raise InvalidCallError(f"claim_status_patch: ref must be an ObjectRef, got {ref!r}")
         if ref.kind != self.kind:
             raise InvalidCallError(f"claim_status_patch applies to {self.kind}, not {ref.kind}")
-        if basis is not None and (
-            not isinstance(basis, Mapping) or meta(basis).get("uid") != ref.uid
-        ):
+        if basis is not None and (not is_mapping(basis) or meta(basis).get("uid") != ref.uid):
             raise InvalidCallError(f"claim_status_patch: basis is not the object of {ref}")
         allocation = self.allocation
         if allocation is not UNSET and allocation is not None:

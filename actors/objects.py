@@ -21,7 +21,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from .errors import InvalidObjectError
 
@@ -35,6 +35,12 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$")
 _KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
+
+
+def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, with exact dicts first: the check against the ABC is
+    about ten times slower, and it runs several times per call on the hot path."""
+    return type(value) is dict or isinstance(value, Mapping)
 
 
 def as_object(obj: object) -> dict[str, Any]:
@@ -53,7 +59,7 @@ def as_object(obj: object) -> dict[str, Any]:
     """
     if type(obj) is dict:
         return obj
-    if isinstance(obj, Mapping) or _is_model(obj):
+    if is_mapping(obj) or _is_model(obj):
         out = _json(obj, "object")
         assert isinstance(out, dict)
         return out
@@ -174,7 +180,7 @@ class ObjectRef:
 def meta(obj: Obj) -> Mapping[str, Any]:
     """``obj['metadata']`` or an empty mapping."""
     m = obj.get("metadata")
-    return m if isinstance(m, Mapping) else {}
+    return m if is_mapping(m) else {}
 
 
 def uid_of(obj: Obj) -> str:
@@ -212,8 +218,7 @@ def get_path(obj: Obj | None, *path: str) -> Any:
     """``obj[path[0]][path[1]]...`` or None when any step is missing."""
     cur: Any = obj
     for key in path:
-        # exact dicts first: isinstance against the Mapping ABC is ~10x slower
-        if type(cur) is not dict and not isinstance(cur, Mapping):
+        if not is_mapping(cur):
             return None
         cur = cur.get(key)
     return cur
@@ -230,7 +235,7 @@ def with_path(obj: Obj, path: tuple[str, ...], value: Any) -> dict[str, Any]:
             out[path[0]] = value
         return out
     child = out.get(path[0])
-    out[path[0]] = with_path(child if isinstance(child, Mapping) else {}, path[1:], value)
+    out[path[0]] = with_path(child if is_mapping(child) else {}, path[1:], value)
     return out
 
 

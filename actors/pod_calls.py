@@ -31,6 +31,7 @@ from .objects import (
     as_object,
     check_node_name,
     get_path,
+    is_mapping,
     is_newer,
     is_terminating,
     meta,
@@ -130,7 +131,7 @@ def check_pod_call(call: Call) -> None:
     if ref.kind != call.kind:
         raise InvalidCallError(f"{call.call_type} applies to {call.kind}, not {ref.kind}")
     if basis is not None:
-        if not isinstance(basis, Mapping):
+        if not is_mapping(basis):
             raise InvalidCallError(f"{call.call_type}: basis must be an object mapping or None")
         if meta(basis).get("uid") != ref.uid:
             raise InvalidCallError(f"{call.call_type}: basis is not the object of {ref}")
@@ -157,11 +158,9 @@ def _newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
 def pod_conditions(obj: Obj | None) -> dict[str, Mapping[str, Any]]:
     """``status.conditions`` of an object, by type (malformed entries ignored)."""
     conds = get_path(obj, "status", "conditions")
-    if not isinstance(conds, list | tuple):
+    if not isinstance(conds, (list, tuple)):
         return {}
-    return {
-        c["type"]: c for c in conds if isinstance(c, Mapping) and isinstance(c.get("type"), str)
-    }
+    return {c["type"]: c for c in conds if is_mapping(c) and isinstance(c.get("type"), str)}
 
 
 def _satisfied(existing: Mapping[str, Any] | None, intent: Condition) -> bool:
@@ -178,11 +177,11 @@ def _apply_conditions(obj: Obj, intents: Iterable[Condition], *, replace: bool =
     does (the real time is only known once the server applied it).
     """
     raw = get_path(obj, "status", "conditions")
-    current: list[Any] = list(raw) if isinstance(raw, list | tuple) else []
+    current: list[Any] = list(raw) if isinstance(raw, (list, tuple)) else []
     index = {
         c["type"]: i
         for i, c in enumerate(current)
-        if isinstance(c, Mapping) and isinstance(c.get("type"), str)
+        if is_mapping(c) and isinstance(c.get("type"), str)
     }
     changed = False
     for intent in intents:
