@@ -26,47 +26,11 @@ from kdispatch.adapters.informer import (
 )
 from kdispatch.adapters.kubernetes import prepare_configuration
 from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from tests.recorders import Recorder
 
 pytestmark = pytest.mark.timeout(30)
 
 WAIT = 10.0
-
-
-class Recorder:
-    """Handlers that record ``(event, name, uid, resourceVersion)`` and wake waiters."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str, str]] = []
-        self.objects: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
-
-    def _record(self, kind: str, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        with self._cond:
-            self.events.append((kind, meta["name"], meta["uid"], meta["resourceVersion"]))
-            self.objects.append(obj)
-            self._cond.notify_all()
-
-    def on_add(self, obj: dict[str, Any]) -> None:
-        self._record("add", obj)
-
-    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        assert old["metadata"]["uid"] == new["metadata"]["uid"]
-        self._record("update", new)
-
-    def on_delete(self, obj: dict[str, Any]) -> None:
-        self._record("delete", obj)
-
-    def wait(self, predicate: Callable[[list[tuple[str, str, str, str]]], bool]) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: predicate(self.events), WAIT)
-
-    def wait_count(self, n: int) -> bool:
-        return self.wait(lambda ev: len(ev) >= n)
-
-    def names(self) -> list[tuple[str, str]]:
-        with self._cond:
-            return [(e[0], e[1]) for e in self.events]
 
 
 @pytest.fixture

@@ -18,45 +18,18 @@ from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, Wa
 from tests.realapi.cluster import Admin, RealCluster, Target
 from tests.realapi.conftest import clear_namespace, create_namespace
 from tests.realapi.objects import allocation, new_claim, new_pod, remove_pod, uid_rv
+from tests.recorders import Recorder as BaseRecorder
 
 pytestmark = pytest.mark.timeout(60)
 
 WAIT = 20.0
 
-Event = tuple[str, str, str, str]
 
-
-class Recorder:
-    """Handlers recording ``(event, name, uid, resourceVersion)``; waiters are woken."""
+class Recorder(BaseRecorder):
+    """The shared recorder with the real server's deletion updates told apart."""
 
     def __init__(self) -> None:
-        self.events: list[Event] = []
-        self.objects: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
-
-    def _record(self, what: str, obj: dict[str, Any]) -> None:
-        meta = obj["metadata"]
-        with self._cond:
-            self.events.append((what, meta["name"], meta["uid"], meta["resourceVersion"]))
-            self.objects.append(obj)
-            self._cond.notify_all()
-
-    def on_add(self, obj: dict[str, Any]) -> None:
-        self._record("add", obj)
-
-    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        assert old["metadata"]["uid"] == new["metadata"]["uid"]
-        self._record("update", new)
-
-    def on_delete(self, obj: dict[str, Any]) -> None:
-        self._record("delete", obj)
-
-    def wait(self, predicate: Callable[[list[Event]], bool]) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: predicate(self.events), WAIT)
-
-    def wait_count(self, n: int) -> bool:
-        return self.wait(lambda ev: len(ev) >= n)
+        super().__init__(timeout=WAIT)
 
     def names(self) -> list[tuple[str, str]]:
         """``(event, name)`` without the updates that only mark a pod as being deleted:
