@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,10 +252,11 @@ class RecordingBackend:
         self.attempts: list[Attempt] = []
         self._lock = threading.Lock()
 
-    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+    def _attempt(self, name: str, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Send one request and record when it went out and any 429's Retry-After."""
         t = time.monotonic()
         try:
-            out = self.inner.get(kind, namespace, name)
+            out = send()
         except TooManyRequestsError as exc:
             with self._lock:
                 self.attempts.append(Attempt(name, t, exc.retry_after))
@@ -263,6 +264,9 @@ class RecordingBackend:
         with self._lock:
             self.attempts.append(Attempt(name, t, None))
         return out
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return self._attempt(name, lambda: self.inner.get(kind, namespace, name))
 
     def patch_status(
         self,
@@ -275,9 +279,9 @@ class RecordingBackend:
         resource_version: str | None,
         patch_type: PatchType = "strategic",
     ) -> dict[str, Any]:
-        t = time.monotonic()
-        try:
-            out = self.inner.patch_status(
+        return self._attempt(
+            name,
+            lambda: self.inner.patch_status(
                 kind,
                 namespace,
                 name,
@@ -285,14 +289,8 @@ class RecordingBackend:
                 uid=uid,
                 resource_version=resource_version,
                 patch_type=patch_type,
-            )
-        except TooManyRequestsError as exc:
-            with self._lock:
-                self.attempts.append(Attempt(name, t, exc.retry_after))
-            raise
-        with self._lock:
-            self.attempts.append(Attempt(name, t, None))
-        return out
+            ),
+        )
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         self.inner.bind(namespace, name, uid=uid, node=node)
