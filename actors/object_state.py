@@ -318,16 +318,11 @@ class ObjectState:
             if entry.not_before > now:
                 break  # backing off: _settle sends a delayed Ready
             call = entry.call
-            if self._is_noop(call):
-                self._pop_resolve(out, _SKIPPED)
-                continue
-            if (reason := call.revalidate(call.basis, self.observed)) is not None:
-                self._pop_fail(out, CallStale, reason)
-                continue
-            if (reason := call.precheck(self.observed)) is not None:
-                self._pop_fail(out, CallConflict, reason)
-                continue
             self.queue.pop(0)
+            verdict = self._judge(entry)
+            if verdict is not None:
+                out.append(verdict)
+                continue
             self.inflight = entry
             if call.reads_object and (not self.trusted or self.rv_stale or self.observed is None):
                 self._inflight_read = True
@@ -505,7 +500,7 @@ class ObjectState:
                 self._fail(out, entry, CallCancelled, "object deleted")
         elif result is Result.SUCCESS and done.obj is not None:
             self._adopt_fresh(done.obj)
-            self._requeue_front(out, entry, now)
+            self._requeue_front(out, entry)
             self._revisit(out)
         elif result is Result.NOT_FOUND:
             self._resolve_not_found(out, entry)
@@ -559,7 +554,7 @@ class ObjectState:
                 )
             else:
                 out.append(Rebased(call.call_type))
-                self._requeue_front(out, entry, now)
+                self._requeue_front(out, entry)
                 self._revisit(out)
         elif result is Result.RETRY:
             # the request may have been applied: distrust what was observed before it
@@ -607,12 +602,11 @@ class ObjectState:
             out.append(Resolve(entry.future, entry.call.call_type, _SKIPPED))
             return
         entry.not_before = at
-        self._requeue_front(out, entry, now)
+        self._requeue_front(out, entry)
 
-    def _requeue_front(self, out: list[Effect], entry: _Entry, now: float) -> None:
+    def _requeue_front(self, out: list[Effect], entry: _Entry) -> None:
         """Put a call that was in flight back at the head, merged with what arrived meanwhile
         (a call of the same type), unless a superseding or exclusive call took over."""
-        del now
         ctype = entry.call.call_type
         for i, pending in enumerate(self.queue):
             if pending.call.exclusive:
@@ -722,19 +716,29 @@ class ObjectState:
             return call.is_noop(inflight.call.apply(observed))
         return True
 
+    def _judge(self, entry: _Entry) -> Resolve | None:
+        """How a pending call ends against the current object without being sent: elided
+        (``SKIPPED``), stale (``CallStale``) or failing its precheck (``CallConflict``); None
+        when it is still to be sent."""
+        call = entry.call
+        ctype = call.call_type
+        if self._is_noop(call):
+            return Resolve(entry.future, ctype, _SKIPPED)
+        if (reason := call.revalidate(call.basis, self.observed)) is not None:
+            return Resolve(entry.future, ctype, CallStale(reason, uid=self.uid, call_type=ctype))
+        if (reason := call.precheck(self.observed)) is not None:
+            return Resolve(entry.future, ctype, CallConflict(reason, uid=self.uid, call_type=ctype))
+        return None
+
     def _revisit(self, out: list[Effect]) -> None:
         """After the object changed: elide, re-validate and precheck every pending call."""
         keep: list[_Entry] = []
         for entry in self.queue:
-            call = entry.call
-            if self._is_noop(call):
-                out.append(Resolve(entry.future, call.call_type, _SKIPPED))
-            elif (reason := call.revalidate(call.basis, self.observed)) is not None:
-                self._fail(out, entry, CallStale, reason)
-            elif (reason := call.precheck(self.observed)) is not None:
-                self._fail(out, entry, CallConflict, reason)
-            else:
+            verdict = self._judge(entry)
+            if verdict is None:
                 keep.append(entry)
+            else:
+                out.append(verdict)
         self.queue = keep
 
     # ------------------------------------------------------------------ retiring
@@ -790,13 +794,6 @@ class ObjectState:
 
     def _fail_entry(self, out: list[Effect], entry: _Entry, error: CallOutcomeError) -> None:
         out.append(Resolve(entry.future, entry.call.call_type, error))
-
-    def _pop_resolve(self, out: list[Effect], outcome: Outcome) -> None:
-        entry = self.queue.pop(0)
-        out.append(Resolve(entry.future, entry.call.call_type, outcome))
-
-    def _pop_fail(self, out: list[Effect], exc_type: type[CallOutcomeError], why: str) -> None:
-        self._fail(out, self.queue.pop(0), exc_type, why)
 
     def _check(self, event: str) -> None:
         if event not in TRANSITIONS[self.state]:
