@@ -10,20 +10,29 @@ running in a **separate process**, so the CPU measured here is the client's alon
 * ``client``: ``KubernetesBackend(transport="client")`` — the official ``call_api`` path, raw
   JSON replies;
 * ``lean``: ``KubernetesBackend(transport="lean")`` (the default) — prebuilt JSON through the
-  client's own urllib3 pool.
+  client's own urllib3 pool;
+* ``dispatcher``: a :class:`~kdispatch.actors.dispatcher.Dispatcher` over ``KubernetesBackend()``
+  (lean) with ``--threads`` executor workers and no QPS limit, used as a scheduler uses it: one
+  thread submits a ``PodStatusPatch`` (``nominatedNodeName``) for each of ``--calls`` distinct
+  pods, created just before the measurement, and then checks every future. Sequentially, that
+  thread submits and waits for each call's future in turn.
 
 Each run measures every contender sequentially (one thread) and with ``--threads`` threads, in
 a rotating order; figures are calls/s (wall clock) and client CPU µs per call
-(``time.process_time``, every thread of this process). Every patch changes the pod
-(``nominatedNodeName`` alternates), carries a UID precondition, and is checked for errors.
-Reported: per-run figures, and median/min/max over the runs, plus the ratios lean/models and
-lean/client computed within each run.
+(``time.process_time``, every thread of this process: for the dispatcher, its actor pool and
+executor threads too). Every patch changes the pod (``nominatedNodeName`` alternates for the
+direct contenders; the dispatcher's pods have none yet), carries a UID precondition (the
+dispatcher's a resourceVersion one too), and is checked: direct replies must be the pod, every
+dispatcher future must resolve ``Outcome.SUCCESS``, and the dispatcher must have sent exactly
+one request per call. Reported: per-run figures, median/min/max over the runs, and the ratios
+lean/models, lean/client and dispatcher/models computed within each run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -34,12 +43,19 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry
 
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import Outcome
+from kdispatch.actors.pod_calls import PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.memory import make_pod
 from kdispatch.adapters.transport import prepare_configuration
 
 PODS = 16
-CONTENDERS = ("models", "client", "lean")
+CONTENDERS = ("models", "client", "lean", "dispatcher")
+RATIOS = (("lean", "models"), ("lean", "client"), ("dispatcher", "models"))
 
 
 def serve() -> None:
@@ -117,6 +133,60 @@ def _measure(patch: Patch, calls: int, threads: int) -> dict[str, float]:
     return {"calls": done, "calls_per_s": done / wall, "cpu_us_per_call": cpu / done * 1e6}
 
 
+class DispatcherContender:
+    """The ``dispatcher`` contender: a started :class:`Dispatcher` over a lean
+    ``KubernetesBackend`` and a second backend that creates the pods (outside the timing).
+    Benchmark thread."""
+
+    def __init__(self, url: str, workers: int) -> None:
+        self.backend = KubernetesBackend.for_url(url, workers=workers)
+        self._setup = KubernetesBackend.for_url(url, workers=1)
+        config = DispatcherConfig(
+            rate_limit=RateLimitConfig(qps=math.inf, burst=workers),
+            executor=ExecutorConfig(workers=workers),
+        )
+        self.dispatcher = Dispatcher(
+            self.backend, config, metrics_registry=CollectorRegistry()
+        ).start()
+        self._made = 0
+
+    def fresh_pods(self, n: int) -> list[dict[str, Any]]:
+        """``n`` pods no call has touched yet, as the server stored them."""
+        pods = []
+        for _ in range(n):
+            self._made += 1
+            pod = make_pod(f"d{self._made}", uid=f"uid-d{self._made}")
+            pods.append(self._setup.create("Pod", "default", pod))
+        return pods
+
+    def measure(self, calls: int, sequential: bool) -> dict[str, float]:
+        pods = self.fresh_pods(calls)
+        d = self.dispatcher
+        sent0 = d.tokens_taken
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if sequential:
+            outcomes = [
+                d.submit(PodStatusPatch.for_pod(p, nominated_node_name="n1")).result(30)
+                for p in pods
+            ]
+        else:
+            futures = [d.submit(PodStatusPatch.for_pod(p, nominated_node_name="n1")) for p in pods]
+            outcomes = [f.result(60) for f in futures]
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        bad = [o for o in outcomes if o is not Outcome.SUCCESS]
+        if bad:
+            raise RuntimeError(f"{len(bad)} dispatcher calls did not succeed: {bad[0]!r}")
+        sent = d.tokens_taken - sent0
+        if sent != calls:
+            raise RuntimeError(f"dispatcher sent {sent} requests for {calls} calls")
+        return {"calls": calls, "calls_per_s": calls / wall, "cpu_us_per_call": cpu / calls * 1e6}
+
+    def close(self) -> None:
+        self.dispatcher.stop(drain=True, timeout=30)
+        self.backend.close()
+        self._setup.close()
+
+
 def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
     """Start the server process, run every contender ``runs`` times per mode."""
     proc = subprocess.Popen(
@@ -131,16 +201,26 @@ def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
         if not url.startswith("http://"):
             raise RuntimeError(f"server did not start: {url!r}")
         patchers, closers = _patchers(url, max(threads, 1))
+        dispatcher = DispatcherContender(url, max(threads, 1))
+        closers.append(dispatcher)
         try:
             for patch in patchers.values():  # warm up: connections, imports, caches
                 _measure(patch, 50, 1)
+            dispatcher.measure(50, sequential=True)
+            dispatcher.measure(50, sequential=False)
             per_run: list[dict[str, Any]] = []
+            n = len(CONTENDERS)
             for r in range(runs):
-                order = CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]
+                order = CONTENDERS[r % n :] + CONTENDERS[: r % n]
                 figures: dict[str, Any] = {}
                 for mode, n_threads in (("sequential", 1), (f"{threads}_threads", threads)):
                     figures[mode] = {
-                        name: _measure(patchers[name], calls, n_threads) for name in order
+                        name: (
+                            dispatcher.measure(calls, sequential=n_threads == 1)
+                            if name == "dispatcher"
+                            else _measure(patchers[name], calls, n_threads)
+                        )
+                        for name in order
                     }
                 per_run.append(figures)
         finally:
@@ -170,14 +250,14 @@ def _summary(per_run: list[dict[str, Any]]) -> dict[str, Any]:
                 key: _spread([r[mode][name][key] for r in per_run])
                 for key in ("calls_per_s", "cpu_us_per_call")
             }
-        for base in ("models", "client"):
-            entry[f"lean_vs_{base}"] = {
+        for name, base in RATIOS:
+            entry[f"{name}_vs_{base}"] = {
                 "calls_per_s": _spread(
-                    [r[mode]["lean"]["calls_per_s"] / r[mode][base]["calls_per_s"] for r in per_run]
+                    [r[mode][name]["calls_per_s"] / r[mode][base]["calls_per_s"] for r in per_run]
                 ),
                 "cpu_per_call": _spread(
                     [
-                        r[mode]["lean"]["cpu_us_per_call"] / r[mode][base]["cpu_us_per_call"]
+                        r[mode][name]["cpu_us_per_call"] / r[mode][base]["cpu_us_per_call"]
                         for r in per_run
                     ]
                 ),
@@ -193,13 +273,13 @@ def _table(result: dict[str, Any]) -> str:
         for name in CONTENDERS:
             c, u = entry[name]["calls_per_s"], entry[name]["cpu_us_per_call"]
             lines.append(
-                f"  {name:7s} {c['median']:8.0f} ({c['min']:.0f}-{c['max']:.0f}) calls/s  "
+                f"  {name:10s} {c['median']:8.0f} ({c['min']:.0f}-{c['max']:.0f}) calls/s  "
                 f"{u['median']:6.0f} ({u['min']:.0f}-{u['max']:.0f}) µs"
             )
-        for base in ("models", "client"):
-            r = entry[f"lean_vs_{base}"]
+        for name, base in RATIOS:
+            r = entry[f"{name}_vs_{base}"]
             lines.append(
-                f"  lean/{base}: {r['calls_per_s']['median']:.2f}x calls/s "
+                f"  {name}/{base}: {r['calls_per_s']['median']:.2f}x calls/s "
                 f"({r['calls_per_s']['min']:.2f}-{r['calls_per_s']['max']:.2f}), "
                 f"{r['cpu_per_call']['median']:.2f}x CPU per call "
                 f"({r['cpu_per_call']['min']:.2f}-{r['cpu_per_call']['max']:.2f})"

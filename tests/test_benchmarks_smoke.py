@@ -140,7 +140,10 @@ def test_transport_benchmark_writes_its_figures(tmp_path: Path) -> None:
         for name in CONTENDERS:
             assert mode[name]["calls_per_s"]["median"] > 0
             assert mode[name]["cpu_us_per_call"]["median"] > 0
+        assert mode["dispatcher_vs_models"]["calls_per_s"]["median"] > 0
     assert [run["sequential"]["lean"]["calls"] for run in data["runs"]] == [16]
+    # the dispatcher made every call (one request each, every future Outcome.SUCCESS)
+    assert [run["2_threads"]["dispatcher"]["calls"] for run in data["runs"]] == [16]
 
 
 @pytest.mark.timeout(30)
