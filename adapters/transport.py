@@ -232,9 +232,12 @@ def read_json_object(resp: Any, what: str) -> dict[str, Any]:
     return decode_object(data, what)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps would build one per call
+
+
 def dumps(obj: object) -> bytes:
     """Compact JSON, as sent on the wire."""
-    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    return _ENCODER.encode(obj).encode("utf-8")
 
 
 # --------------------------------------------------------------------------- configuration

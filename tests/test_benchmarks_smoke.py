@@ -6,6 +6,7 @@ Checks shapes and files, never the numbers (they depend on the machine).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import threading
@@ -189,3 +190,48 @@ def test_scheduler_benchmark_ratios_are_taken_within_a_round() -> None:
     assert targets["async_vs_allblocking_latency10"]["met"] is True
     assert targets["loop_submit_p99_us"]["met"] is True
     assert targets["all_runs_clean"]["met"] is True
+
+
+@pytest.mark.timeout(60)
+def test_callgrind_overhead_clients_patch_the_server_and_the_driver_subtracts_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both measured clients really patch the pods (each checks its requests and the server's
+    state itself), and the driver's per-call figure is the difference of two totals."""
+    from benchmarks import callgrind_overhead as cg
+    from kdispatch.adapters.httpserver import ApiServerHTTP
+
+    mem = cg.apiserver()
+    with ApiServerHTTP(mem) as srv:
+        for path in cg.PATHS:
+            before = [mem.get("Pod", "default", f"c{k}") for k in range(cg.PODS)]
+            out = cg.client(srv.url, path, 3)
+            assert out == {"path": path, "calls": cg.WARMUP + 3, "requests": cg.WARMUP + 3}
+            after = [mem.get("Pod", "default", f"c{k}") for k in range(cg.PODS)]
+            changed = [
+                a["metadata"]["resourceVersion"] != b["metadata"]["resourceVersion"]
+                for a, b in zip(after, before, strict=True)
+            ]
+            assert all(changed)  # WARMUP + 3 >= PODS: every pod was patched
+
+    # startup (1e9) + per-call cost: direct 1,000, dispatcher 1,500 instructions
+    per_call = {"direct": 1000, "dispatcher": 1500}
+
+    class FakeServer:
+        stdin = None
+        stdout = io.StringIO("http://127.0.0.1:1\n")
+
+        def wait(self, timeout: float) -> int:
+            return 0
+
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **k: FakeServer())
+    monkeypatch.setattr(
+        cg, "_instructions", lambda url, path, calls, workdir: 10**9 + per_call[path] * calls
+    )
+    result = cg.run(calls=40, base=10, rounds=2)
+    assert result["summary"]["direct"]["median"] == 1000
+    assert result["summary"]["dispatcher"]["median"] == 1500
+    assert result["summary"]["overhead"]["median"] == pytest.approx(0.5)
+    assert "+50.0%" in cg._table(result)
+    match = cg._SUMMARY.search("events: Ir\nsummary: 1878827748\ntotals: 1878827748\n")
+    assert match is not None and match.group(1) == "1878827748"

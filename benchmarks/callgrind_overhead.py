@@ -1,0 +1,282 @@
+"""Instructions kdispatch adds to a status patch over HTTP, counted by callgrind.
+
+``python -m benchmarks.callgrind_overhead [--calls 400] [--base 100] [--rounds 3] [--json PATH]``
+
+Two paths send the same sequential pod status patches (``nominatedNodeName`` flipped, UID and
+resourceVersion preconditions, one request each) to ``ApiServerHTTP`` (the in-memory apiserver
+over HTTP), which runs in a **separate process that valgrind does not trace**:
+
+* ``direct``: ``KubernetesBackend.patch_status`` (the lean transport, the default) on the
+  calling thread, each reply kept as the next patch's basis;
+* ``dispatcher``: ``Dispatcher(KubernetesBackend())`` — submit a ``PodStatusPatch``, then
+  ``future.result()``, one call at a time (8 executor workers, no QPS limit). Everything the
+  process runs is counted: the caller, the actor pool and the executor worker that sends it.
+
+Method: each path runs in its own client process (``PYTHONHASHSEED=0``) under ``valgrind
+--tool=callgrind --trace-children=no`` (callgrind serialises the process's threads and counts
+every thread's instructions), once with ``--base`` calls and once with ``--calls`` calls; both
+runs do the same start-up, warm-up, reads and shutdown, so the difference of their totals
+divided by the difference of their call counts is the instructions per call, with start-up
+subtracted. The calls cycle over ``PODS`` pods, so both runs spawn the same actors and the
+per-call figure is the steady state of a pod that keeps getting patched (an actor's spawn and
+reaping are not in it). Each client checks that every call succeeded with exactly one request
+and that the server holds the intended ``nominatedNodeName`` for every pod. Reported:
+instructions per call of each path, ``dispatcher/direct`` and the overhead ``dispatcher/direct
+- 1`` per round, and their median/min/max over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PODS = 16
+WORKERS = 8
+WARMUP = 50
+PATHS = ("direct", "dispatcher")
+VALGRIND = "valgrind"
+
+
+def apiserver() -> Any:
+    """The in-memory apiserver with the PODS pods the clients patch."""
+    from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+
+    mem = InMemoryApiServer(history=1000, request_log_limit=1000)
+    for i in range(PODS):
+        mem.create(make_pod(f"c{i}", uid=f"uid-c{i}"))
+    return mem
+
+
+def serve() -> None:
+    """Child process: serve PODS pods over HTTP until stdin closes."""
+    from kdispatch.adapters.httpserver import ApiServerHTTP
+
+    with ApiServerHTTP(apiserver()) as srv:
+        print(srv.url, flush=True)
+        sys.stdin.read()
+
+
+def _flip(pod: dict[str, Any]) -> str:
+    return "n0" if pod.get("status", {}).get("nominatedNodeName") == "n1" else "n1"
+
+
+def client(url: str, path: str, calls: int) -> dict[str, Any]:
+    """The measured process (under callgrind): ``WARMUP + calls`` sequential status patches
+    over ``path``. Main thread (plus the dispatcher's threads)."""
+    from prometheus_client import CollectorRegistry
+
+    from kdispatch.actors.config import (
+        DispatcherConfig,
+        ExecutorConfig,
+        RateLimitConfig,
+        RegistryConfig,
+    )
+    from kdispatch.actors.dispatcher import Dispatcher
+    from kdispatch.actors.errors import Outcome
+    from kdispatch.actors.pod_calls import PodStatusPatch
+    from kdispatch.adapters.kubernetes import KubernetesBackend
+
+    total = WARMUP + calls
+    backend = KubernetesBackend.for_url(url, workers=WORKERS)
+    current = [backend.get("Pod", "default", f"c{k}") for k in range(PODS)]
+    intended = [_flip(p) for p in current]
+    requests = 0
+    try:
+        if path == "direct":
+            for i in range(total):
+                k = i % PODS
+                pod = current[k]
+                nnn = intended[k] = _flip(pod)
+                current[k] = backend.patch_status(
+                    "Pod",
+                    "default",
+                    f"c{k}",
+                    {"status": {"nominatedNodeName": nnn}},
+                    uid=f"uid-c{k}",
+                    resource_version=pod["metadata"]["resourceVersion"],
+                    patch_type="strategic",
+                )
+                requests += 1
+        else:
+            config = DispatcherConfig(
+                rate_limit=RateLimitConfig(qps=math.inf, burst=WORKERS),
+                executor=ExecutorConfig(workers=WORKERS),
+                registry=RegistryConfig(idle_timeout=3600.0),  # no reaping while measured
+            )
+            d = Dispatcher(backend, config, metrics_registry=CollectorRegistry()).start()
+            try:
+                state = [p.get("status", {}).get("nominatedNodeName") for p in current]
+                for i in range(total):
+                    k = i % PODS
+                    nnn = intended[k] = "n0" if state[k] == "n1" else "n1"
+                    state[k] = nnn
+                    call = PodStatusPatch.for_pod(current[k], nominated_node_name=nnn)
+                    outcome = d.submit(call).result(600)
+                    if outcome is not Outcome.SUCCESS:
+                        raise RuntimeError(f"call {i} resolved {outcome!r}")
+                requests = d.tokens_taken
+            finally:
+                d.stop(drain=True, timeout=600)
+        if requests != total:
+            raise RuntimeError(f"{path}: {requests} requests for {total} calls")
+        on_server = [
+            backend.get("Pod", "default", f"c{k}")["status"].get("nominatedNodeName")
+            for k in range(PODS)
+        ]
+        if on_server != intended:
+            raise RuntimeError(f"{path}: server holds {on_server}, intended {intended}")
+    finally:
+        backend.close()
+    return {"path": path, "calls": total, "requests": requests}
+
+
+_SUMMARY = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
+
+
+def _instructions(url: str, path: str, calls: int, workdir: Path) -> int:
+    out = workdir / f"callgrind.{path}.{calls}"
+    cmd = [
+        VALGRIND,
+        "--tool=callgrind",
+        "--trace-children=no",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        "-m",
+        "benchmarks.callgrind_overhead",
+        "--client",
+        url,
+        "--path",
+        path,
+        "--calls",
+        str(calls),
+    ]
+    # a fixed hash seed: the same dict and set layouts, so the same instructions, every run
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"callgrind run {path}/{calls} failed:\n{proc.stderr[-3000:]}")
+    match = _SUMMARY.search(out.read_text())
+    if match is None:
+        raise RuntimeError(f"no instruction total in {out}")
+    out.unlink()
+    return int(match.group(1))
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
+    """Start the server process, count every (path, call count) ``rounds`` times."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.callgrind_overhead", "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    per_round: list[dict[str, Any]] = []
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"server did not start: {url!r}")
+        with tempfile.TemporaryDirectory(prefix="kdispatch-callgrind-") as tmp:
+            for r in range(rounds):
+                entry: dict[str, Any] = {}
+                for path in PATHS if r % 2 == 0 else PATHS[::-1]:
+                    small = _instructions(url, path, base, Path(tmp))
+                    large = _instructions(url, path, calls, Path(tmp))
+                    entry[path] = {
+                        "total_base": small,
+                        "total_calls": large,
+                        "instructions_per_call": (large - small) / (calls - base),
+                    }
+                ratio = (
+                    entry["dispatcher"]["instructions_per_call"]
+                    / entry["direct"]["instructions_per_call"]
+                )
+                entry["dispatcher_vs_direct"] = ratio
+                entry["overhead"] = ratio - 1
+                per_round.append(entry)
+                print(_round_line(r, entry), flush=True)
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(30)
+    summary = {
+        **{path: _spread([e[path]["instructions_per_call"] for e in per_round]) for path in PATHS},
+        "dispatcher_vs_direct": _spread([e["dispatcher_vs_direct"] for e in per_round]),
+        "overhead": _spread([e["overhead"] for e in per_round]),
+    }
+    return {"rounds": per_round, "summary": summary}
+
+
+def _round_line(r: int, entry: dict[str, Any]) -> str:
+    return (
+        f"round {r}: direct {entry['direct']['instructions_per_call'] / 1e3:,.0f}k, "
+        f"dispatcher {entry['dispatcher']['instructions_per_call'] / 1e3:,.0f}k instructions "
+        f"per call: {entry['dispatcher_vs_direct']:.3f}x ({entry['overhead']:+.1%})"
+    )
+
+
+def _table(result: dict[str, Any]) -> str:
+    s = result["summary"]
+    lines = ["instructions per sequential status patch over HTTP, median (min-max)"]
+    for path in PATHS:
+        lo, hi = s[path]["min"] / 1e3, s[path]["max"] / 1e3
+        lines.append(f"  {path:10s} {s[path]['median'] / 1e3:8,.0f}k ({lo:,.0f}k-{hi:,.0f}k)")
+    o = s["overhead"]
+    lines.append(
+        f"  kdispatch adds {o['median']:+.1%} ({o['min']:+.1%} to {o['max']:+.1%}) "
+        "of a direct call's instructions"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any] | None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--base", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--path", choices=PATHS, default="direct", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve()
+        return None
+    if args.client is not None:
+        print(json.dumps(client(args.client, args.path, args.calls)))
+        return None
+    if not 1 <= args.base < args.calls or args.rounds < 1:
+        parser.error("need 1 <= --base < --calls and --rounds >= 1")
+    result = run(args.calls, args.base, args.rounds)
+    result["meta"] = {
+        "calls": args.calls,
+        "base": args.base,
+        "warmup": WARMUP,
+        "pods": PODS,
+        "rounds": args.rounds,
+        "python": sys.version.split()[0],
+        "method": "two call counts per path, difference of callgrind totals (Ir)",
+        "load_average": list(os.getloadavg()),
+    }
+    print(_table(result))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
