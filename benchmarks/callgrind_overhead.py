@@ -10,7 +10,8 @@ over HTTP), which runs in a **separate process that valgrind does not trace**:
   calling thread, each reply kept as the next patch's basis;
 * ``dispatcher``: ``Dispatcher(KubernetesBackend())`` — submit a ``PodStatusPatch``, then
   ``future.result()``, one call at a time (8 executor workers, no QPS limit). Everything the
-  process runs is counted: the caller, the actor pool and the executor worker that sends it.
+  process runs is counted: the caller, the actor pool and the executor worker that sends it,
+  also reported by thread role (``--separate-threads=yes``).
 
 Method: each path runs in its own client process (``PYTHONHASHSEED=0``) under ``valgrind
 --tool=callgrind --trace-children=no`` (callgrind serialises the process's threads and counts
@@ -36,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +71,23 @@ def _flip(pod: dict[str, Any]) -> str:
     return "n0" if pod.get("status", {}).get("nominatedNodeName") == "n1" else "n1"
 
 
+def _role(name: str) -> str:
+    if name == "MainThread":
+        return "caller"
+    if name.startswith("kdispatch-executor-"):
+        return "executor timer" if name.endswith("-timer") else "executor workers"
+    if name.startswith("kdispatch-pool-"):
+        return "actor pool"
+    return "other"
+
+
+def _thread_roles() -> list[str]:
+    """The role of every live thread, in the order the threads were created (valgrind numbers
+    threads in that order, from 1)."""
+    live = sorted(threading.enumerate(), key=lambda t: t.native_id or 0)
+    return [_role(t.name) for t in live]
+
+
 def client(url: str, path: str, calls: int) -> dict[str, Any]:
     """The measured process (under callgrind): ``WARMUP + calls`` sequential status patches
     over ``path``. Main thread (plus the dispatcher's threads)."""
@@ -90,6 +109,7 @@ def client(url: str, path: str, calls: int) -> dict[str, Any]:
     current = [backend.get("Pod", "default", f"c{k}") for k in range(PODS)]
     intended = [_flip(p) for p in current]
     requests = 0
+    threads = _thread_roles()
     try:
         if path == "direct":
             for i in range(total):
@@ -113,6 +133,7 @@ def client(url: str, path: str, calls: int) -> dict[str, Any]:
                 registry=RegistryConfig(idle_timeout=3600.0),  # no reaping while measured
             )
             d = Dispatcher(backend, config, metrics_registry=CollectorRegistry()).start()
+            threads = _thread_roles()
             try:
                 state = [p.get("status", {}).get("nominatedNodeName") for p in current]
                 for i in range(total):
@@ -136,18 +157,21 @@ def client(url: str, path: str, calls: int) -> dict[str, Any]:
             raise RuntimeError(f"{path}: server holds {on_server}, intended {intended}")
     finally:
         backend.close()
-    return {"path": path, "calls": total, "requests": requests}
+    return {"path": path, "calls": total, "requests": requests, "threads": threads}
 
 
 _SUMMARY = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
+_THREAD_FILE = re.compile(r"-(\d+)$")
 
 
-def _instructions(url: str, path: str, calls: int, workdir: Path) -> int:
+def _instructions(url: str, path: str, calls: int, workdir: Path) -> dict[str, int]:
+    """Run one client under callgrind: its instructions in total and by thread role."""
     out = workdir / f"callgrind.{path}.{calls}"
     cmd = [
         VALGRIND,
         "--tool=callgrind",
         "--trace-children=no",
+        "--separate-threads=yes",
         f"--callgrind-out-file={out}",
         sys.executable,
         "-m",
@@ -164,11 +188,21 @@ def _instructions(url: str, path: str, calls: int, workdir: Path) -> int:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"callgrind run {path}/{calls} failed:\n{proc.stderr[-3000:]}")
-    match = _SUMMARY.search(out.read_text())
-    if match is None:
-        raise RuntimeError(f"no instruction total in {out}")
-    out.unlink()
-    return int(match.group(1))
+    roles: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])["threads"]
+    by_role: dict[str, int] = {"total": 0}
+    for part in workdir.glob(f"{out.name}-*"):
+        tid = _THREAD_FILE.search(part.name)
+        match = _SUMMARY.search(part.read_text())
+        part.unlink()
+        if tid is None or match is None:
+            raise RuntimeError(f"no instruction total in {part}")
+        index = int(tid.group(1)) - 1
+        role = roles[index] if index < len(roles) else "other"
+        by_role[role] = by_role.get(role, 0) + int(match.group(1))
+        by_role["total"] += int(match.group(1))
+    if by_role["total"] == 0:
+        raise RuntimeError(f"callgrind wrote no output for {path}/{calls}")
+    return by_role
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -196,9 +230,14 @@ def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
                     small = _instructions(url, path, base, Path(tmp))
                     large = _instructions(url, path, calls, Path(tmp))
                     entry[path] = {
-                        "total_base": small,
-                        "total_calls": large,
-                        "instructions_per_call": (large - small) / (calls - base),
+                        "total_base": small["total"],
+                        "total_calls": large["total"],
+                        "instructions_per_call": (large["total"] - small["total"]) / (calls - base),
+                        "per_call_by_thread": {
+                            role: (large.get(role, 0) - small.get(role, 0)) / (calls - base)
+                            for role in sorted(set(large) | set(small))
+                            if role != "total"
+                        },
                     }
                 ratio = (
                     entry["dispatcher"]["instructions_per_call"]
@@ -216,6 +255,10 @@ def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
         **{path: _spread([e[path]["instructions_per_call"] for e in per_round]) for path in PATHS},
         "dispatcher_vs_direct": _spread([e["dispatcher_vs_direct"] for e in per_round]),
         "overhead": _spread([e["overhead"] for e in per_round]),
+        "dispatcher_by_thread": {
+            role: _spread([e["dispatcher"]["per_call_by_thread"].get(role, 0.0) for e in per_round])
+            for role in per_round[0]["dispatcher"]["per_call_by_thread"]
+        },
     }
     return {"rounds": per_round, "summary": summary}
 
@@ -234,6 +277,8 @@ def _table(result: dict[str, Any]) -> str:
     for path in PATHS:
         lo, hi = s[path]["min"] / 1e3, s[path]["max"] / 1e3
         lines.append(f"  {path:10s} {s[path]['median'] / 1e3:8,.0f}k ({lo:,.0f}k-{hi:,.0f}k)")
+    for role, v in s["dispatcher_by_thread"].items():
+        lines.append(f"    dispatcher, {role}: {v['median'] / 1e3:,.0f}k")
     o = s["overhead"]
     lines.append(
         f"  kdispatch adds {o['median']:+.1%} ({o['min']:+.1%} to {o['max']:+.1%}) "

@@ -20,7 +20,8 @@ running in a **separate process**, so the CPU measured here is the client's alon
 Each run measures every contender sequentially (one thread) and with ``--threads`` threads, in
 a rotating order; figures are calls/s (wall clock) and client CPU µs per call
 (``time.process_time``, every thread of this process: for the dispatcher, its actor pool and
-executor threads too). Every patch changes the pod (``nominatedNodeName`` alternates for the
+executor threads too, also reported by thread role), and the server process's CPU per call
+(from ``/proc``, Linux only). Every patch changes the pod (``nominatedNodeName`` alternates for the
 direct contenders; the dispatcher's pods have none yet), carries a UID precondition (the
 dispatcher's a resourceVersion one too), and is checked: direct replies must be the pod, every
 dispatcher future must resolve ``Outcome.SUCCESS``, and the dispatcher must have sent exactly
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -106,7 +108,66 @@ def _patchers(url: str, workers: int) -> tuple[dict[str, Patch], list[Any]]:
     return patchers, closers
 
 
-def _measure(patch: Patch, calls: int, threads: int) -> dict[str, float]:
+def server_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) the server process used so far; None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_role(name: str) -> str:
+    """Which part of the dispatcher a thread of this process is."""
+    if name == "MainThread":
+        return "caller"
+    if name.startswith("kdispatch-executor-"):
+        return "executor timer" if name.endswith("-timer") else "executor workers"
+    if name.startswith("kdispatch-pool-"):
+        return "actor pool"
+    return "other"
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds used so far by the live threads of this process, summed by role."""
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        if t.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (OSError, AttributeError):  # the thread just ended, or no per-thread clocks
+            continue
+        role = thread_role(t.name)
+        out[role] = out.get(role, 0.0) + seconds
+    return out
+
+
+class Window:
+    """Wall clock, this process's CPU and the server's CPU over one measurement."""
+
+    def __init__(self, server_pid: int | None) -> None:
+        self._pid = server_pid
+        self._server = None if server_pid is None else server_cpu(server_pid)
+        self._cpu, self._wall = time.process_time(), time.perf_counter()
+
+    def figures(self, calls: int) -> dict[str, Any]:
+        """The window's figures per call, for ``calls`` calls made in it."""
+        wall, cpu = time.perf_counter() - self._wall, time.process_time() - self._cpu
+        out: dict[str, Any] = {
+            "calls": calls,
+            "calls_per_s": calls / wall,
+            "cpu_us_per_call": cpu / calls * 1e6,
+        }
+        server = None if self._pid is None else server_cpu(self._pid)
+        if server is not None and self._server is not None:
+            out["server_cpu_us_per_call"] = (server - self._server) / calls * 1e6
+        return out
+
+
+def _measure(
+    patch: Patch, calls: int, threads: int, server_pid: int | None = None
+) -> dict[str, Any]:
     per_thread = calls // threads
     errors: list[BaseException] = []
     start_gate = threading.Barrier(threads + 1)
@@ -122,15 +183,14 @@ def _measure(patch: Patch, calls: int, threads: int) -> dict[str, float]:
     pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
     for th in pool:
         th.start()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
+    window = Window(server_pid)
     start_gate.wait()
     for th in pool:
         th.join()
-    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    figures = window.figures(per_thread * threads)
     if errors:
         raise RuntimeError(f"{len(errors)} threads failed: {errors[0]!r}")
-    done = per_thread * threads
-    return {"calls": done, "calls_per_s": done / wall, "cpu_us_per_call": cpu / done * 1e6}
+    return figures
 
 
 class DispatcherContender:
@@ -159,11 +219,14 @@ class DispatcherContender:
             pods.append(self._setup.create("Pod", "default", pod))
         return pods
 
-    def measure(self, calls: int, sequential: bool) -> dict[str, float]:
+    def measure(
+        self, calls: int, sequential: bool, server_pid: int | None = None
+    ) -> dict[str, Any]:
         pods = self.fresh_pods(calls)
         d = self.dispatcher
         sent0 = d.tokens_taken
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        roles0 = cpu_by_role()
+        window = Window(server_pid)
         if sequential:
             outcomes = [
                 d.submit(PodStatusPatch.for_pod(p, nominated_node_name="n1")).result(30)
@@ -172,14 +235,20 @@ class DispatcherContender:
         else:
             futures = [d.submit(PodStatusPatch.for_pod(p, nominated_node_name="n1")) for p in pods]
             outcomes = [f.result(60) for f in futures]
-        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        figures = window.figures(calls)
+        roles1 = cpu_by_role()
         bad = [o for o in outcomes if o is not Outcome.SUCCESS]
         if bad:
             raise RuntimeError(f"{len(bad)} dispatcher calls did not succeed: {bad[0]!r}")
         sent = d.tokens_taken - sent0
         if sent != calls:
             raise RuntimeError(f"dispatcher sent {sent} requests for {calls} calls")
-        return {"calls": calls, "calls_per_s": calls / wall, "cpu_us_per_call": cpu / calls * 1e6}
+        figures["cpu_us_per_call_by_thread"] = {
+            role: (roles1[role] - roles0.get(role, 0.0)) / calls * 1e6
+            for role in sorted(roles1)
+            if role != "other"
+        }
+        return figures
 
     def close(self) -> None:
         self.dispatcher.stop(drain=True, timeout=30)
@@ -216,9 +285,9 @@ def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
                 for mode, n_threads in (("sequential", 1), (f"{threads}_threads", threads)):
                     figures[mode] = {
                         name: (
-                            dispatcher.measure(calls, sequential=n_threads == 1)
+                            dispatcher.measure(calls, n_threads == 1, proc.pid)
                             if name == "dispatcher"
-                            else _measure(patchers[name], calls, n_threads)
+                            else _measure(patchers[name], calls, n_threads, proc.pid)
                         )
                         for name in order
                     }
@@ -248,8 +317,15 @@ def _summary(per_run: list[dict[str, Any]]) -> dict[str, Any]:
         for name in CONTENDERS:
             entry[name] = {
                 key: _spread([r[mode][name][key] for r in per_run])
-                for key in ("calls_per_s", "cpu_us_per_call")
+                for key in ("calls_per_s", "cpu_us_per_call", "server_cpu_us_per_call")
+                if all(key in r[mode][name] for r in per_run)
             }
+        entry["dispatcher"]["cpu_us_per_call_by_thread"] = {
+            role: _spread(
+                [r[mode]["dispatcher"]["cpu_us_per_call_by_thread"].get(role, 0.0) for r in per_run]
+            )
+            for role in per_run[0][mode]["dispatcher"]["cpu_us_per_call_by_thread"]
+        }
         for name, base in RATIOS:
             entry[f"{name}_vs_{base}"] = {
                 "calls_per_s": _spread(
@@ -272,10 +348,17 @@ def _table(result: dict[str, Any]) -> str:
         lines.append(f"{mode}: calls/s and client CPU µs per call, median (min-max)")
         for name in CONTENDERS:
             c, u = entry[name]["calls_per_s"], entry[name]["cpu_us_per_call"]
+            server = entry[name].get("server_cpu_us_per_call")
             lines.append(
                 f"  {name:10s} {c['median']:8.0f} ({c['min']:.0f}-{c['max']:.0f}) calls/s  "
                 f"{u['median']:6.0f} ({u['min']:.0f}-{u['max']:.0f}) µs"
+                + (f", server {server['median']:.0f} µs" if server else "")
             )
+        split = entry["dispatcher"]["cpu_us_per_call_by_thread"]
+        lines.append(
+            "  dispatcher CPU µs per call by thread: "
+            + ", ".join(f"{role} {v['median']:.0f}" for role, v in split.items())
+        )
         for name, base in RATIOS:
             r = entry[f"{name}_vs_{base}"]
             lines.append(

@@ -206,7 +206,10 @@ def test_callgrind_overhead_clients_patch_the_server_and_the_driver_subtracts_st
         for path in cg.PATHS:
             before = [mem.get("Pod", "default", f"c{k}") for k in range(cg.PODS)]
             out = cg.client(srv.url, path, 3)
-            assert out == {"path": path, "calls": cg.WARMUP + 3, "requests": cg.WARMUP + 3}
+            assert (out["calls"], out["requests"]) == (cg.WARMUP + 3, cg.WARMUP + 3)
+            assert out["threads"][0] == "caller"
+            if path == "dispatcher":
+                assert {"actor pool", "executor workers"} <= set(out["threads"])
             after = [mem.get("Pod", "default", f"c{k}") for k in range(cg.PODS)]
             changed = [
                 a["metadata"]["resourceVersion"] != b["metadata"]["resourceVersion"]
@@ -225,13 +228,17 @@ def test_callgrind_overhead_clients_patch_the_server_and_the_driver_subtracts_st
             return 0
 
     monkeypatch.setattr("subprocess.Popen", lambda *a, **k: FakeServer())
-    monkeypatch.setattr(
-        cg, "_instructions", lambda url, path, calls, workdir: 10**9 + per_call[path] * calls
-    )
+
+    def instructions(url: str, path: str, calls: int, workdir: Path) -> dict[str, int]:
+        pool = 500 * calls if path == "dispatcher" else 0
+        return {"total": 10**9 + per_call[path] * calls, "actor pool": pool}
+
+    monkeypatch.setattr(cg, "_instructions", instructions)
     result = cg.run(calls=40, base=10, rounds=2)
     assert result["summary"]["direct"]["median"] == 1000
     assert result["summary"]["dispatcher"]["median"] == 1500
     assert result["summary"]["overhead"]["median"] == pytest.approx(0.5)
+    assert result["summary"]["dispatcher_by_thread"]["actor pool"]["median"] == 500
     assert "+50.0%" in cg._table(result)
     match = cg._SUMMARY.search("events: Ir\nsummary: 1878827748\ntotals: 1878827748\n")
     assert match is not None and match.group(1) == "1878827748"
