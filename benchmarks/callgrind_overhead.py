@@ -305,6 +305,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         return None
     if not 1 <= args.base < args.calls or args.rounds < 1:
         parser.error("need 1 <= --base < --calls and --rounds >= 1")
+    load_start = list(os.getloadavg())
     result = run(args.calls, args.base, args.rounds)
     result["meta"] = {
         "calls": args.calls,
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "rounds": args.rounds,
         "python": sys.version.split()[0],
         "method": "two call counts per path, difference of callgrind totals (Ir)",
-        "load_average": list(os.getloadavg()),
+        "load_average": {"start": load_start, "end": list(os.getloadavg())},
     }
     print(_table(result))
     if args.json is not None:

@@ -383,9 +383,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         return None
     if args.calls < args.threads or args.threads < 1 or args.runs < 1:
         parser.error("need --calls >= --threads >= 1 and --runs >= 1")
+    load_start = list(os.getloadavg())
     result = run(args.calls, args.threads, args.runs)
-    result["meta"] = {"calls": args.calls, "threads": args.threads, "runs": args.runs,
-                      "python": sys.version.split()[0]}  # fmt: skip
+    result["meta"] = {
+        "calls": args.calls,
+        "threads": args.threads,
+        "runs": args.runs,
+        "python": sys.version.split()[0],
+        "load_average": {"start": load_start, "end": list(os.getloadavg())},
+    }
     print(_table(result))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
