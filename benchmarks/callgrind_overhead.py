@@ -318,6 +318,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "load_average": {"start": load_start, "end": list(os.getloadavg())},
     }
     print(_table(result))
+    load = result["meta"]["load_average"]
+    print(f"load average (1, 5, 15 min): start {load['start']}, end {load['end']}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
