@@ -82,10 +82,10 @@ def _role(name: str) -> str:
 
 
 def _thread_roles() -> list[str]:
-    """The role of every live thread, in the order the threads were created (valgrind numbers
-    threads in that order, from 1)."""
-    live = sorted(threading.enumerate(), key=lambda t: t.native_id or 0)
-    return [_role(t.name) for t in live]
+    """The role of every live thread, in the order the threads were started: valgrind numbers
+    threads in that order, from 1, while none has ended (``threading.enumerate()`` lists them
+    in that order; native thread ids may wrap around and are not used)."""
+    return [_role(t.name) for t in threading.enumerate()]
 
 
 def client(url: str, path: str, calls: int) -> dict[str, Any]:
@@ -190,7 +190,10 @@ def _instructions(url: str, path: str, calls: int, workdir: Path) -> dict[str, i
         raise RuntimeError(f"callgrind run {path}/{calls} failed:\n{proc.stderr[-3000:]}")
     roles: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])["threads"]
     by_role: dict[str, int] = {"total": 0}
-    for part in workdir.glob(f"{out.name}-*"):
+    parts = sorted(workdir.glob(f"{out.name}-*"))
+    if len(parts) != len(roles):  # a thread came or went: the roles cannot be matched
+        raise RuntimeError(f"{len(parts)} thread files for {len(roles)} threads ({path}/{calls})")
+    for part in parts:
         tid = _THREAD_FILE.search(part.name)
         match = _SUMMARY.search(part.read_text())
         part.unlink()
@@ -278,7 +281,8 @@ def _table(result: dict[str, Any]) -> str:
         lo, hi = s[path]["min"] / 1e3, s[path]["max"] / 1e3
         lines.append(f"  {path:10s} {s[path]['median'] / 1e3:8,.0f}k ({lo:,.0f}k-{hi:,.0f}k)")
     for role, v in s["dispatcher_by_thread"].items():
-        lines.append(f"    dispatcher, {role}: {v['median'] / 1e3:,.0f}k")
+        if abs(v["median"]) >= 1000:  # idle threads (timer, reaper) run a few instructions
+            lines.append(f"    dispatcher, {role}: {v['median'] / 1e3:,.0f}k")
     o = s["overhead"]
     lines.append(
         f"  kdispatch adds {o['median']:+.1%} ({o['min']:+.1%} to {o['max']:+.1%}) "
