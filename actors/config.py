@@ -156,7 +156,7 @@ class RuntimeConfig:
     the previous thresholds. Default None: leave the thresholds alone.
     """
 
-    workers: int = 2
+    workers: int = 1
     batch: int = 16
     gc_freeze: bool = False
     gc_young_threshold: int | None = None

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Self, cast
 
@@ -118,7 +119,12 @@ class Dispatcher:
             spawn=self._spawn,
         )
         self._state_lock = threading.Condition(threading.Lock())
-        self._outstanding = 0
+        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic, so the
+        # submitting threads and the actors resolving futures share no lock: a lock held by an
+        # actor thread when the interpreter switches threads would stall ``submit`` for a
+        # whole switch interval.
+        self._unresolved: deque[None] = deque()
+        self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False
         self._closed = False
         self._revoked: DispatcherClosed | None = None
@@ -164,16 +170,20 @@ class Dispatcher:
         deadline = time.monotonic() + timeout
         with self._state_lock:
             if self._closed:
-                return self._outstanding == 0
+                return not self._unresolved
             self._closed = True
             self._ctx.closing = not drain
             if drain and self._started:
-                while self._outstanding > 0:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._state_lock.wait(left)
-            drained = self._outstanding == 0
+                self._drain_waiters += 1
+                try:
+                    while self._unresolved:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._state_lock.wait(left)
+                finally:
+                    self._drain_waiters -= 1
+            drained = not self._unresolved
             self._ctx.closing = True
         self._reaper_stop.set()
         if self._reaper is not None:
@@ -205,14 +215,16 @@ class Dispatcher:
         self.call_types.check(call)
         call = _plain_basis(call)
         future = CallFuture()
-        with self._state_lock:
+        # Counted before the checks: a stop() that starts now waits for this call (or sees it
+        # withdrawn below), with no lock between the submitting threads and the actors.
+        self._unresolved.append(None)
+        if self._revoked is not None or self._closed or not self._started:
+            self._on_resolved()
             if self._revoked is not None:
                 raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-            if self._closed or not self._started:
-                raise DispatcherClosed(
-                    "dispatcher is stopped" if self._closed else "dispatcher not started"
-                )
-            self._outstanding += 1
+            raise DispatcherClosed(
+                "dispatcher is stopped" if self._closed else "dispatcher not started"
+            )
         uid = call.ref.uid
         try:
             routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
@@ -355,8 +367,7 @@ class Dispatcher:
     @property
     def outstanding(self) -> int:
         """Futures not yet resolved."""
-        with self._state_lock:
-            return self._outstanding
+        return len(self._unresolved)
 
     @property
     def tokens_taken(self) -> int:
@@ -394,9 +405,10 @@ class Dispatcher:
         return lambda: self._spawn(uid)
 
     def _on_resolved(self) -> None:
-        with self._state_lock:
-            self._outstanding -= 1
-            if self._outstanding == 0:
+        """Any thread (an actor resolving a future, or ``submit`` withdrawing one)."""
+        self._unresolved.pop()
+        if self._drain_waiters and not self._unresolved:
+            with self._state_lock:
                 self._state_lock.notify_all()
 
     def _reap_loop(self) -> None:

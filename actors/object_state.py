@@ -88,6 +88,10 @@ class State(enum.Enum):
     RETIRING = "retiring"
     RETIRED = "retired"
 
+    # Members are singletons: identity hashing (C) instead of Enum's hash of the name (Python),
+    # for the TRANSITIONS lookup on every event.
+    __hash__ = object.__hash__
+
 
 class Result(enum.Enum):
     """How a request ended, as classified by the executor worker."""
@@ -97,6 +101,8 @@ class Result(enum.Enum):
     CONFLICT = "conflict"  # 409; ``obj`` is the one re-read (None if that read failed)
     NOT_FOUND = "not_found"
     FAILED = "failed"  # permanent
+
+    __hash__ = object.__hash__  # singletons: see State
 
 
 class InvalidTransition(RuntimeError):
