@@ -111,7 +111,8 @@ class Call(ABC):
         ``obj`` (the newest object the call would be sent against), or None to rebase on it.
 
         Checked at submit, on every newer observed object, after a 409 and just before the
-        request is computed. A reason resolves the call :class:`~kdispatch.actors.errors.
+        request is computed (unless the call already passed against these very objects: like
+        every rule here, it is pure). A reason resolves the call :class:`~kdispatch.actors.errors.
         CallStale`; nothing is sent. Default: always rebase."""
         del basis, obj
         return None
