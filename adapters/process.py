@@ -63,7 +63,6 @@ from kdispatch.actors.pod_calls import PodPreemption
 from .process_child import (
     CANCEL,
     OBSERVE,
-    PROTOCOL,
     QUERY,
     READY,
     REVOKE,
@@ -73,6 +72,7 @@ from .process_child import (
     BackendFactory,
     Result,
     child_main,
+    dumps,
 )
 
 CONTEXTS = ("spawn", "forkserver")
@@ -122,7 +122,7 @@ class ProcessDispatcher:
             raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
         for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
             try:
-                pickle.dumps(value, PROTOCOL)
+                dumps(value)
             except Exception as err:
                 raise InvalidConfigError(f"{name} must pickle (spawn): {err}") from err
         self.config = config
@@ -143,6 +143,7 @@ class ProcessDispatcher:
         self._revoked: DispatcherClosed | None = None
         self._final: tuple[bool, dict[str, Any]] | None = None
         self._proc: BaseProcess | None = None
+        self._pid: int | None = None
         self._requests: Connection | None = None
         self._results: Connection | None = None
         self._reader: threading.Thread | None = None
@@ -169,6 +170,7 @@ class ProcessDispatcher:
         req_recv.close()  # the child's ends: closed here, so either side sees the other go
         res_send.close()
         self._proc, self._requests, self._results = proc, req_send, res_recv
+        self._pid = proc.pid
         ready = self._await_ready(res_recv)
         if not ready[1]:
             self._abandon()
@@ -217,7 +219,7 @@ class ProcessDispatcher:
             self._closing = True
             self._stopped = True
         with contextlib.suppress(DispatcherClosed):
-            self._send(pickle.dumps((STOP, bool(drain), float(timeout)), PROTOCOL))
+            self._send(dumps((STOP, bool(drain), float(timeout))))
         if self._reader is not None:
             self._reader.join(timeout + 10.0)
         self._end_child(timeout=5.0)
@@ -256,7 +258,7 @@ class ProcessDispatcher:
         self._check_open()
         fid = next(self._ids)
         try:
-            data = pickle.dumps((SUBMIT, fid, call), PROTOCOL)
+            data = dumps((SUBMIT, fid, call))
         except Exception as err:
             raise InvalidCallError(f"{call.call_type}: the call does not pickle: {err}") from err
         future = CallFuture()
@@ -300,7 +302,7 @@ class ProcessDispatcher:
         if call_type is not None:
             self.call_types.spec(call_type)
         self._check_open()
-        self._send(pickle.dumps((CANCEL, uid, call_type), PROTOCOL))
+        self._send(dumps((CANCEL, uid, call_type)))
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. :meth:`Dispatcher.revoke`: ``submit`` raises ``error``
@@ -312,7 +314,7 @@ class ProcessDispatcher:
                 return
             self._revoked = error
         with contextlib.suppress(DispatcherClosed):
-            self._send(pickle.dumps((REVOKE, error), PROTOCOL))
+            self._send(dumps((REVOKE, error)))
 
     @property
     def revoked(self) -> DispatcherClosed | None:
@@ -352,7 +354,7 @@ class ProcessDispatcher:
         if self._closing or self._gone is not None:
             return  # nothing left to feed: every call has resolved or will
         with contextlib.suppress(DispatcherClosed):
-            self._send(pickle.dumps((OBSERVE, plain, kind, deleted), PROTOCOL))
+            self._send(dumps((OBSERVE, plain, kind, deleted)))
 
     # ------------------------------------------------------------------ introspection
 
@@ -364,7 +366,7 @@ class ProcessDispatcher:
     @property
     def pid(self) -> int | None:
         """The child's process id (None before ``start``)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._pid
 
     def stats(self) -> dict[str, Any]:
         """Caller thread (one round trip while the child runs; after ``stop`` the child's
@@ -414,7 +416,7 @@ class ProcessDispatcher:
         future: Future[Any] = Future()
         self._queries[qid] = future
         try:
-            self._send(pickle.dumps((QUERY, qid, name, arg), PROTOCOL))
+            self._send(dumps((QUERY, qid, name, arg)))
         except DispatcherClosed:
             self._queries.pop(qid, None)
             raise

@@ -26,6 +26,8 @@ decides when to stop), and stops its dispatcher without draining when the parent
 from __future__ import annotations
 
 import contextlib
+import copyreg
+import io
 import os
 import pickle
 import queue
@@ -34,6 +36,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
+from types import MappingProxyType
 from typing import Any, Final
 
 from loguru import logger
@@ -65,12 +68,35 @@ Result = tuple[int, bool, Any]
 BackendFactory = Callable[[], ApiBackend]
 
 
+def _proxy(data: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(data)
+
+
+def _reduce_proxy(proxy: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _proxy, (dict(proxy),)
+
+
+_DISPATCH: dict[type, Any] = {**copyreg.dispatch_table, MappingProxyType: _reduce_proxy}
+"""Pickle reducers of the wire: calls keep their conditions in read-only ``MappingProxyType``
+views, which plain pickle refuses; they cross as dicts and are wrapped again."""
+
+
+def dumps(obj: object) -> bytes:
+    """``obj`` pickled for the wire (highest protocol, read-only mappings included). Any
+    thread; raises what pickle raises."""
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(obj)
+    return buf.getvalue()
+
+
 def portable(exc: BaseException) -> BaseException:
     """``exc`` if it survives a pickle round trip, else a typed stand-in: the same
     :class:`CallOutcomeError` with an unpicklable ``cause`` replaced by a
     :class:`CallFailed` describing it, or a :class:`CallFailed` naming the original. Pure."""
     try:
-        pickle.loads(pickle.dumps(exc, PROTOCOL))
+        pickle.loads(dumps(exc))
         return exc
     except Exception:  # any pickling failure means: substitute
         pass
@@ -79,7 +105,7 @@ def portable(exc: BaseException) -> BaseException:
         cause = CallFailed(f"{type(exc.cause).__name__}: {exc.cause}")
         stand_in = CallFailed(str(exc), uid=exc.uid, call_type=exc.call_type, cause=cause)
         with contextlib.suppress(Exception):
-            pickle.loads(pickle.dumps(stand_in, PROTOCOL))
+            pickle.loads(dumps(stand_in))
             return stand_in
     if isinstance(exc, CallOutcomeError):
         return CallFailed(described, uid=exc.uid, call_type=exc.call_type)
@@ -133,9 +159,9 @@ class _Outbox:
 
     def _send(self, batch: list[Result]) -> bool:
         try:
-            data = pickle.dumps(batch, PROTOCOL)
+            data = dumps(batch)
         except Exception:  # one result does not pickle: send them one by one
-            data = pickle.dumps([_safe(r) for r in batch], PROTOCOL)
+            data = dumps([_safe(r) for r in batch])
         try:
             self._conn.send_bytes(data)
         except OSError:  # the parent is gone: nobody is waiting
@@ -148,7 +174,7 @@ def _safe(result: Result) -> Result:
     if not ok and isinstance(value, BaseException):
         return fid, False, portable(value)
     try:
-        pickle.dumps(value, PROTOCOL)
+        dumps(value)
     except Exception as err:
         return fid, False, CallFailed(f"result does not pickle: {err}")
     return result
@@ -272,4 +298,4 @@ def _close(backend: object) -> None:
             close()
 
 
-__all__ = ["BackendFactory", "Outcome", "child_main", "portable"]
+__all__ = ["BackendFactory", "Outcome", "child_main", "dumps", "portable"]
