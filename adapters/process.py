@@ -142,6 +142,7 @@ class ProcessDispatcher:
         self._gone: DispatcherClosed | None = None
         self._revoked: DispatcherClosed | None = None
         self._final: tuple[bool, dict[str, Any]] | None = None
+        self._last_stats: dict[str, Any] | None = None
         self._proc: BaseProcess | None = None
         self._pid: int | None = None
         self._requests: Connection | None = None
@@ -369,12 +370,16 @@ class ProcessDispatcher:
         return self._pid
 
     def stats(self) -> dict[str, Any]:
-        """Caller thread (one round trip while the child runs; after ``stop`` the child's
-        last figures). :meth:`Dispatcher.stats` of the child, plus ``pid``."""
+        """Caller thread (one round trip while the child runs; while it stops, the previous
+        answer; after ``stop``, the child's last figures). :meth:`Dispatcher.stats` of the
+        child, plus ``pid``."""
         if self._final is not None:
             out = dict(self._final[1])
+        elif self._closing and self._last_stats is not None:
+            out = dict(self._last_stats)  # stopping: the child answers no more queries
         else:
             out = dict(cast("dict[str, Any]", self._query("stats", None, 10.0)))
+            self._last_stats = out
         out["pid"] = self.pid
         return out
 
