@@ -6,9 +6,10 @@ workers and the backend's HTTP client as Python threads of the caller's process;
 them competes with the scheduling threads for the one interpreter lock, and a submit waits for
 it. ``ProcessDispatcher`` starts a real ``Dispatcher`` in a child interpreter
 (``multiprocessing`` with the ``spawn`` context, never ``fork``: the caller has threads) and
-keeps in the caller only what a scheduler needs: ``submit`` pickles the call and writes it to a
-pipe; one reader thread resolves the futures from the child's results, which arrive coalesced
-(see :mod:`kdispatch.adapters.process_child`).
+keeps in the caller only what a scheduler needs: ``submit`` pickles the call and queues it; one
+writer thread sends everything queued in one pipe write (so a child that reads slowly never
+blocks a caller), and one reader thread resolves the futures from the child's results, which
+arrive coalesced too (see :mod:`kdispatch.adapters.process_child`).
 
 What differs from the in-process dispatcher:
 
@@ -38,6 +39,7 @@ import dataclasses
 import itertools
 import multiprocessing
 import pickle
+import queue
 import threading
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
@@ -74,6 +76,9 @@ from .process_child import (
     child_main,
     dumps,
 )
+
+_MAX_WRITE = 1 << 20
+"""Bytes of queued messages the writer joins into one pipe write at most."""
 
 CONTEXTS = ("spawn", "forkserver")
 """Start methods that never fork a process with threads."""
@@ -134,7 +139,6 @@ class ProcessDispatcher:
         self._ids = itertools.count()
         self._calls: dict[int, CallFuture] = {}
         self._queries: dict[int, Future[Any]] = {}
-        self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._started = False
         self._closing = False
@@ -148,6 +152,8 @@ class ProcessDispatcher:
         self._requests: Connection | None = None
         self._results: Connection | None = None
         self._reader: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -180,7 +186,11 @@ class ProcessDispatcher:
         self._reader = threading.Thread(
             target=self._read, name="kdispatch-process-reader", daemon=True
         )
+        self._writer = threading.Thread(
+            target=self._write, name="kdispatch-process-writer", daemon=True
+        )
         self._reader.start()
+        self._writer.start()
         logger.debug("dispatcher process {} started", proc.pid)
         return self
 
@@ -221,11 +231,13 @@ class ProcessDispatcher:
             self._stopped = True
         with contextlib.suppress(DispatcherClosed):
             self._send(dumps((STOP, bool(drain), float(timeout))))
+        self._outbox.put(None)  # the writer sends what is queued, then ends
         if self._reader is not None:
             self._reader.join(timeout + 10.0)
         self._end_child(timeout=5.0)
-        if self._reader is not None:
-            self._reader.join()
+        for thread in (self._reader, self._writer):
+            if thread is not None:
+                thread.join()
         self._fail_all(DispatcherClosed("dispatcher process stopped"))
         logger.debug("dispatcher process stopped")
         return self._final[0] if self._final is not None else False
@@ -249,7 +261,8 @@ class ProcessDispatcher:
     # ------------------------------------------------------------------ calls
 
     def submit(self, call: Call) -> CallFuture:
-        """Any thread; returns after one pickle and one pipe write, never waits for the child.
+        """Any thread; returns after one pickle and one queue put (the writer thread sends it),
+        never waits for the child.
         Raises :class:`~kdispatch.actors.errors.InvalidInputError` subclasses for bad calls
         (an unregistered type, a wrong kind, fields that do not pickle) and
         :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
@@ -271,7 +284,8 @@ class ProcessDispatcher:
                 raise
             return future  # the reader failed it already (the child is gone)
         if self._gone is not None and self._calls.pop(fid, None) is not None:
-            # The reader's sweep may have run before this future was registered.
+            # The reader's sweep may have run before this future was registered: whoever
+            # pops a future resolves it, so it is resolved (here: raised) exactly once.
             raise copy.copy(self._gone)
         return future
 
@@ -401,19 +415,41 @@ class ProcessDispatcher:
             )
 
     def _send(self, data: bytes) -> None:
-        """Any thread. One framed write to the child; DispatcherClosed if it is gone."""
-        conn = self._requests
-        if conn is None:
+        """Any thread; never blocks. Queue one pickled message for the writer thread;
+        DispatcherClosed if the child is gone or was never started."""
+        if self._requests is None:
             raise DispatcherClosed("dispatcher not started")
-        try:
-            with self._send_lock:
-                conn.send_bytes(data)
-        except (OSError, ValueError) as err:  # broken pipe, or closed by stop()
-            raise (
-                copy.copy(self._gone)
-                if self._gone is not None
-                else DispatcherProcessDied(f"dispatcher process unreachable: {err}")
-            ) from err
+        if self._gone is not None:
+            raise copy.copy(self._gone)
+        self._outbox.put(data)
+
+    def _write(self) -> None:
+        """Writer thread: send whatever is queued in one pipe write (the child unpickles the
+        concatenated messages in order), until the ``None`` that :meth:`stop` queues. Only this
+        thread writes to the pipe, so a child that reads slowly never blocks a caller."""
+        conn = self._requests
+        assert conn is not None
+        more = True
+        while more:
+            item = self._outbox.get()
+            batch: list[bytes] = []
+            size = 0
+            while item is not None:
+                batch.append(item)
+                size += len(item)
+                if size >= _MAX_WRITE:
+                    break
+                try:
+                    item = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+            more = item is not None
+            if not batch:
+                continue
+            try:
+                conn.send_bytes(b"".join(batch) if len(batch) > 1 else batch[0])
+            except (OSError, ValueError):  # the child is gone: the reader fails what is left
+                return
 
     def _query(self, name: str, arg: Any, timeout: float) -> Any:
         self._check_open()

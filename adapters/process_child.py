@@ -1,12 +1,13 @@
 """The child side of :class:`~kdispatch.adapters.process.ProcessDispatcher`: a real
 :class:`~kdispatch.actors.dispatcher.Dispatcher` in its own interpreter, driven over two pipes.
 
-The wire (both directions pickled with the highest protocol, one ``send_bytes`` per message):
+The wire (both directions pickled with the highest protocol):
 
-* parent → child, one tuple per message (:data:`SUBMIT`, :data:`OBSERVE`, ...), read by the
-  child's main thread, which only hands things to the dispatcher (``submit``/``on_*``/``cancel``
-  only tell actors; ``view`` and ``stats`` go to a small query pool so they never hold up
-  intake);
+* parent → child, one pickled tuple per message (:data:`SUBMIT`, :data:`OBSERVE`, ...); the
+  parent's writer thread joins whatever is queued into one write, and the child's main thread
+  unpickles them one after the other and only hands them to the dispatcher
+  (``submit``/``on_*``/``cancel`` only tell actors; ``view`` and ``stats`` go to a small query
+  pool so they never hold up intake);
 * child → parent, a *list* of ``(id, ok, value)`` results per message: a call's outcome (an
   :class:`~kdispatch.actors.errors.Outcome`) or its exception, a query's answer, or a control
   reply (:data:`READY`, :data:`STOPPED`). Futures resolve on the child's actor threads and only
@@ -280,15 +281,30 @@ def child_main(
             except (EOFError, OSError):  # the parent is gone: stop at once
                 child.stop(drain=False, timeout=1.0)
                 break
-            try:
-                serving = child.handle(pickle.loads(data))
-            except Exception:  # never let one message end the child
-                logger.opt(exception=True).error("dispatcher process: message failed")
+            serving = _handle_all(child, data)
     finally:
         outbox.close()
         _close(backend)
         requests.close()
         results.close()
+
+
+def _handle_all(child: _Child, data: bytes) -> bool:
+    """Main thread. Carry out the concatenated messages of one write, in order; False once
+    one of them was :data:`STOP` (what follows it is ignored)."""
+    buf = io.BytesIO(data)
+    while buf.tell() < len(data):
+        try:
+            msg = pickle.load(buf)  # a fresh unpickler each time: memos are per message
+        except Exception:  # a torn write cannot happen (one writer); be loud anyway
+            logger.opt(exception=True).error("dispatcher process: unreadable message")
+            return True
+        try:
+            if not child.handle(msg):
+                return False
+        except Exception:  # never let one message end the child
+            logger.opt(exception=True).error("dispatcher process: message failed")
+    return True
 
 
 def _close(backend: object) -> None:
