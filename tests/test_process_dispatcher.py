@@ -12,23 +12,35 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import re
 import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RetryConfig
+from kdispatch.actors.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RegistryConfig,
+    RetryConfig,
+)
 from kdispatch.actors.errors import (
+    ActorLimitExceeded,
     CallCancelled,
     CallFailed,
+    CallStale,
+    ConflictError,
     DispatcherClosed,
     InvalidCallError,
     InvalidConfigError,
+    LeadershipLost,
     ObjectNotFound,
     Outcome,
+    TooManyRequestsError,
     UnknownCallTypeError,
 )
 from kdispatch.actors.objects import Obj, ObjectRef
@@ -37,7 +49,7 @@ from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
 from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
-from kdispatch.adapters.process_child import portable
+from kdispatch.adapters.process_child import dumps, portable
 from tests.factories import cond
 
 WAIT = 30.0
@@ -252,3 +264,78 @@ class _Unpicklable(Exception):
 
     def __init__(self, a: str, b: int) -> None:
         super().__init__(f"{a}{b}")
+
+
+def test_readme_example_binds_on_the_server(cluster: Cluster, tmp_path: Path) -> None:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    start = text.index("### The dispatcher in its own process")
+    block = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    assert block is not None
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: t, cluster: {{server: "{cluster.http.url}"}}}}]\n'
+        "users: [{name: u, user: {}}]\n"
+        "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
+        "current-context: c\n"
+    )
+    pod = cluster.pod("readme")
+    exec(compile(block.group(1), "README.md", "exec"), {"kubeconfig": str(kubeconfig), "pod": pod})
+    assert cluster.stored("readme")["spec"]["nodeName"] == "node-1"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        CallStale("pod was bound since", uid="u1", call_type="pod_status_patch"),
+        CallFailed("gave up", uid="u2", call_type="pod_binding", cause=ConflictError("409")),
+        CallFailed("throttled", uid="u3", cause=TooManyRequestsError("429", retry_after=2.5)),
+        LeadershipLost("lease lost"),
+        ActorLimitExceeded("cap"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_typed_errors_survive_the_pipe(error: Exception) -> None:
+    crossed = pickle.loads(dumps(portable(error)))
+    assert type(crossed) is type(error)
+    assert str(crossed) == str(error)
+    assert vars(crossed).keys() == vars(error).keys()
+    if isinstance(error, CallFailed) and error.cause is not None:
+        assert isinstance(crossed, CallFailed)
+        assert type(crossed.cause) is type(error.cause)
+        assert vars(crossed.cause) == vars(error.cause)  # status, retry_after
+
+
+def test_revoke_fails_pending_calls_and_later_submits(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"r{i}") for i in range(4)]
+    cluster.held.gate.clear()
+    with cluster.dispatcher(workers=1) as d:
+        futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+        cluster.held.wait_arrived(1)  # one in flight on the server, three queued in the child
+        d.revoke(LeadershipLost("lease lost"))
+        _done, pending = wait(futures[1:], timeout=WAIT)
+        assert not pending
+        for f in futures[1:]:
+            with pytest.raises(LeadershipLost):
+                f.result()
+        with pytest.raises(LeadershipLost):
+            d.submit(PodBinding.for_pod(pods[0], "node-2"))
+        cluster.held.gate.set()
+        assert futures[0].result(WAIT) is Outcome.SUCCESS  # on the wire: it finishes
+    assert all("nodeName" not in cluster.stored(f"r{i}")["spec"] for i in range(1, 4))
+
+
+def test_child_side_submit_errors_arrive_on_the_future(cluster: Cluster) -> None:
+    first, second = cluster.pod("cap-1"), cluster.pod("cap-2")
+    factory = functools.partial(KubernetesBackend.for_url, cluster.http.url, workers=2)
+    config = DispatcherConfig(registry=RegistryConfig(max_live=1))
+    with ProcessDispatcher(factory, config) as d:
+        cluster.held.gate.clear()
+        held = d.submit(PodBinding.for_pod(first, "node-1"))
+        cluster.held.wait_arrived(1)  # the first actor stays alive while its call is held
+        refused = d.submit(PodBinding.for_pod(second, "node-1"))
+        with pytest.raises(ActorLimitExceeded):
+            refused.result(WAIT)
+        cluster.held.gate.set()
+        assert held.result(WAIT) is Outcome.SUCCESS
+    assert "nodeName" not in cluster.stored("cap-2")["spec"]
