@@ -21,6 +21,9 @@ What differs from the in-process dispatcher:
   rejected at ``submit`` with :class:`~kdispatch.actors.errors.InvalidCallError`;
 * errors the child's ``submit`` raises (the actor cap, a revoked dispatcher) arrive on the
   future instead of at ``submit``;
+* ``RuntimeConfig``'s garbage-collector settings (``gc_freeze``, ``gc_young_threshold``) are
+  process-wide, so they apply in both processes, from ``start`` to ``stop``, as they would to
+  the one process of an in-process dispatcher;
 * metrics live in the child's own registry; :meth:`ProcessDispatcher.stats` brings the
   figures across. There is no ``send_gate`` (a callable cannot cross), so leader election must
   ``revoke`` this dispatcher when the lease is lost;
@@ -58,6 +61,7 @@ from kdispatch.actors.errors import (
     InvalidConfigError,
     InvalidInputError,
 )
+from kdispatch.actors.gctuning import GcTuner
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef, as_object, check_uid
 from kdispatch.actors.pod_calls import PodPreemption
@@ -154,6 +158,7 @@ class ProcessDispatcher:
         self._reader: threading.Thread | None = None
         self._writer: threading.Thread | None = None
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._gc = GcTuner(config.runtime)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -191,6 +196,7 @@ class ProcessDispatcher:
         )
         self._reader.start()
         self._writer.start()
+        self._gc.start()
         logger.debug("dispatcher process {} started", proc.pid)
         return self
 
@@ -239,6 +245,7 @@ class ProcessDispatcher:
             if thread is not None:
                 thread.join()
         self._fail_all(DispatcherClosed("dispatcher process stopped"))
+        self._gc.stop()
         logger.debug("dispatcher process stopped")
         return self._final[0] if self._final is not None else False
 
@@ -344,9 +351,10 @@ class ProcessDispatcher:
         return cast("Obj | None", self._query("view", uid, timeout))
 
     def freeze_gc(self) -> None:
-        """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in the child; the
-        caller's own collector is not touched."""
+        """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in the child, and the
+        same freeze in the caller's process."""
         self._query("freeze_gc", None, 30.0)
+        self._gc.freeze()
 
     # ------------------------------------------------------------------ informer callbacks
 

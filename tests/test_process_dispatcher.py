@@ -10,6 +10,7 @@ observable state with deadlines; never by sleeping.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import pickle
 import re
@@ -27,6 +28,7 @@ from kdispatch.actors.config import (
     ExecutorConfig,
     RegistryConfig,
     RetryConfig,
+    RuntimeConfig,
 )
 from kdispatch.actors.errors import (
     ActorLimitExceeded,
@@ -339,3 +341,15 @@ def test_child_side_submit_errors_arrive_on_the_future(cluster: Cluster) -> None
         cluster.held.gate.set()
         assert held.result(WAIT) is Outcome.SUCCESS
     assert "nodeName" not in cluster.stored("cap-2")["spec"]
+
+
+def test_gc_settings_apply_in_the_callers_process_too(cluster: Cluster) -> None:
+    factory = functools.partial(KubernetesBackend.for_url, cluster.http.url, workers=2)
+    config = DispatcherConfig(runtime=RuntimeConfig(gc_freeze=True))
+    assert gc.get_freeze_count() == 0
+    with ProcessDispatcher(factory, config) as d:
+        assert gc.get_freeze_count() > 0  # frozen at start, like an in-process dispatcher
+        pod = cluster.pod("frozen")
+        assert d.submit(PodBinding.for_pod(pod, "node-1")).result(WAIT) is Outcome.SUCCESS
+    assert gc.get_freeze_count() == 0  # stop gives the objects back to the collector
+    assert cluster.stored("frozen")["spec"]["nodeName"] == "node-1"
