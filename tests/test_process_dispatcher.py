@@ -15,12 +15,16 @@ import os
 import pickle
 import re
 import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 from kdispatch.actors.config import (
@@ -353,3 +357,43 @@ def test_gc_settings_apply_in_the_callers_process_too(cluster: Cluster) -> None:
         assert d.submit(PodBinding.for_pod(pod, "node-1")).result(WAIT) is Outcome.SUCCESS
     assert gc.get_freeze_count() == 0  # stop gives the objects back to the collector
     assert cluster.stored("frozen")["spec"]["nodeName"] == "node-1"
+
+
+_ORPHAN_SCRIPT = """
+import functools, sys
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.process import ProcessDispatcher
+if __name__ == "__main__":
+    d = ProcessDispatcher(functools.partial(KubernetesBackend.for_url, sys.argv[1])).start()
+    print(d.pid, flush=True)
+    sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path) -> None:
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), cluster.http.url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child: psutil.Process | None = None
+    try:
+        assert parent.stdout is not None
+        child = psutil.Process(int(parent.stdout.readline()))
+        parent.kill()  # SIGKILL: no stop(), no atexit; the child sees its pipe close
+        parent.wait(WAIT)
+        deadline = time.monotonic() + WAIT
+        while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the orphaned dispatcher process kept running"
+            threading.Event().wait(0.05)
+    finally:
+        if child is not None and child.is_running():
+            child.kill()  # only when the assertion above failed: leave nothing behind
+        parent.kill()
+        parent.wait(WAIT)
+        assert parent.stdin is not None and parent.stdout is not None
+        parent.stdin.close()
+        parent.stdout.close()
