@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import dataclasses
 import threading
 import time
 from collections import deque
@@ -28,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from .aio import ask_view, check_timeout, running_loop, wrap_call_future
 from .backend import ApiBackend
 from .call_types import default_call_types
-from .calls import Call, CallTypeRegistry
+from .calls import Call, CallTypeRegistry, plain_basis
 from .config import DispatcherConfig
 from .errors import (
     CallCancelled,
@@ -213,7 +212,7 @@ class Dispatcher:
         bad
         calls and :class:`DispatcherClosed` once ``stop`` was called."""
         self.call_types.check(call)
-        call = _plain_basis(call)
+        call = plain_basis(call)
         future = CallFuture()
         # Counted before the checks: a stop() that starts now waits for this call (or sees it
         # withdrawn below), with no lock between the submitting threads and the actors.
@@ -419,20 +418,6 @@ class Dispatcher:
                 self._registry.reap_idle()
             except Exception:  # pragma: no cover - defensive
                 logger.opt(exception=True).error("reaping failed")
-
-
-def _plain_basis(call: Call) -> Call:
-    """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
-    ``Body`` is a live view kopf may update in place) is snapshotted here, at submission, so
-    the object's actor never sees it change. Plain dicts (the usual case) pass untouched."""
-    basis = getattr(call, "basis", None)
-    if basis is None or type(basis) is dict:
-        return call
-    if isinstance(call, type) or not dataclasses.is_dataclass(call):
-        return call
-    if not any(f.name == "basis" and f.init for f in dataclasses.fields(call)):
-        return call
-    return cast("Call", dataclasses.replace(call, basis=as_object(basis)))
 
 
 __all__ = ["Dispatcher", "Outcome"]

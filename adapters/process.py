@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import itertools
 import multiprocessing
 import pickle
@@ -52,7 +51,7 @@ from typing import Any, Self, cast
 from loguru import logger
 
 from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.calls import Call, CallTypeRegistry
+from kdispatch.actors.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.config import DispatcherConfig
 from kdispatch.actors.errors import (
     CallFailed,
@@ -275,7 +274,7 @@ class ProcessDispatcher:
         :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
         the dispatcher is stopped, revoked or gone."""
         self.call_types.check(call)
-        call = _plain_basis(call)
+        call = plain_basis(call)
         self._check_open()
         fid = next(self._ids)
         try:
@@ -530,17 +529,6 @@ def _restored(value: object) -> BaseException:
     if isinstance(value, CallFailed) and value.cause is not None:
         value.__cause__ = value.cause
     return value
-
-
-def _plain_basis(call: Call) -> Call:
-    """``call`` with a ``basis`` that is some other ``Mapping`` (kopf's live ``Body``)
-    snapshotted as plain dicts, as the in-process dispatcher does; plain dicts pass."""
-    basis = getattr(call, "basis", None)
-    if basis is None or type(basis) is dict or not dataclasses.is_dataclass(call):
-        return call
-    if not any(f.name == "basis" and f.init for f in dataclasses.fields(call)):
-        return call
-    return cast("Call", dataclasses.replace(call, basis=as_object(basis)))
 
 
 __all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher"]
