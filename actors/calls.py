@@ -13,16 +13,17 @@ and performs the request(s) through the backend.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Final, Literal, Self
+from typing import ClassVar, Final, Literal, Self, cast
 
 from .backend import ApiBackend
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
-from .objects import Obj, ObjectRef
+from .objects import Obj, ObjectRef, as_object
 
 
 class Unset(enum.Enum):
@@ -111,7 +112,8 @@ class Call(ABC):
         ``obj`` (the newest object the call would be sent against), or None to rebase on it.
 
         Checked at submit, on every newer observed object, after a 409 and just before the
-        request is computed. A reason resolves the call :class:`~kdispatch.actors.errors.
+        request is computed (unless the call already passed against these very objects: like
+        every rule here, it is pure). A reason resolves the call :class:`~kdispatch.actors.errors.
         CallStale`; nothing is sent. Default: always rebase."""
         del basis, obj
         return None
@@ -248,3 +250,18 @@ class CallTypeRegistry:
     def types(self) -> list[str]:
         """Registered call type names."""
         return sorted(self._by_type)
+
+
+def plain_basis(call: Call) -> Call:
+    """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
+    ``Body`` is a live view kopf may update in place) is snapshotted at submission, so the
+    object's actor never sees it change. Plain dicts (the usual case) pass untouched. Any
+    thread."""
+    basis = getattr(call, "basis", None)
+    if basis is None or type(basis) is dict:
+        return call
+    if isinstance(call, type) or not dataclasses.is_dataclass(call):
+        return call
+    if not any(f.name == "basis" and f.init for f in dataclasses.fields(call)):
+        return call
+    return cast("Call", dataclasses.replace(call, basis=as_object(basis)))

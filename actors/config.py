@@ -135,7 +135,8 @@ class ExecutorConfig:
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """The pooled actor runtime: ``workers`` threads drain all object actors' inboxes, each
-    actor handling at most ``batch`` messages per turn before yielding.
+    actor handling at most ``batch`` messages per turn before yielding. One thread is the
+    default: turns never block, so under the interpreter lock more threads only add hand-offs.
 
     Garbage collection (process-wide settings: they affect every thread of the process).
     Every live object actor with a pending call holds a few dozen objects the cyclic collector
@@ -156,7 +157,7 @@ class RuntimeConfig:
     the previous thresholds. Default None: leave the thresholds alone.
     """
 
-    workers: int = 2
+    workers: int = 1
     batch: int = 16
     gc_freeze: bool = False
     gc_young_threshold: int | None = None

@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import dataclasses
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Self, cast
 
@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from .aio import ask_view, check_timeout, running_loop, wrap_call_future
 from .backend import ApiBackend
 from .call_types import default_call_types
-from .calls import Call, CallTypeRegistry
+from .calls import Call, CallTypeRegistry, plain_basis
 from .config import DispatcherConfig
 from .errors import (
     CallCancelled,
@@ -118,7 +118,12 @@ class Dispatcher:
             spawn=self._spawn,
         )
         self._state_lock = threading.Condition(threading.Lock())
-        self._outstanding = 0
+        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic, so the
+        # submitting threads and the actors resolving futures share no lock: a lock held by an
+        # actor thread when the interpreter switches threads would stall ``submit`` for a
+        # whole switch interval.
+        self._unresolved: deque[None] = deque()
+        self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False
         self._closed = False
         self._revoked: DispatcherClosed | None = None
@@ -164,16 +169,20 @@ class Dispatcher:
         deadline = time.monotonic() + timeout
         with self._state_lock:
             if self._closed:
-                return self._outstanding == 0
+                return not self._unresolved
             self._closed = True
             self._ctx.closing = not drain
             if drain and self._started:
-                while self._outstanding > 0:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._state_lock.wait(left)
-            drained = self._outstanding == 0
+                self._drain_waiters += 1
+                try:
+                    while self._unresolved:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._state_lock.wait(left)
+                finally:
+                    self._drain_waiters -= 1
+            drained = not self._unresolved
             self._ctx.closing = True
         self._reaper_stop.set()
         if self._reaper is not None:
@@ -203,16 +212,18 @@ class Dispatcher:
         bad
         calls and :class:`DispatcherClosed` once ``stop`` was called."""
         self.call_types.check(call)
-        call = _plain_basis(call)
+        call = plain_basis(call)
         future = CallFuture()
-        with self._state_lock:
+        # Counted before the checks: a stop() that starts now waits for this call (or sees it
+        # withdrawn below), with no lock between the submitting threads and the actors.
+        self._unresolved.append(None)
+        if self._revoked is not None or self._closed or not self._started:
+            self._on_resolved()
             if self._revoked is not None:
                 raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-            if self._closed or not self._started:
-                raise DispatcherClosed(
-                    "dispatcher is stopped" if self._closed else "dispatcher not started"
-                )
-            self._outstanding += 1
+            raise DispatcherClosed(
+                "dispatcher is stopped" if self._closed else "dispatcher not started"
+            )
         uid = call.ref.uid
         try:
             routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
@@ -355,8 +366,7 @@ class Dispatcher:
     @property
     def outstanding(self) -> int:
         """Futures not yet resolved."""
-        with self._state_lock:
-            return self._outstanding
+        return len(self._unresolved)
 
     @property
     def tokens_taken(self) -> int:
@@ -394,9 +404,10 @@ class Dispatcher:
         return lambda: self._spawn(uid)
 
     def _on_resolved(self) -> None:
-        with self._state_lock:
-            self._outstanding -= 1
-            if self._outstanding == 0:
+        """Any thread (an actor resolving a future, or ``submit`` withdrawing one)."""
+        self._unresolved.pop()
+        if self._drain_waiters and not self._unresolved:
+            with self._state_lock:
                 self._state_lock.notify_all()
 
     def _reap_loop(self) -> None:
@@ -407,20 +418,6 @@ class Dispatcher:
                 self._registry.reap_idle()
             except Exception:  # pragma: no cover - defensive
                 logger.opt(exception=True).error("reaping failed")
-
-
-def _plain_basis(call: Call) -> Call:
-    """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
-    ``Body`` is a live view kopf may update in place) is snapshotted here, at submission, so
-    the object's actor never sees it change. Plain dicts (the usual case) pass untouched."""
-    basis = getattr(call, "basis", None)
-    if basis is None or type(basis) is dict:
-        return call
-    if isinstance(call, type) or not dataclasses.is_dataclass(call):
-        return call
-    if not any(f.name == "basis" and f.init for f in dataclasses.fields(call)):
-        return call
-    return cast("Call", dataclasses.replace(call, basis=as_object(basis)))
 
 
 __all__ = ["Dispatcher", "Outcome"]

@@ -15,7 +15,6 @@ They never block: the executor and the actor talk only in messages and non-block
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import InvalidStateError
 from dataclasses import dataclass
@@ -102,7 +101,7 @@ class ObjectActor(PooledActor):
         self.uid = uid
         self.ctx = ctx
         self.machine = ObjectState(uid, ctx.retry)
-        self.open: dict[int, tuple[str, CallFuture]] = {}  # futures not resolved yet
+        self.open: dict[CallFuture, str] = {}  # futures not resolved yet -> call type
         self.granted = False  # a grant is held and not yet answered (crash safety)
         self._pending: tuple[str, ...] = ()  # call types pending (the gauge)
 
@@ -119,7 +118,7 @@ class ObjectActor(PooledActor):
                     message.call.call_type, future, DispatcherClosed("dispatcher is stopping")
                 )
                 return None
-            self.open[id(future)] = (message.call.call_type, future)
+            self.open[future] = message.call.call_type
             effects = machine.submit(message.call, future)
         elif kind is Grant:
             self.granted = True
@@ -190,16 +189,20 @@ class ObjectActor(PooledActor):
         self._update_pending()
 
     def _update_pending(self) -> None:
+        """Move the pending-calls gauge by what changed in the queue (at most one entry per
+        call type, so the queue's types are a set). Pool thread."""
         queue = self.machine.queue
-        now = tuple(e.call.call_type for e in queue) if queue else ()
+        now = tuple([e.call.call_type for e in queue]) if queue else ()
         old = self._pending
         if now != old:
             self._pending = now
-            delta = Counter(now)
-            delta.subtract(old)
-            for call_type, n in delta.items():
-                if n:
-                    self.ctx.metrics.pending_delta(call_type, n)
+            metrics = self.ctx.metrics
+            for call_type in old:
+                if call_type not in now:
+                    metrics.pending_delta(call_type, -1)
+            for call_type in now:
+                if call_type not in old:
+                    metrics.pending_delta(call_type, 1)
 
     def _resolve(
         self,
@@ -208,7 +211,7 @@ class ObjectActor(PooledActor):
         outcome: Outcome | CallOutcomeError | DispatcherClosed,
     ) -> None:
         """Resolve one future (exactly once: only this actor resolves its futures)."""
-        self.open.pop(id(future), None)
+        self.open.pop(future, None)
         try:
             if isinstance(outcome, Outcome):
                 future.set_result(outcome)
@@ -237,7 +240,7 @@ class ObjectActor(PooledActor):
         Other objects are untouched."""
         self.ctx.metrics.actor_failures.inc()
         logger.opt(exception=exception_value).error("object actor for {} crashed", self.uid)
-        for call_type, future in list(self.open.values()):
+        for future, call_type in list(self.open.items()):
             if not future.done():
                 self._resolve(
                     call_type,

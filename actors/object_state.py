@@ -88,6 +88,10 @@ class State(enum.Enum):
     RETIRING = "retiring"
     RETIRED = "retired"
 
+    # Members are singletons: identity hashing (C) instead of Enum's hash of the name (Python),
+    # for the TRANSITIONS lookup on every event.
+    __hash__ = object.__hash__
+
 
 class Result(enum.Enum):
     """How a request ended, as classified by the executor worker."""
@@ -97,6 +101,8 @@ class Result(enum.Enum):
     CONFLICT = "conflict"  # 409; ``obj`` is the one re-read (None if that read failed)
     NOT_FOUND = "not_found"
     FAILED = "failed"  # permanent
+
+    __hash__ = object.__hash__  # singletons: see State
 
 
 class InvalidTransition(RuntimeError):
@@ -193,6 +199,9 @@ class Done:
 # --------------------------------------------------------------------------- entries
 
 
+_UNJUDGED: Final[Any] = object()
+
+
 class _Entry:
     """A tracked call and its caller's future."""
 
@@ -203,6 +212,8 @@ class _Entry:
         "deadline",
         "failures",
         "future",
+        "judged_obs",
+        "judged_trust",
         "not_before",
         "sent_rv",
     )
@@ -216,6 +227,10 @@ class _Entry:
         self.not_before = 0.0  # backoff after a retryable failure
         self.deadline: float | None = None  # end of the retry budget (from the first failure)
         self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
+        # The observed object (by identity) and trust this call last passed _judge against
+        # with nothing in flight: elision and staleness cannot differ until one changes.
+        self.judged_obs: Any = _UNJUDGED
+        self.judged_trust = False
 
 
 _SKIPPED: Final = Outcome.SKIPPED
@@ -462,6 +477,8 @@ class ObjectState:
         if self._is_noop(call):
             out.append(Resolve(entry.future, ctype, _SKIPPED))
             return
+        if self.inflight is None:  # it passed every check of _judge just now
+            self._judged(entry)
         slot: int | None = None
         keep: list[_Entry] = []
         for pending in queue:
@@ -722,13 +739,24 @@ class ObjectState:
         when it is still to be sent."""
         call = entry.call
         ctype = call.call_type
-        if self._is_noop(call):
+        idle = self.inflight is None
+        if idle and entry.judged_obs is self.observed and entry.judged_trust == self.trusted:
+            pass  # elision and staleness (pure) passed against this very state already
+        elif self._is_noop(call):
             return Resolve(entry.future, ctype, _SKIPPED)
-        if (reason := call.revalidate(call.basis, self.observed)) is not None:
+        elif (reason := call.revalidate(call.basis, self.observed)) is not None:
             return Resolve(entry.future, ctype, CallStale(reason, uid=self.uid, call_type=ctype))
         if (reason := call.precheck(self.observed)) is not None:
             return Resolve(entry.future, ctype, CallConflict(reason, uid=self.uid, call_type=ctype))
+        if idle:
+            self._judged(entry)
         return None
+
+    def _judged(self, entry: _Entry) -> None:
+        """Remember that ``entry`` passed _judge against the current state (nothing in
+        flight)."""
+        entry.judged_obs = self.observed
+        entry.judged_trust = self.trusted
 
     def _revisit(self, out: list[Effect]) -> None:
         """After the object changed: elide, re-validate and precheck every pending call."""

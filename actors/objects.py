@@ -180,7 +180,7 @@ class ObjectRef:
 def meta(obj: Obj) -> Mapping[str, Any]:
     """``obj['metadata']`` or an empty mapping."""
     m = obj.get("metadata")
-    return m if is_mapping(m) else {}
+    return m if type(m) is dict or is_mapping(m) else {}
 
 
 def uid_of(obj: Obj) -> str:
@@ -218,7 +218,7 @@ def get_path(obj: Obj | None, *path: str) -> Any:
     """``obj[path[0]][path[1]]...`` or None when any step is missing."""
     cur: Any = obj
     for key in path:
-        if not is_mapping(cur):
+        if type(cur) is not dict and (cur is None or not is_mapping(cur)):  # the usual cases
             return None
         cur = cur.get(key)
     return cur

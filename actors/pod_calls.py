@@ -12,6 +12,7 @@ thread calls it (caller or object actor) and never blocks; ``send`` runs on an e
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -59,9 +60,20 @@ Condition = Mapping[str, str]
 """A validated condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
 
 
+_stamp: tuple[int, str] = (-1, "")  # (second, its timestamp): one strftime per second
+
+
 def utc_now() -> str:
-    """The current time as a Kubernetes timestamp (RFC 3339, UTC, second precision)."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The current time as a Kubernetes timestamp (RFC 3339, UTC, second precision). Any
+    thread (the cache is one tuple, replaced whole)."""
+    global _stamp  # noqa: PLW0603 - a per-second memo, replaced atomically
+    second = int(time.time())
+    cached = _stamp
+    if cached[0] == second:
+        return cached[1]
+    text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _stamp = (second, text)
+    return text
 
 
 # --------------------------------------------------------------------------- validation

@@ -1,7 +1,9 @@
-"""Shared fixtures. Every test is checked for leaked threads and pykka actors."""
+"""Shared fixtures. Every test is checked for leaked threads, pykka actors and child
+processes."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from collections.abc import Iterator
 
@@ -19,7 +21,8 @@ def _live_pooled() -> int:
 
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
-    """Fail the test if it leaves a thread, a pykka actor or a pooled actor behind.
+    """Fail the test if it leaves a thread, a pykka actor, a pooled actor or a
+    ``multiprocessing`` child process behind.
 
     Threads started by the test get a bounded ``join`` (proper synchronisation, not a sleep)
     so that threads which are already exiting are not reported.
@@ -36,3 +39,5 @@ def no_leaks() -> Iterator[None]:
     assert not names, f"leaked threads: {names}"
     assert not actors, f"leaked pykka actors: {actors}"
     assert pooled <= 0, f"leaked pooled actors: {pooled}"
+    children = multiprocessing.active_children()
+    assert not children, f"leaked child processes: {children}"

@@ -55,7 +55,7 @@ def test_tiny_run_writes_results_charts_and_summary(tmp_path: Path) -> None:
     for wid in WORKLOADS:
         assert f"### {wid}" in summary
         assert f"({wid.lower()}.png)" in summary
-    assert summary.count("| pass |") + summary.count("| **miss** |") == 7
+    assert summary.count("| pass |") + summary.count("| **miss** |") == 9  # every target judged
 
 
 class _GatedBackend(InMemoryApiServer):
@@ -242,3 +242,32 @@ def test_callgrind_overhead_clients_patch_the_server_and_the_driver_subtracts_st
     assert "+50.0%" in cg._table(result)
     match = cg._SUMMARY.search("events: Ir\nsummary: 1878827748\ntotals: 1878827748\n")
     assert match is not None and match.group(1) == "1878827748"
+
+
+def test_process_executor_benchmark_ratios_are_taken_within_a_round() -> None:
+    from benchmarks.process_executor import evaluate, markdown
+
+    def fig(p50: float, p99: float, pps: float, lost: int = 0) -> dict[str, Any]:
+        return {
+            "loop_submit_us": {"p50": p50, "p99": p99, "max": p99 * 10},
+            "pods_per_s": pps,
+            "binding_latency_ms": {"p50": 10.0, "p99": 100.0},
+            "duplicate_bindings": 0,
+            "lost_intents": lost,
+            "pods_unsettled": 0,
+            "peak_rss_mib": {"scheduler": 100.0, "children": 0.0},
+            "cpu_s": {"scheduler": 5.0, "children": 0.0},
+        }
+
+    rounds = [
+        {"inprocess": fig(50, 20_000, 600), "process": fig(40, 5_000, 300)},
+        {"inprocess": fig(50, 10_000, 500), "process": fig(40, 500, 500)},
+        {"inprocess": fig(50, 40_000, 400), "process": fig(40, 800, 600, lost=1)},
+    ]
+    result = evaluate(rounds)
+    assert result["ratios"]["pods_per_s"]["rounds"] == [0.5, 1.0, 1.5]
+    assert result["ratios"]["loop_submit_p99"]["rounds"] == [0.25, 0.05, 0.02]
+    assert result["variants"]["process"]["loop_submit_p99"]["median"] == 800
+    assert result["targets"]["process_loop_submit_p99_us"]["met"] is True
+    assert result["targets"]["all_runs_clean"]["met"] is False  # one lost intent
+    assert "| pods/s | 500 (400-600) | 500 (300-600) | 1 (0.5-1.5) |" in markdown(result, rounds)

@@ -550,3 +550,41 @@ def test_kubeconfig_run_schedules_pending_pods_over_http(tmp_path: Path) -> None
     assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == "n0"
     assert p0["spec"]["nodeName"] == "n0"
     assert [r["uid"] for r in claim["status"]["reservedFor"]] == [p0["metadata"]["uid"]]
+
+
+@pytest.mark.timeout(90)
+def test_dispatcher_process_run_schedules_pending_pods_over_http(tmp_path: Path) -> None:
+    mem = InMemoryApiServer()
+    for i in range(3):
+        mem.create(node(f"n{i}"))
+    for i in range(40):
+        obj = make_pod(f"p{i}", cpu_m=200)
+        obj["spec"]["schedulerName"] = "kdispatch-example"
+        mem.create(obj)
+    with ApiServerHTTP(mem) as srv:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f'clusters: [{{name: t, cluster: {{server: "{srv.url}"}}}}]\n'
+            "users: [{name: u, user: {}}]\n"
+            "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
+            "current-context: c\n"
+        )
+        cfg = RunConfig(
+            kubeconfig=str(kubeconfig), workers=4, max_seconds=60, dispatcher_process=True
+        )
+        fig = run(cfg, stream=None)
+    _check_clean(fig)
+    assert fig["mode"] == "async-process"
+    assert (fig["pods_total"], fig["pods_bound"]) == (40, 40)
+    bound = [mem.get_object("Pod", "default", f"p{i}") for i in range(40)]
+    assert all(p is not None and p["spec"].get("nodeName") for p in bound)
+    writers = {r.writer for r in mem.request_log if r.op == "bind"}
+    assert len(writers) == 1 and next(iter(writers)).startswith("kdispatch-scheduler/")
+
+
+def test_dispatcher_process_needs_a_kubeconfig() -> None:
+    with pytest.raises(InvalidInputError, match="kubeconfig"):
+        RunConfig(dispatcher_process=True)
+    with pytest.raises(InvalidInputError):
+        RunConfig(dispatcher_process=True, kubeconfig="k", api="pre-kep")

@@ -3,7 +3,8 @@
 One status patch for each of ``w2_pods`` distinct pods, submitted from one thread as fast as it
 can; the figure is calls resolved per second from the first submit to the last resolution (what
 the machinery itself costs, since the apiserver costs nothing), the median of ``w2_repeats``
-runs. Benchmark-only code.
+runs, with the CPU time of every thread of the process per call over the same span.
+Benchmark-only code.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ def _once(profile: Profile, contender: str) -> dict[str, float]:
     c = make_contender(contender, server, qps=math.inf)
     freeze_setup()
     try:
+        cpu_start = time.process_time()  # every thread of the process
         start = time.perf_counter()
         futures = [c.submit_status(pod, cond) for pod, cond in zip(pods, conds, strict=True)]
         submitted = time.perf_counter()
         wait(futures)
         end = time.perf_counter()
+        cpu = time.process_time() - cpu_start
     finally:
         c.stop(drain=True, timeout=60.0)
         unfreeze()
@@ -50,6 +53,7 @@ def _once(profile: Profile, contender: str) -> dict[str, float]:
         "elapsed_s": end - start,
         "throughput_per_s": len(futures) / (end - start),
         "submit_phase_s": submitted - start,
+        "cpu_per_call_us": cpu / len(futures) * 1e6,
         "requests": sum(requests_by_op(server).values()),
         "errors": error_count(futures),
     }

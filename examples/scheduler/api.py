@@ -2,7 +2,9 @@
 
 :class:`SchedulerApi` is everything the scheduler asks of the apiserver. :class:`DispatchedApi`
 goes through a kdispatch :class:`~kdispatch.actors.dispatcher.Dispatcher` (returns at once; merged,
-rate-limited, retried by the object actors and the executor). :class:`~examples.scheduler.prekep.
+rate-limited, retried by the object actors and the executor), or through a
+:class:`~kdispatch.adapters.process.ProcessDispatcher` running that dispatcher in a child process
+(``--dispatcher-process``). :class:`~examples.scheduler.prekep.
 PreKepApi` (``--pre-kep``) is kube-scheduler before KEP-5229: status patches and preemptions block
 the scheduling thread, bindings run on binding threads. :class:`~examples.scheduler.direct.
 DirectApi` (``--all-blocking``) performs every call on the calling thread before returning an
@@ -18,6 +20,7 @@ from kdispatch.actors.calls import Call
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import Outcome
 from kdispatch.actors.objects import Obj
+from kdispatch.adapters.process import ProcessDispatcher
 
 CallFuture = Future[Outcome]
 
@@ -26,7 +29,7 @@ class SchedulerApi(Protocol):
     """What the scheduler needs. Every method may be called from any scheduler thread."""
 
     mode: str
-    """``"async"``, ``"pre-kep"`` or ``"all-blocking"``."""
+    """``"async"``, ``"async-process"``, ``"pre-kep"`` or ``"all-blocking"``."""
 
     def submit(self, call: Call) -> CallFuture:
         """Send ``call``; the future resolves with an :class:`Outcome` or raises a call error."""
@@ -67,12 +70,12 @@ class SchedulerApi(Protocol):
 
 
 class DispatchedApi:
-    """:class:`SchedulerApi` over a started :class:`Dispatcher`."""
+    """:class:`SchedulerApi` over a started :class:`Dispatcher` (mode ``async``) or
+    :class:`ProcessDispatcher` (mode ``async-process``)."""
 
-    mode = "async"
-
-    def __init__(self, dispatcher: Dispatcher) -> None:
+    def __init__(self, dispatcher: Dispatcher | ProcessDispatcher) -> None:
         self.dispatcher = dispatcher
+        self.mode = "async-process" if isinstance(dispatcher, ProcessDispatcher) else "async"
 
     def submit(self, call: Call) -> CallFuture:
         """Any thread; returns in microseconds."""

@@ -80,6 +80,12 @@ def parser() -> argparse.ArgumentParser:
         "--kubeconfig", metavar="PATH", help="schedule the pending pods of a real cluster instead"
     )
     p.add_argument(
+        "--dispatcher-process",
+        action="store_true",
+        help="run the dispatcher (actors, executor, HTTP client) in a child process, off the "
+        "scheduling threads' interpreter lock (needs --kubeconfig)",
+    )
+    p.add_argument(
         "--scheduler-name",
         default=None,
         help="spec.schedulerName to serve (default: default-scheduler embedded, "
@@ -175,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             leader_elect=_leader_elect(args),
             identity=args.identity,
+            dispatcher_process=args.dispatcher_process,
         )
     except InvalidInputError as err:
         print(f"error: {err}", file=sys.stderr)

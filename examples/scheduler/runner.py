@@ -60,6 +60,7 @@ from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, Me
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.leader import LeaseElector
 from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency
+from kdispatch.adapters.process import ProcessDispatcher
 
 API_MODES = ("async", "pre-kep", "all-blocking")
 """``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
@@ -95,6 +96,9 @@ class RunConfig:
     seed: int = 1
     leader_elect: LeaderElect | None = None  # high availability (examples/scheduler/ha.py)
     identity: str = ""  # the replica's name in its User-Agent (default: host_pid)
+    dispatcher_process: bool = False
+    """Run the dispatcher in a child process (:class:`~kdispatch.adapters.process.
+    ProcessDispatcher`); needs ``kubeconfig`` (the child builds its own backend from it)."""
 
     def __post_init__(self) -> None:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers", "max_attempts")
@@ -116,6 +120,17 @@ class RunConfig:
             raise InvalidInputError(
                 "--leader-elect needs the dispatcher (not --pre-kep or --all-blocking)"
             )
+        if self.dispatcher_process:
+            if self.api != "async" or self.kubeconfig is None:
+                raise InvalidInputError(
+                    "--dispatcher-process needs the dispatcher and --kubeconfig (an embedded "
+                    "apiserver cannot be shared with the child process)"
+                )
+            if self.leader_elect is not None:
+                raise InvalidInputError(
+                    "--dispatcher-process does not support --leader-elect yet (the send gate "
+                    "cannot cross the process boundary)"
+                )
 
     @property
     def embedded(self) -> bool:
@@ -161,10 +176,26 @@ def _make_api(
         retry=retry,
         runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
     )
+    if cfg.dispatcher_process:
+        factory = partial(
+            child_backend,
+            cfg.kubeconfig,
+            cfg.workers,
+            user_agent(cfg.identity or default_identity()),
+        )
+        return DispatchedApi(ProcessDispatcher(factory, config).start())
     dispatcher = Dispatcher(
         backend, config, metrics_registry=CollectorRegistry(), send_gate=send_gate
     )
     return DispatchedApi(dispatcher.start())
+
+
+def child_backend(kubeconfig: str | None, workers: int, agent: str) -> KubernetesBackend:
+    """The dispatcher process's backend (``--dispatcher-process``): built in the child from the
+    kubeconfig, with the replica's ``User-Agent``. Module-level so that it pickles."""
+    kube = KubernetesBackend.from_kubeconfig(kubeconfig, workers=workers)
+    kube.api_client.user_agent = agent
+    return kube
 
 
 Handlers = tuple[Callable[[Obj], None], Callable[[Obj], None], Callable[[Obj], None]]

@@ -1,0 +1,534 @@
+"""``ProcessDispatcher``: the dispatcher in a child process, so its threads do not share the
+caller's interpreter lock.
+
+A :class:`~kdispatch.actors.dispatcher.Dispatcher` runs its object actors, its executor's
+workers and the backend's HTTP client as Python threads of the caller's process; every one of
+them competes with the scheduling threads for the one interpreter lock, and a submit waits for
+it. ``ProcessDispatcher`` starts a real ``Dispatcher`` in a child interpreter
+(``multiprocessing`` with the ``spawn`` context, never ``fork``: the caller has threads) and
+keeps in the caller only what a scheduler needs: ``submit`` pickles the call and queues it; one
+writer thread sends everything queued in one pipe write (so a child that reads slowly never
+blocks a caller), and one reader thread resolves the futures from the child's results, which
+arrive coalesced too (see :mod:`kdispatch.adapters.process_child`).
+
+What differs from the in-process dispatcher:
+
+* the backend is built **in the child** from ``backend_factory``, a picklable callable (e.g.
+  ``functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)``); an in-memory
+  apiserver of the caller cannot be shared with the child, so serve it over HTTP
+  (:class:`~kdispatch.adapters.httpserver.ApiServerHTTP`) and point the factory at its URL;
+* calls, informer objects and results cross by pickle: a call whose fields do not pickle is
+  rejected at ``submit`` with :class:`~kdispatch.actors.errors.InvalidCallError`;
+* errors the child's ``submit`` raises (the actor cap, a revoked dispatcher) arrive on the
+  future instead of at ``submit``;
+* ``RuntimeConfig``'s garbage-collector settings (``gc_freeze``, ``gc_young_threshold``) are
+  process-wide, so they apply in both processes, from ``start`` to ``stop``, as they would to
+  the one process of an in-process dispatcher;
+* metrics live in the child's own registry; :meth:`ProcessDispatcher.stats` brings the
+  figures across. There is no ``send_gate`` (a callable cannot cross), so leader election must
+  ``revoke`` this dispatcher when the lease is lost;
+* if the child dies, every pending future fails with :class:`DispatcherProcessDied` (a
+  :class:`~kdispatch.actors.errors.DispatcherClosed`) and ``submit`` raises it from then on.
+
+Scripts that use it must guard their entry point (``if __name__ == "__main__":``), as every
+``spawn`` user must: the child imports the main module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import multiprocessing
+import pickle
+import queue
+import threading
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Self, cast
+
+from loguru import logger
+
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call, CallTypeRegistry, plain_basis
+from kdispatch.actors.config import DispatcherConfig
+from kdispatch.actors.errors import (
+    CallFailed,
+    DispatcherClosed,
+    InvalidCallError,
+    InvalidConfigError,
+    InvalidInputError,
+)
+from kdispatch.actors.gctuning import GcTuner
+from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.objects import Obj, ObjectRef, as_object, check_uid
+from kdispatch.actors.pod_calls import PodPreemption
+
+from .process_child import (
+    CANCEL,
+    OBSERVE,
+    QUERY,
+    READY,
+    REVOKE,
+    STOP,
+    STOPPED,
+    SUBMIT,
+    BackendFactory,
+    Result,
+    child_main,
+    dumps,
+)
+
+_MAX_WRITE = 1 << 20
+"""Bytes of queued messages the writer joins into one pipe write at most."""
+
+CONTEXTS = ("spawn", "forkserver")
+"""Start methods that never fork a process with threads."""
+
+
+class DispatcherProcessDied(DispatcherClosed):
+    """The dispatcher's child process exited without being asked to (killed, crashed, out of
+    memory). Every call pending at that moment fails with it, and ``submit`` raises it."""
+
+
+class ProcessDispatcher:
+    """A :class:`~kdispatch.actors.dispatcher.Dispatcher` running in a child process; the same
+    caller API for what a scheduler uses. Every public method may be called from any thread.
+
+    Typical use::
+
+        factory = functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)
+        with ProcessDispatcher(factory, DispatcherConfig()) as dispatcher:
+            future = dispatcher.submit(PodBinding.for_pod(pod, "node-1"))
+    """
+
+    def __init__(
+        self,
+        backend_factory: BackendFactory,
+        config: DispatcherConfig | None = None,
+        *,
+        call_types: CallTypeRegistry | None = None,
+        start_timeout: float = 60.0,
+        context: str = "spawn",
+    ) -> None:
+        """Caller thread. Checks the arguments (each must pickle); starts nothing. Raises
+        :class:`~kdispatch.actors.errors.InvalidConfigError`."""
+        if not callable(backend_factory):
+            raise InvalidConfigError("backend_factory must be a callable returning an ApiBackend")
+        if config is None:
+            config = DispatcherConfig()
+        if not isinstance(config, DispatcherConfig):
+            raise InvalidConfigError(
+                f"config must be a DispatcherConfig, got {type(config).__name__}"
+            )
+        if call_types is not None and not isinstance(call_types, CallTypeRegistry):
+            raise InvalidConfigError("call_types must be a CallTypeRegistry")
+        if context not in CONTEXTS:
+            raise InvalidConfigError(f"context must be one of {CONTEXTS}, got {context!r}")
+        if not isinstance(start_timeout, int | float) or not start_timeout > 0:
+            raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
+        for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
+            try:
+                dumps(value)
+            except Exception as err:
+                raise InvalidConfigError(f"{name} must pickle (spawn): {err}") from err
+        self.config = config
+        self.call_types = call_types if call_types is not None else default_call_types()
+        self._child_call_types = call_types
+        self._factory = backend_factory
+        self._start_timeout = float(start_timeout)
+        self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
+        self._ids = itertools.count()
+        self._calls: dict[int, CallFuture] = {}
+        self._queries: dict[int, Future[Any]] = {}
+        self._state_lock = threading.Lock()
+        self._started = False
+        self._closing = False
+        self._stopped = False
+        self._gone: DispatcherClosed | None = None
+        self._revoked: DispatcherClosed | None = None
+        self._final: tuple[bool, dict[str, Any]] | None = None
+        self._last_stats: dict[str, Any] | None = None
+        self._proc: BaseProcess | None = None
+        self._pid: int | None = None
+        self._requests: Connection | None = None
+        self._results: Connection | None = None
+        self._reader: threading.Thread | None = None
+        self._writer: threading.Thread | None = None
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._gc = GcTuner(config.runtime)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Self:
+        """Caller thread. Start the child, wait until its dispatcher runs (at most
+        ``start_timeout``), start the reader thread. Re-raises what stopped the child's start
+        (e.g. the backend factory's error)."""
+        with self._state_lock:
+            if self._started:
+                raise InvalidInputError("dispatcher already started")
+            self._started = True
+        req_recv, req_send = self._mp.Pipe(duplex=False)
+        res_recv, res_send = self._mp.Pipe(duplex=False)
+        proc = self._mp.Process(
+            target=child_main,
+            args=(req_recv, res_send, self._factory, self.config, self._child_call_types),
+            name="kdispatch-dispatcher",
+            daemon=True,
+        )
+        proc.start()
+        req_recv.close()  # the child's ends: closed here, so either side sees the other go
+        res_send.close()
+        self._proc, self._requests, self._results = proc, req_send, res_recv
+        self._pid = proc.pid
+        ready = self._await_ready(res_recv)
+        if not ready[1]:
+            self._abandon()
+            error = ready[2]
+            raise error if isinstance(error, BaseException) else DispatcherProcessDied(str(error))
+        self._reader = threading.Thread(
+            target=self._read, name="kdispatch-process-reader", daemon=True
+        )
+        self._writer = threading.Thread(
+            target=self._write, name="kdispatch-process-writer", daemon=True
+        )
+        self._reader.start()
+        self._writer.start()
+        self._gc.start()
+        logger.debug("dispatcher process {} started", proc.pid)
+        return self
+
+    def _await_ready(self, results: Connection) -> Result:
+        try:
+            if results.poll(self._start_timeout):
+                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
+                if batch and batch[0][0] == READY:
+                    return batch[0]
+        except (EOFError, OSError):
+            pass
+        code = self._proc.exitcode if self._proc is not None else None
+        return (READY, False, DispatcherProcessDied(f"dispatcher process did not start ({code})"))
+
+    def _abandon(self) -> None:
+        """Caller thread: end a child that failed to start and close both pipes."""
+        self._closing = self._stopped = True
+        self._gone = DispatcherClosed("dispatcher process did not start")
+        self._end_child(timeout=5.0)
+
+    def __enter__(self) -> Self:
+        return self.start() if not self._started else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
+        """Caller thread. Stop intake; the child stops its dispatcher (``drain``: pending calls
+        may finish until ``timeout``; what is left resolves ``DispatcherClosed``), sends the
+        last results and exits; the child is joined (killed if it does not exit within 10 s
+        after the deadline) and the reader thread ends. Returns True if every call finished
+        before the deadline. Idempotent."""
+        with self._state_lock:
+            if self._stopped or not self._started:
+                self._closing = self._stopped = True
+                return self._final[0] if self._final is not None else not self._calls
+            self._closing = True
+            self._stopped = True
+        with contextlib.suppress(DispatcherClosed):
+            self._send(dumps((STOP, bool(drain), float(timeout))))
+        self._outbox.put(None)  # the writer sends what is queued, then ends
+        if self._reader is not None:
+            self._reader.join(timeout + 10.0)
+        self._end_child(timeout=5.0)
+        for thread in (self._reader, self._writer):
+            if thread is not None:
+                thread.join()
+        self._fail_all(DispatcherClosed("dispatcher process stopped"))
+        self._gc.stop()
+        logger.debug("dispatcher process stopped")
+        return self._final[0] if self._final is not None else False
+
+    def _end_child(self, *, timeout: float) -> None:
+        proc = self._proc
+        if proc is not None:
+            proc.join(timeout)
+            if proc.is_alive():
+                logger.warning("dispatcher process {} did not exit: killing it", proc.pid)
+                proc.kill()
+                proc.join()
+        for conn in (self._requests, self._results):
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.close()
+        if proc is not None:
+            with contextlib.suppress(ValueError):
+                proc.close()
+
+    # ------------------------------------------------------------------ calls
+
+    def submit(self, call: Call) -> CallFuture:
+        """Any thread; returns after one pickle and one queue put (the writer thread sends it),
+        never waits for the child.
+        Raises :class:`~kdispatch.actors.errors.InvalidInputError` subclasses for bad calls
+        (an unregistered type, a wrong kind, fields that do not pickle) and
+        :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
+        the dispatcher is stopped, revoked or gone."""
+        self.call_types.check(call)
+        call = plain_basis(call)
+        self._check_open()
+        fid = next(self._ids)
+        try:
+            data = dumps((SUBMIT, fid, call))
+        except Exception as err:
+            raise InvalidCallError(f"{call.call_type}: the call does not pickle: {err}") from err
+        future = CallFuture()
+        self._calls[fid] = future
+        try:
+            self._send(data)
+        except DispatcherClosed:
+            if self._calls.pop(fid, None) is not None:
+                raise
+            return future  # the reader failed it already (the child is gone)
+        if self._gone is not None and self._calls.pop(fid, None) is not None:
+            # The reader's sweep may have run before this future was registered: whoever
+            # pops a future resolves it, so it is resolved (here: raised) exactly once.
+            raise copy.copy(self._gone)
+        return future
+
+    def preempt(
+        self,
+        pod: object,
+        *,
+        reason: str = "PreemptionByScheduler",
+        message: str = "",
+        preemptor: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> CallFuture:
+        """Any thread. :meth:`Dispatcher.preempt`: cancel the victim's pending calls, then mark
+        and delete it."""
+        return self.submit(
+            PodPreemption.for_pod(
+                as_object(pod),
+                reason=reason,
+                message=message,
+                preemptor=preemptor,
+                grace_period_seconds=grace_period_seconds,
+            )
+        )
+
+    def cancel(self, uid: str, call_type: str | None = None) -> None:
+        """Any thread; never blocks. Withdraw the object's pending call (of ``call_type``, or
+        any); its future resolves ``CallCancelled``."""
+        check_uid(uid)
+        if call_type is not None:
+            self.call_types.spec(call_type)
+        self._check_open()
+        self._send(dumps((CANCEL, uid, call_type)))
+
+    def revoke(self, error: DispatcherClosed) -> None:
+        """Any thread; never blocks. :meth:`Dispatcher.revoke`: ``submit`` raises ``error``
+        from now on and the child resolves every call not yet sent with it."""
+        if not isinstance(error, DispatcherClosed):
+            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
+        with self._state_lock:
+            if self._revoked is not None:
+                return
+            self._revoked = error
+        with contextlib.suppress(DispatcherClosed):
+            self._send(dumps((REVOKE, error)))
+
+    @property
+    def revoked(self) -> DispatcherClosed | None:
+        """The error :meth:`revoke` was called with, or None."""
+        return self._revoked
+
+    def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
+        """Caller thread (blocks for one round trip to the child). :meth:`Dispatcher.view`:
+        the object with its in-flight and pending mutations applied, or None if untracked.
+        Raises :class:`DispatcherClosed` when the child is not running, ``TimeoutError``."""
+        check_uid(uid)
+        return cast("Obj | None", self._query("view", uid, timeout))
+
+    def freeze_gc(self) -> None:
+        """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in the child, and the
+        same freeze in the caller's process."""
+        self._query("freeze_gc", None, 30.0)
+        self._gc.freeze()
+
+    # ------------------------------------------------------------------ informer callbacks
+
+    def on_add(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread; never blocks on the child. The object goes to its actor."""
+        self._observe(obj, kind, deleted=False)
+
+    def on_update(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread; never blocks on the child."""
+        self._observe(obj, kind, deleted=False)
+
+    def on_delete(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread; never blocks on the child. Cancels the object's pending calls
+        and tombstones its UID (in the child)."""
+        self._observe(obj, kind, deleted=True)
+
+    def _observe(self, obj: object, kind: str | None, *, deleted: bool) -> None:
+        plain = as_object(obj)
+        ObjectRef.of(plain, kind)  # bad objects raise here, on the caller's thread
+        if self._closing or self._gone is not None:
+            return  # nothing left to feed: every call has resolved or will
+        with contextlib.suppress(DispatcherClosed):
+            self._send(dumps((OBSERVE, plain, kind, deleted)))
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def outstanding(self) -> int:
+        """Futures not yet resolved (counted in this process)."""
+        return len(self._calls)
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None before ``start``)."""
+        return self._pid
+
+    def stats(self) -> dict[str, Any]:
+        """Caller thread (one round trip while the child runs; while it stops, the previous
+        answer; after ``stop``, the child's last figures). :meth:`Dispatcher.stats` of the
+        child, plus ``pid``."""
+        if self._final is not None:
+            out = dict(self._final[1])
+        elif self._closing and self._last_stats is not None:
+            out = dict(self._last_stats)  # stopping: the child answers no more queries
+        else:
+            out = dict(cast("dict[str, Any]", self._query("stats", None, 10.0)))
+            self._last_stats = out
+        out["pid"] = self.pid
+        return out
+
+    @property
+    def tokens_taken(self) -> int:
+        """Rate-limiter tokens used so far (one round trip)."""
+        return int(self.stats()["tokens_taken"])
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_open(self) -> None:
+        if self._revoked is not None:
+            raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
+        if self._gone is not None:
+            raise copy.copy(self._gone)
+        if self._closing or not self._started:
+            raise DispatcherClosed(
+                "dispatcher is stopped" if self._closing else "dispatcher not started"
+            )
+
+    def _send(self, data: bytes) -> None:
+        """Any thread; never blocks. Queue one pickled message for the writer thread;
+        DispatcherClosed if the child is gone or was never started."""
+        if self._requests is None:
+            raise DispatcherClosed("dispatcher not started")
+        if self._gone is not None:
+            raise copy.copy(self._gone)
+        self._outbox.put(data)
+
+    def _write(self) -> None:
+        """Writer thread: send whatever is queued in one pipe write (the child unpickles the
+        concatenated messages in order), until the ``None`` that :meth:`stop` queues. Only this
+        thread writes to the pipe, so a child that reads slowly never blocks a caller."""
+        conn = self._requests
+        assert conn is not None
+        more = True
+        while more:
+            item = self._outbox.get()
+            batch: list[bytes] = []
+            size = 0
+            while item is not None:
+                batch.append(item)
+                size += len(item)
+                if size >= _MAX_WRITE:
+                    break
+                try:
+                    item = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+            more = item is not None
+            if not batch:
+                continue
+            try:
+                conn.send_bytes(b"".join(batch) if len(batch) > 1 else batch[0])
+            except (OSError, ValueError):  # the child is gone: the reader fails what is left
+                return
+
+    def _query(self, name: str, arg: Any, timeout: float) -> Any:
+        self._check_open()
+        qid = next(self._ids)
+        future: Future[Any] = Future()
+        self._queries[qid] = future
+        try:
+            self._send(dumps((QUERY, qid, name, arg)))
+        except DispatcherClosed:
+            self._queries.pop(qid, None)
+            raise
+        if self._gone is not None and self._queries.pop(qid, None) is not None:
+            raise copy.copy(self._gone)
+        try:
+            return future.result(timeout)
+        finally:
+            self._queries.pop(qid, None)
+
+    def _read(self) -> None:
+        """Reader thread: resolve futures from the child's results until its pipe closes,
+        then fail whatever is left (exactly once: whoever pops a future resolves it)."""
+        results = self._results
+        assert results is not None
+        while True:
+            try:
+                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
+            except (EOFError, OSError):
+                break
+            except Exception:  # a reply that does not unpickle
+                logger.opt(exception=True).error("dispatcher process: unreadable results")
+                continue
+            for fid, ok, value in batch:
+                if fid == STOPPED:
+                    self._final = value
+                    continue
+                future = self._calls.pop(fid, None) or self._queries.pop(fid, None)
+                if future is None:
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(_restored(value))
+        self._fail_all(self._exit_error())
+
+    def _exit_error(self) -> DispatcherClosed:
+        if self._final is not None or self._closing:
+            return DispatcherClosed("dispatcher process stopped")
+        proc = self._proc
+        code = None
+        if proc is not None:
+            proc.join(1.0)
+            code = proc.exitcode
+        return DispatcherProcessDied(f"dispatcher process exited unexpectedly (exit code {code})")
+
+    def _fail_all(self, error: DispatcherClosed) -> None:
+        if self._gone is None:
+            self._gone = error
+        error = self._gone
+        for table in (self._calls, self._queries):
+            for fid in list(table):
+                future = table.pop(fid, None)
+                if future is not None:
+                    future.set_exception(copy.copy(error))
+
+
+def _restored(value: object) -> BaseException:
+    """An exception as it came out of the pipe, with ``CallFailed.cause`` chained again."""
+    if not isinstance(value, BaseException):
+        return CallFailed(f"unexpected result from the dispatcher process: {value!r}")
+    if isinstance(value, CallFailed) and value.cause is not None:
+        value.__cause__ = value.cause
+    return value
+
+
+__all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher"]
