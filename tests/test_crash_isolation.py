@@ -213,7 +213,9 @@ def test_crash_while_handling_a_grant_frees_the_executor_slot() -> None:
     try:
         blocker = e.hold_the_worker()
         ARMED.clear()
-        bad = e.submit("bad", 1, fail_in="is_noop")  # accepted: not armed yet
+        # The precheck runs at every grant (elision and staleness, being pure, are not
+        # re-checked against the same object), so it is where a bug at grant time shows.
+        bad = e.submit("bad", 1, fail_in="precheck")  # accepted: not armed yet
         e.d.view(e.quotas["bad"]["metadata"]["uid"])  # a round trip: the submit was handled
         other = e.submit("ok-0", 5)
         ARMED.set()  # the check at grant time raises
