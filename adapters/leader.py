@@ -373,25 +373,31 @@ class LeaseElector:
         return released
 
     def release(self) -> bool:
-        """Any thread. Close the send gate and free the lease if this replica holds it."""
+        """Any thread. Close the send gate and free the lease if this replica holds it: if the
+        last version it wrote or read names it as the holder. Past the renew deadline too (a
+        drain that used the whole window, or renewals starved on a loaded machine): the write
+        carries that version's resourceVersion, so it frees the lease only if nobody wrote it
+        since, and this replica sends nothing once its gate is closed, as client-go's release
+        does."""
         with self._cond:
-            if not self._leading or self._clock() >= self._deadline:
-                return False
-            self._set_follower_locked()
+            if self._leading:
+                self._set_follower_locked()
             lease = self._lease
-        if lease is None:  # pragma: no cover - leading implies a written lease
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.config.identity:
             return False
         spec = dict(lease.get("spec") or {})
         now = _micro_time(self._wall())
         spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now)
         body = {**lease, "spec": spec}
         try:
-            self._client.update(
+            written = self._client.update(
                 self.config.namespace, self.config.name, body, timeout=self.config.renew_deadline
             )
         except ApiError as exc:
             logger.warning("releasing lease {} failed: {}", self.config.name, exc)
             return False
+        with self._cond:
+            self._lease = written
         logger.info("{} released lease {}", self.config.identity, self.config.name)
         return True
 

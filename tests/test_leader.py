@@ -304,6 +304,30 @@ def test_release_hands_over_at_the_next_retry() -> None:
     assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "b"
 
 
+def test_release_after_the_renew_deadline_still_frees_an_untouched_lease() -> None:
+    """A drain that used the whole renew window (or renewals starved on a loaded machine):
+    the lease still names this replica and nobody wrote it since, so releasing it is safe."""
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    a.step()
+    clock.now += 30  # far past the renew deadline, no renewal in between
+    assert a.release()
+    assert not a.may_send()
+    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == ""
+    assert not a.release()  # already free: nothing to release (and no conflict)
+
+
+def test_release_never_frees_a_lease_another_replica_wrote_since() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    a.step()
+    server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "b"}})
+    clock.now += 30
+    assert not a.release()  # its version is stale: the resourceVersion precondition fails
+    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "b"
+    assert not a.may_send()
+
+
 def test_two_candidates_racing_for_a_free_lease_one_wins() -> None:
     """Both saw no lease; the second create gets 409 and the loser stays a follower; a stale
     update (an old resourceVersion) gets 409 as well."""
