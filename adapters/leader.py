@@ -378,28 +378,39 @@ class LeaseElector:
         drain that used the whole window, or renewals starved on a loaded machine): the write
         carries that version's resourceVersion, so it frees the lease only if nobody wrote it
         since, and this replica sends nothing once its gate is closed, as client-go's release
-        does."""
+        does. On a 409 the lease is read once more: a newer version that still names this
+        replica (a renewal that landed as the election stopped) is released in its turn."""
         with self._cond:
             if self._leading:
                 self._set_follower_locked()
             lease = self._lease
-        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.config.identity:
-            return False
-        spec = dict(lease.get("spec") or {})
-        now = _micro_time(self._wall())
-        spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now)
-        body = {**lease, "spec": spec}
-        try:
-            written = self._client.update(
-                self.config.namespace, self.config.name, body, timeout=self.config.renew_deadline
-            )
-        except ApiError as exc:
-            logger.warning("releasing lease {} failed: {}", self.config.name, exc)
-            return False
-        with self._cond:
-            self._lease = written
-        logger.info("{} released lease {}", self.config.identity, self.config.name)
-        return True
+        cfg = self.config
+        for _ in range(2):
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != cfg.identity:
+                return False
+            spec = dict(lease.get("spec") or {})
+            now = _micro_time(self._wall())
+            spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now)
+            try:
+                written = self._client.update(
+                    cfg.namespace, cfg.name, {**lease, "spec": spec}, timeout=cfg.renew_deadline
+                )
+            except ConflictError:
+                try:
+                    lease = self._client.get(cfg.namespace, cfg.name, timeout=cfg.renew_deadline)
+                except ApiError as exc:
+                    logger.warning("releasing lease {} failed: {}", cfg.name, exc)
+                    return False
+                continue
+            except ApiError as exc:
+                logger.warning("releasing lease {} failed: {}", cfg.name, exc)
+                return False
+            with self._cond:
+                self._lease = written
+            logger.info("{} released lease {}", cfg.identity, cfg.name)
+            return True
+        logger.warning("releasing lease {} failed: it kept changing", cfg.name)
+        return False
 
     # ----------------------------------------------------------------- one attempt
 
@@ -499,10 +510,10 @@ class LeaseElector:
     def _won(self, t0: float, lease: Json) -> None:
         cfg = self.config
         with self._cond:
+            self._lease = lease  # the server's newest version, even if this replica now stops
             if self._lost is not None or self._stopped:
                 return
             self._deadline = t0 + cfg.renew_deadline
-            self._lease = lease
             self._observed_rv = str((lease.get("metadata") or {}).get("resourceVersion", ""))
             self._observed_at = self._clock()
             became = not self._leading

@@ -317,6 +317,18 @@ def test_release_after_the_renew_deadline_still_frees_an_untouched_lease() -> No
     assert not a.release()  # already free: nothing to release (and no conflict)
 
 
+def test_release_after_a_renewal_it_did_not_record_still_frees_the_lease() -> None:
+    """A renewal that landed while the election was stopping leaves this replica with an older
+    version: the release gets a 409, reads the lease again, sees itself as the holder and
+    frees it."""
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    a.step()
+    server.leases.patch("kube-system", "sched", {"spec": {"renewTime": "2026-12-01T00:00:01Z"}})
+    assert a.release()
+    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == ""
+
+
 def test_release_never_frees_a_lease_another_replica_wrote_since() -> None:
     server, clock = InMemoryApiServer(), FakeClock()
     a, _ = _elector(server, "a", clock)
