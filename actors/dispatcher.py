@@ -263,7 +263,7 @@ class Dispatcher:
         deletes it with a UID precondition."""
         return self.submit(
             PodPreemption.for_pod(
-                as_object(pod),
+                pod,  # for_pod takes models and any Mapping (as_object)
                 reason=reason,
                 message=message,
                 preemptor=preemptor,

@@ -308,7 +308,7 @@ class ProcessDispatcher:
         and delete it."""
         return self.submit(
             PodPreemption.for_pod(
-                as_object(pod),
+                pod,  # for_pod takes models and any Mapping (as_object)
                 reason=reason,
                 message=message,
                 preemptor=preemptor,
