@@ -15,10 +15,9 @@ from typing import Any
 
 from .calls import Call
 from .errors import DispatcherClosed, Outcome
+from .lazy_condition import CREATE_LOCK, condition_of
 from .object_state import Send
 from .objects import Obj
-
-_cond_create_lock = threading.Lock()
 
 
 class CallFuture(Future[Outcome]):
@@ -49,13 +48,7 @@ class CallFuture(Future[Outcome]):
     @property
     def _condition(self) -> threading.Condition:
         """The standard Future's condition, created on first use. Any thread."""
-        cond = self._cond
-        if cond is None:
-            with _cond_create_lock:
-                cond = self._cond
-                if cond is None:
-                    cond = self._cond = threading.Condition()
-        return cond
+        return condition_of(self)
 
     @_condition.setter
     def _condition(self, cond: threading.Condition) -> None:
@@ -112,13 +105,13 @@ class CallFuture(Future[Outcome]):
 
     def _finish_unwatched(self, result: Outcome | None, exception: BaseException | None) -> bool:
         """Resolve without a condition if nobody created one (True), else leave it to the
-        standard path (False). The condition is created under ``_cond_create_lock``, which
+        standard path (False). The condition is created under ``CREATE_LOCK``, which
         this holds while it checks and resolves: a waiter, a callback or
         ``concurrent.futures.wait`` either created the condition first (standard path) or
         creates it after and then reads ``FINISHED`` under it."""
         if self._cond is not None:
             return False
-        with _cond_create_lock:
+        with CREATE_LOCK:
             if self._cond is not None:
                 return False
             if self._state == FINISHED:

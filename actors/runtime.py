@@ -52,6 +52,7 @@ from pykka._threading import ThreadingFuture
 from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr, _ActorStop
 
 from .errors import InvalidConfigError, InvalidInputError, KdispatchError
+from .lazy_condition import condition_of
 
 __all__ = ["ActorPool", "PoolStateError", "PooledActor", "live_pooled_actors"]
 
@@ -92,7 +93,9 @@ def live_pooled_actors() -> int:
 
 # --------------------------------------------------------------------------- lightweight event
 
-_cond_create_lock = threading.Lock()
+
+def _plain_lock_condition() -> threading.Condition:
+    return threading.Condition(threading.Lock())  # as threading.Event's own
 
 
 class _LazyEvent(threading.Event):
@@ -117,13 +120,7 @@ class _LazyEvent(threading.Event):
             self._cond._at_fork_reinit()  # type: ignore[attr-defined]
 
     def _condition(self) -> threading.Condition:
-        cond = self._cond
-        if cond is None:
-            with _cond_create_lock:
-                cond = self._cond
-                if cond is None:
-                    cond = self._cond = threading.Condition(threading.Lock())
-        return cond
+        return condition_of(self, _plain_lock_condition)
 
     def is_set(self) -> bool:
         return self._flag
