@@ -33,13 +33,14 @@ import json
 import math
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
+
+from benchmarks.workloads.common import spread, thread_role
 
 PODS = 16
 WORKERS = 8
@@ -71,21 +72,11 @@ def _flip(pod: dict[str, Any]) -> str:
     return "n0" if pod.get("status", {}).get("nominatedNodeName") == "n1" else "n1"
 
 
-def _role(name: str) -> str:
-    if name == "MainThread":
-        return "caller"
-    if name.startswith("kdispatch-executor-"):
-        return "executor timer" if name.endswith("-timer") else "executor workers"
-    if name.startswith("kdispatch-pool-"):
-        return "actor pool"
-    return "other"
-
-
 def _thread_roles() -> list[str]:
     """The role of every live thread, in the order the threads were started: valgrind numbers
     threads in that order, from 1, while none has ended (``threading.enumerate()`` lists them
     in that order; native thread ids may wrap around and are not used)."""
-    return [_role(t.name) for t in threading.enumerate()]
+    return [thread_role(t.name) for t in threading.enumerate()]
 
 
 def client(url: str, path: str, calls: int) -> dict[str, Any]:
@@ -208,10 +199,6 @@ def _instructions(url: str, path: str, calls: int, workdir: Path) -> dict[str, i
     return by_role
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
     """Start the server process, count every (path, call count) ``rounds`` times."""
     proc = subprocess.Popen(
@@ -255,11 +242,11 @@ def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
             proc.stdin.close()
         proc.wait(30)
     summary = {
-        **{path: _spread([e[path]["instructions_per_call"] for e in per_round]) for path in PATHS},
-        "dispatcher_vs_direct": _spread([e["dispatcher_vs_direct"] for e in per_round]),
-        "overhead": _spread([e["overhead"] for e in per_round]),
+        **{path: spread([e[path]["instructions_per_call"] for e in per_round]) for path in PATHS},
+        "dispatcher_vs_direct": spread([e["dispatcher_vs_direct"] for e in per_round]),
+        "overhead": spread([e["overhead"] for e in per_round]),
         "dispatcher_by_thread": {
-            role: _spread([e["dispatcher"]["per_call_by_thread"].get(role, 0.0) for e in per_round])
+            role: spread([e["dispatcher"]["per_call_by_thread"].get(role, 0.0) for e in per_round])
             for role in per_round[0]["dispatcher"]["per_call_by_thread"]
         },
     }

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.workloads.common import spread
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "failover.json"
@@ -319,12 +320,7 @@ def run_restart(scenario: Scenario, workdir: Path) -> dict[str, Any]:
 
 
 def _spread(values: list[float]) -> dict[str, float]:
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "n": len(values),
-    }
+    return {**spread(values), "n": len(values)}
 
 
 def main(argv: list[str] | None = None) -> int:

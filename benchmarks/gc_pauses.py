@@ -34,7 +34,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import threading
@@ -46,7 +45,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry
 
-from benchmarks.workloads.common import percentile, unschedulable
+from benchmarks.workloads.common import percentile, spread, unschedulable
 from examples.gcwatch import GcWatch
 from kdispatch.actors.config import (
     DispatcherConfig,
@@ -181,10 +180,6 @@ def _one(size: int, variant: str, timeout: float) -> dict[str, Any]:
     return result
 
 
-def _stats(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per size and variant: median and min-max over the rounds of the headline figures, the
     ratio of each variant's longest steady submit to the default's in the same round, and the
@@ -199,9 +194,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if not rs:
                 continue
             fig: dict[str, Any] = {
-                key: _stats([r[phase][name] for r in rs]) for key, phase, name in FIGURES
+                key: spread([r[phase][name] for r in rs]) for key, phase, name in FIGURES
             }
-            fig["kib_per_actor"] = _stats([r["kib_per_actor"] for r in rs])
+            fig["kib_per_actor"] = spread([r["kib_per_actor"] for r in rs])
             defaults = {r["round"]: r for r in mine if r["variant"] == "default"}
             ratios = [
                 r["steady"]["submit_max_ms"] / defaults[r["round"]]["steady"]["submit_max_ms"]
@@ -209,7 +204,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 if r["round"] in defaults and defaults[r["round"]]["steady"]["submit_max_ms"]
             ]
             if variant != "default" and ratios:
-                fig["steady_max_submit_vs_default"] = _stats(ratios)
+                fig["steady_max_submit_vs_default"] = spread(ratios)
             target = TARGET_MAX_SUBMIT_MS.get(size)
             fig["targets"] = {
                 "max_submit_ms": None

@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -47,6 +46,7 @@ from typing import Any
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
+from benchmarks.workloads.common import spread, thread_role
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import Outcome
@@ -115,17 +115,6 @@ def server_cpu(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def thread_role(name: str) -> str:
-    """Which part of the dispatcher a thread of this process is."""
-    if name == "MainThread":
-        return "caller"
-    if name.startswith("kdispatch-executor-"):
-        return "executor timer" if name.endswith("-timer") else "executor workers"
-    if name.startswith("kdispatch-pool-"):
-        return "actor pool"
-    return "other"
 
 
 def cpu_by_role() -> dict[str, float]:
@@ -302,36 +291,28 @@ def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
     return {"runs": per_run, "summary": _summary(per_run)}
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-    }
-
-
 def _summary(per_run: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in per_run[0]:
         entry: dict[str, Any] = {}
         for name in CONTENDERS:
             entry[name] = {
-                key: _spread([r[mode][name][key] for r in per_run])
+                key: spread([r[mode][name][key] for r in per_run])
                 for key in ("calls_per_s", "cpu_us_per_call", "server_cpu_us_per_call")
                 if all(key in r[mode][name] for r in per_run)
             }
         entry["dispatcher"]["cpu_us_per_call_by_thread"] = {
-            role: _spread(
+            role: spread(
                 [r[mode]["dispatcher"]["cpu_us_per_call_by_thread"].get(role, 0.0) for r in per_run]
             )
             for role in per_run[0][mode]["dispatcher"]["cpu_us_per_call_by_thread"]
         }
         for name, base in RATIOS:
             entry[f"{name}_vs_{base}"] = {
-                "calls_per_s": _spread(
+                "calls_per_s": spread(
                     [r[mode][name]["calls_per_s"] / r[mode][base]["calls_per_s"] for r in per_run]
                 ),
-                "cpu_per_call": _spread(
+                "cpu_per_call": spread(
                     [
                         r[mode][name]["cpu_us_per_call"] / r[mode][base]["cpu_us_per_call"]
                         for r in per_run

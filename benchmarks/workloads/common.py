@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -260,6 +261,22 @@ class Informer:
 
 
 # --------------------------------------------------------------------------- measuring
+
+
+def thread_role(name: str) -> str:
+    """Which part of the dispatcher a thread of this process is."""
+    if name == "MainThread":
+        return "caller"
+    if name.startswith("kdispatch-executor-"):
+        return "executor timer" if name.endswith("-timer") else "executor workers"
+    if name.startswith("kdispatch-pool-"):
+        return "actor pool"
+    return "other"
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, min and max of a non-empty series of repeated measurements."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def percentile(values: Iterable[float], q: float) -> float:
