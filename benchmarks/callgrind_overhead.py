@@ -40,7 +40,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from benchmarks.workloads.common import spread, thread_role
+from benchmarks.workloads.common import publish, spread, thread_role
 
 PODS = 16
 WORKERS = 8
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         parser.error("need 1 <= --base < --calls and --rounds >= 1")
     load_start = list(os.getloadavg())
     result = run(args.calls, args.base, args.rounds)
-    result["meta"] = {
+    meta = {
         "calls": args.calls,
         "base": args.base,
         "warmup": WARMUP,
@@ -306,14 +306,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         "rounds": args.rounds,
         "python": sys.version.split()[0],
         "method": "two call counts per path, difference of callgrind totals (Ir)",
-        "load_average": {"start": load_start, "end": list(os.getloadavg())},
     }
-    print(_table(result))
-    load = result["meta"]["load_average"]
-    print(f"load average (1, 5, 15 min): start {load['start']}, end {load['end']}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    publish(result, meta, _table, args.json, load_start)
     return result
 
 

@@ -32,7 +32,6 @@ lean/models, lean/client and dispatcher/models computed within each run.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
@@ -46,7 +45,7 @@ from typing import Any
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from benchmarks.workloads.common import spread, thread_role
+from benchmarks.workloads.common import publish, spread, thread_role
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import Outcome
@@ -366,19 +365,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         parser.error("need --calls >= --threads >= 1 and --runs >= 1")
     load_start = list(os.getloadavg())
     result = run(args.calls, args.threads, args.runs)
-    result["meta"] = {
+    meta = {
         "calls": args.calls,
         "threads": args.threads,
         "runs": args.runs,
         "python": sys.version.split()[0],
-        "load_average": {"start": load_start, "end": list(os.getloadavg())},
     }
-    print(_table(result))
-    load = result["meta"]["load_average"]
-    print(f"load average (1, 5, 15 min): start {load['start']}, end {load['end']}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    publish(result, meta, _table, args.json, load_start)
     return result
 
 

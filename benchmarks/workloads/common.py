@@ -12,13 +12,16 @@ Benchmark-only code. A result record is a plain JSON dict::
 from __future__ import annotations
 
 import gc
+import json
 import math
+import os
 import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from kdispatch.actors.objects import Obj
@@ -272,6 +275,27 @@ def thread_role(name: str) -> str:
     if name.startswith("kdispatch-pool-"):
         return "actor pool"
     return "other"
+
+
+def publish(
+    result: dict[str, Any],
+    meta: dict[str, Any],
+    table: Callable[[dict[str, Any]], str],
+    json_path: Path | None,
+    load_start: list[float],
+) -> None:
+    """Caller thread. Attach ``meta`` (with the load average at the start and now) to
+    ``result``, print ``table(result)`` and the load average, and write the JSON if asked."""
+    result["meta"] = {
+        **meta,
+        "load_average": {"start": load_start, "end": list(os.getloadavg())},
+    }
+    print(table(result))
+    load = result["meta"]["load_average"]
+    print(f"load average (1, 5, 15 min): start {load['start']}, end {load['end']}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
