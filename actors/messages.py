@@ -94,12 +94,13 @@ class CallFuture(Future[Outcome]):
         return super().exception(timeout)
 
     def set_result(self, result: Outcome) -> None:
-        """Object actor's thread only, once."""
+        """Once, by the one thread that owns the call's resolution: its object actor's, a
+        ``ProcessDispatcher``'s reader, or the submitting thread for a call never routed."""
         if not self._finish_unwatched(result, None):
             super().set_result(result)
 
     def set_exception(self, exception: BaseException | None) -> None:
-        """Object actor's thread only, once."""
+        """Once, by the one thread that resolves the call (see :meth:`set_result`)."""
         if not self._finish_unwatched(None, exception):
             super().set_exception(exception)
 
@@ -118,7 +119,7 @@ class CallFuture(Future[Outcome]):
                 raise InvalidStateError("CallFuture already resolved")
             self._result, self._exception = result, exception
             self._state = FINISHED
-        self._invoke_callbacks()  # type: ignore[attr-defined]  # none: adding one creates the condition
+        # No callback to run: adding one (add_done_callback) creates the condition first.
         return True
 
 
