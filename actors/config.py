@@ -208,6 +208,11 @@ class DispatcherConfig:
     metrics_prefix: str = UPSTREAM_METRICS_PREFIX
     """Prefix of upstream's metric names (``scheduler_pending_async_api_calls`` ...); a
     controller that is not a scheduler sets its own. The ``kdispatch_*`` names never change."""
+    log_calls: bool = False
+    """Also log a debug record for every attempt that succeeds and every call that resolves
+    ``success``/``skipped``/``overwritten`` (retries, conflicts, failures and cancellations are
+    always logged). Off by default: even a disabled loguru call costs a few microseconds, about
+    5 % of an in-memory call for these two records."""
 
     def __post_init__(self) -> None:
         for name, typ in (
@@ -221,6 +226,8 @@ class DispatcherConfig:
                 raise InvalidConfigError(f"{name} must be a {typ.__name__}")
         _positive("reap_interval", self.reap_interval)
         check_metrics_prefix(self.metrics_prefix)
+        if not isinstance(self.log_calls, bool):
+            raise InvalidConfigError(f"log_calls must be a bool, got {self.log_calls!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:

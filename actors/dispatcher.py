@@ -107,6 +107,7 @@ class Dispatcher:
             metrics=self.metrics,
             clock=clock,
             send_gate=send_gate,
+            log_calls=config.log_calls,
         )
         self._ctx = ActorContext(
             registry=self._registry,
@@ -116,6 +117,7 @@ class Dispatcher:
             clock=clock,
             on_resolved=self._on_resolved,
             spawn=self._spawn,
+            log_calls=config.log_calls,
         )
         self._state_lock = threading.Condition(threading.Lock())
         # One entry per future not resolved yet. ``append`` and ``pop`` are atomic, so the

@@ -153,8 +153,10 @@ class Executor:
         name: str = "kdispatch-executor",
         send_gate: SendGate | None = None,
         rand: Callable[[], float] = random.random,
+        log_calls: bool = False,
     ) -> None:
         self._backend = backend
+        self._log_calls = log_calls  # also log successful attempts
         # Requests run on the actors' threads only when they can never wait: the backend
         # never blocks and no token is ever waited for.
         self._inline = getattr(backend, "non_blocking", False) is True and rate_limit.qps == float(
@@ -509,14 +511,15 @@ class Executor:
                 self._bucket.refund()  # nothing was sent: the grant's token goes back
         if not send.read:  # upstream's execution metrics count the call's own attempts
             self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
-        logger.debug(
-            "{call_type} {uid} attempt {attempt}: {result}",
-            uid=ref.uid,
-            call_type=call.call_type,
-            attempt=send.attempt,
-            result=result.value,
-            pod=ref.name,
-        )
+        if result is not Result.SUCCESS or self._log_calls:
+            logger.debug(
+                "{call_type} {uid} attempt {attempt}: {result}",
+                uid=ref.uid,
+                call_type=call.call_type,
+                attempt=send.attempt,
+                result=result.value,
+                pod=ref.name,
+            )
         return Done(call, result, obj, error, delay)
 
     @staticmethod

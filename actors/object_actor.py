@@ -83,6 +83,7 @@ class ActorContext:
     clock: Callable[[], float]
     on_resolved: Callable[[], None]
     spawn: Callable[[str], pykka.ActorRef[Any]]
+    log_calls: bool = False  # also log calls that resolve as intended
     closing: bool = False
 
 
@@ -216,7 +217,9 @@ class ObjectActor(PooledActor):
             if isinstance(outcome, Outcome):
                 future.set_result(outcome)
                 label = _OUTCOME_LABEL[outcome]
+                quiet = not self.ctx.log_calls
             else:
+                quiet = False
                 future.set_exception(outcome)
                 label = "closed" if isinstance(outcome, DispatcherClosed) else outcome.result_label
         except InvalidStateError:  # pragma: no cover - would be a bug: never resolve twice
@@ -225,7 +228,10 @@ class ObjectActor(PooledActor):
         ctx = self.ctx
         ctx.metrics.outcome(call_type, label)
         ctx.on_resolved()
-        logger.debug("{call_type} {uid}: {result}", uid=self.uid, call_type=call_type, result=label)
+        if not quiet:
+            logger.debug(
+                "{call_type} {uid}: {result}", uid=self.uid, call_type=call_type, result=label
+            )
 
     # ------------------------------------------------------------------ failure and leftovers
 

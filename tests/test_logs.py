@@ -12,9 +12,11 @@ import pytest
 from loguru import logger
 
 from kdispatch import logs
+from kdispatch.actors.config import DispatcherConfig
 from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import InvalidInputError
-from kdispatch.adapters.memory import InMemoryApiServer
+from kdispatch.actors.errors import CallConflict, InvalidConfigError, InvalidInputError
+from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.adapters.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -79,6 +81,48 @@ def test_the_bridge_forwards_library_records_with_bound_fields(stdlib: Collect) 
     assert bound.levelno == logging.INFO
     assert bound.uid == "uid-1"  # type: ignore[attr-defined]
     assert bound.extra == {"uid": "uid-1", "call_type": "pod_binding"}  # type: ignore[attr-defined]
+
+
+def call_records(stdlib: Collect, uid: str) -> list[str]:
+    """The per-attempt and per-resolution records of the calls for ``uid``."""
+    return [
+        r.getMessage()
+        for r in stdlib.records
+        if r.name in ("kdispatch.actors.executor", "kdispatch.actors.object_actor")
+        and uid in r.getMessage()
+    ]
+
+
+@pytest.mark.parametrize("log_calls", [False, True])
+def test_per_call_records_of_calls_that_succeed_need_log_calls(
+    stdlib: Collect, log_calls: bool
+) -> None:
+    server = InMemoryApiServer()
+    ok = server.create(make_pod("ok", uid="uid-ok"))
+    bound = server.create(make_pod("bound", uid="uid-bound"))
+    server.bind("default", "bound", uid="uid-bound", node="n0")  # after our snapshot
+    sink = logs.to_stdlib()
+    try:
+        with Dispatcher(server, DispatcherConfig(log_calls=log_calls)) as d:
+            d.submit(PodBinding.for_pod(ok, "n1")).result(timeout=10)
+            with pytest.raises(CallConflict):  # already bound: a conflict
+                d.submit(PodBinding.for_pod(bound, "n1")).result(timeout=10)
+    finally:
+        logger.remove(sink)
+    assert server.get("Pod", "default", "ok")["spec"]["nodeName"] == "n1"
+    assert call_records(stdlib, "uid-ok") == (
+        ["pod_binding uid-ok attempt 1: success", "pod_binding uid-ok: success"]
+        if log_calls
+        else []
+    )
+    failed = call_records(stdlib, "uid-bound")  # logged whatever log_calls says
+    assert "pod_binding uid-bound attempt 1: conflict" in failed
+    assert failed[-1] == "pod_binding uid-bound: conflict"
+
+
+def test_log_calls_must_be_a_bool() -> None:
+    with pytest.raises(InvalidConfigError, match="log_calls must be a bool"):
+        DispatcherConfig(log_calls="yes")  # type: ignore[arg-type]
 
 
 def test_import_kdispatch_switches_its_logs_off() -> None:
