@@ -10,6 +10,9 @@ Nothing here blocks the loop or spends a thread:
   the loop. pykka's own futures have no completion callbacks and ``await``-ing one calls its
   blocking ``get()`` on the loop; a thread waiting on ``get()`` per view would cost a thread per
   concurrent view. Here the reply costs one ``call_soon_threadsafe``.
+* :func:`await_future` awaits any ``concurrent.futures.Future`` resolved on another thread
+  (e.g. a reply from a dispatcher's child process) the same way: its completion is posted to
+  the loop, with the same timer for the timeout, and the future itself is never cancelled.
 
 Cancelling the task that awaits a call does **not** withdraw the call: the ``CallFuture`` stays
 with the dispatcher and is resolved exactly once whatever the awaiting side does
@@ -20,12 +23,13 @@ with the dispatcher and is resolved exactly once whatever the awaiting side does
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import math
 import sys
 import threading
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import pykka
 from pykka._envelope import Envelope
@@ -35,6 +39,7 @@ from .messages import CallFuture, View
 from .objects import Obj
 
 _ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+_T = TypeVar("_T")
 
 
 class NoEventLoopError(KdispatchError, RuntimeError):
@@ -139,18 +144,51 @@ async def ask_view(ref: pykka.ActorRef[Any], timeout: float | None) -> Obj | Non
     if not ref.is_alive():
         return None
     ref.actor_inbox.put(Envelope(View(), reply_to=LoopReply(loop, target)))
-    timer = None if timeout is None else loop.call_later(timeout, _expire, target, timeout)
     try:
-        result = await target
+        result = await _settled(loop, target, timeout)
     except pykka.ActorDeadError:
         return None
-    finally:
-        if timer is not None:
-            timer.cancel()
     return result  # type: ignore[no-any-return]
 
 
+async def await_future(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:
+    """Loop thread. ``future``'s result, or its exception raised, awaited without blocking the
+    loop: whichever thread resolves ``future`` posts the completion to the loop with one
+    ``call_soon_threadsafe``. Raises :class:`TimeoutError` after ``timeout`` seconds (a timer
+    on the loop, no extra task). ``future`` is never cancelled (not on a timeout, not when the
+    awaiting task is cancelled); a completion arriving later is dropped."""
+    loop = asyncio.get_running_loop()
+    target: asyncio.Future[_T] = loop.create_future()
+
+    def relay(done: concurrent.futures.Future[_T]) -> None:
+        """The thread that resolved ``future``."""
+        value: Any = None
+        exc: BaseException | None = None
+        try:
+            value = done.result()
+        except BaseException as err:  # its exception (or CancelledError) goes to the loop
+            exc = err
+        with contextlib.suppress(RuntimeError):  # the loop was closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, target, value, exc)
+
+    future.add_done_callback(relay)
+    return await _settled(loop, target, timeout)
+
+
+async def _settled(
+    loop: asyncio.AbstractEventLoop, target: asyncio.Future[_T], timeout: float | None
+) -> _T:
+    """Loop thread. ``target``'s result, failed with :class:`TimeoutError` by a loop timer
+    after ``timeout`` seconds."""
+    timer = None if timeout is None else loop.call_later(timeout, _expire, target, timeout)
+    try:
+        return await target
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
 def _expire(target: asyncio.Future[Any], timeout: float) -> None:
-    """Loop thread: the view's deadline passed."""
+    """Loop thread: the deadline passed."""
     if not target.done():
-        target.set_exception(TimeoutError(f"no view within {timeout} s"))
+        target.set_exception(TimeoutError(f"no answer within {timeout} s"))

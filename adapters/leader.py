@@ -40,6 +40,17 @@ elector calls ``on_lost`` once with a :class:`~kdispatch.actors.errors.Leadershi
 it to ``Dispatcher.revoke`` — and stops campaigning: like kube-scheduler, a replica that lost
 leadership exits and is restarted as a fresh candidate that rebuilds from list+watch.
 
+The gate can also be read without calling into this process: :meth:`LeaseElector.
+watch_send_deadline` registers an observer that is told the gate's deadline on the elector's
+clock (``t0 + renew_deadline``) after every successful acquire or renew, and ``0.0`` the moment
+this replica stops leading (lost, released, stopped). It is told inside the same critical
+section that changes :meth:`~LeaseElector.may_send`'s answer, so ``clock() < last value told``
+is True exactly when ``may_send()`` is; a reader that sees an older value sees an *earlier*
+deadline (every renew only moves it later, and leaving leadership tells ``0.0`` before anyone
+can make it later again). :class:`~kdispatch.adapters.process.ProcessDispatcher` keeps it in
+shared memory for its child process, whose executor compares it with ``CLOCK_MONOTONIC``
+(``time.monotonic``, the same clock in every process on Linux) before every request.
+
 Threads: :meth:`start` runs the election loop on ``kdispatch-leader-<lease>`` and the deadline
 watchdog on ``kdispatch-leader-watchdog-<lease>``; :meth:`may_send` is called by executor
 workers; every other method may be called from any thread. Tests drive :meth:`step` and
@@ -261,8 +272,10 @@ class LeaseElector:
 
     ``on_lost`` is called exactly once, with the :class:`LeadershipLost`, on whichever thread
     noticed the loss (election loop, watchdog, or an executor worker in :meth:`may_send`); it
-    must not block. ``clock`` is monotonic seconds; ``wall_clock`` only fills the Lease's
-    ``acquireTime``/``renewTime`` fields for humans and other clients.
+    must not block. ``clock`` is monotonic seconds (keep the default ``time.monotonic`` when a
+    :class:`~kdispatch.adapters.process.ProcessDispatcher` watches the send deadline: its
+    child compares the deadline with ``time.monotonic``); ``wall_clock`` only fills the
+    Lease's ``acquireTime``/``renewTime`` fields for humans and other clients.
     """
 
     def __init__(
@@ -296,6 +309,7 @@ class LeaseElector:
         self._lease: Json | None = None  # the last version this replica wrote or read
         self._became_leader_at: float | None = None
         self._threads: list[threading.Thread] = []
+        self._deadline_observers: list[Callable[[float], None]] = []
 
     # ----------------------------------------------------------------- state
 
@@ -327,6 +341,51 @@ class LeaseElector:
                 return True
         self.check_deadline()
         return False
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The monotonic clock the deadlines are measured on."""
+        return self._clock
+
+    @property
+    def send_deadline(self) -> float:
+        """Any thread. The deadline the send gate is open until, on :attr:`clock`: ``t0 +
+        renew_deadline`` of the last successful acquire/renew while leading, else ``0.0``
+        (closed). :meth:`may_send` is ``clock() < send_deadline``."""
+        with self._cond:
+            return self._deadline_locked()
+
+    def watch_send_deadline(self, observer: Callable[[float], None]) -> None:
+        """Any thread. Tell ``observer`` the :attr:`send_deadline` now, and again whenever it
+        changes: the new deadline after every successful acquire or renew, ``0.0`` the moment
+        this replica stops leading (lost, released, stopped). It runs with the elector's lock
+        held, on the thread that made the change (election loop, watchdog, an executor worker
+        in :meth:`may_send`, or the caller of :meth:`release`/:meth:`stop`), in the critical
+        section that changes :meth:`may_send`'s answer. So the values arrive in order, the
+        observer holds :attr:`send_deadline` whenever that lock is free, and a reader of what
+        it recorded is never ahead of the truth: while this replica leads the deadline only
+        moves later, and ``0.0`` is told the moment it stops leading. It must only record the
+        value (e.g. store it in shared memory): never block, never call the elector. An
+        exception it raises is logged and ignored."""
+        if not callable(observer):
+            raise InvalidInputError("observer must be callable")
+        with self._cond:
+            self._deadline_observers.append(observer)
+            self._tell_locked(observer, self._deadline_locked())
+
+    def _deadline_locked(self) -> float:
+        return self._deadline if self._leading else 0.0
+
+    def _tell_locked(self, observer: Callable[[float], None], deadline: float) -> None:
+        try:
+            observer(deadline)
+        except Exception:
+            logger.opt(exception=True).error("send deadline observer raised")
+
+    def _publish_locked(self) -> None:
+        deadline = self._deadline_locked()
+        for observer in self._deadline_observers:
+            self._tell_locked(observer, deadline)
 
     def wait_for_leadership(self, timeout: float | None = None) -> bool:
         """Caller thread. Block until this replica leads (True), or it lost, was stopped, or
@@ -522,12 +581,14 @@ class LeaseElector:
                 self._became_leader_at = self._clock()
                 self.metrics.is_leader.labels(cfg.name).set(1)
                 self.metrics.transitions.labels(cfg.name, "leader").inc()
+            self._publish_locked()
             self._cond.notify_all()
         if became:
             logger.info("{} became leader of lease {}", cfg.identity, cfg.name)
 
     def _set_follower_locked(self) -> None:
         self._leading = False
+        self._publish_locked()
         self.metrics.is_leader.labels(self.config.name).set(0)
         self.metrics.transitions.labels(self.config.name, "follower").inc()
         self._cond.notify_all()

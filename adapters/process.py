@@ -25,8 +25,18 @@ What differs from the in-process dispatcher:
   process-wide, so they apply in both processes, from ``start`` to ``stop``, as they would to
   the one process of an in-process dispatcher;
 * metrics live in the child's own registry; :meth:`ProcessDispatcher.stats` brings the
-  figures across. There is no ``send_gate`` (a callable cannot cross), so leader election must
-  ``revoke`` this dispatcher when the lease is lost;
+  figures across;
+* a ``send_gate`` callable cannot cross, so leader election is wired with ``leader=`` (a
+  :class:`~kdispatch.adapters.leader.LeaseElector`): the elector tells this dispatcher its
+  send deadline (:meth:`~kdispatch.adapters.leader.LeaseElector.watch_send_deadline`) and it
+  is stored in a shared-memory ``double`` the child's executor compares with
+  ``time.monotonic()`` right before every request, with no pipe round trip. The gate starts
+  closed, opens while the elector leads, and closes at the renew deadline by the clock alone:
+  a parent that died or stalled stops renewing, so the child stops sending at the deadline.
+  As with the in-process dispatcher, the elector's ``on_lost`` should :meth:`revoke` it so
+  the calls not yet sent resolve at once instead of at their turn;
+* ``asubmit`` and ``aview`` are the asyncio forms, as on the in-process dispatcher (the
+  helpers of :mod:`kdispatch.actors.aio`): the reader thread posts each result to the loop;
 * if the child dies, every pending future fails with :class:`DispatcherProcessDied` (a
   :class:`~kdispatch.actors.errors.DispatcherClosed`) and ``submit`` raises it from then on.
 
@@ -36,6 +46,7 @@ Scripts that use it must guard their entry point (``if __name__ == "__main__":``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import itertools
@@ -43,13 +54,17 @@ import multiprocessing
 import pickle
 import queue
 import threading
+import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
+from ctypes import c_double
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, Self, cast
+from typing import Any, Protocol, Self, cast
 
 from loguru import logger
 
+from kdispatch.actors.aio import await_future, check_timeout, running_loop, wrap_call_future
 from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.config import DispatcherConfig
@@ -59,6 +74,7 @@ from kdispatch.actors.errors import (
     InvalidCallError,
     InvalidConfigError,
     InvalidInputError,
+    Outcome,
 )
 from kdispatch.actors.gctuning import GcTuner
 from kdispatch.actors.messages import CallFuture
@@ -92,6 +108,20 @@ class DispatcherProcessDied(DispatcherClosed):
     memory). Every call pending at that moment fails with it, and ``submit`` raises it."""
 
 
+class SendDeadlines(Protocol):
+    """What ``ProcessDispatcher(leader=...)`` takes:
+    :class:`~kdispatch.adapters.leader.LeaseElector` is one."""
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock the deadlines are on; must be ``time.monotonic``."""
+        ...
+
+    def watch_send_deadline(self, observer: Callable[[float], None]) -> None:
+        """Tell ``observer`` the send deadline now and at every change (``0.0``: closed)."""
+        ...
+
+
 class ProcessDispatcher:
     """A :class:`~kdispatch.actors.dispatcher.Dispatcher` running in a child process; the same
     caller API for what a scheduler uses. Every public method may be called from any thread.
@@ -101,6 +131,11 @@ class ProcessDispatcher:
         factory = functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)
         with ProcessDispatcher(factory, DispatcherConfig()) as dispatcher:
             future = dispatcher.submit(PodBinding.for_pod(pod, "node-1"))
+
+    With leader election, the elector gates the child's sends (see the module docstring)::
+
+        elector = LeaseElector(client, election, on_lost=lambda err: dispatcher.revoke(err))
+        dispatcher = ProcessDispatcher(factory, config, leader=elector).start()
     """
 
     def __init__(
@@ -111,8 +146,12 @@ class ProcessDispatcher:
         call_types: CallTypeRegistry | None = None,
         start_timeout: float = 60.0,
         context: str = "spawn",
+        leader: SendDeadlines | None = None,
     ) -> None:
-        """Caller thread. Checks the arguments (each must pickle); starts nothing. Raises
+        """Caller thread. Checks the arguments (each must pickle); starts nothing. With
+        ``leader``, the child sends a request only while ``time.monotonic()`` is before the
+        send deadline ``leader`` last told (closed until it first leads); this registers the
+        observer on ``leader`` (:attr:`send_deadline` follows it from now on). Raises
         :class:`~kdispatch.actors.errors.InvalidConfigError`."""
         if not callable(backend_factory):
             raise InvalidConfigError("backend_factory must be a callable returning an ApiBackend")
@@ -128,6 +167,8 @@ class ProcessDispatcher:
             raise InvalidConfigError(f"context must be one of {CONTEXTS}, got {context!r}")
         if not isinstance(start_timeout, int | float) or not start_timeout > 0:
             raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
+        if leader is not None:
+            _check_leader(leader)
         for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
             try:
                 dumps(value)
@@ -158,6 +199,12 @@ class ProcessDispatcher:
         self._writer: threading.Thread | None = None
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._gc = GcTuner(config.runtime)
+        # The send deadline on CLOCK_MONOTONIC, shared with the child (0.0: closed). Only
+        # the leader's observer stores into it, under the leader's lock.
+        self._send_until: c_double | None = None
+        if leader is not None:
+            self._send_until = cast("c_double", self._mp.RawValue("d", 0.0))
+            leader.watch_send_deadline(self._store_send_deadline)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -174,6 +221,7 @@ class ProcessDispatcher:
         proc = self._mp.Process(
             target=child_main,
             args=(req_recv, res_send, self._factory, self.config, self._child_call_types),
+            kwargs={"send_until": self._send_until},
             name="kdispatch-dispatcher",
             daemon=True,
         )
@@ -295,6 +343,16 @@ class ProcessDispatcher:
             raise copy.copy(self._gone)
         return future
 
+    def asubmit(self, call: Call) -> asyncio.Future[Outcome]:
+        """Event-loop thread; never blocks it. :meth:`Dispatcher.asubmit
+        <kdispatch.actors.dispatcher.Dispatcher.asubmit>`: the call is submitted now (bad input
+        and a closed dispatcher raise here, as from :meth:`submit`; outside a running loop
+        :class:`~kdispatch.actors.aio.NoEventLoopError`, and nothing is submitted); the
+        result is an ``asyncio.Future`` on the running loop, settled from the reader thread.
+        Cancelling it does not withdraw the call (use :meth:`cancel`)."""
+        loop = running_loop("asubmit()")
+        return wrap_call_future(self.submit(call), loop)
+
     def preempt(
         self,
         pod: object,
@@ -342,12 +400,41 @@ class ProcessDispatcher:
         """The error :meth:`revoke` was called with, or None."""
         return self._revoked
 
+    @property
+    def send_deadline(self) -> float | None:
+        """Any thread. The send deadline the child reads (``time.monotonic`` seconds; 0.0 while
+        the leader does not lead), or None without ``leader``."""
+        return self._send_until.value if self._send_until is not None else None
+
+    def _store_send_deadline(self, deadline: float) -> None:
+        """The leader's thread, under its lock: one store into shared memory."""
+        assert self._send_until is not None
+        self._send_until.value = float(deadline)
+
     def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
         """Caller thread (blocks for one round trip to the child). :meth:`Dispatcher.view`:
         the object with its in-flight and pending mutations applied, or None if untracked.
         Raises :class:`DispatcherClosed` when the child is not running, ``TimeoutError``."""
         check_uid(uid)
         return cast("Obj | None", self._query("view", uid, timeout))
+
+    def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
+        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code; the child's answer
+        is posted to the awaiting loop by the reader thread, so the loop is never blocked and
+        no thread waits. Bad input raises when ``aview`` is called; once awaited,
+        :class:`DispatcherClosed` when the child is not running, :class:`TimeoutError` after
+        ``timeout`` seconds (a later answer is dropped); None if the object is not tracked."""
+        check_uid(uid)
+        seconds = check_timeout(timeout)
+        return self._aview(uid, seconds)
+
+    async def _aview(self, uid: str, timeout: float | None) -> Obj | None:
+        """Event-loop thread."""
+        qid, future = self._ask("view", uid)
+        try:
+            return cast("Obj | None", await await_future(future, timeout))
+        finally:
+            self._queries.pop(qid, None)
 
     def freeze_gc(self) -> None:
         """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in the child, and the
@@ -459,6 +546,16 @@ class ProcessDispatcher:
                 return
 
     def _query(self, name: str, arg: Any, timeout: float) -> Any:
+        """Caller thread: ask the child and wait up to ``timeout`` for the answer."""
+        qid, future = self._ask(name, arg)
+        try:
+            return future.result(timeout)
+        finally:
+            self._queries.pop(qid, None)
+
+    def _ask(self, name: str, arg: Any) -> tuple[int, Future[Any]]:
+        """Any thread: send a query; its id and the future the reader resolves. The caller
+        pops the id when it stops waiting (so a late answer is dropped)."""
         self._check_open()
         qid = next(self._ids)
         future: Future[Any] = Future()
@@ -470,10 +567,7 @@ class ProcessDispatcher:
             raise
         if self._gone is not None and self._queries.pop(qid, None) is not None:
             raise copy.copy(self._gone)
-        try:
-            return future.result(timeout)
-        finally:
-            self._queries.pop(qid, None)
+        return qid, future
 
     def _read(self) -> None:
         """Reader thread: resolve futures from the child's results until its pipe closes,
@@ -522,6 +616,17 @@ class ProcessDispatcher:
                     future.set_exception(copy.copy(error))
 
 
+def _check_leader(leader: object) -> None:
+    """``leader`` offers the deadlines on ``time.monotonic``; InvalidConfigError otherwise."""
+    if not callable(getattr(leader, "watch_send_deadline", None)):
+        raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
+    if getattr(leader, "clock", None) is not time.monotonic:
+        raise InvalidConfigError(
+            "leader must measure its deadlines on time.monotonic: the child process compares "
+            "them with its own CLOCK_MONOTONIC"
+        )
+
+
 def _restored(value: object) -> BaseException:
     """An exception as it came out of the pipe, with ``CallFailed.cause`` chained again."""
     if not isinstance(value, BaseException):
@@ -531,4 +636,4 @@ def _restored(value: object) -> BaseException:
     return value
 
 
-__all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher"]
+__all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher", "SendDeadlines"]

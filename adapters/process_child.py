@@ -19,6 +19,13 @@ third-party cause without a picklable constructor, say) is replaced by a
 :class:`~kdispatch.actors.errors.CallFailed` naming it, so the parent's future still fails
 with a typed error.
 
+With leader election the parent hands the child a shared-memory ``double`` (a
+``multiprocessing`` ``RawValue`` of the same start context): the send deadline on
+``CLOCK_MONOTONIC``. The child's dispatcher gets :class:`SharedDeadline` as its ``send_gate``,
+so an executor worker compares ``time.monotonic()`` with it right before every request, with no
+pipe round trip; the parent only ever stores into it (see
+:class:`~kdispatch.adapters.process.ProcessDispatcher`).
+
 The child ignores SIGINT (Ctrl-C in a terminal reaches the whole process group; the parent
 decides when to stop), and stops its dispatcher without draining when the parent goes away
 (end of file on its pipe).
@@ -34,8 +41,10 @@ import pickle
 import queue
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from ctypes import c_double
 from multiprocessing.connection import Connection
 from types import MappingProxyType
 from typing import Any, Final
@@ -111,6 +120,25 @@ def portable(exc: BaseException) -> BaseException:
     if isinstance(exc, CallOutcomeError):
         return CallFailed(described, uid=exc.uid, call_type=exc.call_type)
     return CallFailed(described)
+
+
+class SharedDeadline:
+    """A send gate read from shared memory: open while ``time.monotonic()`` is before the
+    deadline the parent stored (``CLOCK_MONOTONIC``, one clock for every process on Linux).
+
+    Called by the child's executor workers before every request; it reads one aligned
+    8-byte ``double`` (no lock, so a parent that died or stalled mid-store cannot hold the
+    gate up) and fails closed: ``0.0`` (the initial value), a deadline that passed or a NaN
+    all give False. A parent that stops renewing simply lets the deadline pass."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self, until: c_double) -> None:
+        self._until = until
+
+    def __call__(self) -> bool:
+        """Executor worker thread."""
+        return time.monotonic() < self._until.value
 
 
 class _Outbox:
@@ -250,10 +278,13 @@ def child_main(
     backend_factory: BackendFactory,
     config: DispatcherConfig,
     call_types: CallTypeRegistry | None,
+    *,
+    send_until: c_double | None = None,
 ) -> None:
-    """The child process's entry point (main thread): build the backend and the dispatcher,
-    report :data:`READY`, then serve the parent's messages until :data:`STOP` or until the
-    parent goes away."""
+    """The child process's entry point (main thread): build the backend and the dispatcher
+    (gated by ``send_until`` through :class:`SharedDeadline` when given), report
+    :data:`READY`, then serve the parent's messages until :data:`STOP` or until the parent
+    goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     outbox = _Outbox(results)
     outbox.start()
@@ -265,6 +296,7 @@ def child_main(
             config,
             call_types=call_types,
             metrics_registry=CollectorRegistry(),
+            send_gate=SharedDeadline(send_until) if send_until is not None else None,
         ).start()
     except Exception as err:  # reported to the parent's start()
         outbox.put((READY, False, portable(err)))
@@ -314,4 +346,4 @@ def _close(backend: object) -> None:
             close()
 
 
-__all__ = ["BackendFactory", "Outcome", "child_main", "dumps", "portable"]
+__all__ = ["BackendFactory", "Outcome", "SharedDeadline", "child_main", "dumps", "portable"]

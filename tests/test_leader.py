@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kubernetes import client as k8s
 from kubernetes.leaderelection import electionconfig as _electionconfig
 from kubernetes.leaderelection import leaderelection as _leaderelection
@@ -23,6 +25,7 @@ from kdispatch.actors.errors import (
     AlreadyExistsError,
     ConflictError,
     InvalidConfigError,
+    InvalidInputError,
     LeadershipLost,
     NotFoundError,
     Outcome,
@@ -447,3 +450,160 @@ def test_elector_gate_on_a_dispatcher_sends_nothing_after_the_deadline() -> None
         d.stop(timeout=10)
     binds = [r.name for r in server.request_log if r.op == "bind"]
     assert binds == ["p0"]
+
+
+# --------------------------------------------------------------------------- the send deadline
+
+
+def test_send_deadline_is_told_on_acquire_and_renew_and_zero_on_loss() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, lost = _elector(server, "a", clock)
+    told: list[float] = []
+    a.watch_send_deadline(told.append)
+    assert told == [0.0]  # told at once: closed, not leading yet
+    a.step()  # acquired at t=1000
+    clock.now = 1002.0
+    a.step()  # renewed at t=1002
+    assert told == [0.0, 1010.0, 1012.0]
+    assert a.send_deadline == 1012.0
+
+    def unreachable(*_a: Any, **_k: Any) -> Any:
+        from kdispatch.actors.errors import ApiConnectionError
+
+        raise ApiConnectionError("down")
+
+    a._client.get = unreachable  # type: ignore[method-assign]
+    clock.now = 1004.0
+    a.step()  # a failed renewal tells nothing: the deadline stays where it was
+    assert told[-1] == 1012.0
+    clock.now = 1011.999
+    assert a.may_send() and clock() < told[-1]
+    clock.now = 1012.0
+    assert not clock() < told[-1]  # the told deadline closes by the clock alone ...
+    assert not a.may_send()  # ... exactly when may_send does, which then loses leadership
+    assert told == [0.0, 1010.0, 1012.0, 0.0] and len(lost) == 1
+    late: list[float] = []
+    a.watch_send_deadline(late.append)
+    assert late == [0.0]
+
+
+def test_send_deadline_counts_from_before_the_request_was_sent() -> None:
+    """The deadline is ``t0 + renew_deadline`` with ``t0`` taken before the acquire request,
+    as for may_send: a slow request shortens the window, never lengthens it."""
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    real_create = a._client.create
+
+    def slow_create(*args: Any, **kw: Any) -> Any:
+        clock.now += 3  # the request took 3 s
+        return real_create(*args, **kw)
+
+    a._client.create = slow_create  # type: ignore[method-assign]
+    told: list[float] = []
+    a.watch_send_deadline(told.append)
+    a.step()
+    assert told == [0.0, 1010.0] and clock.now == 1003.0
+
+
+def test_send_deadline_closes_at_once_when_another_holder_is_seen_or_on_release() -> None:
+    """Before the renew deadline: a loss (someone else holds the lease), a release and a stop
+    tell 0.0 at that moment, so nobody reading the told value keeps sending until the old
+    deadline."""
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, lost = _elector(server, "a", clock)
+    told: list[float] = []
+    a.watch_send_deadline(told.append)
+    a.step()
+    server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "intruder"}})
+    clock.now += 1
+    a.step()
+    assert told == [0.0, 1010.0, 0.0] and len(lost) == 1
+
+    server2 = InMemoryApiServer()
+    b, b_lost = _elector(server2, "b", clock)
+    b_told: list[float] = []
+    b.watch_send_deadline(b_told.append)
+    b.step()
+    assert b.release()
+    assert b_told == [0.0, 1011.0, 0.0] and not b_lost
+    clock.now += 5
+    b.step()  # released, not lost: it may lead again
+    assert b_told[-1] == 1016.0
+    b.stop(release=False)
+    assert b_told[-1] == 0.0
+
+
+def test_an_observer_that_raises_is_logged_and_the_others_are_still_told() -> None:
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+
+    def broken(_deadline: float) -> None:
+        raise RuntimeError("observer bug")
+
+    told: list[float] = []
+    a.watch_send_deadline(broken)
+    a.watch_send_deadline(told.append)
+    a.step()
+    assert a.may_send() and told == [0.0, 1010.0]
+    with pytest.raises(InvalidInputError):
+        a.watch_send_deadline(42)  # type: ignore[arg-type]
+
+
+LEASE = ("Lease", "kube-system", "sched")
+_OPS = st.lists(
+    st.one_of(
+        st.sampled_from(["step", "intruder", "free", "release", "down", "up", "check"]),
+        st.floats(min_value=0.0, max_value=12.0),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_OPS)
+def test_the_told_deadline_always_agrees_with_may_send(ops: list[str | float]) -> None:
+    """Whatever happens (renewals, failures, another holder, release, the clock moving), the
+    last value told gives the same answer as may_send, and while leading it only moves later:
+    a reader holding an older value holds an earlier deadline."""
+    server, clock = InMemoryApiServer(), FakeClock()
+    a, _ = _elector(server, "a", clock)
+    told: list[float] = []
+    a.watch_send_deadline(told.append)
+    real_get = a._client.get
+
+    def unreachable(*_a: Any, **_k: Any) -> Any:
+        from kdispatch.actors.errors import ApiConnectionError
+
+        raise ApiConnectionError("down")
+
+    for op in ops:
+        if isinstance(op, float):
+            clock.now += op
+        elif op == "step":
+            a.step()
+        elif op in ("intruder", "free") and server.get_object(*LEASE):
+            holder = "x" if op == "intruder" else ""
+            server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": holder}})
+        elif op == "release":
+            a.release()
+        elif op in ("intruder", "free"):
+            pass  # no lease yet
+        elif op == "down":
+            a._client.get = unreachable  # type: ignore[method-assign]
+        elif op == "up":
+            a._client.get = real_get  # type: ignore[method-assign]
+        else:
+            a.check_deadline()
+        assert told[-1] == a.send_deadline
+        expected = clock() < told[-1]
+        assert a.may_send() is expected
+        assert told[-1] == a.send_deadline  # may_send may have lost it: 0.0 told then
+    leading = [v for v in told if v != 0.0]
+    runs: list[list[float]] = [[]]
+    for v in told:
+        if v == 0.0:
+            runs.append([])
+        else:
+            runs[-1].append(v)
+    assert all(run == sorted(run) for run in runs), told
+    assert all(v >= 1000.0 for v in leading)

@@ -21,6 +21,7 @@ from examples.scheduler.cache import SchedulerCache
 from examples.scheduler.cli import main
 from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig
 from examples.scheduler.framework import Framework, num_feasible_to_find
+from examples.scheduler.ha import LeaderElect
 from examples.scheduler.nominator import Nominator
 from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.preemption import Preemptions, select_victims
@@ -581,6 +582,104 @@ def test_dispatcher_process_run_schedules_pending_pods_over_http(tmp_path: Path)
     assert all(p is not None and p["spec"].get("nodeName") for p in bound)
     writers = {r.writer for r in mem.request_log if r.op == "bind"}
     assert len(writers) == 1 and next(iter(writers)).startswith("kdispatch-scheduler/")
+
+
+def _kubeconfig(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: t, cluster: {{server: "{url}"}}}}]\n'
+        "users: [{name: u, user: {}}]\n"
+        "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
+        "current-context: c\n"
+    )
+    return path
+
+
+def _pending_pods(mem: InMemoryApiServer, count: int) -> None:
+    for i in range(3):
+        mem.create(node(f"n{i}"))
+    for i in range(count):
+        obj = make_pod(f"p{i}", cpu_m=100)
+        obj["spec"]["schedulerName"] = "kdispatch-example"
+        mem.create(obj)
+
+
+@pytest.mark.timeout(90)
+def test_dispatcher_process_with_leader_election_leads_then_binds_every_pod(
+    tmp_path: Path,
+) -> None:
+    mem = InMemoryApiServer()
+    _pending_pods(mem, 30)
+    with ApiServerHTTP(mem) as srv:
+        cfg = RunConfig(
+            kubeconfig=str(_kubeconfig(tmp_path, srv.url)),
+            workers=4,
+            max_seconds=60,
+            dispatcher_process=True,
+            identity="a",
+            leader_elect=LeaderElect(
+                lease_duration=4.0, renew_deadline=3.0, retry_period=0.5, identity="a"
+            ),
+        )
+        fig = run(cfg, stream=None)
+    _check_clean(fig)
+    assert fig["mode"] == "async-process"
+    assert (fig["pods_total"], fig["pods_bound"]) == (30, 30)
+    lease = mem.leases.get("kube-system", "kdispatch-scheduler")
+    assert lease["spec"]["holderIdentity"] == ""  # a clean end releases it
+    assert {w.writer for w in mem.leases.writes} == {"kdispatch-scheduler/a"}
+    assert {r.writer for r in mem.request_log if r.op == "bind"} == {"kdispatch-scheduler/a"}
+
+
+@pytest.mark.timeout(90)
+def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path: Path) -> None:
+    """Another replica takes the lease mid-run: the elector sees it at its next retry, the
+    child's gate closes and the process dispatcher is revoked; the run ends
+    ``leadership_lost`` with pods left unbound, the lease is left to its new holder, and
+    nothing of the replica (its child process included) binds anything once the run
+    returned."""
+    mem = InMemoryApiServer()
+    _pending_pods(mem, 200)
+    figures: list[dict[str, Any]] = []
+    with ApiServerHTTP(mem) as srv:
+        cfg = RunConfig(
+            kubeconfig=str(_kubeconfig(tmp_path, srv.url)),
+            workers=2,
+            qps=20.0,
+            burst=1,
+            max_seconds=60,
+            dispatcher_process=True,
+            identity="a",
+            leader_elect=LeaderElect(
+                lease_duration=4.0, renew_deadline=3.0, retry_period=0.2, identity="a"
+            ),
+        )
+        runner = threading.Thread(target=lambda: figures.append(run(cfg, stream=None)))
+        runner.start()
+        try:
+            deadline = threading.Event()
+            for _ in range(600):  # poll the server: wait until binding is under way
+                if any(r.op == "bind" for r in mem.request_log):
+                    break
+                deadline.wait(0.05)
+            else:
+                raise AssertionError("the replica never bound a pod")
+            mem.leases.patch(
+                "kube-system", "kdispatch-scheduler", {"spec": {"holderIdentity": "b"}}
+            )
+        finally:
+            runner.join(80)
+        assert not runner.is_alive()
+        binds_at_end = sum(1 for r in mem.request_log if r.op == "bind")
+    (fig,) = figures
+    assert fig["stopped_by"] == "leadership_lost"
+    assert fig["mode"] == "async-process"
+    assert 0 < fig["pods_bound"] < 200  # qps 20: most were still to be sent
+    assert fig["duplicate_bindings"] == 0
+    assert sum(1 for r in mem.request_log if r.op == "bind") == binds_at_end
+    lease = mem.leases.get("kube-system", "kdispatch-scheduler")
+    assert lease["spec"]["holderIdentity"] == "b"  # a lost lease is not released
 
 
 def test_dispatcher_process_needs_a_kubeconfig() -> None:

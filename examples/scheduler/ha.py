@@ -4,7 +4,9 @@ With ``--leader-elect`` a replica first campaigns for the Lease (``--lease-names
 ``--lease-name``, identity ``--identity``); only once it leads does it start its informers,
 wait for them to sync and start scheduling, so a new leader rebuilds everything from
 list+watch. The dispatcher's send gate is the elector's :meth:`~kdispatch.adapters.leader.
-LeaseElector.may_send`, and a lost lease revokes the dispatcher (every call not yet sent
+LeaseElector.may_send`; with ``--dispatcher-process`` the child's gate is the elector's send
+deadline in shared memory (``ProcessDispatcher(..., leader=elector)``), checked before every
+request as well. A lost lease revokes the dispatcher, in either form (every call not yet sent
 resolves ``LeadershipLost``); the replica then ends its run (exit status 3), as kube-scheduler
 exits, to be restarted as a fresh candidate.
 

@@ -120,17 +120,11 @@ class RunConfig:
             raise InvalidInputError(
                 "--leader-elect needs the dispatcher (not --pre-kep or --all-blocking)"
             )
-        if self.dispatcher_process:
-            if self.api != "async" or self.kubeconfig is None:
-                raise InvalidInputError(
-                    "--dispatcher-process needs the dispatcher and --kubeconfig (an embedded "
-                    "apiserver cannot be shared with the child process)"
-                )
-            if self.leader_elect is not None:
-                raise InvalidInputError(
-                    "--dispatcher-process does not support --leader-elect yet (the send gate "
-                    "cannot cross the process boundary)"
-                )
+        if self.dispatcher_process and (self.api != "async" or self.kubeconfig is None):
+            raise InvalidInputError(
+                "--dispatcher-process needs the dispatcher and --kubeconfig (an embedded "
+                "apiserver cannot be shared with the child process)"
+            )
 
     @property
     def embedded(self) -> bool:
@@ -163,8 +157,11 @@ def _settings(cfg: RunConfig) -> dict[str, Any]:
 
 
 def _make_api(
-    cfg: RunConfig, backend: ApiBackend, send_gate: Callable[[], bool] | None = None
+    cfg: RunConfig, backend: ApiBackend, elector: LeaseElector | None = None
 ) -> SchedulerApi:
+    """The scheduler's API; with ``elector``, the dispatcher's sends are gated by its lease
+    (in-process: ``send_gate=elector.may_send``; in a child process: ``leader=elector``, the
+    send deadline in shared memory)."""
     retry = RetryConfig(max_attempts=8)
     if cfg.api == "all-blocking":
         return DirectApi(backend, retry)
@@ -183,7 +180,8 @@ def _make_api(
             cfg.workers,
             user_agent(cfg.identity or default_identity()),
         )
-        return DispatchedApi(ProcessDispatcher(factory, config).start())
+        return DispatchedApi(ProcessDispatcher(factory, config, leader=elector).start())
+    send_gate = elector.may_send if elector is not None else None
     dispatcher = Dispatcher(
         backend, config, metrics_registry=CollectorRegistry(), send_gate=send_gate
     )
@@ -251,7 +249,7 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
                 hook(err)
 
         elector = make_elector(settings, backend, on_lost)
-    api = _make_api(cfg, backend, elector.may_send if elector is not None else None)
+    api = _make_api(cfg, backend, elector)
     if isinstance(api, DispatchedApi):
         revoke.append(api.dispatcher.revoke)
     name = cfg.scheduler_name or ("default-scheduler" if cfg.embedded else "kdispatch-example")
