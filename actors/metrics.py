@@ -27,14 +27,14 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from .config import UPSTREAM_METRICS_PREFIX, check_metrics_prefix
 from .errors import InvalidConfigError
+from .metric_families import CounterFamily, GaugeFamily, HistogramFamily
 
 DURATION_BUCKETS = tuple(0.001 * 2**k for k in range(15))
 """1 ms x 2^k, k = 0..14 (as upstream)."""
@@ -67,51 +67,55 @@ class Metrics:
         self.prefix = check_metrics_prefix(prefix)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.executions_total_name = f"{prefix}_async_api_call_execution_total"
-        self.pending = Gauge(
+        # The labelled families updated on every call are plain numbers under one lock (see
+        # :mod:`.metric_families`); the rare ones stay prometheus_client metrics.
+        self._lock = threading.Lock()
+        lock = self._lock
+        self.pending = GaugeFamily(
             f"{prefix}_pending_async_api_calls",
             "Calls queued in the dispatcher and not yet sent, by call type.",
             ["call_type"],
-            registry=None,
+            lock,
         )
-        self.executions = Counter(
+        self.executions = CounterFamily(
             self.executions_total_name,
             "Attempts sent to the apiserver, by call type, result (success or error, as "
             "upstream) and outcome (success, retry, conflict, not_found, failed).",
             ["call_type", "result", "outcome"],
-            registry=None,
+            lock,
         )
-        self.duration = Histogram(
+        self.duration = HistogramFamily(
             f"{prefix}_async_api_call_execution_duration_seconds",
             "Duration of attempts sent to the apiserver, by call type and result.",
             ["call_type", "result"],
-            buckets=DURATION_BUCKETS,
-            registry=None,
+            lock,
+            DURATION_BUCKETS,
         )
-        self.outcomes = Counter(
+        self.outcomes = CounterFamily(
             "kdispatch_call_outcomes_total",
             "Calls resolved, by call type and outcome (success, skipped, overwritten, "
             "cancelled, conflict, not_found, failed, closed).",
             ["call_type", "outcome"],
-            registry=None,
+            lock,
         )
-        self.merged = Counter(
+        self.merged = CounterFamily(
             "kdispatch_calls_merged_total",
             "Pending calls merged with a newer call of the same type.",
             ["call_type"],
-            registry=None,
+            lock,
         )
-        self.retries = Counter(
+        self.retries = CounterFamily(
             "kdispatch_retries_total",
             "Attempts retried, by call type and reason (429, 5xx, timeout, connection, conflict).",
             ["call_type", "reason"],
-            registry=None,
+            lock,
         )
-        self.limiter_wait = Histogram(
+        self.limiter_wait = HistogramFamily(
             "kdispatch_rate_limiter_wait_seconds",
             "Time a ready object waited in the executor lanes before it was sent.",
             ["lane"],
-            buckets=DURATION_BUCKETS,
-            registry=None,
+            lock,
+            DURATION_BUCKETS,
         )
         self.live_actors = Gauge(
             "kdispatch_live_object_actors", "Object actors currently alive.", registry=None
@@ -126,12 +130,12 @@ class Metrics:
             "Object actors that crashed (their futures failed, the actor was restarted clean).",
             registry=None,
         )
-        self.requests = Counter(
+        self.requests = CounterFamily(
             "kdispatch_requests_total",
             "Requests sent to the apiserver (each took a rate-limiter token), by call type and "
             "verb; a call's follow-up GET, re-read or second request counts too.",
             ["call_type", "verb"],
-            registry=None,
+            lock,
         )
         self._collectors: tuple[Collector, ...] = (
             self.pending,
@@ -147,7 +151,6 @@ class Metrics:
             self.actor_failures,
         )
         self._released = False
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._register()
 
     def _register(self) -> None:
@@ -185,47 +188,45 @@ class Metrics:
         with _owners_lock:
             self._released = True
 
-    # Labelled children are cached: ``labels()`` takes a lock and builds a key on every call,
-    # which is most of the cost of a metric update on the hot path. A racing first lookup may
-    # build the child twice; ``labels()`` returns the same child both times.
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
+    # One lock round trip per event, whatever it updates.
 
     def outcome(self, call_type: str, outcome: str) -> None:
         """A call resolved."""
-        self._child(self.outcomes, call_type, outcome).inc()
+        with self._lock:
+            self.outcomes.inc_locked((call_type, outcome))
 
     def merge(self, call_type: str) -> None:
         """A pending call was merged with a newer one."""
-        self._child(self.merged, call_type).inc()
+        with self._lock:
+            self.merged.inc_locked((call_type,))
 
     def pending_delta(self, call_type: str, delta: int) -> None:
         """The pending-calls gauge of ``call_type`` moves by ``delta``."""
-        self._child(self.pending, call_type).inc(delta)
+        with self._lock:
+            self.pending.add_locked((call_type,), delta)
 
     def retry(self, call_type: str, reason: str) -> None:
         """An attempt will be retried."""
-        self._child(self.retries, call_type, reason).inc()
+        with self._lock:
+            self.retries.inc_locked((call_type, reason))
 
     def request(self, call_type: str, verb: str) -> None:
         """One request is being sent."""
-        self._child(self.requests, call_type, verb).inc()
+        with self._lock:
+            self.requests.inc_locked((call_type, verb))
 
     def executed(self, call_type: str, outcome: str, seconds: float) -> None:
         """An attempt finished with ``outcome`` (the executor's result: success, retry,
         conflict, not_found, failed); upstream's ``result`` label is success or error."""
         result = "success" if outcome == "success" else "error"
-        self._child(self.executions, call_type, result, outcome).inc()
-        self._child(self.duration, call_type, result).observe(seconds)
+        with self._lock:
+            self.executions.inc_locked((call_type, result, outcome))
+            self.duration.observe_locked((call_type, result), seconds)
 
     def waited(self, lane: int, seconds: float) -> None:
         """An object waited ``seconds`` in lane ``lane`` before its grant."""
-        self._child(self.limiter_wait, str(lane)).observe(seconds)
+        with self._lock:
+            self.limiter_wait.observe_locked((str(lane),), seconds)
 
     def bind_live(self, live: Callable[[], int], dropped: Callable[[], int]) -> None:
         """Make the live-actor and dropped gauges read the registry on scrape."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from concurrent.futures import wait
@@ -310,7 +311,7 @@ def test_logs_are_off_by_default_and_carry_bound_fields(server: InMemoryApiServe
         assert records == []  # the library is silent unless enabled
         logger.enable("kdispatch")
         pod2 = server.create(make_pod("p2"))
-        with Dispatcher(server, FAST) as d:
+        with Dispatcher(server, dataclasses.replace(FAST, log_calls=True)) as d:
             d.submit(PodBinding.for_pod(pod2, "n1")).result(timeout=10)
     finally:
         logger.disable("kdispatch")

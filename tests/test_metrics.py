@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import InvalidConfigError
+from kdispatch.actors.metric_families import CounterFamily, GaugeFamily, HistogramFamily
 from kdispatch.actors.metrics import Metrics, MetricsRegistryInUse
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.memory import InMemoryApiServer, make_pod
@@ -120,10 +122,76 @@ def test_bad_registry_is_a_config_error() -> None:
         Metrics("REGISTRY")  # type: ignore[arg-type]
 
 
-def test_labelled_children_are_cached() -> None:
+def _samples(registry: CollectorRegistry) -> set[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """Every sample but prometheus_client's ``_created`` timestamps."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items())), sample.value)
+        for family in registry.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+def test_families_expose_the_samples_prometheus_clients_own_metrics_would() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    lock = threading.Lock()
+    buckets = (0.001, 0.01, 0.1)
+    counter = CounterFamily("x_total", "a counter", ["call_type", "verb"], lock)
+    gauge = GaugeFamily("x_pending", "a gauge", ["call_type"], lock)
+    histogram = HistogramFamily("x_seconds", "a histogram", ["call_type"], lock, buckets)
+    for collector in (counter, gauge, histogram):
+        ours.register(collector)
+    p_counter = Counter("x_total", "a counter", ["call_type", "verb"], registry=theirs)
+    p_gauge = Gauge("x_pending", "a gauge", ["call_type"], registry=theirs)
+    p_histogram = Histogram(
+        "x_seconds", "a histogram", ["call_type"], registry=theirs, buckets=buckets
+    )
+    for labels, amount in [
+        (("pod_binding", "POST"), 1.0),
+        (("pod_binding", "POST"), 2.0),
+        (("pod_status_patch", "PATCH"), 1.0),
+    ]:
+        with lock:
+            counter.inc_locked(labels, amount)
+        p_counter.labels(*labels).inc(amount)
+    for call_type, delta in [
+        ("pod_binding", 1),
+        ("pod_binding", 1),
+        ("pod_binding", -1),
+        ("pod_status_patch", -2),
+    ]:
+        with lock:
+            gauge.add_locked((call_type,), delta)
+        p_gauge.labels(call_type).inc(delta)
+    # on a bound, between bounds, above the last one, zero
+    for call_type, seconds in [("a", 0.001), ("a", 0.005), ("a", 7.0), ("b", 0.0), ("b", 0.1)]:
+        with lock:
+            histogram.observe_locked((call_type,), seconds)
+        p_histogram.labels(call_type).observe(seconds)
+    assert _samples(ours) == _samples(theirs)
+    assert ours.get_sample_value("x_seconds_bucket", {"call_type": "a", "le": "0.001"}) == 1
+    assert ours.get_sample_value("x_seconds_bucket", {"call_type": "a", "le": "+Inf"}) == 3
+    with pytest.raises(ValueError, match="Duplicated timeseries"):  # describe() names them
+        ours.register(CounterFamily("x_total", "again", ["call_type"], lock))
+
+
+def test_metric_updates_from_many_threads_are_all_counted() -> None:
     m = Metrics()
-    m.outcome("pod_binding", "success")
-    m.outcome("pod_binding", "success")
-    first = m._child(m.outcomes, "pod_binding", "success")
-    assert m._child(m.outcomes, "pod_binding", "success") is first
-    assert m.value("kdispatch_call_outcomes_total", call_type="pod_binding", outcome="success") == 2
+    per_thread, threads = 5_000, 4
+    start = threading.Barrier(threads)
+
+    def hammer() -> None:
+        start.wait()
+        for _ in range(per_thread):
+            m.request("pod_binding", "POST")
+            m.executed("pod_binding", "success", 0.002)
+
+    workers = [threading.Thread(target=hammer) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    total = per_thread * threads
+    assert m.value("kdispatch_requests_total", call_type="pod_binding", verb="POST") == total
+    name = "scheduler_async_api_call_execution_duration_seconds_count"
+    assert m.value(name, call_type="pod_binding", result="success") == total
