@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil  # type: ignore[import-untyped]
+
 from benchmarks.workloads.common import spread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +65,18 @@ class Scenario:
     kill_after: float = 0.25  # share of the pods bound by the leader before it is signalled
     timing: Timing = field(default_factory=Timing)
     deadline: float = 60.0  # seconds for the whole run to converge
+    dispatcher_process: bool = False  # each replica runs its dispatcher in a child process
+
+
+def _running(processes: list[psutil.Process]) -> bool:
+    """Whether any of ``processes`` is still running (zombies count as gone)."""
+    for proc in processes:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
@@ -143,6 +157,8 @@ class Cluster:
             "--json",
             str(self.workdir / f"{identity}.json"),
         ]
+        if s.dispatcher_process:
+            args.append("--dispatcher-process")
         if leader_elect:
             args += [
                 "--leader-elect",
@@ -264,6 +280,9 @@ def run_failover(scenario: Scenario, workdir: Path, sig: signal.Signals) -> dict
         target = max(1, int(scenario.pods * scenario.kill_after))
         if not wait_until(lambda: cluster.bound_by(leader) >= target, scenario.deadline):
             raise RuntimeError(f"{leader} bound too little")
+        # the leader's descendants (its dispatcher process, if any): a SIGKILL orphans them,
+        # so the test's own leak check cannot see them; they must exit by themselves
+        descendants = psutil.Process(cluster.replicas[leader].pid).children(recursive=True)
         killed_at = time.monotonic()
         cluster.replicas[leader].send_signal(sig)
         converged = wait_until(
@@ -280,9 +299,13 @@ def run_failover(scenario: Scenario, workdir: Path, sig: signal.Signals) -> dict
             scenario.deadline,
         )
         finished = wait_until(lambda: not cluster.alive(), scenario.deadline)
+        orphans_gone = wait_until(lambda: not _running(descendants), scenario.deadline)
         out = analyse(cluster.audit(), old=leader, killed_at=killed_at, pods=scenario.pods)
         out.update(
             signal=sig.name,
+            dispatcher_process=scenario.dispatcher_process,
+            old_leader_descendants=len(descendants),
+            old_leader_descendants_gone=orphans_gone,
             converged=converged,
             replicas_finished=finished,
             exit_codes={i: p.returncode for i, p in cluster.replicas.items()},

@@ -46,10 +46,15 @@ def _common_checks(r: dict[str, Any]) -> None:
     assert r["bound_by_old"] + r["rescheduled_by_new"] == r["pods"]
 
 
-def test_sigkill_of_the_leader_mid_run(tmp_path: Path) -> None:
-    scenario = Scenario()
+@pytest.mark.parametrize("dispatcher_process", [False, True], ids=["in-process", "child"])
+def test_sigkill_of_the_leader_mid_run(tmp_path: Path, dispatcher_process: bool) -> None:
+    scenario = Scenario(dispatcher_process=dispatcher_process)
     r = run_failover(scenario, tmp_path, signal.SIGKILL)
     _common_checks(r)
+    # a killed replica's dispatcher process and multiprocessing's resource tracker (orphaned,
+    # so no leak check sees them) exit by themselves
+    assert (r["old_leader_descendants"] > 0) == dispatcher_process
+    assert r["old_leader_descendants_gone"]
     t = scenario.timing
     assert r["new_leader"] not in ("", r["old_leader"])
     assert r["takeover_s"] is not None
@@ -62,10 +67,12 @@ def test_sigkill_of_the_leader_mid_run(tmp_path: Path) -> None:
     assert new_fig["duplicate_bindings"] == 0 and new_fig["lost_intents"] == 0
 
 
-def test_sigterm_hands_over_gracefully(tmp_path: Path) -> None:
-    scenario = Scenario()
+@pytest.mark.parametrize("dispatcher_process", [False, True], ids=["in-process", "child"])
+def test_sigterm_hands_over_gracefully(tmp_path: Path, dispatcher_process: bool) -> None:
+    scenario = Scenario(dispatcher_process=dispatcher_process)
     r = run_failover(scenario, tmp_path, signal.SIGTERM)
     _common_checks(r)
+    assert r["old_leader_descendants_gone"]
     t = scenario.timing
     assert r["released"], "the old leader released the lease"
     assert r["exit_codes"][r["old_leader"]] == 0, "a graceful stop verifies clean"
