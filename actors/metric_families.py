@@ -50,8 +50,8 @@ class _Family(Collector):
         yield self._family()
 
 
-class CounterFamily(_Family):
-    """A counter family (``name`` may end in ``_total``; its samples do)."""
+class _ScalarFamily(_Family):
+    """A family with one number per tuple of label values."""
 
     def __init__(
         self, name: str, documentation: str, labelnames: Sequence[str], lock: threading.Lock
@@ -59,47 +59,35 @@ class CounterFamily(_Family):
         super().__init__(name, documentation, labelnames, lock)
         self._values: dict[Labels, float] = {}
 
-    def inc_locked(self, labels: Labels, amount: float = 1.0) -> None:
-        """Add ``amount`` (>= 0) to the sample of ``labels``."""
+    def add_locked(self, labels: Labels, amount: float = 1.0) -> None:
+        """Add ``amount`` to the sample of ``labels`` (a counter's is never negative)."""
         values = self._values
         values[labels] = values.get(labels, 0.0) + amount
+
+    def _family(self) -> CounterMetricFamily | GaugeMetricFamily:
+        raise NotImplementedError
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        with self._lock:
+            items = list(self._values.items())
+        for labels, value in items:
+            family.add_metric(list(labels), value)
+        yield family
+
+
+class CounterFamily(_ScalarFamily):
+    """A counter family (``name`` may end in ``_total``; its samples do)."""
 
     def _family(self) -> CounterMetricFamily:
         return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        with self._lock:
-            items = list(self._values.items())
-        for labels, value in items:
-            family.add_metric(list(labels), value)
-        yield family
 
-
-class GaugeFamily(_Family):
+class GaugeFamily(_ScalarFamily):
     """A gauge family moved by deltas."""
-
-    def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], lock: threading.Lock
-    ) -> None:
-        super().__init__(name, documentation, labelnames, lock)
-        self._values: dict[Labels, float] = {}
-
-    def add_locked(self, labels: Labels, delta: float) -> None:
-        """Move the sample of ``labels`` by ``delta``."""
-        values = self._values
-        values[labels] = values.get(labels, 0.0) + delta
 
     def _family(self) -> GaugeMetricFamily:
         return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-
-    def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        with self._lock:
-            items = list(self._values.items())
-        for labels, value in items:
-            family.add_metric(list(labels), value)
-        yield family
 
 
 class HistogramFamily(_Family):

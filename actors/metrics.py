@@ -193,12 +193,12 @@ class Metrics:
     def outcome(self, call_type: str, outcome: str) -> None:
         """A call resolved."""
         with self._lock:
-            self.outcomes.inc_locked((call_type, outcome))
+            self.outcomes.add_locked((call_type, outcome))
 
     def merge(self, call_type: str) -> None:
         """A pending call was merged with a newer one."""
         with self._lock:
-            self.merged.inc_locked((call_type,))
+            self.merged.add_locked((call_type,))
 
     def pending_delta(self, call_type: str, delta: int) -> None:
         """The pending-calls gauge of ``call_type`` moves by ``delta``."""
@@ -208,19 +208,19 @@ class Metrics:
     def retry(self, call_type: str, reason: str) -> None:
         """An attempt will be retried."""
         with self._lock:
-            self.retries.inc_locked((call_type, reason))
+            self.retries.add_locked((call_type, reason))
 
     def request(self, call_type: str, verb: str) -> None:
         """One request is being sent."""
         with self._lock:
-            self.requests.inc_locked((call_type, verb))
+            self.requests.add_locked((call_type, verb))
 
     def executed(self, call_type: str, outcome: str, seconds: float) -> None:
         """An attempt finished with ``outcome`` (the executor's result: success, retry,
         conflict, not_found, failed); upstream's ``result`` label is success or error."""
         result = "success" if outcome == "success" else "error"
         with self._lock:
-            self.executions.inc_locked((call_type, result, outcome))
+            self.executions.add_locked((call_type, result, outcome))
             self.duration.observe_locked((call_type, result), seconds)
 
     def waited(self, lane: int, seconds: float) -> None:

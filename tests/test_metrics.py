@@ -152,7 +152,7 @@ def test_families_expose_the_samples_prometheus_clients_own_metrics_would() -> N
         (("pod_status_patch", "PATCH"), 1.0),
     ]:
         with lock:
-            counter.inc_locked(labels, amount)
+            counter.add_locked(labels, amount)
         p_counter.labels(*labels).inc(amount)
     for call_type, delta in [
         ("pod_binding", 1),
