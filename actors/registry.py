@@ -5,19 +5,32 @@ One :class:`Registry` maps the UIDs of Kubernetes objects to the refs of their a
 actor
 (``tell``), which lets it keep three promises:
 
-* **Exactly one actor per live UID.** Lookup, spawn (``factory()``) and the message ``put`` happen
-  under one lock, so many threads racing on one UID spawn one actor, and a message is never routed
-  to an actor that :meth:`~Registry.retire`, :meth:`~Registry.forget` or
-  :meth:`~Registry.release` has already removed.
+* **Exactly one actor per live UID, and no message handled by an actor that left.** Spawning
+  (lookup, ``factory()``, insert and the first ``put``) happens under one lock, so many threads
+  racing on one UID spawn one actor. Routing to a live pooled actor
+  (:class:`~kdispatch.actors.runtime.PooledActorRef`) takes no lock: one dict lookup, then the
+  ``put``. That is safe because a pooled actor leaves only by closing its inbox while it is
+  empty, atomically with every ``put`` (``close_if_empty``): a message either landed before
+  (so the actor does not leave, and handles it) or is refused (``tell`` raises
+  ``ActorDeadError``) and is routed again under the lock, to a fresh actor. So the messages
+  of one sender for one UID arrive in order (except around a crash: what was queued to the
+  crashed actor is rerouted after it), and a message never reaches an actor that
+  :meth:`~Registry.retire`, :meth:`~Registry.forget` or :meth:`~Registry.release` has removed
+  without it being handled or rerouted. Other refs are routed under the lock, as spawns are.
+  (The scheduling threads, the informers and the actors' own threads route to thousands of
+  objects at once: a shared lock, held by a thread the interpreter switched away from, stalled
+  the others for milliseconds at a time.)
 * **Idle actors leave without losing messages.** :meth:`~Registry.reap_idle` sends
-  :class:`ReapRequest` (carrying the UID's *generation*, bumped by every routed message) to actors
-  with no routed message for ``idle_timeout``. The actor decides: if it has nothing in flight it
-  calls :meth:`~Registry.release`, which succeeds only if no message was routed since that
-  generation, and then stops itself. A message routed after the request makes ``release`` fail,
-  so the actor stays and handles it.
+  :class:`ReapRequest` (carrying the UID's *generation*, bumped before every routed message) to
+  actors with no routed message for ``idle_timeout``. The actor decides: if it has nothing in
+  flight it calls :meth:`~Registry.release`, which succeeds only if no message was routed since
+  that generation and (for a pooled actor) its inbox is empty, which it then closes; the actor
+  then stops at the end of that message. A message routed after the request makes ``release``
+  fail, so the actor stays and handles it.
 * **Deleted objects stay dead.** :meth:`~Registry.retire` and :meth:`~Registry.tombstone` record
   the UID in a TTL cache; messages for it are dropped and counted, and never spawn a new actor,
-  until the tombstone expires.
+  until the tombstone expires. (A message that a router had already looked up when the UID was
+  retired reaches the retiring actor, which resolves it as for a deleted object.)
 
 Rules for callers: ``factory`` runs under the registry lock, so it must be quick and must not
 call back into the registry; refs obtained with :meth:`~Registry.get` or
@@ -28,9 +41,9 @@ The registry never stops an actor except in :meth:`~Registry.stop_all`.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +58,7 @@ from .errors import (
     InvalidInputError,
     KdispatchError,
 )
+from .runtime import PooledActorRef
 
 __all__ = ["ReapRequest", "Registry", "Tombstoned"]
 
@@ -72,14 +86,19 @@ class ReapRequest:
 
 
 class _Entry:
-    """A live UID: its ref, the generation (routed messages so far) and the last activity time."""
+    """A live UID: its ref, the generation (routed messages so far), the last activity (time
+    and serial), whether the UID is tombstoned while its actor finishes, and whether the ref
+    may be told without the registry lock (a pooled ref, whose closed inbox refuses a tell)."""
 
-    __slots__ = ("generation", "last", "ref")
+    __slots__ = ("fast", "generation", "last", "ref", "serial", "tombstoned")
 
-    def __init__(self, ref: pykka.ActorRef[Any], now: float) -> None:
+    def __init__(self, ref: pykka.ActorRef[Any], now: float, serial: int) -> None:
         self.ref = ref
         self.generation = 0
         self.last = now
+        self.serial = serial
+        self.tombstoned = False
+        self.fast = isinstance(ref, PooledActorRef)
 
 
 def _check_uid(uid: object) -> str:
@@ -89,8 +108,10 @@ def _check_uid(uid: object) -> str:
 
 
 class Registry:
-    """Thread-safe map from UID to actor ref; every method runs on the calling thread and takes
-    one internal lock for O(1) work (``reap_idle``: O(actors asked); ``stop_all``: O(live))."""
+    """Thread-safe map from UID to actor ref; every method runs on the calling thread. Routing
+    to a live pooled actor and dropping a message for a UID with no actor take no lock; the
+    rest takes one internal lock for O(1) work (``stop_all``: O(live)); ``reap_idle`` is
+    O(live) on a snapshot taken without it."""
 
     def __init__(
         self,
@@ -116,11 +137,15 @@ class Registry:
         self._max_live = max_live
         self._clock = clock
         self._lock = threading.Lock()
-        self._live: OrderedDict[str, _Entry] = OrderedDict()  # least recently active first
+        # Written under the lock; read without it by tell's fast path (one dict lookup).
+        self._live: dict[str, _Entry] = {}
+        self._activity = itertools.count()  # the activity serials (next() is atomic)
         self._tombstones: TTLCache[str, bool] = TTLCache(
             maxsize=tombstone_max, ttl=tombstone_ttl, timer=clock
         )
-        self._dropped = 0
+        self._dropped = 0  # under the lock
+        # dropped on the fast path, per thread (each thread writes only its own key)
+        self._fast_dropped: dict[int, int] = {}
 
     # ----------------------------------------------------------------- routing
 
@@ -133,6 +158,24 @@ class Registry:
         ``max_live``, and whatever ``factory`` raises. Any thread.
         """
         _check_uid(uid)
+        # Fast path, without the lock: a live pooled actor. Its generation moves before the
+        # put, so a release() racing with this fails; a put its closed inbox refuses (the actor
+        # left meanwhile) raises, and the locked path below routes the message instead.
+        entry = self._live.get(uid)
+        if entry is not None and entry.fast and not entry.tombstoned:
+            entry.generation += 1
+            entry.last = self._clock()
+            entry.serial = next(self._activity)
+            try:
+                entry.ref.tell(message)
+            except pykka.ActorDeadError:
+                pass
+            else:
+                return True
+        elif entry is None and factory is None:  # no actor to route to, none to spawn: dropped
+            me = threading.get_ident()
+            self._fast_dropped[me] = self._fast_dropped.get(me, 0) + 1
+            return False
         with self._lock:
             if uid in self._tombstones:
                 self._dropped += 1
@@ -151,7 +194,7 @@ class Registry:
                     continue
                 entry.generation += 1
                 entry.last = self._clock()
-                self._live.move_to_end(uid)
+                entry.serial = next(self._activity)
                 return True
             # The actor died again between spawn and put (a factory handing out dead refs).
             self._dropped += 1
@@ -175,7 +218,7 @@ class Registry:
                 entry = self._spawn_locked(uid, factory)
             entry.generation += 1
             entry.last = self._clock()
-            self._live.move_to_end(uid)
+            entry.serial = next(self._activity)
             return entry.ref
 
     def get(self, uid: str) -> pykka.ActorRef[Any] | None:
@@ -194,7 +237,7 @@ class Registry:
         ref = factory()
         if not isinstance(ref, pykka.ActorRef):
             raise InvalidInputError(f"factory must return a pykka.ActorRef, got {ref!r}")
-        entry = _Entry(ref, self._clock())
+        entry = _Entry(ref, self._clock(), next(self._activity))
         self._live[uid] = entry
         return entry
 
@@ -206,6 +249,9 @@ class Registry:
         """
         _check_uid(uid)
         with self._lock:
+            entry = self._live.get(uid)
+            if entry is not None:  # tell's fast path drops to the locked path
+                entry.tombstoned = True
             self._remove_locked(uid, ref)
             self._tombstones[uid] = True
 
@@ -215,6 +261,9 @@ class Registry:
         _check_uid(uid)
         with self._lock:
             self._tombstones[uid] = True
+            entry = self._live.get(uid)
+            if entry is not None:
+                entry.tombstoned = True  # tell's fast path drops to the locked path
 
     def is_tombstoned(self, uid: str) -> bool:
         """True while ``uid`` has an unexpired tombstone. Any thread."""
@@ -240,30 +289,29 @@ class Registry:
         """Tell :class:`ReapRequest` to every live actor with no activity (routed message or
         earlier reap request) for ``idle_timeout``, and return how many were asked.
 
-        An asked actor moves to the back, so it is asked again only after another
-        ``idle_timeout``; the cost is O(actors asked). Refs found dead are dropped from the
-        map. Returns 0 when ``idle_timeout`` is None. Any thread (typically a timer).
+        An asked actor counts as active, so it is asked again only after another
+        ``idle_timeout``. The cost is O(live actors), on a snapshot of the map taken without
+        the lock (one C-level copy; routing never waits for it). Refs found dead are dropped
+        from the map. Returns 0 when ``idle_timeout`` is None. Any thread (typically a timer).
         """
         if self._idle_timeout is None:
             return 0
         asked = 0
-        with self._lock:
-            now = self._clock()
-            cutoff = now - self._idle_timeout
-            idle: list[tuple[str, _Entry]] = []
-            for uid, entry in self._live.items():
-                if entry.last > cutoff:
-                    break
-                idle.append((uid, entry))
-            for uid, entry in idle:
-                try:
-                    entry.ref.tell(ReapRequest(uid, entry.generation))
-                except pykka.ActorDeadError:
-                    del self._live[uid]
-                    continue
-                entry.last = now
-                self._live.move_to_end(uid)
-                asked += 1
+        now = self._clock()
+        cutoff = now - self._idle_timeout
+        for uid, entry in list(self._live.items()):
+            if entry.last > cutoff:
+                continue
+            try:
+                entry.ref.tell(ReapRequest(uid, entry.generation))
+            except pykka.ActorDeadError:
+                with self._lock:
+                    if self._live.get(uid) is entry:
+                        del self._live[uid]
+                continue
+            entry.last = now
+            entry.serial = next(self._activity)
+            asked += 1
         return asked
 
     def release(self, uid: str, ref: pykka.ActorRef[Any], generation: int) -> bool:
@@ -274,6 +322,8 @@ class Registry:
             entry = self._live.get(uid)
             if entry is None or entry.ref is not ref or entry.generation != generation:
                 return False
+            if entry.fast and not ref.actor_inbox.close_if_empty():  # type: ignore[attr-defined]
+                return False  # a message was put meanwhile (tell's fast path): it stays
             del self._live[uid]
             return True
 
@@ -285,13 +335,13 @@ class Registry:
 
     def live_refs(self) -> list[pykka.ActorRef[Any]]:
         """A snapshot of the registered refs, least recently active first. Any thread."""
-        with self._lock:
-            return [entry.ref for entry in self._live.values()]
+        entries = sorted(list(self._live.values()), key=lambda e: e.serial)
+        return [entry.ref for entry in entries]
 
     @property
     def dropped(self) -> int:
         """Messages dropped because their UID was tombstoned or had no actor and no factory."""
-        return self._dropped
+        return self._dropped + sum(list(self._fast_dropped.values()))
 
     @property
     def idle_timeout(self) -> float | None:

@@ -54,7 +54,7 @@ from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr, _ActorStop
 from .errors import InvalidConfigError, InvalidInputError, KdispatchError
 from .lazy_condition import condition_of
 
-__all__ = ["ActorPool", "PoolStateError", "PooledActor", "live_pooled_actors"]
+__all__ = ["ActorPool", "PoolStateError", "PooledActor", "PooledActorRef", "live_pooled_actors"]
 
 
 _URN_PREFIX: Final = uuid.uuid4().urn[:-12]
@@ -174,33 +174,36 @@ class _PooledInbox:
         self._state: int = _IDLE
 
     def put(self, envelope: Envelope[Any], /) -> None:
-        """pykka's inbox API: queue an envelope (asks, stops). Any thread, never blocks."""
-        self._push(envelope)
+        """pykka's inbox API: queue an envelope (asks, stops); one put after the actor closed
+        is answered at once (an ask fails with ``ActorDeadError``). Any thread, never
+        blocks."""
+        if not self._push(envelope):
+            _reject_late(envelope)
 
-    def _push(self, item: Any) -> None:
+    def _push(self, item: Any) -> bool:
         """Queue an envelope, or a bare tell message (never itself an ``Envelope``: see
-        ``_PooledActorRef.tell``); schedule the actor if it was idle. Any thread, never blocks."""
+        ``PooledActorRef.tell``); schedule the actor if it was idle. False (nothing queued)
+        once the inbox is closed. Any thread, never blocks."""
         # Hot path: explicit acquire/release costs a third of a ``with`` block on CPython 3.11.
         lock = self._lock
         lock.acquire()
         try:
             state = self._state
-            if state != _CLOSED:
-                items = self._items
-                if items is None:  # idle, or scheduled for on_start only
-                    self._items = deque((item,))
-                else:
-                    items.append(item)
-                if state == _SCHEDULED:
-                    return
-                self._state = _SCHEDULED
-                actor = self._actor
+            if state == _CLOSED:
+                return False
+            items = self._items
+            if items is None:  # idle, or scheduled for on_start only
+                self._items = deque((item,))
+            else:
+                items.append(item)
+            if state == _SCHEDULED:
+                return True
+            self._state = _SCHEDULED
+            actor = self._actor
         finally:
             lock.release()
-        if state == _CLOSED:
-            _reject_late(item)
-            return
         self._ready.put(actor)
+        return True
 
     def get(self) -> Envelope[Any]:
         """Pop the oldest envelope; raises ``queue.Empty`` instead of blocking. Owning worker."""
@@ -235,6 +238,19 @@ class _PooledInbox:
             return True
         finally:
             lock.release()
+
+    def close_if_empty(self) -> bool:
+        """Close for good if nothing is queued (True), atomically with every put: a put either
+        landed before (False: the actor has a message to handle) or finds the inbox closed
+        (and its sender learns so: ``tell`` raises ``ActorDeadError``). The owning worker,
+        during a turn of its actor, which then stops at the end of that message."""
+        with self._lock:
+            if self._items or self._state == _CLOSED:
+                return False
+            self._state = _CLOSED
+            self._items = None
+            self._actor = None
+        return True
 
     def _close(self) -> deque[Any] | None:
         """Close for good and hand back what was still queued. Owning worker."""
@@ -437,19 +453,22 @@ def _remaining(deadline: float | None) -> float | None:
 A = TypeVar("A", bound="PooledActor")
 
 
-class _PooledActorRef(ActorRef[A]):
-    """pykka's ``ActorRef`` with a shorter ``tell`` path (same checks, same behaviour, no
-    envelope allocated per tell)."""
+class PooledActorRef(ActorRef[A]):
+    """pykka's ``ActorRef`` with a shorter ``tell`` path (same checks, no envelope allocated
+    per tell), which also raises when the inbox has closed: a tell is either queued or
+    refused, never dropped after the fact (what lets :mod:`.registry` route without a lock)."""
 
     def tell(self, message: Any) -> None:
-        """Send without waiting; raises ``ActorDeadError`` if the actor has stopped. Any thread."""
+        """Send without waiting; raises ``ActorDeadError`` if the actor has stopped or its inbox
+        has closed (nothing was queued). Any thread."""
         if self.actor_stopped._flag:  # type: ignore[attr-defined]
             raise ActorDeadError(f"{self} not found")
         # A tell needs no envelope: the inbox keeps the bare message (wrapping only messages
         # that are themselves envelopes, so the worker can tell the two apart).
-        self.actor_inbox._push(  # type: ignore[attr-defined]
+        if not self.actor_inbox._push(  # type: ignore[attr-defined]
             Envelope(message) if isinstance(message, Envelope) else message
-        )
+        ):
+            raise ActorDeadError(f"{self} not found")
 
 
 _PYKKA_MESSAGES = (_ActorStop, ProxyCall, ProxyGetAttr, ProxySetAttr)
@@ -490,7 +509,7 @@ class PooledActor(pykka.Actor):
         self.actor_urn = _new_urn()
         self.actor_inbox = self._create_actor_inbox()
         self.actor_stopped = _LazyEvent()
-        self._actor_ref = _PooledActorRef(self)
+        self._actor_ref = PooledActorRef(self)
 
     @classmethod
     def start(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:
@@ -540,6 +559,9 @@ class PooledActor(pykka.Actor):
         while not stopped._flag:
             items = inbox._items
             if not items:
+                if inbox._state == _CLOSED:  # it left during this turn (close_if_empty)
+                    self._stop()
+                    break
                 if inbox._go_idle():
                     return
                 continue  # a put landed meanwhile
@@ -625,6 +647,18 @@ class PooledActor(pykka.Actor):
         if not self.actor_stopped.is_set():
             self.actor_stopped.set()
             self._pool._unregister(self)
+
+    def stop(self) -> None:
+        """pykka's ``Actor.stop``: queue a stop request behind the messages already queued. An
+        actor whose inbox was closed during this turn (it left its registry: see
+        ``_PooledInbox.close_if_empty``) stops at the end of the turn anyway, so there it does
+        nothing. Pool worker (the actor's own turn)."""
+        try:
+            self.actor_ref.tell(_ActorStop())
+        except ActorDeadError:
+            inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
+            if inbox._state != _CLOSED:
+                raise
 
     def _stop(self) -> None:
         """pykka hook: stop now (no global registry), then run ``on_stop``. Pool worker."""

@@ -411,3 +411,161 @@ def test_uid_validation(h: Harness) -> None:
         with pytest.raises(InvalidInputError):
             h.registry.tombstone(bad)  # type: ignore[arg-type]
     assert h.spawned == []
+
+
+# --------------------------------------------------------------------------- lock-free routing
+
+
+class SeqActor(PooledActor):
+    """Records what it handles in a log shared by every actor of the UID; leaves whenever it is
+    asked and may (``release``), like an idle object actor."""
+
+    def __init__(self, pool: ActorPool, registry: Registry, shared: SharedLog) -> None:
+        super().__init__(pool=pool)
+        self.registry = registry
+        self.shared = shared
+
+    def on_receive(self, message: Any) -> Any:
+        self.shared.enter()
+        try:
+            if isinstance(message, ReapRequest):
+                released = self.registry.release(message.uid, self.actor_ref, message.generation)
+                if released:
+                    self.stop()
+                self.shared.reaped(released)
+            else:
+                self.shared.record(self.actor_urn, message)
+        finally:
+            self.shared.exit()
+
+
+class SharedLog:
+    def __init__(self, expected: int) -> None:
+        self.lock = threading.Condition()
+        self.handled: list[tuple[str, Any]] = []
+        self.seen: set[Any] = set()
+        self.active = 0
+        self.overlaps = 0
+        self.asked = 0
+        self.left = 0
+        self.expected = expected
+        self.complete = threading.Event()
+
+    def enter(self) -> None:
+        with self.lock:
+            self.active += 1
+            if self.active > 1:
+                self.overlaps += 1  # two actors of one UID at once
+
+    def exit(self) -> None:
+        with self.lock:
+            self.active -= 1
+
+    def record(self, actor: str, message: Any) -> None:
+        with self.lock:
+            self.handled.append((actor, message))
+            self.seen.add(message)
+            self.lock.notify_all()
+            if len(self.handled) == self.expected:
+                self.complete.set()
+
+    def reaped(self, left: bool) -> None:
+        with self.lock:
+            self.asked += 1
+            self.left += left
+            self.lock.notify_all()
+
+    def wait_asked(self, count: int) -> bool:
+        with self.lock:
+            return self.lock.wait_for(lambda: self.asked >= count, WAIT)
+
+    def wait_handled(self, message: Any) -> bool:
+        """Until ``message`` was handled (a sender pausing, so its actor drains)."""
+        with self.lock:
+            return self.lock.wait_for(lambda: message in self.seen, WAIT)
+
+
+def test_lock_free_routing_races_reaping_without_loss_reorder_or_overlap(pool: ActorPool) -> None:
+    """Senders route to one UID without the lock; now and then one of them lets the actor
+    drain and asks it to leave while the others keep sending: every message is handled exactly
+    once, each sender's in order, never by two actors at once, and the actor did leave (and
+    was spawned again) along the way."""
+    registry = Registry(idle_timeout=1e-9)  # every actor is idle when asked
+    senders, per_sender = 3, 1500
+    shared = SharedLog(senders * per_sender)
+
+    def factory() -> pykka.ActorRef[Any]:
+        return SeqActor.start(pool, registry, shared)
+
+    start = threading.Barrier(senders)
+    drained, asked = threading.Barrier(senders), threading.Barrier(senders)
+
+    def send(tid: int) -> None:
+        start.wait()
+        for i in range(per_sender):
+            assert registry.tell("u", (tid, i), factory)
+            if i % 25 == 24:  # all let the actor drain; then one asks it to leave, racing the
+                assert shared.wait_handled((tid, i))  # others' next messages
+                drained.wait(WAIT)
+                if tid == 0:
+                    registry.reap_idle()
+                asked.wait(WAIT)  # then all send at once, racing the request
+
+    threads = [threading.Thread(target=send, args=(t,)) for t in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert shared.complete.wait(30), f"handled {len(shared.handled)} of {shared.expected}"
+    finally:
+        registry.stop_all(timeout=WAIT)
+    messages = [m for _, m in shared.handled]
+    assert sorted(messages) == [(s, i) for s in range(senders) for i in range(per_sender)]
+    for sender in range(senders):
+        assert [i for tid, i in messages if tid == sender] == list(range(per_sender))
+    assert shared.overlaps == 0
+    assert shared.left >= 1 and len({a for a, _ in shared.handled}) >= 2  # it left, came back
+
+
+def test_a_tell_to_a_closed_inbox_is_refused_not_dropped(pool: ActorPool) -> None:
+    registry = Registry()
+    shared = SharedLog(1)
+    ref = registry.tell("u", "first", lambda: SeqActor.start(pool, registry, shared))
+    assert ref and shared.complete.wait(WAIT)
+    actor_ref = registry.get("u")
+    assert actor_ref is not None
+    generation = 1  # one message routed
+    done = threading.Event()
+
+    class Leave:
+        pass
+
+    # the actor's own turn is where it leaves: ask it to via a ReapRequest
+    actor_ref.tell(ReapRequest("u", generation))
+    for _ in range(500):  # poll the observable state with a deadline
+        if registry.get("u") is None:
+            break
+        done.wait(0.01)
+    assert registry.get("u") is None and shared.left == 1
+    with pytest.raises(pykka.ActorDeadError):
+        actor_ref.tell("late")  # refused: the sender learns it
+    assert registry.dropped == 0
+    registry.stop_all(timeout=WAIT)
+
+
+def test_drops_without_an_actor_are_counted_from_every_thread(h: Harness) -> None:
+    per_thread, threads = 2000, 4
+    start = threading.Barrier(threads)
+
+    def drop() -> None:
+        start.wait()
+        for i in range(per_thread):
+            assert h.registry.tell(f"nobody-{i}", "m") is False
+
+    workers = [threading.Thread(target=drop) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    assert h.registry.dropped == per_thread * threads
