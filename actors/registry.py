@@ -290,17 +290,20 @@ class Registry:
         earlier reap request) for ``idle_timeout``, and return how many were asked.
 
         An asked actor counts as active, so it is asked again only after another
-        ``idle_timeout``. The cost is O(live actors), on a snapshot of the map taken without
-        the lock (one C-level copy; routing never waits for it). Refs found dead are dropped
-        from the map. Returns 0 when ``idle_timeout`` is None. Any thread (typically a timer).
+        ``idle_timeout``. The cost is O(live actors), on a snapshot of the UIDs taken without
+        the lock (one C-level copy of the keys, so nothing the garbage collector tracks is
+        allocated per actor; routing never waits for it). Refs found dead are dropped from the
+        map. Returns 0 when ``idle_timeout`` is None. Any thread (typically a timer).
         """
         if self._idle_timeout is None:
             return 0
         asked = 0
         now = self._clock()
         cutoff = now - self._idle_timeout
-        for uid, entry in list(self._live.items()):
-            if entry.last > cutoff:
+        live = self._live
+        for uid in list(live):
+            entry = live.get(uid)
+            if entry is None or entry.last > cutoff:
                 continue
             try:
                 entry.ref.tell(ReapRequest(uid, entry.generation))
