@@ -20,7 +20,9 @@ class GcWatch:
     triggered the collection; readers may call :meth:`summary` from any thread."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Reentrant: a collection can start while a reader holds the lock (summary() allocates),
+        # and its callback then runs on that same thread and takes the lock again.
+        self._lock = threading.RLock()
         self._started: dict[int, float] = {}  # thread id -> perf_counter at "start"
         self.pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
         """Seconds per collection, by generation."""
