@@ -90,3 +90,19 @@ def test_gc_watch_times_full_collections_until_uninstalled() -> None:
     assert watch.summary()["gen2"]["collections"] == 1  # no longer recording
     watch.reset()
     assert watch.longest_ms(2) == 0.0
+
+
+def test_gc_watch_readers_survive_a_collection_that_starts_while_they_read() -> None:
+    """A collection can start inside ``summary()`` (it allocates while holding the watch's
+    lock); the callback then runs on the reading thread itself and must not hang on it."""
+    old = gc.get_threshold()
+    with GcWatch() as watch:
+        watch.pauses[0].extend([0.001] * 100)
+        gc.set_threshold(1)  # every allocation starts a young collection
+        try:
+            for _ in range(50):
+                summary = watch.summary()
+                assert watch.longest_ms(0) >= 1.0
+        finally:
+            gc.set_threshold(*old)
+    assert summary["gen0"]["collections"] >= 100
