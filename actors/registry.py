@@ -163,9 +163,7 @@ class Registry:
         # left meanwhile) raises, and the locked path below routes the message instead.
         entry = self._live.get(uid)
         if entry is not None and entry.fast and not entry.tombstoned:
-            entry.generation += 1
-            entry.last = self._clock()
-            entry.serial = next(self._activity)
+            self._routed(entry)
             try:
                 entry.ref.tell(message)
             except pykka.ActorDeadError:
@@ -192,9 +190,7 @@ class Registry:
                 except pykka.ActorDeadError:
                     del self._live[uid]
                     continue
-                entry.generation += 1
-                entry.last = self._clock()
-                entry.serial = next(self._activity)
+                self._routed(entry)
                 return True
             # The actor died again between spawn and put (a factory handing out dead refs).
             self._dropped += 1
@@ -216,10 +212,16 @@ class Registry:
                 if entry is not None:
                     del self._live[uid]
                 entry = self._spawn_locked(uid, factory)
-            entry.generation += 1
-            entry.last = self._clock()
-            entry.serial = next(self._activity)
+            self._routed(entry)
             return entry.ref
+
+    def _routed(self, entry: _Entry) -> None:
+        """Count one routed message (or activity) on ``entry``: its generation moves, so a
+        pending ``release`` fails, and it is the most recently active. Any thread; each write
+        is atomic, and concurrent ones only need to change the generation, not count exactly."""
+        entry.generation += 1
+        entry.last = self._clock()
+        entry.serial = next(self._activity)
 
     def get(self, uid: str) -> pykka.ActorRef[Any] | None:
         """The registered ref of ``uid`` or None (no spawn, no activity). Any thread."""
@@ -249,21 +251,15 @@ class Registry:
         """
         _check_uid(uid)
         with self._lock:
-            entry = self._live.get(uid)
-            if entry is not None:  # tell's fast path drops to the locked path
-                entry.tombstoned = True
+            self._tombstone_locked(uid)
             self._remove_locked(uid, ref)
-            self._tombstones[uid] = True
 
     def tombstone(self, uid: str) -> None:
         """Tombstone ``uid`` (which may have no actor): later messages for it are dropped. A live
         actor stays registered until it is retired, forgotten or released. Any thread."""
         _check_uid(uid)
         with self._lock:
-            self._tombstones[uid] = True
-            entry = self._live.get(uid)
-            if entry is not None:
-                entry.tombstoned = True  # tell's fast path drops to the locked path
+            self._tombstone_locked(uid)
 
     def is_tombstoned(self, uid: str) -> bool:
         """True while ``uid`` has an unexpired tombstone. Any thread."""
@@ -275,6 +271,14 @@ class Registry:
         the next message for ``uid`` spawns a fresh actor. Any thread."""
         with self._lock:
             self._remove_locked(uid, ref)
+
+    def _tombstone_locked(self, uid: str) -> None:
+        """Under the lock: record the tombstone, and mark a live entry so that tell's fast
+        path falls back to the locked path (which drops the message)."""
+        self._tombstones[uid] = True
+        entry = self._live.get(uid)
+        if entry is not None:
+            entry.tombstoned = True
 
     def _remove_locked(self, uid: str, ref: pykka.ActorRef[Any]) -> bool:
         entry = self._live.get(uid)
