@@ -87,6 +87,9 @@ class ActorContext:
     closing: bool = False
 
 
+_REROUTED = (Observed, Cancel, Revoke)
+"""Messages a retiring actor hands back to the registry (a type tuple built once)."""
+
 _OUTCOME_LABEL = {
     Outcome.SUCCESS: "success",
     Outcome.SKIPPED: "skipped",
@@ -292,7 +295,7 @@ class ObjectActor(PooledActor):
                     message.future,
                     CallCancelled("object deleted", uid=self.uid, call_type=call.call_type),
                 )
-        elif isinstance(message, Observed | Cancel | Revoke):
+        elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
         elif isinstance(message, Grant):
             ctx.executor.refund()

@@ -75,7 +75,11 @@ def _is_model(value: object) -> bool:
     )
 
 
+# Type tuples built once: ``isinstance(v, A | B)`` builds a union object on every call.
 _SCALARS = (str, int, float, bool, bytes)
+_SEQUENCES = (list, tuple)
+_DATES = (datetime.datetime, datetime.date)
+_AS_STRING = (decimal.Decimal, uuid.UUID)
 
 
 def _json(value: Any, where: str) -> Any:
@@ -86,11 +90,11 @@ def _json(value: Any, where: str) -> Any:
         return value.value
     if isinstance(value, Mapping):
         return {key: _json(item, f"{where}.{key}") for key, item in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, _SEQUENCES):
         return [_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    if isinstance(value, datetime.datetime | datetime.date):
+    if isinstance(value, _DATES):
         return value.isoformat()
-    if isinstance(value, decimal.Decimal | uuid.UUID):
+    if isinstance(value, _AS_STRING):
         return str(value)
     if _is_model(value):
         names: Mapping[str, str] = value.attribute_map

@@ -110,8 +110,12 @@ def check_condition(cond: object) -> Condition:
     )
 
 
+_NOT_A_SEQUENCE = (Mapping, str, bytes)
+"""Iterables that are not a sequence of conditions (a type tuple built once)."""
+
+
 def _check_conditions(conds: object) -> tuple[Condition, ...]:
-    if isinstance(conds, Mapping | str | bytes) or not isinstance(conds, Iterable):
+    if isinstance(conds, _NOT_A_SEQUENCE) or not isinstance(conds, Iterable):
         raise InvalidCallError("conditions must be a sequence of condition mappings")
     out = tuple(check_condition(c) for c in conds)
     seen: set[str] = set()

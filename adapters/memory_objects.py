@@ -31,10 +31,16 @@ API_VERSIONS: Mapping[str, str] = MappingProxyType(
 """``apiVersion`` of the built-in kinds (from the kind table)."""
 
 
+# Type tuples built once: ``isinstance(v, A | B)`` builds a union object on every call.
+_JSON_SCALARS = (str, bool, int)
+_SEQUENCES = (list, tuple)
+_CONTAINERS = (dict, list)
+
+
 def to_json(value: object, path: str = "object") -> Any:
     """A fresh JSON copy of ``value`` (mappings → dict, lists/tuples → list). Raises
     :class:`InvalidObjectError` naming the path of anything that is not JSON."""
-    if value is None or isinstance(value, str | bool | int):
+    if value is None or isinstance(value, _JSON_SCALARS):
         return value
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
@@ -47,7 +53,7 @@ def to_json(value: object, path: str = "object") -> Any:
                 raise InvalidObjectError(f"{path}: key {key!r} is not a string")
             out[key] = to_json(item, f"{path}.{key}")
         return out
-    if isinstance(value, list | tuple):
+    if isinstance(value, _SEQUENCES):
         return [to_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
     raise InvalidObjectError(f"{path}: {type(value).__name__} is not JSON")
 
@@ -63,9 +69,9 @@ def clone(value: J) -> J:
 
 def _clone(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _clone(v) if isinstance(v, dict | list) else v for k, v in value.items()}
+        return {k: _clone(v) if isinstance(v, _CONTAINERS) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [_clone(v) if isinstance(v, dict | list) else v for v in value]
+        return [_clone(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value
 
 
