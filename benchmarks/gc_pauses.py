@@ -20,7 +20,11 @@ every call stays pending: ``workers`` of them in flight, the rest queued in the 
 Full (generation 2) collections are timed through ``gc.callbacks`` in both phases. Variants:
 ``default`` (``RuntimeConfig()``), ``gc_freeze`` (``RuntimeConfig(gc_freeze=True)``: freeze at
 start and after every generation-1 collection, plus one ``freeze_gc()`` once the fill is done),
-``young_50k`` (``gc_young_threshold=50_000`` alone).
+``young_50k`` (``gc_young_threshold=50_000`` alone), and ``collector_off``, a diagnostic floor
+rather than an option: ``RuntimeConfig()`` with the cyclic collector disabled (``gc.disable()``)
+for the whole measurement, so whatever its longest submit still shows is not the collector (it
+is the interpreter lock's switch interval: a submit that loses the lock to the actor pool, busy
+with the submits before it, gets it back after ``sys.getswitchinterval()``, 5 ms by default).
 Targets: longest submit ≤ 5 ms at 10k and ≤ 20 ms at 100k; ≤ 3 KiB per actor. ``--repeat N``
 runs N rounds (every size and variant once per round) and reports the median with min-max.
 Benchmark-only code.
@@ -63,7 +67,10 @@ VARIANTS: dict[str, RuntimeConfig] = {
     "default": RuntimeConfig(),
     "gc_freeze": RuntimeConfig(gc_freeze=True),
     "young_50k": RuntimeConfig(gc_young_threshold=50_000),
+    "collector_off": RuntimeConfig(),
 }
+COLLECTOR_OFF = "collector_off"
+"""The variant that runs with ``gc.disable()`` (see the module docstring)."""
 TARGET_MAX_SUBMIT_MS = {10_000: 5.0, 100_000: 20.0}
 TARGET_KIB_PER_ACTOR = 3.0
 WORKERS = 16
@@ -134,6 +141,8 @@ def measure(size: int, variant: str) -> dict[str, Any]:
         metrics_registry=CollectorRegistry(),
     )
     gc.collect()
+    if variant == COLLECTOR_OFF:
+        gc.disable()
     rss0 = _rss()
     watch = GcWatch().install()
     try:
@@ -152,6 +161,8 @@ def measure(size: int, variant: str) -> dict[str, Any]:
         watch.uninstall()
         gate.set()
         dispatcher.stop(drain=False, timeout=60.0)
+        if variant == COLLECTOR_OFF:
+            gc.enable()
     return {
         "size": size,
         "variant": variant,

@@ -166,6 +166,20 @@ def test_gc_pauses_measures_pending_actors_and_summarises_by_round() -> None:
     assert "| 200 | gc_freeze |" in markdown(summary)
 
 
+@pytest.mark.timeout(30)
+def test_gc_pauses_collector_off_runs_without_collections_and_restores_the_collector() -> None:
+    import gc
+
+    from benchmarks.gc_pauses import measure
+
+    assert gc.isenabled()
+    r = measure(200, "collector_off")
+    assert gc.isenabled()  # given back, even though the variant disabled it
+    for phase in ("fill", "steady"):
+        assert r[phase]["gen1_collections"] == r[phase]["gen2_collections"] == 0
+    assert r["live_actors"] == 200
+
+
 def test_scheduler_benchmark_ratios_are_taken_within_a_round() -> None:
     from benchmarks.scheduler import evaluate
 
