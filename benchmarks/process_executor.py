@@ -104,11 +104,16 @@ class Sampler:
 
 def probe_main(out: str) -> int:
     """``--probe PATH``: time a fixed slice of work every 0.5 ms until SIGTERM, then write its
-    p50/p99/max in µs to PATH (the machine's floor, see the module docstring)."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    p50/p99/max in µs to PATH (the machine's floor, see the module docstring). Prints
+    ``ready`` once SIGTERM is handled."""
+    # A plain flag: the handler runs on the main thread between two bytecodes, possibly while
+    # that thread holds an Event's lock, and Event.set() would then wait for it forever.
+    stopped: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
+    print("ready", flush=True)  # SIGTERM is handled from now on
     samples: list[float] = []
-    while not stop.wait(0.0005):
+    while not stopped:
+        time.sleep(0.0005)
         start = time.perf_counter()
         total = 0
         for i in range(800):
@@ -161,7 +166,8 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
             ]  # fmt: skip
             probe_out = Path(tmp) / "probe.json"
             probe = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.process_executor", "--probe", str(probe_out)]
+                [sys.executable, "-m", "benchmarks.process_executor", "--probe", str(probe_out)],
+                stdout=subprocess.DEVNULL,
             )
             sched = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             sampler = Sampler(sched.pid).start()
@@ -170,7 +176,11 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
             finally:
                 sampler.stop()
                 probe.send_signal(signal.SIGTERM)
-                probe.wait(30)
+                try:
+                    probe.wait(30)
+                except subprocess.TimeoutExpired:
+                    probe.kill()  # no figures from it, but no process left behind
+                    probe.wait(30)
         finally:
             api.send_signal(signal.SIGTERM)
             api.wait(30)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,8 @@ from benchmarks.workloads.common import unschedulable
 from benchmarks.workloads.contenders import CONTENDERS
 from kdispatch.actors.errors import Outcome
 from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -178,6 +183,32 @@ def test_gc_pauses_collector_off_runs_without_collections_and_restores_the_colle
     for phase in ("fill", "steady"):
         assert r[phase]["gen1_collections"] == r[phase]["gen2_collections"] == 0
     assert r["live_actors"] == 200
+
+
+@pytest.mark.timeout(60)
+def test_process_benchmark_probe_stops_on_sigterm_and_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "probe.json"
+    for _ in range(5):  # the handler once deadlocked on an Event's lock, now and then
+        out.unlink(missing_ok=True)
+        probe = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.process_executor", "--probe", str(out)],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        try:
+            assert probe.stdout is not None and probe.stdout.readline() == "ready\n"
+            probe.send_signal(signal.SIGTERM)
+            assert probe.wait(20) == 0
+        finally:
+            if probe.poll() is None:
+                probe.kill()
+                probe.wait(10)
+            if probe.stdout is not None:
+                probe.stdout.close()
+        figures = json.loads(out.read_text())
+        assert set(figures) == {"samples", "p50", "p99", "max"}
+        assert isinstance(figures["samples"], int)
 
 
 def test_scheduler_benchmark_ratios_are_taken_within_a_round() -> None:
