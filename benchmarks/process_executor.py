@@ -2,6 +2,7 @@
 
     python -m benchmarks.process_executor --repeat 3 --json PATH           # 5,000 pods / 500 nodes
     python -m benchmarks.process_executor --repeat 3 --json PATH --quick   # 1,000 pods / 100 nodes
+    python -m benchmarks.process_executor --repeat 3 --json PATH --gc-freeze  # both, --gc-freeze
 
 Every run starts a fresh ``python -m examples.apiserver`` (the in-memory apiserver seeded with
 the pods, served over HTTP in its own process, ``--latency-ms`` per request), then runs
@@ -162,7 +163,7 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
                 "--scheduler-name", "default-scheduler", "--threads", str(args.threads),
                 "--workers", str(args.workers), "--qps", f"{args.qps:g}",
                 "--max-seconds", f"{args.max_seconds:g}", "--no-progress", "--json", str(out),
-                *VARIANTS[name],
+                *VARIANTS[name], *(("--gc-freeze",) if args.gc_freeze else ()),
             ]  # fmt: skip
             probe_out = Path(tmp) / "probe.json"
             probe = subprocess.Popen(
@@ -316,6 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=32, help="executor workers")
     p.add_argument("--qps", type=float, default=0.0, help="client QPS (0 = unlimited)")
     p.add_argument("--max-seconds", type=float, default=300.0)
+    p.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="both variants run the scheduler with --gc-freeze",
+    )
     p.add_argument("--probe", metavar="PATH", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -348,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "threads": args.threads,
             "workers": args.workers,
             "qps": args.qps or None,
+            "gc_freeze": args.gc_freeze,
             "repeat": args.repeat,
             "python": platform.python_version(),
             "platform": platform.platform(),
