@@ -2,7 +2,7 @@
 
 Every object actor's stop flag and every call's future would otherwise build one up front (a
 lock, a deque and bound methods: about 1 KiB each) that nobody waits on. Both keep it in a
-``_cond`` attribute, None until :func:`condition_of` creates it under :data:`CREATE_LOCK`;
+``_cond`` attribute, None until :func:`condition_of` installs it under :data:`CREATE_LOCK`;
 code that must not race with the creation (a future resolving without a condition) holds
 that lock too. Any thread.
 """
@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 CREATE_LOCK = threading.Lock()
-"""Held while a condition is created (and by whoever must exclude that)."""
+"""Held while a condition is installed (and by whoever must exclude that): only for a few
+attribute reads and writes, never while Python code runs."""
 
 
 class HasLazyCondition(Protocol):
@@ -26,11 +27,18 @@ class HasLazyCondition(Protocol):
 def condition_of(
     owner: HasLazyCondition, make: Callable[[], threading.Condition] = threading.Condition
 ) -> threading.Condition:
-    """``owner._cond``, created with ``make()`` on first use (once, whatever the threads)."""
+    """``owner._cond``, created with ``make()`` on first use (once, whatever the threads).
+
+    ``make()`` runs before :data:`CREATE_LOCK` is taken, and the lock is held only for the
+    check and the store: Python code run under it (a ``Condition``'s ``__init__``) would let
+    the interpreter switch threads while the lock is held, and every thread that resolves or
+    watches a future would then queue behind it. A thread that loses the race drops its
+    condition."""
     cond = owner._cond
     if cond is None:
+        fresh = make()
         with CREATE_LOCK:
             cond = owner._cond
             if cond is None:
-                cond = owner._cond = make()
+                cond = owner._cond = fresh
     return cond

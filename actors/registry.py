@@ -110,8 +110,8 @@ def _check_uid(uid: object) -> str:
 class Registry:
     """Thread-safe map from UID to actor ref; every method runs on the calling thread. Routing
     to a live pooled actor and dropping a message for a UID with no actor take no lock; the
-    rest takes one internal lock for O(1) work (``stop_all``: O(live)); ``reap_idle`` is
-    O(live) on a snapshot taken without it."""
+    rest takes one internal lock for O(1) work (``stop_all``: O(live)), and ``tell`` builds a
+    new actor outside it; ``reap_idle`` is O(live) on a snapshot taken without it."""
 
     def __init__(
         self,
@@ -154,8 +154,10 @@ class Registry:
 
         Returns False (and counts the message in :attr:`dropped`) if ``uid`` is tombstoned, or has
         no live actor and no factory was given. A ref found dead (a crashed actor nobody forgot
-        yet) is replaced by a fresh one. Raises ``ActorLimitExceeded`` if spawning would exceed
-        ``max_live``, and whatever ``factory`` raises. Any thread.
+        yet) is replaced by a fresh one. A spawn builds the actor without the lock; a sender
+        that loses the race to register one stops its own, unused, and routes to the winner's.
+        Raises ``ActorLimitExceeded`` if spawning would exceed ``max_live``, and whatever
+        ``factory`` raises. Any thread.
         """
         _check_uid(uid)
         # Fast path, without the lock: a live pooled actor. Its generation moves before the
@@ -174,27 +176,41 @@ class Registry:
             me = threading.get_ident()
             self._fast_dropped[me] = self._fast_dropped.get(me, 0) + 1
             return False
-        with self._lock:
-            if uid in self._tombstones:
-                self._dropped += 1
-                return False
-            for _ in range(2):
+        deaths = 0  # refs found dead on the put: a factory handing out dead refs stops at two
+        while deaths < 2:
+            with self._lock:
+                if uid in self._tombstones:
+                    self._dropped += 1
+                    return False
                 entry = self._live.get(uid)
-                if entry is None:
-                    if factory is None:
-                        self._dropped += 1
-                        return False
-                    entry = self._spawn_locked(uid, factory)
-                try:
-                    entry.ref.tell(message)
-                except pykka.ActorDeadError:
-                    del self._live[uid]
-                    continue
-                self._routed(entry)
-                return True
-            # The actor died again between spawn and put (a factory handing out dead refs).
+                if entry is not None:
+                    try:
+                        entry.ref.tell(message)
+                    except pykka.ActorDeadError:
+                        del self._live[uid]
+                        deaths += 1
+                        continue
+                    self._routed(entry)
+                    return True
+                if factory is None:
+                    self._dropped += 1
+                    return False
+                self._check_room_locked(uid)
+            entry = self._spawn_unlocked(uid, factory)
+            if entry is None:  # another sender spawned it, or it was deleted, meanwhile
+                continue  # route to what is registered now (or drop), under the lock
+            self._routed(entry)  # before the put, as on the fast path
+            try:
+                entry.ref.tell(message)
+            except pykka.ActorDeadError:
+                with self._lock:
+                    self._remove_locked(uid, entry.ref)
+                deaths += 1
+                continue
+            return True
+        with self._lock:
             self._dropped += 1
-            return False
+        return False
 
     def get_or_spawn(self, uid: str, factory: Factory) -> pykka.ActorRef[Any]:
         """The live ref of ``uid``, spawning it with ``factory()`` if absent (or found dead).
@@ -229,17 +245,45 @@ class Registry:
             entry = self._live.get(uid)
             return None if entry is None else entry.ref
 
-    def _spawn_locked(self, uid: str, factory: Factory) -> _Entry:
+    def _check_room_locked(self, uid: str) -> None:
+        """ActorLimitExceeded if one more live actor would exceed ``max_live``. Lock held."""
         if self._max_live is not None and len(self._live) >= self._max_live:
             raise ActorLimitExceeded(
                 f"cannot spawn an actor for {uid!r}: {len(self._live)} live (max_live)"
             )
+
+    @staticmethod
+    def _built(factory: Factory) -> pykka.ActorRef[Any]:
+        """``factory()``, checked. Any thread, with or without the lock."""
         if not callable(factory):
             raise InvalidInputError(f"factory must be callable, got {factory!r}")
         ref = factory()
         if not isinstance(ref, pykka.ActorRef):
             raise InvalidInputError(f"factory must return a pykka.ActorRef, got {ref!r}")
-        entry = _Entry(ref, self._clock(), next(self._activity))
+        return ref
+
+    def _spawn_unlocked(self, uid: str, factory: Factory) -> _Entry | None:
+        """Build an actor for ``uid`` without the lock, then register it unless another sender
+        registered one (or ``uid`` was tombstoned) meanwhile: then stop it, unused, and return
+        None. Its construction is Python code, and an interpreter switch inside it would keep
+        every other sender waiting for the lock. Any thread; lock not held."""
+        ref = self._built(factory)
+        with self._lock:
+            won = uid not in self._live and uid not in self._tombstones
+            if won:
+                try:
+                    self._check_room_locked(uid)
+                except ActorLimitExceeded:
+                    ref.stop(block=False)
+                    raise
+                entry = self._live[uid] = _Entry(ref, self._clock(), next(self._activity))
+                return entry
+        ref.stop(block=False)
+        return None
+
+    def _spawn_locked(self, uid: str, factory: Factory) -> _Entry:
+        self._check_room_locked(uid)
+        entry = _Entry(self._built(factory), self._clock(), next(self._activity))
         self._live[uid] = entry
         return entry
 

@@ -138,7 +138,10 @@ def test_get_and_get_or_spawn(h: Harness) -> None:
     assert h.registry.live_refs() == [other, ref]
 
 
-def test_many_threads_many_uids_spawn_each_once(h: Harness) -> None:
+def test_many_threads_many_uids_one_actor_each(h: Harness) -> None:
+    """Spawns race (the actor is built without the lock): a sender that loses stops the actor
+    it built, unused, and routes to the registered one, so every message reaches the one
+    actor registered for its UID."""
     uids = [f"uid-{i}" for i in range(1000)]
     barrier = threading.Barrier(32, timeout=WAIT)
     errors: list[BaseException] = []
@@ -159,10 +162,36 @@ def test_many_threads_many_uids_spawn_each_once(h: Harness) -> None:
     for t in threads:
         t.join(30)
     assert not errors
-    assert sorted(h.spawned) == sorted(uids)
+    assert set(h.spawned) == set(uids)
     assert h.registry.live_count() == 1000
-    for uid in uids[::50]:
-        assert sorted(h.log_of(uid)) == list(range(32))
+    for uid in uids[::25]:
+        assert sorted(h.log_of(uid)) == list(range(32))  # every sender's message, once
+
+
+@pytest.mark.timeout(30)
+def test_a_spawn_in_progress_does_not_hold_up_other_senders(h: Harness) -> None:
+    """The registry's lock is not held while an actor is built: one sender stuck in its
+    factory leaves the others free to spawn and route."""
+    building, release = threading.Event(), threading.Event()
+
+    def slow() -> pykka.ActorRef[Any]:
+        building.set()
+        assert release.wait(WAIT)
+        return h.factory("slow")()
+
+    stuck = threading.Thread(target=lambda: h.registry.tell("slow", "first", slow))
+    stuck.start()
+    try:
+        assert building.wait(WAIT)
+        assert h.tell("other", "m")  # would wait for the lock if the factory held it
+        assert h.tell("slow", "second")  # spawns too: the first build is not registered yet
+        assert h.log_of("other") == ["m"]
+    finally:
+        release.set()
+        stuck.join(WAIT)
+    # The stuck sender lost the race: it stopped its actor and routed to the registered one.
+    assert sorted(h.log_of("slow")) == ["first", "second"]
+    assert h.spawned.count("slow") == 2 and h.registry.live_count() == 2
 
 
 def test_many_threads_one_uid_spawn_once(h: Harness) -> None:
