@@ -5,9 +5,12 @@ One :class:`Registry` maps the UIDs of Kubernetes objects to the refs of their a
 actor
 (``tell``), which lets it keep three promises:
 
-* **Exactly one actor per live UID, and no message handled by an actor that left.** Spawning
-  (lookup, ``factory()``, insert and the first ``put``) happens under one lock, so many threads
-  racing on one UID spawn one actor. Routing to a live pooled actor
+* **Exactly one actor per live UID, and no message handled by an actor that left.** The
+  lookup and the insert of a spawn happen under one lock, so many threads racing on one UID
+  register one actor. ``tell`` runs ``factory()`` between the two, without the lock (building
+  an actor is Python code, and an interpreter switch inside it would keep every other sender
+  waiting); a sender that loses the race stops the actor it built, before any message reached
+  it, and routes to the registered one. Routing to a live pooled actor
   (:class:`~kdispatch.actors.runtime.PooledActorRef`) takes no lock: one dict lookup, then the
   ``put``. That is safe because a pooled actor leaves only by closing its inbox while it is
   empty, atomically with every ``put`` (``close_if_empty``): a message either landed before
@@ -16,7 +19,7 @@ actor
   of one sender for one UID arrive in order (except around a crash: what was queued to the
   crashed actor is rerouted after it), and a message never reaches an actor that
   :meth:`~Registry.retire`, :meth:`~Registry.forget` or :meth:`~Registry.release` has removed
-  without it being handled or rerouted. Other refs are routed under the lock, as spawns are.
+  without it being handled or rerouted. Other refs are routed under the lock.
   (The scheduling threads, the informers and the actors' own threads route to thousands of
   objects at once: a shared lock, held by a thread the interpreter switched away from, stalled
   the others for milliseconds at a time.)
@@ -32,11 +35,13 @@ actor
   until the tombstone expires. (A message that a router had already looked up when the UID was
   retired reaches the retiring actor, which resolves it as for a deleted object.)
 
-Rules for callers: ``factory`` runs under the registry lock, so it must be quick and must not
-call back into the registry; refs obtained with :meth:`~Registry.get` or
+Rules for callers: ``factory`` must be quick and must not call back into the registry (it runs
+under the lock in :meth:`~Registry.get_or_spawn`), and it may run more than once for one UID
+when spawns race in :meth:`~Registry.tell`; refs obtained with :meth:`~Registry.get` or
 :meth:`~Registry.get_or_spawn` and told directly bypass these guarantees (use
 :meth:`~Registry.tell`).
-The registry never stops an actor except in :meth:`~Registry.stop_all`.
+The registry never stops a registered actor except in :meth:`~Registry.stop_all` (``tell``
+stops only the actors it built and did not register).
 """
 
 from __future__ import annotations
@@ -276,15 +281,17 @@ class Registry:
                 except ActorLimitExceeded:
                     ref.stop(block=False)
                     raise
-                entry = self._live[uid] = _Entry(ref, self._clock(), next(self._activity))
-                return entry
+                return self._insert_locked(uid, ref)
         ref.stop(block=False)
         return None
 
     def _spawn_locked(self, uid: str, factory: Factory) -> _Entry:
         self._check_room_locked(uid)
-        entry = _Entry(self._built(factory), self._clock(), next(self._activity))
-        self._live[uid] = entry
+        return self._insert_locked(uid, self._built(factory))
+
+    def _insert_locked(self, uid: str, ref: pykka.ActorRef[Any]) -> _Entry:
+        """Register ``ref`` as the live actor of ``uid``. Lock held."""
+        entry = self._live[uid] = _Entry(ref, self._clock(), next(self._activity))
         return entry
 
     # ----------------------------------------------------------------- leaving
