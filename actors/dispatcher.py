@@ -43,7 +43,9 @@ from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
 from .pod_calls import PodPreemption
 from .registry import Registry
-from .runtime import ActorPool
+from .runtime import ActorPool, DirectTurns
+
+_NO_BLOCK = contextlib.nullcontext()  # submit's block when turns are not run by the caller
 
 
 class Dispatcher:
@@ -132,6 +134,7 @@ class Dispatcher:
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._gc = GcTuner(config.runtime)
+        self._caller_turns = config.runtime.caller_turns
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -228,7 +231,8 @@ class Dispatcher:
             )
         uid = call.ref.uid
         try:
-            routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
+            with DirectTurns() if self._caller_turns else _NO_BLOCK:
+                routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
         except BaseException:  # ActorLimitExceeded, or a spawn that failed: not pending
             self._on_resolved()
             raise

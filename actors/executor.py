@@ -1,7 +1,10 @@
 """The shared executor: the only component that talks to the apiserver.
 
 Object actors call it (:meth:`Executor.ready`, :meth:`Executor.job`, :meth:`Executor.refund`);
-it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. Inside, one lock
+it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. A worker that sent a
+request tells the actor its ``Done`` inside a :class:`~.runtime.DirectTurns` block, so an idle
+actor handles its result on that worker, with no hand-off to the actor pool; the same for the
+first grant a finished job hands out. Inside, one lock
 guards a scheduler that keeps one FIFO *lane* of object UIDs per relevance (upstream queues
 UIDs, not calls; so does this), a heap of objects backing off, and a token bucket; ``workers``
 threads send the requests.
@@ -66,6 +69,7 @@ from .metrics import Metrics
 from .object_state import Done, Result
 from .objects import get_path
 from .ratelimit import TokenBucket
+from .runtime import DirectTurns
 
 _Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor ref, ready since)
 SendGate = Callable[[], bool]
@@ -458,12 +462,14 @@ class Executor:
             try:
                 done = self.execute(job)
                 try:
-                    job.ref.tell(done)
+                    with DirectTurns():  # the actor handles its result on this thread
+                        job.ref.tell(done)
                 except pykka.ActorDeadError:
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")
-            self._finished(job.send.call.ref.uid)
+            with DirectTurns():  # the first actor granted now takes its grant here too
+                self._finished(job.send.call.ref.uid)
 
     def execute(self, job: Job) -> Done:
         """Job thread. Send one attempt (or the re-read before it) and classify its result."""

@@ -7,10 +7,13 @@ future, tell the executor there is work, hand over a job or refund a grant, reti
 actor handles one message at a time, the rules need no locks; since only the actor resolves
 its futures, each future resolves exactly once.
 
-All ``on_*`` methods run on a pool thread of :mod:`.runtime`, one message at a time per actor.
-They never block: the executor and the actor talk only in messages and non-blocking calls
-(with a non-blocking backend the executor runs the request on this thread and returns its
-``Done`` at once, and the whole call is one turn).
+All ``on_*`` methods run on the thread that runs the actor's turn, one message at a time per
+actor: a pool thread of :mod:`.runtime`, or a thread that woke the idle actor inside a
+:class:`~.runtime.DirectTurns` block (the executor worker that sent a request, for its
+``Done`` and the first grant after it; the caller of ``Dispatcher.submit`` with
+``RuntimeConfig.caller_turns``). They never block: the executor and the actor talk only in
+messages and non-blocking calls (with a non-blocking backend the executor runs the request on
+this thread and returns its ``Done`` at once, and the whole call is one turn).
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ _OUTCOME_LABEL = {
 
 
 class ObjectActor(PooledActor):
-    """Carries out the effects of one object's state machine. Runs on the actor pool."""
+    """Carries out the effects of one object's state machine, on the thread of each turn."""
 
     def __init__(self, uid: str, ctx: ActorContext, *, pool: ActorPool) -> None:
         super().__init__(pool=pool)
@@ -112,7 +115,8 @@ class ObjectActor(PooledActor):
     # ------------------------------------------------------------------ message dispatch
 
     def on_receive(self, message: Any) -> Any:
-        """Pool thread. Feed one message to the state machine and carry out its effects."""
+        """The turn's thread (see the module docstring). Feed one message to the state machine
+        and carry out its effects."""
         machine = self.machine
         kind = type(message)
         if kind is Submit:
@@ -194,7 +198,7 @@ class ObjectActor(PooledActor):
 
     def _update_pending(self) -> None:
         """Move the pending-calls gauge by what changed in the queue (at most one entry per
-        call type, so the queue's types are a set). Pool thread."""
+        call type, so the queue's types are a set). The turn's thread."""
         queue = self.machine.queue
         now = tuple([e.call.call_type for e in queue]) if queue else ()
         old = self._pending
@@ -244,7 +248,7 @@ class ObjectActor(PooledActor):
         exception_value: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """Pool thread. A bug (e.g. in a custom merger) crashed this actor: fail this object's
+        """The turn's thread. A bug (e.g. in a custom merger) crashed this actor: fail this object's
         futures with the error and leave the registry so the next message spawns a clean actor.
         Other objects are untouched."""
         self.ctx.metrics.actor_failures.inc()
@@ -270,7 +274,7 @@ class ObjectActor(PooledActor):
         self.ctx.registry.forget(self.uid, self.actor_ref)
 
     def on_dropped(self, message: object) -> None:
-        """Pool thread. A message that reached this actor after it stopped: route it to the
+        """The turn's thread. A message that reached this actor after it stopped: route it to the
         object's current actor (or resolve its future), never lose it silently."""
         ctx = self.ctx
         if isinstance(message, Submit):
