@@ -1,13 +1,12 @@
 """The shared executor: the only component that talks to the apiserver.
 
 Object actors call it (:meth:`Executor.ready`, :meth:`Executor.job`, :meth:`Executor.refund`);
-it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. A worker that sent a
-request tells the actor its ``Done`` inside a :class:`~.runtime.DirectTurns` block, so an idle
-actor handles its result on that worker, with no hand-off to the actor pool; the same for the
-first grant a finished job hands out. Inside, one lock
+it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. Inside, one lock
 guards a scheduler that keeps one FIFO *lane* of object UIDs per relevance (upstream queues
 UIDs, not calls; so does this), a heap of objects backing off, and a token bucket; ``workers``
-threads send the requests.
+threads send the requests. A worker that sent a request tells the actor its ``Done`` inside a
+:class:`~.runtime.DirectTurns` block, so an idle actor handles its result on that worker with
+no hand-off to the actor pool; the same for the first grant the finished job frees.
 
 A call travels: ``ready`` (the object has something to send) → a *grant* (a token and a worker
 slot reserved for it) → the actor hands over its *current* merged call (``job``), so merges,
