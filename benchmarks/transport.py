@@ -15,7 +15,9 @@ running in a **separate process**, so the CPU measured here is the client's alon
   (lean) with ``--threads`` executor workers and no QPS limit, used as a scheduler uses it: one
   thread submits a ``PodStatusPatch`` (``nominatedNodeName``) for each of ``--calls`` distinct
   pods, created just before the measurement, and then checks every future. Sequentially, that
-  thread submits and waits for each call's future in turn.
+  thread submits and waits for each call's future in turn;
+* ``dispatcher_caller_turns``: the same with ``RuntimeConfig(caller_turns=True)``: the submitting
+  thread runs each object actor's turn itself instead of handing it to the actor pool.
 
 Each run measures every contender sequentially (one thread) and with ``--threads`` threads, in
 a rotating order; figures are calls/s (wall clock) and client CPU µs per call
@@ -26,7 +28,7 @@ direct contenders; the dispatcher's pods have none yet), carries a UID precondit
 dispatcher's a resourceVersion one too), and is checked: direct replies must be the pod, every
 dispatcher future must resolve ``Outcome.SUCCESS``, and the dispatcher must have sent exactly
 one request per call. Reported: per-run figures, median/min/max over the runs, and the ratios
-lean/models, lean/client and dispatcher/models computed within each run.
+lean/models, lean/client, dispatcher/models and both dispatchers' ratios computed within each run.
 """
 
 from __future__ import annotations
@@ -46,7 +48,12 @@ from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
 from benchmarks.workloads.common import publish, spread, thread_role
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RuntimeConfig,
+)
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import Outcome
 from kdispatch.actors.pod_calls import PodStatusPatch
@@ -55,8 +62,16 @@ from kdispatch.adapters.memory import make_pod
 from kdispatch.adapters.transport import prepare_configuration
 
 PODS = 16
-CONTENDERS = ("models", "client", "lean", "dispatcher")
-RATIOS = (("lean", "models"), ("lean", "client"), ("dispatcher", "models"))
+DISPATCHERS = {"dispatcher": False, "dispatcher_caller_turns": True}
+"""The dispatcher contenders → ``RuntimeConfig.caller_turns``."""
+CONTENDERS = ("models", "client", "lean", *DISPATCHERS)
+RATIOS = (
+    ("lean", "models"),
+    ("lean", "client"),
+    ("dispatcher", "models"),
+    ("dispatcher_caller_turns", "models"),
+    ("dispatcher_caller_turns", "dispatcher"),
+)
 
 
 def serve() -> None:
@@ -186,24 +201,27 @@ class DispatcherContender:
     ``KubernetesBackend`` and a second backend that creates the pods (outside the timing).
     Benchmark thread."""
 
-    def __init__(self, url: str, workers: int) -> None:
+    def __init__(self, url: str, workers: int, caller_turns: bool = False) -> None:
         self.backend = KubernetesBackend.for_url(url, workers=workers)
         self._setup = KubernetesBackend.for_url(url, workers=1)
         config = DispatcherConfig(
             rate_limit=RateLimitConfig(qps=math.inf, burst=workers),
             executor=ExecutorConfig(workers=workers),
+            runtime=RuntimeConfig(caller_turns=caller_turns),
         )
         self.dispatcher = Dispatcher(
             self.backend, config, metrics_registry=CollectorRegistry()
         ).start()
         self._made = 0
+        self._prefix = "dc" if caller_turns else "d"
 
     def fresh_pods(self, n: int) -> list[dict[str, Any]]:
         """``n`` pods no call has touched yet, as the server stored them."""
         pods = []
         for _ in range(n):
             self._made += 1
-            pod = make_pod(f"d{self._made}", uid=f"uid-d{self._made}")
+            name = f"{self._prefix}{self._made}"
+            pod = make_pod(name, uid=f"uid-{name}")
             pods.append(self._setup.create("Pod", "default", pod))
         return pods
 
@@ -258,13 +276,17 @@ def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
         if not url.startswith("http://"):
             raise RuntimeError(f"server did not start: {url!r}")
         patchers, closers = _patchers(url, max(threads, 1))
-        dispatcher = DispatcherContender(url, max(threads, 1))
-        closers.append(dispatcher)
+        dispatchers = {
+            name: DispatcherContender(url, max(threads, 1), caller_turns)
+            for name, caller_turns in DISPATCHERS.items()
+        }
+        closers.extend(dispatchers.values())
         try:
             for patch in patchers.values():  # warm up: connections, imports, caches
                 _measure(patch, 50, 1)
-            dispatcher.measure(50, sequential=True)
-            dispatcher.measure(50, sequential=False)
+            for dispatcher in dispatchers.values():
+                dispatcher.measure(50, sequential=True)
+                dispatcher.measure(50, sequential=False)
             per_run: list[dict[str, Any]] = []
             n = len(CONTENDERS)
             for r in range(runs):
@@ -273,8 +295,8 @@ def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
                 for mode, n_threads in (("sequential", 1), (f"{threads}_threads", threads)):
                     figures[mode] = {
                         name: (
-                            dispatcher.measure(calls, n_threads == 1, proc.pid)
-                            if name == "dispatcher"
+                            dispatchers[name].measure(calls, n_threads == 1, proc.pid)
+                            if name in dispatchers
                             else _measure(patchers[name], calls, n_threads, proc.pid)
                         )
                         for name in order
@@ -300,12 +322,13 @@ def _summary(per_run: list[dict[str, Any]]) -> dict[str, Any]:
                 for key in ("calls_per_s", "cpu_us_per_call", "server_cpu_us_per_call")
                 if all(key in r[mode][name] for r in per_run)
             }
-        entry["dispatcher"]["cpu_us_per_call_by_thread"] = {
-            role: spread(
-                [r[mode]["dispatcher"]["cpu_us_per_call_by_thread"].get(role, 0.0) for r in per_run]
-            )
-            for role in per_run[0][mode]["dispatcher"]["cpu_us_per_call_by_thread"]
-        }
+        for name in DISPATCHERS:
+            entry[name]["cpu_us_per_call_by_thread"] = {
+                role: spread(
+                    [r[mode][name]["cpu_us_per_call_by_thread"].get(role, 0.0) for r in per_run]
+                )
+                for role in per_run[0][mode][name]["cpu_us_per_call_by_thread"]
+            }
         for name, base in RATIOS:
             entry[f"{name}_vs_{base}"] = {
                 "calls_per_s": spread(
@@ -330,15 +353,16 @@ def _table(result: dict[str, Any]) -> str:
             c, u = entry[name]["calls_per_s"], entry[name]["cpu_us_per_call"]
             server = entry[name].get("server_cpu_us_per_call")
             lines.append(
-                f"  {name:10s} {c['median']:8.0f} ({c['min']:.0f}-{c['max']:.0f}) calls/s  "
+                f"  {name:23s} {c['median']:8.0f} ({c['min']:.0f}-{c['max']:.0f}) calls/s  "
                 f"{u['median']:6.0f} ({u['min']:.0f}-{u['max']:.0f}) µs"
                 + (f", server {server['median']:.0f} µs" if server else "")
             )
-        split = entry["dispatcher"]["cpu_us_per_call_by_thread"]
-        lines.append(
-            "  dispatcher CPU µs per call by thread: "
-            + ", ".join(f"{role} {v['median']:.0f}" for role, v in split.items())
-        )
+        for name in DISPATCHERS:
+            split = entry[name]["cpu_us_per_call_by_thread"]
+            lines.append(
+                f"  {name} CPU µs per call by thread: "
+                + ", ".join(f"{role} {v['median']:.0f}" for role, v in split.items())
+            )
         for name, base in RATIOS:
             r = entry[f"{name}_vs_{base}"]
             lines.append(
