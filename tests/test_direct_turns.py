@@ -74,6 +74,14 @@ class Log(PooledActor):
             self.running = False
 
 
+def idle_actors(pool: ActorPool, n: int) -> list[Any]:
+    """``n`` started actors, each idle (its first turn done, nothing queued)."""
+    refs = [Log.start(pool) for _ in range(n)]
+    for ref in refs:
+        assert ref.ask("ready", timeout=WAIT) == "ready"
+    return refs
+
+
 def actor_of(ref: Any) -> Log:
     """The actor behind ``ref``. Read its record only when no turn of it can be running (right
     after a direct turn on this thread, or after an ``ask`` answered)."""
@@ -93,9 +101,7 @@ def test_an_idle_actor_takes_its_turn_on_the_waking_thread(pool: ActorPool) -> N
 
 def test_only_the_first_woken_actor_is_claimed(pool: ActorPool) -> None:
     me = threading.current_thread().name
-    first, second = Log.start(pool), Log.start(pool)
-    first.ask("ready", timeout=WAIT)
-    second.ask("ready", timeout=WAIT)
+    first, second = idle_actors(pool, 2)
     with DirectTurns():
         first.tell("x")
         second.tell("y")
@@ -132,8 +138,7 @@ def test_a_direct_turn_handles_at_most_a_batch_then_yields_to_the_pool(
     pool: ActorPool,
 ) -> None:
     me = threading.current_thread().name
-    ref = Log.start(pool)
-    ref.ask("ready", timeout=WAIT)
+    [ref] = idle_actors(pool, 1)
     with DirectTurns():
         for i in range(10):
             ref.tell(i)
@@ -148,9 +153,7 @@ def test_a_direct_turn_handles_at_most_a_batch_then_yields_to_the_pool(
 def test_turns_never_nest(pool: ActorPool) -> None:
     """A block opened by a handler (a turn is running on this thread) claims nothing."""
     me = threading.current_thread().name
-    outer, inner = Log.start(pool), Log.start(pool)
-    outer.ask("ready", timeout=WAIT)
-    inner.ask("ready", timeout=WAIT)
+    outer, inner = idle_actors(pool, 2)
     with DirectTurns():
         outer.tell(("tell", inner))
     assert actor_of(outer).seen[-1][1] == me
@@ -166,8 +169,7 @@ def test_turns_never_nest(pool: ActorPool) -> None:
 
 def test_the_claimed_actor_runs_even_when_the_block_raises(pool: ActorPool) -> None:
     me = threading.current_thread().name
-    ref = Log.start(pool)
-    ref.ask("ready", timeout=WAIT)
+    [ref] = idle_actors(pool, 1)
     with pytest.raises(ValueError, match="after the tell"), DirectTurns():
         ref.tell("kept")
         raise ValueError("after the tell")
@@ -176,8 +178,7 @@ def test_the_claimed_actor_runs_even_when_the_block_raises(pool: ActorPool) -> N
 
 
 def test_a_handler_error_in_a_direct_turn_fails_only_that_actor(pool: ActorPool) -> None:
-    ref, other = Log.start(pool), Log.start(pool)
-    ref.ask("ready", timeout=WAIT)
+    ref, other = idle_actors(pool, 2)
     with DirectTurns():  # the caller's thread does not see the handler's error
         ref.tell(("raise", ValueError("boom")))
     assert not ref.is_alive()
@@ -251,15 +252,19 @@ def test_caller_turns_with_a_non_blocking_backend_finish_inside_submit() -> None
         assert server_condition(server, "p1")["message"] == "0/3 nodes"
 
 
-def test_caller_turns_resolve_an_overwritten_call_before_submit_returns() -> None:
+@pytest.mark.parametrize("caller_turns", [True, False], ids=["caller_turns", "default"])
+def test_an_overwritten_call_resolves_inside_submit_only_with_caller_turns(
+    caller_turns: bool,
+) -> None:
     """With a request of the pod in flight, a second patch is pending; a third merges into it.
-    The second resolves ``overwritten`` inside the third's ``submit`` on the caller's thread,
-    and the server ends with the newest message."""
+    With caller turns the second resolves ``overwritten`` inside the third's ``submit``, on the
+    caller's thread; by default it resolves on an actor-pool thread. Either way the server ends
+    with the newest message."""
     server = InMemoryApiServer()
     gated = GatedBackend(server)
     pod = server.create(make_pod("p1"))
     me = threading.current_thread().name
-    with Dispatcher(gated, CALLER) as d:
+    with Dispatcher(gated, CALLER if caller_turns else FAST) as d:
         gated.gate.clear()
         first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="a")]))
         gated.wait_calls(1)
@@ -267,31 +272,15 @@ def test_caller_turns_resolve_an_overwritten_call_before_submit_returns() -> Non
         names = resolved_on(second)
         assert not second.done()
         third = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="c")]))
-        assert second.done() and second.result() is Outcome.OVERWRITTEN
-        assert names == [me]
+        if caller_turns:
+            assert second.done() and names == [me]
+        assert second.result(timeout=WAIT) is Outcome.OVERWRITTEN
+        if not caller_turns:
+            assert len(names) == 1 and names[0].startswith("kdispatch-pool")
         gated.gate.set()
         assert first.result(timeout=WAIT) is Outcome.SUCCESS
         assert third.result(timeout=WAIT) is Outcome.SUCCESS
     assert server_condition(server, "p1")["message"] == "c"
-
-
-def test_by_default_submit_hands_the_turn_to_the_pool() -> None:
-    """Without ``caller_turns`` the same overwrite resolves on a dispatcher thread."""
-    server = InMemoryApiServer()
-    gated = GatedBackend(server)
-    pod = server.create(make_pod("p1"))
-    me = threading.current_thread().name
-    with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
-        first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="a")]))
-        gated.wait_calls(1)
-        second = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="b")]))
-        names = resolved_on(second)
-        d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="c")]))
-        assert second.result(timeout=WAIT) is Outcome.OVERWRITTEN
-        assert names and names[0] != me and names[0].startswith("kdispatch-pool")
-        gated.gate.set()
-        assert first.result(timeout=WAIT) is Outcome.SUCCESS
 
 
 @pytest.mark.parametrize("config", [FAST, CALLER], ids=["default", "caller_turns"])
