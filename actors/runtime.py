@@ -85,19 +85,22 @@ class PoolStateError(KdispatchError, RuntimeError):
 
 # --------------------------------------------------------------------------- process-wide count
 
-_live_lock = threading.Lock()
-_live_total = 0
+# Per thread: actors started minus actors stopped on that thread. Each thread writes only its
+# own key (one dict lookup and one store, no lock: a lock here, held by a thread the interpreter
+# switched away from, stalled every other thread starting or stopping an actor); a thread that
+# ends leaves its figure, and a thread that reuses its ident adds to it, so the sum stays exact.
+_live_by_thread: dict[int, int] = {}
 
 
 def _add_live(delta: int) -> None:
-    global _live_total  # noqa: PLW0603 - one process-wide counter, guarded by _live_lock
-    with _live_lock:
-        _live_total += delta
+    """Count ``delta`` actors started (or stopped, negative) on this thread. Any thread."""
+    me = threading.get_ident()
+    _live_by_thread[me] = _live_by_thread.get(me, 0) + delta
 
 
 def live_pooled_actors() -> int:
     """Number of pooled actors started (on any pool) and not yet stopped. Any thread."""
-    return _live_total
+    return sum(list(_live_by_thread.values()))
 
 
 # --------------------------------------------------------------------------- lightweight event
@@ -496,18 +499,24 @@ class ActorPool:
     # ----------------------------------------------------------------- internals
 
     def _register(self, actor: PooledActor) -> None:
-        """Count a starting actor as live; raises if the pool is not running. Starting thread."""
-        with self._lock:
-            if self._state != _RUNNING:
-                raise PoolStateError(f"cannot start {actor} on {self._name}: pool is {self._state}")
-            self._live[id(actor)] = actor
+        """Count a starting actor as live; raises if the pool is not running. Starting thread.
+
+        No lock (actors start on the scheduling threads while others stop on the workers: a
+        shared lock held by a thread the interpreter switched away from stalled them all). The
+        actor is added first and the state read after: :meth:`stop` changes the state before it
+        takes its snapshot of the live actors, so an actor that saw the pool running is in the
+        snapshot (and is stopped with the pool), and one that did not takes itself out."""
+        key = id(actor)
+        self._live[key] = actor
+        if self._state != _RUNNING:
+            self._live.pop(key, None)
+            actor.actor_stopped.set()  # a stop() that saw it in its snapshot finds it dead
+            raise PoolStateError(f"cannot start {actor} on {self._name}: pool is {self._state}")
         _add_live(1)
 
     def _unregister(self, actor: PooledActor) -> None:
-        """Forget a stopped actor. Worker thread running the actor."""
-        with self._lock:
-            removed = self._live.pop(id(actor), None)
-        if removed is not None:
+        """Forget a stopped actor. The thread of its last turn; no lock (see ``_register``)."""
+        if self._live.pop(id(actor), None) is not None:
             _add_live(-1)
 
     def _work(self) -> None:

@@ -467,6 +467,45 @@ def test_pool_stop_stops_live_actors_after_queued_messages() -> None:
     p.stop()  # second stop is a no-op
 
 
+def test_actors_starting_while_the_pool_stops_are_stopped_or_refused() -> None:
+    """Starting an actor takes no lock shared with ``stop()``: four threads keep starting
+    actors while the pool stops. Each start either raises ``PoolStateError`` (and the actor
+    never runs) or yields an actor the pool stops; none is left live, none counted twice."""
+    p = ActorPool(workers=2, name="racing")
+    p.start()
+    base = live_pooled_actors()
+    started: list[list[Any]] = [[] for _ in range(4)]
+    refused = [0] * 4
+    go = threading.Barrier(5)
+    warm = threading.Event()  # every starter has started some actors
+
+    def starter(t: int) -> None:
+        go.wait(WAIT)
+        while True:
+            try:
+                started[t].append(Recorder.start(p))
+            except PoolStateError:
+                refused[t] += 1
+                return
+            # the last starter to reach 50 sees every other one there already
+            if len(started[t]) == 50 and all(len(s) >= 50 for s in started):
+                warm.set()
+
+    threads = [threading.Thread(target=starter, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    go.wait(WAIT)
+    assert warm.wait(WAIT)
+    p.stop(timeout=WAIT)
+    for th in threads:
+        th.join(WAIT)
+    assert refused == [1, 1, 1, 1]  # each starter saw the pool stop once, then gave up
+    refs = [r for s in started for r in s]
+    assert all(not r.is_alive() for r in refs)
+    assert p.live_count() == 0
+    assert live_pooled_actors() == base
+
+
 def test_pool_lifecycle_errors() -> None:
     p = ActorPool(workers=1, name="life")
     with pytest.raises(PoolStateError):
