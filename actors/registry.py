@@ -5,12 +5,12 @@ One :class:`Registry` maps the UIDs of Kubernetes objects to the refs of their a
 actor
 (``tell``), which lets it keep three promises:
 
-* **Exactly one actor per live UID, and no message handled by an actor that left.** The
-  lookup and the insert of a spawn happen under one lock, so many threads racing on one UID
-  register one actor. ``tell`` runs ``factory()`` between the two, without the lock (building
-  an actor is Python code, and an interpreter switch inside it would keep every other sender
-  waiting); a sender that loses the race stops the actor it built, before any message reached
-  it, and routes to the registered one. Routing to a live pooled actor
+* **Exactly one actor per live UID, and no message handled by an actor that left.** A spawn
+  in ``tell`` registers its pooled actor with one ``dict.setdefault`` (atomic), so many
+  threads racing on one UID register one actor; it builds the actor and registers it without
+  the lock (both are Python code, and an interpreter switch inside a locked section would
+  keep every other sender waiting); a sender that loses the race stops the actor it built,
+  before any message reached it, and routes to the registered one. Routing to a live pooled actor
   (:class:`~kdispatch.actors.runtime.PooledActorRef`) takes no lock: one dict lookup, then the
   ``put``. That is safe because a pooled actor leaves only by closing its inbox while it is
   empty, atomically with every ``put`` (``close_if_empty``): a message either landed before
@@ -33,15 +33,19 @@ actor
 * **Deleted objects stay dead.** :meth:`~Registry.retire` and :meth:`~Registry.tombstone` record
   the UID in a TTL cache; messages for it are dropped and counted, and never spawn a new actor,
   until the tombstone expires. (A message that a router had already looked up when the UID was
-  retired reaches the retiring actor, which resolves it as for a deleted object.)
+  retired reaches the retiring actor, which resolves it as for a deleted object. A spawn
+  checks the tombstone again after it registered: it takes its actor back if no message
+  reached it yet; if a racing sender's message did, the actor stays, marked tombstoned so
+  nothing more reaches it, and its calls meet the apiserver's NotFound.)
 
 Rules for callers: ``factory`` must be quick and must not call back into the registry (it runs
 under the lock in :meth:`~Registry.get_or_spawn`), and it may run more than once for one UID
 when spawns race in :meth:`~Registry.tell`; refs obtained with :meth:`~Registry.get` or
 :meth:`~Registry.get_or_spawn` and told directly bypass these guarantees (use
 :meth:`~Registry.tell`).
-The registry never stops a registered actor except in :meth:`~Registry.stop_all` (``tell``
-stops only the actors it built and did not register).
+The registry never stops a registered actor except in :meth:`~Registry.stop_all`; ``tell``
+stops the actors it built and did not register, and ends one it registered and took back at
+once (found tombstoned or over ``max_live``, no message in it) by closing its empty inbox.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import pykka
 from cachetools import TTLCache
@@ -66,6 +70,8 @@ from .errors import (
 from .runtime import PooledActorRef
 
 __all__ = ["ReapRequest", "Registry", "Tombstoned"]
+
+_TOMBSTONED: Final[object] = object()  # a spawn found the UID tombstoned
 
 Factory = Callable[[], pykka.ActorRef[Any]]
 
@@ -161,8 +167,10 @@ class Registry:
         no live actor and no factory was given. A ref found dead (a crashed actor nobody forgot
         yet) is replaced by a fresh one. A spawn builds the actor without the lock; a sender
         that loses the race to register one stops its own, unused, and routes to the winner's.
-        Raises ``ActorLimitExceeded`` if spawning would exceed ``max_live``, and whatever
-        ``factory`` raises. Any thread.
+        Raises ``ActorLimitExceeded`` if spawning would exceed ``max_live`` (checked before the
+        build and again after the registration, which takes the actor back unless a racing
+        sender's message reached it first; near the cap, racing spawns may all be refused), and
+        whatever ``factory`` raises. Any thread.
         """
         _check_uid(uid)
         # Fast path, without the lock: a live pooled actor. Its generation moves before the
@@ -183,6 +191,23 @@ class Registry:
             return False
         deaths = 0  # refs found dead on the put: a factory handing out dead refs stops at two
         while deaths < 2:
+            if factory is not None and uid not in self._live:
+                spawned = self._spawn_unlocked(uid, factory)
+                if spawned is _TOMBSTONED:
+                    with self._lock:
+                        self._dropped += 1
+                    return False
+                if isinstance(spawned, _Entry):
+                    self._routed(spawned)  # before the put, as on the fast path
+                    try:
+                        spawned.ref.tell(message)
+                    except pykka.ActorDeadError:
+                        with self._lock:
+                            self._remove_locked(uid, spawned.ref)
+                        deaths += 1
+                        continue
+                    return True
+                # None: another sender registered an actor meanwhile; route to it below
             with self._lock:
                 if uid in self._tombstones:
                     self._dropped += 1
@@ -200,19 +225,7 @@ class Registry:
                 if factory is None:
                     self._dropped += 1
                     return False
-                self._check_room_locked(uid)
-            entry = self._spawn_unlocked(uid, factory)
-            if entry is None:  # another sender spawned it, or it was deleted, meanwhile
-                continue  # route to what is registered now (or drop), under the lock
-            self._routed(entry)  # before the put, as on the fast path
-            try:
-                entry.ref.tell(message)
-            except pykka.ActorDeadError:
-                with self._lock:
-                    self._remove_locked(uid, entry.ref)
-                deaths += 1
-                continue
-            return True
+            # the UID has no actor again (it left meanwhile): spawn one, from the top
         with self._lock:
             self._dropped += 1
         return False
@@ -250,11 +263,15 @@ class Registry:
             entry = self._live.get(uid)
             return None if entry is None else entry.ref
 
-    def _check_room_locked(self, uid: str) -> None:
-        """ActorLimitExceeded if one more live actor would exceed ``max_live``. Lock held."""
-        if self._max_live is not None and len(self._live) >= self._max_live:
+    def _check_room(self, uid: str, live: int | None = None) -> None:
+        """ActorLimitExceeded if ``live`` (default: the live count now, plus the one about to be
+        spawned) exceeds ``max_live``. Any thread, with or without the lock."""
+        if self._max_live is None:
+            return
+        count = len(self._live) + 1 if live is None else live
+        if count > self._max_live:
             raise ActorLimitExceeded(
-                f"cannot spawn an actor for {uid!r}: {len(self._live)} live (max_live)"
+                f"cannot spawn an actor for {uid!r}: {count - 1} live (max_live)"
             )
 
     @staticmethod
@@ -267,32 +284,70 @@ class Registry:
             raise InvalidInputError(f"factory must return a pykka.ActorRef, got {ref!r}")
         return ref
 
-    def _spawn_unlocked(self, uid: str, factory: Factory) -> _Entry | None:
-        """Build an actor for ``uid`` without the lock, then register it unless another sender
-        registered one (or ``uid`` was tombstoned) meanwhile: then stop it, unused, and return
-        None. Its construction is Python code, and an interpreter switch inside it would keep
-        every other sender waiting for the lock. Any thread; lock not held."""
+    def _spawn_unlocked(self, uid: str, factory: Factory) -> _Entry | object | None:
+        """Spawn and register an actor for ``uid`` without the lock; the registered entry,
+        ``_TOMBSTONED``, or None when another sender registered one first (this one is then
+        stopped, unused). Raises ``ActorLimitExceeded`` and whatever ``factory`` raises.
+        Any thread; lock not held.
+
+        Building an actor is Python code, and so is registering it under a lock: an interpreter
+        switch there kept every other sender waiting (the scheduling threads spawn an actor per
+        new pod). So a pooled actor is registered with one ``dict.setdefault`` (atomic: among
+        racing senders exactly one registers), and the tombstone and the cap are checked again
+        after it. If either fails, the actor is taken back, under the lock, only if its inbox
+        can be closed while empty (``close_if_empty``, as in :meth:`release`): a message that
+        another sender routed to it meanwhile keeps it, as if it had been registered just
+        before the tombstone or the last free place. Other refs register under the lock."""
+        if uid in self._tombstones:  # TTLCache.__contains__: one dict lookup and a clock read
+            return _TOMBSTONED
+        self._check_room(uid)
         ref = self._built(factory)
+        if not isinstance(ref, PooledActorRef):
+            with self._lock:
+                if uid in self._tombstones:
+                    won = None
+                else:
+                    try:
+                        self._check_room(uid)
+                    except ActorLimitExceeded:
+                        ref.stop(block=False)
+                        raise
+                    won = self._insert_locked(uid, ref)
+            if won is None or won.ref is not ref:
+                ref.stop(block=False)  # tombstoned, or another sender's actor is registered
+            return _TOMBSTONED if won is None else (won if won.ref is ref else None)
+        entry = _Entry(ref, self._clock(), next(self._activity))
+        if self._live.setdefault(uid, entry) is not entry:
+            ref.stop(block=False)  # another sender's actor is registered: this one is unused
+            return None
+        tombstoned = uid in self._tombstones
+        if not tombstoned and (self._max_live is None or len(self._live) <= self._max_live):
+            return entry
         with self._lock:
-            won = uid not in self._live and uid not in self._tombstones
-            if won:
-                try:
-                    self._check_room_locked(uid)
-                except ActorLimitExceeded:
-                    ref.stop(block=False)
-                    raise
-                return self._insert_locked(uid, ref)
-        ref.stop(block=False)
-        return None
+            taken_back = self._live.get(uid) is entry and ref.actor_inbox.close_if_empty()  # type: ignore[attr-defined]
+            if taken_back:
+                del self._live[uid]  # its (closed) inbox ends it after its first turn
+            elif tombstoned:
+                entry.tombstoned = True  # as _tombstone_locked marks a live entry
+        if not taken_back:
+            return entry  # a message reached it first: it stays, and gets this one too
+        if tombstoned:
+            return _TOMBSTONED
+        self._check_room(uid, len(self._live) + 1)
+        return None  # room again meanwhile: try again from the top
 
     def _spawn_locked(self, uid: str, factory: Factory) -> _Entry:
-        self._check_room_locked(uid)
-        return self._insert_locked(uid, self._built(factory))
+        self._check_room(uid)
+        ref = self._built(factory)
+        entry = self._insert_locked(uid, ref)
+        if entry.ref is not ref:  # registered without the lock meanwhile: use that one
+            ref.stop(block=False)
+        return entry
 
     def _insert_locked(self, uid: str, ref: pykka.ActorRef[Any]) -> _Entry:
-        """Register ``ref`` as the live actor of ``uid``. Lock held."""
-        entry = self._live[uid] = _Entry(ref, self._clock(), next(self._activity))
-        return entry
+        """Register ``ref`` as the live actor of ``uid`` unless one is registered (a spawn
+        without the lock may have got there first); the registered entry. Lock held."""
+        return self._live.setdefault(uid, _Entry(ref, self._clock(), next(self._activity)))
 
     # ----------------------------------------------------------------- leaving
 

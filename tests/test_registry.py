@@ -598,3 +598,81 @@ def test_drops_without_an_actor_are_counted_from_every_thread(h: Harness) -> Non
     for t in workers:
         t.join()
     assert h.registry.dropped == per_thread * threads
+
+
+# --------------------------------------------------------------------------- lock-free spawns
+# A spawn registers its actor with one dict.setdefault and checks the tombstone and the cap
+# again after it. The races it answers are made deterministic here: the factory (which runs
+# between the first checks and the registration) deletes the object or fills the cap, and a
+# tombstone cache whose second look-up lets another sender's message in first.
+
+
+def test_a_spawn_that_meets_a_tombstone_after_registering_takes_its_actor_back(
+    h: Harness,
+) -> None:
+    live = h.pool.live_count()
+    build = h.factory("gone")
+    made: list[pykka.ActorRef[Any]] = []
+
+    def deleted_while_building() -> pykka.ActorRef[Any]:
+        made.append(build())
+        h.registry.tombstone("gone")  # another thread retires the object meanwhile
+        return made[0]
+
+    assert not h.registry.tell("gone", "hello", deleted_while_building)
+    assert h.registry.get("gone") is None and h.registry.dropped == 1
+    assert h.registry.live_count() == 0
+    assert not h.registry.tell("gone", "again", h.factory("gone"))  # still dead
+    assert h.spawned == ["gone"]  # the tombstone stopped the second spawn before its build
+    # the actor taken back ends by itself (its inbox was closed while empty), unused
+    assert made[0].actor_stopped.wait(WAIT)
+    assert h.pool.live_count() == live
+
+
+class _LetInFirst(dict[str, bool]):
+    """A tombstone cache whose second look-up of ``uid`` lets another sender's message reach
+    the freshly registered actor (through tell's lock-free path), then reports the tombstone."""
+
+    def __init__(self, registry: Registry, uid: str) -> None:
+        super().__init__()
+        self.registry, self.uid, self.lookups = registry, uid, 0
+
+    def __contains__(self, key: object) -> bool:
+        if key == self.uid:
+            self.lookups += 1
+            if self.lookups == 2:
+                assert self.registry.tell(self.uid, "racer")  # reaches the new actor first
+                self[self.uid] = True
+        return super().__contains__(key)
+
+
+def test_a_spawn_whose_actor_got_a_message_first_keeps_it_but_lets_nothing_more_in(
+    h: Harness,
+) -> None:
+    tombstones = _LetInFirst(h.registry, "racy")
+    h.registry._tombstones = tombstones  # type: ignore[assignment]
+    assert h.registry.tell("racy", "mine", h.factory("racy"))
+    assert not h.registry.tell("racy", "later", h.factory("racy"))  # tombstoned: dropped
+    assert h.spawned == ["racy"]
+    assert h.log_of("racy") == ["racer", "mine"]  # nothing lost, each handled once, in order
+
+
+def test_a_spawn_over_the_cap_after_registering_takes_its_actor_back(
+    pool: ActorPool, clock: FakeClock
+) -> None:
+    reg = Registry(max_live=1, clock=clock)
+    harness = Harness(pool, reg)
+    live = pool.live_count()
+    build = harness.factory("late")
+
+    def cap_filled_while_building() -> pykka.ActorRef[Any]:
+        ref = build()
+        assert harness.tell("first", 1)  # another sender takes the last place meanwhile
+        return ref
+
+    with pytest.raises(ActorLimitExceeded):
+        reg.tell("late", 1, cap_filled_while_building)
+    assert reg.get("late") is None and reg.live_count() == 1
+    assert harness.log_of("first") == [1]
+    reg.stop_all(timeout=WAIT)
+    assert pool.live_count() == live
