@@ -120,9 +120,10 @@ def _check_uid(uid: object) -> str:
 
 class Registry:
     """Thread-safe map from UID to actor ref; every method runs on the calling thread. Routing
-    to a live pooled actor and dropping a message for a UID with no actor take no lock; the
-    rest takes one internal lock for O(1) work (``stop_all``: O(live)), and ``tell`` builds a
-    new actor outside it; ``reap_idle`` is O(live) on a snapshot taken without it."""
+    to a live pooled actor, dropping a message for a UID with no actor, and spawning a pooled
+    actor in ``tell`` take no lock (a spawn takes it only to undo a registration that lost to
+    a tombstone or the cap); the rest takes one internal lock for O(1) work (``stop_all``:
+    O(live)); ``reap_idle`` is O(live) on a snapshot taken without it."""
 
     def __init__(
         self,
