@@ -314,9 +314,10 @@ class Registry:
                         ref.stop(block=False)
                         raise
                     won = self._insert_locked(uid, ref)
-            if won is None or won.ref is not ref:
-                ref.stop(block=False)  # tombstoned, or another sender's actor is registered
-            return _TOMBSTONED if won is None else (won if won.ref is ref else None)
+            if won is not None and won.ref is ref:
+                return won
+            ref.stop(block=False)  # tombstoned, or another sender's actor is registered
+            return _TOMBSTONED if won is None else None
         entry = _Entry(ref, self._clock(), next(self._activity))
         if self._live.setdefault(uid, entry) is not entry:
             ref.stop(block=False)  # another sender's actor is registered: this one is unused
