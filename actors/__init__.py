@@ -3,6 +3,13 @@
 The public names are re-exported here; everything else is internal.
 """
 
+if __name__ != "kdispatch.actors":  # one identity: actors/ is kdispatch.actors
+    raise ImportError(
+        f"{__name__!r} is kdispatch's actors/ folder imported under a second name: "
+        "import kdispatch.actors (or just kdispatch) instead"
+    )
+
+
 from .aio import NoEventLoopError
 from .call_types import BUILTIN_CALL_TYPES, default_call_types
 from .calls import UNSET, Call, CallTypeRegistry

@@ -33,7 +33,7 @@ below is small and meets all of the points above.
 Two sources: :class:`ClientListWatch` over the official client (through
 :class:`~kdispatch.adapters.kubernetes.KubernetesBackend`'s ``list_all``/``watch``, raw JSON
 lines, errors mapped like :mod:`kdispatch.adapters.transport`), and
-:class:`MemoryListWatch` directly over an :class:`~kdispatch.adapters.memory.InMemoryApiServer`.
+:class:`MemoryListWatch` directly over an :class:`~kdispatch.testing.memory.InMemoryApiServer`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
 from kdispatch.actors.errors import (
-    ApiConnectionError,
     ApiError,
     BadResponseError,
     ForbiddenError,
@@ -66,7 +65,6 @@ from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from kdispatch.actors.objects import get_path
 
 from .kubernetes import KubernetesBackend, error_from_status, translate_errors
-from .memory import InMemoryApiServer
 from .transport import TransportName
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
@@ -111,83 +109,12 @@ class ListWatch(Protocol):
         ...
 
 
-def _typed(obj: Obj, info: KindInfo) -> Obj:
+def with_type_meta(obj: Obj, info: KindInfo) -> Obj:
     """``obj`` with ``kind``/``apiVersion`` filled in (list items come without them)."""
     if obj.get("kind") != info.kind:
         obj["kind"] = info.kind
     obj.setdefault("apiVersion", info.api_version)
     return obj
-
-
-# --------------------------------------------------------------------------- in-memory source
-
-
-class MemoryListWatch:
-    """:class:`ListWatch` directly over an :class:`InMemoryApiServer` (no HTTP), for any kind
-    of the kind table. ``label_selector``: only objects whose labels match (equality-based and
-    set-based selectors, as the apiserver parses them). A watch the server drops raises
-    :class:`ApiConnectionError`, like a cut connection."""
-
-    def __init__(
-        self,
-        server: InMemoryApiServer,
-        kind: str,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        kinds: KindTable | None = None,
-    ):
-        if not isinstance(server, InMemoryApiServer):
-            raise InvalidInputError(f"server must be an InMemoryApiServer, got {server!r}")
-        self._info = (kinds or DEFAULT_KINDS).lookup(kind)
-        self.kind = self._info.kind
-        self._server = server
-        self._namespace = namespace
-        self._selector = label_selector
-
-    def list(self) -> tuple[list[Obj], str]:
-        """Informer thread."""
-        items, rv = self._server.list(
-            self.kind, namespace=self._namespace, label_selector=self._selector
-        )
-        return [_typed(item, self._info) for item in items], rv
-
-    def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
-        """Informer thread."""
-        w = self._server.watch(
-            self.kind,
-            resource_version=resource_version,
-            namespace=self._namespace,
-            label_selector=self._selector,
-        )
-        return _MemoryWatchStream(w, self._info, timeout_seconds)
-
-
-class _MemoryWatchStream:
-    def __init__(self, w: Any, info: KindInfo, timeout: float) -> None:
-        self._w = w
-        self._info = info
-        self._timeout = timeout
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        deadline = time.monotonic() + self._timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            event = self._w.next(timeout=remaining)
-            if event is None:
-                if self._w.ended:
-                    if self._w.dropped:
-                        raise ApiConnectionError(
-                            f"watch of {self._info.kind} dropped by the server"
-                        )
-                    return
-                continue
-            yield WatchEvent(event.type, _typed(event.object, self._info))
-
-    def stop(self) -> None:
-        self._w.stop()
 
 
 # --------------------------------------------------------------------------- official client
@@ -326,7 +253,7 @@ class _HttpWatchStream:
             raise BadResponseError(f"{self._what}: unknown event type {event_type!r}")
         if event_type == BOOKMARK:
             return WatchEvent(BOOKMARK, obj)
-        return WatchEvent(event_type, _typed(obj, self._info))
+        return WatchEvent(event_type, with_type_meta(obj, self._info))
 
     def _close(self) -> None:
         with self._lock:

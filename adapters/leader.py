@@ -83,7 +83,6 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
 
 from .kubernetes import read_json_object, translate_errors
-from .memory import InMemoryApiServer
 
 __all__ = [
     "ClientLeaseClient",
@@ -91,7 +90,6 @@ __all__ = [
     "LeaderMetrics",
     "LeaseClient",
     "LeaseElector",
-    "MemoryLeaseClient",
 ]
 
 Json = dict[str, Any]
@@ -115,41 +113,6 @@ class LeaseClient(Protocol):
     def update(self, namespace: str, name: str, lease: Json, *, timeout: float) -> Json:
         """Replace it; its ``metadata.resourceVersion`` is a precondition (``ConflictError``)."""
         ...
-
-
-class MemoryLeaseClient:
-    """Leases of an :class:`~kdispatch.adapters.memory.InMemoryApiServer` (the embedded default);
-    ``writer`` is recorded as the identity of every lease write."""
-
-    def __init__(self, server: InMemoryApiServer, *, writer: str = "") -> None:
-        if not isinstance(server, InMemoryApiServer):
-            raise InvalidInputError(f"server must be an InMemoryApiServer, got {server!r}")
-        self._leases = server.leases
-        self._writer = writer
-
-    def get(self, namespace: str, name: str, *, timeout: float) -> Json | None:
-        try:
-            return self._leases.get(namespace, name)
-        except NotFoundError:
-            return None
-
-    def create(self, namespace: str, lease: Json, *, timeout: float) -> Json:
-        from .memory import request_writer
-
-        token = request_writer.set(self._writer)
-        try:
-            return self._leases.create(namespace, lease)
-        finally:
-            request_writer.reset(token)
-
-    def update(self, namespace: str, name: str, lease: Json, *, timeout: float) -> Json:
-        from .memory import request_writer
-
-        token = request_writer.set(self._writer)
-        try:
-            return self._leases.update(namespace, name, lease)
-        finally:
-            request_writer.reset(token)
 
 
 class ClientLeaseClient:

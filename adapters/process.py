@@ -16,7 +16,7 @@ What differs from the in-process dispatcher:
 * the backend is built **in the child** from ``backend_factory``, a picklable callable (e.g.
   ``functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)``); an in-memory
   apiserver of the caller cannot be shared with the child, so serve it over HTTP
-  (:class:`~kdispatch.adapters.httpserver.ApiServerHTTP`) and point the factory at its URL;
+  (:class:`~kdispatch.testing.httpserver.ApiServerHTTP`) and point the factory at its URL;
 * calls, informer objects and results cross by pickle: a call whose fields do not pickle is
   rejected at ``submit`` with :class:`~kdispatch.actors.errors.InvalidCallError`;
 * errors the child's ``submit`` raises (the actor cap, a revoked dispatcher) arrive on the

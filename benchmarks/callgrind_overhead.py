@@ -51,7 +51,7 @@ VALGRIND = "valgrind"
 
 def apiserver() -> Any:
     """The in-memory apiserver with the PODS pods the clients patch."""
-    from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+    from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
     mem = InMemoryApiServer(history=1000, request_log_limit=1000)
     for i in range(PODS):
@@ -61,7 +61,7 @@ def apiserver() -> Any:
 
 def serve() -> None:
     """Child process: serve PODS pods over HTTP until stdin closes."""
-    from kdispatch.adapters.httpserver import ApiServerHTTP
+    from kdispatch.testing.httpserver import ApiServerHTTP
 
     with ApiServerHTTP(apiserver()) as srv:
         print(srv.url, flush=True)

@@ -47,10 +47,11 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import KdispatchError, NotFoundError, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.actors.runtime import live_pooled_actors
-from kdispatch.adapters.httpserver import ApiServerHTTP
-from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
+from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch
 from kdispatch.adapters.kubernetes import KubernetesBackend, prepare_configuration
-from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
+from kdispatch.testing import MemoryListWatch
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
 
 Obj = dict[str, Any]
 POD, CLAIM = "Pod", "ResourceClaim"

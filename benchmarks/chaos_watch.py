@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Any
 
 from kdispatch.actors.errors import GoneError
-from kdispatch.adapters.memory import InMemoryApiServer, Watch
+from kdispatch.testing.memory import InMemoryApiServer, Watch
 
 
 class BindingAuditor:

@@ -32,7 +32,7 @@ from benchmarks.workloads.common import freeze_setup, unfreeze
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 
 UNSCHEDULABLE = {
     "type": "PodScheduled",

@@ -62,7 +62,7 @@ from kdispatch.actors.config import (
 )
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (1_000, 10_000, 100_000)

@@ -58,8 +58,8 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import Outcome
 from kdispatch.actors.pod_calls import PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import make_pod
 from kdispatch.adapters.transport import prepare_configuration
+from kdispatch.testing.memory import make_pod
 
 PODS = 16
 DISPATCHERS = {"dispatcher": False, "dispatcher_caller_turns": True}
@@ -76,8 +76,8 @@ RATIOS = (
 
 def serve() -> None:
     """Child process: serve PODS pods over HTTP until stdin closes."""
-    from kdispatch.adapters.httpserver import ApiServerHTTP
-    from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+    from kdispatch.testing.httpserver import ApiServerHTTP
+    from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
     mem = InMemoryApiServer(history=1000, request_log_limit=1000)
     for i in range(PODS):

@@ -115,8 +115,8 @@ async def run(url: str, *, token: str | None, expect: int | None, duration: floa
 def demo(pods: int, nodes: int) -> int:
     """Serve the embedded apiserver over HTTP, create ``nodes`` and ``pods``, bind them all,
     and check on the server that each pod was bound exactly once."""
-    from kdispatch.adapters.httpserver import ApiServerHTTP
-    from kdispatch.adapters.memory import InMemoryApiServer, make_node, make_pod
+    from kdispatch.testing.httpserver import ApiServerHTTP
+    from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
 
     mem = InMemoryApiServer()
     for i in range(nodes):

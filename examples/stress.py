@@ -72,8 +72,9 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.actors.runtime import live_pooled_actors
-from kdispatch.adapters.informer import Informer, MemoryListWatch
-from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
+from kdispatch.adapters.informer import Informer
+from kdispatch.testing import MemoryListWatch
+from kdispatch.testing.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
 
 CHURN_CONDITION = "example.com/Churn"
 NODES = tuple(f"node-{i}" for i in range(8))

@@ -10,7 +10,7 @@ from typing import Any
 from kdispatch.actors.backend import ApiBackend, PatchType
 from kdispatch.actors.errors import ApiError, NotFoundError
 from kdispatch.actors.objects import Obj
-from kdispatch.adapters.memory import InMemoryApiServer
+from kdispatch.testing.memory import InMemoryApiServer
 
 
 class GatedBackend:

@@ -30,8 +30,8 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.aio_informer import AioInformer
-from kdispatch.adapters.httpserver import ApiServerHTTP
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
 from tests.factories import cond
 

@@ -37,9 +37,9 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(30)

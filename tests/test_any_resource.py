@@ -27,10 +27,10 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from kdispatch.actors.pod_calls import PodStatusPatch
 from kdispatch.adapters.discovery import register_from_discovery
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_pdb, make_pod
 from kdispatch.adapters.transport import TransportName
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pdb, make_pod
 
 pytestmark = pytest.mark.timeout(60)
 

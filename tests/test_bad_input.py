@@ -49,7 +49,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.informer import Informer, WatchEvent
-from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(30)

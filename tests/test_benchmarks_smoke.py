@@ -24,7 +24,7 @@ from benchmarks.workloads import WORKLOADS
 from benchmarks.workloads.common import unschedulable
 from benchmarks.workloads.contenders import CONTENDERS
 from kdispatch.actors.errors import Outcome
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -245,7 +245,7 @@ def test_callgrind_overhead_clients_patch_the_server_and_the_driver_subtracts_st
     """Both measured clients really patch the pods (each checks its requests and the server's
     state itself), and the driver's per-call figure is the difference of two totals."""
     from benchmarks import callgrind_overhead as cg
-    from kdispatch.adapters.httpserver import ApiServerHTTP
+    from kdispatch.testing.httpserver import ApiServerHTTP
 
     mem = cg.apiserver()
     with ApiServerHTTP(mem) as srv:

@@ -21,7 +21,7 @@ from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConf
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallFailed, CallStale, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(60)
 

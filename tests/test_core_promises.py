@@ -28,10 +28,10 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallStale, Outcome, TooManyRequestsError
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(60)

@@ -26,7 +26,7 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallFailed, Outcome
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
-from kdispatch.adapters.memory import InMemoryApiServer
+from kdispatch.testing.memory import InMemoryApiServer
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(30)

@@ -22,7 +22,7 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import InvalidConfigError, Outcome
 from kdispatch.actors.pod_calls import PodStatusPatch
 from kdispatch.actors.runtime import ActorPool, DirectTurns, PooledActor
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
 from tests.factories import cond
 

@@ -26,7 +26,7 @@ from kdispatch.actors.errors import (
     UnknownCallTypeError,
 )
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 from tests.factories import cond
 

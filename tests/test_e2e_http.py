@@ -34,10 +34,10 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallCancelled, Outcome
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import (
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import (
     FaultPlan,
     InMemoryApiServer,
     RequestRecord,

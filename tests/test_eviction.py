@@ -20,9 +20,9 @@ from kdispatch.actors.errors import (
     Outcome,
 )
 from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_pdb, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pdb, make_pod
 from tests.backends import GatedBackend
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,7 @@ from examples.gcwatch import GcWatch
 from kdispatch.actors.config import DispatcherConfig, RuntimeConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import InvalidConfigError
-from kdispatch.adapters.memory import InMemoryApiServer
+from kdispatch.testing.memory import InMemoryApiServer
 
 
 @pytest.fixture(autouse=True)

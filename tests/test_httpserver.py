@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from kdispatch.actors.errors import InvalidInputError
-from kdispatch.adapters.httpserver import ApiServerHTTP
-from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 
 pytestmark = pytest.mark.timeout(30)
 

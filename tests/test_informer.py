@@ -15,17 +15,17 @@ import pytest
 from kubernetes import client as k8s
 
 from kdispatch.actors.errors import ApiConnectionError, GoneError, InvalidInputError, ServerError
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.informer import (
     ClientListWatch,
     Informer,
     ListWatch,
-    MemoryListWatch,
     WatchEvent,
     WatchStream,
 )
 from kdispatch.adapters.kubernetes import prepare_configuration
-from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.testing import MemoryListWatch
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from tests.recorders import Recorder
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,10 +13,11 @@ from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.errors import ApiError, ForbiddenError, InvalidInputError, UnauthorizedError
 from kdispatch.actors.kinds import KindTable
-from kdispatch.adapters.httpserver import ApiServerHTTP
-from kdispatch.adapters.informer import ClientListWatch, Informer, MemoryListWatch
+from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer
+from kdispatch.testing import MemoryListWatch
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer
 
 pytestmark = pytest.mark.timeout(60)
 WAIT = 10.0

@@ -36,10 +36,10 @@ from kdispatch.actors.errors import (
     UnauthorizedError,
     UnknownKindError,
 )
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from kdispatch.adapters.transport import TransportName, prepare_configuration
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 
 TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
 

@@ -31,14 +31,14 @@ from kdispatch.actors.errors import (
     Outcome,
 )
 from kdispatch.actors.pod_calls import PodBinding
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.leader import (
     ClientLeaseClient,
     ElectionConfig,
     LeaseElector,
-    MemoryLeaseClient,
 )
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing import MemoryLeaseClient
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
 
 # the official election package is untyped

@@ -16,7 +16,7 @@ from kdispatch.actors.config import DispatcherConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallConflict, InvalidConfigError, InvalidInputError
 from kdispatch.actors.pod_calls import PodBinding
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -132,7 +132,7 @@ def test_import_kdispatch_switches_its_logs_off() -> None:
         "seen = []\n"
         "logger.remove()\n"
         "logger.add(seen.append, level=0)\n"
-        "from kdispatch.adapters.memory import InMemoryApiServer\n"
+        "from kdispatch.testing.memory import InMemoryApiServer\n"
         "with kdispatch.Dispatcher(InMemoryApiServer()):\n"
         "    pass\n"
         "print(len(seen))\n"

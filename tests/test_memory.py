@@ -1,5 +1,5 @@
-"""Tests of the in-memory apiserver (adapters.memory): storage, preconditions, patch semantics,
-binding, deletion, watches, fault and latency injection, thread-safety."""
+"""Tests of the in-memory apiserver (kdispatch.testing.memory): storage, preconditions, patch
+semantics, binding, deletion, watches, fault and latency injection, thread-safety."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from kdispatch.actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.adapters.memory import (
+from kdispatch.testing.memory import (
     FaultPlan,
     InMemoryApiServer,
     Latency,

@@ -14,7 +14,7 @@ from kdispatch.actors.errors import InvalidConfigError
 from kdispatch.actors.metric_families import CounterFamily, GaugeFamily, HistogramFamily
 from kdispatch.actors.metrics import Metrics, MetricsRegistryInUse
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)

@@ -66,7 +66,7 @@ from kdispatch.actors.object_state import (
 )
 from kdispatch.actors.objects import POD, Obj, get_path, pod_node_name
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, WatchEvent
+from kdispatch.testing.memory import InMemoryApiServer, WatchEvent
 from tests.factories import cond, pod
 from tests.reference_model import (
     BINDING,

@@ -16,7 +16,7 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallCancelled, InvalidObjectError, Outcome
 from kdispatch.actors.objects import ObjectRef, as_object
 from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)

@@ -12,7 +12,7 @@ from examples.scheduler.prekep import PreKepApi
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.errors import DispatcherClosed, InvalidInputError, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from tests.backends import GatedBackend
 
 COND = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}

@@ -34,10 +34,10 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
 from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from tests.test_process_dispatcher import WAIT, HeldSleep
 
 pytestmark = pytest.mark.timeout(120)

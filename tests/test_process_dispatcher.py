@@ -51,11 +51,11 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
 from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
 from kdispatch.adapters.process_child import dumps, portable
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from tests.factories import cond
 
 WAIT = 30.0

@@ -24,11 +24,12 @@ from kdispatch.actors.errors import InvalidConfigError, LeadershipLost, Outcome
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.leader import ElectionConfig, LeaseElector, MemoryLeaseClient
-from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.adapters.leader import ElectionConfig, LeaseElector
 from kdispatch.adapters.process import ProcessDispatcher
+from kdispatch.testing import MemoryLeaseClient
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from tests.test_process_dispatcher import WAIT, HeldSleep
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,9 +19,9 @@ from loguru import logger
 
 from kdispatch import Dispatcher
 from kdispatch.actors.errors import Outcome, UnauthorizedError
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -13,9 +13,9 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import ApiConnectionError, CallFailed, Outcome, ServerError
 from kdispatch.actors.objects import get_path
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -36,8 +36,8 @@ from kdispatch.actors.calls import Call
 from kdispatch.actors.errors import CallFailed, InvalidInputError, InvalidObjectError, Outcome
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
-from kdispatch.adapters.memory import (
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import (
     InMemoryApiServer,
     RequestRecord,
     make_claim,

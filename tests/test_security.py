@@ -43,10 +43,10 @@ from kdispatch.actors.errors import (
     UnauthorizedError,
 )
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.adapters.httpserver import ApiServerHTTP
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -27,7 +27,7 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import DispatcherClosed, Outcome
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kdispatch.actors.objects import Obj
-from kdispatch.adapters.memory import InMemoryApiServer, make_node, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
 
 Record = dict[str, Any]
 

@@ -35,7 +35,7 @@ from benchmarks.workloads.common import (
 from benchmarks.workloads.contenders import make_contender
 from examples.gcwatch import GcWatch
 from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.adapters.memory import InMemoryApiServer, Latency
+from kdispatch.testing.memory import InMemoryApiServer, Latency
 
 WORKLOAD = "W1"
 QUANTILES = [i / 200 for i in range(1, 200)] + [0.999, 0.9999, 1.0]

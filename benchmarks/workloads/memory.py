@@ -33,7 +33,7 @@ from benchmarks.baselines import Contender
 from benchmarks.workloads.common import Profile, Record, record, unschedulable
 from benchmarks.workloads.contenders import make_contender
 from kdispatch.actors.objects import Obj
-from kdispatch.adapters.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 WORKLOAD = "W6"
 ROOT = Path(__file__).resolve().parents[2]

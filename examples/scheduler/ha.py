@@ -38,9 +38,9 @@ from kdispatch.adapters.leader import (
     ElectionConfig,
     LeaseClient,
     LeaseElector,
-    MemoryLeaseClient,
 )
-from kdispatch.adapters.memory import InMemoryApiServer
+from kdispatch.testing import MemoryLeaseClient
+from kdispatch.testing.memory import InMemoryApiServer
 
 LOST_EXIT_STATUS = 3
 """Exit status of a replica whose run ended because it lost the lease."""

@@ -1,6 +1,6 @@
 """One run of the main job: set up the cluster and the scheduler, drive it to the end, verify.
 
-Embedded mode (default): an :class:`~kdispatch.adapters.memory.InMemoryApiServer` with the requested
+Embedded mode (default): an :class:`~kdispatch.testing.memory.InMemoryApiServer` with the requested
 latency and faults; nodes and claims are created, informers synced, then the scheduler starts
 and wave 1 of the pods is created; wave 2 (high priority) follows once wave 1 has been placed.
 ``--kubeconfig`` mode: a real cluster; nothing is created, the scheduler places the pending pods
@@ -56,11 +56,12 @@ from kdispatch.actors.config import (
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import InvalidInputError, LeadershipLost
 from kdispatch.actors.objects import Obj, meta
-from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, MemoryListWatch
+from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.leader import LeaseElector
-from kdispatch.adapters.memory import FaultPlan, InMemoryApiServer, Latency
 from kdispatch.adapters.process import ProcessDispatcher
+from kdispatch.testing import MemoryListWatch
+from kdispatch.testing.memory import FaultPlan, InMemoryApiServer, Latency
 
 API_MODES = ("async", "pre-kep", "all-blocking")
 """``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,

@@ -24,7 +24,7 @@ from examples.scheduler.claims import allocated_device, reserved_uids
 from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Intent
 from kdispatch.actors.errors import DispatcherClosed, Outcome
 from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
-from kdispatch.adapters.memory import RequestRecord
+from kdispatch.testing.memory import RequestRecord
 
 
 class BindingAudit:

@@ -13,7 +13,8 @@ never mutated — every write stores a new snapshot — and callers always get t
 
 Threading: one lock guards the store, the event history, the watch registry, the fault injector
 and the counters. Latency sleeps happen on the calling thread outside the lock. Watch consumers
-have their own queues (see :mod:`adapters.memory_watch`), so slow consumers never block writers.
+have their own queues (see :mod:`kdispatch.testing.memory_watch`), so slow consumers never
+block writers.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -54,6 +53,7 @@ from kdispatch.actors.objects import (
     is_dns_subdomain,
 )
 
+from .audit import RequestRecord, request_writer
 from .memory_faults import (
     APPLY_THEN_FAIL,
     FAULTS,
@@ -103,30 +103,6 @@ __all__ = [
 T = TypeVar("T")
 Key = tuple[str, str, str]
 Json = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One ``ApiBackend`` request as the server saw it. ``outcome`` is ``"ok"``, the injected
-    fault's name (``"429"``, ``"timeout"``, ``"apply_then_fail"`` ...) or the reason of the error
-    the server answered (``"NotFound"``, ``"Conflict"``, ``"Invalid"``). ``uid`` is the request's
-    UID precondition (``""`` for ``get``); ``t`` is ``time.monotonic()`` when it was answered.
-    ``writer``: who sent it (:data:`request_writer` while it was served, e.g. the HTTP
-    ``User-Agent``; ``""`` when unknown). The log is in the order the server applied requests."""
-
-    op: str
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-    outcome: str
-    t: float
-    writer: str = ""
-
-
-request_writer: ContextVar[str] = ContextVar("request_writer", default="")
-"""The identity of the client whose request the current thread serves (set by front ends such
-as :mod:`adapters.httpserver`); recorded in :attr:`RequestRecord.writer`."""
 
 
 class _Req(NamedTuple):
@@ -371,11 +347,11 @@ class InMemoryApiServer:
         from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version`` and a
         ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions
         (``ConflictError``; over HTTP a wrong body UID is kube-apiserver's 422 instead, see
-        :mod:`adapters.httpserver`).
+        :mod:`kdispatch.testing.httpserver`).
         As on the apiserver, a patch of the object leaves ``status`` alone for kinds with a
         status subresource, a status patch changes only ``status``, and identity fields
         (name, namespace, uid, creationTimestamp, kind, apiVersion) never change. Strategic
-        merge uses the status merge keys of :mod:`adapters.memory_patch` (other lists are
+        merge uses the status merge keys of :mod:`kdispatch.testing.memory_patch` (other lists are
         replaced whole). Request thread."""
         info = self._kinds.get(kind)
         flavour = patch_type or (info.patch if info is not None else "merge")
@@ -432,7 +408,7 @@ class InMemoryApiServer:
     ) -> None:
         """``pods/eviction``: delete the pod unless a PodDisruptionBudget forbids it now
         (:class:`~kdispatch.actors.errors.DisruptionBudgetError`, a 429; the rules are in
-        :mod:`adapters.memory_pdb`). ``uid``/``resource_version``: the deleteOptions'
+        :mod:`kdispatch.testing.memory_pdb`). ``uid``/``resource_version``: the deleteOptions'
         preconditions (409); ``uid=None``: none. Request thread."""
 
         def apply() -> Json:

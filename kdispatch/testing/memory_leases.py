@@ -1,12 +1,12 @@
 """``coordination.k8s.io/v1`` Leases for the embedded apiserver (what leader election needs).
 
-Leases live in the :class:`~kdispatch.adapters.memory.InMemoryApiServer`'s own store, so they
+Leases live in the :class:`~kdispatch.testing.memory.InMemoryApiServer`'s own store, so they
 share its single resourceVersion counter and watch events, like every object in etcd. This
 module adds what the generic admin surface lacks: the Lease's shape and validation, optimistic
 concurrency as the apiserver applies it (an ``update`` whose ``metadata.resourceVersion`` is not
 the stored one → ``ConflictError``/409; without one, an unconditional update, which the Lease
 strategy allows), merge patches, deletes with preconditions, and a log of lease writes with the
-writer's identity (:data:`~kdispatch.adapters.memory.request_writer`) for audits.
+writer's identity (:data:`~kdispatch.testing.memory.request_writer`) for audits.
 
 :func:`serve_http` maps the REST paths the official client's ``CoordinationV1Api`` uses::
 
@@ -32,16 +32,40 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kdispatch.actors.errors import ConflictError, InvalidRequestError, NotFoundError
 from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
 
+from .audit import request_writer
 from .memory_objects import clone, to_json
 from .memory_patch import json_merge
 
-if TYPE_CHECKING:
-    from .memory import InMemoryApiServer
+Json = dict[str, Any]
+
+
+class ObjectStore(Protocol):
+    """What the lease store needs of the apiserver it lives in (an
+    :class:`~kdispatch.testing.InMemoryApiServer`), named so this module does not import it."""
+
+    def create(self, obj: Mapping[str, Any]) -> Json: ...
+
+    def update(self, obj: Mapping[str, Any]) -> Json: ...
+
+    def get_object(self, kind: str, namespace: str, name: str) -> Json | None: ...
+
+    def list(self, kind: str, namespace: str | None = None) -> tuple[builtins.list[Json], str]: ...
+
+    def remove(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> Json: ...
+
 
 __all__ = ["LEASE", "LEASE_API_VERSION", "LeasePath", "LeaseStore", "LeaseWrite", "serve_http"]
 
@@ -49,7 +73,6 @@ LEASE = "Lease"
 LEASE_API_VERSION = "coordination.k8s.io/v1"
 PATH_PREFIX = "/apis/coordination.k8s.io/v1/"
 
-Json = dict[str, Any]
 
 _PATH = re.compile(
     r"^/apis/coordination\.k8s\.io/v1/(?:namespaces/(?P<ns>[^/]+)/)?leases(?:/(?P<name>[^/]+))?$"
@@ -97,7 +120,7 @@ class LeasePath:
 class LeaseStore:
     """Lease operations on one in-memory apiserver (see the module docstring)."""
 
-    def __init__(self, server: InMemoryApiServer, *, log_limit: int = 100_000) -> None:
+    def __init__(self, server: ObjectStore, *, log_limit: int = 100_000) -> None:
         self._server = server
         self._log_lock = threading.Lock()
         self._log: deque[LeaseWrite] = deque(maxlen=log_limit)
@@ -200,8 +223,6 @@ class LeaseStore:
     # ----------------------------------------------------------------- internals
 
     def _record(self, op: str, obj: Json, *, holder: str | None = None) -> None:
-        from .memory import request_writer  # the context variable lives with the server
-
         spec = obj.get("spec") or {}
         meta = obj["metadata"]
         entry = LeaseWrite(

@@ -3,7 +3,7 @@
 Both functions are pure and copy-on-write: they never mutate their inputs and share unchanged
 subtrees of the original with the result (the server never mutates a stored object, so sharing
 is safe). The patch must already be owned JSON (see
-:func:`kdispatch.adapters.memory_objects.to_json`).
+:func:`kdispatch.testing.memory_objects.to_json`).
 
 Strategic merge follows the apiserver for the fields kdispatch touches. Maps merge recursively
 and ``null`` deletes a key; lists are replaced whole unless the field has a merge key, in which

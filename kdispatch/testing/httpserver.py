@@ -85,7 +85,8 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
-from .memory import InMemoryApiServer, RequestRecord, request_writer
+from .audit import RequestRecord, request_writer
+from .memory import InMemoryApiServer
 from .memory_leases import LeasePath, LeaseWrite
 from .memory_leases import serve_http as serve_lease
 from .memory_patch import JsonPatchTestFailed
@@ -915,7 +916,7 @@ class ApiServerHTTP:
     def serve_extra(
         self, h: _Handler, method: str, path: str, query_string: str, body: Any
     ) -> bool:
-        """Serve ``coordination.k8s.io/v1`` leases (:mod:`adapters.memory_leases`) and the
+        """Serve ``coordination.k8s.io/v1`` leases (:mod:`kdispatch.testing.memory_leases`) and the
         request audit (``GET /debug/kdispatch/requests``: the in-memory server's request log
         with each writer, and the lease writes); False for any other path. Connection
         thread."""

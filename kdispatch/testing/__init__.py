@@ -1,0 +1,42 @@
+"""Everything that stands in for a cluster, for tests, examples and the main job's embedded mode.
+
+``from kdispatch.testing import InMemoryApiServer, ApiServerHTTP, make_pod``:
+
+* :class:`InMemoryApiServer`: an embedded apiserver with the real one's preconditions (UID and
+  resourceVersion → 409, double binding → 409, NotFound → 404, 429 with Retry-After, watches
+  with 410 Gone), fault injection (:class:`FaultPlan`, :class:`Latency`) and a request log
+  (:class:`RequestRecord`) in the order it applied requests. It is also an
+  :class:`~kdispatch.ApiBackend`, so a :class:`~kdispatch.Dispatcher` can use it directly.
+* :class:`ApiServerHTTP`: the same server over HTTP on 127.0.0.1, for the official client.
+* :class:`MemoryListWatch` and :class:`MemoryLeaseClient`: informers and leader election over
+  the in-memory server without HTTP.
+* :func:`make_pod`, :func:`make_node`, :func:`make_claim`, :func:`make_pdb`: object factories.
+* :mod:`kdispatch.testing.envtest`: the real etcd + kube-apiserver, built from the Go module
+  proxy and started for your own tests (``python -m kdispatch.testing.envtest``).
+
+Production code (:mod:`kdispatch.actors`, :mod:`kdispatch.adapters`) never imports this
+package; an import-linter contract holds that.
+"""
+
+from .audit import RequestRecord, request_writer
+from .httpserver import ApiServerHTTP
+from .lease_client import MemoryLeaseClient
+from .listwatch import MemoryListWatch
+from .memory import InMemoryApiServer
+from .memory_faults import FaultPlan, Latency
+from .memory_objects import make_claim, make_node, make_pdb, make_pod
+
+__all__ = [
+    "ApiServerHTTP",
+    "FaultPlan",
+    "InMemoryApiServer",
+    "Latency",
+    "MemoryLeaseClient",
+    "MemoryListWatch",
+    "RequestRecord",
+    "make_claim",
+    "make_node",
+    "make_pdb",
+    "make_pod",
+    "request_writer",
+]
