@@ -37,19 +37,20 @@ from typing import Any
 from kubernetes import client as k8s
 from loguru import logger
 
-from kdispatch.actors import (
+from kdispatch import (
     CallOutcomeError,
+    ClientListWatch,
+    Dispatcher,
     DispatcherClosed,
     DispatcherConfig,
     ExecutorConfig,
+    Informer,
+    KubernetesBackend,
     Outcome,
     PodBinding,
     PodStatusPatch,
     RateLimitConfig,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.adapters.informer import ClientListWatch, Informer
-from kdispatch.adapters.kubernetes import KubernetesBackend
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

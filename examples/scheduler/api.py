@@ -16,11 +16,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from kdispatch.actors.calls import Call
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import Outcome
-from kdispatch.actors.objects import Obj
-from kdispatch.adapters.process import ProcessDispatcher
+from kdispatch import Call, Dispatcher, Obj, Outcome, ProcessDispatcher
 
 CallFuture = Future[Outcome]
 

@@ -17,7 +17,7 @@ from examples.common import enable_verbose_logs
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch import InvalidInputError
 
 
 def parser() -> argparse.ArgumentParser:

@@ -38,16 +38,20 @@ from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.preemption import UNRESOLVABLE, Preemptions, select_victims
 from examples.scheduler.queue import SchedulingQueue
 from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Tracker
-from kdispatch.actors.calls import UNSET
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.errors import (
+from kdispatch import (
+    UNSET,
     CallOutcomeError,
+    ClaimStatusPatch,
     DispatcherClosed,
     InvalidInputError,
+    Obj,
     ObjectNotFound,
+    PodBinding,
+    PodStatusPatch,
+    get_path,
+    meta,
+    pod_node_name,
 )
-from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 
 UNSCHEDULABLE_REASON = "Unschedulable"
 

@@ -26,12 +26,15 @@ from typing import Any, Final
 
 from examples.scheduler.api import CallFuture
 from examples.scheduler.direct import DirectApi
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.errors import DispatcherClosed, InvalidInputError
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodPreemption
+from kdispatch import (
+    ApiBackend,
+    Call,
+    DispatcherClosed,
+    InvalidInputError,
+    Obj,
+    PodPreemption,
+    RetryConfig,
+)
 
 BINDING_CYCLE: Final = frozenset({"pod_binding", "claim_status_patch"})
 """Call types the binding cycle makes (they run on the binding threads)."""

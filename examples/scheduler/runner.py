@@ -45,23 +45,26 @@ from examples.scheduler.report import figures
 from examples.scheduler.tracker import Tracker
 from examples.scheduler.verify import BindingAudit, verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.config import (
+from kdispatch import (
+    ApiBackend,
+    ClientListWatch,
+    Dispatcher,
     DispatcherConfig,
     ExecutorConfig,
+    Informer,
+    InvalidInputError,
+    KubernetesBackend,
+    LeadershipLost,
+    LeaseElector,
+    ListWatch,
+    Obj,
+    ProcessDispatcher,
     RateLimitConfig,
     RetryConfig,
     RuntimeConfig,
+    meta,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import InvalidInputError, LeadershipLost
-from kdispatch.actors.objects import Obj, meta
-from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch
-from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.leader import LeaseElector
-from kdispatch.adapters.process import ProcessDispatcher
-from kdispatch.testing import MemoryListWatch
-from kdispatch.testing.memory import FaultPlan, InMemoryApiServer, Latency
+from kdispatch.testing import FaultPlan, InMemoryApiServer, Latency, MemoryListWatch
 
 API_MODES = ("async", "pre-kep", "all-blocking")
 """``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
