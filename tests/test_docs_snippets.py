@@ -103,3 +103,10 @@ def test_configuration_page_documents_every_field() -> None:
             assert row[2].strip() == f"`{_default(getattr(config, f.name))}`", f.name
             variable = "_".join(p for p in ("KDISPATCH", section.upper(), f.name.upper()) if p)
             assert row[3].strip() == f"`{variable}`", f.name
+
+
+def test_a_requires_line_names_what_a_snippet_needs() -> None:
+    page = ROOT / "README.md"
+    assert Snippet(page, 0, "# requires: envtest\nimport kdispatch\n").requires == "envtest"
+    assert Snippet(page, 0, "#requires:cluster\n").requires == "cluster"
+    assert Snippet(page, 0, "import kdispatch  # requires: cluster\n").requires is None
