@@ -110,3 +110,10 @@ def test_a_requires_line_names_what_a_snippet_needs() -> None:
     assert Snippet(page, 0, "# requires: envtest\nimport kdispatch\n").requires == "envtest"
     assert Snippet(page, 0, "#requires:cluster\n").requires == "cluster"
     assert Snippet(page, 0, "import kdispatch  # requires: cluster\n").requires is None
+
+
+def test_snippets_use_only_the_public_face() -> None:
+    """``kdispatch`` and ``kdispatch.testing``; deeper modules are internals."""
+    imports = re.compile(r"^\s*(?:from|import)\s+(kdispatch[\w.]*)", re.M)
+    used = {(s.name, m) for s in SNIPPETS for m in imports.findall(s.code)}
+    assert used and {m for _, m in used} <= {"kdispatch", "kdispatch.testing"}, used
