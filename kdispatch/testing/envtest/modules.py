@@ -16,20 +16,23 @@ MODULES_DIR = Path(__file__).resolve().parent / "modules"
 
 @dataclass(frozen=True)
 class PinnedModule:
-    """A wrapper module: its folder under ``modules/`` and the module it pins."""
+    """A wrapper module: its folder ``root/name`` and the module it pins."""
 
     name: str
     pins: str
+    root: Path = MODULES_DIR
 
     @property
     def dir(self) -> Path:
-        return MODULES_DIR / self.name
+        return self.root / self.name
 
     @property
     def version(self) -> str:
         """The version of :attr:`pins` required by the wrapper's ``go.mod``."""
         for line in (self.dir / "go.mod").read_text().splitlines():
-            parts = line.split()
+            parts = line.split("//", 1)[0].split()
+            if parts[:1] == ["require"]:  # the one-line form; a block's lines have no keyword
+                parts = parts[1:]
             if len(parts) >= 2 and parts[0] == self.pins and parts[1].startswith("v"):
                 return parts[1]
         raise LookupError(f"{self.dir / 'go.mod'} does not pin {self.pins}")

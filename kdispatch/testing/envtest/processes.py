@@ -1,9 +1,13 @@
 """Child processes that cannot outlive their parent, and the polling that waits for them.
 
 Every child runs in its own session (so its process group is its own and a signal to the
-parent's group does not reach it), under ``setpriv --pdeathsig TERM`` where util-linux has it
-(the kernel sends SIGTERM when the thread that started it dies, even by SIGKILL), and is
+parent's group does not reach it), under ``setpriv --pdeathsig KILL`` where util-linux has it
+(the kernel sends SIGKILL when the thread that started it dies, even by SIGKILL), and is
 stopped with SIGTERM and then SIGKILL to its whole group. Runs on the caller's thread.
+
+Why KILL on the parent's death: every component gets it at once, and a kube-apiserver told to
+terminate while its etcd goes away waits on etcd for good (measured: still running minutes
+later); with the parent gone nobody needs an orderly shutdown of throwaway test data.
 """
 
 from __future__ import annotations
@@ -53,11 +57,11 @@ def wait_for(
 
 
 def with_parent_death_signal(args: list[str]) -> list[str]:
-    """``args`` under ``setpriv --pdeathsig TERM`` when available (the setting survives
+    """``args`` under ``setpriv --pdeathsig KILL`` when available (the setting survives
     ``exec``, so the pid is the program's own). Without ``setpriv`` the owner's ``atexit``
     hook is the only fallback."""
     setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "TERM", "--", *args] if setpriv else args
+    return [setpriv, "--pdeathsig", "KILL", "--", *args] if setpriv else args
 
 
 class Process:
