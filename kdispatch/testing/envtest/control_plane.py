@@ -169,12 +169,15 @@ class ControlPlane:
         makes the ``default`` namespace itself, shortly after ``/readyz``; the ``default``
         ServiceAccount in it is the ServiceAccount admission plugin's precondition."""
         api = self._api()
-        wait_for(
-            lambda: api.request("GET", "/api/v1/namespaces/default")[0] == 200,
-            _left(deadline),
-            "the apiserver to create the default namespace",
-            interval=0.1,
-        )
+        try:
+            wait_for(
+                lambda: api.request("GET", "/api/v1/namespaces/default")[0] == 200,
+                _left(deadline),
+                "the apiserver to create the default namespace",
+                interval=0.1,
+            )
+        except TimeoutError as exc:
+            raise ControlPlaneError(str(exc)) from None
         self.create_namespace("default")
 
     # ----------------------------------------------------------------- access
@@ -219,7 +222,7 @@ class ControlPlane:
 
     @property
     def processes(self) -> list[Process]:
-        """The running children, in start order."""
+        """The children started (running or not), in start order."""
         parts = (self.etcd, self.apiserver, self.kube_scheduler)
         return [p.process for p in parts if p is not None and p.process is not None]
 
