@@ -41,9 +41,11 @@ from .messages import (
     Cancel,
     Close,
     Deleted,
+    FailDependency,
     Grant,
     Job,
     Observed,
+    Release,
     Revoke,
     Submit,
     View,
@@ -90,7 +92,7 @@ class ActorContext:
     closing: bool = False
 
 
-_REROUTED = (Observed, Cancel, Revoke)
+_REROUTED = (Observed, Cancel, Revoke, Release, FailDependency)
 """Messages a retiring actor hands back to the registry (a type tuple built once)."""
 
 _OUTCOME_LABEL = {
@@ -127,7 +129,7 @@ class ObjectActor(PooledActor):
                 )
                 return None
             self.open[future] = message.call.call_type
-            effects = machine.submit(message.call, future)
+            effects = machine.submit(message.call, future, message.holds)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)
@@ -151,6 +153,10 @@ class ObjectActor(PooledActor):
             effects = machine.close()
         elif kind is Revoke:
             effects = machine.revoke(message.error)
+        elif kind is Release:
+            effects = machine.release(message.token)
+        elif kind is FailDependency:
+            effects = machine.dependency_failed(message.token, message.cause)
         else:
             return super().on_receive(message)
         self._carry_out(effects)

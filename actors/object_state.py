@@ -29,7 +29,18 @@ accepts; anything else is an :class:`InvalidTransition`, as a bug):
 * ``deleted()`` — informer delete or 404: cancel what waits, retire (``Resolve``, ``Retire``);
 * ``cancel(call_type)`` — a caller withdraws pending calls (``Resolve``);
 * ``close()`` — dispatcher shutdown (``Resolve``, ``Retire``);
-* ``revoke(error)`` — leadership lost: everything not on the wire resolves with ``error``.
+* ``revoke(error)`` — leadership lost: everything not on the wire resolves with ``error``;
+* ``release(token)`` — a prerequisite succeeded: calls held on ``token`` lose that hold
+  (``Ready`` once the head call holds nothing);
+* ``dependency_failed(token, cause)`` — a prerequisite failed: calls held on ``token`` resolve
+  :class:`~.errors.DependencyFailed` and are never sent (``Resolve``, ``Ready``).
+
+Held calls (DESIGN §3 "Call groups across objects"): ``submit(call, future, holds)`` admits a
+call at once (merge, supersession, staleness, elision and preemption as usual) but does not send
+it while it holds any token; one object's calls go in order, so calls behind a held head wait
+too. A held call asks for no grant (no token, no worker, no lane). A merged entry holds the
+union of both entries' holds; a call put back after a retry or a 409 holds nothing (it was
+sent, so its prerequisites had succeeded).
 
 Preemption is ``submit`` of an *exclusive* call: it cancels every pending call and becomes
 the only one.
@@ -44,6 +55,7 @@ object arrives meanwhile.
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -55,6 +67,7 @@ from .errors import (
     CallFailed,
     CallOutcomeError,
     CallStale,
+    DependencyFailed,
     DispatcherClosed,
     ObjectNotFound,
     Outcome,
@@ -62,6 +75,7 @@ from .errors import (
 from .objects import Obj, get_path, is_newer, resource_version
 
 __all__ = [
+    "NO_HOLDS",
     "TRANSITIONS",
     "Done",
     "Effect",
@@ -109,7 +123,9 @@ class InvalidTransition(RuntimeError):
     """An event the current state does not accept: a bug in the shell or the executor."""
 
 
-_ALL: Final = frozenset({"submit", "observed", "deleted", "cancel", "close", "revoke"})
+_ALL: Final = frozenset(
+    {"submit", "observed", "deleted", "cancel", "close", "revoke", "release", "dependency_failed"}
+)
 TRANSITIONS: Final[dict[State, frozenset[str]]] = {
     State.IDLE: _ALL | {"grant"},
     State.PENDING: _ALL | {"grant"},
@@ -201,6 +217,9 @@ class Done:
 
 _UNJUDGED: Final[Any] = object()
 
+NO_HOLDS: Final[frozenset[Hashable]] = frozenset()
+"""The holds of a call that waits for nothing (shared: most calls)."""
+
 
 class _Entry:
     """A tracked call and its caller's future."""
@@ -212,15 +231,17 @@ class _Entry:
         "deadline",
         "failures",
         "future",
+        "holds",
         "judged_obs",
         "judged_trust",
         "not_before",
         "sent_rv",
     )
 
-    def __init__(self, call: Call, future: Any) -> None:
+    def __init__(self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS) -> None:
         self.call = call
         self.future = future
+        self.holds = holds  # prerequisite tokens not released yet: not sendable while any
         self.attempt = 0  # requests of this call already sent (re-reads not counted)
         self.conflicts = 0  # 409s already rebased on
         self.failures = 0  # retryable failures (sends and re-reads)
@@ -304,12 +325,15 @@ class ObjectState:
 
     # ------------------------------------------------------------------ events
 
-    def submit(self, call: Call, future: Any) -> list[Effect]:
+    def submit(
+        self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS
+    ) -> list[Effect]:
         """A caller's new call. Exclusive calls preempt; others merge, supersede, are skipped,
-        or queue behind what is pending."""
+        or queue behind what is pending. With ``holds`` (opaque tokens), the call is admitted
+        the same way but not sent before :meth:`release` removed every token."""
         self._check("submit")
         out: list[Effect] = []
-        entry = _Entry(call, future)
+        entry = _Entry(call, future, holds)
         if self.gone:
             self._fail(out, entry, CallCancelled, "object deleted")
             return out
@@ -330,8 +354,8 @@ class ObjectState:
         send: Send | None = None
         while self.queue and self.inflight is None and not self.gone:
             entry = self.queue[0]
-            if entry.not_before > now:
-                break  # backing off: _settle sends a delayed Ready
+            if entry.holds or entry.not_before > now:
+                break  # held, or backing off (_settle sends a delayed Ready)
             call = entry.call
             self.queue.pop(0)
             verdict = self._judge(entry)
@@ -417,6 +441,38 @@ class ObjectState:
         self.queue = []
         return self._settle(out)
 
+    def release(self, token: Hashable) -> list[Effect]:
+        """A prerequisite succeeded: no call holds ``token`` any more; a head call left with
+        no holds becomes sendable."""
+        self._check("release")
+        for entry in self.queue:
+            holds = entry.holds
+            if token in holds:
+                entry.holds = holds - {token}
+        return self._settle([])
+
+    def dependency_failed(self, token: Hashable, cause: BaseException) -> list[Effect]:
+        """A prerequisite failed (or was cancelled): every call holding ``token`` resolves
+        :class:`~.errors.DependencyFailed` with ``cause`` and leaves the queue unsent."""
+        self._check("dependency_failed")
+        out: list[Effect] = []
+        keep: list[_Entry] = []
+        for entry in self.queue:
+            if token in entry.holds:
+                call = entry.call
+                ctype = call.call_type
+                error = DependencyFailed(
+                    f"{call.describe()} not sent: a prerequisite failed: {cause}",
+                    uid=self.uid,
+                    call_type=ctype,
+                    cause=cause,
+                )
+                out.append(Resolve(entry.future, ctype, error))
+            else:
+                keep.append(entry)
+        self.queue = keep
+        return self._settle(out)
+
     # ------------------------------------------------------------------ submit rules
 
     def _preempt(self, out: list[Effect], entry: _Entry) -> None:
@@ -434,6 +490,8 @@ class ObjectState:
             out.append(Merged(call.call_type))
             entry.call = call.merge(same.call)
             self._inherit(entry, same)
+            if same.holds:
+                entry.holds = entry.holds | same.holds
             out.append(Resolve(same.future, same.call.call_type, _OVERWRITTEN))
         inflight = self.inflight
         if inflight is not None and inflight.call.call_type == call.call_type:
@@ -467,6 +525,8 @@ class ObjectState:
                 out.append(Merged(ctype))
                 entry.call = call.merge(pending.call)
                 self._inherit(entry, pending)
+                if pending.holds:
+                    entry.holds = entry.holds | pending.holds
                 out.append(Resolve(pending.future, ctype, _OVERWRITTEN))
                 if self._is_noop(entry.call):
                     del queue[i]
@@ -623,7 +683,8 @@ class ObjectState:
 
     def _requeue_front(self, out: list[Effect], entry: _Entry) -> None:
         """Put a call that was in flight back at the head, merged with what arrived meanwhile
-        (a call of the same type), unless a superseding or exclusive call took over."""
+        (a call of the same type), unless a superseding or exclusive call took over. It holds
+        nothing (it was sent); merged into a held pending call, it waits with that call."""
         ctype = entry.call.call_type
         for i, pending in enumerate(self.queue):
             if pending.call.exclusive:
@@ -841,7 +902,7 @@ class ObjectState:
             self.state = State.PENDING if queue else State.IDLE
         else:
             self.state = State.IN_FLIGHT_PENDING if queue else State.IN_FLIGHT
-        if queue and inflight is None:
+        if queue and inflight is None and not queue[0].holds:
             head = queue[0]
             lane = self.ready_lane
             if lane is None or head.call.relevance > lane:
