@@ -248,7 +248,8 @@ EVENT_DOCS: Final[dict[Event, str]] = {
     "(or an older one ignored); some still wait, or none did",
     Event.OBSERVED_CLEARED: "informer update: every pending call resolved (elided or stale)",
     Event.DELETED: "informer delete or a synthetic one: pending calls resolve (`CallCancelled`; "
-    "a pending deletion `SUCCESS`), `Retire` (final once nothing is in flight)",
+    "a pending deletion `SUCCESS`), `Retire` (final once nothing is in flight; nothing more "
+    "when gone already)",
     Event.CANCEL: "a caller withdraws pending calls; some still wait, or none did",
     Event.CANCEL_CLEARED: "a caller withdraws the last pending calls",
     Event.CLOSE: "dispatcher shutdown: everything resolves `DispatcherClosed`, `Retire` "
@@ -259,7 +260,8 @@ EVENT_DOCS: Final[dict[Event, str]] = {
     "once the head holds nothing)",
     Event.DEPENDENCY_FAILED: "a prerequisite failed: calls held on its token resolve "
     "`DependencyFailed`; others still wait, or none did",
-    Event.DEPENDENCY_FAILED_CLEARED: "a prerequisite failed and the last pending calls held on it",
+    Event.DEPENDENCY_FAILED_CLEARED: "a prerequisite failed: the calls held on its token were "
+    "the last pending ones",
 }
 
 
