@@ -113,7 +113,9 @@ def test_a_requires_line_names_what_a_snippet_needs() -> None:
 
 
 def test_snippets_use_only_the_public_face() -> None:
-    """``kdispatch`` and ``kdispatch.testing``; deeper modules are internals."""
+    """``kdispatch``, ``kdispatch.testing`` and its real control plane
+    ``kdispatch.testing.envtest``; deeper modules are internals."""
     imports = re.compile(r"^\s*(?:from|import)\s+(kdispatch[\w.]*)", re.M)
     used = {(s.name, m) for s in SNIPPETS for m in imports.findall(s.code)}
-    assert used and {m for _, m in used} <= {"kdispatch", "kdispatch.testing"}, used
+    public = {"kdispatch", "kdispatch.testing", "kdispatch.testing.envtest"}
+    assert used and {m for _, m in used} <= public, used
