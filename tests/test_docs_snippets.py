@@ -19,6 +19,7 @@ import pytest
 from loguru import logger
 
 from kdispatch import DispatcherConfig, KubernetesBackend
+from kdispatch.actors.config_load import env_variables
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
 from tests.snippets import PAGES, ROOT, Snippet, all_snippets, run
 
@@ -103,6 +104,8 @@ def test_configuration_page_documents_every_field() -> None:
             assert row[2].strip() == f"`{_default(getattr(config, f.name))}`", f.name
             variable = "_".join(p for p in ("KDISPATCH", section.upper(), f.name.upper()) if p)
             assert row[3].strip() == f"`{variable}`", f.name
+    named = set(re.findall(r"`(KDISPATCH_[A-Z_]+)`", page))
+    assert named == set(env_variables(DispatcherConfig))  # what from_env reads, no more
 
 
 def test_a_requires_line_names_what_a_snippet_needs() -> None:
