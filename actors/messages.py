@@ -38,6 +38,11 @@ class CallFuture(Future[Outcome]):
     ``_condition``). Any thread.
     """
 
+    # Set by the dispatcher that returned the future, so ``after=`` can check and follow it
+    # (:mod:`.holds`); class defaults, so an untagged future costs nothing.
+    owner: object = None
+    call: Call | None = None
+
     def __init__(self) -> None:
         self._cond: threading.Condition | None = None
         self._state = PENDING
