@@ -307,6 +307,9 @@ class Dispatcher:
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
         uid = call.ref.uid
+        if call.exclusive and self._owned and uid in self._owned:
+            # before the preemption reaches the owner: its groups go first, with this cause
+            self._cancel_owned(uid, "owner_preempted", spare=group)
         message = Submit(call, future)
         hold: Hold | None = None
         if prereqs or group is not None:
@@ -335,8 +338,6 @@ class Dispatcher:
             )
         if hold is not None:
             self._deps.arm(hold)
-        if call.exclusive and self._owned and uid in self._owned:
-            self._cancel_owned(uid, "owner_preempted", spare=group)
         return future
 
     def _hold(
@@ -580,7 +581,7 @@ class Dispatcher:
         with self._groups_lock:
             groups = list(self._open_groups)
         for group in groups:
-            group.seal()
+            group._seal(closing=True)
 
     @property
     def open_groups(self) -> int:

@@ -100,6 +100,7 @@ class CallGroup:
         self._cancelled: str | None = None
         self._cause: CallCancelled | None = None
         self._finished = False
+        self._closing = False  # sealed by the dispatcher's stop or revoke
 
     def __repr__(self) -> str:
         state = (
@@ -121,7 +122,7 @@ class CallGroup:
         waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
         cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
         with self._lock:
-            if self._sealed and self._cancelled is None:
+            if self._sealed and self._cancelled is None and not self._closing:
                 raise GroupClosedError(f"{self!r} is sealed: start another group")
             cause = self._cause
         if cause is not None:
@@ -190,8 +191,14 @@ class CallGroup:
 
     def seal(self) -> None:
         """Any thread. No more steps: ``future`` resolves once every step has. Idempotent."""
+        self._seal(closing=False)
+
+    def _seal(self, *, closing: bool) -> None:
+        """Seal; with ``closing`` (the dispatcher stops or is revoked), a later ``submit``
+        raises the dispatcher's error instead of :class:`GroupClosedError`."""
         with self._lock:
             self._sealed = True
+            self._closing = self._closing or closing
         self._maybe_finish()
 
     def __enter__(self) -> Self:
