@@ -36,6 +36,7 @@ from .calls import Call, CallTypeRegistry, plain_basis
 from .config import DispatcherConfig
 from .errors import (
     CallCancelled,
+    CallFailed,
     DependencyFailed,
     DispatcherClosed,
     InvalidInputError,
@@ -324,12 +325,18 @@ class Dispatcher:
             if held is not None:
                 hold = held
                 message = Submit(call, future, frozenset((hold,)))
+        if self._deps.watched:  # this call may overwrite a prerequisite: link it first
+            self._deps.link(call, future)
         try:
             with DirectTurns() if self._caller_turns else _NO_BLOCK:
                 routed = self._registry.tell(uid, message, self._spawner(uid))
-        except BaseException:  # ActorLimitExceeded, or a spawn that failed: not pending
+        except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future)
+            # nobody holds this future but a held call that follows it (a successor link)
+            future.set_exception(
+                CallFailed(str(exc), uid=uid, call_type=call.call_type, cause=exc)
+            )
             self._on_resolved()
             raise
         if not routed:  # tombstoned: the object was deleted

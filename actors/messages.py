@@ -42,6 +42,7 @@ class CallFuture(Future[Outcome]):
     # (:mod:`.holds`); class defaults, so an untagged future costs nothing.
     owner: object = None
     call: Call | None = None
+    successor: CallFuture | None = None  # a newer call that may overwrite this one (.holds)
 
     def __init__(self) -> None:
         self._cond: threading.Condition | None = None
