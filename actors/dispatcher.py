@@ -334,9 +334,7 @@ class Dispatcher:
             if prereqs or group is not None:
                 self._deps.discard(future)
             # nobody holds this future but a held call that follows it (a successor link)
-            future.set_exception(
-                CallFailed(str(exc), uid=uid, call_type=call.call_type, cause=exc)
-            )
+            future.set_exception(CallFailed(str(exc), uid=uid, call_type=call.call_type, cause=exc))
             self._on_resolved()
             raise
         if not routed:  # tombstoned: the object was deleted
