@@ -62,6 +62,7 @@ from .object_state import (
     Resolve,
     Retire,
     Send,
+    about,
 )
 from .registry import ReapRequest, Registry
 from .runtime import ActorPool, PooledActor
@@ -296,14 +297,21 @@ class ObjectActor(PooledActor):
                 self._resolve(
                     call.call_type,
                     message.future,
-                    CallFailed(str(exc), uid=self.uid, call_type=call.call_type, cause=exc),
+                    CallFailed(
+                        about(call.ref, str(exc)),
+                        uid=self.uid,
+                        call_type=call.call_type,
+                        cause=exc,
+                    ),
                 )
                 return
             if not routed:
                 self._resolve(
                     call.call_type,
                     message.future,
-                    CallCancelled("object deleted", uid=self.uid, call_type=call.call_type),
+                    CallCancelled(
+                        about(call.ref, "object deleted"), uid=self.uid, call_type=call.call_type
+                    ),
                 )
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
