@@ -310,7 +310,8 @@ class Dependencies:
     @property
     def held(self) -> int:
         """Held calls whose prerequisites have not all resolved. Any thread."""
-        return sum(1 for h in list(self._holds.values()) if h.state is HoldState.WAITING)
+        with self._lock:
+            return sum(1 for h in self._holds.values() if h.state is HoldState.WAITING)
 
     # ------------------------------------------------------------------ callbacks
 
