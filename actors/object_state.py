@@ -64,9 +64,11 @@ from .errors import (
 from .objects import Obj, ObjectRef, get_path, is_newer, resource_version
 
 __all__ = [
+    "EVENT_DOCS",
     "NO_HOLDS",
     "TABLE",
     "TRANSITIONS",
+    "TRUST_DOCS",
     "TRUST_TABLE",
     "Done",
     "Effect",
