@@ -308,9 +308,6 @@ class Dispatcher:
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
         uid = call.ref.uid
-        if call.exclusive and self._owned and uid in self._owned:
-            # before the preemption reaches the owner: its groups go first, with this cause
-            self._cancel_owned(uid, "owner_preempted", spare=group)
         message = Submit(call, future)
         hold: Hold | None = None
         if prereqs or group is not None:
@@ -325,6 +322,9 @@ class Dispatcher:
             if held is not None:
                 hold = held
                 message = Submit(call, future, frozenset((hold,)))
+        if call.exclusive and self._owned and uid in self._owned:
+            # before the preemption reaches the owner: its groups go first, with this cause
+            self._cancel_owned(uid, "owner_preempted", spare=group)
         if self._deps.watched:  # this call may overwrite a prerequisite: link it first
             self._deps.link(call, future)
         try:
