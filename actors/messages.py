@@ -38,6 +38,12 @@ class CallFuture(Future[Outcome]):
     ``_condition``). Any thread.
     """
 
+    # Set by the dispatcher that returned the future, so ``after=`` can check and follow it
+    # (:mod:`.holds`); class defaults, so an untagged future costs nothing.
+    owner: object = None
+    call: Call | None = None
+    successor: CallFuture | None = None  # a newer call that may overwrite this one (.holds)
+
     def __init__(self) -> None:
         self._cond: threading.Condition | None = None
         self._state = PENDING
