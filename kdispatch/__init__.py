@@ -65,6 +65,7 @@ from .actors.errors import (
     UnknownCallTypeError,
     UnknownKindError,
 )
+from .actors.event_calls import EventRecord, EventRecorder
 from .actors.eviction_calls import PodEviction
 from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .actors.kinds import register as register_kind
@@ -82,6 +83,7 @@ from .actors.objects import (
     uid_of,
 )
 from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from .actors.ratelimit import TokenBucket
 from .adapters.aio_informer import AioInformer
 from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
 from .adapters.kubernetes import KubernetesBackend, ObjectList
@@ -127,6 +129,8 @@ __all__ = [
     "DispatcherProcessDied",
     "DisruptionBudgetError",
     "ElectionConfig",
+    "EventRecord",
+    "EventRecorder",
     "EvictionBackend",
     "ExecutorConfig",
     "ForbiddenError",
@@ -165,6 +169,7 @@ __all__ = [
     "RetryConfig",
     "RuntimeConfig",
     "ServerError",
+    "TokenBucket",
     "TooManyRequestsError",
     "UnauthorizedError",
     "UnknownCallTypeError",
