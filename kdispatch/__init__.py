@@ -65,7 +65,8 @@ from .actors.errors import (
     UnknownCallTypeError,
     UnknownKindError,
 )
-from .actors.event_calls import EventRecord, EventRecorder
+from .actors.event_calls import EventRecord
+from .actors.event_recorder import EventRecorder
 from .actors.eviction_calls import PodEviction
 from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .actors.kinds import register as register_kind
