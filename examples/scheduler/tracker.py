@@ -89,6 +89,16 @@ class Tracker:
         with self._lock:
             self.binding_latencies.append(seconds)
 
+    def active_window(self) -> float:
+        """Any thread. Seconds from the first call submitted (a binding, a status patch, a
+        claim write or a preemption) to the last one resolved; 0.0 before any resolved."""
+        with self._lock:
+            start = min((i.submitted for i in self.intents), default=None)
+            end = max((i.resolved for i in self.intents if i.resolved is not None), default=None)
+        if start is None or end is None:
+            return 0.0
+        return max(0.0, end - start)
+
     def snapshot(self) -> list[Intent]:
         """Any thread. A copy of the intents list."""
         with self._lock:
