@@ -30,10 +30,11 @@ Scheduling when tokens or slots are scarce: the highest-relevance non-empty lane
 guaranteed ``lane_min_share`` of the grants, so nothing starves.
 
 Best effort (Events, lane ``BEST_EFFORT``): the lane below all others, with no guaranteed
-share. It is granted only when no other lane and no started job waits, a token is there now
-and a second worker stays free for whatever comes next; so it never takes a token or a worker
-something else waits for. An object that waited ``best_effort_max_wait`` is dropped: it gets
-a grant that reserves nothing, and its ``job`` answers ``FAILED`` with
+share. It is granted only when no other lane and no started job waits, a token is there now,
+a second worker stays free for whatever comes next, and fewer than a quarter of the workers
+(at least one) are sending best-effort requests; so it never takes a token or a worker
+something else waits for, and a burst of other calls finds most workers free. An object that
+waited ``best_effort_max_wait`` is dropped: it gets a grant that reserves nothing, and its ``job`` answers ``FAILED`` with
 :class:`~.errors.RequestDropped` without sending. A best-effort job's follow-up request (the
 create after a 404) takes a spare token at once or is dropped the same way; never does it wait
 ahead of new grants. Drops are counted in ``kdispatch_events_dropped_total{reason}``.
@@ -210,6 +211,9 @@ class Executor:
         # Best-effort objects granted only to be dropped: their job answers without a request
         # and without a token or a slot.
         self._dropping: set[str] = set()
+        # Best-effort objects granted or being sent (at most a quarter of the workers).
+        self._best_effort: set[str] = set()
+        self._best_effort_cap = max(1, config.workers // 4)
         self._granted = 0  # grants not yet answered
         self._running = 0  # jobs queued or being sent
         self._followups = 0  # requests of started jobs waiting for a token
@@ -275,6 +279,8 @@ class Executor:
                 and self._bucket.try_take() == 0
             ):
                 self._granted += 1
+                if relevance == BEST_EFFORT:
+                    self._best_effort.add(uid)
                 return True
             self._enqueue(uid, ref, relevance)
             grants = self._grant_locked()
@@ -292,6 +298,7 @@ class Executor:
                 return self._dropped(job)
             self._granted -= 1
             if self._stopping:
+                self._best_effort.discard(uid)
                 self._bucket.refund()
                 return None
             self._running += 1
@@ -312,6 +319,7 @@ class Executor:
             if uid is not None and uid in self._dropping:
                 self._dropping.discard(uid)
                 return
+            self._best_effort.discard(uid or "")
             self._granted -= 1
             self._bucket.refund()
             grants = self._grant_locked()
@@ -378,7 +386,10 @@ class Executor:
         return Done(call, Result.FAILED, None, err, 0.0)
 
     def _spare_slot(self, free: int) -> bool:
-        """Whether a best-effort grant leaves a worker free for what comes next."""
+        """Whether a best-effort grant leaves a worker free for what comes next and keeps
+        best-effort requests under their share of the workers. Lock held."""
+        if len(self._best_effort) >= self._best_effort_cap:
+            return False
         return free >= 2 or self._config.workers == 1
 
     def count_request(self, call_type: str, verb: str) -> None:
@@ -409,6 +420,8 @@ class Executor:
                 return None
             if len(nonempty) > 1 and nonempty[-1] == BEST_EFFORT:
                 nonempty.pop()
+            elif nonempty == [BEST_EFFORT] and len(self._best_effort) >= self._best_effort_cap:
+                return None
             uid, ref, since, lane = self._pick(nonempty)
             if uid not in self._sending:
                 return uid, ref, since, lane
@@ -464,6 +477,8 @@ class Executor:
             grants.append(picked)
             self._granted += 1
             slots -= 1
+            if picked[3] == BEST_EFFORT:
+                self._best_effort.add(picked[0])
         self._expire_best_effort(now, grants)
         return grants
 
@@ -506,6 +521,7 @@ class Executor:
         with self._lock:
             self._running -= 1
             self._sending.discard(uid)
+            self._best_effort.discard(uid)
             deferred = self._deferred.pop(uid, None)
             if deferred is not None:
                 self._enqueue(uid, deferred[0], deferred[1])
