@@ -34,10 +34,11 @@ share. It is granted only when no other lane and no started job waits, a token i
 a second worker stays free for whatever comes next, and fewer than a quarter of the workers
 (at least one) are sending best-effort requests; so it never takes a token or a worker
 something else waits for, and a burst of other calls finds most workers free. An object that
-waited ``best_effort_max_wait`` is dropped: it gets a grant that reserves nothing, and its ``job`` answers ``FAILED`` with
-:class:`~.errors.RequestDropped` without sending. A best-effort job's follow-up request (the
-create after a 404) takes a spare token at once or is dropped the same way; never does it wait
-ahead of new grants. Drops are counted in ``kdispatch_events_dropped_total{reason}``.
+waited ``best_effort_max_wait`` is dropped: it gets a grant that reserves nothing, and its
+``job`` answers ``FAILED`` with :class:`~.errors.RequestDropped` without sending. A
+best-effort job's follow-up request (the create after a 404) takes a spare token at once or is
+dropped the same way; never does it wait ahead of new grants. Drops are counted in
+``kdispatch_events_dropped_total{reason}``.
 
 Classification: 409 → one GET of the object, then ``CONFLICT`` (the actor re-validates or
 rebases); 404 → ``NOT_FOUND``; 429, 5xx, timeouts and connection errors → ``RETRY`` with the
