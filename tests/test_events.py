@@ -182,14 +182,14 @@ def test_best_effort_registration_rules() -> None:
 
 
 def test_events_never_delay_bindings_and_drops_are_counted() -> None:
-    """Under throttling (20 qps, burst 1), a flood of Events waits in the best-effort lane:
+    """Under throttling (10 qps, burst 1), a flood of Events waits in the best-effort lane:
     bindings submitted after it are sent with the next tokens, none of the flood's Events
     between them, and the Events that waited too long are dropped and counted."""
     server = InMemoryApiServer()
     server.create(make_node("n1", cpu_m=100_000, mem_mi=100_000))
     pods = [server.create(make_pod(f"p{i}", uid=f"u-p{i}")) for i in range(50)]
     config = DispatcherConfig(
-        rate_limit=RateLimitConfig(qps=20, burst=1),
+        rate_limit=RateLimitConfig(qps=10, burst=1),
         executor=ExecutorConfig(workers=4, best_effort_max_wait=0.5),
     )
     registry = CollectorRegistry()
@@ -208,7 +208,8 @@ def test_events_never_delay_bindings_and_drops_are_counted() -> None:
     binds = [i for i, r in enumerate(log) if r.op == "bind"]
     assert len(binds) == 5
     assert binds == list(range(binds[0], binds[0] + 5))  # no Event between the bindings
-    assert binds[0] <= before + 1  # at most the one Event already granted went first
+    # at most the Event in flight and one granted before the bindings arrived went first
+    assert binds[0] <= before + 2
     sent = [r for r in log if r.kind == "Event"]
     failed = []
     for f in flood:
