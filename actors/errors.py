@@ -94,6 +94,24 @@ class CallCancelled(CallOutcomeError):
     result_label = "cancelled"
 
 
+class DependencyFailed(CallCancelled):
+    """A prerequisite call (on another object) failed or was cancelled, so this call was never
+    sent; ``cause`` holds the prerequisite's exception."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        uid: str = "",
+        call_type: str = "",
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, uid=uid, call_type=call_type)
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+
+
 class CallConflict(CallOutcomeError):
     """The server kept answering 409 Conflict after the bounded number of rebases."""
 
