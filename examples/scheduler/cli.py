@@ -2,8 +2,7 @@
 
 Parses the options into a :class:`~examples.scheduler.runner.RunConfig`, runs it with a progress
 bar on stderr, prints the summary table on stdout and optionally writes the figures as JSON.
-Exit status: 0 when the run verified clean (no duplicate binding, no lost intent, no pod left
-unsettled), 1 otherwise,
+Exit status: 0 when the run verified clean (no duplicate binding, no lost intent), 1 otherwise,
 2 for bad options, 3 when the replica lost its leader lease (``--leader-elect``), 130 when
 interrupted. SIGTERM ends the run gracefully (drain, then release the lease).
 """
