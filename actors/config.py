@@ -120,13 +120,17 @@ class ExecutorConfig:
     ``workers``: request threads (bounded parallelism; size the client's connection pool to at
     least this). ``lane_min_share``: the share of tokens guaranteed to lower-relevance lanes
     while they have work, so status patches are delayed but never starved by bindings.
+    ``best_effort_max_wait``: seconds a best-effort call (an Event) may wait for a spare token
+    and worker before it is dropped unsent (counted in ``kdispatch_events_dropped_total``).
     """
 
     workers: int = 8
     lane_min_share: float = 0.1
+    best_effort_max_wait: float = 10.0
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
+        _positive("best_effort_max_wait", self.best_effort_max_wait, allow_zero=True)
         _positive("lane_min_share", self.lane_min_share, allow_zero=True)
         if self.lane_min_share >= 1:
             raise InvalidConfigError("lane_min_share must be < 1")

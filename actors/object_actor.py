@@ -75,7 +75,7 @@ class ExecutorPort(Protocol):
 
     def job(self, job: Job) -> Done | None: ...
 
-    def refund(self) -> None: ...
+    def refund(self, uid: str | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -189,7 +189,7 @@ class ObjectActor(PooledActor):
                     effects.extend(machine.done(done, ctx.clock()))
             elif kind is Refund:
                 self.granted = False
-                ctx.executor.refund()
+                ctx.executor.refund(self.uid)
             elif kind is Merged:
                 ctx.metrics.merge(effect.call_type)  # type: ignore[union-attr]
             elif kind is Rebased:
@@ -277,7 +277,7 @@ class ObjectActor(PooledActor):
         self._update_pending()
         if self.granted:  # the crash interrupted a grant: give the slot and token back
             self.granted = False
-            self.ctx.executor.refund()
+            self.ctx.executor.refund(self.uid)
         self.ctx.registry.forget(self.uid, self.actor_ref)
 
     def on_dropped(self, message: object) -> None:
@@ -316,4 +316,4 @@ class ObjectActor(PooledActor):
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
         elif isinstance(message, Grant):
-            ctx.executor.refund()
+            ctx.executor.refund(self.uid)
