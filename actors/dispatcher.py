@@ -43,9 +43,7 @@ from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
 from .pod_calls import PodPreemption
 from .registry import Registry
-from .runtime import ActorPool, DirectTurns
-
-_NO_BLOCK = contextlib.nullcontext()  # submit's block when turns are not run by the caller
+from .runtime import ActorPool
 
 
 class Dispatcher:
@@ -134,7 +132,6 @@ class Dispatcher:
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._gc = GcTuner(config.runtime)
-        self._caller_turns = config.runtime.caller_turns
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -231,8 +228,7 @@ class Dispatcher:
             )
         uid = call.ref.uid
         try:
-            with DirectTurns() if self._caller_turns else _NO_BLOCK:
-                routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
+            routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
         except BaseException:  # ActorLimitExceeded, or a spawn that failed: not pending
             self._on_resolved()
             raise

@@ -15,9 +15,7 @@ inbox is drained by the worker threads of an :class:`ActorPool` instead:
   that raised it (pykka would stop every actor in its registry).
 
 No worker ever blocks on an empty inbox: ``inbox.put()`` puts the actor on the pool's ready queue
-when it was idle (a per-inbox state makes sure it is queued at most once). Inside a
-:class:`DirectTurns` block, the first actor a thread wakes takes that turn on the waking thread
-instead, when the block exits: same rules, one hand-off less.
+when it was idle (a per-inbox state makes sure it is queued at most once).
 
 Two rules differ from plain pykka and matter to callers:
 
@@ -58,7 +56,6 @@ from .lazy_condition import condition_of
 
 __all__ = [
     "ActorPool",
-    "DirectTurns",
     "PoolStateError",
     "PooledActor",
     "PooledActorRef",
@@ -161,79 +158,6 @@ class _LazyEvent(threading.Event):
             return self._flag
 
 
-# --------------------------------------------------------------------------- direct turns
-
-
-class _Here(threading.local):
-    """What this thread is doing with direct turns (class attributes are the defaults)."""
-
-    open = False  # a DirectTurns block is open here and may claim an actor
-    busy = False  # this thread runs actor turns: a pool worker, or a direct turn right now
-    claimed: PooledActor | None = None  # the actor the open block woke: run when it exits
-
-
-_here = _Here()
-
-
-def _schedule(ready: SimpleQueue[PooledActor | None], actor: PooledActor | None) -> None:
-    """Give a woken actor (idle → scheduled) its turn: to the open :class:`DirectTurns` block
-    of this thread if it has claimed none yet, else to the pool's ready queue. Any thread."""
-    here = _here
-    if here.open and here.claimed is None:
-        here.claimed = actor
-    else:
-        ready.put(actor)
-
-
-class DirectTurns:
-    """A block whose first woken actor takes its turn on this thread, not on a pool worker.
-
-    ``with DirectTurns(): ref.tell(message)``: if the tell finds the actor idle (its inbox was
-    empty and it was on no ready queue), the actor is not queued to its pool; when the block
-    exits, this thread runs the actor's turn itself (the messages queued by then, at most
-    ``pool.batch``, then the actor goes idle or to the back of its pool's ready queue, as after
-    any turn). Every other actor the block wakes goes to its pool as usual. The actor's rules
-    hold unchanged: its messages are still handled one at a time and in order (while the turn
-    runs here, the actor counts as scheduled, so no worker runs it), and the claimed actor is
-    always run, also when the block raises. It saves the hand-off to a worker: no thread is
-    woken and none waits for the interpreter lock to run the turn.
-
-    The block does nothing (the actors go to their pools) on a thread that already runs actor
-    turns (a pool worker, or a direct turn's own handlers), or inside another open block, so
-    turns never nest. The turn runs the actor's handlers on this thread: use it only where
-    they may run (they never block, but futures they resolve run their callbacks here).
-    Any thread; one instance per block.
-    """
-
-    __slots__ = ("_opened",)
-
-    def __init__(self) -> None:
-        self._opened = False
-
-    def __enter__(self) -> None:
-        here = _here
-        self._opened = not (here.open or here.busy)
-        if self._opened:
-            here.open = True
-
-    def __exit__(self, *exc: object) -> None:
-        if not self._opened:
-            return
-        here = _here
-        here.open = False
-        actor = here.claimed
-        if actor is None:
-            return
-        here.claimed = None
-        here.busy = True
-        try:
-            actor._run_turn(actor._pool._batch)
-        except BaseException:  # as on a pool worker: the runtime's own error, logged
-            logger.opt(exception=True).error("error running a direct turn of {}", actor)
-        finally:
-            here.busy = False
-
-
 # --------------------------------------------------------------------------- inbox
 
 _IDLE: Final = 0  # empty and not on the ready queue
@@ -245,9 +169,8 @@ class _PooledInbox:
     """The inbox of one pooled actor: a deque created on first use and freed when drained, one
     lock, and a state that puts the actor on the pool's ready queue at most once.
 
-    ``put`` runs on any thread; ``get``/``empty`` and the private methods only on the thread that
-    currently runs the actor's turn (the "owning worker": a pool worker, or a
-    :class:`DirectTurns` block's thread).
+    ``put`` runs on any thread; ``get``/``empty`` and the private methods only on the pool
+    worker that currently runs the actor's turn (the "owning worker").
     """
 
     __slots__ = ("_actor", "_items", "_lock", "_ready", "_state")
@@ -288,7 +211,7 @@ class _PooledInbox:
             actor = self._actor
         finally:
             lock.release()
-        _schedule(self._ready, actor)
+        self._ready.put(actor)
         return True
 
     def get(self) -> Envelope[Any]:
@@ -304,12 +227,11 @@ class _PooledInbox:
         return not self._items
 
     def _schedule_start(self) -> None:
-        """Queue the actor's first turn (``on_start``), or leave it to the starting thread's
-        open :class:`DirectTurns` block. Starting thread, before any put."""
+        """Queue the actor's first turn (``on_start``). Starting thread, before any put."""
         with self._lock:
             self._state = _SCHEDULED
             actor = self._actor
-        _schedule(self._ready, actor)
+        self._ready.put(actor)
 
     def _go_idle(self) -> bool:
         """Mark the inbox idle unless a put landed meanwhile (then False: keep going). Under the
@@ -523,7 +445,6 @@ class ActorPool:
         """Worker thread body: run actor turns until a ``None`` sentinel arrives."""
         ready = self._ready
         batch = self._batch
-        _here.busy = True  # a DirectTurns block opened by a handler here stays closed
         while True:
             actor = ready.get()
             if actor is None:
@@ -574,8 +495,7 @@ class PooledActor(pykka.Actor):
     Subclass it like ``pykka.ThreadingActor`` and call ``super().__init__(pool=pool)``; start it
     with ``MyActor.start(..., pool=pool)``. ``__init__`` runs on the starting thread; ``on_start``,
     ``on_receive``, proxied methods, ``on_stop``, ``on_failure`` and ``on_dropped`` run on a pool
-    worker (or, for a turn a :class:`DirectTurns` block claimed, on the thread of that block),
-    one at a time per actor. Never block on another actor from those methods (see the
+    worker, one at a time per actor. Never block on another actor from those methods (see the
     module docstring).
     """
 
@@ -640,8 +560,8 @@ class PooledActor(pykka.Actor):
     # ----------------------------------------------------------------- the loop, one turn at a time
 
     def _run_turn(self, batch: int) -> None:
-        """Handle up to ``batch`` messages, then requeue, go idle, or tear down. The turn's
-        thread: a pool worker, or the thread of the :class:`DirectTurns` block that claimed it.
+        """Handle up to ``batch`` messages, then requeue, go idle, or tear down. The pool
+        worker that runs the turn.
 
         pykka's loop body, one envelope at a time, checking the stop flag before each.
         """
