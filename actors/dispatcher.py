@@ -120,10 +120,9 @@ class Dispatcher:
             log_calls=config.log_calls,
         )
         self._state_lock = threading.Condition(threading.Lock())
-        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic, so the
-        # submitting threads and the actors resolving futures share no lock: a lock held by an
-        # actor thread when the interpreter switches threads would stall ``submit`` for a
-        # whole switch interval.
+        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic (see
+        # ``._compat``), so the submitting threads and the actors resolving futures share no
+        # lock (for speed: ``submit`` never waits behind an actor thread).
         self._unresolved: deque[None] = deque()
         self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False

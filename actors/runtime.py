@@ -27,6 +27,9 @@ Two rules differ from plain pykka and matter to callers:
   or on anything else that waits for another actor: it would hold a pool worker and can deadlock
   the whole pool. Replies travel as messages (``tell`` a reply to the asker's ref).
 
+The private parts of pykka that :class:`PooledActor` overrides or calls are listed, and pinned
+by a test, in :mod:`._compat`.
+
 Messages still queued when an actor stops are answered as in pykka (asks resolve with
 ``ActorDeadError``, queued stop requests with success); each queued *tell* is passed to
 :meth:`PooledActor.on_dropped`.
@@ -47,12 +50,9 @@ from typing import Any, Final, Self, TypeVar
 import pykka
 from loguru import logger
 from pykka import ActorDeadError, ActorRef
-from pykka._envelope import Envelope
-from pykka._threading import ThreadingFuture
-from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr, _ActorStop
 
+from ._compat import PYKKA_MESSAGES, ActorStop, Envelope, LazyEvent, ThreadingFuture
 from .errors import InvalidConfigError, InvalidInputError, KdispatchError
-from .lazy_condition import condition_of
 
 __all__ = [
     "ActorPool",
@@ -69,9 +69,9 @@ _URN_SERIAL = itertools.count()
 
 def _new_urn() -> str:
     """A URN in UUID form, unique in this process: one random UUID drawn at import, its last 48
-    bits replaced by a serial number. ``uuid.uuid4()`` per actor would read ``os.urandom``, a
-    system call that drops the interpreter lock on every spawn (the submitting thread then
-    waits to get it back). Any thread (``next`` on ``itertools.count`` is atomic)."""
+    bits replaced by a serial number (faster than ``uuid.uuid4()``, whose ``os.urandom`` call
+    drops the interpreter lock on every spawn). Any thread: ``next()`` on the count is atomic
+    (see :mod:`._compat`)."""
     return f"{_URN_PREFIX}{next(_URN_SERIAL) & 0xFFFF_FFFF_FFFF:012x}"
 
 
@@ -82,9 +82,9 @@ class PoolStateError(KdispatchError, RuntimeError):
 
 # --------------------------------------------------------------------------- process-wide count
 
-# Per thread: actors started minus actors stopped on that thread. Each thread writes only its
-# own key (one dict lookup and one store, no lock: a lock here, held by a thread the interpreter
-# switched away from, stalled every other thread starting or stopping an actor); a thread that
+# Per thread: actors started minus actors stopped on that thread. No lock (for speed): each
+# thread writes only its own key, so its read-modify-write races with nobody, and the dict
+# operations and the ``list(values())`` snapshot are atomic (see :mod:`._compat`). A thread that
 # ends leaves its figure, and a thread that reuses its ident adds to it, so the sum stays exact.
 _live_by_thread: dict[int, int] = {}
 
@@ -98,64 +98,6 @@ def _add_live(delta: int) -> None:
 def live_pooled_actors() -> int:
     """Number of pooled actors started (on any pool) and not yet stopped. Any thread."""
     return sum(list(_live_by_thread.values()))
-
-
-# --------------------------------------------------------------------------- lightweight event
-
-
-def _plain_lock_condition() -> threading.Condition:
-    return threading.Condition(threading.Lock())  # as threading.Event's own
-
-
-class _LazyEvent(threading.Event):
-    """A ``threading.Event`` whose ``Condition`` (a lock, a deque and bound methods: ~1 KiB) is
-    only created when somebody waits.
-
-    Every actor has one (``actor_stopped``, read by ``ActorRef.is_alive``) but almost nobody
-    waits on it. Any thread.
-    """
-
-    _cond: threading.Condition | None
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._cond = None
-
-    def __repr__(self) -> str:
-        return f"<_LazyEvent {'set' if self._flag else 'unset'}>"
-
-    def _at_fork_reinit(self) -> None:
-        if self._cond is not None:
-            self._cond._at_fork_reinit()  # type: ignore[attr-defined]
-
-    def _condition(self) -> threading.Condition:
-        return condition_of(self, _plain_lock_condition)
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    isSet = is_set
-
-    def set(self) -> None:
-        # The flag is written before the condition is read; wait() creates the condition before
-        # it reads the flag. So a waiter either sees the flag or is notified.
-        self._flag = True
-        cond = self._cond
-        if cond is not None:
-            with cond:
-                cond.notify_all()
-
-    def clear(self) -> None:
-        self._flag = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        cond = self._condition()
-        with cond:
-            if not self._flag:
-                cond.wait(timeout)
-            return self._flag
 
 
 # --------------------------------------------------------------------------- inbox
@@ -423,11 +365,12 @@ class ActorPool:
     def _register(self, actor: PooledActor) -> None:
         """Count a starting actor as live; raises if the pool is not running. Starting thread.
 
-        No lock (actors start on the scheduling threads while others stop on the workers: a
-        shared lock held by a thread the interpreter switched away from stalled them all). The
-        actor is added first and the state read after: :meth:`stop` changes the state before it
-        takes its snapshot of the live actors, so an actor that saw the pool running is in the
-        snapshot (and is stopped with the pool), and one that did not takes itself out."""
+        No lock (for speed: actors start on the scheduling threads while others stop on the
+        workers); the store, the pop and ``stop``'s ``list(values())`` snapshot are atomic
+        (see :mod:`._compat`). The actor is added first and the state read after:
+        :meth:`stop` changes the state before it takes its snapshot of the live actors, so an
+        actor that saw the pool running is in the snapshot (and is stopped with the pool), and
+        one that did not takes itself out."""
         key = id(actor)
         self._live[key] = actor
         if self._state != _RUNNING:
@@ -486,9 +429,6 @@ class PooledActorRef(ActorRef[A]):
             raise ActorDeadError(f"{self} not found")
 
 
-_PYKKA_MESSAGES = (_ActorStop, ProxyCall, ProxyGetAttr, ProxySetAttr)
-
-
 class PooledActor(pykka.Actor):
     """A pykka actor whose messages are handled on the worker threads of an :class:`ActorPool`.
 
@@ -523,7 +463,7 @@ class PooledActor(pykka.Actor):
         self._pooled_started = False
         self.actor_urn = _new_urn()
         self.actor_inbox = self._create_actor_inbox()
-        self.actor_stopped = _LazyEvent()
+        self.actor_stopped = LazyEvent()
         self._actor_ref = PooledActorRef(self)
 
     @classmethod
@@ -566,7 +506,7 @@ class PooledActor(pykka.Actor):
         pykka's loop body, one envelope at a time, checking the stop flag before each.
         """
         inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
-        stopped: _LazyEvent = self.actor_stopped  # type: ignore[assignment]
+        stopped: LazyEvent = self.actor_stopped  # type: ignore[assignment]
         if not self._pooled_started:
             self._pooled_started = True
             self._actor_loop_setup()
@@ -584,7 +524,7 @@ class PooledActor(pykka.Actor):
             if handled == batch:  # fairness: to the back of the ready queue (still scheduled)
                 inbox._ready.put(self)
                 return
-            item = items.popleft()  # only the running worker pops: items is non-empty
+            item = items.popleft()  # only this worker pops; atomic against a put's append
             handled += 1
             if isinstance(item, Envelope):
                 message, reply_to = item.message, item.reply_to
@@ -603,7 +543,7 @@ class PooledActor(pykka.Actor):
     def _handle_receive(self, message: Any) -> Any:
         """pykka hook: one ``isinstance`` for plain messages, pykka's own handling for its
         stop and proxy messages. The turn's thread."""
-        if isinstance(message, _PYKKA_MESSAGES):
+        if isinstance(message, PYKKA_MESSAGES):
             return super()._handle_receive(message)
         return self.on_receive(message)
 
@@ -647,7 +587,7 @@ class PooledActor(pykka.Actor):
         for item in items:
             reply_to = item.reply_to if isinstance(item, Envelope) else None
             if reply_to is not None:
-                if isinstance(item.message, _ActorStop):
+                if isinstance(item.message, ActorStop):
                     reply_to.set(None)
                 else:
                     err = _dead_error(ref)
@@ -671,7 +611,7 @@ class PooledActor(pykka.Actor):
         ``_PooledInbox.close_if_empty``) stops at the end of the turn anyway, so there it does
         nothing. The turn's thread (the actor's own turn)."""
         try:
-            self.actor_ref.tell(_ActorStop())
+            self.actor_ref.tell(ActorStop())
         except ActorDeadError:
             inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
             if inbox._state != _CLOSED:
