@@ -4,9 +4,7 @@ Object actors call it (:meth:`Executor.ready`, :meth:`Executor.job`, :meth:`Exec
 it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. Inside, one lock
 guards a scheduler that keeps one FIFO *lane* of object UIDs per relevance (upstream queues
 UIDs, not calls; so does this), a heap of objects backing off, and a token bucket; ``workers``
-threads send the requests. A worker that sent a request tells the actor its ``Done`` inside a
-:class:`~.runtime.DirectTurns` block, so an idle actor handles its result on that worker with
-no hand-off to the actor pool; the same for the first grant the finished job frees.
+threads send the requests and tell each result (``Done``) to its object actor.
 
 A call travels: ``ready`` (the object has something to send) → a *grant* (a token and a worker
 slot reserved for it) → the actor hands over its *current* merged call (``job``), so merges,
@@ -81,7 +79,6 @@ from .metrics import Metrics
 from .object_state import Done, Result
 from .objects import get_path
 from .ratelimit import TokenBucket
-from .runtime import DirectTurns
 
 _Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor ref, ready since)
 SendGate = Callable[[], bool]
@@ -567,14 +564,12 @@ class Executor:
             try:
                 done = self.execute(job)
                 try:
-                    with DirectTurns():  # the actor handles its result on this thread
-                        job.ref.tell(done)
+                    job.ref.tell(done)
                 except pykka.ActorDeadError:
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")
-            with DirectTurns():  # the first actor granted now takes its grant here too
-                self._finished(job.send.call.ref.uid)
+            self._finished(job.send.call.ref.uid)
 
     def execute(self, job: Job) -> Done:
         """Job thread. Send one attempt (or the re-read before it) and classify its result."""

@@ -7,13 +7,10 @@ future, tell the executor there is work, hand over a job or refund a grant, reti
 actor handles one message at a time, the rules need no locks; since only the actor resolves
 its futures, each future resolves exactly once.
 
-All ``on_*`` methods run on the thread that runs the actor's turn, one message at a time per
-actor: a pool thread of :mod:`.runtime`, or a thread that woke the idle actor inside a
-:class:`~.runtime.DirectTurns` block (the executor worker that sent a request, for its
-``Done`` and the first grant after it; the caller of ``Dispatcher.submit`` with
-``RuntimeConfig.caller_turns``). They never block: the executor and the actor talk only in
-messages and non-blocking calls (with a non-blocking backend the executor runs the request on
-this thread and returns its ``Done`` at once, and the whole call is one turn).
+All ``on_*`` methods run on a pool thread of :mod:`.runtime`, one message at a time per actor.
+They never block: the executor and the actor talk only in messages and non-blocking calls
+(with a non-blocking backend the executor runs the request on this thread and returns its
+``Done`` at once, and the whole call is one turn).
 """
 
 from __future__ import annotations

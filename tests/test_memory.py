@@ -1024,3 +1024,30 @@ def test_watch_that_falls_behind_is_dropped() -> None:
     with server.watch("Pod", resource_version="0") as replay:  # 10 pods > limit
         assert replay.dropped
     assert server.drop_watches() == 0
+
+
+def test_wait_for_request_returns_the_first_matching_record_or_times_out() -> None:
+    import threading
+
+    from kdispatch import TooManyRequestsError
+    from kdispatch.testing import InMemoryApiServer, make_pod
+
+    server = InMemoryApiServer()
+    server.create(make_pod("a"))
+    server.script("get", "429", name="a")
+    refused: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            server.get("Pod", "default", "a")
+        except TooManyRequestsError as exc:
+            refused.append(exc)
+
+    worker = threading.Thread(target=get)
+    worker.start()
+    record = server.wait_for_request("get", name="a", timeout=10)
+    worker.join(10)
+    assert (record.op, record.name, record.outcome) == ("get", "a", "429")
+    assert len(refused) == 1
+    with pytest.raises(TimeoutError, match="no request get of b"):
+        server.wait_for_request("get", name="b", timeout=0.05)

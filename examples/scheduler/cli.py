@@ -77,12 +77,6 @@ def parser() -> argparse.ArgumentParser:
         help="the dispatcher freezes the garbage collector's long-lived objects after warm-up",
     )
     p.add_argument(
-        "--caller-turns",
-        action="store_true",
-        help="submit() runs the object actor's turn on the scheduling thread when the actor "
-        "is idle (RuntimeConfig.caller_turns) instead of handing it to the actor pool",
-    )
-    p.add_argument(
         "--kubeconfig", metavar="PATH", help="schedule the pending pods of a real cluster instead"
     )
     p.add_argument(
@@ -182,7 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             api=args.api or "async",
             binding_threads=args.binding_threads,
             gc_freeze=args.gc_freeze,
-            caller_turns=args.caller_turns,
             kubeconfig=args.kubeconfig,
             scheduler_name=args.scheduler_name,
             threads=args.threads,

@@ -78,8 +78,7 @@ class RunConfig:
     """Everything the CLI can set. ``qps=0`` means no client-side rate limit.
     ``binding_threads`` (``pre-kep`` only): None means as many as ``workers``, the same thread
     budget as the dispatcher's executor. ``gc_freeze``: the dispatcher's
-    ``RuntimeConfig.gc_freeze``, plus one ``freeze_gc()`` once the informers synced.
-    ``caller_turns``: the dispatcher's ``RuntimeConfig.caller_turns``."""
+    ``RuntimeConfig.gc_freeze``, plus one ``freeze_gc()`` once the informers synced."""
 
     nodes: int = 500
     pods: int = 5000
@@ -90,7 +89,6 @@ class RunConfig:
     api: str = "async"
     binding_threads: int | None = None
     gc_freeze: bool = False
-    caller_turns: bool = False
     kubeconfig: str | None = None
     scheduler_name: str | None = None
     threads: int = 2
@@ -190,7 +188,7 @@ def _make_api(
         rate_limit=RateLimitConfig(qps=cfg.qps or math.inf, burst=cfg.burst),
         executor=ExecutorConfig(workers=cfg.workers),
         retry=retry,
-        runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze, caller_turns=cfg.caller_turns),
+        runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
     )
     if cfg.dispatcher_process:
         factory = partial(

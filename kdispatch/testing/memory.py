@@ -194,6 +194,10 @@ class InMemoryApiServer:
         if not callable(sleep):
             raise InvalidInputError(f"sleep must be callable, got {sleep!r}")
         self._lock = threading.Lock()
+        # Wakes wait_for_request; taken without _lock held by the waiter (it reads the log
+        # through request_log, outside this condition), so the two never nest the other way.
+        self._logged = threading.Condition(threading.Lock())
+        self._log_count = 0
         self._faults = FaultInjector(latency, faults, seed)
         self._fixed_latency = self._faults.latency.jitter == 0
         self._sleep = sleep
@@ -719,6 +723,44 @@ class InMemoryApiServer:
         with self._lock:
             return list(self._log)
 
+    def wait_for_request(
+        self,
+        op: str,
+        *,
+        name: str | None = None,
+        outcome: str | None = None,
+        timeout: float = 10.0,
+    ) -> RequestRecord:
+        """Block until the log holds a request ``op`` (on ``name``, with ``outcome``, where
+        given) and return the first such record; :class:`TimeoutError` after ``timeout``
+        seconds. For tests that must know a call reached the server (e.g. met its scripted
+        429) before they go on. Any thread but the one serving requests."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._logged:
+                seen = self._log_count
+            for record in self.request_log:
+                if (
+                    record.op == op
+                    and name in (None, record.name)
+                    and outcome in (None, record.outcome)
+                ):
+                    return record
+            with self._logged:
+                left = deadline - time.monotonic()
+                if self._log_count == seen and (
+                    left <= 0 or not self._logged.wait_for(self._log_moved(seen), left)
+                ):
+                    what = (
+                        f"{op}"
+                        + (f" of {name}" if name else "")
+                        + (f" answered {outcome}" if outcome else "")
+                    )
+                    raise TimeoutError(f"no request {what} within {timeout:g} s")
+
+    def _log_moved(self, seen: int) -> Callable[[], bool]:
+        return lambda: self._log_count != seen
+
     def counts(self) -> dict[str, int]:
         """Successful requests per op (every op of :data:`OPS` present). Any thread."""
         with self._lock:
@@ -792,6 +834,9 @@ class InMemoryApiServer:
                 request_writer.get(),
             )
         )
+        with self._logged:
+            self._log_count += 1
+            self._logged.notify_all()
 
     def _in_namespace(self, kind: str, namespace: str) -> builtins.list[Json]:
         """Stored objects of ``kind`` in ``namespace`` (snapshots). Lock held."""
