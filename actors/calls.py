@@ -23,6 +23,7 @@ from typing import ClassVar, Final, Literal, Self, cast
 
 from .backend import ApiBackend
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
+from .kinds import DEFAULT_KINDS, KindTable
 from .objects import Obj, ObjectRef, as_object
 
 
@@ -158,14 +159,22 @@ class CallTypeSpec:
 class CallTypeRegistry:
     """Validated registry of call types. Thread-safe; registration is rare, lookup is a dict get.
 
-    Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, missing or
+    Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, a rule or
+    ``send`` still abstract (or set to something that is not callable), a kind that is not in
+    the kind table (``kinds``, the process-wide :data:`~kdispatch.actors.kinds.DEFAULT_KINDS`
+    by default: register a CRD's kind first with ``kdispatch.register_kind``), missing or
     non-positive relevance, a name already taken, or contradictory supersession: a type that
     supersedes itself, an unregistered type, one of another kind or an exclusive one, or an
     exclusive type that declares ``supersedes`` (it supersedes everything). Since a type can
     only supersede types registered before it, supersession is acyclic by construction.
     """
 
-    def __init__(self, call_classes: Iterable[type[Call]] = ()) -> None:
+    def __init__(
+        self, call_classes: Iterable[type[Call]] = (), *, kinds: KindTable | None = None
+    ) -> None:
+        if kinds is not None and not isinstance(kinds, KindTable):
+            raise CallTypeRegistrationError(f"kinds must be a KindTable, got {kinds!r}")
+        self._kinds = kinds if kinds is not None else DEFAULT_KINDS
         self._lock = threading.Lock()
         self._by_type: dict[str, CallTypeSpec] = {}
         for cls in call_classes:
@@ -185,6 +194,12 @@ class CallTypeRegistry:
         if isinstance(relevance, bool) or not isinstance(relevance, int) or relevance <= 0:
             raise CallTypeRegistrationError(
                 f"{cls.__name__}.relevance must be a positive int, got {relevance!r}"
+            )
+        _check_methods(cls)
+        if kind not in self._kinds:
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.kind {kind!r} is not in the kind table: register it first "
+                "with kdispatch.register_kind(kind, group, version, plural)"
             )
         declared: object = getattr(cls, "supersedes", frozenset())
         if not isinstance(declared, frozenset | set | tuple) or not all(
@@ -250,6 +265,22 @@ class CallTypeRegistry:
     def types(self) -> list[str]:
         """Registered call type names."""
         return sorted(self._by_type)
+
+
+_METHODS: Final = ("merge", "is_noop", "apply", "precheck", "revalidate", "send")
+"""The methods every call type must have (the rules and ``send``)."""
+
+
+def _check_methods(cls: type[Call]) -> None:
+    """Refuse a call class whose rules or ``send`` are still abstract or not callable."""
+    abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+    if abstract:
+        raise CallTypeRegistrationError(f"{cls.__name__} does not implement {', '.join(abstract)}")
+    for name in _METHODS:
+        if not callable(getattr(cls, name, None)):
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.{name} must be a method, got {getattr(cls, name, None)!r}"
+            )
 
 
 def plain_basis(call: Call) -> Call:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import os
 import threading
 import time
 from collections import deque
@@ -139,8 +140,12 @@ class Dispatcher:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Self:
-        """Caller thread. Start the actor pool, the executor and the idle reaper."""
+        """Caller thread. Start the actor pool, the executor and the idle reaper. Raises
+        :class:`~kdispatch.actors.errors.InvalidInputError` if already started, or once
+        stopped (a stopped dispatcher cannot be restarted: create a new one)."""
         with self._state_lock:
+            if self._closed:
+                raise InvalidInputError("dispatcher stopped: create a new Dispatcher")
             if self._started:
                 raise InvalidInputError("dispatcher already started")
             self._started = True
@@ -380,9 +385,32 @@ class Dispatcher:
         return self._executor.tokens_taken
 
     def stats(self) -> dict[str, Any]:
-        """Counters for reports: requests sent per call type (every request the apiserver saw,
-        follow-up GETs and re-reads included; equal to the tokens taken), outcomes per type,
-        retries."""
+        """Any thread; cheap (reads counters). Figures for reports, every key always present:
+
+        ``sent``
+            ``{call_type: n}``: requests sent to the apiserver per call type — every request
+            it saw, follow-up GETs after a 409 and re-reads before a retry included.
+        ``sent_total``
+            The sum of ``sent``; equals ``tokens_taken``.
+        ``outcomes``
+            ``{"call_type:outcome": n}``: futures resolved, per call type and outcome
+            (``success``, ``skipped``, ``overwritten``, ``cancelled``, ``conflict``,
+            ``stale``, ``not_found``, ``failed``, ``closed``).
+        ``retries``
+            ``{"call_type:reason": n}``: retries scheduled after a retryable failure, per call
+            type and reason (``429``, ``5xx``, ``timeout``, ``connection``).
+        ``live_actors``
+            Object actors alive now (objects with a call pending or in flight, or recently
+            so).
+        ``events_without_actor``
+            Messages that found no actor to route to: mostly informer events for objects
+            with no call (normal: only objects with calls are tracked), also cancels for
+            untracked UIDs and late messages for deleted (tombstoned) objects.
+        ``tokens_taken``
+            Rate-limiter tokens used (taken and not refunded): one per request sent.
+        ``pid``
+            The process the dispatcher runs in (for :class:`ProcessDispatcher`, the child).
+        """
         m = self.metrics
         out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
         for sample in m.samples(m.requests, m.outcomes, m.retries):
@@ -397,8 +425,9 @@ class Dispatcher:
                 out["retries"][key] = int(sample.value)
         out["sent_total"] = sum(out["sent"].values())
         out["live_actors"] = self.live_actors
-        out["dropped_messages"] = self._registry.dropped
+        out["events_without_actor"] = self._registry.dropped
         out["tokens_taken"] = self.tokens_taken
+        out["pid"] = os.getpid()
         return out
 
     # ------------------------------------------------------------------ internals

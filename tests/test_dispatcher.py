@@ -366,3 +366,40 @@ def test_future_cancel_never_breaks_exactly_once(server: InMemoryApiServer) -> N
         assert fut.cancel() is False  # the dispatcher owns the call; use cancel(uid)
         gated.gate.set()
         assert fut.result(timeout=10) is Outcome.SUCCESS
+
+
+STATS_KEYS = {
+    "sent",
+    "sent_total",
+    "outcomes",
+    "retries",
+    "live_actors",
+    "events_without_actor",
+    "tokens_taken",
+    "pid",
+}
+
+
+def test_stats_keys_are_documented_and_count_events_without_actor(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    untracked = server.create(make_pod("untracked"))
+    dispatcher.on_update(untracked)  # no call for it: no actor, counted
+    stats = dispatcher.stats()
+    assert set(stats) == STATS_KEYS
+    assert stats["events_without_actor"] == 1
+    doc = Dispatcher.stats.__doc__ or ""
+    for key in STATS_KEYS:
+        assert f"``{key}``" in doc
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_start_after_stop_says_to_create_a_new_dispatcher(
+    server: InMemoryApiServer, started: bool
+) -> None:
+    d = Dispatcher(server, FAST)
+    if started:
+        d.start()
+    d.stop(timeout=5)
+    with pytest.raises(InvalidInputError, match="stopped: create a new Dispatcher"):
+        d.start()
