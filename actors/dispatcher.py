@@ -243,7 +243,9 @@ class Dispatcher:
             raise
         if not routed:  # tombstoned: the object was deleted
             self.metrics.outcome(call.call_type, "cancelled")
-            future.set_exception(CallCancelled("object deleted", uid=uid, call_type=call.call_type))
+            future.set_exception(
+                CallCancelled("object deleted", ref=call.ref, call_type=call.call_type)
+            )
             self._on_resolved()
         return future
 

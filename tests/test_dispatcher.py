@@ -25,6 +25,7 @@ from kdispatch.actors.errors import (
     Outcome,
     UnknownCallTypeError,
 )
+from kdispatch.actors.objects import ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
@@ -403,3 +404,27 @@ def test_start_after_stop_says_to_create_a_new_dispatcher(
     d.stop(timeout=5)
     with pytest.raises(InvalidInputError, match="stopped: create a new Dispatcher"):
         d.start()
+
+
+def test_a_call_for_a_deleted_object_names_it(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("gone"))
+    uid = pod["metadata"]["uid"]
+    dispatcher.on_delete(pod)  # untracked: tombstoned at once
+    with pytest.raises(CallCancelled) as caught:
+        dispatcher.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
+    assert str(caught.value) == f"Pod default/gone ({uid}): object deleted"
+    assert caught.value.ref is not None and caught.value.ref.uid == caught.value.uid == uid
+
+
+def test_an_outcome_error_names_its_object_once_and_survives_pickling() -> None:
+    import pickle
+
+    ref = ObjectRef("Pod", "ns", "p", "u-1")
+    err = CallFailed("boom", ref=ref, call_type="pod_binding", cause=ValueError("x"))
+    assert str(err) == "Pod ns/p (u-1): boom"
+    again = pickle.loads(pickle.dumps(err))
+    assert (str(again), again.uid, again.ref) == (str(err), "u-1", ref)
+    assert str(CallFailed(f"{ref} already named", ref=ref)) == f"{ref} already named"
+    assert str(CallCancelled("no object known")) == "no object known"
