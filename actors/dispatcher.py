@@ -19,6 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
+from concurrent.futures import InvalidStateError
 from typing import Any, Self, cast
 
 import pykka
@@ -37,8 +38,8 @@ from .errors import (
     Outcome,
 )
 from .executor import Executor
-from .gctuning import GcTuner
-from .messages import CallFuture, Cancel, Close, Deleted, Observed, Revoke, Submit, View
+from .gctuning import GcTuner, collections_paused
+from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
@@ -47,6 +48,8 @@ from .registry import Registry
 from .runtime import ActorPool, DirectTurns
 
 _NO_BLOCK = contextlib.nullcontext()  # submit's block when turns are not run by the caller
+_STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
+_TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 
 
 class Dispatcher:
@@ -135,6 +138,7 @@ class Dispatcher:
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._gc = GcTuner(config.runtime)
+        self._abandoned: list[tuple[Any, list[Any]]] = []  # actors stop() settled in bulk
         self._caller_turns = config.runtime.caller_turns
 
     # ------------------------------------------------------------------ lifecycle
@@ -175,7 +179,14 @@ class Dispatcher:
         """Caller thread. Stop intake; with ``drain``, let pending calls finish until
         ``timeout``; then resolve everything left with :class:`DispatcherClosed`, stop this
         dispatcher's actors and threads (never pykka's global ``stop_all``). Returns True if
-        every call finished before the deadline. Idempotent."""
+        every call finished before the deadline. Idempotent.
+
+        Returns within ``timeout`` + about 0.5 s whatever the backlog: the phases after the
+        drain (the executor's threads, the actor pool) share one short grace period, and what
+        is left is settled in bulk on this thread, never one actor turn at a time. A request
+        already on the wire when the grace period ends is not waited for: its future resolves
+        :class:`DispatcherClosed` (whether it landed is unknown, as for any lost reply) and its
+        worker thread ends when the request returns."""
         deadline = time.monotonic() + timeout
         with self._state_lock:
             if self._closed:
@@ -194,25 +205,54 @@ class Dispatcher:
                     self._drain_waiters -= 1
             drained = not self._unresolved
             self._ctx.closing = True
+        # One deadline for every phase from here on.
+        end = max(deadline, time.monotonic()) + _STOP_GRACE
         self._reaper_stop.set()
         if self._reaper is not None:
-            self._reaper.join()
-        self._executor.pause_intake()
-        # Close every actor: resolves what is left with DispatcherClosed.
-        futures = []
-        for ref in self._registry.live_refs():
-            with contextlib.suppress(pykka.ActorDeadError):
-                futures.append(ref.ask(Close(), block=False))
-        for fut in futures:
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                fut.get(timeout=max(0.1, deadline - time.monotonic()))
-        self._registry.stop_all(timeout=max(0.1, deadline - time.monotonic()))
-        self._executor.stop(timeout=max(0.1, deadline - time.monotonic()) + 30.0)
-        self._pool.stop(timeout=max(0.1, deadline - time.monotonic()))
+            self._reaper.join(max(0.0, end - time.monotonic()))
+        # No request starts any more; the executor's threads end (a request on the wire ends
+        # first, until the grace period is over), and with them the actor turns they run.
+        self._executor.stop(timeout=max(0.0, end - time.monotonic()))
+        with collections_paused():
+            # a turn in progress ends within a batch of messages: give it a moment even when
+            # the executor used up the grace period
+            abandoned = self._pool.abandon(timeout=max(_TURN_GRACE, end - time.monotonic()))
+            closed = self._settle(abandoned)
+            # Freeing 100,000 actors' objects takes longer than settling them: they go with
+            # this Dispatcher object instead of inside stop()'s promise.
+            self._abandoned = abandoned
+            self._registry.stop_all(timeout=max(0.0, end - time.monotonic()))
         self.metrics.release()  # the registry may now take another dispatcher's metrics
         self._gc.stop()
-        logger.debug("dispatcher stopped (drained={})", drained)
+        logger.debug("dispatcher stopped (drained={}, closed in bulk={})", drained, closed)
         return drained
+
+    def _settle(self, left: list[tuple[Any, list[Any]]]) -> int:
+        """Stopping thread, once no actor turn runs: resolve every future the abandoned actors
+        still held (their open calls, and the submissions still in their inboxes) with
+        :class:`DispatcherClosed`, and count them in bulk. Returns how many. A future resolved
+        meanwhile (by a turn on a thread that outlived the grace period) keeps its answer:
+        exactly once."""
+        closed: dict[str, int] = {}
+        for actor, tells in left:
+            open_calls: dict[CallFuture, str] | None = getattr(actor, "open", None)
+            if open_calls:
+                for future, call_type in open_calls.items():
+                    if _close_future(future):
+                        closed[call_type] = closed.get(call_type, 0) + 1
+                open_calls.clear()
+            for message in tells:
+                if type(message) is Submit and _close_future(message.future):
+                    call_type = message.call.call_type
+                    closed[call_type] = closed.get(call_type, 0) + 1
+        total = 0
+        for call_type, count in closed.items():
+            self.metrics.outcome(call_type, "closed", count)
+            total += count
+        unresolved = self._unresolved
+        for _ in range(min(total, len(unresolved))):
+            unresolved.pop()
+        return total
 
     # ------------------------------------------------------------------ calls
 
@@ -455,6 +495,18 @@ class Dispatcher:
                 self._registry.reap_idle()
             except Exception:  # pragma: no cover - defensive
                 logger.opt(exception=True).error("reaping failed")
+
+
+def _close_future(future: CallFuture) -> bool:
+    """Resolve ``future`` with :class:`DispatcherClosed` unless it is resolved already; True if
+    this call resolved it. Any thread."""
+    if future.done():
+        return False
+    try:
+        future.set_exception(DispatcherClosed("dispatcher stopped before the call completed"))
+    except InvalidStateError:  # resolved meanwhile by a late turn: that answer stands
+        return False
+    return True
 
 
 __all__ = ["Dispatcher", "Outcome"]
