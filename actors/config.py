@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from .backoff import backoff_delay
 from .errors import InvalidConfigError
 
 
@@ -107,9 +108,15 @@ class RetryConfig:
 
     def delay(self, attempt: int, retry_after: float = 0.0, rand: float = 0.0) -> float:
         """Seconds before attempt ``attempt + 1`` after a retryable failure of ``attempt``;
-        ``rand`` in [0, 1) draws the jitter. Pure."""
-        exp: float = self.base_backoff * 2.0 ** max(0, attempt - 1)
-        jittered = min(exp, self.max_backoff) * (1.0 + self.jitter * rand)
+        ``rand`` in [0, 1) draws the jitter (:func:`~kdispatch.actors.backoff.backoff_delay`,
+        the formula the informers use too), never less than the server's Retry-After. Pure."""
+        jittered = backoff_delay(
+            attempt,
+            initial=self.base_backoff,
+            cap=self.max_backoff,
+            jitter=self.jitter,
+            rand=rand,
+        )
         return max(jittered, min(retry_after, self.max_retry_after))
 
 

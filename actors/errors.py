@@ -271,6 +271,20 @@ class GoneError(ApiError):
     reason = "Expired"
 
 
+class InformerSyncTimeout(KdispatchError, TimeoutError):
+    """An informer's ``wait_for_sync(timeout)`` ran out before its first list arrived.
+
+    ``last_error`` is the newest list/watch failure (None if the server simply did not answer
+    in time), and the message names the cause, e.g. ``informer pods (Pod) did not sync within
+    2 s: cannot connect to http://127.0.0.1:1: list Pod: cannot connect
+    (NewConnectionError)``. A ``TimeoutError``, so ``except TimeoutError`` catches it too.
+    """
+
+    def __init__(self, message: str, *, last_error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.last_error = last_error
+
+
 class UnknownKindError(InvalidInputError):
     """A kind that is not in the kind table (:mod:`kdispatch.actors.kinds`): register it, or
     fill the table from the apiserver's discovery documents."""
