@@ -280,9 +280,13 @@ class InformerSyncTimeout(KdispatchError, TimeoutError):
     (NewConnectionError)``. A ``TimeoutError``, so ``except TimeoutError`` catches it too.
     """
 
-    def __init__(self, message: str, *, last_error: BaseException | None = None) -> None:
+    def __init__(
+        self, message: str, *, last_error: BaseException | None = None, cause: str = ""
+    ) -> None:
         super().__init__(message)
         self.last_error = last_error
+        self.cause = cause
+        """The cause alone, as the message states it (``cannot connect to ...``)."""
 
 
 class UnknownKindError(InvalidInputError):

@@ -251,6 +251,7 @@ class InformerCore:
         exc = InformerSyncTimeout(
             f"informer {self.name} ({self.kind}) did not sync within {timeout:g} s: {cause}",
             last_error=error,
+            cause=cause,
         )
         if error is not None:
             exc.__cause__ = error

@@ -48,6 +48,7 @@ from kdispatch.actors import (
     RateLimitConfig,
 )
 from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import InformerSyncTimeout
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 
@@ -217,10 +218,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for inf in informers:
             inf.start()
         for inf in informers:
-            while not inf.wait_for_sync(1.0):
-                if stop.is_set():
-                    return 1
-                print(f"waiting for the {inf.name} informer to sync...", file=sys.stderr)
+            while True:
+                try:
+                    inf.wait_for_sync(1.0)
+                    break
+                except InformerSyncTimeout as exc:  # says why: cannot connect, 5xx, ...
+                    if stop.is_set():
+                        return 1
+                    print(f"waiting for the {inf.name} informer to sync: {exc}", file=sys.stderr)
         say(
             f"synced: {len(nodes.cache)} nodes, {len(pods.cache)} pods; scheduling pods with "
             f"schedulerName={args.scheduler_name!r}"

@@ -233,3 +233,41 @@ def test_scheduler_example_exits_cleanly_with_a_summary_on_ctrl_c() -> None:
     assert re.search(r"pods bound\s+[1-9]", out), out
     assert re.search(r"duplicate bindings\s+0\n", out), out
     assert re.search(r"lost intents\s+0\n", out), out
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_scheduler_example_against_a_dead_apiserver_says_why_within_five_seconds(
+    tmp_path: Path,
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: t, cluster: {server: "http://127.0.0.1:1"}}]\n'
+        "users: [{name: u, user: {}}]\n"
+        "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
+        "current-context: c\n"
+    )
+    args = [sys.executable, "-m", "examples.scheduler", "--kubeconfig", str(kubeconfig)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "cannot connect" not in line:
+            left = started + 5.0 - time.monotonic()
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, left))
+            assert ready, f"nothing said within 5 s (last line: {line!r})"
+            line = proc.stderr.readline()
+            assert line, "the example ended without saying why"
+        assert "informer nodes not synced" in line
+        assert "cannot connect to http://127.0.0.1:1: " in line
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in err, err

@@ -17,7 +17,7 @@ from examples.common import enable_verbose_logs
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch.actors.errors import InformerSyncTimeout, InvalidInputError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -200,6 +200,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself
         print("interrupted", file=sys.stderr)
         return 130
+    except InformerSyncTimeout as err:  # the apiserver never answered a list: say why
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(summary_table(fig))
     for problem in fig.get("problems", []):
         print(f"problem: {problem}")
