@@ -7,8 +7,8 @@ go stale when the object changed in a way that contradicts them, and are turned 
 request only at send time, against the newest trusted object.
 
 Pure module: no threads, no pykka, no kubernetes. Every method of a call runs on whichever thread
-calls it and must not block, except :meth:`Call.send`, which runs on an executor worker thread
-and performs the request(s) through the backend.
+calls it and must not block, except :meth:`Call.send`, which performs the request(s) through
+the backend, on an executor worker thread (see :meth:`Call.send` for the one exception).
 """
 
 from __future__ import annotations
@@ -131,8 +131,15 @@ class Call(ABC):
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Perform the request(s) for this intent against ``obj`` (newest observed object).
 
-        Runs on an executor worker thread and may block for one or two requests; every
-        request it makes through ``backend`` takes a rate-limiter token. When
+        Where it runs: on an executor worker thread, where it may block for its requests.
+        One exception, for speed: when the backend declares itself non-blocking
+        (``non_blocking = True``: the in-memory apiserver without latency) and there is no QPS
+        limit, it runs on the object actor's own turn, on the actor pool's thread, and a
+        ``send`` that blocks there (a sleep, a lock, a future, another service) stalls every
+        object served by that thread. Such a ``send`` needs
+        ``ExecutorConfig(inline_sends=False)``, which keeps every send on the workers.
+
+        Every request it makes through ``backend`` takes a rate-limiter token. When
         :attr:`reads_object` is True, ``obj`` is an object the actor trusts (never None); it
         never re-reads the object itself (the actor does that, as a request of its own).
         Returns the object the server answered with, if any. Raises

@@ -131,9 +131,19 @@ class ExecutorConfig:
 
     workers: int = 8
     lane_min_share: float = 0.1
+    inline_sends: bool = True
+    """Where a call's :meth:`~kdispatch.actors.calls.Call.send` runs when it can never wait:
+    with a backend that declares ``non_blocking = True`` (the in-memory apiserver without
+    latency) and no QPS limit, True (the default) runs it on the object actor's own turn, with
+    no hand-off to a worker thread: the fastest path, and the one the benchmarks measure.
+    Set False when a custom call's ``send`` may block outside the backend (a sleep, a lock, a
+    future, another service): every send then runs on one of the ``workers`` threads, so a
+    slow one delays only its own object. Other backends always use the workers."""
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
+        if not isinstance(self.inline_sends, bool):
+            raise InvalidConfigError(f"inline_sends must be a bool, got {self.inline_sends!r}")
         _positive("lane_min_share", self.lane_min_share, allow_zero=True)
         if self.lane_min_share >= 1:
             raise InvalidConfigError("lane_min_share must be < 1")
