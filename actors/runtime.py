@@ -390,7 +390,9 @@ class ActorPool:
 
     Lifecycle: ``start()`` (idempotent) → actors started with ``pool=...`` → ``stop()``, which
     stops every live actor of the pool (after the messages already queued to it, like
-    ``ref.stop()``) and joins the workers. A stopped pool cannot be restarted.
+    ``ref.stop()``) and joins the workers, or ``abandon()``, which stops them at once, however
+    many messages are queued, and hands the queued tells back to the caller. A stopped pool
+    cannot be restarted.
     """
 
     def __init__(self, workers: int = 2, batch: int = 16, name: str = "kdispatch-pool") -> None:
