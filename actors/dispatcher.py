@@ -224,7 +224,9 @@ class Dispatcher:
             self._registry.stop_all(timeout=max(0.0, end - time.monotonic()))
         self.metrics.release()  # the registry may now take another dispatcher's metrics
         self._gc.stop()
-        logger.debug("dispatcher stopped (drained={}, closed in bulk={})", drained, closed)
+        if closed:
+            logger.debug("{} calls left at the deadline resolved DispatcherClosed", closed)
+        logger.debug("dispatcher stopped (drained={})", drained)
         return drained
 
     def _settle(self, left: list[tuple[Any, list[Any]]]) -> int:
