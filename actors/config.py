@@ -127,10 +127,13 @@ class ExecutorConfig:
     ``workers``: request threads (bounded parallelism; size the client's connection pool to at
     least this). ``lane_min_share``: the share of tokens guaranteed to lower-relevance lanes
     while they have work, so status patches are delayed but never starved by bindings.
+    ``best_effort_max_wait``: seconds a best-effort call (an Event) may wait for a spare token
+    and worker before it is dropped unsent (counted in ``kdispatch_events_dropped_total``).
     """
 
     workers: int = 8
     lane_min_share: float = 0.1
+    best_effort_max_wait: float = 10.0
     inline_sends: bool = True
     """Where a call's :meth:`~kdispatch.actors.calls.Call.send` runs when it can never wait:
     with a backend that declares ``non_blocking = True`` (the in-memory apiserver without
@@ -142,6 +145,7 @@ class ExecutorConfig:
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
+        _positive("best_effort_max_wait", self.best_effort_max_wait, allow_zero=True)
         if not isinstance(self.inline_sends, bool):
             raise InvalidConfigError(f"inline_sends must be a bool, got {self.inline_sends!r}")
         _positive("lane_min_share", self.lane_min_share, allow_zero=True)

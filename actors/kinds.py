@@ -104,11 +104,11 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     KindInfo("Secret", "", "v1", "secrets", True, False, "strategic"),
     KindInfo("ServiceAccount", "", "v1", "serviceaccounts", True, False, "strategic"),
     KindInfo("Service", "", "v1", "services", True, True, "strategic"),
-    # One kind, one place: ``Event`` is the core v1 resource. The same objects are served as
-    # events.k8s.io/v1 Events; to address them there instead, re-register the kind:
-    # ``register_kind("Event", "events.k8s.io", "v1", "events", status=False,
+    # One kind, one place: ``Event`` is the events.k8s.io/v1 resource (what a recorder
+    # writes). The same objects are served as core v1 Events; to address them there instead,
+    # re-register the kind: ``register_kind("Event", "", "v1", "events", status=False,
     # patch="strategic", replace=True)``.
-    KindInfo("Event", "", "v1", "events", True, False, "strategic"),
+    KindInfo("Event", "events.k8s.io", "v1", "events", True, False, "strategic"),
     KindInfo("PersistentVolume", "", "v1", "persistentvolumes", False, True, "strategic"),
     KindInfo("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True, True, "strategic"),
     KindInfo("Deployment", "apps", "v1", "deployments", True, True, "strategic"),

@@ -8,6 +8,7 @@ block on each other: a call moves ready → grant → job → done (see :mod:`.e
 from __future__ import annotations
 
 import threading
+from collections.abc import Hashable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures._base import FINISHED, PENDING
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 from .calls import Call
 from .errors import DispatcherClosed, Outcome
 from .lazy_condition import CREATE_LOCK, condition_of
-from .object_state import Send
+from .object_state import NO_HOLDS, Send
 from .objects import Obj
 
 
@@ -36,6 +37,12 @@ class CallFuture(Future[Outcome]):
     one. ``concurrent.futures.wait`` and ``as_completed`` work unchanged (they go through
     ``_condition``). Any thread.
     """
+
+    # Set by the dispatcher that returned the future, so ``after=`` can check and follow it
+    # (:mod:`.holds`); class defaults, so an untagged future costs nothing.
+    owner: object = None
+    call: Call | None = None
+    successor: CallFuture | None = None  # a newer call that may overwrite this one (.holds)
 
     def __init__(self) -> None:
         self._cond: threading.Condition | None = None
@@ -128,10 +135,29 @@ class CallFuture(Future[Outcome]):
 
 @dataclass(frozen=True, slots=True)
 class Submit:
-    """A new call for the object, with the caller's future."""
+    """A new call for the object, with the caller's future. With ``holds`` (opaque tokens of
+    prerequisite calls on other objects), the call is admitted at once but not sent before a
+    :class:`Release` of every token (see :meth:`.ObjectState.submit`)."""
 
     call: Call
     future: CallFuture
+    holds: frozenset[Hashable] = NO_HOLDS
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A prerequisite succeeded: calls of this object held on ``token`` lose that hold."""
+
+    token: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class FailDependency:
+    """A prerequisite failed or was cancelled: calls of this object held on ``token`` resolve
+    :class:`~.errors.DependencyFailed` with ``cause`` and are never sent."""
+
+    token: Hashable
+    cause: BaseException
 
 
 @dataclass(frozen=True, slots=True)

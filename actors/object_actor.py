@@ -41,9 +41,11 @@ from .messages import (
     Cancel,
     Close,
     Deleted,
+    FailDependency,
     Grant,
     Job,
     Observed,
+    Release,
     Revoke,
     Submit,
     View,
@@ -60,6 +62,7 @@ from .object_state import (
     Resolve,
     Retire,
     Send,
+    about,
 )
 from .registry import ReapRequest, Registry
 from .runtime import ActorPool, PooledActor
@@ -72,7 +75,7 @@ class ExecutorPort(Protocol):
 
     def job(self, job: Job) -> Done | None: ...
 
-    def refund(self) -> None: ...
+    def refund(self, uid: str | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -90,7 +93,7 @@ class ActorContext:
     closing: bool = False
 
 
-_REROUTED = (Observed, Cancel, Revoke)
+_REROUTED = (Observed, Cancel, Revoke, Release, FailDependency)
 """Messages a retiring actor hands back to the registry (a type tuple built once)."""
 
 _OUTCOME_LABEL = {
@@ -127,7 +130,7 @@ class ObjectActor(PooledActor):
                 )
                 return None
             self.open[future] = message.call.call_type
-            effects = machine.submit(message.call, future)
+            effects = machine.submit(message.call, future, message.holds)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)
@@ -151,6 +154,10 @@ class ObjectActor(PooledActor):
             effects = machine.close()
         elif kind is Revoke:
             effects = machine.revoke(message.error)
+        elif kind is Release:
+            effects = machine.release(message.token)
+        elif kind is FailDependency:
+            effects = machine.dependency_failed(message.token, message.cause)
         else:
             return super().on_receive(message)
         self._carry_out(effects)
@@ -182,7 +189,7 @@ class ObjectActor(PooledActor):
                     effects.extend(machine.done(done, ctx.clock()))
             elif kind is Refund:
                 self.granted = False
-                ctx.executor.refund()
+                ctx.executor.refund(self.uid)
             elif kind is Merged:
                 ctx.metrics.merge(effect.call_type)  # type: ignore[union-attr]
             elif kind is Rebased:
@@ -270,7 +277,7 @@ class ObjectActor(PooledActor):
         self._update_pending()
         if self.granted:  # the crash interrupted a grant: give the slot and token back
             self.granted = False
-            self.ctx.executor.refund()
+            self.ctx.executor.refund(self.uid)
         self.ctx.registry.forget(self.uid, self.actor_ref)
 
     def on_dropped(self, message: object) -> None:
@@ -290,16 +297,23 @@ class ObjectActor(PooledActor):
                 self._resolve(
                     call.call_type,
                     message.future,
-                    CallFailed(str(exc), uid=self.uid, call_type=call.call_type, cause=exc),
+                    CallFailed(
+                        about(call.ref, str(exc)),
+                        uid=self.uid,
+                        call_type=call.call_type,
+                        cause=exc,
+                    ),
                 )
                 return
             if not routed:
                 self._resolve(
                     call.call_type,
                     message.future,
-                    CallCancelled("object deleted", uid=self.uid, call_type=call.call_type),
+                    CallCancelled(
+                        about(call.ref, "object deleted"), uid=self.uid, call_type=call.call_type
+                    ),
                 )
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
         elif isinstance(message, Grant):
-            ctx.executor.refund()
+            ctx.executor.refund(self.uid)

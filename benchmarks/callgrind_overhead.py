@@ -51,7 +51,7 @@ VALGRIND = "valgrind"
 
 def apiserver() -> Any:
     """The in-memory apiserver with the PODS pods the clients patch."""
-    from kdispatch.testing.memory import InMemoryApiServer, make_pod
+    from kdispatch.testing import InMemoryApiServer, make_pod
 
     mem = InMemoryApiServer(history=1000, request_log_limit=1000)
     for i in range(PODS):
@@ -61,7 +61,7 @@ def apiserver() -> Any:
 
 def serve() -> None:
     """Child process: serve PODS pods over HTTP until stdin closes."""
-    from kdispatch.testing.httpserver import ApiServerHTTP
+    from kdispatch.testing import ApiServerHTTP
 
     with ApiServerHTTP(apiserver()) as srv:
         print(srv.url, flush=True)
@@ -84,16 +84,16 @@ def client(url: str, path: str, calls: int) -> dict[str, Any]:
     over ``path``. Main thread (plus the dispatcher's threads)."""
     from prometheus_client import CollectorRegistry
 
-    from kdispatch.actors.config import (
+    from kdispatch import (
+        Dispatcher,
         DispatcherConfig,
         ExecutorConfig,
+        KubernetesBackend,
+        Outcome,
+        PodStatusPatch,
         RateLimitConfig,
         RegistryConfig,
     )
-    from kdispatch.actors.dispatcher import Dispatcher
-    from kdispatch.actors.errors import Outcome
-    from kdispatch.actors.pod_calls import PodStatusPatch
-    from kdispatch.adapters.kubernetes import KubernetesBackend
 
     total = WARMUP + calls
     backend = KubernetesBackend.for_url(url, workers=WORKERS)

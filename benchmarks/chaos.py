@@ -40,18 +40,35 @@ from loguru import logger
 
 from benchmarks.chaos_oracle import ABSENT, Field, Intent, score
 from benchmarks.chaos_watch import BindingAuditor, WatchMonkey
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import KdispatchError, NotFoundError, Outcome
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.actors.runtime import live_pooled_actors
-from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch
-from kdispatch.adapters.kubernetes import KubernetesBackend, prepare_configuration
-from kdispatch.testing import MemoryListWatch
-from kdispatch.testing.httpserver import ApiServerHTTP
-from kdispatch.testing.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
+from kdispatch import (
+    ApiBackend,
+    ClaimStatusPatch,
+    ClientListWatch,
+    Dispatcher,
+    DispatcherConfig,
+    ExecutorConfig,
+    Informer,
+    KdispatchError,
+    KubernetesBackend,
+    ListWatch,
+    NotFoundError,
+    Outcome,
+    PodBinding,
+    PodStatusPatch,
+    RateLimitConfig,
+    RetryConfig,
+    prepare_configuration,
+)
+from kdispatch.testing import (
+    ApiServerHTTP,
+    FaultPlan,
+    InMemoryApiServer,
+    Latency,
+    MemoryListWatch,
+    live_pooled_actors,
+    make_claim,
+    make_pod,
+)
 
 Obj = dict[str, Any]
 POD, CLAIM = "Pod", "ResourceClaim"

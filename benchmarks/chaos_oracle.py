@@ -30,8 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdispatch.actors.errors import Outcome
-from kdispatch.actors.objects import get_path
+from kdispatch import Outcome, get_path
 
 Field = tuple[str, ...]
 

@@ -18,8 +18,9 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from kdispatch.actors.errors import GoneError
-from kdispatch.testing.memory import InMemoryApiServer, Watch
+from kdispatch import GoneError
+from kdispatch.testing import InMemoryApiServer
+from kdispatch.testing.memory import Watch
 
 
 class BindingAuditor:

@@ -29,10 +29,15 @@ from concurrent.futures import wait
 from typing import Any
 
 from benchmarks.workloads.common import freeze_setup, unfreeze
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch import (
+    Dispatcher,
+    DispatcherConfig,
+    ExecutorConfig,
+    PodBinding,
+    PodStatusPatch,
+    RateLimitConfig,
+)
+from kdispatch.testing import InMemoryApiServer, Latency, make_pod
 
 UNSCHEDULABLE = {
     "type": "PodScheduled",

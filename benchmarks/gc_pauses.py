@@ -54,15 +54,15 @@ from prometheus_client import CollectorRegistry
 
 from benchmarks.workloads.common import percentile, spread, unschedulable
 from examples.gcwatch import GcWatch
-from kdispatch.actors.config import (
+from kdispatch import (
+    Dispatcher,
     DispatcherConfig,
     ExecutorConfig,
+    PodStatusPatch,
     RateLimitConfig,
     RuntimeConfig,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing import InMemoryApiServer, Latency, make_pod
 
 ROOT = Path(__file__).resolve().parents[1]
 SIZES = (1_000, 10_000, 100_000)

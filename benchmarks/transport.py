@@ -48,18 +48,18 @@ from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
 from benchmarks.workloads.common import publish, spread, thread_role
-from kdispatch.actors.config import (
+from kdispatch import (
+    Dispatcher,
     DispatcherConfig,
     ExecutorConfig,
+    KubernetesBackend,
+    Outcome,
+    PodStatusPatch,
     RateLimitConfig,
     RuntimeConfig,
+    prepare_configuration,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import Outcome
-from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.transport import prepare_configuration
-from kdispatch.testing.memory import make_pod
+from kdispatch.testing import make_pod
 
 PODS = 16
 DISPATCHERS = {"dispatcher": False, "dispatcher_caller_turns": True}
@@ -76,8 +76,7 @@ RATIOS = (
 
 def serve() -> None:
     """Child process: serve PODS pods over HTTP until stdin closes."""
-    from kdispatch.testing.httpserver import ApiServerHTTP
-    from kdispatch.testing.memory import InMemoryApiServer, make_pod
+    from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_pod
 
     mem = InMemoryApiServer(history=1000, request_log_limit=1000)
     for i in range(PODS):

@@ -25,9 +25,14 @@ from typing import Any
 from kubernetes.aio import client as aclient
 
 from examples.common import check_counts, enable_verbose_logs
-from kdispatch import CallOutcomeError, Dispatcher, DispatcherConfig, PodBinding
-from kdispatch.adapters.aio_informer import AioInformer
-from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch import (
+    AioInformer,
+    CallOutcomeError,
+    Dispatcher,
+    DispatcherConfig,
+    KubernetesBackend,
+    PodBinding,
+)
 
 SCHEDULER_NAME = "kdispatch-aio"
 
@@ -115,8 +120,7 @@ async def run(url: str, *, token: str | None, expect: int | None, duration: floa
 def demo(pods: int, nodes: int) -> int:
     """Serve the embedded apiserver over HTTP, create ``nodes`` and ``pods``, bind them all,
     and check on the server that each pod was bound exactly once."""
-    from kdispatch.testing.httpserver import ApiServerHTTP
-    from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
+    from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
 
     mem = InMemoryApiServer()
     for i in range(nodes):

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from examples.scheduler.workload import WorkloadSpec, build_workload
-from kdispatch.testing.httpserver import ApiServerHTTP
-from kdispatch.testing.memory import InMemoryApiServer, Latency
+from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, Latency
 
 
 def kubeconfig(url: str, token: str | None = None) -> str:

@@ -7,7 +7,7 @@ import sys
 
 from loguru import logger
 
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch import InvalidInputError
 
 
 def check_counts(obj: object, *names: str) -> None:

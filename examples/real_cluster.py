@@ -37,20 +37,20 @@ from typing import Any
 from kubernetes import client as k8s
 from loguru import logger
 
-from kdispatch.actors import (
+from kdispatch import (
     CallOutcomeError,
+    ClientListWatch,
+    Dispatcher,
     DispatcherClosed,
     DispatcherConfig,
     ExecutorConfig,
+    Informer,
+    KubernetesBackend,
     Outcome,
     PodBinding,
     PodStatusPatch,
     RateLimitConfig,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import InformerSyncTimeout
-from kdispatch.adapters.informer import ClientListWatch, Informer
-from kdispatch.adapters.kubernetes import KubernetesBackend
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -222,7 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 try:
                     inf.wait_for_sync(1.0)
                     break
-                except InformerSyncTimeout as exc:  # says why: cannot connect, 5xx, ...
+                except TimeoutError as exc:  # InformerSyncTimeout says why: cannot connect...
                     if stop.is_set():
                         return 1
                     print(f"waiting for the {inf.name} informer to sync: {exc}", file=sys.stderr)

@@ -53,28 +53,37 @@ from prometheus_client import CollectorRegistry
 from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
 from examples.gcwatch import GcWatch
 from examples.scheduler.claims import allocated_device, allocation_for, reserved_uids
-from kdispatch.actors.calls import Call
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import (
+from kdispatch import (
+    ApiError,
+    Call,
+    ClaimStatusPatch,
+    Dispatcher,
+    DispatcherClosed,
     DispatcherConfig,
     ExecutorConfig,
+    Informer,
+    InvalidInputError,
+    Obj,
+    Outcome,
+    PodBinding,
+    PodPreemption,
+    PodStatusPatch,
     RateLimitConfig,
     RetryConfig,
     RuntimeConfig,
+    get_path,
+    meta,
+    pod_node_name,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
-    ApiError,
-    DispatcherClosed,
-    InvalidInputError,
-    Outcome,
+from kdispatch.testing import (
+    FaultPlan,
+    InMemoryApiServer,
+    Latency,
+    MemoryListWatch,
+    live_pooled_actors,
+    make_claim,
+    make_pod,
 )
-from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.actors.runtime import live_pooled_actors
-from kdispatch.adapters.informer import Informer
-from kdispatch.testing import MemoryListWatch
-from kdispatch.testing.memory import FaultPlan, InMemoryApiServer, Latency, make_claim, make_pod
 
 CHURN_CONDITION = "example.com/Churn"
 NODES = tuple(f"node-{i}" for i in range(8))

@@ -1,8 +1,11 @@
 """kdispatch: non-blocking, merged, rate-limited Kubernetes API calls, one actor per object.
 
-``from kdispatch import Dispatcher, PodBinding, ...``: the public names of
-:mod:`kdispatch.actors` are re-exported here. Backends, informers and the in-memory apiserver
-live in :mod:`kdispatch.adapters`.
+This module is the one public face: everything a first program needs is importable from
+``kdispatch`` (the dispatcher, its call types and configuration, objects and kinds, the
+official-client backend, informers, leader election, the dispatcher in its own process, and the
+errors). The stand-ins for a cluster (the in-memory apiserver, object factories, the real
+control plane for tests) live in :mod:`kdispatch.testing`. Deeper modules
+(``kdispatch.actors.*``, ``kdispatch.adapters.*``) are internals and may change.
 
 Logs go through loguru under the one name ``kdispatch`` and are disabled on import, as a
 library's should be: ``from loguru import logger; logger.enable("kdispatch")``, or
@@ -13,53 +16,88 @@ from importlib.metadata import PackageNotFoundError, version
 
 from loguru import logger
 
-from .actors import (
-    BUILTIN_CALL_TYPES,
-    UNSET,
+from .actors.aio import NoEventLoopError
+from .actors.backend import ApiBackend, EvictionBackend, PatchType
+from .actors.call_types import BUILTIN_CALL_TYPES, default_call_types
+from .actors.calls import UNSET, Call, CallTypeRegistry
+from .actors.claim_calls import ClaimStatusPatch
+from .actors.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RegistryConfig,
+    RetryConfig,
+    RuntimeConfig,
+)
+from .actors.dispatcher import Dispatcher
+from .actors.dispatcher_like import DispatcherLike
+from .actors.errors import (
     ActorLimitExceeded,
+    AlreadyExistsError,
+    ApiConnectionError,
     ApiError,
-    Call,
+    BadResponseError,
     CallCancelled,
     CallConflict,
     CallFailed,
     CallOutcomeError,
     CallStale,
-    CallTypeRegistry,
-    ClaimStatusPatch,
-    Dispatcher,
+    CallTypeRegistrationError,
+    ConflictError,
+    DependencyCycleError,
+    DependencyFailed,
     DispatcherClosed,
-    DispatcherConfig,
     DisruptionBudgetError,
-    ExecutorConfig,
     ForbiddenError,
+    GoneError,
+    GroupClosedError,
+    GroupFailed,
+    GroupsNotSupported,
     InvalidCallError,
     InvalidConfigError,
     InvalidInputError,
     InvalidObjectError,
+    InvalidPrerequisiteError,
+    InvalidRequestError,
     KdispatchError,
-    KindInfo,
-    KindTable,
     LeadershipLost,
-    MetricsRegistryInUse,
-    NoEventLoopError,
+    NotFoundError,
     ObjectNotFound,
-    ObjectRef,
     Outcome,
-    PodBinding,
-    PodEviction,
-    PodPreemption,
-    PodStatusPatch,
-    RateLimitConfig,
-    RegistryConfig,
-    RetryConfig,
-    RuntimeConfig,
+    RequestTimeoutError,
+    ServerError,
+    TooManyRequestsError,
     UnauthorizedError,
     UnknownCallTypeError,
     UnknownKindError,
-    as_object,
-    default_call_types,
-    register_kind,
 )
+from .actors.event_calls import EventRecord
+from .actors.event_recorder import EventRecorder
+from .actors.eviction_calls import PodEviction
+from .actors.groups import CallGroup
+from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
+from .actors.kinds import register as register_kind
+from .actors.messages import CallFuture
+from .actors.metrics import MetricsRegistryInUse
+from .actors.objects import (
+    Obj,
+    ObjectRef,
+    as_object,
+    get_path,
+    is_newer,
+    is_terminating,
+    meta,
+    pod_node_name,
+    uid_of,
+)
+from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from .actors.ratelimit import TokenBucket
+from .adapters.aio_informer import AioInformer
+from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
+from .adapters.kubernetes import KubernetesBackend, ObjectList
+from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
+from .adapters.process import DispatcherProcessDied, ProcessDispatcher
+from .adapters.transport import prepare_configuration
 
 logger.disable("kdispatch")
 
@@ -70,49 +108,97 @@ except PackageNotFoundError:  # running from a checkout that was never installed
 
 __all__ = [
     "BUILTIN_CALL_TYPES",
+    "DEFAULT_KINDS",
     "UNSET",
     "ActorLimitExceeded",
+    "AioInformer",
+    "AlreadyExistsError",
+    "ApiBackend",
+    "ApiConnectionError",
     "ApiError",
+    "BadResponseError",
     "Call",
     "CallCancelled",
     "CallConflict",
     "CallFailed",
+    "CallFuture",
+    "CallGroup",
     "CallOutcomeError",
     "CallStale",
+    "CallTypeRegistrationError",
     "CallTypeRegistry",
     "ClaimStatusPatch",
+    "ClientLeaseClient",
+    "ClientListWatch",
+    "ConflictError",
+    "DependencyCycleError",
+    "DependencyFailed",
     "Dispatcher",
     "DispatcherClosed",
     "DispatcherConfig",
+    "DispatcherLike",
+    "DispatcherProcessDied",
     "DisruptionBudgetError",
+    "ElectionConfig",
+    "EventRecord",
+    "EventRecorder",
+    "EvictionBackend",
     "ExecutorConfig",
     "ForbiddenError",
+    "GoneError",
+    "GroupClosedError",
+    "GroupFailed",
+    "GroupsNotSupported",
+    "Informer",
     "InvalidCallError",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidObjectError",
+    "InvalidPrerequisiteError",
+    "InvalidRequestError",
     "KdispatchError",
     "KindInfo",
     "KindTable",
+    "KubernetesBackend",
     "LeadershipLost",
+    "LeaseClient",
+    "LeaseElector",
+    "ListWatch",
     "MetricsRegistryInUse",
     "NoEventLoopError",
+    "NotFoundError",
+    "Obj",
+    "ObjectList",
     "ObjectNotFound",
     "ObjectRef",
     "Outcome",
+    "PatchType",
     "PodBinding",
     "PodEviction",
     "PodPreemption",
     "PodStatusPatch",
+    "ProcessDispatcher",
     "RateLimitConfig",
     "RegistryConfig",
+    "RequestTimeoutError",
     "RetryConfig",
     "RuntimeConfig",
+    "ServerError",
+    "TokenBucket",
+    "TooManyRequestsError",
     "UnauthorizedError",
     "UnknownCallTypeError",
     "UnknownKindError",
-    "__version__",
+    "WatchEvent",
+    "WatchStream",
     "as_object",
     "default_call_types",
+    "get_path",
+    "is_newer",
+    "is_terminating",
+    "meta",
+    "pod_node_name",
+    "prepare_configuration",
     "register_kind",
+    "uid_of",
 ]

@@ -316,7 +316,7 @@ CORE_KINDS = {
     "ConfigMap": ("v1", "configmaps"),
     "Secret": ("v1", "secrets"),
     "Namespace": ("v1", "namespaces"),
-    "Event": ("v1", "events"),
+    "Event": ("events.k8s.io/v1", "events"),
     "Lease": ("coordination.k8s.io/v1", "leases"),
     "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
     "Deployment": ("apps/v1", "deployments"),

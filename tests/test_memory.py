@@ -773,6 +773,7 @@ def test_scripted_get_fault(server: InMemoryApiServer, pod: dict[str, Any]) -> N
     assert server.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
     assert server.counts() == {
         "bind": 0,
+        "create": 0,
         "delete": 0,
         "evict": 0,
         "get": 1,
@@ -812,7 +813,7 @@ def test_apply_then_fail_on_a_rejected_request_still_times_out(
 
 def test_script_rejects_bad_input(server: InMemoryApiServer) -> None:
     with pytest.raises(InvalidInputError):
-        server.script("create", "500")
+        server.script("watch", "500")
     with pytest.raises(InvalidInputError):
         server.script("bind", "418")
     assert server.pending_faults() == 0
@@ -869,7 +870,7 @@ def test_scripted_before_random() -> None:
         {"rate": 0.5, "weights": {"500": 0}},
         {"weights": {"418": 1}},
         {"retry_after": -1},
-        {"ops": frozenset({"create"})},
+        {"ops": frozenset({"watch"})},
         {"ops": "bind"},
     ],
 )
@@ -925,7 +926,7 @@ def test_latency_applies_to_faulted_requests() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"fixed": -1}, {"jitter": float("inf")}, {"per_op": {"create": 1}}, {"per_op": {"get": -1}}],
+    [{"fixed": -1}, {"jitter": float("inf")}, {"per_op": {"watch": 1}}, {"per_op": {"get": -1}}],
 )
 def test_latency_validation(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidInputError):

@@ -18,10 +18,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.errors import Outcome
-from kdispatch.actors.objects import POD, Obj
-from kdispatch.actors.pod_calls import PodStatusPatch
+from kdispatch import ApiBackend, Obj, Outcome, PodStatusPatch
 
 Cond = Mapping[str, str]
 """A pod condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
@@ -116,7 +113,7 @@ def send_status(backend: ApiBackend, pod: Obj, body: dict[str, Any]) -> None:
     ``util.PatchPodStatus`` does (it sends no resourceVersion)."""
     meta = pod["metadata"]
     backend.patch_status(
-        POD,
+        "Pod",
         meta["namespace"],
         meta["name"],
         {"status": body},

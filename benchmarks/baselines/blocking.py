@@ -19,9 +19,7 @@ from benchmarks.baselines.base import (
     send_status,
     status_body,
 )
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.errors import Outcome
-from kdispatch.actors.objects import Obj
+from kdispatch import ApiBackend, Obj, Outcome
 
 
 class BlockingContender:

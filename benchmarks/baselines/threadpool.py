@@ -23,9 +23,7 @@ from benchmarks.baselines.base import (
     send_status,
     status_body,
 )
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.errors import DispatcherClosed, Outcome
-from kdispatch.actors.objects import Obj
+from kdispatch import ApiBackend, DispatcherClosed, Obj, Outcome
 
 
 class ThreadPoolContender:

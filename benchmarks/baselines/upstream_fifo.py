@@ -56,10 +56,7 @@ from benchmarks.baselines.base import (
     send_status,
     settle,
 )
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.errors import DispatcherClosed, Outcome
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch import ApiBackend, DispatcherClosed, Obj, Outcome, PodBinding, PodStatusPatch
 
 UpstreamCall = PodStatusPatch | PodBinding
 

@@ -30,7 +30,7 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
-from kdispatch.testing.memory import InMemoryApiServer, Latency
+from kdispatch.testing import InMemoryApiServer, Latency
 
 WORKLOAD = "W3"
 

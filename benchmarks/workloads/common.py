@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kdispatch.actors.objects import Obj
-from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
+from kdispatch import Obj
+from kdispatch.testing import InMemoryApiServer, make_node, make_pod
 
 Record = dict[str, Any]
 

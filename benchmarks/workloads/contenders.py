@@ -17,12 +17,17 @@ from benchmarks.baselines import (
     ThreadPoolContender,
     UpstreamFifoContender,
 )
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch import (
+    ApiBackend,
+    Call,
+    Dispatcher,
+    DispatcherConfig,
+    ExecutorConfig,
+    Obj,
+    PodBinding,
+    PodStatusPatch,
+    RateLimitConfig,
+)
 
 KDISPATCH = "kdispatch"
 CONTENDERS: tuple[str, ...] = (KDISPATCH, "upstream_fifo", "threadpool", "blocking")

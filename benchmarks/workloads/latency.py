@@ -34,8 +34,8 @@ from benchmarks.workloads.common import (
 )
 from benchmarks.workloads.contenders import make_contender
 from examples.gcwatch import GcWatch
-from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.testing.memory import InMemoryApiServer, Latency
+from kdispatch import PodStatusPatch
+from kdispatch.testing import InMemoryApiServer, Latency
 
 WORKLOAD = "W1"
 QUANTILES = [i / 200 for i in range(1, 200)] + [0.999, 0.9999, 1.0]

@@ -32,8 +32,8 @@ import psutil  # type: ignore[import-untyped]
 from benchmarks.baselines import Contender
 from benchmarks.workloads.common import Profile, Record, record, unschedulable
 from benchmarks.workloads.contenders import make_contender
-from kdispatch.actors.objects import Obj
-from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch import Obj
+from kdispatch.testing import InMemoryApiServer, make_pod
 
 WORKLOAD = "W6"
 ROOT = Path(__file__).resolve().parents[2]

@@ -49,7 +49,7 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
-from kdispatch.testing.memory import InMemoryApiServer, Latency
+from kdispatch.testing import InMemoryApiServer, Latency
 
 WORKLOAD = "W4"
 SAMPLE_EVERY = 0.25  # seconds between two backlog samples

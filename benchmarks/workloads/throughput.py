@@ -25,7 +25,7 @@ from benchmarks.workloads.common import (
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
-from kdispatch.testing.memory import InMemoryApiServer
+from kdispatch.testing import InMemoryApiServer
 
 WORKLOAD = "W2"
 

@@ -26,7 +26,7 @@ from typing import Any
 from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.resources import node_allocatable
 from examples.scheduler.taints import Taint, node_taints, tolerated
-from kdispatch.actors.objects import Obj, meta
+from kdispatch import Obj, meta
 
 
 class NodeInfo:

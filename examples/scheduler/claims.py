@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Final
 
-from kdispatch.actors.objects import Obj, get_path, meta
+from kdispatch import Obj, get_path, meta
 
 DRIVER: Final = "gpu.example.com"
 REQUEST: Final = "device"

@@ -18,11 +18,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from examples.scheduler.api import CallFuture
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch import (
+    ApiBackend,
     ApiError,
+    Call,
     CallConflict,
     CallFailed,
     CallOutcomeError,
@@ -30,11 +29,14 @@ from kdispatch.actors.errors import (
     ConflictError,
     InvalidObjectError,
     NotFoundError,
+    Obj,
     ObjectNotFound,
     Outcome,
+    PodPreemption,
+    RetryConfig,
+    is_newer,
+    uid_of,
 )
-from kdispatch.actors.objects import Obj, is_newer, uid_of
-from kdispatch.actors.pod_calls import PodPreemption
 
 
 class DirectApi:

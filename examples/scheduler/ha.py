@@ -30,17 +30,17 @@ from types import FrameType
 from kubernetes import client as k8s
 
 from examples.common import check_amounts
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.errors import InvalidInputError, LeadershipLost
-from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.leader import (
+from kdispatch import (
+    ApiBackend,
     ClientLeaseClient,
     ElectionConfig,
+    InvalidInputError,
+    KubernetesBackend,
+    LeadershipLost,
     LeaseClient,
     LeaseElector,
 )
-from kdispatch.testing import MemoryLeaseClient
-from kdispatch.testing.memory import InMemoryApiServer
+from kdispatch.testing import InMemoryApiServer, MemoryLeaseClient
 
 LOST_EXIT_STATUS = 3
 """Exit status of a replica whose run ended because it lost the lease."""

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 
 from examples.scheduler.podinfo import PodInfo
-from kdispatch.actors.objects import Obj, get_path
+from kdispatch import Obj, get_path
 
 Reservations = dict[str, tuple[int, int]]
 """node name → (cpu millicores, memory bytes) reserved for nominated pods."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from examples.scheduler.resources import pod_requests
 from examples.scheduler.taints import Toleration, pod_tolerations
-from kdispatch.actors.objects import Obj, get_path, is_terminating, meta, pod_node_name, uid_of
+from kdispatch import Obj, get_path, is_terminating, meta, pod_node_name, uid_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from kubernetes import utils as _k8s_utils
 
-from kdispatch.actors.errors import InvalidObjectError
+from kdispatch import InvalidObjectError
 
 _PARSE: Callable[[object], object] = _k8s_utils.parse_quantity
 

@@ -6,9 +6,11 @@ and wave 1 of the pods is created; wave 2 (high priority) follows once wave 1 ha
 ``--kubeconfig`` mode: a real cluster; nothing is created, the scheduler places the pending pods
 that name it (``spec.schedulerName``).
 
-A run ends when every pod is bound, given up (unschedulable after ``max_attempts`` cycles) or
-gone (preempted), at the ``max_seconds`` deadline, or on Ctrl-C — and always shuts down cleanly:
-scheduling threads, dispatcher (draining what is pending), informers, monitor.
+A run ends when every pod of this scheduler (its ``spec.schedulerName``) is bound or gone
+(preempted), or unschedulable with ``PodScheduled=False`` observed on the server (unschedulable
+pods are retried with backoff while the run lasts: there is no attempt limit), at the
+``max_seconds`` deadline, or on Ctrl-C — and always shuts down cleanly: scheduling threads,
+dispatcher (draining what is pending), informers, monitor.
 """
 
 from __future__ import annotations
@@ -45,28 +47,27 @@ from examples.scheduler.report import figures
 from examples.scheduler.tracker import Tracker
 from examples.scheduler.verify import BindingAudit, verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.config import (
+from kdispatch import (
+    ApiBackend,
+    ApiError,
+    ClientListWatch,
+    Dispatcher,
     DispatcherConfig,
     ExecutorConfig,
+    Informer,
+    InvalidInputError,
+    KubernetesBackend,
+    LeadershipLost,
+    LeaseElector,
+    ListWatch,
+    Obj,
+    ProcessDispatcher,
     RateLimitConfig,
     RetryConfig,
     RuntimeConfig,
+    meta,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
-    ApiError,
-    InformerSyncTimeout,
-    InvalidInputError,
-    LeadershipLost,
-)
-from kdispatch.actors.objects import Obj, meta
-from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch
-from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.leader import LeaseElector
-from kdispatch.adapters.process import ProcessDispatcher
-from kdispatch.testing import MemoryListWatch
-from kdispatch.testing.memory import FaultPlan, InMemoryApiServer, Latency
+from kdispatch.testing import FaultPlan, InMemoryApiServer, Latency, MemoryListWatch
 
 API_MODES = ("async", "pre-kep", "all-blocking")
 """``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
@@ -96,7 +97,10 @@ class RunConfig:
     threads: int = 2
     workers: int = 32
     max_seconds: float = 120.0
-    max_attempts: int = 5
+    backoff_initial: float = 1.0
+    """Backoff after a pod's first failed cycle (kube-scheduler's podInitialBackoffSeconds)."""
+    backoff_max: float = 10.0
+    """The longest backoff (podMaxBackoffSeconds)."""
     high_priority_share: float = 0.03
     unschedulable_share: float = 0.01
     claim_share: float = 0.02
@@ -109,8 +113,10 @@ class RunConfig:
     ProcessDispatcher`); needs ``kubeconfig`` (the child builds its own backend from it)."""
 
     def __post_init__(self) -> None:
-        check_counts(self, "nodes", "pods", "burst", "threads", "workers", "max_attempts")
-        check_amounts(self, "latency_ms", "qps", "faults", "max_seconds")
+        check_counts(self, "nodes", "pods", "burst", "threads", "workers")
+        check_amounts(
+            self, "latency_ms", "qps", "faults", "max_seconds", "backoff_initial", "backoff_max"
+        )
         check_rate("faults", self.faults)
         if self.api not in API_MODES:
             raise InvalidInputError(f"api must be one of {API_MODES}, got {self.api!r}")
@@ -174,7 +180,13 @@ def _make_api(
     if cfg.api == "all-blocking":
         return DirectApi(backend, retry)
     if cfg.api == "pre-kep":
-        return PreKepApi(backend, retry, binding_threads=cfg.binding_threads or cfg.workers)
+        return PreKepApi(
+            backend,
+            retry,
+            binding_threads=cfg.binding_threads or cfg.workers,
+            qps=cfg.qps,
+            burst=cfg.burst,
+        )
     config = DispatcherConfig(
         rate_limit=RateLimitConfig(qps=cfg.qps or math.inf, burst=cfg.burst),
         executor=ExecutorConfig(workers=cfg.workers),
@@ -266,7 +278,8 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
         SchedulerConfig(
             threads=cfg.threads,
             scheduler_name=name,
-            max_attempts=cfg.max_attempts,
+            backoff_initial=cfg.backoff_initial,
+            backoff_max=cfg.backoff_max,
             seed=cfg.seed,
         ),
         tracker=tracker,
@@ -408,13 +421,13 @@ SYNC_REPORT_EVERY = 2.0
 
 def _sync_informers(env: _Env, gc_watch: GcWatch) -> None:
     """Main thread. Start the informers one by one and wait for each one's first list; when
-    one never comes, release everything set-up started and raise its
-    :class:`InformerSyncTimeout`."""
+    one never comes, release everything set-up started and raise a ``TimeoutError`` naming
+    the cause."""
     try:
         for inf in env.informers:
             inf.start()
             _wait_for_sync(inf, SYNC_TIMEOUT)
-    except InformerSyncTimeout:
+    except TimeoutError:
         gc_watch.uninstall()
         _abort(env)
         raise
@@ -422,24 +435,24 @@ def _sync_informers(env: _Env, gc_watch: GcWatch) -> None:
 
 def _wait_for_sync(inf: Informer, timeout: float) -> None:
     """Main thread. Wait for ``inf``'s first list, saying every few seconds on stderr why it
-    has not arrived (``cannot connect to https://...``, a 403, ...). Raises
-    :class:`InformerSyncTimeout` (with the cause) after ``timeout`` seconds."""
+    has not arrived (``cannot connect to https://...``, a 403, ...). After ``timeout``
+    seconds, raises ``TimeoutError`` with that cause (``wait_for_sync`` raises an
+    ``InformerSyncTimeout``, a ``TimeoutError`` whose ``cause`` is the reason alone)."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
         try:
             inf.wait_for_sync(max(0.0, min(SYNC_REPORT_EVERY, left)))
             return
-        except InformerSyncTimeout as exc:
+        except TimeoutError as exc:
+            cause = getattr(exc, "cause", "") or str(exc)
             if left <= SYNC_REPORT_EVERY:
-                raise InformerSyncTimeout(
-                    f"informer {inf.name} did not sync within {timeout:g} s: {exc.cause}",
-                    last_error=exc.last_error,
-                    cause=exc.cause,
-                ) from exc.last_error
+                raise TimeoutError(
+                    f"informer {inf.name} did not sync within {timeout:g} s: {cause}"
+                ) from exc
             waited = timeout - (deadline - time.monotonic())
             print(
-                f"informer {inf.name} not synced after {waited:.0f} s: {exc.cause}",
+                f"informer {inf.name} not synced after {waited:.0f} s: {cause}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -512,7 +525,9 @@ def _finish(
         "scheduling_cycles": env.scheduler.cycles,
         "scheduler_errors": env.scheduler.errors,
         "faults_injected": env.server.fault_counts() if env.server is not None else {},
-        "pods_given_up": env.scheduler.given_up()[:100],
+        "unschedulable_pods": env.scheduler.unschedulable()[:100],
+        "events_recorded": env.scheduler.events.recorded,
+        "events_spam_dropped": env.scheduler.events.spam_dropped,
         "problems": check.problems,
         "gc_pauses": gc_pauses,
         "requests": None if log is None else len(log),
@@ -528,6 +543,7 @@ def _finish(
         loop_submit_latencies=tracker.loop_submit_latencies,
         binding_latencies=tracker.binding_latencies,
         wall_s=wall_s,
+        active_s=tracker.active_window(),
         verification={
             "duplicate_bindings": check.duplicate_bindings,
             "lost_intents": check.lost_intents,

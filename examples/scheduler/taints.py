@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-from kdispatch.actors.objects import Obj, get_path
+from kdispatch import Obj, get_path
 
 BLOCKING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 

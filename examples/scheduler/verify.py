@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 from examples.scheduler.claims import allocated_device, reserved_uids
 from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Intent
-from kdispatch.actors.errors import DispatcherClosed, Outcome
-from kdispatch.actors.objects import Obj, get_path, meta, pod_node_name
-from kdispatch.testing.memory import RequestRecord
+from kdispatch import DispatcherClosed, Obj, Outcome, get_path, meta, pod_node_name
+from kdispatch.testing import RequestRecord
 
 
 class BindingAudit:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from examples.scheduler.resources import GPU_RESOURCE
-from kdispatch.testing.memory import make_claim, make_node, make_pod
+from kdispatch.testing import make_claim, make_node, make_pod
 
 NODE_CPU_M = 4000
 NODE_MEM_MI = 16384

@@ -11,12 +11,15 @@
 * :class:`MemoryListWatch` and :class:`MemoryLeaseClient`: informers and leader election over
   the in-memory server without HTTP.
 * :func:`make_pod`, :func:`make_node`, :func:`make_claim`, :func:`make_pdb`: object factories.
+* :func:`live_pooled_actors`: pooled actors alive in this process, for leak checks.
 * :mod:`kdispatch.testing.envtest`: the real etcd + kube-apiserver, built from the Go module
   proxy and started for your own tests (``python -m kdispatch.testing.envtest``).
 
 Production code (:mod:`kdispatch.actors`, :mod:`kdispatch.adapters`) never imports this
 package; an import-linter contract holds that.
 """
+
+from kdispatch.actors.runtime import live_pooled_actors
 
 from .audit import RequestRecord, request_writer
 from .httpserver import ApiServerHTTP
@@ -34,6 +37,7 @@ __all__ = [
     "MemoryLeaseClient",
     "MemoryListWatch",
     "RequestRecord",
+    "live_pooled_actors",
     "make_claim",
     "make_node",
     "make_pdb",

@@ -448,11 +448,29 @@ class InMemoryApiServer:
 
     # ================================================================ admin (no faults)
 
-    def create(self, obj: Mapping[str, Any]) -> Json:
+    def create(
+        self,
+        obj: Mapping[str, Any] | str,
+        namespace: str | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Json:
         """Store a new object (ADDED event). Fills ``metadata.uid`` (uuid4) if missing,
         ``resourceVersion``, ``creationTimestamp``, ``apiVersion`` for known kinds and namespace
         ``default`` for namespaced kinds. Raises ``AlreadyExistsError`` for a taken name. Any
-        thread."""
+        thread.
+
+        ``create(kind, namespace, body)`` is the API request instead (as
+        ``KubernetesBackend.create``; op ``create``: latency, faults, the request log): the
+        server sets the UID, as kube-apiserver does; a malformed body is
+        ``InvalidRequestError``. Request thread."""
+        if isinstance(obj, str) and namespace is not None:
+            return self._create_request(obj, namespace, body)
+        data = self._new_object(obj)  # type: ignore[arg-type]  # _admin_object checks it
+        with self._lock:
+            self._insert(data)
+        return clone(data)
+
+    def _new_object(self, obj: Mapping[str, Any]) -> Json:
         data = self._admin_object(obj)
         meta = data["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
@@ -460,15 +478,43 @@ class InMemoryApiServer:
         info = self._kinds.get(data["kind"])
         if "apiVersion" not in data and info is not None:
             data["apiVersion"] = info.api_version
+        return data
+
+    def _insert(self, data: Json) -> Json:
+        """Store a new object (lock held)."""
         key = self._key_of(data)
-        with self._lock:
-            if key in self._objects:
-                raise AlreadyExistsError(f'{_plural(key[0])} "{key[2]}" already exists')
-            self._rv += 1
-            meta["resourceVersion"] = str(self._rv)
-            self._objects[key] = data
-            self._emit("ADDED", data)
-        return clone(data)
+        if key in self._objects:
+            raise AlreadyExistsError(f'{_plural(key[0])} "{key[2]}" already exists')
+        self._rv += 1
+        data["metadata"]["resourceVersion"] = str(self._rv)
+        self._objects[key] = data
+        self._emit("ADDED", data)
+        return data
+
+    def _create_request(self, kind: str, namespace: str, body: Mapping[str, Any] | None) -> Json:
+        _check_str("namespace", namespace)
+        if not isinstance(body, Mapping):
+            raise InvalidRequestError(f"obj must be a mapping, got {type(body).__name__}")
+        meta = body.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        try:
+            data = to_json(body, "obj")
+            data["kind"] = kind
+            meta = data.get("metadata")
+            if isinstance(meta, dict):
+                meta.pop("uid", None)
+                meta.pop("resourceVersion", None)
+                if namespace:
+                    meta["namespace"] = namespace
+            data = self._new_object(data)
+        except InvalidObjectError as err:
+            raise InvalidRequestError(str(err)) from None
+
+        def apply() -> Json:
+            return self._insert(data)
+
+        req = _Req("create", kind, namespace, str(name or ""), "")
+        return clone(self._request(req, apply))
 
     def update(self, obj: Mapping[str, Any]) -> Json:
         """Replace an object (e.g. a kubelet status update; MODIFIED event). A
