@@ -381,7 +381,9 @@ class Dispatcher:
             if prereqs or group is not None:
                 self._deps.discard(future)
             # nobody holds this future but a held call that follows it (a successor link)
-            future.set_exception(CallFailed(str(exc), uid=uid, call_type=call.call_type, cause=exc))
+            future.set_exception(
+                CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc)
+            )
             self._on_resolved()
             raise
         if not routed:  # tombstoned: the object was deleted
@@ -609,7 +611,7 @@ class Dispatcher:
         self._resolve_now(
             future,
             call,
-            CallCancelled(str(error), uid=call.ref.uid, call_type=call.call_type),
+            CallCancelled(str(error), ref=call.ref, call_type=call.call_type),
         )
         return future
 
