@@ -541,7 +541,8 @@ class Scheduler:
     ) -> None:
         """Scheduling thread. The pod is assumed on ``node``: one call group owned by the pod
         writes its claims and binds it once every claim write succeeded (retries included);
-        the pod's deletion withdraws what is not yet sent. Nothing waits here."""
+        the pod's deletion withdraws what is not yet sent. A pod without claims is bound by a
+        plain call. Nothing waits here."""
         with self._lock:
             gone = rec.phase is not Phase.SCHEDULING
             if not gone:
@@ -560,14 +561,30 @@ class Scheduler:
                 self._binding_failed(task, None)
                 return
             writes.append((key, claim, alloc))
+        binding = PodBinding.for_pod(info.obj, node)
+        if writes:
+            bind = self._claims_then_bind(task, writes, binding)
+        else:  # one call: nothing to order (the pod's deletion withdraws it all the same)
+            send = partial(self.api.submit, binding)
+            bind = self._submit(BIND, info.uid, info.key, {"node": node}, send)
+        if bind is not None:
+            bind.add_done_callback(partial(self._post_bound, task))
+
+    def _claims_then_bind(
+        self, task: BindTask, writes: list[tuple[str, Obj, Allocation]], binding: PodBinding
+    ) -> CallFuture | None:
+        """Scheduling thread. The claim writes and the binding held on them, as one call group
+        owned by the pod; the binding's future (None once the API layer is closed)."""
+        info = task.info
         steps = self._group(info.obj)
         if steps is None:
-            return
+            return None
         with steps as g:
             for key, claim, alloc in writes:
+                new = alloc in task.allocations
                 call = ClaimStatusPatch.for_claim(
                     claim,
-                    allocate=allocation_for(alloc.node, alloc.device) if alloc in allocs else UNSET,
+                    allocate=allocation_for(alloc.node, alloc.device) if new else UNSET,
                     reserve=[info.consumer()],
                 )
                 expect = {"device": (alloc.node, alloc.device), "reserve": info.uid}
@@ -575,15 +592,11 @@ class Scheduler:
                     CLAIM, str(meta(claim).get("uid")), key, expect, partial(g.submit, call)
                 )
                 if fut is None:
-                    return
+                    return None
                 task.claims[key] = fut
-            binding = PodBinding.for_pod(info.obj, node)
             after = list(task.claims.values())
-            bind = self._submit(
-                BIND, info.uid, info.key, {"node": node}, partial(g.submit, binding, after=after)
-            )
-        if bind is not None:
-            bind.add_done_callback(partial(self._post_bound, task))
+            send = partial(g.submit, binding, after=after)
+            return self._submit(BIND, info.uid, info.key, {"node": task.node}, send)
 
     def _post_bound(self, task: BindTask, fut: CallFuture) -> None:
         """Future callback (resolving thread): hand over to a scheduling thread."""
