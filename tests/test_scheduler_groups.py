@@ -36,7 +36,13 @@ from tests.test_scheduler_peer import _kubeconfig, _pod
 
 pytestmark = pytest.mark.timeout(90)
 
-MODES = ["async", "pre-kep"]
+MODES = [
+    pytest.param({"api": "async"}, id="async"),
+    pytest.param({"api": "async", "dispatcher_process": True}, id="async-process"),
+    pytest.param({"api": "pre-kep"}, id="pre-kep"),
+    pytest.param({"api": "all-blocking"}, id="all-blocking"),
+]
+"""The async mode orders steps by call groups, the other three by :class:`ChainedSteps`."""
 
 
 def _log(mem: InMemoryApiServer) -> list[RequestRecord]:
@@ -47,9 +53,9 @@ def _first(log: list[RequestRecord], op: str, name: str, outcome: str = "ok") ->
     return next(i for i, r in enumerate(log) if (r.op, r.name, r.outcome) == (op, name, outcome))
 
 
-@pytest.mark.parametrize("api", MODES)
+@pytest.mark.parametrize("mode", MODES)
 def test_claims_are_reserved_before_the_binding_also_when_a_claim_write_is_retried(
-    tmp_path: Path, api: str
+    tmp_path: Path, mode: dict[str, Any]
 ) -> None:
     mem = InMemoryApiServer(faults=FaultPlan(retry_after=0.02))
     mem.create(node("n0", gpus=4))
@@ -60,7 +66,7 @@ def test_claims_are_reserved_before_the_binding_also_when_a_claim_write_is_retri
         mem.script("patch_status", "429", "500", "429", name=f"{name}-gpu")
     with ApiServerHTTP(mem) as srv:
         fig = run(
-            RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), api=api, workers=4), stream=None
+            RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), workers=4, **mode), stream=None
         )
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert fig["pods_bound"] == len(pods)
@@ -122,8 +128,8 @@ def test_a_deleted_pods_pending_claim_writes_and_binding_are_never_sent() -> Non
     ]
 
 
-@pytest.mark.parametrize("api", MODES)
-def test_the_nomination_precedes_every_victims_delete(tmp_path: Path, api: str) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_the_nomination_precedes_every_victims_delete(tmp_path: Path, mode: dict[str, Any]) -> None:
     mem = InMemoryApiServer(faults=FaultPlan(retry_after=0.05))
     mem.create(node("n0", cpu=1000))
     victims = ["low-a", "low-b"]
@@ -133,7 +139,7 @@ def test_the_nomination_precedes_every_victims_delete(tmp_path: Path, api: str) 
     mem.script("patch_status", "429", "500", name="high")  # the nomination is retried
     with ApiServerHTTP(mem) as srv:
         fig = run(
-            RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), api=api, workers=4), stream=None
+            RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), workers=4, **mode), stream=None
         )
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert (fig["pods_bound"], fig["pods_preempted"]) == (1, 2)
