@@ -29,6 +29,7 @@ from examples.scheduler.queue import SchedulingQueue
 from examples.scheduler.report import write_json
 from examples.scheduler.resources import GPU_RESOURCE, cpu_millis, mem_bytes
 from examples.scheduler.runner import RunConfig, run
+from examples.scheduler.steps import ChainedSteps, Steps
 from examples.scheduler.tracker import BIND, Tracker
 from examples.scheduler.verify import verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
@@ -349,6 +350,9 @@ class FakeApi:
     def preempt(self, pod: Obj, *, preemptor: str) -> Future[Outcome]:
         return self.submit(PodPreemption.for_pod(pod, preemptor=preemptor))
 
+    def group(self, owner: Obj) -> Steps:
+        return ChainedSteps(self)
+
     def view(self, uid: str) -> Obj | None:
         obj = self.objects.get(uid)
         for call, fut in self.calls:
@@ -384,11 +388,14 @@ def test_pending_nomination_reserves_room_and_preemptor_never_preempts_twice() -
     api.objects["u-pre"] = preemptor
     sched.on_pod_add(preemptor)
 
-    assert sched.step()  # no fit: preempt the victim, nominate n1 (patch pending, not waited)
-    assert [c.ref.name for c in api.of_type("pod_preemption")] == ["victim"]
+    assert sched.step()  # no fit: nominate n1 (patch pending, not waited), victim held on it
     (patch,) = api.of_type("pod_status_patch")
     assert isinstance(patch, PodStatusPatch) and patch.nominated_node_name == "n1"
     assert sched.nominator.node_of("u-pre") == "n1"  # read back through view()
+    assert api.of_type("pod_preemption") == []
+    api.calls[0][1].set_result(Outcome.SUCCESS)  # the nomination landed: now the victim
+    assert [c.ref.name for c in api.of_type("pod_preemption")] == ["victim"]
+    api.objects["u-pre"] = patch.apply(preemptor)
 
     clock.now += 10  # retry while the victim is still terminating: wait, never preempt again
     assert sched.step()

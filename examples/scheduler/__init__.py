@@ -11,7 +11,8 @@ Modules, one concept each:
 scheduling queue · ``cache`` the assume-cache · ``nominator`` nominations via ``view()`` ·
 ``framework`` filter and score · ``preemption`` victims and the #134249 guard · ``claims`` DRA
 allocation · ``api``/``prekep``/``direct`` the three API layers (``limiter``: the pre-KEP
-client-side rate limit) · ``cycle`` the scheduler itself, with its Events ·
+client-side rate limit) · ``steps`` ordered operations (a call group, or done-callbacks where
+the API layer has none) · ``cycle`` the scheduler itself, with its Events ·
 ``tracker``/``verify`` intents and the end-of-run check ·
 ``workload``/``runner``/``progress``/``report``/``cli`` the main job.
 """

@@ -9,16 +9,18 @@ PreKepApi` (``--pre-kep``) is kube-scheduler before KEP-5229: status patches and
 the scheduling thread, bindings run on binding threads. :class:`~examples.scheduler.direct.
 DirectApi` (``--all-blocking``) performs every call on the calling thread before returning an
 already resolved future. The scheduler code is the same in every mode.
+
+Operations of several calls in order (a binding cycle, a preemption) go through
+:meth:`SchedulerApi.group`: a kdispatch call group where the dispatcher runs in this process,
+else :class:`~examples.scheduler.steps.ChainedSteps`.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Any, Protocol
 
-from kdispatch import Call, Dispatcher, Obj, Outcome, ProcessDispatcher
-
-CallFuture = Future[Outcome]
+from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
+from kdispatch import Call, DispatcherLike, GroupsNotSupported, Obj, ProcessDispatcher
 
 
 class SchedulerApi(Protocol):
@@ -33,6 +35,11 @@ class SchedulerApi(Protocol):
 
     def preempt(self, pod: Obj, *, preemptor: str) -> CallFuture:
         """Preempt (mark and delete) ``pod`` to make room for ``preemptor`` (``ns/name``)."""
+        ...
+
+    def group(self, owner: Obj) -> Steps:
+        """Steps of one operation on behalf of ``owner`` (a pod), sent in the order their
+        ``after=`` asks; use it as a context manager."""
         ...
 
     def view(self, uid: str) -> Obj | None:
@@ -66,12 +73,14 @@ class SchedulerApi(Protocol):
 
 
 class DispatchedApi:
-    """:class:`SchedulerApi` over a started :class:`Dispatcher` (mode ``async``) or
-    :class:`ProcessDispatcher` (mode ``async-process``)."""
+    """:class:`SchedulerApi` over a started :class:`~kdispatch.DispatcherLike`: a
+    :class:`~kdispatch.Dispatcher` (mode ``async``) or a :class:`~kdispatch.ProcessDispatcher`
+    (mode ``async-process``)."""
 
-    def __init__(self, dispatcher: Dispatcher | ProcessDispatcher) -> None:
+    def __init__(self, dispatcher: DispatcherLike) -> None:
         self.dispatcher = dispatcher
         self.mode = "async-process" if isinstance(dispatcher, ProcessDispatcher) else "async"
+        self._groups = True  # until the dispatcher refuses one (GroupsNotSupported)
 
     def submit(self, call: Call) -> CallFuture:
         """Any thread; returns in microseconds."""
@@ -80,6 +89,17 @@ class DispatchedApi:
     def preempt(self, pod: Obj, *, preemptor: str) -> CallFuture:
         """Any thread; returns in microseconds."""
         return self.dispatcher.preempt(pod, preemptor=preemptor)
+
+    def group(self, owner: Obj) -> Steps:
+        """Any thread; returns at once. The dispatcher's call group owned by ``owner`` (the
+        owner's deletion withdraws the steps not yet sent), or :class:`ChainedSteps` if the
+        dispatcher has no groups (:class:`~kdispatch.ProcessDispatcher`)."""
+        if self._groups:
+            try:
+                return self.dispatcher.group(owner)
+            except GroupsNotSupported:
+                self._groups = False
+        return ChainedSteps(self)
 
     def view(self, uid: str) -> Obj | None:
         """Scheduling thread (one actor round trip)."""

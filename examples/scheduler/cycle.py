@@ -1,5 +1,5 @@
-"""The scheduler: informer callbacks in, scheduling cycles on N threads, bindings as
-continuations of their futures.
+"""The scheduler: informer callbacks in, scheduling cycles on N threads, binding cycles and
+preemptions as call groups.
 
 Scheduling cycle (a scheduling thread, one pod): nominated node first, else filter and score;
 reserve the best node in the assume-cache (re-checked under its lock, so concurrent cycles never
@@ -14,12 +14,19 @@ Events, as kube-scheduler records them (``reportingController`` = the scheduler'
 a Warning) with every ``PodScheduled=False`` patch, ``Preempted`` (``Preempting``, on the victim,
 related to the preemptor) once a victim's preemption succeeded.
 
-Binding cycle: allocate/reserve the pod's ResourceClaims, then bind. Each step submits its calls
-and registers a continuation on their futures; the continuation runs on a scheduling thread once
-they resolve (so with the dispatcher no thread ever blocks on the apiserver, and with
-``--pre-kep`` or ``--all-blocking`` the blocking happens inside ``submit``, on whichever thread
-the API layer runs the call). On failure the pod is un-assumed, its claims
-deallocated, and it is requeued with backoff.
+Binding cycle: allocate/reserve the pod's ResourceClaims, then bind, as the steps of one call
+group owned by the pod (:meth:`SchedulerApi.group <examples.scheduler.api.SchedulerApi.group>`):
+the binding is submitted at once, held until every claim write succeeded (retries included),
+and the pod's deletion withdraws what is not yet sent. One continuation on the binding's future
+runs on a scheduling thread once it resolves, so with the dispatcher no thread ever blocks on
+the apiserver or on a future (with ``--pre-kep`` or ``--all-blocking`` the blocking happens
+inside ``submit``, on whichever thread the API layer runs the call). On failure the pod is
+un-assumed, the claims written for it deallocated, and it is requeued with backoff; after
+``max_bind_failures`` failures in a row it gets ``PodScheduled=False`` (reason
+``SchedulerError``) and backs off as an unschedulable pod, retried as long as the scheduler runs.
+
+Preemption: the preemptor's nomination and its victims' preemptions are one call group owned by
+the preemptor, each victim held until the nomination succeeded.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from typing import Any
 
 from loguru import logger
 
-from examples.scheduler.api import CallFuture, SchedulerApi
+from examples.scheduler.api import SchedulerApi
 from examples.scheduler.cache import Allocation, SchedulerCache
 from examples.scheduler.claims import ClaimStore, allocation_for
 from examples.scheduler.framework import Filtered, Framework
@@ -44,11 +51,14 @@ from examples.scheduler.nominator import Nominator
 from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.preemption import UNRESOLVABLE, Preemptions, select_victims
 from examples.scheduler.queue import SchedulingQueue
+from examples.scheduler.steps import CallFuture, Steps
 from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Tracker
 from kdispatch import (
     UNSET,
+    CallCancelled,
     CallOutcomeError,
     ClaimStatusPatch,
+    DependencyFailed,
     DispatcherClosed,
     EventRecorder,
     InvalidInputError,
@@ -62,6 +72,8 @@ from kdispatch import (
 )
 
 UNSCHEDULABLE_REASON = "Unschedulable"
+SCHEDULER_ERROR = "SchedulerError"
+"""``PodScheduled=False`` reason of a pod whose binding failed ``max_bind_failures`` times."""
 
 
 class Phase(enum.Enum):
@@ -129,7 +141,8 @@ class BindTask:
     node: str
     allocations: list[Allocation]
     started: float
-    futures: list[CallFuture] = field(default_factory=list)
+    claims: dict[str, CallFuture] = field(default_factory=dict)
+    """The claim writes (``namespace/name`` of the claim: its future)."""
 
 
 class Scheduler:
@@ -399,13 +412,14 @@ class Scheduler:
         nominated: str | None,
         *,
         on_pod_delete: bool = True,
+        reason: str = UNSCHEDULABLE_REASON,
     ) -> None:
         """Scheduling thread. ``PodScheduled=False`` without waiting, then back off; a node
         added (or, with ``on_pod_delete``, a bound pod deleted) retries it earlier."""
-        self._patch_status(info, msg, nominated)
+        self._patch_status(info, msg, nominated, reason=reason)
         with self._lock:
             rec.attempts += 1
-            if rec.phase is not Phase.SCHEDULING:
+            if rec.phase not in (Phase.SCHEDULING, Phase.BINDING):
                 return
             self._set_phase(rec, Phase.UNSCHEDULABLE)
             self.queue.backoff(
@@ -416,27 +430,36 @@ class Scheduler:
                 on_pod_delete=on_pod_delete,
             )
 
-    def _patch_status(self, info: PodInfo, msg: str, nominated: str | None) -> None:
-        cond = {
-            "type": "PodScheduled",
-            "status": "False",
-            "reason": UNSCHEDULABLE_REASON,
-            "message": msg,
-        }
+    def _patch_status(
+        self,
+        info: PodInfo,
+        msg: str,
+        nominated: str | None,
+        *,
+        reason: str = UNSCHEDULABLE_REASON,
+        steps: Steps | None = None,
+    ) -> CallFuture | None:
+        """Scheduling thread. Submit ``PodScheduled=False`` (and the nomination), as a step of
+        ``steps`` if given; its future (None once the API layer is closed)."""
+        cond = {"type": "PodScheduled", "status": "False", "reason": reason, "message": msg}
         call = PodStatusPatch.for_pod(
             info.obj, conditions=[cond], nominated_node_name=nominated or UNSET
         )
-        expect = {"reason": UNSCHEDULABLE_REASON, "nominated": nominated}
-        self._submit(STATUS, info.uid, info.key, expect, partial(self.api.submit, call))
+        expect = {"reason": reason, "nominated": nominated}
+        sender = steps if steps is not None else self.api
+        fut = self._submit(STATUS, info.uid, info.key, expect, partial(sender.submit, call))
         self._event(info.obj, "FailedScheduling", "Scheduling", msg, type_="Warning")
+        return fut
 
     # ================================================================ preemption
 
     def _preempt(self, info: PodInfo, msg: str) -> bool:
-        """Scheduling thread. Choose and mark victims, nominate the preemptor (read back
-        through ``view``), then preempt the victims — no waiting on any of it. Preemptions are
-        serialised so that each sees the nominations of the previous ones. Returns whether a
-        preemption is under way for the pod."""
+        """Scheduling thread. Choose and mark victims, then, in one call group owned by the
+        preemptor, nominate it (read back through ``view``) and preempt the victims once the
+        nomination succeeded — no waiting on any of it; the preemptor's deletion spares the
+        victims not yet preempted. Preemptions are serialised so that each sees the
+        nominations of the previous ones. Returns whether a preemption is under way for the
+        pod."""
         if not self.cache.has_lower_priority(info.priority):
             return False
         with self._preempt_lock:
@@ -452,20 +475,27 @@ class Scheduler:
                 victims = [v.uid for v in cand.victims]
                 self.cache.mark_victims(victims)
                 self.preemptions.start(info.uid, victims)
-            self._patch_status(info, msg, cand.node)
-            self.nominator.refresh(info)  # read-your-writes: the pending nomination reserves
-        logger.bind(pod=info.key, node=cand.node).debug("preempting {} pods", len(victims))
-        for victim in cand.victims:
-            fut = self._submit(
-                PREEMPT,
-                victim.uid,
-                victim.key,
-                {"preemptor": info.uid},
-                partial(self.api.preempt, victim.obj, preemptor=info.key),
-            )
-            if fut is not None:
-                fut.add_done_callback(partial(self._post_victim_done, victim))
-                fut.add_done_callback(partial(self._post_preempted_event, victim, info, cand.node))
+            steps = self._group(info.obj)
+            if steps is None:
+                return True
+            with steps as g:
+                nominated = self._patch_status(info, msg, cand.node, steps=g)
+                self.nominator.refresh(info)  # read-your-writes: the pending nomination reserves
+                logger.bind(pod=info.key, node=cand.node).debug("preempting {} pods", len(victims))
+                after = [nominated] if nominated is not None else []
+                for victim in cand.victims:
+                    fut = self._submit(
+                        PREEMPT,
+                        victim.uid,
+                        victim.key,
+                        {"preemptor": info.uid},
+                        partial(g.preempt, victim.obj, preemptor=info.key, after=after),
+                    )
+                    if fut is not None:
+                        fut.add_done_callback(partial(self._post_victim_done, victim))
+                        fut.add_done_callback(
+                            partial(self._post_preempted_event, victim, info, cand.node)
+                        )
         return True
 
     def _post_preempted_event(
@@ -509,7 +539,10 @@ class Scheduler:
     def _start_binding(
         self, rec: PodRecord, info: PodInfo, node: str, allocs: list[Allocation]
     ) -> None:
-        """Scheduling thread. The pod is assumed on ``node``: write its claims, then bind."""
+        """Scheduling thread. The pod is assumed on ``node``: one call group owned by the pod
+        writes its claims and binds it once every claim write succeeded (retries included);
+        the pod's deletion withdraws what is not yet sent. A pod without claims is bound by a
+        plain call. Nothing waits here."""
         with self._lock:
             gone = rec.phase is not Phase.SCHEDULING
             if not gone:
@@ -520,62 +553,50 @@ class Scheduler:
         self.nominator.remove(info.uid)
         self.preemptions.forget(info.uid)
         task = BindTask(rec, info, node, allocs, self._clock())
+        writes: list[tuple[str, Obj, Allocation]] = []
         for key in info.claim_keys():
             claim = self.claims.get(key)
             alloc = self.cache.allocation(key)
-            if claim is None or alloc is None:
+            if claim is None or alloc is None:  # deleted since the cycle looked
                 self._binding_failed(task, None)
                 return
-            new = alloc in allocs
-            call = ClaimStatusPatch.for_claim(
-                claim,
-                allocate=allocation_for(alloc.node, alloc.device) if new else UNSET,
-                reserve=[info.consumer()],
-            )
-            expect = {"device": (alloc.node, alloc.device), "reserve": info.uid}
-            fut = self._submit(
-                CLAIM, str(meta(claim).get("uid")), key, expect, partial(self.api.submit, call)
-            )
-            if fut is None:
-                return
-            task.futures.append(fut)
-        if task.futures:
-            self._when_all(task.futures, partial(self._claims_done, task))
-        else:
-            self._send_binding(task)
+            writes.append((key, claim, alloc))
+        binding = PodBinding.for_pod(info.obj, node)
+        if writes:
+            bind = self._claims_then_bind(task, writes, binding)
+        else:  # one call: nothing to order (the pod's deletion withdraws it all the same)
+            send = partial(self.api.submit, binding)
+            bind = self._submit(BIND, info.uid, info.key, {"node": node}, send)
+        if bind is not None:
+            bind.add_done_callback(partial(self._post_bound, task))
 
-    def _when_all(self, futures: list[CallFuture], then: Callable[[], None]) -> None:
-        """Post ``then`` to the queue once every future resolved (callbacks never block)."""
-        left = [len(futures)]
-        lock = threading.Lock()
-
-        def one_done(_f: CallFuture) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                self.queue.post(then)
-
-        for fut in futures:
-            fut.add_done_callback(one_done)
-
-    def _claims_done(self, task: BindTask) -> None:
-        """Continuation. Claims written: bind, or fail the binding cycle."""
-        for fut in task.futures:
-            exc = fut.exception()
-            if exc is not None:
-                self._binding_failed(task, exc)
-                return
-        self._send_binding(task)
-
-    def _send_binding(self, task: BindTask) -> None:
+    def _claims_then_bind(
+        self, task: BindTask, writes: list[tuple[str, Obj, Allocation]], binding: PodBinding
+    ) -> CallFuture | None:
+        """Scheduling thread. The claim writes and the binding held on them, as one call group
+        owned by the pod; the binding's future (None once the API layer is closed)."""
         info = task.info
-        call = PodBinding.for_pod(task.rec.info.obj, task.node)
-        fut = self._submit(
-            BIND, info.uid, info.key, {"node": task.node}, partial(self.api.submit, call)
-        )
-        if fut is not None:
-            fut.add_done_callback(partial(self._post_bound, task))
+        steps = self._group(info.obj)
+        if steps is None:
+            return None
+        with steps as g:
+            for key, claim, alloc in writes:
+                new = alloc in task.allocations
+                call = ClaimStatusPatch.for_claim(
+                    claim,
+                    allocate=allocation_for(alloc.node, alloc.device) if new else UNSET,
+                    reserve=[info.consumer()],
+                )
+                expect = {"device": (alloc.node, alloc.device), "reserve": info.uid}
+                fut = self._submit(
+                    CLAIM, str(meta(claim).get("uid")), key, expect, partial(g.submit, call)
+                )
+                if fut is None:
+                    return None
+                task.claims[key] = fut
+            after = list(task.claims.values())
+            send = partial(g.submit, binding, after=after)
+            return self._submit(BIND, info.uid, info.key, {"node": task.node}, send)
 
     def _post_bound(self, task: BindTask, fut: CallFuture) -> None:
         """Future callback (resolving thread): hand over to a scheduling thread."""
@@ -598,20 +619,33 @@ class Scheduler:
         self._event(info.obj, "Scheduled", "Binding", note)
 
     def _binding_failed(self, task: BindTask, exc: BaseException | None) -> None:
-        """Continuation. Un-assume, deallocate what this cycle allocated, requeue."""
+        """Continuation. Un-assume, deallocate what this cycle allocated (every claim write
+        that was sent: it may have landed), requeue with backoff. After
+        ``max_bind_failures`` failures in a row the pod is unschedulable for now, as
+        kube-scheduler treats a failed binding: ``PodScheduled=False`` and back off."""
+        if isinstance(exc, DependencyFailed):  # a claim write failed, or the group was cancelled
+            exc = exc.cause
         info = task.info
         logger.bind(pod=info.key, node=task.node).debug("binding failed: {!r}", exc)
         self.cache.forget(info.uid)
         for alloc in task.allocations:
-            self._release_claim(alloc, info.uid)
+            write = task.claims.get(alloc.claim)
+            withdrawn = write is not None and write.done() and _withdrawn(write)
+            if not withdrawn:
+                self._release_claim(alloc, info.uid)
         if isinstance(exc, DispatcherClosed):
             return
         with self._lock:
+            if task.rec.phase is not Phase.BINDING:  # deleted meanwhile
+                return
             task.rec.bind_failures += 1
             give_up = task.rec.bind_failures >= self.config.max_bind_failures
-            if give_up and task.rec.phase is Phase.BINDING:
-                self._set_phase(task.rec, Phase.UNSCHEDULABLE)
-        if not give_up:
+        if give_up:
+            why = str(exc) if exc is not None else "a resource claim is gone"
+            self._unschedulable(
+                task.rec, info, f"binding rejected: {why}", None, reason=SCHEDULER_ERROR
+            )
+        else:
             self._requeue(task.rec, self._backoff(task.rec.bind_failures))
 
     def _release_claim(self, alloc: Allocation, owner: str) -> None:
@@ -655,6 +689,14 @@ class Scheduler:
             on_loop=getattr(self._local, "loop", False),
         )
         return fut
+
+    def _group(self, owner: Obj) -> Steps | None:
+        """Any thread. The API layer's steps for an operation of ``owner``; None once it is
+        closed (the run is stopping)."""
+        try:
+            return self.api.group(owner)
+        except DispatcherClosed:
+            return None
 
     def _event(
         self,
@@ -730,6 +772,11 @@ class Scheduler:
     def record(self, uid: str) -> PodRecord | None:
         """Any thread. A pod's record (for tests and reports)."""
         return self._pods.get(uid)
+
+
+def _withdrawn(future: CallFuture) -> bool:
+    """Whether a resolved call was withdrawn unsent (cancelled, or a prerequisite failed)."""
+    return isinstance(future.exception(), CallCancelled)
 
 
 def _scheduled_false(obj: Obj) -> bool:

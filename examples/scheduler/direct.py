@@ -17,7 +17,7 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
-from examples.scheduler.api import CallFuture
+from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
 from kdispatch import (
     ApiBackend,
     ApiError,
@@ -72,6 +72,12 @@ class DirectApi:
     def preempt(self, pod: Obj, *, preemptor: str) -> CallFuture:
         """Calling thread: condition patch and deletion, blocking."""
         return self.submit(PodPreemption.for_pod(pod, preemptor=preemptor))
+
+    def group(self, owner: Obj) -> Steps:
+        """Any thread. :class:`ChainedSteps`: every future is resolved when ``submit`` returns,
+        so a held call is sent at once, on the calling thread, after its prerequisites."""
+        del owner
+        return ChainedSteps(self)
 
     def _count(self, call: Call, label: str) -> None:
         with self._lock:

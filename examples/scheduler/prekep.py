@@ -11,7 +11,8 @@ preemption of victims (without the ``SchedulerAsyncPreemption`` gate). This laye
 * ``pod_binding`` and ``claim_status_patch`` (the binding cycle's calls) run on a bounded pool
   of ``binding_threads`` binding threads, standing for the binding-cycle goroutines; give it the
   dispatcher's executor worker count for the same thread budget. The scheduler's continuations
-  hand each step to the next (claims, then the binding), as the async mode does.
+  hand each step to the next (claims, then the binding) through :meth:`PreKepApi.group`
+  (:class:`~examples.scheduler.steps.ChainedSteps`).
 
 * ``event_record`` (Events) runs on one event thread, standing for client-go's event
   broadcaster goroutine; at most 1,000 wait (its ``maxQueuedEvents``), a further one is dropped
@@ -32,9 +33,9 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
-from examples.scheduler.api import CallFuture
 from examples.scheduler.direct import DirectApi
 from examples.scheduler.limiter import ClientLimiter, ThrottledBackend
+from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
 from kdispatch import (
     ApiBackend,
     Call,
@@ -111,6 +112,14 @@ class PreKepApi:
     def preempt(self, pod: Obj, *, preemptor: str) -> CallFuture:
         """Scheduling thread: condition patch and deletion, blocking."""
         return self.submit(PodPreemption.for_pod(pod, preemptor=preemptor))
+
+    def group(self, owner: Obj) -> Steps:
+        """Any thread. :class:`ChainedSteps`: a held binding-cycle call is queued for a binding
+        thread by the binding thread that finished its last prerequisite, as the binding
+        goroutine went from PreBind to Bind; a preemption held on the (blocking) nomination
+        runs on the scheduling thread right after it."""
+        del owner
+        return ChainedSteps(self)
 
     def _check_open(self) -> None:
         with self._cond:

@@ -6,8 +6,8 @@
   cluster changes in a way that may make them fit (:meth:`SchedulingQueue.move_unschedulable`:
   a node added, or a bound pod deleted for pods that lacked resources), as kube-scheduler's
   queue moves them on cluster events;
-* *tasks*: continuations (binding-cycle steps whose futures resolved) — scheduling threads run
-  them before starting new cycles, so in-flight bindings finish first.
+* *tasks*: continuations (a binding, a victim's preemption whose future resolved) —
+  scheduling threads run them before starting new cycles, so in-flight bindings finish first.
 
 One entry per pod: adding a pod that is already queued is a no-op, and removed or moved entries
 are dropped lazily when they reach the top of a heap. Thread-safe: producers are the informer

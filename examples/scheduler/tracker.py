@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from examples.scheduler.api import CallFuture
+from examples.scheduler.steps import CallFuture
 from kdispatch import Outcome
 
 BIND: Final = "bind"
