@@ -27,7 +27,6 @@ from kdispatch import (
     Outcome,
     PodStatusPatch,
     RateLimitConfig,
-    RuntimeConfig,
 )
 from kdispatch.testing import FaultPlan, InMemoryApiServer, RequestRecord, make_claim, make_pod
 from kdispatch.testing.httpserver import ApiServerHTTP
@@ -84,17 +83,14 @@ def test_claims_are_reserved_before_the_binding_also_when_a_claim_write_is_retri
 
 
 def test_a_deleted_pods_pending_claim_writes_and_binding_are_never_sent() -> None:
-    mem = InMemoryApiServer(faults=FaultPlan(retry_after=1.0))  # the 429 says: retry in 1 s
+    mem = InMemoryApiServer(faults=FaultPlan(retry_after=2.0))  # the 429 says: retry in 2 s
     n0 = mem.create(node("n0", gpus=2))
     claim = mem.create(make_claim("p-gpu"))
     other = mem.create(make_claim("p-gpu2"))
     pod = mem.create(make_pod("p", cpu_m=100, claims=["p-gpu", "p-gpu2"], uid="u-p"))
     mem.script("patch_status", "429", name="p-gpu")
     mem.script("patch_status", "429", name="p-gpu2")
-    # Unthrottled, with caller turns: a call's first attempt is made inside submit().
-    config = DispatcherConfig(
-        rate_limit=RateLimitConfig(qps=math.inf, burst=1), runtime=RuntimeConfig(caller_turns=True)
-    )
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=math.inf, burst=1))
     with Dispatcher(mem, config) as dispatcher:
         api = DispatchedApi(dispatcher)
         sched = Scheduler(api, SchedulerConfig(threads=1))
@@ -104,7 +100,9 @@ def test_a_deleted_pods_pending_claim_writes_and_binding_are_never_sent() -> Non
             sched.on_claim_add(obj)
         api.on_add(pod)
         sched.on_pod_add(pod)
-        assert sched.step()  # the cycle: both claim writes met a 429, the binding is held
+        assert sched.step()  # the cycle: both claim writes go out, the binding is held
+        for name in ("p-gpu", "p-gpu2"):
+            mem.wait_for_request("patch_status", name=name)  # met its 429: waits 2 s
         assert [(r.op, r.outcome) for r in _log(mem)] == [("patch_status", "429")] * 2
         record = sched.record("u-p")
         assert record is not None and record.phase is Phase.BINDING
