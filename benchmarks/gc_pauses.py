@@ -20,7 +20,8 @@ every call stays pending: ``workers`` of them in flight, the rest queued in the 
 Full (generation 2) collections are timed through ``gc.callbacks`` in both phases. Variants:
 ``default`` (``RuntimeConfig()``), ``gc_freeze`` (``RuntimeConfig(gc_freeze=True)``: freeze at
 start and after every generation-1 collection, plus one ``freeze_gc()`` once the fill is done),
-``young_50k`` (``gc_young_threshold=50_000`` alone), and ``collector_off``,
+``young_50k`` (``gc_young_threshold=50_000`` alone), ``gc_freeze_groups`` (``gc_freeze`` with every
+call submitted through its pod's open call group: ``size`` live groups), and ``collector_off``,
 a diagnostic floor rather than an option: ``RuntimeConfig()`` with the cyclic collector
 disabled (``gc.disable()``) for the whole measurement, so whatever its longest submit still
 shows is not the collector (it is the interpreter lock's switch interval: a submit that loses
@@ -43,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,13 @@ VARIANTS: dict[str, RuntimeConfig] = {
     "gc_freeze": RuntimeConfig(gc_freeze=True),
     "young_50k": RuntimeConfig(gc_young_threshold=50_000),
     "collector_off": RuntimeConfig(),
+    "gc_freeze_groups": RuntimeConfig(gc_freeze=True),
 }
 COLLECTOR_OFF = "collector_off"
 """The variant that runs with ``gc.disable()`` (see the module docstring)."""
+GROUPED = frozenset({"gc_freeze_groups"})
+"""Variants whose calls go through one open call group per pod (``dispatcher.group(owner=pod)``,
+never sealed while measured), so ``size`` groups are live: the cost of groups at scale."""
 TARGET_MAX_SUBMIT_MS = {10_000: 5.0, 100_000: 20.0}
 TARGET_KIB_PER_ACTOR = 3.0
 WORKERS = 16
@@ -81,13 +86,16 @@ def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def _timed_submits(dispatcher: Dispatcher, calls: list[PodStatusPatch]) -> list[float]:
-    """Caller thread. Submit each call; seconds each ``submit()`` took."""
+def _timed_submits(
+    submits: Sequence[Callable[[PodStatusPatch], object]], calls: list[PodStatusPatch]
+) -> list[float]:
+    """Caller thread. Submit each call with its submit function (the dispatcher's, or its
+    pod's group's); seconds each submit took."""
     out = []
     clock = time.perf_counter
-    for call in calls:
+    for submit, call in zip(submits, calls, strict=True):
         t0 = clock()
-        dispatcher.submit(call)
+        submit(call)
         out.append(clock() - t0)
     return out
 
@@ -148,7 +156,11 @@ def measure(size: int, variant: str) -> dict[str, Any]:
     watch = GcWatch().install()
     try:
         dispatcher.start()
-        fill = _timed_submits(dispatcher, first)
+        if variant in GROUPED:
+            submits = [dispatcher.group(owner=p).submit for p in pods]
+        else:
+            submits = [dispatcher.submit] * size
+        fill = _timed_submits(submits, first)
         dispatcher.view(pods[-1]["metadata"]["uid"], timeout=120.0)  # the actors caught up
         rss1 = _rss()
         fill_figures = _phase(fill, watch)
@@ -156,7 +168,7 @@ def measure(size: int, variant: str) -> dict[str, Any]:
         if VARIANTS[variant].gc_freeze:
             dispatcher.freeze_gc()  # warm-up done: every actor is live
         watch.reset()
-        steady = _timed_submits(dispatcher, second)
+        steady = _timed_submits(submits, second)
         steady_figures = _phase(steady, watch)
     finally:
         watch.uninstall()
