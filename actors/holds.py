@@ -17,13 +17,10 @@ that group, once it is sealed).
 **Overwritten prerequisites.** ``OVERWRITTEN`` counts as a success, but a call merged into a
 newer one (or replaced by a call that supersedes it) has not landed yet: the newer call
 carries its intent. So a prerequisite that resolves ``OVERWRITTEN`` is *followed* to that
-newer call, and the held call waits for it instead (and fails if it fails). The link is made
-here, at submit: every future that is a prerequisite or a group step is *watched*, and a later
-call on the same object of the same type, or of a type that supersedes it, becomes its
-``successor`` before it reaches the actor (so the link exists before any merge can happen).
-A future that became a prerequisite only after a newer call had already merged it in cannot be
-followed (no actor message says who overwrote it): make prerequisites group steps, which are
-watched from their submit, to be safe from that race.
+newer call, and the held call waits for it instead (and fails if it fails). The object's
+machine says who overwrote a call (its ``Resolve`` names the surviving call's future) and the
+actor sets ``CallFuture.successor`` before it resolves the future, so the link exists however
+late the future becomes a prerequisite.
 
 **Cycles.** Futures are created by ``submit``, and ``after=`` can only name futures that
 exist, so explicit edges always point from a newer call to an older one. A cycle closes
@@ -137,9 +134,6 @@ class Dependencies:
         self._holds: dict[CallFuture, Hold] = {}  # held calls not resolved yet
         self._held_on: dict[str, set[CallFuture]] = {}  # uid -> its held calls (queue edges)
         self._steps: dict[GroupFuture, set[CallFuture]] = {}  # open group -> steps unresolved
-        # uid -> watched futures (prerequisites, group steps) not resolved yet: replaced, never
-        # mutated, so ``link`` reads it without the lock
-        self.watched: dict[str, tuple[CallFuture, ...]] = {}
 
     # ------------------------------------------------------------------ validation
 
@@ -186,7 +180,6 @@ class Dependencies:
         the call ``DependencyFailed``, do not submit it). Follow with :meth:`arm` once the
         call's ``Submit`` was told."""
         uid = call.ref.uid
-        watch: list[CallFuture] = []
         with self._lock:
             waiting: list[Prerequisite] = []
             for prereq in prereqs:
@@ -201,8 +194,6 @@ class Dependencies:
             if not waiting:
                 if group is not None:
                     self._steps.setdefault(group, set()).add(future)
-                    self._watch_locked(future, watch)
-                self._watch_done(watch)
                 return None
             self._check_prereqs(uid, waiting, group)
             hold = Hold(uid, call.call_type, future, tuple(waiting))
@@ -210,43 +201,15 @@ class Dependencies:
             self._held_on.setdefault(uid, set()).add(future)
             if group is not None:
                 self._steps.setdefault(group, set()).add(future)
-                self._watch_locked(future, watch)
-            for fut in waiting:
-                if isinstance(fut, CallFuture):
-                    self._watch_locked(fut, watch)
             self._metrics.held_delta(call.call_type, 1)
-        self._watch_done(watch)
         return hold
 
     def add_step(self, call: Call, future: CallFuture, group: GroupFuture) -> None:
         """Submitting thread, before an unheld group step goes to its actor: check that its
         object's held calls do not wait for the group, and register the step."""
-        watch: list[CallFuture] = []
         with self._lock:
             self._check_group_step(call.ref.uid, group)
             self._steps.setdefault(group, set()).add(future)
-            self._watch_locked(future, watch)
-        self._watch_done(watch)
-
-    def link(self, call: Call, future: CallFuture) -> None:
-        """Submitting thread, before ``call`` goes to its actor (only when something is
-        watched): make ``future`` the successor of the watched calls it may overwrite (same
-        object; same type, or a type ``call`` supersedes), and watch it in turn."""
-        watched = self.watched.get(call.ref.uid)
-        if not watched:
-            return
-        ctype, supersedes = call.call_type, call.supersedes
-        linked = False
-        for older in watched:
-            oc = older.call
-            if oc is not None and (oc.call_type == ctype or oc.call_type in supersedes):
-                older.successor = future
-                linked = True
-        if linked:
-            watch: list[CallFuture] = []
-            with self._lock:
-                self._watch_locked(future, watch)
-            self._watch_done(watch)
 
     def arm(self, hold: Hold) -> None:
         """Submitting thread, right after the held call's ``Submit`` was told: watch its
@@ -350,35 +313,6 @@ class Dependencies:
                 if not held:
                     del self._held_on[hold.uid]
 
-    def _watch_locked(self, future: CallFuture, added: list[CallFuture]) -> None:
-        """Under the lock: watch ``future`` (see the module docstring); ``added`` collects it
-        for :meth:`_watch_done`."""
-        call = future.call
-        if call is None or future.done():
-            return
-        uid = call.ref.uid
-        watched = self.watched.get(uid, ())
-        if future not in watched:
-            self.watched[uid] = (*watched, future)
-            added.append(future)
-
-    def _watch_done(self, added: list[CallFuture]) -> None:
-        """Outside the lock: stop watching each of ``added`` once it resolved (a callback of
-        a future resolved meanwhile runs here)."""
-        for future in added:
-            future.add_done_callback(self._unwatch)
-
-    def _unwatch(self, future: Any) -> None:
-        """Resolving thread of a watched future."""
-        call = future.call
-        with self._lock:
-            watched = self.watched.get(call.ref.uid, ())
-            left = tuple(f for f in watched if f is not future)
-            if left:
-                self.watched[call.ref.uid] = left
-            else:
-                self.watched.pop(call.ref.uid, None)
-
     def _leave(self, hold: Hold, state: HoldState) -> None:
         """Under the lock: the hold stops waiting (the held-calls gauge moves)."""
         hold.state = state
@@ -416,7 +350,12 @@ class Dependencies:
         stack = list(start)
         while stack:
             fut = stack.pop()
-            if id(fut) in seen or fut.done():
+            if id(fut) in seen:
+                continue
+            if fut.done():
+                nxt = _follow(fut)  # overwritten: its intent waits in the newer call
+                if nxt is not fut:
+                    stack.append(nxt)
                 continue
             seen.add(id(fut))
             yield fut
@@ -433,7 +372,8 @@ class Dependencies:
 
 def _follow(fut: Prerequisite) -> Prerequisite:
     """The call that carries ``fut``'s intent now: ``fut`` itself, or, if it resolved
-    ``OVERWRITTEN`` and a newer call was linked to it, that call (transitively). Any thread."""
+    ``OVERWRITTEN``, the newer call its actor named as its ``successor`` (transitively). Any
+    thread."""
     while (
         isinstance(fut, CallFuture)
         and fut.successor is not None

@@ -42,7 +42,9 @@ class CallFuture(Future[Outcome]):
     # (:mod:`.holds`); class defaults, so an untagged future costs nothing.
     owner: object = None
     call: Call | None = None
-    successor: CallFuture | None = None  # a newer call that may overwrite this one (.holds)
+    # Set by the object's actor before it resolves the future OVERWRITTEN: the newer call that
+    # carries its intent (prerequisites are followed to it, :mod:`.holds`).
+    successor: CallFuture | None = None
 
     def __init__(self) -> None:
         self._cond: threading.Condition | None = None
@@ -179,6 +181,13 @@ class Cancel:
     """Caller cancellation: withdraw the pending call (of ``call_type``, or any)."""
 
     call_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`."""
+
+    future: CallFuture
 
 
 @dataclass(frozen=True, slots=True)

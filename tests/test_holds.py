@@ -109,13 +109,26 @@ def test_an_overwritten_prerequisite_is_followed_to_its_successor() -> None:
     deps.arm(hold)
     newer_call = PodStatusPatch.for_pod(pod("c"), nominated_node_name="n2")
     newer = future("c", newer_call)
-    deps.link(newer_call, newer)  # submitted while `first` is watched
+    first.successor = newer  # what the object's actor does before resolving OVERWRITTEN
     assert first.successor is newer
     first.set_result(Outcome.OVERWRITTEN)
     assert told.told == []  # waits for the newer call
     newer.set_result(Outcome.SUCCESS)
     assert told.told == [("uid-x", Release(hold))]
-    assert deps.watched == {}
+    assert deps.held == 0
+
+
+def test_a_future_overwritten_before_it_became_a_prerequisite_is_followed() -> None:
+    deps, told, _ = make()
+    first = future("c", PodStatusPatch.for_pod(pod("c"), nominated_node_name="n1"))
+    newer = future("c", PodStatusPatch.for_pod(pod("c"), nominated_node_name="n2"))
+    first.successor = newer
+    first.set_result(Outcome.OVERWRITTEN)
+    hold = held(deps, "x", first)  # waits for the newer call, not for nothing
+    assert hold.prereqs == (newer,)
+    deps.arm(hold)
+    newer.set_result(Outcome.SUCCESS)
+    assert told.told == [("uid-x", Release(hold))]
 
 
 def test_a_held_call_resolved_first_is_forgotten() -> None:
