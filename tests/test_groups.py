@@ -371,6 +371,101 @@ def test_cancel_withdraws_pending_and_held_steps_only(server: InMemoryApiServer)
     assert d.metrics.value("kdispatch_call_groups_cancelled_total", cause="caller") == 1
 
 
+def reserved(server: InMemoryApiServer, claim: str) -> set[str]:
+    """The names of the pods the claim is reserved for, as stored."""
+    stored = server.get_object("ResourceClaim", "default", claim)
+    assert stored is not None
+    return {r["name"] for r in stored.get("status", {}).get("reservedFor") or []}
+
+
+@pytest.mark.parametrize("fault", ["429", "500", "409", "apply_then_fail"])
+def test_cancel_withdraws_the_step_on_the_wire_from_retries_and_spares_a_later_call(
+    server: InMemoryApiServer, fault: str
+) -> None:
+    """The group's claim patch is on the wire when the group is cancelled, and then fails
+    retryably (or meets a 409): it is not sent again. Another pod's reservation of the same
+    claim (the same call type), submitted after it, stays and lands."""
+    gated = GatedBackend(server)
+    gated.gate.clear()
+    p0, p1 = server.create(make_pod("p0")), server.create(make_pod("p1"))
+    c1 = server.create(make_claim("c1"))
+    server.script("patch_status", fault, name="c1")
+    with Dispatcher(gated, FAST) as d:
+        g = d.group(owner=p1)
+        mine = g.submit(reserve(c1, p1))
+        gated.wait_calls(1)  # on the wire
+        theirs = d.submit(reserve(c1, p0))  # pending behind it: same object, same type
+        assert g.cancel()
+        gated.gate.set()
+        assert type(outcome(mine)) is CallCancelled
+        assert outcome(theirs) is Outcome.SUCCESS
+        assert isinstance(outcome(g.future), GroupFailed)
+    log = server.request_log
+    patches = requests(log, "patch_status", "c1")
+    assert [log[i].outcome == "ok" for i in patches] == [False, True]  # mine once, theirs once
+    # a lost reply applied the withdrawn patch; any other fault did not
+    assert reserved(server, "c1") == ({"p0", "p1"} if fault == "apply_then_fail" else {"p0"})
+
+
+def test_cancelling_the_group_whose_step_merged_another_sends_the_others_intent(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """p2's reservation merges p1's (pending in backoff): cancelling p2's group leaves p1's
+    intent in the merged call, which is sent whole; p1's held binding follows it and lands."""
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    shared = server.create(make_claim("shared"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.2), name="shared")
+    g1, g2 = caller.group(owner=p1), caller.group(owner=p2)
+    s1 = g1.submit(reserve(shared, p1))
+    b1 = g1.submit(PodBinding.for_pod(p1, "n1"), after=[s1])
+    s2 = g2.submit(reserve(shared, p2))  # merges s1 in
+    assert outcome(s1) is Outcome.OVERWRITTEN and s1.successor is s2
+    assert g2.cancel()
+    assert outcome(b1) is Outcome.SUCCESS
+    assert outcome(s2) is Outcome.SUCCESS  # it carried p1's intent: sent whole
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "shared")
+    assert len(requests(log, "patch_status", "shared")) == 2
+    assert reserved(server, "shared") == {"p1", "p2"}
+
+
+def test_two_steps_of_a_cancelled_group_merged_together_are_withdrawn_together(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    c1 = server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    g = caller.group(owner=p1)
+    first = g.submit(reserve(c1, p1))  # meets its 429: pending in backoff
+    second = g.submit(reserve(c1, p2))  # merges the first in
+    assert outcome(first) is Outcome.OVERWRITTEN and first.successor is second
+    other = caller.submit(PodStatusPatch.for_pod(p2, nominated_node_name="n1"))
+    assert g.cancel()
+    assert type(outcome(second)) is CallCancelled
+    assert outcome(other) is Outcome.SUCCESS
+    assert [r.outcome for r in server.request_log if r.name == "c1"] == ["TooManyRequests"]
+    assert reserved(server, "c1") == set()
+
+
+def test_a_plain_future_merged_before_it_became_a_prerequisite_is_followed(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """No group watched it: the actor names the call that merged it, so a binding submitted
+    after the merge still waits for the reservation to land."""
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    shared = server.create(make_claim("shared"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.2), name="shared")
+    f1 = caller.submit(reserve(shared, p1))
+    f2 = caller.submit(reserve(shared, p2))  # merges f1 in
+    assert outcome(f1) is Outcome.OVERWRITTEN and f1.successor is f2
+    bind = caller.submit(PodBinding.for_pod(p1, "n1"), after=[f1])
+    assert not bind.done() and caller.held_calls == 1  # held on f2, not released by f1
+    assert outcome(bind) is Outcome.SUCCESS and outcome(f2) is Outcome.SUCCESS
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "shared")
+    assert reserved(server, "shared") == {"p1", "p2"}
+
+
 def test_group_future_lists_outcomes_and_is_a_prerequisite(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
