@@ -52,9 +52,7 @@ from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
 from .pod_calls import PodPreemption
 from .registry import Registry
-from .runtime import ActorPool, DirectTurns
-
-_NO_BLOCK = contextlib.nullcontext()  # submit's block when turns are not run by the caller
+from .runtime import ActorPool
 
 
 class Dispatcher:
@@ -131,10 +129,9 @@ class Dispatcher:
             log_calls=config.log_calls,
         )
         self._state_lock = threading.Condition(threading.Lock())
-        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic, so the
-        # submitting threads and the actors resolving futures share no lock: a lock held by an
-        # actor thread when the interpreter switches threads would stall ``submit`` for a
-        # whole switch interval.
+        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic (see
+        # ``._compat``), so the submitting threads and the actors resolving futures share no
+        # lock (for speed: ``submit`` never waits behind an actor thread).
         self._unresolved: deque[None] = deque()
         self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False
@@ -143,7 +140,6 @@ class Dispatcher:
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._gc = GcTuner(config.runtime)
-        self._caller_turns = config.runtime.caller_turns
         self._deps = Dependencies(self, self._registry.tell, self.metrics)
         # Call groups by owner UID: written under the lock, read without it by on_delete and
         # by the submit of an exclusive call (one dict lookup when no group is open).
@@ -326,8 +322,7 @@ class Dispatcher:
             # before the preemption reaches the owner: its groups go first, with this cause
             self._cancel_owned(uid, "owner_preempted", spare=group)
         try:
-            with DirectTurns() if self._caller_turns else _NO_BLOCK:
-                routed = self._registry.tell(uid, message, self._spawner(uid))
+            routed = self._registry.tell(uid, message, self._spawner(uid))
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future)

@@ -152,6 +152,12 @@ class CallFailed(CallOutcomeError):
             self.__cause__ = cause
 
 
+class RequestDropped(KdispatchError):
+    """A best-effort call (an Event) was dropped unsent: no token or worker was spare for it
+    in time (the executor's ``best_effort_max_wait``, or at once for its follow-up request).
+    The ``cause`` of the call's ``CallFailed``; counted in ``kdispatch_events_dropped_total``."""
+
+
 # --------------------------------------------------------------------------- backend errors
 
 

@@ -156,7 +156,15 @@ class Metrics:
             ["cause"],
             lock,
         )
+        self.events_dropped = CounterFamily(
+            "kdispatch_events_dropped_total",
+            "Best-effort calls (Events) dropped unsent, by reason (throttled: no spare token or "
+            "worker in time).",
+            ["reason"],
+            lock,
+        )
         self._collectors: tuple[Collector, ...] = (
+            self.events_dropped,
             self.pending,
             self.requests,
             self.executions,
@@ -259,6 +267,11 @@ class Metrics:
         with self._lock:
             self.executions.add_locked((call_type, result, outcome))
             self.duration.observe_locked((call_type, result), seconds)
+
+    def event_dropped(self, reason: str) -> None:
+        """A best-effort call was dropped unsent."""
+        with self._lock:
+            self.events_dropped.add_locked((reason,))
 
     def waited(self, lane: int, seconds: float) -> None:
         """An object waited ``seconds`` in lane ``lane`` before its grant."""

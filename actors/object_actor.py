@@ -7,13 +7,10 @@ future, tell the executor there is work, hand over a job or refund a grant, reti
 actor handles one message at a time, the rules need no locks; since only the actor resolves
 its futures, each future resolves exactly once.
 
-All ``on_*`` methods run on the thread that runs the actor's turn, one message at a time per
-actor: a pool thread of :mod:`.runtime`, or a thread that woke the idle actor inside a
-:class:`~.runtime.DirectTurns` block (the executor worker that sent a request, for its
-``Done`` and the first grant after it; the caller of ``Dispatcher.submit`` with
-``RuntimeConfig.caller_turns``). They never block: the executor and the actor talk only in
-messages and non-blocking calls (with a non-blocking backend the executor runs the request on
-this thread and returns its ``Done`` at once, and the whole call is one turn).
+All ``on_*`` methods run on a pool thread of :mod:`.runtime`, one message at a time per actor.
+They never block: the executor and the actor talk only in messages and non-blocking calls
+(with a non-blocking backend the executor runs the request on this thread and returns its
+``Done`` at once, and the whole call is one turn).
 """
 
 from __future__ import annotations
@@ -76,7 +73,7 @@ class ExecutorPort(Protocol):
 
     def job(self, job: Job) -> Done | None: ...
 
-    def refund(self) -> None: ...
+    def refund(self, uid: str | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -195,7 +192,7 @@ class ObjectActor(PooledActor):
                     effects.extend(machine.done(done, ctx.clock()))
             elif kind is Refund:
                 self.granted = False
-                ctx.executor.refund()
+                ctx.executor.refund(self.uid)
             elif kind is Merged:
                 ctx.metrics.merge(effect.call_type)  # type: ignore[union-attr]
             elif kind is Rebased:
@@ -283,7 +280,7 @@ class ObjectActor(PooledActor):
         self._update_pending()
         if self.granted:  # the crash interrupted a grant: give the slot and token back
             self.granted = False
-            self.ctx.executor.refund()
+            self.ctx.executor.refund(self.uid)
         self.ctx.registry.forget(self.uid, self.actor_ref)
 
     def on_dropped(self, message: object) -> None:
@@ -322,4 +319,4 @@ class ObjectActor(PooledActor):
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
         elif isinstance(message, Grant):
-            ctx.executor.refund()
+            ctx.executor.refund(self.uid)

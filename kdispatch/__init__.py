@@ -71,6 +71,8 @@ from .actors.errors import (
     UnknownCallTypeError,
     UnknownKindError,
 )
+from .actors.event_calls import EventRecord
+from .actors.event_recorder import EventRecorder
 from .actors.eviction_calls import PodEviction
 from .actors.groups import CallGroup
 from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
@@ -89,6 +91,7 @@ from .actors.objects import (
     uid_of,
 )
 from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from .actors.ratelimit import TokenBucket
 from .adapters.aio_informer import AioInformer
 from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
 from .adapters.kubernetes import KubernetesBackend, ObjectList
@@ -137,6 +140,8 @@ __all__ = [
     "DispatcherProcessDied",
     "DisruptionBudgetError",
     "ElectionConfig",
+    "EventRecord",
+    "EventRecorder",
     "EvictionBackend",
     "ExecutorConfig",
     "ForbiddenError",
@@ -179,6 +184,7 @@ __all__ = [
     "RetryConfig",
     "RuntimeConfig",
     "ServerError",
+    "TokenBucket",
     "TooManyRequestsError",
     "UnauthorizedError",
     "UnknownCallTypeError",

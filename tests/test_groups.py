@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig, RuntimeConfig
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     CallCancelled,
@@ -42,13 +42,6 @@ pytestmark = pytest.mark.timeout(120)
 
 NO_BACKOFF = RetryConfig(base_backoff=0.0, max_backoff=0.0)
 FAST = DispatcherConfig(rate_limit=RateLimitConfig(qps=math.inf, burst=1), retry=NO_BACKOFF)
-# Caller turns with the non-blocking in-memory apiserver: a call's first attempt is made
-# inside submit(), so a test knows where each call stands when submit returns.
-CALLER = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=NO_BACKOFF,
-    runtime=RuntimeConfig(caller_turns=True),
-)
 
 
 def slow_429() -> TooManyRequestsError:
@@ -70,9 +63,16 @@ def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
 
 @pytest.fixture
 def caller(server: InMemoryApiServer) -> Iterator[Dispatcher]:
-    d = Dispatcher(server, CALLER).start()
+    """A dispatcher stopped without draining (its calls may be in a long backoff)."""
+    d = Dispatcher(server, FAST).start()
     yield d
     d.stop(drain=False, timeout=10)
+
+
+def attempted(server: InMemoryApiServer, op: str, name: str) -> None:
+    """Wait until the server answered a first ``op`` on ``name`` (the call is then in its
+    backoff, still pending)."""
+    server.wait_for_request(op, name=name)
 
 
 def reserve(claim: dict[str, Any], pod: dict[str, Any]) -> ClaimStatusPatch:
@@ -156,6 +156,7 @@ def test_an_overwritten_prerequisite_is_followed_to_the_call_that_merged_it(
     g1 = caller.group(owner=p1)
     s1 = g1.submit(reserve(shared, p1))
     b1 = g1.submit(PodBinding.for_pod(p1, "n1"), after=[s1])
+    attempted(server, "patch_status", "shared")
     s2 = caller.group(owner=p2).submit(reserve(shared, p2))  # merges s1 in
     assert s1.result(timeout=5) is Outcome.OVERWRITTEN
     assert not b1.done()  # OVERWRITTEN: the reservation has not landed yet
@@ -190,6 +191,7 @@ def test_held_call_gauge_and_release(server: InMemoryApiServer, caller: Dispatch
     server.script("patch_status", slow_429(), name="c1")
     f1 = caller.submit(reserve(c1, pod))
     bind = caller.submit(PodBinding.for_pod(pod, "n1"), after=[f1])
+    attempted(server, "patch_status", "c1")
     assert not bind.done() and caller.held_calls == 1
     assert caller.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 1
     assert requests(server.request_log, "bind", "p1") == []  # held: no token, no request
@@ -267,7 +269,7 @@ def test_owner_deletion_cancels_a_retrying_claim_patch_and_the_held_binding(
     with caller.group(owner=pod) as g:
         claim = g.submit(reserve(c1, pod))
         bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
-    # the claim patch met its 429 inside submit and waits out its Retry-After
+    attempted(server, "patch_status", "c1")  # its 429: it waits out its Retry-After
     assert [r.outcome for r in server.request_log] == ["TooManyRequests"]
     assert not claim.done() and not bind.done()
     assert caller.open_groups == 1
@@ -568,10 +570,11 @@ def test_revoke_resolves_every_step_once_and_sends_nothing_after(
 def test_stop_resolves_a_group_cut_short(server: InMemoryApiServer) -> None:
     pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
     server.script("patch_status", slow_429(), name="c1")
-    d = Dispatcher(server, CALLER).start()
+    d = Dispatcher(server, FAST).start()
     g = d.group(owner=pod)  # never sealed: stop seals it
     claim = g.submit(reserve(c1, pod))
     bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    attempted(server, "patch_status", "c1")
     assert not d.stop(drain=False, timeout=5)
     assert isinstance(outcome(claim), DispatcherClosed)
     assert isinstance(outcome(bind), DispatcherClosed | DependencyFailed)

@@ -84,7 +84,7 @@ class FakeExecutor:
             return Done(job.send.call, self.inline)
         return None
 
-    def refund(self) -> None:
+    def refund(self, uid: str | None = None) -> None:
         self.refunds += 1
         self.answers.put(None)
 
