@@ -420,7 +420,8 @@ def test_cancelling_the_group_whose_step_merged_another_sends_the_others_intent(
     g1, g2 = caller.group(owner=p1), caller.group(owner=p2)
     s1 = g1.submit(reserve(shared, p1))
     b1 = g1.submit(PodBinding.for_pod(p1, "n1"), after=[s1])
-    s2 = g2.submit(reserve(shared, p2))  # merges s1 in
+    attempted(server, "patch_status", "shared")
+    s2 = g2.submit(reserve(shared, p2))  # merges s1 in (or s1, put back, merges into it)
     assert outcome(s1) is Outcome.OVERWRITTEN and s1.successor is s2
     assert g2.cancel()
     assert outcome(b1) is Outcome.SUCCESS
@@ -439,6 +440,7 @@ def test_two_steps_of_a_cancelled_group_merged_together_are_withdrawn_together(
     server.script("patch_status", slow_429(), name="c1")
     g = caller.group(owner=p1)
     first = g.submit(reserve(c1, p1))  # meets its 429: pending in backoff
+    attempted(server, "patch_status", "c1")
     second = g.submit(reserve(c1, p2))  # merges the first in
     assert outcome(first) is Outcome.OVERWRITTEN and first.successor is second
     other = caller.submit(PodStatusPatch.for_pod(p2, nominated_node_name="n1"))
@@ -456,8 +458,9 @@ def test_a_plain_future_merged_before_it_became_a_prerequisite_is_followed(
     after the merge still waits for the reservation to land."""
     p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
     shared = server.create(make_claim("shared"))
-    server.script("patch_status", TooManyRequestsError("later", retry_after=0.2), name="shared")
+    server.script("patch_status", TooManyRequestsError("later", retry_after=1.0), name="shared")
     f1 = caller.submit(reserve(shared, p1))
+    attempted(server, "patch_status", "shared")
     f2 = caller.submit(reserve(shared, p2))  # merges f1 in
     assert outcome(f1) is Outcome.OVERWRITTEN and f1.successor is f2
     bind = caller.submit(PodBinding.for_pod(p1, "n1"), after=[f1])
