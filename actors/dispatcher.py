@@ -317,7 +317,7 @@ class Dispatcher:
                 return future
             if held is not None:
                 hold = held
-                message = Submit(call, future, frozenset((hold,)))
+                message = Submit(call, future, frozenset((hold,)), hold.behind)
         if call.exclusive and self._owned and uid in self._owned:
             # before the preemption reaches the owner: its groups go first, with this cause
             self._cancel_owned(uid, "owner_preempted", spare=group)

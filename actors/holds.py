@@ -29,20 +29,25 @@ through three kinds of wait that can point the other way:
 * a *group* is open: its future waits for steps added later. A step whose prerequisites,
   followed transitively, reach its own group would wait for itself;
 * one object's calls are sent in order, and a held call holds back the calls queued behind it
-  (the *queue edge*); a merge or a supersession puts a newer call in an older call's slot,
-  ahead of calls queued before it. A call whose prerequisites reach a call not yet resolved
-  on its *own* object may end up ahead of that call and wait for it forever;
+  (the *queue edge*); a merge, a supersession or a call put back after a retry puts a call in
+  an older call's slot, ahead of calls queued before it. A held call whose prerequisites reach
+  a call not yet resolved on its *own* object could end up ahead of that call and wait for it
+  forever;
 * so every call not yet resolved on an object is taken to wait for every held call on that
   object (conservative: the actor's queue order is not known here).
 
 :meth:`Dependencies.hold` follows prerequisites through held calls (their prerequisites),
-groups (their unresolved steps) and queue edges, and refuses with
-:class:`~.errors.DependencyCycleError` a call whose prerequisites reach its group or an
-unresolved call on its own object, and a group step whose object holds a held call that
-reaches the group. Prerequisites already resolved wait for nothing and end the search. The
-check and the registration of the new call happen under one lock, so two submits cannot close
-a cycle between them. (A prerequisite on the call's own object is refused even when it would
-be harmless: one object's calls are sent in order anyway.)
+groups (their unresolved steps), queue edges and ``OVERWRITTEN`` futures (to their
+successors). The calls it reaches on the call's own object become the held call's
+``behind``: its actor never queues it ahead of a call carrying one of them
+(:meth:`.ObjectState.submit`), so that queue edge cannot close a cycle. It refuses with
+:class:`~.errors.DependencyCycleError` what the actor cannot keep apart: a call whose
+prerequisites reach its group; one that reaches a call on its own object of its own type or
+of a type it supersedes (it would merge with it or replace it, and carry what it waits for);
+an exclusive call that reaches a call on its own object (it would cancel it); and a group
+step whose object holds a held call that reaches the group. Prerequisites already resolved
+wait for nothing and end the search. The check and the registration of the new call happen
+under one lock, so two submits cannot close a cycle between them.
 
 Threads: ``hold``/``arm``/``fail`` run on the submitting (or cancelling) thread; the
 callbacks run on whichever thread resolves a future (an object actor's turn). One lock guards
@@ -67,6 +72,7 @@ from .metrics import Metrics
 __all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "Hold", "HoldState"]
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
+_NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
 
 ASYNC_SOURCE: Final = "_kdispatch_source"
 """Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
@@ -101,15 +107,33 @@ class Hold:
     """The hold token of one held call (hashed by identity) and its bookkeeping. Fields are
     changed under :class:`Dependencies`' lock."""
 
-    __slots__ = ("armed", "call_type", "cause", "future", "prereqs", "state", "uid", "waiting")
+    __slots__ = (
+        "armed",
+        "behind",
+        "call_type",
+        "cause",
+        "future",
+        "prereqs",
+        "state",
+        "uid",
+        "waiting",
+    )
 
     def __init__(
-        self, uid: str, call_type: str, future: CallFuture, prereqs: tuple[Prerequisite, ...]
+        self,
+        uid: str,
+        call_type: str,
+        future: CallFuture,
+        prereqs: tuple[Prerequisite, ...],
+        behind: frozenset[CallFuture] = _NOT_BEHIND,
     ) -> None:
         self.uid = uid
         self.call_type = call_type
         self.future = future
         self.prereqs = prereqs
+        # calls on the same object the held call waits for (transitively): its actor never
+        # queues it ahead of them (the ``behind`` of :meth:`.ObjectState.submit`)
+        self.behind = behind
         self.waiting = len(prereqs)
         self.state = HoldState.WAITING
         self.armed = False  # the Submit carrying this token was told to the actor
@@ -195,8 +219,8 @@ class Dependencies:
                 if group is not None:
                     self._steps.setdefault(group, set()).add(future)
                 return None
-            self._check_prereqs(uid, waiting, group)
-            hold = Hold(uid, call.call_type, future, tuple(waiting))
+            behind = self._check_prereqs(call, waiting, group)
+            hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
             self._holds[future] = hold
             self._held_on.setdefault(uid, set()).add(future)
             if group is not None:
@@ -321,19 +345,34 @@ class Dependencies:
     # ------------------------------------------------------------------ cycles (under the lock)
 
     def _check_prereqs(
-        self, uid: str, waiting: list[Prerequisite], group: GroupFuture | None
-    ) -> None:
+        self, call: Call, waiting: list[Prerequisite], group: GroupFuture | None
+    ) -> frozenset[CallFuture]:
+        """The calls on ``call``'s own object its prerequisites reach (its ``behind``), or
+        :class:`DependencyCycleError` for a wait that would close a circle."""
+        uid = call.ref.uid
+        behind: list[CallFuture] = []
         for fut in self._closure(waiting):
             if fut is group:
                 raise DependencyCycleError(
                     "the call's prerequisites wait for the group it joins (its own step)"
                 )
-            if isinstance(fut, CallFuture) and fut.call is not None and fut.call.ref.uid == uid:
+            other = fut.call if isinstance(fut, CallFuture) else None
+            if other is None or other.ref.uid != uid:
+                continue
+            if call.exclusive:
                 raise DependencyCycleError(
-                    f"the call's prerequisites wait for {fut.call.describe()}, a call not yet "
-                    f"resolved on the same object {uid}: a merge could put the call ahead of "
-                    "it and it would wait for itself (one object's calls go in order anyway)"
+                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
+                    f"resolved on the same object {uid}, which {call.call_type} (exclusive) "
+                    "would cancel"
                 )
+            if other.call_type == call.call_type or other.call_type in call.supersedes:
+                raise DependencyCycleError(
+                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
+                    f"resolved on the same object {uid}, which the call would merge with or "
+                    "supersede: it would carry the call it waits for and wait for itself"
+                )
+            behind.append(fut)  # type: ignore[arg-type]
+        return frozenset(behind) if behind else _NOT_BEHIND
 
     def _check_group_step(self, uid: str, group: GroupFuture) -> None:
         start = list(self._held_on.get(uid, ()))

@@ -50,12 +50,14 @@ class CallFuture(LazyFuture[Outcome]):
 @dataclass(frozen=True, slots=True)
 class Submit:
     """A new call for the object, with the caller's future. With ``holds`` (opaque tokens of
-    prerequisite calls on other objects), the call is admitted at once but not sent before a
-    :class:`Release` of every token (see :meth:`.ObjectState.submit`)."""
+    prerequisite calls), the call is admitted at once but not sent before a :class:`Release`
+    of every token, and never queued ahead of the calls of ``behind`` (futures of calls on
+    this object it waits for; see :meth:`.ObjectState.submit`)."""
 
     call: Call
     future: CallFuture
     holds: frozenset[Hashable] = NO_HOLDS
+    behind: frozenset[Any] = NO_HOLDS  # calls on this object the held call waits for
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,7 +128,7 @@ class ObjectActor(PooledActor):
                 )
                 return None
             self.open[future] = message.call.call_type
-            effects = machine.submit(message.call, future, message.holds)
+            effects = machine.submit(message.call, future, message.holds, message.behind)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)

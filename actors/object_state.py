@@ -38,7 +38,11 @@ holds)`` admits a call at once (merge, supersession, staleness, elision and pree
 usual) but does not send it while it holds any token; one object's calls go in order, so calls
 behind a held head wait too. A held call asks for no grant (no token, no worker, no lane). A
 merged entry holds the union of both entries' holds; a call put back after a retry or a 409
-holds nothing (it was sent, so its prerequisites had succeeded).
+holds nothing (it was sent, so its prerequisites had succeeded). A held call may wait for calls
+on its own object too (``behind``: their futures, given at submit): a merge, a supersession or
+a call put back moves an entry to an older slot, and a held entry is never placed ahead of a
+call it waits for (it goes right behind the last one instead), so it never holds back its own
+prerequisites.
 
 **Withdrawing one call** (``withdraw(future)``; ``cancel`` withdraws by call type). A call is
 withdrawn by its future, never by its type, so a later call of the same type (someone
@@ -51,7 +55,8 @@ every call merged into it (its own future, and the futures it overwrote, which r
 entry is withdrawn only once every intent it carries is. Until then the merged call (one
 value, which cannot be split) is sent whole, the withdrawn intent with it, and the entry's
 future resolves as usual: what was merged with a live call is in that call's hands. A
-superseded call is not carried (the superseding call replaces its intent).
+superseded call is carried the same way by the call that superseded it (that call carries on
+its purpose: it is its ``successor``).
 """
 
 from __future__ import annotations
@@ -587,6 +592,7 @@ class _Entry:
     """A tracked call and its caller's future."""
 
     __slots__ = (
+        "behind",
         "call",
         "carried",
         "future",
@@ -598,10 +604,19 @@ class _Entry:
         "withdrawn",
     )
 
-    def __init__(self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS) -> None:
+    def __init__(
+        self,
+        call: Call,
+        future: Any,
+        holds: frozenset[Hashable] = NO_HOLDS,
+        behind: frozenset[Any] = NO_HOLDS,
+    ) -> None:
         self.call = call
         self.future = future
         self.holds = holds  # prerequisite tokens not released yet: not sendable while any
+        # While held: futures of calls on this object it waits for (transitively), which it
+        # must never be queued ahead of (:meth:`ObjectState._place`)
+        self.behind = behind
         # Futures of older calls merged into this one (resolved OVERWRITTEN): their intents
         # are in ``call`` too. Withdrawn: which of ``future`` and ``carried`` were withdrawn
         # (:meth:`ObjectState.withdraw`); the entry itself is once all of them are.
@@ -627,6 +642,10 @@ class _Entry:
             and self.future in withdrawn
             and all(f in withdrawn for f in self.carried)
         )
+
+    def carries_any(self, futures: frozenset[Any]) -> bool:
+        """Whether this entry carries the intent of any of ``futures``."""
+        return self.future in futures or any(f in futures for f in self.carried)
 
     def absorb(self, older: _Entry) -> None:
         """After a merge into this entry: carry ``older``'s intents (and what of them was
@@ -713,14 +732,20 @@ class ObjectState:
     # ------------------------------------------------------------------ inputs
 
     def submit(
-        self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS
+        self,
+        call: Call,
+        future: Any,
+        holds: frozenset[Hashable] = NO_HOLDS,
+        behind: frozenset[Any] = NO_HOLDS,
     ) -> list[Effect]:
         """A caller's new call. Exclusive calls preempt; others merge, supersede, are skipped,
         or queue behind what is pending. With ``holds`` (opaque tokens), the call is admitted
-        the same way but not sent before :meth:`release` removed every token."""
+        the same way but not sent before :meth:`release` removed every token; while held, it
+        is never queued ahead of a call carrying one of the futures in ``behind`` (the calls
+        on this object it waits for)."""
         self._check("submit")
         out: list[Effect] = []
-        entry = _Entry(call, future, holds)
+        entry = _Entry(call, future, holds, behind)
         if self.state in _GONE:
             self._fail(out, entry, CallCancelled, "object deleted")
             return self._settle(out, Event.SUBMIT_REFUSED)
@@ -862,7 +887,9 @@ class ObjectState:
         for entry in self.queue:
             holds = entry.holds
             if token in holds:
-                entry.holds = holds - {token}
+                entry.holds = holds = holds - {token}
+                if not holds:
+                    entry.behind = NO_HOLDS
         return self._settle([], Event.RELEASE)
 
     def dependency_failed(self, token: Hashable, cause: BaseException) -> list[Effect]:
@@ -938,7 +965,11 @@ class ObjectState:
                     del queue[i]
                     out.append(Resolve(entry.future, ctype, _SKIPPED))
                     return False
-                queue[i] = entry
+                if entry.holds and entry.behind:
+                    del queue[i]
+                    self._place(queue, entry, i)
+                else:
+                    queue[i] = entry
                 return True
         if self._is_noop(call):
             out.append(Resolve(entry.future, ctype, _SKIPPED))
@@ -955,6 +986,7 @@ class ObjectState:
                     slot = len(keep)
                     if pending.retry.not_before > entry.retry.not_before:
                         entry.retry = RetryState(not_before=pending.retry.not_before)
+                entry.absorb(pending)
                 out.append(
                     Resolve(pending.future, pending.call.call_type, _OVERWRITTEN, entry.future)
                 )
@@ -963,9 +995,22 @@ class ObjectState:
         if slot is None:
             keep.append(entry)
         else:
-            keep.insert(slot, entry)
+            self._place(keep, entry, slot)
         self.queue = keep
         return True
+
+    @staticmethod
+    def _place(queue: list[_Entry], entry: _Entry, at: int) -> None:
+        """Queue ``entry`` at index ``at`` (a merge or a supersession gives it an older call's
+        slot), or, if it is held, right behind the last call it waits for that would
+        otherwise be behind it: a held call never holds back its own prerequisites."""
+        behind = entry.behind
+        if entry.holds and behind:
+            for j in range(len(queue) - 1, at - 1, -1):
+                if queue[j].carries_any(behind):
+                    at = j + 1
+                    break
+        queue.insert(at, entry)
 
     @staticmethod
     def _merge(out: list[Effect], entry: _Entry, older: _Entry) -> None:
@@ -978,6 +1023,8 @@ class ObjectState:
         entry.retry = entry.retry.merged(older.retry)
         if older.holds:
             entry.holds = entry.holds | older.holds
+            if older.behind:
+                entry.behind = entry.behind | older.behind
         entry.absorb(older)
         out.append(Resolve(older.future, older.call.call_type, _OVERWRITTEN, entry.future))
 
@@ -1127,8 +1174,9 @@ class ObjectState:
     def _requeue_front(self, out: list[Effect], entry: _Entry) -> None:
         """Put a call that was in flight back at the head, merged with what arrived meanwhile
         (a call of the same type), unless a superseding or exclusive call took over. It holds
-        nothing (it was sent); merged into a held pending call, it waits with that call. A call
-        withdrawn while in flight resolves ``CallCancelled`` instead."""
+        nothing (it was sent); merged into a held pending call, it waits with that call (at the
+        head, or right behind the calls that one waits for). A call withdrawn while in flight
+        resolves ``CallCancelled`` instead."""
         ctype = entry.call.call_type
         if entry.withdrawn is not None and entry.cancelled:
             self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
@@ -1138,6 +1186,7 @@ class ObjectState:
                 self._fail(out, entry, CallCancelled, "object is being deleted")
                 return
             if ctype in pending.call.supersedes:
+                pending.absorb(entry)
                 out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
                 return
             if pending.call.call_type == ctype:
@@ -1146,7 +1195,7 @@ class ObjectState:
                 pending.retry = pending.retry.merged(entry.retry)
                 pending.absorb(entry)
                 out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
-                self.queue.insert(0, self.queue.pop(i))
+                self._place(self.queue, self.queue.pop(i), 0)
                 return
         self.queue.insert(0, entry)
 

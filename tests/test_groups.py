@@ -8,10 +8,14 @@ import math
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pytest
 
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -33,10 +37,12 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.groups import CallGroup
 from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.audit import RequestRecord
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
+from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -256,6 +262,75 @@ def test_cycles_are_refused_at_submit(server: InMemoryApiServer) -> None:
     assert applied(log, "patch_status", "c2") > applied(log, "bind", "p1")
     assert requests(log, "bind", "p3") == []  # the refused steps never went anywhere
     assert len(requests(log, "patch_status", "c1")) == 1
+
+
+@dataclass(frozen=True, slots=True)
+class PodNote(Call):
+    """A user's call type on Pod that neither supersedes a built-in one nor is superseded: it
+    sets a condition of its own."""
+
+    call_type: ClassVar[str] = "pod_note"
+    kind: ClassVar[str] = "Pod"
+    relevance: ClassVar[int] = 2
+    reads_object: ClassVar[bool] = False
+
+    ref: ObjectRef
+    note: str
+
+    def _condition(self) -> dict[str, Any]:
+        return {"type": "Note", "status": "True", "reason": "Note", "message": self.note}
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        conditions = (obj or {}).get("status", {}).get("conditions") or []
+        return self._condition() in conditions
+
+    def apply(self, obj: Obj) -> Obj:
+        status = dict(obj.get("status") or {})
+        others = [c for c in status.get("conditions") or [] if c.get("type") != "Note"]
+        status["conditions"] = [*others, self._condition()]
+        return {**obj, "status": status}
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ref = self.ref
+        body = {"status": {"conditions": [self._condition()]}}
+        return backend.patch_status(
+            "Pod", ref.namespace, ref.name, body, uid=ref.uid, resource_version=None
+        )
+
+
+def test_a_held_call_may_wait_for_a_call_on_its_own_object(server: InMemoryApiServer) -> None:
+    """The held status patch waits for a note on its own pod and merges into an older status
+    patch queued ahead of that note: its actor keeps it behind the note (no deadlock), so the
+    call is accepted (it used to be refused as a possible cycle)."""
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
+    p1 = server.create(make_pod("p1"))
+    types = default_call_types()
+    types.register(PodNote)
+    with Dispatcher(gated, FAST, call_types=types) as d:
+        first = d.submit(PodNote(ObjectRef.of(p1), "first"))
+        gated.wait_calls(1)  # on the wire: what follows on p1 queues
+        older = d.submit(PodStatusPatch.for_pod(p1, nominated_node_name="n1"))
+        note = d.submit(PodNote(ObjectRef.of(p1), "second"))
+        blocked = cond(reason="Unschedulable", message="waits for the note")
+        held = d.submit(PodStatusPatch.for_pod(p1, conditions=[blocked]), after=[note])
+        assert not held.done()
+        gated.gate.set()
+        assert outcome(held) is Outcome.SUCCESS
+        assert [outcome(f) for f in (first, older, note)] == [
+            Outcome.SUCCESS,
+            Outcome.OVERWRITTEN,
+            Outcome.SUCCESS,
+        ]
+        assert older.successor is held
+    log = server.request_log
+    assert [r.outcome for i, r in enumerate(log) if i in requests(log, "patch_status", "p1")] == [
+        "ok"
+    ] * 3  # the first note, the second one, then the merged status patch
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
+    by_type = {c["type"]: c for c in stored["status"]["conditions"]}
+    assert by_type["Note"]["message"] == "second"
+    assert by_type["PodScheduled"]["message"] == "waits for the note"
 
 
 # --------------------------------------------------------------------------- groups

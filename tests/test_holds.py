@@ -17,7 +17,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.holds import Dependencies, GroupFuture, Hold, HoldState
 from kdispatch.actors.messages import CallFuture, FailDependency, Release
 from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import pod
 
 OWNER = object()
@@ -157,6 +157,22 @@ def test_cycles_through_groups_and_objects() -> None:
     with pytest.raises(DependencyCycleError):  # a step on y would queue behind y's held call
         deps.add_step(step.call, step, g)  # type: ignore[arg-type]
     deps.add_step(a.call, a, g)  # type: ignore[arg-type]
+
+
+def test_a_prerequisite_on_the_same_object_is_kept_ahead_unless_it_would_be_merged() -> None:
+    deps, _, _ = make()
+    binding = future("a")  # a binding of pod a
+    status_call = PodStatusPatch.for_pod(pod("a"), nominated_node_name="n1")
+    hold = deps.hold(status_call, future("a", status_call), (binding,))
+    assert isinstance(hold, Hold) and hold.behind == frozenset({binding})  # kept behind it
+    status = future("b", PodStatusPatch.for_pod(pod("b"), nominated_node_name="n1"))
+    with pytest.raises(DependencyCycleError, match="merge with or supersede"):
+        held(deps, "b", status)  # a binding of b would supersede the status patch it waits for
+    evict = PodPreemption.for_pod(pod("c"))
+    with pytest.raises(DependencyCycleError, match="exclusive"):
+        deps.hold(evict, future("c", evict), (future("c"),))
+    other = held(deps, "d", future("e"))
+    assert other.behind == frozenset()
 
 
 def test_prerequisites_are_this_dispatchers_futures() -> None:

@@ -15,7 +15,7 @@ from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding
 from tests.factories import pod
 from tests.test_held_calls import HeldDriver
-from tests.test_object_state import bound, gate, label, unsched
+from tests.test_object_state import gate, label, unsched
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -167,13 +167,17 @@ def test_a_retry_merged_into_a_newer_call_names_it_and_withdrawal_follows(
     assert d.outcome(later) is CallCancelled and d.state() is State.IDLE
 
 
-def test_supersession_names_the_superseding_call(d: WithdrawDriver) -> None:
+def test_supersession_names_the_superseding_call_which_carries_the_intent(
+    d: WithdrawDriver,
+) -> None:
     p = pod("a")
     d.submit(unsched(p, reason="Other"))
-    sent = d.send()
+    d.send()
     status = d.submit(unsched(p))
     binding = d.submit(PodBinding.for_pod(p, "n1"))
     assert d.outcome(status) is Outcome.OVERWRITTEN and d.successors[status] == binding
-    d.withdraw(status)  # superseded, not carried: the binding stays
-    d.done(sent, obj=bound(p, rv=2))
-    assert d.outcome(binding) is None and [e.call.call_type for e in d.m.queue] == ["pod_binding"]
+    d.withdraw(status)  # carried by the binding, whose own intent is live: it stays
+    assert d.outcome(binding) is None
+    assert [e.call.call_type for e in d.m.queue] == ["pod_binding"]
+    d.withdraw(binding)
+    assert d.outcome(binding) is CallCancelled and d.m.queue == []
