@@ -262,6 +262,8 @@ class Dependencies:
             self._leave(hold, HoldState.FAILED)
             hold.cause = cause
             armed = hold.armed
+            if hold.future.done():  # overwritten: its token was all that was left of it
+                self._forget(hold)
         if armed:
             self._tell(hold.uid, FailDependency(hold, cause))
         return True
@@ -270,15 +272,11 @@ class Dependencies:
         """Submitting thread: the call of ``future`` never reached its actor (its submit
         raised): forget it."""
         with self._lock:
-            hold = self._holds.pop(future, None)
+            hold = self._holds.get(future)
             if hold is not None:
                 if hold.state is HoldState.WAITING:
                     self._leave(hold, HoldState.DONE)
-                held = self._held_on.get(hold.uid)
-                if held is not None:
-                    held.discard(future)
-                    if not held:
-                        del self._held_on[hold.uid]
+                self._forget(hold)
             for steps in self._steps.values():
                 steps.discard(future)
 
@@ -323,19 +321,30 @@ class Dependencies:
                 self._leave(hold, HoldState.FAILED)
                 hold.cause = exc
                 message = FailDependency(hold, exc)
+            if hold.future.done():  # overwritten: its token was all that was left of it
+                self._forget(hold)
         self._tell(hold.uid, message)
 
-    def _held_done(self, hold: Hold, _fut: CallFuture) -> None:
-        """Resolving thread of the held call: forget it."""
+    def _held_done(self, hold: Hold, fut: CallFuture) -> None:
+        """Resolving thread of the held call: forget it, unless it was merged into a newer
+        call (``OVERWRITTEN``) while it waited: that call now holds its token, which is
+        still to be released or failed (then it is forgotten)."""
+        overwritten = fut.exception() is None and fut.result() is _OVERWRITTEN
         with self._lock:
             if hold.state is HoldState.WAITING:
+                if overwritten:
+                    return
                 self._leave(hold, HoldState.DONE)
-            self._holds.pop(hold.future, None)
-            held = self._held_on.get(hold.uid)
-            if held is not None:
-                held.discard(hold.future)
-                if not held:
-                    del self._held_on[hold.uid]
+            self._forget(hold)
+
+    def _forget(self, hold: Hold) -> None:
+        """Under the lock: drop the bookkeeping of a held call that resolved."""
+        self._holds.pop(hold.future, None)
+        held = self._held_on.get(hold.uid)
+        if held is not None:
+            held.discard(hold.future)
+            if not held:
+                del self._held_on[hold.uid]
 
     def _leave(self, hold: Hold, state: HoldState) -> None:
         """Under the lock: the hold stops waiting (the held-calls gauge moves)."""

@@ -174,6 +174,25 @@ def test_an_overwritten_prerequisite_is_followed_to_the_call_that_merged_it(
     assert {r["name"] for r in reserved} == {"p1", "p2"}
 
 
+def test_a_held_call_merged_into_a_newer_one_passes_its_hold_on(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """A second binding of the pod, submitted unheld, merges the held one in: the merged
+    binding carries the held one's hold, and goes once the claim patch landed."""
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.5), name="c1")
+    f1 = caller.submit(reserve(c1, pod))
+    held = caller.submit(PodBinding.for_pod(pod, "n1"), after=[f1])
+    attempted(server, "patch_status", "c1")
+    newer = caller.submit(PodBinding.for_pod(pod, "n1"))  # merges the held binding in
+    assert outcome(held) is Outcome.OVERWRITTEN and held.successor is newer
+    assert outcome(newer) is Outcome.SUCCESS and outcome(f1) is Outcome.SUCCESS
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "c1")
+    assert caller.held_calls == 0
+    assert caller.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
+
+
 def test_prerequisites_resolved_before_submit_need_no_hold(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:

@@ -142,6 +142,21 @@ def test_a_held_call_resolved_first_is_forgotten() -> None:
     assert told.told == []
 
 
+def test_a_held_call_overwritten_while_waiting_keeps_its_hold_until_released() -> None:
+    """Merged into a newer call, the held call's token is held by that call: it must still
+    be released once the prerequisite succeeded."""
+    deps, told, metrics = make()
+    a = future("a")
+    hold = held(deps, "x", a)
+    deps.arm(hold)
+    hold.future.set_result(Outcome.OVERWRITTEN)
+    assert hold.state is HoldState.WAITING and deps.held == 1
+    a.set_result(Outcome.SUCCESS)
+    assert told.told == [("uid-x", Release(hold))]
+    assert deps.held == 0 and deps._holds == {} and deps._held_on == {}
+    assert metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
+
+
 def test_cycles_through_groups_and_objects() -> None:
     deps, _, _ = make()
     g = GroupFuture()
