@@ -7,8 +7,8 @@ go stale when the object changed in a way that contradicts them, and are turned 
 request only at send time, against the newest trusted object.
 
 Pure module: no threads, no pykka, no kubernetes. Every method of a call runs on whichever thread
-calls it and must not block, except :meth:`Call.send`, which runs on an executor worker thread
-and performs the request(s) through the backend.
+calls it and must not block, except :meth:`Call.send`, which performs the request(s) through
+the backend, on an executor worker thread (see :meth:`Call.send` for the one exception).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import ClassVar, Final, Literal, Self, cast
 
 from .backend import ApiBackend
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
+from .kinds import DEFAULT_KINDS, KindTable
 from .objects import Obj, ObjectRef, as_object
 
 
@@ -139,8 +140,15 @@ class Call(ABC):
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Perform the request(s) for this intent against ``obj`` (newest observed object).
 
-        Runs on an executor worker thread and may block for one or two requests; every
-        request it makes through ``backend`` takes a rate-limiter token. When
+        Where it runs: on an executor worker thread, where it may block for its requests.
+        One exception, for speed: when the backend declares itself non-blocking
+        (``non_blocking = True``: the in-memory apiserver without latency) and there is no QPS
+        limit, it runs on the object actor's own turn, on the actor pool's thread, and a
+        ``send`` that blocks there (a sleep, a lock, a future, another service) stalls every
+        object served by that thread. Such a ``send`` needs
+        ``ExecutorConfig(inline_sends=False)``, which keeps every send on the workers.
+
+        Every request it makes through ``backend`` takes a rate-limiter token. When
         :attr:`reads_object` is True, ``obj`` is an object the actor trusts (never None); it
         never re-reads the object itself (the actor does that, as a request of its own).
         Returns the object the server answered with, if any. Raises
@@ -167,14 +175,22 @@ class CallTypeSpec:
 class CallTypeRegistry:
     """Validated registry of call types. Thread-safe; registration is rare, lookup is a dict get.
 
-    Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, missing or
+    Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, a rule or
+    ``send`` still abstract (or set to something that is not callable), a kind that is not in
+    the kind table (``kinds``, the process-wide :data:`~kdispatch.actors.kinds.DEFAULT_KINDS`
+    by default: register a CRD's kind first with ``kdispatch.register_kind``), missing or
     non-positive relevance, a name already taken, or contradictory supersession: a type that
     supersedes itself, an unregistered type, one of another kind or an exclusive one, or an
     exclusive type that declares ``supersedes`` (it supersedes everything). Since a type can
     only supersede types registered before it, supersession is acyclic by construction.
     """
 
-    def __init__(self, call_classes: Iterable[type[Call]] = ()) -> None:
+    def __init__(
+        self, call_classes: Iterable[type[Call]] = (), *, kinds: KindTable | None = None
+    ) -> None:
+        if kinds is not None and not isinstance(kinds, KindTable):
+            raise CallTypeRegistrationError(f"kinds must be a KindTable, got {kinds!r}")
+        self._kinds = kinds if kinds is not None else DEFAULT_KINDS
         self._lock = threading.Lock()
         self._by_type: dict[str, CallTypeSpec] = {}
         for cls in call_classes:
@@ -201,6 +217,12 @@ class CallTypeRegistry:
             raise CallTypeRegistrationError(
                 f"{cls.__name__} is best_effort: its relevance must be BEST_EFFORT (0) and it "
                 "cannot be exclusive"
+            )
+        _check_methods(cls)
+        if kind not in self._kinds:
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.kind {kind!r} is not in the kind table: register it first "
+                "with kdispatch.register_kind(kind, group, version, plural)"
             )
         declared: object = getattr(cls, "supersedes", frozenset())
         if not isinstance(declared, frozenset | set | tuple) or not all(
@@ -266,6 +288,22 @@ class CallTypeRegistry:
     def types(self) -> list[str]:
         """Registered call type names."""
         return sorted(self._by_type)
+
+
+_METHODS: Final = ("merge", "is_noop", "apply", "precheck", "revalidate", "send")
+"""The methods every call type must have (the rules and ``send``)."""
+
+
+def _check_methods(cls: type[Call]) -> None:
+    """Refuse a call class whose rules or ``send`` are still abstract or not callable."""
+    abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+    if abstract:
+        raise CallTypeRegistrationError(f"{cls.__name__} does not implement {', '.join(abstract)}")
+    for name in _METHODS:
+        if not callable(getattr(cls, name, None)):
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.{name} must be a method, got {getattr(cls, name, None)!r}"
+            )
 
 
 def plain_basis(call: Call) -> Call:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from .backoff import backoff_delay
 from .errors import InvalidConfigError
 
 
@@ -107,9 +108,15 @@ class RetryConfig:
 
     def delay(self, attempt: int, retry_after: float = 0.0, rand: float = 0.0) -> float:
         """Seconds before attempt ``attempt + 1`` after a retryable failure of ``attempt``;
-        ``rand`` in [0, 1) draws the jitter. Pure."""
-        exp: float = self.base_backoff * 2.0 ** max(0, attempt - 1)
-        jittered = min(exp, self.max_backoff) * (1.0 + self.jitter * rand)
+        ``rand`` in [0, 1) draws the jitter (:func:`~kdispatch.actors.backoff.backoff_delay`,
+        the formula the informers use too), never less than the server's Retry-After. Pure."""
+        jittered = backoff_delay(
+            attempt,
+            initial=self.base_backoff,
+            cap=self.max_backoff,
+            jitter=self.jitter,
+            rand=rand,
+        )
         return max(jittered, min(retry_after, self.max_retry_after))
 
 
@@ -127,10 +134,20 @@ class ExecutorConfig:
     workers: int = 8
     lane_min_share: float = 0.1
     best_effort_max_wait: float = 10.0
+    inline_sends: bool = True
+    """Where a call's :meth:`~kdispatch.actors.calls.Call.send` runs when it can never wait:
+    with a backend that declares ``non_blocking = True`` (the in-memory apiserver without
+    latency) and no QPS limit, True (the default) runs it on the object actor's own turn, with
+    no hand-off to a worker thread: the fastest path, and the one the benchmarks measure.
+    Set False when a custom call's ``send`` may block outside the backend (a sleep, a lock, a
+    future, another service): every send then runs on one of the ``workers`` threads, so a
+    slow one delays only its own object. Other backends always use the workers."""
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
         _positive("best_effort_max_wait", self.best_effort_max_wait, allow_zero=True)
+        if not isinstance(self.inline_sends, bool):
+            raise InvalidConfigError(f"inline_sends must be a bool, got {self.inline_sends!r}")
         _positive("lane_min_share", self.lane_min_share, allow_zero=True)
         if self.lane_min_share >= 1:
             raise InvalidConfigError("lane_min_share must be < 1")

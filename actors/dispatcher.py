@@ -19,10 +19,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import InvalidStateError
 from typing import Any, Self, cast
 
 import pykka
@@ -43,16 +45,19 @@ from .errors import (
     Outcome,
 )
 from .executor import Executor
-from .gctuning import GcTuner
+from .gctuning import GcTuner, collections_paused
 from .groups import CallGroup
 from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite
-from .messages import CallFuture, Cancel, Close, Deleted, Observed, Revoke, Submit, View, Withdraw
+from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
 from .pod_calls import PodPreemption
 from .registry import Registry
 from .runtime import ActorPool
+
+_STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
+_TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 
 
 class Dispatcher:
@@ -140,6 +145,7 @@ class Dispatcher:
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._gc = GcTuner(config.runtime)
+        self._abandoned: list[tuple[Any, list[Any]]] = []  # actors stop() settled in bulk
         self._deps = Dependencies(self, self._registry.tell, self.metrics)
         # Call groups by owner UID: written under the lock, read without it by on_delete and
         # by the submit of an exclusive call (one dict lookup when no group is open).
@@ -150,8 +156,12 @@ class Dispatcher:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Self:
-        """Caller thread. Start the actor pool, the executor and the idle reaper."""
+        """Caller thread. Start the actor pool, the executor and the idle reaper. Raises
+        :class:`~kdispatch.actors.errors.InvalidInputError` if already started, or once
+        stopped (a stopped dispatcher cannot be restarted: create a new one)."""
         with self._state_lock:
+            if self._closed:
+                raise InvalidInputError("dispatcher stopped: create a new Dispatcher")
             if self._started:
                 raise InvalidInputError("dispatcher already started")
             self._started = True
@@ -181,7 +191,14 @@ class Dispatcher:
         """Caller thread. Stop intake; with ``drain``, let pending calls finish until
         ``timeout``; then resolve everything left with :class:`DispatcherClosed`, stop this
         dispatcher's actors and threads (never pykka's global ``stop_all``). Returns True if
-        every call finished before the deadline. Idempotent."""
+        every call finished before the deadline. Idempotent.
+
+        Returns within ``timeout`` + about 0.5 s whatever the backlog: the phases after the
+        drain (the executor's threads, the actor pool) share one short grace period, and what
+        is left is settled in bulk on this thread, never one actor turn at a time. A request
+        already on the wire when the grace period ends is not waited for: its future resolves
+        :class:`DispatcherClosed` (whether it landed is unknown, as for any lost reply) and its
+        worker thread ends when the request returns."""
         deadline = time.monotonic() + timeout
         with self._state_lock:
             if self._closed:
@@ -202,25 +219,56 @@ class Dispatcher:
                     self._drain_waiters -= 1
             drained = not self._unresolved
             self._ctx.closing = True
+        # One deadline for every phase from here on.
+        end = max(deadline, time.monotonic()) + _STOP_GRACE
         self._reaper_stop.set()
         if self._reaper is not None:
-            self._reaper.join()
-        self._executor.pause_intake()
-        # Close every actor: resolves what is left with DispatcherClosed.
-        futures = []
-        for ref in self._registry.live_refs():
-            with contextlib.suppress(pykka.ActorDeadError):
-                futures.append(ref.ask(Close(), block=False))
-        for fut in futures:
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                fut.get(timeout=max(0.1, deadline - time.monotonic()))
-        self._registry.stop_all(timeout=max(0.1, deadline - time.monotonic()))
-        self._executor.stop(timeout=max(0.1, deadline - time.monotonic()) + 30.0)
-        self._pool.stop(timeout=max(0.1, deadline - time.monotonic()))
+            self._reaper.join(max(0.0, end - time.monotonic()))
+        # No request starts any more; the executor's threads end (a request on the wire ends
+        # first, until the grace period is over), and with them the actor turns they run.
+        self._executor.stop(timeout=max(0.0, end - time.monotonic()))
+        with collections_paused():
+            # a turn in progress ends within a batch of messages: give it a moment even when
+            # the executor used up the grace period
+            abandoned = self._pool.abandon(timeout=max(_TURN_GRACE, end - time.monotonic()))
+            closed = self._settle(abandoned)
+            # Freeing 100,000 actors' objects takes longer than settling them: they go with
+            # this Dispatcher object instead of inside stop()'s promise.
+            self._abandoned = abandoned
+            self._registry.stop_all(timeout=max(0.0, end - time.monotonic()))
         self.metrics.release()  # the registry may now take another dispatcher's metrics
         self._gc.stop()
+        if closed:
+            logger.debug("{} calls left at the deadline resolved DispatcherClosed", closed)
         logger.debug("dispatcher stopped (drained={})", drained)
         return drained
+
+    def _settle(self, left: list[tuple[Any, list[Any]]]) -> int:
+        """Stopping thread, once no actor turn runs: resolve every future the abandoned actors
+        still held (their open calls, and the submissions still in their inboxes) with
+        :class:`DispatcherClosed`, and count them in bulk. Returns how many. A future resolved
+        meanwhile (by a turn on a thread that outlived the grace period) keeps its answer:
+        exactly once."""
+        closed: dict[str, int] = {}
+        for actor, tells in left:
+            open_calls: dict[CallFuture, str] | None = getattr(actor, "open", None)
+            if open_calls:
+                for future, call_type in open_calls.items():
+                    if _close_future(future):
+                        closed[call_type] = closed.get(call_type, 0) + 1
+                open_calls.clear()
+            for message in tells:
+                if type(message) is Submit and _close_future(message.future):
+                    call_type = message.call.call_type
+                    closed[call_type] = closed.get(call_type, 0) + 1
+        total = 0
+        for call_type, count in closed.items():
+            self.metrics.outcome(call_type, "closed", count)
+            total += count
+        unresolved = self._unresolved
+        for _ in range(min(total, len(unresolved))):
+            unresolved.pop()
+        return total
 
     # ------------------------------------------------------------------ calls
 
@@ -326,12 +374,16 @@ class Dispatcher:
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future)
-            future.set_exception(CallFailed(str(exc), uid=uid, call_type=call.call_type, cause=exc))
+            future.set_exception(
+                CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc)
+            )
             self._on_resolved()
             raise
         if not routed:  # tombstoned: the object was deleted
             self._resolve_now(
-                future, call, CallCancelled("object deleted", uid=uid, call_type=call.call_type)
+                future,
+                call,
+                CallCancelled("object deleted", ref=call.ref, call_type=call.call_type),
             )
         if hold is not None:
             self._deps.arm(hold)
@@ -488,9 +540,32 @@ class Dispatcher:
         return self._executor.tokens_taken
 
     def stats(self) -> dict[str, Any]:
-        """Counters for reports: requests sent per call type (every request the apiserver saw,
-        follow-up GETs and re-reads included; equal to the tokens taken), outcomes per type,
-        retries."""
+        """Any thread; cheap (reads counters). Figures for reports, every key always present:
+
+        ``sent``
+            ``{call_type: n}``: requests sent to the apiserver per call type — every request
+            it saw, follow-up GETs after a 409 and re-reads before a retry included.
+        ``sent_total``
+            The sum of ``sent``; equals ``tokens_taken``.
+        ``outcomes``
+            ``{"call_type:outcome": n}``: futures resolved, per call type and outcome
+            (``success``, ``skipped``, ``overwritten``, ``cancelled``, ``conflict``,
+            ``stale``, ``not_found``, ``failed``, ``closed``).
+        ``retries``
+            ``{"call_type:reason": n}``: retries scheduled after a retryable failure, per call
+            type and reason (``429``, ``5xx``, ``timeout``, ``connection``).
+        ``live_actors``
+            Object actors alive now (objects with a call pending or in flight, or recently
+            so).
+        ``events_without_actor``
+            Messages that found no actor to route to: mostly informer events for objects
+            with no call (normal: only objects with calls are tracked), also cancels for
+            untracked UIDs and late messages for deleted (tombstoned) objects.
+        ``tokens_taken``
+            Rate-limiter tokens used (taken and not refunded): one per request sent.
+        ``pid``
+            The process the dispatcher runs in (for :class:`ProcessDispatcher`, the child).
+        """
         m = self.metrics
         out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
         for sample in m.samples(m.requests, m.outcomes, m.retries):
@@ -505,8 +580,9 @@ class Dispatcher:
                 out["retries"][key] = int(sample.value)
         out["sent_total"] = sum(out["sent"].values())
         out["live_actors"] = self.live_actors
-        out["dropped_messages"] = self._registry.dropped
+        out["events_without_actor"] = self._registry.dropped
         out["tokens_taken"] = self.tokens_taken
+        out["pid"] = os.getpid()
         return out
 
     # ---------------------------------------------------------------- call groups (GroupHost)
@@ -528,7 +604,7 @@ class Dispatcher:
         self._resolve_now(
             future,
             call,
-            CallCancelled(str(error), uid=call.ref.uid, call_type=call.call_type),
+            CallCancelled(str(error), ref=call.ref, call_type=call.call_type),
         )
         return future
 
@@ -622,10 +698,22 @@ class Dispatcher:
                 logger.opt(exception=True).error("reaping failed")
 
 
+def _close_future(future: CallFuture) -> bool:
+    """Resolve ``future`` with :class:`DispatcherClosed` unless it is resolved already; True if
+    this call resolved it. Any thread."""
+    if future.done():
+        return False
+    try:
+        future.set_exception(DispatcherClosed("dispatcher stopped before the call completed"))
+    except InvalidStateError:  # resolved meanwhile by a late turn: that answer stands
+        return False
+    return True
+
+
 def _dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
     return DependencyFailed(
         f"{call.describe()} not sent: a prerequisite failed: {cause}",
-        uid=call.ref.uid,
+        ref=call.ref,
         call_type=call.call_type,
         cause=cause,
     )

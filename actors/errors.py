@@ -14,6 +14,10 @@ Pure module: no threads, no pykka, no kubernetes.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # objects.py imports this module: the type only, never at run time
+    from .objects import ObjectRef
 
 
 class KdispatchError(Exception):
@@ -78,14 +82,34 @@ class Outcome(enum.Enum):
 
 
 class CallOutcomeError(KdispatchError):
-    """A call did not (and will not) reach the server; ``future.result()`` raises it."""
+    """A call did not (and will not) reach the server; ``future.result()`` raises it.
+
+    ``ref`` (an :class:`~kdispatch.actors.objects.ObjectRef`, when the raiser knows it) names
+    the object: ``str(error)`` then starts with its kind, namespace/name and UID, e.g.
+    ``Pod default/web-0 (4f1c...): object deleted``. ``uid`` defaults to ``ref.uid``.
+    """
 
     result_label = "error"
 
-    def __init__(self, message: str, *, uid: str = "", call_type: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        uid: str = "",
+        call_type: str = "",
+        ref: ObjectRef | None = None,
+    ) -> None:
         super().__init__(message)
-        self.uid = uid
+        self.uid = uid or (ref.uid if ref is not None else "")
         self.call_type = call_type
+        self.ref = ref
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        ref = getattr(self, "ref", None)  # absent on instances unpickled from older versions
+        if ref is None or str(ref) in message:
+            return message
+        return f"{ref}: {message}"
 
 
 class CallCancelled(CallOutcomeError):
@@ -105,8 +129,9 @@ class DependencyFailed(CallCancelled):
         uid: str = "",
         call_type: str = "",
         cause: BaseException | None = None,
+        ref: ObjectRef | None = None,
     ) -> None:
-        super().__init__(message, uid=uid, call_type=call_type)
+        super().__init__(message, uid=uid, call_type=call_type, ref=ref)
         self.cause = cause
         if cause is not None:
             self.__cause__ = cause
@@ -145,8 +170,9 @@ class CallFailed(CallOutcomeError):
         uid: str = "",
         call_type: str = "",
         cause: BaseException | None = None,
+        ref: ObjectRef | None = None,
     ) -> None:
-        super().__init__(message, uid=uid, call_type=call_type)
+        super().__init__(message, uid=uid, call_type=call_type, ref=ref)
         self.cause = cause
         if cause is not None:
             self.__cause__ = cause
@@ -268,6 +294,24 @@ class GoneError(ApiError):
 
     status = 410
     reason = "Expired"
+
+
+class InformerSyncTimeout(KdispatchError, TimeoutError):
+    """An informer's ``wait_for_sync(timeout)`` ran out before its first list arrived.
+
+    ``last_error`` is the newest list/watch failure (None if the server simply did not answer
+    in time), and the message names the cause, e.g. ``informer pods (Pod) did not sync within
+    2 s: cannot connect to http://127.0.0.1:1: list Pod: cannot connect
+    (NewConnectionError)``. A ``TimeoutError``, so ``except TimeoutError`` catches it too.
+    """
+
+    def __init__(
+        self, message: str, *, last_error: BaseException | None = None, cause: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.last_error = last_error
+        self.cause = cause
+        """The cause alone, as the message states it (``cannot connect to ...``)."""
 
 
 class UnknownKindError(InvalidInputError):

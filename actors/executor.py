@@ -14,8 +14,9 @@ worker sends it → ``Done`` to the actor. When nothing waits and a token and a 
 otherwise grants are handed out, as messages, by whichever thread frees a slot or brings work,
 and a timer thread covers token refills and backoff expiries. With a non-blocking backend (the
 in-memory apiserver without latency) ``job`` runs the request on the caller's thread and
-returns its ``Done``: the whole call is one actor turn. At most ``workers`` grants and jobs
-exist at once: parallelism is bounded.
+returns its ``Done``: the whole call is one actor turn (unless ``ExecutorConfig.inline_sends``
+is False, for custom sends that may block). At most ``workers`` grants and jobs exist at once:
+parallelism is bounded.
 
 Tokens: every request the apiserver sees takes one — the call's own requests, the GET that
 follows a 409, the re-read before a retry, the DELETE after a preemption's condition patch —
@@ -178,9 +179,12 @@ class Executor:
         self._backend = backend
         self._log_calls = log_calls  # also log successful attempts
         # Requests run on the actors' threads only when they can never wait: the backend
-        # never blocks and no token is ever waited for.
-        self._inline = getattr(backend, "non_blocking", False) is True and rate_limit.qps == float(
-            "inf"
+        # never blocks, no token is ever waited for, and the calls' own sends do not block
+        # either (ExecutorConfig.inline_sends: the user's promise for custom sends).
+        self._inline = (
+            config.inline_sends
+            and getattr(backend, "non_blocking", False) is True
+            and rate_limit.qps == float("inf")
         )
         self._retry = retry
         self._config = config

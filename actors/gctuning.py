@@ -11,7 +11,9 @@ collection costs about as much as a young one. Both settings are process-wide (s
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 from typing import Any
 
 from .config import RuntimeConfig
@@ -22,6 +24,21 @@ def freeze_young() -> None:
     collection (bounded by the young thresholds), never a full one."""
     gc.collect(1)
     gc.freeze()
+
+
+@contextlib.contextmanager
+def collections_paused() -> Iterator[None]:
+    """Caller thread. No automatic collection runs inside the block (process-wide: keep it
+    short). A bulk teardown allocates and frees in a burst that would otherwise trigger full
+    collections over every live object (0.7 s measured with 20,000 pending calls). Re-enables
+    the collector on exit only if it was enabled on entry."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class GcTuner:

@@ -233,7 +233,7 @@ class CallGroup:
             self._sealed = True
             error = CallCancelled(
                 f"call group of {self.owner} cancelled ({cause})",
-                uid=self.owner.uid,
+                ref=self.owner,
             )
             self._cause = error
             steps = [f for f in self._steps if _withdrawable(f)]

@@ -102,7 +102,12 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     KindInfo("Namespace", "", "v1", "namespaces", False, True, "strategic"),
     KindInfo("ConfigMap", "", "v1", "configmaps", True, False, "strategic"),
     KindInfo("Secret", "", "v1", "secrets", True, False, "strategic"),
+    KindInfo("ServiceAccount", "", "v1", "serviceaccounts", True, False, "strategic"),
     KindInfo("Service", "", "v1", "services", True, True, "strategic"),
+    # One kind, one place: ``Event`` is the events.k8s.io/v1 resource (what a recorder
+    # writes). The same objects are served as core v1 Events; to address them there instead,
+    # re-register the kind: ``register_kind("Event", "", "v1", "events", status=False,
+    # patch="strategic", replace=True)``.
     KindInfo("Event", "events.k8s.io", "v1", "events", True, False, "strategic"),
     KindInfo("PersistentVolume", "", "v1", "persistentvolumes", False, True, "strategic"),
     KindInfo("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True, True, "strategic"),
@@ -182,8 +187,9 @@ class KindTable:
         info = self._by_kind.get(kind) if isinstance(kind, str) else None
         if info is None:
             raise UnknownKindError(
-                f"unknown kind {kind!r}: register it (kdispatch.actors.kinds.register) or fill "
-                "the table from discovery"
+                f"unknown kind {kind!r}: register it with kdispatch.register_kind(kind, group, "
+                "version, plural) or fill the table from discovery "
+                "(kdispatch.adapters.discovery.register_from_discovery)"
             )
         return info
 

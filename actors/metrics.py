@@ -220,10 +220,10 @@ class Metrics:
 
     # One lock round trip per event, whatever it updates.
 
-    def outcome(self, call_type: str, outcome: str) -> None:
-        """A call resolved."""
+    def outcome(self, call_type: str, outcome: str, count: int = 1) -> None:
+        """A call (or ``count`` calls) resolved."""
         with self._lock:
-            self.outcomes.add_locked((call_type, outcome))
+            self.outcomes.add_locked((call_type, outcome), count)
 
     def merge(self, call_type: str) -> None:
         """A pending call was merged with a newer one."""

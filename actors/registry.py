@@ -472,7 +472,8 @@ class Registry:
     def stop_all(self, timeout: float | None = None) -> None:
         """Stop this registry's actors and clear the map.
 
-        Sends every actor a stop request (behind its queued messages) without blocking, then waits
+        Sends every live actor a stop request (behind its queued messages) without blocking (refs
+        of actors already stopped, e.g. by ``ActorPool.abandon``, are only forgotten), then waits
         for them until ``timeout`` seconds have passed in total (None: no limit) and logs the ones
         still running then. Other actors (other registries, other pools) are untouched. Stop
         routing messages first: a ``tell`` racing with this spawns a new actor. Any thread except
@@ -482,7 +483,7 @@ class Registry:
             refs = [entry.ref for entry in self._live.values()]
             self._live.clear()
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        futures = [ref.stop(block=False) for ref in refs]
+        futures = [ref.stop(block=False) for ref in refs if ref.is_alive()]
         pending = 0
         for i, future in enumerate(futures):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -35,6 +35,7 @@ from typing import Any, Self
 
 from loguru import logger
 
+from kdispatch.actors.backoff import backoff_delay
 from kdispatch.actors.errors import (
     ApiConnectionError,
     ApiError,
@@ -44,11 +45,12 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.objects import get_path
 
+from .informer_core import InformerCore, Obj
 from .kubernetes import error_from_status
 
-Obj = dict[str, Any]
 OnEvent = Callable[[Obj], None]
 OnError = Callable[[BaseException], None]
+_JITTER = 0.2  # failures back off like the threaded informer's and the executor's
 
 
 def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -69,27 +71,29 @@ def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Await
     return raw  # type: ignore[no-any-return]
 
 
-def _rv(obj: Mapping[str, Any]) -> str | None:
-    rv = get_path(obj, "metadata", "resourceVersion")
-    return rv if isinstance(rv, str) and rv else None
-
-
-def _newer(candidate: Obj, current: Obj) -> bool:
-    new, cur = _rv(candidate), _rv(current)
-    if new is None or cur is None:
-        return True
-    if new.isdigit() and cur.isdigit():
-        return int(new) > int(cur)
-    return new != cur
-
-
-def _uid(obj: Mapping[str, Any]) -> str | None:
-    uid = get_path(obj, "metadata", "uid")
-    return uid if isinstance(uid, str) and uid else None
-
-
 class AioInformer:
-    """List+watch of one kind on the running event loop; see the module docstring."""
+    """List+watch of one kind on the running event loop; see the module docstring.
+
+    The cache, ordering, re-list diffing, handler dispatch and sync state are the
+    :class:`~kdispatch.adapters.informer_core.InformerCore` shared with the threaded
+    :class:`~kdispatch.adapters.informer.Informer`; this class is its asyncio I/O.
+
+    A custom resource (a CRD) is listed through ``CustomObjectsApi``: bind its group, version
+    and plural with ``functools.partial``, and put selectors in ``list_kwargs``::
+
+        from functools import partial
+        from kubernetes.aio import client
+
+        api = client.CustomObjectsApi(api_client)
+        quotas = AioInformer(
+            partial(api.list_cluster_custom_object, "example.io", "v1", "quotaclaims"),
+            kind="QuotaClaim",
+            api_version="example.io/v1",
+            list_kwargs={"label_selector": "team=a"},
+        ).attach(dispatcher)
+        quotas.start()
+        await quotas.wait_for_sync(timeout=30)
+    """
 
     def __init__(
         self,
@@ -105,7 +109,12 @@ class AioInformer:
         backoff_max: float = 5.0,
         on_error: OnError | None = None,
     ) -> None:
-        """Any thread (nothing starts). Raises :class:`InvalidInputError` for bad arguments."""
+        """Any thread (nothing starts). Raises :class:`InvalidInputError` for bad arguments.
+
+        ``list_kwargs`` go to every list and watch request: selectors
+        (``label_selector``, ``field_selector``), a namespace for a namespaced list method,
+        and so on; ``watch``, ``resource_version``, ``timeout_seconds``, ``_continue`` and
+        ``limit`` are the informer's own."""
         self._raw = raw_variant(list_func)
         if not isinstance(kind, str) or not kind[:1].isupper():
             raise InvalidInputError(f"kind must be a Kubernetes kind like 'Pod', got {kind!r}")
@@ -135,21 +144,17 @@ class AioInformer:
         self.kind = kind
         self.name = name or kind.lower()
         self._api_version = api_version
+        self._server = _server_of(list_func)
         self._kwargs = dict(list_kwargs or {})
         self._watch_timeout = watch_timeout
         self._request_timeout = float(request_timeout)
         self._backoff = (float(backoff_initial), float(backoff_max))
         self._on_error = on_error
-        self._handlers: list[tuple[OnEvent | None, OnEvent | None, OnEvent | None]] = []
-        self._items: dict[str, Obj] = {}
-        self._rv: str | None = None
-        self._synced: asyncio.Event | None = None
+        self._core = InformerCore(name=self.name, kind=kind, typed=self._typed)
+        self._changed: asyncio.Event | None = None  # set when synced or a failure comes
         self._task: asyncio.Task[None] | None = None
         self._rng = random.Random()
         self._log = logger.bind(informer=self.name, kind=kind)
-        self.last_error: BaseException | None = None
-        """The most recent list/watch failure (None once a list or watch succeeds again)."""
-        self.relists = 0
 
     # ----------------------------------------------------------------- public API
 
@@ -166,7 +171,7 @@ class AioInformer:
         for fn in (on_add, on_update, on_delete):
             if fn is not None and not callable(fn):
                 raise InvalidInputError(f"handlers must be callable, got {fn!r}")
-        self._handlers.append((on_add, on_update, on_delete))
+        self._core.add_handler(on_add, _newest_only(on_update), on_delete)
         return self
 
     def attach(self, dispatcher: Any) -> Self:
@@ -196,49 +201,84 @@ class AioInformer:
 
     def has_synced(self) -> bool:
         """True once the first list has reached the handlers."""
-        return self._synced is not None and self._synced.is_set()
+        return self._core.synced
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Wait until :meth:`has_synced` (True) or ``timeout`` seconds (False)."""
-        try:
-            await asyncio.wait_for(self._synced_event().wait(), timeout)
-        except TimeoutError:
-            return False
+        """Wait until :meth:`has_synced`, then return True.
+
+        Raises :class:`~kdispatch.actors.errors.InformerSyncTimeout` (a ``TimeoutError``)
+        when ``timeout`` seconds pass first, naming the newest failure (``cannot connect to
+        http://...: ...``, also in its ``last_error``); raises ``UnauthorizedError`` /
+        ``ForbiddenError`` as soon as a list is refused for that reason while waiting (the
+        informer keeps retrying)."""
+        core = self._core
+        seen = core.errors
+        loop = asyncio.get_running_loop()
+        until = None if timeout is None else loop.time() + timeout
+        while not core.synced:
+            failure = core.sync_failure(seen)
+            if failure is not None:
+                raise failure
+            changed = self._changed_event()
+            changed.clear()
+            left = None if until is None else until - loop.time()
+            if left is not None and left <= 0:
+                raise core.sync_timeout(timeout, self._server)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
         return True
 
     @property
+    def last_error(self) -> BaseException | None:
+        """The most recent list/watch failure (None once a list or watch succeeds again)."""
+        return self._core.last_error
+
+    @property
+    def relists(self) -> int:
+        """Lists delivered so far (the first one and every re-list)."""
+        return self._core.relists
+
+    @property
     def cache(self) -> Mapping[str, Obj]:
-        """uid → newest object (read-only use)."""
-        return self._items
+        """Live read-only view uid → newest object (plain JSON dicts with ``kind`` filled in;
+        never mutate them). Read it on the event loop's thread."""
+        return self._core.cache
+
+    def snapshot(self) -> dict[str, Obj]:
+        """A copy of the cache (uid → object); the objects are shared, not copied."""
+        return self._core.snapshot()
 
     @property
     def resource_version(self) -> str | None:
         """The last resourceVersion seen (list, event or bookmark)."""
-        return self._rv
+        return self._core.resource_version
 
     async def run(self) -> None:
         """List, then watch and resume, until cancelled."""
         if self._task is None:
             self._task = asyncio.current_task()
+        core = self._core
         need_list, failures = True, 0
         while True:
             try:
                 if need_list:
                     await self._list()
                     need_list, failures = False, 0
+                    self._changed_event().set()
                 if await self._watch():
                     failures = 0
-                self.last_error = None
+                core.progressed()
                 continue
             except GoneError as exc:
                 self._log.info("watch expired ({}); re-listing", exc)
                 need_list = True
-                self.last_error = exc
+                core.failed(exc)
                 failures += 1
                 if failures <= 1:
                     continue
             except (ApiError, OSError, TimeoutError) as exc:
-                self.last_error = exc
+                core.failed(exc)
+                self._changed_event().set()
                 failures += 1
                 self._log.warning("list/watch of {} failed: {}", self.kind, exc)
                 if self._on_error is not None:
@@ -247,15 +287,18 @@ class AioInformer:
                     except Exception:
                         self._log.opt(exception=True).error("on_error hook raised")
             low, high = self._backoff
-            delay = min(high, low * 2 ** (failures - 1))
-            await asyncio.sleep(delay * (0.5 + self._rng.random() / 2))
+            await asyncio.sleep(
+                backoff_delay(
+                    failures, initial=low, cap=high, jitter=_JITTER, rand=self._rng.random()
+                )
+            )
 
     # ----------------------------------------------------------------- internals
 
-    def _synced_event(self) -> asyncio.Event:
-        if self._synced is None:
-            self._synced = asyncio.Event()
-        return self._synced
+    def _changed_event(self) -> asyncio.Event:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
 
     async def _request(self, what: str, **kwargs: Any) -> Any:
         """The raw aiohttp response, or the :class:`ApiError` of a non-2xx reply."""
@@ -299,24 +342,7 @@ class AioInformer:
         rv = get_path(body, "metadata", "resourceVersion")
         if not isinstance(items, list) or not isinstance(rv, str) or not rv:
             raise BadResponseError(f"{what}: reply has no items or no resourceVersion")
-        fresh: dict[str, Obj] = {}
-        for item in items:
-            if isinstance(item, dict) and (uid := _uid(item)) is not None:
-                fresh[uid] = self._typed(item)
-        old, self._items = self._items, fresh
-        for uid, obj in old.items():
-            if uid not in fresh:
-                self._emit(2, obj)
-        for uid, obj in fresh.items():
-            prev = old.get(uid)
-            if prev is None:
-                self._emit(0, obj)
-            elif _newer(obj, prev):
-                self._emit(1, obj)
-        self._rv = rv
-        self.relists += 1
-        self.last_error = None
-        self._synced_event().set()
+        self._core.listed([item for item in items if isinstance(item, dict)], rv)
 
     async def _watch(self) -> bool:
         """One watch request; True if it delivered anything."""
@@ -324,7 +350,7 @@ class AioInformer:
         resp = await self._request(
             what,
             watch=True,
-            resource_version=self._rv,
+            resource_version=self._core.resource_version,
             timeout_seconds=self._watch_timeout,
             allow_watch_bookmarks=True,
             _request_timeout=self._watch_timeout + self._request_timeout,
@@ -356,39 +382,27 @@ class AioInformer:
         if etype == "ERROR":
             code = obj.get("code")
             raise error_from_status(code if isinstance(code, int) else 500, obj, what)
-        rv = _rv(obj)
-        if etype == "BOOKMARK":
-            if rv is not None:
-                self._rv = rv
-            return
-        if etype not in ("ADDED", "MODIFIED", "DELETED"):
-            raise BadResponseError(f"{what}: unknown event type {etype!r}")
-        uid = _uid(obj)
-        if uid is None:
-            raise BadResponseError(f"{what}: {etype} event for an object without a uid")
-        if rv is not None:
-            self._rv = rv
-        obj = self._typed(obj)
-        prev = self._items.get(uid)
-        if etype == "DELETED":
-            self._items.pop(uid, None)
-            self._emit(2, obj)
-        elif prev is None:
-            self._items[uid] = obj
-            self._emit(0, obj)
-        elif _newer(obj, prev):
-            self._items[uid] = obj
-            self._emit(1, obj)
+        self._core.event(etype if isinstance(etype, str) else repr(etype), obj)
 
-    def _emit(self, which: int, obj: Obj) -> None:
-        for handler in self._handlers:
-            fn = handler[which]
-            if fn is None:
-                continue
-            try:
-                fn(obj)
-            except Exception:
-                self._log.opt(exception=True).error("handler failed for {}", _uid(obj))
+
+def _newest_only(fn: OnEvent | None) -> Callable[[Obj, Obj], None] | None:
+    """An ``on_update(new)`` handler in the core's ``(old, new)`` shape."""
+    if fn is None:
+        return None
+
+    def on_update(_old: Obj, new: Obj) -> None:
+        fn(new)
+
+    return on_update
+
+
+def _server_of(list_func: Callable[..., Awaitable[Any]]) -> str | None:
+    """The apiserver URL behind a ``kubernetes.aio`` list method (or a partial of one)."""
+    while isinstance(list_func, functools.partial):
+        list_func = list_func.func
+    owner = getattr(list_func, "__self__", None)
+    host = getattr(getattr(getattr(owner, "api_client", None), "configuration", None), "host", "")
+    return host if isinstance(host, str) and host else None
 
 
 __all__ = ["AioInformer", "raw_variant"]

@@ -12,8 +12,9 @@ the registered handlers as JSON dicts with ``kind`` set, on the informer's own t
 * 410 Gone (the history no longer reaches back) → re-list: objects that vanished meanwhile get
   a synthetic delete (with their last known state), changed ones an update, new ones an add.
 * Reconnects back off exponentially (``backoff_initial`` doubling to ``backoff_max``, with
-  jitter); the wait is on an Event, so :meth:`Informer.stop` interrupts it at once, and it also
-  cuts an open watch stream.
+  jitter: :func:`~kdispatch.actors.backoff.backoff_delay`, the executor's formula); the wait
+  is on an Event, so :meth:`Informer.stop` interrupts it at once, and it also cuts an open
+  watch stream.
 * A handler that raises is logged and skipped; it never stops the loop or other handlers.
 * :meth:`Informer.has_synced` turns true once the first list has been delivered.
 * Failures are visible: :attr:`Informer.last_error` holds the newest one (None again after a
@@ -21,7 +22,9 @@ the registered handlers as JSON dicts with ``kind`` set, on the informer's own t
   one on the informer thread, and ``kdispatch_informer_errors_total{informer,kind,reason}``
   counts them. 401/403 (``UnauthorizedError``/``ForbiddenError``) are still retried with backoff
   (a refreshed token or a new RBAC binding fixes them without a restart), but
-  :meth:`Informer.wait_for_sync` raises them instead of only timing out.
+  :meth:`Informer.wait_for_sync` raises them as they come; when its timeout runs out it
+  raises :class:`~kdispatch.actors.errors.InformerSyncTimeout` naming the cause (``cannot
+  connect to http://...: ...``), never a silent False.
 
 Why not ``kubernetes.informer.SharedInformer`` (shipped by the client since 37.0): it delivers
 model objects (pydantic ``V1Pod``...), not the JSON dicts kdispatch works with, and building them
@@ -45,35 +48,35 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
+from kdispatch.actors.backoff import backoff_delay
 from kdispatch.actors.errors import (
     ApiError,
     BadResponseError,
-    ForbiddenError,
     GoneError,
     InvalidInputError,
     ServerError,
-    UnauthorizedError,
 )
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
-from kdispatch.actors.objects import get_path
 
+from .informer_core import (
+    BOOKMARK,
+    EVENT_TYPES,
+    InformerCore,
+    Obj,
+    OnAdd,
+    OnDelete,
+    OnUpdate,
+)
 from .kubernetes import KubernetesBackend, error_from_status, translate_errors
 from .transport import TransportName
 
-ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
-_EVENT_TYPES = frozenset({ADDED, MODIFIED, DELETED, BOOKMARK})
-
-Obj = dict[str, Any]
-OnAdd = Callable[[Obj], None]
-OnUpdate = Callable[[Obj, Obj], None]
-OnDelete = Callable[[Obj], None]
+_JITTER = 0.2  # reconnect delays are stretched by up to 20 % (backoff_delay)
 
 
 class WatchEvent(NamedTuple):
@@ -95,7 +98,10 @@ class WatchStream(Protocol):
 
 
 class ListWatch(Protocol):
-    """Where an informer gets its objects from. Called on the informer thread."""
+    """Where an informer gets its objects from. Called on the informer thread.
+
+    A source may also have a ``server`` attribute (the apiserver's URL, or None): the
+    informer names it when it cannot connect (:class:`ClientListWatch` has one)."""
 
     kind: str
 
@@ -175,6 +181,9 @@ class ClientListWatch:
         self._backend = KubernetesBackend(
             api, request_timeout=request_timeout, transport=transport, kinds=table
         )
+        host = getattr(api.configuration, "host", None)
+        self.server: str | None = host if isinstance(host, str) and host else None
+        """The apiserver's URL (named by ``wait_for_sync`` when it cannot connect)."""
         self._timeout = self._backend.request_timeout
 
     def list(self) -> tuple[list[Obj], str]:
@@ -249,7 +258,7 @@ class _HttpWatchStream:
         if event_type == "ERROR":
             code = obj.get("code")
             raise error_from_status(code if isinstance(code, int) else 500, obj, self._what)
-        if event_type not in _EVENT_TYPES:
+        if event_type not in EVENT_TYPES:
             raise BadResponseError(f"{self._what}: unknown event type {event_type!r}")
         if event_type == BOOKMARK:
             return WatchEvent(BOOKMARK, obj)
@@ -276,24 +285,6 @@ class _HttpWatchStream:
 # --------------------------------------------------------------------------- the informer
 
 
-def _rv_newer(candidate: Obj, current: Obj) -> bool:
-    """Whether ``candidate`` is a newer state than ``current`` (numeric resourceVersions are
-    compared as integers; opaque ones by inequality)."""
-    new = get_path(candidate, "metadata", "resourceVersion")
-    cur = get_path(current, "metadata", "resourceVersion")
-    if not isinstance(new, str) or not isinstance(cur, str):
-        return True
-    if new.isdigit() and cur.isdigit():
-        return int(new) > int(cur)
-    return new != cur
-
-
-def _uid(obj: Obj) -> str | None:
-    meta = obj.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
-    return uid if isinstance(uid, str) and uid else None
-
-
 OnError = Callable[[BaseException], None]
 
 _ERRORS_NAME = "kdispatch_informer_errors_total"
@@ -317,25 +308,22 @@ def informer_errors(registry: CollectorRegistry) -> Counter:
         return counter
 
 
-_PERMANENT = (UnauthorizedError, ForbiddenError)
-
-
-class _Handler(NamedTuple):
-    on_add: OnAdd | None
-    on_update: OnUpdate | None
-    on_delete: OnDelete | None
-
-
 class Informer:
     """List+watch loop for one kind; see the module docstring.
 
     ``name`` labels the thread and the logs. ``resync``: every this many seconds, replay every
     cached object to ``on_update(obj, obj)`` (None: never). ``watch_timeout``: the longest
-    single watch request (server-side timeout) before it is renewed.
+    single watch request (server-side timeout) before it is renewed. Reconnects wait
+    :func:`~kdispatch.actors.backoff.backoff_delay` (``backoff_initial`` doubling to
+    ``backoff_max``, 20 % jitter), the executor's formula.
+
+    The cache, ordering, re-list diffing, handler dispatch and sync state are the
+    :class:`~kdispatch.adapters.informer_core.InformerCore` shared with
+    :class:`~kdispatch.adapters.aio_informer.AioInformer`; this class is its thread.
 
     Handlers are added before :meth:`start` and run on the informer thread; they must be quick
-    (the dispatcher's only ``tell``). ``start``/``stop``/``has_synced``/``wait_for_sync`` and
-    :attr:`cache` may be used from any thread.
+    (the dispatcher's only ``tell``). ``start``/``stop``/``has_synced``/``wait_for_sync``,
+    :attr:`cache` and :meth:`snapshot` may be used from any thread.
     """
 
     def __init__(
@@ -371,28 +359,24 @@ class Informer:
         if not isinstance(kind, str) or not kind:
             raise InvalidInputError(f"list_watch must have a kind, got {kind!r}")
         self._kind = kind
+        server = getattr(list_watch, "server", None)
+        self._server = server if isinstance(server, str) else None
         self._on_error = on_error
         self._errors = informer_errors(metrics_registry or CollectorRegistry()).labels
-        self._last_error: BaseException | None = None
         self._state = threading.Condition(threading.Lock())  # synced / last_error changes
         self.name = name
         self._resync = resync
         self._backoff_initial = float(backoff_initial)
         self._backoff_max = float(backoff_max)
         self._watch_timeout = float(watch_timeout)
-        self._handlers: list[_Handler] = []
-        self._items: dict[str, Obj] = {}
-        self._view = MappingProxyType(self._items)
-        self._lock = threading.Lock()  # guards _items writes, _stream, _thread
+        self._lock = threading.Lock()  # guards cache writes, _stream, _thread
+        self._core = InformerCore(name=name, kind=kind, lock=self._lock)
         self._stop = threading.Event()
-        self._synced = threading.Event()
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
-        self._rv: str | None = None
         self._progress = False  # the current watch delivered something
         self._rng = random.Random()
         self._log = logger.bind(informer=name, kind=self._kind)
-        self.relists = 0
         self.watches = 0
 
     # ----------------------------------------------------------------- public API
@@ -407,7 +391,7 @@ class Informer:
         with self._lock:
             if self._thread is not None:
                 raise InvalidInputError("add handlers before starting the informer")
-            self._handlers.append(_Handler(on_add, on_update, on_delete))
+            self._core.add_handler(on_add, on_update, on_delete)
 
     def attach(self, dispatcher: Any) -> None:
         """Feed ``dispatcher.on_add/on_update/on_delete(obj)`` (the dispatcher facade)."""
@@ -442,45 +426,59 @@ class Informer:
 
     def has_synced(self) -> bool:
         """True once the first list has been delivered to the handlers."""
-        return self._synced.is_set()
+        return self._core.synced
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Block until :meth:`has_synced` (True) or ``timeout`` (False; :attr:`last_error`
-        says why). Raises ``UnauthorizedError``/``ForbiddenError`` at once when the list was
-        refused for that reason and nothing has been synced yet. Any thread."""
+        """Block until :meth:`has_synced`, then return True. Any thread.
+
+        Raises :class:`~kdispatch.actors.errors.InformerSyncTimeout` (a ``TimeoutError``)
+        when ``timeout`` seconds pass first: its ``last_error`` is the newest failure and its
+        message names it (``cannot connect to http://...: ...``). Raises
+        ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused for that reason
+        while waiting (the informer keeps retrying: a refreshed token fixes it)."""
+        core = self._core
         with self._state:
+            seen = core.errors
             self._state.wait_for(
-                lambda: self._synced.is_set() or isinstance(self._last_error, _PERMANENT),
-                timeout,
+                lambda: core.synced or core.sync_failure(seen) is not None, timeout
             )
-            if self._synced.is_set():
+            if core.synced:
                 return True
-            if isinstance(self._last_error, _PERMANENT):
-                raise self._last_error
-            return False
+            failure = core.sync_failure(seen)
+            if failure is not None:
+                raise failure
+            raise core.sync_timeout(timeout, self._server)
 
     @property
     def last_error(self) -> BaseException | None:
         """The newest list/watch failure, or None when the last list (or a watch since)
         succeeded. Any thread."""
         with self._state:
-            return self._last_error
+            return self._core.last_error
 
     @property
     def cache(self) -> Mapping[str, Obj]:
-        """Live read-only view uid → newest object. Lookups are safe from any thread; iterate
-        :meth:`snapshot` instead from threads other than the informer's."""
-        return self._view
+        """Live read-only view uid → newest object, as the handlers last saw it (objects are
+        the plain JSON dicts the server sent, ``kind``/``apiVersion`` filled in; never mutate
+        them). A single lookup (``cache.get(uid)``, ``uid in cache``) is safe from any thread;
+        to iterate from another thread, take :meth:`snapshot` instead (the informer thread may
+        change the mapping meanwhile)."""
+        return self._core.cache
 
     def snapshot(self) -> dict[str, Obj]:
-        """A consistent copy of the cache. Any thread."""
-        with self._lock:
-            return dict(self._items)
+        """A consistent copy of the cache (uid → object), taken under the informer's lock:
+        safe to iterate from any thread. The objects themselves are shared, not copied."""
+        return self._core.snapshot()
 
     @property
     def resource_version(self) -> str | None:
         """The last resourceVersion seen (list or event)."""
-        return self._rv
+        return self._core.resource_version
+
+    @property
+    def relists(self) -> int:
+        """Lists delivered so far (the first one and every re-list)."""
+        return self._core.relists
 
     @property
     def kind(self) -> str:
@@ -490,6 +488,7 @@ class Informer:
 
     def _run(self) -> None:
         """Informer thread: list, then watch and resume until stopped."""
+        core = self._core
         need_list, failures, gone_streak = True, 0, 0
         last_resync = time.monotonic()
         while not self._stop.is_set():
@@ -499,21 +498,18 @@ class Informer:
                     items, rv = self._lw.list()
                     if self._stop.is_set():
                         break
-                    self._replace(items)
-                    self._rv = rv
+                    core.listed(items, rv)
                     need_list, failures = False, 0
-                    self.relists += 1
                     with self._state:
-                        self._synced.set()
-                        self._last_error = None
                         self._state.notify_all()
                 if self._resync is not None and time.monotonic() - last_resync >= self._resync:
-                    self._replay()
+                    core.replay()
                     last_resync = time.monotonic()
                 if self._run_watch(last_resync):
                     failures = gone_streak = 0
                     if self._progress:
-                        self._clear_error()
+                        with self._state:
+                            core.progressed()
                     continue
                 failures += 1
             except GoneError as exc:
@@ -546,7 +542,7 @@ class Informer:
     def _report(self, exc: BaseException, reason: str) -> None:
         """Record a failure: last_error, the metric, the hook. Informer thread."""
         with self._state:
-            self._last_error = exc
+            self._core.failed(exc)
             self._state.notify_all()
         self._errors(self.name, self._kind, reason).inc()
         if self._on_error is not None:
@@ -555,18 +551,15 @@ class Informer:
             except Exception:
                 self._log.exception("informer on_error hook raised")
 
-    def _clear_error(self) -> None:
-        with self._state:
-            self._last_error = None
-
     def _run_watch(self, last_resync: float) -> bool:
         """One watch request. True when it made progress or ran its full course (renew at
         once), False when it ended early with nothing (back off before the next)."""
         timeout = self._watch_timeout
         if self._resync is not None:
             timeout = max(0.05, min(timeout, last_resync + self._resync - time.monotonic()))
-        assert self._rv is not None
-        stream = self._lw.watch(self._rv, timeout)
+        rv = self._core.resource_version
+        assert rv is not None
+        stream = self._lw.watch(rv, timeout)
         self.watches += 1
         with self._lock:
             self._stream = stream
@@ -578,7 +571,7 @@ class Informer:
             for event in events:
                 if self._stop.is_set():
                     break
-                self._apply(event)
+                self._core.event(event.type, event.object)
                 self._progress = True
         finally:
             stream.stop()
@@ -590,98 +583,27 @@ class Informer:
         return self._progress or time.monotonic() - started >= min(timeout, 1.0)
 
     def _backoff(self, failures: int) -> float:
-        delay = min(self._backoff_max, self._backoff_initial * 2.0 ** min(failures - 1, 30))
-        return delay * (1.0 - 0.2 * self._rng.random())
+        return backoff_delay(
+            failures,
+            initial=self._backoff_initial,
+            cap=self._backoff_max,
+            jitter=_JITTER,
+            rand=self._rng.random(),
+        )
 
-    # ----------------------------------------------------------------- cache + delivery
 
-    def _apply(self, event: WatchEvent) -> None:
-        """Apply one watch event to the cache and the handlers. Informer thread."""
-        obj = event.object
-        if not isinstance(obj, Mapping):
-            self._log.warning("{} event without an object ignored", event.type)
-            return
-        rv = get_path(obj, "metadata", "resourceVersion")
-        rv = rv if isinstance(rv, str) else None
-        if event.type == BOOKMARK:
-            self._advance(rv)
-            return
-        uid = _uid(obj)
-        if uid is None:
-            self._log.warning("{} event without a uid ignored", event.type)
-            return
-        cur = self._items.get(uid)
-        if event.type == DELETED:
-            if cur is not None:
-                with self._lock:
-                    del self._items[uid]
-                self._fire_delete(obj)
-        elif cur is None:
-            with self._lock:
-                self._items[uid] = obj
-            self._fire_add(obj)
-        elif _rv_newer(obj, cur):
-            with self._lock:
-                self._items[uid] = obj
-            self._fire_update(cur, obj)
-        self._advance(rv)
-
-    def _advance(self, rv: object) -> None:
-        """Move the resume point forward to ``rv`` (never backwards on a stale event)."""
-        if not isinstance(rv, str) or not rv:
-            return
-        cur = self._rv
-        if cur is not None and rv.isdigit() and cur.isdigit() and int(rv) <= int(cur):
-            return
-        self._rv = rv
-
-    def _replace(self, items: list[Obj]) -> None:
-        """Make the cache equal to a fresh list: deletes first (so a re-created name is a
-        delete then an add), then adds and updates. Informer thread."""
-        fresh: dict[str, Obj] = {}
-        for obj in items:
-            uid = _uid(obj)
-            if uid is None:
-                self._log.warning("listed object without a uid ignored")
-                continue
-            fresh[uid] = obj
-        gone = [(uid, obj) for uid, obj in self._items.items() if uid not in fresh]
-        for uid, obj in gone:
-            with self._lock:
-                del self._items[uid]
-            self._fire_delete(obj)
-        for uid, obj in fresh.items():
-            cur = self._items.get(uid)
-            if cur is None:
-                with self._lock:
-                    self._items[uid] = obj
-                self._fire_add(obj)
-            elif _rv_newer(obj, cur):
-                with self._lock:
-                    self._items[uid] = obj
-                self._fire_update(cur, obj)
-
-    def _replay(self) -> None:
-        for obj in list(self._items.values()):
-            self._fire_update(obj, obj)
-
-    def _fire_add(self, obj: Obj) -> None:
-        for h in self._handlers:
-            if h.on_add is not None:
-                self._call(h.on_add, obj)
-
-    def _fire_update(self, old: Obj, new: Obj) -> None:
-        for h in self._handlers:
-            if h.on_update is not None:
-                self._call(h.on_update, old, new)
-
-    def _fire_delete(self, obj: Obj) -> None:
-        for h in self._handlers:
-            if h.on_delete is not None:
-                self._call(h.on_delete, obj)
-
-    def _call(self, fn: Callable[..., None], *args: Obj) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            self._log.exception("informer handler {!r} raised", fn)
+__all__ = [
+    "BOOKMARK",
+    "ClientListWatch",
+    "Informer",
+    "ListWatch",
+    "Obj",
+    "OnAdd",
+    "OnDelete",
+    "OnError",
+    "OnUpdate",
+    "WatchEvent",
+    "WatchStream",
+    "informer_errors",
+    "with_type_meta",
+]

@@ -320,7 +320,12 @@ class KubernetesBackend:
         resource_version: str | None = None,
     ) -> ObjectList:
         """One page of objects of ``kind`` (in ``namespace``, or every namespace when None).
-        ``limit``/``continue_token`` page through a large collection. Calling thread."""
+        ``limit``/``continue_token`` page through a large collection. Calling thread.
+
+        Returns an :class:`ObjectList` NamedTuple, not a bare list: ``page.items`` (the plain
+        JSON dicts, ``kind``/``apiVersion`` filled in), ``page.resource_version`` (to watch
+        from) and ``page.continue_token`` (None on the last page); it also unpacks,
+        ``items, rv, token = backend.list("Pod")``. :meth:`list_all` follows the pages."""
         info = self._kinds.lookup(kind)
         path = self._collection(info, namespace)
         query = _selectors(label_selector, field_selector)

@@ -216,8 +216,11 @@ class ProcessDispatcher:
     def start(self) -> Self:
         """Caller thread. Start the child, wait until its dispatcher runs (at most
         ``start_timeout``), start the reader thread. Re-raises what stopped the child's start
-        (e.g. the backend factory's error)."""
+        (e.g. the backend factory's error). Raises :class:`InvalidInputError` if already
+        started, or once stopped (create a new ProcessDispatcher instead)."""
         with self._state_lock:
+            if self._stopped:
+                raise InvalidInputError("dispatcher stopped: create a new ProcessDispatcher")
             if self._started:
                 raise InvalidInputError("dispatcher already started")
             self._started = True
@@ -498,8 +501,9 @@ class ProcessDispatcher:
 
     def stats(self) -> dict[str, Any]:
         """Caller thread (one round trip while the child runs; while it stops, the previous
-        answer; after ``stop``, the child's last figures). :meth:`Dispatcher.stats` of the
-        child, plus ``pid``."""
+        answer; after ``stop``, the child's last figures). The child's
+        :meth:`Dispatcher.stats <kdispatch.actors.dispatcher.Dispatcher.stats>`, with the same
+        keys, documented there; ``pid`` is the child's process id."""
         if self._final is not None:
             out = dict(self._final[1])
         elif self._closing and self._last_stats is not None:

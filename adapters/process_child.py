@@ -113,12 +113,14 @@ def portable(exc: BaseException) -> BaseException:
     described = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, CallFailed) and exc.cause is not None:
         cause = CallFailed(f"{type(exc.cause).__name__}: {exc.cause}")
-        stand_in = CallFailed(str(exc), uid=exc.uid, call_type=exc.call_type, cause=cause)
+        stand_in = CallFailed(
+            str(exc), uid=exc.uid, call_type=exc.call_type, cause=cause, ref=exc.ref
+        )
         with contextlib.suppress(Exception):
             pickle.loads(dumps(stand_in))
             return stand_in
     if isinstance(exc, CallOutcomeError):
-        return CallFailed(described, uid=exc.uid, call_type=exc.call_type)
+        return CallFailed(described, uid=exc.uid, call_type=exc.call_type, ref=exc.ref)
     return CallFailed(described)
 
 

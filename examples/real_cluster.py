@@ -218,10 +218,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for inf in informers:
             inf.start()
         for inf in informers:
-            while not inf.wait_for_sync(1.0):
-                if stop.is_set():
-                    return 1
-                print(f"waiting for the {inf.name} informer to sync...", file=sys.stderr)
+            while True:
+                try:
+                    inf.wait_for_sync(1.0)
+                    break
+                except TimeoutError as exc:  # InformerSyncTimeout says why: cannot connect...
+                    if stop.is_set():
+                        return 1
+                    print(f"waiting for the {inf.name} informer to sync: {exc}", file=sys.stderr)
         say(
             f"synced: {len(nodes.cache)} nodes, {len(pods.cache)} pods; scheduling pods with "
             f"schedulerName={args.scheduler_name!r}"

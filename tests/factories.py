@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdispatch.actors.call_types import BUILTIN_CALL_TYPES
+from kdispatch.actors.calls import CallTypeRegistry
+from kdispatch.actors.kinds import KindTable
+
 
 def pod(
     name: str = "p",
@@ -45,3 +49,13 @@ def cond(
     if message:
         out["message"] = message
     return out
+
+
+def call_types_with(*kinds: str) -> CallTypeRegistry:
+    """The built-in call types, checked against a fresh kind table that also holds ``kinds``
+    (test custom resources in the ``example.io/v1`` group), so registering a user call type
+    for them leaves the process-wide kind table alone."""
+    table = KindTable()
+    for kind in kinds:
+        table.register(kind, "example.io", "v1", f"{kind.lower()}s")
+    return CallTypeRegistry(BUILTIN_CALL_TYPES, kinds=table)

@@ -14,7 +14,6 @@ from kubernetes.aio import client as aclient
 
 from kdispatch.actors.aio import NoEventLoopError
 from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig, RuntimeConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -33,7 +32,7 @@ from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
-from tests.factories import cond
+from tests.factories import call_types_with, cond
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -232,7 +231,7 @@ async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
     server = InMemoryApiServer()
     p0 = server.create(make_pod("p0"))
     widget = {"kind": "Widget", "metadata": {"name": "w", "namespace": "default", "uid": "w-1"}}
-    types = default_call_types()
+    types = call_types_with("Widget")
     types.register(SlowLabel)
     d = Dispatcher(server, SLOW, call_types=types).start()
     try:
@@ -258,7 +257,7 @@ async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped(
     server = InMemoryApiServer()
     p0 = server.create(make_pod("p0"))
     widget = {"kind": "Widget", "metadata": {"name": "w", "namespace": "default", "uid": "w-1"}}
-    types = default_call_types()
+    types = call_types_with("Widget")
     types.register(SlowLabel)
     d = Dispatcher(server, SLOW, call_types=types).start()
     try:

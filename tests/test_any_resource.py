@@ -309,3 +309,31 @@ def test_pool_sized_from_the_executor_workers(
         stored = mem.get_object("Pod", "default", pod["metadata"]["name"])
         assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
     assert "Connection pool is full" not in caplog.text
+
+
+CORE_KINDS = {
+    "ServiceAccount": ("v1", "serviceaccounts"),
+    "ConfigMap": ("v1", "configmaps"),
+    "Secret": ("v1", "secrets"),
+    "Namespace": ("v1", "namespaces"),
+    "Event": ("events.k8s.io/v1", "events"),
+    "Lease": ("coordination.k8s.io/v1", "leases"),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+    "Deployment": ("apps/v1", "deployments"),
+    "ReplicaSet": ("apps/v1", "replicasets"),
+    "StatefulSet": ("apps/v1", "statefulsets"),
+    "DaemonSet": ("apps/v1", "daemonsets"),
+    "Job": ("batch/v1", "jobs"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CORE_KINDS))
+def test_the_kinds_a_controller_meets_are_built_in(kind: str) -> None:
+    info = KindTable().lookup(kind)
+    assert (info.api_version, info.plural, info.patch) == (*CORE_KINDS[kind], "strategic")
+
+
+def test_unknown_kind_error_names_the_public_register_function() -> None:
+    with pytest.raises(UnknownKindError, match=r"kdispatch\.register_kind\(") as caught:
+        KindTable().lookup("Gadget")
+    assert "kdispatch.actors" not in str(caught.value)

@@ -20,8 +20,14 @@ from kdispatch.actors.event_calls import EventRecord
 from kdispatch.actors.eviction_calls import PodEviction
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from tests.factories import call_types_with
 
 POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")
+
+
+def user_types() -> CallTypeRegistry:
+    """The built-in call types, with the test kinds (Widget, QuotaReservation) known."""
+    return call_types_with("Widget", "QuotaReservation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,18 +116,18 @@ class TestDefaultRegistry:
         assert registry.spec("claim_status_patch").kind == "ResourceClaim"
 
     def test_each_call_is_fresh(self) -> None:
-        first, second = default_call_types(), default_call_types()
+        first, second = user_types(), user_types()
         first.register(QuotaReservation)
         assert "quota_reservation" in first.types()
         assert "quota_reservation" not in second.types()
 
     def test_check_accepts_builtin_calls(self) -> None:
-        registry = default_call_types()
+        registry = user_types()
         call = PodBinding(POD_REF, "n1")
         assert registry.check(call) is call
 
     def test_check_rejects_non_calls_and_unregistered_types(self) -> None:
-        registry = default_call_types()
+        registry = user_types()
         with pytest.raises(InvalidCallError, match="expected a Call"):
             registry.check({"call_type": "pod_binding"})
         with pytest.raises(UnknownCallTypeError, match="quota_reservation"):
@@ -130,7 +136,7 @@ class TestDefaultRegistry:
 
 class TestRegistration:
     def test_user_call_type_for_a_custom_kind(self) -> None:
-        registry = default_call_types()
+        registry = user_types()
         spec = registry.register(QuotaReservation)
         assert (spec.call_type, spec.kind, spec.relevance, spec.exclusive) == (
             "quota_reservation",
@@ -144,7 +150,7 @@ class TestRegistration:
         assert call.basis is None
 
     def test_duplicate_type(self) -> None:
-        registry = default_call_types()
+        registry = user_types()
         with pytest.raises(CallTypeRegistrationError, match="already registered"):
             registry.register(PodBinding)
         with pytest.raises(CallTypeRegistrationError, match="already registered"):
@@ -152,13 +158,13 @@ class TestRegistration:
 
     @pytest.mark.parametrize("relevance", [None, 0, -1, True, False, 1.5, "2"])
     def test_missing_or_bad_relevance(self, relevance: Any) -> None:
-        registry = default_call_types()
+        registry = user_types()
         with pytest.raises(CallTypeRegistrationError, match="relevance"):
             registry.register(user_call("widget_patch", relevance=relevance))
 
     def test_equal_relevance_on_same_kind_is_allowed(self) -> None:
         """Relevance is only a lane: two types of one kind may share it."""
-        registry = default_call_types()
+        registry = user_types()
         registry.register(user_call("pod_label_patch", kind="Pod", relevance=2))
         assert registry.spec("pod_label_patch").supersedes == frozenset()
 
@@ -176,7 +182,7 @@ class TestRegistration:
     def test_contradictory_supersession_is_refused(
         self, supersedes: Any, exclusive: bool, match: str
     ) -> None:
-        registry = default_call_types()
+        registry = user_types()
         before = registry.types()
         cls = user_call("pod_label_patch", kind="Pod", relevance=4)
         cls.supersedes = supersedes
@@ -187,7 +193,7 @@ class TestRegistration:
 
     def test_supersession_is_acyclic_by_construction(self) -> None:
         """Only registered types can be superseded, so no two types supersede each other."""
-        registry = default_call_types()
+        registry = user_types()
         later = user_call("pod_label_patch", kind="Pod")
         later.supersedes = frozenset({"pod_binding"})
         registry.register(later)
@@ -195,21 +201,50 @@ class TestRegistration:
 
     def test_unknown_type(self) -> None:
         with pytest.raises(UnknownCallTypeError, match="no_such_call"):
-            default_call_types().spec("no_such_call")
+            user_types().spec("no_such_call")
 
     @pytest.mark.parametrize("cls", [dict, object, "pod_binding", PodBinding(POD_REF, "n1")])
     def test_non_call_classes(self, cls: Any) -> None:
         with pytest.raises(CallTypeRegistrationError, match="not a Call subclass"):
-            default_call_types().register(cls)
+            user_types().register(cls)
 
     def test_missing_name_or_kind(self) -> None:
         with pytest.raises(CallTypeRegistrationError, match="call_type"):
-            CallTypeRegistry().register(user_call(""))
+            user_types().register(user_call(""))
         with pytest.raises(CallTypeRegistrationError, match="kind"):
-            CallTypeRegistry().register(user_call("x", kind=""))
+            user_types().register(user_call("x", kind=""))
+
+    def test_unknown_kind_is_refused_and_names_register_kind(self) -> None:
+        with pytest.raises(CallTypeRegistrationError, match=r"kdispatch\.register_kind"):
+            default_call_types().register(user_call("gadget_patch", kind="Gadget"))
+        assert "gadget_patch" not in default_call_types().types()
+
+    def test_abstract_send_is_refused(self) -> None:
+        @dataclass(frozen=True, slots=True)
+        class NoSend(Call):
+            call_type = "no_send"
+            kind = "Pod"
+            relevance = 1
+            ref: ObjectRef
+
+            def is_noop(self, obj: Obj | None) -> bool:
+                return False
+
+            def apply(self, obj: Obj) -> Obj:
+                return obj
+
+        with pytest.raises(CallTypeRegistrationError, match="does not implement send"):
+            default_call_types().register(NoSend)  # type: ignore[type-abstract]
+
+    @pytest.mark.parametrize("method", ["merge", "send"])
+    def test_method_that_is_not_callable_is_refused(self, method: str) -> None:
+        cls = user_call(f"broken_{method}", kind="Pod")
+        setattr(cls, method, None)
+        with pytest.raises(CallTypeRegistrationError, match=rf"\.{method} must be a method"):
+            default_call_types().register(cls)
 
     def test_wrong_kind_submitted(self) -> None:
-        registry = default_call_types()
+        registry = user_types()
         widget = user_call("widget_patch")
         registry.register(widget)
         call = widget(ObjectRef("Pod", "ns", "p", "u"))  # type: ignore[call-arg]

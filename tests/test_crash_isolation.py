@@ -19,7 +19,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -28,6 +27,7 @@ from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.testing.memory import InMemoryApiServer
 from tests.backends import GatedBackend
+from tests.factories import call_types_with
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -97,7 +97,7 @@ class Env:
             name: self.server.create({"kind": "Quota", "metadata": {"name": name}, "status": {}})
             for name in ["bad", "blocker", *(f"ok-{i}" for i in range(5))]
         }
-        call_types = default_call_types()
+        call_types = call_types_with("Quota")
         call_types.register(QuotaUsage)
         self.metrics = CollectorRegistry()
         self.d = Dispatcher(
@@ -263,7 +263,7 @@ def test_no_second_request_for_an_object_while_the_crashed_actors_is_in_flight()
     e = Env(workers=2)
     held = _HoldFirst(e.server)
     e.d.stop()
-    call_types = default_call_types()
+    call_types = call_types_with("Quota")
     call_types.register(QuotaUsage)
     e.d = Dispatcher(held, e.d.config, call_types=call_types).start()
     try:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Iterator
 from concurrent.futures import wait
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -25,6 +29,7 @@ from kdispatch.actors.errors import (
     Outcome,
     UnknownCallTypeError,
 )
+from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
@@ -247,7 +252,6 @@ def test_stop_without_drain_resolves_everything_closed(server: InMemoryApiServer
     futs = [d.submit(PodBinding.for_pod(p, "n1")) for p in pods]
     gated.wait_calls(2)
     stopper_result: list[bool] = []
-    import threading
 
     t = threading.Thread(target=lambda: stopper_result.append(d.stop(drain=False, timeout=5)))
     t.start()
@@ -366,3 +370,121 @@ def test_future_cancel_never_breaks_exactly_once(server: InMemoryApiServer) -> N
         assert fut.cancel() is False  # the dispatcher owns the call; use cancel(uid)
         gated.gate.set()
         assert fut.result(timeout=10) is Outcome.SUCCESS
+
+
+STATS_KEYS = {
+    "sent",
+    "sent_total",
+    "outcomes",
+    "retries",
+    "live_actors",
+    "events_without_actor",
+    "tokens_taken",
+    "pid",
+}
+
+
+def test_stats_keys_are_documented_and_count_events_without_actor(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    untracked = server.create(make_pod("untracked"))
+    dispatcher.on_update(untracked)  # no call for it: no actor, counted
+    stats = dispatcher.stats()
+    assert set(stats) == STATS_KEYS
+    assert stats["events_without_actor"] == 1
+    doc = Dispatcher.stats.__doc__ or ""
+    for key in STATS_KEYS:
+        assert f"``{key}``" in doc
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_start_after_stop_says_to_create_a_new_dispatcher(
+    server: InMemoryApiServer, started: bool
+) -> None:
+    d = Dispatcher(server, FAST)
+    if started:
+        d.start()
+    d.stop(timeout=5)
+    with pytest.raises(InvalidInputError, match="stopped: create a new Dispatcher"):
+        d.start()
+
+
+def test_a_call_for_a_deleted_object_names_it(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("gone"))
+    uid = pod["metadata"]["uid"]
+    dispatcher.on_delete(pod)  # untracked: tombstoned at once
+    with pytest.raises(CallCancelled) as caught:
+        dispatcher.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
+    assert str(caught.value) == f"Pod default/gone ({uid}): object deleted"
+    assert caught.value.ref is not None and caught.value.ref.uid == caught.value.uid == uid
+
+
+def test_an_outcome_error_names_its_object_once_and_survives_pickling() -> None:
+    import pickle
+
+    ref = ObjectRef("Pod", "ns", "p", "u-1")
+    err = CallFailed("boom", ref=ref, call_type="pod_binding", cause=ValueError("x"))
+    assert str(err) == "Pod ns/p (u-1): boom"
+    again = pickle.loads(pickle.dumps(err))
+    assert (str(again), again.uid, again.ref) == (str(err), "u-1", ref)
+    assert str(CallFailed(f"{ref} already named", ref=ref)) == f"{ref} already named"
+    assert str(CallCancelled("no object known")) == "no object known"
+
+
+HELD = threading.Event()  # a blocking custom send waits on it
+ENTERED = threading.Event()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HeldNote(Call):
+    """A custom call whose ``send`` blocks outside the backend (waits on ``HELD``)."""
+
+    call_type: ClassVar[str] = "held_note"
+    kind: ClassVar[str] = "Pod"
+    relevance: ClassVar[int] = 1
+
+    ref: ObjectRef
+    note: str
+    basis: Obj | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        return False
+
+    def apply(self, obj: Obj) -> Obj:
+        return obj
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ENTERED.set()
+        assert HELD.wait(30)
+        return backend.patch_status(
+            "Pod", self.ref.namespace, self.ref.name, {"status": {"message": self.note}},
+            uid=self.ref.uid, resource_version=None,
+        )  # fmt: skip
+
+
+def test_a_blocking_custom_send_does_not_stall_another_objects_call(
+    server: InMemoryApiServer,
+) -> None:
+    """The in-memory backend is non-blocking and there is no QPS limit, the case where sends
+    may run on the actor's own thread: ``inline_sends=False`` keeps them on the workers."""
+    HELD.clear()
+    ENTERED.clear()
+    types = default_call_types()
+    types.register(HeldNote)
+    slow, other = server.create(make_pod("slow")), server.create(make_pod("other"))
+    config = dataclasses.replace(FAST, executor=ExecutorConfig(inline_sends=False))
+    d = Dispatcher(server, config, call_types=types).start()
+    try:
+        held = d.submit(HeldNote(ObjectRef.of(slow, "Pod"), "hi", basis=slow))
+        assert ENTERED.wait(10)  # the custom send is blocked now
+        assert d.submit(PodBinding.for_pod(other, "n1")).result(timeout=10) is Outcome.SUCCESS
+        assert not held.done()
+        HELD.set()
+        assert held.result(timeout=10) is Outcome.SUCCESS
+    finally:
+        HELD.set()
+        d.stop(timeout=10)
+    stored = server.get_object("Pod", "default", "other")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"

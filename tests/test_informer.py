@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from kdispatch.actors.errors import ApiConnectionError, GoneError, InvalidInputError, ServerError
+from kdispatch.actors.errors import (
+    ApiConnectionError,
+    GoneError,
+    InformerSyncTimeout,
+    InvalidInputError,
+    ServerError,
+)
 from kdispatch.adapters.informer import (
     ClientListWatch,
     Informer,
@@ -450,7 +456,8 @@ def test_stop_interrupts_backoff_and_not_synced_without_a_list() -> None:
     inf.start()
     try:
         assert failed.wait(WAIT)  # the list failed (connection refused); now in a 60 s backoff
-        assert not inf.wait_for_sync(0.01)
+        with pytest.raises(InformerSyncTimeout, match=r"did not sync within 0\.01 s"):
+            inf.wait_for_sync(0.01)
         assert not inf.has_synced()
     finally:
         assert inf.stop(timeout=5.0)

@@ -42,6 +42,7 @@ from kdispatch.actors.errors import (
     DispatcherClosed,
     InvalidCallError,
     InvalidConfigError,
+    InvalidInputError,
     LeadershipLost,
     ObjectNotFound,
     Outcome,
@@ -378,3 +379,14 @@ def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path)
         assert parent.stdin is not None and parent.stdout is not None
         parent.stdin.close()
         parent.stdout.close()
+
+
+def test_stats_have_the_keys_of_the_threaded_dispatcher(cluster: Cluster) -> None:
+    from tests.test_dispatcher import STATS_KEYS
+
+    d = cluster.dispatcher()
+    with d:
+        assert set(d.stats()) == STATS_KEYS
+    assert set(d.stats()) == STATS_KEYS  # the child's last figures
+    with pytest.raises(InvalidInputError, match="stopped: create a new ProcessDispatcher"):
+        d.start()

@@ -602,3 +602,44 @@ def test_benchmark_main_writes_report(tmp_path: Any, capsys: pytest.CaptureFixtu
     assert set(report["ratios"]) == set(actor_runtime.FIGURES)
     assert isinstance(report["targets"]["all_met"], bool)
     assert "tell_msgs_per_s" in capsys.readouterr().out
+
+
+class Gate(PooledActor):
+    """Holds its worker on ``release`` once a message arrives, after setting ``entered``."""
+
+    def __init__(self, pool: ActorPool, entered: threading.Event, release: threading.Event):
+        super().__init__(pool=pool)
+        self.entered, self.release = entered, release
+
+    def on_receive(self, message: Any) -> Any:
+        self.entered.set()
+        assert self.release.wait(WAIT)
+        return message
+
+
+def test_abandon_stops_at_once_and_hands_back_the_queued_tells() -> None:
+    p = ActorPool(workers=1, batch=16, name="abandon-pool")
+    p.start()
+    entered, release = threading.Event(), threading.Event()
+    gate = Gate.start(p, entered, release)
+    busy = Recorder.start(p)
+    held = gate.ask("hold", block=False)
+    assert entered.wait(WAIT)  # the only worker is held: what follows stays queued
+    busy.tell("queued-1")
+    busy.tell("queued-2")
+    late_ask = busy.ask("never answered", block=False)
+    stop_request = busy.stop(block=False)
+    release.set()  # the turn in progress ends; no further turn starts
+    left = {actor.actor_ref: tells for actor, tells in p.abandon(timeout=WAIT)}
+    assert held.get(timeout=WAIT) == "hold"
+    assert left == {gate: [], busy: ["queued-1", "queued-2"]}
+    with pytest.raises(pykka.ActorDeadError):
+        late_ask.get(timeout=WAIT)
+    assert stop_request.get(timeout=WAIT) is True  # a stop request is answered as done
+    assert not busy.is_alive() and not gate.is_alive()
+    assert p.live_count() == 0
+    with pytest.raises(pykka.ActorDeadError):
+        busy.tell("after")
+    with pytest.raises(PoolStateError):
+        Recorder.start(p)
+    p.stop(timeout=WAIT)  # idempotent after abandon

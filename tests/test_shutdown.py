@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import wait
 from pathlib import Path
 
@@ -70,6 +71,33 @@ def test_stop_with_ten_thousand_pending_calls_and_a_slow_apiserver() -> None:
     assert (d.live_actors, d.outstanding) == (0, 0)
     with pytest.raises(DispatcherClosed):
         d.submit(PodBinding.for_pod(pods[0], "node-0"))
+
+
+def test_stop_returns_within_its_timeout_whatever_the_backlog() -> None:
+    """The promise of ``stop(drain=True, timeout)``: back within ``timeout`` + 0.5 s, even with
+    20,000 status patches pending behind a 50 QPS limit, each future resolved exactly once."""
+    server = InMemoryApiServer()
+    pods = [server.create(make_pod(f"p{i}")) for i in range(20_000)]
+    d = Dispatcher(server, DispatcherConfig(rate_limit=RateLimitConfig(qps=50, burst=100))).start()
+    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    futures = [d.submit(PodStatusPatch.for_pod(p, conditions=[cond])) for p in pods]
+    resolutions: list[object] = []
+    for future in futures:
+        future.add_done_callback(resolutions.append)  # list.append is atomic
+    started = time.monotonic()
+    drained = d.stop(drain=True, timeout=2.0)
+    took = time.monotonic() - started
+    assert not drained
+    assert took <= 2.5, f"stop(timeout=2) took {took:.2f} s"
+    assert all(f.done() for f in futures)
+    assert len(resolutions) == len({id(f) for f in resolutions}) == 20_000
+    outcomes = [_outcome(f) for f in futures]
+    sent = outcomes.count(Outcome.SUCCESS)
+    assert 0 < sent < 20_000
+    assert outcomes.count(DispatcherClosed) == 20_000 - sent
+    counted = d.stats()["outcomes"]
+    assert counted == {"pod_status_patch:success": sent, "pod_status_patch:closed": 20_000 - sent}
+    assert (d.live_actors, d.outstanding) == (0, 0)
 
 
 def test_stop_drains_everything_that_fits_before_the_deadline() -> None:
@@ -205,3 +233,41 @@ def test_scheduler_example_exits_cleanly_with_a_summary_on_ctrl_c() -> None:
     assert re.search(r"pods bound\s+[1-9]", out), out
     assert re.search(r"duplicate bindings\s+0\n", out), out
     assert re.search(r"lost intents\s+0\n", out), out
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_scheduler_example_against_a_dead_apiserver_says_why_within_five_seconds(
+    tmp_path: Path,
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: t, cluster: {server: "http://127.0.0.1:1"}}]\n'
+        "users: [{name: u, user: {}}]\n"
+        "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
+        "current-context: c\n"
+    )
+    args = [sys.executable, "-m", "examples.scheduler", "--kubeconfig", str(kubeconfig)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "cannot connect" not in line:
+            left = started + 5.0 - time.monotonic()
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, left))
+            assert ready, f"nothing said within 5 s (last line: {line!r})"
+            line = proc.stderr.readline()
+            assert line, "the example ended without saying why"
+        assert "informer nodes not synced" in line
+        assert "cannot connect to http://127.0.0.1:1: " in line
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "Traceback" not in err, err

@@ -202,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself
         print("interrupted", file=sys.stderr)
         return 130
+    except TimeoutError as err:  # an informer never synced (InformerSyncTimeout): say why
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(summary_table(fig))
     for problem in fig.get("problems", []):
         print(f"problem: {problem}")

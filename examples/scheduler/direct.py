@@ -91,25 +91,25 @@ class DirectApi:
             return Outcome.SKIPPED
         reason = call.precheck(obj)
         if reason is not None:
-            raise CallConflict(reason, uid=ref.uid, call_type=call.call_type)
+            raise CallConflict(reason, ref=ref, call_type=call.call_type)
         attempt = conflicts = 0
         while True:
             if obj is None and call.reads_object:
                 obj = self._refetch(call)
             stale = call.revalidate(call.basis, obj)
             if stale is not None:
-                raise CallStale(stale, uid=ref.uid, call_type=call.call_type)
+                raise CallStale(stale, ref=ref, call_type=call.call_type)
             attempt += 1
             with self._lock:
                 self._sent[call.call_type] += 1
             try:
                 result = call.send(self._backend, obj)
             except NotFoundError as err:
-                raise ObjectNotFound(str(err), uid=ref.uid, call_type=call.call_type) from err
+                raise ObjectNotFound(str(err), ref=ref, call_type=call.call_type) from err
             except ConflictError as err:
                 conflicts += 1
                 if conflicts > self._retry.max_conflict_retries:
-                    raise CallConflict(str(err), uid=ref.uid, call_type=call.call_type) from err
+                    raise CallConflict(str(err), ref=ref, call_type=call.call_type) from err
                 obj = self._refetch(call)
                 if call.landed_despite_conflict(obj):
                     return Outcome.SUCCESS
@@ -117,13 +117,13 @@ class DirectApi:
                     return Outcome.SKIPPED
                 reason = call.precheck(obj)
                 if reason is not None:
-                    raise CallConflict(reason, uid=ref.uid, call_type=call.call_type) from err
+                    raise CallConflict(reason, ref=ref, call_type=call.call_type) from err
                 continue
             except ApiError as err:
                 if not err.retryable or attempt >= (self._retry.max_attempts or 8):
                     raise CallFailed(
                         f"{call.call_type} failed: {err}",
-                        uid=ref.uid,
+                        ref=ref,
                         call_type=call.call_type,
                         cause=err,
                     ) from err
@@ -139,16 +139,16 @@ class DirectApi:
         try:
             obj = self._backend.get(ref.kind, ref.namespace, ref.name)
         except NotFoundError as err:
-            raise ObjectNotFound(str(err), uid=ref.uid, call_type=call.call_type) from err
+            raise ObjectNotFound(str(err), ref=ref, call_type=call.call_type) from err
         except ApiError as err:
             raise CallFailed(
                 f"re-read after conflict failed: {err}",
-                uid=ref.uid,
+                ref=ref,
                 call_type=call.call_type,
                 cause=err,
             ) from err
         if uid_of(obj) != ref.uid:
-            raise ObjectNotFound("object replaced", uid=ref.uid, call_type=call.call_type)
+            raise ObjectNotFound("object replaced", ref=ref, call_type=call.call_type)
         return obj
 
     def _remember(self, call: Call, obj: Obj | None, result: Obj | None) -> None:

@@ -49,6 +49,7 @@ from examples.scheduler.verify import BindingAudit, verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
 from kdispatch import (
     ApiBackend,
+    ApiError,
     ClientListWatch,
     Dispatcher,
     DispatcherConfig,
@@ -352,10 +353,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
             elector.start()
             _Waiter(math.inf).until(lambda: elector.is_leader)
             started = time.monotonic()
-        for inf in env.informers:
-            inf.start()
-            if not inf.wait_for_sync(60.0):
-                raise RuntimeError(f"informer {inf.name} did not sync")
+        _sync_informers(env, gc_watch)
         if cfg.gc_freeze and isinstance(env.api, DispatchedApi):
             env.api.dispatcher.freeze_gc()  # warm-up done: informer caches are long-lived
         gc_watch.reset()
@@ -413,6 +411,62 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     )
 
 
+SYNC_TIMEOUT = 60.0
+"""Seconds an informer may take for its first list before the run gives up."""
+SYNC_REPORT_EVERY = 2.0
+"""While an informer has not synced, say why this often (on stderr)."""
+
+
+def _sync_informers(env: _Env, gc_watch: GcWatch) -> None:
+    """Main thread. Start the informers one by one and wait for each one's first list; when
+    one never comes, release everything set-up started and raise a ``TimeoutError`` naming
+    the cause."""
+    try:
+        for inf in env.informers:
+            inf.start()
+            _wait_for_sync(inf, SYNC_TIMEOUT)
+    except TimeoutError:
+        gc_watch.uninstall()
+        _abort(env)
+        raise
+
+
+def _wait_for_sync(inf: Informer, timeout: float) -> None:
+    """Main thread. Wait for ``inf``'s first list, saying every few seconds on stderr why it
+    has not arrived (``cannot connect to https://...``, a 403, ...). After ``timeout``
+    seconds, raises ``TimeoutError`` with that cause (``wait_for_sync`` raises an
+    ``InformerSyncTimeout``, a ``TimeoutError`` whose ``cause`` is the reason alone)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            inf.wait_for_sync(max(0.0, min(SYNC_REPORT_EVERY, left)))
+            return
+        except TimeoutError as exc:
+            cause = getattr(exc, "cause", "") or str(exc)
+            if left <= SYNC_REPORT_EVERY:
+                raise TimeoutError(
+                    f"informer {inf.name} did not sync within {timeout:g} s: {cause}"
+                ) from exc
+            waited = timeout - (deadline - time.monotonic())
+            print(
+                f"informer {inf.name} not synced after {waited:.0f} s: {cause}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _abort(env: _Env) -> None:
+    """Main thread. Release what set-up started when the run cannot begin (no sync)."""
+    for inf in env.informers:
+        inf.stop()
+    env.api.close(drain=False, timeout=2.0)
+    if env.elector is not None:
+        env.elector.stop(release=True)
+    if isinstance(env.backend, KubernetesBackend):
+        env.backend.close()
+
+
 def _lost(elector: LeaseElector | None) -> bool:
     return elector is not None and elector.lost is not None
 
@@ -447,7 +501,11 @@ def _finish(
     if env.elector is not None:
         env.elector.stop(release=stopped_by != "leadership_lost")
     monitor.stop()
-    pods, claims = _final_state(env)
+    try:
+        pods, claims = _final_state(env)
+    except ApiError as exc:  # e.g. interrupted while the apiserver was unreachable
+        print(f"cannot read the final state: {exc}", file=sys.stderr)
+        pods, claims = {}, {}
     for inf in env.informers:
         inf.stop()
     if isinstance(env.backend, KubernetesBackend):

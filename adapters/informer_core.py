@@ -1,0 +1,322 @@
+"""The I/O-free core of an informer: cache, ordering, re-list diffing, delivery, sync state.
+
+Both informers — the threaded :class:`~kdispatch.adapters.informer.Informer` and the asyncio
+:class:`~kdispatch.adapters.aio_informer.AioInformer` — are shells around one
+:class:`InformerCore`. The shell does the I/O (a list, a watch stream, the waiting between
+attempts) and feeds what it read in; the core keeps everything else:
+
+* the cache, keyed by ``metadata.uid`` (a pod deleted and re-created under the same name is a
+  delete of the old UID and an add of the new one);
+* resourceVersion ordering: an update whose resourceVersion is not newer than the cached one
+  is a duplicate and dropped; the resume point (:attr:`InformerCore.resource_version`) never
+  moves backwards on a stale event;
+* re-list diffing: a fresh list becomes deletes (objects that vanished, with their last known
+  state) first, then adds and updates, so a re-created name is a delete then an add;
+* handler dispatch: every handler sees every change in order; one that raises is logged and
+  skipped, never stopping the others;
+* sync state and failures: :attr:`InformerCore.synced` once a list was delivered,
+  :attr:`InformerCore.last_error` (None again after a good list or a watch that made
+  progress), and the typed error :meth:`InformerCore.sync_failure` that ``wait_for_sync``
+  raises.
+
+Thread-safety: the core is driven by one thread (the informer's, or the event loop's). Cache
+writes happen under the ``lock`` it is given, so another thread may take a consistent
+:meth:`InformerCore.snapshot`; single lookups in :attr:`InformerCore.cache` need no lock.
+No threads, no sockets, no clocks, no asyncio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from loguru import logger
+
+from kdispatch.actors.errors import (
+    ApiConnectionError,
+    BadResponseError,
+    ForbiddenError,
+    InformerSyncTimeout,
+    KdispatchError,
+    UnauthorizedError,
+)
+from kdispatch.actors.objects import get_path
+
+Obj = dict[str, Any]
+OnAdd = Callable[[Obj], None]
+OnUpdate = Callable[[Obj, Obj], None]
+OnDelete = Callable[[Obj], None]
+
+ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
+EVENT_TYPES = frozenset({ADDED, MODIFIED, DELETED, BOOKMARK})
+
+PERMANENT_ERRORS = (UnauthorizedError, ForbiddenError)
+"""Failures that ``wait_for_sync`` raises as they come instead of waiting out its timeout (a
+refreshed token or a new RBAC binding may still fix them: the informer keeps retrying)."""
+
+
+class Handler(NamedTuple):
+    """One registered set of callbacks; any may be None."""
+
+    on_add: OnAdd | None
+    on_update: OnUpdate | None
+    on_delete: OnDelete | None
+
+
+def uid_of(obj: Mapping[str, Any]) -> str | None:
+    """``metadata.uid`` or None. Pure."""
+    uid = get_path(obj, "metadata", "uid")
+    return uid if isinstance(uid, str) and uid else None
+
+
+def rv_of(obj: Mapping[str, Any]) -> str | None:
+    """``metadata.resourceVersion`` or None. Pure."""
+    rv = get_path(obj, "metadata", "resourceVersion")
+    return rv if isinstance(rv, str) and rv else None
+
+
+def is_newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """Whether ``candidate`` is a newer state than ``current``: numeric resourceVersions
+    compare as integers, opaque ones by inequality; a missing one counts as newer. Pure."""
+    new, cur = rv_of(candidate), rv_of(current)
+    if new is None or cur is None:
+        return True
+    if new.isdigit() and cur.isdigit():
+        return int(new) > int(cur)
+    return new != cur
+
+
+def describe_failure(error: BaseException, server: str | None) -> str:
+    """A failure as a person reads it: a connection error names the server it could not reach
+    (``cannot connect to http://...: <error>``). Pure."""
+    if isinstance(error, ApiConnectionError | ConnectionError) and server:
+        return f"cannot connect to {server}: {error}"
+    return f"{type(error).__name__}: {error}" if isinstance(error, KdispatchError) else repr(error)
+
+
+class InformerCore:
+    """The state of one informer; see the module docstring. Driven by one thread."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        kind: str,
+        lock: contextlib.AbstractContextManager[Any] | None = None,
+        typed: Callable[[Obj], Obj] | None = None,
+    ) -> None:
+        """``lock`` guards cache writes against :meth:`snapshot` from other threads (none
+        needed on an event loop); ``typed`` fills ``kind``/``apiVersion`` into objects as they
+        come in (list items lack them)."""
+        self.name = name
+        self.kind = kind
+        self._lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
+        self._typed = typed
+        self._items: dict[str, Obj] = {}
+        self._view = MappingProxyType(self._items)
+        self._handlers: list[Handler] = []
+        self._rv: str | None = None
+        self.synced = False
+        """True once a list has been delivered to the handlers."""
+        self.last_error: BaseException | None = None
+        """The newest list/watch failure, or None after a good list or a watch that made
+        progress."""
+        self.errors = 0
+        """Failures reported so far (``wait_for_sync`` tells new ones from old ones)."""
+        self.relists = 0
+        """Lists delivered so far."""
+        self._log = logger.bind(informer=name, kind=kind)
+
+    # ----------------------------------------------------------------- handlers
+
+    def add_handler(
+        self,
+        on_add: OnAdd | None = None,
+        on_update: OnUpdate | None = None,
+        on_delete: OnDelete | None = None,
+    ) -> None:
+        """Register callbacks (the shell checks it is not running yet)."""
+        self._handlers.append(Handler(on_add, on_update, on_delete))
+
+    # ----------------------------------------------------------------- reads
+
+    @property
+    def cache(self) -> Mapping[str, Obj]:
+        """Live read-only view uid → newest object."""
+        return self._view
+
+    def snapshot(self) -> dict[str, Obj]:
+        """A consistent copy of the cache (under the lock). Any thread."""
+        with self._lock:
+            return dict(self._items)
+
+    @property
+    def resource_version(self) -> str | None:
+        """The resume point: the newest resourceVersion seen (list, event or bookmark)."""
+        return self._rv
+
+    # ----------------------------------------------------------------- inputs
+
+    def listed(self, items: Iterable[Obj], resource_version: str) -> None:
+        """A complete list arrived: make the cache equal to it and tell the handlers (deletes
+        first, then adds and updates), resume from ``resource_version``, mark synced and
+        clear the last error."""
+        fresh: dict[str, Obj] = {}
+        for obj in items:
+            uid = uid_of(obj) if isinstance(obj, Mapping) else None
+            if uid is None:
+                self._log.warning("listed object without a uid ignored")
+                continue
+            fresh[uid] = self._type(obj)
+        items_now = self._items
+        for uid, obj in [(u, o) for u, o in items_now.items() if u not in fresh]:
+            with self._lock:
+                del items_now[uid]
+            self._fire_delete(obj)
+        for uid, obj in fresh.items():
+            self._upsert(uid, obj)
+        self._rv = resource_version
+        self.relists += 1
+        self.synced = True
+        self.last_error = None
+
+    def event(self, event_type: str, obj: Obj) -> bool:
+        """One watch event. Returns False when it was dropped (no object, no uid, or not newer
+        than the cached state), True otherwise. Raises :class:`BadResponseError` for an
+        unknown event type."""
+        if event_type not in EVENT_TYPES:
+            raise BadResponseError(f"watch {self.kind}: unknown event type {event_type!r}")
+        if not isinstance(obj, Mapping):
+            self._log.warning("{} event without an object ignored", event_type)
+            return False
+        rv = rv_of(obj)
+        if event_type == BOOKMARK:
+            self._advance(rv)
+            return True
+        uid = uid_of(obj)
+        if uid is None:
+            self._log.warning("{} event without a uid ignored", event_type)
+            return False
+        obj = self._type(obj)
+        changed = True
+        if event_type == DELETED:
+            cur = self._items.get(uid)
+            if cur is not None:
+                with self._lock:
+                    del self._items[uid]
+                self._fire_delete(obj)
+            else:
+                changed = False
+        else:
+            changed = self._upsert(uid, obj)
+        self._advance(rv)
+        return changed
+
+    def replay(self) -> None:
+        """Resync: every cached object to ``on_update(obj, obj)``."""
+        for obj in list(self._items.values()):
+            self._fire_update(obj, obj)
+
+    def failed(self, error: BaseException) -> None:
+        """A list or watch failed."""
+        self.last_error = error
+        self.errors += 1
+
+    def progressed(self) -> None:
+        """A watch delivered something: the connection works again."""
+        self.last_error = None
+
+    # ----------------------------------------------------------------- wait_for_sync
+
+    def sync_failure(self, errors_before: int) -> BaseException | None:
+        """What ``wait_for_sync`` should raise now instead of waiting on: a permanent failure
+        (401/403) reported after it began waiting (``errors_before`` = :attr:`errors` then),
+        while nothing is synced; else None."""
+        if self.synced or self.errors <= errors_before:
+            return None
+        error = self.last_error
+        return error if isinstance(error, PERMANENT_ERRORS) else None
+
+    def sync_timeout(self, timeout: float | None, server: str | None = None) -> InformerSyncTimeout:
+        """The error ``wait_for_sync(timeout)`` raises when its time ran out, naming the cause
+        (``server``: where the informer connects, for a connection failure)."""
+        error = self.last_error
+        cause = (
+            describe_failure(error, server)
+            if error is not None
+            else "no list answered yet" + (f" by {server}" if server else "")
+        )
+        exc = InformerSyncTimeout(
+            f"informer {self.name} ({self.kind}) did not sync within {timeout:g} s: {cause}",
+            last_error=error,
+            cause=cause,
+        )
+        if error is not None:
+            exc.__cause__ = error
+        return exc
+
+    # ----------------------------------------------------------------- internals
+
+    def _type(self, obj: Obj) -> Obj:
+        return self._typed(obj) if self._typed is not None else obj
+
+    def _upsert(self, uid: str, obj: Obj) -> bool:
+        cur = self._items.get(uid)
+        if cur is None:
+            with self._lock:
+                self._items[uid] = obj
+            self._fire_add(obj)
+            return True
+        if is_newer(obj, cur):
+            with self._lock:
+                self._items[uid] = obj
+            self._fire_update(cur, obj)
+            return True
+        return False
+
+    def _advance(self, rv: str | None) -> None:
+        """Move the resume point forward to ``rv`` (never backwards on a stale event)."""
+        if rv is None:
+            return
+        cur = self._rv
+        if cur is not None and rv.isdigit() and cur.isdigit() and int(rv) <= int(cur):
+            return
+        self._rv = rv
+
+    def _fire_add(self, obj: Obj) -> None:
+        for h in self._handlers:
+            if h.on_add is not None:
+                self._call(h.on_add, obj)
+
+    def _fire_update(self, old: Obj, new: Obj) -> None:
+        for h in self._handlers:
+            if h.on_update is not None:
+                self._call(h.on_update, old, new)
+
+    def _fire_delete(self, obj: Obj) -> None:
+        for h in self._handlers:
+            if h.on_delete is not None:
+                self._call(h.on_delete, obj)
+
+    def _call(self, fn: Callable[..., None], *args: Obj) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
+
+
+__all__ = [
+    "ADDED",
+    "BOOKMARK",
+    "DELETED",
+    "MODIFIED",
+    "PERMANENT_ERRORS",
+    "Handler",
+    "InformerCore",
+    "describe_failure",
+    "is_newer",
+    "rv_of",
+    "uid_of",
+]
