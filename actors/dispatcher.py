@@ -48,7 +48,7 @@ from .executor import Executor
 from .gctuning import GcTuner, collections_paused
 from .groups import CallGroup
 from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite
-from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View
+from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
@@ -365,18 +365,15 @@ class Dispatcher:
                 return future
             if held is not None:
                 hold = held
-                message = Submit(call, future, frozenset((hold,)))
+                message = Submit(call, future, frozenset((hold,)), hold.behind)
         if call.exclusive and self._owned and uid in self._owned:
             # before the preemption reaches the owner: its groups go first, with this cause
             self._cancel_owned(uid, "owner_preempted", spare=group)
-        if self._deps.watched:  # this call may overwrite a prerequisite: link it first
-            self._deps.link(call, future)
         try:
             routed = self._registry.tell(uid, message, self._spawner(uid))
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future)
-            # nobody holds this future but a held call that follows it (a successor link)
             future.set_exception(
                 CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc)
             )
@@ -612,13 +609,20 @@ class Dispatcher:
         return future
 
     def withdraw(self, future: CallFuture, cause: CallCancelled) -> None:
-        """Any thread: withdraw one step not yet on the wire. A held step fails its hold (it
-        resolves ``DependencyFailed`` with ``cause``); any other is cancelled by call type
-        (the machine keeps one pending call per type and object)."""
+        """Any thread: withdraw one step, by its future (:meth:`.ObjectState.withdraw`). A
+        held step fails its hold (it resolves ``DependencyFailed`` with ``cause``); any other
+        is withdrawn exactly: pending, it resolves ``CallCancelled``; in flight, it is not
+        sent again. A step resolved ``OVERWRITTEN`` is withdrawn from the newer call that
+        carries its intent (which is sent anyway while it carries another intent)."""
         call = future.call
-        if call is None or future.done() or self._deps.fail(future, cause):
+        if call is None:
             return
-        self._registry.tell(call.ref.uid, Cancel(call.call_type))
+        if future.done():
+            if future.exception() is not None or future.result() is not Outcome.OVERWRITTEN:
+                return
+        elif self._deps.fail(future, cause):
+            return
+        self._registry.tell(call.ref.uid, Withdraw(future))
 
     def group_cancelled(self, group: CallGroup, cause: str) -> None:
         """Any thread: ``group`` was cancelled (metrics)."""

@@ -7,10 +7,11 @@ cycle's ResourceClaim writes must land before the binding and die with the pod.
 * ``g.submit(call, after=...)`` and ``g.preempt(victim, preemptor=..., after=...)`` add steps
   (``after=`` as for ``Dispatcher.submit``: held until every prerequisite succeeded), and
   ``g.asubmit``/``g.apreempt`` are their asyncio forms;
-* ``g.cancel()`` withdraws every step not yet on the wire: a held step resolves
+* ``g.cancel()`` withdraws every step not yet landed: a held step resolves
   :class:`~.errors.DependencyFailed` (a ``CallCancelled``) whose ``cause`` is the group's
   ``CallCancelled``; a step admitted unheld resolves ``CallCancelled`` if it is still pending;
-  a request already sent finishes;
+  a request already sent finishes, and if it fails retryably or meets a 409 it resolves
+  ``CallCancelled`` instead of being sent again (a success stays a success);
 * the owner's deletion (``Dispatcher.on_delete``), its preemption or eviction (an exclusive
   call submitted for it), or a step on the owner answered 404 (``ObjectNotFound``) or
   withdrawn (``CallCancelled``) cancel the group the same way;
@@ -19,10 +20,13 @@ cycle's ResourceClaim writes must land before the binding and die with the pod.
   in step order, or raises :class:`~.errors.GroupFailed` carrying the first step error (in the
   order they resolved) and every step's result. It can itself be a prerequisite.
 
-Withdrawing an unheld step sends ``Cancel(call_type)`` to its object: the machine keeps at
-most one pending call per type per object, and a call of the same type submitted by someone
-else after the step was sent (or merged into it) is withdrawn with it. Held steps are
-withdrawn by their hold token, exactly.
+Steps are withdrawn exactly: a held step by its hold token, any other by its future
+(:meth:`.ObjectState.withdraw`), so a call of the same type submitted by someone else on the
+same object stays. Merges: a step merged into a newer call (resolved ``OVERWRITTEN``; its
+``successor`` is that call) is withdrawn from it too, and a merged call is withdrawn only
+once every call merged into it is: while it carries someone else's intent it is sent whole
+(a merged call is one value: the step's intent goes with it), so the other caller's intent
+is never lost. Two steps of one group merged together are withdrawn together.
 
 Groups live in memory, like every call: a process that restarts, or a new leader, has none.
 It rebuilds from the apiserver's state (list+watch), as kube-scheduler does: a pod that is
@@ -232,7 +236,7 @@ class CallGroup:
                 ref=self.owner,
             )
             self._cause = error
-            steps = [f for f in self._steps if not f.done()]
+            steps = [f for f in self._steps if _withdrawable(f)]
         self._host.group_cancelled(self, cause)
         for step in steps:
             self._host.withdraw(step, error)
@@ -295,6 +299,14 @@ class CallGroup:
                 )
             )
         self._host.group_resolved(self)
+
+
+def _withdrawable(future: CallFuture) -> bool:
+    """Whether ``future``'s intent may still be sent: not resolved, or merged into a newer
+    call (``OVERWRITTEN``). Any thread."""
+    if not future.done():
+        return True
+    return future.exception() is None and future.result() is Outcome.OVERWRITTEN
 
 
 def _wrapped(future: CallFuture, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Outcome]:

@@ -17,13 +17,10 @@ that group, once it is sealed).
 **Overwritten prerequisites.** ``OVERWRITTEN`` counts as a success, but a call merged into a
 newer one (or replaced by a call that supersedes it) has not landed yet: the newer call
 carries its intent. So a prerequisite that resolves ``OVERWRITTEN`` is *followed* to that
-newer call, and the held call waits for it instead (and fails if it fails). The link is made
-here, at submit: every future that is a prerequisite or a group step is *watched*, and a later
-call on the same object of the same type, or of a type that supersedes it, becomes its
-``successor`` before it reaches the actor (so the link exists before any merge can happen).
-A future that became a prerequisite only after a newer call had already merged it in cannot be
-followed (no actor message says who overwrote it): make prerequisites group steps, which are
-watched from their submit, to be safe from that race.
+newer call, and the held call waits for it instead (and fails if it fails). The object's
+machine says who overwrote a call (its ``Resolve`` names the surviving call's future) and the
+actor sets ``CallFuture.successor`` before it resolves the future, so the link exists however
+late the future becomes a prerequisite.
 
 **Cycles.** Futures are created by ``submit``, and ``after=`` can only name futures that
 exist, so explicit edges always point from a newer call to an older one. A cycle closes
@@ -32,20 +29,25 @@ through three kinds of wait that can point the other way:
 * a *group* is open: its future waits for steps added later. A step whose prerequisites,
   followed transitively, reach its own group would wait for itself;
 * one object's calls are sent in order, and a held call holds back the calls queued behind it
-  (the *queue edge*); a merge or a supersession puts a newer call in an older call's slot,
-  ahead of calls queued before it. A call whose prerequisites reach a call not yet resolved
-  on its *own* object may end up ahead of that call and wait for it forever;
+  (the *queue edge*); a merge, a supersession or a call put back after a retry puts a call in
+  an older call's slot, ahead of calls queued before it. A held call whose prerequisites reach
+  a call not yet resolved on its *own* object could end up ahead of that call and wait for it
+  forever;
 * so every call not yet resolved on an object is taken to wait for every held call on that
   object (conservative: the actor's queue order is not known here).
 
 :meth:`Dependencies.hold` follows prerequisites through held calls (their prerequisites),
-groups (their unresolved steps) and queue edges, and refuses with
-:class:`~.errors.DependencyCycleError` a call whose prerequisites reach its group or an
-unresolved call on its own object, and a group step whose object holds a held call that
-reaches the group. Prerequisites already resolved wait for nothing and end the search. The
-check and the registration of the new call happen under one lock, so two submits cannot close
-a cycle between them. (A prerequisite on the call's own object is refused even when it would
-be harmless: one object's calls are sent in order anyway.)
+groups (their unresolved steps), queue edges and ``OVERWRITTEN`` futures (to their
+successors). The calls it reaches on the call's own object become the held call's
+``behind``: its actor never queues it ahead of a call carrying one of them
+(:meth:`.ObjectState.submit`), so that queue edge cannot close a cycle. It refuses with
+:class:`~.errors.DependencyCycleError` what the actor cannot keep apart: a call whose
+prerequisites reach its group; one that reaches a call on its own object of its own type or
+of a type it supersedes (it would merge with it or replace it, and carry what it waits for);
+an exclusive call that reaches a call on its own object (it would cancel it); and a group
+step whose object holds a held call that reaches the group. Prerequisites already resolved
+wait for nothing and end the search. The check and the registration of the new call happen
+under one lock, so two submits cannot close a cycle between them.
 
 Threads: ``hold``/``arm``/``fail`` run on the submitting (or cancelling) thread; the
 callbacks run on whichever thread resolves a future (an object actor's turn). One lock guards
@@ -70,6 +72,7 @@ from .metrics import Metrics
 __all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "Hold", "HoldState"]
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
+_NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
 
 ASYNC_SOURCE: Final = "_kdispatch_source"
 """Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
@@ -104,15 +107,33 @@ class Hold:
     """The hold token of one held call (hashed by identity) and its bookkeeping. Fields are
     changed under :class:`Dependencies`' lock."""
 
-    __slots__ = ("armed", "call_type", "cause", "future", "prereqs", "state", "uid", "waiting")
+    __slots__ = (
+        "armed",
+        "behind",
+        "call_type",
+        "cause",
+        "future",
+        "prereqs",
+        "state",
+        "uid",
+        "waiting",
+    )
 
     def __init__(
-        self, uid: str, call_type: str, future: CallFuture, prereqs: tuple[Prerequisite, ...]
+        self,
+        uid: str,
+        call_type: str,
+        future: CallFuture,
+        prereqs: tuple[Prerequisite, ...],
+        behind: frozenset[CallFuture] = _NOT_BEHIND,
     ) -> None:
         self.uid = uid
         self.call_type = call_type
         self.future = future
         self.prereqs = prereqs
+        # calls on the same object the held call waits for (transitively): its actor never
+        # queues it ahead of them (the ``behind`` of :meth:`.ObjectState.submit`)
+        self.behind = behind
         self.waiting = len(prereqs)
         self.state = HoldState.WAITING
         self.armed = False  # the Submit carrying this token was told to the actor
@@ -137,9 +158,6 @@ class Dependencies:
         self._holds: dict[CallFuture, Hold] = {}  # held calls not resolved yet
         self._held_on: dict[str, set[CallFuture]] = {}  # uid -> its held calls (queue edges)
         self._steps: dict[GroupFuture, set[CallFuture]] = {}  # open group -> steps unresolved
-        # uid -> watched futures (prerequisites, group steps) not resolved yet: replaced, never
-        # mutated, so ``link`` reads it without the lock
-        self.watched: dict[str, tuple[CallFuture, ...]] = {}
 
     # ------------------------------------------------------------------ validation
 
@@ -186,7 +204,6 @@ class Dependencies:
         the call ``DependencyFailed``, do not submit it). Follow with :meth:`arm` once the
         call's ``Submit`` was told."""
         uid = call.ref.uid
-        watch: list[CallFuture] = []
         with self._lock:
             waiting: list[Prerequisite] = []
             for prereq in prereqs:
@@ -201,52 +218,22 @@ class Dependencies:
             if not waiting:
                 if group is not None:
                     self._steps.setdefault(group, set()).add(future)
-                    self._watch_locked(future, watch)
-                self._watch_done(watch)
                 return None
-            self._check_prereqs(uid, waiting, group)
-            hold = Hold(uid, call.call_type, future, tuple(waiting))
+            behind = self._check_prereqs(call, waiting, group)
+            hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
             self._holds[future] = hold
             self._held_on.setdefault(uid, set()).add(future)
             if group is not None:
                 self._steps.setdefault(group, set()).add(future)
-                self._watch_locked(future, watch)
-            for fut in waiting:
-                if isinstance(fut, CallFuture):
-                    self._watch_locked(fut, watch)
             self._metrics.held_delta(call.call_type, 1)
-        self._watch_done(watch)
         return hold
 
     def add_step(self, call: Call, future: CallFuture, group: GroupFuture) -> None:
         """Submitting thread, before an unheld group step goes to its actor: check that its
         object's held calls do not wait for the group, and register the step."""
-        watch: list[CallFuture] = []
         with self._lock:
             self._check_group_step(call.ref.uid, group)
             self._steps.setdefault(group, set()).add(future)
-            self._watch_locked(future, watch)
-        self._watch_done(watch)
-
-    def link(self, call: Call, future: CallFuture) -> None:
-        """Submitting thread, before ``call`` goes to its actor (only when something is
-        watched): make ``future`` the successor of the watched calls it may overwrite (same
-        object; same type, or a type ``call`` supersedes), and watch it in turn."""
-        watched = self.watched.get(call.ref.uid)
-        if not watched:
-            return
-        ctype, supersedes = call.call_type, call.supersedes
-        linked = False
-        for older in watched:
-            oc = older.call
-            if oc is not None and (oc.call_type == ctype or oc.call_type in supersedes):
-                older.successor = future
-                linked = True
-        if linked:
-            watch: list[CallFuture] = []
-            with self._lock:
-                self._watch_locked(future, watch)
-            self._watch_done(watch)
 
     def arm(self, hold: Hold) -> None:
         """Submitting thread, right after the held call's ``Submit`` was told: watch its
@@ -275,6 +262,8 @@ class Dependencies:
             self._leave(hold, HoldState.FAILED)
             hold.cause = cause
             armed = hold.armed
+            if hold.future.done():  # overwritten: its token was all that was left of it
+                self._forget(hold)
         if armed:
             self._tell(hold.uid, FailDependency(hold, cause))
         return True
@@ -283,15 +272,11 @@ class Dependencies:
         """Submitting thread: the call of ``future`` never reached its actor (its submit
         raised): forget it."""
         with self._lock:
-            hold = self._holds.pop(future, None)
+            hold = self._holds.get(future)
             if hold is not None:
                 if hold.state is HoldState.WAITING:
                     self._leave(hold, HoldState.DONE)
-                held = self._held_on.get(hold.uid)
-                if held is not None:
-                    held.discard(future)
-                    if not held:
-                        del self._held_on[hold.uid]
+                self._forget(hold)
             for steps in self._steps.values():
                 steps.discard(future)
 
@@ -336,48 +321,30 @@ class Dependencies:
                 self._leave(hold, HoldState.FAILED)
                 hold.cause = exc
                 message = FailDependency(hold, exc)
+            if hold.future.done():  # overwritten: its token was all that was left of it
+                self._forget(hold)
         self._tell(hold.uid, message)
 
-    def _held_done(self, hold: Hold, _fut: CallFuture) -> None:
-        """Resolving thread of the held call: forget it."""
+    def _held_done(self, hold: Hold, fut: CallFuture) -> None:
+        """Resolving thread of the held call: forget it, unless it was merged into a newer
+        call (``OVERWRITTEN``) while it waited: that call now holds its token, which is
+        still to be released or failed (then it is forgotten)."""
+        overwritten = fut.exception() is None and fut.result() is _OVERWRITTEN
         with self._lock:
             if hold.state is HoldState.WAITING:
+                if overwritten:
+                    return
                 self._leave(hold, HoldState.DONE)
-            self._holds.pop(hold.future, None)
-            held = self._held_on.get(hold.uid)
-            if held is not None:
-                held.discard(hold.future)
-                if not held:
-                    del self._held_on[hold.uid]
+            self._forget(hold)
 
-    def _watch_locked(self, future: CallFuture, added: list[CallFuture]) -> None:
-        """Under the lock: watch ``future`` (see the module docstring); ``added`` collects it
-        for :meth:`_watch_done`."""
-        call = future.call
-        if call is None or future.done():
-            return
-        uid = call.ref.uid
-        watched = self.watched.get(uid, ())
-        if future not in watched:
-            self.watched[uid] = (*watched, future)
-            added.append(future)
-
-    def _watch_done(self, added: list[CallFuture]) -> None:
-        """Outside the lock: stop watching each of ``added`` once it resolved (a callback of
-        a future resolved meanwhile runs here)."""
-        for future in added:
-            future.add_done_callback(self._unwatch)
-
-    def _unwatch(self, future: Any) -> None:
-        """Resolving thread of a watched future."""
-        call = future.call
-        with self._lock:
-            watched = self.watched.get(call.ref.uid, ())
-            left = tuple(f for f in watched if f is not future)
-            if left:
-                self.watched[call.ref.uid] = left
-            else:
-                self.watched.pop(call.ref.uid, None)
+    def _forget(self, hold: Hold) -> None:
+        """Under the lock: drop the bookkeeping of a held call that resolved."""
+        self._holds.pop(hold.future, None)
+        held = self._held_on.get(hold.uid)
+        if held is not None:
+            held.discard(hold.future)
+            if not held:
+                del self._held_on[hold.uid]
 
     def _leave(self, hold: Hold, state: HoldState) -> None:
         """Under the lock: the hold stops waiting (the held-calls gauge moves)."""
@@ -387,19 +354,34 @@ class Dependencies:
     # ------------------------------------------------------------------ cycles (under the lock)
 
     def _check_prereqs(
-        self, uid: str, waiting: list[Prerequisite], group: GroupFuture | None
-    ) -> None:
+        self, call: Call, waiting: list[Prerequisite], group: GroupFuture | None
+    ) -> frozenset[CallFuture]:
+        """The calls on ``call``'s own object its prerequisites reach (its ``behind``), or
+        :class:`DependencyCycleError` for a wait that would close a circle."""
+        uid = call.ref.uid
+        behind: list[CallFuture] = []
         for fut in self._closure(waiting):
             if fut is group:
                 raise DependencyCycleError(
                     "the call's prerequisites wait for the group it joins (its own step)"
                 )
-            if isinstance(fut, CallFuture) and fut.call is not None and fut.call.ref.uid == uid:
+            other = fut.call if isinstance(fut, CallFuture) else None
+            if other is None or other.ref.uid != uid:
+                continue
+            if call.exclusive:
                 raise DependencyCycleError(
-                    f"the call's prerequisites wait for {fut.call.describe()}, a call not yet "
-                    f"resolved on the same object {uid}: a merge could put the call ahead of "
-                    "it and it would wait for itself (one object's calls go in order anyway)"
+                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
+                    f"resolved on the same object {uid}, which {call.call_type} (exclusive) "
+                    "would cancel"
                 )
+            if other.call_type == call.call_type or other.call_type in call.supersedes:
+                raise DependencyCycleError(
+                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
+                    f"resolved on the same object {uid}, which the call would merge with or "
+                    "supersede: it would carry the call it waits for and wait for itself"
+                )
+            behind.append(fut)  # type: ignore[arg-type]
+        return frozenset(behind) if behind else _NOT_BEHIND
 
     def _check_group_step(self, uid: str, group: GroupFuture) -> None:
         start = list(self._held_on.get(uid, ()))
@@ -416,7 +398,12 @@ class Dependencies:
         stack = list(start)
         while stack:
             fut = stack.pop()
-            if id(fut) in seen or fut.done():
+            if id(fut) in seen:
+                continue
+            if fut.done():
+                nxt = _follow(fut)  # overwritten: its intent waits in the newer call
+                if nxt is not fut:
+                    stack.append(nxt)
                 continue
             seen.add(id(fut))
             yield fut
@@ -433,7 +420,8 @@ class Dependencies:
 
 def _follow(fut: Prerequisite) -> Prerequisite:
     """The call that carries ``fut``'s intent now: ``fut`` itself, or, if it resolved
-    ``OVERWRITTEN`` and a newer call was linked to it, that call (transitively). Any thread."""
+    ``OVERWRITTEN``, the newer call its actor named as its ``successor`` (transitively). Any
+    thread."""
     while (
         isinstance(fut, CallFuture)
         and fut.successor is not None

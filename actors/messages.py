@@ -39,7 +39,9 @@ class CallFuture(LazyFuture[Outcome]):
     # (:mod:`.holds`); class defaults, so an untagged future costs nothing.
     owner: object = None
     call: Call | None = None
-    successor: CallFuture | None = None  # a newer call that may overwrite this one (.holds)
+    # Set by the object's actor before it resolves the future OVERWRITTEN: the newer call that
+    # carries its intent (prerequisites are followed to it, :mod:`.holds`).
+    successor: CallFuture | None = None
 
 
 # --------------------------------------------------------------------------- to object actors
@@ -48,12 +50,14 @@ class CallFuture(LazyFuture[Outcome]):
 @dataclass(frozen=True, slots=True)
 class Submit:
     """A new call for the object, with the caller's future. With ``holds`` (opaque tokens of
-    prerequisite calls on other objects), the call is admitted at once but not sent before a
-    :class:`Release` of every token (see :meth:`.ObjectState.submit`)."""
+    prerequisite calls), the call is admitted at once but not sent before a :class:`Release`
+    of every token, and never queued ahead of the calls of ``behind`` (futures of calls on
+    this object it waits for; see :meth:`.ObjectState.submit`)."""
 
     call: Call
     future: CallFuture
     holds: frozenset[Hashable] = NO_HOLDS
+    behind: frozenset[Any] = NO_HOLDS  # calls on this object the held call waits for
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,13 @@ class Cancel:
     """Caller cancellation: withdraw the pending call (of ``call_type``, or any)."""
 
     call_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`."""
+
+    future: CallFuture
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,7 @@ from .messages import (
     Revoke,
     Submit,
     View,
+    Withdraw,
 )
 from .metrics import Metrics
 from .object_state import (
@@ -90,7 +91,7 @@ class ActorContext:
     closing: bool = False
 
 
-_REROUTED = (Observed, Cancel, Revoke, Release, FailDependency)
+_REROUTED = (Observed, Cancel, Withdraw, Revoke, Release, FailDependency)
 """Messages a retiring actor hands back to the registry (a type tuple built once)."""
 
 _OUTCOME_LABEL = {
@@ -127,7 +128,7 @@ class ObjectActor(PooledActor):
                 )
                 return None
             self.open[future] = message.call.call_type
-            effects = machine.submit(message.call, future, message.holds)
+            effects = machine.submit(message.call, future, message.holds, message.behind)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)
@@ -141,6 +142,8 @@ class ObjectActor(PooledActor):
             effects = machine.deleted()
         elif kind is Cancel:
             effects = machine.cancel(message.call_type)
+        elif kind is Withdraw:
+            effects = machine.withdraw(message.future)
         elif kind is ReapRequest:
             if machine.idle and self.ctx.registry.release(
                 self.uid, self.actor_ref, message.generation
@@ -173,7 +176,10 @@ class ObjectActor(PooledActor):
             i += 1
             kind = type(effect)
             if kind is Resolve:
-                self._resolve(effect.call_type, effect.future, effect.outcome)  # type: ignore[union-attr]
+                resolve: Resolve = effect  # type: ignore[assignment]
+                if resolve.successor is not None:  # OVERWRITTEN: name who carries it on
+                    resolve.future.successor = resolve.successor
+                self._resolve(resolve.call_type, resolve.future, resolve.outcome)
             elif kind is Ready:
                 ready: Ready = effect  # type: ignore[assignment]
                 if ctx.executor.ready(self.uid, self.actor_ref, ready.relevance, ready.not_before):

@@ -9,14 +9,14 @@ apiserver: time comes in as ``now`` arguments, randomness is the executor's.
 
 **The object machine.** :data:`TABLE` maps ``(State, Event) -> State``; a pair it lacks raises
 :class:`InvalidTransition` (a bug in the shell or the executor). Every input method
-(``submit``, ``grant``, ``done``, ``observed_event``, ``deleted``, ``cancel``, ``close``,
-``revoke``, ``release``, ``dependency_failed``) applies its rules, names what they made of the
-input as one :class:`Event` (a submit that queues is ``submit/queued``, one resolved at once is
-``submit/resolved``, ...) and takes the state from the table; nothing recomputes the state from
-what is tracked. :data:`TRANSITIONS` (inputs accepted per state) is derived from the table.
-``RETIRED`` is terminal and tolerates only the messages that can still reach a retired actor
-(queued before it stopped): a late submit is refused (``CallCancelled``), a late grant is
-refunded, the rest change nothing.
+(``submit``, ``grant``, ``done``, ``observed_event``, ``deleted``, ``cancel``, ``withdraw``,
+``close``, ``revoke``, ``release``, ``dependency_failed``) applies its rules, names what they
+made of the input as one :class:`Event` (a submit that queues is ``submit/queued``, one
+resolved at once is ``submit/resolved``, ...) and takes the state from the table; nothing
+recomputes the state from what is tracked. :data:`TRANSITIONS` (inputs accepted per state) is
+derived from the table. ``RETIRED`` is terminal and tolerates only the messages that can still
+reach a retired actor (queued before it stopped): a late submit is refused (``CallCancelled``),
+a late grant is refunded, the rest change nothing.
 
 **The trust machine.** :data:`TRUST_TABLE` maps ``(Trust, TrustEvent) -> Trust``: may the
 observed object be relied on for no-op elision (``TRUSTED``, ``RV_STALE``) and as the base of a
@@ -38,7 +38,25 @@ holds)`` admits a call at once (merge, supersession, staleness, elision and pree
 usual) but does not send it while it holds any token; one object's calls go in order, so calls
 behind a held head wait too. A held call asks for no grant (no token, no worker, no lane). A
 merged entry holds the union of both entries' holds; a call put back after a retry or a 409
-holds nothing (it was sent, so its prerequisites had succeeded).
+holds nothing (it was sent, so its prerequisites had succeeded). A held call may wait for calls
+on its own object too (``behind``: their futures, given at submit): a merge, a supersession or
+a call put back moves an entry to an older slot, and a held entry is never placed ahead of a
+call it waits for (it goes right behind the last one instead), so it never holds back its own
+prerequisites.
+
+**Withdrawing one call** (``withdraw(future)``; ``cancel`` withdraws by call type). A call is
+withdrawn by its future, never by its type, so a later call of the same type (someone
+else's) stays. A pending call resolves ``CallCancelled`` at once; a call in flight cannot be
+recalled, but it is not sent again: when its request ends retryably (429, 5xx, a lost
+reply) or with a 409 it resolves ``CallCancelled`` instead of going back to the queue (a
+success still resolves ``SUCCESS``: it landed). *Merges:* an entry carries the intents of
+every call merged into it (its own future, and the futures it overwrote, which resolved
+``OVERWRITTEN`` naming it as their ``successor``). Withdrawing one of them marks it; the
+entry is withdrawn only once every intent it carries is. Until then the merged call (one
+value, which cannot be split) is sent whole, the withdrawn intent with it, and the entry's
+future resolves as usual: what was merged with a live call is in that call's hands. A
+superseded call is carried the same way by the call that superseded it (that call carries on
+its purpose: it is its ``successor``).
 """
 
 from __future__ import annotations
@@ -128,6 +146,8 @@ class Event(enum.Enum):
     DELETED = "deleted"
     CANCEL = "cancel"
     CANCEL_CLEARED = "cancel/cleared"
+    WITHDRAW = "withdraw"
+    WITHDRAW_CLEARED = "withdraw/cleared"
     CLOSE = "close"
     REVOKE = "revoke"
     RELEASE = "release"
@@ -199,6 +219,10 @@ TABLE: Final[dict[tuple[State, Event], State]] = {
     **_same(Event.CANCEL),
     (_P, Event.CANCEL_CLEARED): _I,
     (_FP, Event.CANCEL_CLEARED): _F,
+    # a caller withdraws one call, by its future (pending: now; in flight: no retry)
+    **_same(Event.WITHDRAW),
+    (_P, Event.WITHDRAW_CLEARED): _I,
+    (_FP, Event.WITHDRAW_CLEARED): _F,
     # dispatcher shutdown
     **{(state, Event.CLOSE): _X for state in _EVERY},
     # leadership lost: everything pending resolves
@@ -254,6 +278,11 @@ EVENT_DOCS: Final[dict[Event, str]] = {
     "when gone already)",
     Event.CANCEL: "a caller withdraws pending calls; some still wait, or none did",
     Event.CANCEL_CLEARED: "a caller withdraws the last pending calls",
+    Event.WITHDRAW: "a caller withdraws the call of one future: the entry carrying it resolves "
+    "`CallCancelled` once every intent it carries is withdrawn (pending: now; in flight: when "
+    "its request ends retryably or with a 409, instead of a retry); some still wait, or none did",
+    Event.WITHDRAW_CLEARED: "a caller withdraws the call of one future, and it was the last "
+    "pending one",
     Event.CLOSE: "dispatcher shutdown: everything resolves `DispatcherClosed`, `Retire` "
     "(nothing more when already retired)",
     Event.REVOKE: "leadership lost: every pending call resolves with the error; the request in "
@@ -399,11 +428,14 @@ _UNTRUSTED: Final = frozenset({_U, _URS})
 
 @dataclass(frozen=True, slots=True)
 class Resolve:
-    """Resolve ``future`` (exactly once) with ``outcome``."""
+    """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names
+    the ``successor``: the future of the newer call that merged or superseded this one (the
+    shell sets ``future.successor`` before resolving, so prerequisites can be followed)."""
 
     future: Any
     call_type: str
     outcome: Outcome | CallOutcomeError | DispatcherClosed
+    successor: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -553,21 +585,74 @@ NO_HOLDS: Final[frozenset[Hashable]] = frozenset()
 """The holds of a call that waits for nothing (shared: most calls)."""
 
 
+_NOTHING_CARRIED: Final[tuple[Any, ...]] = ()
+
+
 class _Entry:
     """A tracked call and its caller's future."""
 
-    __slots__ = ("call", "future", "holds", "judged_obs", "judged_trust", "retry", "sent_rv")
+    __slots__ = (
+        "behind",
+        "call",
+        "carried",
+        "future",
+        "holds",
+        "judged_obs",
+        "judged_trust",
+        "retry",
+        "sent_rv",
+        "withdrawn",
+    )
 
-    def __init__(self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS) -> None:
+    def __init__(
+        self,
+        call: Call,
+        future: Any,
+        holds: frozenset[Hashable] = NO_HOLDS,
+        behind: frozenset[Any] = NO_HOLDS,
+    ) -> None:
         self.call = call
         self.future = future
         self.holds = holds  # prerequisite tokens not released yet: not sendable while any
+        # While held: futures of calls on this object it waits for (transitively), which it
+        # must never be queued ahead of (:meth:`ObjectState._place`)
+        self.behind = behind
+        # Futures of older calls merged into this one (resolved OVERWRITTEN): their intents
+        # are in ``call`` too. Withdrawn: which of ``future`` and ``carried`` were withdrawn
+        # (:meth:`ObjectState.withdraw`); the entry itself is once all of them are.
+        self.carried: tuple[Any, ...] = _NOTHING_CARRIED
+        self.withdrawn: frozenset[Any] | None = None
         self.retry = _FRESH
         self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
         # The observed object (by identity) and trust this call last passed _judge against
         # with nothing in flight: elision and staleness cannot differ until one changes.
         self.judged_obs: Any = _UNJUDGED
         self.judged_trust = False
+
+    def carries(self, token: Any) -> bool:
+        """Whether this entry carries the intent of the call of future ``token``."""
+        return token is self.future or token in self.carried
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether every intent this entry carries was withdrawn."""
+        withdrawn = self.withdrawn
+        return (
+            withdrawn is not None
+            and self.future in withdrawn
+            and all(f in withdrawn for f in self.carried)
+        )
+
+    def carries_any(self, futures: frozenset[Any]) -> bool:
+        """Whether this entry carries the intent of any of ``futures``."""
+        return self.future in futures or any(f in futures for f in self.carried)
+
+    def absorb(self, older: _Entry) -> None:
+        """After a merge into this entry: carry ``older``'s intents (and what of them was
+        withdrawn) too."""
+        self.carried = (*older.carried, older.future, *self.carried)
+        if older.withdrawn is not None:
+            self.withdrawn = older.withdrawn | (self.withdrawn or frozenset())
 
 
 _SKIPPED: Final = Outcome.SKIPPED
@@ -647,14 +732,20 @@ class ObjectState:
     # ------------------------------------------------------------------ inputs
 
     def submit(
-        self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS
+        self,
+        call: Call,
+        future: Any,
+        holds: frozenset[Hashable] = NO_HOLDS,
+        behind: frozenset[Any] = NO_HOLDS,
     ) -> list[Effect]:
         """A caller's new call. Exclusive calls preempt; others merge, supersede, are skipped,
         or queue behind what is pending. With ``holds`` (opaque tokens), the call is admitted
-        the same way but not sent before :meth:`release` removed every token."""
+        the same way but not sent before :meth:`release` removed every token; while held, it
+        is never queued ahead of a call carrying one of the futures in ``behind`` (the calls
+        on this object it waits for)."""
         self._check("submit")
         out: list[Effect] = []
-        entry = _Entry(call, future, holds)
+        entry = _Entry(call, future, holds, behind)
         if self.state in _GONE:
             self._fail(out, entry, CallCancelled, "object deleted")
             return self._settle(out, Event.SUBMIT_REFUSED)
@@ -741,6 +832,33 @@ class ObjectState:
         self.queue = keep
         return self._settle(out, Event.CANCEL_CLEARED if self._drained() else Event.CANCEL)
 
+    def withdraw(self, token: Any) -> list[Effect]:
+        """A caller withdraws the call of future ``token`` (and no other): every entry carrying
+        its intent marks it withdrawn. An entry whose intents are all withdrawn is withdrawn:
+        pending, it resolves ``CallCancelled`` now; in flight, when its request ends
+        retryably or with a 409 it resolves ``CallCancelled`` instead of being retried (a
+        success still resolves ``SUCCESS``: it landed). An entry that still carries an intent
+        not withdrawn is sent whole (see the module docstring)."""
+        self._check("withdraw")
+        out: list[Effect] = []
+        inflight = self.inflight
+        if inflight is not None and inflight.carries(token):
+            self._mark_withdrawn(inflight, token)
+        queue = self.queue
+        for i, entry in enumerate(queue):
+            if entry.carries(token):
+                self._mark_withdrawn(entry, token)
+                if entry.cancelled:
+                    del queue[i]
+                    self._fail(out, entry, CallCancelled, "withdrawn by caller")
+                break  # one pending entry per call type: at most one carries a call
+        return self._settle(out, Event.WITHDRAW_CLEARED if self._drained() else Event.WITHDRAW)
+
+    @staticmethod
+    def _mark_withdrawn(entry: _Entry, token: Any) -> None:
+        withdrawn = entry.withdrawn
+        entry.withdrawn = frozenset((token,)) if withdrawn is None else withdrawn | {token}
+
     def close(self) -> list[Effect]:
         """Dispatcher shutdown: resolve everything with ``DispatcherClosed`` and retire (once:
         nothing more when already retired)."""
@@ -769,7 +887,9 @@ class ObjectState:
         for entry in self.queue:
             holds = entry.holds
             if token in holds:
-                entry.holds = holds - {token}
+                entry.holds = holds = holds - {token}
+                if not holds:
+                    entry.behind = NO_HOLDS
         return self._settle([], Event.RELEASE)
 
     def dependency_failed(self, token: Hashable, cause: BaseException) -> list[Effect]:
@@ -845,7 +965,11 @@ class ObjectState:
                     del queue[i]
                     out.append(Resolve(entry.future, ctype, _SKIPPED))
                     return False
-                queue[i] = entry
+                if entry.holds and entry.behind:
+                    del queue[i]
+                    self._place(queue, entry, i)
+                else:
+                    queue[i] = entry
                 return True
         if self._is_noop(call):
             out.append(Resolve(entry.future, ctype, _SKIPPED))
@@ -862,15 +986,31 @@ class ObjectState:
                     slot = len(keep)
                     if pending.retry.not_before > entry.retry.not_before:
                         entry.retry = RetryState(not_before=pending.retry.not_before)
-                out.append(Resolve(pending.future, pending.call.call_type, _OVERWRITTEN))
+                entry.absorb(pending)
+                out.append(
+                    Resolve(pending.future, pending.call.call_type, _OVERWRITTEN, entry.future)
+                )
             else:
                 keep.append(pending)
         if slot is None:
             keep.append(entry)
         else:
-            keep.insert(slot, entry)
+            self._place(keep, entry, slot)
         self.queue = keep
         return True
+
+    @staticmethod
+    def _place(queue: list[_Entry], entry: _Entry, at: int) -> None:
+        """Queue ``entry`` at index ``at`` (a merge or a supersession gives it an older call's
+        slot), or, if it is held, right behind the last call it waits for that would
+        otherwise be behind it: a held call never holds back its own prerequisites."""
+        behind = entry.behind
+        if entry.holds and behind:
+            for j in range(len(queue) - 1, at - 1, -1):
+                if queue[j].carries_any(behind):
+                    at = j + 1
+                    break
+        queue.insert(at, entry)
 
     @staticmethod
     def _merge(out: list[Effect], entry: _Entry, older: _Entry) -> None:
@@ -883,7 +1023,10 @@ class ObjectState:
         entry.retry = entry.retry.merged(older.retry)
         if older.holds:
             entry.holds = entry.holds | older.holds
-        out.append(Resolve(older.future, older.call.call_type, _OVERWRITTEN))
+            if older.behind:
+                entry.behind = entry.behind | older.behind
+        entry.absorb(older)
+        out.append(Resolve(older.future, older.call.call_type, _OVERWRITTEN, entry.future))
 
     # ------------------------------------------------------------------ grant and done rules
 
@@ -976,7 +1119,8 @@ class ObjectState:
             why = f"conflict after {retry.conflicts} re-reads: {done.error}"
             self._fail(out, entry, CallConflict, why)
         else:
-            out.append(Rebased(call.call_type))
+            if entry.withdrawn is None or not entry.cancelled:
+                out.append(Rebased(call.call_type))
             self._requeue_front(out, entry)
             self._revisit(out)
 
@@ -996,6 +1140,9 @@ class ObjectState:
         return True
 
     def _retry_or_fail(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> None:
+        if entry.withdrawn is not None and entry.cancelled:
+            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            return
         config = self.retry
         retry = entry.retry
         deadline = retry.deadline if retry.deadline is not None else now + config.budget
@@ -1027,21 +1174,28 @@ class ObjectState:
     def _requeue_front(self, out: list[Effect], entry: _Entry) -> None:
         """Put a call that was in flight back at the head, merged with what arrived meanwhile
         (a call of the same type), unless a superseding or exclusive call took over. It holds
-        nothing (it was sent); merged into a held pending call, it waits with that call."""
+        nothing (it was sent); merged into a held pending call, it waits with that call (at the
+        head, or right behind the calls that one waits for). A call withdrawn while in flight
+        resolves ``CallCancelled`` instead."""
         ctype = entry.call.call_type
+        if entry.withdrawn is not None and entry.cancelled:
+            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            return
         for i, pending in enumerate(self.queue):
             if pending.call.exclusive:
                 self._fail(out, entry, CallCancelled, "object is being deleted")
                 return
             if ctype in pending.call.supersedes:
-                out.append(Resolve(entry.future, ctype, _OVERWRITTEN))
+                pending.absorb(entry)
+                out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
                 return
             if pending.call.call_type == ctype:
                 out.append(Merged(ctype))
                 pending.call = pending.call.merge(entry.call)
                 pending.retry = pending.retry.merged(entry.retry)
-                out.append(Resolve(entry.future, ctype, _OVERWRITTEN))
-                self.queue.insert(0, self.queue.pop(i))
+                pending.absorb(entry)
+                out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
+                self._place(self.queue, self.queue.pop(i), 0)
                 return
         self.queue.insert(0, entry)
 

@@ -8,10 +8,14 @@ import math
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pytest
 
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.call_types import default_call_types
+from kdispatch.actors.calls import Call
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -33,10 +37,12 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.groups import CallGroup
 from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.audit import RequestRecord
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
+from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -168,6 +174,25 @@ def test_an_overwritten_prerequisite_is_followed_to_the_call_that_merged_it(
     assert {r["name"] for r in reserved} == {"p1", "p2"}
 
 
+def test_a_held_call_merged_into_a_newer_one_passes_its_hold_on(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """A second binding of the pod, submitted unheld, merges the held one in: the merged
+    binding carries the held one's hold, and goes once the claim patch landed."""
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.5), name="c1")
+    f1 = caller.submit(reserve(c1, pod))
+    held = caller.submit(PodBinding.for_pod(pod, "n1"), after=[f1])
+    attempted(server, "patch_status", "c1")
+    newer = caller.submit(PodBinding.for_pod(pod, "n1"))  # merges the held binding in
+    assert outcome(held) is Outcome.OVERWRITTEN and held.successor is newer
+    assert outcome(newer) is Outcome.SUCCESS and outcome(f1) is Outcome.SUCCESS
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "c1")
+    assert caller.held_calls == 0
+    assert caller.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
+
+
 def test_prerequisites_resolved_before_submit_need_no_hold(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
@@ -256,6 +281,75 @@ def test_cycles_are_refused_at_submit(server: InMemoryApiServer) -> None:
     assert applied(log, "patch_status", "c2") > applied(log, "bind", "p1")
     assert requests(log, "bind", "p3") == []  # the refused steps never went anywhere
     assert len(requests(log, "patch_status", "c1")) == 1
+
+
+@dataclass(frozen=True, slots=True)
+class PodNote(Call):
+    """A user's call type on Pod that neither supersedes a built-in one nor is superseded: it
+    sets a condition of its own."""
+
+    call_type: ClassVar[str] = "pod_note"
+    kind: ClassVar[str] = "Pod"
+    relevance: ClassVar[int] = 2
+    reads_object: ClassVar[bool] = False
+
+    ref: ObjectRef
+    note: str
+
+    def _condition(self) -> dict[str, Any]:
+        return {"type": "Note", "status": "True", "reason": "Note", "message": self.note}
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        conditions = (obj or {}).get("status", {}).get("conditions") or []
+        return self._condition() in conditions
+
+    def apply(self, obj: Obj) -> Obj:
+        status = dict(obj.get("status") or {})
+        others = [c for c in status.get("conditions") or [] if c.get("type") != "Note"]
+        status["conditions"] = [*others, self._condition()]
+        return {**obj, "status": status}
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ref = self.ref
+        body = {"status": {"conditions": [self._condition()]}}
+        return backend.patch_status(
+            "Pod", ref.namespace, ref.name, body, uid=ref.uid, resource_version=None
+        )
+
+
+def test_a_held_call_may_wait_for_a_call_on_its_own_object(server: InMemoryApiServer) -> None:
+    """The held status patch waits for a note on its own pod and merges into an older status
+    patch queued ahead of that note: its actor keeps it behind the note (no deadlock), so the
+    call is accepted (it used to be refused as a possible cycle)."""
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
+    p1 = server.create(make_pod("p1"))
+    types = default_call_types()
+    types.register(PodNote)
+    with Dispatcher(gated, FAST, call_types=types) as d:
+        first = d.submit(PodNote(ObjectRef.of(p1), "first"))
+        gated.wait_calls(1)  # on the wire: what follows on p1 queues
+        older = d.submit(PodStatusPatch.for_pod(p1, nominated_node_name="n1"))
+        note = d.submit(PodNote(ObjectRef.of(p1), "second"))
+        blocked = cond(reason="Unschedulable", message="waits for the note")
+        held = d.submit(PodStatusPatch.for_pod(p1, conditions=[blocked]), after=[note])
+        assert not held.done()
+        gated.gate.set()
+        assert outcome(held) is Outcome.SUCCESS
+        assert [outcome(f) for f in (first, older, note)] == [
+            Outcome.SUCCESS,
+            Outcome.OVERWRITTEN,
+            Outcome.SUCCESS,
+        ]
+        assert older.successor is held
+    log = server.request_log
+    assert [r.outcome for i, r in enumerate(log) if i in requests(log, "patch_status", "p1")] == [
+        "ok"
+    ] * 3  # the first note, the second one, then the merged status patch
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
+    by_type = {c["type"]: c for c in stored["status"]["conditions"]}
+    assert by_type["Note"]["message"] == "second"
+    assert by_type["PodScheduled"]["message"] == "waits for the note"
 
 
 # --------------------------------------------------------------------------- groups
@@ -371,6 +465,104 @@ def test_cancel_withdraws_pending_and_held_steps_only(server: InMemoryApiServer)
     assert len(requests(log, "patch_status", "c2")) == 1
     assert len(requests(log, "patch_status", "c1")) == 1
     assert d.metrics.value("kdispatch_call_groups_cancelled_total", cause="caller") == 1
+
+
+def reserved(server: InMemoryApiServer, claim: str) -> set[str]:
+    """The names of the pods the claim is reserved for, as stored."""
+    stored = server.get_object("ResourceClaim", "default", claim)
+    assert stored is not None
+    return {r["name"] for r in stored.get("status", {}).get("reservedFor") or []}
+
+
+@pytest.mark.parametrize("fault", ["429", "500", "409", "apply_then_fail"])
+def test_cancel_withdraws_the_step_on_the_wire_from_retries_and_spares_a_later_call(
+    server: InMemoryApiServer, fault: str
+) -> None:
+    """The group's claim patch is on the wire when the group is cancelled, and then fails
+    retryably (or meets a 409): it is not sent again. Another pod's reservation of the same
+    claim (the same call type), submitted after it, stays and lands."""
+    gated = GatedBackend(server)
+    gated.gate.clear()
+    p0, p1 = server.create(make_pod("p0")), server.create(make_pod("p1"))
+    c1 = server.create(make_claim("c1"))
+    server.script("patch_status", fault, name="c1")
+    with Dispatcher(gated, FAST) as d:
+        g = d.group(owner=p1)
+        mine = g.submit(reserve(c1, p1))
+        gated.wait_calls(1)  # on the wire
+        theirs = d.submit(reserve(c1, p0))  # pending behind it: same object, same type
+        assert g.cancel()
+        gated.gate.set()
+        assert type(outcome(mine)) is CallCancelled
+        assert outcome(theirs) is Outcome.SUCCESS
+        assert isinstance(outcome(g.future), GroupFailed)
+    log = server.request_log
+    patches = requests(log, "patch_status", "c1")
+    assert [log[i].outcome == "ok" for i in patches] == [False, True]  # mine once, theirs once
+    # a lost reply applied the withdrawn patch; any other fault did not
+    assert reserved(server, "c1") == ({"p0", "p1"} if fault == "apply_then_fail" else {"p0"})
+
+
+def test_cancelling_the_group_whose_step_merged_another_sends_the_others_intent(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """p2's reservation merges p1's (pending in backoff): cancelling p2's group leaves p1's
+    intent in the merged call, which is sent whole; p1's held binding follows it and lands."""
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    shared = server.create(make_claim("shared"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.2), name="shared")
+    g1, g2 = caller.group(owner=p1), caller.group(owner=p2)
+    s1 = g1.submit(reserve(shared, p1))
+    b1 = g1.submit(PodBinding.for_pod(p1, "n1"), after=[s1])
+    attempted(server, "patch_status", "shared")
+    s2 = g2.submit(reserve(shared, p2))  # merges s1 in (or s1, put back, merges into it)
+    assert outcome(s1) is Outcome.OVERWRITTEN and s1.successor is s2
+    assert g2.cancel()
+    assert outcome(b1) is Outcome.SUCCESS
+    assert outcome(s2) is Outcome.SUCCESS  # it carried p1's intent: sent whole
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "shared")
+    assert len(requests(log, "patch_status", "shared")) == 2
+    assert reserved(server, "shared") == {"p1", "p2"}
+
+
+def test_two_steps_of_a_cancelled_group_merged_together_are_withdrawn_together(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    c1 = server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    g = caller.group(owner=p1)
+    first = g.submit(reserve(c1, p1))  # meets its 429: pending in backoff
+    attempted(server, "patch_status", "c1")
+    second = g.submit(reserve(c1, p2))  # merges the first in
+    assert outcome(first) is Outcome.OVERWRITTEN and first.successor is second
+    other = caller.submit(PodStatusPatch.for_pod(p2, nominated_node_name="n1"))
+    assert g.cancel()
+    assert type(outcome(second)) is CallCancelled
+    assert outcome(other) is Outcome.SUCCESS
+    assert [r.outcome for r in server.request_log if r.name == "c1"] == ["TooManyRequests"]
+    assert reserved(server, "c1") == set()
+
+
+def test_a_plain_future_merged_before_it_became_a_prerequisite_is_followed(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """No group watched it: the actor names the call that merged it, so a binding submitted
+    after the merge still waits for the reservation to land."""
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    shared = server.create(make_claim("shared"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=1.0), name="shared")
+    f1 = caller.submit(reserve(shared, p1))
+    attempted(server, "patch_status", "shared")
+    f2 = caller.submit(reserve(shared, p2))  # merges f1 in
+    assert outcome(f1) is Outcome.OVERWRITTEN and f1.successor is f2
+    bind = caller.submit(PodBinding.for_pod(p1, "n1"), after=[f1])
+    assert not bind.done() and caller.held_calls == 1  # held on f2, not released by f1
+    assert outcome(bind) is Outcome.SUCCESS and outcome(f2) is Outcome.SUCCESS
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "shared")
+    assert reserved(server, "shared") == {"p1", "p2"}
 
 
 def test_group_future_lists_outcomes_and_is_a_prerequisite(

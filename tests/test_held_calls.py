@@ -21,10 +21,11 @@ from kdispatch.actors.errors import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors.object_state import Merged, Ready, Result, Retire, State
+from kdispatch.actors.object_state import Merged, Ready, Result, Retire, Send, State
+from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import cond, pod
-from tests.test_object_state import Driver, label, unsched
+from tests.test_object_state import Driver, gate, label, unsched
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -251,3 +252,80 @@ def test_retry_merged_into_a_held_call_of_its_type_waits_with_it(d: HeldDriver) 
     assert s2.call.nominated_node_name == "n1" and len(s2.call.conditions) == 1
     d.done(s2)
     assert d.outcome(f2) is Outcome.SUCCESS
+
+
+# --------------------------------------------------------------------------- behind its own
+
+
+def submit_behind(d: HeldDriver, call: Call, token: Hashable, *behind: str) -> str:
+    """A held call that waits (through ``token``) for the calls of ``behind`` on its object."""
+    d._n += 1
+    fut = f"f{d._n}"
+    d._take(d.m.submit(call, fut, frozenset((token,)), frozenset(behind)))
+    return fut
+
+
+def queued(d: HeldDriver) -> list[str]:
+    return [e.call.call_type for e in d.m.queue]
+
+
+def request(d: HeldDriver, p: Obj) -> Send:
+    """The next request of the head call, after the re-read it may need (answered ``p``)."""
+    sent = d.send()
+    if sent.read:
+        d.done(sent, obj=p)
+        sent = d.send()
+    return sent
+
+
+def test_a_held_call_merged_into_an_older_slot_stays_behind_its_prerequisite(
+    d: HeldDriver,
+) -> None:
+    p = pod("a")
+    d.submit(label(p, "x"))
+    first = d.send()  # in flight: what follows waits
+    older = d.submit(gate(p))
+    pre = d.submit(label(p, "y"))  # the held call's prerequisite, on the same object
+    held = submit_behind(d, unsched(p), "t", pre)  # merges `older`, ahead of `pre`...
+    assert d.outcome(older) is Outcome.OVERWRITTEN
+    assert queued(d) == ["label_patch", "pod_status_patch"]  # ...but is placed behind it
+    d.done(first)
+    sent = request(d, p)  # not refunded: the prerequisite goes first
+    assert sent.call.call_type == "label_patch" and sent.call == label(p, "y")
+    d.done(sent)
+    assert d.outcome(pre) is Outcome.SUCCESS
+    assert d.grant() is None  # still held
+    d.release("t")
+    merged = request(d, p)
+    assert {c["type"] for c in merged.call.apply(p)["status"]["conditions"]} == {
+        "PodScheduled",
+        "QueueGate",
+    }
+    d.done(merged)
+    assert d.outcome(held) is Outcome.SUCCESS
+
+
+def test_a_call_put_back_into_a_held_one_stays_behind_that_ones_prerequisite(
+    d: HeldDriver,
+) -> None:
+    p = pod("a")
+    d.submit(gate(p))
+    first = d.send()
+    pre = d.submit(label(p))
+    submit_behind(d, unsched(p), "t", pre)
+    assert queued(d) == ["label_patch", "pod_status_patch"]
+    d.done(first, Result.RETRY, error=ServerError("x"))  # put back, merged into the held one
+    assert queued(d) == ["label_patch", "pod_status_patch"]  # not moved ahead of `pre`
+    assert request(d, p).call.call_type == "label_patch"
+
+
+def test_without_a_prerequisite_on_its_object_a_held_merge_keeps_the_older_slot(
+    d: HeldDriver,
+) -> None:
+    p = pod("a")
+    d.submit(label(p, "x"))
+    d.send()
+    d.submit(gate(p))
+    d.submit(label(p, "y"))
+    submit_behind(d, unsched(p), "t")
+    assert queued(d) == ["pod_status_patch", "label_patch"]

@@ -17,7 +17,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.holds import Dependencies, GroupFuture, Hold, HoldState
 from kdispatch.actors.messages import CallFuture, FailDependency, Release
 from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import pod
 
 OWNER = object()
@@ -109,13 +109,26 @@ def test_an_overwritten_prerequisite_is_followed_to_its_successor() -> None:
     deps.arm(hold)
     newer_call = PodStatusPatch.for_pod(pod("c"), nominated_node_name="n2")
     newer = future("c", newer_call)
-    deps.link(newer_call, newer)  # submitted while `first` is watched
+    first.successor = newer  # what the object's actor does before resolving OVERWRITTEN
     assert first.successor is newer
     first.set_result(Outcome.OVERWRITTEN)
     assert told.told == []  # waits for the newer call
     newer.set_result(Outcome.SUCCESS)
     assert told.told == [("uid-x", Release(hold))]
-    assert deps.watched == {}
+    assert deps.held == 0
+
+
+def test_a_future_overwritten_before_it_became_a_prerequisite_is_followed() -> None:
+    deps, told, _ = make()
+    first = future("c", PodStatusPatch.for_pod(pod("c"), nominated_node_name="n1"))
+    newer = future("c", PodStatusPatch.for_pod(pod("c"), nominated_node_name="n2"))
+    first.successor = newer
+    first.set_result(Outcome.OVERWRITTEN)
+    hold = held(deps, "x", first)  # waits for the newer call, not for nothing
+    assert hold.prereqs == (newer,)
+    deps.arm(hold)
+    newer.set_result(Outcome.SUCCESS)
+    assert told.told == [("uid-x", Release(hold))]
 
 
 def test_a_held_call_resolved_first_is_forgotten() -> None:
@@ -127,6 +140,21 @@ def test_a_held_call_resolved_first_is_forgotten() -> None:
     assert hold.state is HoldState.DONE and deps.held == 0
     a.set_result(Outcome.SUCCESS)
     assert told.told == []
+
+
+def test_a_held_call_overwritten_while_waiting_keeps_its_hold_until_released() -> None:
+    """Merged into a newer call, the held call's token is held by that call: it must still
+    be released once the prerequisite succeeded."""
+    deps, told, metrics = make()
+    a = future("a")
+    hold = held(deps, "x", a)
+    deps.arm(hold)
+    hold.future.set_result(Outcome.OVERWRITTEN)
+    assert hold.state is HoldState.WAITING and deps.held == 1
+    a.set_result(Outcome.SUCCESS)
+    assert told.told == [("uid-x", Release(hold))]
+    assert deps.held == 0 and deps._holds == {} and deps._held_on == {}
+    assert metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
 
 
 def test_cycles_through_groups_and_objects() -> None:
@@ -144,6 +172,22 @@ def test_cycles_through_groups_and_objects() -> None:
     with pytest.raises(DependencyCycleError):  # a step on y would queue behind y's held call
         deps.add_step(step.call, step, g)  # type: ignore[arg-type]
     deps.add_step(a.call, a, g)  # type: ignore[arg-type]
+
+
+def test_a_prerequisite_on_the_same_object_is_kept_ahead_unless_it_would_be_merged() -> None:
+    deps, _, _ = make()
+    binding = future("a")  # a binding of pod a
+    status_call = PodStatusPatch.for_pod(pod("a"), nominated_node_name="n1")
+    hold = deps.hold(status_call, future("a", status_call), (binding,))
+    assert isinstance(hold, Hold) and hold.behind == frozenset({binding})  # kept behind it
+    status = future("b", PodStatusPatch.for_pod(pod("b"), nominated_node_name="n1"))
+    with pytest.raises(DependencyCycleError, match="merge with or supersede"):
+        held(deps, "b", status)  # a binding of b would supersede the status patch it waits for
+    evict = PodPreemption.for_pod(pod("c"))
+    with pytest.raises(DependencyCycleError, match="exclusive"):
+        deps.hold(evict, future("c", evict), (future("c"),))
+    other = held(deps, "d", future("e"))
+    assert other.behind == frozenset()
 
 
 def test_prerequisites_are_this_dispatchers_futures() -> None:
