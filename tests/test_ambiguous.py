@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend, PatchType
+from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -40,7 +40,7 @@ from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -111,12 +111,12 @@ class _RivalBinds(GatedBackend):
         self.rival = rival
         self.first = True
 
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        if self.first:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op == "bind" and self.first:
             self.first = False
-            self.inner.bind(namespace, name, uid=uid, node=self.rival)
+            self.inner.bind(**dict(request, node=self.rival))
             raise RequestTimeoutError("reply lost")
-        super().bind(namespace, name, uid=uid, node=node)
+        return super().around(op, request, send)
 
 
 def test_lost_binding_reply_with_the_pod_bound_elsewhere_is_a_conflict(
@@ -164,21 +164,13 @@ class _RecreatedAfterDelete(GatedBackend):
         super().__init__(inner)
         self.first = True
 
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        if self.first:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op == "delete" and self.first:
             self.first = False
-            self.inner.delete(kind, namespace, name, uid=uid)
-            self.inner.create(make_pod(name))
+            send()
+            self.inner.create(make_pod(request["name"]))
             raise RequestTimeoutError("reply lost")
-        super().delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+        return super().around(op, request, send)
 
 
 def test_retried_deletion_never_hits_a_recreated_pod_of_the_same_name(
@@ -220,27 +212,11 @@ class _HoldAfterApply(GatedBackend):
         self.applied = threading.Event()
         self.release = threading.Event()
 
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op != "patch_status":
+            return super().around(op, request, send)
         try:
-            return super().patch_status(
-                kind,
-                namespace,
-                name,
-                patch,
-                uid=uid,
-                resource_version=resource_version,
-                patch_type=patch_type,
-            )
+            return super().around(op, request, send)
         finally:
             self.applied.set()
             assert self.release.wait(timeout=20), "never released"

@@ -13,11 +13,11 @@ import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend, PatchType
+from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call, CallTypeRegistry
 from kdispatch.actors.claim_calls import ClaimStatusPatch
@@ -50,7 +50,7 @@ from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.informer import Informer, WatchEvent
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -450,31 +450,13 @@ class Broken(GatedBackend):
         self.error = error
         self.broken = True
 
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
-        obj = super().patch_status(
-            kind,
-            namespace,
-            name,
-            patch,
-            uid=uid,
-            resource_version=resource_version,
-            patch_type=patch_type,
-        )
-        if not self.broken:
-            return obj
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        answer = super().around(op, request, send)
+        if op != "patch_status" or not self.broken:
+            return answer
         if self.error is not None:
             raise self.error
-        return self.reply  # type: ignore[no-any-return]
+        return cast(T, self.reply)
 
 
 @pytest.mark.parametrize(
@@ -540,9 +522,9 @@ class GarbageRefetch(GatedBackend):
         super().__init__(inner)
         self.garbage = True
 
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        obj = super().get(kind, namespace, name)
-        return "not an object" if self.garbage else obj  # type: ignore[return-value]
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        answer = super().around(op, request, send)
+        return cast(T, "not an object") if op == "get" and self.garbage else answer
 
 
 def test_garbage_refetch_after_a_conflict_does_not_condemn_the_object() -> None:

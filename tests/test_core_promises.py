@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,7 +33,7 @@ from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -208,11 +209,11 @@ class _SnapshotOnDelete(GatedBackend):
         super().__init__(inner)
         self.seen: list[dict[str, Any] | None] = []
 
-    def delete(self, kind: str, namespace: str, name: str, **kwargs: Any) -> None:
-        self.seen.append(
-            condition(self.inner.get_object(kind, namespace, name), "DisruptionTarget")
-        )
-        super().delete(kind, namespace, name, **kwargs)
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op == "delete":
+            held = self.inner.get_object(request["kind"], request["namespace"], request["name"])
+            self.seen.append(condition(held, "DisruptionTarget"))
+        return super().around(op, request, send)
 
 
 @pytest.mark.parametrize("faults", [("429",), ("timeout",), ("429", "500", "429")])

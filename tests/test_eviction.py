@@ -4,6 +4,7 @@ Checked on the server: which pods are gone, and which requests it answered how."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from kdispatch.actors.pod_calls import PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pdb, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T, WrappedBackend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -51,22 +52,17 @@ def _evictions(mem: InMemoryApiServer) -> list[tuple[str, str]]:
     return [(r.name, r.outcome) for r in mem.request_log if r.op == "evict"]
 
 
-class FreesAfter:
+class FreesAfter(WrappedBackend):
     """Forwards to the server; after ``n`` PDB refusals, a third ready pod appears, so the
     budget allows one disruption again. Executor worker threads."""
 
     def __init__(self, mem: InMemoryApiServer, n: int) -> None:
-        self.inner = GatedBackend(mem)
+        super().__init__(mem)
         self.mem, self.n, self.refusals = mem, n, 0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def evict(
-        self, namespace: str, name: str, *, uid: str, grace_period_seconds: Any = None
-    ) -> None:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
         try:
-            self.inner.evict(namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+            return send()
         except DisruptionBudgetError:
             self.refusals += 1
             if self.refusals == self.n:
