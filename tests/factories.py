@@ -1,8 +1,19 @@
-"""Small builders of Kubernetes-shaped JSON objects for tests."""
+"""Short spellings of the :mod:`kdispatch.testing` object factories used across the tests.
+
+The one home of test objects is :func:`kdispatch.testing.make_pod` (and ``make_condition``,
+``make_node``, ``make_claim``, ``make_pdb``); these forward to it with the tests' defaults: a
+UID derived from the name and a served resourceVersion.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from kdispatch.testing.memory import InMemoryApiServer
+from kdispatch.testing.memory_objects import make_condition, make_pod
+
+cond = make_condition
+"""A pod condition: :func:`kdispatch.testing.make_condition`."""
 
 
 def pod(
@@ -16,32 +27,29 @@ def pod(
     nnn: str | None = None,
     terminating: bool = False,
 ) -> dict[str, Any]:
-    """A Pod dict. ``uid`` defaults to ``uid-<name>``."""
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "uid": uid or f"uid-{name}",
-        "resourceVersion": str(rv),
-    }
-    if terminating:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    status: dict[str, Any] = {"phase": "Pending", "conditions": [dict(c) for c in conditions]}
-    if nnn:
-        status["nominatedNodeName"] = nnn
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+    """A served Pod: :func:`kdispatch.testing.make_pod` with ``uid`` defaulting to
+    ``uid-<name>``, resourceVersion ``rv`` and a ``status.conditions`` list."""
+    return make_pod(
+        name,
+        namespace,
+        uid=uid or f"uid-{name}",
+        rv=rv,
+        node=node,
+        conditions=conditions,
+        nominated_node_name=nnn,
+        terminating=terminating,
+    )
 
 
-def cond(
-    type_: str = "PodScheduled",
-    status: str = "False",
-    reason: str = "Unschedulable",
-    message: str = "",
-) -> dict[str, Any]:
-    """A pod condition."""
-    out = {"type": type_, "status": status, "reason": reason}
-    if message:
-        out["message"] = message
-    return out
+def ready_pod(server: InMemoryApiServer, name: str, *, node: str = "n1") -> dict[str, Any]:
+    """Creates pod ``name`` (labelled ``app=web``) on ``server``, bound to ``node``, Running and
+    Ready (healthy for a PodDisruptionBudget); returns it as stored."""
+    return server.create(
+        make_pod(
+            name,
+            labels={"app": "web"},
+            node=node,
+            phase="Running",
+            conditions=[{"type": "Ready", "status": "True"}],
+        )
+    )

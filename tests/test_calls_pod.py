@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kdispatch import testing
 from kdispatch.actors import pod_calls
 from kdispatch.actors.calls import UNSET
 from kdispatch.actors.errors import (
@@ -49,23 +50,17 @@ def make_pod(
     node: str | None = None,
     deleting: bool = False,
 ) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "ns", "uid": uid},
-        "spec": {"containers": [{"name": "c", "image": "i"}]},
-        "status": {"phase": "Pending"},
-    }
-    if rv is not None:
-        pod["metadata"]["resourceVersion"] = rv
-    if deleting:
-        pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
-    if conditions is not None:
-        pod["status"]["conditions"] = conditions
-    if nnn is not None:
-        pod["status"]["nominatedNodeName"] = nnn
-    if node is not None:
-        pod["spec"]["nodeName"] = node
-    return pod
+    """Pod ``ns/p`` as served at resourceVersion ``rv``."""
+    return testing.make_pod(
+        "p",
+        "ns",
+        uid=uid,
+        rv=rv,
+        conditions=conditions,
+        nominated_node_name=nnn,
+        node=node,
+        terminating=deleting,
+    )
 
 
 def cond(ctype: str, status: str, **extra: str) -> dict[str, str]:
