@@ -32,6 +32,7 @@ from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.waiting import until
 from tests.backends import GatedBackend
 from tests.factories import cond
 
@@ -44,14 +45,8 @@ FAST = DispatcherConfig(
 SLOW = DispatcherConfig(rate_limit=RateLimitConfig(qps=0.001, burst=1), runtime=RuntimeConfig(1))
 """One token, then none for 1000 s; one pool worker."""
 
-
-async def until(predicate: Any, timeout: float = 10.0) -> None:
-    """Poll observable state on the loop (yielding to it) until ``predicate()`` or fail."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
+WAIT = 10.0
+"""Seconds any wait for observable state may take."""
 
 
 def bound_node(server: InMemoryApiServer, name: str) -> str | None:
@@ -111,13 +106,13 @@ async def test_cancelling_the_awaiting_task_does_not_withdraw_the_call() -> None
             return await d.asubmit(PodBinding.for_pod(pod, "n1"))
 
         task = asyncio.ensure_future(bind())
-        await until(lambda: bool(gated.calls))
+        await until(lambda: bool(gated.calls), WAIT, "a request on the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert d.outstanding == 1  # the call is still the dispatcher's
         gated.gate.set()
-        await until(lambda: d.outstanding == 0)
+        await until(lambda: d.outstanding == 0, WAIT, "no call outstanding")
         assert (
             d.metrics.value(
                 "kdispatch_call_outcomes_total", call_type="pod_binding", outcome="success"
@@ -140,7 +135,7 @@ async def test_dispatcher_cancel_withdraws_what_the_await_cannot() -> None:
         fut = d.asubmit(PodStatusPatch.for_pod(p1, conditions=[cond()]))  # waits for a token
         fut.cancel()
         d.cancel(p1["metadata"]["uid"])
-        await until(lambda: d.outstanding == 0)
+        await until(lambda: d.outstanding == 0, WAIT, "no call outstanding")
         assert (
             d.metrics.value(
                 "kdispatch_call_outcomes_total", call_type="pod_status_patch", outcome="cancelled"
@@ -239,7 +234,9 @@ async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
         await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
         d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
         view = asyncio.ensure_future(d.aview("w-1"))
-        await until(ENTERED.is_set)  # the loop runs while the actor's worker is held
+        await until(
+            ENTERED.is_set, WAIT, "the held actor entered"
+        )  # the loop runs while the actor's worker is held
         assert not view.done()
         RELEASE.set()
         obj = await asyncio.wait_for(view, 10)
@@ -265,7 +262,7 @@ async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped(
         await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
         d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
         first = asyncio.ensure_future(d.aview("w-1"))
-        await until(ENTERED.is_set)
+        await until(ENTERED.is_set, WAIT, "the held actor entered")
         with pytest.raises(TimeoutError):
             await d.aview("w-1", timeout=0.05)
         RELEASE.set()
@@ -306,7 +303,9 @@ async def test_aio_informer_feeds_the_dispatcher_over_http() -> None:
             mem.remove("Pod", "default", "p1")
             with pytest.raises(CallCancelled):
                 await asyncio.wait_for(pending, 10)
-            await until(lambda: p1["metadata"]["uid"] not in informer.cache)
+            await until(
+                lambda: p1["metadata"]["uid"] not in informer.cache, WAIT, "p1 out of the cache"
+            )
             await informer.stop()
     finally:
         d.stop(drain=False, timeout=10)
@@ -332,7 +331,7 @@ async def test_aio_informer_reports_errors_and_recovers() -> None:
                 on_error=errors.append,
             )
             informer.start()
-            await until(lambda: len(errors) >= 2)
+            await until(lambda: len(errors) >= 2, WAIT, "two handler errors")
             assert not informer.has_synced()
             assert isinstance(informer.last_error, ApiError)
             assert informer.last_error.status == 401

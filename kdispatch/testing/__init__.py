@@ -12,6 +12,8 @@
   the in-memory server without HTTP.
 * :func:`make_pod`, :func:`make_condition`, :func:`make_node`, :func:`make_claim`,
   :func:`make_pdb`: object factories (the one home for test objects).
+* :mod:`kdispatch.testing.waiting`: ``wait_for``/``poll``/``until``, the one wait for observable
+  state (a predicate polled with a deadline that names what it waited for).
 * :func:`live_pooled_actors`: pooled actors alive in this process, for leak checks.
 * :mod:`kdispatch.testing.envtest`: the real etcd + kube-apiserver, built from the Go module
   proxy and started for your own tests (``python -m kdispatch.testing.envtest``).
