@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from benchmarks.chaos import IDEAL, ChaosConfig, ideal, run
-from benchmarks.chaos_oracle import ABSENT, Intent, score
 from benchmarks.chaos_watch import BindingAuditor
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallFailed, CallStale, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.oracle import ABSENT, Intent, score
 
 pytestmark = pytest.mark.timeout(60)
 

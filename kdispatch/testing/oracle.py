@@ -1,4 +1,8 @@
-"""The chaos oracle: what every intent promised, and whether the server kept it.
+"""The final-state oracle: what every intent promised, and whether the server kept it.
+
+The one checker of "is the final state right?" for the chaos benchmark, the stress run and the
+tests. Record every submitted call with an :class:`IntentLog`, then :func:`score` it against the
+server's final objects.
 
 An *intent* is one call submitted to the dispatcher. It is reduced to the fields of the object it
 sets (``strict``: the server must end up with exactly this value unless something later changed
@@ -19,18 +23,22 @@ with the intents and their futures:
 Field keys are tuples: ``("cond", type, key)`` for a pod condition's status/reason/message,
 ``("nnn",)``, ``("node",)``, ``("alloc",)`` and ``("reserved", consumer uid)``.
 
-Pure module: no threads. Runs on the chaos driver's thread.
+Pure rules: no clocks, no pykka. :func:`score` runs on the caller's thread;
+:meth:`IntentLog.record` may be called from several threads (one thread per object keeps that
+object's intents in submission order).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdispatch import Outcome, get_path
+from kdispatch.actors.errors import KdispatchError, Outcome
+from kdispatch.actors.objects import get_path
 
 Field = tuple[str, ...]
 
@@ -79,6 +87,57 @@ class Intent:
         )
 
 
+class IntentLog:
+    """Intents in submission order, each stamped with whether a more relevant intent of its
+    object was still open when it was submitted. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.intents: list[Intent] = []
+        self._open_higher: dict[str, list[tuple[int, Future[Outcome]]]] = defaultdict(list)
+
+    def record(
+        self,
+        uid: str,
+        call_type: str,
+        relevance: int,
+        strict: dict[Field, Any],
+        submit: Callable[[], Future[Outcome]],
+        *,
+        loose: dict[Field, Any] | None = None,
+        exclusive: bool = False,
+        node: str | None = None,
+    ) -> Intent:
+        """Submit one call with ``submit()`` and record what it promised: ``strict`` and
+        ``loose`` fields, ``exclusive`` for a preemption, ``node`` for a binding. A submit that
+        raises a kdispatch error is recorded as rejected; any other exception propagates."""
+        with self._lock:
+            opened = self._open_higher[uid]
+            opened[:] = [(r, f) for r, f in opened if not f.done()]
+            under_higher = any(r > relevance for r, _ in opened)
+        intent = Intent(
+            0,
+            uid,
+            call_type,
+            relevance,
+            strict,
+            loose or {},
+            exclusive=exclusive,
+            under_higher=under_higher,
+            binding_node=node,
+        )
+        try:
+            intent.future = submit()
+        except KdispatchError as exc:
+            intent.rejected = type(exc).__name__
+        with self._lock:
+            intent.seq = len(self.intents)
+            self.intents.append(intent)
+            if intent.future is not None and relevance > 1:
+                opened.append((relevance, intent.future))
+        return intent
+
+
 # --------------------------------------------------------------------------- field values
 
 
@@ -123,6 +182,7 @@ class Score:
     converged: float = 1.0
     live_objects_checked: int = 0
     live_objects_converged: int = 0
+    fields_checked: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     lost_examples: list[str] = field(default_factory=list)
     unconverged_examples: list[str] = field(default_factory=list)
@@ -190,7 +250,8 @@ def score(
                     break
         if live:
             checked += 1
-            bad = _unconverged(items, later_max, obj, initial.get(uid))
+            bad, fields = _unconverged(items, later_max, obj, initial.get(uid))
+            out.fields_checked += fields
             if bad is None:
                 converged += 1
             else:
@@ -206,8 +267,9 @@ def _unconverged(
     later_max: list[int],
     obj: Mapping[str, Any] | None,
     initial: Mapping[str, Any] | None,
-) -> str | None:
-    """Why ``obj`` does not hold a value the intents allow, or None when it does."""
+) -> tuple[str | None, int]:
+    """Why ``obj`` does not hold a value the intents allow (None when it does), and how many
+    fields were checked."""
     allowed: dict[Field, set[Any]] = {}
     last_touch: dict[Field, int] = {}
     for i in items:
@@ -228,8 +290,8 @@ def _unconverged(
     for f, values in allowed.items():
         have = _freeze(actual(obj, f))
         if have not in values:
-            return f"{f} is {have!r}, allowed {sorted(map(repr, values))}"
-    return None
+            return f"{f} is {have!r}, allowed {sorted(map(repr, values))}", len(allowed)
+    return None, len(allowed)
 
 
 def _freeze(value: Any) -> Any:
