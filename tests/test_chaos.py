@@ -18,7 +18,7 @@ from benchmarks.chaos import IDEAL, ChaosConfig, ideal, run
 from benchmarks.chaos_watch import BindingAuditor
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallFailed, CallStale, Outcome
+from kdispatch.actors.errors import CallCancelled, CallFailed, CallStale, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from kdispatch.testing.oracle import ABSENT, Intent, score
@@ -171,6 +171,13 @@ def test_oracle_an_overwritten_intent_shares_the_fate_of_its_merge() -> None:
     assert score(merged, {"u1": _pod()}, {"u1": _pod()}).converged == 1.0
     alone = [_intent(0, "n1", Outcome.OVERWRITTEN)]
     assert score(alone, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
+    # merged into a call that was then cancelled (or failed), on another field: not promised
+    other = Intent(1, "u1", "pod_status_patch", 1, {("cond", "X", "status"): "True"})
+    other.future = _future(CallCancelled("cancelled by the caller"))
+    rode = [_intent(0, "n1", Outcome.OVERWRITTEN), other]
+    assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
+    other.future = _future(Outcome.SUCCESS)  # now both promised, and neither holds
+    assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 2
     assert ABSENT == "<absent>"
 
 

@@ -10,9 +10,10 @@ the field) and the fields it may change as a side effect (``loose``: e.g. a bind
 ``PodScheduled`` condition). After the run, :func:`score` compares the server's final objects
 with the intents and their futures:
 
-* **lost intent** — a future that said ``SUCCESS``/``SKIPPED``/``OVERWRITTEN`` for an object that
-  is still alive, while one of its strict fields does not hold the promised value and no later
-  intent touched that field; or a preemption that said success while its pod is still alive; or
+* **lost intent** — a future that said ``SUCCESS``/``SKIPPED`` (or ``OVERWRITTEN``, when the call
+  it was merged into did not fail or get cancelled) for an object that is still alive, while one
+  of its strict fields does not hold the promised value and no later intent touched that field;
+  or a preemption that said success while its pod is still alive; or
   a future that never resolved. Intents that the design lets a more relevant call supersede are
   exempt: one followed by a more relevant intent (a binding overwrites a pending status patch),
   and one answered ``SKIPPED`` while a more relevant intent of the object was still open.
@@ -224,13 +225,14 @@ def score(
         for i in items:
             for f in (*i.strict, *i.loose):
                 last_touch[f] = i.seq
+        fates = _fates(items)
         for k, i in enumerate(items):
             if i.future is not None and not i.future.done():
                 out.unresolved_futures += 1
                 out.lost_intents += 1
                 _note(out.lost_examples, examples, f"{uid}: {i.call_type} #{i.seq} unresolved")
                 continue
-            if not live or not i.successish():
+            if not live or not fates[k]:
                 continue
             if i.exclusive:
                 out.lost_intents += 1
@@ -250,7 +252,7 @@ def score(
                     break
         if live:
             checked += 1
-            bad, fields = _unconverged(items, later_max, obj, initial.get(uid))
+            bad, fields = _unconverged(items, fates, later_max, obj, initial.get(uid))
             out.fields_checked += fields
             if bad is None:
                 converged += 1
@@ -262,8 +264,28 @@ def score(
     return out
 
 
+def _fates(items: list[Intent]) -> list[bool]:
+    """Per intent (in submission order), whether it said success/skipped, or was overwritten
+    (merged into a later call of its type) and the call it rode on, the next one of its type
+    that was not overwritten itself, did. A caller's cancel or a failure of that call takes the
+    merged intents with it."""
+    fates = [False] * len(items)
+    rides: dict[str, bool] = {}  # call type -> fate of the latest call not overwritten
+    for k in range(len(items) - 1, -1, -1):
+        i = items[k]
+        if i.future is None:
+            continue  # rejected at submit: nothing merged into it
+        if i.successish() and i.future.result() is Outcome.OVERWRITTEN:
+            fates[k] = rides.get(i.call_type, True)
+        else:
+            fates[k] = i.successish()
+            rides[i.call_type] = fates[k]
+    return fates
+
+
 def _unconverged(
     items: list[Intent],
+    fates: list[bool],
     later_max: list[int],
     obj: Mapping[str, Any] | None,
     initial: Mapping[str, Any] | None,
@@ -276,7 +298,7 @@ def _unconverged(
         for f in (*i.strict, *i.loose):
             last_touch[f] = i.seq
     for k, i in enumerate(items):
-        certain = i.successish() and not i.exclusive and not _exempt(i, later_max[k])
+        certain = fates[k] and not i.exclusive and not _exempt(i, later_max[k])
         # an overwritten intent shares the fate of the call it was merged into: it decides a
         # field only when no later intent touched that field
         merged = certain and i.future is not None and i.future.result() is Outcome.OVERWRITTEN
