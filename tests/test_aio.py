@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
@@ -220,8 +222,10 @@ class SlowLabel(Call):
 ENTERED, RELEASE = threading.Event(), threading.Event()
 
 
-@pytest.mark.asyncio
-async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
+@contextlib.asynccontextmanager
+async def _widget_behind_a_busy_actor() -> AsyncIterator[tuple[Dispatcher, Obj]]:
+    """A started dispatcher whose one token went to pod p0, with a :class:`SlowLabel` of widget
+    ``w-1`` submitted (its actor is held once it runs, until ``RELEASE``)."""
     ENTERED.clear()
     RELEASE.clear()
     server = InMemoryApiServer()
@@ -233,34 +237,29 @@ async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
     try:
         await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
         d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
-        view = asyncio.ensure_future(d.aview("w-1"))
-        await until(
-            ENTERED.is_set, WAIT, "the held actor entered"
-        )  # the loop runs while the actor's worker is held
-        assert not view.done()
-        RELEASE.set()
-        obj = await asyncio.wait_for(view, 10)
-        assert obj is not None and obj["metadata"]["labels"] == {"l": "x"}
-        assert await d.aview("untracked-uid") is None
-        assert await d.aview(p0["metadata"]["uid"]) == d.view(p0["metadata"]["uid"])
+        yield d, p0
     finally:
         RELEASE.set()
         d.stop(drain=False, timeout=10)
 
 
 @pytest.mark.asyncio
+async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
+    async with _widget_behind_a_busy_actor() as (d, p0):
+        view = asyncio.ensure_future(d.aview("w-1"))
+        # the loop runs while the actor's worker is held
+        await until(ENTERED.is_set, WAIT, "the held actor entered")
+        assert not view.done()
+        RELEASE.set()
+        obj = await asyncio.wait_for(view, 10)
+        assert obj is not None and obj["metadata"]["labels"] == {"l": "x"}
+        assert await d.aview("untracked-uid") is None
+        assert await d.aview(p0["metadata"]["uid"]) == d.view(p0["metadata"]["uid"])
+
+
+@pytest.mark.asyncio
 async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped() -> None:
-    ENTERED.clear()
-    RELEASE.clear()
-    server = InMemoryApiServer()
-    p0 = server.create(make_pod("p0"))
-    widget = {"kind": "Widget", "metadata": {"name": "w", "namespace": "default", "uid": "w-1"}}
-    types = default_call_types()
-    types.register(SlowLabel)
-    d = Dispatcher(server, SLOW, call_types=types).start()
-    try:
-        await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
-        d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
+    async with _widget_behind_a_busy_actor() as (d, _):
         first = asyncio.ensure_future(d.aview("w-1"))
         await until(ENTERED.is_set, WAIT, "the held actor entered")
         with pytest.raises(TimeoutError):
@@ -269,9 +268,6 @@ async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped(
         late = await asyncio.wait_for(first, 10)  # the actor answers both; the late one is dropped
         assert late is not None and late["metadata"]["labels"] == {"l": "x"}
         assert await d.aview("w-1") == late
-    finally:
-        RELEASE.set()
-        d.stop(drain=False, timeout=10)
 
 
 # ------------------------------------------------------------------ kubernetes.aio informer
