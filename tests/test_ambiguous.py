@@ -102,28 +102,38 @@ def test_lost_binding_reply_is_recognised_by_already_bound_to_the_same_node(
     assert stats["outcomes"] == {"pod_binding:success": 1}
 
 
-class _RivalBinds(GatedBackend):
-    """The first binding times out before it lands, and meanwhile another scheduler binds the
-    pod to ``rival``."""
+class _FirstReplyLost(GatedBackend):
+    """The first ``op`` request is replaced by ``meanwhile(request, send)`` (which may send it
+    and change the server), and its reply is lost: it raises a timeout."""
 
-    def __init__(self, inner: InMemoryApiServer, rival: str) -> None:
+    def __init__(
+        self,
+        inner: InMemoryApiServer,
+        op: str,
+        meanwhile: Callable[[dict[str, Any], Callable[[], Any]], object],
+    ) -> None:
         super().__init__(inner)
-        self.rival = rival
-        self.first = True
+        self.op, self.meanwhile, self.first = op, meanwhile, True
 
     def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
-        if op == "bind" and self.first:
+        if op == self.op and self.first:
             self.first = False
-            self.inner.bind(**dict(request, node=self.rival))
+            self.meanwhile(request, send)
             raise RequestTimeoutError("reply lost")
         return super().around(op, request, send)
+
+
+def _rival_binds(server: InMemoryApiServer) -> _FirstReplyLost:
+    """The first binding times out before it lands, and meanwhile another scheduler binds the
+    pod to ``rival``."""
+    return _FirstReplyLost(server, "bind", lambda req, _: server.bind(**dict(req, node="rival")))
 
 
 def test_lost_binding_reply_with_the_pod_bound_elsewhere_is_a_conflict(
     server: InMemoryApiServer,
 ) -> None:
     pod = server.create(make_pod("p1"))
-    with Dispatcher(_RivalBinds(server, "rival"), CONFIG) as d, pytest.raises(CallConflict):
+    with Dispatcher(_rival_binds(server), CONFIG) as d, pytest.raises(CallConflict):
         d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
     stored = server.get_object("Pod", "default", "p1")
     assert stored is not None and stored["spec"]["nodeName"] == "rival"
@@ -156,28 +166,22 @@ def test_lost_deletion_reply_is_recognised_by_not_found(
     assert ops(server, "get") == ["NotFound"]
 
 
-class _RecreatedAfterDelete(GatedBackend):
+def _recreated_after_delete(server: InMemoryApiServer) -> _FirstReplyLost:
     """The first deletion lands but its reply is lost, and a new pod with the same name (another
     UID) is created before the retry."""
 
-    def __init__(self, inner: InMemoryApiServer) -> None:
-        super().__init__(inner)
-        self.first = True
+    def meanwhile(request: dict[str, Any], send: Callable[[], Any]) -> None:
+        send()
+        server.create(make_pod(request["name"]))
 
-    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
-        if op == "delete" and self.first:
-            self.first = False
-            send()
-            self.inner.create(make_pod(request["name"]))
-            raise RequestTimeoutError("reply lost")
-        return super().around(op, request, send)
+    return _FirstReplyLost(server, "delete", meanwhile)
 
 
 def test_retried_deletion_never_hits_a_recreated_pod_of_the_same_name(
     server: InMemoryApiServer,
 ) -> None:
     victim = server.create(make_pod("p1"))
-    with Dispatcher(_RecreatedAfterDelete(server), CONFIG) as d:
+    with Dispatcher(_recreated_after_delete(server), CONFIG) as d:
         future = d.submit(PodPreemption.for_pod(victim, add_condition=False))
         exc = future.exception(timeout=10)
         assert exc is None or isinstance(exc, ObjectNotFound)
@@ -195,7 +199,7 @@ def test_retried_deletion_whose_victim_was_replaced_reports_success(
     """Regression: the refetch after the 409 finds another UID, which once surfaced as
     ObjectNotFound; for a preemption the victim being gone is success."""
     victim = server.create(make_pod("p1"))
-    with Dispatcher(_RecreatedAfterDelete(server), CONFIG) as d:
+    with Dispatcher(_recreated_after_delete(server), CONFIG) as d:
         future = d.submit(PodPreemption.for_pod(victim, add_condition=False))
         assert future.result(timeout=10) is Outcome.SUCCESS
 
