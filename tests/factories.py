@@ -2,13 +2,18 @@
 
 The one home of test objects is :func:`kdispatch.testing.make_pod` (and ``make_condition``,
 ``make_node``, ``make_claim``, ``make_pdb``); these forward to it with the tests' defaults: a
-UID derived from the name and a served resourceVersion.
+UID derived from the name and a served resourceVersion. ``ready_pod`` creates a healthy pod on a
+server, ``user_call`` a minimal user call class.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.calls import Call
+from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.testing.memory import InMemoryApiServer
 from kdispatch.testing.memory_objects import make_condition, make_pod
 
@@ -53,3 +58,26 @@ def ready_pod(server: InMemoryApiServer, name: str, *, node: str = "n1") -> dict
             conditions=[{"type": "Ready", "status": "True"}],
         )
     )
+
+
+def user_call(name: str, *, kind: str = "Widget", relevance: Any = 1) -> type[Call]:
+    """A minimal call class with the given class attributes."""
+
+    @dataclass(frozen=True, slots=True)
+    class UserCall(Call):
+        call_type: ClassVar[str] = name
+        ref: ObjectRef
+
+        def is_noop(self, obj: Obj | None) -> bool:
+            return False
+
+        def apply(self, obj: Obj) -> Obj:
+            return obj
+
+        def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+            return None
+
+    UserCall.kind = kind
+    if relevance is not None:
+        UserCall.relevance = relevance
+    return UserCall

@@ -17,9 +17,8 @@ from typing import Any, cast
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.calls import Call, CallTypeRegistry
+from kdispatch.actors.calls import CallTypeRegistry
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import (
     DispatcherConfig,
@@ -51,6 +50,7 @@ from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.informer import Informer, WatchEvent
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend, T
+from tests.factories import user_call
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -121,21 +121,7 @@ class Unregistered(PodStatusPatch):
     call_type = "pod_teleport"
 
 
-@dataclass(frozen=True, slots=True)
-class ZeroRelevance(Call):
-    call_type = "zero"
-    kind = "Widget"
-    relevance = 0
-    ref: ObjectRef
-
-    def is_noop(self, obj: Obj | None) -> bool:
-        return False
-
-    def apply(self, obj: Obj) -> Obj:
-        return obj
-
-    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        return None
+ZeroRelevance = user_call("zero", relevance=0)
 
 
 def _register(cls: Any) -> None:
@@ -287,41 +273,22 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
         InvalidCallError,
     ),
     # conditions
-    (
-        "condition-status-maybe",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(status="Maybe")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-status-bool",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(status=True)]),
-        InvalidCallError,
-    ),
-    (
-        "condition-status-lowercase",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(status="true")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-type-missing",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(type=_DROP)]),
-        InvalidCallError,
-    ),
-    (
-        "condition-type-empty",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(type="")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-unknown-key",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(lastTransitionTime="now")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-message-an-int",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(message=3)]),
-        InvalidCallError,
-    ),
+    *[
+        (
+            f"condition-{name}",
+            lambda e, c=bad: PodStatusPatch.for_pod(e.pod, conditions=[c]),
+            InvalidCallError,
+        )
+        for name, bad in {
+            "status-maybe": cond(status="Maybe"),
+            "status-bool": cond(status=True),
+            "status-lowercase": cond(status="true"),
+            "type-missing": cond(type=_DROP),
+            "type-empty": cond(type=""),
+            "unknown-key": cond(lastTransitionTime="now"),
+            "message-an-int": cond(message=3),
+        }.items()
+    ],
     (
         "condition-type-twice",
         lambda e: PodStatusPatch.for_pod(e.pod, conditions=[COND, COND]),
