@@ -234,6 +234,7 @@ def test_stop_drains_pending_calls(cluster: Cluster) -> None:
     assert d.stats()["sent"] == {"pod_binding": 12}  # the child's last figures
 
 
+@pytest.mark.slow
 def test_stop_without_drain_closes_what_is_left(cluster: Cluster) -> None:
     pods = [cluster.pod(f"n{i}") for i in range(5)]
     cluster.held.gate.clear()
@@ -370,6 +371,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path) -> None:
     script = tmp_path / "orphan.py"
     script.write_text(_ORPHAN_SCRIPT)
