@@ -18,7 +18,7 @@ from kdispatch.actors.aio import NoEventLoopError
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig, RuntimeConfig
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RuntimeConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     ApiError,
@@ -36,14 +36,11 @@ from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from kdispatch.testing.waiting import until
 from tests.backends import GatedBackend
+from tests.configs import FAST
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
 SLOW = DispatcherConfig(rate_limit=RateLimitConfig(qps=0.001, burst=1), runtime=RuntimeConfig(1))
 """One token, then none for 1000 s; one pool worker."""
 

@@ -50,14 +50,12 @@ from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.informer import Informer, WatchEvent
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend, T
+from tests.configs import fast
 from tests.factories import user_call
 
 pytestmark = pytest.mark.timeout(30)
 
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(max_attempts=3, base_backoff=0.0, max_backoff=0.0),
-)
+FAST = fast(max_attempts=3)
 COND = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
 
 

@@ -8,7 +8,6 @@ and the oracle's five figures asserted at their ideal values.
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import Future
 from typing import Any
 
@@ -16,12 +15,12 @@ import pytest
 
 from benchmarks.chaos import IDEAL, ChaosConfig, ideal, run
 from benchmarks.chaos_watch import BindingAuditor
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallCancelled, CallFailed, CallStale, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from kdispatch.testing.oracle import ABSENT, Intent, score
+from tests.configs import FAST
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,10 +74,6 @@ def test_chaos_over_http_with_the_real_client() -> None:
 # --------------------------------------------------------------------------- regressions
 
 
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
 UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
 
 

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -34,6 +33,7 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend, T
+from tests.configs import fast
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,10 +43,7 @@ UNSCHEDULABLE = {
     "reason": "Unschedulable",
     "message": "0/3 nodes are available",
 }
-CONFIG = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0, budget=5.0),
-)
+CONFIG = fast(budget=5.0)
 
 
 def condition(pod: Obj | None, ctype: str) -> dict[str, Any] | None:

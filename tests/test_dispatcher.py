@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator
 from concurrent.futures import wait
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     CallCancelled,
@@ -28,14 +27,10 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
+from tests.configs import FAST
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)
-
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
 
 
 @pytest.fixture
