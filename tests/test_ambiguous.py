@@ -226,6 +226,21 @@ class _HoldAfterApply(GatedBackend):
             assert self.release.wait(timeout=20), "never released"
 
 
+def _informer_shows(server: InMemoryApiServer, d: Dispatcher, name: str) -> None:
+    """The watch event of pod ``name`` as the server holds it now reaches the dispatcher."""
+    applied = server.get_object("Pod", "default", name)
+    assert applied is not None
+    d.on_update(applied)
+
+
+def _with_backoff(seconds: float) -> DispatcherConfig:
+    """:data:`CONFIG` with six attempts ``seconds`` apart."""
+    return DispatcherConfig(
+        rate_limit=CONFIG.rate_limit,
+        retry=RetryConfig(max_attempts=6, base_backoff=seconds, max_backoff=seconds),
+    )
+
+
 def test_lost_status_patch_reply_is_not_resent_once_the_informer_shows_it(
     server: InMemoryApiServer,
 ) -> None:
@@ -236,9 +251,7 @@ def test_lost_status_patch_reply_is_not_resent_once_the_informer_shows_it(
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         assert held.applied.wait(timeout=10)
         # the watch event of the applied patch arrives before the lost reply times out
-        applied = server.get_object("Pod", "default", "p1")
-        assert applied is not None
-        d.on_update(applied)
+        _informer_shows(server, d, "p1")
         held.release.set()
         assert future.result(timeout=10) is Outcome.SKIPPED
         assert d.stats()["sent_total"] == 1
@@ -254,16 +267,11 @@ def test_lost_status_patch_reply_is_not_resent_whether_the_event_or_the_timeout_
     pod = server.create(make_pod("p1"))
     server.script("patch_status", "apply_then_fail", name="p1")
     gated = GatedBackend(server)
-    slow = DispatcherConfig(
-        rate_limit=CONFIG.rate_limit,
-        retry=RetryConfig(max_attempts=6, base_backoff=0.5, max_backoff=0.5),
-    )
+    slow = _with_backoff(0.5)
     with Dispatcher(gated, slow) as d:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         gated.wait_calls(1)
-        applied = server.get_object("Pod", "default", "p1")
-        assert applied is not None
-        d.on_update(applied)
+        _informer_shows(server, d, "p1")
         assert future.result(timeout=10) is Outcome.SKIPPED
     assert ops(server, "patch_status") == ["apply_then_fail"]
 
@@ -276,17 +284,12 @@ def test_lost_status_patch_reply_resolves_without_waiting_out_the_backoff(
     pod = server.create(make_pod("p1"))
     server.script("patch_status", "apply_then_fail", name="p1")
     held = _HoldAfterApply(server)
-    slow = DispatcherConfig(
-        rate_limit=CONFIG.rate_limit,
-        retry=RetryConfig(max_attempts=6, base_backoff=30.0, max_backoff=30.0),
-    )
+    slow = _with_backoff(30.0)
     d = Dispatcher(held, slow).start()
     try:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         assert held.applied.wait(timeout=10)
-        applied = server.get_object("Pod", "default", "p1")
-        assert applied is not None
-        d.on_update(applied)
+        _informer_shows(server, d, "p1")
         held.release.set()
         assert future.result(timeout=3) is Outcome.SKIPPED
     finally:
