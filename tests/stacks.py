@@ -32,3 +32,16 @@ def start_with_informers(
         inf.start()
     for inf in informers:
         assert inf.wait_for_sync(sync_timeout), f"informer {inf.name} never synced"
+
+
+def run_teardown(steps: list[Callable[[], None]]) -> None:
+    """Run ``steps`` last first; every step runs, even after a failing one, and the first
+    failure is raised at the end. Test thread."""
+    errors: list[BaseException] = []
+    for step in reversed(steps):
+        try:
+            step()
+        except BaseException as exc:  # collected: the other steps still run
+            errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -46,7 +46,7 @@ from kdispatch.testing.memory import (
 )
 from tests.backends import GatedBackend
 from tests.factories import cond
-from tests.stacks import start_with_informers
+from tests.stacks import run_teardown, start_with_informers
 
 WAIT = 60.0
 """Upper bound for any single wait; the runs take a few seconds."""
@@ -166,14 +166,7 @@ def make_stack() -> Iterator[Callable[..., Stack]]:
         return Stack(mem, http, backend, dispatcher, informers)
 
     yield build
-    errors: list[BaseException] = []
-    for step in reversed(teardown):  # every step runs, even after a failing one
-        try:
-            step()
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    run_teardown(teardown)
 
 
 # --------------------------------------------------------------------------- bookkeeping

@@ -24,7 +24,7 @@ from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.realapi.cluster import Admin, Target, condition, wait_for
 from tests.realapi.objects import allocation, consumer, new_claim, new_pod, remove_pod
-from tests.stacks import start_with_informers
+from tests.stacks import run_teardown, start_with_informers
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,14 +70,7 @@ def make_stack(target: Target) -> Iterator[Callable[..., Stack]]:
         return stack
 
     yield build
-    errors: list[BaseException] = []
-    for step in reversed(teardown):
-        try:
-            step()
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    run_teardown(teardown)
 
 
 def resolved(fut: Future[Any]) -> Outcome | type[BaseException]:
