@@ -54,6 +54,13 @@ UNSCHEDULABLE = {
 }
 
 
+def _reply_lost(server: InMemoryApiServer, op: str, name: str) -> Obj:
+    """Creates pod ``name``; its first ``op`` request lands, and its reply is lost."""
+    pod = server.create(make_pod(name))
+    server.script(op, "apply_then_fail", name=name)
+    return pod
+
+
 @pytest.fixture
 def server() -> InMemoryApiServer:
     return InMemoryApiServer()
@@ -87,8 +94,7 @@ def uid(obj: Obj) -> str:
 def test_lost_binding_reply_is_recognised_by_already_bound_to_the_same_node(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("bind", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "bind", "p1")
     with Dispatcher(backend, CONFIG) as d:
         assert d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
         stats = d.stats()
@@ -147,8 +153,7 @@ def test_lost_binding_reply_with_the_pod_bound_elsewhere_is_a_conflict(
 def test_lost_deletion_reply_is_recognised_by_not_found(
     server: InMemoryApiServer, backend: ApiBackend, add_condition: bool
 ) -> None:
-    pod = server.create(make_pod("victim"))
-    server.script("delete", "apply_then_fail", name="victim")
+    pod = _reply_lost(server, "delete", "victim")
     with Dispatcher(backend, CONFIG) as d:
         preemption = PodPreemption.for_pod(
             pod, preemptor="default/vip", add_condition=add_condition
@@ -244,8 +249,7 @@ def _with_backoff(seconds: float) -> DispatcherConfig:
 def test_lost_status_patch_reply_is_not_resent_once_the_informer_shows_it(
     server: InMemoryApiServer,
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     held = _HoldAfterApply(server)
     with Dispatcher(held, CONFIG) as d:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
@@ -264,8 +268,7 @@ def test_lost_status_patch_reply_is_not_resent_whether_the_event_or_the_timeout_
 ) -> None:
     """The informer event arrives around the time the reply is lost: if the actor already
     requeued the call it is dropped at once, else it is dropped when its retry is due."""
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     gated = GatedBackend(server)
     slow = _with_backoff(0.5)
     with Dispatcher(gated, slow) as d:
@@ -281,8 +284,7 @@ def test_lost_status_patch_reply_resolves_without_waiting_out_the_backoff(
 ) -> None:
     """Regression: a call the informer showed applied while it was in flight once waited out
     its whole backoff (30 s here) before resolving."""
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     held = _HoldAfterApply(server)
     slow = _with_backoff(30.0)
     d = Dispatcher(held, slow).start()
@@ -300,8 +302,7 @@ def test_lost_status_patch_reply_resolves_without_waiting_out_the_backoff(
 def test_lost_status_patch_reply_without_informer_is_recognised_not_repeated(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     with Dispatcher(backend, CONFIG) as d:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         assert future.result(timeout=10) in (Outcome.SUCCESS, Outcome.SKIPPED)
