@@ -49,6 +49,7 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
     UnknownCallTypeError,
 )
+from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
@@ -102,6 +103,17 @@ class Cluster:
 
     def stored(self, name: str) -> Obj:
         return self.server.get("Pod", "default", name)
+
+    def held_bindings(
+        self, pods: list[Obj], arrived: int, **executor: int
+    ) -> tuple[ProcessDispatcher, list[CallFuture]]:
+        """A started dispatcher binding every pod in ``pods`` to node-1 while the server holds
+        the requests; returns once ``arrived`` of them are in flight on the server."""
+        self.held.gate.clear()
+        d = self.dispatcher(**executor).start()
+        futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+        self.held.wait_arrived(arrived)
+        return d, futures
 
 
 @pytest.fixture
@@ -199,10 +211,8 @@ def test_backend_factory_error_reaches_start() -> None:
 
 def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
     pods = [cluster.pod(f"k{i}") for i in range(6)]
-    cluster.held.gate.clear()
-    d = cluster.dispatcher().start()
-    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
-    cluster.held.wait_arrived(4)  # four bindings in flight on the server, two queued
+    # four bindings in flight on the server, two queued
+    d, futures = cluster.held_bindings(pods, 4)
     pid = d.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -219,10 +229,7 @@ def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
 
 def test_stop_drains_pending_calls(cluster: Cluster) -> None:
     pods = [cluster.pod(f"d{i}") for i in range(12)]
-    cluster.held.gate.clear()
-    d = cluster.dispatcher(workers=2).start()
-    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
-    cluster.held.wait_arrived(2)
+    d, futures = cluster.held_bindings(pods, 2, workers=2)
     result: list[bool] = []
     stopper = threading.Thread(target=lambda: result.append(d.stop(drain=True, timeout=WAIT)))
     stopper.start()
@@ -237,10 +244,7 @@ def test_stop_drains_pending_calls(cluster: Cluster) -> None:
 @pytest.mark.slow
 def test_stop_without_drain_closes_what_is_left(cluster: Cluster) -> None:
     pods = [cluster.pod(f"n{i}") for i in range(5)]
-    cluster.held.gate.clear()
-    d = cluster.dispatcher(workers=1).start()
-    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
-    cluster.held.wait_arrived(1)
+    d, futures = cluster.held_bindings(pods, 1, workers=1)
     stopper = threading.Thread(target=lambda: d.stop(drain=False, timeout=2.0))
     stopper.start()
     _done, pending = wait(futures[1:], timeout=WAIT)  # queued behind the held one
