@@ -41,6 +41,7 @@ from kdispatch.adapters.transport import TransportName, prepare_configuration
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from tests.concurrency import patch_from_threads
+from tests.rawhttp import read_request
 
 TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
 
@@ -409,19 +410,7 @@ class CannedServer:
             except OSError:
                 return
             with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                while len(body) < length:
-                    body += conn.recv(65536)
+                read_request(conn)
                 conn.sendall(reply)
 
     def close(self) -> None:

@@ -46,6 +46,7 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.configs import fast
+from tests.rawhttp import read_request
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -289,12 +290,7 @@ class _TlsServer:
                     self.handshakes_failed += 1
                     continue
                 with tls:
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        chunk = tls.recv(4096)
-                        if not chunk:
-                            break
-                        data += chunk
+                    read_request(tls)
                     tls.sendall(self.REPLY)
 
     def close(self) -> None:
