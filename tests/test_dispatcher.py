@@ -80,10 +80,9 @@ def test_status_patch_reaches_the_server_with_preconditions(
 
 
 def test_merging_sends_fewer_requests(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="try 0")]))
         gated.wait_calls(1)  # in flight, held at the gate
         futs = [
@@ -189,10 +188,9 @@ def test_update_for_untracked_object_changes_nothing(
 
 
 def test_view_is_read_your_writes(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n7"))
         view = d.view(pod["metadata"]["uid"])
         assert view is not None and view["status"]["nominatedNodeName"] == "n7"
@@ -338,10 +336,9 @@ def test_max_live_actors_is_enforced_with_a_typed_error(server: InMemoryApiServe
 
 
 def test_cancel_withdraws_a_queued_call(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="a")]))
         gated.wait_calls(1)
         queued = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="b")]))
@@ -353,10 +350,9 @@ def test_cancel_withdraws_a_queued_call(server: InMemoryApiServer) -> None:
 
 
 def test_future_cancel_never_breaks_exactly_once(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         fut = d.submit(PodBinding.for_pod(pod, "n1"))
         assert fut.cancel() is False  # the dispatcher owns the call; use cancel(uid)
         gated.gate.set()
