@@ -18,6 +18,14 @@ from tests.backends import GatedBackend
 COND = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
 
 
+@pytest.fixture
+def mem() -> InMemoryApiServer:
+    """An apiserver with node n1."""
+    server = InMemoryApiServer()
+    server.create(make_node("n1", 4000, 8192))
+    return server
+
+
 @pytest.mark.timeout(10)
 def test_status_patch_lands_before_submit_returns() -> None:
     mem = InMemoryApiServer()
@@ -34,9 +42,7 @@ def test_status_patch_lands_before_submit_returns() -> None:
 
 
 @pytest.mark.timeout(10)
-def test_binding_runs_on_a_binding_thread_while_the_caller_goes_on() -> None:
-    mem = InMemoryApiServer()
-    mem.create(make_node("n1", 4000, 8192))
+def test_binding_runs_on_a_binding_thread_while_the_caller_goes_on(mem: InMemoryApiServer) -> None:
     pod = mem.create(make_pod("p"))
     gated = GatedBackend(mem, hold="p")
     api = PreKepApi(gated, binding_threads=1)
@@ -59,9 +65,7 @@ def test_binding_runs_on_a_binding_thread_while_the_caller_goes_on() -> None:
 
 
 @pytest.mark.timeout(10)
-def test_close_without_drain_abandons_queued_calls_exactly_once() -> None:
-    mem = InMemoryApiServer()
-    mem.create(make_node("n1", 4000, 8192))
+def test_close_without_drain_abandons_queued_calls_exactly_once(mem: InMemoryApiServer) -> None:
     first = mem.create(make_pod("first"))
     queued = mem.create(make_pod("queued"))
     claim = mem.create(make_claim("c"))
