@@ -421,25 +421,16 @@ def test_claim_allocation_and_reservation(
     result = stored["status"]["allocation"]["devices"]["results"][0]
     assert (result["pool"], result["device"]) == ("n1", "gpu-0")
     assert stored["status"]["reservedFor"] == [consumer(pod)]
-    # unreserve, then deallocate
-    backend.patch_status(
-        "ResourceClaim",
-        ns,
-        "c1",
-        {"status": {"reservedFor": None}},
-        uid=uid,
-        resource_version=None,
-        patch_type="merge",
-    )
-    backend.patch_status(
-        "ResourceClaim",
-        ns,
-        "c1",
-        {"status": {"allocation": None}},
-        uid=uid,
-        resource_version=None,
-        patch_type="merge",
-    )
+    for field in ("reservedFor", "allocation"):  # unreserve, then deallocate
+        backend.patch_status(
+            "ResourceClaim",
+            ns,
+            "c1",
+            {"status": {field: None}},
+            uid=uid,
+            resource_version=None,
+            patch_type="merge",
+        )
     assert admin.get_claim(ns, "c1").get("status", {}) == {}
 
 
