@@ -111,8 +111,9 @@ def _future(outcome: Outcome | BaseException | None) -> Future[Outcome]:
     return fut
 
 
-def _pod(**status: Any) -> dict[str, Any]:
-    return {"metadata": {"uid": "u1"}, "spec": {}, "status": status}
+def _pod(nnn: str | None = None) -> dict[str, Any]:
+    """Pod u1 as the server holds it, nominated to ``nnn``."""
+    return make_pod("p1", uid="u1", nominated_node_name=nnn)
 
 
 NNN = ("nnn",)
@@ -130,7 +131,7 @@ def test_oracle_counts_a_success_the_server_does_not_show() -> None:
 def test_oracle_accepts_what_the_server_shows() -> None:
     result = score(
         [_intent(0, "n1", Outcome.SUCCESS)],
-        {"u1": _pod(nominatedNodeName="n1")},
+        {"u1": _pod("n1")},
         {"u1": _pod()},
     )
     assert (result.lost_intents, result.converged) == (0, 1.0)
@@ -139,7 +140,7 @@ def test_oracle_accepts_what_the_server_shows() -> None:
 def test_oracle_lets_a_later_intent_or_a_deletion_supersede() -> None:
     later = [_intent(0, "n1", Outcome.SUCCESS), _intent(1, "n2", CallFailed("gave up"))]
     assert score(later, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
-    assert score(later, {"u1": _pod(nominatedNodeName="n2")}, {"u1": _pod()}).converged == 1.0
+    assert score(later, {"u1": _pod("n2")}, {"u1": _pod()}).converged == 1.0
     gone = score([_intent(0, "n1", Outcome.SUCCESS)], {"u1": None}, {"u1": _pod()})
     assert (gone.lost_intents, gone.live_objects_checked) == (0, 0)
 

@@ -13,6 +13,7 @@ import pytest
 
 from examples.stress import StressConfig, main, run_stress
 from kdispatch.actors.errors import CallFailed, InvalidInputError, Outcome
+from kdispatch.testing.memory_objects import make_pod
 from kdispatch.testing.oracle import Intent, score
 
 
@@ -54,8 +55,8 @@ def test_state_check_catches_a_lost_update() -> None:
 
     def mismatches(final: str, *steps: tuple[Outcome | BaseException, str]) -> int:
         intents = [_intent(i, o, v) for i, (o, v) in enumerate(steps)]
-        pod = {"status": {"nominatedNodeName": final}}
-        found = score(intents, {"u": pod}, {"u": {}})
+        pod = make_pod("p", uid="u", nominated_node_name=final)
+        found = score(intents, {"u": pod}, {"u": make_pod("p", uid="u")})
         return found.lost_intents + found.live_objects_checked - found.live_objects_converged
 
     failed = CallFailed("gave up")
