@@ -4,7 +4,6 @@ binding-cycle calls run on binding threads, and closing resolves every future ex
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.errors import DispatcherClosed, InvalidInputError, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.testing.waiting import poll
 from tests.backends import GatedBackend
 
 COND = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
@@ -86,9 +86,7 @@ def test_close_without_drain_abandons_queued_calls_exactly_once(mem: InMemoryApi
         fut.add_done_callback(lambda _f: calls.append(1))
     closer = threading.Thread(target=lambda: api.close(drain=False, timeout=5))
     closer.start()
-    deadline = time.monotonic() + 5
-    while not api.closed and time.monotonic() < deadline:  # poll observable state
-        closer.join(0.001)
+    poll(lambda: api.closed, 5, interval=0.001)  # closing; close() itself may still block
     with pytest.raises(DispatcherClosed):
         api.submit(PodBinding.for_pod(queued, "n1"))
     gated.gate.set()  # the running call may finish; the queued ones never start

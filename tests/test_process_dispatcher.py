@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
 from kdispatch.adapters.process_child import dumps, portable
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.waiting import wait_for
 from tests.factories import cond
 
 WAIT = 30.0
@@ -391,10 +391,12 @@ def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path)
         child = psutil.Process(int(parent.stdout.readline()))
         parent.kill()  # SIGKILL: no stop(), no atexit; the child sees its pipe close
         parent.wait(WAIT)
-        deadline = time.monotonic() + WAIT
-        while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, "the orphaned dispatcher process kept running"
-            threading.Event().wait(0.05)
+        wait_for(
+            lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+            WAIT,
+            "the orphaned dispatcher process to exit",
+            interval=0.05,
+        )
     finally:
         if child is not None and child.is_running():
             child.kill()  # only when the assertion above failed: leave nothing behind
