@@ -1,5 +1,24 @@
 """Shared fixtures. Every test is checked for leaked threads, pykka actors and child
-processes."""
+processes.
+
+Where the one helper for each need lives (reuse it rather than writing another):
+
+* objects: :func:`kdispatch.testing.make_pod` (rv, node, phase, conditions,
+  nominated_node_name, terminating), ``make_condition``, ``make_node``, ``make_claim``,
+  ``make_pdb``; ``tests/factories.py`` has the short spellings (``pod``, ``cond``),
+  ``ready_pod`` and ``user_call`` (a minimal user call class);
+* waiting for observable state: :mod:`kdispatch.testing.waiting` (``wait_for``, ``poll``,
+  ``until`` on an asyncio loop); for informer events, ``tests/recorders.py``;
+* wrapping a backend (gate, record, fail, delay requests): ``tests/backends.py``
+  (``WrappedBackend`` and its one hook ``around``; ``GatedBackend``, ``RecordingBackend``);
+* is the final state right: :mod:`kdispatch.testing.oracle` (``IntentLog``, ``score``);
+* a dispatcher configuration without rate limit or backoff: ``tests/configs.py``;
+* a dispatcher with informers and their teardown: ``tests/stacks.py``; a backend driven from
+  several threads: ``tests/concurrency.py``; a raw HTTP request read: ``tests/rawhttp.py``.
+
+Tests that take more than 5 s are marked ``slow`` (still part of the default run); the
+real-apiserver suite is marked ``realapi``.
+"""
 
 from __future__ import annotations
 
