@@ -58,7 +58,6 @@ from kdispatch import (
     Call,
     ClaimStatusPatch,
     Dispatcher,
-    DispatcherClosed,
     DispatcherConfig,
     ExecutorConfig,
     Informer,
@@ -188,33 +187,39 @@ class _Recorder:
         self.max_submit = 0.0
 
     def submit(self, dispatcher: Dispatcher, call: Call, uid: str, values: dict[str, Any]) -> None:
-        """Churn thread. Submit ``call`` (timed) and record the aspect ``values`` it asks for;
-        nothing once the dispatcher is closed."""
-        t0 = time.perf_counter()
-        try:
-            fut = dispatcher.submit(call)
-        except DispatcherClosed:
-            return
-        took = time.perf_counter() - t0
+        """Churn thread. Submit ``call`` (timed) through the intent log, which records the
+        aspect ``values`` it asks for (a submit the closed dispatcher refuses is recorded as
+        rejected)."""
+        took = 0.0
+
+        def send() -> Future[Outcome]:
+            nonlocal took
+            t0 = time.perf_counter()
+            try:
+                return dispatcher.submit(call)
+            finally:
+                took = time.perf_counter() - t0
+
         strict = {f: v for name, value in values.items() for f, v in _fields(name, value)}
-        node = values.get("node")
         intent = self.log.record(
             uid,
             call.call_type,
             call.relevance,
             strict,
-            lambda: fut,
+            send,
             exclusive="gone" in values,
-            node=node,
+            node=values.get("node"),
         )
         with self._lock:
             self.max_submit = max(self.max_submit, took)
+        if intent.future is None:
+            return
 
         def resolved(_f: Future[Outcome]) -> None:
             with self._lock:
                 self.callbacks[intent.seq] += 1
 
-        fut.add_done_callback(resolved)
+        intent.future.add_done_callback(resolved)
 
 
 def _fields(name: str, value: Any) -> list[tuple[Field, Any]]:
@@ -528,13 +533,18 @@ def run_stress(cfg: StressConfig, *, stream: Any = None) -> StressResult:
 def _summarise(
     env: _Env, churners: list[_Churner], stats: dict[str, Any], res: StressResult
 ) -> None:
-    res.intents = len(env.recorder.intents)
     res.outcomes = dict(sorted(stats["outcomes"].items()))
     res.sent = int(stats["sent_total"])
     res.faults_injected = env.server.fault_counts()
     res.external_updates = sum(c.updates for c in churners)
     res.external_deletes = sum(c.deletes for c in churners)
+    submitted = [i for i in env.recorder.intents if i.rejected is None]
+    res.intents = len(submitted)
     for intent in env.recorder.intents:
+        if intent.rejected not in (None, "DispatcherClosed"):
+            res.unresolved += 1  # refused at submit for another reason than the closing
+            res.note(f"{intent.call_type} on {intent.uid}: submit raised {intent.rejected}")
+    for intent in submitted:
         times = env.recorder.callbacks[intent.seq]
         if intent.future is None or not intent.future.done():
             res.unresolved += 1

@@ -212,8 +212,9 @@ def score(
         by_uid[i.uid].append(i)
         out.outcomes[i.outcome()] += 1
     checked = converged = 0
-    for uid, items in by_uid.items():
-        items.sort(key=lambda i: i.seq)
+    for uid, submitted in by_uid.items():
+        # a call refused at submit never reached the server: it neither promises nor allows
+        items = sorted((i for i in submitted if i.rejected is None), key=lambda i: i.seq)
         obj = final.get(uid)
         live = obj is not None
         later_max = [0] * len(items)
