@@ -32,8 +32,8 @@ from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
 
 import pykka
-from pykka._envelope import Envelope
 
+from ._compat import ask_into
 from .errors import InvalidInputError, KdispatchError, Outcome
 from .messages import CallFuture, View
 from .objects import Obj
@@ -143,7 +143,7 @@ async def ask_view(ref: pykka.ActorRef[Any], timeout: float | None) -> Obj | Non
     target: asyncio.Future[Any] = loop.create_future()
     if not ref.is_alive():
         return None
-    ref.actor_inbox.put(Envelope(View(), reply_to=LoopReply(loop, target)))
+    ask_into(ref, View(), LoopReply(loop, target))
     try:
         result = await _settled(loop, target, timeout)
     except pykka.ActorDeadError:

@@ -13,6 +13,7 @@ from typing import Final
 
 from .calls import Call, CallTypeRegistry
 from .claim_calls import ClaimStatusPatch
+from .event_calls import EventRecord
 from .eviction_calls import PodEviction
 from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
 
@@ -24,6 +25,7 @@ BUILTIN_CALL_TYPES: Final[tuple[type[Call], ...]] = (
     PodPreemption,
     ClaimStatusPatch,
     PodEviction,
+    EventRecord,
 )
 
 

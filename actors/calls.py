@@ -42,6 +42,9 @@ means "clear")."""
 UnsetType = Literal[Unset.UNSET]
 """Annotation for fields that may hold :data:`UNSET`."""
 
+BEST_EFFORT: Final = 0
+"""The relevance (executor lane) of ``best_effort`` call types, below every other lane."""
+
 
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
@@ -53,7 +56,12 @@ class Call(ABC):
     * ``kind`` — the object kind it applies to (``"Pod"``, ``"ResourceClaim"``, or a user kind);
     * ``relevance`` — a positive int: the executor lane. When tokens are scarce, higher lanes
       go first (each lower lane keeps a minimum share). It orders *objects*, never calls of one
-      object: that is what ``supersedes`` is for;
+      object: that is what ``supersedes`` is for. :data:`BEST_EFFORT` (0) is the lane of
+      ``best_effort`` types only;
+    * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT`, below every other
+      lane and without a guaranteed share; it takes only a token and a worker nobody else
+      waits for, and is dropped unsent (``CallFailed`` caused by
+      :class:`~kdispatch.actors.errors.RequestDropped`) when it cannot get one in time;
     * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
       type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
       type arriving while this one is tracked resolves ``SKIPPED``. A call of another type that
@@ -79,6 +87,7 @@ class Call(ABC):
     supersedes: ClassVar[frozenset[str]] = frozenset()
     exclusive: ClassVar[bool] = False
     reads_object: ClassVar[bool] = True
+    best_effort: ClassVar[bool] = False
 
     ref: ObjectRef
     basis: Obj | None = None
@@ -182,9 +191,16 @@ class CallTypeRegistry:
             raise CallTypeRegistrationError(f"{cls.__name__} has no call_type")
         if not isinstance(kind, str) or not kind:
             raise CallTypeRegistrationError(f"{cls.__name__} has no kind")
-        if isinstance(relevance, bool) or not isinstance(relevance, int) or relevance <= 0:
+        best_effort = getattr(cls, "best_effort", False) is True
+        lowest = BEST_EFFORT if best_effort else 1
+        if isinstance(relevance, bool) or not isinstance(relevance, int) or relevance < lowest:
             raise CallTypeRegistrationError(
                 f"{cls.__name__}.relevance must be a positive int, got {relevance!r}"
+            )
+        if best_effort and (relevance != BEST_EFFORT or cls.exclusive):
+            raise CallTypeRegistrationError(
+                f"{cls.__name__} is best_effort: its relevance must be BEST_EFFORT (0) and it "
+                "cannot be exclusive"
             )
         declared: object = getattr(cls, "supersedes", frozenset())
         if not isinstance(declared, frozenset | set | tuple) or not all(

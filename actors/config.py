@@ -120,13 +120,17 @@ class ExecutorConfig:
     ``workers``: request threads (bounded parallelism; size the client's connection pool to at
     least this). ``lane_min_share``: the share of tokens guaranteed to lower-relevance lanes
     while they have work, so status patches are delayed but never starved by bindings.
+    ``best_effort_max_wait``: seconds a best-effort call (an Event) may wait for a spare token
+    and worker before it is dropped unsent (counted in ``kdispatch_events_dropped_total``).
     """
 
     workers: int = 8
     lane_min_share: float = 0.1
+    best_effort_max_wait: float = 10.0
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
+        _positive("best_effort_max_wait", self.best_effort_max_wait, allow_zero=True)
         _positive("lane_min_share", self.lane_min_share, allow_zero=True)
         if self.lane_min_share >= 1:
             raise InvalidConfigError("lane_min_share must be < 1")
@@ -155,31 +159,12 @@ class RuntimeConfig:
     ``gc_young_threshold``: if set, ``gc.set_threshold()``'s first value (allocations between two
     young collections; CPython's default is 700) while the dispatcher runs; ``stop()`` restores
     the previous thresholds. Default None: leave the thresholds alone.
-
-    ``caller_turns``: ``Dispatcher.submit()`` runs the object actor's turn on the calling thread
-    when that actor is idle (:class:`~kdispatch.actors.runtime.DirectTurns`), instead of waking
-    an actor-pool thread for it. The actor's rules are unchanged (one message at a time, in
-    order; a busy actor still gets the message in its inbox), and the turn never waits on the
-    apiserver: it merges, decides and hands the request to the executor (with a non-blocking
-    backend, the in-memory apiserver without latency, the request itself runs there too). What
-    changes for the caller: ``submit()`` does that work itself (tens of microseconds more per
-    call), and futures the turn resolves (a call overwritten or skipped by this one, a call
-    the non-blocking backend completed) resolve, and run their ``add_done_callback``
-    callbacks, on the calling thread before ``submit()`` returns: such a callback must not
-    take a lock the caller holds around ``submit()``. What it buys: no pool thread competes
-    with the submitting thread for the interpreter lock, so a submit never waits a switch
-    interval (5 ms) for it; with 10,000 to 100,000 live actors the longest submit falls from
-    one switch interval and more to a few milliseconds (see the README's GC-pause figures).
-    Default off. A submit made on a thread that is running an actor turn (from a callback)
-    goes to the pool as usual. Results of requests (``Done``) are always handled on the
-    executor worker that sent them, whatever this setting.
     """
 
     workers: int = 1
     batch: int = 16
     gc_freeze: bool = False
     gc_young_threshold: int | None = None
-    caller_turns: bool = False
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
@@ -188,8 +173,6 @@ class RuntimeConfig:
             raise InvalidConfigError(f"gc_freeze must be a bool, got {self.gc_freeze!r}")
         if self.gc_young_threshold is not None:
             _positive("gc_young_threshold", self.gc_young_threshold, integer=True)
-        if not isinstance(self.caller_turns, bool):
-            raise InvalidConfigError(f"caller_turns must be a bool, got {self.caller_turns!r}")
 
 
 @dataclass(frozen=True, slots=True)

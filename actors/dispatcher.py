@@ -7,6 +7,11 @@ that only ``tell`` (``submit``, ``on_*``, ``cancel``, ``preempt``) never block o
 ``view`` blocks for one round trip to the object's actor; ``stop`` blocks until its deadline.
 ``asubmit`` and ``aview`` are their asyncio forms (:mod:`kdispatch.actors.aio`): awaited on the
 caller's loop, they never block it.
+
+Calls may depend on calls on other objects: ``submit(call, after=(future, ...))`` admits the
+call at once but sends it only once every prerequisite succeeded (:mod:`kdispatch.actors.holds`),
+and ``group(owner=obj)`` gathers steps that die with their owner (:mod:`kdispatch.actors.groups`).
+Both live in memory: a restarted process or a new leader rebuilds from the apiserver.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import copy
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Self, cast
 
 import pykka
@@ -31,21 +36,23 @@ from .calls import Call, CallTypeRegistry, plain_basis
 from .config import DispatcherConfig
 from .errors import (
     CallCancelled,
+    CallFailed,
+    DependencyFailed,
     DispatcherClosed,
     InvalidInputError,
     Outcome,
 )
 from .executor import Executor
 from .gctuning import GcTuner
+from .groups import CallGroup
+from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite
 from .messages import CallFuture, Cancel, Close, Deleted, Observed, Revoke, Submit, View
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
 from .pod_calls import PodPreemption
 from .registry import Registry
-from .runtime import ActorPool, DirectTurns
-
-_NO_BLOCK = contextlib.nullcontext()  # submit's block when turns are not run by the caller
+from .runtime import ActorPool
 
 
 class Dispatcher:
@@ -122,10 +129,9 @@ class Dispatcher:
             log_calls=config.log_calls,
         )
         self._state_lock = threading.Condition(threading.Lock())
-        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic, so the
-        # submitting threads and the actors resolving futures share no lock: a lock held by an
-        # actor thread when the interpreter switches threads would stall ``submit`` for a
-        # whole switch interval.
+        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic (see
+        # ``._compat``), so the submitting threads and the actors resolving futures share no
+        # lock (for speed: ``submit`` never waits behind an actor thread).
         self._unresolved: deque[None] = deque()
         self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False
@@ -134,7 +140,12 @@ class Dispatcher:
         self._reaper_stop = threading.Event()
         self._reaper: threading.Thread | None = None
         self._gc = GcTuner(config.runtime)
-        self._caller_turns = config.runtime.caller_turns
+        self._deps = Dependencies(self, self._registry.tell, self.metrics)
+        # Call groups by owner UID: written under the lock, read without it by on_delete and
+        # by the submit of an exclusive call (one dict lookup when no group is open).
+        self._groups_lock = threading.Lock()
+        self._owned: dict[str, list[CallGroup]] = {}
+        self._open_groups: set[CallGroup] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -177,6 +188,8 @@ class Dispatcher:
                 return not self._unresolved
             self._closed = True
             self._ctx.closing = not drain
+        self._seal_groups()  # no more steps: each group resolves with its last step
+        with self._state_lock:
             if drain and self._started:
                 self._drain_waiters += 1
                 try:
@@ -211,14 +224,75 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ calls
 
-    def submit(self, call: Call) -> CallFuture:
+    def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
         """Any thread; never blocks on the apiserver. Validate ``call`` and hand it to its
         object's actor. Raises :class:`~kdispatch.actors.errors.InvalidInputError` subclasses for
-        bad
-        calls and :class:`DispatcherClosed` once ``stop`` was called."""
+        bad calls and :class:`DispatcherClosed` once ``stop`` was called.
+
+        ``after``: futures this dispatcher returned (``submit``, ``asubmit``, ``preempt``, a
+        group's steps) or a group's ``future``. The call is admitted at once (merge,
+        supersession, staleness as usual) but nothing of it is sent before every prerequisite
+        resolved as a success (``SUCCESS``, ``SKIPPED``, ``OVERWRITTEN``); if one fails or is
+        cancelled, the call resolves :class:`~kdispatch.actors.errors.DependencyFailed` (a
+        ``CallCancelled`` whose ``cause`` is the prerequisite's error) and is never sent. While
+        held, it takes no rate-limiter token, no worker and no lane; the calls queued behind
+        it on its own object wait for it. Raises
+        :class:`~kdispatch.actors.errors.InvalidPrerequisiteError` for anything else in
+        ``after`` and :class:`~kdispatch.actors.errors.DependencyCycleError` for a call that
+        would wait for itself (see :mod:`kdispatch.actors.holds`)."""
         self.call_types.check(call)
         call = plain_basis(call)
+        prereqs = self._deps.prerequisites(after) if after else ()
+        return self._admit(call, prereqs, None)
+
+    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
+        """Event-loop thread; never blocks it. ``await dispatcher.asubmit(call)`` gives the
+        call's :class:`Outcome` or raises what ``submit(call).result()`` would.
+
+        The call is submitted when ``asubmit`` is called (not when the result is awaited), and
+        bad input raises here, as from :meth:`submit` (outside a running loop:
+        :class:`~kdispatch.actors.aio.NoEventLoopError`). The result is an ``asyncio.Future``
+        on the running loop: await it, ``gather`` it, ``ensure_future`` it, or give it in
+        another call's ``after=``. Cancelling it, or the task awaiting it, does not withdraw
+        the call: the call's own future still resolves exactly once. Withdraw a pending call
+        with :meth:`cancel`."""
+        loop = running_loop("asubmit()")
+        future = self.submit(call, after=after)
+        wrapped = wrap_call_future(future, loop)
+        setattr(wrapped, ASYNC_SOURCE, future)
+        return wrapped
+
+    def group(self, owner: object, *, kind: str | None = None) -> CallGroup:
+        """Any thread. A :class:`~kdispatch.actors.groups.CallGroup` of steps that die with
+        ``owner`` (an object: a dict, a ``Mapping``, an official-client model, or an
+        :class:`ObjectRef`): its deletion (:meth:`on_delete`, or a 404 on a step on it) or
+        its preemption (an exclusive call submitted for it) cancels the group. Raises
+        :class:`DispatcherClosed` once ``stop`` or ``revoke`` was called."""
+        ref = owner if isinstance(owner, ObjectRef) else ObjectRef.of(owner, kind)
+        check_uid(ref.uid)
+        if self._revoked is not None:
+            raise copy.copy(self._revoked)
+        if self._closed or not self._started:
+            raise DispatcherClosed(
+                "dispatcher is stopped" if self._closed else "dispatcher not started"
+            )
+        group = CallGroup(self, ref)
+        group.future.owner = self
+        with self._groups_lock:
+            self._owned.setdefault(ref.uid, []).append(group)
+            self._open_groups.add(group)
+            self.metrics.groups_open_delta(1)
+        if self._registry.is_tombstoned(ref.uid):  # deleted already
+            group.cancel_for("owner_deleted")
+        return group
+
+    def _admit(
+        self, call: Call, prereqs: tuple[Prerequisite, ...], group: CallGroup | None
+    ) -> CallFuture:
+        """Submitting thread: :meth:`submit`'s body, for the dispatcher and its groups."""
         future = CallFuture()
+        future.owner = self
+        future.call = call
         # Counted before the checks: a stop() that starts now waits for this call (or sees it
         # withdrawn below), with no lock between the submitting threads and the actors.
         self._unresolved.append(None)
@@ -230,30 +304,61 @@ class Dispatcher:
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
         uid = call.ref.uid
+        message = Submit(call, future)
+        hold: Hold | None = None
+        if prereqs or group is not None:
+            try:
+                held = self._hold(call, future, prereqs, group)
+            except BaseException:  # DependencyCycleError: nothing registered
+                self._on_resolved()
+                raise
+            if isinstance(held, BaseException):  # a prerequisite failed already
+                self._resolve_now(future, call, _dependency_failed(call, held))
+                return future
+            if held is not None:
+                hold = held
+                message = Submit(call, future, frozenset((hold,)))
+        if call.exclusive and self._owned and uid in self._owned:
+            # before the preemption reaches the owner: its groups go first, with this cause
+            self._cancel_owned(uid, "owner_preempted", spare=group)
+        if self._deps.watched:  # this call may overwrite a prerequisite: link it first
+            self._deps.link(call, future)
         try:
-            with DirectTurns() if self._caller_turns else _NO_BLOCK:
-                routed = self._registry.tell(uid, Submit(call, future), self._spawner(uid))
-        except BaseException:  # ActorLimitExceeded, or a spawn that failed: not pending
+            routed = self._registry.tell(uid, message, self._spawner(uid))
+        except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
+            if prereqs or group is not None:
+                self._deps.discard(future)
+            # nobody holds this future but a held call that follows it (a successor link)
+            future.set_exception(CallFailed(str(exc), uid=uid, call_type=call.call_type, cause=exc))
             self._on_resolved()
             raise
         if not routed:  # tombstoned: the object was deleted
-            self.metrics.outcome(call.call_type, "cancelled")
-            future.set_exception(CallCancelled("object deleted", uid=uid, call_type=call.call_type))
-            self._on_resolved()
+            self._resolve_now(
+                future, call, CallCancelled("object deleted", uid=uid, call_type=call.call_type)
+            )
+        if hold is not None:
+            self._deps.arm(hold)
         return future
 
-    def asubmit(self, call: Call) -> asyncio.Future[Outcome]:
-        """Event-loop thread; never blocks it. ``await dispatcher.asubmit(call)`` gives the
-        call's :class:`Outcome` or raises what ``submit(call).result()`` would.
+    def _hold(
+        self,
+        call: Call,
+        future: CallFuture,
+        prereqs: tuple[Prerequisite, ...],
+        group: CallGroup | None,
+    ) -> Hold | BaseException | None:
+        gf = group.future if group is not None else None
+        if prereqs:
+            return self._deps.hold(call, future, prereqs, gf)
+        if gf is not None:
+            self._deps.add_step(call, future, gf)
+        return None
 
-        The call is submitted when ``asubmit`` is called (not when the result is awaited), and
-        bad input raises here, as from :meth:`submit` (outside a running loop:
-        :class:`~kdispatch.actors.aio.NoEventLoopError`). The result is an ``asyncio.Future``
-        on the running loop: await it, ``gather`` it, ``ensure_future`` it. Cancelling it, or
-        the task awaiting it, does not withdraw the call: the call's own future still resolves
-        exactly once. Withdraw a pending call with :meth:`cancel`."""
-        loop = running_loop("asubmit()")
-        return wrap_call_future(self.submit(call), loop)
+    def _resolve_now(self, future: CallFuture, call: Call, error: CallCancelled) -> None:
+        """Submitting thread: resolve a call that never reached its actor."""
+        self.metrics.outcome(call.call_type, "cancelled")
+        future.set_exception(error)
+        self._on_resolved()
 
     def preempt(
         self,
@@ -263,10 +368,12 @@ class Dispatcher:
         message: str = "",
         preemptor: str | None = None,
         grace_period_seconds: int | None = None,
+        after: Iterable[object] = (),
     ) -> CallFuture:
         """Any thread. Preempt a victim (a dict, a ``Mapping`` or an official-client ``V1Pod``):
         cancels its pending calls, then (optionally) sets the ``DisruptionTarget`` condition and
-        deletes it with a UID precondition."""
+        deletes it with a UID precondition; with ``after``, not before those succeeded (see
+        :meth:`submit`). Call groups owned by the victim are cancelled."""
         return self.submit(
             PodPreemption.for_pod(
                 pod,  # for_pod takes models and any Mapping (as_object)
@@ -274,7 +381,8 @@ class Dispatcher:
                 message=message,
                 preemptor=preemptor,
                 grace_period_seconds=grace_period_seconds,
-            )
+            ),
+            after=after,
         )
 
     def revoke(self, error: DispatcherClosed) -> None:
@@ -288,6 +396,7 @@ class Dispatcher:
             if self._revoked is not None:
                 return
             self._revoked = error
+        self._seal_groups()
         for ref in self._registry.live_refs():
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(Revoke(error))
@@ -356,6 +465,8 @@ class Dispatcher:
         ref = ObjectRef.of(plain, kind)
         if not self._registry.tell(ref.uid, Deleted(plain)):
             self._registry.tombstone(ref.uid)
+        if self._owned and ref.uid in self._owned:  # no lock unless it owns a call group
+            self._cancel_owned(ref.uid, "owner_deleted")
 
     def _observe(self, obj: object, kind: str | None) -> None:
         plain = as_object(obj)
@@ -401,6 +512,87 @@ class Dispatcher:
         out["tokens_taken"] = self.tokens_taken
         return out
 
+    # ---------------------------------------------------------------- call groups (GroupHost)
+
+    def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture:
+        """Caller thread (``CallGroup.submit``): :meth:`submit` as a step of ``group``."""
+        self.call_types.check(call)
+        call = plain_basis(call)
+        prereqs = self._deps.prerequisites(after) if after else ()
+        return self._admit(call, prereqs, group)
+
+    def refuse_step(self, call: Call, error: CallCancelled) -> CallFuture:
+        """Caller thread: a step of a cancelled group, resolved at once and never sent."""
+        self.call_types.check(call)
+        future = CallFuture()
+        future.owner = self
+        future.call = call
+        self._unresolved.append(None)
+        self._resolve_now(
+            future,
+            call,
+            CallCancelled(str(error), uid=call.ref.uid, call_type=call.call_type),
+        )
+        return future
+
+    def withdraw(self, future: CallFuture, cause: CallCancelled) -> None:
+        """Any thread: withdraw one step not yet on the wire. A held step fails its hold (it
+        resolves ``DependencyFailed`` with ``cause``); any other is cancelled by call type
+        (the machine keeps one pending call per type and object)."""
+        call = future.call
+        if call is None or future.done() or self._deps.fail(future, cause):
+            return
+        self._registry.tell(call.ref.uid, Cancel(call.call_type))
+
+    def group_cancelled(self, group: CallGroup, cause: str) -> None:
+        """Any thread: ``group`` was cancelled (metrics)."""
+        self.metrics.group_cancelled(cause)
+
+    def group_step_done(self, group: CallGroup, future: CallFuture) -> None:
+        """Resolving thread: a step of ``group`` resolved."""
+        self._deps.step_done(group.future, future)
+
+    def group_resolved(self, group: CallGroup) -> None:
+        """Any thread: ``group``'s future resolved; forget it."""
+        uid = group.owner.uid
+        with self._groups_lock:
+            if group not in self._open_groups:
+                return
+            self._open_groups.discard(group)
+            owned = self._owned.get(uid)
+            if owned is not None and group in owned:
+                owned.remove(group)
+                if not owned:
+                    del self._owned[uid]
+            self.metrics.groups_open_delta(-1)
+        self._deps.group_done(group.future)
+
+    def _cancel_owned(self, uid: str, cause: str, spare: CallGroup | None = None) -> None:
+        """Any thread: cancel the call groups ``uid`` owns (but ``spare``, whose own step
+        preempts its owner)."""
+        with self._groups_lock:
+            owned = self._owned.get(uid, [])
+            doomed = [g for g in owned if g is not spare]
+        for group in doomed:
+            group.cancel_for(cause)
+
+    def _seal_groups(self) -> None:
+        """``stop``/``revoke``: no group takes more steps; each resolves with its last step."""
+        with self._groups_lock:
+            groups = list(self._open_groups)
+        for group in groups:
+            group._seal(closing=True)
+
+    @property
+    def open_groups(self) -> int:
+        """Call groups created and not yet resolved. Any thread."""
+        return len(self._open_groups)
+
+    @property
+    def held_calls(self) -> int:
+        """Calls held on prerequisites that have not all resolved. Any thread."""
+        return self._deps.held
+
     # ------------------------------------------------------------------ internals
 
     def _spawn(self, uid: str) -> pykka.ActorRef[Any]:
@@ -426,4 +618,13 @@ class Dispatcher:
                 logger.opt(exception=True).error("reaping failed")
 
 
-__all__ = ["Dispatcher", "Outcome"]
+def _dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
+    return DependencyFailed(
+        f"{call.describe()} not sent: a prerequisite failed: {cause}",
+        uid=call.ref.uid,
+        call_type=call.call_type,
+        cause=cause,
+    )
+
+
+__all__ = ["CallGroup", "Dispatcher", "Outcome"]

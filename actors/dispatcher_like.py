@@ -5,11 +5,12 @@ scheduler or controller can be written once against either."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol, Self, runtime_checkable
 
 from .calls import Call
 from .errors import DispatcherClosed, Outcome
+from .groups import CallGroup
 from .messages import CallFuture
 from .objects import Obj
 
@@ -31,12 +32,19 @@ class DispatcherLike(Protocol):
         True if every call finished in time."""
         ...
 
-    def submit(self, call: Call) -> CallFuture:
-        """Hand ``call`` to its object's actor; the future resolves exactly once."""
+    def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
+        """Hand ``call`` to its object's actor; the future resolves exactly once. ``after``:
+        futures that must succeed first (:class:`~kdispatch.ProcessDispatcher` refuses it
+        with :class:`~kdispatch.GroupsNotSupported`)."""
         ...
 
-    def asubmit(self, call: Call) -> asyncio.Future[Outcome]:
+    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
         """:meth:`submit` for asyncio code, awaited on the running loop."""
+        ...
+
+    def group(self, owner: object, *, kind: str | None = None) -> CallGroup:
+        """Steps on any objects that die with ``owner`` (:class:`~kdispatch.ProcessDispatcher`
+        refuses it with :class:`~kdispatch.GroupsNotSupported`)."""
         ...
 
     def preempt(
@@ -47,6 +55,7 @@ class DispatcherLike(Protocol):
         message: str = "",
         preemptor: str | None = None,
         grace_period_seconds: int | None = None,
+        after: Iterable[object] = (),
     ) -> CallFuture:
         """Cancel the victim's pending calls, mark it ``DisruptionTarget`` and delete it."""
         ...

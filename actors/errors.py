@@ -94,6 +94,24 @@ class CallCancelled(CallOutcomeError):
     result_label = "cancelled"
 
 
+class DependencyFailed(CallCancelled):
+    """A prerequisite call (on another object) failed or was cancelled, so this call was never
+    sent; ``cause`` holds the prerequisite's exception."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        uid: str = "",
+        call_type: str = "",
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, uid=uid, call_type=call_type)
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
+
+
 class CallConflict(CallOutcomeError):
     """The server kept answering 409 Conflict after the bounded number of rebases."""
 
@@ -132,6 +150,12 @@ class CallFailed(CallOutcomeError):
         self.cause = cause
         if cause is not None:
             self.__cause__ = cause
+
+
+class RequestDropped(KdispatchError):
+    """A best-effort call (an Event) was dropped unsent: no token or worker was spare for it
+    in time (the executor's ``best_effort_max_wait``, or at once for its follow-up request).
+    The ``cause`` of the call's ``CallFailed``; counted in ``kdispatch_events_dropped_total``."""
 
 
 # --------------------------------------------------------------------------- backend errors
@@ -257,3 +281,52 @@ class DisruptionBudgetError(TooManyRequestsError):
     budget frees up as other pods become ready."""
 
     reason = "DisruptionBudget"
+
+
+# --------------------------------------------------------------------------- call groups
+
+
+class InvalidPrerequisiteError(InvalidInputError):
+    """``after=`` holds something that is not a prerequisite of this dispatcher: each item
+    must be a future that this dispatcher's ``submit``/``asubmit``/``preempt`` returned, or the
+    ``future`` of one of its call groups."""
+
+
+class DependencyCycleError(InvalidInputError):
+    """A call's prerequisites would wait for the call itself, so none of them could ever be
+    sent. Refused at submit, where the cycle would close (see :mod:`kdispatch.actors.holds`
+    for what counts as one): the call's prerequisites, followed through held calls and call
+    groups, reach the group it joins, or a call not yet resolved on the call's own object."""
+
+
+class GroupClosedError(InvalidInputError):
+    """A step was added to a call group that is sealed (``seal()``, or the end of its
+    ``with`` block): its ``future`` may already have resolved."""
+
+
+class GroupsNotSupported(InvalidInputError):
+    """This dispatcher does not hold calls (``after=``) or build call groups (e.g.
+    ``ProcessDispatcher``): use an in-process ``Dispatcher``, or chain the futures yourself."""
+
+
+class GroupFailed(KdispatchError):
+    """A call group's ``future`` raises this when at least one step did not succeed (failed,
+    cancelled, or never sent because a prerequisite failed). ``error`` is the first step error
+    (in the order they resolved); ``results`` holds every step's outcome or exception, in the
+    order the steps were submitted; ``cancelled`` is the cause label if the group was
+    cancelled (``"caller"``, ``"owner_deleted"``, ...), else None."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error: BaseException | None,
+        results: list[Outcome | BaseException],
+        cancelled: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error = error
+        self.results = results
+        self.cancelled = cancelled
+        if error is not None:
+            self.__cause__ = error

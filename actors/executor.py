@@ -4,9 +4,7 @@ Object actors call it (:meth:`Executor.ready`, :meth:`Executor.job`, :meth:`Exec
 it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. Inside, one lock
 guards a scheduler that keeps one FIFO *lane* of object UIDs per relevance (upstream queues
 UIDs, not calls; so does this), a heap of objects backing off, and a token bucket; ``workers``
-threads send the requests. A worker that sent a request tells the actor its ``Done`` inside a
-:class:`~.runtime.DirectTurns` block, so an idle actor handles its result on that worker with
-no hand-off to the actor pool; the same for the first grant the finished job frees.
+threads send the requests and tell each result (``Done``) to its object actor.
 
 A call travels: ``ready`` (the object has something to send) → a *grant* (a token and a worker
 slot reserved for it) → the actor hands over its *current* merged call (``job``), so merges,
@@ -28,6 +26,17 @@ token back.
 Scheduling when tokens or slots are scarce: the highest-relevance non-empty lane goes first
 (deletions, then bindings, then status patches), except that each lower lane with work is
 guaranteed ``lane_min_share`` of the grants, so nothing starves.
+
+Best effort (Events, lane ``BEST_EFFORT``): the lane below all others, with no guaranteed
+share. It is granted only when no other lane and no started job waits, a token is there now,
+a second worker stays free for whatever comes next, and fewer than a quarter of the workers
+(at least one) are sending best-effort requests; so it never takes a token or a worker
+something else waits for, and a burst of other calls finds most workers free. An object that
+waited ``best_effort_max_wait`` is dropped: it gets a grant that reserves nothing, and its
+``job`` answers ``FAILED`` with :class:`~.errors.RequestDropped` without sending. A
+best-effort job's follow-up request (the create after a 404) takes a spare token at once or is
+dropped the same way; never does it wait ahead of new grants. Drops are counted in
+``kdispatch_events_dropped_total{reason}``.
 
 Classification: 409 → one GET of the object, then ``CONFLICT`` (the actor re-validates or
 rebases); 404 → ``NOT_FOUND``; 429, 5xx, timeouts and connection errors → ``RETRY`` with the
@@ -51,6 +60,7 @@ import pykka
 from loguru import logger
 
 from .backend import ApiBackend
+from .calls import BEST_EFFORT
 from .config import ExecutorConfig, RateLimitConfig, RetryConfig
 from .errors import (
     ApiConnectionError,
@@ -60,6 +70,7 @@ from .errors import (
     DispatcherClosed,
     LeadershipLost,
     NotFoundError,
+    RequestDropped,
     RequestTimeoutError,
     TooManyRequestsError,
 )
@@ -68,10 +79,10 @@ from .metrics import Metrics
 from .object_state import Done, Result
 from .objects import get_path
 from .ratelimit import TokenBucket
-from .runtime import DirectTurns
 
 _Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor ref, ready since)
 SendGate = Callable[[], bool]
+_DROP = -1  # the lane of a grant that drops a best-effort object's call
 
 
 def _retry_reason(err: ApiError) -> str:
@@ -89,12 +100,15 @@ class _Charged:
     for the first one) and passes the send gate first. Worker thread (or the actor's thread
     for a non-blocking backend)."""
 
-    __slots__ = ("_backend", "_call_type", "_executor", "requests")
+    __slots__ = ("_backend", "_best_effort", "_call_type", "_executor", "requests")
 
-    def __init__(self, executor: Executor, backend: ApiBackend, call_type: str) -> None:
+    def __init__(
+        self, executor: Executor, backend: ApiBackend, call_type: str, best_effort: bool = False
+    ) -> None:
         self._executor = executor
         self._backend = backend
         self._call_type = call_type
+        self._best_effort = best_effort
         self.requests = 0
 
     def _before(self, verb: str) -> None:
@@ -103,7 +117,10 @@ class _Charged:
         if gate is not None and not gate():
             raise LeadershipLost("not sent: this replica may not write (leader lease)")
         if self.requests:
-            ex.take_followup_token()
+            if self._best_effort:
+                ex.take_spare_token()
+            else:
+                ex.take_followup_token()
         self.requests += 1
         ex.count_request(self._call_type, verb)
 
@@ -189,6 +206,12 @@ class Executor:
         # requests for one object at once.
         self._sending: set[str] = set()
         self._deferred: dict[str, tuple[Any, int]] = {}
+        # Best-effort objects granted only to be dropped: their job answers without a request
+        # and without a token or a slot.
+        self._dropping: set[str] = set()
+        # Best-effort objects granted or being sent (at most a quarter of the workers).
+        self._best_effort: set[str] = set()
+        self._best_effort_cap = max(1, config.workers // 4)
         self._granted = 0  # grants not yet answered
         self._running = 0  # jobs queued or being sent
         self._followups = 0  # requests of started jobs waiting for a token
@@ -243,15 +266,19 @@ class Executor:
                 heapq.heappush(self._delayed, (not_before, next(self._seq), uid, ref, relevance))
                 self._timer_cond.notify()
                 return False
+            free = self._config.workers - self._granted - self._running
             if (
                 not self._stopping
                 and not self._followups
                 and uid not in self._sending
-                and self._granted + self._running < self._config.workers
+                and free > 0
+                and (relevance != BEST_EFFORT or self._spare_slot(free))
                 and not any(self._lanes.values())
                 and self._bucket.try_take() == 0
             ):
                 self._granted += 1
+                if relevance == BEST_EFFORT:
+                    self._best_effort.add(uid)
                 return True
             self._enqueue(uid, ref, relevance)
             grants = self._grant_locked()
@@ -264,8 +291,12 @@ class Executor:
         ``Done`` arrives as a message (None is returned). Nothing is sent once stopping."""
         uid = job.send.call.ref.uid
         with self._lock:
+            if uid in self._dropping:
+                self._dropping.discard(uid)
+                return self._dropped(job)
             self._granted -= 1
             if self._stopping:
+                self._best_effort.discard(uid)
                 self._bucket.refund()
                 return None
             self._running += 1
@@ -279,9 +310,14 @@ class Executor:
         finally:
             self._finished(uid)
 
-    def refund(self) -> None:
-        """Any thread (object actors): the answer to a grant when there is nothing to send."""
+    def refund(self, uid: str | None = None) -> None:
+        """Any thread (object actors): the answer to a grant when there is nothing to send.
+        ``uid``: the object's (a grant that only dropped reserved nothing to give back)."""
         with self._lock:
+            if uid is not None and uid in self._dropping:
+                self._dropping.discard(uid)
+                return
+            self._best_effort.discard(uid or "")
             self._granted -= 1
             self._bucket.refund()
             grants = self._grant_locked()
@@ -324,6 +360,36 @@ class Executor:
             finally:
                 self._followups -= 1
 
+    def take_spare_token(self) -> None:
+        """Job thread: the token of a best-effort job's follow-up request, only if it is spare
+        now (nothing else waits for one); otherwise raises :class:`RequestDropped`."""
+        with self._lock:
+            if self._stopping:
+                raise DispatcherClosed("dispatcher stopped during a call")
+            waiting = self._followups or any(
+                lane for r, lane in self._lanes.items() if r != BEST_EFFORT
+            )
+            if waiting or self._bucket.try_take() > 0:
+                self._metrics.event_dropped("throttled")
+                raise RequestDropped("no spare token for a best-effort follow-up request")
+
+    def _dropped(self, job: Job) -> Done:
+        """A dropping grant's job: answered unsent (lock held; counts the drop)."""
+        self._metrics.event_dropped("throttled")
+        call = job.send.call
+        err = RequestDropped(
+            f"{call.call_type} dropped: no spare token or worker within "
+            f"{self._config.best_effort_max_wait:g} s"
+        )
+        return Done(call, Result.FAILED, None, err, 0.0)
+
+    def _spare_slot(self, free: int) -> bool:
+        """Whether a best-effort grant leaves a worker free for what comes next and keeps
+        best-effort requests under their share of the workers. Lock held."""
+        if len(self._best_effort) >= self._best_effort_cap:
+            return False
+        return free >= 2 or self._config.workers == 1
+
     def count_request(self, call_type: str, verb: str) -> None:
         """Job thread: one request is about to be sent."""
         self._metrics.request(call_type, verb)
@@ -344,10 +410,15 @@ class Executor:
 
     def _pick_sendable(self) -> tuple[str, Any, float, int] | None:
         """The next object to grant, skipping (and deferring) objects with a request still
-        being sent. None when no lane has a sendable object."""
+        being sent. None when no lane has a sendable object. The best-effort lane only when
+        every other lane is empty."""
         while True:
             nonempty = [r for r, lane in self._lanes.items() if lane]
             if not nonempty:
+                return None
+            if len(nonempty) > 1 and nonempty[-1] == BEST_EFFORT:
+                nonempty.pop()
+            elif nonempty == [BEST_EFFORT] and len(self._best_effort) >= self._best_effort_cap:
                 return None
             uid, ref, since, lane = self._pick(nonempty)
             if uid not in self._sending:
@@ -381,6 +452,7 @@ class Executor:
             self._enqueue(uid, ref, relevance)
         if self._followups:  # started jobs take the next tokens
             self._token_cond.notify()
+            self._expire_best_effort(now, grants)
             return grants
         slots = self._config.workers - self._granted - self._running
         while slots > 0:
@@ -388,6 +460,8 @@ class Executor:
             if not nonempty:
                 for r in self._credit:
                     self._credit[r] = 0.0
+                break
+            if nonempty == [BEST_EFFORT] and not self._spare_slot(slots):
                 break
             wait = self._bucket.try_take()
             if wait > 0:
@@ -401,7 +475,31 @@ class Executor:
             grants.append(picked)
             self._granted += 1
             slots -= 1
+            if picked[3] == BEST_EFFORT:
+                self._best_effort.add(picked[0])
+        self._expire_best_effort(now, grants)
         return grants
+
+    def _expire_best_effort(self, now: float, grants: list[tuple[str, Any, float, int]]) -> None:
+        """Drop the best-effort objects that waited ``best_effort_max_wait``: a grant that
+        reserves nothing (see :meth:`job`). Lock held."""
+        lane = self._lanes.get(BEST_EFFORT)
+        limit = self._config.best_effort_max_wait
+        while lane:
+            uid, (ref, since) = next(iter(lane.items()))
+            if now - since < limit:
+                break
+            del lane[uid]
+            self._dropping.add(uid)
+            grants.append((uid, ref, since, _DROP))
+
+    def _best_effort_deadline(self) -> float | None:
+        """When the oldest best-effort object is due to be dropped. Lock held."""
+        lane = self._lanes.get(BEST_EFFORT)
+        if not lane:
+            return None
+        _, since = next(iter(lane.values()))
+        return since + self._config.best_effort_max_wait
 
     def _send_grants(self, grants: list[tuple[str, Any, float, int]]) -> None:
         """Outside the lock: tell each granted actor (a dead one refunds at once)."""
@@ -409,18 +507,19 @@ class Executor:
             return
         now = self._clock()
         for uid, ref, since, lane in grants:
-            del uid
-            self._metrics.waited(lane, max(0.0, now - since))
+            if lane != _DROP:
+                self._metrics.waited(lane, max(0.0, now - since))
             try:
                 ref.tell(Grant(now))
             except pykka.ActorDeadError:
-                self.refund()
+                self.refund(uid)
 
     def _finished(self, uid: str) -> None:
         """A job ended (any thread): free its slot, release a deferred turn, grant more."""
         with self._lock:
             self._running -= 1
             self._sending.discard(uid)
+            self._best_effort.discard(uid)
             deferred = self._deferred.pop(uid, None)
             if deferred is not None:
                 self._enqueue(uid, deferred[0], deferred[1])
@@ -435,7 +534,11 @@ class Executor:
             while not self._stopping:
                 wake_at = [
                     t
-                    for t in (self._token_at, self._delayed[0][0] if self._delayed else None)
+                    for t in (
+                        self._token_at,
+                        self._delayed[0][0] if self._delayed else None,
+                        self._best_effort_deadline(),
+                    )
                     if t is not None
                 ]
                 timeout = max(0.0, min(wake_at) - self._clock()) if wake_at else None
@@ -461,21 +564,19 @@ class Executor:
             try:
                 done = self.execute(job)
                 try:
-                    with DirectTurns():  # the actor handles its result on this thread
-                        job.ref.tell(done)
+                    job.ref.tell(done)
                 except pykka.ActorDeadError:
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")
-            with DirectTurns():  # the first actor granted now takes its grant here too
-                self._finished(job.send.call.ref.uid)
+            self._finished(job.send.call.ref.uid)
 
     def execute(self, job: Job) -> Done:
         """Job thread. Send one attempt (or the re-read before it) and classify its result."""
         send = job.send
         call = send.call
         ref = call.ref
-        backend = _Charged(self, self._backend, call.call_type)
+        backend = _Charged(self, self._backend, call.call_type, call.best_effort)
         start = time.perf_counter()
         result = Result.SUCCESS
         obj = None
@@ -498,7 +599,9 @@ class Executor:
             obj = self._reread(backend, call)
             if obj is _GONE:
                 result, obj = Result.NOT_FOUND, None
-        except DispatcherClosed as exc:  # the send gate closed, or stopping mid-call
+        except (DispatcherClosed, RequestDropped) as exc:
+            # the send gate closed, stopping mid-call, or a best-effort follow-up found no
+            # spare token
             result, error = Result.FAILED, exc
         except ApiError as exc:
             error = exc

@@ -103,7 +103,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     KindInfo("ConfigMap", "", "v1", "configmaps", True, False, "strategic"),
     KindInfo("Secret", "", "v1", "secrets", True, False, "strategic"),
     KindInfo("Service", "", "v1", "services", True, True, "strategic"),
-    KindInfo("Event", "", "v1", "events", True, False, "strategic"),
+    KindInfo("Event", "events.k8s.io", "v1", "events", True, False, "strategic"),
     KindInfo("PersistentVolume", "", "v1", "persistentvolumes", False, True, "strategic"),
     KindInfo("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True, True, "strategic"),
     KindInfo("Deployment", "apps", "v1", "deployments", True, True, "strategic"),

@@ -15,7 +15,7 @@ from typing import Protocol
 
 CREATE_LOCK = threading.Lock()
 """Held while a condition is installed (and by whoever must exclude that): only for a few
-attribute reads and writes, never while Python code runs."""
+attribute reads and writes."""
 
 
 class HasLazyCondition(Protocol):
@@ -29,11 +29,9 @@ def condition_of(
 ) -> threading.Condition:
     """``owner._cond``, created with ``make()`` on first use (once, whatever the threads).
 
-    ``make()`` runs before :data:`CREATE_LOCK` is taken, and the lock is held only for the
-    check and the store: Python code run under it (a ``Condition``'s ``__init__``) would let
-    the interpreter switch threads while the lock is held, and every thread that resolves or
-    watches a future would then queue behind it. A thread that loses the race drops its
-    condition."""
+    ``make()`` runs before :data:`CREATE_LOCK` is taken, so the lock is held only for the check
+    and the store (for speed: no thread waits behind a ``Condition`` being built). A thread
+    that loses the race drops its condition."""
     cond = owner._cond
     if cond is None:
         fresh = make()

@@ -137,7 +137,34 @@ class Metrics:
             ["call_type", "verb"],
             lock,
         )
+        self.held = GaugeFamily(
+            "kdispatch_held_calls",
+            "Calls admitted with prerequisites (after=) that are not released yet, by call type.",
+            ["call_type"],
+            lock,
+        )
+        self.groups_open = GaugeFamily(
+            "kdispatch_call_groups_open",
+            "Call groups created and not yet resolved.",
+            [],
+            lock,
+        )
+        self.groups_cancelled = CounterFamily(
+            "kdispatch_call_groups_cancelled_total",
+            "Call groups cancelled, by cause (caller, owner_deleted, owner_preempted, "
+            "owner_not_found, owner_withdrawn).",
+            ["cause"],
+            lock,
+        )
+        self.events_dropped = CounterFamily(
+            "kdispatch_events_dropped_total",
+            "Best-effort calls (Events) dropped unsent, by reason (throttled: no spare token or "
+            "worker in time).",
+            ["reason"],
+            lock,
+        )
         self._collectors: tuple[Collector, ...] = (
+            self.events_dropped,
             self.pending,
             self.requests,
             self.executions,
@@ -149,6 +176,9 @@ class Metrics:
             self.live_actors,
             self.dropped,
             self.actor_failures,
+            self.held,
+            self.groups_open,
+            self.groups_cancelled,
         )
         self._released = False
         self._register()
@@ -205,6 +235,21 @@ class Metrics:
         with self._lock:
             self.pending.add_locked((call_type,), delta)
 
+    def held_delta(self, call_type: str, delta: int) -> None:
+        """The held-calls gauge of ``call_type`` moves by ``delta``."""
+        with self._lock:
+            self.held.add_locked((call_type,), delta)
+
+    def groups_open_delta(self, delta: int) -> None:
+        """The open-groups gauge moves by ``delta``."""
+        with self._lock:
+            self.groups_open.add_locked((), delta)
+
+    def group_cancelled(self, cause: str) -> None:
+        """A call group was cancelled (``cause``: its label)."""
+        with self._lock:
+            self.groups_cancelled.add_locked((cause,))
+
     def retry(self, call_type: str, reason: str) -> None:
         """An attempt will be retried."""
         with self._lock:
@@ -222,6 +267,11 @@ class Metrics:
         with self._lock:
             self.executions.add_locked((call_type, result, outcome))
             self.duration.observe_locked((call_type, result), seconds)
+
+    def event_dropped(self, reason: str) -> None:
+        """A best-effort call was dropped unsent."""
+        with self._lock:
+            self.events_dropped.add_locked((reason,))
 
     def waited(self, lane: int, seconds: float) -> None:
         """An object waited ``seconds`` in lane ``lane`` before its grant."""

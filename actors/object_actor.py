@@ -7,13 +7,10 @@ future, tell the executor there is work, hand over a job or refund a grant, reti
 actor handles one message at a time, the rules need no locks; since only the actor resolves
 its futures, each future resolves exactly once.
 
-All ``on_*`` methods run on the thread that runs the actor's turn, one message at a time per
-actor: a pool thread of :mod:`.runtime`, or a thread that woke the idle actor inside a
-:class:`~.runtime.DirectTurns` block (the executor worker that sent a request, for its
-``Done`` and the first grant after it; the caller of ``Dispatcher.submit`` with
-``RuntimeConfig.caller_turns``). They never block: the executor and the actor talk only in
-messages and non-blocking calls (with a non-blocking backend the executor runs the request on
-this thread and returns its ``Done`` at once, and the whole call is one turn).
+All ``on_*`` methods run on a pool thread of :mod:`.runtime`, one message at a time per actor.
+They never block: the executor and the actor talk only in messages and non-blocking calls
+(with a non-blocking backend the executor runs the request on this thread and returns its
+``Done`` at once, and the whole call is one turn).
 """
 
 from __future__ import annotations
@@ -41,9 +38,11 @@ from .messages import (
     Cancel,
     Close,
     Deleted,
+    FailDependency,
     Grant,
     Job,
     Observed,
+    Release,
     Revoke,
     Submit,
     View,
@@ -60,6 +59,7 @@ from .object_state import (
     Resolve,
     Retire,
     Send,
+    about,
 )
 from .registry import ReapRequest, Registry
 from .runtime import ActorPool, PooledActor
@@ -72,7 +72,7 @@ class ExecutorPort(Protocol):
 
     def job(self, job: Job) -> Done | None: ...
 
-    def refund(self) -> None: ...
+    def refund(self, uid: str | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -90,7 +90,7 @@ class ActorContext:
     closing: bool = False
 
 
-_REROUTED = (Observed, Cancel, Revoke)
+_REROUTED = (Observed, Cancel, Revoke, Release, FailDependency)
 """Messages a retiring actor hands back to the registry (a type tuple built once)."""
 
 _OUTCOME_LABEL = {
@@ -127,7 +127,7 @@ class ObjectActor(PooledActor):
                 )
                 return None
             self.open[future] = message.call.call_type
-            effects = machine.submit(message.call, future)
+            effects = machine.submit(message.call, future, message.holds)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)
@@ -151,6 +151,10 @@ class ObjectActor(PooledActor):
             effects = machine.close()
         elif kind is Revoke:
             effects = machine.revoke(message.error)
+        elif kind is Release:
+            effects = machine.release(message.token)
+        elif kind is FailDependency:
+            effects = machine.dependency_failed(message.token, message.cause)
         else:
             return super().on_receive(message)
         self._carry_out(effects)
@@ -182,7 +186,7 @@ class ObjectActor(PooledActor):
                     effects.extend(machine.done(done, ctx.clock()))
             elif kind is Refund:
                 self.granted = False
-                ctx.executor.refund()
+                ctx.executor.refund(self.uid)
             elif kind is Merged:
                 ctx.metrics.merge(effect.call_type)  # type: ignore[union-attr]
             elif kind is Rebased:
@@ -270,7 +274,7 @@ class ObjectActor(PooledActor):
         self._update_pending()
         if self.granted:  # the crash interrupted a grant: give the slot and token back
             self.granted = False
-            self.ctx.executor.refund()
+            self.ctx.executor.refund(self.uid)
         self.ctx.registry.forget(self.uid, self.actor_ref)
 
     def on_dropped(self, message: object) -> None:
@@ -290,16 +294,23 @@ class ObjectActor(PooledActor):
                 self._resolve(
                     call.call_type,
                     message.future,
-                    CallFailed(str(exc), uid=self.uid, call_type=call.call_type, cause=exc),
+                    CallFailed(
+                        about(call.ref, str(exc)),
+                        uid=self.uid,
+                        call_type=call.call_type,
+                        cause=exc,
+                    ),
                 )
                 return
             if not routed:
                 self._resolve(
                     call.call_type,
                     message.future,
-                    CallCancelled("object deleted", uid=self.uid, call_type=call.call_type),
+                    CallCancelled(
+                        about(call.ref, "object deleted"), uid=self.uid, call_type=call.call_type
+                    ),
                 )
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
         elif isinstance(message, Grant):
-            ctx.executor.refund()
+            ctx.executor.refund(self.uid)

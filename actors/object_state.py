@@ -1,49 +1,50 @@
-"""The per-object rules as a pure state machine (DESIGN §3).
+"""The per-object rules as a pure state machine (DESIGN §3), readable from two tables.
 
-One :class:`ObjectState` per object UID holds everything the rules need: the newest trusted
+One :class:`ObjectState` per object UID holds everything the rules need: the newest observed
 object, the queue of pending calls (at most one per call type, in order), the call in flight,
 and the callers' futures (as opaque handles: the machine never resolves them, it says so).
 Its inputs are the events of an object's life; its outputs are *effects* that the actor shell
 (:mod:`.object_actor`) carries out. It knows nothing about threads, pykka, clocks or the
 apiserver: time comes in as ``now`` arguments, randomness is the executor's.
 
-States (:class:`State`), derived after every event from what is tracked:
+**The object machine.** :data:`TABLE` maps ``(State, Event) -> State``; a pair it lacks raises
+:class:`InvalidTransition` (a bug in the shell or the executor). Every input method
+(``submit``, ``grant``, ``done``, ``observed_event``, ``deleted``, ``cancel``, ``close``,
+``revoke``, ``release``, ``dependency_failed``) applies its rules, names what they made of the
+input as one :class:`Event` (a submit that queues is ``submit/queued``, one resolved at once is
+``submit/resolved``, ...) and takes the state from the table; nothing recomputes the state from
+what is tracked. :data:`TRANSITIONS` (inputs accepted per state) is derived from the table.
+``RETIRED`` is terminal and tolerates only the messages that can still reach a retired actor
+(queued before it stopped): a late submit is refused (``CallCancelled``), a late grant is
+refunded, the rest change nothing.
 
-==================  ==================================================================
-``IDLE``            nothing pending, nothing in flight (the actor may be reaped)
-``PENDING``         calls wait; none is in flight
-``IN_FLIGHT``       one request (a call, or the re-read before it) is on its way
-``IN_FLIGHT_PEND``  one is on its way and others wait behind it
-``RETIRING``        the object is gone: nothing is accepted; waits for the call in flight
-``RETIRED``         nothing left: the actor leaves the registry (terminal)
-==================  ==================================================================
+**The trust machine.** :data:`TRUST_TABLE` maps ``(Trust, TrustEvent) -> Trust``: may the
+observed object be relied on for no-op elision (``TRUSTED``, ``RV_STALE``) and as the base of a
+request without a re-read (``TRUSTED`` only)? An ambiguous failure (the request may or may not
+have been applied) or a 409 whose re-read failed makes it ``UNTRUSTED`` until an object newer
+than :attr:`ObjectState.untrusted_rv` is observed; a request that landed without a reply object
+(a binding) leaves the content right but the resourceVersion behind (``RV_STALE``) until an
+observed object shows that call (:attr:`ObjectState.landed`); a fresh read restores ``TRUSTED``.
 
-Events and the effects they may produce (:data:`TRANSITIONS` lists, per state, the events it
-accepts; anything else is an :class:`InvalidTransition`, as a bug):
+**Retry bookkeeping** is one value per call, :class:`RetryState`, with one inheritance rule
+(:meth:`RetryState.merged`) for every merge.
 
-* ``submit(call, future)`` — merge, supersede, skip, cancel, queue (``Resolve``, ``Ready``);
-* ``grant(now)`` — the executor reserved a token and a worker: the head call (or the re-read
-  it needs) goes in flight (``Send``), or nothing is sendable (``Refund``);
-* ``done(...)`` — the request in flight ended (``Resolve``, ``Ready``, ``Retire``);
-* ``observed(obj)`` — an informer update: rebase, elide, re-validate (``Resolve``);
-* ``deleted()`` — informer delete or 404: cancel what waits, retire (``Resolve``, ``Retire``);
-* ``cancel(call_type)`` — a caller withdraws pending calls (``Resolve``);
-* ``close()`` — dispatcher shutdown (``Resolve``, ``Retire``);
-* ``revoke(error)`` — leadership lost: everything not on the wire resolves with ``error``.
+``docs/behaviour.md`` holds :func:`transition_table_markdown`'s rendering of both tables (a
+test keeps the two in step).
 
 Preemption is ``submit`` of an *exclusive* call: it cancels every pending call and becomes
-the only one.
-
-Trust: after an ambiguous failure (the request may or may not have been applied), after a
-landed request whose reply carried no object (a binding), or after a 409 whose re-read failed,
-the observed object is *not trusted*: no-op elision pauses and a call whose request depends on
-the object (``Call.reads_object``) re-reads it first, as a request of its own, unless a newer
-object arrives meanwhile.
+the only one. Held calls (DESIGN §3 "Call groups across objects"): ``submit(call, future,
+holds)`` admits a call at once (merge, supersession, staleness, elision and preemption as
+usual) but does not send it while it holds any token; one object's calls go in order, so calls
+behind a held head wait too. A held call asks for no grant (no token, no worker, no lane). A
+merged entry holds the union of both entries' holds; a call put back after a retry or a 409
+holds nothing (it was sent, so its prerequisites had succeeded).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -55,16 +56,23 @@ from .errors import (
     CallFailed,
     CallOutcomeError,
     CallStale,
+    DependencyFailed,
     DispatcherClosed,
     ObjectNotFound,
     Outcome,
 )
-from .objects import Obj, get_path, is_newer, resource_version
+from .objects import Obj, ObjectRef, get_path, is_newer, resource_version
 
 __all__ = [
+    "EVENT_DOCS",
+    "NO_HOLDS",
+    "TABLE",
     "TRANSITIONS",
+    "TRUST_DOCS",
+    "TRUST_TABLE",
     "Done",
     "Effect",
+    "Event",
     "InvalidTransition",
     "ObjectState",
     "Ready",
@@ -73,13 +81,21 @@ __all__ = [
     "Resolve",
     "Result",
     "Retire",
+    "RetryState",
     "Send",
     "State",
+    "Trust",
+    "TrustEvent",
+    "about",
+    "transition_table_markdown",
 ]
 
 
+# --------------------------------------------------------------------------- the object machine
+
+
 class State(enum.Enum):
-    """Named states of one object (see the module docstring)."""
+    """Named states of one object."""
 
     IDLE = "idle"
     PENDING = "pending"
@@ -89,37 +105,293 @@ class State(enum.Enum):
     RETIRED = "retired"
 
     # Members are singletons: identity hashing (C) instead of Enum's hash of the name (Python),
-    # for the TRANSITIONS lookup on every event.
+    # for the table lookups on every event.
     __hash__ = object.__hash__
 
 
-class Result(enum.Enum):
-    """How a request ended, as classified by the executor worker."""
+class Event(enum.Enum):
+    """What the rules made of one input (``input/outcome``); :attr:`input` names the input."""
 
-    SUCCESS = "success"
-    RETRY = "retry"  # retryable error: try again after ``delay`` (within the budget)
-    CONFLICT = "conflict"  # 409; ``obj`` is the one re-read (None if that read failed)
-    NOT_FOUND = "not_found"
-    FAILED = "failed"  # permanent
+    SUBMIT_QUEUED = "submit/queued"
+    SUBMIT_RESOLVED = "submit/resolved"
+    SUBMIT_CLEARED = "submit/cleared"
+    SUBMIT_REFUSED = "submit/refused"
+    GRANT_SEND = "grant/send"
+    GRANT_SEND_LAST = "grant/send-last"
+    GRANT_REFUND = "grant/refund"
+    GRANT_CLEARED = "grant/cleared"
+    DONE_IDLE = "done/idle"
+    DONE_PENDING = "done/pending"
+    DONE_GONE = "done/gone"
+    OBSERVED = "observed"
+    OBSERVED_CLEARED = "observed/cleared"
+    DELETED = "deleted"
+    CANCEL = "cancel"
+    CANCEL_CLEARED = "cancel/cleared"
+    CLOSE = "close"
+    REVOKE = "revoke"
+    RELEASE = "release"
+    DEPENDENCY_FAILED = "dependency_failed"
+    DEPENDENCY_FAILED_CLEARED = "dependency_failed/cleared"
 
     __hash__ = object.__hash__  # singletons: see State
+
+    @property
+    def input(self) -> str:
+        """The input method this event comes from (``submit``, ``grant``, ...)."""
+        return self.value.partition("/")[0]
 
 
 class InvalidTransition(RuntimeError):
     """An event the current state does not accept: a bug in the shell or the executor."""
 
 
-_ALL: Final = frozenset({"submit", "observed", "deleted", "cancel", "close", "revoke"})
-TRANSITIONS: Final[dict[State, frozenset[str]]] = {
-    State.IDLE: _ALL | {"grant"},
-    State.PENDING: _ALL | {"grant"},
-    State.IN_FLIGHT: _ALL | {"grant", "done"},
-    State.IN_FLIGHT_PENDING: _ALL | {"grant", "done"},
-    State.RETIRING: _ALL | {"grant", "done"},
-    State.RETIRED: _ALL | {"grant"},
+_I, _P, _F, _FP, _R, _X = (
+    State.IDLE,
+    State.PENDING,
+    State.IN_FLIGHT,
+    State.IN_FLIGHT_PENDING,
+    State.RETIRING,
+    State.RETIRED,
+)
+_EVERY: Final = (_I, _P, _F, _FP, _R, _X)
+
+
+def _same(event: Event, states: tuple[State, ...] = _EVERY) -> dict[tuple[State, Event], State]:
+    """Rows of ``event`` that leave the state as it is."""
+    return {(state, event): state for state in states}
+
+
+TABLE: Final[dict[tuple[State, Event], State]] = {
+    # a new call: the call (alone or merged) waits, or it resolves at once
+    (_I, Event.SUBMIT_QUEUED): _P,
+    (_P, Event.SUBMIT_QUEUED): _P,
+    (_F, Event.SUBMIT_QUEUED): _FP,
+    (_FP, Event.SUBMIT_QUEUED): _FP,
+    **_same(Event.SUBMIT_RESOLVED, (_I, _P, _F, _FP)),
+    (_P, Event.SUBMIT_CLEARED): _I,
+    (_FP, Event.SUBMIT_CLEARED): _F,
+    **_same(Event.SUBMIT_REFUSED, (_R, _X)),
+    # the executor reserved a token and a worker
+    (_P, Event.GRANT_SEND): _FP,
+    (_P, Event.GRANT_SEND_LAST): _F,
+    **_same(Event.GRANT_REFUND),
+    (_P, Event.GRANT_CLEARED): _I,
+    # the request in flight ended
+    (_F, Event.DONE_IDLE): _I,
+    (_FP, Event.DONE_IDLE): _I,
+    (_F, Event.DONE_PENDING): _P,
+    (_FP, Event.DONE_PENDING): _P,
+    (_F, Event.DONE_GONE): _X,
+    (_FP, Event.DONE_GONE): _X,
+    (_R, Event.DONE_GONE): _X,
+    # informer update
+    **_same(Event.OBSERVED),
+    (_P, Event.OBSERVED_CLEARED): _I,
+    (_FP, Event.OBSERVED_CLEARED): _F,
+    # informer delete (or 404): retire now, or once the request in flight ends
+    (_I, Event.DELETED): _X,
+    (_P, Event.DELETED): _X,
+    (_F, Event.DELETED): _R,
+    (_FP, Event.DELETED): _R,
+    **_same(Event.DELETED, (_R, _X)),
+    # a caller withdraws pending calls
+    **_same(Event.CANCEL),
+    (_P, Event.CANCEL_CLEARED): _I,
+    (_FP, Event.CANCEL_CLEARED): _F,
+    # dispatcher shutdown
+    **{(state, Event.CLOSE): _X for state in _EVERY},
+    # leadership lost: everything pending resolves
+    (_I, Event.REVOKE): _I,
+    (_P, Event.REVOKE): _I,
+    (_F, Event.REVOKE): _F,
+    (_FP, Event.REVOKE): _F,
+    **_same(Event.REVOKE, (_R, _X)),
+    # prerequisites of held calls
+    **_same(Event.RELEASE),
+    **_same(Event.DEPENDENCY_FAILED),
+    (_P, Event.DEPENDENCY_FAILED_CLEARED): _I,
+    (_FP, Event.DEPENDENCY_FAILED_CLEARED): _F,
 }
-"""Events accepted per state. ``grant`` is accepted everywhere (a grant may race with any
-change and is then refunded); ``done`` only while something is in flight."""
+"""The object machine: ``(state, event) -> state``. A pair not listed is an
+:class:`InvalidTransition`."""
+
+_NEXT: Final[dict[State, dict[Event, State]]] = {
+    state: {e: target for (s, e), target in TABLE.items() if s is state} for state in State
+}
+""":data:`TABLE` by state (the same mapping, looked up without building a key tuple)."""
+
+TRANSITIONS: Final[dict[State, frozenset[str]]] = {
+    state: frozenset(e.input for e in row) for state, row in _NEXT.items()
+}
+"""Inputs accepted per state, derived from :data:`TABLE`. ``done`` only while something is in
+flight; ``RETIRED`` accepts the rest only to tolerate late messages."""
+
+EVENT_DOCS: Final[dict[Event, str]] = {
+    Event.SUBMIT_QUEUED: "a new call (alone, merged with a pending one, or superseding pending "
+    "ones) waits to be sent",
+    Event.SUBMIT_RESOLVED: "a new call resolves at once (skipped, stale, failing its precheck, "
+    "cancelled behind a deletion); what waited still waits",
+    Event.SUBMIT_CLEARED: "a new call resolves at once and the last pending calls go with it "
+    "(a merge that made it a no-op; a preemption that is a no-op or rides on the one in flight)",
+    Event.SUBMIT_REFUSED: "the object is gone: the call resolves `CallCancelled`",
+    Event.GRANT_SEND: "the head call (or the re-read it needs) goes in flight; others wait",
+    Event.GRANT_SEND_LAST: "the head call (or its re-read) goes in flight; nothing else waits",
+    Event.GRANT_REFUND: "nothing sendable now (held, backing off, a request in flight, gone, or "
+    "a late grant): `Refund`",
+    Event.GRANT_CLEARED: "every pending call resolved on the way (elided, stale, failing its "
+    "precheck): `Refund`",
+    Event.DONE_IDLE: "the request in flight ended; nothing waits",
+    Event.DONE_PENDING: "the request in flight ended; calls wait (the call itself, put back "
+    "after a retryable failure, a 409 or its re-read, or others)",
+    Event.DONE_GONE: "the request in flight ended and the object is gone (404, a deletion "
+    "that succeeded, or deleted meanwhile): `Retire`",
+    Event.OBSERVED: "informer update: a newer object is adopted and pending calls re-judged "
+    "(or an older one ignored); some still wait, or none did",
+    Event.OBSERVED_CLEARED: "informer update: every pending call resolved (elided or stale)",
+    Event.DELETED: "informer delete or a synthetic one: pending calls resolve (`CallCancelled`; "
+    "a pending deletion `SUCCESS`), `Retire` (final once nothing is in flight; nothing more "
+    "when gone already)",
+    Event.CANCEL: "a caller withdraws pending calls; some still wait, or none did",
+    Event.CANCEL_CLEARED: "a caller withdraws the last pending calls",
+    Event.CLOSE: "dispatcher shutdown: everything resolves `DispatcherClosed`, `Retire` "
+    "(nothing more when already retired)",
+    Event.REVOKE: "leadership lost: every pending call resolves with the error; the request in "
+    "flight finishes as usual",
+    Event.RELEASE: "a prerequisite succeeded: calls held on its token lose that hold (`Ready` "
+    "once the head holds nothing)",
+    Event.DEPENDENCY_FAILED: "a prerequisite failed: calls held on its token resolve "
+    "`DependencyFailed`; others still wait, or none did",
+    Event.DEPENDENCY_FAILED_CLEARED: "a prerequisite failed: the calls held on its token were "
+    "the last pending ones",
+}
+
+
+# --------------------------------------------------------------------------- the trust machine
+
+
+class Trust(enum.Enum):
+    """May the observed object be relied on?"""
+
+    TRUSTED = "trusted"
+    RV_STALE = "rv_stale"
+    UNTRUSTED = "untrusted"
+    UNTRUSTED_RV_STALE = "untrusted_rv_stale"
+
+    __hash__ = object.__hash__  # singletons: see State
+
+
+class TrustEvent(enum.Enum):
+    """What happened to what is known of the object."""
+
+    LANDED = "landed"
+    SHOWN = "shown"
+    AMBIGUOUS = "ambiguous"
+    REREAD_FAILED = "reread_failed"
+    NEWER = "newer"
+    FRESH = "fresh"
+
+    __hash__ = object.__hash__  # singletons: see State
+
+
+_T, _RS, _U, _URS = Trust.TRUSTED, Trust.RV_STALE, Trust.UNTRUSTED, Trust.UNTRUSTED_RV_STALE
+
+TRUST_TABLE: Final[dict[tuple[Trust, TrustEvent], Trust]] = {
+    (_T, TrustEvent.LANDED): _RS,
+    (_RS, TrustEvent.LANDED): _RS,
+    (_U, TrustEvent.LANDED): _URS,
+    (_URS, TrustEvent.LANDED): _URS,
+    (_T, TrustEvent.SHOWN): _T,
+    (_RS, TrustEvent.SHOWN): _T,
+    (_U, TrustEvent.SHOWN): _U,
+    (_URS, TrustEvent.SHOWN): _U,
+    (_T, TrustEvent.AMBIGUOUS): _U,
+    (_RS, TrustEvent.AMBIGUOUS): _URS,
+    (_U, TrustEvent.AMBIGUOUS): _U,
+    (_URS, TrustEvent.AMBIGUOUS): _URS,
+    (_T, TrustEvent.REREAD_FAILED): _U,
+    (_RS, TrustEvent.REREAD_FAILED): _URS,
+    (_U, TrustEvent.REREAD_FAILED): _U,
+    (_URS, TrustEvent.REREAD_FAILED): _URS,
+    (_U, TrustEvent.NEWER): _T,
+    (_URS, TrustEvent.NEWER): _RS,
+    **{(trust, TrustEvent.FRESH): _T for trust in Trust},
+}
+"""The trust machine: ``(trust, event) -> trust``. A pair not listed is an
+:class:`InvalidTransition`."""
+
+_TRUST_NEXT: Final[dict[Trust, dict[TrustEvent, Trust]]] = {
+    trust: {e: target for (t, e), target in TRUST_TABLE.items() if t is trust} for trust in Trust
+}
+
+TRUST_DOCS: Final[dict[Trust | TrustEvent, str]] = {
+    Trust.TRUSTED: "the observed object is the server's: no-op elision, requests computed on it",
+    Trust.RV_STALE: "content right (a call that landed without a reply object is applied on "
+    "top), resourceVersion behind: elision, but calls that read the object re-read first",
+    Trust.UNTRUSTED: "a request may or may not have landed: no elision, calls that read the "
+    "object re-read first, until an object newer than `untrusted_rv` is observed",
+    Trust.UNTRUSTED_RV_STALE: "both of the above",
+    TrustEvent.LANDED: "a request landed without a reply object (a binding): its call is "
+    "applied to the observed object and kept as `landed`",
+    TrustEvent.SHOWN: "an observed object shows the `landed` call",
+    TrustEvent.AMBIGUOUS: "a request failed retryably (it may have landed): distrust what was "
+    "observed when it was computed (unless a newer object is already observed; an older bar "
+    "stays)",
+    TrustEvent.REREAD_FAILED: "a 409's re-read failed: distrust the observed object",
+    TrustEvent.NEWER: "an object newer than `untrusted_rv` is observed (with preconditions, it "
+    "either holds that request or proves it was never applied)",
+    TrustEvent.FRESH: "the object was read from the server (a re-read, or after a 409)",
+}
+
+
+def _markdown_table(
+    head: str, states: list[Any], rows: list[tuple[Any, str]], table: dict[Any, Any]
+) -> list[str]:
+    lines = [
+        f"| {head} | " + " | ".join(f"`{s.value}`" for s in states) + " | what happens |",
+        "|---" * (len(states) + 2) + "|",
+    ]
+    for event, doc in rows:
+        cells = []
+        for state in states:
+            target = table.get((state, event))
+            cells.append("—" if target is None else f"`{target.value}`")
+        lines.append(f"| `{event.value}` | " + " | ".join(cells) + f" | {doc} |")
+    return lines
+
+
+def transition_table_markdown() -> str:
+    """Both tables as Markdown: one row per event, one column per state, the target state in
+    each cell (``—``: the pair raises :class:`InvalidTransition`)."""
+    lines = ["#### Object machine (`TABLE`)", ""]
+    lines += _markdown_table(
+        "event \\ state", list(State), [(e, EVENT_DOCS[e]) for e in Event], dict(TABLE)
+    )
+    lines += ["", "#### Trust machine (`TRUST_TABLE`)", ""]
+    lines += _markdown_table(
+        "event \\ trust",
+        list(Trust),
+        [(e, TRUST_DOCS[e]) for e in TrustEvent],
+        dict(TRUST_TABLE),
+    )
+    return "\n".join(lines) + "\n"
+
+
+# Hot-path names (a module global instead of an attribute of the enum class).
+_SUBMIT_QUEUED: Final = Event.SUBMIT_QUEUED
+_SUBMIT_RESOLVED: Final = Event.SUBMIT_RESOLVED
+_SUBMIT_CLEARED: Final = Event.SUBMIT_CLEARED
+_GRANT_SEND: Final = Event.GRANT_SEND
+_GRANT_SEND_LAST: Final = Event.GRANT_SEND_LAST
+_GRANT_REFUND: Final = Event.GRANT_REFUND
+_GRANT_CLEARED: Final = Event.GRANT_CLEARED
+_DONE_IDLE: Final = Event.DONE_IDLE
+_DONE_PENDING: Final = Event.DONE_PENDING
+_DONE_GONE: Final = Event.DONE_GONE
+_GONE: Final = frozenset({_R, _X})  # the object is gone: nothing is accepted any more
+_QUEUED: Final = frozenset({_P, _FP})  # calls wait
+_ELIDES: Final = frozenset({_T, _RS})  # no-op elision allowed
+_UNTRUSTED: Final = frozenset({_U, _URS})
 
 
 # --------------------------------------------------------------------------- effects
@@ -185,6 +457,18 @@ class Rebased:
 Effect = Resolve | Ready | Send | Refund | Retire | Merged | Rebased
 
 
+class Result(enum.Enum):
+    """How a request ended, as classified by the executor worker."""
+
+    SUCCESS = "success"
+    RETRY = "retry"  # retryable error: try again after ``delay`` (within the budget)
+    CONFLICT = "conflict"  # 409; ``obj`` is the one re-read (None if that read failed)
+    NOT_FOUND = "not_found"
+    FAILED = "failed"  # permanent
+
+    __hash__ = object.__hash__  # singletons: see State
+
+
 @dataclass(frozen=True, slots=True)
 class Done:
     """The end of the request in flight, as the executor classified it."""
@@ -196,36 +480,89 @@ class Done:
     delay: float = 0.0
 
 
+def about(ref: ObjectRef, why: str) -> str:
+    """The message of an outcome error about the object ``ref`` names (kind, namespace/name,
+    UID)."""
+    return f"{why}: {ref}"
+
+
 # --------------------------------------------------------------------------- entries
 
 
+@dataclass(frozen=True, slots=True)
+class RetryState:
+    """A call's retry bookkeeping, as one value.
+
+    ``attempt``: requests of the call already sent (re-reads not counted); ``conflicts``: 409s
+    already rebased on; ``failures``: retryable failures (sends and re-reads); ``not_before``:
+    backoff after the last retryable failure; ``deadline``: end of the retry budget, which
+    runs from the first failure.
+
+    One inheritance rule, :meth:`merged`, for every merge (a new call merged with a pending
+    one of its type, a preemption merged with a pending one, a call put back after a retry
+    merged with one that arrived meanwhile): the merged call is as far along as the further of
+    the two, since both describe the same intent on the same object and a merge must never
+    reset or extend a retry budget: counts and backoff are the larger, the deadline the
+    earlier.
+    """
+
+    attempt: int = 0
+    conflicts: int = 0
+    failures: int = 0
+    not_before: float = 0.0
+    deadline: float | None = None
+
+    def merged(self, other: RetryState) -> RetryState:
+        """The bookkeeping of the merge of two calls (see the class docstring)."""
+        if other is _FRESH:
+            return self
+        if self is _FRESH:
+            return other
+        deadlines = [d for d in (self.deadline, other.deadline) if d is not None]
+        return RetryState(
+            max(self.attempt, other.attempt),
+            max(self.conflicts, other.conflicts),
+            max(self.failures, other.failures),
+            max(self.not_before, other.not_before),
+            min(deadlines) if deadlines else None,
+        )
+
+    def sent(self) -> RetryState:
+        """One more request of the call went out."""
+        return RetryState(
+            self.attempt + 1, self.conflicts, self.failures, self.not_before, self.deadline
+        )
+
+    def conflicted(self) -> RetryState:
+        """One more 409 to rebase on."""
+        return RetryState(
+            self.attempt, self.conflicts + 1, self.failures, self.not_before, self.deadline
+        )
+
+    def failed(self, at: float, deadline: float) -> RetryState:
+        """One more retryable failure: back off until ``at``, within ``deadline``."""
+        return RetryState(self.attempt, self.conflicts, self.failures + 1, at, deadline)
+
+
+_FRESH: Final = RetryState()
+"""The bookkeeping of a call never sent (shared)."""
+
 _UNJUDGED: Final[Any] = object()
+
+NO_HOLDS: Final[frozenset[Hashable]] = frozenset()
+"""The holds of a call that waits for nothing (shared: most calls)."""
 
 
 class _Entry:
     """A tracked call and its caller's future."""
 
-    __slots__ = (
-        "attempt",
-        "call",
-        "conflicts",
-        "deadline",
-        "failures",
-        "future",
-        "judged_obs",
-        "judged_trust",
-        "not_before",
-        "sent_rv",
-    )
+    __slots__ = ("call", "future", "holds", "judged_obs", "judged_trust", "retry", "sent_rv")
 
-    def __init__(self, call: Call, future: Any) -> None:
+    def __init__(self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS) -> None:
         self.call = call
         self.future = future
-        self.attempt = 0  # requests of this call already sent (re-reads not counted)
-        self.conflicts = 0  # 409s already rebased on
-        self.failures = 0  # retryable failures (sends and re-reads)
-        self.not_before = 0.0  # backoff after a retryable failure
-        self.deadline: float | None = None  # end of the retry budget (from the first failure)
+        self.holds = holds  # prerequisite tokens not released yet: not sendable while any
+        self.retry = _FRESH
         self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
         # The observed object (by identity) and trust this call last passed _judge against
         # with nothing in flight: elision and staleness cannot differ until one changes.
@@ -239,21 +576,19 @@ _SUCCESS: Final = Outcome.SUCCESS
 
 
 class ObjectState:
-    """The rules of one object. Every method is an event; it returns the effects to carry out,
-    in order. Not thread-safe: the object's actor feeds it one event at a time."""
+    """The rules of one object. Every input method returns the effects to carry out, in
+    order. Not thread-safe: the object's actor feeds it one event at a time."""
 
     __slots__ = (
-        "_inflight_read",
-        "gone",
         "inflight",
         "landed",
         "observed",
         "queue",
         "ready_lane",
+        "request",
         "retry",
-        "rv_stale",
         "state",
-        "trusted",
+        "trust",
         "uid",
         "untrusted_rv",
     )
@@ -264,20 +599,17 @@ class ObjectState:
         self.state = State.IDLE
         self.observed: Obj | None = None
         self.queue: list[_Entry] = []  # pending calls in send order, one per call type
-        self.inflight: _Entry | None = None
-        self._inflight_read = False  # the request in flight is the re-read before the call
-        self.gone = False
-        self.ready_lane: int | None = None  # lane of the Ready the executor holds, if any
-        # Trust (module docstring): while False, no-op elision pauses and object-dependent
-        # calls re-read first. ``untrusted_rv``: any observed object newer than this restores
-        # trust (with preconditions, a newer state either holds that request or proves it was
-        # never applied).
-        self.trusted = True
+        self.inflight: _Entry | None = None  # the call whose request is on the wire
+        self.request: Send | None = None  # that request (the call, or the re-read before it)
+        # The grant handshake: the lane of the Ready the executor holds for this object, if
+        # any (a Ready is only repeated for a more urgent head).
+        self.ready_lane: int | None = None
+        # The trust machine (module docstring) and its data: the version an untrusted state
+        # waits to see passed, and the call that landed without a reply object and is kept
+        # applied on top of observed objects until one shows it.
+        self.trust = Trust.TRUSTED
         self.untrusted_rv: str | None = None
-        # The observed content is right but the server's resourceVersion moved on (a request
-        # landed without a reply object): object-dependent calls re-read before sending.
-        self.rv_stale = False
-        self.landed: Call | None = None  # landed without a reply object, not yet observed
+        self.landed: Call | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -285,6 +617,16 @@ class ObjectState:
     def idle(self) -> bool:
         """Nothing pending or in flight and the object not gone: the actor may be reaped."""
         return self.state is State.IDLE
+
+    @property
+    def trusted(self) -> bool:
+        """Whether no-op elision may rely on the observed object."""
+        return self.trust in _ELIDES
+
+    @property
+    def rv_stale(self) -> bool:
+        """Whether the observed content is right but its resourceVersion behind the server's."""
+        return self.trust is _RS or self.trust is _URS
 
     def view(self) -> Obj | None:
         """The observed object with the in-flight and pending mutations applied."""
@@ -302,24 +644,27 @@ class ObjectState:
         entries = [*self.queue, *([self.inflight] if self.inflight is not None else [])]
         return [e.future for e in entries]
 
-    # ------------------------------------------------------------------ events
+    # ------------------------------------------------------------------ inputs
 
-    def submit(self, call: Call, future: Any) -> list[Effect]:
+    def submit(
+        self, call: Call, future: Any, holds: frozenset[Hashable] = NO_HOLDS
+    ) -> list[Effect]:
         """A caller's new call. Exclusive calls preempt; others merge, supersede, are skipped,
-        or queue behind what is pending."""
+        or queue behind what is pending. With ``holds`` (opaque tokens), the call is admitted
+        the same way but not sent before :meth:`release` removed every token."""
         self._check("submit")
         out: list[Effect] = []
-        entry = _Entry(call, future)
-        if self.gone:
+        entry = _Entry(call, future, holds)
+        if self.state in _GONE:
             self._fail(out, entry, CallCancelled, "object deleted")
-            return out
+            return self._settle(out, Event.SUBMIT_REFUSED)
         if call.basis is not None:
             self._observe(call.basis)
-        if call.exclusive:
-            self._preempt(out, entry)
+        if self._preempt(out, entry) if call.exclusive else self._submit(out, entry):
+            event = _SUBMIT_QUEUED
         else:
-            self._submit(out, entry)
-        return self._settle(out)
+            event = _SUBMIT_CLEARED if self._drained() else _SUBMIT_RESOLVED
+        return self._settle(out, event)
 
     def grant(self, now: float) -> list[Effect]:
         """The executor reserved a token and a worker: send the head call (or its re-read), or
@@ -327,60 +672,60 @@ class ObjectState:
         self._check("grant")
         out: list[Effect] = []
         self.ready_lane = None
-        send: Send | None = None
-        while self.queue and self.inflight is None and not self.gone:
-            entry = self.queue[0]
-            if entry.not_before > now:
-                break  # backing off: _settle sends a delayed Ready
-            call = entry.call
-            self.queue.pop(0)
-            verdict = self._judge(entry)
-            if verdict is not None:
-                out.append(verdict)
-                continue
-            self.inflight = entry
-            if call.reads_object and (not self.trusted or self.rv_stale or self.observed is None):
-                self._inflight_read = True
-                send = Send(call, None, entry.attempt, read=True)
-            else:
-                entry.attempt += 1
-                entry.sent_rv = resource_version(self.observed)
-                send = Send(call, self.observed, entry.attempt)
-            break
-        out.append(send if send is not None else Refund())
-        return self._settle(out)
+        if self.state is _P:
+            queue = self.queue
+            while queue:
+                entry = queue[0]
+                if entry.holds or entry.retry.not_before > now:
+                    break  # held, or backing off (_settle sends a delayed Ready)
+                queue.pop(0)
+                verdict = self._judge(entry)
+                if verdict is not None:
+                    out.append(verdict)
+                    continue
+                out.append(self._send(entry))
+                return self._settle(out, _GRANT_SEND if queue else _GRANT_SEND_LAST)
+        out.append(Refund())
+        return self._settle(out, _GRANT_CLEARED if self._drained() else _GRANT_REFUND)
 
     def done(self, done: Done, now: float) -> list[Effect]:
         """The request in flight ended. ``now`` is the shell's clock (for backoff and budget)."""
         self._check("done")
-        entry = self.inflight
+        entry, request = self.inflight, self.request
         out: list[Effect] = []
-        if entry is None or entry.call is not done.call:
+        if entry is None or request is None or entry.call is not done.call:
             raise InvalidTransition(f"done for {done.call.describe()} which is not in flight")
-        self.inflight = None
-        was_read, self._inflight_read = self._inflight_read, False
-        if was_read:
-            self._read_done(out, entry, done, now)
+        self.inflight = self.request = None
+        if request.read:
+            retired = self._read_done(out, entry, done, now)
         else:
-            self._send_done(out, entry, done, now)
-        return self._settle(out)
+            retired = self._send_done(out, entry, done, now)
+        if self.state is _R:  # gone before this request ended: leave now
+            out.append(Retire(tombstone=False, final=True))
+            event = _DONE_GONE
+        elif retired:
+            event = _DONE_GONE
+        else:
+            event = _DONE_PENDING if self.queue else _DONE_IDLE
+        return self._settle(out, event)
 
     def observed_event(self, obj: Obj) -> list[Effect]:
-        """Informer add/update. An object that is not a newer state of this one is ignored."""
+        """Informer add/update. An object that is not a newer state of this one is ignored, and
+        so is any object once retired."""
         self._check("observed")
         out: list[Effect] = []
-        if not self._accepts(obj):
+        if self.state is _X or not self._accepts(obj):
             return out
         self._adopt(obj)
         self._revisit(out)
-        return self._settle(out)
+        return self._settle(out, Event.OBSERVED_CLEARED if self._drained() else Event.OBSERVED)
 
     def deleted(self) -> list[Effect]:
         """Informer delete (or a synthetic one): cancel what waits and retire."""
         self._check("deleted")
         out: list[Effect] = []
         self._retire(out, "object deleted")
-        return self._settle(out)
+        return self._settle(out, Event.DELETED)
 
     def cancel(self, call_type: str | None) -> list[Effect]:
         """A caller withdraws the pending calls (of ``call_type``, or all). A call in flight
@@ -394,18 +739,18 @@ class ObjectState:
             else:
                 keep.append(entry)
         self.queue = keep
-        return self._settle(out)
+        return self._settle(out, Event.CANCEL_CLEARED if self._drained() else Event.CANCEL)
 
     def close(self) -> list[Effect]:
-        """Dispatcher shutdown: resolve everything with ``DispatcherClosed`` and retire."""
+        """Dispatcher shutdown: resolve everything with ``DispatcherClosed`` and retire (once:
+        nothing more when already retired)."""
         self._check("close")
         out: list[Effect] = []
-        closed = DispatcherClosed("dispatcher stopped before the call completed")
-        self._drop_all(out, closed)
-        self.gone = True
-        out.append(Retire(tombstone=False, final=True))
-        self.state = State.RETIRED
-        return out
+        if self.state is not _X:
+            closed = DispatcherClosed("dispatcher stopped before the call completed")
+            self._drop_all(out, closed)
+            out.append(Retire(tombstone=False, final=True))
+        return self._settle(out, Event.CLOSE)
 
     def revoke(self, error: DispatcherClosed) -> list[Effect]:
         """Leadership lost: every call not on the wire resolves with ``error``; the call in
@@ -415,12 +760,44 @@ class ObjectState:
         for entry in self.queue:
             out.append(Resolve(entry.future, entry.call.call_type, error))
         self.queue = []
-        return self._settle(out)
+        return self._settle(out, Event.REVOKE)
+
+    def release(self, token: Hashable) -> list[Effect]:
+        """A prerequisite succeeded: no call holds ``token`` any more; a head call left with
+        no holds becomes sendable."""
+        self._check("release")
+        for entry in self.queue:
+            holds = entry.holds
+            if token in holds:
+                entry.holds = holds - {token}
+        return self._settle([], Event.RELEASE)
+
+    def dependency_failed(self, token: Hashable, cause: BaseException) -> list[Effect]:
+        """A prerequisite failed (or was cancelled): every call holding ``token`` resolves
+        :class:`~.errors.DependencyFailed` with ``cause`` and leaves the queue unsent."""
+        self._check("dependency_failed")
+        out: list[Effect] = []
+        keep: list[_Entry] = []
+        for entry in self.queue:
+            if token in entry.holds:
+                call = entry.call
+                ctype = call.call_type
+                why = f"{ctype} not sent: a prerequisite failed: {cause}"
+                error = DependencyFailed(
+                    about(call.ref, why), uid=self.uid, call_type=ctype, cause=cause
+                )
+                out.append(Resolve(entry.future, ctype, error))
+            else:
+                keep.append(entry)
+        self.queue = keep
+        event = Event.DEPENDENCY_FAILED_CLEARED if self._drained() else Event.DEPENDENCY_FAILED
+        return self._settle(out, event)
 
     # ------------------------------------------------------------------ submit rules
 
-    def _preempt(self, out: list[Effect], entry: _Entry) -> None:
-        """An exclusive call cancels everything pending and becomes the only pending call."""
+    def _preempt(self, out: list[Effect], entry: _Entry) -> bool:
+        """An exclusive call cancels everything pending and becomes the only pending call.
+        Whether it waits (else it resolved at once)."""
         call = entry.call
         same = next((e for e in self.queue if e.call.call_type == call.call_type), None)
         for other in self.queue:
@@ -431,62 +808,60 @@ class ObjectState:
             )
         self.queue = []
         if same is not None:
-            out.append(Merged(call.call_type))
-            entry.call = call.merge(same.call)
-            self._inherit(entry, same)
-            out.append(Resolve(same.future, same.call.call_type, _OVERWRITTEN))
+            self._merge(out, entry, same)
         inflight = self.inflight
         if inflight is not None and inflight.call.call_type == call.call_type:
             out.append(Resolve(entry.future, call.call_type, _SKIPPED))  # already on its way
-            return
+            return False
         if self._is_noop(entry.call):
             out.append(Resolve(entry.future, call.call_type, _SKIPPED))
-            return
+            return False
         self.queue.append(entry)
+        return True
 
-    def _submit(self, out: list[Effect], entry: _Entry) -> None:
+    def _submit(self, out: list[Effect], entry: _Entry) -> bool:
+        """A call that does not preempt. Whether it (or its merge) waits."""
         call = entry.call
         ctype = call.call_type
         tracked = self._tracked()
         if any(e.call.exclusive for e in tracked):
             self._fail(out, entry, CallCancelled, "object is being deleted")
-            return
+            return False
         if (reason := call.revalidate(call.basis, self.observed)) is not None:
             self._fail(out, entry, CallStale, reason)
-            return
+            return False
         if (reason := call.precheck(self.observed)) is not None:
             self._fail(out, entry, CallConflict, reason)
-            return
+            return False
         if any(ctype in e.call.supersedes for e in tracked):
             out.append(Resolve(entry.future, ctype, _SKIPPED))  # a superseding call is tracked
-            return
+            return False
         queue = self.queue
         for i, pending in enumerate(queue):
             if pending.call.call_type == ctype:
                 # same type: the newer values win, the older call fills the gaps
-                out.append(Merged(ctype))
-                entry.call = call.merge(pending.call)
-                self._inherit(entry, pending)
-                out.append(Resolve(pending.future, ctype, _OVERWRITTEN))
+                self._merge(out, entry, pending)
                 if self._is_noop(entry.call):
                     del queue[i]
                     out.append(Resolve(entry.future, ctype, _SKIPPED))
-                else:
-                    queue[i] = entry
-                return
+                    return False
+                queue[i] = entry
+                return True
         if self._is_noop(call):
             out.append(Resolve(entry.future, ctype, _SKIPPED))
-            return
+            return False
         if self.inflight is None:  # it passed every check of _judge just now
             self._judged(entry)
         slot: int | None = None
         keep: list[_Entry] = []
         for pending in queue:
             if pending.call.call_type in call.supersedes:
-                # superseded: this call takes the first such slot (and its backoff)
+                # superseded: this call takes the first such slot and waits out its backoff
+                # (nothing else of its history: it is another call)
                 if slot is None:
                     slot = len(keep)
-                    entry.not_before = max(entry.not_before, pending.not_before)
+                    if pending.retry.not_before > entry.retry.not_before:
+                        entry.retry = RetryState(not_before=pending.retry.not_before)
                 out.append(Resolve(pending.future, pending.call.call_type, _OVERWRITTEN))
             else:
                 keep.append(pending)
@@ -495,20 +870,42 @@ class ObjectState:
         else:
             keep.insert(slot, entry)
         self.queue = keep
+        return True
 
     @staticmethod
-    def _inherit(entry: _Entry, older: _Entry) -> None:
-        """A merged call keeps the older entry's retry state (a merge never resets backoff)."""
-        entry.attempt, entry.conflicts = older.attempt, older.conflicts
-        entry.not_before, entry.deadline = older.not_before, older.deadline
-        entry.failures = older.failures
+    def _merge(out: list[Effect], entry: _Entry, older: _Entry) -> None:
+        """The new ``entry`` absorbs the pending ``older`` one of its type: the newer values
+        win, the older call fills the gaps; retry bookkeeping by :meth:`RetryState.merged`;
+        the holds of both."""
+        ctype = entry.call.call_type
+        out.append(Merged(ctype))
+        entry.call = entry.call.merge(older.call)
+        entry.retry = entry.retry.merged(older.retry)
+        if older.holds:
+            entry.holds = entry.holds | older.holds
+        out.append(Resolve(older.future, older.call.call_type, _OVERWRITTEN))
 
-    # ------------------------------------------------------------------ done rules
+    # ------------------------------------------------------------------ grant and done rules
 
-    def _read_done(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> None:
-        """The re-read before ``entry`` ended: adopt the object and put the call back first."""
+    def _send(self, entry: _Entry) -> Send:
+        """``entry`` goes in flight: its request, or the re-read it needs first (the observed
+        object is not trusted as the base of a request, or there is none)."""
+        self.inflight = entry
+        call = entry.call
+        if call.reads_object and (self.trust is not _T or self.observed is None):
+            send = Send(call, None, entry.retry.attempt, read=True)
+        else:
+            retry = entry.retry = entry.retry.sent()
+            entry.sent_rv = resource_version(self.observed)
+            send = Send(call, self.observed, retry.attempt)
+        self.request = send
+        return send
+
+    def _read_done(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> bool:
+        """The re-read before ``entry`` ended: adopt the object and put the call back first.
+        Whether the object retired."""
         result = done.result
-        if self.gone and result is not Result.NOT_FOUND:
+        if self.state is _R and result is not Result.NOT_FOUND:
             # deleted while the re-read was on its way: nothing left to send; a deletion got
             # its way
             if entry.call.exclusive:
@@ -520,14 +917,15 @@ class ObjectState:
             self._requeue_front(out, entry)
             self._revisit(out)
         elif result is Result.NOT_FOUND:
-            self._resolve_not_found(out, entry)
+            return self._resolve_not_found(out, entry)
         elif result is Result.RETRY or (result is Result.SUCCESS and done.obj is None):
             self._retry_or_fail(out, entry, done, now)
         else:
             self._failed(out, entry, done)
-        self._finish_if_gone(out)
+        return False
 
-    def _send_done(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> None:
+    def _send_done(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> bool:
+        """The call's request ended. Whether the object retired."""
         call = entry.call
         result = done.result
         if result is Result.SUCCESS:
@@ -538,92 +936,98 @@ class ObjectState:
                 # resourceVersion not known yet
                 self.observed = call.apply(self.observed)
                 self.landed = call
-                self.rv_stale = True
+                self._trust_on(TrustEvent.LANDED)
             out.append(Resolve(entry.future, call.call_type, _SUCCESS))
             if call.exclusive:
                 self._retire(out, "deleted by " + call.call_type)
+                return True
         elif result is Result.NOT_FOUND:
-            self._resolve_not_found(out, entry)
-        elif self.gone and result in (Result.CONFLICT, Result.RETRY):
+            return self._resolve_not_found(out, entry)
+        elif self.state is _R and result in (Result.CONFLICT, Result.RETRY):
             # deleted while in flight: nothing left to retry against; a deletion got its way
             if call.exclusive:
                 out.append(Resolve(entry.future, call.call_type, _SUCCESS))
             else:
                 self._fail(out, entry, CallCancelled, "object deleted")
         elif result is Result.CONFLICT:
-            fresh = done.obj
-            if fresh is not None:
-                self._adopt_fresh(fresh)
-                if call.landed_despite_conflict(fresh):
-                    out.append(Resolve(entry.future, call.call_type, _SUCCESS))
-                    self._revisit(out)
-                    self._finish_if_gone(out)
-                    return
-            else:
-                self._distrust()  # the re-read failed: the next attempt re-reads
-            entry.conflicts += 1
-            if entry.conflicts > self.retry.max_conflict_retries:
-                self._fail(
-                    out,
-                    entry,
-                    CallConflict,
-                    f"conflict after {entry.conflicts} re-reads: {done.error}",
-                )
-            else:
-                out.append(Rebased(call.call_type))
-                self._requeue_front(out, entry)
-                self._revisit(out)
+            self._conflict(out, entry, done)
         elif result is Result.RETRY:
-            # the request may have been applied: distrust what was observed before it
-            if self.trusted:
-                self._distrust(entry.sent_rv)
+            self._ambiguous(entry.sent_rv)  # the request may have been applied
             self._retry_or_fail(out, entry, done, now)
         else:
             self._failed(out, entry, done)
-        self._finish_if_gone(out)
+        return False
 
-    def _resolve_not_found(self, out: list[Effect], entry: _Entry) -> None:
+    def _conflict(self, out: list[Effect], entry: _Entry, done: Done) -> None:
+        """409: rebase on the object read back (or re-read before the next attempt), within
+        the bound on conflicts; a call that landed anyway succeeds."""
+        call = entry.call
+        fresh = done.obj
+        if fresh is not None:
+            self._adopt_fresh(fresh)
+            if call.landed_despite_conflict(fresh):
+                out.append(Resolve(entry.future, call.call_type, _SUCCESS))
+                self._revisit(out)
+                return
+        else:
+            self._reread_failed()
+        retry = entry.retry = entry.retry.conflicted()
+        if retry.conflicts > self.retry.max_conflict_retries:
+            why = f"conflict after {retry.conflicts} re-reads: {done.error}"
+            self._fail(out, entry, CallConflict, why)
+        else:
+            out.append(Rebased(call.call_type))
+            self._requeue_front(out, entry)
+            self._revisit(out)
+
+    def _resolve_not_found(self, out: list[Effect], entry: _Entry) -> bool:
         """404: a deletion that finds its object gone has done its job; anything else fails
         ``ObjectNotFound``; the object retires."""
         call = entry.call
         outcome: Outcome | CallOutcomeError = (
             _SUCCESS
             if call.exclusive
-            else ObjectNotFound("object not found", uid=self.uid, call_type=call.call_type)
+            else ObjectNotFound(
+                about(call.ref, "object not found"), uid=self.uid, call_type=call.call_type
+            )
         )
         out.append(Resolve(entry.future, call.call_type, outcome))
         self._retire(out, "object not found")
+        return True
 
     def _retry_or_fail(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> None:
-        retry = self.retry
-        if entry.deadline is None:
-            entry.deadline = now + retry.budget
-        entry.failures += 1
+        config = self.retry
+        retry = entry.retry
+        deadline = retry.deadline if retry.deadline is not None else now + config.budget
         at = now + done.delay
-        attempts = retry.max_attempts
-        if at > entry.deadline or (attempts is not None and entry.failures >= attempts):
+        retry = entry.retry = retry.failed(at, deadline)
+        attempts = config.max_attempts
+        if at > deadline or (attempts is not None and retry.failures >= attempts):
+            why = (
+                f"gave up after {retry.failures} failed requests "
+                f"({config.budget:g} s retry budget): {done.error}"
+            )
             self._fail_entry(
                 out,
                 entry,
                 CallFailed(
-                    f"gave up after {entry.failures} failed requests "
-                    f"({retry.budget:g} s retry budget): {done.error}",
+                    about(entry.call.ref, why),
                     uid=self.uid,
                     call_type=entry.call.call_type,
                     cause=done.error,
                 ),
             )
             return
-        if self.trusted and entry.attempt > 0 and entry.call.is_noop(self.observed):
+        if self.trust in _ELIDES and retry.attempt > 0 and entry.call.is_noop(self.observed):
             # a newer object already shows the intent (the informer saw our write)
             out.append(Resolve(entry.future, entry.call.call_type, _SKIPPED))
             return
-        entry.not_before = at
         self._requeue_front(out, entry)
 
     def _requeue_front(self, out: list[Effect], entry: _Entry) -> None:
         """Put a call that was in flight back at the head, merged with what arrived meanwhile
-        (a call of the same type), unless a superseding or exclusive call took over."""
+        (a call of the same type), unless a superseding or exclusive call took over. It holds
+        nothing (it was sent); merged into a held pending call, it waits with that call."""
         ctype = entry.call.call_type
         for i, pending in enumerate(self.queue):
             if pending.call.exclusive:
@@ -635,12 +1039,7 @@ class ObjectState:
             if pending.call.call_type == ctype:
                 out.append(Merged(ctype))
                 pending.call = pending.call.merge(entry.call)
-                pending.attempt = max(pending.attempt, entry.attempt)
-                pending.conflicts = max(pending.conflicts, entry.conflicts)
-                pending.failures = max(pending.failures, entry.failures)
-                pending.not_before = max(pending.not_before, entry.not_before)
-                if pending.deadline is None:
-                    pending.deadline = entry.deadline
+                pending.retry = pending.retry.merged(entry.retry)
                 out.append(Resolve(entry.future, ctype, _OVERWRITTEN))
                 self.queue.insert(0, self.queue.pop(i))
                 return
@@ -651,13 +1050,14 @@ class ObjectState:
         if isinstance(error, DispatcherClosed):  # e.g. the send gate refused: leadership lost
             out.append(Resolve(entry.future, entry.call.call_type, error))
             return
+        call = entry.call
         self._fail_entry(
             out,
             entry,
             CallFailed(
-                f"{entry.call.call_type} failed: {error}",
+                about(call.ref, f"{call.call_type} failed: {error}"),
                 uid=self.uid,
-                call_type=entry.call.call_type,
+                call_type=call.call_type,
                 cause=error,
             ),
         )
@@ -685,23 +1085,22 @@ class ObjectState:
         if landed is not None:
             if landed.is_noop(obj):
                 self.landed = None
+                self._trust_on(TrustEvent.SHOWN)
             else:
                 obj = landed.apply(obj)
         self.observed = obj
-        if self.landed is None:  # an older event than the landed call keeps the re-read
-            self.rv_stale = False
-        self._check_trust()
+        if self.trust in _UNTRUSTED and self._passed(self.untrusted_rv):
+            self.untrusted_rv = None
+            self._trust_on(TrustEvent.NEWER)
 
-    def _check_trust(self) -> None:
-        """Trust the observed object again once it is newer than the untrusted version."""
-        rv = self.untrusted_rv
-        if self.trusted or rv is None:
-            return
+    def _passed(self, rv: str | None) -> bool:
+        """Whether the observed object is strictly newer than resourceVersion ``rv``."""
         obj = self.observed
-        if resource_version(obj) is not None and is_newer(
-            obj or {}, {"metadata": {"resourceVersion": rv}}, strict=True
-        ):
-            self.trusted, self.untrusted_rv = True, None
+        return (
+            rv is not None
+            and resource_version(obj) is not None
+            and is_newer(obj or {}, {"metadata": {"resourceVersion": rv}}, strict=True)
+        )
 
     def _adopt_fresh(self, obj: Obj) -> None:
         """Adopt an object just read from the server (after a 409, or a re-read): it is
@@ -713,20 +1112,37 @@ class ObjectState:
             if landed is not None and landed.is_noop(obj):
                 self.landed = None
             self.observed = obj if self.landed is None else self.landed.apply(obj)
-        self.trusted, self.untrusted_rv, self.rv_stale = True, None, False
+        self.untrusted_rv = None
+        self._trust_on(TrustEvent.FRESH)
 
-    def _distrust(self, rv: str | None = None) -> None:
-        """Stop trusting the observed object until one newer than ``rv`` (default: the
-        observed one's) arrives or is read."""
-        self.trusted = False
-        self.untrusted_rv = rv if rv is not None else (resource_version(self.observed) or "")
-        self._check_trust()
+    def _ambiguous(self, rv: str | None) -> None:
+        """A request computed on resourceVersion ``rv`` may or may not have been applied:
+        distrust what was observed before it, unless a newer object is observed already. Once
+        untrusted, the older bar stays."""
+        if self.trust in _ELIDES:
+            rv = rv if rv is not None else (resource_version(self.observed) or "")
+            if self._passed(rv):
+                return
+            self.untrusted_rv = rv
+        self._trust_on(TrustEvent.AMBIGUOUS)
+
+    def _reread_failed(self) -> None:
+        """A 409's re-read failed: distrust the observed object until a newer one arrives (the
+        next attempt re-reads)."""
+        self.untrusted_rv = resource_version(self.observed) or ""
+        self._trust_on(TrustEvent.REREAD_FAILED)
+
+    def _trust_on(self, event: TrustEvent) -> None:
+        target = _TRUST_NEXT[self.trust].get(event)
+        if target is None:
+            raise InvalidTransition(f"trust: {event.value} in {self.trust.value} for {self.uid}")
+        self.trust = target
 
     def _is_noop(self, call: Call) -> bool:
         """Whether ``call`` changes nothing: it must hold against the observed object *and*
         against it with the in-flight call applied (that call may land or not). Paused while
         the observed object is not trusted."""
-        if not self.trusted or not call.is_noop(self.observed):
+        if self.trust not in _ELIDES or not call.is_noop(self.observed):
             return False
         inflight, observed = self.inflight, self.observed
         if inflight is not None and observed is not None:
@@ -740,14 +1156,17 @@ class ObjectState:
         call = entry.call
         ctype = call.call_type
         idle = self.inflight is None
-        if idle and entry.judged_obs is self.observed and entry.judged_trust == self.trusted:
+        trusted = self.trust in _ELIDES
+        if idle and entry.judged_obs is self.observed and entry.judged_trust == trusted:
             pass  # elision and staleness (pure) passed against this very state already
         elif self._is_noop(call):
             return Resolve(entry.future, ctype, _SKIPPED)
         elif (reason := call.revalidate(call.basis, self.observed)) is not None:
-            return Resolve(entry.future, ctype, CallStale(reason, uid=self.uid, call_type=ctype))
+            error = CallStale(about(call.ref, reason), uid=self.uid, call_type=ctype)
+            return Resolve(entry.future, ctype, error)
         if (reason := call.precheck(self.observed)) is not None:
-            return Resolve(entry.future, ctype, CallConflict(reason, uid=self.uid, call_type=ctype))
+            conflict = CallConflict(about(call.ref, reason), uid=self.uid, call_type=ctype)
+            return Resolve(entry.future, ctype, conflict)
         if idle:
             self._judged(entry)
         return None
@@ -756,7 +1175,7 @@ class ObjectState:
         """Remember that ``entry`` passed _judge against the current state (nothing in
         flight)."""
         entry.judged_obs = self.observed
-        entry.judged_trust = self.trusted
+        entry.judged_trust = self.trust in _ELIDES
 
     def _revisit(self, out: list[Effect]) -> None:
         """After the object changed: elide, re-validate and precheck every pending call."""
@@ -772,27 +1191,17 @@ class ObjectState:
     # ------------------------------------------------------------------ retiring
 
     def _retire(self, out: list[Effect], why: str) -> None:
-        """The object is gone: cancel what waits (a pending deletion succeeded), refuse new
-        calls, and leave once nothing is in flight."""
-        first = not self.gone
-        self.gone = True
+        """The object is gone: cancel what waits (a pending deletion succeeded) and say
+        ``Retire`` (final once nothing is in flight). Nothing more if it was gone already."""
+        if self.state in _GONE:
+            return
         for entry in self.queue:
             if entry.call.exclusive:  # a pending deletion: the object is gone, as intended
                 out.append(Resolve(entry.future, entry.call.call_type, _SUCCESS))
             else:
                 self._fail(out, entry, CallCancelled, why)
         self.queue = []
-        if first:
-            out.append(Retire(tombstone=True, final=self.inflight is None))
-
-    def _finish_if_gone(self, out: list[Effect]) -> None:
-        if (
-            self.gone
-            and self.inflight is None
-            and self.state is not State.RETIRED
-            and not any(isinstance(e, Retire) and e.final for e in out)
-        ):
-            out.append(Retire(tombstone=False, final=True))
+        out.append(Retire(tombstone=True, final=self.inflight is None))
 
     def _drop_all(
         self, out: list[Effect], outcome: Outcome | CallOutcomeError | DispatcherClosed
@@ -802,7 +1211,7 @@ class ObjectState:
         self.queue = []
         if self.inflight is not None:
             out.append(Resolve(self.inflight.future, self.inflight.call.call_type, outcome))
-            self.inflight = None
+            self.inflight = self.request = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -818,33 +1227,36 @@ class ObjectState:
         call_type: str | None = None,
     ) -> None:
         ctype = call_type if call_type is not None else entry.call.call_type
-        out.append(Resolve(entry.future, ctype, exc_type(why, uid=self.uid, call_type=ctype)))
+        error = exc_type(about(entry.call.ref, why), uid=self.uid, call_type=ctype)
+        out.append(Resolve(entry.future, ctype, error))
 
     def _fail_entry(self, out: list[Effect], entry: _Entry, error: CallOutcomeError) -> None:
         out.append(Resolve(entry.future, entry.call.call_type, error))
 
-    def _check(self, event: str) -> None:
-        if event not in TRANSITIONS[self.state]:
-            raise InvalidTransition(f"{event} in state {self.state.value} for {self.uid}")
+    def _check(self, name: str) -> None:
+        """Refuse an input the current state does not accept, before anything changes."""
+        if name not in TRANSITIONS[self.state]:
+            raise InvalidTransition(f"{name} in state {self.state.value} for {self.uid}")
 
-    def _settle(self, out: list[Effect]) -> list[Effect]:
-        """Derive the state from what is tracked; ask the executor for a grant when the head
-        call can be sent and the executor does not hold a Ready in its lane (or a lower one)."""
-        queue, inflight = self.queue, self.inflight
-        if self.state is State.RETIRED:
-            return out
-        if self.gone:
-            final = inflight is None
-            self.state = State.RETIRED if final else State.RETIRING
-            return out
-        if inflight is None:
-            self.state = State.PENDING if queue else State.IDLE
-        else:
-            self.state = State.IN_FLIGHT_PENDING if queue else State.IN_FLIGHT
-        if queue and inflight is None:
-            head = queue[0]
-            lane = self.ready_lane
-            if lane is None or head.call.relevance > lane:
-                self.ready_lane = head.call.relevance
-                out.append(Ready(head.call.relevance, head.not_before))
+    def _drained(self) -> bool:
+        """Whether calls waited when this input arrived (the state still says so) and none
+        waits now."""
+        return not self.queue and self.state in _QUEUED
+
+    def _settle(self, out: list[Effect], event: Event) -> list[Effect]:
+        """Take the next state from :data:`TABLE`; in ``PENDING``, ask the executor for a
+        grant when the head call holds nothing and the executor does not hold a Ready in its
+        lane (or a higher one). The one place that decides readiness."""
+        state = _NEXT[self.state].get(event)
+        if state is None:
+            raise InvalidTransition(f"{event.value} in state {self.state.value} for {self.uid}")
+        self.state = state
+        if state is _P:
+            head = self.queue[0]
+            if not head.holds:
+                relevance = head.call.relevance
+                lane = self.ready_lane
+                if lane is None or relevance > lane:
+                    self.ready_lane = relevance
+                    out.append(Ready(relevance, head.retry.not_before))
         return out

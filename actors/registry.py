@@ -6,10 +6,10 @@ actor
 (``tell``), which lets it keep three promises:
 
 * **Exactly one actor per live UID, and no message handled by an actor that left.** A spawn
-  in ``tell`` registers its pooled actor with one ``dict.setdefault`` (atomic), so many
-  threads racing on one UID register one actor; it builds the actor and registers it without
-  the lock (both are Python code, and an interpreter switch inside a locked section would
-  keep every other sender waiting); a sender that loses the race stops the actor it built,
+  in ``tell`` registers its pooled actor with one ``dict.setdefault`` (atomic: see
+  :mod:`kdispatch.actors._compat`), so many threads racing on one UID register one actor; it
+  builds the actor and registers it without the lock (for speed: no sender waits behind a
+  spawn); a sender that loses the race stops the actor it built,
   before any message reached it, and routes to the registered one. Routing to a live pooled actor
   (:class:`~kdispatch.actors.runtime.PooledActorRef`) takes no lock: one dict lookup, then the
   ``put``. That is safe because a pooled actor leaves only by closing its inbox while it is
@@ -19,10 +19,9 @@ actor
   of one sender for one UID arrive in order (except around a crash: what was queued to the
   crashed actor is rerouted after it), and a message never reaches an actor that
   :meth:`~Registry.retire`, :meth:`~Registry.forget` or :meth:`~Registry.release` has removed
-  without it being handled or rerouted. Other refs are routed under the lock.
-  (The scheduling threads, the informers and the actors' own threads route to thousands of
-  objects at once: a shared lock, held by a thread the interpreter switched away from, stalled
-  the others for milliseconds at a time.)
+  without it being handled or rerouted. Other refs are routed under the lock. (Routing takes
+  no lock for speed: the scheduling threads, the informers and the actors' own threads route
+  to thousands of objects at once, and a shared lock made them wait for each other.)
 * **Idle actors leave without losing messages.** :meth:`~Registry.reap_idle` sends
   :class:`ReapRequest` (carrying the UID's *generation*, bumped before every routed message) to
   actors with no routed message for ``idle_timeout``. The actor decides: if it has nothing in
@@ -149,14 +148,16 @@ class Registry:
         self._max_live = max_live
         self._clock = clock
         self._lock = threading.Lock()
-        # Written under the lock; read without it by tell's fast path (one dict lookup).
+        # Written under the lock, except a spawn's one setdefault; read without it by tell's
+        # fast path and reap_idle's snapshot (each atomic: see ._compat).
         self._live: dict[str, _Entry] = {}
-        self._activity = itertools.count()  # the activity serials (next() is atomic)
+        self._activity = itertools.count()  # the activity serials (next(): atomic, ._compat)
         self._tombstones: TTLCache[str, bool] = TTLCache(
             maxsize=tombstone_max, ttl=tombstone_ttl, timer=clock
         )
         self._dropped = 0  # under the lock
-        # dropped on the fast path, per thread (each thread writes only its own key)
+        # dropped on the fast path, per thread: each thread writes only its own key, so its
+        # read-modify-write needs no lock
         self._fast_dropped: dict[int, int] = {}
 
     # ----------------------------------------------------------------- routing
@@ -252,8 +253,12 @@ class Registry:
 
     def _routed(self, entry: _Entry) -> None:
         """Count one routed message (or activity) on ``entry``: its generation moves, so a
-        pending ``release`` fails, and it is the most recently active. Any thread; each write
-        is atomic, and concurrent ones only need to change the generation, not count exactly."""
+        pending ``release`` fails, and it is the most recently active. Any thread.
+
+        Without the lock on the fast path and after a spawn, where ``+=`` is not atomic: racing
+        routes may bump the generation once between them. No message is lost for it: a pooled
+        actor's ``release`` also needs its inbox empty (``close_if_empty``), and other actors
+        are routed under the lock except right after their spawn, too young to be reaped."""
         entry.generation += 1
         entry.last = self._clock()
         entry.serial = next(self._activity)
@@ -291,10 +296,10 @@ class Registry:
         stopped, unused). Raises ``ActorLimitExceeded`` and whatever ``factory`` raises.
         Any thread; lock not held.
 
-        Building an actor is Python code, and so is registering it under a lock: an interpreter
-        switch there kept every other sender waiting (the scheduling threads spawn an actor per
-        new pod). So a pooled actor is registered with one ``dict.setdefault`` (atomic: among
-        racing senders exactly one registers), and the tombstone and the cap are checked again
+        For speed, no lock is held while an actor is built and registered (the scheduling
+        threads spawn an actor per new pod). A pooled actor is registered with one
+        ``dict.setdefault`` (atomic, see :mod:`._compat`: among racing senders exactly one
+        registers), and the tombstone and the cap are checked again
         after it. If either fails, the actor is taken back, under the lock, only if its inbox
         can be closed while empty (``close_if_empty``, as in :meth:`release`): a message that
         another sender routed to it meanwhile keeps it, as if it had been registered just
@@ -403,9 +408,10 @@ class Registry:
 
         An asked actor counts as active, so it is asked again only after another
         ``idle_timeout``. The cost is O(live actors), on a snapshot of the UIDs taken without
-        the lock (one C-level copy of the keys, so nothing the garbage collector tracks is
-        allocated per actor; routing never waits for it). Refs found dead are dropped from the
-        map. Returns 0 when ``idle_timeout`` is None. Any thread (typically a timer).
+        the lock (``list(live)``: atomic, see :mod:`._compat`, and nothing the garbage
+        collector tracks is allocated per actor; routing never waits for it). Refs found dead
+        are dropped from the map. Returns 0 when ``idle_timeout`` is None. Any thread
+        (typically a timer).
         """
         if self._idle_timeout is None:
             return 0

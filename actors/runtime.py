@@ -15,9 +15,7 @@ inbox is drained by the worker threads of an :class:`ActorPool` instead:
   that raised it (pykka would stop every actor in its registry).
 
 No worker ever blocks on an empty inbox: ``inbox.put()`` puts the actor on the pool's ready queue
-when it was idle (a per-inbox state makes sure it is queued at most once). Inside a
-:class:`DirectTurns` block, the first actor a thread wakes takes that turn on the waking thread
-instead, when the block exits: same rules, one hand-off less.
+when it was idle (a per-inbox state makes sure it is queued at most once).
 
 Two rules differ from plain pykka and matter to callers:
 
@@ -28,6 +26,9 @@ Two rules differ from plain pykka and matter to callers:
 * **A pooled actor must never block** on a future, on ``ask(..., block=True)``, on a proxy result
   or on anything else that waits for another actor: it would hold a pool worker and can deadlock
   the whole pool. Replies travel as messages (``tell`` a reply to the asker's ref).
+
+The private parts of pykka that :class:`PooledActor` overrides or calls are listed, and pinned
+by a test, in :mod:`._compat`.
 
 Messages still queued when an actor stops are answered as in pykka (asks resolve with
 ``ActorDeadError``, queued stop requests with success); each queued *tell* is passed to
@@ -49,16 +50,12 @@ from typing import Any, Final, Self, TypeVar
 import pykka
 from loguru import logger
 from pykka import ActorDeadError, ActorRef
-from pykka._envelope import Envelope
-from pykka._threading import ThreadingFuture
-from pykka.messages import ProxyCall, ProxyGetAttr, ProxySetAttr, _ActorStop
 
+from ._compat import PYKKA_MESSAGES, ActorStop, Envelope, LazyEvent, ThreadingFuture
 from .errors import InvalidConfigError, InvalidInputError, KdispatchError
-from .lazy_condition import condition_of
 
 __all__ = [
     "ActorPool",
-    "DirectTurns",
     "PoolStateError",
     "PooledActor",
     "PooledActorRef",
@@ -72,9 +69,9 @@ _URN_SERIAL = itertools.count()
 
 def _new_urn() -> str:
     """A URN in UUID form, unique in this process: one random UUID drawn at import, its last 48
-    bits replaced by a serial number. ``uuid.uuid4()`` per actor would read ``os.urandom``, a
-    system call that drops the interpreter lock on every spawn (the submitting thread then
-    waits to get it back). Any thread (``next`` on ``itertools.count`` is atomic)."""
+    bits replaced by a serial number (faster than ``uuid.uuid4()``, whose ``os.urandom`` call
+    drops the interpreter lock on every spawn). Any thread: ``next()`` on the count is atomic
+    (see :mod:`._compat`)."""
     return f"{_URN_PREFIX}{next(_URN_SERIAL) & 0xFFFF_FFFF_FFFF:012x}"
 
 
@@ -85,9 +82,9 @@ class PoolStateError(KdispatchError, RuntimeError):
 
 # --------------------------------------------------------------------------- process-wide count
 
-# Per thread: actors started minus actors stopped on that thread. Each thread writes only its
-# own key (one dict lookup and one store, no lock: a lock here, held by a thread the interpreter
-# switched away from, stalled every other thread starting or stopping an actor); a thread that
+# Per thread: actors started minus actors stopped on that thread. No lock (for speed): each
+# thread writes only its own key, so its read-modify-write races with nobody, and the dict
+# operations and the ``list(values())`` snapshot are atomic (see :mod:`._compat`). A thread that
 # ends leaves its figure, and a thread that reuses its ident adds to it, so the sum stays exact.
 _live_by_thread: dict[int, int] = {}
 
@@ -103,137 +100,6 @@ def live_pooled_actors() -> int:
     return sum(list(_live_by_thread.values()))
 
 
-# --------------------------------------------------------------------------- lightweight event
-
-
-def _plain_lock_condition() -> threading.Condition:
-    return threading.Condition(threading.Lock())  # as threading.Event's own
-
-
-class _LazyEvent(threading.Event):
-    """A ``threading.Event`` whose ``Condition`` (a lock, a deque and bound methods: ~1 KiB) is
-    only created when somebody waits.
-
-    Every actor has one (``actor_stopped``, read by ``ActorRef.is_alive``) but almost nobody
-    waits on it. Any thread.
-    """
-
-    _cond: threading.Condition | None
-
-    def __init__(self) -> None:
-        self._flag = False
-        self._cond = None
-
-    def __repr__(self) -> str:
-        return f"<_LazyEvent {'set' if self._flag else 'unset'}>"
-
-    def _at_fork_reinit(self) -> None:
-        if self._cond is not None:
-            self._cond._at_fork_reinit()  # type: ignore[attr-defined]
-
-    def _condition(self) -> threading.Condition:
-        return condition_of(self, _plain_lock_condition)
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    isSet = is_set
-
-    def set(self) -> None:
-        # The flag is written before the condition is read; wait() creates the condition before
-        # it reads the flag. So a waiter either sees the flag or is notified.
-        self._flag = True
-        cond = self._cond
-        if cond is not None:
-            with cond:
-                cond.notify_all()
-
-    def clear(self) -> None:
-        self._flag = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        cond = self._condition()
-        with cond:
-            if not self._flag:
-                cond.wait(timeout)
-            return self._flag
-
-
-# --------------------------------------------------------------------------- direct turns
-
-
-class _Here(threading.local):
-    """What this thread is doing with direct turns (class attributes are the defaults)."""
-
-    open = False  # a DirectTurns block is open here and may claim an actor
-    busy = False  # this thread runs actor turns: a pool worker, or a direct turn right now
-    claimed: PooledActor | None = None  # the actor the open block woke: run when it exits
-
-
-_here = _Here()
-
-
-def _schedule(ready: SimpleQueue[PooledActor | None], actor: PooledActor | None) -> None:
-    """Give a woken actor (idle → scheduled) its turn: to the open :class:`DirectTurns` block
-    of this thread if it has claimed none yet, else to the pool's ready queue. Any thread."""
-    here = _here
-    if here.open and here.claimed is None:
-        here.claimed = actor
-    else:
-        ready.put(actor)
-
-
-class DirectTurns:
-    """A block whose first woken actor takes its turn on this thread, not on a pool worker.
-
-    ``with DirectTurns(): ref.tell(message)``: if the tell finds the actor idle (its inbox was
-    empty and it was on no ready queue), the actor is not queued to its pool; when the block
-    exits, this thread runs the actor's turn itself (the messages queued by then, at most
-    ``pool.batch``, then the actor goes idle or to the back of its pool's ready queue, as after
-    any turn). Every other actor the block wakes goes to its pool as usual. The actor's rules
-    hold unchanged: its messages are still handled one at a time and in order (while the turn
-    runs here, the actor counts as scheduled, so no worker runs it), and the claimed actor is
-    always run, also when the block raises. It saves the hand-off to a worker: no thread is
-    woken and none waits for the interpreter lock to run the turn.
-
-    The block does nothing (the actors go to their pools) on a thread that already runs actor
-    turns (a pool worker, or a direct turn's own handlers), or inside another open block, so
-    turns never nest. The turn runs the actor's handlers on this thread: use it only where
-    they may run (they never block, but futures they resolve run their callbacks here).
-    Any thread; one instance per block.
-    """
-
-    __slots__ = ("_opened",)
-
-    def __init__(self) -> None:
-        self._opened = False
-
-    def __enter__(self) -> None:
-        here = _here
-        self._opened = not (here.open or here.busy)
-        if self._opened:
-            here.open = True
-
-    def __exit__(self, *exc: object) -> None:
-        if not self._opened:
-            return
-        here = _here
-        here.open = False
-        actor = here.claimed
-        if actor is None:
-            return
-        here.claimed = None
-        here.busy = True
-        try:
-            actor._run_turn(actor._pool._batch)
-        except BaseException:  # as on a pool worker: the runtime's own error, logged
-            logger.opt(exception=True).error("error running a direct turn of {}", actor)
-        finally:
-            here.busy = False
-
-
 # --------------------------------------------------------------------------- inbox
 
 _IDLE: Final = 0  # empty and not on the ready queue
@@ -245,9 +111,8 @@ class _PooledInbox:
     """The inbox of one pooled actor: a deque created on first use and freed when drained, one
     lock, and a state that puts the actor on the pool's ready queue at most once.
 
-    ``put`` runs on any thread; ``get``/``empty`` and the private methods only on the thread that
-    currently runs the actor's turn (the "owning worker": a pool worker, or a
-    :class:`DirectTurns` block's thread).
+    ``put`` runs on any thread; ``get``/``empty`` and the private methods only on the pool
+    worker that currently runs the actor's turn (the "owning worker").
     """
 
     __slots__ = ("_actor", "_items", "_lock", "_ready", "_state")
@@ -288,7 +153,7 @@ class _PooledInbox:
             actor = self._actor
         finally:
             lock.release()
-        _schedule(self._ready, actor)
+        self._ready.put(actor)
         return True
 
     def get(self) -> Envelope[Any]:
@@ -304,12 +169,11 @@ class _PooledInbox:
         return not self._items
 
     def _schedule_start(self) -> None:
-        """Queue the actor's first turn (``on_start``), or leave it to the starting thread's
-        open :class:`DirectTurns` block. Starting thread, before any put."""
+        """Queue the actor's first turn (``on_start``). Starting thread, before any put."""
         with self._lock:
             self._state = _SCHEDULED
             actor = self._actor
-        _schedule(self._ready, actor)
+        self._ready.put(actor)
 
     def _go_idle(self) -> bool:
         """Mark the inbox idle unless a put landed meanwhile (then False: keep going). Under the
@@ -501,11 +365,12 @@ class ActorPool:
     def _register(self, actor: PooledActor) -> None:
         """Count a starting actor as live; raises if the pool is not running. Starting thread.
 
-        No lock (actors start on the scheduling threads while others stop on the workers: a
-        shared lock held by a thread the interpreter switched away from stalled them all). The
-        actor is added first and the state read after: :meth:`stop` changes the state before it
-        takes its snapshot of the live actors, so an actor that saw the pool running is in the
-        snapshot (and is stopped with the pool), and one that did not takes itself out."""
+        No lock (for speed: actors start on the scheduling threads while others stop on the
+        workers); the store, the pop and ``stop``'s ``list(values())`` snapshot are atomic
+        (see :mod:`._compat`). The actor is added first and the state read after:
+        :meth:`stop` changes the state before it takes its snapshot of the live actors, so an
+        actor that saw the pool running is in the snapshot (and is stopped with the pool), and
+        one that did not takes itself out."""
         key = id(actor)
         self._live[key] = actor
         if self._state != _RUNNING:
@@ -523,7 +388,6 @@ class ActorPool:
         """Worker thread body: run actor turns until a ``None`` sentinel arrives."""
         ready = self._ready
         batch = self._batch
-        _here.busy = True  # a DirectTurns block opened by a handler here stays closed
         while True:
             actor = ready.get()
             if actor is None:
@@ -565,17 +429,13 @@ class PooledActorRef(ActorRef[A]):
             raise ActorDeadError(f"{self} not found")
 
 
-_PYKKA_MESSAGES = (_ActorStop, ProxyCall, ProxyGetAttr, ProxySetAttr)
-
-
 class PooledActor(pykka.Actor):
     """A pykka actor whose messages are handled on the worker threads of an :class:`ActorPool`.
 
     Subclass it like ``pykka.ThreadingActor`` and call ``super().__init__(pool=pool)``; start it
     with ``MyActor.start(..., pool=pool)``. ``__init__`` runs on the starting thread; ``on_start``,
     ``on_receive``, proxied methods, ``on_stop``, ``on_failure`` and ``on_dropped`` run on a pool
-    worker (or, for a turn a :class:`DirectTurns` block claimed, on the thread of that block),
-    one at a time per actor. Never block on another actor from those methods (see the
+    worker, one at a time per actor. Never block on another actor from those methods (see the
     module docstring).
     """
 
@@ -603,7 +463,7 @@ class PooledActor(pykka.Actor):
         self._pooled_started = False
         self.actor_urn = _new_urn()
         self.actor_inbox = self._create_actor_inbox()
-        self.actor_stopped = _LazyEvent()
+        self.actor_stopped = LazyEvent()
         self._actor_ref = PooledActorRef(self)
 
     @classmethod
@@ -640,13 +500,13 @@ class PooledActor(pykka.Actor):
     # ----------------------------------------------------------------- the loop, one turn at a time
 
     def _run_turn(self, batch: int) -> None:
-        """Handle up to ``batch`` messages, then requeue, go idle, or tear down. The turn's
-        thread: a pool worker, or the thread of the :class:`DirectTurns` block that claimed it.
+        """Handle up to ``batch`` messages, then requeue, go idle, or tear down. The pool
+        worker that runs the turn.
 
         pykka's loop body, one envelope at a time, checking the stop flag before each.
         """
         inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
-        stopped: _LazyEvent = self.actor_stopped  # type: ignore[assignment]
+        stopped: LazyEvent = self.actor_stopped  # type: ignore[assignment]
         if not self._pooled_started:
             self._pooled_started = True
             self._actor_loop_setup()
@@ -664,7 +524,7 @@ class PooledActor(pykka.Actor):
             if handled == batch:  # fairness: to the back of the ready queue (still scheduled)
                 inbox._ready.put(self)
                 return
-            item = items.popleft()  # only the running worker pops: items is non-empty
+            item = items.popleft()  # only this worker pops; atomic against a put's append
             handled += 1
             if isinstance(item, Envelope):
                 message, reply_to = item.message, item.reply_to
@@ -683,7 +543,7 @@ class PooledActor(pykka.Actor):
     def _handle_receive(self, message: Any) -> Any:
         """pykka hook: one ``isinstance`` for plain messages, pykka's own handling for its
         stop and proxy messages. The turn's thread."""
-        if isinstance(message, _PYKKA_MESSAGES):
+        if isinstance(message, PYKKA_MESSAGES):
             return super()._handle_receive(message)
         return self.on_receive(message)
 
@@ -727,7 +587,7 @@ class PooledActor(pykka.Actor):
         for item in items:
             reply_to = item.reply_to if isinstance(item, Envelope) else None
             if reply_to is not None:
-                if isinstance(item.message, _ActorStop):
+                if isinstance(item.message, ActorStop):
                     reply_to.set(None)
                 else:
                     err = _dead_error(ref)
@@ -751,7 +611,7 @@ class PooledActor(pykka.Actor):
         ``_PooledInbox.close_if_empty``) stops at the end of the turn anyway, so there it does
         nothing. The turn's thread (the actor's own turn)."""
         try:
-            self.actor_ref.tell(_ActorStop())
+            self.actor_ref.tell(ActorStop())
         except ActorDeadError:
             inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
             if inbox._state != _CLOSED:

@@ -38,7 +38,11 @@ What differs from the in-process dispatcher:
 * ``asubmit`` and ``aview`` are the asyncio forms, as on the in-process dispatcher (the
   helpers of :mod:`kdispatch.actors.aio`): the reader thread posts each result to the loop;
 * if the child dies, every pending future fails with :class:`DispatcherProcessDied` (a
-  :class:`~kdispatch.actors.errors.DispatcherClosed`) and ``submit`` raises it from then on.
+  :class:`~kdispatch.actors.errors.DispatcherClosed`) and ``submit`` raises it from then on;
+* calls held on prerequisites (``after=``) and call groups (``group(owner=...)``) are not
+  supported: they raise :class:`~kdispatch.actors.errors.GroupsNotSupported` (a
+  prerequisite's future lives in this process and its call in the child; chain the futures
+  in the caller, or use an in-process ``Dispatcher``).
 
 Scripts that use it must guard their entry point (``if __name__ == "__main__":``), as every
 ``spawn`` user must: the child imports the main module.
@@ -55,12 +59,12 @@ import pickle
 import queue
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from ctypes import c_double
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any, Protocol, Self, cast
+from typing import Any, NoReturn, Protocol, Self, cast
 
 from loguru import logger
 
@@ -71,6 +75,7 @@ from kdispatch.actors.config import DispatcherConfig
 from kdispatch.actors.errors import (
     CallFailed,
     DispatcherClosed,
+    GroupsNotSupported,
     InvalidCallError,
     InvalidConfigError,
     InvalidInputError,
@@ -314,13 +319,15 @@ class ProcessDispatcher:
 
     # ------------------------------------------------------------------ calls
 
-    def submit(self, call: Call) -> CallFuture:
+    def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
         """Any thread; returns after one pickle and one queue put (the writer thread sends it),
         never waits for the child.
         Raises :class:`~kdispatch.actors.errors.InvalidInputError` subclasses for bad calls
-        (an unregistered type, a wrong kind, fields that do not pickle) and
+        (an unregistered type, a wrong kind, fields that do not pickle; any ``after``:
+        :class:`~kdispatch.actors.errors.GroupsNotSupported`) and
         :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
         the dispatcher is stopped, revoked or gone."""
+        _refuse_after(after)
         self.call_types.check(call)
         call = plain_basis(call)
         self._check_open()
@@ -343,13 +350,15 @@ class ProcessDispatcher:
             raise copy.copy(self._gone)
         return future
 
-    def asubmit(self, call: Call) -> asyncio.Future[Outcome]:
+    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
         """Event-loop thread; never blocks it. :meth:`Dispatcher.asubmit
         <kdispatch.actors.dispatcher.Dispatcher.asubmit>`: the call is submitted now (bad input
         and a closed dispatcher raise here, as from :meth:`submit`; outside a running loop
         :class:`~kdispatch.actors.aio.NoEventLoopError`, and nothing is submitted); the
         result is an ``asyncio.Future`` on the running loop, settled from the reader thread.
-        Cancelling it does not withdraw the call (use :meth:`cancel`)."""
+        Cancelling it does not withdraw the call (use :meth:`cancel`). ``after``: refused
+        (:class:`~kdispatch.actors.errors.GroupsNotSupported`)."""
+        _refuse_after(after)
         loop = running_loop("asubmit()")
         return wrap_call_future(self.submit(call), loop)
 
@@ -361,9 +370,11 @@ class ProcessDispatcher:
         message: str = "",
         preemptor: str | None = None,
         grace_period_seconds: int | None = None,
+        after: Iterable[object] = (),
     ) -> CallFuture:
         """Any thread. :meth:`Dispatcher.preempt`: cancel the victim's pending calls, then mark
-        and delete it."""
+        and delete it. ``after``: refused (:class:`~kdispatch.actors.errors.GroupsNotSupported`)."""
+        _refuse_after(after)
         return self.submit(
             PodPreemption.for_pod(
                 pod,  # for_pod takes models and any Mapping (as_object)
@@ -372,6 +383,14 @@ class ProcessDispatcher:
                 preemptor=preemptor,
                 grace_period_seconds=grace_period_seconds,
             )
+        )
+
+    def group(self, owner: object, *, kind: str | None = None) -> NoReturn:
+        """Not supported here: raises :class:`~kdispatch.actors.errors.GroupsNotSupported`
+        (see the module docstring)."""
+        del owner, kind
+        raise GroupsNotSupported(
+            "ProcessDispatcher does not build call groups: use an in-process Dispatcher"
         )
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
@@ -614,6 +633,15 @@ class ProcessDispatcher:
                 future = table.pop(fid, None)
                 if future is not None:
                     future.set_exception(copy.copy(error))
+
+
+def _refuse_after(after: object) -> None:
+    """``after=`` is refused by a dispatcher in another process (any thread)."""
+    if after is not None and not (isinstance(after, tuple | list) and not after):
+        raise GroupsNotSupported(
+            "ProcessDispatcher does not hold calls on prerequisites (after=): chain the "
+            "futures in the caller, or use an in-process Dispatcher"
+        )
 
 
 def _check_leader(leader: object) -> None:

@@ -20,14 +20,12 @@ every call stays pending: ``workers`` of them in flight, the rest queued in the 
 Full (generation 2) collections are timed through ``gc.callbacks`` in both phases. Variants:
 ``default`` (``RuntimeConfig()``), ``gc_freeze`` (``RuntimeConfig(gc_freeze=True)``: freeze at
 start and after every generation-1 collection, plus one ``freeze_gc()`` once the fill is done),
-``gc_freeze_caller_turns`` (``gc_freeze`` with ``caller_turns=True``: each submit runs its
-idle actor's turn on the submitting thread, so no pool thread competes with it for the
-interpreter lock), ``young_50k`` (``gc_young_threshold=50_000`` alone), and ``collector_off``,
+``young_50k`` (``gc_young_threshold=50_000`` alone), and ``collector_off``,
 a diagnostic floor rather than an option: ``RuntimeConfig()`` with the cyclic collector
 disabled (``gc.disable()``) for the whole measurement, so whatever its longest submit still
 shows is not the collector (it is the interpreter lock's switch interval: a submit that loses
 the lock to the actor pool, busy with the submits before it, gets it back after
-``sys.getswitchinterval()``, 5 ms by default; ``gc_freeze_caller_turns`` takes the pool out).
+``sys.getswitchinterval()``, 5 ms by default).
 Targets: longest submit ≤ 5 ms at 10k and ≤ 20 ms at 100k; ≤ 3 KiB per actor. ``--repeat N``
 runs N rounds (every size and variant once per round) and reports the median with min-max.
 Benchmark-only code.
@@ -69,7 +67,6 @@ SIZES = (1_000, 10_000, 100_000)
 VARIANTS: dict[str, RuntimeConfig] = {
     "default": RuntimeConfig(),
     "gc_freeze": RuntimeConfig(gc_freeze=True),
-    "gc_freeze_caller_turns": RuntimeConfig(gc_freeze=True, caller_turns=True),
     "young_50k": RuntimeConfig(gc_young_threshold=50_000),
     "collector_off": RuntimeConfig(),
 }

@@ -15,8 +15,6 @@ seed, scheduling threads and executor workers; only the named options differ:
 * ``allblocking_latency10``: ``--all-blocking`` (every call, bindings too, blocks the
   scheduling thread), latency 10 ms;
 * ``async_gcfreeze_latency10``: the dispatcher with ``--gc-freeze``, latency 10 ms;
-* ``async_callerturns_latency10``: the dispatcher with ``--caller-turns`` (the scheduling
-  threads run their idle object actors' turns themselves), latency 10 ms;
 * ``async_qps100``: the dispatcher at ``--qps 100`` (latency 10 ms), stopped after
   ``--qps-seconds``; it measures the share of the QPS budget used while calls are pending.
 
@@ -25,8 +23,7 @@ round; each ratio is computed within a round (side by side) and reported as the 
 its min-max over the rounds. The headline is async vs pre-KEP at 10 ms. Targets (``targets``
 in the JSON): pods/s at 10 ms ≥ 0.8 times pods/s at 0 ms (the apiserver latency is hidden);
 async ≥ 5 times all-blocking at 10 ms (the old baseline, kept under its honest name); submit on
-the scheduling threads at 10 ms p50 ≤ 100 µs and p99 ≤ 1 ms (with and without
-``--caller-turns``); QPS budget used ≥ 95 %; every run
+the scheduling threads at 10 ms p50 ≤ 100 µs and p99 ≤ 1 ms; QPS budget used ≥ 95 %; every run
 verifies clean (no duplicate binding, no lost intent). Async vs pre-KEP has no target: it is
 reported. Request counts are the requests the embedded apiserver saw. Prints markdown tables;
 exit status 0 when every target is met in the median round.
@@ -65,7 +62,6 @@ def cases(qps_seconds: float) -> list[Case]:
         Case("prekep_latency10", ("--latency-ms", "10", "--pre-kep")),
         Case("allblocking_latency10", ("--latency-ms", "10", "--all-blocking")),
         Case("async_gcfreeze_latency10", ("--latency-ms", "10", "--gc-freeze")),
-        Case("async_callerturns_latency10", ("--latency-ms", "10", "--caller-turns")),
         Case(
             "async_qps100",
             ("--latency-ms", "10", "--qps", "100", "--max-seconds", f"{qps_seconds:g}"),
@@ -101,7 +97,6 @@ RATIOS: dict[str, tuple[str, str]] = {
     "async_vs_allblocking_latency10": ("async_latency10", "allblocking_latency10"),
     "latency10_vs_latency0": ("async_latency10", "async_latency0"),
     "gcfreeze_vs_default_latency10": ("async_gcfreeze_latency10", "async_latency10"),
-    "callerturns_vs_default_latency10": ("async_callerturns_latency10", "async_latency10"),
 }
 """Ratio name → (numerator run, denominator run), both pods/s of the same round."""
 
@@ -110,11 +105,8 @@ TARGETS: dict[str, tuple[str, float | None]] = {
     "async_vs_allblocking_latency10": (">=", 5.0),
     "latency10_vs_latency0": (">=", 0.8),
     "gcfreeze_vs_default_latency10": (">=", None),
-    "callerturns_vs_default_latency10": (">=", None),
     "loop_submit_p50_us": ("<=", 100.0),
     "loop_submit_p99_us": ("<=", 1000.0),
-    "callerturns_loop_submit_p50_us": ("<=", 100.0),
-    "callerturns_loop_submit_p99_us": ("<=", 1000.0),
     "qps_budget_used": (">=", 0.95),
 }
 """Figure → (direction, target); None: reported, no target."""
@@ -130,9 +122,6 @@ def round_figures(runs: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     loop = runs.get("async_latency10", {}).get("loop_submit_us", {})
     out["loop_submit_p50_us"] = loop.get("p50")
     out["loop_submit_p99_us"] = loop.get("p99")
-    loop = runs.get("async_callerturns_latency10", {}).get("loop_submit_us", {})
-    out["callerturns_loop_submit_p50_us"] = loop.get("p50")
-    out["callerturns_loop_submit_p99_us"] = loop.get("p99")
     out["qps_budget_used"] = runs.get("async_qps100", {}).get("qps_budget_used")
     return out
 

@@ -15,9 +15,7 @@ running in a **separate process**, so the CPU measured here is the client's alon
   (lean) with ``--threads`` executor workers and no QPS limit, used as a scheduler uses it: one
   thread submits a ``PodStatusPatch`` (``nominatedNodeName``) for each of ``--calls`` distinct
   pods, created just before the measurement, and then checks every future. Sequentially, that
-  thread submits and waits for each call's future in turn;
-* ``dispatcher_caller_turns``: the same with ``RuntimeConfig(caller_turns=True)``: the submitting
-  thread runs each object actor's turn itself instead of handing it to the actor pool.
+  thread submits and waits for each call's future in turn.
 
 Each run measures every contender sequentially (one thread) and with ``--threads`` threads, in
 a rotating order; figures are calls/s (wall clock) and client CPU µs per call
@@ -28,7 +26,7 @@ direct contenders; the dispatcher's pods have none yet), carries a UID precondit
 dispatcher's a resourceVersion one too), and is checked: direct replies must be the pod, every
 dispatcher future must resolve ``Outcome.SUCCESS``, and the dispatcher must have sent exactly
 one request per call. Reported: per-run figures, median/min/max over the runs, and the ratios
-lean/models, lean/client, dispatcher/models and both dispatchers' ratios computed within each run.
+lean/models, lean/client and dispatcher/models computed within each run.
 """
 
 from __future__ import annotations
@@ -56,21 +54,18 @@ from kdispatch import (
     Outcome,
     PodStatusPatch,
     RateLimitConfig,
-    RuntimeConfig,
     prepare_configuration,
 )
 from kdispatch.testing import make_pod
 
 PODS = 16
-DISPATCHERS = {"dispatcher": False, "dispatcher_caller_turns": True}
-"""The dispatcher contenders → ``RuntimeConfig.caller_turns``."""
+DISPATCHERS = ("dispatcher",)
+"""The dispatcher contenders."""
 CONTENDERS = ("models", "client", "lean", *DISPATCHERS)
 RATIOS = (
     ("lean", "models"),
     ("lean", "client"),
     ("dispatcher", "models"),
-    ("dispatcher_caller_turns", "models"),
-    ("dispatcher_caller_turns", "dispatcher"),
 )
 
 
@@ -200,26 +195,24 @@ class DispatcherContender:
     ``KubernetesBackend`` and a second backend that creates the pods (outside the timing).
     Benchmark thread."""
 
-    def __init__(self, url: str, workers: int, caller_turns: bool = False) -> None:
+    def __init__(self, url: str, workers: int) -> None:
         self.backend = KubernetesBackend.for_url(url, workers=workers)
         self._setup = KubernetesBackend.for_url(url, workers=1)
         config = DispatcherConfig(
             rate_limit=RateLimitConfig(qps=math.inf, burst=workers),
             executor=ExecutorConfig(workers=workers),
-            runtime=RuntimeConfig(caller_turns=caller_turns),
         )
         self.dispatcher = Dispatcher(
             self.backend, config, metrics_registry=CollectorRegistry()
         ).start()
         self._made = 0
-        self._prefix = "dc" if caller_turns else "d"
 
     def fresh_pods(self, n: int) -> list[dict[str, Any]]:
         """``n`` pods no call has touched yet, as the server stored them."""
         pods = []
         for _ in range(n):
             self._made += 1
-            name = f"{self._prefix}{self._made}"
+            name = f"d{self._made}"
             pod = make_pod(name, uid=f"uid-{name}")
             pods.append(self._setup.create("Pod", "default", pod))
         return pods
@@ -275,10 +268,7 @@ def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
         if not url.startswith("http://"):
             raise RuntimeError(f"server did not start: {url!r}")
         patchers, closers = _patchers(url, max(threads, 1))
-        dispatchers = {
-            name: DispatcherContender(url, max(threads, 1), caller_turns)
-            for name, caller_turns in DISPATCHERS.items()
-        }
+        dispatchers = {name: DispatcherContender(url, max(threads, 1)) for name in DISPATCHERS}
         closers.extend(dispatchers.values())
         try:
             for patch in patchers.values():  # warm up: connections, imports, caches

@@ -44,14 +44,20 @@ from .actors.errors import (
     CallStale,
     CallTypeRegistrationError,
     ConflictError,
+    DependencyCycleError,
+    DependencyFailed,
     DispatcherClosed,
     DisruptionBudgetError,
     ForbiddenError,
     GoneError,
+    GroupClosedError,
+    GroupFailed,
+    GroupsNotSupported,
     InvalidCallError,
     InvalidConfigError,
     InvalidInputError,
     InvalidObjectError,
+    InvalidPrerequisiteError,
     InvalidRequestError,
     KdispatchError,
     LeadershipLost,
@@ -65,7 +71,10 @@ from .actors.errors import (
     UnknownCallTypeError,
     UnknownKindError,
 )
+from .actors.event_calls import EventRecord
+from .actors.event_recorder import EventRecorder
 from .actors.eviction_calls import PodEviction
+from .actors.groups import CallGroup
 from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .actors.kinds import register as register_kind
 from .actors.messages import CallFuture
@@ -82,6 +91,7 @@ from .actors.objects import (
     uid_of,
 )
 from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from .actors.ratelimit import TokenBucket
 from .adapters.aio_informer import AioInformer
 from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
 from .adapters.kubernetes import KubernetesBackend, ObjectList
@@ -112,6 +122,7 @@ __all__ = [
     "CallConflict",
     "CallFailed",
     "CallFuture",
+    "CallGroup",
     "CallOutcomeError",
     "CallStale",
     "CallTypeRegistrationError",
@@ -120,6 +131,8 @@ __all__ = [
     "ClientLeaseClient",
     "ClientListWatch",
     "ConflictError",
+    "DependencyCycleError",
+    "DependencyFailed",
     "Dispatcher",
     "DispatcherClosed",
     "DispatcherConfig",
@@ -127,15 +140,21 @@ __all__ = [
     "DispatcherProcessDied",
     "DisruptionBudgetError",
     "ElectionConfig",
+    "EventRecord",
+    "EventRecorder",
     "EvictionBackend",
     "ExecutorConfig",
     "ForbiddenError",
     "GoneError",
+    "GroupClosedError",
+    "GroupFailed",
+    "GroupsNotSupported",
     "Informer",
     "InvalidCallError",
     "InvalidConfigError",
     "InvalidInputError",
     "InvalidObjectError",
+    "InvalidPrerequisiteError",
     "InvalidRequestError",
     "KdispatchError",
     "KindInfo",
@@ -165,6 +184,7 @@ __all__ = [
     "RetryConfig",
     "RuntimeConfig",
     "ServerError",
+    "TokenBucket",
     "TooManyRequestsError",
     "UnauthorizedError",
     "UnknownCallTypeError",

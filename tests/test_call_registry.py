@@ -16,6 +16,7 @@ from kdispatch.actors.errors import (
     InvalidCallError,
     UnknownCallTypeError,
 )
+from kdispatch.actors.event_calls import EventRecord
 from kdispatch.actors.eviction_calls import PodEviction
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
@@ -60,18 +61,21 @@ class TestDefaultRegistry:
         registry = default_call_types()
         assert registry.types() == [
             "claim_status_patch",
+            "event_record",
             "pod_binding",
             "pod_eviction",
             "pod_preemption",
             "pod_status_patch",
         ]
-        assert registry.relevances() == [3, 2, 1]  # eviction shares the deletion lane
+        # eviction shares the deletion lane; Events ride the best-effort lane 0
+        assert registry.relevances() == [3, 2, 1, 0]
         assert (
             PodStatusPatch,
             PodBinding,
             PodPreemption,
             ClaimStatusPatch,
             PodEviction,
+            EventRecord,
         ) == BUILTIN_CALL_TYPES
         assert registry.spec("pod_eviction").exclusive
         spec = registry.spec("pod_preemption")

@@ -773,6 +773,7 @@ def test_scripted_get_fault(server: InMemoryApiServer, pod: dict[str, Any]) -> N
     assert server.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
     assert server.counts() == {
         "bind": 0,
+        "create": 0,
         "delete": 0,
         "evict": 0,
         "get": 1,
@@ -812,7 +813,7 @@ def test_apply_then_fail_on_a_rejected_request_still_times_out(
 
 def test_script_rejects_bad_input(server: InMemoryApiServer) -> None:
     with pytest.raises(InvalidInputError):
-        server.script("create", "500")
+        server.script("watch", "500")
     with pytest.raises(InvalidInputError):
         server.script("bind", "418")
     assert server.pending_faults() == 0
@@ -869,7 +870,7 @@ def test_scripted_before_random() -> None:
         {"rate": 0.5, "weights": {"500": 0}},
         {"weights": {"418": 1}},
         {"retry_after": -1},
-        {"ops": frozenset({"create"})},
+        {"ops": frozenset({"watch"})},
         {"ops": "bind"},
     ],
 )
@@ -925,7 +926,7 @@ def test_latency_applies_to_faulted_requests() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"fixed": -1}, {"jitter": float("inf")}, {"per_op": {"create": 1}}, {"per_op": {"get": -1}}],
+    [{"fixed": -1}, {"jitter": float("inf")}, {"per_op": {"watch": 1}}, {"per_op": {"get": -1}}],
 )
 def test_latency_validation(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidInputError):
@@ -1023,3 +1024,30 @@ def test_watch_that_falls_behind_is_dropped() -> None:
     with server.watch("Pod", resource_version="0") as replay:  # 10 pods > limit
         assert replay.dropped
     assert server.drop_watches() == 0
+
+
+def test_wait_for_request_returns_the_first_matching_record_or_times_out() -> None:
+    import threading
+
+    from kdispatch import TooManyRequestsError
+    from kdispatch.testing import InMemoryApiServer, make_pod
+
+    server = InMemoryApiServer()
+    server.create(make_pod("a"))
+    server.script("get", "429", name="a")
+    refused: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            server.get("Pod", "default", "a")
+        except TooManyRequestsError as exc:
+            refused.append(exc)
+
+    worker = threading.Thread(target=get)
+    worker.start()
+    record = server.wait_for_request("get", name="a", timeout=10)
+    worker.join(10)
+    assert (record.op, record.name, record.outcome) == ("get", "a", "429")
+    assert len(refused) == 1
+    with pytest.raises(TimeoutError, match="no request get of b"):
+        server.wait_for_request("get", name="b", timeout=0.05)

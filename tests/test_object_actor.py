@@ -24,6 +24,7 @@ from kdispatch.actors.config import RetryConfig
 from kdispatch.actors.errors import (
     CallCancelled,
     CallFailed,
+    DependencyFailed,
     DispatcherClosed,
     Outcome,
     ServerError,
@@ -33,9 +34,11 @@ from kdispatch.actors.messages import (
     Cancel,
     Close,
     Deleted,
+    FailDependency,
     Grant,
     Job,
     Observed,
+    Release,
     Submit,
     View,
 )
@@ -81,7 +84,7 @@ class FakeExecutor:
             return Done(job.send.call, self.inline)
         return None
 
-    def refund(self) -> None:
+    def refund(self, uid: str | None = None) -> None:
         self.refunds += 1
         self.answers.put(None)
 
@@ -235,6 +238,34 @@ def test_informer_cancel_and_view_messages_reach_the_machine(h: Harness) -> None
     assert view is not None and view["status"]["conditions"][0]["reason"] == "Unschedulable"
     h.ref("uid-a").tell(Cancel("pod_status_patch"))
     assert outcome(f2) is CallCancelled
+
+
+def test_held_submit_waits_for_release_and_fails_with_its_dependency(h: Harness) -> None:
+    p = pod("a")
+    held, failing = CallFuture(), CallFuture()
+    assert h.registry.tell(
+        "uid-a", Submit(unsched(p), held, frozenset({"t1"})), lambda: h._spawn("uid-a")
+    )
+    assert h.registry.tell(
+        "uid-b",
+        Submit(PodBinding.for_pod(pod("b"), "n1"), failing, frozenset({"t2"})),
+        lambda: h._spawn("uid-b"),
+    )
+    h.sync("uid-a")
+    h.sync("uid-b")
+    assert h.readies() == []  # held calls ask the executor for nothing
+    cause = ServerError("reservation failed")
+    h.ref("uid-b").tell(FailDependency("t2", cause))
+    err = outcome(failing)
+    assert err is DependencyFailed
+    assert failing.exception() is not None and failing.exception().cause is cause  # type: ignore[union-attr]
+    h.ref("uid-a").tell(Release("t1"))
+    h.sync("uid-a")
+    assert h.readies() == [("uid-a", 1, 0.0)]
+    job = h.take("uid-a")
+    assert job is not None
+    h.done("uid-a", job)
+    assert held.result(timeout=5) is Outcome.SUCCESS
 
 
 def test_retry_delay_reaches_the_executor_as_not_before(h: Harness) -> None:

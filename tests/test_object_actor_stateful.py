@@ -63,6 +63,7 @@ from kdispatch.actors.object_state import (
     Result,
     Retire,
     Send,
+    State,
 )
 from kdispatch.actors.objects import POD, Obj, get_path, pod_node_name
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
@@ -122,6 +123,17 @@ def resolutions(intent: Intent) -> int:
     """How often the intent's future was resolved."""
     assert isinstance(intent.future, CountingFuture)
     return intent.future.resolutions
+
+
+def shape_of(machine: ObjectState) -> State:
+    """The state that what ``machine`` tracks implies (gone or not is only in its state)."""
+    inflight = machine.inflight is not None
+    if machine.state in (State.RETIRING, State.RETIRED):
+        assert not machine.queue, "calls wait on a gone object"
+        return State.RETIRING if inflight else State.RETIRED
+    if machine.queue:
+        return State.IN_FLIGHT_PENDING if inflight else State.PENDING
+    return State.IN_FLIGHT if inflight else State.IDLE
 
 
 class World:
@@ -448,6 +460,11 @@ class ObjectStateMachine(RuleBasedStateMachine):
             f"open futures {open_futures} != pending/in flight {self.model.unresolved()}"
         )
         assert (self.world.job is None) == (self.model.inflight is None)
+        machine = self.world.machine
+        assert machine.state is shape_of(machine), (
+            f"the table says {machine.state}, what is tracked says {shape_of(machine)}"
+        )
+        assert (machine.state is State.RETIRED) == self.world.retired
         if self.model.pending is not None and self.world.job is None:
             assert self.world.ready is not None, "a call is pending but the executor was not told"
         if self.view is not None and not self.model.gone:

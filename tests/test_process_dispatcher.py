@@ -13,7 +13,6 @@ import functools
 import gc
 import os
 import pickle
-import re
 import signal
 import subprocess
 import sys
@@ -275,24 +274,6 @@ class _Unpicklable(Exception):
 
     def __init__(self, a: str, b: int) -> None:
         super().__init__(f"{a}{b}")
-
-
-def test_readme_example_binds_on_the_server(cluster: Cluster, tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    start = text.index("### The dispatcher in its own process")
-    block = re.search(r"```python\n(.*?)```", text[start:], re.S)
-    assert block is not None
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f'clusters: [{{name: t, cluster: {{server: "{cluster.http.url}"}}}}]\n'
-        "users: [{name: u, user: {}}]\n"
-        "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
-        "current-context: c\n"
-    )
-    pod = cluster.pod("readme")
-    exec(compile(block.group(1), "README.md", "exec"), {"kubeconfig": str(kubeconfig), "pod": pod})
-    assert cluster.stored("readme")["spec"]["nodeName"] == "node-1"
 
 
 @pytest.mark.parametrize(

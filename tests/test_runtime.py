@@ -11,9 +11,8 @@ from typing import Any
 
 import pykka
 import pytest
-from pykka._envelope import Envelope
-from pykka._threading import ThreadingFuture
 
+from kdispatch.actors._compat import Envelope, LazyEvent, ThreadingFuture
 from kdispatch.actors.errors import InvalidConfigError, InvalidInputError
 from kdispatch.actors.runtime import ActorPool, PooledActor, PoolStateError, live_pooled_actors
 
@@ -563,9 +562,7 @@ def test_pool_properties() -> None:
 
 
 def test_lazy_event_wait_and_set() -> None:
-    from kdispatch.actors.runtime import _LazyEvent
-
-    ev = _LazyEvent()
+    ev = LazyEvent()
     assert not ev.is_set()
     assert ev.wait(0.001) is False
     started = threading.Event()

@@ -10,7 +10,8 @@ Modules, one concept each:
 ``podinfo``/``resources``/``taints`` parsed pods, quantities and taints · ``queue`` the
 scheduling queue · ``cache`` the assume-cache · ``nominator`` nominations via ``view()`` ·
 ``framework`` filter and score · ``preemption`` victims and the #134249 guard · ``claims`` DRA
-allocation · ``api``/``prekep``/``direct`` the three API layers · ``cycle`` the scheduler itself ·
+allocation · ``api``/``prekep``/``direct`` the three API layers (``limiter``: the pre-KEP
+client-side rate limit) · ``cycle`` the scheduler itself, with its Events ·
 ``tracker``/``verify`` intents and the end-of-run check ·
 ``workload``/``runner``/``progress``/``report``/``cli`` the main job.
 """

@@ -53,7 +53,7 @@ class SchedulerApi(Protocol):
 
     def stats(self) -> dict[str, Any]:
         """``sent`` (attempts per call type), ``outcomes`` (``type:outcome`` counts),
-        ``retries`` (total), ``tokens_taken``."""
+        ``retries`` (total), ``tokens_taken``, ``events_dropped`` (Events dropped unsent)."""
         ...
 
     def outstanding(self) -> int:
@@ -100,11 +100,16 @@ class DispatchedApi:
     def stats(self) -> dict[str, Any]:
         """Any thread."""
         raw = self.dispatcher.stats()
+        metrics = getattr(self.dispatcher, "metrics", None)
+        dropped = (
+            metrics.value("kdispatch_events_dropped_total", reason="throttled") if metrics else 0
+        )
         return {
             "sent": dict(raw["sent"]),
             "outcomes": dict(raw["outcomes"]),
             "retries": sum(raw["retries"].values()),
             "tokens_taken": int(raw.get("tokens_taken", raw["sent_total"])),
+            "events_dropped": int(dropped),
         }
 
     def outstanding(self) -> int:

@@ -77,12 +77,6 @@ def parser() -> argparse.ArgumentParser:
         help="the dispatcher freezes the garbage collector's long-lived objects after warm-up",
     )
     p.add_argument(
-        "--caller-turns",
-        action="store_true",
-        help="submit() runs the object actor's turn on the scheduling thread when the actor "
-        "is idle (RuntimeConfig.caller_turns) instead of handing it to the actor pool",
-    )
-    p.add_argument(
         "--kubeconfig", metavar="PATH", help="schedule the pending pods of a real cluster instead"
     )
     p.add_argument(
@@ -111,10 +105,18 @@ def parser() -> argparse.ArgumentParser:
         help="stop at this deadline even if pods are still pending",
     )
     p.add_argument(
-        "--max-attempts",
-        type=int,
-        default=d.max_attempts,
-        help="unschedulable cycles before a pod is given up",
+        "--pod-initial-backoff-seconds",
+        type=float,
+        default=d.backoff_initial,
+        help="backoff after a pod's first failed cycle; it doubles per failure "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--pod-max-backoff-seconds",
+        type=float,
+        default=d.backoff_max,
+        help="the longest backoff; unschedulable pods are retried while the run lasts "
+        "(default %(default)s)",
     )
     p.add_argument("--high-priority-share", type=float, default=d.high_priority_share)
     p.add_argument("--unschedulable-share", type=float, default=d.unschedulable_share)
@@ -174,13 +176,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             api=args.api or "async",
             binding_threads=args.binding_threads,
             gc_freeze=args.gc_freeze,
-            caller_turns=args.caller_turns,
             kubeconfig=args.kubeconfig,
             scheduler_name=args.scheduler_name,
             threads=args.threads,
             workers=args.workers,
             max_seconds=args.max_seconds,
-            max_attempts=args.max_attempts,
+            backoff_initial=args.pod_initial_backoff_seconds,
+            backoff_max=args.pod_max_backoff_seconds,
             high_priority_share=args.high_priority_share,
             unschedulable_share=args.unschedulable_share,
             claim_share=args.claim_share,
@@ -209,4 +211,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if fig["stopped_by"] == "leadership_lost":
         return LOST_EXIT_STATUS
-    return 0 if fig["duplicate_bindings"] == 0 and fig["lost_intents"] == 0 else 1
+    return 0 if fig["verdict_ok"] else 1

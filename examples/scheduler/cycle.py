@@ -5,7 +5,14 @@ Scheduling cycle (a scheduling thread, one pod): nominated node first, else filt
 reserve the best node in the assume-cache (re-checked under its lock, so concurrent cycles never
 double-book); hand the pod to the binding cycle. A pod that fits nowhere may preempt (see
 :mod:`examples.scheduler.preemption`), otherwise it gets ``PodScheduled=False`` through the API
-layer *without waiting* and backs off; after ``max_attempts`` such cycles it is given up.
+layer *without waiting* and backs off (``backoff_initial`` doubling up to ``backoff_max``), to
+be retried as long as the scheduler runs, and earlier when a node is added or a bound pod is
+deleted (:meth:`~examples.scheduler.queue.SchedulingQueue.move_unschedulable`).
+
+Events, as kube-scheduler records them (``reportingController`` = the scheduler's name):
+``Scheduled`` (action ``Binding``) once a binding succeeded, ``FailedScheduling`` (``Scheduling``,
+a Warning) with every ``PodScheduled=False`` patch, ``Preempted`` (``Preempting``, on the victim,
+related to the preemptor) once a victim's preemption succeeded.
 
 Binding cycle: allocate/reserve the pod's ResourceClaims, then bind. Each step submits its calls
 and registers a continuation on their futures; the continuation runs on a scheduling thread once
@@ -43,6 +50,7 @@ from kdispatch import (
     CallOutcomeError,
     ClaimStatusPatch,
     DispatcherClosed,
+    EventRecorder,
     InvalidInputError,
     Obj,
     ObjectNotFound,
@@ -63,7 +71,7 @@ class Phase(enum.Enum):
     SCHEDULING = "scheduling"
     BINDING = "binding"
     BOUND = "bound"
-    UNSCHEDULABLE = "unschedulable"  # given up after max_attempts
+    UNSCHEDULABLE = "unschedulable"  # nothing fit at its last cycle: backing off, retried
     GONE = "gone"  # deleted (preempted or by someone else)
 
 
@@ -76,18 +84,19 @@ class SchedulerConfig:
 
     threads: int = 2
     scheduler_name: str = "default-scheduler"
-    max_attempts: int = 5
-    """Unschedulable cycles before a pod is given up."""
     max_bind_failures: int = 5
-    backoff_initial: float = 0.05
-    backoff_max: float = 1.0
+    backoff_initial: float = 1.0
+    """Backoff of a pod after its first failed cycle (kube-scheduler's
+    ``podInitialBackoffSeconds``); it doubles with every further failure."""
+    backoff_max: float = 10.0
+    """The longest backoff (``podMaxBackoffSeconds``)."""
     victim_wait: float = 2.0
     """A preemptor re-checks after this long even if a victim deletion event was missed."""
     max_candidates: int = 100
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("threads", "max_attempts", "max_bind_failures", "max_candidates"):
+        for name in ("threads", "max_bind_failures", "max_candidates"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
@@ -107,6 +116,8 @@ class PodRecord:
     bind_failures: int = 0
     preempted: bool = False
     woken: bool = False  # its victims went away while its cycle was running
+    bound_by_us: bool = False  # a binding of ours succeeded
+    status_false: bool = False  # the server shows PodScheduled=False (informer)
 
 
 @dataclass(slots=True)
@@ -142,11 +153,13 @@ class Scheduler:
         self.preemptions = Preemptions()
         self.claims = ClaimStore()
         self.queue = SchedulingQueue(clock)
+        self.events = EventRecorder(api, controller=self.config.scheduler_name)
         self._rng = random.Random(self.config.seed)
         self._lock = threading.Lock()
         self._preempt_lock = threading.Lock()
         self._pods: dict[str, PodRecord] = {}
         self._phases: Counter[Phase] = Counter()
+        self._unfit: set[str] = set()  # uids in Phase.UNSCHEDULABLE
         self._threads: list[threading.Thread] = []
         self._local = threading.local()  # .loop is True on the scheduling threads
         self.errors = 0
@@ -214,11 +227,13 @@ class Scheduler:
         uid = meta(obj).get("uid")
         node = pod_node_name(obj)
         ours = get_path(obj, "spec", "schedulerName") in (None, self.config.scheduler_name)
+        if not ours:  # another scheduler's pod: only the room it takes counts
+            if node is not None:
+                self.cache.confirm(PodInfo.of(obj), node)
+            return
         with self._lock:
             rec = self._pods.get(uid) if isinstance(uid, str) else None
             if rec is None:
-                if not ours and node is None:
-                    return
                 info = PodInfo.of(obj)
                 rec = PodRecord(info, Phase.QUEUED)
                 self._pods[info.uid] = rec
@@ -228,12 +243,13 @@ class Scheduler:
                 info = rec.info = rec.info.with_obj(obj)
                 new = False
             phase = rec.phase
+            rec.status_false = _scheduled_false(obj)
             if node is not None and phase in (Phase.QUEUED, Phase.UNSCHEDULABLE):
                 self._set_phase(rec, Phase.BOUND)  # bound by someone else
         if node is not None:
             self.cache.confirm(info, node)
             self.nominator.remove(info.uid)
-            if phase is Phase.QUEUED:
+            if phase in (Phase.QUEUED, Phase.UNSCHEDULABLE):
                 self.queue.remove(info.uid)
             return
         if phase is Phase.GONE or info.terminating:
@@ -264,10 +280,13 @@ class Scheduler:
             self._wake(preemptor)
         for alloc in released:
             self._release_claim(alloc, uid)
+        if pod_node_name(obj) is not None:  # its room is free: retry who lacked resources
+            self.queue.move_unschedulable(pod_deleted=True)
 
     def on_node_add(self, obj: Obj) -> None:
-        """Informer thread."""
+        """Informer thread. A new node: retry the unschedulable pods now."""
         self.cache.set_node(obj)
+        self.queue.move_unschedulable(pod_deleted=False)
 
     def on_node_update(self, obj: Obj) -> None:
         """Informer thread."""
@@ -295,7 +314,7 @@ class Scheduler:
         """Scheduling thread. One scheduling cycle for one pod."""
         with self._lock:
             rec = self._pods.get(uid)
-            if rec is None or rec.phase is not Phase.QUEUED:
+            if rec is None or rec.phase not in (Phase.QUEUED, Phase.UNSCHEDULABLE):
                 return
             self._set_phase(rec, Phase.SCHEDULING)
             info = rec.info
@@ -366,27 +385,36 @@ class Scheduler:
             # kubernetes#134249: never preempt again while our victims are terminating
             self._requeue(rec, self.config.victim_wait)
             return
-        if set(filtered.reasons) - UNRESOLVABLE and self._preempt(info, msg):
+        resolvable = bool(set(filtered.reasons) - UNRESOLVABLE)
+        if resolvable and self._preempt(info, msg):
             self._requeue(rec, self.config.victim_wait)
             return
-        self._unschedulable(rec, info, msg, None)
+        self._unschedulable(rec, info, msg, None, on_pod_delete=resolvable)
 
     def _unschedulable(
-        self, rec: PodRecord, info: PodInfo, msg: str, nominated: str | None
+        self,
+        rec: PodRecord,
+        info: PodInfo,
+        msg: str,
+        nominated: str | None,
+        *,
+        on_pod_delete: bool = True,
     ) -> None:
-        """Scheduling thread. ``PodScheduled=False`` without waiting; back off or give up."""
+        """Scheduling thread. ``PodScheduled=False`` without waiting, then back off; a node
+        added (or, with ``on_pod_delete``, a bound pod deleted) retries it earlier."""
         self._patch_status(info, msg, nominated)
         with self._lock:
             rec.attempts += 1
-            give_up = rec.attempts >= self.config.max_attempts
             if rec.phase is not Phase.SCHEDULING:
                 return
-            self._set_phase(rec, Phase.UNSCHEDULABLE if give_up else Phase.QUEUED)
-            if not give_up:
-                self.queue.backoff(info.uid, info.priority, self._backoff(rec.attempts))
-        if give_up:
-            self.nominator.remove(info.uid)
-            logger.bind(pod=info.key).debug("giving up: {}", msg)
+            self._set_phase(rec, Phase.UNSCHEDULABLE)
+            self.queue.backoff(
+                info.uid,
+                info.priority,
+                self._backoff(rec.attempts),
+                unschedulable=True,
+                on_pod_delete=on_pod_delete,
+            )
 
     def _patch_status(self, info: PodInfo, msg: str, nominated: str | None) -> None:
         cond = {
@@ -400,6 +428,7 @@ class Scheduler:
         )
         expect = {"reason": UNSCHEDULABLE_REASON, "nominated": nominated}
         self._submit(STATUS, info.uid, info.key, expect, partial(self.api.submit, call))
+        self._event(info.obj, "FailedScheduling", "Scheduling", msg, type_="Warning")
 
     # ================================================================ preemption
 
@@ -436,7 +465,18 @@ class Scheduler:
             )
             if fut is not None:
                 fut.add_done_callback(partial(self._post_victim_done, victim))
+                fut.add_done_callback(partial(self._post_preempted_event, victim, info, cand.node))
         return True
+
+    def _post_preempted_event(
+        self, victim: PodInfo, preemptor: PodInfo, node: str, fut: CallFuture
+    ) -> None:
+        """Future callback (resolving thread): a victim's ``Preempted`` Event, recorded on a
+        scheduling thread once its preemption succeeded."""
+        if fut.exception() is None:
+            note = f"Preempted by pod {preemptor.uid} on node {node}"
+            event = partial(self._event, victim.obj, "Preempted", "Preempting", note)
+            self.queue.post(partial(event, related=preemptor.obj))
 
     def _post_victim_done(self, victim: PodInfo, fut: CallFuture) -> None:
         """Future callback (resolving thread): hand over to a scheduling thread."""
@@ -552,7 +592,10 @@ class Scheduler:
         with self._lock:
             if task.rec.phase is Phase.BINDING:
                 self._set_phase(task.rec, Phase.BOUND)
+            task.rec.bound_by_us = True
         self.tracker.binding_done(self._clock() - task.started)
+        note = f"Successfully assigned {info.key} to {task.node}"
+        self._event(info.obj, "Scheduled", "Binding", note)
 
     def _binding_failed(self, task: BindTask, exc: BaseException | None) -> None:
         """Continuation. Un-assume, deallocate what this cycle allocated, requeue."""
@@ -613,12 +656,35 @@ class Scheduler:
         )
         return fut
 
+    def _event(
+        self,
+        regarding: Obj,
+        reason: str,
+        action: str,
+        note: str,
+        *,
+        type_: str = "Normal",
+        related: Obj | None = None,
+    ) -> None:
+        """Record an Event (never waits with the dispatcher; an Event the spam filter drops
+        or that comes after the API layer closed is only logged)."""
+        try:
+            self.events.event(
+                regarding, type=type_, reason=reason, action=action, note=note, related=related
+            )
+        except (DispatcherClosed, InvalidInputError) as err:
+            logger.debug("event {} not recorded: {}", reason, err)
+
     def _set_phase(self, rec: PodRecord, phase: Phase) -> None:
         """Scheduler lock held."""
         if rec.phase is not phase:
             self._phases[rec.phase] -= 1
             self._phases[phase] += 1
             rec.phase = phase
+            if phase is Phase.UNSCHEDULABLE:
+                self._unfit.add(rec.info.uid)
+            else:
+                self._unfit.discard(rec.info.uid)
 
     # ================================================================ introspection
 
@@ -627,14 +693,22 @@ class Scheduler:
         with self._lock:
             out = {p.value: self._phases[p] for p in Phase}
             out["preempted"] = sum(1 for r in self._pods.values() if r.preempted)
+            out["bound_by_us"] = sum(
+                1 for r in self._pods.values() if r.bound_by_us and r.phase is Phase.BOUND
+            )
             out["total"] = len(self._pods)
         return out
 
     def settled(self) -> bool:
-        """Any thread. Every known pod is bound, given up or gone, and nothing is pending."""
+        """Any thread. Every known pod is bound or gone, or unschedulable with
+        ``PodScheduled=False`` observed on the server; nothing is due for a cycle now and no
+        continuation waits."""
         with self._lock:
             unsettled = sum(self._phases[p] for p in Phase if p not in SETTLED)
-        return unsettled == 0 and self.queue.counts()[2] == 0
+            if unsettled or not all(self._pods[u].status_false for u in self._unfit):
+                return False
+        active, _, tasks = self.queue.counts()
+        return active == 0 and tasks == 0
 
     def busy(self) -> bool:
         """Any thread. Something is queued for a cycle now, in a cycle, or binding (pods that
@@ -644,8 +718,8 @@ class Scheduler:
         active, _, tasks = self.queue.counts()
         return working + active + tasks > 0
 
-    def given_up(self) -> list[str]:
-        """Any thread. ``namespace/name`` of the pods given up as unschedulable, sorted."""
+    def unschedulable(self) -> list[str]:
+        """Any thread. ``namespace/name`` of the pods nothing fit at their last cycle, sorted."""
         with self._lock:
             return sorted(r.info.key for r in self._pods.values() if r.phase is Phase.UNSCHEDULABLE)
 
@@ -656,3 +730,14 @@ class Scheduler:
     def record(self, uid: str) -> PodRecord | None:
         """Any thread. A pod's record (for tests and reports)."""
         return self._pods.get(uid)
+
+
+def _scheduled_false(obj: Obj) -> bool:
+    """Whether the pod's ``PodScheduled`` condition is False (what the server shows)."""
+    conditions = get_path(obj, "status", "conditions")
+    if not isinstance(conditions, list):
+        return False
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False"
+        for c in conditions
+    )

@@ -13,6 +13,14 @@ preemption of victims (without the ``SchedulerAsyncPreemption`` gate). This laye
   dispatcher's executor worker count for the same thread budget. The scheduler's continuations
   hand each step to the next (claims, then the binding), as the async mode does.
 
+* ``event_record`` (Events) runs on one event thread, standing for client-go's event
+  broadcaster goroutine; at most 1,000 wait (its ``maxQueuedEvents``), a further one is dropped
+  (its future fails ``CallFailed``, counted in ``stats()["events_dropped"]``).
+
+Every request waits for one client-side token bucket (:class:`~examples.scheduler.limiter.
+ClientLimiter`, ``qps``/``burst``), as every request of a client-go clientset does: Events,
+bindings and status patches compete for the same tokens, first come first served.
+
 Every call goes through the same backend and the same retry rules as ``DirectApi``; the returned
 future of a binding-cycle call resolves on a binding thread, exactly once, with the call's
 outcome, or :class:`~kdispatch.actors.errors.DispatcherClosed` when ``close`` abandons it.
@@ -26,9 +34,11 @@ from typing import Any, Final
 
 from examples.scheduler.api import CallFuture
 from examples.scheduler.direct import DirectApi
+from examples.scheduler.limiter import ClientLimiter, ThrottledBackend
 from kdispatch import (
     ApiBackend,
     Call,
+    CallFailed,
     DispatcherClosed,
     InvalidInputError,
     Obj,
@@ -39,6 +49,9 @@ from kdispatch import (
 BINDING_CYCLE: Final = frozenset({"pod_binding", "claim_status_patch"})
 """Call types the binding cycle makes (they run on the binding threads)."""
 
+EVENT_CALL: Final = "event_record"
+MAX_QUEUED_EVENTS: Final = 1000
+
 
 class PreKepApi:
     """:class:`~examples.scheduler.api.SchedulerApi` of a pre-KEP-5229 scheduler (thread-safe)."""
@@ -46,14 +59,24 @@ class PreKepApi:
     mode = "pre-kep"
 
     def __init__(
-        self, backend: ApiBackend, retry: RetryConfig | None = None, *, binding_threads: int
+        self,
+        backend: ApiBackend,
+        retry: RetryConfig | None = None,
+        *,
+        binding_threads: int,
+        qps: float = 0.0,
+        burst: int = 100,
     ) -> None:
         if isinstance(binding_threads, bool) or not isinstance(binding_threads, int):
             raise InvalidInputError(f"binding_threads must be an int, got {binding_threads!r}")
         if binding_threads < 1:
             raise InvalidInputError(f"binding_threads must be >= 1, got {binding_threads}")
-        self._direct = DirectApi(backend, retry)
+        self.limiter = ClientLimiter(qps, burst)
+        self._direct = DirectApi(ThrottledBackend(backend, self.limiter), retry)
         self._pool = ThreadPoolExecutor(binding_threads, thread_name_prefix="binding")
+        self._event_thread = ThreadPoolExecutor(1, thread_name_prefix="events")
+        self._events_queued = 0
+        self._events_dropped = 0
         self._cond = threading.Condition(threading.Lock())
         self._outstanding = 0
         self._closed = False
@@ -64,9 +87,10 @@ class PreKepApi:
 
     def submit(self, call: Call) -> CallFuture:
         """Scheduling thread. A status patch (or preemption) blocks for the whole call; a
-        binding-cycle call is queued for a binding thread and returns at once. Raises
-        :class:`DispatcherClosed` after :meth:`close`."""
-        if call.call_type not in BINDING_CYCLE:
+        binding-cycle call is queued for a binding thread and an Event for the event thread;
+        both return at once. Raises :class:`DispatcherClosed` after :meth:`close`."""
+        event = call.call_type == EVENT_CALL
+        if call.call_type not in BINDING_CYCLE and not event:
             self._check_open()
             return self._direct.submit(call)
         future: CallFuture = Future()
@@ -74,8 +98,14 @@ class PreKepApi:
         with self._cond:
             if self._closed:
                 raise DispatcherClosed("API layer is closed")
+            if event and self._events_queued >= MAX_QUEUED_EVENTS:
+                self._events_dropped += 1
+                future.set_exception(CallFailed("event queue full", call_type=EVENT_CALL))
+                return future
             self._outstanding += 1
-        self._pool.submit(self._bind_cycle_call, call, future)
+            self._events_queued += event
+        pool = self._event_thread if event else self._pool
+        pool.submit(self._bind_cycle_call, call, future)
         return future
 
     def preempt(self, pod: Obj, *, preemptor: str) -> CallFuture:
@@ -88,7 +118,8 @@ class PreKepApi:
                 raise DispatcherClosed("API layer is closed")
 
     def _bind_cycle_call(self, call: Call, future: CallFuture) -> None:
-        """Binding thread: run the call (blocking), then resolve ``future`` exactly once."""
+        """Binding (or event) thread: run the call (blocking), then resolve ``future``
+        exactly once."""
         try:
             if self._abandon:
                 future.set_exception(DispatcherClosed(f"closed before the {call.call_type} ran"))
@@ -105,6 +136,7 @@ class PreKepApi:
         finally:
             with self._cond:
                 self._outstanding -= 1
+                self._events_queued -= call.call_type == EVENT_CALL
                 if self._outstanding == 0:
                     self._cond.notify_all()
 
@@ -127,8 +159,12 @@ class PreKepApi:
         self._direct.on_delete(obj)
 
     def stats(self) -> dict[str, Any]:
-        """Any thread."""
-        return self._direct.stats()
+        """Any thread. ``tokens_taken``: the client-side limiter's."""
+        out = self._direct.stats()
+        with self._cond:
+            out["events_dropped"] = self._events_dropped
+        out["tokens_taken"] = self.limiter.taken
+        return out
 
     @property
     def closed(self) -> bool:
@@ -152,6 +188,7 @@ class PreKepApi:
             drained = self._outstanding == 0
             self._abandon = True
         self._pool.shutdown(wait=True)
+        self._event_thread.shutdown(wait=True)
         return drained
 
 

@@ -1,7 +1,11 @@
 """The scheduling queue: pods waiting for a cycle, pods backing off, and continuations.
 
 * *active*: a heap ordered by priority (higher first), FIFO within a priority;
-* *backoff*: pods that failed a cycle, each with the time it may be retried;
+* *backoff*: pods that failed a cycle, each with the time it may be retried. Pods that were
+  *unschedulable* (nothing fit) are retried when their backoff ends, and earlier when the
+  cluster changes in a way that may make them fit (:meth:`SchedulingQueue.move_unschedulable`:
+  a node added, or a bound pod deleted for pods that lacked resources), as kube-scheduler's
+  queue moves them on cluster events;
 * *tasks*: continuations (binding-cycle steps whose futures resolved) — scheduling threads run
   them before starting new cycles, so in-flight bindings finish first.
 
@@ -33,6 +37,8 @@ class SchedulingQueue:
         self._backoff: list[tuple[float, int, str, int]] = []  # (ready_at, seq, uid, priority)
         self._tasks: deque[Task] = deque()
         self._live: dict[str, tuple[int, bool]] = {}  # uid -> (seq of live entry, in backoff)
+        # unschedulable pods backing off: uid -> (priority, a pod deletion may make it fit)
+        self._unschedulable: dict[str, tuple[int, bool]] = {}
         self._seq = itertools.count()
         self._closed = False
 
@@ -47,13 +53,27 @@ class SchedulingQueue:
             self._cond.notify()
             return True
 
-    def backoff(self, uid: str, priority: int, delay: float) -> None:
-        """Any thread. Queue a pod for a cycle after ``delay`` seconds (replaces any entry)."""
+    def backoff(
+        self,
+        uid: str,
+        priority: int,
+        delay: float,
+        *,
+        unschedulable: bool = False,
+        on_pod_delete: bool = False,
+    ) -> None:
+        """Any thread. Queue a pod for a cycle after ``delay`` seconds (replaces any entry).
+        ``unschedulable``: nothing fit; :meth:`move_unschedulable` may retry it earlier (on a
+        pod deletion only with ``on_pod_delete``)."""
         with self._cond:
             if self._closed:
                 return
             seq = next(self._seq)
             self._live[uid] = (seq, True)
+            if unschedulable:
+                self._unschedulable[uid] = (priority, on_pod_delete)
+            else:
+                self._unschedulable.pop(uid, None)
             heapq.heappush(self._backoff, (self._clock() + delay, seq, uid, priority))
             self._cond.notify()
 
@@ -68,10 +88,29 @@ class SchedulingQueue:
             self._cond.notify()
             return True
 
+    def move_unschedulable(self, *, pod_deleted: bool) -> int:
+        """Any thread (informer). A cluster event: a node was added (``pod_deleted`` False) or
+        a bound pod deleted. The unschedulable pods it may help go to the active heap now,
+        before their backoff ends. Returns how many moved."""
+        with self._cond:
+            if self._closed:
+                return 0
+            moved = [
+                (uid, prio)
+                for uid, (prio, on_delete) in self._unschedulable.items()
+                if on_delete or not pod_deleted
+            ]
+            for uid, prio in moved:
+                self._push_active(uid, prio)
+            if moved:
+                self._cond.notify_all()
+            return len(moved)
+
     def remove(self, uid: str) -> None:
         """Any thread. Drop a pod's entry (deleted, or bound by someone else)."""
         with self._cond:
             self._live.pop(uid, None)
+            self._unschedulable.pop(uid, None)
 
     def post(self, task: Task) -> None:
         """Any thread, including future callbacks on foreign threads (never blocks). Run
@@ -87,6 +126,7 @@ class SchedulingQueue:
             self._cond.notify_all()
 
     def _push_active(self, uid: str, priority: int) -> None:
+        self._unschedulable.pop(uid, None)
         seq = next(self._seq)
         self._live[uid] = (seq, False)
         heapq.heappush(self._active, (-priority, seq, uid))

@@ -1,8 +1,11 @@
 """The run's figures: computing them, the summary table, and the JSON file.
 
 ``figures()`` turns the raw material of a run (phase counts, API stats, tracker samples,
-verification) into one flat-ish dict; :func:`summary_table` renders it for humans and
-:func:`write_json` for tools (keys include ``pods_bound``, ``pods_total``, ``pods_per_s``,
+verification) into one flat-ish dict; :func:`summary_table` renders it for humans, ending with
+a one-line verdict, and :func:`write_json` for tools. Only this scheduler's pods count (its
+``spec.schedulerName``): ``pods_bound`` are the pods its own bindings placed, and ``pods_per_s``
+is over its active window (``active_s``: from its first call to the last one resolved), not the
+wall time (keys include ``pods_bound``, ``pods_total``, ``pods_per_s``,
 ``calls_sent`` (call attempts), ``requests`` (requests the embedded apiserver saw),
 ``loop_submit_us`` (submit p50/p99/max on the scheduling threads), ``gc_pauses``,
 ``duplicate_bindings`` and ``lost_intents``). Pure functions.
@@ -64,22 +67,39 @@ def figures(
     wall_s: float,
     verification: Mapping[str, Any],
     extra: Mapping[str, Any],
+    active_s: float | None = None,
 ) -> dict[str, Any]:
-    """All figures of one run as a JSON-ready dict."""
+    """All figures of one run as a JSON-ready dict. ``counts``: the scheduler's phase counts
+    (``bound`` = bound by anyone, ``bound_by_us`` = by our bindings); ``active_s``: the
+    scheduler's active window (default: ``wall_s``)."""
     sent: dict[str, int] = dict(sorted(api_stats["sent"].items()))
     totals = outcome_totals(api_stats["outcomes"])
-    bound = counts.get("bound", 0)
+    bound_any = counts.get("bound", 0)
+    bound = counts.get("bound_by_us", bound_any)
+    unschedulable = counts.get("unschedulable", 0)
+    unsettled = pods_total - bound_any - unschedulable - counts.get("gone", 0)
+    window = wall_s if active_s is None else active_s
+    events_sent = sent.get("event_record", 0)
+    events_dropped = api_stats.get("events_dropped", 0) + extra.get("events_spam_dropped", 0)
+    duplicates = verification.get("duplicate_bindings", 0)
+    lost = verification.get("lost_intents", 0)
+    ok = duplicates == 0 and lost == 0
+    verdict = (
+        f"{'OK' if ok else 'FAILED'}: {bound:,} bound, {unschedulable:,} unschedulable, "
+        f"{duplicates:,} duplicates, {lost:,} lost"
+        + (f", {unsettled:,} unsettled" if unsettled else "")
+    )
     return {
         "mode": mode,
         **settings,
         "pods_total": pods_total,
         "pods_bound": bound,
-        "pods_unschedulable": counts.get("unschedulable", 0),
+        "pods_bound_by_others": bound_any - bound,
+        "pods_unschedulable": unschedulable,
         "pods_preempted": counts.get("preempted", 0),
-        "pods_unsettled": pods_total
-        - bound
-        - counts.get("unschedulable", 0)
-        - counts.get("gone", 0),
+        "pods_unsettled": unsettled,
+        "events_sent": events_sent,
+        "events_dropped": events_dropped,
         "calls_sent": sum(sent.values()),
         "calls_sent_by_type": sent,
         "calls_merged": totals.get("overwritten", 0),
@@ -92,9 +112,12 @@ def figures(
         "loop_submit_us": _us(loop_submit_latencies),
         "binding_latency_ms": _ms(binding_latencies),
         "wall_s": round(wall_s, 3),
-        "pods_per_s": round(bound / wall_s, 1) if wall_s > 0 else 0.0,
+        "active_s": round(window, 3),
+        "pods_per_s": round(bound / window, 1) if window > 0 else 0.0,
         **verification,
         **extra,
+        "verdict": verdict,
+        "verdict_ok": ok,
     }
 
 
@@ -115,7 +138,7 @@ def summary_table(fig: Mapping[str, Any]) -> str:
     rows: list[tuple[str, Any]] = [
         ("mode", fig["mode"]),
         ("pods bound", f"{fig['pods_bound']:,} / {fig['pods_total']:,}"),
-        ("pods unschedulable (given up)", fig["pods_unschedulable"]),
+        ("pods unschedulable (PodScheduled=False)", fig["pods_unschedulable"]),
         ("pods preempted", fig["pods_preempted"]),
         ("pods unsettled", fig["pods_unsettled"]),
         ("API requests (apiserver's count)", fig.get("requests")),
@@ -134,8 +157,9 @@ def summary_table(fig: Mapping[str, Any]) -> str:
             f"{_fmt(loop['p50'])} / {_fmt(loop['p99'])} / {_fmt(loop['max'])}",
         ),
         ("binding latency p50 / p99 (ms)", f"{_fmt(bind['p50'])} / {_fmt(bind['p99'])}"),
-        ("pods/s", fig["pods_per_s"]),
-        ("wall time (s)", fig["wall_s"]),
+        ("Events sent / dropped", f"{fig['events_sent']:,} / {fig['events_dropped']:,}"),
+        ("pods/s (over the active window)", fig["pods_per_s"]),
+        ("active window / wall time (s)", f"{_fmt(fig['active_s'])} / {_fmt(fig['wall_s'])}"),
         ("duplicate bindings", fig["duplicate_bindings"]),
         ("lost intents", fig["lost_intents"]),
     ]
@@ -149,7 +173,7 @@ def summary_table(fig: Mapping[str, Any]) -> str:
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {_fmt(value)}" for name, value in rows]
     rule = "-" * max(len(line) for line in lines)
-    return "\n".join([rule, *lines, rule])
+    return "\n".join([rule, *lines, rule, f"verdict: {fig['verdict']}"])
 
 
 def write_json(path: str | Path, fig: Mapping[str, Any]) -> None:

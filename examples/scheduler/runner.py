@@ -6,9 +6,11 @@ and wave 1 of the pods is created; wave 2 (high priority) follows once wave 1 ha
 ``--kubeconfig`` mode: a real cluster; nothing is created, the scheduler places the pending pods
 that name it (``spec.schedulerName``).
 
-A run ends when every pod is bound, given up (unschedulable after ``max_attempts`` cycles) or
-gone (preempted), at the ``max_seconds`` deadline, or on Ctrl-C — and always shuts down cleanly:
-scheduling threads, dispatcher (draining what is pending), informers, monitor.
+A run ends when every pod of this scheduler (its ``spec.schedulerName``) is bound or gone
+(preempted), or unschedulable with ``PodScheduled=False`` observed on the server (unschedulable
+pods are retried with backoff while the run lasts: there is no attempt limit), at the
+``max_seconds`` deadline, or on Ctrl-C — and always shuts down cleanly: scheduling threads,
+dispatcher (draining what is pending), informers, monitor.
 """
 
 from __future__ import annotations
@@ -76,8 +78,7 @@ class RunConfig:
     """Everything the CLI can set. ``qps=0`` means no client-side rate limit.
     ``binding_threads`` (``pre-kep`` only): None means as many as ``workers``, the same thread
     budget as the dispatcher's executor. ``gc_freeze``: the dispatcher's
-    ``RuntimeConfig.gc_freeze``, plus one ``freeze_gc()`` once the informers synced.
-    ``caller_turns``: the dispatcher's ``RuntimeConfig.caller_turns``."""
+    ``RuntimeConfig.gc_freeze``, plus one ``freeze_gc()`` once the informers synced."""
 
     nodes: int = 500
     pods: int = 5000
@@ -88,13 +89,15 @@ class RunConfig:
     api: str = "async"
     binding_threads: int | None = None
     gc_freeze: bool = False
-    caller_turns: bool = False
     kubeconfig: str | None = None
     scheduler_name: str | None = None
     threads: int = 2
     workers: int = 32
     max_seconds: float = 120.0
-    max_attempts: int = 5
+    backoff_initial: float = 1.0
+    """Backoff after a pod's first failed cycle (kube-scheduler's podInitialBackoffSeconds)."""
+    backoff_max: float = 10.0
+    """The longest backoff (podMaxBackoffSeconds)."""
     high_priority_share: float = 0.03
     unschedulable_share: float = 0.01
     claim_share: float = 0.02
@@ -107,8 +110,10 @@ class RunConfig:
     ProcessDispatcher`); needs ``kubeconfig`` (the child builds its own backend from it)."""
 
     def __post_init__(self) -> None:
-        check_counts(self, "nodes", "pods", "burst", "threads", "workers", "max_attempts")
-        check_amounts(self, "latency_ms", "qps", "faults", "max_seconds")
+        check_counts(self, "nodes", "pods", "burst", "threads", "workers")
+        check_amounts(
+            self, "latency_ms", "qps", "faults", "max_seconds", "backoff_initial", "backoff_max"
+        )
         check_rate("faults", self.faults)
         if self.api not in API_MODES:
             raise InvalidInputError(f"api must be one of {API_MODES}, got {self.api!r}")
@@ -172,12 +177,18 @@ def _make_api(
     if cfg.api == "all-blocking":
         return DirectApi(backend, retry)
     if cfg.api == "pre-kep":
-        return PreKepApi(backend, retry, binding_threads=cfg.binding_threads or cfg.workers)
+        return PreKepApi(
+            backend,
+            retry,
+            binding_threads=cfg.binding_threads or cfg.workers,
+            qps=cfg.qps,
+            burst=cfg.burst,
+        )
     config = DispatcherConfig(
         rate_limit=RateLimitConfig(qps=cfg.qps or math.inf, burst=cfg.burst),
         executor=ExecutorConfig(workers=cfg.workers),
         retry=retry,
-        runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze, caller_turns=cfg.caller_turns),
+        runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
     )
     if cfg.dispatcher_process:
         factory = partial(
@@ -264,7 +275,8 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
         SchedulerConfig(
             threads=cfg.threads,
             scheduler_name=name,
-            max_attempts=cfg.max_attempts,
+            backoff_initial=cfg.backoff_initial,
+            backoff_max=cfg.backoff_max,
             seed=cfg.seed,
         ),
         tracker=tracker,
@@ -453,7 +465,9 @@ def _finish(
         "scheduling_cycles": env.scheduler.cycles,
         "scheduler_errors": env.scheduler.errors,
         "faults_injected": env.server.fault_counts() if env.server is not None else {},
-        "pods_given_up": env.scheduler.given_up()[:100],
+        "unschedulable_pods": env.scheduler.unschedulable()[:100],
+        "events_recorded": env.scheduler.events.recorded,
+        "events_spam_dropped": env.scheduler.events.spam_dropped,
         "problems": check.problems,
         "gc_pauses": gc_pauses,
         "requests": None if log is None else len(log),
@@ -469,6 +483,7 @@ def _finish(
         loop_submit_latencies=tracker.loop_submit_latencies,
         binding_latencies=tracker.binding_latencies,
         wall_s=wall_s,
+        active_s=tracker.active_window(),
         verification={
             "duplicate_bindings": check.duplicate_bindings,
             "lost_intents": check.lost_intents,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from examples.scheduler.api import CallFuture
+from kdispatch import Outcome
 
 BIND: Final = "bind"
 STATUS: Final = "status"
@@ -89,6 +90,21 @@ class Tracker:
         with self._lock:
             self.binding_latencies.append(seconds)
 
+    def active_window(self) -> float:
+        """Any thread. Seconds from the first call submitted (a binding, a status patch, a
+        claim write or a preemption) to the last one that resolved having changed something
+        (``Outcome.SUCCESS``: a retried patch found to be a no-op does not stretch it); 0.0
+        before any did."""
+        with self._lock:
+            start = min((i.submitted for i in self.intents), default=None)
+            end = max(
+                (i.resolved for i in self.intents if i.resolved is not None and _changed(i)),
+                default=None,
+            )
+        if start is None or end is None:
+            return 0.0
+        return max(0.0, end - start)
+
     def snapshot(self) -> list[Intent]:
         """Any thread. A copy of the intents list."""
         with self._lock:
@@ -98,3 +114,9 @@ class Tracker:
         """Any thread. Intents whose future has not resolved."""
         with self._lock:
             return sum(1 for i in self.intents if not i.future.done())
+
+
+def _changed(intent: Intent) -> bool:
+    """Whether the intent's call resolved ``Outcome.SUCCESS`` (it was sent and applied)."""
+    fut = intent.future
+    return fut.done() and fut.exception() is None and fut.result() is Outcome.SUCCESS

@@ -696,7 +696,11 @@ class ApiServerHTTP:
             obj["status"] = {"phase": "Pending"}
         elif route.kind == "ResourceClaim":
             obj["status"] = {}
-        h._reply_json(201, self.store(route.kind).create(obj))
+        store = self.store(route.kind)
+        if store is self.server:  # a request of its own: logged (and faultable), like a patch
+            h._reply_json(201, store.create(route.kind, route.namespace or "", obj))
+        else:
+            h._reply_json(201, store.create(obj))
 
     def _replace(self, h: _Handler, route: _Route, body: Any) -> None:
         obj = self._owned_body(route, body)

@@ -194,6 +194,10 @@ class InMemoryApiServer:
         if not callable(sleep):
             raise InvalidInputError(f"sleep must be callable, got {sleep!r}")
         self._lock = threading.Lock()
+        # Wakes wait_for_request; taken without _lock held by the waiter (it reads the log
+        # through request_log, outside this condition), so the two never nest the other way.
+        self._logged = threading.Condition(threading.Lock())
+        self._log_count = 0
         self._faults = FaultInjector(latency, faults, seed)
         self._fixed_latency = self._faults.latency.jitter == 0
         self._sleep = sleep
@@ -448,11 +452,29 @@ class InMemoryApiServer:
 
     # ================================================================ admin (no faults)
 
-    def create(self, obj: Mapping[str, Any]) -> Json:
+    def create(
+        self,
+        obj: Mapping[str, Any] | str,
+        namespace: str | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> Json:
         """Store a new object (ADDED event). Fills ``metadata.uid`` (uuid4) if missing,
         ``resourceVersion``, ``creationTimestamp``, ``apiVersion`` for known kinds and namespace
         ``default`` for namespaced kinds. Raises ``AlreadyExistsError`` for a taken name. Any
-        thread."""
+        thread.
+
+        ``create(kind, namespace, body)`` is the API request instead (as
+        ``KubernetesBackend.create``; op ``create``: latency, faults, the request log): the
+        server sets the UID, as kube-apiserver does; a malformed body is
+        ``InvalidRequestError``. Request thread."""
+        if isinstance(obj, str) and namespace is not None:
+            return self._create_request(obj, namespace, body)
+        data = self._new_object(obj)  # type: ignore[arg-type]  # _admin_object checks it
+        with self._lock:
+            self._insert(data)
+        return clone(data)
+
+    def _new_object(self, obj: Mapping[str, Any]) -> Json:
         data = self._admin_object(obj)
         meta = data["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
@@ -460,15 +482,43 @@ class InMemoryApiServer:
         info = self._kinds.get(data["kind"])
         if "apiVersion" not in data and info is not None:
             data["apiVersion"] = info.api_version
+        return data
+
+    def _insert(self, data: Json) -> Json:
+        """Store a new object (lock held)."""
         key = self._key_of(data)
-        with self._lock:
-            if key in self._objects:
-                raise AlreadyExistsError(f'{_plural(key[0])} "{key[2]}" already exists')
-            self._rv += 1
-            meta["resourceVersion"] = str(self._rv)
-            self._objects[key] = data
-            self._emit("ADDED", data)
-        return clone(data)
+        if key in self._objects:
+            raise AlreadyExistsError(f'{_plural(key[0])} "{key[2]}" already exists')
+        self._rv += 1
+        data["metadata"]["resourceVersion"] = str(self._rv)
+        self._objects[key] = data
+        self._emit("ADDED", data)
+        return data
+
+    def _create_request(self, kind: str, namespace: str, body: Mapping[str, Any] | None) -> Json:
+        _check_str("namespace", namespace)
+        if not isinstance(body, Mapping):
+            raise InvalidRequestError(f"obj must be a mapping, got {type(body).__name__}")
+        meta = body.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        try:
+            data = to_json(body, "obj")
+            data["kind"] = kind
+            meta = data.get("metadata")
+            if isinstance(meta, dict):
+                meta.pop("uid", None)
+                meta.pop("resourceVersion", None)
+                if namespace:
+                    meta["namespace"] = namespace
+            data = self._new_object(data)
+        except InvalidObjectError as err:
+            raise InvalidRequestError(str(err)) from None
+
+        def apply() -> Json:
+            return self._insert(data)
+
+        req = _Req("create", kind, namespace, str(name or ""), "")
+        return clone(self._request(req, apply))
 
     def update(self, obj: Mapping[str, Any]) -> Json:
         """Replace an object (e.g. a kubelet status update; MODIFIED event). A
@@ -673,6 +723,44 @@ class InMemoryApiServer:
         with self._lock:
             return list(self._log)
 
+    def wait_for_request(
+        self,
+        op: str,
+        *,
+        name: str | None = None,
+        outcome: str | None = None,
+        timeout: float = 10.0,
+    ) -> RequestRecord:
+        """Block until the log holds a request ``op`` (on ``name``, with ``outcome``, where
+        given) and return the first such record; :class:`TimeoutError` after ``timeout``
+        seconds. For tests that must know a call reached the server (e.g. met its scripted
+        429) before they go on. Any thread but the one serving requests."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._logged:
+                seen = self._log_count
+            for record in self.request_log:
+                if (
+                    record.op == op
+                    and name in (None, record.name)
+                    and outcome in (None, record.outcome)
+                ):
+                    return record
+            with self._logged:
+                left = deadline - time.monotonic()
+                if self._log_count == seen and (
+                    left <= 0 or not self._logged.wait_for(self._log_moved(seen), left)
+                ):
+                    what = (
+                        f"{op}"
+                        + (f" of {name}" if name else "")
+                        + (f" answered {outcome}" if outcome else "")
+                    )
+                    raise TimeoutError(f"no request {what} within {timeout:g} s")
+
+    def _log_moved(self, seen: int) -> Callable[[], bool]:
+        return lambda: self._log_count != seen
+
     def counts(self) -> dict[str, int]:
         """Successful requests per op (every op of :data:`OPS` present). Any thread."""
         with self._lock:
@@ -746,6 +834,9 @@ class InMemoryApiServer:
                 request_writer.get(),
             )
         )
+        with self._logged:
+            self._log_count += 1
+            self._logged.notify_all()
 
     def _in_namespace(self, kind: str, namespace: str) -> builtins.list[Json]:
         """Stored objects of ``kind`` in ``namespace`` (snapshots). Lock held."""

@@ -27,9 +27,12 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
 )
 
-OPS: frozenset[str] = frozenset({"get", "patch_status", "bind", "delete", "patch", "evict"})
+OPS: frozenset[str] = frozenset(
+    {"get", "patch_status", "bind", "delete", "patch", "evict", "create"}
+)
 """The faultable requests: the methods of the ``ApiBackend`` protocol, plus the generic
-object ``patch`` and ``evict`` (``pods/eviction``)."""
+object ``patch`` and ``create`` (``create(kind, namespace, body)``) and ``evict``
+(``pods/eviction``)."""
 
 APPLY_THEN_FAIL = "apply_then_fail"
 

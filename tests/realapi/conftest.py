@@ -8,12 +8,14 @@ and are marked ``realapi``.
 Items marked ``realapi`` are deselected unless the ``-m`` expression names ``realapi``, so the
 default ``pytest`` run needs no Go and stays fast (the emulator half still runs there)::
 
-    conformance/build.sh && .venv/bin/python -m pytest -m realapi tests/realapi
+    python -m kdispatch.testing.envtest build
+    python -m pytest -m realapi tests/realapi
 
-The real cluster is one per session (starting it takes a few seconds); each test gets its own
-namespace. There is no kubelet and no controller-manager: pods stay Pending, a bound pod deleted
-gracefully stays Terminating (tests delete with ``gracePeriodSeconds: 0``), and the fixture
-creates what the controllers would (each namespace's ``default`` ServiceAccount).
+The real cluster (:class:`kdispatch.testing.envtest.ControlPlane`) is one per session (starting
+it takes a few seconds); each test gets its own namespace. There is no kubelet and no
+controller-manager: pods stay Pending, a bound pod deleted gracefully stays Terminating (tests
+delete with ``gracePeriodSeconds: 0``), and namespaces are made with their ``default``
+ServiceAccount as the controller-manager would (``ControlPlane.create_namespace``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from tests.realapi.cluster import Admin, EmulatorTarget, RealCluster, Target, find_binaries
+from kdispatch.testing.envtest import BinariesNotFound, find_binaries
+from tests.realapi.cluster import Admin, EmulatorTarget, RealCluster, Target
 
 REALAPI = "realapi"
 
@@ -107,10 +110,9 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     """The real etcd + kube-apiserver, for the whole session."""
     try:
         binaries = find_binaries()
-    except FileNotFoundError as exc:
+    except BinariesNotFound as exc:  # asked for with -m realapi: a failure, not a skip
         pytest.fail(str(exc), pytrace=False)
-    workdir = tmp_path_factory.mktemp("realapi")
-    cluster = RealCluster(binaries, workdir)
+    cluster = RealCluster(tmp_path_factory.mktemp("realapi"), binaries)
     try:
         cluster.start()
         client = cluster.api_client()
@@ -124,7 +126,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
         leaked = [
             f"{p.pid} {p.name()}"
             for p in psutil.Process().children(recursive=True)
-            if p.name() in ("etcd", "kube-apiserver", "setpriv")
+            if p.name() in ("etcd", "kube-apiserver", "kube-scheduler", "setpriv")
         ]
         assert not leaked, f"leaked cluster processes: {leaked}"
 
@@ -156,11 +158,8 @@ def admin(target: Target) -> Iterator[Admin]:
 def create_namespace(target: Target, admin: Admin, name: str) -> str:
     """Create ``name`` with its ``default`` ServiceAccount (the controller-manager's job) on the
     real apiserver; the emulator has no namespaces to create."""
-    if target.real:
-        admin.create("/api/v1/namespaces", {"metadata": {"name": name}})
-        admin.create(
-            f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}}
-        )
+    if isinstance(target, RealCluster):
+        target.create_namespace(name)
     return name
 
 

@@ -1,8 +1,9 @@
-// Wrapper module: builds kube-apiserver from the k8s.io/kubernetes module.
-// k/k's own go.mod points its staging modules at ./staging/..., which only works
-// inside its repository; here every staging module is replaced by its published
-// v0.X.Y release (the list is read off k8s.io/kubernetes' go.mod; regenerate
-// with conformance/build.sh --regen when the pin changes).
+// Wrapper module: builds kube-apiserver (and kube-scheduler) from the
+// k8s.io/kubernetes module. k/k's own go.mod points its staging modules at
+// ./staging/..., which only works inside its repository; here every staging
+// module is replaced by its published v0.X.Y release (the list is read off
+// k8s.io/kubernetes' go.mod at the pinned version: update both together, then
+// `go mod tidy`). Comments here do not count towards the build stamp.
 module kdispatch.invalid/conformance/kube-apiserver
 
 go 1.26.0

@@ -1,0 +1,304 @@
+"""Call groups: steps on any objects that live and die with one owner object (DESIGN §3).
+
+A preemption is one operation (nominate the preemptor, then delete the victims); a binding
+cycle's ResourceClaim writes must land before the binding and die with the pod.
+``Dispatcher.group(owner=pod)`` returns a :class:`CallGroup`:
+
+* ``g.submit(call, after=...)`` and ``g.preempt(victim, preemptor=..., after=...)`` add steps
+  (``after=`` as for ``Dispatcher.submit``: held until every prerequisite succeeded), and
+  ``g.asubmit``/``g.apreempt`` are their asyncio forms;
+* ``g.cancel()`` withdraws every step not yet on the wire: a held step resolves
+  :class:`~.errors.DependencyFailed` (a ``CallCancelled``) whose ``cause`` is the group's
+  ``CallCancelled``; a step admitted unheld resolves ``CallCancelled`` if it is still pending;
+  a request already sent finishes;
+* the owner's deletion (``Dispatcher.on_delete``), its preemption or eviction (an exclusive
+  call submitted for it), or a step on the owner answered 404 (``ObjectNotFound``) or
+  withdrawn (``CallCancelled``) cancel the group the same way;
+* ``g.future`` (a :class:`~.holds.GroupFuture`) resolves once the group is sealed (``g.seal()``,
+  the end of a ``with`` block, or cancelled) and every step resolved: to the list of outcomes,
+  in step order, or raises :class:`~.errors.GroupFailed` carrying the first step error (in the
+  order they resolved) and every step's result. It can itself be a prerequisite.
+
+Withdrawing an unheld step sends ``Cancel(call_type)`` to its object: the machine keeps at
+most one pending call per type per object, and a call of the same type submitted by someone
+else after the step was sent (or merged into it) is withdrawn with it. Held steps are
+withdrawn by their hold token, exactly.
+
+Groups live in memory, like every call: a process that restarts, or a new leader, has none.
+It rebuilds from the apiserver's state (list+watch), as kube-scheduler does: a pod that is
+bound is bound, a claim that is reserved is reserved, and a step that never landed is decided
+again by the next scheduling cycle.
+
+Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
+running event loop); callbacks run on the thread that resolves a step (an object actor's turn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from threading import Lock
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from .aio import running_loop, wrap_call_future
+from .calls import Call
+from .errors import CallCancelled, GroupClosedError, GroupFailed, ObjectNotFound, Outcome
+from .holds import ASYNC_SOURCE, GroupFuture
+from .messages import CallFuture
+from .objects import ObjectRef
+from .pod_calls import PodPreemption
+
+__all__ = ["CANCEL_CAUSES", "CallGroup", "GroupHost"]
+
+CANCEL_CAUSES = (
+    "caller",
+    "owner_deleted",
+    "owner_preempted",
+    "owner_not_found",
+    "owner_withdrawn",
+)
+"""Labels of ``kdispatch_call_groups_cancelled_total`` and :attr:`GroupFailed.cancelled`."""
+
+
+class GroupHost(Protocol):
+    """What a group needs of its dispatcher (:class:`~.dispatcher.Dispatcher`)."""
+
+    def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture: ...
+
+    def refuse_step(self, call: Call, error: CallCancelled) -> CallFuture: ...
+
+    def withdraw(self, future: CallFuture, cause: CallCancelled) -> None: ...
+
+    def group_cancelled(self, group: CallGroup, cause: str) -> None: ...
+
+    def group_step_done(self, group: CallGroup, future: CallFuture) -> None: ...
+
+    def group_resolved(self, group: CallGroup) -> None: ...
+
+
+class CallGroup:
+    """Steps on any objects that live and die with ``owner`` (see the module docstring).
+    Build it with ``Dispatcher.group(owner=obj)``; use it as a context manager to seal it::
+
+        with dispatcher.group(owner=pod) as g:
+            claims = [g.submit(patch) for patch in claim_patches]
+            g.submit(PodBinding.for_pod(pod, node), after=claims)
+        g.future.result()  # [Outcome.SUCCESS, ...] or GroupFailed
+    """
+
+    def __init__(self, host: GroupHost, owner: ObjectRef) -> None:
+        self.owner = owner
+        self.future = GroupFuture()
+        self.future.label = f"{owner.kind} {owner.namespace}/{owner.name}"
+        self._host = host
+        self._lock = Lock()
+        self._steps: list[CallFuture] = []
+        self._unresolved = 0
+        self._first: BaseException | None = None
+        self._sealed = False
+        self._cancelled: str | None = None
+        self._cause: CallCancelled | None = None
+        self._finished = False
+        self._closing = False  # sealed by the dispatcher's stop or revoke
+
+    def __repr__(self) -> str:
+        state = (
+            "resolved"
+            if self._finished
+            else f"cancelled={self._cancelled}"
+            if self._cancelled
+            else "sealed"
+            if self._sealed
+            else "open"
+        )
+        return f"<CallGroup of {self.owner} steps={len(self._steps)} {state}>"
+
+    # ------------------------------------------------------------------ steps
+
+    def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
+        """Any thread. Add a step (see ``Dispatcher.submit`` for ``after=``). Raises what
+        ``Dispatcher.submit`` raises, :class:`~.errors.DependencyCycleError` if ``after``
+        waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
+        cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
+        with self._lock:
+            if self._sealed and self._cancelled is None and not self._closing:
+                raise GroupClosedError(f"{self!r} is sealed: start another group")
+            cause = self._cause
+        if cause is not None:
+            future = self._host.refuse_step(call, cause)
+        else:
+            future = self._host.submit_step(call, after, self)
+        with self._lock:
+            self._steps.append(future)
+            self._unresolved += 1
+            late = self._cause if cause is None else None
+        future.add_done_callback(self._step_done)
+        if late is not None:  # cancelled while this step was being submitted
+            self._host.withdraw(future, late)
+        return future
+
+    def preempt(
+        self,
+        victim: object,
+        *,
+        preemptor: str | None = None,
+        after: Iterable[object] = (),
+        reason: str = "PreemptionByScheduler",
+        message: str = "",
+        grace_period_seconds: int | None = None,
+    ) -> CallFuture:
+        """Any thread. Add a step that preempts ``victim`` (see ``Dispatcher.preempt``), held
+        until ``after`` succeeded (e.g. the preemptor's nomination)."""
+        call = PodPreemption.for_pod(
+            victim,
+            reason=reason,
+            message=message,
+            preemptor=preemptor,
+            grace_period_seconds=grace_period_seconds,
+        )
+        return self.submit(call, after=after)
+
+    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
+        """Event-loop thread. :meth:`submit` for asyncio code: the step's outcome as an
+        ``asyncio.Future`` on the running loop (it may be given in ``after=`` too)."""
+        loop = running_loop("CallGroup.asubmit()")
+        return _wrapped(self.submit(call, after=after), loop)
+
+    def apreempt(
+        self,
+        victim: object,
+        *,
+        preemptor: str | None = None,
+        after: Iterable[object] = (),
+        reason: str = "PreemptionByScheduler",
+        message: str = "",
+        grace_period_seconds: int | None = None,
+    ) -> asyncio.Future[Outcome]:
+        """Event-loop thread. :meth:`preempt` for asyncio code."""
+        loop = running_loop("CallGroup.apreempt()")
+        future = self.preempt(
+            victim,
+            preemptor=preemptor,
+            after=after,
+            reason=reason,
+            message=message,
+            grace_period_seconds=grace_period_seconds,
+        )
+        return _wrapped(future, loop)
+
+    # ------------------------------------------------------------------ life
+
+    def seal(self) -> None:
+        """Any thread. No more steps: ``future`` resolves once every step has. Idempotent."""
+        self._seal(closing=False)
+
+    def _seal(self, *, closing: bool) -> None:
+        """Seal; with ``closing`` (the dispatcher stops or is revoked), a later ``submit``
+        raises the dispatcher's error instead of :class:`GroupClosedError`."""
+        with self._lock:
+            self._sealed = True
+            self._closing = self._closing or closing
+        self._maybe_finish()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Seal the group; if the block raised, cancel it first (``"caller"``)."""
+        if exc is not None:
+            self.cancel()
+        self.seal()
+
+    def cancel(self) -> bool:
+        """Any thread. Withdraw every step not yet on the wire (see the module docstring) and
+        seal the group. Returns False if it was already cancelled or resolved."""
+        return self.cancel_for("caller")
+
+    def cancel_for(self, cause: str) -> bool:
+        """Any thread. :meth:`cancel` with a cause label (one of :data:`CANCEL_CAUSES`)."""
+        with self._lock:
+            if self._cancelled is not None or self._finished:
+                return False
+            self._cancelled = cause
+            self._sealed = True
+            error = CallCancelled(
+                f"call group of {self.owner} cancelled ({cause})",
+                uid=self.owner.uid,
+            )
+            self._cause = error
+            steps = [f for f in self._steps if not f.done()]
+        self._host.group_cancelled(self, cause)
+        for step in steps:
+            self._host.withdraw(step, error)
+        self._maybe_finish()
+        return True
+
+    @property
+    def cancelled(self) -> str | None:
+        """The cause label if the group was cancelled, else None."""
+        return self._cancelled
+
+    @property
+    def steps(self) -> list[CallFuture]:
+        """The steps' futures, in the order they were submitted (a copy)."""
+        with self._lock:
+            return list(self._steps)
+
+    # ------------------------------------------------------------------ internals
+
+    def _step_done(self, future: Any) -> None:
+        """Resolving thread of a step."""
+        exc = future.exception()
+        with self._lock:
+            self._unresolved -= 1
+            if exc is not None and self._first is None:
+                self._first = exc
+        self._host.group_step_done(self, future)
+        call = future.call
+        if exc is not None and call is not None and call.ref.uid == self.owner.uid:
+            if isinstance(exc, ObjectNotFound):
+                self.cancel_for("owner_not_found")
+            elif type(exc) is CallCancelled:
+                self.cancel_for("owner_withdrawn")
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        with self._lock:
+            if self._finished or self._unresolved or not self._sealed:
+                return
+            self._finished = True
+            steps = list(self._steps)
+            first, cancelled = self._first, self._cancelled
+        results: list[Outcome | BaseException] = []
+        for step in steps:
+            exc = step.exception()
+            results.append(exc if exc is not None else step.result())
+        if first is None and cancelled is not None:
+            first = self._cause
+        if first is None:
+            self.future.set_result([r for r in results if isinstance(r, Outcome)])
+        else:
+            failed = sum(1 for r in results if not isinstance(r, Outcome))
+            self.future.set_exception(
+                GroupFailed(
+                    f"{failed} of {len(results)} steps of the call group of {self.owner} did "
+                    f"not succeed: {first}",
+                    error=first,
+                    results=results,
+                    cancelled=cancelled,
+                )
+            )
+        self._host.group_resolved(self)
+
+
+def _wrapped(future: CallFuture, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Outcome]:
+    """``future`` on ``loop``, tagged so that it can be given in ``after=``. Loop thread."""
+    wrapped = wrap_call_future(future, loop)
+    setattr(wrapped, ASYNC_SOURCE, future)
+    return wrapped

@@ -1,0 +1,445 @@
+"""Prerequisites of held calls: the dispatcher's side of DESIGN §3 "Call groups across objects".
+
+A call submitted with ``after=(f1, f2, ...)`` goes to its object's actor at once, with one
+opaque hold token (a :class:`Hold`): the actor admits it (merge, supersession, staleness as
+usual) but sends nothing of it while it holds the token (:meth:`.ObjectState.submit`). This
+module watches the prerequisites: once every one resolved as a success (``SUCCESS``,
+``SKIPPED``, ``OVERWRITTEN``) it tells the actor :class:`~.messages.Release`; at the first
+failure or cancellation, :class:`~.messages.FailDependency` with that error as the cause, and
+the held call resolves :class:`~.errors.DependencyFailed`. Prerequisites already resolved at
+submit need no message: all succeeded, the call is submitted unheld; one failed, the call
+resolves ``DependencyFailed`` at once and never reaches its actor.
+
+A prerequisite is a future this dispatcher returned (``submit``, ``preempt``, a group's step;
+the asyncio forms' futures too) or a :class:`GroupFuture` (``CallGroup.future``: every step of
+that group, once it is sealed).
+
+**Overwritten prerequisites.** ``OVERWRITTEN`` counts as a success, but a call merged into a
+newer one (or replaced by a call that supersedes it) has not landed yet: the newer call
+carries its intent. So a prerequisite that resolves ``OVERWRITTEN`` is *followed* to that
+newer call, and the held call waits for it instead (and fails if it fails). The link is made
+here, at submit: every future that is a prerequisite or a group step is *watched*, and a later
+call on the same object of the same type, or of a type that supersedes it, becomes its
+``successor`` before it reaches the actor (so the link exists before any merge can happen).
+A future that became a prerequisite only after a newer call had already merged it in cannot be
+followed (no actor message says who overwrote it): make prerequisites group steps, which are
+watched from their submit, to be safe from that race.
+
+**Cycles.** Futures are created by ``submit``, and ``after=`` can only name futures that
+exist, so explicit edges always point from a newer call to an older one. A cycle closes
+through three kinds of wait that can point the other way:
+
+* a *group* is open: its future waits for steps added later. A step whose prerequisites,
+  followed transitively, reach its own group would wait for itself;
+* one object's calls are sent in order, and a held call holds back the calls queued behind it
+  (the *queue edge*); a merge or a supersession puts a newer call in an older call's slot,
+  ahead of calls queued before it. A call whose prerequisites reach a call not yet resolved
+  on its *own* object may end up ahead of that call and wait for it forever;
+* so every call not yet resolved on an object is taken to wait for every held call on that
+  object (conservative: the actor's queue order is not known here).
+
+:meth:`Dependencies.hold` follows prerequisites through held calls (their prerequisites),
+groups (their unresolved steps) and queue edges, and refuses with
+:class:`~.errors.DependencyCycleError` a call whose prerequisites reach its group or an
+unresolved call on its own object, and a group step whose object holds a held call that
+reaches the group. Prerequisites already resolved wait for nothing and end the search. The
+check and the registration of the new call happen under one lock, so two submits cannot close
+a cycle between them. (A prerequisite on the call's own object is refused even when it would
+be harmless: one object's calls are sent in order anyway.)
+
+Threads: ``hold``/``arm``/``fail`` run on the submitting (or cancelling) thread; the
+callbacks run on whichever thread resolves a future (an object actor's turn). One lock guards
+the bookkeeping; messages are told outside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from functools import partial
+from threading import Lock
+from typing import Any, Final
+
+from .calls import Call
+from .errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
+from .messages import CallFuture, FailDependency, Release
+from .metrics import Metrics
+
+__all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "Hold", "HoldState"]
+
+_OVERWRITTEN: Final = Outcome.OVERWRITTEN
+
+ASYNC_SOURCE: Final = "_kdispatch_source"
+"""Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
+(so the asyncio future may be given as a prerequisite)."""
+
+Prerequisite = Future[Any]
+
+
+class GroupFuture(Future[list[Outcome]]):
+    """``CallGroup.future``: resolves once the group is sealed and every step resolved, to the
+    list of outcomes (in step order), or raises :class:`~.errors.GroupFailed`. It may be given
+    as a prerequisite (``after=[group.future]``) of this dispatcher's calls."""
+
+    owner: object = None  # the dispatcher of the group
+    label: str = ""
+
+    def __repr__(self) -> str:
+        state = "finished" if self.done() else "pending"
+        return f"<GroupFuture {self.label} state={state}>"
+
+
+class HoldState(enum.Enum):
+    """Where a held call's prerequisites stand (see :class:`Hold`)."""
+
+    WAITING = "waiting"  # some prerequisite not resolved yet
+    RELEASED = "released"  # all succeeded: Release told
+    FAILED = "failed"  # one failed (or the group was cancelled): FailDependency told
+    DONE = "done"  # the held call resolved first (deleted, preempted, closed ...)
+
+
+class Hold:
+    """The hold token of one held call (hashed by identity) and its bookkeeping. Fields are
+    changed under :class:`Dependencies`' lock."""
+
+    __slots__ = ("armed", "call_type", "cause", "future", "prereqs", "state", "uid", "waiting")
+
+    def __init__(
+        self, uid: str, call_type: str, future: CallFuture, prereqs: tuple[Prerequisite, ...]
+    ) -> None:
+        self.uid = uid
+        self.call_type = call_type
+        self.future = future
+        self.prereqs = prereqs
+        self.waiting = len(prereqs)
+        self.state = HoldState.WAITING
+        self.armed = False  # the Submit carrying this token was told to the actor
+        self.cause: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"<Hold {self.call_type} {self.uid} {self.state.value} waiting={self.waiting}>"
+
+
+Tell = Callable[[str, object], object]
+
+
+class Dependencies:
+    """The ``after=`` edges of one dispatcher: held calls, their prerequisites, the open call
+    groups' steps, and the messages that release or fail held calls. Any thread."""
+
+    def __init__(self, owner: object, tell: Tell, metrics: Metrics) -> None:
+        self._owner = owner
+        self._tell = tell
+        self._metrics = metrics
+        self._lock = Lock()
+        self._holds: dict[CallFuture, Hold] = {}  # held calls not resolved yet
+        self._held_on: dict[str, set[CallFuture]] = {}  # uid -> its held calls (queue edges)
+        self._steps: dict[GroupFuture, set[CallFuture]] = {}  # open group -> steps unresolved
+        # uid -> watched futures (prerequisites, group steps) not resolved yet: replaced, never
+        # mutated, so ``link`` reads it without the lock
+        self.watched: dict[str, tuple[CallFuture, ...]] = {}
+
+    # ------------------------------------------------------------------ validation
+
+    def prerequisites(self, after: object) -> tuple[Prerequisite, ...]:
+        """Caller thread. ``after`` as a tuple of this dispatcher's futures (asyncio futures of
+        ``asubmit`` unwrapped); :class:`InvalidPrerequisiteError` otherwise."""
+        if isinstance(after, str | bytes | Future | asyncio.Future) or not isinstance(
+            after, Iterable
+        ):
+            raise InvalidPrerequisiteError(
+                f"after must be an iterable of futures, got {type(after).__name__}"
+            )
+        out: list[Prerequisite] = []
+        for item in after:
+            fut = getattr(item, ASYNC_SOURCE, item) if isinstance(item, asyncio.Future) else item
+            if isinstance(fut, CallFuture | GroupFuture):
+                if fut.owner is self._owner:
+                    if fut not in out:
+                        out.append(fut)
+                    continue
+                raise InvalidPrerequisiteError(
+                    f"{fut!r} belongs to another dispatcher (or none): after= takes this "
+                    "dispatcher's futures"
+                )
+            raise InvalidPrerequisiteError(
+                f"after= takes futures returned by this dispatcher (or a group's future), got "
+                f"{type(item).__name__}"
+            )
+        return tuple(out)
+
+    # ------------------------------------------------------------------ holding
+
+    def hold(
+        self,
+        call: Call,
+        future: CallFuture,
+        prereqs: tuple[Prerequisite, ...],
+        group: GroupFuture | None = None,
+    ) -> Hold | BaseException | None:
+        """Submitting thread, before the call goes to its actor. Check for a cycle
+        (:class:`DependencyCycleError`) and register ``future`` (as a step of ``group`` too).
+        Returns the :class:`Hold` to submit the call with, None when every prerequisite has
+        already succeeded (submit unheld), or the error of one that already failed (resolve
+        the call ``DependencyFailed``, do not submit it). Follow with :meth:`arm` once the
+        call's ``Submit`` was told."""
+        uid = call.ref.uid
+        watch: list[CallFuture] = []
+        with self._lock:
+            waiting: list[Prerequisite] = []
+            for prereq in prereqs:
+                fut = _follow(prereq)
+                if not fut.done():
+                    if fut not in waiting:
+                        waiting.append(fut)
+                elif (exc := fut.exception()) is not None:
+                    return exc
+            if group is not None:
+                self._check_group_step(uid, group)
+            if not waiting:
+                if group is not None:
+                    self._steps.setdefault(group, set()).add(future)
+                    self._watch_locked(future, watch)
+                self._watch_done(watch)
+                return None
+            self._check_prereqs(uid, waiting, group)
+            hold = Hold(uid, call.call_type, future, tuple(waiting))
+            self._holds[future] = hold
+            self._held_on.setdefault(uid, set()).add(future)
+            if group is not None:
+                self._steps.setdefault(group, set()).add(future)
+                self._watch_locked(future, watch)
+            for fut in waiting:
+                if isinstance(fut, CallFuture):
+                    self._watch_locked(fut, watch)
+            self._metrics.held_delta(call.call_type, 1)
+        self._watch_done(watch)
+        return hold
+
+    def add_step(self, call: Call, future: CallFuture, group: GroupFuture) -> None:
+        """Submitting thread, before an unheld group step goes to its actor: check that its
+        object's held calls do not wait for the group, and register the step."""
+        watch: list[CallFuture] = []
+        with self._lock:
+            self._check_group_step(call.ref.uid, group)
+            self._steps.setdefault(group, set()).add(future)
+            self._watch_locked(future, watch)
+        self._watch_done(watch)
+
+    def link(self, call: Call, future: CallFuture) -> None:
+        """Submitting thread, before ``call`` goes to its actor (only when something is
+        watched): make ``future`` the successor of the watched calls it may overwrite (same
+        object; same type, or a type ``call`` supersedes), and watch it in turn."""
+        watched = self.watched.get(call.ref.uid)
+        if not watched:
+            return
+        ctype, supersedes = call.call_type, call.supersedes
+        linked = False
+        for older in watched:
+            oc = older.call
+            if oc is not None and (oc.call_type == ctype or oc.call_type in supersedes):
+                older.successor = future
+                linked = True
+        if linked:
+            watch: list[CallFuture] = []
+            with self._lock:
+                self._watch_locked(future, watch)
+            self._watch_done(watch)
+
+    def arm(self, hold: Hold) -> None:
+        """Submitting thread, right after the held call's ``Submit`` was told: watch its
+        prerequisites (a callback of one already resolved runs here, after the Submit, so
+        the actor always learns of the token before its release)."""
+        hold.future.add_done_callback(partial(self._held_done, hold))
+        with self._lock:
+            hold.armed = True
+            state, cause = hold.state, hold.cause
+        if state is HoldState.FAILED and cause is not None:
+            # failed (its group cancelled) before the actor knew the token
+            self._tell(hold.uid, FailDependency(hold, cause))
+        if state is not HoldState.WAITING:
+            return
+        for fut in hold.prereqs:
+            fut.add_done_callback(partial(self._prereq_done, hold))
+
+    def fail(self, future: CallFuture, cause: BaseException) -> bool:
+        """Any thread. If ``future`` is a held call still waiting, fail its hold with ``cause``
+        (the call resolves ``DependencyFailed``, nothing of it is sent) and return True; False
+        if it is not held (or no longer)."""
+        with self._lock:
+            hold = self._holds.get(future)
+            if hold is None or hold.state is not HoldState.WAITING:
+                return False
+            self._leave(hold, HoldState.FAILED)
+            hold.cause = cause
+            armed = hold.armed
+        if armed:
+            self._tell(hold.uid, FailDependency(hold, cause))
+        return True
+
+    def discard(self, future: CallFuture) -> None:
+        """Submitting thread: the call of ``future`` never reached its actor (its submit
+        raised): forget it."""
+        with self._lock:
+            hold = self._holds.pop(future, None)
+            if hold is not None:
+                if hold.state is HoldState.WAITING:
+                    self._leave(hold, HoldState.DONE)
+                held = self._held_on.get(hold.uid)
+                if held is not None:
+                    held.discard(future)
+                    if not held:
+                        del self._held_on[hold.uid]
+            for steps in self._steps.values():
+                steps.discard(future)
+
+    def step_done(self, group: GroupFuture, future: CallFuture) -> None:
+        """Resolving thread: a step of ``group`` resolved."""
+        with self._lock:
+            steps = self._steps.get(group)
+            if steps is not None:
+                steps.discard(future)
+
+    def group_done(self, group: GroupFuture) -> None:
+        """Any thread: ``group`` resolved; it waits for nothing any more."""
+        with self._lock:
+            self._steps.pop(group, None)
+
+    @property
+    def held(self) -> int:
+        """Held calls whose prerequisites have not all resolved. Any thread."""
+        with self._lock:
+            return sum(1 for h in self._holds.values() if h.state is HoldState.WAITING)
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _prereq_done(self, hold: Hold, fut: Prerequisite) -> None:
+        """Resolving thread of a prerequisite."""
+        nxt = _follow(fut)
+        if nxt is not fut:  # overwritten by a newer call: wait for that one instead
+            nxt.add_done_callback(partial(self._prereq_done, hold))
+            return
+        message: Release | FailDependency
+        with self._lock:
+            if hold.state is not HoldState.WAITING:
+                return
+            exc = fut.exception()
+            if exc is None:
+                hold.waiting -= 1
+                if hold.waiting:
+                    return
+                self._leave(hold, HoldState.RELEASED)
+                message = Release(hold)
+            else:
+                self._leave(hold, HoldState.FAILED)
+                hold.cause = exc
+                message = FailDependency(hold, exc)
+        self._tell(hold.uid, message)
+
+    def _held_done(self, hold: Hold, _fut: CallFuture) -> None:
+        """Resolving thread of the held call: forget it."""
+        with self._lock:
+            if hold.state is HoldState.WAITING:
+                self._leave(hold, HoldState.DONE)
+            self._holds.pop(hold.future, None)
+            held = self._held_on.get(hold.uid)
+            if held is not None:
+                held.discard(hold.future)
+                if not held:
+                    del self._held_on[hold.uid]
+
+    def _watch_locked(self, future: CallFuture, added: list[CallFuture]) -> None:
+        """Under the lock: watch ``future`` (see the module docstring); ``added`` collects it
+        for :meth:`_watch_done`."""
+        call = future.call
+        if call is None or future.done():
+            return
+        uid = call.ref.uid
+        watched = self.watched.get(uid, ())
+        if future not in watched:
+            self.watched[uid] = (*watched, future)
+            added.append(future)
+
+    def _watch_done(self, added: list[CallFuture]) -> None:
+        """Outside the lock: stop watching each of ``added`` once it resolved (a callback of
+        a future resolved meanwhile runs here)."""
+        for future in added:
+            future.add_done_callback(self._unwatch)
+
+    def _unwatch(self, future: Any) -> None:
+        """Resolving thread of a watched future."""
+        call = future.call
+        with self._lock:
+            watched = self.watched.get(call.ref.uid, ())
+            left = tuple(f for f in watched if f is not future)
+            if left:
+                self.watched[call.ref.uid] = left
+            else:
+                self.watched.pop(call.ref.uid, None)
+
+    def _leave(self, hold: Hold, state: HoldState) -> None:
+        """Under the lock: the hold stops waiting (the held-calls gauge moves)."""
+        hold.state = state
+        self._metrics.held_delta(hold.call_type, -1)
+
+    # ------------------------------------------------------------------ cycles (under the lock)
+
+    def _check_prereqs(
+        self, uid: str, waiting: list[Prerequisite], group: GroupFuture | None
+    ) -> None:
+        for fut in self._closure(waiting):
+            if fut is group:
+                raise DependencyCycleError(
+                    "the call's prerequisites wait for the group it joins (its own step)"
+                )
+            if isinstance(fut, CallFuture) and fut.call is not None and fut.call.ref.uid == uid:
+                raise DependencyCycleError(
+                    f"the call's prerequisites wait for {fut.call.describe()}, a call not yet "
+                    f"resolved on the same object {uid}: a merge could put the call ahead of "
+                    "it and it would wait for itself (one object's calls go in order anyway)"
+                )
+
+    def _check_group_step(self, uid: str, group: GroupFuture) -> None:
+        start = list(self._held_on.get(uid, ()))
+        if start and any(fut is group for fut in self._closure(start)):
+            raise DependencyCycleError(
+                f"a held call on {uid} waits for this group: a step on {uid} would queue "
+                "behind it and the group would wait for itself"
+            )
+
+    def _closure(self, start: Iterable[Prerequisite]) -> Iterator[Prerequisite]:
+        """Every unresolved future reachable from ``start``: a held call's prerequisites,
+        a group's unresolved steps, and an object's held calls (queue edges)."""
+        seen: set[int] = set()
+        stack = list(start)
+        while stack:
+            fut = stack.pop()
+            if id(fut) in seen or fut.done():
+                continue
+            seen.add(id(fut))
+            yield fut
+            if isinstance(fut, GroupFuture):
+                stack.extend(self._steps.get(fut, ()))
+                continue
+            hold = self._holds.get(fut) if isinstance(fut, CallFuture) else None
+            if hold is not None:
+                stack.extend(hold.prereqs)
+            call = fut.call if isinstance(fut, CallFuture) else None
+            if call is not None:
+                stack.extend(self._held_on.get(call.ref.uid, ()))
+
+
+def _follow(fut: Prerequisite) -> Prerequisite:
+    """The call that carries ``fut``'s intent now: ``fut`` itself, or, if it resolved
+    ``OVERWRITTEN`` and a newer call was linked to it, that call (transitively). Any thread."""
+    while (
+        isinstance(fut, CallFuture)
+        and fut.successor is not None
+        and fut.done()
+        and fut.exception() is None
+        and fut.result() is _OVERWRITTEN
+    ):
+        fut = fut.successor
+    return fut

@@ -1,0 +1,265 @@
+"""A real Kubernetes control plane for tests: etcd + a secure kube-apiserver (+ optionally
+kube-scheduler) on 127.0.0.1, ready for a first pod.
+
+``with ControlPlane() as cp: client = cp.api_client()``. Start makes a folder (unless given
+one), a CA and serving certificate, service-account keys and a static token for an admin in
+``system:masters``; starts etcd, then kube-apiserver with ``--authorization-mode=RBAC``; waits
+for ``/readyz``; and does what the controller-manager would do before a first pod can be
+created: it waits for the ``default`` namespace and creates its ``default`` ServiceAccount.
+There is no controller-manager and no kubelet: pods stay Pending unless something binds them,
+and a namespace you create gets its ``default`` ServiceAccount from :meth:`create_namespace`.
+
+Process hygiene: every child runs in its own session with a parent-death signal (sent when the
+*thread* that started it exits: start and stop from a thread that outlives the control plane,
+such as the main thread), stop sends SIGTERM and then SIGKILL to each child's group, and an
+``atexit`` hook stops whatever is still running if the interpreter exits first.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .apiserver import KubeAPIServer, User, write_token_file
+from .binaries import Binaries, find_binaries
+from .certs import write_pki
+from .errors import ControlPlaneError, EnvtestError
+from .etcd import Etcd
+from .kubeconfig import write_kubeconfig
+from .processes import Process, wait_for
+from .scheduler import SCHEDULER_USER, KubeScheduler
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+ADMIN_USER = "envtest-admin"
+
+
+class ControlPlane:
+    """etcd + kube-apiserver (+ kube-scheduler when ``scheduler``) as child processes.
+
+    ``binaries``: default :func:`find_binaries` (``KUBEBUILDER_ASSETS``, then the cache).
+    ``workdir``: where certificates, data and logs go; default a temporary folder, removed at
+    :meth:`stop`. ``users``: extra static-token users, name → groups (their tokens:
+    :meth:`token`). ``apiserver_args`` / ``etcd_args`` / ``scheduler_args``: extra flags,
+    appended (a repeated flag's last value wins).
+
+    Not thread-safe: start and stop it from one thread.
+    """
+
+    def __init__(
+        self,
+        binaries: Binaries | None = None,
+        *,
+        workdir: Path | None = None,
+        scheduler: bool = False,
+        users: Mapping[str, Sequence[str]] | None = None,
+        apiserver_args: Sequence[str] = (),
+        etcd_args: Sequence[str] = (),
+        scheduler_args: Sequence[str] = (),
+    ) -> None:
+        self._binaries = binaries
+        self._workdir = workdir
+        self._own_dir = False
+        self.scheduler = scheduler
+        admin = User.new(ADMIN_USER, ["system:masters"])
+        self._users: dict[str, User] = {ADMIN_USER: admin}
+        for name, groups in (users or {}).items():
+            if name in (ADMIN_USER, SCHEDULER_USER):
+                raise EnvtestError(f"the user name {name!r} is the control plane's own")
+            self._users[name] = User.new(name, groups)
+        if scheduler:
+            self._users[SCHEDULER_USER] = User.new(SCHEDULER_USER)
+        self.apiserver_args = tuple(apiserver_args)
+        self.etcd_args = tuple(etcd_args)
+        self.scheduler_args = tuple(scheduler_args)
+        self.etcd: Etcd | None = None
+        self.apiserver: KubeAPIServer | None = None
+        self.kube_scheduler: KubeScheduler | None = None
+        self._ca_file: Path | None = None
+        self._kubeconfig: Path | None = None
+        self.startup_seconds = 0.0
+        self._started = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self, timeout: float = 120.0) -> ControlPlane:
+        """Start everything and block until a first pod can be created in ``default``.
+        :class:`BinariesNotFound` when there is nothing to run, :class:`ControlPlaneError` when
+        a component exits or is not ready within ``timeout`` seconds (everything started so far
+        is stopped again). Returns ``self``."""
+        if self._started:
+            raise EnvtestError("this control plane was started already")
+        began = time.monotonic()
+        deadline = began + timeout
+        binaries = self._binaries or find_binaries(scheduler=self.scheduler)
+        if self.scheduler and binaries.kube_scheduler is None:
+            raise EnvtestError("scheduler=True needs Binaries with kube_scheduler")
+        self._started = True
+        atexit.register(self.stop)
+        try:
+            folder = self._folder()
+            pki = write_pki(folder)
+            self._ca_file = pki.ca
+            tokens = write_token_file(folder / "tokens.csv", list(self._users.values()))
+            self.etcd = Etcd(binaries.etcd, folder, self.etcd_args)
+            self.etcd.start(_left(deadline))
+            self.apiserver = KubeAPIServer(
+                binaries.kube_apiserver,
+                folder,
+                pki=pki,
+                token_file=tokens,
+                admin_token=self.admin_token,
+                extra_args=self.apiserver_args,
+            )
+            self.apiserver.start(self.etcd.url, _left(deadline))
+            self._prepare_default_namespace(deadline)
+            self._kubeconfig = self.write_kubeconfig(folder / "kubeconfig")
+            if self.scheduler:
+                assert binaries.kube_scheduler is not None
+                kubeconfig = self.write_kubeconfig(folder / "scheduler.kubeconfig", SCHEDULER_USER)
+                self.kube_scheduler = KubeScheduler(
+                    binaries.kube_scheduler, folder, kubeconfig, self.scheduler_args
+                )
+                self.kube_scheduler.start(_left(deadline))
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - began
+        return self
+
+    def stop(self) -> None:
+        """Stop the scheduler, the apiserver, then etcd (SIGTERM, then SIGKILL to each group);
+        remove the temporary folder if this control plane made it. Idempotent; also the
+        ``atexit`` fallback."""
+        for component in (self.kube_scheduler, self.apiserver, self.etcd):
+            if component is not None:
+                component.stop()
+        if self._own_dir and self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._own_dir = False
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> ControlPlane:
+        return self if self._started else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _folder(self) -> Path:
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="kdispatch-envtest-"))
+            self._own_dir = True
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        return self._workdir
+
+    def _prepare_default_namespace(self, deadline: float) -> None:
+        """What the controller-manager would have done before a first pod: the apiserver
+        makes the ``default`` namespace itself, shortly after ``/readyz``; the ``default``
+        ServiceAccount in it is the ServiceAccount admission plugin's precondition."""
+        api = self._api()
+        try:
+            wait_for(
+                lambda: api.request("GET", "/api/v1/namespaces/default")[0] == 200,
+                _left(deadline),
+                "the apiserver to create the default namespace",
+                interval=0.1,
+            )
+        except TimeoutError as exc:
+            raise ControlPlaneError(str(exc)) from None
+        self.create_namespace("default")
+
+    # ----------------------------------------------------------------- access
+
+    @property
+    def url(self) -> str:
+        """The apiserver's ``https://127.0.0.1:<port>``."""
+        return self._api().url
+
+    @property
+    def admin_token(self) -> str:
+        """A bearer token of a user in ``system:masters``."""
+        return self._users[ADMIN_USER].token
+
+    def token(self, user: str) -> str:
+        """The bearer token of ``user`` (one of ``users``, or the admin)."""
+        try:
+            return self._users[user].token
+        except KeyError:
+            raise EnvtestError(f"no user {user!r}; known: {sorted(self._users)}") from None
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA certificate (PEM) that signed the apiserver's serving certificate."""
+        if self._ca_file is None:
+            raise EnvtestError("the control plane is not started")
+        return self._ca_file
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        """A kubeconfig for the admin, in the control plane's folder."""
+        if self._kubeconfig is None:
+            raise EnvtestError("the control plane is not started")
+        return self._kubeconfig
+
+    @property
+    def workdir(self) -> Path:
+        """The folder with certificates, etcd's data and each component's log."""
+        if self._workdir is None:
+            raise EnvtestError("the control plane is not started")
+        return self._workdir
+
+    @property
+    def processes(self) -> list[Process]:
+        """The children started (running or not), in start order."""
+        parts = (self.etcd, self.apiserver, self.kube_scheduler)
+        return [p.process for p in parts if p is not None and p.process is not None]
+
+    def write_kubeconfig(self, path: Path, user: str = ADMIN_USER) -> Path:
+        """Write a self-contained kubeconfig (CA embedded) for ``user`` to ``path``."""
+        return write_kubeconfig(path, self.url, self.token(user), ca_pem=self.ca_file.read_bytes())
+
+    def api_client(self, token: str | None = None) -> ApiClient:
+        """An official ``kubernetes.client.ApiClient`` as the admin (or the holder of
+        ``token``), verifying TLS with :attr:`ca_file`. The caller closes it."""
+        from kubernetes import client as k8s
+
+        from kdispatch.adapters.transport import prepare_configuration
+
+        cfg = k8s.Configuration(host=self.url)
+        cfg.api_key = {"authorization": token or self.admin_token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        cfg.ssl_ca_cert = str(self.ca_file)
+        return k8s.ApiClient(prepare_configuration(cfg, 8))
+
+    def create_namespace(self, name: str) -> None:
+        """Create namespace ``name`` with its ``default`` ServiceAccount (what the
+        controller-manager does for every namespace), both if missing."""
+        api = self._api()
+        for path, body in (
+            ("/api/v1/namespaces", {"metadata": {"name": name}}),
+            (f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}}),
+        ):
+            status, reply = api.request("POST", path, body)
+            if status not in (201, 409):
+                raise ControlPlaneError(f"POST {path}: {status} {reply.get('message', reply)}")
+
+    def _api(self) -> KubeAPIServer:
+        if self.apiserver is None or not self.apiserver.url:
+            raise EnvtestError("the control plane is not started")
+        return self.apiserver
+
+
+def _left(deadline: float) -> float:
+    return max(1.0, deadline - time.monotonic())

@@ -1,0 +1,28 @@
+"""The typed errors of :mod:`kdispatch.testing.envtest`.
+
+Pure module: no processes, no I/O.
+"""
+
+from __future__ import annotations
+
+from kdispatch.actors.errors import KdispatchError
+
+BUILD_HINT = "python -m kdispatch.testing.envtest build"
+
+
+class EnvtestError(KdispatchError):
+    """Base class of the errors the real control plane raises."""
+
+
+class BinariesNotFound(EnvtestError):
+    """Neither ``KUBEBUILDER_ASSETS`` nor the project's cache holds the binaries. The message
+    names every place looked in and the command that builds them."""
+
+
+class BuildError(EnvtestError):
+    """Building a binary from the Go module proxy failed, or ``go`` is missing."""
+
+
+class ControlPlaneError(EnvtestError):
+    """A component exited during start, or did not become ready in time. The message ends
+    with the tail of its log."""

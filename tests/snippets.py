@@ -1,0 +1,77 @@
+"""The Python snippets of the README and the docs pages: found, and run as written.
+
+A snippet is a fenced ```` ```python ```` block. One whose first line is ``# requires: <what>``
+(``envtest``, ``cluster``) needs something the default test run does not have and is skipped
+with that reason. Every other snippet runs in a module of its own, registered in
+``sys.modules`` while it runs (dataclasses and pickling look their module up there).
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+_REQUIRES = re.compile(r"#\s*requires:\s*(\S+)")
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """One ```` ```python ```` block: where it is and what it says."""
+
+    path: Path
+    offset: int
+    code: str
+
+    @property
+    def line(self) -> int:
+        return self.path.read_text(encoding="utf-8").count("\n", 0, self.offset) + 2
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def requires(self) -> str | None:
+        """What the snippet needs beyond the default test run (its ``# requires:`` line)."""
+        first = self.code.split("\n", 1)[0]
+        match = _REQUIRES.fullmatch(first.strip())
+        return match.group(1) if match else None
+
+
+def snippets(path: Path) -> list[Snippet]:
+    text = path.read_text(encoding="utf-8")
+    return [Snippet(path, m.start(), m.group(1)) for m in _FENCE.finditer(text)]
+
+
+def all_snippets() -> list[Snippet]:
+    return [s for page in PAGES for s in snippets(page)]
+
+
+def block(page: str, heading: str) -> Snippet:
+    """The first snippet after ``heading`` in ``page`` (a path from the repository root)."""
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    start = text.index(heading)
+    return next(s for s in snippets(path) if s.offset > start)
+
+
+def run(snippet: Snippet, **scope: Any) -> dict[str, Any]:
+    """Execute ``snippet`` in a fresh registered module holding ``scope``; its namespace."""
+    module = types.ModuleType("docs_snippet")
+    sys.modules[module.__name__] = module
+    module.__dict__.update(scope)
+    lines = snippet.code.splitlines(keepends=True)
+    linecache.cache[snippet.name] = (len(snippet.code), None, lines, snippet.name)  # tracebacks
+    try:
+        exec(compile(snippet.code, snippet.name, "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    return module.__dict__

@@ -1,0 +1,124 @@
+"""Every ```` ```python ```` block of README.md and docs/*.md runs as written.
+
+Snippets written for a cluster (``KubernetesBackend.from_kubeconfig()`` or ``.in_cluster()``)
+run against the in-memory apiserver served over HTTP: both constructors are replaced, for the
+test, by ``KubernetesBackend.for_url`` on a server holding a node (``node-1``) and a pending pod
+for ``my-scheduler`` (``web-0``). Blocks whose first line is ``# requires: <what>`` are skipped
+with that reason; test_few_snippets_need_more_than_the_test_run keeps them rare.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from kdispatch import DispatcherConfig, KubernetesBackend
+from kdispatch.actors.config_load import env_variables
+from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
+from tests.snippets import PAGES, ROOT, Snippet, all_snippets, run
+
+pytestmark = pytest.mark.timeout(90)
+
+SNIPPETS = all_snippets()
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryApiServer]:
+    """A stand-in for the kubeconfig's cluster, reached by ``from_kubeconfig``/``in_cluster``."""
+    server = InMemoryApiServer()
+    server.create(make_node("node-1", cpu_m=4000, mem_mi=8192))
+    pod = make_pod("web-0")
+    pod["spec"]["schedulerName"] = "my-scheduler"
+    server.create(pod)
+    backends: list[KubernetesBackend] = []
+    with ApiServerHTTP(server, watch_poll=0.02) as http:
+
+        def connect(*_: Any, **kwargs: Any) -> KubernetesBackend:
+            options = {k: v for k, v in kwargs.items() if k in ("workers", "request_timeout")}
+            backends.append(KubernetesBackend.for_url(http.url, **options))
+            return backends[-1]
+
+        monkeypatch.setattr(KubernetesBackend, "from_kubeconfig", connect)
+        monkeypatch.setattr(KubernetesBackend, "in_cluster", connect)
+        try:
+            yield server
+        finally:
+            for backend in backends:
+                backend.close()
+
+
+def test_every_page_has_snippets_found() -> None:
+    assert len(PAGES) >= 16, PAGES
+    assert len(SNIPPETS) >= 20
+
+
+def test_few_snippets_need_more_than_the_test_run() -> None:
+    needing = [s.name for s in SNIPPETS if s.requires is not None]
+    assert len(needing) <= 3, needing
+    assert {s.requires for s in SNIPPETS} <= {None, "envtest", "cluster"}
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.name for s in SNIPPETS])
+def test_snippet_runs(snippet: Snippet, cluster: InMemoryApiServer) -> None:
+    if snippet.requires is not None:
+        pytest.skip(f"requires: {snippet.requires}")
+    root, ours = logging.getLogger(), logging.getLogger("kdispatch")
+    handlers, level = list(root.handlers), ours.level
+    try:
+        run(snippet)
+    finally:  # a snippet may configure logging: leave the process as it was
+        root.handlers[:] = handlers
+        ours.setLevel(level)
+        logger.disable("kdispatch")
+
+
+def _default(value: object) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def test_configuration_page_documents_every_field() -> None:
+    """Every field of the config tree has a row in its class's section, with its default and
+    its environment variable."""
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    sections = {m.group(1): m.end() for m in re.finditer(r"^## `(\w+)`", page, re.M)}
+    top = DispatcherConfig()
+    trees: list[tuple[str, Any]] = [("", top)]
+    trees += [
+        (f.name, getattr(top, f.name)) for f in fields(top) if is_dataclass(getattr(top, f.name))
+    ]
+    for section, config in trees:
+        start = sections[type(config).__name__]
+        text = page[start : page.find("\n## ", start)]
+        rows = {line.split("|")[1].strip(): line.split("|") for line in text.splitlines()
+                if line.startswith("| `")}  # fmt: skip
+        for f in fields(config):
+            if is_dataclass(getattr(config, f.name)):
+                continue
+            row = rows[f"`{f.name}`"]
+            assert row[2].strip() == f"`{_default(getattr(config, f.name))}`", f.name
+            variable = "_".join(p for p in ("KDISPATCH", section.upper(), f.name.upper()) if p)
+            assert row[3].strip() == f"`{variable}`", f.name
+    named = set(re.findall(r"`(KDISPATCH_[A-Z_]+)`", page))
+    assert named == set(env_variables(DispatcherConfig))  # what from_env reads, no more
+
+
+def test_a_requires_line_names_what_a_snippet_needs() -> None:
+    page = ROOT / "README.md"
+    assert Snippet(page, 0, "# requires: envtest\nimport kdispatch\n").requires == "envtest"
+    assert Snippet(page, 0, "#requires:cluster\n").requires == "cluster"
+    assert Snippet(page, 0, "import kdispatch  # requires: cluster\n").requires is None
+
+
+def test_snippets_use_only_the_public_face() -> None:
+    """``kdispatch``, ``kdispatch.testing`` and its real control plane
+    ``kdispatch.testing.envtest``; deeper modules are internals."""
+    imports = re.compile(r"^\s*(?:from|import)\s+(kdispatch[\w.]*)", re.M)
+    used = {(s.name, m) for s in SNIPPETS for m in imports.findall(s.code)}
+    public = {"kdispatch", "kdispatch.testing", "kdispatch.testing.envtest"}
+    assert used and {m for _, m in used} <= public, used

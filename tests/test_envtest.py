@@ -1,0 +1,297 @@
+"""kdispatch.testing.envtest without binaries: where the binaries are looked up and in which
+order, the error when there are none (from Python, the CLI and the pytest fixture), the build
+stamp (with a stand-in ``go``), kubeconfigs and static-token users."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kdispatch.actors.errors import InvalidInputError, KdispatchError
+from kdispatch.testing.envtest import (
+    BinariesNotFound,
+    BuildError,
+    ControlPlane,
+    EnvtestError,
+    build_binaries,
+    cache_dir,
+    find_binaries,
+    write_kubeconfig,
+)
+from kdispatch.testing.envtest.apiserver import User
+from kdispatch.testing.envtest.build import STAMP, read_stamp
+from kdispatch.testing.envtest.modules import ETCD, KUBERNETES, PinnedModule
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _exe(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = folder / name
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    return folder
+
+
+def _no_binaries_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KUBEBUILDER_ASSETS": str(tmp_path / "assets"),
+        "KDISPATCH_K8S_CACHE": str(tmp_path / "cache"),
+    }
+
+
+# --------------------------------------------------------------------------- lookup
+
+
+def test_kubebuilder_assets_come_before_the_cache(tmp_path: Path) -> None:
+    assets = _exe(tmp_path / "assets", "etcd", "kube-apiserver")
+    cache = _exe(tmp_path / "cache", "etcd", "kube-apiserver")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(cache)}
+    found = find_binaries(env=env)
+    assert (found.etcd, found.kube_apiserver, found.kube_scheduler) == (
+        assets / "etcd",
+        assets / "kube-apiserver",
+        None,
+    )
+    assert found.dir == assets
+
+
+def test_the_cache_serves_when_the_assets_lack_a_binary(tmp_path: Path) -> None:
+    assets = _exe(tmp_path / "assets", "kube-apiserver")  # no etcd
+    cache = _exe(tmp_path / "cache", "etcd", "kube-apiserver")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(cache)}
+    assert find_binaries(env=env).dir == cache
+
+
+def test_the_scheduler_is_looked_up_only_when_asked_for(tmp_path: Path) -> None:
+    assets = _exe(tmp_path / "assets", "etcd", "kube-apiserver")
+    cache = _exe(tmp_path / "cache", "etcd", "kube-apiserver", "kube-scheduler")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(cache)}
+    assert find_binaries(env=env).dir == assets
+    found = find_binaries(scheduler=True, env=env)
+    assert found.kube_scheduler == cache / "kube-scheduler"
+
+
+def test_a_file_that_is_not_executable_does_not_count(tmp_path: Path) -> None:
+    cache = _exe(tmp_path / "cache", "kube-apiserver")
+    (cache / "etcd").write_text("not executable")
+    with pytest.raises(BinariesNotFound, match="lacks etcd"):
+        find_binaries(env={"KDISPATCH_K8S_CACHE": str(cache)})
+
+
+def test_no_binaries_anywhere_is_a_typed_error_naming_places_and_the_build(
+    tmp_path: Path,
+) -> None:
+    assets = _exe(tmp_path / "assets", "etcd")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(tmp_path / "cache")}
+    with pytest.raises(BinariesNotFound) as caught:
+        find_binaries(env=env)
+    message = str(caught.value)
+    assert f"$KUBEBUILDER_ASSETS {assets} lacks kube-apiserver" in message
+    assert f"the cache {tmp_path / 'cache'} lacks etcd, kube-apiserver" in message
+    assert "`python -m kdispatch.testing.envtest build`" in message
+    assert isinstance(caught.value, EnvtestError)
+    assert isinstance(caught.value, KdispatchError)
+    with pytest.raises(BinariesNotFound, match="build --with-scheduler"):
+        find_binaries(scheduler=True, env=env)
+
+
+def test_cache_dir_follows_the_override_then_xdg_then_home() -> None:
+    version = KUBERNETES.version
+    assert version == "v1.37.2"
+    assert cache_dir({"KDISPATCH_K8S_CACHE": "/x/y"}) == Path("/x/y")
+    assert cache_dir({"XDG_CACHE_HOME": "/c"}) == Path(f"/c/kdispatch/k8s-{version}")
+    assert cache_dir({}) == Path.home() / ".cache" / "kdispatch" / f"k8s-{version}"
+    assert ETCD.version == "v3.7.3"
+
+
+def test_control_plane_start_without_binaries_raises_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in _no_binaries_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    plane = ControlPlane(workdir=tmp_path / "work")
+    with pytest.raises(BinariesNotFound):
+        plane.start()
+    assert plane.processes == []
+    assert not (tmp_path / "work").exists()
+
+
+def test_cli_start_without_binaries_exits_2_with_the_build_hint(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start"],
+        cwd=REPO,
+        env=_no_binaries_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert "python -m kdispatch.testing.envtest build" in done.stderr
+
+
+def test_the_fixture_skips_with_the_build_hint_when_there_are_no_binaries(
+    tmp_path: Path,
+) -> None:
+    test_file = tmp_path / "test_uses_envtest.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            def test_needs_a_cluster(envtest_control_plane):
+                raise AssertionError("must be skipped")
+            """
+        )
+    )
+    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)]
+    if not _plugin_installed():
+        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
+    env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 skipped" in done.stdout
+    assert "python -m kdispatch.testing.envtest build" in done.stdout
+
+
+def _plugin_installed() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.name == "kdispatch_envtest" for ep in entry_points(group="pytest11"))
+
+
+# --------------------------------------------------------------------------- build stamp
+
+FAKE_GO = """#!/bin/sh
+echo "$*" >> "$FAKE_GO_LOG"
+case "$1" in
+env) printf 'go1.26.99\\nlinux\\namd64\\n' ;;
+build)
+    while [ "$#" -gt 0 ]; do
+        if [ "$1" = "-o" ]; then printf '#!/bin/sh\\n' > "$2"; chmod +x "$2"; fi
+        shift
+    done ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``go`` on PATH that answers ``go env`` and 'builds' by writing the ``-o`` file;
+    every call is logged to the returned file."""
+    bindir = tmp_path / "gobin"
+    bindir.mkdir()
+    (bindir / "go").write_text(FAKE_GO)
+    (bindir / "go").chmod(0o755)
+    log = tmp_path / "go.log"
+    log.touch()
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GO_LOG", str(log))
+    return log
+
+
+def _builds(log: Path) -> list[str]:
+    return [line.split()[-1] for line in log.read_text().splitlines() if line.startswith("build")]
+
+
+def test_build_builds_what_is_missing_then_nothing(fake_go: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert build_binaries(cache=cache, echo=None) == cache
+    assert _builds(fake_go) == ["go.etcd.io/etcd/server/v3", "k8s.io/kubernetes/cmd/kube-apiserver"]
+    assert set(read_stamp(cache)) == {"etcd", "kube-apiserver"}
+    assert find_binaries(env={"KDISPATCH_K8S_CACHE": str(cache)}).dir == cache
+
+    build_binaries(cache=cache, echo=None)  # current: no build
+    build_binaries(cache=cache, scheduler=True, echo=None)  # only the scheduler
+    assert _builds(fake_go)[2:] == ["k8s.io/kubernetes/cmd/kube-scheduler"]
+    stamp = read_stamp(cache)
+    assert stamp["kube-scheduler"] == stamp["kube-apiserver"] != stamp["etcd"]
+
+
+def test_a_changed_go_version_or_stamp_rebuilds(
+    fake_go: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    build_binaries(cache=cache, echo=None)
+    stamp = json.loads((cache / STAMP).read_text())
+    stamp["etcd"] = "0" * 64
+    (cache / STAMP).write_text(json.dumps(stamp))
+    build_binaries(cache=cache, echo=None)
+    assert _builds(fake_go)[2:] == ["go.etcd.io/etcd/server/v3"]
+
+    go = Path(fake_go.parent / "gobin" / "go")
+    go.write_text(FAKE_GO.replace("go1.26.99", "go1.27.0"))
+    build_binaries(cache=cache, echo=None)
+    assert len(_builds(fake_go)) == 5  # both again
+
+
+def test_a_failed_go_build_is_a_build_error_and_leaves_no_binary(
+    fake_go: Path, tmp_path: Path
+) -> None:
+    go = fake_go.parent / "gobin" / "go"
+    go.write_text(FAKE_GO.replace("build)", "build) echo 'missing go.sum entry'; exit 1 ;;\nx)"))
+    cache = tmp_path / "cache"
+    with pytest.raises(BuildError, match=r"missing go\.sum entry"):
+        build_binaries(cache=cache, echo=None)
+    assert not (cache / "etcd").exists()
+    assert read_stamp(cache) == {}
+
+
+def test_no_go_is_a_build_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BuildError, match="'go' not found"):
+        build_binaries(cache=tmp_path / "cache", echo=None)
+
+
+def test_the_module_digest_ignores_comments_only(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    mod, summ = tmp_path / "m" / "go.mod", tmp_path / "m" / "go.sum"
+    mod.write_text("// a wrapper\nmodule x\n\nrequire a.b/c v1.0.0 // indirect\n")
+    summ.write_text("a.b/c v1.0.0 h1:abc=\n")
+    module = PinnedModule("m", "a.b/c", root=tmp_path)
+    assert module.version == "v1.0.0"
+    before = module.digest("go1.26.8\nlinux\namd64\n")
+    mod.write_text("// reworded\nmodule x\nrequire a.b/c v1.0.0\n")
+    assert module.digest("go1.26.8\nlinux\namd64\n") == before
+    assert module.digest("go1.26.9\nlinux\namd64\n") != before
+    summ.write_text("a.b/c v1.0.0 h1:abd=\n")
+    assert module.digest("go1.26.8\nlinux\namd64\n") != before
+
+
+# --------------------------------------------------------------------------- small parts
+
+
+def test_the_kubeconfig_loads_in_the_official_client(tmp_path: Path) -> None:
+    from kubernetes import client, config
+
+    ca = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    path = write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:6443", "t0ken", ca_pem=ca)
+    assert path.stat().st_mode & 0o777 == 0o600
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=cfg)  # type: ignore[no-untyped-call]
+    assert cfg.host == "https://127.0.0.1:6443"
+    assert "Bearer t0ken" in cfg.api_key.values()
+    assert Path(str(cfg.ssl_ca_cert)).read_bytes() == ca
+
+
+def test_users_get_their_own_tokens_and_bad_names_are_refused() -> None:
+    plane = ControlPlane(users={"alice": ["devs", "ops"]})
+    assert plane.token("alice") != plane.admin_token
+    with pytest.raises(EnvtestError, match="no user 'bob'"):
+        plane.token("bob")
+    with pytest.raises(EnvtestError, match="control plane's own"):
+        ControlPlane(users={"envtest-admin": []})
+    with pytest.raises(InvalidInputError, match="group"):
+        User.new("carol", ["a,b"])
+    with pytest.raises(EnvtestError, match="not started"):
+        _ = plane.url

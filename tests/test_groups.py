@@ -1,0 +1,562 @@
+"""Held calls (``submit(call, after=...)``) and call groups (``Dispatcher.group``) end to end on
+the in-memory apiserver: every test checks what the server applied, in which order."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from kdispatch.actors.claim_calls import ClaimStatusPatch
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.errors import (
+    CallCancelled,
+    CallFailed,
+    DependencyCycleError,
+    DependencyFailed,
+    DispatcherClosed,
+    GroupClosedError,
+    GroupFailed,
+    GroupsNotSupported,
+    InvalidPrerequisiteError,
+    InvalidRequestError,
+    LeadershipLost,
+    ObjectNotFound,
+    Outcome,
+    TooManyRequestsError,
+)
+from kdispatch.actors.groups import CallGroup
+from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.testing.audit import RequestRecord
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
+from tests.backends import GatedBackend
+
+pytestmark = pytest.mark.timeout(120)
+
+NO_BACKOFF = RetryConfig(base_backoff=0.0, max_backoff=0.0)
+FAST = DispatcherConfig(rate_limit=RateLimitConfig(qps=math.inf, burst=1), retry=NO_BACKOFF)
+
+
+def slow_429() -> TooManyRequestsError:
+    """A 429 whose Retry-After keeps the call pending (in backoff) for the whole test."""
+    return TooManyRequestsError("injected 429, retry much later", retry_after=20.0)
+
+
+@pytest.fixture
+def server() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
+    d = Dispatcher(server, FAST).start()
+    yield d
+    d.stop(timeout=10)
+
+
+@pytest.fixture
+def caller(server: InMemoryApiServer) -> Iterator[Dispatcher]:
+    """A dispatcher stopped without draining (its calls may be in a long backoff)."""
+    d = Dispatcher(server, FAST).start()
+    yield d
+    d.stop(drain=False, timeout=10)
+
+
+def attempted(server: InMemoryApiServer, op: str, name: str) -> None:
+    """Wait until the server answered a first ``op`` on ``name`` (the call is then in its
+    backoff, still pending)."""
+    server.wait_for_request(op, name=name)
+
+
+def reserve(claim: dict[str, Any], pod: dict[str, Any]) -> ClaimStatusPatch:
+    meta = pod["metadata"]
+    consumer = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+    return ClaimStatusPatch.for_claim(claim, reserve=[consumer])
+
+
+def outcome(fut: Future[Any]) -> Any:
+    try:
+        return fut.result(timeout=30)
+    except Exception as exc:
+        return exc
+
+
+def applied(log: list[RequestRecord], op: str, name: str) -> int:
+    """Index of the request that applied ``op`` to ``name`` (a lost reply applied it too)."""
+    hits = [
+        i
+        for i, r in enumerate(log)
+        if r.op == op and r.name == name and r.outcome in ("ok", "apply_then_fail")
+    ]
+    assert hits, f"no {op} applied to {name}: {log}"
+    return hits[0]
+
+
+def requests(log: list[RequestRecord], op: str, name: str) -> list[int]:
+    return [i for i, r in enumerate(log) if r.op == op and r.name == name]
+
+
+# --------------------------------------------------------------------------- held calls
+
+
+def test_binding_lands_after_both_claim_patches_even_when_the_first_meets_two_429s(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("p1"))
+    c1, c2 = server.create(make_claim("c1")), server.create(make_claim("c2"))
+    server.script("patch_status", "429", "429", name="c1")
+    f1 = dispatcher.submit(reserve(c1, pod))
+    f2 = dispatcher.submit(reserve(c2, pod))
+    bind = dispatcher.submit(PodBinding.for_pod(pod, "n1"), after=[f1, f2])
+    assert [outcome(f) for f in (f1, f2, bind)] == [Outcome.SUCCESS] * 3
+    log = server.request_log
+    assert [r.outcome for r in log if r.op == "patch_status" and r.name == "c1"] == [
+        "429",
+        "429",
+        "ok",
+    ]
+    bound = applied(log, "bind", "p1")
+    assert bound > applied(log, "patch_status", "c1")
+    assert bound > applied(log, "patch_status", "c2")
+    assert server.get_object("Pod", "default", "p1")["spec"]["nodeName"] == "n1"  # type: ignore[index]
+
+
+def test_a_prerequisite_failing_with_422_fails_the_held_binding_and_nothing_is_bound(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("p1"))
+    c1 = server.create(make_claim("c1"))
+    server.script("patch_status", InvalidRequestError("claim status is invalid"), name="c1")
+    f1 = dispatcher.submit(reserve(c1, pod))
+    bind = dispatcher.submit(PodBinding.for_pod(pod, "n1"), after=[f1])
+    err = outcome(bind)
+    assert isinstance(err, DependencyFailed) and isinstance(err, CallCancelled)
+    assert isinstance(err.cause, CallFailed) and err.cause is outcome(f1)
+    assert err.uid == pod["metadata"]["uid"] and err.call_type == "pod_binding"
+    assert requests(server.request_log, "bind", "p1") == []
+    assert "nodeName" not in server.get_object("Pod", "default", "p1")["spec"]  # type: ignore[index]
+    assert dispatcher.stats()["outcomes"]["pod_binding:cancelled"] == 1
+
+
+def test_an_overwritten_prerequisite_is_followed_to_the_call_that_merged_it(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """Two pods share a claim: the second pod's reservation merges into the first one's,
+    still pending (in backoff); the first pod's binding waits for the merged patch to land."""
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    shared = server.create(make_claim("shared"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.2), name="shared")
+    g1 = caller.group(owner=p1)
+    s1 = g1.submit(reserve(shared, p1))
+    b1 = g1.submit(PodBinding.for_pod(p1, "n1"), after=[s1])
+    attempted(server, "patch_status", "shared")
+    s2 = caller.group(owner=p2).submit(reserve(shared, p2))  # merges s1 in
+    assert s1.result(timeout=5) is Outcome.OVERWRITTEN
+    assert not b1.done()  # OVERWRITTEN: the reservation has not landed yet
+    assert requests(server.request_log, "bind", "p1") == []
+    assert outcome(b1) is Outcome.SUCCESS and outcome(s2) is Outcome.SUCCESS
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "shared")
+    reserved = server.get_object("ResourceClaim", "default", "shared")["status"]["reservedFor"]  # type: ignore[index]
+    assert {r["name"] for r in reserved} == {"p1", "p2"}
+
+
+def test_prerequisites_resolved_before_submit_need_no_hold(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    c1, c2 = server.create(make_claim("c1")), server.create(make_claim("c2"))
+    server.script("patch_status", InvalidRequestError("no"), name="c2")
+    ok, bad = dispatcher.submit(reserve(c1, pod)), dispatcher.submit(reserve(c2, p2))
+    assert outcome(ok) is Outcome.SUCCESS and isinstance(outcome(bad), CallFailed)
+    live = dispatcher.live_actors
+    failed = dispatcher.submit(PodBinding.for_pod(p2, "n1"), after=[ok, bad])
+    assert failed.done() and isinstance(failed.exception(), DependencyFailed)
+    assert dispatcher.live_actors == live  # decided at submit: never reached an actor
+    assert outcome(dispatcher.submit(PodBinding.for_pod(pod, "n1"), after=[ok])) is Outcome.SUCCESS
+    assert dispatcher.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
+    log = server.request_log
+    assert requests(log, "bind", "p2") == [] and len(requests(log, "bind", "p1")) == 1
+
+
+def test_held_call_gauge_and_release(server: InMemoryApiServer, caller: Dispatcher) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    f1 = caller.submit(reserve(c1, pod))
+    bind = caller.submit(PodBinding.for_pod(pod, "n1"), after=[f1])
+    attempted(server, "patch_status", "c1")
+    assert not bind.done() and caller.held_calls == 1
+    assert caller.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 1
+    assert requests(server.request_log, "bind", "p1") == []  # held: no token, no request
+    caller.cancel(c1["metadata"]["uid"])
+    assert isinstance(outcome(bind), DependencyFailed)
+    assert isinstance(outcome(bind).cause, CallCancelled)
+    assert caller.held_calls == 0
+    assert caller.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
+
+
+def test_bad_prerequisites_are_refused(server: InMemoryApiServer, dispatcher: Dispatcher) -> None:
+    pod = server.create(make_pod("p1"))
+    call = PodBinding.for_pod(pod, "n1")
+    other = Dispatcher(InMemoryApiServer(), FAST)
+    foreign = CallFuture()
+    foreign.owner = other
+    bad: object
+    for bad in ("abc", 3, [object()], [Future()], [CallFuture()], [foreign], Future()):
+        with pytest.raises(InvalidPrerequisiteError):
+            dispatcher.submit(call, after=bad)  # type: ignore[arg-type]
+    assert dispatcher.outstanding == 0 and server.request_log == []
+
+
+# --------------------------------------------------------------------------- cycles
+
+
+def test_cycles_are_refused_at_submit(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    gated.gate.clear()  # every request stays in flight until the gate opens
+    pods = {n: server.create(make_pod(n)) for n in ("p1", "p2", "p3", "p4")}
+    claims = {n: server.create(make_claim(n)) for n in ("c1", "c2", "c3")}
+    with Dispatcher(gated, FAST) as d:
+        blocker = d.submit(reserve(claims["c1"], pods["p1"]))
+        gated.wait_calls(1)
+        g1, g2 = d.group(owner=pods["p1"]), d.group(owner=pods["p2"])
+        # a step waiting for its own group
+        with pytest.raises(DependencyCycleError):
+            g1.submit(PodBinding.for_pod(pods["p1"], "n1"), after=[g1.future])
+        # through another group: g2 waits for g1, then g1 may not wait for g2
+        s2 = g2.submit(PodBinding.for_pod(pods["p2"], "n1"), after=[blocker])
+        s1 = g1.submit(PodBinding.for_pod(pods["p1"], "n1"), after=[g2.future])
+        with pytest.raises(DependencyCycleError):
+            g2.submit(PodBinding.for_pod(pods["p3"], "n1"), after=[g1.future])
+        # a prerequisite not resolved on the call's own object (a merge could jump it)
+        with pytest.raises(DependencyCycleError):
+            d.submit(reserve(claims["c1"], pods["p4"]), after=[blocker])
+        # a step on an object whose held call waits for the group (the queue edge)
+        held = d.submit(reserve(claims["c2"], pods["p3"]), after=[g1.future])
+        with pytest.raises(DependencyCycleError):
+            g1.submit(reserve(claims["c2"], pods["p4"]))
+        # not a cycle: another object, waiting for the same prerequisite
+        fine = d.submit(reserve(claims["c3"], pods["p4"]), after=[blocker])
+        g1.seal()
+        g2.seal()
+        gated.gate.set()
+        assert [outcome(f) for f in (blocker, s2, s1, held, fine)] == [Outcome.SUCCESS] * 5
+        assert outcome(g1.future) == [Outcome.SUCCESS]
+        assert outcome(g2.future) == [Outcome.SUCCESS]
+    log = server.request_log
+    assert applied(log, "bind", "p2") > applied(log, "patch_status", "c1")
+    assert applied(log, "bind", "p1") > applied(log, "bind", "p2")
+    assert applied(log, "patch_status", "c2") > applied(log, "bind", "p1")
+    assert requests(log, "bind", "p3") == []  # the refused steps never went anywhere
+    assert len(requests(log, "patch_status", "c1")) == 1
+
+
+# --------------------------------------------------------------------------- groups
+
+
+def test_owner_deletion_cancels_a_retrying_claim_patch_and_the_held_binding(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    with caller.group(owner=pod) as g:
+        claim = g.submit(reserve(c1, pod))
+        bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    attempted(server, "patch_status", "c1")  # its 429: it waits out its Retry-After
+    assert [r.outcome for r in server.request_log] == ["TooManyRequests"]
+    assert not claim.done() and not bind.done()
+    assert caller.open_groups == 1
+    caller.on_delete(server.remove("Pod", "default", "p1"))
+    assert type(outcome(claim)) is CallCancelled
+    assert isinstance(outcome(bind), CallCancelled)  # DependencyFailed or the deletion's
+    err = outcome(g.future)
+    assert isinstance(err, GroupFailed) and err.cancelled == "owner_deleted"
+    assert err.results == [outcome(claim), outcome(bind)]
+    # nothing more reached the server
+    assert [r.outcome for r in server.request_log] == ["TooManyRequests"]
+    assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
+    assert caller.open_groups == 0
+    assert caller.metrics.value("kdispatch_call_groups_cancelled_total", cause="owner_deleted") == 1
+
+
+def test_owner_preemption_cancels_its_group(server: InMemoryApiServer, caller: Dispatcher) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    g = caller.group(owner=pod)
+    claim = g.submit(reserve(c1, pod))
+    bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    assert outcome(caller.preempt(pod)) is Outcome.SUCCESS
+    assert isinstance(outcome(claim), CallCancelled)
+    assert isinstance(outcome(bind), CallCancelled)
+    assert g.cancelled == "owner_preempted"
+    assert isinstance(outcome(g.future), GroupFailed)  # cancelled: sealed
+    log = server.request_log
+    assert requests(log, "bind", "p1") == [] and len(requests(log, "patch_status", "c1")) == 1
+    assert server.get_object("Pod", "default", "p1") is None
+
+
+def test_a_404_on_the_owner_cancels_the_group(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    g = caller.group(owner=pod)
+    claim = g.submit(reserve(c1, pod))
+    server.remove("Pod", "default", "p1")  # gone, and the informer has not said so yet
+    status = g.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+    assert isinstance(outcome(status), ObjectNotFound)
+    assert type(outcome(claim)) is CallCancelled
+    assert g.cancelled == "owner_not_found"
+    assert len(requests(server.request_log, "patch_status", "c1")) == 1
+    cancelled = caller.metrics.value(
+        "kdispatch_call_groups_cancelled_total", cause="owner_not_found"
+    )
+    assert cancelled == 1
+
+
+def test_preemption_group_nominates_before_every_victim_is_deleted(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    preemptor = server.create(make_pod("pre"))
+    victims = [server.create(make_pod(f"v{i}")) for i in range(5)]
+    server.script("patch_status", "500", "429", name="pre")  # the nomination is retried twice
+    with dispatcher.group(owner=preemptor) as g:
+        nomination = g.submit(PodStatusPatch.for_pod(preemptor, nominated_node_name="n1"))
+        deletes = [g.preempt(v, preemptor="default/pre", after=[nomination]) for v in victims]
+    assert outcome(g.future) == [Outcome.SUCCESS] * 6
+    log = server.request_log
+    assert [log[i].outcome for i in requests(log, "patch_status", "pre")] == ["500", "429", "ok"]
+    nominated = applied(log, "patch_status", "pre")
+    for victim in victims:
+        name = victim["metadata"]["name"]
+        assert min(requests(log, "delete", name) + requests(log, "patch_status", name)) > nominated
+        assert server.get_object("Pod", "default", name) is None
+    assert all(f.result() is Outcome.SUCCESS for f in deletes)
+    stored = server.get_object("Pod", "default", "pre")
+    assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
+
+
+def test_cancel_withdraws_pending_and_held_steps_only(server: InMemoryApiServer) -> None:
+    gated = GatedBackend(server)
+    gated.gate.clear()
+    pod = server.create(make_pod("p1"))
+    c1, c2 = server.create(make_claim("c1")), server.create(make_claim("c2"))
+    with Dispatcher(gated, FAST) as d:
+        earlier = d.submit(reserve(c2, server.create(make_pod("p0"))))  # not in the group
+        g = d.group(owner=pod)
+        on_wire = g.submit(reserve(c1, pod))
+        gated.wait_calls(2)  # both claim patches in flight
+        pending = g.submit(reserve(c2, pod))  # queued behind `earlier`
+        held = g.submit(PodBinding.for_pod(pod, "n1"), after=[on_wire, pending])
+        assert g.cancel() and not g.cancel()
+        assert type(outcome(pending)) is CallCancelled
+        assert isinstance(outcome(held), DependencyFailed)
+        assert outcome(held).cause is g._cause
+        late = g.submit(reserve(c1, pod))  # a cancelled group sends nothing more
+        assert type(outcome(late)) is CallCancelled
+        gated.gate.set()
+        assert outcome(on_wire) is Outcome.SUCCESS and outcome(earlier) is Outcome.SUCCESS
+        err = outcome(g.future)
+        assert isinstance(err, GroupFailed) and err.cancelled == "caller"
+        assert err.results[:3] == [Outcome.SUCCESS, outcome(pending), outcome(held)]
+    log = server.request_log
+    assert requests(log, "bind", "p1") == []
+    assert len(requests(log, "patch_status", "c2")) == 1
+    assert len(requests(log, "patch_status", "c1")) == 1
+    assert d.metrics.value("kdispatch_call_groups_cancelled_total", cause="caller") == 1
+
+
+def test_group_future_lists_outcomes_and_is_a_prerequisite(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = server.create(make_pod("p1"))
+    claims = [server.create(make_claim(f"c{i}")) for i in range(3)]
+    with dispatcher.group(owner=pod) as claims_group:
+        for claim in claims:
+            claims_group.submit(reserve(claim, pod))
+    bind = dispatcher.submit(PodBinding.for_pod(pod, "n1"), after=[claims_group.future])
+    assert outcome(bind) is Outcome.SUCCESS
+    assert outcome(claims_group.future) == [Outcome.SUCCESS] * 3
+    log = server.request_log
+    assert all(applied(log, "bind", "p1") > applied(log, "patch_status", f"c{i}") for i in range(3))
+    with pytest.raises(GroupClosedError):
+        claims_group.submit(reserve(claims[0], pod))
+    assert dispatcher.open_groups == 0
+    assert dispatcher.metrics.value("kdispatch_call_groups_open") == 0
+
+
+def test_an_empty_group_resolves_when_sealed(dispatcher: Dispatcher) -> None:
+    group = dispatcher.group(owner=make_pod("p1"))
+    assert isinstance(group, CallGroup) and not group.future.done()
+    group.seal()
+    assert group.future.result(timeout=5) == []
+
+
+def test_a_group_for_a_deleted_owner_starts_cancelled(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    dispatcher.on_delete(pod)
+    g = dispatcher.group(owner=pod)
+    assert g.cancelled == "owner_deleted"
+    assert type(outcome(g.submit(reserve(c1, pod)))) is CallCancelled
+    assert server.request_log == []
+
+
+def test_asyncio_forms_take_and_give_prerequisites(server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("p1"))
+    pre, victim = server.create(make_pod("pre")), server.create(make_pod("v1"))
+    c1 = server.create(make_claim("c1"))
+    server.script("patch_status", "429", name="c1")
+
+    async def main(d: Dispatcher) -> list[Any]:
+        claim = d.asubmit(reserve(c1, pod))
+        bind = d.asubmit(PodBinding.for_pod(pod, "n1"), after=[claim])
+        g = d.group(owner=pre)
+        nomination = g.asubmit(PodStatusPatch.for_pod(pre, nominated_node_name="n1"))
+        delete = g.apreempt(victim, preemptor="default/pre", after=[nomination])
+        g.seal()
+        return list(await asyncio.gather(claim, bind, nomination, delete))
+
+    with Dispatcher(server, FAST) as d:
+        assert asyncio.run(main(d)) == [Outcome.SUCCESS] * 4
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "c1")
+    assert applied(log, "delete", "v1") > applied(log, "patch_status", "pre")
+
+
+# --------------------------------------------------------------------------- cut short
+
+
+def test_revoke_resolves_every_step_once_and_sends_nothing_after(
+    server: InMemoryApiServer,
+) -> None:
+    gated = GatedBackend(server)
+    gated.gate.clear()
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    victim = server.create(make_pod("v1"))
+    open_gate = threading.Event()
+    open_gate.set()
+    with Dispatcher(gated, FAST, send_gate=open_gate.is_set) as d:
+        g = d.group(owner=pod)
+        claim = g.submit(reserve(c1, pod))
+        gated.wait_calls(1)  # on the wire
+        bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+        delete = g.preempt(victim, after=[bind])
+        open_gate.clear()
+        d.revoke(LeadershipLost("lease lost"))
+        assert isinstance(outcome(bind), LeadershipLost)
+        assert isinstance(outcome(delete), LeadershipLost)
+        with pytest.raises(LeadershipLost):
+            g.submit(reserve(c1, pod))
+        with pytest.raises(LeadershipLost):
+            d.group(owner=pod)
+        gated.gate.set()
+        assert outcome(claim) is Outcome.SUCCESS  # it was on the wire: it finishes
+        err = outcome(g.future)
+        assert isinstance(err, GroupFailed) and isinstance(err.error, LeadershipLost)
+        assert err.results == [Outcome.SUCCESS, outcome(bind), outcome(delete)]
+        stats = d.stats()["outcomes"]
+    assert stats == {
+        "claim_status_patch:success": 1,
+        "pod_binding:closed": 1,
+        "pod_preemption:closed": 1,
+    }
+    assert [(r.op, r.name) for r in server.request_log] == [("patch_status", "c1")]
+
+
+def test_stop_resolves_a_group_cut_short(server: InMemoryApiServer) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    d = Dispatcher(server, FAST).start()
+    g = d.group(owner=pod)  # never sealed: stop seals it
+    claim = g.submit(reserve(c1, pod))
+    bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    attempted(server, "patch_status", "c1")
+    assert not d.stop(drain=False, timeout=5)
+    assert isinstance(outcome(claim), DispatcherClosed)
+    assert isinstance(outcome(bind), DispatcherClosed | DependencyFailed)
+    assert isinstance(outcome(g.future), GroupFailed)
+    assert [r.outcome for r in server.request_log] == ["TooManyRequests"]
+    assert d.outstanding == 0 and d.open_groups == 0 and d.held_calls == 0
+
+
+# --------------------------------------------------------------------------- under load
+
+
+def test_two_thousand_groups_keep_their_order_under_throttling_and_faults() -> None:
+    from kdispatch.testing.memory import FaultPlan
+
+    n = 2000
+    server = InMemoryApiServer(
+        faults=FaultPlan(
+            rate=0.05,
+            weights={"429": 1.0, "500": 1.0, "apply_then_fail": 1.0},
+            retry_after=0.01,
+            ops=frozenset({"patch_status", "bind"}),
+        ),
+        seed=11,
+    )
+    gated = GatedBackend(server)
+    gated.gate.clear()  # nothing completes until every group is in flight
+    pods = [server.create(make_pod(f"p{i}")) for i in range(n)]
+    claims = [server.create(make_claim(f"c{i}")) for i in range(n)]
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=1500.0, burst=10),
+        retry=RetryConfig(base_backoff=0.001, max_backoff=0.05),
+    )
+    with Dispatcher(gated, config) as d:
+        groups = []
+        for pod, claim in zip(pods, claims, strict=True):
+            with d.group(owner=pod) as g:
+                step = g.submit(reserve(claim, pod))
+                g.submit(PodBinding.for_pod(pod, "n1"), after=[step])
+            groups.append(g)
+        assert d.open_groups == n and d.held_calls == n
+        assert d.metrics.value("kdispatch_held_calls", call_type="pod_binding") == n
+        gated.gate.set()
+        results = [outcome(g.future) for g in groups]
+        assert d.open_groups == 0 and d.held_calls == 0
+    # a claim patch whose reply was lost and that finds itself applied is SKIPPED (a success)
+    assert all(isinstance(r, list) and len(r) == 2 for r in results), results
+    assert {o for r in results for o in r} <= {Outcome.SUCCESS, Outcome.SKIPPED}
+    log = server.request_log
+    assert sum(1 for r in log if r.outcome != "ok") > 50  # faults did happen
+    claimed: dict[str, int] = {}
+    for i, r in enumerate(log):
+        if r.op == "patch_status" and r.outcome in ("ok", "apply_then_fail"):
+            claimed.setdefault(r.name, i)
+    # (a retry of a lost reply is logged apply_then_fail too when its apply failed: the first
+    # such record of an object is the one that applied)
+    bound: dict[str, int] = {}
+    for i, r in enumerate(log):
+        if r.op == "bind" and r.outcome in ("ok", "apply_then_fail"):
+            bound.setdefault(r.name, i)
+    assert len(bound) == n and len(claimed) == n
+    for name, i in bound.items():
+        assert claimed["c" + name[1:]] < i, f"{name} bound before its claim"
+    stored = [server.get_object("Pod", "default", f"p{i}") or {} for i in range(n)]
+    assert all(pod["spec"]["nodeName"] == "n1" for pod in stored)
+
+
+# --------------------------------------------------------------------------- elsewhere
+
+
+def test_process_dispatcher_refuses_prerequisites_and_groups() -> None:
+    from kdispatch.adapters.process import ProcessDispatcher
+
+    pd = ProcessDispatcher(InMemoryApiServer)  # never started: refused before anything
+    pod = make_pod("p1")
+    with pytest.raises(GroupsNotSupported):
+        pd.submit(PodBinding.for_pod(pod, "n1"), after=[CallFuture()])
+    with pytest.raises(GroupsNotSupported):
+        pd.preempt(pod, after=[CallFuture()])
+    with pytest.raises(GroupsNotSupported):
+        pd.group(owner=pod)

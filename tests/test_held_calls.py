@@ -1,0 +1,253 @@
+"""Held calls (DESIGN §3 "Call groups across objects") on the pure per-object machine.
+
+A call submitted with ``holds`` is admitted at once but not sent before every token is
+released; a failed prerequisite resolves it ``DependencyFailed``. Driven event by event, like
+``test_object_state.py`` (whose driver this reuses): no threads, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import pytest
+
+from kdispatch.actors.calls import Call
+from kdispatch.actors.errors import (
+    CallCancelled,
+    DependencyFailed,
+    DispatcherClosed,
+    LeadershipLost,
+    Outcome,
+    ServerError,
+)
+from kdispatch.actors.object_state import Merged, Ready, Result, Retire, State
+from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from tests.factories import cond, pod
+from tests.test_object_state import Driver, label, unsched
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class HeldDriver(Driver):
+    """The driver, plus held submissions and the two prerequisite events. Test thread."""
+
+    def submit_held(self, call: Call, *holds: Hashable) -> str:
+        self._n += 1
+        fut = f"f{self._n}"
+        self._take(self.m.submit(call, fut, frozenset(holds)))
+        return fut
+
+    def release(self, token: Hashable) -> list[Any]:
+        return self._take(self.m.release(token))
+
+    def fail(self, token: Hashable, cause: BaseException) -> list[Any]:
+        return self._take(self.m.dependency_failed(token, cause))
+
+
+@pytest.fixture
+def d() -> HeldDriver:
+    return HeldDriver()
+
+
+def test_held_call_is_admitted_but_asks_for_no_grant_until_released(d: HeldDriver) -> None:
+    p = pod("a")
+    fut = d.submit_held(unsched(p), "t1")
+    assert d.outcome(fut) is None
+    assert d.readies() == []  # no lane, no token, no worker
+    assert d.state() is State.PENDING
+    assert d.grant() is None  # a stray grant finds the head held: refunded
+    d.release("t1")
+    assert d.readies() == [Ready(1, 0.0)]
+    d.done(d.send())
+    assert d.outcome(fut) is Outcome.SUCCESS
+
+
+def test_every_token_must_be_released(d: HeldDriver) -> None:
+    p = pod("a")
+    fut = d.submit_held(unsched(p), "t1", "t2")
+    d.release("t1")
+    assert d.readies() == [] and d.grant() is None
+    d.release("unrelated")
+    assert d.readies() == []
+    d.release("t2")
+    assert d.readies() == [Ready(1, 0.0)]
+    d.done(d.send())
+    assert d.outcome(fut) is Outcome.SUCCESS
+
+
+def test_calls_behind_a_held_head_wait_in_order(d: HeldDriver) -> None:
+    p = pod("a")
+    f_bind = d.submit_held(PodBinding.for_pod(p, "n1"), "claim")
+    f_label = d.submit(label(p))  # holds nothing, but one object's calls go in order
+    assert d.readies() == [] and d.grant() is None
+    d.release("claim")
+    assert d.readies() == [Ready(2, 0.0)]
+    s = d.send()
+    assert s.call.call_type == "pod_binding"
+    d.done(s)
+    assert d.outcome(f_bind) is Outcome.SUCCESS
+    assert d.outcome(f_label) is None
+
+
+def test_merge_holds_the_union_of_both_entries_holds(d: HeldDriver) -> None:
+    p = pod("a")
+    f1 = d.submit_held(PodStatusPatch.for_pod(p, conditions=[cond(reason="A")]), "t1")
+    f2 = d.submit_held(PodStatusPatch.for_pod(p, nominated_node_name="n2"), "t2")
+    assert d.outcome(f1) is Outcome.OVERWRITTEN and Merged("pod_status_patch") in d.last
+    d.release("t2")
+    assert d.readies() == [] and d.grant() is None  # still held by the older call's t1
+    d.release("t1")
+    s = d.send()
+    assert isinstance(s.call, PodStatusPatch) and s.call.nominated_node_name == "n2"
+    d.done(s)
+    assert d.outcome(f2) is Outcome.SUCCESS
+
+
+def test_unheld_call_merged_into_a_held_one_waits_with_it(d: HeldDriver) -> None:
+    p = pod("a")
+    d.submit_held(PodStatusPatch.for_pod(p, conditions=[cond(reason="A")]), "t1")
+    f2 = d.submit(PodStatusPatch.for_pod(p, nominated_node_name="n2"))
+    assert d.readies() == [] and d.grant() is None
+    d.release("t1")
+    d.done(d.send())
+    assert d.outcome(f2) is Outcome.SUCCESS
+
+
+def test_held_noop_is_skipped_at_submit(d: HeldDriver) -> None:
+    f_noop = d.submit_held(unsched(pod("a", conditions=(cond(),))), "t1")
+    assert d.outcome(f_noop) is Outcome.SKIPPED
+    assert d.state() is State.IDLE
+
+
+def test_held_call_made_a_noop_by_the_informer_is_skipped(d: HeldDriver) -> None:
+    fut = d.submit_held(unsched(pod("a")), "t1")
+    d.observed(pod("a", rv=2, conditions=(cond(),)))
+    assert d.outcome(fut) is Outcome.SKIPPED
+    assert d.release("t1") == [] and d.state() is State.IDLE
+
+
+def test_held_call_is_superseded_as_any_call(d: HeldDriver) -> None:
+    p = pod("a")
+    f_patch = d.submit_held(unsched(p), "t1")
+    f_bind = d.submit(PodBinding.for_pod(p, "n1"))  # supersedes the held patch
+    assert d.outcome(f_patch) is Outcome.OVERWRITTEN
+    assert d.readies() == [Ready(2, 0.0)]  # the binding holds nothing of its own
+    d.done(d.send())
+    assert d.outcome(f_bind) is Outcome.SUCCESS
+
+
+def test_held_call_that_goes_stale_resolves_before_its_release(d: HeldDriver) -> None:
+    p = pod("a")
+    fut = d.submit_held(unsched(p), "t1")
+    d.observed(pod("a", rv=2, node="n1"))
+    assert d.outcome(fut) is not None and d.outcome(fut) is not Outcome.SUCCESS
+    assert d.release("t1") == [] and d.state() is State.IDLE
+
+
+def test_failed_prerequisite_resolves_every_call_holding_it(d: HeldDriver) -> None:
+    p = pod("a")
+    cause = ServerError("claim reservation failed")
+    f_bind = d.submit_held(PodBinding.for_pod(p, "n1"), "claim")
+    f_label = d.submit_held(label(p), "other")
+    d.fail("claim", cause)
+    err = d.error(f_bind)
+    assert isinstance(err, DependencyFailed) and isinstance(err, CallCancelled)
+    assert err.cause is cause and err.call_type == "pod_binding"
+    assert "pod_binding" in str(err) and "claim reservation failed" in str(err)
+    assert d.outcome(f_label) is None and d.readies() == []  # still held on "other"
+    d.release("other")
+    assert d.readies() == [Ready(4, 0.0)]
+    s = d.send()
+    assert s.call.call_type == "label_patch"
+
+
+def test_failed_prerequisite_unblocks_the_calls_behind(d: HeldDriver) -> None:
+    p = pod("a")
+    d.submit_held(PodBinding.for_pod(p, "n1"), "claim")
+    f_label = d.submit(label(p))
+    d.fail("claim", ServerError())
+    assert d.readies() == [Ready(4, 0.0)]
+    d.done(d.send())
+    assert d.outcome(f_label) is Outcome.SUCCESS
+
+
+def test_held_preemption_cancels_what_is_pending_and_waits(d: HeldDriver) -> None:
+    p = pod("a")
+    f_patch = d.submit_held(unsched(p), "t0")
+    f_pre = d.submit_held(PodPreemption.for_pod(p, preemptor="hi"), "nominated")
+    assert d.outcome(f_patch) is CallCancelled
+    assert d.readies() == [] and d.grant() is None
+    d.release("nominated")
+    s = d.send()
+    assert s.call.call_type == "pod_preemption"
+    d.done(s)
+    assert d.outcome(f_pre) is Outcome.SUCCESS
+
+
+def test_preempting_a_held_call_resolves_it_cancelled(d: HeldDriver) -> None:
+    p = pod("a")
+    f_bind = d.submit_held(PodBinding.for_pod(p, "n1"), "claim")
+    d.submit(PodPreemption.for_pod(p))
+    assert d.outcome(f_bind) is CallCancelled
+    assert d.readies() == [Ready(3, 0.0)]
+
+
+@pytest.mark.parametrize("event", ["deleted", "cancel", "close", "revoke"])
+def test_held_calls_resolve_like_any_pending_call(d: HeldDriver, event: str) -> None:
+    fut = d.submit_held(unsched(pod("a")), "t1")
+    if event == "deleted":
+        d.deleted()
+        assert d.outcome(fut) is CallCancelled
+    elif event == "cancel":
+        d.cancel()
+        assert d.outcome(fut) is CallCancelled
+    elif event == "close":
+        d._take(d.m.close())
+        assert d.outcome(fut) is DispatcherClosed
+    else:
+        d._take(d.m.revoke(LeadershipLost("lost")))
+        assert d.outcome(fut) is LeadershipLost
+    # late prerequisite events are tolerated and do nothing
+    assert d.release("t1") == [] and d.fail("t1", ServerError()) == []
+
+
+def test_release_and_failure_after_retirement_are_tolerated(d: HeldDriver) -> None:
+    d.deleted()
+    assert d.retires() == [Retire(tombstone=True, final=True)]
+    assert d.state() is State.RETIRED
+    assert d.release("t1") == [] and d.fail("t1", ServerError()) == []
+
+
+def test_call_put_back_after_a_retry_is_never_held(d: HeldDriver) -> None:
+    p = pod("a")
+    f_bind = d.submit_held(PodBinding.for_pod(p, "n1"), "claim")
+    d.release("claim")
+    s = d.send()
+    d.submit_held(label(p), "later")  # a held call of another type queues behind
+    d.done(s, Result.RETRY, error=ServerError())
+    assert d.readies() == [Ready(2, d.now)]  # the binding is back at the head, sendable
+    again = d.send()
+    assert again.call.call_type == "pod_binding" and again.attempt == 2
+    d.done(again)
+    assert d.outcome(f_bind) is Outcome.SUCCESS
+    assert d.grant() is None  # the label patch still waits for "later"
+
+
+def test_retry_merged_into_a_held_call_of_its_type_waits_with_it(d: HeldDriver) -> None:
+    p = pod("a")
+    f1 = d.submit(PodStatusPatch.for_pod(p, conditions=[cond(reason="A")]))
+    s1 = d.send()
+    f2 = d.submit_held(PodStatusPatch.for_pod(p, nominated_node_name="n1"), "t1")
+    d.done(s1, Result.RETRY, error=ServerError())
+    assert d.outcome(f1) is Outcome.OVERWRITTEN
+    assert d.readies() == [] and d.grant() is None
+    d.release("t1")
+    read = d.send()
+    assert read.read
+    d.done(read, obj=pod("a", rv=2))
+    s2 = d.send()
+    assert isinstance(s2.call, PodStatusPatch)
+    assert s2.call.nominated_node_name == "n1" and len(s2.call.conditions) == 1
+    d.done(s2)
+    assert d.outcome(f2) is Outcome.SUCCESS
