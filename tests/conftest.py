@@ -25,6 +25,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pykka
 import pytest
@@ -60,3 +61,23 @@ def no_leaks() -> Iterator[None]:
     assert pooled <= 0, f"leaked pooled actors: {pooled}"
     children = multiprocessing.active_children()
     assert not children, f"leaked child processes: {children}"
+
+
+@pytest.fixture
+def server() -> Any:
+    """A fresh in-memory apiserver (:class:`kdispatch.testing.InMemoryApiServer`)."""
+    from kdispatch.testing.memory import InMemoryApiServer
+
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def dispatcher(server: Any) -> Iterator[Any]:
+    """A started :class:`kdispatch.Dispatcher` on ``server`` with ``tests.configs.FAST``,
+    stopped at the end of the test."""
+    from kdispatch.actors.dispatcher import Dispatcher
+    from tests.configs import FAST
+
+    d = Dispatcher(server, FAST).start()
+    yield d
+    d.stop(timeout=10)

@@ -61,11 +61,6 @@ def _reply_lost(server: InMemoryApiServer, op: str, name: str) -> Obj:
     return pod
 
 
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
 @pytest.fixture(params=["memory", "http"])
 def backend(request: pytest.FixtureRequest, server: InMemoryApiServer) -> Iterator[ApiBackend]:
     """The in-memory apiserver itself, or the official client talking to it over HTTP."""

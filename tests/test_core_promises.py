@@ -65,11 +65,6 @@ def assert_bound_and_scheduled(server: InMemoryApiServer, name: str = "p1") -> N
     assert scheduled is not None and scheduled["status"] == "True", scheduled
 
 
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
 # --------------------------------------------------------------------------- #139602
 
 

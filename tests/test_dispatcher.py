@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from concurrent.futures import wait
 from typing import Any
 
@@ -31,18 +30,6 @@ from tests.configs import FAST
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
-def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
-    d = Dispatcher(server, FAST).start()
-    yield d
-    d.stop(timeout=10)
 
 
 def result(fut: Any) -> Any:

@@ -200,11 +200,6 @@ SLOW = DispatcherConfig(rate_limit=RateLimitConfig(qps=0.001, burst=1))
 """One token, then none for 1000 s: every call after the first stays pending."""
 
 
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
 def model_of(obj: dict[str, Any]) -> k8s.V1Pod:
     return k8s.ApiClient()._ApiClient__deserialize(obj, "V1Pod")  # type: ignore[attr-defined,no-any-return]
 
