@@ -476,6 +476,7 @@ def test_stop_resolves_a_group_cut_short(server: InMemoryApiServer) -> None:
 # --------------------------------------------------------------------------- under load
 
 
+@pytest.mark.slow
 def test_two_thousand_groups_keep_their_order_under_throttling_and_faults() -> None:
     from kdispatch.testing.memory import FaultPlan
 
