@@ -179,14 +179,7 @@ class KubernetesBackend:
             cfg.api_key_prefix = {"authorization": "Bearer"}
         if ca_cert is not None:
             cfg.ssl_ca_cert = ca_cert
-        prepare_configuration(cfg, workers)
-        return cls(
-            k8s.ApiClient(cfg),
-            request_timeout=request_timeout,
-            owns_client=True,
-            transport=transport,
-            kinds=kinds,
-        )
+        return cls._owning(cfg, workers, request_timeout, transport, kinds)
 
     @classmethod
     def from_kubeconfig(
@@ -209,14 +202,7 @@ class KubernetesBackend:
         cfg = k8s.Configuration()
         load: Any = k8s_config.load_kube_config
         load(config_file=path, context=context, client_configuration=cfg, persist_config=False)
-        prepare_configuration(cfg, workers)
-        return cls(
-            k8s.ApiClient(cfg),
-            request_timeout=request_timeout,
-            owns_client=True,
-            transport=transport,
-            kinds=kinds,
-        )
+        return cls._owning(cfg, workers, request_timeout, transport, kinds)
 
     @classmethod
     def in_cluster(
@@ -234,6 +220,19 @@ class KubernetesBackend:
         cfg = k8s.Configuration()
         load: Any = k8s_config.load_incluster_config
         load(client_configuration=cfg)
+        return cls._owning(cfg, workers, request_timeout, transport, kinds)
+
+    @classmethod
+    def _owning(
+        cls,
+        cfg: Any,
+        workers: int,
+        request_timeout: float,
+        transport: TransportName,
+        kinds: KindTable | None,
+    ) -> KubernetesBackend:
+        """A backend owning a new ``ApiClient`` on ``cfg``, its pool sized for ``workers``.
+        Caller's thread."""
         prepare_configuration(cfg, workers)
         return cls(
             k8s.ApiClient(cfg),

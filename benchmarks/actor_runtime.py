@@ -118,36 +118,37 @@ def percentile(values: Sequence[float], q: float) -> float:
 # --------------------------------------------------------------------------- the two actor kinds
 
 
-class PooledCounter(PooledActor):
-    """Pooled benchmark actor: counts ``on_start`` and every message in shared countdowns."""
+class _Counting:
+    """What both benchmark actors do: count ``on_start`` and every message in shared
+    countdowns. Runs on the actor's thread."""
+
+    _started: Countdown
+    _handled: Countdown
+
+    def on_start(self) -> None:
+        self._started.hit()
+
+    def on_receive(self, message: Any) -> Any:
+        self._handled.hit()
+        return message
+
+
+class PooledCounter(_Counting, PooledActor):
+    """Pooled benchmark actor."""
 
     def __init__(self, pool: ActorPool, started: Countdown, handled: Countdown) -> None:
         super().__init__(pool=pool)
         self._started = started
         self._handled = handled
 
-    def on_start(self) -> None:
-        self._started.hit()
 
-    def on_receive(self, message: Any) -> Any:
-        self._handled.hit()
-        return message
-
-
-class ThreadingCounter(pykka.ThreadingActor):
+class ThreadingCounter(_Counting, pykka.ThreadingActor):
     """The same actor on pykka's thread-per-actor runtime."""
 
     def __init__(self, started: Countdown, handled: Countdown) -> None:
         super().__init__()
         self._started = started
         self._handled = handled
-
-    def on_start(self) -> None:
-        self._started.hit()
-
-    def on_receive(self, message: Any) -> Any:
-        self._handled.hit()
-        return message
 
 
 # --------------------------------------------------------------------------- one run

@@ -11,7 +11,7 @@ preemptions, claim reservations and allocations — and meanwhile deletes random
 server; informers (list+watch, the in-memory source or the official client) report every change
 and deletion to the dispatcher, and a monkey keeps compacting the watch history and cutting the
 watches, so informers resume and re-list (410). Then the dispatcher is drained and stopped, and
-the oracle (:mod:`benchmarks.chaos_oracle`) compares the server with the intents.
+the oracle (:mod:`kdispatch.testing.oracle`) compares the server with the intents.
 
 JSON keys (ideal values in brackets): ``lost_intents`` [0], ``duplicate_bindings`` [0],
 ``converged`` [1.0], ``unresolved_futures`` [0], ``leaked`` [0] — see :func:`run` — plus counts
@@ -21,7 +21,6 @@ of outcomes, faults, retries, watch drops and re-lists. Exit status 0 when all f
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import random
@@ -38,7 +37,6 @@ import pykka
 from kubernetes import client as k8s
 from loguru import logger
 
-from benchmarks.chaos_oracle import ABSENT, Field, Intent, score
 from benchmarks.chaos_watch import BindingAuditor, WatchMonkey
 from kdispatch import (
     ApiBackend,
@@ -48,7 +46,6 @@ from kdispatch import (
     DispatcherConfig,
     ExecutorConfig,
     Informer,
-    KdispatchError,
     KubernetesBackend,
     ListWatch,
     NotFoundError,
@@ -69,6 +66,7 @@ from kdispatch.testing import (
     make_claim,
     make_pod,
 )
+from kdispatch.testing.oracle import ABSENT, Field, IntentLog, score
 
 Obj = dict[str, Any]
 POD, CLAIM = "Pod", "ResourceClaim"
@@ -122,14 +120,13 @@ class _Driver:
         self.server = server
         self.d = dispatcher
         self.caches = caches
-        self.seq = itertools.count()
-        self.intents: list[Intent] = []
+        self.log = IntentLog()
+        self.intents = self.log.intents
         self.pods: list[_Object] = []
         self.claims: list[_Object] = []
         self.nodes = [f"node-{i}" for i in range(max(2, cfg.pods // 10))]
-        self.open_higher: dict[str, list[tuple[int, Future[Outcome]]]] = defaultdict(list)
         self.reserved: dict[str, set[str]] = defaultdict(set)
-        self.actions: Counter[str] = Counter()
+        self.deletions = 0
 
     # ----------------------------------------------------------------- setup
 
@@ -178,40 +175,6 @@ class _Driver:
         cached = self.caches[o.kind].cache.get(o.uid)
         return cached if cached is not None else o.initial
 
-    def _record(
-        self,
-        o: _Object,
-        call_type: str,
-        relevance: int,
-        strict: dict[Field, Any],
-        submit: Callable[[], Future[Outcome]],
-        *,
-        loose: dict[Field, Any] | None = None,
-        exclusive: bool = False,
-        node: str | None = None,
-    ) -> None:
-        opened = self.open_higher[o.uid]
-        opened[:] = [(r, f) for r, f in opened if not f.done()]
-        intent = Intent(
-            next(self.seq),
-            o.uid,
-            call_type,
-            relevance,
-            strict,
-            loose or {},
-            exclusive=exclusive,
-            under_higher=any(r > relevance for r, _ in opened),
-            binding_node=node,
-        )
-        try:
-            intent.future = submit()
-        except KdispatchError as exc:
-            intent.rejected = type(exc).__name__
-        self.intents.append(intent)
-        if intent.future is not None and relevance > 1:
-            opened.append((relevance, intent.future))
-        self.actions[call_type] += 1
-
     # ----------------------------------------------------------------- actions
 
     def status_patch(self, pod: _Object | None = None) -> None:
@@ -246,8 +209,8 @@ class _Driver:
             kwargs["nominated_node_name"] = nnn
             strict["nnn",] = nnn or ABSENT
         basis = self._basis(pod)
-        self._record(
-            pod,
+        self.log.record(
+            pod.uid,
             "pod_status_patch",
             1,
             strict,
@@ -263,8 +226,8 @@ class _Driver:
             ("cond", "PodScheduled", "reason"): ABSENT,
             ("cond", "PodScheduled", "message"): ABSENT,
         }
-        self._record(
-            pod,
+        self.log.record(
+            pod.uid,
             "pod_binding",
             2,
             {("node",): node},
@@ -276,8 +239,8 @@ class _Driver:
     def preemption(self) -> None:
         pod = self._pick_pod()
         basis = self._basis(pod)
-        self._record(
-            pod,
+        self.log.record(
+            pod.uid,
             "pod_preemption",
             3,
             {},
@@ -290,7 +253,7 @@ class _Driver:
         the dispatcher, and half the time the driver tells it directly as well."""
         pod = self._pick_pod()
         pod.deleted = True
-        self.actions["server_delete"] += 1
+        self.deletions += 1
         try:
             last = self.server.remove(POD, "default", pod.name)
         except NotFoundError:
@@ -327,7 +290,7 @@ class _Driver:
             strict = {("reserved", pod.uid): True}
             consumer = {"resource": "pods", "name": pod.name, "uid": pod.uid}
             call = ClaimStatusPatch.for_claim(basis, reserve=[consumer])
-        self._record(claim, "claim_status_patch", 1, strict, lambda: self.d.submit(call))
+        self.log.record(claim.uid, "claim_status_patch", 1, strict, lambda: self.d.submit(call))
 
     def _allocation(self) -> dict[str, Any]:
         device = f"gpu-{self.rng.randrange(4)}"
@@ -539,7 +502,9 @@ def run(cfg: ChaosConfig) -> dict[str, Any]:
         "config": asdict(cfg),
         "mode": "http" if cfg.http else "memory",
         "intents": len(driver.intents),
-        "actions": dict(driver.actions),
+        "actions": dict(
+            Counter(i.call_type for i in driver.intents), server_delete=driver.deletions
+        ),
         "outcomes": dict(result.outcomes),
         "pending_after_settle": len(pending),
         "drained": h.drained,

@@ -30,7 +30,6 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,10 +37,15 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 
 from benchmarks.workloads.common import spread
+from kdispatch.testing.waiting import poll
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "failover.json"
 WRITE_OPS = frozenset({"bind", "patch_status", "delete"})
+
+
+POLL_S = 0.05
+"""How often the driver looks at the apiserver's audit and the process table."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +81,6 @@ def _running(processes: list[psutil.Process]) -> bool:
         except psutil.NoSuchProcess:
             continue
     return False
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll an observable condition until it holds (True) or ``timeout`` passes (False)."""
-    end = time.monotonic() + timeout
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= end:
-            return False
-        time.sleep(interval)  # polling interval, not synchronisation
 
 
 class Cluster:
@@ -274,18 +267,18 @@ def run_failover(scenario: Scenario, workdir: Path, sig: signal.Signals) -> dict
     with Cluster(scenario, workdir) as cluster:
         for i in range(scenario.replicas):
             cluster.start_replica(f"r{i}")
-        if not wait_until(lambda: cluster.holder() != "", 30):
+        if not poll(lambda: cluster.holder() != "", 30, interval=POLL_S):
             raise RuntimeError("no leader elected")
         leader = cluster.holder()
         target = max(1, int(scenario.pods * scenario.kill_after))
-        if not wait_until(lambda: cluster.bound_by(leader) >= target, scenario.deadline):
+        if not poll(lambda: cluster.bound_by(leader) >= target, scenario.deadline, interval=POLL_S):
             raise RuntimeError(f"{leader} bound too little")
         # the leader's descendants (its dispatcher process, if any): a SIGKILL orphans them,
         # so the test's own leak check cannot see them; they must exit by themselves
         descendants = psutil.Process(cluster.replicas[leader].pid).children(recursive=True)
         killed_at = time.monotonic()
         cluster.replicas[leader].send_signal(sig)
-        converged = wait_until(
+        converged = poll(
             lambda: (
                 len(
                     {
@@ -297,9 +290,10 @@ def run_failover(scenario: Scenario, workdir: Path, sig: signal.Signals) -> dict
                 >= scenario.pods
             ),
             scenario.deadline,
+            interval=POLL_S,
         )
-        finished = wait_until(lambda: not cluster.alive(), scenario.deadline)
-        orphans_gone = wait_until(lambda: not _running(descendants), scenario.deadline)
+        finished = poll(lambda: not cluster.alive(), scenario.deadline, interval=POLL_S)
+        orphans_gone = poll(lambda: not _running(descendants), scenario.deadline, interval=POLL_S)
         out = analyse(cluster.audit(), old=leader, killed_at=killed_at, pods=scenario.pods)
         out.update(
             signal=sig.name,
@@ -327,7 +321,9 @@ def run_restart(scenario: Scenario, workdir: Path) -> dict[str, Any]:
     with Cluster(scenario, workdir) as cluster:
         first = cluster.start_replica("first", leader_elect=False)
         target = max(1, int(scenario.pods * scenario.kill_after))
-        if not wait_until(lambda: cluster.bound_by("first") >= target, scenario.deadline):
+        if not poll(
+            lambda: cluster.bound_by("first") >= target, scenario.deadline, interval=POLL_S
+        ):
             raise RuntimeError("first run bound too little")
         killed_at = time.monotonic()
         first.send_signal(signal.SIGKILL)

@@ -14,11 +14,11 @@ pending patches stale) and delete some, and the apiserver injects faults.
 At the end, after ``Dispatcher.stop`` drained everything, it checks:
 
 * every future resolved, and exactly once (its done-callbacks ran once);
-* the apiserver's final state equals the intents: per object and aspect (condition,
-  nominatedNodeName, node, claim allocation, each claim reservation) the final value is the value
-  of the last call that succeeded, or of a later call that succeeded by being merged or skipped
-  (a merged call's effect rides on the call it was merged into, which may have failed); an
-  aspect with no successful call keeps its initial value; a successfully preempted object is gone;
+* the apiserver's final state equals the intents, as :mod:`kdispatch.testing.oracle` judges it
+  (the same oracle as the chaos benchmark's): per object and aspect (condition,
+  nominatedNodeName, node, claim allocation, each claim reservation) no call that promised a
+  value lost it, and the final value is one the intents may have left there (the last call that
+  certainly applied, or a later one that may have); a successfully preempted object is gone;
 * no pod was bound twice (the apiserver's request log and the informer's view of each pod);
 * no object actor, pooled actor, pykka actor or thread is left after stop.
 
@@ -40,7 +40,7 @@ import random
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
@@ -52,13 +52,12 @@ from prometheus_client import CollectorRegistry
 
 from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
 from examples.gcwatch import GcWatch
-from examples.scheduler.claims import allocated_device, allocation_for, reserved_uids
+from examples.scheduler.claims import allocation_for
 from kdispatch import (
     ApiError,
     Call,
     ClaimStatusPatch,
     Dispatcher,
-    DispatcherClosed,
     DispatcherConfig,
     ExecutorConfig,
     Informer,
@@ -71,7 +70,6 @@ from kdispatch import (
     RateLimitConfig,
     RetryConfig,
     RuntimeConfig,
-    get_path,
     meta,
     pod_node_name,
 )
@@ -84,15 +82,12 @@ from kdispatch.testing import (
     make_claim,
     make_pod,
 )
+from kdispatch.testing.oracle import ABSENT, Field, IntentLog, score
 
 CHURN_CONDITION = "example.com/Churn"
 NODES = tuple(f"node-{i}" for i in range(8))
 DEVICES = ("gpu-0", "gpu-1")
 CONSUMERS_PER_CLAIM = 3
-SUCCESS_CLASS = (Outcome.SUCCESS, Outcome.SKIPPED, Outcome.OVERWRITTEN)
-
-Aspect = tuple[str, str]
-"""``(object uid, aspect name)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,18 +110,6 @@ class StressConfig:
         check_counts(self, "objects", "threads", "workers")
         check_amounts(self, "seconds", "faults", "latency_ms", "drain_timeout")
         check_rate("faults", self.faults)
-
-
-@dataclass(slots=True)
-class Intent:
-    """One submitted call and the aspect values it asks for."""
-
-    seq: int
-    call_type: str
-    uid: str
-    values: dict[str, Any]
-    future: Future[Outcome]
-    callbacks: int = 0
 
 
 @dataclass
@@ -193,35 +176,69 @@ class StressResult:
 
 
 class _Recorder:
-    """Intents in submission order; thread-safe appends from the churn threads."""
+    """Intents in submission order (an :class:`IntentLog`), how often each future resolved,
+    and the longest submit. Churn threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.intents: list[Intent] = []
+        self.log = IntentLog()
+        self.intents = self.log.intents
+        self.callbacks: Counter[int] = Counter()
         self.max_submit = 0.0
 
-    def submit(
-        self, dispatcher: Dispatcher, call: Call, uid: str, values: dict[str, Any]
-    ) -> Intent | None:
-        """Churn thread. Submit ``call`` (timed); record it (None once the dispatcher is
-        closed)."""
-        t0 = time.perf_counter()
-        try:
-            fut = dispatcher.submit(call)
-        except DispatcherClosed:
-            return None
-        took = time.perf_counter() - t0
+    def submit(self, dispatcher: Dispatcher, call: Call, uid: str, values: dict[str, Any]) -> None:
+        """Churn thread. Submit ``call`` (timed) through the intent log, which records the
+        aspect ``values`` it asks for (a submit the closed dispatcher refuses is recorded as
+        rejected)."""
+        took = 0.0
+
+        def send() -> Future[Outcome]:
+            nonlocal took
+            t0 = time.perf_counter()
+            try:
+                return dispatcher.submit(call)
+            finally:
+                took = time.perf_counter() - t0
+
+        strict = {f: v for name, value in values.items() for f, v in _fields(name, value)}
+        intent = self.log.record(
+            uid,
+            call.call_type,
+            call.relevance,
+            strict,
+            send,
+            exclusive="gone" in values,
+            node=values.get("node"),
+        )
         with self._lock:
             self.max_submit = max(self.max_submit, took)
-            intent = Intent(len(self.intents), call.call_type, uid, values, fut)
-            self.intents.append(intent)
+        if intent.future is None:
+            return
 
         def resolved(_f: Future[Outcome]) -> None:
             with self._lock:
-                intent.callbacks += 1
+                self.callbacks[intent.seq] += 1
 
-        fut.add_done_callback(resolved)
-        return intent
+        intent.future.add_done_callback(resolved)
+
+
+def _fields(name: str, value: Any) -> list[tuple[Field, Any]]:
+    """The oracle's fields of one aspect value a call asks for."""
+    if name == "cond":
+        status, message = value
+        return [
+            (("cond", CHURN_CONDITION, "status"), status),
+            (("cond", CHURN_CONDITION, "message"), message),
+        ]
+    if name == "nnn":
+        return [(("nnn",), value or ABSENT)]
+    if name == "node":
+        return [(("node",), value)]
+    if name == "alloc":
+        return [(("alloc",), ABSENT if value is None else allocation_for(*value))]
+    if name.startswith("res:"):
+        return [(("reserved", name[len("res:") :]), value)]
+    return []  # "gone": a preemption promises the object's absence (exclusive)
 
 
 class _Churner(threading.Thread):
@@ -435,80 +452,22 @@ def _touch_all(env: _Env, objs: list[_Obj]) -> None:
         env.recorder.submit(env.dispatcher, call, obj.uid, values)
 
 
-def _final_values(obj: _Obj, final: Obj) -> dict[str, Any]:
-    if obj.kind == "Pod":
-        conds = get_path(final, "status", "conditions") or []
-        churn = next((c for c in conds if c.get("type") == CHURN_CONDITION), None)
-        return {
-            "cond": None if churn is None else (churn.get("status"), churn.get("message")),
-            "nnn": get_path(final, "status", "nominatedNodeName") or None,
-            "node": pod_node_name(final),
-        }
-    reserved = reserved_uids(final)
-    values: dict[str, Any] = {"alloc": allocated_device(final)}
-    for c in obj.consumers:
-        values[f"res:{c}"] = c in reserved
-    return values
-
-
-def _initial_values(obj: _Obj) -> dict[str, Any]:
-    if obj.kind == "Pod":
-        return {"cond": None, "nnn": None, "node": None}
-    return {"alloc": None, **{f"res:{c}": False for c in obj.consumers}}
-
-
 def _check_state(env: _Env, objs: list[_Obj], result: StressResult) -> None:
-    """Final apiserver state against the intents (see module docstring)."""
-    per_aspect: dict[Aspect, list[tuple[Intent, Any]]] = defaultdict(list)
-    preempted: set[str] = set()
-    for intent in env.recorder.intents:
-        outcome = intent.future.result() if intent.future.exception() is None else None
-        for name, value in intent.values.items():
-            if name == "gone":
-                if outcome is Outcome.SUCCESS:
-                    preempted.add(intent.uid)
-                continue
-            per_aspect[(intent.uid, name)].append((intent, value))
+    """Final apiserver state against the intents, judged by :func:`score` (see the module
+    docstring)."""
     finals = {
         kind: {str(meta(o).get("uid")): o for o in env.server.list(kind)[0]}
         for kind in ("Pod", "ResourceClaim")
     }
-    for obj in objs:
-        final = finals[obj.kind].get(obj.uid)
-        if final is None:
-            continue  # deleted: by a preemption or externally; nothing else to compare
-        if obj.uid in preempted:
-            result.state_mismatches += 1
-            result.note(f"{obj.kind} {obj.name}: preempted successfully but still exists")
-            continue
-        values = _final_values(obj, final)
-        for name, initial in _initial_values(obj).items():
-            history = per_aspect.get((obj.uid, name), [])
-            allowed = _allowed(history, initial)
-            result.aspects_checked += 1
-            if values[name] not in allowed:
-                result.state_mismatches += 1
-                result.note(
-                    f"{obj.kind} {obj.name} {name}: final {values[name]!r} not in {allowed!r}"
-                )
-
-
-def _allowed(history: list[tuple[Intent, Any]], initial: Any) -> list[Any]:
-    """Values an aspect may end with: the last successful call's, or a later call's that
-    succeeded by merge/skip; the initial value if no call succeeded."""
-    last_success = -1
-    ok: list[tuple[int, Any]] = []
-    for i, (intent, value) in enumerate(history):
-        fut = intent.future
-        if fut.exception() is not None:
-            continue
-        if fut.result() is Outcome.SUCCESS:
-            last_success = i
-        ok.append((i, value))
-    allowed = [v for i, v in ok if i >= last_success]
-    if last_success < 0:
-        allowed.append(initial)
-    return allowed
+    final = {obj.uid: finals[obj.kind].get(obj.uid) for obj in objs}
+    # every object starts without any of the aspects the calls set
+    found = score(env.recorder.intents, final, initial={}, examples=20)
+    result.aspects_checked = found.fields_checked
+    result.state_mismatches = found.lost_intents + (
+        found.live_objects_checked - found.live_objects_converged
+    )
+    for text in (*found.lost_examples, *found.unconverged_examples):
+        result.note(text)
 
 
 def _check_bindings(env: _Env, result: StressResult) -> None:
@@ -574,19 +533,25 @@ def run_stress(cfg: StressConfig, *, stream: Any = None) -> StressResult:
 def _summarise(
     env: _Env, churners: list[_Churner], stats: dict[str, Any], res: StressResult
 ) -> None:
-    res.intents = len(env.recorder.intents)
     res.outcomes = dict(sorted(stats["outcomes"].items()))
     res.sent = int(stats["sent_total"])
     res.faults_injected = env.server.fault_counts()
     res.external_updates = sum(c.updates for c in churners)
     res.external_deletes = sum(c.deletes for c in churners)
+    submitted = [i for i in env.recorder.intents if i.rejected is None]
+    res.intents = len(submitted)
     for intent in env.recorder.intents:
-        if not intent.future.done():
+        if intent.rejected not in (None, "DispatcherClosed"):
+            res.unresolved += 1  # refused at submit for another reason than the closing
+            res.note(f"{intent.call_type} on {intent.uid}: submit raised {intent.rejected}")
+    for intent in submitted:
+        times = env.recorder.callbacks[intent.seq]
+        if intent.future is None or not intent.future.done():
             res.unresolved += 1
             res.note(f"{intent.call_type} on {intent.uid}: future never resolved")
-        elif intent.callbacks != 1:
+        elif times != 1:
             res.resolved_more_than_once += 1
-            res.note(f"{intent.call_type} on {intent.uid}: resolved {intent.callbacks} times")
+            res.note(f"{intent.call_type} on {intent.uid}: resolved {times} times")
 
 
 def _check_leaks(

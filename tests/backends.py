@@ -1,26 +1,82 @@
-"""Test backends wrapping another backend: gate requests and wait for them."""
+"""Test backends. :class:`WrappedBackend` is the one wrapper: it forwards every request to an
+inner backend through one hook, :meth:`WrappedBackend.around`, which tests override to gate,
+record, fail or delay requests. :class:`GatedBackend` holds requests and waits for them;
+:class:`RecordingBackend` keeps one object and records every request."""
 
 from __future__ import annotations
 
 import copy
+import inspect
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from kdispatch.actors.backend import ApiBackend, PatchType
+from kdispatch.actors.backend import ApiBackend, EvictionBackend
 from kdispatch.actors.errors import ApiError, NotFoundError
 from kdispatch.actors.objects import Obj
 from kdispatch.testing.memory import InMemoryApiServer
 
+T = TypeVar("T")
 
-class GatedBackend:
+_SIGNATURES = {
+    op: inspect.signature(getattr(EvictionBackend if op == "evict" else ApiBackend, op))
+    for op in ("get", "patch_status", "bind", "delete", "evict")
+}
+
+
+def request_fields(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of one backend request by their names in the :class:`ApiBackend` protocol
+    (defaults filled in), e.g. ``{"namespace": ..., "name": ..., "uid": ..., "node": ...}``."""
+    bound = _SIGNATURES[op].bind(None, *args, **kwargs)
+    bound.apply_defaults()
+    fields = dict(bound.arguments)
+    del fields["self"]
+    return fields
+
+
+class WrappedBackend:
+    """Forwards each request to ``inner`` (called with the caller's arguments) through
+    :meth:`around`. Request methods run on executor worker threads, or on the caller's thread
+    when a test calls ``send`` directly."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner: Any = inner
+
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        """Runs request ``op`` (its arguments by name in ``request``); ``send()`` forwards it
+        to ``inner`` and returns its answer."""
+        return send()
+
+    def _forward(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        forward = getattr(self.inner, op)
+        return self.around(op, request_fields(op, args, kwargs), lambda: forward(*args, **kwargs))
+
+    def get(self, *args: Any, **kwargs: Any) -> Obj:
+        obj: Obj = self._forward("get", args, kwargs)
+        return obj
+
+    def patch_status(self, *args: Any, **kwargs: Any) -> Obj:
+        obj: Obj = self._forward("patch_status", args, kwargs)
+        return obj
+
+    def bind(self, *args: Any, **kwargs: Any) -> None:
+        self._forward("bind", args, kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        self._forward("delete", args, kwargs)
+
+    def evict(self, *args: Any, **kwargs: Any) -> None:
+        self._forward("evict", args, kwargs)
+
+
+class GatedBackend(WrappedBackend):
     """Forwards to another backend (an :class:`InMemoryApiServer` by default). Every request is
     recorded and first waits for ``gate`` (set by default) — only the requests for the object
     named ``hold`` when one is given — so tests can hold requests in flight and wait for N of
     them. Request methods run on executor worker threads."""
 
     def __init__(self, inner: ApiBackend | None = None, *, hold: str | None = None) -> None:
-        self.inner: Any = inner if inner is not None else InMemoryApiServer()
+        super().__init__(inner if inner is not None else InMemoryApiServer())
         self.hold = hold
         self.gate = threading.Event()
         if hold is None:
@@ -28,12 +84,14 @@ class GatedBackend:
         self.calls: list[tuple[str, str]] = []
         self._cond = threading.Condition()
 
-    def _enter(self, op: str, name: str) -> None:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        name = request["name"]
         with self._cond:
             self.calls.append((op, name))
             self._cond.notify_all()
         if (self.hold is None or name == self.hold) and not self.gate.wait(timeout=30):
             raise RuntimeError("gate never opened")
+        return send()
 
     def wait_calls(self, n: int, timeout: float = 10.0) -> list[tuple[str, str]]:
         """Block until at least ``n`` requests arrived; returns them."""
@@ -44,61 +102,37 @@ class GatedBackend:
                 )
             return list(self.calls)
 
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        self._enter("get", name)
-        obj: Obj = self.inner.get(kind, namespace, name)
-        return obj
 
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
-        self._enter("patch_status", name)
-        obj: Obj = self.inner.patch_status(
-            kind,
-            namespace,
-            name,
-            patch,
-            uid=uid,
-            resource_version=resource_version,
-            patch_type=patch_type,
-        )
-        return obj
+class _OneObject:
+    """The server behind :class:`RecordingBackend`: one object, status patches applied with
+    ``apply_patch``."""
 
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        self._enter("bind", name)
-        self.inner.bind(namespace, name, uid=uid, node=node)
+    def __init__(self, obj: Obj | None, apply_patch: Callable[[Obj, dict[str, Any]], Obj]):
+        self.obj: Obj | None = copy.deepcopy(obj)
+        self.apply_patch = apply_patch
 
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        self._enter("delete", name)
-        self.inner.delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+    def get(self, *args: Any) -> Obj:
+        if self.obj is None:
+            raise NotFoundError()
+        return copy.deepcopy(self.obj)
 
-    def evict(
-        self, namespace: str, name: str, *, uid: str, grace_period_seconds: int | None = None
-    ) -> None:
-        self._enter("evict", name)
-        self.inner.evict(namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+    def patch_status(self, kind: str, namespace: str, name: str, patch: Any, **kw: Any) -> Obj:
+        assert self.obj is not None
+        assert set(patch) == {"status"}, "object-shaped body holding only status"
+        self.obj = self.apply_patch(self.obj, patch)
+        return copy.deepcopy(self.obj)
+
+    def bind(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
-class RecordingBackend(ApiBackend):
-    """Keeps one object, records every request, and answers with scripted errors or by applying
-    status patches with ``apply_patch`` (object, object-shaped patch) -> new object. Runs on the
-    test's thread (the calls' ``send`` is called directly)."""
+class RecordingBackend(WrappedBackend):
+    """Keeps one object, records every request (its arguments by name), and answers with
+    scripted errors or by applying status patches with ``apply_patch`` (object, object-shaped
+    patch) -> new object. Runs on the test's thread (the calls' ``send`` is called directly)."""
 
     def __init__(
         self,
@@ -107,77 +141,22 @@ class RecordingBackend(ApiBackend):
         errors: dict[str, list[ApiError]] | None = None,
         apply_patch: Callable[[Obj, dict[str, Any]], Obj],
     ) -> None:
-        self.obj: Obj | None = copy.deepcopy(obj)
+        super().__init__(_OneObject(obj, apply_patch))
         self.errors = errors or {}
-        self.apply_patch = apply_patch
         self.requests: list[tuple[str, dict[str, Any]]] = []
 
-    def _maybe_fail(self, op: str) -> None:
+    @property
+    def obj(self) -> Obj | None:
+        """The object as the backend holds it now."""
+        obj: Obj | None = self.inner.obj
+        return obj
+
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        self.requests.append((op, copy.deepcopy(request)))
         queue = self.errors.get(op)
         if queue:
             raise queue.pop(0)
-
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        self.requests.append(("get", {"kind": kind, "namespace": namespace, "name": name}))
-        self._maybe_fail("get")
-        if self.obj is None:
-            raise NotFoundError()
-        return copy.deepcopy(self.obj)
-
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
-        self.requests.append(
-            (
-                "patch_status",
-                {
-                    "kind": kind,
-                    "namespace": namespace,
-                    "name": name,
-                    "patch": copy.deepcopy(patch),
-                    "uid": uid,
-                    "resource_version": resource_version,
-                    "patch_type": patch_type,
-                },
-            )
-        )
-        self._maybe_fail("patch_status")
-        assert self.obj is not None
-        assert set(patch) == {"status"}, "object-shaped body holding only status"
-        self.obj = self.apply_patch(self.obj, patch)
-        return copy.deepcopy(self.obj)
-
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        self.requests.append(
-            ("bind", {"namespace": namespace, "name": name, "uid": uid, "node": node})
-        )
-        self._maybe_fail("bind")
-
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        self.requests.append(
-            (
-                "delete",
-                {"kind": kind, "namespace": namespace, "name": name, "uid": uid,
-                 "grace_period_seconds": grace_period_seconds},
-            )
-        )  # fmt: skip
-        self._maybe_fail("delete")
+        return send()
 
     def ops(self) -> list[str]:
         return [op for op, _ in self.requests]

@@ -1,11 +1,31 @@
 """Shared fixtures. Every test is checked for leaked threads, pykka actors and child
-processes."""
+processes.
+
+Where the one helper for each need lives (reuse it rather than writing another):
+
+* objects: :func:`kdispatch.testing.make_pod` (rv, node, phase, conditions,
+  nominated_node_name, terminating), ``make_condition``, ``make_node``, ``make_claim``,
+  ``make_pdb``; ``tests/factories.py`` has the short spellings (``pod``, ``cond``),
+  ``ready_pod`` and ``user_call`` (a minimal user call class);
+* waiting for observable state: :mod:`kdispatch.testing.waiting` (``wait_for``, ``poll``,
+  ``until`` on an asyncio loop); for informer events, ``tests/recorders.py``;
+* wrapping a backend (gate, record, fail, delay requests): ``tests/backends.py``
+  (``WrappedBackend`` and its one hook ``around``; ``GatedBackend``, ``RecordingBackend``);
+* is the final state right: :mod:`kdispatch.testing.oracle` (``IntentLog``, ``score``);
+* a dispatcher configuration without rate limit or backoff: ``tests/configs.py``;
+* a dispatcher with informers and their teardown: ``tests/stacks.py``; a backend driven from
+  several threads: ``tests/concurrency.py``; a raw HTTP request read: ``tests/rawhttp.py``.
+
+Tests that take more than 5 s are marked ``slow`` (still part of the default run); the
+real-apiserver suite is marked ``realapi``.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pykka
 import pytest
@@ -41,3 +61,23 @@ def no_leaks() -> Iterator[None]:
     assert pooled <= 0, f"leaked pooled actors: {pooled}"
     children = multiprocessing.active_children()
     assert not children, f"leaked child processes: {children}"
+
+
+@pytest.fixture
+def server() -> Any:
+    """A fresh in-memory apiserver (:class:`kdispatch.testing.InMemoryApiServer`)."""
+    from kdispatch.testing.memory import InMemoryApiServer
+
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def dispatcher(server: Any) -> Iterator[Any]:
+    """A started :class:`kdispatch.Dispatcher` on ``server`` with ``tests.configs.FAST``,
+    stopped at the end of the test."""
+    from kdispatch.actors.dispatcher import Dispatcher
+    from tests.configs import FAST
+
+    d = Dispatcher(server, FAST).start()
+    yield d
+    d.stop(timeout=10)

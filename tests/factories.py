@@ -1,12 +1,26 @@
-"""Small builders of Kubernetes-shaped JSON objects for tests."""
+"""Short spellings of the :mod:`kdispatch.testing` object factories used across the tests.
+
+The one home of test objects is :func:`kdispatch.testing.make_pod` (and ``make_condition``,
+``make_node``, ``make_claim``, ``make_pdb``); these forward to it with the tests' defaults: a
+UID derived from the name and a served resourceVersion. ``ready_pod`` creates a healthy pod on a
+server, ``user_call`` a minimal user call class.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import BUILTIN_CALL_TYPES
-from kdispatch.actors.calls import CallTypeRegistry
+from kdispatch.actors.calls import Call, CallTypeRegistry
 from kdispatch.actors.kinds import KindTable
+from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.testing.memory import InMemoryApiServer
+from kdispatch.testing.memory_objects import make_condition, make_pod
+
+cond = make_condition
+"""A pod condition: :func:`kdispatch.testing.make_condition`."""
 
 
 def pod(
@@ -20,35 +34,55 @@ def pod(
     nnn: str | None = None,
     terminating: bool = False,
 ) -> dict[str, Any]:
-    """A Pod dict. ``uid`` defaults to ``uid-<name>``."""
-    meta: dict[str, Any] = {
-        "name": name,
-        "namespace": namespace,
-        "uid": uid or f"uid-{name}",
-        "resourceVersion": str(rv),
-    }
-    if terminating:
-        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    status: dict[str, Any] = {"phase": "Pending", "conditions": [dict(c) for c in conditions]}
-    if nnn:
-        status["nominatedNodeName"] = nnn
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+    """A served Pod: :func:`kdispatch.testing.make_pod` with ``uid`` defaulting to
+    ``uid-<name>``, resourceVersion ``rv`` and a ``status.conditions`` list."""
+    return make_pod(
+        name,
+        namespace,
+        uid=uid or f"uid-{name}",
+        rv=rv,
+        node=node,
+        conditions=conditions,
+        nominated_node_name=nnn,
+        terminating=terminating,
+    )
 
 
-def cond(
-    type_: str = "PodScheduled",
-    status: str = "False",
-    reason: str = "Unschedulable",
-    message: str = "",
-) -> dict[str, Any]:
-    """A pod condition."""
-    out = {"type": type_, "status": status, "reason": reason}
-    if message:
-        out["message"] = message
-    return out
+def ready_pod(server: InMemoryApiServer, name: str, *, node: str = "n1") -> dict[str, Any]:
+    """Creates pod ``name`` (labelled ``app=web``) on ``server``, bound to ``node``, Running and
+    Ready (healthy for a PodDisruptionBudget); returns it as stored."""
+    return server.create(
+        make_pod(
+            name,
+            labels={"app": "web"},
+            node=node,
+            phase="Running",
+            conditions=[{"type": "Ready", "status": "True"}],
+        )
+    )
+
+
+def user_call(name: str, *, kind: str = "Widget", relevance: Any = 1) -> type[Call]:
+    """A minimal call class with the given class attributes."""
+
+    @dataclass(frozen=True, slots=True)
+    class UserCall(Call):
+        call_type: ClassVar[str] = name
+        ref: ObjectRef
+
+        def is_noop(self, obj: Obj | None) -> bool:
+            return False
+
+        def apply(self, obj: Obj) -> Obj:
+            return obj
+
+        def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+            return None
+
+    UserCall.kind = kind
+    if relevance is not None:
+        UserCall.relevance = relevance
+    return UserCall
 
 
 def call_types_with(*kinds: str) -> CallTypeRegistry:

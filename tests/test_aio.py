@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
@@ -15,7 +17,7 @@ from kubernetes.aio import client as aclient
 from kdispatch.actors.aio import NoEventLoopError
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.calls import Call
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig, RuntimeConfig
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RuntimeConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     ApiError,
@@ -31,26 +33,18 @@ from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.waiting import until
 from tests.backends import GatedBackend
+from tests.configs import FAST
 from tests.factories import call_types_with, cond
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
 SLOW = DispatcherConfig(rate_limit=RateLimitConfig(qps=0.001, burst=1), runtime=RuntimeConfig(1))
 """One token, then none for 1000 s; one pool worker."""
 
-
-async def until(predicate: Any, timeout: float = 10.0) -> None:
-    """Poll observable state on the loop (yielding to it) until ``predicate()`` or fail."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.005)
+WAIT = 10.0
+"""Seconds any wait for observable state may take."""
 
 
 def bound_node(server: InMemoryApiServer, name: str) -> str | None:
@@ -110,13 +104,13 @@ async def test_cancelling_the_awaiting_task_does_not_withdraw_the_call() -> None
             return await d.asubmit(PodBinding.for_pod(pod, "n1"))
 
         task = asyncio.ensure_future(bind())
-        await until(lambda: bool(gated.calls))
+        await until(lambda: bool(gated.calls), WAIT, "a request on the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert d.outstanding == 1  # the call is still the dispatcher's
         gated.gate.set()
-        await until(lambda: d.outstanding == 0)
+        await until(lambda: d.outstanding == 0, WAIT, "no call outstanding")
         assert (
             d.metrics.value(
                 "kdispatch_call_outcomes_total", call_type="pod_binding", outcome="success"
@@ -139,7 +133,7 @@ async def test_dispatcher_cancel_withdraws_what_the_await_cannot() -> None:
         fut = d.asubmit(PodStatusPatch.for_pod(p1, conditions=[cond()]))  # waits for a token
         fut.cancel()
         d.cancel(p1["metadata"]["uid"])
-        await until(lambda: d.outstanding == 0)
+        await until(lambda: d.outstanding == 0, WAIT, "no call outstanding")
         assert (
             d.metrics.value(
                 "kdispatch_call_outcomes_total", call_type="pod_status_patch", outcome="cancelled"
@@ -224,8 +218,10 @@ class SlowLabel(Call):
 ENTERED, RELEASE = threading.Event(), threading.Event()
 
 
-@pytest.mark.asyncio
-async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
+@contextlib.asynccontextmanager
+async def _widget_behind_a_busy_actor() -> AsyncIterator[tuple[Dispatcher, Obj]]:
+    """A started dispatcher whose one token went to pod p0, with a :class:`SlowLabel` of widget
+    ``w-1`` submitted (its actor is held once it runs, until ``RELEASE``)."""
     ENTERED.clear()
     RELEASE.clear()
     server = InMemoryApiServer()
@@ -237,43 +233,37 @@ async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
     try:
         await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
         d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
+        yield d, p0
+    finally:
+        RELEASE.set()
+        d.stop(drain=False, timeout=10)
+
+
+@pytest.mark.asyncio
+async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
+    async with _widget_behind_a_busy_actor() as (d, p0):
         view = asyncio.ensure_future(d.aview("w-1"))
-        await until(ENTERED.is_set)  # the loop runs while the actor's worker is held
+        # the loop runs while the actor's worker is held
+        await until(ENTERED.is_set, WAIT, "the held actor entered")
         assert not view.done()
         RELEASE.set()
         obj = await asyncio.wait_for(view, 10)
         assert obj is not None and obj["metadata"]["labels"] == {"l": "x"}
         assert await d.aview("untracked-uid") is None
         assert await d.aview(p0["metadata"]["uid"]) == d.view(p0["metadata"]["uid"])
-    finally:
-        RELEASE.set()
-        d.stop(drain=False, timeout=10)
 
 
 @pytest.mark.asyncio
 async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped() -> None:
-    ENTERED.clear()
-    RELEASE.clear()
-    server = InMemoryApiServer()
-    p0 = server.create(make_pod("p0"))
-    widget = {"kind": "Widget", "metadata": {"name": "w", "namespace": "default", "uid": "w-1"}}
-    types = call_types_with("Widget")
-    types.register(SlowLabel)
-    d = Dispatcher(server, SLOW, call_types=types).start()
-    try:
-        await d.asubmit(PodStatusPatch.for_pod(p0, conditions=[cond()]))  # takes the one token
-        d.submit(SlowLabel(ObjectRef.of(widget), "x", basis=widget))
+    async with _widget_behind_a_busy_actor() as (d, _):
         first = asyncio.ensure_future(d.aview("w-1"))
-        await until(ENTERED.is_set)
+        await until(ENTERED.is_set, WAIT, "the held actor entered")
         with pytest.raises(TimeoutError):
             await d.aview("w-1", timeout=0.05)
         RELEASE.set()
         late = await asyncio.wait_for(first, 10)  # the actor answers both; the late one is dropped
         assert late is not None and late["metadata"]["labels"] == {"l": "x"}
         assert await d.aview("w-1") == late
-    finally:
-        RELEASE.set()
-        d.stop(drain=False, timeout=10)
 
 
 # ------------------------------------------------------------------ kubernetes.aio informer
@@ -305,7 +295,9 @@ async def test_aio_informer_feeds_the_dispatcher_over_http() -> None:
             mem.remove("Pod", "default", "p1")
             with pytest.raises(CallCancelled):
                 await asyncio.wait_for(pending, 10)
-            await until(lambda: p1["metadata"]["uid"] not in informer.cache)
+            await until(
+                lambda: p1["metadata"]["uid"] not in informer.cache, WAIT, "p1 out of the cache"
+            )
             await informer.stop()
     finally:
         d.stop(drain=False, timeout=10)
@@ -331,7 +323,7 @@ async def test_aio_informer_reports_errors_and_recovers() -> None:
                 on_error=errors.append,
             )
             informer.start()
-            await until(lambda: len(errors) >= 2)
+            await until(lambda: len(errors) >= 2, WAIT, "two handler errors")
             assert not informer.has_synced()
             assert isinstance(informer.last_error, ApiError)
             assert informer.last_error.status == 401

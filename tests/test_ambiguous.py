@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend, PatchType
+from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -40,7 +40,7 @@ from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -54,9 +54,11 @@ UNSCHEDULABLE = {
 }
 
 
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
+def _reply_lost(server: InMemoryApiServer, op: str, name: str) -> Obj:
+    """Creates pod ``name``; its first ``op`` request lands, and its reply is lost."""
+    pod = server.create(make_pod(name))
+    server.script(op, "apply_then_fail", name=name)
+    return pod
 
 
 @pytest.fixture(params=["memory", "http"])
@@ -87,8 +89,7 @@ def uid(obj: Obj) -> str:
 def test_lost_binding_reply_is_recognised_by_already_bound_to_the_same_node(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("bind", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "bind", "p1")
     with Dispatcher(backend, CONFIG) as d:
         assert d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
         stats = d.stats()
@@ -102,28 +103,38 @@ def test_lost_binding_reply_is_recognised_by_already_bound_to_the_same_node(
     assert stats["outcomes"] == {"pod_binding:success": 1}
 
 
-class _RivalBinds(GatedBackend):
+class _FirstReplyLost(GatedBackend):
+    """The first ``op`` request is replaced by ``meanwhile(request, send)`` (which may send it
+    and change the server), and its reply is lost: it raises a timeout."""
+
+    def __init__(
+        self,
+        inner: InMemoryApiServer,
+        op: str,
+        meanwhile: Callable[[dict[str, Any], Callable[[], Any]], object],
+    ) -> None:
+        super().__init__(inner)
+        self.op, self.meanwhile, self.first = op, meanwhile, True
+
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op == self.op and self.first:
+            self.first = False
+            self.meanwhile(request, send)
+            raise RequestTimeoutError("reply lost")
+        return super().around(op, request, send)
+
+
+def _rival_binds(server: InMemoryApiServer) -> _FirstReplyLost:
     """The first binding times out before it lands, and meanwhile another scheduler binds the
     pod to ``rival``."""
-
-    def __init__(self, inner: InMemoryApiServer, rival: str) -> None:
-        super().__init__(inner)
-        self.rival = rival
-        self.first = True
-
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        if self.first:
-            self.first = False
-            self.inner.bind(namespace, name, uid=uid, node=self.rival)
-            raise RequestTimeoutError("reply lost")
-        super().bind(namespace, name, uid=uid, node=node)
+    return _FirstReplyLost(server, "bind", lambda req, _: server.bind(**dict(req, node="rival")))
 
 
 def test_lost_binding_reply_with_the_pod_bound_elsewhere_is_a_conflict(
     server: InMemoryApiServer,
 ) -> None:
     pod = server.create(make_pod("p1"))
-    with Dispatcher(_RivalBinds(server, "rival"), CONFIG) as d, pytest.raises(CallConflict):
+    with Dispatcher(_rival_binds(server), CONFIG) as d, pytest.raises(CallConflict):
         d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
     stored = server.get_object("Pod", "default", "p1")
     assert stored is not None and stored["spec"]["nodeName"] == "rival"
@@ -137,8 +148,7 @@ def test_lost_binding_reply_with_the_pod_bound_elsewhere_is_a_conflict(
 def test_lost_deletion_reply_is_recognised_by_not_found(
     server: InMemoryApiServer, backend: ApiBackend, add_condition: bool
 ) -> None:
-    pod = server.create(make_pod("victim"))
-    server.script("delete", "apply_then_fail", name="victim")
+    pod = _reply_lost(server, "delete", "victim")
     with Dispatcher(backend, CONFIG) as d:
         preemption = PodPreemption.for_pod(
             pod, preemptor="default/vip", add_condition=add_condition
@@ -156,36 +166,22 @@ def test_lost_deletion_reply_is_recognised_by_not_found(
     assert ops(server, "get") == ["NotFound"]
 
 
-class _RecreatedAfterDelete(GatedBackend):
+def _recreated_after_delete(server: InMemoryApiServer) -> _FirstReplyLost:
     """The first deletion lands but its reply is lost, and a new pod with the same name (another
     UID) is created before the retry."""
 
-    def __init__(self, inner: InMemoryApiServer) -> None:
-        super().__init__(inner)
-        self.first = True
+    def meanwhile(request: dict[str, Any], send: Callable[[], Any]) -> None:
+        send()
+        server.create(make_pod(request["name"]))
 
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        if self.first:
-            self.first = False
-            self.inner.delete(kind, namespace, name, uid=uid)
-            self.inner.create(make_pod(name))
-            raise RequestTimeoutError("reply lost")
-        super().delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+    return _FirstReplyLost(server, "delete", meanwhile)
 
 
 def test_retried_deletion_never_hits_a_recreated_pod_of_the_same_name(
     server: InMemoryApiServer,
 ) -> None:
     victim = server.create(make_pod("p1"))
-    with Dispatcher(_RecreatedAfterDelete(server), CONFIG) as d:
+    with Dispatcher(_recreated_after_delete(server), CONFIG) as d:
         future = d.submit(PodPreemption.for_pod(victim, add_condition=False))
         exc = future.exception(timeout=10)
         assert exc is None or isinstance(exc, ObjectNotFound)
@@ -203,7 +199,7 @@ def test_retried_deletion_whose_victim_was_replaced_reports_success(
     """Regression: the refetch after the 409 finds another UID, which once surfaced as
     ObjectNotFound; for a preemption the victim being gone is success."""
     victim = server.create(make_pod("p1"))
-    with Dispatcher(_RecreatedAfterDelete(server), CONFIG) as d:
+    with Dispatcher(_recreated_after_delete(server), CONFIG) as d:
         future = d.submit(PodPreemption.for_pod(victim, add_condition=False))
         assert future.result(timeout=10) is Outcome.SUCCESS
 
@@ -220,45 +216,41 @@ class _HoldAfterApply(GatedBackend):
         self.applied = threading.Event()
         self.release = threading.Event()
 
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op != "patch_status":
+            return super().around(op, request, send)
         try:
-            return super().patch_status(
-                kind,
-                namespace,
-                name,
-                patch,
-                uid=uid,
-                resource_version=resource_version,
-                patch_type=patch_type,
-            )
+            return super().around(op, request, send)
         finally:
             self.applied.set()
             assert self.release.wait(timeout=20), "never released"
 
 
+def _informer_shows(server: InMemoryApiServer, d: Dispatcher, name: str) -> None:
+    """The watch event of pod ``name`` as the server holds it now reaches the dispatcher."""
+    applied = server.get_object("Pod", "default", name)
+    assert applied is not None
+    d.on_update(applied)
+
+
+def _with_backoff(seconds: float) -> DispatcherConfig:
+    """:data:`CONFIG` with six attempts ``seconds`` apart."""
+    return DispatcherConfig(
+        rate_limit=CONFIG.rate_limit,
+        retry=RetryConfig(max_attempts=6, base_backoff=seconds, max_backoff=seconds),
+    )
+
+
 def test_lost_status_patch_reply_is_not_resent_once_the_informer_shows_it(
     server: InMemoryApiServer,
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     held = _HoldAfterApply(server)
     with Dispatcher(held, CONFIG) as d:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         assert held.applied.wait(timeout=10)
         # the watch event of the applied patch arrives before the lost reply times out
-        applied = server.get_object("Pod", "default", "p1")
-        assert applied is not None
-        d.on_update(applied)
+        _informer_shows(server, d, "p1")
         held.release.set()
         assert future.result(timeout=10) is Outcome.SKIPPED
         assert d.stats()["sent_total"] == 1
@@ -271,19 +263,13 @@ def test_lost_status_patch_reply_is_not_resent_whether_the_event_or_the_timeout_
 ) -> None:
     """The informer event arrives around the time the reply is lost: if the actor already
     requeued the call it is dropped at once, else it is dropped when its retry is due."""
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     gated = GatedBackend(server)
-    slow = DispatcherConfig(
-        rate_limit=CONFIG.rate_limit,
-        retry=RetryConfig(max_attempts=6, base_backoff=0.5, max_backoff=0.5),
-    )
+    slow = _with_backoff(0.5)
     with Dispatcher(gated, slow) as d:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         gated.wait_calls(1)
-        applied = server.get_object("Pod", "default", "p1")
-        assert applied is not None
-        d.on_update(applied)
+        _informer_shows(server, d, "p1")
         assert future.result(timeout=10) is Outcome.SKIPPED
     assert ops(server, "patch_status") == ["apply_then_fail"]
 
@@ -293,20 +279,14 @@ def test_lost_status_patch_reply_resolves_without_waiting_out_the_backoff(
 ) -> None:
     """Regression: a call the informer showed applied while it was in flight once waited out
     its whole backoff (30 s here) before resolving."""
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     held = _HoldAfterApply(server)
-    slow = DispatcherConfig(
-        rate_limit=CONFIG.rate_limit,
-        retry=RetryConfig(max_attempts=6, base_backoff=30.0, max_backoff=30.0),
-    )
+    slow = _with_backoff(30.0)
     d = Dispatcher(held, slow).start()
     try:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         assert held.applied.wait(timeout=10)
-        applied = server.get_object("Pod", "default", "p1")
-        assert applied is not None
-        d.on_update(applied)
+        _informer_shows(server, d, "p1")
         held.release.set()
         assert future.result(timeout=3) is Outcome.SKIPPED
     finally:
@@ -317,8 +297,7 @@ def test_lost_status_patch_reply_resolves_without_waiting_out_the_backoff(
 def test_lost_status_patch_reply_without_informer_is_recognised_not_repeated(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("patch_status", "apply_then_fail", name="p1")
+    pod = _reply_lost(server, "patch_status", "p1")
     with Dispatcher(backend, CONFIG) as d:
         future = d.submit(PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE]))
         assert future.result(timeout=10) in (Outcome.SUCCESS, Outcome.SKIPPED)

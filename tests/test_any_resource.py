@@ -31,6 +31,7 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.transport import TransportName
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pdb, make_pod
+from tests.factories import ready_pod
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -242,18 +243,10 @@ def test_builtin_kinds_strategic_patch_and_namespaces(
     assert stored is not None and stored["spec"]["replicas"] == 3
 
 
-def _ready_pod(mem: InMemoryApiServer, name: str) -> dict[str, Any]:
-    pod = mem.create(make_pod(name, labels={"app": "web"}))
-    return mem.update(
-        {**pod, "spec": {**pod["spec"], "nodeName": "n1"},
-         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-    )  # fmt: skip
-
-
 def test_eviction_blocked_by_a_pdb_then_allowed(
     backend: KubernetesBackend, mem: InMemoryApiServer
 ) -> None:
-    a, b = _ready_pod(mem, "a"), _ready_pod(mem, "b")
+    a, b = ready_pod(mem, "a"), ready_pod(mem, "b")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=1))
     backend.evict("default", "a", uid=a["metadata"]["uid"])  # 2 healthy, 1 needed: allowed
     assert mem.get_object("Pod", "default", "a") is None
@@ -265,7 +258,7 @@ def test_eviction_blocked_by_a_pdb_then_allowed(
     assert mem.pdb_status("default", "web")["disruptionsAllowed"] == 0
     with pytest.raises(ConflictError):  # the UID precondition is checked first
         backend.evict("default", "b", uid="not-b")
-    _ready_pod(mem, "c")
+    ready_pod(mem, "c")
     backend.evict("default", "b", uid=b["metadata"]["uid"], grace_period_seconds=0)
     assert mem.get_object("Pod", "default", "b") is None
     with pytest.raises(NotFoundError):

@@ -13,13 +13,12 @@ import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend, PatchType
 from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.calls import Call, CallTypeRegistry
+from kdispatch.actors.calls import CallTypeRegistry
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import (
     DispatcherConfig,
@@ -50,14 +49,13 @@ from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.informer import Informer, WatchEvent
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T
+from tests.configs import fast
+from tests.factories import user_call
 
 pytestmark = pytest.mark.timeout(30)
 
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(max_attempts=3, base_backoff=0.0, max_backoff=0.0),
-)
+FAST = fast(max_attempts=3)
 COND = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
 
 
@@ -121,21 +119,7 @@ class Unregistered(PodStatusPatch):
     call_type = "pod_teleport"
 
 
-@dataclass(frozen=True, slots=True)
-class ZeroRelevance(Call):
-    call_type = "zero"
-    kind = "Widget"
-    relevance = 0
-    ref: ObjectRef
-
-    def is_noop(self, obj: Obj | None) -> bool:
-        return False
-
-    def apply(self, obj: Obj) -> Obj:
-        return obj
-
-    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        return None
+ZeroRelevance = user_call("zero", relevance=0)
 
 
 def _register(cls: Any) -> None:
@@ -287,41 +271,22 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
         InvalidCallError,
     ),
     # conditions
-    (
-        "condition-status-maybe",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(status="Maybe")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-status-bool",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(status=True)]),
-        InvalidCallError,
-    ),
-    (
-        "condition-status-lowercase",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(status="true")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-type-missing",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(type=_DROP)]),
-        InvalidCallError,
-    ),
-    (
-        "condition-type-empty",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(type="")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-unknown-key",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(lastTransitionTime="now")]),
-        InvalidCallError,
-    ),
-    (
-        "condition-message-an-int",
-        lambda e: PodStatusPatch.for_pod(e.pod, conditions=[cond(message=3)]),
-        InvalidCallError,
-    ),
+    *[
+        (
+            f"condition-{name}",
+            lambda e, c=bad: PodStatusPatch.for_pod(e.pod, conditions=[c]),
+            InvalidCallError,
+        )
+        for name, bad in {
+            "status-maybe": cond(status="Maybe"),
+            "status-bool": cond(status=True),
+            "status-lowercase": cond(status="true"),
+            "type-missing": cond(type=_DROP),
+            "type-empty": cond(type=""),
+            "unknown-key": cond(lastTransitionTime="now"),
+            "message-an-int": cond(message=3),
+        }.items()
+    ],
     (
         "condition-type-twice",
         lambda e: PodStatusPatch.for_pod(e.pod, conditions=[COND, COND]),
@@ -450,31 +415,13 @@ class Broken(GatedBackend):
         self.error = error
         self.broken = True
 
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Obj:
-        obj = super().patch_status(
-            kind,
-            namespace,
-            name,
-            patch,
-            uid=uid,
-            resource_version=resource_version,
-            patch_type=patch_type,
-        )
-        if not self.broken:
-            return obj
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        answer = super().around(op, request, send)
+        if op != "patch_status" or not self.broken:
+            return answer
         if self.error is not None:
             raise self.error
-        return self.reply  # type: ignore[no-any-return]
+        return cast(T, self.reply)
 
 
 @pytest.mark.parametrize(
@@ -540,9 +487,9 @@ class GarbageRefetch(GatedBackend):
         super().__init__(inner)
         self.garbage = True
 
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        obj = super().get(kind, namespace, name)
-        return "not an object" if self.garbage else obj  # type: ignore[return-value]
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        answer = super().around(op, request, send)
+        return cast(T, "not an object") if op == "get" and self.garbage else answer
 
 
 def test_garbage_refetch_after_a_conflict_does_not_condemn_the_object() -> None:

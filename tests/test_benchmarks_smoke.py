@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_tiny_run_writes_results_charts_and_summary(tmp_path: Path) -> None:
     results = run("tiny", tmp_path)
@@ -132,6 +133,7 @@ def test_cli_rejects_unknown_names(tmp_path: Path) -> None:
     assert args.contenders == ["kdispatch", "blocking"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_transport_benchmark_writes_its_figures(tmp_path: Path) -> None:
     from benchmarks.transport import CONTENDERS
@@ -152,6 +154,7 @@ def test_transport_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert [run["2_threads"]["dispatcher"]["calls"] for run in data["runs"]] == [16]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(30)
 def test_gc_pauses_measures_pending_actors_and_summarises_by_round() -> None:
     from benchmarks.gc_pauses import markdown, measure, summarise

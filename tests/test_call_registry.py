@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -20,7 +20,7 @@ from kdispatch.actors.event_calls import EventRecord
 from kdispatch.actors.eviction_calls import PodEviction
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from tests.factories import call_types_with
+from tests.factories import call_types_with, user_call
 
 POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")
 
@@ -59,29 +59,6 @@ class QuotaReservation(Call):
             resource_version=None,
             patch_type="merge",
         )
-
-
-def user_call(name: str, *, kind: str = "Widget", relevance: Any = 1) -> type[Call]:
-    """A minimal call class with the given class attributes."""
-
-    @dataclass(frozen=True, slots=True)
-    class UserCall(Call):
-        call_type: ClassVar[str] = name
-        ref: ObjectRef
-
-        def is_noop(self, obj: Obj | None) -> bool:
-            return False
-
-        def apply(self, obj: Obj) -> Obj:
-            return obj
-
-        def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-            return None
-
-    UserCall.kind = kind
-    if relevance is not None:
-        UserCall.relevance = relevance
-    return UserCall
 
 
 class TestDefaultRegistry:

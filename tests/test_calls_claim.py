@@ -21,6 +21,7 @@ from kdispatch.actors.errors import (
     InvalidObjectError,
 )
 from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.testing.memory_patch import json_merge
 from tests import backends
 
 REF = ObjectRef("ResourceClaim", "ns", "claim", "cuid-1")
@@ -61,22 +62,9 @@ def make_claim(
     return claim
 
 
-def json_merge(target: Any, patch: Any) -> Any:
-    """RFC 7386."""
-    if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = json_merge(out.get(key), value)
-    return out
-
-
 def json_merge_bump(obj: Obj, patch: dict[str, Any]) -> Obj:
     """The apiserver's answer to a merge patch: RFC 7386, resourceVersion bumped."""
-    out: dict[str, Any] = json_merge(obj, patch)
+    out: dict[str, Any] = json_merge(copy.deepcopy(obj), copy.deepcopy(patch))
     out["metadata"]["resourceVersion"] = str(int(out["metadata"]["resourceVersion"]) + 1)
     return out
 

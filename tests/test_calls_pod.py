@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kdispatch import testing
 from kdispatch.actors import pod_calls
 from kdispatch.actors.calls import UNSET
 from kdispatch.actors.errors import (
@@ -40,32 +42,8 @@ def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pod_calls, "utc_now", lambda: NOW)
 
 
-def make_pod(
-    *,
-    uid: str = "uid-1",
-    rv: str | None = "7",
-    conditions: list[dict[str, Any]] | None = None,
-    nnn: str | None = None,
-    node: str | None = None,
-    deleting: bool = False,
-) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "ns", "uid": uid},
-        "spec": {"containers": [{"name": "c", "image": "i"}]},
-        "status": {"phase": "Pending"},
-    }
-    if rv is not None:
-        pod["metadata"]["resourceVersion"] = rv
-    if deleting:
-        pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
-    if conditions is not None:
-        pod["status"]["conditions"] = conditions
-    if nnn is not None:
-        pod["status"]["nominatedNodeName"] = nnn
-    if node is not None:
-        pod["spec"]["nodeName"] = node
-    return pod
+make_pod = functools.partial(testing.make_pod, "p", "ns", uid="uid-1", rv="7")
+"""Pod ``ns/p`` as served at resourceVersion 7."""
 
 
 def cond(ctype: str, status: str, **extra: str) -> dict[str, str]:
@@ -305,9 +283,9 @@ class TestStatusPatchNoop:
 
     def test_nominated_node_name(self) -> None:
         assert patch(nnn=None).is_noop(make_pod())
-        assert not patch(nnn=None).is_noop(make_pod(nnn="n1"))
-        assert patch(nnn="n1").is_noop(make_pod(nnn="n1"))
-        assert not patch(nnn="n2").is_noop(make_pod(nnn="n1"))
+        assert not patch(nnn=None).is_noop(make_pod(nominated_node_name="n1"))
+        assert patch(nnn="n1").is_noop(make_pod(nominated_node_name="n1"))
+        assert not patch(nnn="n2").is_noop(make_pod(nominated_node_name="n1"))
         assert not patch(nnn="n1").is_noop(make_pod())
 
 
@@ -318,7 +296,7 @@ class TestStatusPatchApply:
                 {**cond("A", "False", reason="r1"), LTT: "t-a"},
                 {**cond("B", "True"), LTT: "t-b"},
             ],
-            nnn="n1",
+            nominated_node_name="n1",
         )
         before = copy.deepcopy(pod)
         call = patch(
@@ -336,7 +314,7 @@ class TestStatusPatchApply:
         assert out["spec"] is pod["spec"]  # copy-on-write: untouched branches are shared
 
     def test_sets_nominated_node_name(self) -> None:
-        out = patch(nnn="n2").apply(make_pod(nnn="n1"))
+        out = patch(nnn="n2").apply(make_pod(nominated_node_name="n1"))
         assert out["status"]["nominatedNodeName"] == "n2"
 
     def test_noop_returns_the_same_object(self) -> None:
@@ -357,7 +335,7 @@ class TestStatusPatchSend:
                 {**cond("A", "False", reason="r"), LTT: "t-a"},
                 {**cond("B", "True", reason="r"), LTT: "t-b"},
             ],
-            nnn="n1",
+            nominated_node_name="n1",
         )
         backend = RecordingBackend(pod)
         call = patch(
@@ -389,7 +367,9 @@ class TestStatusPatchSend:
         assert result is not None and result["metadata"]["resourceVersion"] == "8"
 
     def test_status_change_gets_transition_time_and_nnn_clear_is_null(self) -> None:
-        pod = make_pod(conditions=[{**cond("PodScheduled", "True"), LTT: "t"}], nnn="n1")
+        pod = make_pod(
+            conditions=[{**cond("PodScheduled", "True"), LTT: "t"}], nominated_node_name="n1"
+        )
         body = patch(cond("PodScheduled", "False", reason="Unschedulable"), nnn=None).status_patch(
             pod
         )
@@ -425,7 +405,7 @@ class TestBinding:
         assert call.precheck(make_pod(node="n1")) is None
         reason = call.precheck(make_pod(node="n2"))
         assert reason is not None and "'n2'" in reason
-        reason = call.precheck(make_pod(deleting=True))
+        reason = call.precheck(make_pod(terminating=True))
         assert reason is not None and "deleted" in reason
 
     def test_noop(self) -> None:
@@ -503,7 +483,7 @@ class TestPreemption:
 
     def test_noop_when_terminating(self) -> None:
         call = PodPreemption.for_pod(make_pod())
-        assert call.is_noop(make_pod(deleting=True))
+        assert call.is_noop(make_pod(terminating=True))
         assert not call.is_noop(make_pod())
         assert not call.is_noop(None)
 
@@ -609,7 +589,9 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         {**c, **({LTT: "t0"} if draw(st.booleans()) else {})}
         for c in draw(st.permutations(existing))
     ]
-    return make_pod(conditions=conditions, nnn=draw(st.sampled_from([None, *NODES])))
+    return make_pod(
+        conditions=conditions, nominated_node_name=draw(st.sampled_from([None, *NODES]))
+    )
 
 
 PROPS = settings(max_examples=150, deadline=None)

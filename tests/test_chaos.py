@@ -8,20 +8,19 @@ and the oracle's five figures asserted at their ideal values.
 
 from __future__ import annotations
 
-import math
 from concurrent.futures import Future
 from typing import Any
 
 import pytest
 
 from benchmarks.chaos import IDEAL, ChaosConfig, ideal, run
-from benchmarks.chaos_oracle import ABSENT, Intent, score
 from benchmarks.chaos_watch import BindingAuditor
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallFailed, CallStale, Outcome
+from kdispatch.actors.errors import CallCancelled, CallFailed, CallStale, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.oracle import ABSENT, Intent, score
+from tests.configs import FAST
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,10 +74,6 @@ def test_chaos_over_http_with_the_real_client() -> None:
 # --------------------------------------------------------------------------- regressions
 
 
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
 UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
 
 
@@ -116,8 +111,9 @@ def _future(outcome: Outcome | BaseException | None) -> Future[Outcome]:
     return fut
 
 
-def _pod(**status: Any) -> dict[str, Any]:
-    return {"metadata": {"uid": "u1"}, "spec": {}, "status": status}
+def _pod(nnn: str | None = None) -> dict[str, Any]:
+    """Pod u1 as the server holds it, nominated to ``nnn``."""
+    return make_pod("p1", uid="u1", nominated_node_name=nnn)
 
 
 NNN = ("nnn",)
@@ -135,7 +131,7 @@ def test_oracle_counts_a_success_the_server_does_not_show() -> None:
 def test_oracle_accepts_what_the_server_shows() -> None:
     result = score(
         [_intent(0, "n1", Outcome.SUCCESS)],
-        {"u1": _pod(nominatedNodeName="n1")},
+        {"u1": _pod("n1")},
         {"u1": _pod()},
     )
     assert (result.lost_intents, result.converged) == (0, 1.0)
@@ -144,7 +140,7 @@ def test_oracle_accepts_what_the_server_shows() -> None:
 def test_oracle_lets_a_later_intent_or_a_deletion_supersede() -> None:
     later = [_intent(0, "n1", Outcome.SUCCESS), _intent(1, "n2", CallFailed("gave up"))]
     assert score(later, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
-    assert score(later, {"u1": _pod(nominatedNodeName="n2")}, {"u1": _pod()}).converged == 1.0
+    assert score(later, {"u1": _pod("n2")}, {"u1": _pod()}).converged == 1.0
     gone = score([_intent(0, "n1", Outcome.SUCCESS)], {"u1": None}, {"u1": _pod()})
     assert (gone.lost_intents, gone.live_objects_checked) == (0, 0)
 
@@ -171,6 +167,13 @@ def test_oracle_an_overwritten_intent_shares_the_fate_of_its_merge() -> None:
     assert score(merged, {"u1": _pod()}, {"u1": _pod()}).converged == 1.0
     alone = [_intent(0, "n1", Outcome.OVERWRITTEN)]
     assert score(alone, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
+    # merged into a call that was then cancelled (or failed), on another field: not promised
+    other = Intent(1, "u1", "pod_status_patch", 1, {("cond", "X", "status"): "True"})
+    other.future = _future(CallCancelled("cancelled by the caller"))
+    rode = [_intent(0, "n1", Outcome.OVERWRITTEN), other]
+    assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
+    other.future = _future(Outcome.SUCCESS)  # now both promised, and neither holds
+    assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 2
     assert ABSENT == "<absent>"
 
 

@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,7 +32,8 @@ from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T
+from tests.configs import fast
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -42,10 +43,7 @@ UNSCHEDULABLE = {
     "reason": "Unschedulable",
     "message": "0/3 nodes are available",
 }
-CONFIG = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0, budget=5.0),
-)
+CONFIG = fast(budget=5.0)
 
 
 def condition(pod: Obj | None, ctype: str) -> dict[str, Any] | None:
@@ -65,11 +63,6 @@ def assert_bound_and_scheduled(server: InMemoryApiServer, name: str = "p1") -> N
     assert get_path(stored, "spec", "nodeName") == "n1"
     scheduled = condition(stored, "PodScheduled")
     assert scheduled is not None and scheduled["status"] == "True", scheduled
-
-
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
 
 
 # --------------------------------------------------------------------------- #139602
@@ -208,11 +201,11 @@ class _SnapshotOnDelete(GatedBackend):
         super().__init__(inner)
         self.seen: list[dict[str, Any] | None] = []
 
-    def delete(self, kind: str, namespace: str, name: str, **kwargs: Any) -> None:
-        self.seen.append(
-            condition(self.inner.get_object(kind, namespace, name), "DisruptionTarget")
-        )
-        super().delete(kind, namespace, name, **kwargs)
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op == "delete":
+            held = self.inner.get_object(request["kind"], request["namespace"], request["name"])
+            self.seen.append(condition(held, "DisruptionTarget"))
+        return super().around(op, request, send)
 
 
 @pytest.mark.parametrize("faults", [("429",), ("timeout",), ("429", "500", "429")])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +26,7 @@ from kdispatch.actors.errors import CallFailed, Outcome
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.testing.memory import InMemoryApiServer
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T
 from tests.factories import call_types_with
 
 pytestmark = pytest.mark.timeout(30)
@@ -241,7 +241,10 @@ class _HoldFirst(GatedBackend):
         self.active: dict[str, int] = {}
         self.overlap: dict[str, int] = {}
 
-    def patch_status(self, kind: str, namespace: str, name: str, *args: Any, **kw: Any) -> Obj:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op != "patch_status":
+            return super().around(op, request, send)
+        name = request["name"]
         with self.lock:
             self.active[name] = self.active.get(name, 0) + 1
             self.overlap[name] = max(self.overlap.get(name, 0), self.active[name])
@@ -250,7 +253,7 @@ class _HoldFirst(GatedBackend):
         try:
             if first:
                 assert self.release.wait(timeout=20)
-            return super().patch_status(kind, namespace, name, *args, **kw)
+            return super().around(op, request, send)
         finally:
             with self.lock:
                 self.active[name] -= 1

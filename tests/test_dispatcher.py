@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
-from collections.abc import Iterator
 from concurrent.futures import wait
 from typing import Any, ClassVar
 
@@ -16,7 +14,7 @@ from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call
 from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     CallCancelled,
@@ -33,26 +31,10 @@ from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
+from tests.configs import FAST
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)
-
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
-
-
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
-def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
-    d = Dispatcher(server, FAST).start()
-    yield d
-    d.stop(timeout=10)
 
 
 def result(fut: Any) -> Any:
@@ -90,10 +72,9 @@ def test_status_patch_reaches_the_server_with_preconditions(
 
 
 def test_merging_sends_fewer_requests(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="try 0")]))
         gated.wait_calls(1)  # in flight, held at the gate
         futs = [
@@ -199,10 +180,9 @@ def test_update_for_untracked_object_changes_nothing(
 
 
 def test_view_is_read_your_writes(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n7"))
         view = d.view(pod["metadata"]["uid"])
         assert view is not None and view["status"]["nominatedNodeName"] == "n7"
@@ -347,10 +327,9 @@ def test_max_live_actors_is_enforced_with_a_typed_error(server: InMemoryApiServe
 
 
 def test_cancel_withdraws_a_queued_call(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="a")]))
         gated.wait_calls(1)
         queued = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="b")]))
@@ -362,10 +341,9 @@ def test_cancel_withdraws_a_queued_call(server: InMemoryApiServer) -> None:
 
 
 def test_future_cancel_never_breaks_exactly_once(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server)
+    gated = GatedBackend(server, hold="p1")  # p1's requests wait for the gate
     pod = server.create(make_pod("p1"))
     with Dispatcher(gated, FAST) as d:
-        gated.gate.clear()
         fut = d.submit(PodBinding.for_pod(pod, "n1"))
         assert fut.cancel() is False  # the dispatcher owns the call; use cancel(uid)
         gated.gate.set()

@@ -46,6 +46,7 @@ from kdispatch.testing.memory import (
 )
 from tests.backends import GatedBackend
 from tests.factories import cond
+from tests.stacks import run_teardown, start_with_informers
 
 WAIT = 60.0
 """Upper bound for any single wait; the runs take a few seconds."""
@@ -161,32 +162,11 @@ def make_stack() -> Iterator[Callable[..., Stack]]:
             inf.attach(dispatcher)
             informers.append(inf)
 
-        def stop_informers() -> None:
-            for inf in informers:
-                assert inf.stop(timeout=10.0), f"informer {inf.name} did not stop"
-
-        teardown.append(stop_informers)
-
-        def stop_dispatcher() -> None:
-            dispatcher.stop(timeout=10.0)
-
-        teardown.append(stop_dispatcher)
-        dispatcher.start()
-        for inf in informers:
-            inf.start()
-        for inf in informers:
-            assert inf.wait_for_sync(WAIT), f"informer {inf.name} never synced"
+        start_with_informers(dispatcher, informers, teardown, WAIT)
         return Stack(mem, http, backend, dispatcher, informers)
 
     yield build
-    errors: list[BaseException] = []
-    for step in reversed(teardown):  # every step runs, even after a failing one
-        try:
-            step()
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    run_teardown(teardown)
 
 
 # --------------------------------------------------------------------------- bookkeeping

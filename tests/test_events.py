@@ -44,11 +44,6 @@ class Clock:
 
 
 @pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
 def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
     d = Dispatcher(server, DispatcherConfig(), metrics_registry=CollectorRegistry()).start()
     try:

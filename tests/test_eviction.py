@@ -4,6 +4,7 @@ Checked on the server: which pods are gone, and which requests it answered how."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,7 +24,8 @@ from kdispatch.actors.pod_calls import PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pdb, make_pod
-from tests.backends import GatedBackend
+from tests.backends import GatedBackend, T, WrappedBackend
+from tests.factories import ready_pod
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,44 +41,31 @@ def mem() -> InMemoryApiServer:
     return InMemoryApiServer()
 
 
-def _ready_pod(mem: InMemoryApiServer, name: str) -> dict[str, Any]:
-    pod = mem.create(make_pod(name, labels={"app": "web"}))
-    return mem.update(
-        {**pod, "spec": {**pod["spec"], "nodeName": "n1"},
-         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
-    )  # fmt: skip
-
-
 def _evictions(mem: InMemoryApiServer) -> list[tuple[str, str]]:
     return [(r.name, r.outcome) for r in mem.request_log if r.op == "evict"]
 
 
-class FreesAfter:
+class FreesAfter(WrappedBackend):
     """Forwards to the server; after ``n`` PDB refusals, a third ready pod appears, so the
     budget allows one disruption again. Executor worker threads."""
 
     def __init__(self, mem: InMemoryApiServer, n: int) -> None:
-        self.inner = GatedBackend(mem)
+        super().__init__(mem)
         self.mem, self.n, self.refusals = mem, n, 0
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def evict(
-        self, namespace: str, name: str, *, uid: str, grace_period_seconds: Any = None
-    ) -> None:
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
         try:
-            self.inner.evict(namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
+            return send()
         except DisruptionBudgetError:
             self.refusals += 1
             if self.refusals == self.n:
-                _ready_pod(self.mem, "spare")
+                ready_pod(self.mem, "spare")
             raise
 
 
 def test_eviction_deletes_the_pod_when_the_budget_allows(mem: InMemoryApiServer) -> None:
-    a = _ready_pod(mem, "a")
-    _ready_pod(mem, "b")
+    a = ready_pod(mem, "a")
+    ready_pod(mem, "b")
     mem.create(make_pdb("web", match_labels={"app": "web"}, max_unavailable=1))
     with Dispatcher(mem, _config()) as d:
         assert d.submit(PodEviction.for_pod(a)).result(timeout=10) is Outcome.SUCCESS
@@ -86,7 +75,7 @@ def test_eviction_deletes_the_pod_when_the_budget_allows(mem: InMemoryApiServer)
 
 
 def test_a_pdb_refusal_is_retried_until_the_budget_frees(mem: InMemoryApiServer) -> None:
-    a, _ = _ready_pod(mem, "a"), _ready_pod(mem, "b")
+    a, _ = ready_pod(mem, "a"), ready_pod(mem, "b")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=2))
     backend = FreesAfter(mem, 2)
     with Dispatcher(backend, _config()) as d:
@@ -96,7 +85,7 @@ def test_a_pdb_refusal_is_retried_until_the_budget_frees(mem: InMemoryApiServer)
 
 
 def test_a_budget_that_never_frees_fails_typed(mem: InMemoryApiServer) -> None:
-    a = _ready_pod(mem, "a")
+    a = ready_pod(mem, "a")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=1))
     with Dispatcher(mem, _config()) as d:
         exc = d.submit(PodEviction.for_pod(a)).exception(timeout=10)
@@ -127,7 +116,7 @@ def test_eviction_cancels_the_pods_pending_calls(mem: InMemoryApiServer) -> None
 
 
 def test_eviction_over_http_with_the_official_client(mem: InMemoryApiServer) -> None:
-    a = _ready_pod(mem, "a")
+    a = ready_pod(mem, "a")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=1))
     with (
         ApiServerHTTP(mem) as srv,
@@ -136,7 +125,7 @@ def test_eviction_over_http_with_the_official_client(mem: InMemoryApiServer) -> 
     ):
         exc = d.submit(PodEviction.for_pod(a, grace_period_seconds=0)).exception(timeout=10)
         assert isinstance(exc, CallFailed) and isinstance(exc.cause, DisruptionBudgetError)
-        _ready_pod(mem, "b")
+        ready_pod(mem, "b")
         assert d.submit(PodEviction.for_pod(a)).result(timeout=10) is Outcome.SUCCESS
     assert mem.get_object("Pod", "default", "a") is None
 
@@ -151,7 +140,7 @@ def test_bad_eviction_input_is_refused_at_the_call_site(mem: InMemoryApiServer) 
 
 
 def test_a_pdb_refusal_is_retried_within_the_time_budget(mem: InMemoryApiServer) -> None:
-    a, _ = _ready_pod(mem, "a"), _ready_pod(mem, "b")
+    a, _ = ready_pod(mem, "a"), ready_pod(mem, "b")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=2))
     backend = FreesAfter(mem, 12)  # more refusals than any attempt count used to allow
     retry = RetryConfig(budget=30.0, base_backoff=0.001, max_backoff=0.005)

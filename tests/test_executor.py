@@ -29,6 +29,7 @@ from kdispatch.actors.messages import Grant, Job
 from kdispatch.actors.metrics import Metrics
 from kdispatch.actors.object_state import Done, Result, Send
 from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -472,16 +473,6 @@ def test_a_job_that_sends_nothing_gives_its_token_back(started: list[Executor]) 
     assert b.grants == 1
 
 
-def _wait_for(predicate: Any, what: str) -> None:
-    """Poll observable state with a deadline (never a sleep as synchronisation)."""
-    deadline = threading.Event()
-    for _ in range(1000):
-        if predicate():
-            return
-        deadline.wait(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_followup_requests_take_tokens_before_new_grants(started: list[Executor]) -> None:
     clock = Clock()
     server = Server()
@@ -490,7 +481,7 @@ def test_followup_requests_take_tokens_before_new_grants(started: list[Executor]
     started.append(ex)
     a = FakeRef(ex, TwoStep(_ref("a")))
     a.ready(3)  # granted on the spot: the only token; its DELETE waits for the next one
-    _wait_for(lambda: ex._followups == 1, "the follow-up request to wait for a token")
+    wait_for(lambda: ex._followups == 1, 5.0, "the follow-up request to wait for a token")
     b = FakeRef(ex, OnePatch(_ref("b")))
     b.ready(1)
     assert b.grants == 0

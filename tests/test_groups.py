@@ -4,7 +4,6 @@ the in-memory apiserver: every test checks what the server applied, in which ord
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -42,29 +41,15 @@ from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.audit import RequestRecord
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
+from tests.configs import FAST
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(120)
-
-NO_BACKOFF = RetryConfig(base_backoff=0.0, max_backoff=0.0)
-FAST = DispatcherConfig(rate_limit=RateLimitConfig(qps=math.inf, burst=1), retry=NO_BACKOFF)
 
 
 def slow_429() -> TooManyRequestsError:
     """A 429 whose Retry-After keeps the call pending (in backoff) for the whole test."""
     return TooManyRequestsError("injected 429, retry much later", retry_after=20.0)
-
-
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
-def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
-    d = Dispatcher(server, FAST).start()
-    yield d
-    d.stop(timeout=10)
 
 
 @pytest.fixture
@@ -683,6 +668,7 @@ def test_stop_resolves_a_group_cut_short(server: InMemoryApiServer) -> None:
 # --------------------------------------------------------------------------- under load
 
 
+@pytest.mark.slow
 def test_two_thousand_groups_keep_their_order_under_throttling_and_faults() -> None:
     from kdispatch.testing.memory import FaultPlan
 

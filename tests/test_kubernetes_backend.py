@@ -40,6 +40,8 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.transport import TransportName, prepare_configuration
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from tests.concurrency import patch_from_threads
+from tests.rawhttp import read_request
 
 TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
 
@@ -377,29 +379,9 @@ def test_shared_client_under_parallel_workers(
 ) -> None:
     workers = 8
     uids = [_pod(mem, f"p{i}")[0] for i in range(workers)]
-    errors: list[BaseException] = []
     caplog.set_level(logging.WARNING, logger="urllib3")
     with _for_url(http.url, token=TOKEN, workers=workers) as b:
-
-        def work(i: int) -> None:
-            try:
-                for j in range(15):
-                    b.patch_status(
-                        "Pod",
-                        "default",
-                        f"p{i}",
-                        {"status": {"nominatedNodeName": f"n{j}"}},
-                        uid=uids[i],
-                        resource_version=None,
-                    )
-            except BaseException as exc:  # collected and asserted below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = patch_from_threads(b, "default", uids, rounds=15)
     assert errors == []
     for i in range(workers):
         stored = mem.get_object("Pod", "default", f"p{i}")
@@ -428,19 +410,7 @@ class CannedServer:
             except OSError:
                 return
             with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                while len(body) < length:
-                    body += conn.recv(65536)
+                read_request(conn)
                 conn.sendall(reply)
 
     def close(self) -> None:

@@ -52,11 +52,6 @@ class SleepRecorder:
 
 
 @pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
 def pod(server: InMemoryApiServer) -> dict[str, Any]:
     return server.create(make_pod("p1"))
 

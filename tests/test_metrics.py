@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import math
 import threading
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.config import DispatcherConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import InvalidConfigError
 from kdispatch.actors.metric_families import CounterFamily, GaugeFamily, HistogramFamily
 from kdispatch.actors.metrics import Metrics, MetricsRegistryInUse
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from tests.configs import FAST
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)
-
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
 
 
 def test_result_is_success_or_error_and_the_finer_outcome_has_its_own_label() -> None:

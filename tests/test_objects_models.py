@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import math
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -11,20 +10,17 @@ import kopf
 import pytest
 from kubernetes import client as k8s
 
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.config import DispatcherConfig, RateLimitConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallCancelled, InvalidObjectError, Outcome
 from kdispatch.actors.objects import ObjectRef, as_object
 from kdispatch.actors.pod_calls import PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from tests.configs import FAST
 from tests.factories import cond
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(base_backoff=0.0, max_backoff=0.0),
-)
 CLIENT: Any = k8s.ApiClient()
 T0 = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 
@@ -202,11 +198,6 @@ def test_anything_else_is_a_typed_error(bad: object, match: str) -> None:
 
 SLOW = DispatcherConfig(rate_limit=RateLimitConfig(qps=0.001, burst=1))
 """One token, then none for 1000 s: every call after the first stays pending."""
-
-
-@pytest.fixture
-def server() -> InMemoryApiServer:
-    return InMemoryApiServer()
 
 
 def model_of(obj: dict[str, Any]) -> k8s.V1Pod:

@@ -4,7 +4,6 @@ binding-cycle calls run on binding threads, and closing resolves every future ex
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -13,9 +12,18 @@ from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.errors import DispatcherClosed, InvalidInputError, Outcome
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.testing.waiting import poll
 from tests.backends import GatedBackend
 
 COND = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "m"}
+
+
+@pytest.fixture
+def mem() -> InMemoryApiServer:
+    """An apiserver with node n1."""
+    server = InMemoryApiServer()
+    server.create(make_node("n1", 4000, 8192))
+    return server
 
 
 @pytest.mark.timeout(10)
@@ -34,9 +42,7 @@ def test_status_patch_lands_before_submit_returns() -> None:
 
 
 @pytest.mark.timeout(10)
-def test_binding_runs_on_a_binding_thread_while_the_caller_goes_on() -> None:
-    mem = InMemoryApiServer()
-    mem.create(make_node("n1", 4000, 8192))
+def test_binding_runs_on_a_binding_thread_while_the_caller_goes_on(mem: InMemoryApiServer) -> None:
     pod = mem.create(make_pod("p"))
     gated = GatedBackend(mem, hold="p")
     api = PreKepApi(gated, binding_threads=1)
@@ -59,9 +65,7 @@ def test_binding_runs_on_a_binding_thread_while_the_caller_goes_on() -> None:
 
 
 @pytest.mark.timeout(10)
-def test_close_without_drain_abandons_queued_calls_exactly_once() -> None:
-    mem = InMemoryApiServer()
-    mem.create(make_node("n1", 4000, 8192))
+def test_close_without_drain_abandons_queued_calls_exactly_once(mem: InMemoryApiServer) -> None:
     first = mem.create(make_pod("first"))
     queued = mem.create(make_pod("queued"))
     claim = mem.create(make_claim("c"))
@@ -82,9 +86,7 @@ def test_close_without_drain_abandons_queued_calls_exactly_once() -> None:
         fut.add_done_callback(lambda _f: calls.append(1))
     closer = threading.Thread(target=lambda: api.close(drain=False, timeout=5))
     closer.start()
-    deadline = time.monotonic() + 5
-    while not api.closed and time.monotonic() < deadline:  # poll observable state
-        closer.join(0.001)
+    poll(lambda: api.closed, 5, interval=0.001)  # closing; close() itself may still block
     with pytest.raises(DispatcherClosed):
         api.submit(PodBinding.for_pod(queued, "n1"))
     gated.gate.set()  # the running call may finish; the queued ones never start

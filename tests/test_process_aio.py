@@ -38,6 +38,7 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.waiting import until
 from tests.test_process_dispatcher import WAIT, HeldSleep
 
 pytestmark = pytest.mark.timeout(120)
@@ -55,15 +56,6 @@ class Env:
     def node_of(self, name: str) -> str | None:
         node = self.server.get("Pod", "default", name)["spec"].get("nodeName")
         return node if isinstance(node, str) else None
-
-    async def until(self, predicate: object) -> None:
-        """Poll observable state on the loop (yielding to it) until it holds."""
-        assert callable(predicate)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WAIT
-        while not predicate():
-            assert loop.time() < deadline, "condition not reached"
-            await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -116,12 +108,14 @@ async def test_asubmit_never_blocks_the_loop_and_cancelling_the_await_keeps_the_
         ticks += 1  # the loop keeps running while the request is held on the server
         return env.held.arrived >= 1
 
-    await env.until(in_flight)
+    await until(in_flight, WAIT, "the binding in flight")
     assert ticks > 1 and not awaited.done()
     awaited.cancel()  # the awaiting side gives up: the call stays with the dispatcher
     env.held.gate.set()
-    await env.until(lambda: env.node_of("held") == "node-1")
-    await env.until(lambda: env.d.outstanding == 0)  # its own future resolved, exactly once
+    await until(lambda: env.node_of("held") == "node-1", WAIT, "held bound to node-1")
+    await until(
+        lambda: env.d.outstanding == 0, WAIT, "no call outstanding"
+    )  # its own future resolved, exactly once
     assert [r.name for r in env.server.request_log if r.op == "bind"] == ["held"]
 
 
@@ -163,7 +157,9 @@ async def test_aview_shows_the_pending_mutation_and_none_when_untracked(env: Env
     env.d.on_add(pod)
     env.held.gate.clear()
     patch = env.d.asubmit(PodStatusPatch.for_pod(pod, nominated_node_name="node-7"))
-    await env.until(lambda: env.held.arrived >= 1)  # in flight, not yet on the server
+    await until(
+        lambda: env.held.arrived >= 1, WAIT, "a request held in flight"
+    )  # in flight, not yet on the server
     seen = await env.d.aview(uid)
     assert seen is not None and seen["status"]["nominatedNodeName"] == "node-7"
     assert env.server.get("Pod", "default", "viewed")["status"].get("nominatedNodeName") is None
@@ -179,7 +175,9 @@ async def test_aview_times_out_and_the_late_answer_is_dropped(env: Env) -> None:
     uid = str(pod["metadata"]["uid"])
     env.held.gate.clear()
     patch = env.d.asubmit(PodStatusPatch.for_pod(pod, nominated_node_name="node-3"))
-    await env.until(lambda: env.held.arrived >= 1)  # tracked, its patch held in flight
+    await until(
+        lambda: env.held.arrived >= 1, WAIT, "a request held in flight"
+    )  # tracked, its patch held in flight
     pid = env.d.pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # the child cannot answer until it is resumed
@@ -199,7 +197,7 @@ async def test_a_dead_child_fails_the_awaits_typed(env: Env) -> None:
     pod = env.pod("doomed")
     env.held.gate.clear()
     awaited = env.d.asubmit(PodBinding.for_pod(pod, "node-1"))
-    await env.until(lambda: env.held.arrived >= 1)
+    await until(lambda: env.held.arrived >= 1, WAIT, "a request held in flight")
     pid = env.d.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
     UnknownCallTypeError,
 )
+from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
@@ -56,6 +56,7 @@ from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
 from kdispatch.adapters.process_child import dumps, portable
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.waiting import wait_for
 from tests.factories import cond
 
 WAIT = 30.0
@@ -102,6 +103,17 @@ class Cluster:
 
     def stored(self, name: str) -> Obj:
         return self.server.get("Pod", "default", name)
+
+    def held_bindings(
+        self, pods: list[Obj], arrived: int, **executor: int
+    ) -> tuple[ProcessDispatcher, list[CallFuture]]:
+        """A started dispatcher binding every pod in ``pods`` to node-1 while the server holds
+        the requests; returns once ``arrived`` of them are in flight on the server."""
+        self.held.gate.clear()
+        d = self.dispatcher(**executor).start()
+        futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+        self.held.wait_arrived(arrived)
+        return d, futures
 
 
 @pytest.fixture
@@ -199,10 +211,8 @@ def test_backend_factory_error_reaches_start() -> None:
 
 def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
     pods = [cluster.pod(f"k{i}") for i in range(6)]
-    cluster.held.gate.clear()
-    d = cluster.dispatcher().start()
-    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
-    cluster.held.wait_arrived(4)  # four bindings in flight on the server, two queued
+    # four bindings in flight on the server, two queued
+    d, futures = cluster.held_bindings(pods, 4)
     pid = d.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -219,10 +229,7 @@ def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
 
 def test_stop_drains_pending_calls(cluster: Cluster) -> None:
     pods = [cluster.pod(f"d{i}") for i in range(12)]
-    cluster.held.gate.clear()
-    d = cluster.dispatcher(workers=2).start()
-    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
-    cluster.held.wait_arrived(2)
+    d, futures = cluster.held_bindings(pods, 2, workers=2)
     result: list[bool] = []
     stopper = threading.Thread(target=lambda: result.append(d.stop(drain=True, timeout=WAIT)))
     stopper.start()
@@ -234,12 +241,10 @@ def test_stop_drains_pending_calls(cluster: Cluster) -> None:
     assert d.stats()["sent"] == {"pod_binding": 12}  # the child's last figures
 
 
+@pytest.mark.slow
 def test_stop_without_drain_closes_what_is_left(cluster: Cluster) -> None:
     pods = [cluster.pod(f"n{i}") for i in range(5)]
-    cluster.held.gate.clear()
-    d = cluster.dispatcher(workers=1).start()
-    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
-    cluster.held.wait_arrived(1)
+    d, futures = cluster.held_bindings(pods, 1, workers=1)
     stopper = threading.Thread(target=lambda: d.stop(drain=False, timeout=2.0))
     stopper.start()
     _done, pending = wait(futures[1:], timeout=WAIT)  # queued behind the held one
@@ -352,6 +357,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path) -> None:
     script = tmp_path / "orphan.py"
     script.write_text(_ORPHAN_SCRIPT)
@@ -367,10 +373,12 @@ def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path)
         child = psutil.Process(int(parent.stdout.readline()))
         parent.kill()  # SIGKILL: no stop(), no atexit; the child sees its pipe close
         parent.wait(WAIT)
-        deadline = time.monotonic() + WAIT
-        while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, "the orphaned dispatcher process kept running"
-            threading.Event().wait(0.05)
+        wait_for(
+            lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+            WAIT,
+            "the orphaned dispatcher process to exit",
+            interval=0.05,
+        )
     finally:
         if child is not None and child.is_running():
             child.kill()  # only when the assertion above failed: leave nothing behind

@@ -30,6 +30,7 @@ from kdispatch.adapters.process import ProcessDispatcher
 from kdispatch.testing import MemoryLeaseClient
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.waiting import wait_for
 from tests.test_process_dispatcher import WAIT, HeldSleep
 
 pytestmark = pytest.mark.timeout(120)
@@ -93,12 +94,15 @@ def _submit_held(
     rest queue behind the child's one executor worker). With ``renew``, the elector renews
     while waiting, as its election loop would."""
     futures = [d.submit(PodBinding.for_pod(cluster.pod(n), "node-1")) for n in names]
-    deadline = time.monotonic() + WAIT
-    while cluster.held.arrived < 1:
-        assert time.monotonic() < deadline, "the first binding never reached the server"
+
+    def arrived() -> bool:
+        if cluster.held.arrived >= 1:
+            return True
         if renew is not None:
-            renew.step()
-        threading.Event().wait(0.02)
+            renew.step()  # as the election loop would, while waiting
+        return False
+
+    wait_for(arrived, WAIT, "the first binding on the server", interval=0.02)
     return futures
 
 

@@ -16,18 +16,9 @@ from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _wait_for(predicate: object, timeout: float) -> bool:
-    """Poll observable state until ``predicate()`` holds (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def test_bindings_ride_out_a_three_second_apiserver_restart() -> None:
@@ -46,14 +37,15 @@ def test_bindings_ride_out_a_three_second_apiserver_restart() -> None:
             down_at = time.monotonic()
             futures = [d.submit(PodBinding.for_pod(p, "n1")) for p in pods]
             # the outage is real: the executor keeps meeting refused connections
-            assert _wait_for(
+            wait_for(
                 lambda: (
                     d.metrics.value(
                         "kdispatch_retries_total", call_type="pod_binding", reason="connection"
                     )
                     >= 40
                 ),
-                timeout=10,
+                10,
+                "40 retries after refused connections",
             )
             remaining = 3.0 - (time.monotonic() - down_at)
             if remaining > 0:

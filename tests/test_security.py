@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import shutil
 import socket
 import ssl
@@ -29,7 +28,6 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     ApiConnectionError,
@@ -47,15 +45,14 @@ from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from tests.configs import fast
+from tests.rawhttp import read_request
 
 pytestmark = pytest.mark.timeout(60)
 
 TOKEN = "kd-SECRET-7f3a9c1e5b2d4f6a8c0e"
 SERVER_TOKEN = "kd-other-token-0000"
-CONFIG = DispatcherConfig(
-    rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-    retry=RetryConfig(max_attempts=2, base_backoff=0.0, max_backoff=0.0),
-)
+CONFIG = fast(max_attempts=2)
 
 
 @pytest.fixture
@@ -293,12 +290,7 @@ class _TlsServer:
                     self.handshakes_failed += 1
                     continue
                 with tls:
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        chunk = tls.recv(4096)
-                        if not chunk:
-                            break
-                        data += chunk
+                    read_request(tls)
                     tls.sendall(self.REPLY)
 
     def close(self) -> None:

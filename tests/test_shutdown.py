@@ -40,6 +40,7 @@ def _outcome(future: CallFuture) -> object:
     return type(exc) if exc is not None else future.result(timeout=0)
 
 
+@pytest.mark.slow
 def test_stop_with_ten_thousand_pending_calls_and_a_slow_apiserver() -> None:
     server = InMemoryApiServer(latency=Latency(fixed=0.02))
     pods = [server.create(make_pod(f"p{i}")) for i in range(10_000)]
@@ -187,6 +188,7 @@ def test_concurrent_and_repeated_stops_are_safe() -> None:
 # --------------------------------------------------------------------------- the main job
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (ROOT / "examples" / "scheduler" / "__main__.py").exists(), reason="no scheduler example"
 )

@@ -8,12 +8,13 @@ so it is known to catch a lost update.
 from __future__ import annotations
 
 from concurrent.futures import Future
-from typing import Any
 
 import pytest
 
-from examples.stress import Intent, StressConfig, _allowed, main, run_stress
+from examples.stress import StressConfig, main, run_stress
 from kdispatch.actors.errors import CallFailed, InvalidInputError, Outcome
+from kdispatch.testing.memory_objects import make_pod
+from kdispatch.testing.oracle import Intent, score
 
 
 @pytest.mark.timeout(60)
@@ -37,27 +38,37 @@ def test_stress_run_with_churn_and_faults_checks_clean() -> None:
     assert result.external_updates > 0
 
 
-def _intent(seq: int, outcome: Outcome | BaseException) -> Intent:
+def _intent(seq: int, outcome: Outcome | BaseException, value: str) -> Intent:
     fut: Future[Outcome] = Future()
     if isinstance(outcome, BaseException):
         fut.set_exception(outcome)
     else:
         fut.set_result(outcome)
-    return Intent(seq, "pod_status_patch", "u", {}, fut)
+    return Intent(seq, "u", "pod_status_patch", 1, {NNN: value}, future=fut)
 
 
-def test_state_rule_allows_only_what_successful_calls_explain() -> None:
-    def allowed(*steps: tuple[Outcome | BaseException, Any]) -> list[Any]:
-        return _allowed([(_intent(i, o), v) for i, (o, v) in enumerate(steps)], "initial")
+NNN = ("nnn",)
+
+
+def test_state_check_catches_a_lost_update() -> None:
+    """The run's state check (the oracle) on its own: a value only successful calls explain."""
+
+    def mismatches(final: str, *steps: tuple[Outcome | BaseException, str]) -> int:
+        intents = [_intent(i, o, v) for i, (o, v) in enumerate(steps)]
+        pod = make_pod("p", uid="u", nominated_node_name=final)
+        found = score(intents, {"u": pod}, {"u": make_pod("p", uid="u")})
+        return found.lost_intents + found.live_objects_checked - found.live_objects_converged
 
     failed = CallFailed("gave up")
-    assert allowed() == ["initial"]
-    assert allowed((Outcome.SUCCESS, "a"), (failed, "b")) == ["a"]
+    assert mismatches("a", (Outcome.SUCCESS, "a"), (failed, "b")) == 0
+    assert mismatches("initial", (Outcome.SUCCESS, "a"), (failed, "b")) > 0  # the lost update
     # merged into a later call that failed: either value may remain
-    assert allowed((Outcome.SUCCESS, "a"), (Outcome.OVERWRITTEN, "b"), (failed, "c")) == ["a", "b"]
-    assert allowed((Outcome.OVERWRITTEN, "a"), (Outcome.SUCCESS, "b")) == ["b"]
-    assert allowed((Outcome.SKIPPED, "a")) == ["a", "initial"]
-    assert allowed((failed, "a")) == ["initial"]
+    assert mismatches("a", (Outcome.SUCCESS, "a"), (Outcome.OVERWRITTEN, "b"), (failed, "c")) == 0
+    assert mismatches("b", (Outcome.SUCCESS, "a"), (Outcome.OVERWRITTEN, "b"), (failed, "c")) == 0
+    assert mismatches("b", (Outcome.OVERWRITTEN, "a"), (Outcome.SUCCESS, "b")) == 0
+    assert mismatches("a", (Outcome.OVERWRITTEN, "a"), (Outcome.SUCCESS, "b")) > 0
+    assert mismatches("a", (Outcome.SKIPPED, "a")) == 0
+    assert mismatches("other", (Outcome.SKIPPED, "a")) > 0
 
 
 def test_stress_cli_rejects_bad_options() -> None:

@@ -10,7 +10,10 @@
 * :class:`ApiServerHTTP`: the same server over HTTP on 127.0.0.1, for the official client.
 * :class:`MemoryListWatch` and :class:`MemoryLeaseClient`: informers and leader election over
   the in-memory server without HTTP.
-* :func:`make_pod`, :func:`make_node`, :func:`make_claim`, :func:`make_pdb`: object factories.
+* :func:`make_pod`, :func:`make_condition`, :func:`make_node`, :func:`make_claim`,
+  :func:`make_pdb`: object factories (the one home for test objects).
+* :mod:`kdispatch.testing.waiting`: ``wait_for``/``poll``/``until``, the one wait for observable
+  state (a predicate polled with a deadline that names what it waited for).
 * :func:`live_pooled_actors`: pooled actors alive in this process, for leak checks.
 * :mod:`kdispatch.testing.envtest`: the real etcd + kube-apiserver, built from the Go module
   proxy and started for your own tests (``python -m kdispatch.testing.envtest``).
@@ -27,7 +30,7 @@ from .lease_client import MemoryLeaseClient
 from .listwatch import MemoryListWatch
 from .memory import InMemoryApiServer
 from .memory_faults import FaultPlan, Latency
-from .memory_objects import make_claim, make_node, make_pdb, make_pod
+from .memory_objects import make_claim, make_condition, make_node, make_pdb, make_pod
 
 __all__ = [
     "ApiServerHTTP",
@@ -39,6 +42,7 @@ __all__ = [
     "RequestRecord",
     "live_pooled_actors",
     "make_claim",
+    "make_condition",
     "make_node",
     "make_pdb",
     "make_pod",

@@ -1,8 +1,8 @@
 """JSON object helpers of the in-memory apiserver, and builders for test objects.
 
 ``to_json`` turns caller input into plain owned JSON (dicts, lists, scalars) and rejects anything
-else; ``clone`` is a fast deep copy of such JSON. ``make_pod``, ``make_node``, ``make_claim``
-and ``make_pdb`` build objects in the shape the real apiserver serves
+else; ``clone`` is a fast deep copy of such JSON. ``make_pod``, ``make_condition``, ``make_node``,
+``make_claim`` and ``make_pdb`` build objects in the shape the real apiserver serves
 (``spec.containers[].resources.requests``, ``spec.priority``, ``spec.resourceClaims`` ...).
 
 Pure module: no threads, no pykka, no kubernetes.
@@ -125,11 +125,20 @@ def make_pod(
     uid: str | None = None,
     claims: Iterable[str] = (),
     labels: Mapping[str, str] | None = None,
+    rv: int | str | None = None,
+    node: str | None = None,
+    phase: str = "Pending",
+    conditions: Iterable[Mapping[str, Any]] | None = None,
+    nominated_node_name: str | None = None,
+    terminating: bool = False,
 ) -> dict[str, Any]:
-    """An unbound, pending Pod (labelled ``labels``) with one container requesting ``cpu_m``
-    millicores and ``mem_mi`` MiB. ``claims`` names ResourceClaims (same namespace) the pod
-    references, both in ``spec.resourceClaims`` and in the container's ``resources.claims``. A
-    UID is generated when ``uid`` is None."""
+    """A Pod (labelled ``labels``) with one container requesting ``cpu_m`` millicores and
+    ``mem_mi`` MiB: unbound and pending unless ``node`` (``spec.nodeName``) or ``phase`` say
+    otherwise. ``claims`` names ResourceClaims (same namespace) the pod references, both in
+    ``spec.resourceClaims`` and in the container's ``resources.claims``. A UID is generated when
+    ``uid`` is None. As a server would have served it: ``rv`` (``metadata.resourceVersion``),
+    ``conditions`` (copied into ``status.conditions``), ``nominated_node_name``
+    (``status.nominatedNodeName``) and ``terminating`` (a ``metadata.deletionTimestamp``)."""
     _check_name(name)
     _check_namespace(namespace)
     _check_amount("cpu_m", cpu_m)
@@ -156,17 +165,40 @@ def make_pod(
         spec["nodeSelector"] = selector
     if claim_names:
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claim_names]
+    if node is not None:
+        spec["nodeName"] = _check_name(node, "node name")
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
     pod_labels = _labels(labels, "labels")
     if pod_labels:
         meta["labels"] = pod_labels
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": spec,
-        "status": {"phase": "Pending"},
-    }
+    if rv is not None:
+        meta["resourceVersion"] = str(rv)
+    if terminating:
+        meta["deletionTimestamp"] = TERMINATING_SINCE
+    status: dict[str, Any] = {"phase": phase}
+    if conditions is not None:
+        status["conditions"] = [to_json(c, "conditions[]") for c in conditions]
+    if nominated_node_name is not None:
+        status["nominatedNodeName"] = nominated_node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+TERMINATING_SINCE = "2026-01-01T00:00:00Z"
+"""The ``deletionTimestamp`` of a pod built with ``terminating=True``."""
+
+
+def make_condition(
+    type_: str = "PodScheduled",
+    status: str = "False",
+    reason: str = "Unschedulable",
+    message: str = "",
+) -> dict[str, Any]:
+    """A pod condition (``message`` only when given); by default the scheduler's
+    ``PodScheduled=False/Unschedulable``."""
+    out = {"type": type_, "status": status, "reason": reason}
+    if message:
+        out["message"] = message
+    return out
 
 
 def make_node(

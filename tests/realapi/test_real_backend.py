@@ -6,7 +6,6 @@ the error types kdispatch maps the replies to, and the HTTP status and reason of
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +16,7 @@ from kdispatch.actors.errors import (
     NotFoundError,
 )
 from kdispatch.adapters.kubernetes import KubernetesBackend
+from tests.concurrency import patch_from_threads
 from tests.realapi.cluster import Admin, Target, condition
 from tests.realapi.conftest import create_node, node_body
 from tests.realapi.objects import (
@@ -421,25 +421,16 @@ def test_claim_allocation_and_reservation(
     result = stored["status"]["allocation"]["devices"]["results"][0]
     assert (result["pool"], result["device"]) == ("n1", "gpu-0")
     assert stored["status"]["reservedFor"] == [consumer(pod)]
-    # unreserve, then deallocate
-    backend.patch_status(
-        "ResourceClaim",
-        ns,
-        "c1",
-        {"status": {"reservedFor": None}},
-        uid=uid,
-        resource_version=None,
-        patch_type="merge",
-    )
-    backend.patch_status(
-        "ResourceClaim",
-        ns,
-        "c1",
-        {"status": {"allocation": None}},
-        uid=uid,
-        resource_version=None,
-        patch_type="merge",
-    )
+    for field in ("reservedFor", "allocation"):  # unreserve, then deallocate
+        backend.patch_status(
+            "ResourceClaim",
+            ns,
+            "c1",
+            {"status": {field: None}},
+            uid=uid,
+            resource_version=None,
+            patch_type="merge",
+        )
     assert admin.get_claim(ns, "c1").get("status", {}) == {}
 
 
@@ -519,28 +510,8 @@ def test_claim_reserved_for_merges_by_uid_in_a_strategic_patch(
 def test_shared_client_under_parallel_workers(target: Target, admin: Admin, ns: str) -> None:
     workers = 8
     uids = [uid_rv(new_pod(admin, ns, f"p{i}"))[0] for i in range(workers)]
-    errors: list[BaseException] = []
     with target.backend(workers=workers) as b:
-
-        def work(i: int) -> None:
-            try:
-                for j in range(10):
-                    b.patch_status(
-                        "Pod",
-                        ns,
-                        f"p{i}",
-                        {"status": {"nominatedNodeName": f"n{j}"}},
-                        uid=uids[i],
-                        resource_version=None,
-                    )
-            except BaseException as exc:  # collected and asserted below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        errors = patch_from_threads(b, ns, uids, rounds=10)
     assert errors == []
     for i in range(workers):
         assert admin.get_pod(ns, f"p{i}")["status"]["nominatedNodeName"] == "n9"

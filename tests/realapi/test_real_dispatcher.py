@@ -24,6 +24,7 @@ from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.realapi.cluster import Admin, Target, condition, wait_for
 from tests.realapi.objects import allocation, consumer, new_claim, new_pod, remove_pod
+from tests.stacks import run_teardown, start_with_informers
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -65,32 +66,11 @@ def make_stack(target: Target) -> Iterator[Callable[..., Stack]]:
             inf.attach(dispatcher)
             stack.informers[kind] = inf
 
-        def stop_informers() -> None:
-            for inf in stack.informers.values():
-                assert inf.stop(timeout=10.0), f"informer {inf.name} did not stop"
-
-        teardown.append(stop_informers)
-
-        def stop_dispatcher() -> None:
-            dispatcher.stop(timeout=10.0)
-
-        teardown.append(stop_dispatcher)
-        dispatcher.start()
-        for inf in stack.informers.values():
-            inf.start()
-        for inf in stack.informers.values():
-            assert inf.wait_for_sync(WAIT), f"informer {inf.name} never synced"
+        start_with_informers(dispatcher, list(stack.informers.values()), teardown, WAIT)
         return stack
 
     yield build
-    errors: list[BaseException] = []
-    for step in reversed(teardown):
-        try:
-            step()
-        except BaseException as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+    run_teardown(teardown)
 
 
 def resolved(fut: Future[Any]) -> Outcome | type[BaseException]:

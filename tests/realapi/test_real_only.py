@@ -17,7 +17,6 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.backend import PatchType
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
@@ -29,6 +28,7 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
+from tests.backends import T, WrappedBackend
 from tests.realapi.cluster import REPO, Admin, RealCluster, condition, wait_for
 from tests.realapi.conftest import clear_namespace, create_namespace
 from tests.realapi.objects import new_pod, remove_pod, uid_rv
@@ -244,67 +244,28 @@ class Attempt:
     retry_after: float | None  # set when the server answered 429
 
 
-class RecordingBackend:
-    """Delegates to a ``KubernetesBackend`` and records every read and status patch."""
+class AttemptRecorder(WrappedBackend):
+    """Delegates to a ``KubernetesBackend`` and records when every read and status patch went
+    out, and any 429's Retry-After. Executor worker threads."""
 
     def __init__(self, inner: KubernetesBackend) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.attempts: list[Attempt] = []
         self._lock = threading.Lock()
 
-    def _attempt(self, name: str, send: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """Send one request and record when it went out and any 429's Retry-After."""
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op not in ("get", "patch_status"):
+            return send()
         t = time.monotonic()
         try:
             out = send()
         except TooManyRequestsError as exc:
             with self._lock:
-                self.attempts.append(Attempt(name, t, exc.retry_after))
+                self.attempts.append(Attempt(request["name"], t, exc.retry_after))
             raise
         with self._lock:
-            self.attempts.append(Attempt(name, t, None))
+            self.attempts.append(Attempt(request["name"], t, None))
         return out
-
-    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        return self._attempt(name, lambda: self.inner.get(kind, namespace, name))
-
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> dict[str, Any]:
-        return self._attempt(
-            name,
-            lambda: self.inner.patch_status(
-                kind,
-                namespace,
-                name,
-                patch,
-                uid=uid,
-                resource_version=resource_version,
-                patch_type=patch_type,
-            ),
-        )
-
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        self.inner.bind(namespace, name, uid=uid, node=node)
-
-    def delete(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str,
-        grace_period_seconds: int | None = None,
-    ) -> None:
-        self.inner.delete(kind, namespace, name, uid=uid, grace_period_seconds=grace_period_seconds)
 
 
 def setup_flow_control(admin: Admin) -> str:
@@ -408,7 +369,7 @@ def test_apf_429s_are_ridden_out_honouring_retry_after(
     before = server_rejections(radmin)
     registry = CollectorRegistry()
     inner = real.backend(token=real.flood_token, workers=12)
-    backend = RecordingBackend(inner)
+    backend = AttemptRecorder(inner)
     # APF's Retry-After starts at 1 s and doubles (up to 32 s) while a priority level keeps
     # dropping requests: give the calls a budget that outlasts a few doublings
     config = DispatcherConfig(

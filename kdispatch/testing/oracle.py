@@ -1,4 +1,8 @@
-"""The chaos oracle: what every intent promised, and whether the server kept it.
+"""The final-state oracle: what every intent promised, and whether the server kept it.
+
+The one checker of "is the final state right?" for the chaos benchmark, the stress run and the
+tests. Record every submitted call with an :class:`IntentLog`, then :func:`score` it against the
+server's final objects.
 
 An *intent* is one call submitted to the dispatcher. It is reduced to the fields of the object it
 sets (``strict``: the server must end up with exactly this value unless something later changed
@@ -6,9 +10,10 @@ the field) and the fields it may change as a side effect (``loose``: e.g. a bind
 ``PodScheduled`` condition). After the run, :func:`score` compares the server's final objects
 with the intents and their futures:
 
-* **lost intent** — a future that said ``SUCCESS``/``SKIPPED``/``OVERWRITTEN`` for an object that
-  is still alive, while one of its strict fields does not hold the promised value and no later
-  intent touched that field; or a preemption that said success while its pod is still alive; or
+* **lost intent** — a future that said ``SUCCESS``/``SKIPPED`` (or ``OVERWRITTEN``, when the call
+  it was merged into did not fail or get cancelled) for an object that is still alive, while one
+  of its strict fields does not hold the promised value and no later intent touched that field;
+  or a preemption that said success while its pod is still alive; or
   a future that never resolved. Intents that the design lets a more relevant call supersede are
   exempt: one followed by a more relevant intent (a binding overwrites a pending status patch),
   and one answered ``SKIPPED`` while a more relevant intent of the object was still open.
@@ -19,18 +24,22 @@ with the intents and their futures:
 Field keys are tuples: ``("cond", type, key)`` for a pod condition's status/reason/message,
 ``("nnn",)``, ``("node",)``, ``("alloc",)`` and ``("reserved", consumer uid)``.
 
-Pure module: no threads. Runs on the chaos driver's thread.
+Pure rules: no clocks, no pykka. :func:`score` runs on the caller's thread;
+:meth:`IntentLog.record` may be called from several threads (one thread per object keeps that
+object's intents in submission order).
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdispatch import Outcome, get_path
+from kdispatch.actors.errors import KdispatchError, Outcome
+from kdispatch.actors.objects import get_path
 
 Field = tuple[str, ...]
 
@@ -79,6 +88,57 @@ class Intent:
         )
 
 
+class IntentLog:
+    """Intents in submission order, each stamped with whether a more relevant intent of its
+    object was still open when it was submitted. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.intents: list[Intent] = []
+        self._open_higher: dict[str, list[tuple[int, Future[Outcome]]]] = defaultdict(list)
+
+    def record(
+        self,
+        uid: str,
+        call_type: str,
+        relevance: int,
+        strict: dict[Field, Any],
+        submit: Callable[[], Future[Outcome]],
+        *,
+        loose: dict[Field, Any] | None = None,
+        exclusive: bool = False,
+        node: str | None = None,
+    ) -> Intent:
+        """Submit one call with ``submit()`` and record what it promised: ``strict`` and
+        ``loose`` fields, ``exclusive`` for a preemption, ``node`` for a binding. A submit that
+        raises a kdispatch error is recorded as rejected; any other exception propagates."""
+        with self._lock:
+            opened = self._open_higher[uid]
+            opened[:] = [(r, f) for r, f in opened if not f.done()]
+            under_higher = any(r > relevance for r, _ in opened)
+        intent = Intent(
+            0,
+            uid,
+            call_type,
+            relevance,
+            strict,
+            loose or {},
+            exclusive=exclusive,
+            under_higher=under_higher,
+            binding_node=node,
+        )
+        try:
+            intent.future = submit()
+        except KdispatchError as exc:
+            intent.rejected = type(exc).__name__
+        with self._lock:
+            intent.seq = len(self.intents)
+            self.intents.append(intent)
+            if intent.future is not None and relevance > 1:
+                opened.append((relevance, intent.future))
+        return intent
+
+
 # --------------------------------------------------------------------------- field values
 
 
@@ -123,6 +183,7 @@ class Score:
     converged: float = 1.0
     live_objects_checked: int = 0
     live_objects_converged: int = 0
+    fields_checked: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     lost_examples: list[str] = field(default_factory=list)
     unconverged_examples: list[str] = field(default_factory=list)
@@ -151,8 +212,9 @@ def score(
         by_uid[i.uid].append(i)
         out.outcomes[i.outcome()] += 1
     checked = converged = 0
-    for uid, items in by_uid.items():
-        items.sort(key=lambda i: i.seq)
+    for uid, submitted in by_uid.items():
+        # a call refused at submit never reached the server: it neither promises nor allows
+        items = sorted((i for i in submitted if i.rejected is None), key=lambda i: i.seq)
         obj = final.get(uid)
         live = obj is not None
         later_max = [0] * len(items)
@@ -164,13 +226,14 @@ def score(
         for i in items:
             for f in (*i.strict, *i.loose):
                 last_touch[f] = i.seq
+        fates = _fates(items)
         for k, i in enumerate(items):
             if i.future is not None and not i.future.done():
                 out.unresolved_futures += 1
                 out.lost_intents += 1
                 _note(out.lost_examples, examples, f"{uid}: {i.call_type} #{i.seq} unresolved")
                 continue
-            if not live or not i.successish():
+            if not live or not fates[k]:
                 continue
             if i.exclusive:
                 out.lost_intents += 1
@@ -190,7 +253,8 @@ def score(
                     break
         if live:
             checked += 1
-            bad = _unconverged(items, later_max, obj, initial.get(uid))
+            bad, fields = _unconverged(items, fates, later_max, obj, initial.get(uid))
+            out.fields_checked += fields
             if bad is None:
                 converged += 1
             else:
@@ -201,20 +265,41 @@ def score(
     return out
 
 
+def _fates(items: list[Intent]) -> list[bool]:
+    """Per intent (in submission order), whether it said success/skipped, or was overwritten
+    (merged into a later call of its type) and the call it rode on, the next one of its type
+    that was not overwritten itself, did. A caller's cancel or a failure of that call takes the
+    merged intents with it."""
+    fates = [False] * len(items)
+    rides: dict[str, bool] = {}  # call type -> fate of the latest call not overwritten
+    for k in range(len(items) - 1, -1, -1):
+        i = items[k]
+        if i.future is None:
+            continue  # rejected at submit: nothing merged into it
+        if i.successish() and i.future.result() is Outcome.OVERWRITTEN:
+            fates[k] = rides.get(i.call_type, True)
+        else:
+            fates[k] = i.successish()
+            rides[i.call_type] = fates[k]
+    return fates
+
+
 def _unconverged(
     items: list[Intent],
+    fates: list[bool],
     later_max: list[int],
     obj: Mapping[str, Any] | None,
     initial: Mapping[str, Any] | None,
-) -> str | None:
-    """Why ``obj`` does not hold a value the intents allow, or None when it does."""
+) -> tuple[str | None, int]:
+    """Why ``obj`` does not hold a value the intents allow (None when it does), and how many
+    fields were checked."""
     allowed: dict[Field, set[Any]] = {}
     last_touch: dict[Field, int] = {}
     for i in items:
         for f in (*i.strict, *i.loose):
             last_touch[f] = i.seq
     for k, i in enumerate(items):
-        certain = i.successish() and not i.exclusive and not _exempt(i, later_max[k])
+        certain = fates[k] and not i.exclusive and not _exempt(i, later_max[k])
         # an overwritten intent shares the fate of the call it was merged into: it decides a
         # field only when no later intent touched that field
         merged = certain and i.future is not None and i.future.result() is Outcome.OVERWRITTEN
@@ -228,8 +313,8 @@ def _unconverged(
     for f, values in allowed.items():
         have = _freeze(actual(obj, f))
         if have not in values:
-            return f"{f} is {have!r}, allowed {sorted(map(repr, values))}"
-    return None
+            return f"{f} is {have!r}, allowed {sorted(map(repr, values))}", len(allowed)
+    return None, len(allowed)
 
 
 def _freeze(value: Any) -> Any:
