@@ -154,7 +154,10 @@ class RuntimeConfig:
 
     ``gc_young_threshold``: if set, ``gc.set_threshold()``'s first value (allocations between two
     young collections; CPython's default is 700) while the dispatcher runs; ``stop()`` restores
-    the previous thresholds. Default None: leave the thresholds alone.
+    the previous thresholds. Default 10,000: each call allocates dozens of short-lived objects;
+    with a larger young generation most die before a collection scans them, and full
+    collections, whose pause grows with the live actors, come 14 times less often (see
+    docs/benchmarks.md, "Instructions per call"). None leaves the thresholds alone.
 
     ``caller_turns``: ``Dispatcher.submit()`` runs the object actor's turn on the calling thread
     when that actor is idle (:class:`~kdispatch.actors.runtime.DirectTurns`), instead of waking
@@ -178,7 +181,7 @@ class RuntimeConfig:
     workers: int = 1
     batch: int = 16
     gc_freeze: bool = False
-    gc_young_threshold: int | None = None
+    gc_young_threshold: int | None = 10_000
     caller_turns: bool = False
 
     def __post_init__(self) -> None:
