@@ -175,13 +175,16 @@ class RuntimeConfig:
 
     ``gc_young_threshold``: if set, ``gc.set_threshold()``'s first value (allocations between two
     young collections; CPython's default is 700) while the dispatcher runs; ``stop()`` restores
-    the previous thresholds. Default None: leave the thresholds alone.
+    the previous thresholds. Default 10,000: each call allocates dozens of short-lived objects;
+    with a larger young generation most die before a collection scans them, and full
+    collections, whose pause grows with the live actors, come 14 times less often (see
+    docs/benchmarks.md, "Instructions per call"). None leaves the thresholds alone.
     """
 
     workers: int = 1
     batch: int = 16
     gc_freeze: bool = False
-    gc_young_threshold: int | None = None
+    gc_young_threshold: int | None = 10_000
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)

@@ -424,38 +424,40 @@ _UNTRUSTED: Final = frozenset({_U, _URS})
 
 
 # --------------------------------------------------------------------------- effects
+# The effects made for every call (and ``Done``) have ``Final`` fields instead of ``frozen=True``:
+# as immutable to mypy, without a frozen ``__init__``'s cost (see :mod:`.messages`).
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Resolve:
     """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names
     the ``successor``: the future of the newer call that merged or superseded this one (the
     shell sets ``future.successor`` before resolving, so prerequisites can be followed)."""
 
-    future: Any
-    call_type: str
-    outcome: Outcome | CallOutcomeError | DispatcherClosed
-    successor: Any = None
+    future: Final[Any]
+    call_type: Final[str]
+    outcome: Final[Outcome | CallOutcomeError | DispatcherClosed]
+    successor: Final[Any] = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ready:
     """Tell the executor this object has something to send in lane ``relevance``, not before
     ``not_before`` (the shell's clock)."""
 
-    relevance: int
-    not_before: float
+    relevance: Final[int]
+    not_before: Final[float]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
     object (one GET) so the call can be computed against a trusted object."""
 
-    call: Call
-    obj: Obj | None
-    attempt: int
-    read: bool = False
+    call: Final[Call]
+    obj: Final[Obj | None]
+    attempt: Final[int]
+    read: Final[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -501,15 +503,15 @@ class Result(enum.Enum):
     __hash__ = object.__hash__  # singletons: see State
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Done:
     """The end of the request in flight, as the executor classified it."""
 
-    call: Call
-    result: Result
-    obj: Obj | None = None
-    error: BaseException | None = None
-    delay: float = 0.0
+    call: Final[Call]
+    result: Final[Result]
+    obj: Final[Obj | None] = None
+    error: Final[BaseException | None] = None
+    delay: Final[float] = 0.0
 
 
 def about(ref: ObjectRef, why: str) -> str:

@@ -35,6 +35,14 @@ What differs from the in-process dispatcher:
   a parent that died or stalled stops renewing, so the child stops sending at the deadline.
   As with the in-process dispatcher, the elector's ``on_lost`` should :meth:`revoke` it so
   the calls not yet sent resolve at once instead of at their turn;
+* back-pressure: at most ``max_in_flight`` calls are sent to the child and not yet resolved
+  (:class:`~kdispatch.adapters.process_window.SendWindow`); beyond that, calls wait in this
+  process in lanes by relevance, so a binding or a deletion submitted behind thousands of
+  status patches overtakes them instead of queueing behind them in the pipe, and ``submit``
+  still never blocks. One object's calls keep their order. A call waiting here is not yet
+  known to the child: :meth:`~ProcessDispatcher.view` does not show it; ``cancel``,
+  ``on_delete``, ``revoke``, ``stop`` and the child's death resolve it here, as the child
+  would have;
 * ``asubmit`` and ``aview`` are the asyncio forms, as on the in-process dispatcher (the
   helpers of :mod:`kdispatch.actors.aio`): the reader thread posts each result to the loop;
 * if the child dies, every pending future fails with :class:`DispatcherProcessDied` (a
@@ -73,6 +81,7 @@ from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.config import DispatcherConfig
 from kdispatch.actors.errors import (
+    CallCancelled,
     CallFailed,
     DispatcherClosed,
     GroupsNotSupported,
@@ -100,9 +109,15 @@ from .process_child import (
     child_main,
     dumps,
 )
+from .process_window import SendWindow
 
 _MAX_WRITE = 1 << 20
 """Bytes of queued messages the writer joins into one pipe write at most."""
+
+MAX_IN_FLIGHT = 256
+"""Default of ``ProcessDispatcher(max_in_flight=...)``: calls sent to the child and not yet
+resolved, at most. Enough to keep a few dozen executor workers busy while the child merges,
+few enough that the child takes in a binding within milliseconds."""
 
 CONTEXTS = ("spawn", "forkserver")
 """Start methods that never fork a process with threads."""
@@ -152,11 +167,14 @@ class ProcessDispatcher:
         start_timeout: float = 60.0,
         context: str = "spawn",
         leader: SendDeadlines | None = None,
+        max_in_flight: int | None = MAX_IN_FLIGHT,
     ) -> None:
         """Caller thread. Checks the arguments (each must pickle); starts nothing. With
         ``leader``, the child sends a request only while ``time.monotonic()`` is before the
         send deadline ``leader`` last told (closed until it first leads); this registers the
-        observer on ``leader`` (:attr:`send_deadline` follows it from now on). Raises
+        observer on ``leader`` (:attr:`send_deadline` follows it from now on).
+        ``max_in_flight``: calls sent to the child and not yet resolved, at most (None: no
+        limit); the others wait here by relevance (see the module docstring). Raises
         :class:`~kdispatch.actors.errors.InvalidConfigError`."""
         if not callable(backend_factory):
             raise InvalidConfigError("backend_factory must be a callable returning an ApiBackend")
@@ -174,6 +192,7 @@ class ProcessDispatcher:
             raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
         if leader is not None:
             _check_leader(leader)
+        _check_max_in_flight(max_in_flight)
         for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
             try:
                 dumps(value)
@@ -203,6 +222,7 @@ class ProcessDispatcher:
         self._reader: threading.Thread | None = None
         self._writer: threading.Thread | None = None
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._window = SendWindow(max_in_flight, self._outbox.put)
         self._gc = GcTuner(config.runtime)
         # The send deadline on CLOCK_MONOTONIC, shared with the child (0.0: closed). Only
         # the leader's observer stores into it, under the leader's lock.
@@ -290,6 +310,10 @@ class ProcessDispatcher:
                 return self._final[0] if self._final is not None else not self._calls
             self._closing = True
             self._stopped = True
+        if drain:
+            self._window.flush()  # the child drains them with the rest
+        stopped = DispatcherClosed("dispatcher process stopped")
+        self._resolve_waiting(self._window.close(), lambda _: copy.copy(stopped))
         with contextlib.suppress(DispatcherClosed):
             self._send(dumps((STOP, bool(drain), float(timeout))))
         self._outbox.put(None)  # the writer sends what is queued, then ends
@@ -323,8 +347,9 @@ class ProcessDispatcher:
     # ------------------------------------------------------------------ calls
 
     def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
-        """Any thread; returns after one pickle and one queue put (the writer thread sends it),
-        never waits for the child.
+        """Any thread; returns after one pickle and one queue put (the writer thread sends it,
+        or the call waits here while ``max_in_flight`` calls are in the child), never waits
+        for the child.
         Raises :class:`~kdispatch.actors.errors.InvalidInputError` subclasses for bad calls
         (an unregistered type, a wrong kind, fields that do not pickle; any ``after``:
         :class:`~kdispatch.actors.errors.GroupsNotSupported`) and
@@ -339,17 +364,15 @@ class ProcessDispatcher:
             data = dumps((SUBMIT, fid, call))
         except Exception as err:
             raise InvalidCallError(f"{call.call_type}: the call does not pickle: {err}") from err
+        relevance = self.call_types.spec(call.call_type).relevance
         future = CallFuture()
         self._calls[fid] = future
-        try:
-            self._send(data)
-        except DispatcherClosed:
-            if self._calls.pop(fid, None) is not None:
-                raise
-            return future  # the reader failed it already (the child is gone)
+        if self._gone is None:
+            self._window.submit(fid, call.ref.uid, call.call_type, relevance, data)
         if self._gone is not None and self._calls.pop(fid, None) is not None:
             # The reader's sweep may have run before this future was registered: whoever
             # pops a future resolves it, so it is resolved (here: raised) exactly once.
+            self._window.discard(fid)
             raise copy.copy(self._gone)
         return future
 
@@ -403,6 +426,10 @@ class ProcessDispatcher:
         if call_type is not None:
             self.call_types.spec(call_type)
         self._check_open()
+        self._resolve_waiting(
+            self._window.withdraw(uid, call_type),
+            lambda t: CallCancelled(f"cancelled by caller: uid {uid}", uid=uid, call_type=t),
+        )
         self._send(dumps((CANCEL, uid, call_type)))
 
     def revoke(self, error: DispatcherClosed) -> None:
@@ -414,6 +441,7 @@ class ProcessDispatcher:
             if self._revoked is not None:
                 return
             self._revoked = error
+        self._resolve_waiting(self._window.withdraw_all(), lambda _: copy.copy(error))
         with contextlib.suppress(DispatcherClosed):
             self._send(dumps((REVOKE, error)))
 
@@ -481,9 +509,14 @@ class ProcessDispatcher:
 
     def _observe(self, obj: object, kind: str | None, *, deleted: bool) -> None:
         plain = as_object(obj)
-        ObjectRef.of(plain, kind)  # bad objects raise here, on the caller's thread
+        uid = ObjectRef.of(plain, kind).uid  # bad objects raise here, on the caller's thread
         if self._closing or self._gone is not None:
             return  # nothing left to feed: every call has resolved or will
+        if deleted:
+            self._resolve_waiting(
+                self._window.withdraw(uid),
+                lambda t: CallCancelled(f"object deleted: uid {uid}", uid=uid, call_type=t),
+            )
         with contextlib.suppress(DispatcherClosed):
             self._send(dumps((OBSERVE, plain, kind, deleted)))
 
@@ -493,6 +526,16 @@ class ProcessDispatcher:
     def outstanding(self) -> int:
         """Futures not yet resolved (counted in this process)."""
         return len(self._calls)
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting in this process for room in the child (``max_in_flight``)."""
+        return self._window.waiting
+
+    @property
+    def in_flight(self) -> int:
+        """Calls sent to the child and not yet resolved."""
+        return self._window.in_flight
 
     @property
     def pid(self) -> int | None:
@@ -609,6 +652,7 @@ class ProcessDispatcher:
                 if fid == STOPPED:
                     self._final = value
                     continue
+                self._window.resolved(fid)  # room for the next waiting call
                 future = self._calls.pop(fid, None) or self._queries.pop(fid, None)
                 if future is None:
                     continue
@@ -628,7 +672,18 @@ class ProcessDispatcher:
             code = proc.exitcode
         return DispatcherProcessDied(f"dispatcher process exited unexpectedly (exit code {code})")
 
+    def _resolve_waiting(
+        self, fids: list[tuple[int, str]], error: Callable[[str], BaseException]
+    ) -> None:
+        """Any thread: resolve calls taken out of the window with ``error(call_type)``
+        (whoever pops a future resolves it)."""
+        for fid, call_type in fids:
+            future = self._calls.pop(fid, None)
+            if future is not None:
+                future.set_exception(error(call_type))
+
     def _fail_all(self, error: DispatcherClosed) -> None:
+        self._window.close()  # nothing more goes out; the waiting calls fail below
         if self._gone is None:
             self._gone = error
         error = self._gone
@@ -646,6 +701,12 @@ def _refuse_after(after: object) -> None:
             "ProcessDispatcher does not hold calls on prerequisites (after=): chain the "
             "futures in the caller, or use an in-process Dispatcher"
         )
+
+
+def _check_max_in_flight(value: object) -> None:
+    """``value`` is a positive int or None; InvalidConfigError otherwise."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidConfigError(f"max_in_flight must be a positive int or None, got {value!r}")
 
 
 def _check_leader(leader: object) -> None:

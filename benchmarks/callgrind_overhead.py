@@ -1,6 +1,7 @@
 """Instructions kdispatch adds to a status patch over HTTP, counted by callgrind.
 
-``python -m benchmarks.callgrind_overhead [--calls 400] [--base 100] [--rounds 3] [--json PATH]``
+``python -m benchmarks.callgrind_overhead [--calls 400] [--base 100] [--rounds 3] [--only http|w2]
+[--w2-calls 600] [--w2-base 200] [--w2-contenders kdispatch,upstream_fifo,blocking] [--json PATH]``
 
 Two paths send the same sequential pod status patches (``nominatedNodeName`` flipped, UID and
 resourceVersion preconditions, one request each) to ``ApiServerHTTP`` (the in-memory apiserver
@@ -24,6 +25,23 @@ reaping are not in it). Each client checks that every call succeeded with exactl
 and that the server holds the intended ``nominatedNodeName`` for every pod. Reported:
 instructions per call of each path, ``dispatcher/direct`` and the overhead ``dispatcher/direct
 - 1`` per round, and their median/min/max over the rounds.
+
+W2 in instructions (``w2``): the W2 workload (:mod:`benchmarks.workloads.throughput`: one status
+patch for each of many distinct pods, submitted from one thread as fast as it can, then every
+future awaited) on the in-memory apiserver **in the measured process** (no latency, no QPS
+limit), so the figure is the whole cost of a call: the contender's machinery plus the
+apiserver's work, which is the same for every contender. Contenders: ``kdispatch`` (a
+``Dispatcher`` as the W2 contender builds it, 16 executor workers, idle actors never reaped
+while measured), ``upstream_fifo`` (the model of kube-scheduler's ``APIDispatcher``) and
+``blocking`` (inline calls on the submitting thread). Start-up is subtracted the same way:
+each contender runs once with ``--w2-base`` and once with ``--w2-calls`` calls; both runs create
+the same ``WARMUP + --w2-calls`` pods, send ``WARMUP`` warm-up calls (awaited), freeze the set-up
+out of the collector's reach (as W2 does), then submit the measured calls and await them, check
+that every one succeeded with one request, and end with ``os._exit`` (W2's span ends at the
+last resolution: the contender's shutdown is not counted). Every call is a new pod, so a
+kdispatch call includes its actor's spawn. Reported per round and as median/min/max:
+instructions per call of each contender, ``w2_kdispatch_vs_upstream`` and
+``w2_kdispatch_vs_inline`` (kdispatch / blocking).
 """
 
 from __future__ import annotations
@@ -37,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +66,9 @@ WORKERS = 8
 WARMUP = 50
 PATHS = ("direct", "dispatcher")
 VALGRIND = "valgrind"
+W2_CONTENDERS = ("kdispatch", "upstream_fifo", "blocking")
+W2_RATIOS = {"w2_kdispatch_vs_upstream": "upstream_fifo", "w2_kdispatch_vs_inline": "blocking"}
+"""Summary key → the contender kdispatch's instructions per call are divided by."""
 
 
 def apiserver() -> Any:
@@ -151,56 +173,121 @@ def client(url: str, path: str, calls: int) -> dict[str, Any]:
     return {"path": path, "calls": total, "requests": requests, "threads": threads}
 
 
+def w2_client(contender: str, calls: int, pods: int) -> dict[str, Any]:
+    """The measured process of W2 (under callgrind): ``WARMUP`` warm-up calls, then ``calls``
+    status patches on ``contender``, each for a pod of its own, submitted at once and awaited.
+    Ends the process with ``os._exit`` once the result is printed. Main thread."""
+    from prometheus_client import CollectorRegistry
+
+    from benchmarks.workloads.common import create_pods, freeze_setup, unschedulable
+    from benchmarks.workloads.contenders import WORKERS, make_contender
+    from kdispatch import (
+        Dispatcher,
+        DispatcherConfig,
+        ExecutorConfig,
+        Outcome,
+        PodStatusPatch,
+        RateLimitConfig,
+        RegistryConfig,
+    )
+    from kdispatch.testing import InMemoryApiServer
+
+    server = InMemoryApiServer()
+    objs = create_pods(server, WARMUP + pods, "w2")
+    conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(objs))]
+    submit: Any
+    if contender == "kdispatch":  # as W2's contender builds it, never reaping while measured
+        config = DispatcherConfig(
+            rate_limit=RateLimitConfig(qps=math.inf, burst=100),
+            executor=ExecutorConfig(workers=WORKERS),
+            registry=RegistryConfig(idle_timeout=3600.0),
+        )
+        d = Dispatcher(server, config, metrics_registry=CollectorRegistry()).start()
+
+        def submit(pod: Any, cond: Any) -> Any:
+            return d.submit(PodStatusPatch.for_pod(pod, conditions=[cond]))
+    else:
+        submit = make_contender(contender, server, qps=math.inf).submit_status
+    warm = [submit(objs[i], conds[i]) for i in range(WARMUP)]
+    wait(warm)
+    freeze_setup()
+    start = len(server.request_log)
+    futures = [submit(objs[i], conds[i]) for i in range(WARMUP, WARMUP + calls)]
+    wait(futures)
+    outcomes = {f.result() for f in warm + futures}
+    requests = len(server.request_log) - start
+    if outcomes != {Outcome.SUCCESS} or requests != calls:
+        raise RuntimeError(f"w2 {contender}: outcomes {outcomes}, {requests} for {calls} calls")
+    return {"contender": contender, "calls": calls, "requests": requests}
+
+
 _SUMMARY = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
 _THREAD_FILE = re.compile(r"-(\d+)$")
 
 
 def _instructions(url: str, path: str, calls: int, workdir: Path) -> dict[str, int]:
-    """Run one client under callgrind: its instructions in total and by thread role."""
-    out = workdir / f"callgrind.{path}.{calls}"
-    cmd = [
-        VALGRIND,
-        "--tool=callgrind",
-        "--trace-children=no",
-        "--separate-threads=yes",
-        f"--callgrind-out-file={out}",
-        sys.executable,
-        "-m",
-        "benchmarks.callgrind_overhead",
-        "--client",
-        url,
-        "--path",
-        path,
-        "--calls",
-        str(calls),
-    ]
-    # a fixed hash seed: the same dict and set layouts, so the same instructions, every run
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"callgrind run {path}/{calls} failed:\n{proc.stderr[-3000:]}")
-    roles: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])["threads"]
+    """Run one HTTP client under callgrind: its instructions in total and by thread role."""
+    args = ["--client", url, "--path", path, "--calls", str(calls)]
+    out, stdout = _callgrind(args, workdir / f"callgrind.{path}.{calls}", separate_threads=True)
+    roles: list[str] = json.loads(stdout.strip().splitlines()[-1])["threads"]
     by_role: dict[str, int] = {"total": 0}
     parts = sorted(workdir.glob(f"{out.name}-*"))
     if len(parts) != len(roles):  # a thread came or went: the roles cannot be matched
         raise RuntimeError(f"{len(parts)} thread files for {len(roles)} threads ({path}/{calls})")
     for part in parts:
         tid = _THREAD_FILE.search(part.name)
-        match = _SUMMARY.search(part.read_text())
-        part.unlink()
-        if tid is None or match is None:
-            raise RuntimeError(f"no instruction total in {part}")
+        count = _total(part)
+        if tid is None:
+            raise RuntimeError(f"no thread number in {part}")
         index = int(tid.group(1)) - 1
         role = roles[index] if index < len(roles) else "other"
-        by_role[role] = by_role.get(role, 0) + int(match.group(1))
-        by_role["total"] += int(match.group(1))
+        by_role[role] = by_role.get(role, 0) + count
+        by_role["total"] += count
     if by_role["total"] == 0:
         raise RuntimeError(f"callgrind wrote no output for {path}/{calls}")
     return by_role
 
 
+def _w2_instructions(contender: str, calls: int, pods: int, workdir: Path) -> int:
+    """Run one W2 client under callgrind: the instructions of all its threads."""
+    args = ["--w2-client", contender, "--calls", str(calls), "--pods", str(pods)]
+    out, _ = _callgrind(args, workdir / f"callgrind.w2.{contender}.{calls}")
+    return _total(out)
+
+
+def _callgrind(args: list[str], out: Path, *, separate_threads: bool = False) -> tuple[Path, str]:
+    """Run ``python -m benchmarks.callgrind_overhead ARGS`` under callgrind, its output in
+    ``out`` (one file per thread with ``separate_threads``); that path and its stdout."""
+    cmd = [
+        VALGRIND,
+        "--tool=callgrind",
+        "--trace-children=no",
+        f"--separate-threads={'yes' if separate_threads else 'no'}",
+        f"--callgrind-out-file={out}",
+        sys.executable,
+        "-m",
+        "benchmarks.callgrind_overhead",
+        *args,
+    ]
+    # a fixed hash seed: the same dict and set layouts, so the same instructions, every run
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"callgrind run {args} failed:\n{proc.stderr[-3000:]}")
+    return out, proc.stdout
+
+
+def _total(part: Path) -> int:
+    """The instruction total of one callgrind output file, which is then deleted."""
+    match = _SUMMARY.search(part.read_text())
+    part.unlink()
+    if match is None:
+        raise RuntimeError(f"no instruction total in {part}")
+    return int(match.group(1))
+
+
 def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
-    """Start the server process, count every (path, call count) ``rounds`` times."""
+    """HTTP: start the server process, count every (path, call count) ``rounds`` times."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.callgrind_overhead", "--serve"],
         stdin=subprocess.PIPE,
@@ -253,6 +340,49 @@ def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
     return {"rounds": per_round, "summary": summary}
 
 
+def run_w2(calls: int, base: int, rounds: int, contenders: list[str]) -> dict[str, Any]:
+    """W2: count every (contender, call count) ``rounds`` times, the order of the contenders
+    rotating from round to round; the ratios are taken within a round."""
+    per_round: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="kdispatch-callgrind-w2-") as tmp:
+        for r in range(rounds):
+            entry: dict[str, Any] = {}
+            shift = r % len(contenders)
+            for name in contenders[shift:] + contenders[:shift]:
+                small = _w2_instructions(name, base, calls, Path(tmp))
+                large = _w2_instructions(name, calls, calls, Path(tmp))
+                entry[name] = {
+                    "total_base": small,
+                    "total_calls": large,
+                    "instructions_per_call": (large - small) / (calls - base),
+                }
+            for key, other in W2_RATIOS.items():
+                if "kdispatch" in entry and other in entry:
+                    entry[key] = (
+                        entry["kdispatch"]["instructions_per_call"]
+                        / entry[other]["instructions_per_call"]
+                    )
+            per_round.append(entry)
+            print(_w2_round_line(r, entry), flush=True)
+    summary: dict[str, Any] = {
+        name: spread([e[name]["instructions_per_call"] for e in per_round]) for name in contenders
+    }
+    for key in W2_RATIOS:
+        if key in per_round[0]:
+            summary[key] = spread([e[key] for e in per_round])
+    return {"rounds": per_round, "summary": summary}
+
+
+def _w2_round_line(r: int, entry: dict[str, Any]) -> str:
+    parts = [
+        f"{name} {entry[name]['instructions_per_call'] / 1e3:,.0f}k"
+        for name in W2_CONTENDERS
+        if name in entry
+    ]
+    ratios = [f"{key} {entry[key]:.3f}" for key in W2_RATIOS if key in entry]
+    return f"w2 round {r}: " + ", ".join(parts) + " instructions per call; " + ", ".join(ratios)
+
+
 def _round_line(r: int, entry: dict[str, Any]) -> str:
     return (
         f"round {r}: direct {entry['direct']['instructions_per_call'] / 1e3:,.0f}k, "
@@ -263,19 +393,33 @@ def _round_line(r: int, entry: dict[str, Any]) -> str:
 
 def _table(result: dict[str, Any]) -> str:
     s = result["summary"]
-    lines = ["instructions per sequential status patch over HTTP, median (min-max)"]
-    for path in PATHS:
-        lo, hi = s[path]["min"] / 1e3, s[path]["max"] / 1e3
-        lines.append(f"  {path:10s} {s[path]['median'] / 1e3:8,.0f}k ({lo:,.0f}k-{hi:,.0f}k)")
-    for role, v in s["dispatcher_by_thread"].items():
-        if abs(v["median"]) >= 1000:  # idle threads (timer, reaper) run a few instructions
-            lines.append(f"    dispatcher, {role}: {v['median'] / 1e3:,.0f}k")
-    o = s["overhead"]
-    lines.append(
-        f"  kdispatch adds {o['median']:+.1%} ({o['min']:+.1%} to {o['max']:+.1%}) "
-        "of a direct call's instructions"
-    )
+    lines: list[str] = []
+    if "overhead" in s:
+        lines.append("instructions per sequential status patch over HTTP, median (min-max)")
+        for path in PATHS:
+            lines.append(f"  {path:10s} {_k(s[path])}")
+        for role, v in s["dispatcher_by_thread"].items():
+            if abs(v["median"]) >= 1000:  # idle threads (timer, reaper) run a few instructions
+                lines.append(f"    dispatcher, {role}: {v['median'] / 1e3:,.0f}k")
+        o = s["overhead"]
+        lines.append(
+            f"  kdispatch adds {o['median']:+.1%} ({o['min']:+.1%} to {o['max']:+.1%}) "
+            "of a direct call's instructions"
+        )
+    if "w2" in s:
+        lines.append("W2 on the in-memory apiserver, instructions per call, median (min-max)")
+        for name, v in s["w2"].items():
+            if name in W2_CONTENDERS:
+                lines.append(f"  {name:14s} {_k(v)}")
+        for key in W2_RATIOS:
+            if key in s["w2"]:
+                v = s["w2"][key]
+                lines.append(f"  {key}: {v['median']:.3f} ({v['min']:.3f}-{v['max']:.3f})")
     return "\n".join(lines)
+
+
+def _k(v: dict[str, float]) -> str:
+    return f"{v['median'] / 1e3:8,.0f}k ({v['min'] / 1e3:,.0f}k-{v['max'] / 1e3:,.0f}k)"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any] | None:
@@ -283,10 +427,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--base", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=("http", "w2"), default=None)
+    parser.add_argument("--w2-calls", type=int, default=600)
+    parser.add_argument("--w2-base", type=int, default=200)
+    parser.add_argument("--w2-contenders", default=",".join(W2_CONTENDERS))
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--path", choices=PATHS, default="direct", help=argparse.SUPPRESS)
+    parser.add_argument("--w2-client", choices=W2_CONTENDERS, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--pods", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         serve()
@@ -294,16 +444,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     if args.client is not None:
         print(json.dumps(client(args.client, args.path, args.calls)))
         return None
-    if not 1 <= args.base < args.calls or args.rounds < 1:
-        parser.error("need 1 <= --base < --calls and --rounds >= 1")
+    if args.w2_client is not None:
+        print(json.dumps(w2_client(args.w2_client, args.calls, args.pods)), flush=True)
+        sys.stderr.flush()
+        os._exit(0)  # W2's span ends at the last resolution: no shutdown in the count
+    contenders = [c for c in args.w2_contenders.split(",") if c]
+    if not 1 <= args.base < args.calls or not 1 <= args.w2_base < args.w2_calls:
+        parser.error("need 1 <= --base < --calls and 1 <= --w2-base < --w2-calls")
+    if args.rounds < 1 or not contenders or not set(contenders) <= set(W2_CONTENDERS):
+        parser.error(f"need --rounds >= 1 and --w2-contenders among {W2_CONTENDERS}")
     load_start = list(os.getloadavg())
-    result = run(args.calls, args.base, args.rounds)
+    result: dict[str, Any] = {"rounds": [], "summary": {}}
+    if args.only != "w2":
+        result = run(args.calls, args.base, args.rounds)
+    if args.only != "http":
+        w2 = run_w2(args.w2_calls, args.w2_base, args.rounds, contenders)
+        result["w2_rounds"] = w2["rounds"]
+        result["summary"]["w2"] = w2["summary"]
+        for key in W2_RATIOS:
+            if key in w2["summary"]:
+                result["summary"][key] = w2["summary"][key]
     meta = {
         "calls": args.calls,
         "base": args.base,
+        "w2_calls": args.w2_calls,
+        "w2_base": args.w2_base,
+        "w2_contenders": contenders,
         "warmup": WARMUP,
         "pods": PODS,
         "rounds": args.rounds,
+        "only": args.only,
         "python": sys.version.split()[0],
         "method": "two call counts per path, difference of callgrind totals (Ir)",
     }

@@ -3,6 +3,7 @@
     python -m benchmarks.process_executor --repeat 3 --json PATH           # 5,000 pods / 500 nodes
     python -m benchmarks.process_executor --repeat 3 --json PATH --quick   # 1,000 pods / 100 nodes
     python -m benchmarks.process_executor --repeat 3 --json PATH --gc-freeze  # both, --gc-freeze
+    python -m benchmarks.process_executor --repeat 3 --json PATH --quick --window-ab
 
 Every run starts a fresh ``python -m examples.apiserver`` (the in-memory apiserver seeded with
 the pods, served over HTTP in its own process, ``--latency-ms`` per request), then runs
@@ -12,7 +13,11 @@ same scheduling threads, executor workers and QPS (unlimited by default); only
 
 * ``inprocess``: the dispatcher's actors, executor workers and HTTP client are threads of the
   scheduler's process;
-* ``process``: they run in a child process (``kdispatch.adapters.process.ProcessDispatcher``).
+* ``process``: they run in a child process (``kdispatch.adapters.process.ProcessDispatcher``,
+  its default ``max_in_flight`` window);
+* ``process_unbounded`` (with ``--window-ab``): the same with ``max_in_flight=None``, every call
+  piped to the child at once (the behaviour before the window), the scheduler started through
+  a shim that sets that default; ``window_ratios`` compare ``process`` with it within a round.
 
 The apiserver is a separate process in both, so neither variant pays for it inside the
 scheduler's interpreter. Within a round the two variants run one after the other (the order
@@ -51,6 +56,9 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "process": ("--dispatcher-process",),
 }
 """Variant name → the scheduler options that set it apart."""
+
+UNBOUNDED = "process_unbounded"
+"""The ``--window-ab`` variant: ``process`` with ``max_in_flight=None``."""
 
 RATIOS = ("loop_submit_p50", "loop_submit_p99", "loop_submit_max", "pods_per_s", "binding_p99")
 """Figures compared as process / in-process within a round."""
@@ -132,6 +140,27 @@ def probe_main(out: str) -> int:
     return 0
 
 
+def windowless_scheduler_main(argv: list[str]) -> int:
+    """``--scheduler-unbounded ARGS``: ``python -m examples.scheduler ARGS`` with every
+    ``ProcessDispatcher`` built with ``max_in_flight=None`` (the examples import the class from
+    ``kdispatch`` when they are first imported, after this swap)."""
+    import kdispatch
+
+    base = kdispatch.ProcessDispatcher
+
+    class Unbounded(base):  # type: ignore[valid-type, misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("max_in_flight", None)
+            super().__init__(*args, **kwargs)
+
+    setattr(kdispatch, "ProcessDispatcher", Unbounded)  # noqa: B010
+    from examples.scheduler.cli import main
+    from examples.scheduler.ha import install_sigterm
+
+    install_sigterm()
+    return main(argv)
+
+
 def start_apiserver(
     nodes: int, pods: int, latency_ms: float, kubeconfig: Path
 ) -> subprocess.Popen[str]:
@@ -158,12 +187,17 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
         api = start_apiserver(nodes, pods, args.latency_ms, kubeconfig)
         load_before = os.getloadavg()[0]
         try:
+            entry = (
+                ("benchmarks.process_executor", "--scheduler-unbounded")
+                if name == UNBOUNDED
+                else ("examples.scheduler",)
+            )
             cmd = [
-                sys.executable, "-m", "examples.scheduler", "--kubeconfig", str(kubeconfig),
+                sys.executable, "-m", *entry, "--kubeconfig", str(kubeconfig),
                 "--scheduler-name", "default-scheduler", "--threads", str(args.threads),
                 "--workers", str(args.workers), "--qps", f"{args.qps:g}",
                 "--max-seconds", f"{args.max_seconds:g}", "--no-progress", "--json", str(out),
-                *VARIANTS[name], *(("--gc-freeze",) if args.gc_freeze else ()),
+                *_options(name), *(("--gc-freeze",) if args.gc_freeze else ()),
             ]  # fmt: skip
             probe_out = Path(tmp) / "probe.json"
             probe = subprocess.Popen(
@@ -202,6 +236,10 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
     return fig
 
 
+def _options(name: str) -> tuple[str, ...]:
+    return VARIANTS["process"] if name == UNBOUNDED else VARIANTS[name]
+
+
 def headline(fig: dict[str, Any]) -> dict[str, float | None]:
     """The compared figures of one run."""
     loop = fig["loop_submit_us"]
@@ -227,7 +265,7 @@ def evaluate(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Per variant and figure the median with its range; per figure the within-round ratio;
     the targets judged on the medians."""
     per_variant: dict[str, dict[str, Any]] = {}
-    for name in VARIANTS:
+    for name in rounds[0]:
         heads = [headline(r[name]) for r in rounds]
         per_variant[name] = {
             key: _spread([v for h in heads if (v := h[key]) is not None]) for key in RATIOS
@@ -240,6 +278,11 @@ def evaluate(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
             if a is not None and b:
                 values.append(round(a / b, 3))
         ratios[key] = _spread(values)
+    window_ratios: dict[str, Any] = {}
+    if UNBOUNDED in rounds[0]:
+        for key in RATIOS:
+            pairs = [(headline(r["process"])[key], headline(r[UNBOUNDED])[key]) for r in rounds]
+            window_ratios[key] = _spread([round(a / b, 3) for a, b in pairs if a is not None and b])
     p50 = per_variant["process"]["loop_submit_p50"]["median"]
     p99 = per_variant["process"]["loop_submit_p99"]["median"]
     clean = all(
@@ -252,7 +295,10 @@ def evaluate(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         "process_loop_submit_p99_us": {"target": 1000.0, "value": p99, "met": p99 <= 1000.0},
         "all_runs_clean": {"target": True, "value": clean, "met": clean},
     }
-    return {"variants": per_variant, "ratios": ratios, "targets": targets}
+    out = {"variants": per_variant, "ratios": ratios, "targets": targets}
+    if window_ratios:
+        out["window_ratios"] = window_ratios
+    return out
 
 
 def _r(s: dict[str, Any], fmt: str = ",.0f") -> str:
@@ -300,6 +346,18 @@ def markdown(result: dict[str, Any], rounds: list[dict[str, dict[str, Any]]]) ->
         f"| dup / lost (all rounds) | {dup['inprocess']} / {lost['inprocess']} "
         f"| {dup['process']} / {lost['process']} | |"
     )
+    if "window_ratios" in result:
+        w = result["window_ratios"]
+        lines += [
+            "",
+            "| figure (median, range) | child, window | child, unbounded | window / unbounded |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, label in labels.items():
+            lines.append(
+                f"| {label} | {_r(v['process'][key])} | {_r(v[UNBOUNDED][key])} "
+                f"| {_r(w[key], '.3g')} |"
+            )
     lines += ["", "| target | wanted | median | met |", "|---|---:|---:|:---:|"]
     for name, t in result["targets"].items():
         lines.append(f"| {name} | {t['target']} | {t['value']} | {'yes' if t['met'] else 'NO'} |")
@@ -308,6 +366,9 @@ def markdown(result: dict[str, Any], rounds: list[dict[str, dict[str, Any]]]) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; exit status 0 when every target is met."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--scheduler-unbounded"]:
+        return windowless_scheduler_main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m benchmarks.process_executor", description=__doc__)
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--quick", action="store_true", help="1,000 pods / 100 nodes")
@@ -322,6 +383,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="both variants run the scheduler with --gc-freeze",
     )
+    p.add_argument(
+        "--window-ab",
+        action="store_true",
+        help=f"also run {UNBOUNDED}: the child process without the max_in_flight window",
+    )
     p.add_argument("--probe", metavar="PATH", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -330,8 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--json PATH is required")
     nodes, pods = (100, 1000) if args.quick else (500, 5000)
     rounds: list[dict[str, dict[str, Any]]] = []
+    names = [*VARIANTS, *((UNBOUNDED,) if args.window_ab else ())]
     for i in range(max(1, args.repeat)):
-        order = list(VARIANTS) if i % 2 == 0 else list(reversed(VARIANTS))
+        order = names[i % len(names) :] + names[: i % len(names)]
         runs = {}
         for name in order:
             runs[name] = fig = run_variant(name, args, nodes, pods)
@@ -342,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-        rounds.append({name: runs[name] for name in VARIANTS})
+        rounds.append({name: runs[name] for name in names})
     result = evaluate(rounds)
     report = {
         **result,
@@ -355,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "workers": args.workers,
             "qps": args.qps or None,
             "gc_freeze": args.gc_freeze,
+            "window_ab": args.window_ab,
             "repeat": args.repeat,
             "python": platform.python_version(),
             "platform": platform.platform(),

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 import pytest
@@ -52,7 +53,7 @@ from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
+from kdispatch.adapters.process import MAX_IN_FLIGHT, DispatcherProcessDied, ProcessDispatcher
 from kdispatch.adapters.process_child import dumps, portable
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
@@ -90,13 +91,14 @@ class Cluster:
     http: ApiServerHTTP
     held: HeldSleep
 
-    def dispatcher(self, **executor: int) -> ProcessDispatcher:
-        workers = executor.get("workers", 4)
+    def dispatcher(
+        self, workers: int = 4, max_in_flight: int | None = MAX_IN_FLIGHT
+    ) -> ProcessDispatcher:
         factory = functools.partial(KubernetesBackend.for_url, self.http.url, workers=workers)
         config = DispatcherConfig(
             executor=ExecutorConfig(workers=workers), retry=RetryConfig(budget=5.0)
         )
-        return ProcessDispatcher(factory, config)
+        return ProcessDispatcher(factory, config, max_in_flight=max_in_flight)
 
     def pod(self, name: str) -> Obj:
         return self.server.create(make_pod(name))
@@ -398,3 +400,157 @@ def test_stats_have_the_keys_of_the_threaded_dispatcher(cluster: Cluster) -> Non
     assert set(d.stats()) == STATS_KEYS  # the child's last figures
     with pytest.raises(InvalidInputError, match="stopped: create a new ProcessDispatcher"):
         d.start()
+
+
+# --------------------------------------------------------------------------- back-pressure
+
+
+class Once:
+    """Counts how often each future resolved (done callbacks)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+
+    def track(self, futures: list[Any]) -> list[Any]:
+        for f in futures:
+            f.add_done_callback(self._done)
+        return futures
+
+    def _done(self, f: Any) -> None:
+        self.counts[id(f)] = self.counts.get(id(f), 0) + 1
+
+    def each_once(self, futures: list[Any]) -> bool:
+        return all(self.counts.get(id(f)) == 1 for f in futures)
+
+
+def _held_window(cluster: Cluster, d: ProcessDispatcher, names: list[str]) -> list[Any]:
+    """Status patches for fresh pods ``names``; the first two are held on the server (window
+    2, 2 workers), the rest wait in the parent."""
+    pods = [cluster.pod(n) for n in names]
+    cluster.held.gate.clear()
+    futures = [d.submit(PodStatusPatch.for_pod(p, conditions=[cond()])) for p in pods]
+    cluster.held.wait_arrived(2)
+    assert (d.in_flight, d.waiting) == (2, len(names) - 2)
+    return futures
+
+
+def test_window_bounds_calls_in_the_child_and_bindings_overtake(cluster: Cluster) -> None:
+    once = Once()
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        patches = once.track(_held_window(cluster, d, [f"w{i}" for i in range(8)]))
+        bind = once.track([d.submit(PodBinding.for_pod(cluster.pod("b"), "node-1"))])
+        assert d.waiting == 7  # six patches and the binding wait here, not in the child
+        cluster.held.gate.set()
+        _done, pending = wait([*patches, *bind], timeout=WAIT)
+        assert not pending
+        assert {f.result() for f in [*patches, *bind]} == {Outcome.SUCCESS}
+        assert (d.in_flight, d.waiting) == (0, 0)
+    ops = [(r.op, r.name) for r in cluster.server.request_log if r.op in ("patch_status", "bind")]
+    assert len(ops) == 9
+    assert ops.index(("bind", "b")) <= 3  # behind the two held patches, ahead of the rest
+    assert once.each_once([*patches, *bind])
+
+
+def test_window_keeps_one_objects_order(cluster: Cluster) -> None:
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        patches = _held_window(cluster, d, ["o0", "o1", "x"])
+        bind = d.submit(PodBinding.for_pod(cluster.stored("x"), "node-1"))
+        cluster.held.gate.set()
+        assert bind.result(WAIT) is Outcome.SUCCESS
+        assert {f.result(WAIT) for f in patches} == {Outcome.SUCCESS}
+    ops = [r.op for r in cluster.server.request_log if r.name == "x" and r.op != "get"]
+    assert ops == ["patch_status", "bind"]  # the binding took x's patch along, ahead of it
+
+
+def test_cancel_and_delete_resolve_waiting_calls_in_the_parent(cluster: Cluster) -> None:
+    once = Once()
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        futures = once.track(_held_window(cluster, d, ["c0", "c1", "c2", "c3", "c4"]))
+        d.cancel(str(cluster.stored("c2")["metadata"]["uid"]))
+        d.cancel(str(cluster.stored("c3")["metadata"]["uid"]), "pod_binding")  # other type
+        d.on_delete(cluster.stored("c4"))
+        for f, why in ((futures[2], "cancelled by caller"), (futures[4], "object deleted")):
+            with pytest.raises(CallCancelled, match=why) as err:
+                f.result(0)
+            assert err.value.call_type == "pod_status_patch"
+        assert d.waiting == 1
+        cluster.held.gate.set()
+        assert futures[3].result(WAIT) is Outcome.SUCCESS
+        assert {f.result(WAIT) for f in futures[:2]} == {Outcome.SUCCESS}
+    sent = {r.name for r in cluster.server.request_log if r.op == "patch_status"}
+    assert sent == {"c0", "c1", "c3"}
+    assert once.each_once(futures)
+
+
+def test_stop_resolves_waiting_calls(cluster: Cluster) -> None:
+    once = Once()
+    d = cluster.dispatcher(workers=2, max_in_flight=2).start()
+    futures = once.track(_held_window(cluster, d, [f"s{i}" for i in range(6)]))
+    stopper = threading.Thread(target=lambda: d.stop(drain=False, timeout=2.0))
+    stopper.start()
+    _done, pending = wait(futures[2:], timeout=WAIT)  # waiting in the parent: closed at once
+    assert not pending
+    for f in futures[2:]:
+        with pytest.raises(DispatcherClosed):
+            f.result()
+    cluster.held.gate.set()
+    stopper.join(WAIT)
+    assert not stopper.is_alive()
+    assert all(f.done() for f in futures[:2])
+    sent = {r.name for r in cluster.server.request_log if r.op == "patch_status"}
+    assert sent <= {"s0", "s1"}
+    assert once.each_once(futures)
+
+
+def test_draining_stop_sends_the_waiting_calls(cluster: Cluster) -> None:
+    d = cluster.dispatcher(workers=2, max_in_flight=2).start()
+    futures = _held_window(cluster, d, [f"t{i}" for i in range(6)])
+    result: list[bool] = []
+    stopper = threading.Thread(target=lambda: result.append(d.stop(drain=True, timeout=WAIT)))
+    stopper.start()
+    cluster.held.gate.set()
+    stopper.join(WAIT + 15)
+    assert result == [True]
+    assert {f.result(0) for f in futures} == {Outcome.SUCCESS}
+    assert len([r for r in cluster.server.request_log if r.op == "patch_status"]) == 6
+
+
+def test_revoke_resolves_waiting_calls(cluster: Cluster) -> None:
+    once = Once()
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        futures = once.track(_held_window(cluster, d, [f"v{i}" for i in range(5)]))
+        d.revoke(LeadershipLost("lease lost"))
+        for f in futures[2:]:
+            with pytest.raises(LeadershipLost):
+                f.result(0)  # resolved in the parent, at once
+        assert d.waiting == 0
+        cluster.held.gate.set()
+        assert {f.result(WAIT) for f in futures[:2]} == {Outcome.SUCCESS}
+    sent = {r.name for r in cluster.server.request_log if r.op == "patch_status"}
+    assert sent == {"v0", "v1"}
+    assert once.each_once(futures)
+
+
+def test_child_death_resolves_waiting_calls(cluster: Cluster) -> None:
+    once = Once()
+    d = cluster.dispatcher(workers=2, max_in_flight=2).start()
+    futures = once.track(_held_window(cluster, d, [f"k{i}" for i in range(5)]))
+    pid = d.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _done, pending = wait(futures, timeout=WAIT)
+    assert not pending
+    for f in futures:
+        with pytest.raises(DispatcherProcessDied):
+            f.result()
+    assert d.waiting == 0
+    assert d.stop(timeout=5.0) is False
+    cluster.held.gate.set()
+    assert once.each_once(futures)
+
+
+def test_max_in_flight_is_checked() -> None:
+    factory = functools.partial(KubernetesBackend.for_url, "http://127.0.0.1:1")
+    for bad in (0, -1, 1.5, True, "8"):
+        with pytest.raises(InvalidConfigError, match="max_in_flight"):
+            ProcessDispatcher(factory, max_in_flight=bad)  # type: ignore[arg-type]
