@@ -150,6 +150,7 @@ class Dispatcher:
         # Call groups by owner UID: written under the lock, read without it by on_delete and
         # by the submit of an exclusive call (one dict lookup when no group is open).
         self._groups_lock = threading.Lock()
+        self._group_lock = threading.Lock()  # every group's own fields (CallGroup)
         self._owned: dict[str, list[CallGroup]] = {}
         self._open_groups: set[CallGroup] = set()
 
@@ -324,7 +325,7 @@ class Dispatcher:
             raise DispatcherClosed(
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
-        group = CallGroup(self, ref)
+        group = CallGroup(self, ref, self._group_lock)
         group.future.owner = self
         with self._groups_lock:
             self._owned.setdefault(ref.uid, []).append(group)
@@ -354,10 +355,14 @@ class Dispatcher:
         uid = call.ref.uid
         message = Submit(call, future)
         hold: Hold | None = None
+        if group is not None:
+            group._expect_step(future)  # told when the future resolves (no done-callback)
         if prereqs or group is not None:
             try:
                 held = self._hold(call, future, prereqs, group)
             except BaseException:  # DependencyCycleError: nothing registered
+                if group is not None:
+                    group._drop_step(future)
                 self._on_resolved()
                 raise
             if isinstance(held, BaseException):  # a prerequisite failed already
@@ -374,6 +379,8 @@ class Dispatcher:
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future)
+            if group is not None:
+                group._drop_step(future)  # never a step: the submit raises
             future.set_exception(
                 CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc)
             )
@@ -594,12 +601,13 @@ class Dispatcher:
         prereqs = self._deps.prerequisites(after) if after else ()
         return self._admit(call, prereqs, group)
 
-    def refuse_step(self, call: Call, error: CallCancelled) -> CallFuture:
+    def refuse_step(self, call: Call, error: CallCancelled, group: CallGroup) -> CallFuture:
         """Caller thread: a step of a cancelled group, resolved at once and never sent."""
         self.call_types.check(call)
         future = CallFuture()
         future.owner = self
         future.call = call
+        group._expect_step(future)
         self._unresolved.append(None)
         self._resolve_now(
             future,

@@ -35,6 +35,12 @@ again by the next scheduling cycle.
 
 Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
 running event loop); callbacks run on the thread that resolves a step (an object actor's turn).
+
+Cost: a group is a slotted object, a list of its steps' futures and a
+:class:`~.holds.GroupFuture` whose condition is created only if somebody waits on it; a step
+costs nothing beyond its call (its future is tagged with its group, which the future tells
+when it resolves: no done-callback, so no condition). The groups of one dispatcher share one
+lock.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import asyncio
 from collections.abc import Iterable
 from threading import Lock
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
 from .aio import running_loop, wrap_call_future
 from .calls import Call
@@ -70,7 +76,7 @@ class GroupHost(Protocol):
 
     def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture: ...
 
-    def refuse_step(self, call: Call, error: CallCancelled) -> CallFuture: ...
+    def refuse_step(self, call: Call, error: CallCancelled, group: CallGroup) -> CallFuture: ...
 
     def withdraw(self, future: CallFuture, cause: CallCancelled) -> None: ...
 
@@ -91,13 +97,32 @@ class CallGroup:
         g.future.result()  # [Outcome.SUCCESS, ...] or GroupFailed
     """
 
-    def __init__(self, host: GroupHost, owner: ObjectRef) -> None:
+    __slots__ = (
+        "_cancelled",
+        "_cause",
+        "_closing",
+        "_finished",
+        "_first",
+        "_host",
+        "_lock",
+        "_sealed",
+        "_steps",
+        "_unresolved",
+        "future",
+        "owner",
+    )
+
+    def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
+        """``lock`` guards the group's fields: one lock shared by the dispatcher's groups
+        (held only briefly, never while calling out)."""
         self.owner = owner
         self.future = GroupFuture()
-        self.future.label = f"{owner.kind} {owner.namespace}/{owner.name}"
+        self.future.of = owner
         self._host = host
-        self._lock = Lock()
+        self._lock = lock
         self._steps: list[CallFuture] = []
+        # what the group still waits for: one per step not resolved, plus one per step being
+        # submitted and not yet in ``_steps`` (a step may resolve before it is listed)
         self._unresolved = 0
         self._first: BaseException | None = None
         self._sealed = False
@@ -130,14 +155,14 @@ class CallGroup:
                 raise GroupClosedError(f"{self!r} is sealed: start another group")
             cause = self._cause
         if cause is not None:
-            future = self._host.refuse_step(call, cause)
+            future = self._host.refuse_step(call, cause, self)
         else:
             future = self._host.submit_step(call, after, self)
         with self._lock:
             self._steps.append(future)
-            self._unresolved += 1
+            self._unresolved -= 1  # listed (see _expect_step)
             late = self._cause if cause is None else None
-        future.add_done_callback(self._step_done)
+        self._maybe_finish()  # the step may have resolved already
         if late is not None:  # cancelled while this step was being submitted
             self._host.withdraw(future, late)
         return future
@@ -256,8 +281,25 @@ class CallGroup:
 
     # ------------------------------------------------------------------ internals
 
-    def _step_done(self, future: Any) -> None:
-        """Resolving thread of a step."""
+    def _expect_step(self, future: CallFuture) -> None:
+        """Submitting thread (the host, before the step's future can resolve): tag ``future``
+        with this group, which then waits for its resolution and for :meth:`submit` to list
+        it."""
+        with self._lock:
+            self._unresolved += 2
+        future.group = self
+
+    def _drop_step(self, future: CallFuture) -> None:
+        """Submitting thread (the host): the submit of the step ``future`` raises; it was
+        never resolved and is not a step."""
+        future.group = None
+        with self._lock:
+            self._unresolved -= 2
+        self._maybe_finish()
+
+    def _step_done(self, future: CallFuture) -> None:
+        """Resolving thread of a step (told by the step's future, whose ``group`` is this
+        group, after its done-callbacks ran)."""
         exc = future.exception()
         with self._lock:
             self._unresolved -= 1
@@ -274,7 +316,7 @@ class CallGroup:
 
     def _maybe_finish(self) -> None:
         with self._lock:
-            if self._finished or self._unresolved or not self._sealed:
+            if self._finished or self._unresolved != 0 or not self._sealed:
                 return
             self._finished = True
             steps = list(self._steps)

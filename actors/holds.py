@@ -64,10 +64,12 @@ from functools import partial
 from threading import Lock
 from typing import Any, Final
 
+from ._compat import LazyFuture
 from .calls import Call
 from .errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
 from .messages import CallFuture, FailDependency, Release
 from .metrics import Metrics
+from .objects import ObjectRef
 
 __all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "Hold", "HoldState"]
 
@@ -81,13 +83,20 @@ ASYNC_SOURCE: Final = "_kdispatch_source"
 Prerequisite = Future[Any]
 
 
-class GroupFuture(Future[list[Outcome]]):
+class GroupFuture(LazyFuture[list[Outcome]]):
     """``CallGroup.future``: resolves once the group is sealed and every step resolved, to the
     list of outcomes (in step order), or raises :class:`~.errors.GroupFailed`. It may be given
-    as a prerequisite (``after=[group.future]``) of this dispatcher's calls."""
+    as a prerequisite (``after=[group.future]``) of this dispatcher's calls. Never cancelled;
+    its condition is created only when somebody waits (:class:`~._compat.LazyFuture`)."""
 
     owner: object = None  # the dispatcher of the group
-    label: str = ""
+    of: ObjectRef | None = None  # the group's owner object
+
+    @property
+    def label(self) -> str:
+        """The group's owner, for messages."""
+        ref = self.of
+        return "" if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
 
     def __repr__(self) -> str:
         state = "finished" if self.done() else "pending"
