@@ -151,8 +151,8 @@ class Dispatcher:
         # by the submit of an exclusive call (one dict lookup when no group is open).
         self._groups_lock = threading.Lock()
         self._group_lock = threading.Lock()  # every group's own fields (CallGroup)
-        self._owned: dict[str, list[CallGroup]] = {}
-        self._open_groups: set[CallGroup] = set()
+        self._owned: dict[str, list[CallGroup]] = {}  # every open group, by its owner's UID
+        self._open_groups = 0  # groups in ``_owned``
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -329,7 +329,7 @@ class Dispatcher:
         group.future.owner = self
         with self._groups_lock:
             self._owned.setdefault(ref.uid, []).append(group)
-            self._open_groups.add(group)
+            self._open_groups += 1
             self.metrics.groups_open_delta(1)
         if self._registry.is_tombstoned(ref.uid):  # deleted already
             group.cancel_for("owner_deleted")
@@ -378,7 +378,7 @@ class Dispatcher:
             routed = self._registry.tell(uid, message, self._spawner(uid))
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
-                self._deps.discard(future)
+                self._deps.discard(future, group.future if group is not None else None)
             if group is not None:
                 group._drop_step(future)  # never a step: the submit raises
             future.set_exception(
@@ -644,14 +644,13 @@ class Dispatcher:
         """Any thread: ``group``'s future resolved; forget it."""
         uid = group.owner.uid
         with self._groups_lock:
-            if group not in self._open_groups:
-                return
-            self._open_groups.discard(group)
             owned = self._owned.get(uid)
-            if owned is not None and group in owned:
-                owned.remove(group)
-                if not owned:
-                    del self._owned[uid]
+            if owned is None or group not in owned:
+                return
+            owned.remove(group)
+            if not owned:
+                del self._owned[uid]
+            self._open_groups -= 1
             self.metrics.groups_open_delta(-1)
         self._deps.group_done(group.future)
 
@@ -667,14 +666,14 @@ class Dispatcher:
     def _seal_groups(self) -> None:
         """``stop``/``revoke``: no group takes more steps; each resolves with its last step."""
         with self._groups_lock:
-            groups = list(self._open_groups)
+            groups = [g for owned in self._owned.values() for g in owned]
         for group in groups:
             group._seal(closing=True)
 
     @property
     def open_groups(self) -> int:
         """Call groups created and not yet resolved. Any thread."""
-        return len(self._open_groups)
+        return self._open_groups
 
     @property
     def held_calls(self) -> int:

@@ -75,6 +75,7 @@ __all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "Hold", "HoldState"]
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
 _NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
+_NO_STEPS: Final[list[CallFuture]] = []  # shared by every group without a step; never changed
 
 ASYNC_SOURCE: Final = "_kdispatch_source"
 """Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
@@ -91,6 +92,25 @@ class GroupFuture(LazyFuture[list[Outcome]]):
 
     owner: object = None  # the dispatcher of the group
     of: ObjectRef | None = None  # the group's owner object
+    # The group's steps not resolved, for the cycle checks of :class:`Dependencies` (under
+    # its lock): a list rather than a set (a group has few steps), none until the first.
+    steps: list[CallFuture] = _NO_STEPS
+
+    def add_step(self, future: CallFuture) -> None:
+        """Under the lock of :class:`Dependencies`: ``future`` is an unresolved step."""
+        if self.steps is _NO_STEPS:
+            self.steps = [future]
+        else:
+            self.steps.append(future)
+
+    def drop_step(self, future: CallFuture) -> None:
+        """Under the lock of :class:`Dependencies`: the step ``future`` resolved (or never
+        was one)."""
+        steps = self.steps
+        for i, step in enumerate(steps):
+            if step is future:
+                del steps[i]
+                return
 
     @property
     def label(self) -> str:
@@ -166,7 +186,6 @@ class Dependencies:
         self._lock = Lock()
         self._holds: dict[CallFuture, Hold] = {}  # held calls not resolved yet
         self._held_on: dict[str, set[CallFuture]] = {}  # uid -> its held calls (queue edges)
-        self._steps: dict[GroupFuture, set[CallFuture]] = {}  # open group -> steps unresolved
 
     # ------------------------------------------------------------------ validation
 
@@ -226,14 +245,14 @@ class Dependencies:
                 self._check_group_step(uid, group)
             if not waiting:
                 if group is not None:
-                    self._steps.setdefault(group, set()).add(future)
+                    group.add_step(future)
                 return None
             behind = self._check_prereqs(call, waiting, group)
             hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
             self._holds[future] = hold
             self._held_on.setdefault(uid, set()).add(future)
             if group is not None:
-                self._steps.setdefault(group, set()).add(future)
+                group.add_step(future)
             self._metrics.held_delta(call.call_type, 1)
         return hold
 
@@ -242,7 +261,7 @@ class Dependencies:
         object's held calls do not wait for the group, and register the step."""
         with self._lock:
             self._check_group_step(call.ref.uid, group)
-            self._steps.setdefault(group, set()).add(future)
+            group.add_step(future)
 
     def arm(self, hold: Hold) -> None:
         """Submitting thread, right after the held call's ``Submit`` was told: watch its
@@ -277,7 +296,7 @@ class Dependencies:
             self._tell(hold.uid, FailDependency(hold, cause))
         return True
 
-    def discard(self, future: CallFuture) -> None:
+    def discard(self, future: CallFuture, group: GroupFuture | None = None) -> None:
         """Submitting thread: the call of ``future`` never reached its actor (its submit
         raised): forget it."""
         with self._lock:
@@ -286,20 +305,18 @@ class Dependencies:
                 if hold.state is HoldState.WAITING:
                     self._leave(hold, HoldState.DONE)
                 self._forget(hold)
-            for steps in self._steps.values():
-                steps.discard(future)
+            if group is not None:
+                group.drop_step(future)
 
     def step_done(self, group: GroupFuture, future: CallFuture) -> None:
         """Resolving thread: a step of ``group`` resolved."""
         with self._lock:
-            steps = self._steps.get(group)
-            if steps is not None:
-                steps.discard(future)
+            group.drop_step(future)
 
     def group_done(self, group: GroupFuture) -> None:
         """Any thread: ``group`` resolved; it waits for nothing any more."""
         with self._lock:
-            self._steps.pop(group, None)
+            group.steps = _NO_STEPS
 
     @property
     def held(self) -> int:
@@ -417,7 +434,7 @@ class Dependencies:
             seen.add(id(fut))
             yield fut
             if isinstance(fut, GroupFuture):
-                stack.extend(self._steps.get(fut, ()))
+                stack.extend(fut.steps)
                 continue
             hold = self._holds.get(fut) if isinstance(fut, CallFuture) else None
             if hold is not None:
