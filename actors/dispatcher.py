@@ -326,7 +326,6 @@ class Dispatcher:
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
         group = CallGroup(self, ref, self._group_lock)
-        group.future.owner = self
         with self._groups_lock:
             self._owned.setdefault(ref.uid, []).append(group)
             self._open_groups += 1
@@ -378,7 +377,7 @@ class Dispatcher:
             routed = self._registry.tell(uid, message, self._spawner(uid))
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
-                self._deps.discard(future, group.future if group is not None else None)
+                self._deps.discard(future, group)
             if group is not None:
                 group._drop_step(future)  # never a step: the submit raises
             future.set_exception(
@@ -403,11 +402,10 @@ class Dispatcher:
         prereqs: tuple[Prerequisite, ...],
         group: CallGroup | None,
     ) -> Hold | BaseException | None:
-        gf = group.future if group is not None else None
         if prereqs:
-            return self._deps.hold(call, future, prereqs, gf)
-        if gf is not None:
-            self._deps.add_step(call, future, gf)
+            return self._deps.hold(call, future, prereqs, group)
+        if group is not None:
+            self._deps.add_step(call, future, group)
         return None
 
     def _resolve_now(self, future: CallFuture, call: Call, error: CallCancelled) -> None:
@@ -638,7 +636,7 @@ class Dispatcher:
 
     def group_step_done(self, group: CallGroup, future: CallFuture) -> None:
         """Resolving thread: a step of ``group`` resolved."""
-        self._deps.step_done(group.future, future)
+        self._deps.step_done(group, future)
 
     def group_resolved(self, group: CallGroup) -> None:
         """Any thread: ``group``'s future resolved; forget it."""
@@ -652,7 +650,7 @@ class Dispatcher:
                 del self._owned[uid]
             self._open_groups -= 1
             self.metrics.groups_open_delta(-1)
-        self._deps.group_done(group.future)
+        self._deps.group_done(group)
 
     def _cancel_owned(self, uid: str, cause: str, spare: CallGroup | None = None) -> None:
         """Any thread: cancel the call groups ``uid`` owns (but ``spare``, whose own step

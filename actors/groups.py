@@ -54,7 +54,7 @@ from typing import Protocol, Self
 from .aio import running_loop, wrap_call_future
 from .calls import Call
 from .errors import CallCancelled, GroupClosedError, GroupFailed, ObjectNotFound, Outcome
-from .holds import ASYNC_SOURCE, GroupFuture
+from .holds import ASYNC_SOURCE, GroupFuture, GroupSteps
 from .messages import CallFuture
 from .objects import ObjectRef
 from .pod_calls import PodPreemption
@@ -87,7 +87,7 @@ class GroupHost(Protocol):
     def group_resolved(self, group: CallGroup) -> None: ...
 
 
-class CallGroup:
+class CallGroup(GroupSteps):
     """Steps on any objects that live and die with ``owner`` (see the module docstring).
     Build it with ``Dispatcher.group(owner=obj)``; use it as a context manager to seal it::
 
@@ -108,16 +108,14 @@ class CallGroup:
         "_sealed",
         "_steps",
         "_unresolved",
-        "future",
         "owner",
     )
 
     def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
         """``lock`` guards the group's fields: one lock shared by the dispatcher's groups
         (held only briefly, never while calling out)."""
+        super().__init__()
         self.owner = owner
-        self.future = GroupFuture()
-        self.future.of = owner
         self._host = host
         self._lock = lock
         self._steps: list[CallFuture] = []
@@ -267,6 +265,21 @@ class CallGroup:
             self._host.withdraw(step, error)
         self._maybe_finish()
         return True
+
+    @property
+    def future(self) -> GroupFuture:
+        """The group's :class:`~.holds.GroupFuture`, created on first use (or when the group
+        resolves). Any thread."""
+        future = self._future
+        if future is None:
+            with self._lock:
+                future = self._future
+                if future is None:
+                    future = GroupFuture()
+                    future.owner = self._host
+                    future.of = self.owner
+                    self.bind(future)
+        return future
 
     @property
     def cancelled(self) -> str | None:

@@ -71,7 +71,7 @@ from .messages import CallFuture, FailDependency, Release
 from .metrics import Metrics
 from .objects import ObjectRef
 
-__all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "Hold", "HoldState"]
+__all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "GroupSteps", "Hold", "HoldState"]
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
 _NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
@@ -92,25 +92,7 @@ class GroupFuture(LazyFuture[list[Outcome]]):
 
     owner: object = None  # the dispatcher of the group
     of: ObjectRef | None = None  # the group's owner object
-    # The group's steps not resolved, for the cycle checks of :class:`Dependencies` (under
-    # its lock): a list rather than a set (a group has few steps), none until the first.
-    steps: list[CallFuture] = _NO_STEPS
-
-    def add_step(self, future: CallFuture) -> None:
-        """Under the lock of :class:`Dependencies`: ``future`` is an unresolved step."""
-        if self.steps is _NO_STEPS:
-            self.steps = [future]
-        else:
-            self.steps.append(future)
-
-    def drop_step(self, future: CallFuture) -> None:
-        """Under the lock of :class:`Dependencies`: the step ``future`` resolved (or never
-        was one)."""
-        steps = self.steps
-        for i, step in enumerate(steps):
-            if step is future:
-                del steps[i]
-                return
+    group: GroupSteps | None = None  # the group's steps (for the cycle checks)
 
     @property
     def label(self) -> str:
@@ -121,6 +103,40 @@ class GroupFuture(LazyFuture[list[Outcome]]):
     def __repr__(self) -> str:
         state = "finished" if self.done() else "pending"
         return f"<GroupFuture {self.label} state={state}>"
+
+
+class GroupSteps:
+    """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one), under its
+    lock: the steps not resolved (a list rather than a set: a group has few steps; a shared
+    empty one until the first), and the group's future once somebody asked for it (a group
+    whose future does not exist is nobody's prerequisite, so it can close no cycle)."""
+
+    __slots__ = ("_future", "pending_steps")
+
+    def __init__(self) -> None:
+        self._future: GroupFuture | None = None
+        self.pending_steps = _NO_STEPS
+
+    def bind(self, future: GroupFuture) -> None:
+        """Once, before ``future`` is handed out: it is this group's future."""
+        future.group = self
+        self._future = future
+
+    def add_step(self, future: CallFuture) -> None:
+        """Under the lock of :class:`Dependencies`: ``future`` is an unresolved step."""
+        if self.pending_steps is _NO_STEPS:
+            self.pending_steps = [future]
+        else:
+            self.pending_steps.append(future)
+
+    def drop_step(self, future: CallFuture) -> None:
+        """Under the lock of :class:`Dependencies`: the step ``future`` resolved (or never
+        was one)."""
+        steps = self.pending_steps
+        for i, step in enumerate(steps):
+            if step is future:
+                del steps[i]
+                return
 
 
 class HoldState(enum.Enum):
@@ -223,7 +239,7 @@ class Dependencies:
         call: Call,
         future: CallFuture,
         prereqs: tuple[Prerequisite, ...],
-        group: GroupFuture | None = None,
+        group: GroupSteps | None = None,
     ) -> Hold | BaseException | None:
         """Submitting thread, before the call goes to its actor. Check for a cycle
         (:class:`DependencyCycleError`) and register ``future`` (as a step of ``group`` too).
@@ -256,7 +272,7 @@ class Dependencies:
             self._metrics.held_delta(call.call_type, 1)
         return hold
 
-    def add_step(self, call: Call, future: CallFuture, group: GroupFuture) -> None:
+    def add_step(self, call: Call, future: CallFuture, group: GroupSteps) -> None:
         """Submitting thread, before an unheld group step goes to its actor: check that its
         object's held calls do not wait for the group, and register the step."""
         with self._lock:
@@ -296,7 +312,7 @@ class Dependencies:
             self._tell(hold.uid, FailDependency(hold, cause))
         return True
 
-    def discard(self, future: CallFuture, group: GroupFuture | None = None) -> None:
+    def discard(self, future: CallFuture, group: GroupSteps | None = None) -> None:
         """Submitting thread: the call of ``future`` never reached its actor (its submit
         raised): forget it."""
         with self._lock:
@@ -308,15 +324,15 @@ class Dependencies:
             if group is not None:
                 group.drop_step(future)
 
-    def step_done(self, group: GroupFuture, future: CallFuture) -> None:
+    def step_done(self, group: GroupSteps, future: CallFuture) -> None:
         """Resolving thread: a step of ``group`` resolved."""
         with self._lock:
             group.drop_step(future)
 
-    def group_done(self, group: GroupFuture) -> None:
+    def group_done(self, group: GroupSteps) -> None:
         """Any thread: ``group`` resolved; it waits for nothing any more."""
         with self._lock:
-            group.steps = _NO_STEPS
+            group.pending_steps = _NO_STEPS
 
     @property
     def held(self) -> int:
@@ -380,14 +396,15 @@ class Dependencies:
     # ------------------------------------------------------------------ cycles (under the lock)
 
     def _check_prereqs(
-        self, call: Call, waiting: list[Prerequisite], group: GroupFuture | None
+        self, call: Call, waiting: list[Prerequisite], group: GroupSteps | None
     ) -> frozenset[CallFuture]:
         """The calls on ``call``'s own object its prerequisites reach (its ``behind``), or
         :class:`DependencyCycleError` for a wait that would close a circle."""
         uid = call.ref.uid
         behind: list[CallFuture] = []
+        gf = group._future if group is not None else None
         for fut in self._closure(waiting):
-            if fut is group:
+            if gf is not None and fut is gf:
                 raise DependencyCycleError(
                     "the call's prerequisites wait for the group it joins (its own step)"
                 )
@@ -409,9 +426,12 @@ class Dependencies:
             behind.append(fut)  # type: ignore[arg-type]
         return frozenset(behind) if behind else _NOT_BEHIND
 
-    def _check_group_step(self, uid: str, group: GroupFuture) -> None:
+    def _check_group_step(self, uid: str, group: GroupSteps) -> None:
+        gf = group._future
+        if gf is None:  # nobody's prerequisite
+            return
         start = list(self._held_on.get(uid, ()))
-        if start and any(fut is group for fut in self._closure(start)):
+        if start and any(fut is gf for fut in self._closure(start)):
             raise DependencyCycleError(
                 f"a held call on {uid} waits for this group: a step on {uid} would queue "
                 "behind it and the group would wait for itself"
@@ -434,7 +454,8 @@ class Dependencies:
             seen.add(id(fut))
             yield fut
             if isinstance(fut, GroupFuture):
-                stack.extend(fut.steps)
+                if fut.group is not None:
+                    stack.extend(fut.group.pending_steps)
                 continue
             hold = self._holds.get(fut) if isinstance(fut, CallFuture) else None
             if hold is not None:
