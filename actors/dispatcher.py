@@ -151,7 +151,8 @@ class Dispatcher:
         # by the submit of an exclusive call (one dict lookup when no group is open).
         self._groups_lock = threading.Lock()
         self._group_lock = threading.Lock()  # every group's own fields (CallGroup)
-        self._owned: dict[str, list[CallGroup]] = {}  # every open group, by its owner's UID
+        # every open group, by its owner's UID (a tuple: an owner has one or two at a time)
+        self._owned: dict[str, tuple[CallGroup, ...]] = {}
         self._open_groups = 0  # groups in ``_owned``
 
     # ------------------------------------------------------------------ lifecycle
@@ -327,7 +328,7 @@ class Dispatcher:
             )
         group = CallGroup(self, ref, self._group_lock)
         with self._groups_lock:
-            self._owned.setdefault(ref.uid, []).append(group)
+            self._owned[ref.uid] = (*self._owned.get(ref.uid, ()), group)
             self._open_groups += 1
             self.metrics.groups_open_delta(1)
         if self._registry.is_tombstoned(ref.uid):  # deleted already
@@ -645,8 +646,10 @@ class Dispatcher:
             owned = self._owned.get(uid)
             if owned is None or group not in owned:
                 return
-            owned.remove(group)
-            if not owned:
+            rest = tuple(g for g in owned if g is not group)
+            if rest:
+                self._owned[uid] = rest
+            else:
                 del self._owned[uid]
             self._open_groups -= 1
             self.metrics.groups_open_delta(-1)
@@ -656,7 +659,7 @@ class Dispatcher:
         """Any thread: cancel the call groups ``uid`` owns (but ``spare``, whose own step
         preempts its owner)."""
         with self._groups_lock:
-            owned = self._owned.get(uid, [])
+            owned = self._owned.get(uid, ())
             doomed = [g for g in owned if g is not spare]
         for group in doomed:
             group.cancel_for(cause)

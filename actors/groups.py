@@ -118,7 +118,7 @@ class CallGroup(GroupSteps):
         self.owner = owner
         self._host = host
         self._lock = lock
-        self._steps: list[CallFuture] = []
+        self._steps: tuple[CallFuture, ...] = ()  # a tuple: most groups have one or two
         # what the group still waits for: one per step not resolved, plus one per step being
         # submitted and not yet in ``_steps`` (a step may resolve before it is listed)
         self._unresolved = 0
@@ -157,7 +157,7 @@ class CallGroup(GroupSteps):
         else:
             future = self._host.submit_step(call, after, self)
         with self._lock:
-            self._steps.append(future)
+            self._steps += (future,)
             self._unresolved -= 1  # listed (see _expect_step)
             late = self._cause if cause is None else None
         self._maybe_finish()  # the step may have resolved already

@@ -75,7 +75,6 @@ __all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "GroupSteps", "Hold", 
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
 _NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
-_NO_STEPS: Final[list[CallFuture]] = []  # shared by every group without a step; never changed
 
 ASYNC_SOURCE: Final = "_kdispatch_source"
 """Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
@@ -107,15 +106,15 @@ class GroupFuture(LazyFuture[list[Outcome]]):
 
 class GroupSteps:
     """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one), under its
-    lock: the steps not resolved (a list rather than a set: a group has few steps; a shared
-    empty one until the first), and the group's future once somebody asked for it (a group
-    whose future does not exist is nobody's prerequisite, so it can close no cycle)."""
+    lock: the steps not resolved (a tuple rather than a set: a group has few steps), and the
+    group's future once somebody asked for it (a group whose future does not exist is
+    nobody's prerequisite, so it can close no cycle)."""
 
     __slots__ = ("_future", "pending_steps")
 
     def __init__(self) -> None:
         self._future: GroupFuture | None = None
-        self.pending_steps = _NO_STEPS
+        self.pending_steps: tuple[CallFuture, ...] = ()
 
     def bind(self, future: GroupFuture) -> None:
         """Once, before ``future`` is handed out: it is this group's future."""
@@ -124,19 +123,14 @@ class GroupSteps:
 
     def add_step(self, future: CallFuture) -> None:
         """Under the lock of :class:`Dependencies`: ``future`` is an unresolved step."""
-        if self.pending_steps is _NO_STEPS:
-            self.pending_steps = [future]
-        else:
-            self.pending_steps.append(future)
+        self.pending_steps += (future,)
 
     def drop_step(self, future: CallFuture) -> None:
         """Under the lock of :class:`Dependencies`: the step ``future`` resolved (or never
         was one)."""
         steps = self.pending_steps
-        for i, step in enumerate(steps):
-            if step is future:
-                del steps[i]
-                return
+        if future in steps:
+            self.pending_steps = tuple(step for step in steps if step is not future)
 
 
 class HoldState(enum.Enum):
@@ -332,7 +326,7 @@ class Dependencies:
     def group_done(self, group: GroupSteps) -> None:
         """Any thread: ``group`` resolved; it waits for nothing any more."""
         with self._lock:
-            group.pending_steps = _NO_STEPS
+            group.pending_steps = ()
 
     @property
     def held(self) -> int:
