@@ -148,10 +148,12 @@ class CallGroup(GroupSteps):
         ``Dispatcher.submit`` raises, :class:`~.errors.DependencyCycleError` if ``after``
         waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
         cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
-        with self._lock:
-            if self._sealed and self._cancelled is None and not self._closing:
-                raise GroupClosedError(f"{self!r} is sealed: start another group")
-            cause = self._cause
+        # Without the lock (atomic reads, see ._compat): cancel_for sets _cancelled before
+        # _sealed, _seal sets _closing before _sealed; a cancellation that lands after these
+        # reads is caught by ``late`` below.
+        if self._sealed and self._cancelled is None and not self._closing:
+            raise GroupClosedError(f"{self!r} is sealed: start another group")
+        cause = self._cause
         if cause is not None:
             future = self._host.refuse_step(call, cause, self)
         else:
@@ -160,7 +162,9 @@ class CallGroup(GroupSteps):
             self._steps += (future,)
             self._unresolved -= 1  # listed (see _expect_step)
             late = self._cause if cause is None else None
-        self._maybe_finish()  # the step may have resolved already
+            last = self._sealed and self._unresolved == 0  # the step resolved already
+        if last:
+            self._maybe_finish()
         if late is not None:  # cancelled while this step was being submitted
             self._host.withdraw(future, late)
         return future
@@ -224,8 +228,8 @@ class CallGroup(GroupSteps):
         """Seal; with ``closing`` (the dispatcher stops or is revoked), a later ``submit``
         raises the dispatcher's error instead of :class:`GroupClosedError`."""
         with self._lock:
+            self._closing = self._closing or closing  # before _sealed (see submit)
             self._sealed = True
-            self._closing = self._closing or closing
         self._maybe_finish()
 
     def __enter__(self) -> Self:
