@@ -36,11 +36,11 @@ again by the next scheduling cycle.
 Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
 running event loop); callbacks run on the thread that resolves a step (an object actor's turn).
 
-Cost: a group is a slotted object, a list of its steps' futures and a
-:class:`~.holds.GroupFuture` whose condition is created only if somebody waits on it; a step
-costs nothing beyond its call (its future is tagged with its group, which the future tells
-when it resolves: no done-callback, so no condition). The groups of one dispatcher share one
-lock.
+Cost: a group is a slotted object and a tuple of its steps' futures; its
+:class:`~.holds.GroupFuture` is created only when asked for (``g.future``) or when the group
+resolves. A step costs nothing beyond its call: its future is tagged with its group, which it
+tells when it resolves (no done-callback, so the future's condition is never created). The
+groups of one dispatcher share one lock.
 """
 
 from __future__ import annotations
