@@ -150,8 +150,10 @@ class Dispatcher:
         # Call groups by owner UID: written under the lock, read without it by on_delete and
         # by the submit of an exclusive call (one dict lookup when no group is open).
         self._groups_lock = threading.Lock()
-        self._owned: dict[str, list[CallGroup]] = {}
-        self._open_groups: set[CallGroup] = set()
+        self._group_lock = threading.Lock()  # every group's own fields (CallGroup)
+        # every open group, by its owner's UID (a tuple: an owner has one or two at a time)
+        self._owned: dict[str, tuple[CallGroup, ...]] = {}
+        self._open_groups = 0  # groups in ``_owned``
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -324,11 +326,10 @@ class Dispatcher:
             raise DispatcherClosed(
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
-        group = CallGroup(self, ref)
-        group.future.owner = self
+        group = CallGroup(self, ref, self._group_lock)
         with self._groups_lock:
-            self._owned.setdefault(ref.uid, []).append(group)
-            self._open_groups.add(group)
+            self._owned[ref.uid] = (*self._owned.get(ref.uid, ()), group)
+            self._open_groups += 1
             self.metrics.groups_open_delta(1)
         if self._registry.is_tombstoned(ref.uid):  # deleted already
             group.cancel_for("owner_deleted")
@@ -354,10 +355,14 @@ class Dispatcher:
         uid = call.ref.uid
         message = Submit(call, future)
         hold: Hold | None = None
+        if group is not None:
+            group._expect_step(future)  # told when the future resolves (no done-callback)
         if prereqs or group is not None:
             try:
                 held = self._hold(call, future, prereqs, group)
             except BaseException:  # DependencyCycleError: nothing registered
+                if group is not None:
+                    group._drop_step(future)
                 self._on_resolved()
                 raise
             if isinstance(held, BaseException):  # a prerequisite failed already
@@ -373,7 +378,9 @@ class Dispatcher:
             routed = self._registry.tell(uid, message, self._spawner(uid))
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
-                self._deps.discard(future)
+                self._deps.discard(future, group)
+            if group is not None:
+                group._drop_step(future)  # never a step: the submit raises
             future.set_exception(
                 CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc)
             )
@@ -396,11 +403,10 @@ class Dispatcher:
         prereqs: tuple[Prerequisite, ...],
         group: CallGroup | None,
     ) -> Hold | BaseException | None:
-        gf = group.future if group is not None else None
         if prereqs:
-            return self._deps.hold(call, future, prereqs, gf)
-        if gf is not None:
-            self._deps.add_step(call, future, gf)
+            return self._deps.hold(call, future, prereqs, group)
+        if group is not None:
+            self._deps.add_step(call, future, group)
         return None
 
     def _resolve_now(self, future: CallFuture, call: Call, error: CallCancelled) -> None:
@@ -594,12 +600,13 @@ class Dispatcher:
         prereqs = self._deps.prerequisites(after) if after else ()
         return self._admit(call, prereqs, group)
 
-    def refuse_step(self, call: Call, error: CallCancelled) -> CallFuture:
+    def refuse_step(self, call: Call, error: CallCancelled, group: CallGroup) -> CallFuture:
         """Caller thread: a step of a cancelled group, resolved at once and never sent."""
         self.call_types.check(call)
         future = CallFuture()
         future.owner = self
         future.call = call
+        group._expect_step(future)
         self._unresolved.append(None)
         self._resolve_now(
             future,
@@ -630,28 +637,29 @@ class Dispatcher:
 
     def group_step_done(self, group: CallGroup, future: CallFuture) -> None:
         """Resolving thread: a step of ``group`` resolved."""
-        self._deps.step_done(group.future, future)
+        self._deps.step_done(group, future)
 
     def group_resolved(self, group: CallGroup) -> None:
         """Any thread: ``group``'s future resolved; forget it."""
         uid = group.owner.uid
         with self._groups_lock:
-            if group not in self._open_groups:
-                return
-            self._open_groups.discard(group)
             owned = self._owned.get(uid)
-            if owned is not None and group in owned:
-                owned.remove(group)
-                if not owned:
-                    del self._owned[uid]
+            if owned is None or group not in owned:
+                return
+            rest = tuple(g for g in owned if g is not group)
+            if rest:
+                self._owned[uid] = rest
+            else:
+                del self._owned[uid]
+            self._open_groups -= 1
             self.metrics.groups_open_delta(-1)
-        self._deps.group_done(group.future)
+        self._deps.group_done(group)
 
     def _cancel_owned(self, uid: str, cause: str, spare: CallGroup | None = None) -> None:
         """Any thread: cancel the call groups ``uid`` owns (but ``spare``, whose own step
         preempts its owner)."""
         with self._groups_lock:
-            owned = self._owned.get(uid, [])
+            owned = self._owned.get(uid, ())
             doomed = [g for g in owned if g is not spare]
         for group in doomed:
             group.cancel_for(cause)
@@ -659,14 +667,14 @@ class Dispatcher:
     def _seal_groups(self) -> None:
         """``stop``/``revoke``: no group takes more steps; each resolves with its last step."""
         with self._groups_lock:
-            groups = list(self._open_groups)
+            groups = [g for owned in self._owned.values() for g in owned]
         for group in groups:
             group._seal(closing=True)
 
     @property
     def open_groups(self) -> int:
         """Call groups created and not yet resolved. Any thread."""
-        return len(self._open_groups)
+        return self._open_groups
 
     @property
     def held_calls(self) -> int:

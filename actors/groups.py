@@ -35,6 +35,12 @@ again by the next scheduling cycle.
 
 Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
 running event loop); callbacks run on the thread that resolves a step (an object actor's turn).
+
+Cost: a group is a slotted object and a tuple of its steps' futures; its
+:class:`~.holds.GroupFuture` is created only when asked for (``g.future``) or when the group
+resolves. A step costs nothing beyond its call: its future is tagged with its group, which it
+tells when it resolves (no done-callback, so the future's condition is never created). The
+groups of one dispatcher share one lock.
 """
 
 from __future__ import annotations
@@ -43,12 +49,12 @@ import asyncio
 from collections.abc import Iterable
 from threading import Lock
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
 from .aio import running_loop, wrap_call_future
 from .calls import Call
 from .errors import CallCancelled, GroupClosedError, GroupFailed, ObjectNotFound, Outcome
-from .holds import ASYNC_SOURCE, GroupFuture
+from .holds import ASYNC_SOURCE, GroupFuture, GroupSteps
 from .messages import CallFuture
 from .objects import ObjectRef
 from .pod_calls import PodPreemption
@@ -70,7 +76,7 @@ class GroupHost(Protocol):
 
     def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture: ...
 
-    def refuse_step(self, call: Call, error: CallCancelled) -> CallFuture: ...
+    def refuse_step(self, call: Call, error: CallCancelled, group: CallGroup) -> CallFuture: ...
 
     def withdraw(self, future: CallFuture, cause: CallCancelled) -> None: ...
 
@@ -81,7 +87,7 @@ class GroupHost(Protocol):
     def group_resolved(self, group: CallGroup) -> None: ...
 
 
-class CallGroup:
+class CallGroup(GroupSteps):
     """Steps on any objects that live and die with ``owner`` (see the module docstring).
     Build it with ``Dispatcher.group(owner=obj)``; use it as a context manager to seal it::
 
@@ -91,13 +97,30 @@ class CallGroup:
         g.future.result()  # [Outcome.SUCCESS, ...] or GroupFailed
     """
 
-    def __init__(self, host: GroupHost, owner: ObjectRef) -> None:
+    __slots__ = (
+        "_cancelled",
+        "_cause",
+        "_closing",
+        "_finished",
+        "_first",
+        "_host",
+        "_lock",
+        "_sealed",
+        "_steps",
+        "_unresolved",
+        "owner",
+    )
+
+    def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
+        """``lock`` guards the group's fields: one lock shared by the dispatcher's groups
+        (held only briefly, never while calling out)."""
+        super().__init__()
         self.owner = owner
-        self.future = GroupFuture()
-        self.future.label = f"{owner.kind} {owner.namespace}/{owner.name}"
         self._host = host
-        self._lock = Lock()
-        self._steps: list[CallFuture] = []
+        self._lock = lock
+        self._steps: tuple[CallFuture, ...] = ()  # a tuple: most groups have one or two
+        # what the group still waits for: one per step not resolved, plus one per step being
+        # submitted and not yet in ``_steps`` (a step may resolve before it is listed)
         self._unresolved = 0
         self._first: BaseException | None = None
         self._sealed = False
@@ -125,19 +148,23 @@ class CallGroup:
         ``Dispatcher.submit`` raises, :class:`~.errors.DependencyCycleError` if ``after``
         waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
         cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
-        with self._lock:
-            if self._sealed and self._cancelled is None and not self._closing:
-                raise GroupClosedError(f"{self!r} is sealed: start another group")
-            cause = self._cause
+        # Without the lock (atomic reads, see ._compat): cancel_for sets _cancelled before
+        # _sealed, _seal sets _closing before _sealed; a cancellation that lands after these
+        # reads is caught by ``late`` below.
+        if self._sealed and self._cancelled is None and not self._closing:
+            raise GroupClosedError(f"{self!r} is sealed: start another group")
+        cause = self._cause
         if cause is not None:
-            future = self._host.refuse_step(call, cause)
+            future = self._host.refuse_step(call, cause, self)
         else:
             future = self._host.submit_step(call, after, self)
         with self._lock:
-            self._steps.append(future)
-            self._unresolved += 1
+            self._steps += (future,)
+            self._unresolved -= 1  # listed (see _expect_step)
             late = self._cause if cause is None else None
-        future.add_done_callback(self._step_done)
+            last = self._sealed and self._unresolved == 0  # the step resolved already
+        if last:
+            self._maybe_finish()
         if late is not None:  # cancelled while this step was being submitted
             self._host.withdraw(future, late)
         return future
@@ -201,8 +228,8 @@ class CallGroup:
         """Seal; with ``closing`` (the dispatcher stops or is revoked), a later ``submit``
         raises the dispatcher's error instead of :class:`GroupClosedError`."""
         with self._lock:
+            self._closing = self._closing or closing  # before _sealed (see submit)
             self._sealed = True
-            self._closing = self._closing or closing
         self._maybe_finish()
 
     def __enter__(self) -> Self:
@@ -244,6 +271,21 @@ class CallGroup:
         return True
 
     @property
+    def future(self) -> GroupFuture:
+        """The group's :class:`~.holds.GroupFuture`, created on first use (or when the group
+        resolves). Any thread."""
+        future = self._future
+        if future is None:
+            with self._lock:
+                future = self._future
+                if future is None:
+                    future = GroupFuture()
+                    future.owner = self._host
+                    future.of = self.owner
+                    self.bind(future)
+        return future
+
+    @property
     def cancelled(self) -> str | None:
         """The cause label if the group was cancelled, else None."""
         return self._cancelled
@@ -256,8 +298,25 @@ class CallGroup:
 
     # ------------------------------------------------------------------ internals
 
-    def _step_done(self, future: Any) -> None:
-        """Resolving thread of a step."""
+    def _expect_step(self, future: CallFuture) -> None:
+        """Submitting thread (the host, before the step's future can resolve): tag ``future``
+        with this group, which then waits for its resolution and for :meth:`submit` to list
+        it."""
+        with self._lock:
+            self._unresolved += 2
+        future.group = self
+
+    def _drop_step(self, future: CallFuture) -> None:
+        """Submitting thread (the host): the submit of the step ``future`` raises; it was
+        never resolved and is not a step."""
+        future.group = None
+        with self._lock:
+            self._unresolved -= 2
+        self._maybe_finish()
+
+    def _step_done(self, future: CallFuture) -> None:
+        """Resolving thread of a step (told by the step's future, whose ``group`` is this
+        group, after its done-callbacks ran)."""
         exc = future.exception()
         with self._lock:
             self._unresolved -= 1
@@ -274,7 +333,7 @@ class CallGroup:
 
     def _maybe_finish(self) -> None:
         with self._lock:
-            if self._finished or self._unresolved or not self._sealed:
+            if self._finished or self._unresolved != 0 or not self._sealed:
                 return
             self._finished = True
             steps = list(self._steps)

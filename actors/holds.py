@@ -64,12 +64,14 @@ from functools import partial
 from threading import Lock
 from typing import Any, Final
 
+from ._compat import LazyFuture
 from .calls import Call
 from .errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
 from .messages import CallFuture, FailDependency, Release
 from .metrics import Metrics
+from .objects import ObjectRef
 
-__all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "Hold", "HoldState"]
+__all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "GroupSteps", "Hold", "HoldState"]
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
 _NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
@@ -81,17 +83,54 @@ ASYNC_SOURCE: Final = "_kdispatch_source"
 Prerequisite = Future[Any]
 
 
-class GroupFuture(Future[list[Outcome]]):
+class GroupFuture(LazyFuture[list[Outcome]]):
     """``CallGroup.future``: resolves once the group is sealed and every step resolved, to the
     list of outcomes (in step order), or raises :class:`~.errors.GroupFailed`. It may be given
-    as a prerequisite (``after=[group.future]``) of this dispatcher's calls."""
+    as a prerequisite (``after=[group.future]``) of this dispatcher's calls. Never cancelled;
+    its condition is created only when somebody waits (:class:`~._compat.LazyFuture`)."""
 
     owner: object = None  # the dispatcher of the group
-    label: str = ""
+    of: ObjectRef | None = None  # the group's owner object
+    group: GroupSteps | None = None  # the group's steps (for the cycle checks)
+
+    @property
+    def label(self) -> str:
+        """The group's owner, for messages."""
+        ref = self.of
+        return "" if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
 
     def __repr__(self) -> str:
         state = "finished" if self.done() else "pending"
         return f"<GroupFuture {self.label} state={state}>"
+
+
+class GroupSteps:
+    """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one), under its
+    lock: the steps not resolved (a tuple rather than a set: a group has few steps), and the
+    group's future once somebody asked for it (a group whose future does not exist is
+    nobody's prerequisite, so it can close no cycle)."""
+
+    __slots__ = ("_future", "pending_steps")
+
+    def __init__(self) -> None:
+        self._future: GroupFuture | None = None
+        self.pending_steps: tuple[CallFuture, ...] = ()
+
+    def bind(self, future: GroupFuture) -> None:
+        """Once, before ``future`` is handed out: it is this group's future."""
+        future.group = self
+        self._future = future
+
+    def add_step(self, future: CallFuture) -> None:
+        """Under the lock of :class:`Dependencies`: ``future`` is an unresolved step."""
+        self.pending_steps += (future,)
+
+    def drop_step(self, future: CallFuture) -> None:
+        """Under the lock of :class:`Dependencies`: the step ``future`` resolved (or never
+        was one)."""
+        steps = self.pending_steps
+        if future in steps:
+            self.pending_steps = tuple(step for step in steps if step is not future)
 
 
 class HoldState(enum.Enum):
@@ -157,7 +196,6 @@ class Dependencies:
         self._lock = Lock()
         self._holds: dict[CallFuture, Hold] = {}  # held calls not resolved yet
         self._held_on: dict[str, set[CallFuture]] = {}  # uid -> its held calls (queue edges)
-        self._steps: dict[GroupFuture, set[CallFuture]] = {}  # open group -> steps unresolved
 
     # ------------------------------------------------------------------ validation
 
@@ -195,7 +233,7 @@ class Dependencies:
         call: Call,
         future: CallFuture,
         prereqs: tuple[Prerequisite, ...],
-        group: GroupFuture | None = None,
+        group: GroupSteps | None = None,
     ) -> Hold | BaseException | None:
         """Submitting thread, before the call goes to its actor. Check for a cycle
         (:class:`DependencyCycleError`) and register ``future`` (as a step of ``group`` too).
@@ -217,23 +255,23 @@ class Dependencies:
                 self._check_group_step(uid, group)
             if not waiting:
                 if group is not None:
-                    self._steps.setdefault(group, set()).add(future)
+                    group.add_step(future)
                 return None
             behind = self._check_prereqs(call, waiting, group)
             hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
             self._holds[future] = hold
             self._held_on.setdefault(uid, set()).add(future)
             if group is not None:
-                self._steps.setdefault(group, set()).add(future)
+                group.add_step(future)
             self._metrics.held_delta(call.call_type, 1)
         return hold
 
-    def add_step(self, call: Call, future: CallFuture, group: GroupFuture) -> None:
+    def add_step(self, call: Call, future: CallFuture, group: GroupSteps) -> None:
         """Submitting thread, before an unheld group step goes to its actor: check that its
         object's held calls do not wait for the group, and register the step."""
         with self._lock:
             self._check_group_step(call.ref.uid, group)
-            self._steps.setdefault(group, set()).add(future)
+            group.add_step(future)
 
     def arm(self, hold: Hold) -> None:
         """Submitting thread, right after the held call's ``Submit`` was told: watch its
@@ -268,7 +306,7 @@ class Dependencies:
             self._tell(hold.uid, FailDependency(hold, cause))
         return True
 
-    def discard(self, future: CallFuture) -> None:
+    def discard(self, future: CallFuture, group: GroupSteps | None = None) -> None:
         """Submitting thread: the call of ``future`` never reached its actor (its submit
         raised): forget it."""
         with self._lock:
@@ -277,20 +315,18 @@ class Dependencies:
                 if hold.state is HoldState.WAITING:
                     self._leave(hold, HoldState.DONE)
                 self._forget(hold)
-            for steps in self._steps.values():
-                steps.discard(future)
+            if group is not None:
+                group.drop_step(future)
 
-    def step_done(self, group: GroupFuture, future: CallFuture) -> None:
+    def step_done(self, group: GroupSteps, future: CallFuture) -> None:
         """Resolving thread: a step of ``group`` resolved."""
         with self._lock:
-            steps = self._steps.get(group)
-            if steps is not None:
-                steps.discard(future)
+            group.drop_step(future)
 
-    def group_done(self, group: GroupFuture) -> None:
+    def group_done(self, group: GroupSteps) -> None:
         """Any thread: ``group`` resolved; it waits for nothing any more."""
         with self._lock:
-            self._steps.pop(group, None)
+            group.pending_steps = ()
 
     @property
     def held(self) -> int:
@@ -354,14 +390,15 @@ class Dependencies:
     # ------------------------------------------------------------------ cycles (under the lock)
 
     def _check_prereqs(
-        self, call: Call, waiting: list[Prerequisite], group: GroupFuture | None
+        self, call: Call, waiting: list[Prerequisite], group: GroupSteps | None
     ) -> frozenset[CallFuture]:
         """The calls on ``call``'s own object its prerequisites reach (its ``behind``), or
         :class:`DependencyCycleError` for a wait that would close a circle."""
         uid = call.ref.uid
         behind: list[CallFuture] = []
+        gf = group._future if group is not None else None
         for fut in self._closure(waiting):
-            if fut is group:
+            if gf is not None and fut is gf:
                 raise DependencyCycleError(
                     "the call's prerequisites wait for the group it joins (its own step)"
                 )
@@ -383,9 +420,12 @@ class Dependencies:
             behind.append(fut)  # type: ignore[arg-type]
         return frozenset(behind) if behind else _NOT_BEHIND
 
-    def _check_group_step(self, uid: str, group: GroupFuture) -> None:
+    def _check_group_step(self, uid: str, group: GroupSteps) -> None:
+        gf = group._future
+        if gf is None:  # nobody's prerequisite
+            return
         start = list(self._held_on.get(uid, ()))
-        if start and any(fut is group for fut in self._closure(start)):
+        if start and any(fut is gf for fut in self._closure(start)):
             raise DependencyCycleError(
                 f"a held call on {uid} waits for this group: a step on {uid} would queue "
                 "behind it and the group would wait for itself"
@@ -408,7 +448,8 @@ class Dependencies:
             seen.add(id(fut))
             yield fut
             if isinstance(fut, GroupFuture):
-                stack.extend(self._steps.get(fut, ()))
+                if fut.group is not None:
+                    stack.extend(fut.group.pending_steps)
                 continue
             hold = self._holds.get(fut) if isinstance(fut, CallFuture) else None
             if hold is not None:

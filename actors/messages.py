@@ -15,13 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
+
+from loguru import logger
 
 from ._compat import LazyFuture
 from .calls import Call
 from .errors import DispatcherClosed, Outcome
 from .object_state import NO_HOLDS, Send
 from .objects import Obj
+
+
+class StepWatcher(Protocol):
+    """What a step's future tells once it resolved (a :class:`~.groups.CallGroup`)."""
+
+    def _step_done(self, future: CallFuture) -> None: ...
 
 
 class CallFuture(LazyFuture[Outcome]):
@@ -48,6 +56,29 @@ class CallFuture(LazyFuture[Outcome]):
     # Set by the object's actor before it resolves the future OVERWRITTEN: the newer call that
     # carries its intent (prerequisites are followed to it, :mod:`.holds`).
     successor: CallFuture | None = None
+    # Set by the dispatcher before a group's step can resolve: the group, told once the future
+    # resolved, on the resolving thread, after the done-callbacks (a tag rather than a
+    # done-callback, which would create the future's condition).
+    group: StepWatcher | None = None
+
+    def set_result(self, result: Outcome) -> None:
+        """Once, by the one thread that resolves the future; then its group learns of it."""
+        super().set_result(result)
+        if self.group is not None:
+            self._tell_group(self.group)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Once, by the one thread that resolves the future; then its group learns of it."""
+        super().set_exception(exception)
+        if self.group is not None:
+            self._tell_group(self.group)
+
+    def _tell_group(self, group: StepWatcher) -> None:
+        """Resolving thread: as a done-callback would, an error is logged, not raised."""
+        try:
+            group._step_done(self)
+        except Exception:
+            logger.opt(exception=True).error("call group failed to take the step {}", self)
 
 
 # --------------------------------------------------------------------------- to object actors

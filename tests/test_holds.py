@@ -14,7 +14,7 @@ from kdispatch.actors.errors import (
     InvalidPrerequisiteError,
     Outcome,
 )
-from kdispatch.actors.holds import Dependencies, GroupFuture, Hold, HoldState
+from kdispatch.actors.holds import Dependencies, GroupFuture, GroupSteps, Hold, HoldState
 from kdispatch.actors.messages import CallFuture, FailDependency, Release
 from kdispatch.actors.metrics import Metrics
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
@@ -161,17 +161,19 @@ def test_cycles_through_groups_and_objects() -> None:
     deps, _, _ = make()
     g = GroupFuture()
     g.owner = OWNER
+    steps = GroupSteps()  # what a CallGroup keeps for the dependencies
+    steps.bind(g)
     a = future("a")
     with pytest.raises(DependencyCycleError):
-        held(deps, "x", g, group=g)
+        held(deps, "x", g, group=steps)
     with pytest.raises(DependencyCycleError):
         held(deps, "a", a)  # a prerequisite on the call's own object
     hold = held(deps, "y", g)  # y waits for the group
     deps.arm(hold)
     step = future("y")
     with pytest.raises(DependencyCycleError):  # a step on y would queue behind y's held call
-        deps.add_step(step.call, step, g)  # type: ignore[arg-type]
-    deps.add_step(a.call, a, g)  # type: ignore[arg-type]
+        deps.add_step(step.call, step, steps)  # type: ignore[arg-type]
+    deps.add_step(a.call, a, steps)  # type: ignore[arg-type]
 
 
 def test_a_prerequisite_on_the_same_object_is_kept_ahead_unless_it_would_be_merged() -> None:
