@@ -230,11 +230,19 @@ def run_one(
         stopped_by = _settle(watch, sched, _done(set(fit), set(unfit)), end)
         t_end = time.monotonic()
         cpu_sched = sched.cpu_seconds()
-        requests = request_delta(w.requests, request_totals(api))
-        own = {k: v - w.own[k] for k, v in watch.own_requests().items()}
+        totals = request_totals(api)
+        requests = request_delta(w.requests, totals)
+        own1 = watch.own_requests()
+        own = {k: v - w.own[k] for k, v in own1.items()}
         own["POST pods"] = len(fit) if workload.late else 0
         cpu_control = sum(cpu_seconds(pid) for pid in control) - w.cpu_control
         sched.stop()
+        # what it sent after the pods were settled, until it stopped (the example drains its
+        # queued Events and verifies; kube-scheduler is stopped at once)
+        drain, _, _ = split_requests(
+            request_delta(totals, request_totals(api)),
+            {k: v - own1[k] for k, v in watch.own_requests().items()},
+        )
         with watch.lock:
             seen = dict(watch.pods)
         record = _record(
@@ -259,6 +267,8 @@ def run_one(
             setup_s=round(setup_s, 2),
             ready_s=round(ready_s, 3),
             restarts=sched.restarts,
+            drain_requests=dict(sorted(drain.items())),
+            event_requests_with_drain=record["event_requests"] + event_count(drain),
             first_unfit_marked_s=_r(arrived - w.t0) if workload.late else None,
             watch_error=watch.error,
             log=str(folder / "scheduler"),
@@ -306,24 +316,9 @@ def _record(
     bound_at = [t for n in bound if n in seen and (t := seen[n].bound_at) is not None]
     bind_times = [t - arrived for t in bound_at]
     first = [t - t0 for t in bound_at]
-    # the scheduler's requests: what the server counted in the window, less the harness's own
-    # (the POSTs of late pods, the pod watch's ended watches and re-lists)
-    by_verb: dict[str, int] = {}
-    errors: dict[str, int] = {}
-    left = dict(harness)
-    for (verb, resource, sub, code), counted in requests.items():
-        key = f"{verb} {resource}{'/' + sub if sub else ''}"
-        mine = min(counted, left.get(key, 0)) if code.startswith("2") else 0
-        left[key] = left.get(key, 0) - mine
-        count = counted - mine
-        if count:
-            by_verb[key] = by_verb.get(key, 0) + count
-            if code.startswith(("4", "5")):
-                errors[f"{key} {code}"] = errors.get(f"{key} {code}", 0) + count
-    background = {k: v for k, v in by_verb.items() if not scheduler_request(k)}
-    by_verb = {k: v for k, v in by_verb.items() if scheduler_request(k)}
+    by_verb, errors, background = split_requests(requests, harness)
     total = sum(by_verb.values())
-    events = sum(v for k, v in by_verb.items() if k.split(" ", 1)[1].endswith("events"))
+    events = event_count(by_verb)
     rebinds = sum(seen[n].rebinds for n in seen)
     conflicts = sum(v for k, v in errors.items() if k.startswith("POST pods/binding 409"))
     scheduled = len(bound) + len(marked)
@@ -381,6 +376,34 @@ def _record(
             for report in reports
         ],
     }
+
+
+def split_requests(
+    requests: Mapping[RequestKey, int], harness: Mapping[str, int]
+) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """The scheduler's requests by ``"VERB resource[/subresource]"`` out of what the server
+    counted, less the harness's own (``harness``: the POSTs of late pods, the pod watch's
+    ended watches and re-lists); its failed ones by key and code; and the background (the
+    apiserver's own Lease renewals)."""
+    by_verb: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    left = dict(harness)
+    for (verb, resource, sub, code), counted in requests.items():
+        key = f"{verb} {resource}{'/' + sub if sub else ''}"
+        mine = min(counted, left.get(key, 0)) if code.startswith("2") else 0
+        left[key] = left.get(key, 0) - mine
+        count = counted - mine
+        if count:
+            by_verb[key] = by_verb.get(key, 0) + count
+            if code.startswith(("4", "5")):
+                errors[f"{key} {code}"] = errors.get(f"{key} {code}", 0) + count
+    background = {k: v for k, v in by_verb.items() if not scheduler_request(k)}
+    return {k: v for k, v in by_verb.items() if scheduler_request(k)}, errors, background
+
+
+def event_count(by_verb: Mapping[str, int]) -> int:
+    """Requests on Events (core or events.k8s.io)."""
+    return sum(v for k, v in by_verb.items() if k.split(" ", 1)[-1].endswith("events"))
 
 
 def _status(pod: Obj | None, status: str) -> Obj | None:
