@@ -146,7 +146,7 @@ def workload_markdown(wid: str, title: str, rows: dict[str, Any], labels: dict[s
     """The table of one workload: medians (ranges when rounds differ) and same-round ratios."""
     ranges = any(r["runs"] > 1 for r in rows.values())
     head = ["scheduler", "settled runs"] + [c[1] for c in COLUMNS]
-    head += ["lost", "dup", f"{NONE}vs {REFERENCE}: time / requests / CPU"]
+    head += ["lost", "dup", f"vs {REFERENCE}: time / requests / CPU"]
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, row in rows.items():
         cells = [labels.get(name, name), f"{row['done']}/{row['runs']}"]
