@@ -87,6 +87,7 @@ class CallOutcomeError(KdispatchError):
     ``ref`` (an :class:`~kdispatch.actors.objects.ObjectRef`, when the raiser knows it) names
     the object: ``str(error)`` then starts with its kind, namespace/name and UID, e.g.
     ``Pod default/web-0 (4f1c...): object deleted``. ``uid`` defaults to ``ref.uid``.
+    ``cause``: the underlying exception, where there is one (also set as ``__cause__``).
     """
 
     result_label = "error"
@@ -97,12 +98,16 @@ class CallOutcomeError(KdispatchError):
         *,
         uid: str = "",
         call_type: str = "",
+        cause: BaseException | None = None,
         ref: ObjectRef | None = None,
     ) -> None:
         super().__init__(message)
         self.uid = uid or (ref.uid if ref is not None else "")
         self.call_type = call_type
         self.ref = ref
+        self.cause = cause
+        if cause is not None:
+            self.__cause__ = cause
 
     def __str__(self) -> str:
         message = super().__str__()
@@ -121,20 +126,6 @@ class CallCancelled(CallOutcomeError):
 class DependencyFailed(CallCancelled):
     """A prerequisite call (on another object) failed or was cancelled, so this call was never
     sent; ``cause`` holds the prerequisite's exception."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        uid: str = "",
-        call_type: str = "",
-        cause: BaseException | None = None,
-        ref: ObjectRef | None = None,
-    ) -> None:
-        super().__init__(message, uid=uid, call_type=call_type, ref=ref)
-        self.cause = cause
-        if cause is not None:
-            self.__cause__ = cause
 
 
 class CallConflict(CallOutcomeError):
@@ -162,20 +153,6 @@ class CallFailed(CallOutcomeError):
     ``cause`` holds the underlying exception."""
 
     result_label = "failed"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        uid: str = "",
-        call_type: str = "",
-        cause: BaseException | None = None,
-        ref: ObjectRef | None = None,
-    ) -> None:
-        super().__init__(message, uid=uid, call_type=call_type, ref=ref)
-        self.cause = cause
-        if cause is not None:
-            self.__cause__ = cause
 
 
 class RequestDropped(KdispatchError):
