@@ -8,6 +8,7 @@ merging, no priority: the caller simply waits. Benchmark-only code.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.baselines.base import (
@@ -39,20 +40,18 @@ class BlockingContender:
         if body is None:
             self._skipped += 1
             return resolved(Outcome.SKIPPED)
-        self._limiter.wait()
-        self._sent += 1
-        try:
-            send_status(self._backend, pod, body)
-        except Exception as exc:
-            return resolved(error=exc)
-        return resolved(Outcome.SUCCESS)
+        return self._send(lambda: send_status(self._backend, pod, body))
 
     def submit_binding(self, pod: Obj, node: str) -> OutcomeFuture:
         """Caller thread; blocks for the rate limiter and the request."""
+        return self._send(lambda: send_binding(self._backend, pod, node))
+
+    def _send(self, request: Callable[[], None]) -> OutcomeFuture:
+        """Caller thread: wait for a token, run ``request``; its outcome as a resolved future."""
         self._limiter.wait()
         self._sent += 1
         try:
-            send_binding(self._backend, pod, node)
+            request()
         except Exception as exc:
             return resolved(error=exc)
         return resolved(Outcome.SUCCESS)
