@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 
 from benchmarks.peer_run import scheduler_request
 from benchmarks.peer_schedulers import REFERENCE
+from benchmarks.report import save_figure
 
 Rec = dict[str, Any]
 Getter = Callable[[Rec], float | None]
@@ -240,12 +241,7 @@ def write_charts(results: dict[str, Any], out: Path) -> list[Path]:
         axes[3].bar(x, control, bottom=sched, color="lightgray")
         axes[3].set_title("CPU ms/pod: scheduler + apiserver & etcd (gray)")
         axes[3].set_xticks(list(x), names, rotation=20)
-        fig.suptitle(wid)
-        fig.tight_layout()
-        path = out / f"peer-{wid}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_figure(fig, wid, out / f"peer-{wid}.png", dpi=90))
     return written
 
 

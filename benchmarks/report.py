@@ -195,13 +195,18 @@ def write_charts(results: Results, out: Path) -> list[Path]:
             if a.get_legend_handles_labels()[0]:
                 a.legend(fontsize=7)
             a.grid(True, alpha=0.3)
-        fig.suptitle(f"{wid} — {WORKLOADS[wid].title} ({results['meta']['profile']})")
-        fig.tight_layout()
-        path = out / f"{wid.lower()}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        title = f"{wid} — {WORKLOADS[wid].title} ({results['meta']['profile']})"
+        written.append(save_figure(fig, title, out / f"{wid.lower()}.png", dpi=110))
     return written
+
+
+def save_figure(fig: Figure, title: str, path: Path, dpi: int) -> Path:
+    """Title ``fig``, lay it out, write it to ``path`` as PNG and close it; returns ``path``."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
 
 
 # --------------------------------------------------------------------------- summary.md
