@@ -16,31 +16,46 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Any
+from typing import Any, Self
 
 from kdispatch import GoneError
 from kdispatch.testing import InMemoryApiServer
 from kdispatch.testing.memory import Watch
 
 
-class BindingAuditor:
-    """Records every node each pod (by UID) was ever bound to. Own thread."""
+class _ServerThread:
+    """One daemon thread running ``_run`` against ``server`` until ``stop``."""
 
-    def __init__(self, server: InMemoryApiServer) -> None:
+    def __init__(self, server: InMemoryApiServer, thread_name: str) -> None:
         self._server = server
-        self._nodes: dict[str, set[str]] = defaultdict(set)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._rv = server.resource_version
-        self._watch: Watch | None = server.watch("Pod", resource_version=self._rv)
-        self._thread = threading.Thread(target=self._run, name="chaos-auditor", daemon=True)
-        self.resumes = 0
-        self.relists = 0
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
-    def start(self) -> BindingAuditor:
+    def start(self) -> Self:
         """Driver thread."""
         self._thread.start()
         return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Driver thread."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class BindingAuditor(_ServerThread):
+    """Records every node each pod (by UID) was ever bound to. Own thread."""
+
+    def __init__(self, server: InMemoryApiServer) -> None:
+        self._nodes: dict[str, set[str]] = defaultdict(set)
+        self._lock = threading.Lock()
+        self._rv = server.resource_version
+        self._watch: Watch | None = server.watch("Pod", resource_version=self._rv)
+        self.resumes = 0
+        self.relists = 0
+        super().__init__(server, "chaos-auditor")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Driver thread: stop after taking what is queued (call once writes have ended)."""
@@ -50,7 +65,7 @@ class BindingAuditor:
             w = self._watch
         if w is not None:
             w.stop()
-        self._thread.join(timeout)
+        super().stop(timeout)
 
     def catch_up(self) -> None:
         """Driver thread: make sure every change up to now has been seen (a re-list diff)."""
@@ -105,26 +120,14 @@ class BindingAuditor:
             self._watch = w
 
 
-class WatchMonkey:
+class WatchMonkey(_ServerThread):
     """Every ``interval`` seconds: compact the history and drop every watch. Own thread."""
 
     def __init__(self, server: InMemoryApiServer, interval: float) -> None:
-        self._server = server
         self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-watch-monkey", daemon=True)
         self.drops = 0
         self.compactions = 0
-
-    def start(self) -> WatchMonkey:
-        """Driver thread."""
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Driver thread."""
-        self._stop.set()
-        self._thread.join(timeout)
+        super().__init__(server, "chaos-watch-monkey")
 
     def _run(self) -> None:
         """Monkey thread."""
