@@ -45,6 +45,7 @@ from kdispatch.testing.memory import (
     make_node,
     make_pod,
 )
+from tests.clocks import ManualClock
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,16 +66,6 @@ JSON_KEYS = {
     "binding_latency_ms",
     "wall_s",
 }
-
-
-class FakeClock:
-    """A clock tests advance by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def pod(name: str, cpu: int, prio: int = 0, **kw: Any) -> PodInfo:
@@ -111,7 +102,7 @@ def test_pod_info_parses_requests_priority_selector_and_claims() -> None:
 
 
 def test_queue_orders_by_priority_then_fifo_and_runs_tasks_first() -> None:
-    q = SchedulingQueue(FakeClock())
+    q = SchedulingQueue(ManualClock(100.0))
     q.add("low", 0)
     q.add("high-1", 10)
     q.add("high-2", 10)
@@ -127,7 +118,7 @@ def test_queue_orders_by_priority_then_fifo_and_runs_tasks_first() -> None:
 
 
 def test_queue_backoff_activate_and_remove() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.backoff("a", 0, 5.0)
     q.backoff("b", 0, 1.0)
@@ -377,7 +368,7 @@ class FakeApi:
 
 
 def test_pending_nomination_reserves_room_and_preemptor_never_preempts_twice() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
     sched.on_node_add(node("n1", cpu=1000))
@@ -421,7 +412,7 @@ def test_pending_nomination_reserves_room_and_preemptor_never_preempts_twice() -
 
 
 def test_failed_binding_unassumes_and_requeues_with_backoff() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
     sched.on_node_add(node("n1", cpu=1000))

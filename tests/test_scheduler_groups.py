@@ -30,7 +30,8 @@ from kdispatch import (
 )
 from kdispatch.testing import FaultPlan, InMemoryApiServer, RequestRecord, make_claim, make_pod
 from kdispatch.testing.httpserver import ApiServerHTTP
-from tests.test_scheduler_example import FakeApi, FakeClock, node
+from tests.clocks import ManualClock
+from tests.test_scheduler_example import FakeApi, node
 from tests.test_scheduler_peer import _kubeconfig, _pod
 
 pytestmark = pytest.mark.timeout(90)
@@ -156,7 +157,7 @@ def test_the_nomination_precedes_every_victims_delete(tmp_path: Path, mode: dict
 
 
 def test_a_pod_whose_binding_keeps_failing_is_unschedulable_with_its_status() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1, max_bind_failures=3), clock=clock)
     sched.on_node_add(node("n1", cpu=1000))

@@ -16,7 +16,8 @@ from examples.scheduler.queue import SchedulingQueue
 from examples.scheduler.runner import RunConfig, run
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
-from tests.test_scheduler_example import FakeApi, FakeClock
+from tests.clocks import ManualClock
+from tests.test_scheduler_example import FakeApi
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -93,7 +94,7 @@ def test_events_on_the_server(tmp_path: Path) -> None:
 
 
 def test_unschedulable_pods_are_retried_without_limit_and_moved_by_cluster_events() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
     sched.on_node_add(make_node("n1", 1000, 4096))
@@ -132,7 +133,7 @@ def test_unschedulable_pods_are_retried_without_limit_and_moved_by_cluster_event
 
 
 def test_queue_move_unschedulable_only_moves_what_the_event_may_help() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.backoff("cpu", 0, 5.0, unschedulable=True, on_pod_delete=True)
     q.backoff("selector", 0, 5.0, unschedulable=True, on_pod_delete=False)
