@@ -211,10 +211,9 @@ def test_backend_factory_error_reaches_start() -> None:
         ProcessDispatcher(factory).start()
 
 
-def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
-    pods = [cluster.pod(f"k{i}") for i in range(6)]
-    # four bindings in flight on the server, two queued
-    d, futures = cluster.held_bindings(pods, 4)
+def _kill_child_and_expect_died(d: ProcessDispatcher, futures: list[Any]) -> None:
+    """SIGKILL the dispatcher's child; every one of ``futures`` then fails with
+    :class:`DispatcherProcessDied` within ``WAIT``."""
     pid = d.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -223,6 +222,13 @@ def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
     for f in futures:
         with pytest.raises(DispatcherProcessDied):
             f.result()
+
+
+def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"k{i}") for i in range(6)]
+    # four bindings in flight on the server, two queued
+    d, futures = cluster.held_bindings(pods, 4)
+    _kill_child_and_expect_died(d, futures)
     with pytest.raises(DispatcherProcessDied):
         d.submit(PodBinding.for_pod(pods[0], "node-2"))
     assert d.stop(timeout=5.0) is False
@@ -535,14 +541,7 @@ def test_child_death_resolves_waiting_calls(cluster: Cluster) -> None:
     once = Once()
     d = cluster.dispatcher(workers=2, max_in_flight=2).start()
     futures = once.track(_held_window(cluster, d, [f"k{i}" for i in range(5)]))
-    pid = d.pid
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    _done, pending = wait(futures, timeout=WAIT)
-    assert not pending
-    for f in futures:
-        with pytest.raises(DispatcherProcessDied):
-            f.result()
+    _kill_child_and_expect_died(d, futures)
     assert d.waiting == 0
     assert d.stop(timeout=5.0) is False
     cluster.held.gate.set()
