@@ -84,10 +84,7 @@ def test_calls_behind_a_held_head_wait_in_order(d: HeldDriver) -> None:
     assert d.readies() == [] and d.grant() is None
     d.release("claim")
     assert d.readies() == [Ready(2, 0.0)]
-    s = d.send()
-    assert s.call.call_type == "pod_binding"
-    d.done(s)
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.send_succeeds(f_bind, "pod_binding")
     assert d.outcome(f_label) is None
 
 
@@ -180,10 +177,7 @@ def test_held_preemption_cancels_what_is_pending_and_waits(d: HeldDriver) -> Non
     assert d.outcome(f_patch) is CallCancelled
     assert d.readies() == [] and d.grant() is None
     d.release("nominated")
-    s = d.send()
-    assert s.call.call_type == "pod_preemption"
-    d.done(s)
-    assert d.outcome(f_pre) is Outcome.SUCCESS
+    d.send_succeeds(f_pre, "pod_preemption")
 
 
 def test_preempting_a_held_call_resolves_it_cancelled(d: HeldDriver) -> None:

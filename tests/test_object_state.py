@@ -108,6 +108,13 @@ class Driver:
     ) -> list[Effect]:
         return self._take(self.m.done(Done(send.call, result, obj, error, delay), self.now))
 
+    def send_succeeds(self, fut: str, call_type: str) -> None:
+        """The next grant sends a ``call_type`` call that succeeds and resolves ``fut``."""
+        s = self.send()
+        assert s.call.call_type == call_type
+        self.done(s)
+        assert self.outcome(fut) is Outcome.SUCCESS
+
     def observed(self, obj: Obj) -> list[Effect]:
         return self._take(self.m.observed_event(obj))
 
@@ -354,10 +361,7 @@ def test_binding_supersedes_pending_status_patch_and_takes_its_slot(d: Driver) -
     f_bind = d.submit(PodBinding.for_pod(p, "n1"))
     assert d.outcome(f_patch) is Outcome.OVERWRITTEN
     assert d.readies() == [Ready(2, 0.0)]  # the more urgent lane is asked for too
-    s = d.send()
-    assert s.call.call_type == "pod_binding"
-    d.done(s)
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.send_succeeds(f_bind, "pod_binding")
 
 
 def test_status_patch_while_a_binding_is_tracked_is_skipped(d: Driver) -> None:
