@@ -433,7 +433,9 @@ def test_failed_binding_unassumes_and_requeues_with_backoff() -> None:
 # --------------------------------------------------------------------------- whole runs
 
 
-def _check_clean(fig: dict[str, Any]) -> None:
+def check_clean(fig: dict[str, Any]) -> None:
+    """A run's figures show a clean run: it finished, and nothing was duplicated, lost,
+    left unresolved or unsettled (any cluster, the real one included)."""
     assert fig["stopped_by"] == "done"
     assert fig["duplicate_bindings"] == 0
     assert fig["lost_intents"] == 0, fig["problems"]
@@ -441,6 +443,10 @@ def _check_clean(fig: dict[str, Any]) -> None:
     assert fig["closed_at_stop"] == 0
     assert fig["scheduler_errors"] == 0
     assert fig["pods_unsettled"] == 0
+
+
+def _check_clean(fig: dict[str, Any]) -> None:
+    check_clean(fig)
     # every pod left unschedulable is one built not to fit anywhere
     assert all(key.startswith("default/unschedulable-") for key in fig["unschedulable_pods"])
     assert fig["verdict_ok"] and fig["verdict"].startswith("OK: ")
@@ -583,7 +589,8 @@ def test_dispatcher_process_run_schedules_pending_pods_over_http(tmp_path: Path)
     assert len(writers) == 1 and next(iter(writers)).startswith("kdispatch-scheduler/")
 
 
-def _kubeconfig(tmp_path: Path, url: str) -> Path:
+def kubeconfig_file(tmp_path: Path, url: str) -> str:
+    """A kubeconfig in ``tmp_path`` for the server at ``url``, without credentials."""
     path = tmp_path / "kubeconfig"
     path.write_text(
         "apiVersion: v1\nkind: Config\n"
@@ -592,7 +599,7 @@ def _kubeconfig(tmp_path: Path, url: str) -> Path:
         "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
         "current-context: c\n"
     )
-    return path
+    return str(path)
 
 
 def _pending_pods(mem: InMemoryApiServer, count: int) -> None:
@@ -612,7 +619,7 @@ def test_dispatcher_process_with_leader_election_leads_then_binds_every_pod(
     _pending_pods(mem, 30)
     with ApiServerHTTP(mem) as srv:
         cfg = RunConfig(
-            kubeconfig=str(_kubeconfig(tmp_path, srv.url)),
+            kubeconfig=kubeconfig_file(tmp_path, srv.url),
             workers=4,
             max_seconds=60,
             dispatcher_process=True,
@@ -643,7 +650,7 @@ def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path:
     figures: list[dict[str, Any]] = []
     with ApiServerHTTP(mem) as srv:
         cfg = RunConfig(
-            kubeconfig=str(_kubeconfig(tmp_path, srv.url)),
+            kubeconfig=kubeconfig_file(tmp_path, srv.url),
             workers=2,
             qps=20.0,
             burst=1,
