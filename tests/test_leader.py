@@ -182,6 +182,20 @@ def _elector(
     return elector, lost
 
 
+def _a_leads_b_follows() -> tuple[
+    InMemoryApiServer, ManualClock, LeaseElector, list[LeadershipLost], LeaseElector
+]:
+    """Electors ``a`` and ``b`` on one server at t=1000, each stepped once: ``a`` took the
+    lease and ``b`` has seen its record. Returns the server, the clock, ``a``, what ``a``
+    lost, and ``b``."""
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
+    a, lost = _elector(server, "a", clock)
+    b, _ = _elector(server, "b", clock)
+    a.step()
+    b.step()
+    return server, clock, a, lost, b
+
+
 def test_config_is_checked() -> None:
     with pytest.raises(InvalidConfigError):
         ElectionConfig("s", identity="a", lease_duration=10, renew_deadline=10)
@@ -241,11 +255,7 @@ def test_failed_renewals_lose_leadership_at_the_deadline() -> None:
 
 
 def test_follower_waits_a_full_lease_duration_after_observing_the_record() -> None:
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, _ = _elector(server, "a", clock)
-    b, _ = _elector(server, "b", clock)
-    a.step()
-    b.step()  # observes a's record at t=1000
+    server, clock, a, _, b = _a_leads_b_follows()  # observes a's record at t=1000
     assert not b.is_leader
     clock.now += 14.9
     b.step()
@@ -260,11 +270,7 @@ def test_follower_waits_a_full_lease_duration_after_observing_the_record() -> No
 
 
 def test_a_renewal_restarts_the_followers_timer() -> None:
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, _ = _elector(server, "a", clock)
-    b, _ = _elector(server, "b", clock)
-    a.step()
-    b.step()
+    _server, clock, a, _, b = _a_leads_b_follows()
     clock.now += 8
     a.step()
     b.step()  # sees the renewed record at 1008
@@ -287,11 +293,7 @@ def test_leader_that_sees_another_holder_loses_at_once() -> None:
 
 
 def test_release_hands_over_at_the_next_retry() -> None:
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, lost = _elector(server, "a", clock)
-    b, _ = _elector(server, "b", clock)
-    a.step()
-    b.step()
+    server, clock, a, lost, b = _a_leads_b_follows()
     assert a.release()
     assert not a.may_send() and not lost  # a graceful release is not a loss
     clock.now += 2
