@@ -46,6 +46,7 @@ from kdispatch.testing.memory import (
     make_pod,
 )
 from tests.clocks import ManualClock
+from tests.factories import settled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -257,15 +258,6 @@ def test_preemptions_guard_against_preempting_again_while_victims_live() -> None
     assert p.started == 2
 
 
-def _done(outcome: Outcome | BaseException | None) -> Future[Outcome]:
-    fut: Future[Outcome] = Future()
-    if isinstance(outcome, BaseException):
-        fut.set_exception(outcome)
-    elif outcome is not None:
-        fut.set_result(outcome)
-    return fut
-
-
 def test_verify_catches_lost_intents_and_duplicate_bindings() -> None:
     tracker = Tracker()
     tracker.record(
@@ -273,7 +265,7 @@ def test_verify_catches_lost_intents_and_duplicate_bindings() -> None:
         "u1",
         "default/p1",
         expect={"node": "n1"},
-        future=_done(Outcome.SUCCESS),
+        future=settled(Outcome.SUCCESS),
         submit_seconds=0.0,
     )
     tracker.record(
@@ -281,11 +273,11 @@ def test_verify_catches_lost_intents_and_duplicate_bindings() -> None:
         "u2",
         "default/p2",
         expect={"node": "n1"},
-        future=_done(Outcome.SUCCESS),
+        future=settled(Outcome.SUCCESS),
         submit_seconds=0.0,
     )
     tracker.record(
-        BIND, "u3", "default/p3", expect={"node": "n1"}, future=_done(None), submit_seconds=0.0
+        BIND, "u3", "default/p3", expect={"node": "n1"}, future=settled(None), submit_seconds=0.0
     )
     pods = {
         "u1": {"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}},
