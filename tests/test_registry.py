@@ -15,6 +15,7 @@ import pytest
 from kdispatch.actors.errors import ActorLimitExceeded, InvalidConfigError, InvalidInputError
 from kdispatch.actors.registry import ReapRequest, Registry, Tombstoned
 from kdispatch.actors.runtime import ActorPool, PooledActor
+from kdispatch.testing.waiting import wait_for
 from tests.clocks import ManualClock
 
 WAIT = 5.0
@@ -555,17 +556,13 @@ def test_a_tell_to_a_closed_inbox_is_refused_not_dropped(pool: ActorPool) -> Non
     actor_ref = registry.get("u")
     assert actor_ref is not None
     generation = 1  # one message routed
-    done = threading.Event()
 
     class Leave:
         pass
 
     # the actor's own turn is where it leaves: ask it to via a ReapRequest
     actor_ref.tell(ReapRequest("u", generation))
-    for _ in range(500):  # poll the observable state with a deadline
-        if registry.get("u") is None:
-            break
-        done.wait(0.01)
+    wait_for(lambda: registry.get("u") is None, 5.0, "the actor to leave the registry")
     assert registry.get("u") is None and shared.left == 1
     with pytest.raises(pykka.ActorDeadError):
         actor_ref.tell("late")  # refused: the sender learns it

@@ -45,6 +45,7 @@ from kdispatch.testing.memory import (
     make_node,
     make_pod,
 )
+from kdispatch.testing.waiting import wait_for
 from tests.clocks import ManualClock
 from tests.factories import settled
 
@@ -656,13 +657,12 @@ def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path:
         runner = threading.Thread(target=lambda: figures.append(run(cfg, stream=None)))
         runner.start()
         try:
-            deadline = threading.Event()
-            for _ in range(600):  # poll the server: wait until binding is under way
-                if any(r.op == "bind" for r in mem.request_log):
-                    break
-                deadline.wait(0.05)
-            else:
-                raise AssertionError("the replica never bound a pod")
+            wait_for(  # poll the server: wait until binding is under way
+                lambda: any(r.op == "bind" for r in mem.request_log),
+                30.0,
+                "the replica to bind a pod",
+                interval=0.05,
+            )
             mem.leases.patch(
                 "kube-system", "kdispatch-scheduler", {"spec": {"holderIdentity": "b"}}
             )
