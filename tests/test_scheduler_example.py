@@ -261,25 +261,15 @@ def test_preemptions_guard_against_preempting_again_while_victims_live() -> None
 
 def test_verify_catches_lost_intents_and_duplicate_bindings() -> None:
     tracker = Tracker()
-    tracker.record(
-        BIND,
-        "u1",
-        "default/p1",
-        expect={"node": "n1"},
-        future=settled(Outcome.SUCCESS),
-        submit_seconds=0.0,
-    )
-    tracker.record(
-        BIND,
-        "u2",
-        "default/p2",
-        expect={"node": "n1"},
-        future=settled(Outcome.SUCCESS),
-        submit_seconds=0.0,
-    )
-    tracker.record(
-        BIND, "u3", "default/p3", expect={"node": "n1"}, future=settled(None), submit_seconds=0.0
-    )
+    for i, outcome in ((1, Outcome.SUCCESS), (2, Outcome.SUCCESS), (3, None)):  # u3 unresolved
+        tracker.record(
+            BIND,
+            f"u{i}",
+            f"default/p{i}",
+            expect={"node": "n1"},
+            future=settled(outcome),
+            submit_seconds=0.0,
+        )
     pods = {
         "u1": {"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}},
         "u2": {"metadata": {"uid": "u2"}, "spec": {}},  # success, but not bound: lost
