@@ -8,12 +8,14 @@ server, ``user_call`` a minimal user call class.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import BUILTIN_CALL_TYPES
 from kdispatch.actors.calls import Call, CallTypeRegistry
+from kdispatch.actors.errors import Outcome
 from kdispatch.actors.kinds import KindTable
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.testing.memory import InMemoryApiServer
@@ -93,3 +95,14 @@ def call_types_with(*kinds: str) -> CallTypeRegistry:
     for kind in kinds:
         table.register(kind, "example.io", "v1", f"{kind.lower()}s")
     return CallTypeRegistry(BUILTIN_CALL_TYPES, kinds=table)
+
+
+def settled(outcome: Outcome | BaseException | None) -> Future[Outcome]:
+    """A call's future already resolved with ``outcome`` (an exception fails it), or still
+    pending for ``None``."""
+    fut: Future[Outcome] = Future()
+    if isinstance(outcome, BaseException):
+        fut.set_exception(outcome)
+    elif outcome is not None:
+        fut.set_result(outcome)
+    return fut

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from kdispatch.adapters.informer import Informer, ListWatch
 
 Event = tuple[str, str, str, str]
 """``(event, name, uid, resourceVersion)``."""
@@ -48,3 +51,27 @@ class Recorder:
         """``(event, name)`` of every recorded event."""
         with self._cond:
             return [(e[0], e[1]) for e in self.events]
+
+
+R = TypeVar("R", bound=Recorder)
+
+
+@contextmanager
+def running_informers(
+    recorder: Callable[[], R], prefix: str, stop_timeout: float, **defaults: Any
+) -> Iterator[Callable[..., tuple[Informer, R]]]:
+    """A starter of informers, each with a fresh ``recorder()`` attached and ``defaults`` under
+    its own keyword arguments; on exit every started informer must stop within ``stop_timeout``."""
+    started: list[Informer] = []
+
+    def start(lw: ListWatch, **kwargs: Any) -> tuple[Informer, R]:
+        rec = recorder()
+        inf = Informer(lw, name=f"{prefix}-{len(started)}", **{**defaults, **kwargs})
+        inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+        started.append(inf)
+        inf.start()
+        return inf, rec
+
+    yield start
+    for inf in started:
+        assert inf.stop(timeout=stop_timeout)

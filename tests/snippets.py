@@ -12,9 +12,15 @@ import linecache
 import re
 import sys
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from kdispatch import KubernetesBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -75,3 +81,24 @@ def run(snippet: Snippet, **scope: Any) -> dict[str, Any]:
     finally:
         del sys.modules[module.__name__]
     return module.__dict__
+
+
+@contextmanager
+def backends_reach(url: str, monkeypatch: pytest.MonkeyPatch, *factories: str) -> Iterator[None]:
+    """While open, ``KubernetesBackend.<factory>()`` for each of ``factories`` (e.g.
+    ``"from_kubeconfig"``, ``"in_cluster"``) returns a backend for ``url``, keeping the
+    ``workers`` and ``request_timeout`` it was given; every backend made is closed on exit."""
+    backends: list[KubernetesBackend] = []
+
+    def connect(*_: Any, **kwargs: Any) -> KubernetesBackend:
+        options = {k: v for k, v in kwargs.items() if k in ("workers", "request_timeout")}
+        backends.append(KubernetesBackend.for_url(url, **options))
+        return backends[-1]
+
+    for factory in factories:
+        monkeypatch.setattr(KubernetesBackend, factory, connect)
+    try:
+        yield
+    finally:
+        for backend in backends:
+            backend.close()

@@ -8,7 +8,6 @@ and the oracle's five figures asserted at their ideal values.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from kdispatch.testing.oracle import ABSENT, Intent, score
 from tests.configs import FAST
+from tests.factories import settled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -102,15 +102,6 @@ def test_status_patch_after_a_binding_is_judged_against_the_bound_pod() -> None:
 # --------------------------------------------------------------------------- the oracle
 
 
-def _future(outcome: Outcome | BaseException | None) -> Future[Outcome]:
-    fut: Future[Outcome] = Future()
-    if isinstance(outcome, Outcome):
-        fut.set_result(outcome)
-    elif outcome is not None:
-        fut.set_exception(outcome)
-    return fut
-
-
 def _pod(nnn: str | None = None) -> dict[str, Any]:
     """Pod u1 as the server holds it, nominated to ``nnn``."""
     return make_pod("p1", uid="u1", nominated_node_name=nnn)
@@ -120,7 +111,7 @@ NNN = ("nnn",)
 
 
 def _intent(seq: int, value: str, outcome: Outcome | BaseException | None, **kw: Any) -> Intent:
-    return Intent(seq, "u1", "pod_status_patch", 1, {NNN: value}, future=_future(outcome), **kw)
+    return Intent(seq, "u1", "pod_status_patch", 1, {NNN: value}, future=settled(outcome), **kw)
 
 
 def test_oracle_counts_a_success_the_server_does_not_show() -> None:
@@ -155,7 +146,7 @@ def test_oracle_exempts_a_skip_under_a_more_relevant_open_call() -> None:
 def test_oracle_counts_unresolved_futures_and_live_preempted_pods() -> None:
     result = score([_intent(0, "n1", None)], {"u1": _pod()}, {"u1": _pod()})
     assert (result.unresolved_futures, result.lost_intents) == (1, 1)
-    preempt = Intent(0, "u1", "pod_preemption", 3, {}, future=_future(Outcome.SUCCESS))
+    preempt = Intent(0, "u1", "pod_preemption", 3, {}, future=settled(Outcome.SUCCESS))
     preempt.exclusive = True
     assert score([preempt], {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
     assert score([preempt], {"u1": None}, {"u1": _pod()}).lost_intents == 0
@@ -169,10 +160,10 @@ def test_oracle_an_overwritten_intent_shares_the_fate_of_its_merge() -> None:
     assert score(alone, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
     # merged into a call that was then cancelled (or failed), on another field: not promised
     other = Intent(1, "u1", "pod_status_patch", 1, {("cond", "X", "status"): "True"})
-    other.future = _future(CallCancelled("cancelled by the caller"))
+    other.future = settled(CallCancelled("cancelled by the caller"))
     rode = [_intent(0, "n1", Outcome.OVERWRITTEN), other]
     assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
-    other.future = _future(Outcome.SUCCESS)  # now both promised, and neither holds
+    other.future = settled(Outcome.SUCCESS)  # now both promised, and neither holds
     assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 2
     assert ABSENT == "<absent>"
 

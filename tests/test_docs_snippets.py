@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from kdispatch import DispatcherConfig, KubernetesBackend
+from kdispatch import DispatcherConfig
 from kdispatch.actors.config_load import env_variables
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
-from tests.snippets import PAGES, ROOT, Snippet, all_snippets, run
+from tests.snippets import PAGES, ROOT, Snippet, all_snippets, backends_reach, run
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -36,21 +36,11 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryApiServer]:
     pod = make_pod("web-0")
     pod["spec"]["schedulerName"] = "my-scheduler"
     server.create(pod)
-    backends: list[KubernetesBackend] = []
-    with ApiServerHTTP(server, watch_poll=0.02) as http:
-
-        def connect(*_: Any, **kwargs: Any) -> KubernetesBackend:
-            options = {k: v for k, v in kwargs.items() if k in ("workers", "request_timeout")}
-            backends.append(KubernetesBackend.for_url(http.url, **options))
-            return backends[-1]
-
-        monkeypatch.setattr(KubernetesBackend, "from_kubeconfig", connect)
-        monkeypatch.setattr(KubernetesBackend, "in_cluster", connect)
-        try:
-            yield server
-        finally:
-            for backend in backends:
-                backend.close()
+    with (
+        ApiServerHTTP(server, watch_poll=0.02) as http,
+        backends_reach(http.url, monkeypatch, "from_kubeconfig", "in_cluster"),
+    ):
+        yield server
 
 
 def test_every_page_has_snippets_found() -> None:

@@ -29,18 +29,9 @@ from kdispatch.actors.pod_calls import PodBinding
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
+from tests.clocks import ManualClock
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Clock:
-    """A monotonic clock tests move by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -76,7 +67,7 @@ def test_repeats_become_one_event_with_a_series(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
     pod = _pod(server, "p1")
-    clock = Clock()
+    clock = ManualClock(1000.0)
     rec = EventRecorder(
         dispatcher, controller="my-scheduler", instance="my-scheduler-a", clock=clock
     )
@@ -127,7 +118,7 @@ def test_spam_filter_per_regarding_object(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
     a, b = _pod(server, "a"), _pod(server, "b")
-    rec = EventRecorder(dispatcher, controller="s", clock=Clock())
+    rec = EventRecorder(dispatcher, controller="s", clock=ManualClock(1000.0))
     futures = [_failed(rec, a, f"note {i}") for i in range(30)]  # 30 distinct Events
     assert sum(f is None for f in futures) == 5  # burst 25, one more per 300 s
     assert rec.spam_dropped == 5

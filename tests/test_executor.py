@@ -30,16 +30,9 @@ from kdispatch.actors.metrics import Metrics
 from kdispatch.actors.object_state import Done, Result, Send
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.testing.waiting import wait_for
+from tests.clocks import ManualClock
 
 pytestmark = pytest.mark.timeout(30)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +122,7 @@ def make(
     share: float = 0.0,
     qps: float = float("inf"),
     burst: int = 1,
-    clock: Clock | None = None,
+    clock: ManualClock | None = None,
     backend: Any = None,
     send_gate: Any = None,
 ) -> Executor:
@@ -140,7 +133,7 @@ def make(
         retry=RetryConfig(base_backoff=0.005, max_backoff=1.0),
         config=ExecutorConfig(workers=workers, lane_min_share=share),
         metrics=Metrics(),
-        clock=clock or Clock(),
+        clock=clock or ManualClock(),
         send_gate=send_gate,
         rand=lambda: 0.0,  # no jitter: delays are exact
     )
@@ -221,7 +214,7 @@ def test_duplicate_ready_keeps_one_place(started: list[Executor]) -> None:
 
 
 def test_token_bucket_throttles_and_refills(started: list[Executor]) -> None:
-    clock = Clock()
+    clock = ManualClock()
     ex = make(workers=8, qps=10, burst=2, clock=clock)
     refs = [FakeRef(ex, None, f"uid-{i}") for i in range(5)]  # refunders: tokens come back
     for ref in refs:
@@ -260,7 +253,7 @@ def test_parallelism_is_bounded(started: list[Executor]) -> None:
 
 
 def test_backoff_ready_waits_until_due(started: list[Executor]) -> None:
-    clock = Clock()
+    clock = ManualClock()
     ex = make(clock=clock)
     ref = FakeRef(ex, None)
     ref.ready(1, not_before=5.0)
@@ -463,7 +456,7 @@ def test_tokens_taken_equal_requests_sent(
 
 
 def test_a_job_that_sends_nothing_gives_its_token_back(started: list[Executor]) -> None:
-    clock = Clock()
+    clock = ManualClock()
     ex = make(workers=2, qps=1, burst=1, clock=clock)
     ex.start()
     started.append(ex)
@@ -474,7 +467,7 @@ def test_a_job_that_sends_nothing_gives_its_token_back(started: list[Executor]) 
 
 
 def test_followup_requests_take_tokens_before_new_grants(started: list[Executor]) -> None:
-    clock = Clock()
+    clock = ManualClock()
     server = Server()
     ex = make(workers=2, qps=1, burst=1, clock=clock, backend=server)
     ex.start()

@@ -60,8 +60,7 @@ def test_held_call_is_admitted_but_asks_for_no_grant_until_released(d: HeldDrive
     assert d.grant() is None  # a stray grant finds the head held: refunded
     d.release("t1")
     assert d.readies() == [Ready(1, 0.0)]
-    d.done(d.send())
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.send_succeeds(fut)
 
 
 def test_every_token_must_be_released(d: HeldDriver) -> None:
@@ -73,8 +72,7 @@ def test_every_token_must_be_released(d: HeldDriver) -> None:
     assert d.readies() == []
     d.release("t2")
     assert d.readies() == [Ready(1, 0.0)]
-    d.done(d.send())
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.send_succeeds(fut)
 
 
 def test_calls_behind_a_held_head_wait_in_order(d: HeldDriver) -> None:
@@ -84,10 +82,7 @@ def test_calls_behind_a_held_head_wait_in_order(d: HeldDriver) -> None:
     assert d.readies() == [] and d.grant() is None
     d.release("claim")
     assert d.readies() == [Ready(2, 0.0)]
-    s = d.send()
-    assert s.call.call_type == "pod_binding"
-    d.done(s)
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.send_succeeds(f_bind, "pod_binding")
     assert d.outcome(f_label) is None
 
 
@@ -111,8 +106,7 @@ def test_unheld_call_merged_into_a_held_one_waits_with_it(d: HeldDriver) -> None
     f2 = d.submit(PodStatusPatch.for_pod(p, nominated_node_name="n2"))
     assert d.readies() == [] and d.grant() is None
     d.release("t1")
-    d.done(d.send())
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.send_succeeds(f2)
 
 
 def test_held_noop_is_skipped_at_submit(d: HeldDriver) -> None:
@@ -134,8 +128,7 @@ def test_held_call_is_superseded_as_any_call(d: HeldDriver) -> None:
     f_bind = d.submit(PodBinding.for_pod(p, "n1"))  # supersedes the held patch
     assert d.outcome(f_patch) is Outcome.OVERWRITTEN
     assert d.readies() == [Ready(2, 0.0)]  # the binding holds nothing of its own
-    d.done(d.send())
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.send_succeeds(f_bind)
 
 
 def test_held_call_that_goes_stale_resolves_before_its_release(d: HeldDriver) -> None:
@@ -169,8 +162,7 @@ def test_failed_prerequisite_unblocks_the_calls_behind(d: HeldDriver) -> None:
     f_label = d.submit(label(p))
     d.fail("claim", ServerError())
     assert d.readies() == [Ready(4, 0.0)]
-    d.done(d.send())
-    assert d.outcome(f_label) is Outcome.SUCCESS
+    d.send_succeeds(f_label)
 
 
 def test_held_preemption_cancels_what_is_pending_and_waits(d: HeldDriver) -> None:
@@ -180,10 +172,7 @@ def test_held_preemption_cancels_what_is_pending_and_waits(d: HeldDriver) -> Non
     assert d.outcome(f_patch) is CallCancelled
     assert d.readies() == [] and d.grant() is None
     d.release("nominated")
-    s = d.send()
-    assert s.call.call_type == "pod_preemption"
-    d.done(s)
-    assert d.outcome(f_pre) is Outcome.SUCCESS
+    d.send_succeeds(f_pre, "pod_preemption")
 
 
 def test_preempting_a_held_call_resolves_it_cancelled(d: HeldDriver) -> None:

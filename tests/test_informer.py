@@ -32,7 +32,7 @@ from kdispatch.adapters.kubernetes import prepare_configuration
 from kdispatch.testing import MemoryListWatch
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
-from tests.recorders import Recorder
+from tests.recorders import Recorder, running_informers
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -72,19 +72,8 @@ def source(request: pytest.FixtureRequest, mem: InMemoryApiServer) -> Callable[.
 @pytest.fixture
 def run() -> Iterator[Callable[..., tuple[Informer, Recorder]]]:
     """Start informers with a recorder attached; stop them all at the end."""
-    started: list[Informer] = []
-
-    def start(lw: ListWatch, **kwargs: Any) -> tuple[Informer, Recorder]:
-        rec = Recorder()
-        inf = Informer(lw, name=f"test-{len(started)}", **kwargs)
-        inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
-        started.append(inf)
-        inf.start()
-        return inf, rec
-
-    yield start
-    for inf in started:
-        assert inf.stop(timeout=5.0)
+    with running_informers(Recorder, "test", stop_timeout=5.0) as start:
+        yield start
 
 
 # --------------------------------------------------------------------------- basics

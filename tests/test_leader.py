@@ -40,19 +40,12 @@ from kdispatch.testing import MemoryLeaseClient
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
+from tests.clocks import ManualClock
 
 # the official election package is untyped
 electionconfig: Any = _electionconfig
 leaderelection: Any = _leaderelection
 LeaseLock: Any = _leaselock.LeaseLock
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def lease_body(holder: str = "a", rv: str | None = None) -> dict[str, Any]:
@@ -173,7 +166,7 @@ def test_official_leaderelection_and_this_elector_exclude_each_other(http: ApiSe
 
 
 def _elector(
-    server: InMemoryApiServer, identity: str, clock: FakeClock, **kw: Any
+    server: InMemoryApiServer, identity: str, clock: ManualClock, **kw: Any
 ) -> tuple[LeaseElector, list[LeadershipLost]]:
     lost: list[LeadershipLost] = []
     cfg = ElectionConfig(
@@ -189,6 +182,20 @@ def _elector(
     return elector, lost
 
 
+def _a_leads_b_follows() -> tuple[
+    InMemoryApiServer, ManualClock, LeaseElector, list[LeadershipLost], LeaseElector
+]:
+    """Electors ``a`` and ``b`` on one server at t=1000, each stepped once: ``a`` took the
+    lease and ``b`` has seen its record. Returns the server, the clock, ``a``, what ``a``
+    lost, and ``b``."""
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
+    a, lost = _elector(server, "a", clock)
+    b, _ = _elector(server, "b", clock)
+    a.step()
+    b.step()
+    return server, clock, a, lost, b
+
+
 def test_config_is_checked() -> None:
     with pytest.raises(InvalidConfigError):
         ElectionConfig("s", identity="a", lease_duration=10, renew_deadline=10)
@@ -201,7 +208,7 @@ def test_config_is_checked() -> None:
 
 
 def test_gate_closes_at_renew_deadline_from_the_last_successful_renew() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     registry = CollectorRegistry()
     a, lost = _elector(server, "a", clock, registry=registry)
     a.step()
@@ -228,7 +235,7 @@ def test_gate_closes_at_renew_deadline_from_the_last_successful_renew() -> None:
 
 
 def test_failed_renewals_lose_leadership_at_the_deadline() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, lost = _elector(server, "a", clock)
     a.step()
 
@@ -248,11 +255,7 @@ def test_failed_renewals_lose_leadership_at_the_deadline() -> None:
 
 
 def test_follower_waits_a_full_lease_duration_after_observing_the_record() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
-    a, _ = _elector(server, "a", clock)
-    b, _ = _elector(server, "b", clock)
-    a.step()
-    b.step()  # observes a's record at t=1000
+    server, clock, a, _, b = _a_leads_b_follows()  # observes a's record at t=1000
     assert not b.is_leader
     clock.now += 14.9
     b.step()
@@ -267,11 +270,7 @@ def test_follower_waits_a_full_lease_duration_after_observing_the_record() -> No
 
 
 def test_a_renewal_restarts_the_followers_timer() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
-    a, _ = _elector(server, "a", clock)
-    b, _ = _elector(server, "b", clock)
-    a.step()
-    b.step()
+    _server, clock, a, _, b = _a_leads_b_follows()
     clock.now += 8
     a.step()
     b.step()  # sees the renewed record at 1008
@@ -284,7 +283,7 @@ def test_a_renewal_restarts_the_followers_timer() -> None:
 
 
 def test_leader_that_sees_another_holder_loses_at_once() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, lost = _elector(server, "a", clock)
     a.step()
     server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "intruder"}})
@@ -294,11 +293,7 @@ def test_leader_that_sees_another_holder_loses_at_once() -> None:
 
 
 def test_release_hands_over_at_the_next_retry() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
-    a, lost = _elector(server, "a", clock)
-    b, _ = _elector(server, "b", clock)
-    a.step()
-    b.step()
+    server, clock, a, lost, b = _a_leads_b_follows()
     assert a.release()
     assert not a.may_send() and not lost  # a graceful release is not a loss
     clock.now += 2
@@ -310,7 +305,7 @@ def test_release_hands_over_at_the_next_retry() -> None:
 def test_release_after_the_renew_deadline_still_frees_an_untouched_lease() -> None:
     """A drain that used the whole renew window (or renewals starved on a loaded machine):
     the lease still names this replica and nobody wrote it since, so releasing it is safe."""
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, _ = _elector(server, "a", clock)
     a.step()
     clock.now += 30  # far past the renew deadline, no renewal in between
@@ -324,7 +319,7 @@ def test_release_after_a_renewal_it_did_not_record_still_frees_the_lease() -> No
     """A renewal that landed while the election was stopping leaves this replica with an older
     version: the release gets a 409, reads the lease again, sees itself as the holder and
     frees it."""
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, _ = _elector(server, "a", clock)
     a.step()
     server.leases.patch("kube-system", "sched", {"spec": {"renewTime": "2026-12-01T00:00:01Z"}})
@@ -333,7 +328,7 @@ def test_release_after_a_renewal_it_did_not_record_still_frees_the_lease() -> No
 
 
 def test_release_never_frees_a_lease_another_replica_wrote_since() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, _ = _elector(server, "a", clock)
     a.step()
     server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "b"}})
@@ -346,7 +341,7 @@ def test_release_never_frees_a_lease_another_replica_wrote_since() -> None:
 def test_two_candidates_racing_for_a_free_lease_one_wins() -> None:
     """Both saw no lease; the second create gets 409 and the loser stays a follower; a stale
     update (an old resourceVersion) gets 409 as well."""
-    server, clock, b_clock = InMemoryApiServer(), FakeClock(), FakeClock()
+    server, clock, b_clock = InMemoryApiServer(), ManualClock(1000.0), ManualClock(1000.0)
     a, _ = _elector(server, "a", clock)
     b, _ = _elector(server, "b", b_clock)
     real_get = b._client.get
@@ -429,7 +424,7 @@ def test_closed_gate_sends_nothing_and_resolves_leadership_lost() -> None:
 
 
 def test_elector_gate_on_a_dispatcher_sends_nothing_after_the_deadline() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     pods = [server.create(make_pod(f"p{i}")) for i in range(2)]
     elector, lost = _elector(server, "a", clock)
     d = _dispatcher(server, elector.may_send)
@@ -456,7 +451,7 @@ def test_elector_gate_on_a_dispatcher_sends_nothing_after_the_deadline() -> None
 
 
 def test_send_deadline_is_told_on_acquire_and_renew_and_zero_on_loss() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, lost = _elector(server, "a", clock)
     told: list[float] = []
     a.watch_send_deadline(told.append)
@@ -490,7 +485,7 @@ def test_send_deadline_is_told_on_acquire_and_renew_and_zero_on_loss() -> None:
 def test_send_deadline_counts_from_before_the_request_was_sent() -> None:
     """The deadline is ``t0 + renew_deadline`` with ``t0`` taken before the acquire request,
     as for may_send: a slow request shortens the window, never lengthens it."""
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, _ = _elector(server, "a", clock)
     real_create = a._client.create
 
@@ -509,7 +504,7 @@ def test_send_deadline_closes_at_once_when_another_holder_is_seen_or_on_release(
     """Before the renew deadline: a loss (someone else holds the lease), a release and a stop
     tell 0.0 at that moment, so nobody reading the told value keeps sending until the old
     deadline."""
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, lost = _elector(server, "a", clock)
     told: list[float] = []
     a.watch_send_deadline(told.append)
@@ -534,7 +529,7 @@ def test_send_deadline_closes_at_once_when_another_holder_is_seen_or_on_release(
 
 
 def test_an_observer_that_raises_is_logged_and_the_others_are_still_told() -> None:
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, _ = _elector(server, "a", clock)
 
     def broken(_deadline: float) -> None:
@@ -565,7 +560,7 @@ def test_the_told_deadline_always_agrees_with_may_send(ops: list[str | float]) -
     """Whatever happens (renewals, failures, another holder, release, the clock moving), the
     last value told gives the same answer as may_send, and while leading it only moves later:
     a reader holding an older value holds an earlier deadline."""
-    server, clock = InMemoryApiServer(), FakeClock()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     a, _ = _elector(server, "a", clock)
     told: list[float] = []
     a.watch_send_deadline(told.append)

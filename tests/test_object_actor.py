@@ -49,17 +49,10 @@ from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.actors.registry import Registry
 from kdispatch.actors.runtime import ActorPool, PooledActor
+from tests.clocks import ManualClock
 from tests.factories import cond, pod
 
 pytestmark = pytest.mark.timeout(30)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeExecutor:
@@ -93,7 +86,7 @@ class Harness:
     """An object-actor world with the test as its executor."""
 
     def __init__(self, workers: int = 2) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock(100.0)
         self.pool = ActorPool(workers=workers)
         self.pool.start()
         self.registry = Registry(idle_timeout=10.0, clock=self.clock)

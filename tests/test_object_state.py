@@ -108,6 +108,15 @@ class Driver:
     ) -> list[Effect]:
         return self._take(self.m.done(Done(send.call, result, obj, error, delay), self.now))
 
+    def send_succeeds(self, fut: str, call_type: str | None = None) -> None:
+        """The next grant sends a call (of ``call_type`` when given) that succeeds and
+        resolves ``fut``."""
+        s = self.send()
+        if call_type is not None:
+            assert s.call.call_type == call_type
+        self.done(s)
+        assert self.outcome(fut) is Outcome.SUCCESS
+
     def observed(self, obj: Obj) -> list[Effect]:
         return self._take(self.m.observed_event(obj))
 
@@ -354,10 +363,7 @@ def test_binding_supersedes_pending_status_patch_and_takes_its_slot(d: Driver) -
     f_bind = d.submit(PodBinding.for_pod(p, "n1"))
     assert d.outcome(f_patch) is Outcome.OVERWRITTEN
     assert d.readies() == [Ready(2, 0.0)]  # the more urgent lane is asked for too
-    s = d.send()
-    assert s.call.call_type == "pod_binding"
-    d.done(s)
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.send_succeeds(f_bind, "pod_binding")
 
 
 def test_status_patch_while_a_binding_is_tracked_is_skipped(d: Driver) -> None:
@@ -804,8 +810,7 @@ def test_retry_after_is_waited_for_via_done_delay() -> None:
     d.now = 106.9
     assert d.grant() is None
     d.now = 107.0
-    d.done(d.send())
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.send_succeeds(fut)
 
 
 def test_merge_keeps_the_backoff_of_the_call_it_replaces() -> None:
@@ -962,8 +967,7 @@ def test_permanent_failure_fails_only_that_call(d: Driver) -> None:
     d.done(s1, Result.FAILED, error=InvalidRequestError("422"))
     err = d.error(f1)
     assert isinstance(err, CallFailed) and isinstance(err.cause, InvalidRequestError)
-    d.done(d.send())
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.send_succeeds(f2)
 
 
 def test_send_gate_closed_resolves_with_the_gates_error(d: Driver) -> None:

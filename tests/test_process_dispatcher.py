@@ -211,18 +211,29 @@ def test_backend_factory_error_reaches_start() -> None:
         ProcessDispatcher(factory).start()
 
 
+def _all_fail_with(futures: list[Any], error: type[BaseException]) -> None:
+    """Every one of ``futures`` resolves within ``WAIT``, each failing with ``error``."""
+    _done, pending = wait(futures, timeout=WAIT)
+    assert not pending
+    for f in futures:
+        with pytest.raises(error):
+            f.result()
+
+
+def _kill_child_and_expect_died(d: ProcessDispatcher, futures: list[Any]) -> None:
+    """SIGKILL the dispatcher's child; every one of ``futures`` then fails with
+    :class:`DispatcherProcessDied` within ``WAIT``."""
+    pid = d.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _all_fail_with(futures, DispatcherProcessDied)
+
+
 def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
     pods = [cluster.pod(f"k{i}") for i in range(6)]
     # four bindings in flight on the server, two queued
     d, futures = cluster.held_bindings(pods, 4)
-    pid = d.pid
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    _done, pending = wait(futures, timeout=WAIT)
-    assert not pending
-    for f in futures:
-        with pytest.raises(DispatcherProcessDied):
-            f.result()
+    _kill_child_and_expect_died(d, futures)
     with pytest.raises(DispatcherProcessDied):
         d.submit(PodBinding.for_pod(pods[0], "node-2"))
     assert d.stop(timeout=5.0) is False
@@ -249,11 +260,7 @@ def test_stop_without_drain_closes_what_is_left(cluster: Cluster) -> None:
     d, futures = cluster.held_bindings(pods, 1, workers=1)
     stopper = threading.Thread(target=lambda: d.stop(drain=False, timeout=2.0))
     stopper.start()
-    _done, pending = wait(futures[1:], timeout=WAIT)  # queued behind the held one
-    assert not pending
-    for f in futures[1:]:
-        with pytest.raises(DispatcherClosed):
-            f.result()
+    _all_fail_with(futures[1:], DispatcherClosed)  # queued behind the held one
     cluster.held.gate.set()
     stopper.join(WAIT)
     assert not stopper.is_alive()
@@ -308,11 +315,7 @@ def test_revoke_fails_pending_calls_and_later_submits(cluster: Cluster) -> None:
         futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
         cluster.held.wait_arrived(1)  # one in flight on the server, three queued in the child
         d.revoke(LeadershipLost("lease lost"))
-        _done, pending = wait(futures[1:], timeout=WAIT)
-        assert not pending
-        for f in futures[1:]:
-            with pytest.raises(LeadershipLost):
-                f.result()
+        _all_fail_with(futures[1:], LeadershipLost)
         with pytest.raises(LeadershipLost):
             d.submit(PodBinding.for_pod(pods[0], "node-2"))
         cluster.held.gate.set()
@@ -488,11 +491,7 @@ def test_stop_resolves_waiting_calls(cluster: Cluster) -> None:
     futures = once.track(_held_window(cluster, d, [f"s{i}" for i in range(6)]))
     stopper = threading.Thread(target=lambda: d.stop(drain=False, timeout=2.0))
     stopper.start()
-    _done, pending = wait(futures[2:], timeout=WAIT)  # waiting in the parent: closed at once
-    assert not pending
-    for f in futures[2:]:
-        with pytest.raises(DispatcherClosed):
-            f.result()
+    _all_fail_with(futures[2:], DispatcherClosed)  # waiting in the parent: closed at once
     cluster.held.gate.set()
     stopper.join(WAIT)
     assert not stopper.is_alive()
@@ -535,14 +534,7 @@ def test_child_death_resolves_waiting_calls(cluster: Cluster) -> None:
     once = Once()
     d = cluster.dispatcher(workers=2, max_in_flight=2).start()
     futures = once.track(_held_window(cluster, d, [f"k{i}" for i in range(5)]))
-    pid = d.pid
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    _done, pending = wait(futures, timeout=WAIT)
-    assert not pending
-    for f in futures:
-        with pytest.raises(DispatcherProcessDied):
-            f.result()
+    _kill_child_and_expect_died(d, futures)
     assert d.waiting == 0
     assert d.stop(timeout=5.0) is False
     cluster.held.gate.set()

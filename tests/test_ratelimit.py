@@ -7,18 +7,11 @@ import math
 import pytest
 
 from kdispatch.actors.ratelimit import TokenBucket
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clocks import ManualClock
 
 
 def test_burst_then_throttled() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = TokenBucket(qps=10, burst=3, clock=clock)
     assert [bucket.try_take() for _ in range(3)] == [0.0, 0.0, 0.0]
     wait = bucket.try_take()
@@ -31,7 +24,7 @@ def test_burst_then_throttled() -> None:
 
 
 def test_refill_is_capped_at_burst() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = TokenBucket(qps=100, burst=5, clock=clock)
     for _ in range(5):
         bucket.try_take()
@@ -41,7 +34,7 @@ def test_refill_is_capped_at_burst() -> None:
 
 
 def test_refund_returns_a_token() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     bucket = TokenBucket(qps=1, burst=1, clock=clock)
     assert bucket.try_take() == 0.0
     assert bucket.try_take() > 0
@@ -51,7 +44,7 @@ def test_refund_returns_a_token() -> None:
 
 
 def test_unlimited_never_waits() -> None:
-    bucket = TokenBucket(qps=math.inf, burst=1, clock=FakeClock())
+    bucket = TokenBucket(qps=math.inf, burst=1, clock=ManualClock())
     assert all(bucket.try_take() == 0.0 for _ in range(1000))
     assert bucket.unlimited
     assert bucket.taken == 1000

@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import cast
 
 import kopf
 import pytest
 
-from kdispatch import KubernetesBackend, Outcome
+from kdispatch import Outcome
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
-from tests.snippets import ROOT, block, run
+from tests.snippets import ROOT, backends_reach, block, run
 
 README = ROOT / "README.md"
 QUICKSTART_TEST = (
@@ -42,18 +42,8 @@ def kubeconfig_points_at(
     http: ApiServerHTTP, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ApiServerHTTP]:
     """``KubernetesBackend.from_kubeconfig()`` reaches ``http`` (the kubeconfig's cluster)."""
-    backends: list[KubernetesBackend] = []
-
-    def from_kubeconfig(*_: Any, **__: Any) -> KubernetesBackend:
-        backends.append(KubernetesBackend.for_url(http.url))
-        return backends[-1]
-
-    monkeypatch.setattr(KubernetesBackend, "from_kubeconfig", from_kubeconfig)
-    try:
+    with backends_reach(http.url, monkeypatch, "from_kubeconfig"):
         yield http
-    finally:
-        for backend in backends:
-            backend.close()
 
 
 def test_readme_is_short_and_its_quickstart_is_what_ci_runs() -> None:

@@ -15,19 +15,10 @@ import pytest
 from kdispatch.actors.errors import ActorLimitExceeded, InvalidConfigError, InvalidInputError
 from kdispatch.actors.registry import ReapRequest, Registry, Tombstoned
 from kdispatch.actors.runtime import ActorPool, PooledActor
+from kdispatch.testing.waiting import wait_for
+from tests.clocks import ManualClock
 
 WAIT = 5.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class ObjActor(PooledActor):
@@ -94,12 +85,12 @@ def pool() -> Iterator[ActorPool]:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock(1000.0)
 
 
 @pytest.fixture
-def h(pool: ActorPool, clock: FakeClock) -> Iterator[Harness]:
+def h(pool: ActorPool, clock: ManualClock) -> Iterator[Harness]:
     registry = Registry(idle_timeout=60.0, tombstone_ttl=300.0, clock=clock)
     yield Harness(pool, registry)
     registry.stop_all(timeout=WAIT)
@@ -250,7 +241,7 @@ def test_factory_errors_propagate_and_register_nothing(h: Harness) -> None:
 # --------------------------------------------------------------------------- reaping
 
 
-def test_reap_idle_releases_idle_actor(h: Harness, clock: FakeClock) -> None:
+def test_reap_idle_releases_idle_actor(h: Harness, clock: ManualClock) -> None:
     assert h.tell("a", 1)
     first = h.registry.get("a")
     assert first is not None
@@ -266,7 +257,7 @@ def test_reap_idle_releases_idle_actor(h: Harness, clock: FakeClock) -> None:
     assert h.log_of("a") == [2]
 
 
-def test_reap_only_idle_and_each_once_per_timeout(h: Harness, clock: FakeClock) -> None:
+def test_reap_only_idle_and_each_once_per_timeout(h: Harness, clock: ManualClock) -> None:
     gate = threading.Event()
     assert h.tell("old", "x")
     old = h.registry.get("old")
@@ -304,7 +295,7 @@ def test_release_checks_ref_and_generation(h: Harness) -> None:
     ref.stop()
 
 
-def test_reap_disabled_and_dead_refs_dropped(pool: ActorPool, clock: FakeClock) -> None:
+def test_reap_disabled_and_dead_refs_dropped(pool: ActorPool, clock: ManualClock) -> None:
     never = Registry(idle_timeout=None, clock=clock)
     harness = Harness(pool, never)
     assert harness.tell("u", 1)
@@ -326,7 +317,7 @@ def test_reap_disabled_and_dead_refs_dropped(pool: ActorPool, clock: FakeClock) 
 # --------------------------------------------------------------------------- tombstones
 
 
-def test_retire_tombstones_and_drops(h: Harness, clock: FakeClock) -> None:
+def test_retire_tombstones_and_drops(h: Harness, clock: ManualClock) -> None:
     assert h.tell("gone", "a")
     ref = h.registry.get("gone")
     assert ref is not None
@@ -359,7 +350,7 @@ def test_retire_with_stale_ref_keeps_current_but_tombstones(h: Harness) -> None:
     assert h.tell("u", "m") is False  # tombstoned all the same
 
 
-def test_tombstone_without_actor_and_size_bound(pool: ActorPool, clock: FakeClock) -> None:
+def test_tombstone_without_actor_and_size_bound(pool: ActorPool, clock: ManualClock) -> None:
     reg = Registry(tombstone_max=2, clock=clock)
     harness = Harness(pool, reg)
     reg.tombstone("a")
@@ -376,7 +367,7 @@ def test_tombstone_without_actor_and_size_bound(pool: ActorPool, clock: FakeCloc
 # --------------------------------------------------------------------------- limits, shutdown
 
 
-def test_max_live(pool: ActorPool, clock: FakeClock) -> None:
+def test_max_live(pool: ActorPool, clock: ManualClock) -> None:
     reg = Registry(max_live=2, clock=clock)
     harness = Harness(pool, reg)
     assert harness.tell("a", 1) and harness.tell("b", 1)
@@ -394,7 +385,7 @@ def test_max_live(pool: ActorPool, clock: FakeClock) -> None:
     reg.stop_all(timeout=WAIT)
 
 
-def test_stop_all_stops_only_own_actors(pool: ActorPool, clock: FakeClock) -> None:
+def test_stop_all_stops_only_own_actors(pool: ActorPool, clock: ManualClock) -> None:
     reg1, reg2 = Registry(clock=clock), Registry(clock=clock)
     h1, h2 = Harness(pool, reg1), Harness(pool, reg2)
     for i in range(20):
@@ -565,17 +556,13 @@ def test_a_tell_to_a_closed_inbox_is_refused_not_dropped(pool: ActorPool) -> Non
     actor_ref = registry.get("u")
     assert actor_ref is not None
     generation = 1  # one message routed
-    done = threading.Event()
 
     class Leave:
         pass
 
     # the actor's own turn is where it leaves: ask it to via a ReapRequest
     actor_ref.tell(ReapRequest("u", generation))
-    for _ in range(500):  # poll the observable state with a deadline
-        if registry.get("u") is None:
-            break
-        done.wait(0.01)
+    wait_for(lambda: registry.get("u") is None, 5.0, "the actor to leave the registry")
     assert registry.get("u") is None and shared.left == 1
     with pytest.raises(pykka.ActorDeadError):
         actor_ref.tell("late")  # refused: the sender learns it
@@ -658,7 +645,7 @@ def test_a_spawn_whose_actor_got_a_message_first_keeps_it_but_lets_nothing_more_
 
 
 def test_a_spawn_over_the_cap_after_registering_takes_its_actor_back(
-    pool: ActorPool, clock: FakeClock
+    pool: ActorPool, clock: ManualClock
 ) -> None:
     reg = Registry(max_live=1, clock=clock)
     harness = Harness(pool, reg)

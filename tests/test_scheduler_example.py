@@ -45,6 +45,9 @@ from kdispatch.testing.memory import (
     make_node,
     make_pod,
 )
+from kdispatch.testing.waiting import wait_for
+from tests.clocks import ManualClock
+from tests.factories import settled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,16 +68,6 @@ JSON_KEYS = {
     "binding_latency_ms",
     "wall_s",
 }
-
-
-class FakeClock:
-    """A clock tests advance by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def pod(name: str, cpu: int, prio: int = 0, **kw: Any) -> PodInfo:
@@ -111,7 +104,7 @@ def test_pod_info_parses_requests_priority_selector_and_claims() -> None:
 
 
 def test_queue_orders_by_priority_then_fifo_and_runs_tasks_first() -> None:
-    q = SchedulingQueue(FakeClock())
+    q = SchedulingQueue(ManualClock(100.0))
     q.add("low", 0)
     q.add("high-1", 10)
     q.add("high-2", 10)
@@ -127,7 +120,7 @@ def test_queue_orders_by_priority_then_fifo_and_runs_tasks_first() -> None:
 
 
 def test_queue_backoff_activate_and_remove() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.backoff("a", 0, 5.0)
     q.backoff("b", 0, 1.0)
@@ -266,36 +259,17 @@ def test_preemptions_guard_against_preempting_again_while_victims_live() -> None
     assert p.started == 2
 
 
-def _done(outcome: Outcome | BaseException | None) -> Future[Outcome]:
-    fut: Future[Outcome] = Future()
-    if isinstance(outcome, BaseException):
-        fut.set_exception(outcome)
-    elif outcome is not None:
-        fut.set_result(outcome)
-    return fut
-
-
 def test_verify_catches_lost_intents_and_duplicate_bindings() -> None:
     tracker = Tracker()
-    tracker.record(
-        BIND,
-        "u1",
-        "default/p1",
-        expect={"node": "n1"},
-        future=_done(Outcome.SUCCESS),
-        submit_seconds=0.0,
-    )
-    tracker.record(
-        BIND,
-        "u2",
-        "default/p2",
-        expect={"node": "n1"},
-        future=_done(Outcome.SUCCESS),
-        submit_seconds=0.0,
-    )
-    tracker.record(
-        BIND, "u3", "default/p3", expect={"node": "n1"}, future=_done(None), submit_seconds=0.0
-    )
+    for i, outcome in ((1, Outcome.SUCCESS), (2, Outcome.SUCCESS), (3, None)):  # u3 unresolved
+        tracker.record(
+            BIND,
+            f"u{i}",
+            f"default/p{i}",
+            expect={"node": "n1"},
+            future=settled(outcome),
+            submit_seconds=0.0,
+        )
     pods = {
         "u1": {"metadata": {"uid": "u1"}, "spec": {"nodeName": "n1"}},
         "u2": {"metadata": {"uid": "u2"}, "spec": {}},  # success, but not bound: lost
@@ -377,7 +351,7 @@ class FakeApi:
 
 
 def test_pending_nomination_reserves_room_and_preemptor_never_preempts_twice() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
     sched.on_node_add(node("n1", cpu=1000))
@@ -421,7 +395,7 @@ def test_pending_nomination_reserves_room_and_preemptor_never_preempts_twice() -
 
 
 def test_failed_binding_unassumes_and_requeues_with_backoff() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
     sched.on_node_add(node("n1", cpu=1000))
@@ -442,7 +416,9 @@ def test_failed_binding_unassumes_and_requeues_with_backoff() -> None:
 # --------------------------------------------------------------------------- whole runs
 
 
-def _check_clean(fig: dict[str, Any]) -> None:
+def check_clean(fig: dict[str, Any]) -> None:
+    """A run's figures show a clean run: it finished, and nothing was duplicated, lost,
+    left unresolved or unsettled (any cluster, the real one included)."""
     assert fig["stopped_by"] == "done"
     assert fig["duplicate_bindings"] == 0
     assert fig["lost_intents"] == 0, fig["problems"]
@@ -450,6 +426,10 @@ def _check_clean(fig: dict[str, Any]) -> None:
     assert fig["closed_at_stop"] == 0
     assert fig["scheduler_errors"] == 0
     assert fig["pods_unsettled"] == 0
+
+
+def _check_clean(fig: dict[str, Any]) -> None:
+    check_clean(fig)
     # every pod left unschedulable is one built not to fit anywhere
     assert all(key.startswith("default/unschedulable-") for key in fig["unschedulable_pods"])
     assert fig["verdict_ok"] and fig["verdict"].startswith("OK: ")
@@ -592,7 +572,8 @@ def test_dispatcher_process_run_schedules_pending_pods_over_http(tmp_path: Path)
     assert len(writers) == 1 and next(iter(writers)).startswith("kdispatch-scheduler/")
 
 
-def _kubeconfig(tmp_path: Path, url: str) -> Path:
+def kubeconfig_file(tmp_path: Path, url: str) -> str:
+    """A kubeconfig in ``tmp_path`` for the server at ``url``, without credentials."""
     path = tmp_path / "kubeconfig"
     path.write_text(
         "apiVersion: v1\nkind: Config\n"
@@ -601,7 +582,7 @@ def _kubeconfig(tmp_path: Path, url: str) -> Path:
         "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
         "current-context: c\n"
     )
-    return path
+    return str(path)
 
 
 def _pending_pods(mem: InMemoryApiServer, count: int) -> None:
@@ -621,7 +602,7 @@ def test_dispatcher_process_with_leader_election_leads_then_binds_every_pod(
     _pending_pods(mem, 30)
     with ApiServerHTTP(mem) as srv:
         cfg = RunConfig(
-            kubeconfig=str(_kubeconfig(tmp_path, srv.url)),
+            kubeconfig=kubeconfig_file(tmp_path, srv.url),
             workers=4,
             max_seconds=60,
             dispatcher_process=True,
@@ -652,7 +633,7 @@ def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path:
     figures: list[dict[str, Any]] = []
     with ApiServerHTTP(mem) as srv:
         cfg = RunConfig(
-            kubeconfig=str(_kubeconfig(tmp_path, srv.url)),
+            kubeconfig=kubeconfig_file(tmp_path, srv.url),
             workers=2,
             qps=20.0,
             burst=1,
@@ -666,13 +647,12 @@ def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path:
         runner = threading.Thread(target=lambda: figures.append(run(cfg, stream=None)))
         runner.start()
         try:
-            deadline = threading.Event()
-            for _ in range(600):  # poll the server: wait until binding is under way
-                if any(r.op == "bind" for r in mem.request_log):
-                    break
-                deadline.wait(0.05)
-            else:
-                raise AssertionError("the replica never bound a pod")
+            wait_for(  # poll the server: wait until binding is under way
+                lambda: any(r.op == "bind" for r in mem.request_log),
+                30.0,
+                "the replica to bind a pod",
+                interval=0.05,
+            )
             mem.leases.patch(
                 "kube-system", "kdispatch-scheduler", {"spec": {"holderIdentity": "b"}}
             )

@@ -30,8 +30,9 @@ from kdispatch import (
 )
 from kdispatch.testing import FaultPlan, InMemoryApiServer, RequestRecord, make_claim, make_pod
 from kdispatch.testing.httpserver import ApiServerHTTP
-from tests.test_scheduler_example import FakeApi, FakeClock, node
-from tests.test_scheduler_peer import _kubeconfig, _pod
+from tests.clocks import ManualClock
+from tests.test_scheduler_example import FakeApi, kubeconfig_file, node
+from tests.test_scheduler_peer import _pod
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -65,7 +66,7 @@ def test_claims_are_reserved_before_the_binding_also_when_a_claim_write_is_retri
         mem.script("patch_status", "429", "500", "429", name=f"{name}-gpu")
     with ApiServerHTTP(mem) as srv:
         fig = run(
-            RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), workers=4, **mode), stream=None
+            RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4, **mode), stream=None
         )
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert fig["pods_bound"] == len(pods)
@@ -137,7 +138,7 @@ def test_the_nomination_precedes_every_victims_delete(tmp_path: Path, mode: dict
     mem.script("patch_status", "429", "500", name="high")  # the nomination is retried
     with ApiServerHTTP(mem) as srv:
         fig = run(
-            RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), workers=4, **mode), stream=None
+            RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4, **mode), stream=None
         )
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert (fig["pods_bound"], fig["pods_preempted"]) == (1, 2)
@@ -156,7 +157,7 @@ def test_the_nomination_precedes_every_victims_delete(tmp_path: Path, mode: dict
 
 
 def test_a_pod_whose_binding_keeps_failing_is_unschedulable_with_its_status() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1, max_bind_failures=3), clock=clock)
     sched.on_node_add(node("n1", cpu=1000))
@@ -193,7 +194,7 @@ def test_a_batch_run_with_a_pod_that_never_binds_ends_on_its_own(tmp_path: Path)
     with ApiServerHTTP(mem) as srv:
         fig = run(
             RunConfig(
-                kubeconfig=_kubeconfig(tmp_path, srv.url),
+                kubeconfig=kubeconfig_file(tmp_path, srv.url),
                 workers=2,
                 backoff_initial=0.01,
                 backoff_max=1.0,

@@ -16,23 +16,12 @@ from examples.scheduler.queue import SchedulingQueue
 from examples.scheduler.runner import RunConfig, run
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
-from tests.test_scheduler_example import FakeApi, FakeClock
+from tests.clocks import ManualClock
+from tests.test_scheduler_example import FakeApi, kubeconfig_file
 
 pytestmark = pytest.mark.timeout(90)
 
 OURS = "kdispatch-example"
-
-
-def _kubeconfig(tmp_path: Path, url: str) -> str:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f'clusters: [{{name: t, cluster: {{server: "{url}"}}}}]\n'
-        "users: [{name: u, user: {}}]\n"
-        "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
-        "current-context: c\n"
-    )
-    return str(path)
 
 
 def _pod(name: str, *, cpu: int, priority: int = 0, node: str | None = None, **kw: Any) -> Any:
@@ -59,7 +48,7 @@ def test_events_on_the_server(tmp_path: Path) -> None:
     mem.create(_pod("small", cpu=100))
     mem.create(_pod("huge", cpu=100_000))
     with ApiServerHTTP(mem) as srv:
-        fig = run(RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), workers=4), stream=None)
+        fig = run(RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4), stream=None)
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert (fig["pods_bound"], fig["pods_unschedulable"], fig["pods_preempted"]) == (2, 1, 1)
     events = _events(mem)
@@ -93,7 +82,7 @@ def test_events_on_the_server(tmp_path: Path) -> None:
 
 
 def test_unschedulable_pods_are_retried_without_limit_and_moved_by_cluster_events() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
     sched.on_node_add(make_node("n1", 1000, 4096))
@@ -132,7 +121,7 @@ def test_unschedulable_pods_are_retried_without_limit_and_moved_by_cluster_event
 
 
 def test_queue_move_unschedulable_only_moves_what_the_event_may_help() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     q = SchedulingQueue(clock)
     q.backoff("cpu", 0, 5.0, unschedulable=True, on_pod_delete=True)
     q.backoff("selector", 0, 5.0, unschedulable=True, on_pod_delete=False)
@@ -157,7 +146,7 @@ def test_pre_kep_sends_every_request_through_one_client_side_limiter(tmp_path: P
     qps, burst = 40, 5
     with ApiServerHTTP(mem) as srv:
         cfg = RunConfig(
-            kubeconfig=_kubeconfig(tmp_path, srv.url),
+            kubeconfig=kubeconfig_file(tmp_path, srv.url),
             api="pre-kep",
             qps=qps,
             burst=burst,
@@ -187,7 +176,7 @@ def test_report_counts_only_its_own_pods(tmp_path: Path) -> None:
     for i in range(5):
         mem.create(_pod(f"p{i}", cpu=100))
     with ApiServerHTTP(mem) as srv:
-        fig = run(RunConfig(kubeconfig=_kubeconfig(tmp_path, srv.url), workers=4), stream=None)
+        fig = run(RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4), stream=None)
     assert (fig["pods_total"], fig["pods_bound"], fig["pods_bound_by_others"]) == (5, 5, 0)
     assert 0 < fig["active_s"] <= fig["wall_s"]
     # active_s is rounded to the millisecond, pods/s is not: a window of a few ms moves it

@@ -18,7 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import wait
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,7 @@ from kdispatch.actors.errors import DispatcherClosed, Outcome
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from tests.test_scheduler_example import kubeconfig_file
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -188,6 +191,27 @@ def test_concurrent_and_repeated_stops_are_safe() -> None:
 # --------------------------------------------------------------------------- the main job
 
 
+@contextmanager
+def _example(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """The scheduler example run as ``python -m examples.scheduler *args`` with piped text
+    output; killed on exit if it is still running."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "examples.scheduler", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     not (ROOT / "examples" / "scheduler" / "__main__.py").exists(), reason="no scheduler example"
@@ -195,9 +219,6 @@ def test_concurrent_and_repeated_stops_are_safe() -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_scheduler_example_exits_cleanly_with_a_summary_on_ctrl_c() -> None:
     args = [
-        sys.executable,
-        "-m",
-        "examples.scheduler",
         "--nodes",
         "50",
         "--pods",
@@ -209,11 +230,7 @@ def test_scheduler_example_exits_cleanly_with_a_summary_on_ctrl_c() -> None:
         "--seed",
         "3",
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
+    with _example(*args) as proc:
         assert proc.stderr is not None
         # wait for a progress line showing bound pods: the run is in the middle of scheduling
         progress = ""
@@ -224,10 +241,6 @@ def test_scheduler_example_exits_cleanly_with_a_summary_on_ctrl_c() -> None:
             assert progress, "the example ended before it was interrupted"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert "Traceback" not in err, err
     assert proc.returncode == 130, out  # interrupted mid-run, not finished
     assert re.search(r"stopped by\s+interrupt", out), out
@@ -241,21 +254,9 @@ def test_scheduler_example_exits_cleanly_with_a_summary_on_ctrl_c() -> None:
 def test_scheduler_example_against_a_dead_apiserver_says_why_within_five_seconds(
     tmp_path: Path,
 ) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        'clusters: [{name: t, cluster: {server: "http://127.0.0.1:1"}}]\n'
-        "users: [{name: u, user: {}}]\n"
-        "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
-        "current-context: c\n"
-    )
-    args = [sys.executable, "-m", "examples.scheduler", "--kubeconfig", str(kubeconfig)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    kubeconfig = kubeconfig_file(tmp_path, "http://127.0.0.1:1")
     started = time.monotonic()
-    proc = subprocess.Popen(
-        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
+    with _example("--kubeconfig", kubeconfig) as proc:
         assert proc.stderr is not None
         line = ""
         while "cannot connect" not in line:
@@ -268,8 +269,4 @@ def test_scheduler_example_against_a_dead_apiserver_says_why_within_five_seconds
         assert "cannot connect to http://127.0.0.1:1: " in line
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert "Traceback" not in err, err

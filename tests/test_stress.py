@@ -7,14 +7,13 @@ so it is known to catch a lost update.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-
 import pytest
 
 from examples.stress import StressConfig, main, run_stress
 from kdispatch.actors.errors import CallFailed, InvalidInputError, Outcome
 from kdispatch.testing.memory_objects import make_pod
 from kdispatch.testing.oracle import Intent, score
+from tests.factories import settled
 
 
 @pytest.mark.timeout(60)
@@ -39,12 +38,7 @@ def test_stress_run_with_churn_and_faults_checks_clean() -> None:
 
 
 def _intent(seq: int, outcome: Outcome | BaseException, value: str) -> Intent:
-    fut: Future[Outcome] = Future()
-    if isinstance(outcome, BaseException):
-        fut.set_exception(outcome)
-    else:
-        fut.set_result(outcome)
-    return Intent(seq, "u", "pod_status_patch", 1, {NNN: value}, future=fut)
+    return Intent(seq, "u", "pod_status_patch", 1, {NNN: value}, future=settled(outcome))
 
 
 NNN = ("nnn",)

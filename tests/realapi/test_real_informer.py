@@ -19,6 +19,7 @@ from tests.realapi.cluster import Admin, RealCluster, Target
 from tests.realapi.conftest import clear_namespace, create_namespace
 from tests.realapi.objects import allocation, new_claim, new_pod, remove_pod, uid_rv
 from tests.recorders import Recorder as BaseRecorder
+from tests.recorders import running_informers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,21 +61,10 @@ def informer_client(target: Target) -> Iterator[k8s.ApiClient]:
 
 @pytest.fixture
 def run() -> Iterator[Callable[..., tuple[Informer, Recorder]]]:
-    started: list[Informer] = []
-
-    def start(lw: ListWatch, **kwargs: Any) -> tuple[Informer, Recorder]:
-        rec = Recorder()
-        kwargs.setdefault("backoff_initial", 0.01)
-        kwargs.setdefault("backoff_max", 0.2)
-        inf = Informer(lw, name=f"conf-{len(started)}", **kwargs)
-        inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
-        started.append(inf)
-        inf.start()
-        return inf, rec
-
-    yield start
-    for inf in started:
-        assert inf.stop(timeout=10.0)
+    with running_informers(
+        Recorder, "conf", stop_timeout=10.0, backoff_initial=0.01, backoff_max=0.2
+    ) as start:
+        yield start
 
 
 def patch_nnn(admin: Admin, ns: str, name: str, node: str) -> dict[str, Any]:

@@ -14,20 +14,11 @@ from examples.scheduler.runner import RunConfig, run
 from tests.realapi.cluster import Admin, Target, condition
 from tests.realapi.conftest import create_node, node_body
 from tests.realapi.objects import new_claim, new_pod
+from tests.test_scheduler_example import check_clean
 
 pytestmark = pytest.mark.timeout(120)
 
 N_PODS = 30
-
-
-def check_clean(fig: dict[str, Any]) -> None:
-    assert fig["stopped_by"] == "done"
-    assert fig["duplicate_bindings"] == 0
-    assert fig["lost_intents"] == 0, fig["problems"]
-    assert fig["unresolved_futures"] == 0
-    assert fig["closed_at_stop"] == 0
-    assert fig["scheduler_errors"] == 0
-    assert fig["pods_unsettled"] == 0
 
 
 def schedule_namespace(
