@@ -9,7 +9,7 @@ are opaque to the machine: here they are plain names, and every ``Resolve`` is r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
@@ -53,7 +53,7 @@ from kdispatch.actors.pod_calls import (
     PodStatusPatch,
     pod_conditions,
 )
-from tests.factories import cond, pod
+from tests.factories import InertCall, cond, pod
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -378,16 +378,13 @@ def test_status_patch_while_a_binding_is_tracked_is_skipped(d: Driver) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class LabelPatch(Call):
+class LabelPatch(InertCall):
     """A user's call type on Pod, more urgent than a binding, declaring no supersession."""
 
     call_type: ClassVar[str] = "label_patch"
-    kind: ClassVar[str] = "Pod"
     relevance: ClassVar[int] = 4
 
-    ref: ObjectRef
     value: str = "x"
-    basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def is_noop(self, obj: Obj | None) -> bool:
         return bool(get_path(obj, "metadata", "labels", "l") == self.value)
