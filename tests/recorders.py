@@ -47,6 +47,10 @@ class Recorder:
     def wait_count(self, n: int) -> bool:
         return self.wait(lambda ev: len(ev) >= n)
 
+    def wait_name(self, name: str) -> bool:
+        """Waits for an event of object ``name``."""
+        return self.wait(lambda ev: any(e[1] == name for e in ev))
+
     def names(self) -> list[tuple[str, str]]:
         """``(event, name)`` of every recorded event."""
         with self._cond:
