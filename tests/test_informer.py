@@ -33,7 +33,7 @@ from kdispatch.testing import MemoryListWatch
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from tests.backends import nominate
-from tests.recorders import Recorder, running_informers
+from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, Recorder, running_informers
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -189,30 +189,6 @@ def test_dropped_watches_resume_without_loss_or_duplicates(
     assert inf.watches >= 5
 
 
-class GatedListWatch:
-    """Wraps a source; ``watch`` blocks while the gate is closed, signalling ``entered``, and
-    signals ``opened`` once the server has the watch (the HTTP server registers it before it
-    sends the reply headers)."""
-
-    def __init__(self, inner: ListWatch) -> None:
-        self.inner = inner
-        self.kind = inner.kind
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.opened = threading.Event()  # a watch is registered on the server
-
-    def list(self) -> tuple[list[dict[str, Any]], str]:
-        return self.inner.list()
-
-    def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
-        self.entered.set()
-        assert self.gate.wait(WAIT)
-        stream = self.inner.watch(resource_version, timeout_seconds)
-        self.opened.set()
-        return stream
-
-
 def test_gone_relists_with_synthetic_deletes_updates_and_adds(
     mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
 ) -> None:
@@ -220,16 +196,12 @@ def test_gone_relists_with_synthetic_deletes_updates_and_adds(
     b = mem.create(make_pod("b"))
     c = mem.create(make_pod("c"))
     mem.create(make_pod("d"))
-    gated = GatedListWatch(source("Pod"))
+    gated = GatedListWatch(source("Pod"), timeout=WAIT)
     inf, rec = run(gated)
     assert inf.wait_for_sync(WAIT)
     assert rec.wait_count(4)
-    assert gated.opened.wait(WAIT)
     # disconnect the informer and keep it away while the world changes and history is lost
-    gated.gate.clear()
-    gated.entered.clear()
-    assert mem.drop_watches() == 1
-    assert gated.entered.wait(WAIT)
+    assert gated.keep_away(mem.drop_watches) == 1
     mem.delete("Pod", "default", "a", uid=a["metadata"]["uid"])
     mem.delete("Pod", "default", "b", uid=b["metadata"]["uid"])
     b2 = mem.create(make_pod("b"))
@@ -238,13 +210,7 @@ def test_gone_relists_with_synthetic_deletes_updates_and_adds(
     mem.compact()
     gated.gate.set()
     assert rec.wait_count(9)
-    assert rec.names()[4:] == [
-        ("delete", "a"),
-        ("delete", "b"),
-        ("add", "b"),
-        ("update", "c"),
-        ("add", "e"),
-    ]
+    assert rec.names()[4:] == RELISTED_WHILE_AWAY
     assert rec.events[6][2] == b2["metadata"]["uid"]
     assert rec.objects[7]["status"]["nominatedNodeName"] == "n1"
     assert inf.relists == 2
