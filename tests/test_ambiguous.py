@@ -17,7 +17,6 @@ Several of these pin fixes of defects these tests first exposed (noted per test)
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,7 +25,7 @@ import pytest
 
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.config import DispatcherConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     CallCancelled,
@@ -41,11 +40,11 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend, T
+from tests.configs import fast
 
 pytestmark = pytest.mark.timeout(30)
 
-QUICK_RETRY = RetryConfig(max_attempts=6, base_backoff=0.01, max_backoff=0.01)
-CONFIG = DispatcherConfig(rate_limit=RateLimitConfig(qps=math.inf, burst=1), retry=QUICK_RETRY)
+CONFIG = fast(max_attempts=6, base_backoff=0.01, max_backoff=0.01)
 UNSCHEDULABLE = {
     "type": "PodScheduled",
     "status": "False",
@@ -241,10 +240,7 @@ def _informer_shows(server: InMemoryApiServer, d: Dispatcher, name: str) -> None
 
 def _with_backoff(seconds: float) -> DispatcherConfig:
     """:data:`CONFIG` with six attempts ``seconds`` apart."""
-    return DispatcherConfig(
-        rate_limit=CONFIG.rate_limit,
-        retry=RetryConfig(max_attempts=6, base_backoff=seconds, max_backoff=seconds),
-    )
+    return fast(max_attempts=6, base_backoff=seconds, max_backoff=seconds)
 
 
 def test_lost_status_patch_reply_is_not_resent_once_the_informer_shows_it(
