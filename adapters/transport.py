@@ -209,18 +209,19 @@ def translate_errors(what: str) -> Iterator[None]:
         raise map_transport_error(exc, what) from exc
 
 
-def decode_object(data: object, what: str) -> dict[str, Any]:
-    """Decode a whole reply body as one JSON object (``BadResponseError`` otherwise)."""
+def decode_object(data: object, what: str, noun: str = "reply") -> dict[str, Any]:
+    """Decode a whole reply body (or one watch event line, ``noun="event"``) as one JSON
+    object (``BadResponseError`` otherwise)."""
     if not isinstance(data, bytes | bytearray) or not data:
-        raise BadResponseError(f"{what}: empty reply")
+        raise BadResponseError(f"{what}: empty {noun}")
     try:
         parsed = json.loads(data)
     except UnicodeDecodeError:
-        raise BadResponseError(f"{what}: reply is not UTF-8") from None
+        raise BadResponseError(f"{what}: {noun} is not UTF-8") from None
     except json.JSONDecodeError as exc:
-        raise BadResponseError(f"{what}: reply is not JSON ({exc.msg})") from None
+        raise BadResponseError(f"{what}: {noun} is not JSON ({exc.msg})") from None
     if not isinstance(parsed, dict):
-        raise BadResponseError(f"{what}: reply is a JSON {type(parsed).__name__}, not an object")
+        raise BadResponseError(f"{what}: {noun} is a JSON {type(parsed).__name__}, not an object")
     return parsed
 
 
