@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import os
 import threading
 import time
@@ -102,14 +103,8 @@ class Dispatcher(DispatcherLike):
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry, prefix=config.metrics_prefix)
         self._clock = clock
-        rc = config.registry
-        self._registry = Registry(
-            idle_timeout=rc.idle_timeout,
-            tombstone_ttl=rc.tombstone_ttl,
-            tombstone_max=rc.tombstone_max,
-            max_live=rc.max_live,
-            clock=clock,
-        )
+        # RegistryConfig's fields are the Registry's parameters, by name
+        self._registry = Registry(**dataclasses.asdict(config.registry), clock=clock)
         self.metrics.bind_live(self._registry.live_count, lambda: self._registry.dropped)
         self._pool = ActorPool(workers=config.runtime.workers, batch=config.runtime.batch)
         self._executor = Executor(
