@@ -23,7 +23,8 @@ __all__ = ["DispatcherLike"]
 class DispatcherLike(Protocol):
     """The dispatcher's public surface. Every method may be called from any thread; the ones
     that only hand a message on (``submit``, ``preempt``, ``cancel``, ``on_*``) never block
-    on the apiserver. See :class:`~kdispatch.Dispatcher` for each method's full contract."""
+    on the apiserver. See :class:`~kdispatch.Dispatcher` for each method's full contract
+    (:meth:`preempt`'s is here: both dispatchers inherit it)."""
 
     def start(self) -> Self:
         """Start accepting calls; raises if it was started before."""
