@@ -23,7 +23,6 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .apiserver import KubeAPIServer, User, write_token_file
@@ -149,12 +148,7 @@ class ControlPlane:
     def __enter__(self) -> ControlPlane:
         return self if self._started else self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _folder(self) -> Path:
