@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import wait
+from functools import partial
 
 from benchmarks.workloads.common import (
     Profile,
     Record,
     create_pods,
     error_count,
-    freeze_setup,
+    frozen,
     record,
-    unfreeze,
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
@@ -37,15 +37,11 @@ def run(profile: Profile, contender: str) -> Record:
     pods = create_pods(server, p.w5_calls, "w5")
     conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(pods))]
     c = make_contender(contender, server, qps=p.w5_qps, burst=p.w5_burst)
-    freeze_setup()
-    try:
+    with frozen(partial(c.stop, drain=True, timeout=60.0)):
         start = time.monotonic()
         futures = [c.submit_status(pod, cond) for pod, cond in zip(pods, conds, strict=True)]
         wait(futures)
         end = time.monotonic()
-    finally:
-        c.stop(drain=True, timeout=60.0)
-        unfreeze()
     log = [r for r in server.request_log if r.t >= start]
     answered = [r.t for r in log]
     # A request is answered ``latency`` after it starts; the backlog lasts until the last start.

@@ -18,8 +18,9 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -349,3 +350,17 @@ def unfreeze() -> None:
     """Give the frozen objects back to the collector (end of a workload)."""
     gc.unfreeze()
     gc.collect()
+
+
+@contextmanager
+def frozen(*stops: Callable[[], object]) -> Iterator[None]:
+    """Caller thread. Run the block with the setup frozen (:func:`freeze_setup`); however it
+    ends, call ``stops`` in order (the contender's ``stop`` first, then its informer's and
+    samplers'), then :func:`unfreeze`."""
+    freeze_setup()
+    try:
+        yield
+    finally:
+        for stop in stops:
+            stop()
+        unfreeze()

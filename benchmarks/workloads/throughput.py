@@ -12,16 +12,15 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import wait
+from functools import partial
 
 from benchmarks.workloads.common import (
     Profile,
     Record,
     create_pods,
     error_count,
-    freeze_setup,
+    frozen,
     record,
-    requests_by_op,
-    unfreeze,
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
@@ -36,8 +35,7 @@ def _once(profile: Profile, contender: str) -> dict[str, float]:
     pods = create_pods(server, profile.w2_pods, "w2")
     conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(pods))]
     c = make_contender(contender, server, qps=math.inf)
-    freeze_setup()
-    try:
+    with frozen(partial(c.stop, drain=True, timeout=60.0)):
         cpu_start = time.process_time()  # every thread of the process
         start = time.perf_counter()
         futures = [c.submit_status(pod, cond) for pod, cond in zip(pods, conds, strict=True)]
@@ -45,16 +43,13 @@ def _once(profile: Profile, contender: str) -> dict[str, float]:
         wait(futures)
         end = time.perf_counter()
         cpu = time.process_time() - cpu_start
-    finally:
-        c.stop(drain=True, timeout=60.0)
-        unfreeze()
     return {
         "calls": len(futures),
         "elapsed_s": end - start,
         "throughput_per_s": len(futures) / (end - start),
         "submit_phase_s": submitted - start,
         "cpu_per_call_us": cpu / len(futures) * 1e6,
-        "requests": sum(requests_by_op(server).values()),
+        "requests": len(server.request_log),
         "errors": error_count(futures),
     }
 
