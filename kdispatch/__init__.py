@@ -13,9 +13,11 @@ library's should be: ``from loguru import logger; logger.enable("kdispatch")``, 
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
+from ._lazy import lazy_exports
 from .actors.aio import NoEventLoopError
 from .actors.backend import ApiBackend, EvictionBackend, PatchType
 from .actors.call_types import BUILTIN_CALL_TYPES, default_call_types
@@ -93,12 +95,37 @@ from .actors.objects import (
 )
 from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from .actors.ratelimit import TokenBucket
-from .adapters.aio_informer import AioInformer
-from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
-from .adapters.kubernetes import KubernetesBackend, ObjectList
-from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
-from .adapters.process import DispatcherProcessDied, ProcessDispatcher
-from .adapters.transport import prepare_configuration
+
+if TYPE_CHECKING:
+    from .adapters.aio_informer import AioInformer
+    from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
+    from .adapters.kubernetes import KubernetesBackend, ObjectList
+    from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
+    from .adapters.process import DispatcherProcessDied, ProcessDispatcher
+    from .adapters.transport import prepare_configuration
+else:  # the adapters import the Kubernetes client: only when a program first uses one
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            ".adapters.aio_informer": ("AioInformer",),
+            ".adapters.informer": (
+                "ClientListWatch",
+                "Informer",
+                "ListWatch",
+                "WatchEvent",
+                "WatchStream",
+            ),
+            ".adapters.kubernetes": ("KubernetesBackend", "ObjectList"),
+            ".adapters.leader": (
+                "ClientLeaseClient",
+                "ElectionConfig",
+                "LeaseClient",
+                "LeaseElector",
+            ),
+            ".adapters.process": ("DispatcherProcessDied", "ProcessDispatcher"),
+            ".adapters.transport": ("prepare_configuration",),
+        },
+    )
 
 logger.disable("kdispatch")
 

@@ -22,15 +22,40 @@ Production code (:mod:`kdispatch.actors`, :mod:`kdispatch.adapters`) never impor
 package; an import-linter contract holds that.
 """
 
-from kdispatch.actors.runtime import live_pooled_actors
+from typing import TYPE_CHECKING
 
-from .audit import RequestRecord, request_writer
-from .httpserver import ApiServerHTTP
-from .lease_client import MemoryLeaseClient
-from .listwatch import MemoryListWatch
-from .memory import InMemoryApiServer
-from .memory_faults import FaultPlan, Latency
-from .memory_objects import make_claim, make_condition, make_node, make_pdb, make_pod
+from kdispatch._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from kdispatch.actors.runtime import live_pooled_actors
+
+    from .audit import RequestRecord, request_writer
+    from .httpserver import ApiServerHTTP
+    from .lease_client import MemoryLeaseClient
+    from .listwatch import MemoryListWatch
+    from .memory import InMemoryApiServer
+    from .memory_faults import FaultPlan, Latency
+    from .memory_objects import make_claim, make_condition, make_node, make_pdb, make_pod
+else:  # imported on first use: pytest loads the envtest plugin below this package every run
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "kdispatch.actors.runtime": ("live_pooled_actors",),
+            ".audit": ("RequestRecord", "request_writer"),
+            ".httpserver": ("ApiServerHTTP",),
+            ".lease_client": ("MemoryLeaseClient",),
+            ".listwatch": ("MemoryListWatch",),
+            ".memory": ("InMemoryApiServer",),
+            ".memory_faults": ("FaultPlan", "Latency"),
+            ".memory_objects": (
+                "make_claim",
+                "make_condition",
+                "make_node",
+                "make_pdb",
+                "make_pod",
+            ),
+        },
+    )
 
 __all__ = [
     "ApiServerHTTP",
