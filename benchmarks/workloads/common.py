@@ -19,12 +19,14 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks.baselines import Contender
 from kdispatch import Obj
 from kdispatch.testing import InMemoryApiServer, make_node, make_pod
 
@@ -316,3 +318,39 @@ def frozen(*stops: Callable[[], object]) -> Iterator[None]:
         for stop in stops:
             stop()
         unfreeze()
+
+
+@dataclass(frozen=True)
+class Burst:
+    """What :func:`status_burst` measured: ``clock`` readings at the first submit, after the last
+    one and once every future had resolved, and the CPU seconds of every thread of the process
+    over that span."""
+
+    futures: list[Future[Any]]
+    start: float
+    submitted: float
+    end: float
+    cpu: float
+
+    @property
+    def errors(self) -> int:
+        """Calls that failed."""
+        return error_count(self.futures)
+
+
+def status_burst(
+    contender: Contender, pods: Sequence[Obj], clock: Callable[[], float] = time.perf_counter
+) -> Burst:
+    """Caller thread. One status patch for each of ``pods`` (each with its own message),
+    submitted from this thread as fast as it can with the setup :func:`frozen`, and waited for;
+    then ``contender`` stops (draining, within 60 s)."""
+    conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(pods))]
+    with frozen(partial(contender.stop, drain=True, timeout=60.0)):
+        cpu_start = time.process_time()  # every thread of the process
+        start = clock()
+        futures = [contender.submit_status(p, cond) for p, cond in zip(pods, conds, strict=True)]
+        submitted = clock()
+        wait(futures)
+        end = clock()
+        cpu = time.process_time() - cpu_start
+    return Burst(futures, start, submitted, end, cpu)
