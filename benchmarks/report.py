@@ -24,12 +24,8 @@ from benchmarks.workloads.contenders import CONTENDERS, KDISPATCH
 
 Results = dict[str, Any]
 Rec = dict[str, Any]
-COLORS = {
-    "kdispatch": "tab:green",
-    "upstream_fifo": "tab:red",
-    "threadpool": "tab:blue",
-    "blocking": "tab:gray",
-}
+COLORS = dict(zip(CONTENDERS, ("tab:green", "tab:red", "tab:blue", "tab:gray"), strict=True))
+"""Each contender's colour in the charts, in :data:`CONTENDERS` order."""
 BASELINES = [c for c in CONTENDERS if c != KDISPATCH]
 X = "\u00d7"  # multiplication sign
 NONE = "\u2013"  # en dash: no value
