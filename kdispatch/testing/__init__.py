@@ -26,34 +26,25 @@ from typing import TYPE_CHECKING
 
 from kdispatch._lazy import lazy_exports
 
+from .audit import RequestRecord, request_writer
+from .lease_client import MemoryLeaseClient
+from .memory import InMemoryApiServer
+from .memory_faults import FaultPlan, Latency
+from .memory_objects import make_claim, make_condition, make_node, make_pdb, make_pod
+
 if TYPE_CHECKING:
     from kdispatch.actors.runtime import live_pooled_actors
 
-    from .audit import RequestRecord, request_writer
     from .httpserver import ApiServerHTTP
-    from .lease_client import MemoryLeaseClient
     from .listwatch import MemoryListWatch
-    from .memory import InMemoryApiServer
-    from .memory_faults import FaultPlan, Latency
-    from .memory_objects import make_claim, make_condition, make_node, make_pdb, make_pod
-else:  # imported on first use: pytest loads the envtest plugin below this package every run
+else:  # on first use: pytest imports this package for the envtest plugin in every run, and
+    # these need the actor runtime, http.server and (the informer) the Kubernetes client
     __getattr__ = lazy_exports(
         __name__,
         {
             "kdispatch.actors.runtime": ("live_pooled_actors",),
-            ".audit": ("RequestRecord", "request_writer"),
             ".httpserver": ("ApiServerHTTP",),
-            ".lease_client": ("MemoryLeaseClient",),
             ".listwatch": ("MemoryListWatch",),
-            ".memory": ("InMemoryApiServer",),
-            ".memory_faults": ("FaultPlan", "Latency"),
-            ".memory_objects": (
-                "make_claim",
-                "make_condition",
-                "make_node",
-                "make_pdb",
-                "make_pod",
-            ),
         },
     )
 
