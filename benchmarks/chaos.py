@@ -38,6 +38,7 @@ from kubernetes import client as k8s
 from loguru import logger
 
 from benchmarks.chaos_watch import BindingAuditor, WatchMonkey
+from examples.common import config_from_args
 from kdispatch import (
     ApiBackend,
     ClaimStatusPatch,
@@ -559,17 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--latency-ms", type=float, default=ChaosConfig.latency_ms)
     p.add_argument("--watch-chaos-interval", type=float, default=ChaosConfig.watch_chaos_interval)
     args = p.parse_args(argv)
-    cfg = ChaosConfig(
-        pods=args.pods,
-        fault_rate=args.fault_rate,
-        http=args.http,
-        seed=args.seed,
-        workers=args.workers,
-        intents_per_pod=args.intents_per_pod,
-        request_timeout=args.request_timeout,
-        latency_ms=args.latency_ms,
-        watch_chaos_interval=args.watch_chaos_interval,
-    )
+    cfg = config_from_args(ChaosConfig, args)
     logger.disable("kdispatch")
     figures = run(cfg)
     text = json.dumps(figures, indent=2, sort_keys=True, default=str)

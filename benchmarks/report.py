@@ -24,12 +24,8 @@ from benchmarks.workloads.contenders import CONTENDERS, KDISPATCH
 
 Results = dict[str, Any]
 Rec = dict[str, Any]
-COLORS = {
-    "kdispatch": "tab:green",
-    "upstream_fifo": "tab:red",
-    "threadpool": "tab:blue",
-    "blocking": "tab:gray",
-}
+COLORS = dict(zip(CONTENDERS, ("tab:green", "tab:red", "tab:blue", "tab:gray"), strict=True))
+"""Each contender's colour in the charts, in :data:`CONTENDERS` order."""
 BASELINES = [c for c in CONTENDERS if c != KDISPATCH]
 X = "\u00d7"  # multiplication sign
 NONE = "\u2013"  # en dash: no value
@@ -214,9 +210,57 @@ def save_figure(fig: Figure, title: str, path: Path, dpi: int) -> Path:
 
 @dataclass(frozen=True)
 class _Col:
+    workload: str
     key: str
     label: str
-    fmt: str = "{:.3g}"
+    fmt: str
+
+
+COLUMNS = (
+    _Col("W1", "submit_p50_us", "p50 µs", "{:.1f}"),
+    _Col("W1", "submit_p99_us", "p99 µs", "{:.1f}"),
+    _Col("W1", "submit_only_p50_us", "submit-only p50 µs", "{:.1f}"),
+    _Col("W1", "submit_only_p99_us", "submit-only p99 µs", "{:.1f}"),
+    _Col("W1", "submit_max_us", "max µs", "{:,.0f}"),
+    _Col("W1", "gc_full_max_ms", "longest full GC ms", "{:.1f}"),
+    _Col("W1", "live_objects", "live objects", "{:.0f}"),
+    _Col("W2", "throughput_per_s", "calls/s (median)", "{:.0f}"),
+    _Col("W2", "throughput_min_per_s", "min", "{:.0f}"),
+    _Col("W2", "throughput_max_per_s", "max", "{:.0f}"),
+    _Col("W2", "cpu_per_call_us", "CPU µs/call", "{:.0f}"),
+    _Col("W2", "requests", "requests", "{:.0f}"),
+    _Col("W3", "calls_submitted", "calls", "{:.0f}"),
+    _Col("W3", "requests", "requests", "{:.0f}"),
+    _Col("W3", "minimal", "minimal", "{:.0f}"),
+    _Col("W3", "ratio_to_minimal", "÷ minimal", "{:.3f}"),
+    _Col("W4", "binding_wait_p50_ms", "bind wait p50 ms", "{:.1f}"),
+    _Col("W4", "binding_wait_p99_ms", "bind wait p99 ms", "{:.1f}"),
+    _Col("W4", "binding_unfinished", "unfinished (censored)", "{:.0f}"),
+    _Col("W4", "bind_decisions", "bindings decided", "{:.0f}"),
+    _Col("W4", "binding_wait_p99_token_intervals", "p99 ÷ token", "{:.1f}"),
+    _Col("W4", "arrival_to_bound_p99_ms", "arrival→bound p99 ms", "{:.0f}"),
+    _Col("W4", "bound_per_s", "bound/s", "{:.1f}"),
+    _Col("W4", "status_backlog_max", "max backlog", "{:.0f}"),
+    _Col("W4", "status_requests", "status requests", "{:.0f}"),
+    _Col("W4", "undecided", "undecided", "{:.0f}"),
+    _Col("W5", "requests", "requests", "{:.0f}"),
+    _Col("W5", "budget", "budget", "{:.0f}"),
+    _Col("W5", "budget_used", "used", "{:.1%}"),
+    _Col("W6", "kib_per_object", "KiB/object", "{:.2f}"),
+    _Col("W6", "start_us_per_object", "start µs/object", "{:.1f}"),
+    _Col("W6", "live_objects", "live objects", "{:.0f}"),
+)
+"""The figures each workload's table shows, in order."""
+
+KEY_FIGURES = {
+    "W1": ("submit_p99_us", True),
+    "W2": ("throughput_per_s", False),
+    "W3": ("ratio_to_minimal", True),
+    "W4": ("binding_wait_p99_ms", True),
+    "W5": ("budget_used", False),
+    "W6": ("bytes_per_object", True),
+}
+"""Per workload: the figure the ratio column compares, and whether lower is better."""
 
 
 @dataclass(frozen=True)
@@ -227,74 +271,8 @@ class _Table:
 
 
 TABLES = {
-    "W1": _Table(
-        (
-            _Col("submit_p50_us", "p50 µs", "{:.1f}"),
-            _Col("submit_p99_us", "p99 µs", "{:.1f}"),
-            _Col("submit_only_p50_us", "submit-only p50 µs", "{:.1f}"),
-            _Col("submit_only_p99_us", "submit-only p99 µs", "{:.1f}"),
-            _Col("submit_max_us", "max µs", "{:,.0f}"),
-            _Col("gc_full_max_ms", "longest full GC ms", "{:.1f}"),
-            _Col("live_objects", "live objects", "{:.0f}"),
-        ),
-        "submit_p99_us",
-        lower_is_better=True,
-    ),
-    "W2": _Table(
-        (
-            _Col("throughput_per_s", "calls/s (median)", "{:.0f}"),
-            _Col("throughput_min_per_s", "min", "{:.0f}"),
-            _Col("throughput_max_per_s", "max", "{:.0f}"),
-            _Col("cpu_per_call_us", "CPU µs/call", "{:.0f}"),
-            _Col("requests", "requests", "{:.0f}"),
-        ),
-        "throughput_per_s",
-        lower_is_better=False,
-    ),
-    "W3": _Table(
-        (
-            _Col("calls_submitted", "calls", "{:.0f}"),
-            _Col("requests", "requests", "{:.0f}"),
-            _Col("minimal", "minimal", "{:.0f}"),
-            _Col("ratio_to_minimal", "÷ minimal", "{:.3f}"),
-        ),
-        "ratio_to_minimal",
-        lower_is_better=True,
-    ),
-    "W4": _Table(
-        (
-            _Col("binding_wait_p50_ms", "bind wait p50 ms", "{:.1f}"),
-            _Col("binding_wait_p99_ms", "bind wait p99 ms", "{:.1f}"),
-            _Col("binding_unfinished", "unfinished (censored)", "{:.0f}"),
-            _Col("bind_decisions", "bindings decided", "{:.0f}"),
-            _Col("binding_wait_p99_token_intervals", "p99 ÷ token", "{:.1f}"),
-            _Col("arrival_to_bound_p99_ms", "arrival→bound p99 ms", "{:.0f}"),
-            _Col("bound_per_s", "bound/s", "{:.1f}"),
-            _Col("status_backlog_max", "max backlog", "{:.0f}"),
-            _Col("status_requests", "status requests", "{:.0f}"),
-            _Col("undecided", "undecided", "{:.0f}"),
-        ),
-        "binding_wait_p99_ms",
-        lower_is_better=True,
-    ),
-    "W5": _Table(
-        (
-            _Col("requests", "requests", "{:.0f}"),
-            _Col("budget", "budget", "{:.0f}"),
-            _Col("budget_used", "used", "{:.1%}"),
-        ),
-        "budget_used",
-        lower_is_better=False,
-    ),
-    "W6": _Table(
-        (
-            _Col("kib_per_object", "KiB/object", "{:.2f}"),
-            _Col("start_us_per_object", "start µs/object", "{:.1f}"),
-            _Col("live_objects", "live objects", "{:.0f}"),
-        ),
-        "bytes_per_object",
-        lower_is_better=True,
-    ),
+    wid: _Table(tuple(c for c in COLUMNS if c.workload == wid), key, lower_is_better)
+    for wid, (key, lower_is_better) in KEY_FIGURES.items()
 }
 
 

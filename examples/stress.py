@@ -44,13 +44,20 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pykka
 from prometheus_client import CollectorRegistry
 
-from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
+from examples.common import (
+    check_amounts,
+    check_counts,
+    check_rate,
+    config_from_args,
+    configure,
+)
 from examples.gcwatch import GcWatch
 from examples.scheduler.claims import allocation_for
 from kdispatch import (
@@ -61,7 +68,6 @@ from kdispatch import (
     DispatcherConfig,
     ExecutorConfig,
     Informer,
-    InvalidInputError,
     Obj,
     Outcome,
     PodBinding,
@@ -584,22 +590,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
-    try:
-        cfg = StressConfig(
-            objects=args.objects,
-            seconds=args.seconds,
-            threads=args.threads,
-            faults=args.faults,
-            latency_ms=args.latency_ms,
-            workers=args.workers,
-            seed=args.seed,
-            gc_freeze=args.gc_freeze,
-        )
-    except InvalidInputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.verbose:
-        enable_verbose_logs()
+    cfg = configure(partial(config_from_args, StressConfig, args), verbose=args.verbose)
+    if isinstance(cfg, int):
+        return cfg
     result = run_stress(cfg, stream=sys.stderr)
     out = result.as_dict()
     if args.json:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 
-from examples.common import enable_verbose_logs
+from examples.common import config_from_args, configure
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
-from kdispatch import InvalidInputError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -149,54 +149,24 @@ def _ha_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--identity", default="", help="replica name (default: host_pid)")
 
 
-def _leader_elect(args: argparse.Namespace) -> LeaderElect | None:
-    if not args.leader_elect:
-        return None
-    return LeaderElect(
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        lease_name=args.lease_name,
-        lease_namespace=args.lease_namespace,
-        identity=args.identity,
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    """The options as a :class:`RunConfig` (most options carry a field's name)."""
+    return config_from_args(
+        RunConfig,
+        args,
+        api=args.api or "async",
+        backoff_initial=args.pod_initial_backoff_seconds,
+        backoff_max=args.pod_max_backoff_seconds,
+        leader_elect=config_from_args(LeaderElect, args) if args.leader_elect else None,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the main job; returns the exit status."""
     args = parser().parse_args(argv)
-    try:
-        cfg = RunConfig(
-            nodes=args.nodes,
-            pods=args.pods,
-            latency_ms=args.latency_ms,
-            qps=args.qps,
-            burst=args.burst,
-            faults=args.faults,
-            api=args.api or "async",
-            binding_threads=args.binding_threads,
-            gc_freeze=args.gc_freeze,
-            kubeconfig=args.kubeconfig,
-            scheduler_name=args.scheduler_name,
-            threads=args.threads,
-            workers=args.workers,
-            max_seconds=args.max_seconds,
-            backoff_initial=args.pod_initial_backoff_seconds,
-            backoff_max=args.pod_max_backoff_seconds,
-            high_priority_share=args.high_priority_share,
-            unschedulable_share=args.unschedulable_share,
-            claim_share=args.claim_share,
-            fill=args.fill,
-            seed=args.seed,
-            leader_elect=_leader_elect(args),
-            identity=args.identity,
-            dispatcher_process=args.dispatcher_process,
-        )
-    except InvalidInputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.verbose:
-        enable_verbose_logs()
+    cfg = configure(partial(_run_config, args), verbose=args.verbose)
+    if isinstance(cfg, int):
+        return cfg
     try:
         fig = run(cfg, stream=None if args.no_progress else sys.stderr)
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself
