@@ -91,6 +91,7 @@ class GroupHost(Protocol):
 _SEALED: Final = 1  # no more steps: the group resolves with its last step
 _CLOSING: Final = 2  # sealed by the dispatcher's stop or revoke
 _FINISHED: Final = 4  # resolved (its future is set)
+_OWNER_SHARED: Final = 8  # ``owner`` is the ObjectRef of a step's call (``_share_owner_ref``)
 
 
 class CallGroup(GroupSteps):
@@ -163,10 +164,11 @@ class CallGroup(GroupSteps):
             future = self._host.submit_step(call, after, self)
         with self._lock:
             # the step's Submit is told: from now on a cancellation withdraws it
-            self._submitting = tuple(s for s in self._submitting if s is not future)
+            self._submitting = _without(self._submitting, future)
             late = self._cause if cause is None else None
             last = self._finishable()  # the step resolved already
-        self._share_owner_ref(future)
+        if not self._flags & _OWNER_SHARED:
+            self._share_owner_ref(future)
         if last:
             self._maybe_finish()
         if late is not None:  # cancelled while this step was being submitted
@@ -317,16 +319,19 @@ class CallGroup(GroupSteps):
         future.group = None
         with self._lock:
             self._unresolved -= 1
-            self._submitting = tuple(s for s in self._submitting if s is not future)
+            self._submitting = _without(self._submitting, future)
         self._maybe_finish()
 
     def _share_owner_ref(self, future: CallFuture) -> None:
         """Submitting thread: a step on the owner carries an :class:`ObjectRef` equal to
         ``owner``; the group keeps that one rather than a copy of its own (a group's memory
-        counts at scale). One atomic store of an equal value: readers see either."""
+        counts at scale). Once: later steps find ``_OWNER_SHARED`` set. ``owner`` is read
+        without the lock: the store of an equal value is atomic, readers see either."""
         call = future.call
-        if call is not None and call.ref is not self.owner and call.ref == self.owner:
-            self.owner = call.ref
+        if call is not None and call.ref == self.owner:
+            with self._lock:
+                self.owner = call.ref
+                self._flags |= _OWNER_SHARED
 
     def _step_done(self, future: CallFuture) -> None:
         """Resolving thread of a step (told by the step's future, whose ``group`` is this
@@ -430,6 +435,13 @@ class OwnerIndex:
         """Every open group."""
         with self._lock:
             return [g for entry in self._by_uid.values() for g in as_tuple(entry)]
+
+
+def _without(steps: tuple[CallFuture, ...], step: CallFuture) -> tuple[CallFuture, ...]:
+    """``steps`` without ``step`` (most often the only one)."""
+    if len(steps) == 1 and steps[0] is step:
+        return ()
+    return tuple(s for s in steps if s is not step)
 
 
 def _withdrawable(future: CallFuture) -> bool:

@@ -155,7 +155,8 @@ class GroupSteps:
     def add_step(self, future: CallFuture) -> None:
         """Any thread: ``future`` is the group's next step."""
         with self._lock:
-            self._steps = packed((*as_tuple(self._steps), future))
+            steps = self._steps
+            self._steps = future if steps == () else (*as_tuple(steps), future)
 
     def drop_step(self, future: CallFuture) -> None:
         """Any thread: ``future`` is not a step (its submit raised)."""
