@@ -350,14 +350,10 @@ class Dispatcher:
         uid = call.ref.uid
         message = Submit(call, future)
         hold: Hold | None = None
-        if group is not None:
-            group._expect_step(future)  # told when the future resolves (no done-callback)
         if prereqs or group is not None:
-            try:
+            try:  # a group's step is registered (and told when it resolves: no done-callback)
                 held = self._hold(call, future, prereqs, group)
             except BaseException:  # DependencyCycleError: nothing registered
-                if group is not None:
-                    group._drop_step(future)
                 self._on_resolved()
                 raise
             if isinstance(held, BaseException):  # a prerequisite failed already
@@ -601,7 +597,6 @@ class Dispatcher:
         future = CallFuture()
         future.owner = self
         future.call = call
-        group._expect_step(future)
         group.add_step(future)
         self._unresolved.append(None)
         self._resolve_now(

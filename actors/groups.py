@@ -121,13 +121,13 @@ class CallGroup(GroupSteps):
         super().__init__(lock)
         self.owner = owner
         self._host = host
-        # steps tagged (``_expect_step``) and not resolved
+        # steps registered (``add_step``) and not resolved
         self._unresolved = 0
         # steps being submitted: their ``Submit`` is not told yet, so a cancellation leaves
         # them to the submitting thread, which withdraws them once it is (see ``submit``)
         self._submitting: tuple[CallFuture, ...] = ()
         self._first: BaseException | None = None
-        self._flags = 0  # _SEALED, _CLOSING, _FINISHED
+        self._flags = 0  # _SEALED, _CLOSING, _FINISHED, _OWNER_SHARED
         self._cancelled: str | None = None
         self._cause: CallCancelled | None = None
 
@@ -304,18 +304,18 @@ class CallGroup(GroupSteps):
 
     # ------------------------------------------------------------------ internals
 
-    def _expect_step(self, future: CallFuture) -> None:
-        """Submitting thread (the host, before the step's future can resolve and before it
-        is registered with :meth:`add_step`): tag ``future`` with this group, which then
-        waits for its resolution and leaves its withdrawal to :meth:`submit`."""
-        with self._lock:
-            self._unresolved += 1
-            self._submitting += (future,)
+    def _step_added(self, future: CallFuture) -> None:
+        """Under the lock, in :meth:`add_step` (the host registers the step, before its
+        future can resolve): tag ``future`` with this group, which then waits for its
+        resolution and leaves its withdrawal to :meth:`submit`."""
+        self._unresolved += 1
+        self._submitting += (future,)
         future.group = self
 
     def _drop_step(self, future: CallFuture) -> None:
-        """Submitting thread (the host): the submit of the step ``future`` raises; it was
-        never resolved and is not a step."""
+        """Submitting thread (the host): the submit of the step ``future`` raises after it was
+        registered (and dropped from the steps, :meth:`drop_step`); it was never resolved and
+        is not a step."""
         future.group = None
         with self._lock:
             self._unresolved -= 1

@@ -153,10 +153,15 @@ class GroupSteps:
         self._future = future
 
     def add_step(self, future: CallFuture) -> None:
-        """Any thread: ``future`` is the group's next step."""
+        """Any thread (the submitting one, before the step's future can resolve): ``future``
+        is the group's next step."""
         with self._lock:
             steps = self._steps
             self._steps = future if steps == () else (*as_tuple(steps), future)
+            self._step_added(future)
+
+    def _step_added(self, future: CallFuture) -> None:
+        """Under the lock, in :meth:`add_step`: what a subclass keeps of a new step."""
 
     def drop_step(self, future: CallFuture) -> None:
         """Any thread: ``future`` is not a step (its submit raised)."""
