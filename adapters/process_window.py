@@ -95,13 +95,18 @@ class SendWindow:
             mine.append(entry)
             self._release()
 
-    def resolved(self, fid: int) -> None:
-        """Reader thread: the child resolved call ``fid``; its room goes to the next waiting
-        call(s)."""
+    def resolved(self, *fids: int) -> None:
+        """Reader thread: the child resolved calls ``fids`` (ids it never got are ignored);
+        their room goes to the next waiting calls. One lock hold for a whole batch of
+        results, so a submitting thread meets the lock held once per batch, not per result."""
         with self._lock:
-            if fid in self._sent:
-                self._sent.discard(fid)
-                self._best_effort.discard(fid)
+            freed = False
+            for fid in fids:
+                if fid in self._sent:
+                    self._sent.discard(fid)
+                    self._best_effort.discard(fid)
+                    freed = True
+            if freed:
                 self._release()
 
     def withdraw(self, uid: str, call_type: str | None = None) -> list[tuple[int, str]]:

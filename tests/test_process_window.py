@@ -48,6 +48,15 @@ def test_higher_lanes_overtake_fifo_within_a_lane() -> None:
     assert sent == [b"s0", b"d4", b"b2", b"b5", b"s1", b"s3"]
 
 
+def test_a_batch_of_results_frees_its_room_at_once() -> None:
+    w, sent = window(2)
+    for i in range(5):
+        w.submit(i, f"u{i}", "pod_binding", BINDING, str(i).encode())
+    w.resolved(0, 1, 99)  # 99: never sent (a query's id), ignored
+    assert sent == [b"0", b"1", b"2", b"3"]
+    assert (w.in_flight, w.waiting) == (2, 1)
+
+
 def test_one_objects_calls_keep_their_order() -> None:
     w, sent = window(1)
     w.submit(0, "busy", "pod_status_patch", STATUS, b"busy")
