@@ -115,11 +115,6 @@ from .process_window import SendWindow
 _MAX_WRITE = 1 << 20
 """Bytes of queued messages the writer joins into one pipe write at most."""
 
-_YIELD_EVERY = 16
-"""The reader thread releases the interpreter lock after this many results of a batch: a
-batch of hundreds (their futures' callbacks included) would otherwise hold it until the
-interpreter forces a switch (5 ms), and a scheduling thread's ``submit`` waits that long."""
-
 MAX_IN_FLIGHT = 256
 """Default of ``ProcessDispatcher(max_in_flight=...)``: calls sent to the child and not yet
 resolved, at most. Enough to keep a few dozen executor workers busy while the child merges,
@@ -634,9 +629,7 @@ class ProcessDispatcher(DispatcherLike):
                 logger.opt(exception=True).error("dispatcher process: unreadable results")
                 continue
             self._window.resolved(*(r[0] for r in batch))  # room for the next waiting calls
-            for i, (fid, ok, value) in enumerate(batch, 1):
-                if not i % _YIELD_EVERY:
-                    time.sleep(0)  # hand the interpreter lock to a waiting submit now
+            for fid, ok, value in batch:
                 if fid == STOPPED:
                     self._final = value
                     continue
