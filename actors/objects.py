@@ -128,12 +128,27 @@ def check_uid(uid: object) -> str:
     return uid
 
 
+def check_subdomain(value: object, what: str = "name") -> str:
+    """Return ``value`` if it is a valid RFC 1123 subdomain (object names), else raise
+    :class:`InvalidObjectError` naming it ``what``."""
+    if not is_dns_subdomain(value):
+        raise InvalidObjectError(f"invalid {what} {value!r}: want an RFC 1123 subdomain")
+    assert isinstance(value, str)
+    return value
+
+
+def check_label(value: object, what: str = "namespace") -> str:
+    """Return ``value`` if it is a valid RFC 1123 label (namespaces), else raise
+    :class:`InvalidObjectError` naming it ``what``."""
+    if not is_dns_label(value):
+        raise InvalidObjectError(f"invalid {what} {value!r}: want an RFC 1123 label")
+    assert isinstance(value, str)
+    return value
+
+
 def check_node_name(node: object) -> str:
     """Return ``node`` if it is a valid node name, else raise :class:`InvalidObjectError`."""
-    if not is_dns_subdomain(node):
-        raise InvalidObjectError(f"invalid node name {node!r}: want an RFC 1123 subdomain")
-    assert isinstance(node, str)
-    return node
+    return check_subdomain(node, "node name")
 
 
 @dataclass(frozen=True, slots=True)
