@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import InvalidRequestError
 from .kinds import PatchType
 from .objects import Obj
 
@@ -100,3 +101,16 @@ class EvictionBackend(Protocol):
         :class:`~kdispatch.actors.errors.DisruptionBudgetError`; a missing pod
         ``NotFoundError``."""
         ...
+
+
+def check_grace_period(grace_period_seconds: object) -> None:
+    """The rule every backend applies to a deletion's ``grace_period_seconds``: None or an int
+    >= 0, else :class:`~kdispatch.actors.errors.InvalidRequestError`. Calling thread."""
+    if grace_period_seconds is not None and (
+        isinstance(grace_period_seconds, bool)
+        or not isinstance(grace_period_seconds, int)
+        or grace_period_seconds < 0
+    ):
+        raise InvalidRequestError(
+            f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
+        )

@@ -53,6 +53,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from loguru import logger
 
+from kdispatch.actors.backend import check_grace_period
 from kdispatch.actors.errors import (
     BadResponseError,
     InvalidConfigError,
@@ -659,14 +660,7 @@ def _selectors(label_selector: object, field_selector: object) -> list[tuple[str
 def _delete_options(
     uid: str, resource_version: str | None, grace_period_seconds: object
 ) -> dict[str, Any]:
-    if grace_period_seconds is not None and (
-        isinstance(grace_period_seconds, bool)
-        or not isinstance(grace_period_seconds, int)
-        or grace_period_seconds < 0
-    ):
-        raise InvalidRequestError(
-            f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
-        )
+    check_grace_period(grace_period_seconds)
     pre: dict[str, str] = {"uid": uid}
     if resource_version is not None:
         pre["resourceVersion"] = _text("resource_version", resource_version)
