@@ -114,3 +114,10 @@ def check_grace_period(grace_period_seconds: object) -> None:
         raise InvalidRequestError(
             f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
         )
+
+
+def check_page_limit(limit: object) -> None:
+    """The rule every backend applies to a list's page ``limit``: None or an int >= 1, else
+    :class:`~kdispatch.actors.errors.InvalidRequestError`. Calling thread."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")

@@ -53,7 +53,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from loguru import logger
 
-from kdispatch.actors.backend import check_grace_period
+from kdispatch.actors.backend import check_grace_period, check_page_limit
 from kdispatch.actors.errors import (
     BadResponseError,
     InvalidConfigError,
@@ -329,9 +329,8 @@ class KubernetesBackend:
         info = self._kinds.lookup(kind)
         path = self._collection(info, namespace)
         query = _selectors(label_selector, field_selector)
+        check_page_limit(limit)
         if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")
             query.append(("limit", str(limit)))
         if continue_token is not None:
             query.append(("continue", _text("continue_token", continue_token)))

@@ -32,7 +32,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from loguru import logger
 
-from kdispatch.actors.backend import PatchType, check_grace_period
+from kdispatch.actors.backend import PatchType, check_grace_period, check_page_limit
 from kdispatch.actors.errors import (
     AlreadyExistsError,
     ApiError,
@@ -618,10 +618,7 @@ class InMemoryApiServer:
         _check_str("kind", kind)
         if namespace is not None:
             _check_str("namespace", namespace)
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")
+        check_page_limit(limit)
         after = _decode_continue(continue_token)
         matches = _predicate(label_selector, field_selector)
         scoped = self._scoped(kind)
