@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import InvalidRequestError
 from .kinds import PatchType
 from .objects import Obj
 
@@ -100,3 +101,23 @@ class EvictionBackend(Protocol):
         :class:`~kdispatch.actors.errors.DisruptionBudgetError`; a missing pod
         ``NotFoundError``."""
         ...
+
+
+def check_grace_period(grace_period_seconds: object) -> None:
+    """The rule every backend applies to a deletion's ``grace_period_seconds``: None or an int
+    >= 0, else :class:`~kdispatch.actors.errors.InvalidRequestError`. Calling thread."""
+    if grace_period_seconds is not None and (
+        isinstance(grace_period_seconds, bool)
+        or not isinstance(grace_period_seconds, int)
+        or grace_period_seconds < 0
+    ):
+        raise InvalidRequestError(
+            f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
+        )
+
+
+def check_page_limit(limit: object) -> None:
+    """The rule every backend applies to a list's page ``limit``: None or an int >= 1, else
+    :class:`~kdispatch.actors.errors.InvalidRequestError`. Calling thread."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")

@@ -19,7 +19,7 @@ import decimal
 import enum
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -111,12 +111,12 @@ def _json(value: Any, where: str) -> Any:
     raise InvalidObjectError(f"{where}: cannot convert a {type(value).__name__} to JSON")
 
 
-def is_dns_subdomain(value: object) -> bool:
+def is_dns_subdomain(value: object) -> TypeGuard[str]:
     """True for a valid RFC 1123 subdomain (object and node names): ≤253 chars, lowercase."""
     return isinstance(value, str) and 0 < len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
 
 
-def is_dns_label(value: object) -> bool:
+def is_dns_label(value: object) -> TypeGuard[str]:
     """True for a valid RFC 1123 label (namespaces): ≤63 chars, lowercase alphanumerics and '-'."""
     return isinstance(value, str) and 0 < len(value) <= 63 and bool(_DNS_LABEL.match(value))
 
@@ -128,12 +128,29 @@ def check_uid(uid: object) -> str:
     return uid
 
 
+def _checked(value: object, what: str, valid: Callable[[object], TypeGuard[str]], want: str) -> str:
+    if not valid(value):
+        raise InvalidObjectError(f"invalid {what} {value!r}: want {want}")
+    return value
+
+
+def check_subdomain(value: object, what: str = "name") -> str:
+    """Return ``value`` if it is a valid RFC 1123 subdomain (object names), else raise
+    :class:`InvalidObjectError` naming it ``what``."""
+    return _checked(value, what, is_dns_subdomain, "an RFC 1123 subdomain")
+
+
+def check_label(value: object, what: str = "namespace") -> str:
+    """Return ``value`` if it is a valid RFC 1123 label (namespaces), else raise
+    :class:`InvalidObjectError` naming it ``what``."""
+    return _checked(value, what, is_dns_label, "an RFC 1123 label")
+
+
 def check_node_name(node: object) -> str:
     """Return ``node`` if it is a valid node name, else raise :class:`InvalidObjectError`."""
-    if not is_dns_subdomain(node):
-        raise InvalidObjectError(f"invalid node name {node!r}: want an RFC 1123 subdomain")
-    assert isinstance(node, str)
-    return node
+    if is_dns_subdomain(node):  # the binding's submit path: no extra call when valid
+        return node
+    return check_subdomain(node, "node name")
 
 
 @dataclass(frozen=True, slots=True)

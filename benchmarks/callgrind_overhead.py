@@ -59,7 +59,13 @@ from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
 
-from benchmarks.workloads.common import publish, spread, thread_role
+from benchmarks.workloads.common import (
+    http_server_process,
+    publish,
+    serve_http,
+    spread,
+    thread_role,
+)
 
 PODS = 16
 WORKERS = 8
@@ -83,11 +89,7 @@ def apiserver() -> Any:
 
 def serve() -> None:
     """Child process: serve PODS pods over HTTP until stdin closes."""
-    from kdispatch.testing import ApiServerHTTP
-
-    with ApiServerHTTP(apiserver()) as srv:
-        print(srv.url, flush=True)
-        sys.stdin.read()
+    serve_http(apiserver())
 
 
 def _flip(pod: dict[str, Any]) -> str:
@@ -288,46 +290,34 @@ def _total(part: Path) -> int:
 
 def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
     """HTTP: start the server process, count every (path, call count) ``rounds`` times."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.callgrind_overhead", "--serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     per_round: list[dict[str, Any]] = []
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http://"):
-            raise RuntimeError(f"server did not start: {url!r}")
-        with tempfile.TemporaryDirectory(prefix="kdispatch-callgrind-") as tmp:
-            for r in range(rounds):
-                entry: dict[str, Any] = {}
-                for path in PATHS if r % 2 == 0 else PATHS[::-1]:
-                    small = _instructions(url, path, base, Path(tmp))
-                    large = _instructions(url, path, calls, Path(tmp))
-                    entry[path] = {
-                        "total_base": small["total"],
-                        "total_calls": large["total"],
-                        "instructions_per_call": (large["total"] - small["total"]) / (calls - base),
-                        "per_call_by_thread": {
-                            role: (large.get(role, 0) - small.get(role, 0)) / (calls - base)
-                            for role in sorted(set(large) | set(small))
-                            if role != "total"
-                        },
-                    }
-                ratio = (
-                    entry["dispatcher"]["instructions_per_call"]
-                    / entry["direct"]["instructions_per_call"]
-                )
-                entry["dispatcher_vs_direct"] = ratio
-                entry["overhead"] = ratio - 1
-                per_round.append(entry)
-                print(_round_line(r, entry), flush=True)
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        proc.wait(30)
+    with (
+        http_server_process("benchmarks.callgrind_overhead") as (_, url),
+        tempfile.TemporaryDirectory(prefix="kdispatch-callgrind-") as tmp,
+    ):
+        for r in range(rounds):
+            entry: dict[str, Any] = {}
+            for path in PATHS if r % 2 == 0 else PATHS[::-1]:
+                small = _instructions(url, path, base, Path(tmp))
+                large = _instructions(url, path, calls, Path(tmp))
+                entry[path] = {
+                    "total_base": small["total"],
+                    "total_calls": large["total"],
+                    "instructions_per_call": (large["total"] - small["total"]) / (calls - base),
+                    "per_call_by_thread": {
+                        role: (large.get(role, 0) - small.get(role, 0)) / (calls - base)
+                        for role in sorted(set(large) | set(small))
+                        if role != "total"
+                    },
+                }
+            ratio = (
+                entry["dispatcher"]["instructions_per_call"]
+                / entry["direct"]["instructions_per_call"]
+            )
+            entry["dispatcher_vs_direct"] = ratio
+            entry["overhead"] = ratio - 1
+            per_round.append(entry)
+            print(_round_line(r, entry), flush=True)
     summary = {
         **{path: spread([e[path]["instructions_per_call"] for e in per_round]) for path in PATHS},
         "dispatcher_vs_direct": spread([e["dispatcher_vs_direct"] for e in per_round]),

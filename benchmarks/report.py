@@ -7,6 +7,7 @@ Benchmark-only code. Input: the dict written to ``results.json`` (``meta`` + ``r
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,10 +328,6 @@ def _fig_of(by: dict[str, dict[str, Rec]], wid: str, who: str, key: str) -> floa
     return math.nan if rec is None else _num(rec["figures"].get(key))
 
 
-def _judge(value: float, ok: Callable[[float], bool]) -> bool | None:
-    return None if math.isnan(value) else ok(value)
-
-
 def targets(results: Results) -> list[Target]:
     """Every target of the issue with its measured value and pass/miss."""
     by = _by_workload(results)
@@ -352,54 +349,55 @@ def targets(results: Results) -> list[Target]:
     w4_ideal = _fig_of(by, "W4", k, "ideal_binding_wait_p99_ms")
     w5 = _fig_of(by, "W5", k, "budget_used")
     w6 = _fig_of(by, "W6", k, "kib_per_object")
-    return [
-        Target(
+    w4_unfinished = (
+        f"upstream_fifo left {w4_censored:.0f} bindings unfinished, so its p99 and this "
+        "ratio are lower bounds)"
+        if w4_censored > 0
+        else "every upstream_fifo binding finished)"
+    )
+    # workload, target, measured (as shown), value, comparison, bound
+    rows: list[tuple[str, str, str, float, Callable[[float, float], bool], float]] = [
+        (
             "W1",
             "submit p99 ≤ 50 µs",
             f"{w1:.1f} µs (`Dispatcher.submit`; {w1_adapter:.1f} µs building the call too)",
-            _judge(w1, lambda v: v <= 50),
+            w1,
+            operator.le,
+            50,
         ),
-        Target(
-            "W2",
-            f"throughput ≥ 1.0 {X} upstream_fifo",
-            f"{w2:.2f} {X}",
-            _judge(w2, lambda v: v >= 1.0),
-        ),
-        Target(
+        ("W2", f"throughput ≥ 1.0 {X} upstream_fifo", f"{w2:.2f} {X}", w2, operator.ge, 1.0),
+        (
             "W2",
             f"throughput ≥ 0.6 {X} blocking (inline calls)",
             f"{w2_inline:.2f} {X}",
-            _judge(w2_inline, lambda v: v >= 0.6),
+            w2_inline,
+            operator.ge,
+            0.6,
         ),
-        Target(
-            "W2",
-            "≤ 90 µs CPU per call (every thread)",
-            f"{w2_cpu:.0f} µs",
-            _judge(w2_cpu, lambda v: v <= 90),
-        ),
-        Target(
-            "W3", f"requests ≤ 1.05 {X} minimal", f"{w3:.3f} {X}", _judge(w3, lambda v: v <= 1.05)
-        ),
-        Target(
+        ("W2", "≤ 90 µs CPU per call (every thread)", f"{w2_cpu:.0f} µs", w2_cpu, operator.le, 90),
+        ("W3", f"requests ≤ 1.05 {X} minimal", f"{w3:.3f} {X}", w3, operator.le, 1.05),
+        (
             "W4",
             f"binding p99 ≥ 20 {X} better than upstream_fifo",
-            f"{w4_ratio:.1f} {X} ({w4_mine:.1f} ms; "
-            + (
-                f"upstream_fifo left {w4_censored:.0f} bindings unfinished, so its p99 and this "
-                "ratio are lower bounds)"
-                if w4_censored > 0
-                else "every upstream_fifo binding finished)"
-            ),
-            _judge(w4_ratio, lambda v: v >= 20),
+            f"{w4_ratio:.1f} {X} ({w4_mine:.1f} ms; {w4_unfinished}",
+            w4_ratio,
+            operator.ge,
+            20,
         ),
-        Target(
+        (
             "W4",
             "binding p99 ≤ 3 token intervals",
             f"{w4_tokens:.2f} token intervals (a perfect scheduler: {w4_ideal:.1f} ms)",
-            _judge(w4_tokens, lambda v: v <= 3),
+            w4_tokens,
+            operator.le,
+            3,
         ),
-        Target("W5", "QPS budget used ≥ 95 %", f"{w5:.1%}", _judge(w5, lambda v: v >= 0.95)),
-        Target("W6", "≤ 3 KiB per idle object", f"{w6:.2f} KiB", _judge(w6, lambda v: v <= 3)),
+        ("W5", "QPS budget used ≥ 95 %", f"{w5:.1%}", w5, operator.ge, 0.95),
+        ("W6", "≤ 3 KiB per idle object", f"{w6:.2f} KiB", w6, operator.le, 3),
+    ]
+    return [
+        Target(wid, text, measured, None if math.isnan(value) else ok(value, bound))
+        for wid, text, measured, value, ok, bound in rows
     ]
 
 

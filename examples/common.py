@@ -7,7 +7,7 @@ import argparse
 import inspect
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from loguru import logger
@@ -47,6 +47,18 @@ def enable_verbose_logs() -> None:
     logger.add(sys.stderr, level="DEBUG")
     for name in ("kdispatch", "examples"):
         logger.enable(name)
+
+
+def add_config_options(
+    p: argparse.ArgumentParser, defaults: object, *names: str, helps: Mapping[str, str] = {}
+) -> None:
+    """For each of ``names`` (fields of the config ``defaults``; none given: the keys of
+    ``helps``), in order, an option ``--the-field`` of the field's type with its default, which
+    :func:`config_from_args` finds again; ``helps``: the help texts of some."""
+    for name in names or helps:
+        value = getattr(defaults, name)
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(flag, type=type(value), default=value, help=helps.get(name))
 
 
 def config_from_args(make: Callable[..., C], args: argparse.Namespace, **given: object) -> C:

@@ -52,6 +52,7 @@ import pykka
 from prometheus_client import CollectorRegistry
 
 from examples.common import (
+    add_config_options,
     check_amounts,
     check_counts,
     check_rate,
@@ -576,14 +577,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m examples.stress", description=__doc__.split("\n")[0]
     )
-    d = StressConfig()
-    p.add_argument("--objects", type=int, default=d.objects)
-    p.add_argument("--seconds", type=float, default=d.seconds)
-    p.add_argument("--threads", type=int, default=d.threads, help="churn threads")
-    p.add_argument("--faults", type=float, default=d.faults)
-    p.add_argument("--latency-ms", type=float, default=d.latency_ms)
-    p.add_argument("--workers", type=int, default=d.workers)
-    p.add_argument("--seed", type=int, default=d.seed)
+    names = ("objects", "seconds", "threads", "faults", "latency_ms", "workers", "seed")
+    add_config_options(p, StressConfig(), *names, helps={"threads": "churn threads"})
     p.add_argument(
         "--gc-freeze", action="store_true", help="the dispatcher's RuntimeConfig.gc_freeze"
     )

@@ -16,6 +16,8 @@ import json
 import math
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -216,6 +218,41 @@ class Informer:
         """Caller thread: end the watch and join the thread."""
         self._watch.stop()
         self._thread.join()
+
+
+# --------------------------------------------------------------------------- HTTP server child
+
+
+def serve_http(server: InMemoryApiServer) -> None:
+    """The ``--serve`` child of :func:`http_server_process`: serve ``server`` over HTTP, print
+    its URL and keep serving until stdin closes. Main thread of the child."""
+    from kdispatch.testing import ApiServerHTTP
+
+    with ApiServerHTTP(server) as srv:
+        print(srv.url, flush=True)
+        sys.stdin.read()
+
+
+@contextmanager
+def http_server_process(module: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Run ``python -m <module> --serve`` (a child that calls :func:`serve_http`) and yield it
+    with the URL it serves; on exit, close its stdin and wait for it. Calling thread."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"server did not start: {url!r}")
+        yield proc, url
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(30)
 
 
 # --------------------------------------------------------------------------- measuring

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from functools import partial
 
-from examples.common import config_from_args, configure
+from examples.common import add_config_options, config_from_args, configure
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
@@ -28,26 +28,17 @@ def parser() -> argparse.ArgumentParser:
         "apiserver (or a real cluster) and reports what the API calls cost.",
     )
     d = RunConfig()
-    p.add_argument("--nodes", type=int, default=d.nodes, help="nodes to create (embedded)")
-    p.add_argument("--pods", type=int, default=d.pods, help="pods to create (embedded)")
-    p.add_argument(
-        "--latency-ms",
-        type=float,
-        default=d.latency_ms,
-        help="apiserver latency per request (embedded; default %(default)s)",
-    )
-    p.add_argument(
-        "--qps",
-        type=float,
-        default=d.qps,
-        help="client-side rate limit, requests/s (0 = unlimited, the default)",
-    )
-    p.add_argument("--burst", type=int, default=d.burst, help="rate limiter burst")
-    p.add_argument(
-        "--faults",
-        type=float,
-        default=d.faults,
-        help="share of requests failing with injected faults (embedded)",
+    add_config_options(
+        p,
+        d,
+        helps={
+            "nodes": "nodes to create (embedded)",
+            "pods": "pods to create (embedded)",
+            "latency_ms": "apiserver latency per request (embedded; default %(default)s)",
+            "qps": "client-side rate limit, requests/s (0 = unlimited, the default)",
+            "burst": "rate limiter burst",
+            "faults": "share of requests failing with injected faults (embedded)",
+        },
     )
     modes = p.add_mutually_exclusive_group()
     modes.add_argument(
@@ -91,18 +82,14 @@ def parser() -> argparse.ArgumentParser:
         help="spec.schedulerName to serve (default: default-scheduler embedded, "
         "kdispatch-example with --kubeconfig)",
     )
-    p.add_argument("--threads", type=int, default=d.threads, help="scheduling threads")
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=d.workers,
-        help="dispatcher executor threads (parallel requests)",
-    )
-    p.add_argument(
-        "--max-seconds",
-        type=float,
-        default=d.max_seconds,
-        help="stop at this deadline even if pods are still pending",
+    add_config_options(
+        p,
+        d,
+        helps={
+            "threads": "scheduling threads",
+            "workers": "dispatcher executor threads (parallel requests)",
+            "max_seconds": "stop at this deadline even if pods are still pending",
+        },
     )
     p.add_argument(
         "--pod-initial-backoff-seconds",
@@ -118,13 +105,10 @@ def parser() -> argparse.ArgumentParser:
         help="the longest backoff; unschedulable pods are retried while the run lasts "
         "(default %(default)s)",
     )
-    p.add_argument("--high-priority-share", type=float, default=d.high_priority_share)
-    p.add_argument("--unschedulable-share", type=float, default=d.unschedulable_share)
-    p.add_argument("--claim-share", type=float, default=d.claim_share)
-    p.add_argument(
-        "--fill", type=float, default=d.fill, help="share of the cluster's cpu wave 1 asks for"
+    workload = ("high_priority_share", "unschedulable_share", "claim_share", "fill", "seed")
+    add_config_options(
+        p, d, *workload, helps={"fill": "share of the cluster's cpu wave 1 asks for"}
     )
-    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="debug logs on stderr")
