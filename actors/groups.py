@@ -52,7 +52,7 @@ import asyncio
 from collections.abc import Iterable
 from threading import Lock
 from types import TracebackType
-from typing import Final, Protocol, Self
+from typing import Final, Protocol, Self, Unpack
 
 from .aio import running_loop, wrap_call_future
 from .calls import Call
@@ -60,7 +60,7 @@ from .errors import CallCancelled, GroupClosedError, GroupFailed, ObjectNotFound
 from .holds import ASYNC_SOURCE, GroupFuture, GroupSteps, OneOrMore, as_tuple, packed
 from .messages import CallFuture
 from .objects import ObjectRef
-from .pod_calls import PodPreemption
+from .pod_calls import PodPreemption, PreemptionOptions
 
 __all__ = ["CANCEL_CAUSES", "CallGroup", "GroupHost", "OwnerIndex"]
 
@@ -176,25 +176,11 @@ class CallGroup(GroupSteps):
         return future
 
     def preempt(
-        self,
-        victim: object,
-        *,
-        preemptor: str | None = None,
-        after: Iterable[object] = (),
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        grace_period_seconds: int | None = None,
+        self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
     ) -> CallFuture:
-        """Any thread. Add a step that preempts ``victim`` (see ``Dispatcher.preempt``), held
-        until ``after`` succeeded (e.g. the preemptor's nomination)."""
-        call = PodPreemption.for_pod(
-            victim,
-            reason=reason,
-            message=message,
-            preemptor=preemptor,
-            grace_period_seconds=grace_period_seconds,
-        )
-        return self.submit(call, after=after)
+        """Any thread. Add a step that preempts ``victim`` (see ``Dispatcher.preempt`` for the
+        ``options``), held until ``after`` succeeded (e.g. the preemptor's nomination)."""
+        return self.submit(PodPreemption.for_pod(victim, **options), after=after)
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
         """Event-loop thread. :meth:`submit` for asyncio code: the step's outcome as an
@@ -203,26 +189,11 @@ class CallGroup(GroupSteps):
         return _wrapped(self.submit(call, after=after), loop)
 
     def apreempt(
-        self,
-        victim: object,
-        *,
-        preemptor: str | None = None,
-        after: Iterable[object] = (),
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        grace_period_seconds: int | None = None,
+        self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
     ) -> asyncio.Future[Outcome]:
         """Event-loop thread. :meth:`preempt` for asyncio code."""
         loop = running_loop("CallGroup.apreempt()")
-        future = self.preempt(
-            victim,
-            preemptor=preemptor,
-            after=after,
-            reason=reason,
-            message=message,
-            grace_period_seconds=grace_period_seconds,
-        )
-        return _wrapped(future, loop)
+        return _wrapped(self.preempt(victim, after=after, **options), loop)
 
     # ------------------------------------------------------------------ life
 

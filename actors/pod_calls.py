@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypedDict
 
 from loguru import logger
 
@@ -46,6 +46,7 @@ __all__ = [
     "PodBinding",
     "PodPreemption",
     "PodStatusPatch",
+    "PreemptionOptions",
     "check_condition",
     "utc_now",
 ]
@@ -58,6 +59,18 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 
 Condition = Mapping[str, str]
 """A validated condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
+
+
+class PreemptionOptions(TypedDict, total=False):
+    """The keyword options of a preemption, as :meth:`PodPreemption.for_pod` takes them (and
+    documents their defaults); ``preempt`` and ``apreempt`` of a dispatcher or a call group pass
+    them on unchanged."""
+
+    reason: str
+    message: str
+    preemptor: str | None
+    grace_period_seconds: int | None
+    add_condition: bool
 
 
 _stamp: tuple[int, str] = (-1, "")  # (second, its timestamp): one strftime per second

@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from .actors.groups import CallGroup
     from .actors.messages import CallFuture
     from .actors.metrics import MetricsRegistryInUse
-    from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+    from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, PreemptionOptions
     from .adapters.aio_informer import AioInformer
     from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
     from .adapters.kubernetes import KubernetesBackend, ObjectList
@@ -117,7 +117,12 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
             ".actors.groups": ("CallGroup",),
             ".actors.messages": ("CallFuture",),
             ".actors.metrics": ("MetricsRegistryInUse",),
-            ".actors.pod_calls": ("PodBinding", "PodPreemption", "PodStatusPatch"),
+            ".actors.pod_calls": (
+                "PodBinding",
+                "PodPreemption",
+                "PodStatusPatch",
+                "PreemptionOptions",
+            ),
             ".adapters.aio_informer": ("AioInformer",),
             ".adapters.informer": (
                 "ClientListWatch",
@@ -217,6 +222,7 @@ __all__ = [
     "PodEviction",
     "PodPreemption",
     "PodStatusPatch",
+    "PreemptionOptions",
     "ProcessDispatcher",
     "RateLimitConfig",
     "RegistryConfig",
