@@ -79,7 +79,7 @@ from .errors import (
     ObjectNotFound,
     Outcome,
 )
-from .objects import Obj, ObjectRef, get_path, is_newer, resource_version
+from .objects import Obj, ObjectRef, Version, version_of
 
 __all__ = [
     "EVENT_DOCS",
@@ -678,6 +678,7 @@ class ObjectState:
         "trust",
         "uid",
         "untrusted_rv",
+        "version",
     )
 
     def __init__(self, uid: str, retry: RetryConfig) -> None:
@@ -685,6 +686,7 @@ class ObjectState:
         self.retry = retry
         self.state = State.IDLE
         self.observed: Obj | None = None
+        self.version: Version | None = None  # the observed object's (None: none observed)
         self.queue: list[_Entry] = []  # pending calls in send order, one per call type
         self.inflight: _Entry | None = None  # the call whose request is on the wire
         self.request: Send | None = None  # that request (the call, or the re-read before it)
@@ -807,9 +809,10 @@ class ObjectState:
         so is any object once retired."""
         self._check("observed")
         out: list[Effect] = []
-        if self.state is _X or not self._accepts(obj):
+        version = None if self.state is _X else self._accepts(obj)
+        if version is None:
             return out
-        self._adopt(obj)
+        self._adopt(obj, version)
         self._revisit(out)
         return self._settle(out, Event.OBSERVED_CLEARED if self._drained() else Event.OBSERVED)
 
@@ -1041,7 +1044,7 @@ class ObjectState:
             send = Send(call, None, entry.retry.attempt, read=True)
         else:
             retry = entry.retry = entry.retry.sent()
-            entry.sent_rv = resource_version(self.observed)
+            entry.sent_rv = self._observed_rv()
             send = Send(call, self.observed, retry.attempt)
         self.request = send
         return send
@@ -1079,7 +1082,7 @@ class ObjectState:
             elif self.observed is not None:
                 # no object in the reply (a binding): the server now holds this call, at a
                 # resourceVersion not known yet
-                self.observed = call.apply(self.observed)
+                self._set_observed(call.apply(self.observed))
                 self.landed = call
                 self._trust_on(TrustEvent.LANDED)
             out.append(Resolve(entry.future, call.call_type, _SUCCESS))
@@ -1220,23 +1223,26 @@ class ObjectState:
 
     # ------------------------------------------------------------------ observation and trust
 
-    def _accepts(self, obj: Obj | None) -> bool:
-        """Whether ``obj`` is a newer state of *this* object (same UID, strictly newer
-        resourceVersion). Anything else is ignored: the current view may hold mutations
-        applied on top of that version."""
-        return (
-            obj is not None
-            and get_path(obj, "metadata", "uid") == self.uid
-            and is_newer(obj, self.observed, strict=True)
-        )
+    def _accepts(self, obj: Obj | None) -> Version | None:
+        """``obj``'s version if it is a newer state of *this* object (same UID, strictly newer
+        resourceVersion), else None. Anything else is ignored: the current view may hold
+        mutations applied on top of that version."""
+        if obj is None:
+            return None
+        version = version_of(obj)
+        if version.uid != self.uid or not version.is_newer(self.version, strict=True):
+            return None
+        return version
 
     def _observe(self, obj: Obj) -> None:
-        if self._accepts(obj):
-            self._adopt(obj)
+        version = self._accepts(obj)
+        if version is not None:
+            self._adopt(obj, version)
 
-    def _adopt(self, obj: Obj) -> None:
-        """Make ``obj`` (accepted as newer) the observed state. A call known to have landed
-        without a reply object stays applied on top until an observed object shows it."""
+    def _adopt(self, obj: Obj, version: Version) -> None:
+        """Make ``obj`` (accepted as newer, of ``version``) the observed state. A call known
+        to have landed without a reply object stays applied on top until an observed object
+        shows it."""
         landed = self.landed
         if landed is not None:
             if landed.is_noop(obj):
@@ -1244,30 +1250,44 @@ class ObjectState:
                 self._trust_on(TrustEvent.SHOWN)
             else:
                 obj = landed.apply(obj)
-        self.observed = obj
+                version = version_of(obj)
+        self.observed, self.version = obj, version
         if self.trust in _UNTRUSTED and self._passed(self.untrusted_rv):
             self.untrusted_rv = None
             self._trust_on(TrustEvent.NEWER)
 
+    def _set_observed(self, obj: Obj) -> None:
+        self.observed, self.version = obj, version_of(obj)
+
+    def _observed_rv(self) -> str | None:
+        """The observed object's resourceVersion (None if none, or none observed)."""
+        version = self.version
+        return None if version is None else version.rv
+
     def _passed(self, rv: str | None) -> bool:
         """Whether the observed object is strictly newer than resourceVersion ``rv``."""
-        obj = self.observed
+        version = self.version
         return (
             rv is not None
-            and resource_version(obj) is not None
-            and is_newer(obj or {}, {"metadata": {"resourceVersion": rv}}, strict=True)
+            and version is not None
+            and version.rv is not None
+            and version.is_newer(Version(None, rv), strict=True)
         )
 
     def _adopt_fresh(self, obj: Obj) -> None:
         """Adopt an object just read from the server (after a 409, or a re-read): it is
         authoritative, even at the same resourceVersion as what was observed."""
-        if get_path(obj, "metadata", "uid") != self.uid:
+        version = version_of(obj)
+        if version.uid != self.uid:
             return
-        if self.observed is None or is_newer(obj, self.observed):
+        if version.is_newer(self.version):
             landed = self.landed
             if landed is not None and landed.is_noop(obj):
                 self.landed = None
-            self.observed = obj if self.landed is None else self.landed.apply(obj)
+            if self.landed is None:
+                self.observed, self.version = obj, version
+            else:
+                self._set_observed(self.landed.apply(obj))
         self.untrusted_rv = None
         self._trust_on(TrustEvent.FRESH)
 
@@ -1276,7 +1296,7 @@ class ObjectState:
         distrust what was observed before it, unless a newer object is observed already. Once
         untrusted, the older bar stays."""
         if self.trust in _ELIDES:
-            rv = rv if rv is not None else (resource_version(self.observed) or "")
+            rv = rv if rv is not None else (self._observed_rv() or "")
             if self._passed(rv):
                 return
             self.untrusted_rv = rv
@@ -1285,7 +1305,7 @@ class ObjectState:
     def _reread_failed(self) -> None:
         """A 409's re-read failed: distrust the observed object until a newer one arrives (the
         next attempt re-reads)."""
-        self.untrusted_rv = resource_version(self.observed) or ""
+        self.untrusted_rv = self._observed_rv() or ""
         self._trust_on(TrustEvent.REREAD_FAILED)
 
     def _trust_on(self, event: TrustEvent) -> None:

@@ -201,21 +201,52 @@ def resource_version(obj: Obj | None) -> str | None:
 
 
 def is_newer(candidate: Obj, current: Obj | None, *, strict: bool = False) -> bool:
-    """Whether ``candidate`` should replace ``current`` as the newest observed state.
-
-    resourceVersions are opaque to clients; like most controllers we compare them as integers
-    when both are numeric (the case on etcd-backed apiservers and on the embedded one) and
-    otherwise take the later arrival as newer. ``strict``: an equal resourceVersion is not
-    newer (the same server version again).
-    """
+    """Whether ``candidate`` should replace ``current`` as the newest observed state
+    (:meth:`Version.is_newer` of their versions)."""
     if current is None:
         return True
-    new_rv, cur_rv = resource_version(candidate), resource_version(current)
-    if new_rv is None or cur_rv is None:
-        return True
-    if new_rv.isdigit() and cur_rv.isdigit():
-        return int(new_rv) > int(cur_rv) if strict else int(new_rv) >= int(cur_rv)
-    return not strict or new_rv != cur_rv
+    return version_of(candidate).is_newer(version_of(current), strict=strict)
+
+
+class Version:
+    """What the rules compare of one object, read from its metadata once: ``uid`` (as found,
+    not validated) and ``rv``, its resourceVersion (None when absent or empty), with
+    ``number``, its integer value when it is numeric. An object actor's state machine keeps
+    the one of its observed object, so a newer candidate costs one metadata lookup instead
+    of a walk of both objects. Immutable by convention; pure."""
+
+    __slots__ = ("number", "rv", "uid")
+
+    def __init__(self, uid: object, rv: object) -> None:
+        self.uid = uid
+        if isinstance(rv, str) and rv:
+            self.rv: str | None = rv
+            self.number: int | None = int(rv) if rv.isdecimal() else None
+        else:
+            self.rv = self.number = None
+
+    def is_newer(self, current: Version | None, *, strict: bool = False) -> bool:
+        """Whether this version should replace ``current`` (None: nothing observed yet).
+
+        resourceVersions are opaque to clients; like most controllers we compare them as
+        integers when both are numeric (the case on etcd-backed apiservers and on the embedded
+        one) and otherwise take the later arrival as newer. ``strict``: an equal
+        resourceVersion is not newer (the same server version again).
+        """
+        if current is None or self.rv is None or current.rv is None:
+            return True
+        new, cur = self.number, current.number
+        if new is not None and cur is not None:
+            return new > cur if strict else new >= cur
+        return not strict or self.rv != current.rv
+
+
+def version_of(obj: Obj) -> Version:
+    """The :class:`Version` of ``obj`` (``metadata.uid`` and ``metadata.resourceVersion``)."""
+    m = obj.get("metadata")
+    if type(m) is not dict and not is_mapping(m):
+        m = {}
+    return Version(m.get("uid"), m.get("resourceVersion"))
 
 
 def get_path(obj: Obj | None, *path: str) -> Any:
