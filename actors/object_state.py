@@ -79,7 +79,7 @@ from .errors import (
     ObjectNotFound,
     Outcome,
 )
-from .objects import Obj, ObjectRef, Version, version_of
+from .objects import Obj, ObjectRef, resource_version, rv_is_newer, uid_and_version
 
 __all__ = [
     "EVENT_DOCS",
@@ -670,6 +670,7 @@ class ObjectState:
         "inflight",
         "landed",
         "observed",
+        "observed_rv",
         "queue",
         "ready_lane",
         "request",
@@ -678,7 +679,6 @@ class ObjectState:
         "trust",
         "uid",
         "untrusted_rv",
-        "version",
     )
 
     def __init__(self, uid: str, retry: RetryConfig) -> None:
@@ -686,7 +686,9 @@ class ObjectState:
         self.retry = retry
         self.state = State.IDLE
         self.observed: Obj | None = None
-        self.version: Version | None = None  # the observed object's (None: none observed)
+        # The observed object's resourceVersion, read once per observed object (None: absent,
+        # or nothing observed)
+        self.observed_rv: str | None = None
         self.queue: list[_Entry] = []  # pending calls in send order, one per call type
         self.inflight: _Entry | None = None  # the call whose request is on the wire
         self.request: Send | None = None  # that request (the call, or the re-read before it)
@@ -809,10 +811,12 @@ class ObjectState:
         so is any object once retired."""
         self._check("observed")
         out: list[Effect] = []
-        version = None if self.state is _X else self._accepts(obj)
-        if version is None:
+        if self.state is _X:
             return out
-        self._adopt(obj, version)
+        accepted, rv = self._accepts(obj)
+        if not accepted:
+            return out
+        self._adopt(obj, rv)
         self._revisit(out)
         return self._settle(out, Event.OBSERVED_CLEARED if self._drained() else Event.OBSERVED)
 
@@ -1044,7 +1048,7 @@ class ObjectState:
             send = Send(call, None, entry.retry.attempt, read=True)
         else:
             retry = entry.retry = entry.retry.sent()
-            entry.sent_rv = self._observed_rv()
+            entry.sent_rv = self.observed_rv
             send = Send(call, self.observed, retry.attempt)
         self.request = send
         return send
@@ -1082,7 +1086,8 @@ class ObjectState:
             elif self.observed is not None:
                 # no object in the reply (a binding): the server now holds this call, at a
                 # resourceVersion not known yet
-                self._set_observed(call.apply(self.observed))
+                self.observed = call.apply(self.observed)
+                self.observed_rv = resource_version(self.observed)
                 self.landed = call
                 self._trust_on(TrustEvent.LANDED)
             out.append(Resolve(entry.future, call.call_type, _SUCCESS))
@@ -1223,26 +1228,24 @@ class ObjectState:
 
     # ------------------------------------------------------------------ observation and trust
 
-    def _accepts(self, obj: Obj | None) -> Version | None:
-        """``obj``'s version if it is a newer state of *this* object (same UID, strictly newer
-        resourceVersion), else None. Anything else is ignored: the current view may hold
-        mutations applied on top of that version."""
+    def _accepts(self, obj: Obj | None) -> tuple[bool, str | None]:
+        """Whether ``obj`` is a newer state of *this* object (same UID, strictly newer
+        resourceVersion), and its resourceVersion. Anything else is ignored: the current view
+        may hold mutations applied on top of that version."""
         if obj is None:
-            return None
-        version = version_of(obj)
-        if version.uid != self.uid or not version.is_newer(self.version, strict=True):
-            return None
-        return version
+            return False, None
+        uid, rv = uid_and_version(obj)
+        return uid == self.uid and rv_is_newer(rv, self.observed_rv, strict=True), rv
 
     def _observe(self, obj: Obj) -> None:
-        version = self._accepts(obj)
-        if version is not None:
-            self._adopt(obj, version)
+        accepted, rv = self._accepts(obj)
+        if accepted:
+            self._adopt(obj, rv)
 
-    def _adopt(self, obj: Obj, version: Version) -> None:
-        """Make ``obj`` (accepted as newer, of ``version``) the observed state. A call known
-        to have landed without a reply object stays applied on top until an observed object
-        shows it."""
+    def _adopt(self, obj: Obj, rv: str | None) -> None:
+        """Make ``obj`` (accepted as newer, at resourceVersion ``rv``) the observed state. A
+        call known to have landed without a reply object stays applied on top until an
+        observed object shows it."""
         landed = self.landed
         if landed is not None:
             if landed.is_noop(obj):
@@ -1250,44 +1253,35 @@ class ObjectState:
                 self._trust_on(TrustEvent.SHOWN)
             else:
                 obj = landed.apply(obj)
-                version = version_of(obj)
-        self.observed, self.version = obj, version
+                rv = resource_version(obj)
+        self.observed, self.observed_rv = obj, rv
         if self.trust in _UNTRUSTED and self._passed(self.untrusted_rv):
             self.untrusted_rv = None
             self._trust_on(TrustEvent.NEWER)
 
-    def _set_observed(self, obj: Obj) -> None:
-        self.observed, self.version = obj, version_of(obj)
-
-    def _observed_rv(self) -> str | None:
-        """The observed object's resourceVersion (None if none, or none observed)."""
-        version = self.version
-        return None if version is None else version.rv
-
     def _passed(self, rv: str | None) -> bool:
         """Whether the observed object is strictly newer than resourceVersion ``rv``."""
-        version = self.version
+        observed_rv = self.observed_rv
         return (
             rv is not None
-            and version is not None
-            and version.rv is not None
-            and version.is_newer(Version(None, rv), strict=True)
+            and observed_rv is not None
+            and rv_is_newer(observed_rv, rv or None, strict=True)
         )
 
     def _adopt_fresh(self, obj: Obj) -> None:
         """Adopt an object just read from the server (after a 409, or a re-read): it is
         authoritative, even at the same resourceVersion as what was observed."""
-        version = version_of(obj)
-        if version.uid != self.uid:
+        uid, rv = uid_and_version(obj)
+        if uid != self.uid:
             return
-        if version.is_newer(self.version):
+        if self.observed is None or rv_is_newer(rv, self.observed_rv):
             landed = self.landed
             if landed is not None and landed.is_noop(obj):
                 self.landed = None
-            if self.landed is None:
-                self.observed, self.version = obj, version
-            else:
-                self._set_observed(self.landed.apply(obj))
+            if self.landed is not None:
+                obj = self.landed.apply(obj)
+                rv = resource_version(obj)
+            self.observed, self.observed_rv = obj, rv
         self.untrusted_rv = None
         self._trust_on(TrustEvent.FRESH)
 
@@ -1296,7 +1290,7 @@ class ObjectState:
         distrust what was observed before it, unless a newer object is observed already. Once
         untrusted, the older bar stays."""
         if self.trust in _ELIDES:
-            rv = rv if rv is not None else (self._observed_rv() or "")
+            rv = rv if rv is not None else (self.observed_rv or "")
             if self._passed(rv):
                 return
             self.untrusted_rv = rv
@@ -1305,7 +1299,7 @@ class ObjectState:
     def _reread_failed(self) -> None:
         """A 409's re-read failed: distrust the observed object until a newer one arrives (the
         next attempt re-reads)."""
-        self.untrusted_rv = self._observed_rv() or ""
+        self.untrusted_rv = self.observed_rv or ""
         self._trust_on(TrustEvent.REREAD_FAILED)
 
     def _trust_on(self, event: TrustEvent) -> None:

@@ -201,52 +201,37 @@ def resource_version(obj: Obj | None) -> str | None:
 
 
 def is_newer(candidate: Obj, current: Obj | None, *, strict: bool = False) -> bool:
-    """Whether ``candidate`` should replace ``current`` as the newest observed state
-    (:meth:`Version.is_newer` of their versions)."""
+    """Whether ``candidate`` should replace ``current`` as the newest observed state: see
+    :func:`rv_is_newer` (``current`` None: nothing observed yet, so True)."""
     if current is None:
         return True
-    return version_of(candidate).is_newer(version_of(current), strict=strict)
+    return rv_is_newer(resource_version(candidate), resource_version(current), strict=strict)
 
 
-class Version:
-    """What the rules compare of one object, read from its metadata once: ``uid`` (as found,
-    not validated) and ``rv``, its resourceVersion (None when absent or empty), with
-    ``number``, its integer value when it is numeric. An object actor's state machine keeps
-    the one of its observed object, so a newer candidate costs one metadata lookup instead
-    of a walk of both objects. Immutable by convention; pure."""
+def rv_is_newer(new: str | None, current: str | None, *, strict: bool = False) -> bool:
+    """Whether an object at resourceVersion ``new`` should replace one at ``current`` (None:
+    absent or empty, which never holds an object back).
 
-    __slots__ = ("number", "rv", "uid")
-
-    def __init__(self, uid: object, rv: object) -> None:
-        self.uid = uid
-        if isinstance(rv, str) and rv:
-            self.rv: str | None = rv
-            self.number: int | None = int(rv) if rv.isdecimal() else None
-        else:
-            self.rv = self.number = None
-
-    def is_newer(self, current: Version | None, *, strict: bool = False) -> bool:
-        """Whether this version should replace ``current`` (None: nothing observed yet).
-
-        resourceVersions are opaque to clients; like most controllers we compare them as
-        integers when both are numeric (the case on etcd-backed apiservers and on the embedded
-        one) and otherwise take the later arrival as newer. ``strict``: an equal
-        resourceVersion is not newer (the same server version again).
-        """
-        if current is None or self.rv is None or current.rv is None:
-            return True
-        new, cur = self.number, current.number
-        if new is not None and cur is not None:
-            return new > cur if strict else new >= cur
-        return not strict or self.rv != current.rv
+    resourceVersions are opaque to clients; like most controllers we compare them as integers
+    when both are numeric (the case on etcd-backed apiservers and on the embedded one) and
+    otherwise take the later arrival as newer. ``strict``: an equal resourceVersion is not
+    newer (the same server version again).
+    """
+    if new is None or current is None:
+        return True
+    if new.isdecimal() and current.isdecimal():
+        return int(new) > int(current) if strict else int(new) >= int(current)
+    return not strict or new != current
 
 
-def version_of(obj: Obj) -> Version:
-    """The :class:`Version` of ``obj`` (``metadata.uid`` and ``metadata.resourceVersion``)."""
+def uid_and_version(obj: Obj) -> tuple[Any, str | None]:
+    """``metadata.uid`` (as found, not validated) and ``metadata.resourceVersion`` (None when
+    absent or empty), from one lookup of the metadata."""
     m = obj.get("metadata")
     if type(m) is not dict and not is_mapping(m):
-        m = {}
-    return Version(m.get("uid"), m.get("resourceVersion"))
+        return None, None
+    rv = m.get("resourceVersion")
+    return m.get("uid"), rv if isinstance(rv, str) and rv else None
 
 
 def get_path(obj: Obj | None, *path: str) -> Any:

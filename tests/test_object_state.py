@@ -52,7 +52,8 @@ from kdispatch.actors.objects import (
     get_path,
     is_newer,
     pod_node_name,
-    version_of,
+    rv_is_newer,
+    uid_and_version,
     with_path,
 )
 from kdispatch.actors.pod_calls import (
@@ -1071,22 +1072,22 @@ def test_version_is_newer(new: str | None, cur: str, newer: bool, strictly: bool
     def obj(rv: str | None) -> Obj:
         return {"metadata": {"uid": "u1", **({} if rv is None else {"resourceVersion": rv})}}
 
-    candidate, current = version_of(obj(new)), version_of(obj(cur))
-    assert candidate.uid == "u1"
-    assert candidate.is_newer(current) is newer
-    assert candidate.is_newer(current, strict=True) is strictly
-    assert candidate.is_newer(None, strict=True)
+    assert uid_and_version(obj(new)) == ("u1", new)
+    assert uid_and_version(obj(cur)) == ("u1", cur or None)
+    assert rv_is_newer(new, cur or None) is newer
+    assert rv_is_newer(new, cur or None, strict=True) is strictly
     assert is_newer(obj(new), obj(cur)) is newer
     assert is_newer(obj(new), obj(cur), strict=True) is strictly
+    assert is_newer(obj(new), None, strict=True)
 
 
 def test_the_observed_version_follows_every_observed_object(d: Driver) -> None:
-    """The machine's version is the one of the object it observes, however it got there."""
+    """The machine's resourceVersion is the one of the object it observes."""
     first = pod("a", rv=5)
     d.m.observed_event(first)
-    assert d.m.observed is first and d.m.version is not None and d.m.version.rv == "5"
+    assert (d.m.observed, d.m.observed_rv) == (first, "5")
     d.m.observed_event(pod("a", rv=4))  # older: ignored
     assert d.m.observed is first
     newer = pod("a", rv=6)
     d.m.observed_event(newer)
-    assert d.m.observed is newer and d.m.version is not None and d.m.version.rv == "6"
+    assert (d.m.observed, d.m.observed_rv) == (newer, "6")
