@@ -168,6 +168,13 @@ class _PooledInbox:
         """True if no envelope is queued. Any thread (a snapshot)."""
         return not self._items
 
+    def _schedule_start(self) -> None:
+        """Queue the actor's first turn (``on_start``). Starting thread, before any put."""
+        with self._lock:
+            self._state = _SCHEDULED
+            actor = self._actor
+        self._ready.put(actor)
+
     def _go_idle(self) -> bool:
         """Mark the inbox idle unless a put landed meanwhile (then False: keep going). Under the
         lock, so a concurrent put either is seen here or finds the inbox idle and reschedules
@@ -528,16 +535,11 @@ class PooledActor(pykka.Actor):
         return ThreadingFuture()
 
     def _start_actor_loop(self) -> None:
-        """pykka hook: register with the pool and queue the first turn (``on_start``).
-        Starting thread, before anybody else can put to the inbox, so without its lock: the
-        inbox is marked scheduled before the registration makes the actor known (to a pool
-        that stops, which puts a stop request: the put only queues it), and the actor is on
-        the ready queue once. A registration that fails marks the actor stopped: no put
-        follows."""
-        inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
-        inbox._state = _SCHEDULED
+        """pykka hook: register with the pool and schedule the first turn. Starting thread."""
         self._pool._register(self)
-        inbox._ready.put(self)
+        inbox = self.actor_inbox
+        assert isinstance(inbox, _PooledInbox)
+        inbox._schedule_start()
 
     # ----------------------------------------------------------------- the loop, one turn at a time
 
