@@ -218,21 +218,37 @@ def resource_version(obj: Obj | None) -> str | None:
 
 
 def is_newer(candidate: Obj, current: Obj | None, *, strict: bool = False) -> bool:
-    """Whether ``candidate`` should replace ``current`` as the newest observed state.
+    """Whether ``candidate`` should replace ``current`` as the newest observed state: see
+    :func:`rv_is_newer` (``current`` None: nothing observed yet, so True)."""
+    if current is None:
+        return True
+    return rv_is_newer(resource_version(candidate), resource_version(current), strict=strict)
+
+
+def rv_is_newer(new: str | None, current: str | None, *, strict: bool = False) -> bool:
+    """Whether an object at resourceVersion ``new`` should replace one at ``current`` (None:
+    absent or empty, which never holds an object back).
 
     resourceVersions are opaque to clients; like most controllers we compare them as integers
     when both are numeric (the case on etcd-backed apiservers and on the embedded one) and
     otherwise take the later arrival as newer. ``strict``: an equal resourceVersion is not
     newer (the same server version again).
     """
-    if current is None:
+    if new is None or current is None:
         return True
-    new_rv, cur_rv = resource_version(candidate), resource_version(current)
-    if new_rv is None or cur_rv is None:
-        return True
-    if new_rv.isdigit() and cur_rv.isdigit():
-        return int(new_rv) > int(cur_rv) if strict else int(new_rv) >= int(cur_rv)
-    return not strict or new_rv != cur_rv
+    if new.isdecimal() and current.isdecimal():
+        return int(new) > int(current) if strict else int(new) >= int(current)
+    return not strict or new != current
+
+
+def uid_and_version(obj: Obj) -> tuple[Any, str | None]:
+    """``metadata.uid`` (as found, not validated) and ``metadata.resourceVersion`` (None when
+    absent or empty), from one lookup of the metadata."""
+    m = obj.get("metadata")
+    if type(m) is not dict and not is_mapping(m):
+        return None, None
+    rv = m.get("resourceVersion")
+    return m.get("uid"), rv if isinstance(rv, str) and rv else None
 
 
 def get_path(obj: Obj | None, *path: str) -> Any:

@@ -184,12 +184,26 @@ def _newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
 # --------------------------------------------------------------------------- conditions
 
 
-def pod_conditions(obj: Obj | None) -> dict[str, Mapping[str, Any]]:
-    """``status.conditions`` of an object, by type (malformed entries ignored)."""
+_NO_CONDITIONS: Final[Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
+# The last object pod_conditions() read, and its answer: the rules read the same object's
+# conditions up to three times per call (revalidate, is_noop, status_patch). One tuple,
+# replaced whole, so any thread reads a consistent pair; it keeps one object alive.
+_last_conditions: tuple[object, Mapping[str, Mapping[str, Any]]] = (None, _NO_CONDITIONS)
+
+
+def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
+    """``status.conditions`` of an object, by type (malformed entries ignored). The answer
+    may be shared with other readers of the same object: read it, never change it."""
+    global _last_conditions  # noqa: PLW0603 - a one-object memo, replaced atomically
+    last = _last_conditions
+    if last[0] is obj:
+        return last[1]
     conds = get_path(obj, "status", "conditions")
-    if not isinstance(conds, (list, tuple)):
-        return {}
-    return {c["type"]: c for c in conds if is_mapping(c) and isinstance(c.get("type"), str)}
+    by_type: Mapping[str, Mapping[str, Any]] = _NO_CONDITIONS
+    if isinstance(conds, (list, tuple)):
+        by_type = {c["type"]: c for c in conds if is_mapping(c) and isinstance(c.get("type"), str)}
+    _last_conditions = (obj, by_type)
+    return by_type
 
 
 def _satisfied(existing: Mapping[str, Any] | None, intent: Condition) -> bool:
@@ -319,7 +333,7 @@ class PodStatusPatch(Call):
         intent = next((c for c in self.conditions if c["type"] == POD_SCHEDULED), None)
         if intent is None or intent["status"] == "True":
             return None
-        for candidate in (obj, basis):
+        for candidate in (obj,) if basis is obj else (obj, basis):
             node = pod_node_name(candidate)
             if node is not None:
                 return f"pod is bound to node {node!r}: {POD_SCHEDULED}={intent['status']} is stale"

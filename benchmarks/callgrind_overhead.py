@@ -32,13 +32,16 @@ future awaited) on the in-memory apiserver **in the measured process** (no laten
 limit), so the figure is the whole cost of a call: the contender's machinery plus the
 apiserver's work, which is the same for every contender. Contenders: ``kdispatch`` (a
 ``Dispatcher`` as the W2 contender builds it, 16 executor workers, idle actors never reaped
-while measured), ``upstream_fifo`` (the model of kube-scheduler's ``APIDispatcher``) and
-``blocking`` (inline calls on the submitting thread). Start-up is subtracted the same way:
-each contender runs once with ``--w2-base`` and once with ``--w2-calls`` calls; both runs create
-the same ``WARMUP + --w2-calls`` pods, send ``WARMUP`` warm-up calls (awaited), freeze the set-up
-out of the collector's reach (as W2 does), then submit the measured calls and await them, check
-that every one succeeded with one request, and end with ``os._exit`` (W2's span ends at the
-last resolution: the contender's shutdown is not counted). Every call is a new pod, so a
+while measured, and no reaper pass either: a pass walks every live actor and comes every
+``reap_interval`` seconds of wall clock, which callgrind and the machine's load stretch, so
+their count would follow the load), ``upstream_fifo`` (the model of kube-scheduler's
+``APIDispatcher``) and ``blocking`` (inline calls on the submitting thread). Start-up is
+subtracted the same way: each contender runs once with ``--w2-base`` and once with
+``--w2-calls`` calls; both runs create the same ``WARMUP + --w2-calls`` pods, send ``WARMUP``
+warm-up calls (awaited), freeze the set-up out of the collector's reach (as W2 does), then
+submit the measured calls and await them, check that every one succeeded with one request,
+and end with ``os._exit`` (W2's span ends at the last resolution: the contender's shutdown is
+not counted). Every call is a new pod, so a
 kdispatch call includes its actor's spawn. Reported per round and as median/min/max:
 instructions per call of each contender, ``w2_kdispatch_vs_upstream`` and
 ``w2_kdispatch_vs_inline`` (kdispatch / blocking).
@@ -203,6 +206,7 @@ def w2_client(contender: str, calls: int, pods: int) -> dict[str, Any]:
             rate_limit=RateLimitConfig(qps=math.inf, burst=100),
             executor=ExecutorConfig(workers=WORKERS),
             registry=RegistryConfig(idle_timeout=3600.0),
+            reap_interval=3600.0,
         )
         d = Dispatcher(server, config, metrics_registry=CollectorRegistry()).start()
 
