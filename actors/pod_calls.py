@@ -21,8 +21,8 @@ from typing import Any, Final, Self, TypedDict
 
 from loguru import logger
 
-from .backend import ApiBackend
-from .calls import UNSET, Call, UnsetType
+from .backend import ApiBackend, check_grace_period, patch_status_guarded
+from .calls import UNSET, Call, UnsetType, hash_by_ref
 from .errors import InvalidCallError, InvalidObjectError, NotFoundError
 from .objects import (
     DELETE,
@@ -37,7 +37,6 @@ from .objects import (
     is_terminating,
     meta,
     pod_node_name,
-    resource_version,
     with_path,
 )
 
@@ -144,12 +143,6 @@ def _check_node(node: object, what: str) -> str:
         return check_node_name(node)
     except InvalidObjectError as exc:
         raise InvalidCallError(f"{what}: {exc}") from None
-
-
-def check_grace_period(grace: object) -> None:
-    """Validate a deletion's ``grace_period_seconds`` (None, or an int >= 0)."""
-    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
-        raise InvalidCallError(f"grace_period_seconds must be an int >= 0, got {grace!r}")
 
 
 def check_pod_call(call: Call) -> None:
@@ -290,8 +283,7 @@ class PodStatusPatch(Call):
                 "pod_status_patch needs at least one condition or a nominated_node_name"
             )
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_pod(
@@ -399,19 +391,7 @@ class PodStatusPatch(Call):
         ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion; returns the
         server's pod, or ``obj`` when nothing differs (no request). Runs on an executor worker
         thread."""
-        body = self.status_patch(obj)
-        if body is None:
-            return obj
-        ref = self.ref
-        return backend.patch_status(
-            POD,
-            ref.namespace,
-            ref.name,
-            {"status": body},
-            uid=ref.uid,
-            resource_version=resource_version(obj),
-            patch_type="strategic",
-        )
+        return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "strategic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,8 +416,7 @@ class PodBinding(Call):
         check_pod_call(self)
         _check_node(self.node, "node")
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_pod(cls, pod: object, node: str) -> Self:
@@ -514,10 +493,9 @@ class PodPreemption(Call):
                     f"pod_preemption condition must be {DISRUPTION_TARGET!r}, got {cond['type']!r}"
                 )
             object.__setattr__(self, "condition", cond)
-        check_grace_period(self.grace_period_seconds)
+        check_grace_period(self.grace_period_seconds, InvalidCallError)
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_pod(
