@@ -19,7 +19,9 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Final, Literal, Self, cast
+from typing import ClassVar, Final, Literal, Self, TypeVar, cast
+
+from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
@@ -47,6 +49,7 @@ BEST_EFFORT: Final = 0
 """The relevance (executor lane) of ``best_effort`` call types, below every other lane."""
 
 
+@mypyc_attr(native_class=False)  # compiled build: users' own call classes subclass it
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
     first field is ``ref``.
@@ -78,6 +81,10 @@ class Call(ABC):
     Instance attributes: ``ref`` (the object) and ``basis`` (the object the caller decided on,
     or None). The basis is kept with the call: :meth:`revalidate` compares it with the newer
     object the call would be sent against.
+
+    Call classes in the modules that the compiled build (setup.py) compiles annotate these class
+    attributes as quoted ``"ClassVar[...]"``, in a module without ``from __future__ import
+    annotations``: mypyc hands every other class attribute to ``@dataclass`` as a field.
     """
 
     __slots__ = ()
@@ -158,6 +165,30 @@ class Call(ABC):
     def describe(self) -> str:
         """Short human description for logs."""
         return f"{self.call_type} {self.ref.namespace}/{self.ref.name}"
+
+
+_CALL_CLASSES: Final = (Call,)
+"""``isinstance(x, _CALL_CLASSES)`` rather than ``isinstance(x, Call)`` in this module: compiled
+(setup.py), the latter is folded to False, since no compiled class derives natively from the
+non-native ``Call``."""
+
+CallT = TypeVar("CallT", bound=Call)
+
+
+def given(call: object, name: str) -> object:
+    """The field ``name`` of ``call`` as its caller gave it, for ``__post_init__`` to validate and
+    narrow. Compiled (setup.py), reading a field as its declared type checks that type first,
+    raising ``TypeError`` where validation promises :class:`InvalidCallError`. Any thread."""
+    return getattr(call, name)
+
+
+def check_merge(newer: CallT, older: object) -> CallT:
+    """``older``, if it may merge into ``newer``: a call of the same type for the same object.
+    Raises :class:`InvalidCallError` otherwise. Any thread."""
+    if type(older) is not type(newer) or given(older, "ref") != newer.ref:
+        what = older.describe() if isinstance(older, _CALL_CLASSES) else type(older).__name__
+        raise InvalidCallError(f"cannot merge {what} into {newer.describe()}")
+    return older
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +303,7 @@ class CallTypeRegistry:
 
     def check(self, call: object) -> Call:
         """Validate a submitted call: a registered type whose ref matches its kind."""
-        if not isinstance(call, Call):
+        if not isinstance(call, _CALL_CLASSES):
             raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
         spec = self._by_type.get(call.call_type)
         if spec is None or spec.cls is not type(call):

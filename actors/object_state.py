@@ -66,6 +66,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from .calls import Call
 from .config import RetryConfig
 from .errors import (
@@ -162,6 +164,7 @@ class Event(enum.Enum):
         return self.value.partition("/")[0]
 
 
+@mypyc_attr(native_class=False)  # compiled build: a builtin exception base
 class InvalidTransition(RuntimeError):
     """An event the current state does not accept: a bug in the shell or the executor."""
 

@@ -180,6 +180,11 @@ class ObjectRef:
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"
 
+    def __reduce__(self) -> tuple[type[ObjectRef], tuple[str, str, str, str]]:
+        """Pickled as its four fields (``ProcessDispatcher`` sends refs to its child process):
+        the compiled build's native class has no other pickle support. Any thread."""
+        return (type(self), (self.kind, self.namespace, self.name, self.uid))
+
 
 def meta(obj: Obj) -> Mapping[str, Any]:
     """``obj['metadata']`` or an empty mapping."""
