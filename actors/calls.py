@@ -49,7 +49,8 @@ BEST_EFFORT: Final = 0
 """The relevance (executor lane) of ``best_effort`` call types, below every other lane."""
 
 
-@mypyc_attr(native_class=False)  # compiled build: users' own call classes subclass it
+# Compiled (setup.py): a Python class, which users' own call classes subclass.
+@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
     first field is ``ref``.
@@ -167,11 +168,6 @@ class Call(ABC):
         return f"{self.call_type} {self.ref.namespace}/{self.ref.name}"
 
 
-_CALL_CLASSES: Final = (Call,)
-"""``isinstance(x, _CALL_CLASSES)`` rather than ``isinstance(x, Call)`` in this module: compiled
-(setup.py), the latter is folded to False, since no compiled class derives natively from the
-non-native ``Call``."""
-
 CallT = TypeVar("CallT", bound=Call)
 
 
@@ -186,7 +182,7 @@ def check_merge(newer: CallT, older: object) -> CallT:
     """``older``, if it may merge into ``newer``: a call of the same type for the same object.
     Raises :class:`InvalidCallError` otherwise. Any thread."""
     if type(older) is not type(newer) or given(older, "ref") != newer.ref:
-        what = older.describe() if isinstance(older, _CALL_CLASSES) else type(older).__name__
+        what = older.describe() if isinstance(older, Call) else type(older).__name__
         raise InvalidCallError(f"cannot merge {what} into {newer.describe()}")
     return older
 
@@ -303,7 +299,7 @@ class CallTypeRegistry:
 
     def check(self, call: object) -> Call:
         """Validate a submitted call: a registered type whose ref matches its kind."""
-        if not isinstance(call, _CALL_CLASSES):
+        if not isinstance(call, Call):
             raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
         spec = self._by_type.get(call.call_type)
         if spec is None or spec.cls is not type(call):
@@ -325,9 +321,15 @@ _METHODS: Final = ("merge", "is_noop", "apply", "precheck", "revalidate", "send"
 """The methods every call type must have (the rules and ``send``)."""
 
 
+_ABSTRACT: Final = ("apply", "is_noop", "send")
+"""The abstract methods of :class:`Call`. Compiled (setup.py), they lack the mark ``ABCMeta``
+looks for, so a class that does not override them is found by identity too."""
+
+
 def _check_methods(cls: type[Call]) -> None:
     """Refuse a call class whose rules or ``send`` are still abstract or not callable."""
-    abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+    inherited = {name for name in _ABSTRACT if getattr(cls, name, None) is getattr(Call, name)}
+    abstract = sorted(inherited.union(getattr(cls, "__abstractmethods__", ())))
     if abstract:
         raise CallTypeRegistrationError(f"{cls.__name__} does not implement {', '.join(abstract)}")
     for name in _METHODS:

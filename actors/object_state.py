@@ -429,8 +429,11 @@ _UNTRUSTED: Final = frozenset({_U, _URS})
 # --------------------------------------------------------------------------- effects
 # The effects made for every call (and ``Done``) have ``Final`` fields instead of ``frozen=True``:
 # as immutable to mypy, without a frozen ``__init__``'s cost (see :mod:`.messages`).
+# Compiled (setup.py) they stay non-native: mypyc makes a ``Final`` attribute read-only, which
+# the ``__init__`` that ``@dataclass`` writes could not set.
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Resolve:
     """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names
@@ -443,6 +446,7 @@ class Resolve:
     successor: Final[Any] = None
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Ready:
     """Tell the executor this object has something to send in lane ``relevance``, not before
@@ -452,6 +456,7 @@ class Ready:
     not_before: Final[float]
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
@@ -506,6 +511,7 @@ class Result(enum.Enum):
     __hash__ = object.__hash__  # singletons: see State
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Done:
     """The end of the request in flight, as the executor classified it."""
