@@ -46,7 +46,11 @@ def main() -> None:
     # Through the kdispatch/actors link, so that the extensions are kdispatch.actors.*.
     paths = [os.path.join("kdispatch", "actors", f"{name}.py") for name in COMPILED]
     options = ["--config-file=setup.cfg", "--ignore-missing-imports"]
-    setup(setup_requires=[MYPYC_REQUIREMENT], ext_modules=mypycify([*options, *paths]))
+    # separate: each module on its own, with no whole-program view of the class hierarchy. With
+    # one, mypyc takes the call classes (Python classes, which users subclass) to have no
+    # subclasses, and its isinstance checks and casts refuse users' own call types.
+    extensions = mypycify([*options, *paths], separate=True)
+    setup(setup_requires=[MYPYC_REQUIREMENT], ext_modules=extensions)
 
 
 main()

@@ -50,7 +50,7 @@ BEST_EFFORT: Final = 0
 
 
 # Compiled (setup.py): a Python class, which users' own call classes subclass.
-@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)
+@mypyc_attr(native_class=False)
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
     first field is ``ref``.

@@ -117,7 +117,7 @@ def _entry_uid(entry: Any) -> str | None:
     return uid if isinstance(uid, str) else None
 
 
-@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class ClaimStatusPatch(Call):
     """Allocation and reservation changes for one ResourceClaim. Build with :meth:`for_claim`.

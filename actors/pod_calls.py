@@ -252,7 +252,7 @@ def _norm_node(value: object) -> str | None:
 # --------------------------------------------------------------------------- calls
 
 
-@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodStatusPatch(Call):
     """Pod conditions (merged by type) and/or ``status.nominatedNodeName`` (set or cleared).
@@ -410,7 +410,7 @@ class PodStatusPatch(Call):
         )
 
 
-@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodBinding(Call):
     """Bind a pod to a node (``pods/binding``). Build with :meth:`for_pod`.
@@ -480,7 +480,7 @@ class PodBinding(Call):
         return None
 
 
-@mypyc_attr(native_class=False, allow_interpreted_subclasses=True)
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodPreemption(Call):
     """Preempt (delete) a victim pod, optionally marking it with a ``DisruptionTarget``
