@@ -10,12 +10,12 @@ Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` r
 thread calls it and never blocks; ``send`` runs on an executor worker.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Self
+from typing import Any, ClassVar, Final, Self
+
+from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend
 from .calls import UNSET, Call, UnsetType, check_merge, given
@@ -117,6 +117,7 @@ def _entry_uid(entry: Any) -> str | None:
     return uid if isinstance(uid, str) else None
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class ClaimStatusPatch(Call):
     """Allocation and reservation changes for one ResourceClaim. Build with :meth:`for_claim`.
@@ -126,9 +127,10 @@ class ClaimStatusPatch(Call):
     ``(consumer uid, None)`` unreserves; one entry per consumer.
     """
 
-    call_type = "claim_status_patch"
-    kind = RESOURCE_CLAIM
-    relevance = 1
+    # Quoted ClassVars, and no __future__ annotations in this module: see Call.
+    call_type: "ClassVar[str]" = "claim_status_patch"
+    kind: "ClassVar[str]" = RESOURCE_CLAIM
+    relevance: "ClassVar[int]" = 1
 
     ref: ObjectRef
     allocation: Mapping[str, Any] | UnsetType | None = UNSET

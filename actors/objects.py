@@ -185,8 +185,8 @@ class ObjectRef:
 
 def _check_ref(kind: object, namespace: object, name: object, uid: object) -> None:
     """Validate an :class:`ObjectRef`'s fields: :class:`InvalidObjectError` for any wrong one.
-    Given as objects: compiled (mypyc: docs/performance-notes.md), ``ObjectRef`` itself raises
-    ``TypeError`` for a field that is not a str."""
+    Given as objects: compiled (setup.py), ``ObjectRef`` itself raises ``TypeError`` for a field
+    that is not a str."""
     if not isinstance(kind, str) or not _KIND.match(kind):
         raise InvalidObjectError(f"invalid kind {kind!r}")
     if not is_dns_label(namespace):

@@ -10,16 +10,15 @@ Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` r
 thread calls it (caller or object actor) and never blocks; ``send`` runs on an executor worker.
 """
 
-from __future__ import annotations
-
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final, Self
+from typing import Any, ClassVar, Final, Self
 
 from loguru import logger
+from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend
 from .calls import UNSET, Call, UnsetType, check_merge, given
@@ -253,6 +252,7 @@ def _norm_node(value: object) -> str | None:
 # --------------------------------------------------------------------------- calls
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodStatusPatch(Call):
     """Pod conditions (merged by type) and/or ``status.nominatedNodeName`` (set or cleared).
@@ -266,9 +266,10 @@ class PodStatusPatch(Call):
     Build with :meth:`for_pod`.
     """
 
-    call_type = "pod_status_patch"
-    kind = POD
-    relevance = 1
+    # Quoted ClassVars, and no __future__ annotations in this module: see Call.
+    call_type: "ClassVar[str]" = "pod_status_patch"
+    kind: "ClassVar[str]" = POD
+    relevance: "ClassVar[int]" = 1
 
     ref: ObjectRef
     conditions: tuple[Condition, ...] = ()
@@ -409,6 +410,7 @@ class PodStatusPatch(Call):
         )
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodBinding(Call):
     """Bind a pod to a node (``pods/binding``). Build with :meth:`for_pod`.
@@ -417,11 +419,11 @@ class PodBinding(Call):
     bound to the same node is success: an earlier attempt landed and only its reply was lost.
     """
 
-    call_type = "pod_binding"
-    kind = POD
-    relevance = 2
-    supersedes = frozenset({"pod_status_patch"})
-    reads_object = False
+    call_type: "ClassVar[str]" = "pod_binding"
+    kind: "ClassVar[str]" = POD
+    relevance: "ClassVar[int]" = 2
+    supersedes: "ClassVar[frozenset[str]]" = frozenset({"pod_status_patch"})
+    reads_object: "ClassVar[bool]" = False
 
     ref: ObjectRef
     node: str
@@ -478,6 +480,7 @@ class PodBinding(Call):
         return None
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodPreemption(Call):
     """Preempt (delete) a victim pod, optionally marking it with a ``DisruptionTarget``
@@ -490,10 +493,10 @@ class PodPreemption(Call):
     ``lastTransitionTime``.
     """
 
-    call_type = "pod_preemption"
-    kind = POD
-    relevance = 3
-    exclusive = True
+    call_type: "ClassVar[str]" = "pod_preemption"
+    kind: "ClassVar[str]" = POD
+    relevance: "ClassVar[int]" = 3
+    exclusive: "ClassVar[bool]" = True
 
     ref: ObjectRef
     condition: Condition | None = None
