@@ -29,6 +29,7 @@ MYPYC_REQUIREMENT = "mypy>=1.10"
 
 
 def compile_requested() -> bool:
+    """Whether ``KDISPATCH_COMPILE`` asks for the compiled build (1, true, yes or on)."""
     return os.environ.get("KDISPATCH_COMPILE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
