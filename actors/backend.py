@@ -129,11 +129,11 @@ def patch_status_guarded(
 
 def check_grace_period(
     grace_period_seconds: object, error: type[KdispatchError] = InvalidRequestError
-) -> None:
+) -> int | None:
     """The one rule for a deletion's ``grace_period_seconds``: None or an int >= 0, else
     ``error`` (a backend raises :class:`~kdispatch.actors.errors.InvalidRequestError`, a call
-    type checking its own fields :class:`~kdispatch.actors.errors.InvalidCallError`). Calling
-    thread."""
+    type checking its own fields :class:`~kdispatch.actors.errors.InvalidCallError`); the value,
+    narrowed. Calling thread."""
     if grace_period_seconds is not None and (
         isinstance(grace_period_seconds, bool)
         or not isinstance(grace_period_seconds, int)
@@ -142,6 +142,7 @@ def check_grace_period(
         raise error(
             f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
         )
+    return grace_period_seconds
 
 
 def check_page_limit(limit: object) -> None:

@@ -19,7 +19,9 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Final, Literal, Self, cast
+from typing import ClassVar, Final, Literal, Self, TypeVar, cast
+
+from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
@@ -47,6 +49,8 @@ BEST_EFFORT: Final = 0
 """The relevance (executor lane) of ``best_effort`` call types, below every other lane."""
 
 
+# Compiled (setup.py): a Python class, which users' own call classes subclass.
+@mypyc_attr(native_class=False)
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
     first field is ``ref``.
@@ -78,6 +82,10 @@ class Call(ABC):
     Instance attributes: ``ref`` (the object) and ``basis`` (the object the caller decided on,
     or None). The basis is kept with the call: :meth:`revalidate` compares it with the newer
     object the call would be sent against.
+
+    Call classes in the modules that the compiled build (setup.py) compiles annotate these class
+    attributes as quoted ``"ClassVar[...]"``, in a module without ``from __future__ import
+    annotations``: mypyc hands every other class attribute to ``@dataclass`` as a field.
     """
 
     __slots__ = ()
@@ -158,6 +166,25 @@ class Call(ABC):
     def describe(self) -> str:
         """Short human description for logs."""
         return f"{self.call_type} {self.ref.namespace}/{self.ref.name}"
+
+
+CallT = TypeVar("CallT", bound=Call)
+
+
+def given(call: object, name: str) -> object:
+    """The field ``name`` of ``call`` as its caller gave it, for ``__post_init__`` to validate and
+    narrow. Compiled (setup.py), reading a field as its declared type checks that type first,
+    raising ``TypeError`` where validation promises :class:`InvalidCallError`. Any thread."""
+    return getattr(call, name)
+
+
+def check_merge(newer: CallT, older: object) -> CallT:
+    """``older``, if it may merge into ``newer``: a call of the same type for the same object.
+    Raises :class:`InvalidCallError` otherwise. Any thread."""
+    if type(older) is not type(newer) or given(older, "ref") != newer.ref:
+        what = older.describe() if isinstance(older, Call) else type(older).__name__
+        raise InvalidCallError(f"cannot merge {what} into {newer.describe()}")
+    return older
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,9 +321,15 @@ _METHODS: Final = ("merge", "is_noop", "apply", "precheck", "revalidate", "send"
 """The methods every call type must have (the rules and ``send``)."""
 
 
+_ABSTRACT: Final = ("apply", "is_noop", "send")
+"""The abstract methods of :class:`Call`. Compiled (setup.py), they lack the mark ``ABCMeta``
+looks for, so a class that does not override them is found by identity too."""
+
+
 def _check_methods(cls: type[Call]) -> None:
     """Refuse a call class whose rules or ``send`` are still abstract or not callable."""
-    abstract = sorted(getattr(cls, "__abstractmethods__", ()))
+    inherited = {name for name in _ABSTRACT if getattr(cls, name, None) is getattr(Call, name)}
+    abstract = sorted(inherited.union(getattr(cls, "__abstractmethods__", ())))
     if abstract:
         raise CallTypeRegistrationError(f"{cls.__name__} does not implement {', '.join(abstract)}")
     for name in _METHODS:

@@ -10,15 +10,15 @@ Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` r
 thread calls it and never blocks; ``send`` runs on an executor worker.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Self
+from typing import Any, ClassVar, Final, Self
+
+from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend, patch_status_guarded
-from .calls import UNSET, Call, UnsetType, hash_by_ref
+from .calls import UNSET, Call, UnsetType, check_merge, given, hash_by_ref
 from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
@@ -116,6 +116,7 @@ def _entry_uid(entry: Any) -> str | None:
     return uid if isinstance(uid, str) else None
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class ClaimStatusPatch(Call):
     """Allocation and reservation changes for one ResourceClaim. Build with :meth:`for_claim`.
@@ -125,9 +126,10 @@ class ClaimStatusPatch(Call):
     ``(consumer uid, None)`` unreserves; one entry per consumer.
     """
 
-    call_type = "claim_status_patch"
-    kind = RESOURCE_CLAIM
-    relevance = 1
+    # Quoted ClassVars, and no __future__ annotations in this module: see Call.
+    call_type: "ClassVar[str]" = "claim_status_patch"
+    kind: "ClassVar[str]" = RESOURCE_CLAIM
+    relevance: "ClassVar[int]" = 1
 
     ref: ObjectRef
     allocation: Mapping[str, Any] | UnsetType | None = UNSET
@@ -135,21 +137,21 @@ class ClaimStatusPatch(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        ref, basis = self.ref, self.basis
+        ref, basis = given(self, "ref"), self.basis
         if not isinstance(ref, ObjectRef):
             raise InvalidCallError(f"claim_status_patch: ref must be an ObjectRef, got {ref!r}")
         if ref.kind != self.kind:
             raise InvalidCallError(f"claim_status_patch applies to {self.kind}, not {ref.kind}")
         if basis is not None and (not is_mapping(basis) or meta(basis).get("uid") != ref.uid):
             raise InvalidCallError(f"claim_status_patch: basis is not the object of {ref}")
-        allocation = self.allocation
+        allocation = given(self, "allocation")
         if allocation is not UNSET and allocation is not None:
             if not isinstance(allocation, Mapping):
                 raise InvalidCallError(
                     f"allocation must be a mapping, None or UNSET, got {type(allocation).__name__}"
                 )
             object.__setattr__(self, "allocation", _thaw(allocation))
-        object.__setattr__(self, "reservations", _check_reservations(self.reservations))
+        object.__setattr__(self, "reservations", _check_reservations(given(self, "reservations")))
         if allocation is UNSET and not self.reservations:
             raise InvalidCallError("claim_status_patch needs an allocation or reservation change")
 
@@ -160,8 +162,8 @@ class ClaimStatusPatch(Call):
         cls,
         claim: object,
         *,
-        allocate: Mapping[str, Any] | UnsetType = UNSET,
-        deallocate: bool = False,
+        allocate: object = UNSET,
+        deallocate: object = False,
         reserve: Iterable[Mapping[str, Any]] = (),
         unreserve: Iterable[str] = (),
     ) -> Self:
@@ -176,12 +178,15 @@ class ClaimStatusPatch(Call):
         ref = ObjectRef.of(claim, RESOURCE_CLAIM)
         if not isinstance(deallocate, bool):
             raise InvalidCallError("deallocate must be a bool")
-        if allocate is not UNSET and not isinstance(allocate, Mapping):
-            raise InvalidCallError(
-                "allocate must be an allocation mapping (use deallocate=True to remove one)"
-            )
-        if allocate is not UNSET and deallocate:
-            raise InvalidCallError("allocate and deallocate are mutually exclusive")
+        allocation: Mapping[str, Any] | UnsetType | None = None if deallocate else UNSET
+        if allocate is not UNSET:
+            if not isinstance(allocate, Mapping):
+                raise InvalidCallError(
+                    "allocate must be an allocation mapping (use deallocate=True to remove one)"
+                )
+            if deallocate:
+                raise InvalidCallError("allocate and deallocate are mutually exclusive")
+            allocation = allocate
         if isinstance(reserve, Mapping | str | bytes):
             raise InvalidCallError("reserve takes an iterable of consumer references")
         if isinstance(unreserve, Mapping | str | bytes):
@@ -195,18 +200,16 @@ class ClaimStatusPatch(Call):
             if uid in reserved:
                 raise InvalidCallError(f"consumer {uid!r} is both reserved and unreserved")
             reservations.append((uid, None))
-        allocation: Mapping[str, Any] | UnsetType | None = None if deallocate else allocate
         if allocation is UNSET and not reservations:
             raise InvalidCallError(
                 "nothing requested: give allocate, deallocate, reserve or unreserve"
             )
         return cls(ref, allocation, tuple(reservations), basis=claim)
 
-    def merge(self, older: Self) -> Self:
+    def merge(self, older: object) -> Self:
         """Allocation: this call's if set, else the older one's. Reservations merge by consumer
         uid, this call's entry winning (older order kept, new consumers appended)."""
-        if type(older) is not type(self) or older.ref != self.ref:
-            raise InvalidCallError(f"cannot merge {older.describe()} into {self.describe()}")
+        older = check_merge(self, older)
         newer = dict(self.reservations)
         older_uids = {uid for uid, _ in older.reservations}
         merged = tuple((uid, newer.get(uid, ref)) for uid, ref in older.reservations) + tuple(

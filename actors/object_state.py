@@ -66,6 +66,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from .calls import Call
 from .config import RetryConfig
 from .errors import (
@@ -162,6 +164,7 @@ class Event(enum.Enum):
         return self.value.partition("/")[0]
 
 
+@mypyc_attr(native_class=False)  # compiled build: a builtin exception base
 class InvalidTransition(RuntimeError):
     """An event the current state does not accept: a bug in the shell or the executor."""
 
@@ -426,8 +429,11 @@ _UNTRUSTED: Final = frozenset({_U, _URS})
 # --------------------------------------------------------------------------- effects
 # The effects made for every call (and ``Done``) have ``Final`` fields instead of ``frozen=True``:
 # as immutable to mypy, without a frozen ``__init__``'s cost (see :mod:`.messages`).
+# Compiled (setup.py) they stay non-native: mypyc makes a ``Final`` attribute read-only, which
+# the ``__init__`` that ``@dataclass`` writes could not set.
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Resolve:
     """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names
@@ -440,6 +446,7 @@ class Resolve:
     successor: Final[Any] = None
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Ready:
     """Tell the executor this object has something to send in lane ``relevance``, not before
@@ -449,6 +456,7 @@ class Ready:
     not_before: Final[float]
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
@@ -503,6 +511,7 @@ class Result(enum.Enum):
     __hash__ = object.__hash__  # singletons: see State
 
 
+@mypyc_attr(native_class=False)
 @dataclass(slots=True)
 class Done:
     """The end of the request in flight, as the executor classified it."""

@@ -164,15 +164,7 @@ class ObjectRef:
     uid: str
 
     def __post_init__(self) -> None:
-        if not isinstance(self.kind, str) or not _KIND.match(self.kind):
-            raise InvalidObjectError(f"invalid kind {self.kind!r}")
-        if not is_dns_label(self.namespace):
-            raise InvalidObjectError(
-                f"invalid namespace {self.namespace!r}: want an RFC 1123 label"
-            )
-        if not is_dns_subdomain(self.name):
-            raise InvalidObjectError(f"invalid name {self.name!r}: want an RFC 1123 subdomain")
-        check_uid(self.uid)
+        _check_ref(self.kind, self.namespace, self.name, self.uid)
 
     @classmethod
     def of(cls, obj: object, kind: str | None = None) -> ObjectRef:
@@ -190,12 +182,35 @@ class ObjectRef:
             kind = obj_kind
         elif obj_kind is not None and obj_kind != kind:
             raise InvalidObjectError(f"expected a {kind}, got a {obj_kind!r}")
-        return cls(
-            kind, meta.get("namespace", "default"), meta.get("name", ""), meta.get("uid", "")
+        namespace, name, uid = (
+            meta.get("namespace", "default"),
+            meta.get("name", ""),
+            meta.get("uid", ""),
         )
+        if type(namespace) is not str or type(name) is not str or type(uid) is not str:
+            _check_ref(kind, namespace, name, uid)  # the error, not a compiled TypeError
+        return cls(kind, namespace, name, uid)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"
+
+    def __reduce__(self) -> tuple[type[ObjectRef], tuple[str, str, str, str]]:
+        """Pickled as its four fields (``ProcessDispatcher`` sends refs to its child process):
+        the compiled build's native class has no other pickle support. Any thread."""
+        return (type(self), (self.kind, self.namespace, self.name, self.uid))
+
+
+def _check_ref(kind: object, namespace: object, name: object, uid: object) -> None:
+    """Validate an :class:`ObjectRef`'s fields: :class:`InvalidObjectError` for any wrong one.
+    Given as objects: compiled (setup.py), ``ObjectRef`` itself raises ``TypeError`` for a field
+    that is not a str."""
+    if not isinstance(kind, str) or not _KIND.match(kind):
+        raise InvalidObjectError(f"invalid kind {kind!r}")
+    if not is_dns_label(namespace):
+        raise InvalidObjectError(f"invalid namespace {namespace!r}: want an RFC 1123 label")
+    if not is_dns_subdomain(name):
+        raise InvalidObjectError(f"invalid name {name!r}: want an RFC 1123 subdomain")
+    check_uid(uid)
 
 
 def meta(obj: Obj) -> Mapping[str, Any]:

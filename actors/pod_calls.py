@@ -10,19 +10,18 @@ Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` r
 thread calls it (caller or object actor) and never blocks; ``send`` runs on an executor worker.
 """
 
-from __future__ import annotations
-
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final, Self, TypedDict
+from typing import Any, ClassVar, Final, Self, TypedDict
 
 from loguru import logger
+from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend, check_grace_period, patch_status_guarded
-from .calls import UNSET, Call, UnsetType, hash_by_ref
+from .calls import UNSET, Call, UnsetType, check_merge, given, hash_by_ref
 from .errors import InvalidCallError, InvalidObjectError, NotFoundError
 from .objects import (
     DELETE,
@@ -42,10 +41,12 @@ from .objects import (
 
 __all__ = [
     "UNSET",
+    "WALL_CLOCK",
     "PodBinding",
     "PodPreemption",
     "PodStatusPatch",
     "PreemptionOptions",
+    "WallClock",
     "check_condition",
     "utc_now",
 ]
@@ -86,6 +87,22 @@ def utc_now() -> str:
     text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     _stamp = (second, text)
     return text
+
+
+class WallClock:
+    """The clock pod calls stamp ``lastTransitionTime`` with, at send time: ``now()`` returns a
+    Kubernetes timestamp (:func:`utc_now` unless replaced; tests set a fixed one). The calls read
+    it from :data:`WALL_CLOCK` on each use, so a replacement takes effect whether this module
+    runs as Python or compiled. Any thread."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: Callable[[], str] = utc_now) -> None:
+        self.now = now
+
+
+WALL_CLOCK: Final = WallClock()
+"""The one :class:`WallClock` of the pod calls."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -145,9 +162,16 @@ def _check_node(node: object, what: str) -> str:
         raise InvalidCallError(f"{what}: {exc}") from None
 
 
+def _check_nominated(nnn: object) -> str | UnsetType | None:
+    """A ``nominated_node_name``: a node name, None (clear it) or UNSET (leave it alone)."""
+    if nnn is UNSET or nnn is None:
+        return nnn
+    return _check_node(nnn, "nominated_node_name")
+
+
 def check_pod_call(call: Call) -> None:
     """Validate ``ref`` and ``basis`` of a call on a pod (any pod call type)."""
-    ref, basis = call.ref, call.basis
+    ref, basis = given(call, "ref"), call.basis
     if not isinstance(ref, ObjectRef):
         raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
     if ref.kind != call.kind:
@@ -159,11 +183,6 @@ def check_pod_call(call: Call) -> None:
             raise InvalidCallError(f"{call.call_type}: basis is not the object of {ref}")
         if basis.get("kind") not in (None, call.kind):
             raise InvalidCallError(f"{call.call_type}: basis is a {basis.get('kind')!r}")
-
-
-def _check_merge(newer: Call, older: Call) -> None:
-    if type(older) is not type(newer) or older.ref != newer.ref:
-        raise InvalidCallError(f"cannot merge {older.describe()} into {newer.describe()}")
 
 
 def _newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
@@ -250,6 +269,7 @@ def _norm_node(value: object) -> str | None:
 # --------------------------------------------------------------------------- calls
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodStatusPatch(Call):
     """Pod conditions (merged by type) and/or ``status.nominatedNodeName`` (set or cleared).
@@ -263,9 +283,10 @@ class PodStatusPatch(Call):
     Build with :meth:`for_pod`.
     """
 
-    call_type = "pod_status_patch"
-    kind = POD
-    relevance = 1
+    # Quoted ClassVars, and no __future__ annotations in this module: see Call.
+    call_type: "ClassVar[str]" = "pod_status_patch"
+    kind: "ClassVar[str]" = POD
+    relevance: "ClassVar[int]" = 1
 
     ref: ObjectRef
     conditions: tuple[Condition, ...] = ()
@@ -274,10 +295,8 @@ class PodStatusPatch(Call):
 
     def __post_init__(self) -> None:
         check_pod_call(self)
-        object.__setattr__(self, "conditions", _check_conditions(self.conditions))
-        nnn = self.nominated_node_name
-        if nnn is not UNSET and nnn is not None:
-            _check_node(nnn, "nominated_node_name")
+        object.__setattr__(self, "conditions", _check_conditions(given(self, "conditions")))
+        nnn = _check_nominated(given(self, "nominated_node_name"))
         if not self.conditions and nnn is UNSET:
             raise InvalidCallError(
                 "pod_status_patch needs at least one condition or a nominated_node_name"
@@ -291,7 +310,7 @@ class PodStatusPatch(Call):
         pod: object,
         *,
         conditions: Iterable[Mapping[str, Any]] = (),
-        nominated_node_name: str | UnsetType | None = UNSET,
+        nominated_node_name: object = UNSET,
     ) -> Self:
         """A status patch for ``pod`` (also its basis). ``nominated_node_name=None`` clears it.
         Raises :class:`InvalidObjectError` / :class:`InvalidCallError`."""
@@ -299,14 +318,15 @@ class PodStatusPatch(Call):
         ref = ObjectRef.of(pod, POD)
         if isinstance(conditions, Mapping):
             raise InvalidCallError("conditions must be a sequence of conditions, not one mapping")
-        return cls(ref, tuple(conditions), nominated_node_name, basis=pod)
+        nnn = _check_nominated(nominated_node_name)
+        return cls(ref, tuple(conditions), nnn, basis=pod)
 
-    def merge(self, older: Self) -> Self:
+    def merge(self, older: object) -> Self:
         """Conditions merge by type: this call's fields win, the older call fills the gaps (its
         other condition types, and a reason/message this call leaves unspecified), exactly as if
         both had been sent in order; the older call's order is kept, new types are appended.
         nominatedNodeName is this call's if set, else the older one's."""
-        _check_merge(self, older)
+        older = check_merge(self, older)
         newer = {c["type"]: c for c in self.conditions}
         older_types = {c["type"] for c in older.conditions}
         conds = tuple(
@@ -376,7 +396,7 @@ class PodStatusPatch(Call):
             entry = dict(intent)
             if old is None or old.get("status") != intent["status"]:
                 if stamp is None:
-                    stamp = utc_now()
+                    stamp = WALL_CLOCK.now()
                 entry[LAST_TRANSITION_TIME] = stamp
             conds.append(entry)
         body: dict[str, Any] = {}
@@ -394,6 +414,7 @@ class PodStatusPatch(Call):
         return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "strategic")
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodBinding(Call):
     """Bind a pod to a node (``pods/binding``). Build with :meth:`for_pod`.
@@ -402,11 +423,11 @@ class PodBinding(Call):
     bound to the same node is success: an earlier attempt landed and only its reply was lost.
     """
 
-    call_type = "pod_binding"
-    kind = POD
-    relevance = 2
-    supersedes = frozenset({"pod_status_patch"})
-    reads_object = False
+    call_type: "ClassVar[str]" = "pod_binding"
+    kind: "ClassVar[str]" = POD
+    relevance: "ClassVar[int]" = 2
+    supersedes: "ClassVar[frozenset[str]]" = frozenset({"pod_status_patch"})
+    reads_object: "ClassVar[bool]" = False
 
     ref: ObjectRef
     node: str
@@ -414,15 +435,15 @@ class PodBinding(Call):
 
     def __post_init__(self) -> None:
         check_pod_call(self)
-        _check_node(self.node, "node")
+        _check_node(given(self, "node"), "node")
 
     __hash__ = hash_by_ref
 
     @classmethod
-    def for_pod(cls, pod: object, node: str) -> Self:
-        """A binding of ``pod`` (also its basis) to ``node``."""
+    def for_pod(cls, pod: object, node: object) -> Self:
+        """A binding of ``pod`` (also its basis) to ``node`` (a node name)."""
         pod = as_object(pod)  # official-client models and any Mapping
-        return cls(ObjectRef.of(pod, POD), node, basis=pod)
+        return cls(ObjectRef.of(pod, POD), _check_node(node, "node"), basis=pod)
 
     def precheck(self, obj: Obj | None) -> str | None:
         """Fail fast for a terminating pod or a pod bound to another node."""
@@ -462,6 +483,7 @@ class PodBinding(Call):
         return None
 
 
+@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class PodPreemption(Call):
     """Preempt (delete) a victim pod, optionally marking it with a ``DisruptionTarget``
@@ -474,10 +496,10 @@ class PodPreemption(Call):
     ``lastTransitionTime``.
     """
 
-    call_type = "pod_preemption"
-    kind = POD
-    relevance = 3
-    exclusive = True
+    call_type: "ClassVar[str]" = "pod_preemption"
+    kind: "ClassVar[str]" = POD
+    relevance: "ClassVar[int]" = 3
+    exclusive: "ClassVar[bool]" = True
 
     ref: ObjectRef
     condition: Condition | None = None
@@ -493,7 +515,7 @@ class PodPreemption(Call):
                     f"pod_preemption condition must be {DISRUPTION_TARGET!r}, got {cond['type']!r}"
                 )
             object.__setattr__(self, "condition", cond)
-        check_grace_period(self.grace_period_seconds, InvalidCallError)
+        check_grace_period(given(self, "grace_period_seconds"), InvalidCallError)
 
     __hash__ = hash_by_ref
 
@@ -502,10 +524,10 @@ class PodPreemption(Call):
         cls,
         pod: object,
         *,
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        preemptor: str | None = None,
-        grace_period_seconds: int | None = None,
+        reason: object = "PreemptionByScheduler",
+        message: object = "",
+        preemptor: object = None,
+        grace_period_seconds: object = None,
         add_condition: bool = True,
     ) -> Self:
         """A preemption of ``pod`` (also its basis). With ``add_condition`` a
@@ -524,7 +546,9 @@ class PodPreemption(Call):
             condition = {"type": DISRUPTION_TARGET, "status": "True", "reason": reason}
             if message:
                 condition["message"] = message
-        return cls(ref, condition, grace_period_seconds, basis=pod)
+        return cls(
+            ref, condition, check_grace_period(grace_period_seconds, InvalidCallError), basis=pod
+        )
 
     def is_noop(self, obj: Obj | None) -> bool:
         """The pod is already terminating: its deletion is under way."""
@@ -550,7 +574,7 @@ class PodPreemption(Call):
             if cond is not None:
                 existing = pod_conditions(obj).get(cond["type"])
                 if existing is None or existing.get("status") != cond["status"]:
-                    entry = {**cond, LAST_TRANSITION_TIME: utc_now()}
+                    entry = {**cond, LAST_TRANSITION_TIME: WALL_CLOCK.now()}
                     backend.patch_status(
                         POD,
                         ref.namespace,

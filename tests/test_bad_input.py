@@ -167,7 +167,7 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ),
     (
         "grace-period-a-string",
-        lambda e: PodPreemption.for_pod(e.pod, grace_period_seconds="30"),  # type: ignore[arg-type]
+        lambda e: PodPreemption.for_pod(e.pod, grace_period_seconds="30"),
         InvalidCallError,
     ),
     (
@@ -229,7 +229,7 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("node-non-ascii", lambda e: PodBinding.for_pod(e.pod, "nöde"), InvalidCallError),
     ("node-oversized", lambda e: PodBinding.for_pod(e.pod, "n" * 254), InvalidCallError),
     ("node-hostile", lambda e: PodBinding.for_pod(e.pod, 'n1","x":"y'), InvalidCallError),
-    ("node-none", lambda e: PodBinding.for_pod(e.pod, None), InvalidCallError),  # type: ignore[arg-type]
+    ("node-none", lambda e: PodBinding.for_pod(e.pod, None), InvalidCallError),
     (
         "nominated-node-invalid",
         lambda e: PodStatusPatch.for_pod(e.pod, nominated_node_name="Bad Node"),
@@ -278,7 +278,7 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("claim-patch-asks-nothing", lambda e: ClaimStatusPatch.for_claim(e.claim), InvalidCallError),
     (
         "allocation-a-string",
-        lambda e: ClaimStatusPatch.for_claim(e.claim, allocate="gpu"),  # type: ignore[arg-type]
+        lambda e: ClaimStatusPatch.for_claim(e.claim, allocate="gpu"),
         InvalidCallError,
     ),
     # unknown call types and registrations

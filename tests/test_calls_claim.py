@@ -94,7 +94,7 @@ class TestValidation:
 
     def test_allocate_none_is_rejected(self) -> None:
         with pytest.raises(InvalidCallError, match="deallocate=True"):
-            ClaimStatusPatch.for_claim(make_claim(), allocate=None)  # type: ignore[arg-type]
+            ClaimStatusPatch.for_claim(make_claim(), allocate=None)
 
     def test_uid_both_reserved_and_unreserved(self) -> None:
         with pytest.raises(InvalidCallError, match="both reserved and unreserved"):
@@ -142,7 +142,7 @@ class TestValidation:
         with pytest.raises(InvalidCallError, match="allocation must be a mapping"):
             ClaimStatusPatch(REF, allocation=["x"])  # type: ignore[arg-type]
         with pytest.raises(InvalidCallError, match="allocate must be"):
-            ClaimStatusPatch.for_claim(make_claim(), allocate="x")  # type: ignore[arg-type]
+            ClaimStatusPatch.for_claim(make_claim(), allocate="x")
 
     def test_wrong_kind_and_malformed_objects(self) -> None:
         pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}

@@ -40,7 +40,7 @@ LTT = "lastTransitionTime"
 
 @pytest.fixture(autouse=True)
 def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pod_calls, "utc_now", lambda: NOW)
+    monkeypatch.setattr(pod_calls.WALL_CLOCK, "now", lambda: NOW)
 
 
 make_pod = functools.partial(testing.make_pod, "p", "ns", uid="uid-1", rv="7")
@@ -257,7 +257,7 @@ class TestStatusPatchMerge:
         with pytest.raises(InvalidCallError, match="cannot merge"):
             patch(nnn="n").merge(other)
         with pytest.raises(InvalidCallError, match="cannot merge"):
-            patch(nnn="n").merge(PodBinding(REF, "n"))  # type: ignore[arg-type]
+            patch(nnn="n").merge(PodBinding(REF, "n"))
 
 
 class TestStatusPatchNoop:

@@ -31,6 +31,7 @@ from kdispatch.actors.object_state import (
     TRANSITIONS,
     TRUST_DOCS,
     TRUST_TABLE,
+    Done,
     Event,
     InvalidTransition,
     Result,
@@ -118,7 +119,7 @@ def test_late_messages_to_a_retired_object(d: Driver) -> None:
     assert d.outcome(f) is CallCancelled
     assert d.grant() is None
     with pytest.raises(InvalidTransition):
-        d.m.done(d.m.grant(d.now)[0], d.now)  # type: ignore[arg-type]
+        d.m.done(Done(unsched(p), Result.SUCCESS), d.now)
     assert d.state() is State.RETIRED
 
 
