@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Final, Self
 from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend, patch_status_guarded
-from .calls import UNSET, Call, UnsetType, check_merge, given, hash_by_ref
+from .calls import UNSET, Call, UnsetType, check_merge, given
 from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
@@ -155,7 +155,8 @@ class ClaimStatusPatch(Call):
         if allocation is UNSET and not self.reservations:
             raise InvalidCallError("claim_status_patch needs an allocation or reservation change")
 
-    __hash__ = hash_by_ref
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_claim(

@@ -22,7 +22,7 @@ from typing import ClassVar, Self
 from loguru import logger
 
 from .backend import ApiBackend, EvictionBackend, check_grace_period
-from .calls import Call, hash_by_ref
+from .calls import Call
 from .errors import InvalidCallError, InvalidRequestError, NotFoundError
 from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
 from .pod_calls import check_pod_call
@@ -55,7 +55,8 @@ class PodEviction(Call):
         check_pod_call(self)
         check_grace_period(self.grace_period_seconds, InvalidCallError)
 
-    __hash__ = hash_by_ref
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_pod(cls, pod: object, *, grace_period_seconds: int | None = None) -> Self:

@@ -21,7 +21,7 @@ from loguru import logger
 from mypy_extensions import mypyc_attr
 
 from .backend import ApiBackend, check_grace_period, patch_status_guarded
-from .calls import UNSET, Call, UnsetType, check_merge, given, hash_by_ref
+from .calls import UNSET, Call, UnsetType, check_merge, given
 from .errors import InvalidCallError, InvalidObjectError, NotFoundError
 from .objects import (
     DELETE,
@@ -302,7 +302,8 @@ class PodStatusPatch(Call):
                 "pod_status_patch needs at least one condition or a nominated_node_name"
             )
 
-    __hash__ = hash_by_ref
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_pod(
@@ -437,7 +438,8 @@ class PodBinding(Call):
         check_pod_call(self)
         _check_node(given(self, "node"), "node")
 
-    __hash__ = hash_by_ref
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_pod(cls, pod: object, node: object) -> Self:
@@ -517,7 +519,8 @@ class PodPreemption(Call):
             object.__setattr__(self, "condition", cond)
         check_grace_period(given(self, "grace_period_seconds"), InvalidCallError)
 
-    __hash__ = hash_by_ref
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_pod(
