@@ -340,7 +340,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     stopped_by = "done"
     limited = cfg.qps > 0  # tokens are only sampled when there is a budget to measure
     monitor = Monitor(
-        lambda: (env.api.stats()["tokens_taken"] if limited else 0, env.api.outstanding()),
+        lambda: (_tokens_taken(env.api) if limited else 0, env.api.outstanding()),
         lambda: describe(
             sched.phase_counts(),
             max(pods_total, sched.known()),
@@ -413,6 +413,14 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         wall_s=ended - started,
         gc_pauses=gc_watch.summary(),
     )
+
+
+def _tokens_taken(api: SchedulerApi) -> int:
+    """Monitor thread. Rate-limiter tokens taken so far: the dispatcher's counter (``stats()``
+    collects every metric family, too much 20 times a second), else from ``stats()``."""
+    if isinstance(api, DispatchedApi):
+        return api.dispatcher.tokens_taken
+    return int(api.stats()["tokens_taken"])
 
 
 def _lead(elector: LeaseElector) -> None:
