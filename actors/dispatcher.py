@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import os
 import threading
 import time
@@ -36,6 +37,7 @@ from .backend import ApiBackend
 from .call_types import default_call_types
 from .calls import Call, CallTypeRegistry, plain_basis
 from .config import DispatcherConfig
+from .dispatcher_like import DispatcherLike
 from .errors import (
     CallCancelled,
     CallFailed,
@@ -52,7 +54,6 @@ from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, Vie
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
-from .pod_calls import PodPreemption
 from .registry import Registry
 from .runtime import ActorPool
 
@@ -60,7 +61,7 @@ _STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
 _TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 
 
-class Dispatcher:
+class Dispatcher(DispatcherLike):
     """Non-blocking, merged, rate-limited API calls; one actor per object UID.
 
     Typical use::
@@ -102,14 +103,8 @@ class Dispatcher:
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry, prefix=config.metrics_prefix)
         self._clock = clock
-        rc = config.registry
-        self._registry = Registry(
-            idle_timeout=rc.idle_timeout,
-            tombstone_ttl=rc.tombstone_ttl,
-            tombstone_max=rc.tombstone_max,
-            max_live=rc.max_live,
-            clock=clock,
-        )
+        # RegistryConfig's fields are the Registry's parameters, by name
+        self._registry = Registry(**dataclasses.asdict(config.registry), clock=clock)
         self.metrics.bind_live(self._registry.live_count, lambda: self._registry.dropped)
         self._pool = ActorPool(workers=config.runtime.workers, batch=config.runtime.batch)
         self._executor = Executor(
@@ -414,31 +409,6 @@ class Dispatcher:
         self.metrics.outcome(call.call_type, "cancelled")
         future.set_exception(error)
         self._on_resolved()
-
-    def preempt(
-        self,
-        pod: object,
-        *,
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        preemptor: str | None = None,
-        grace_period_seconds: int | None = None,
-        after: Iterable[object] = (),
-    ) -> CallFuture:
-        """Any thread. Preempt a victim (a dict, a ``Mapping`` or an official-client ``V1Pod``):
-        cancels its pending calls, then (optionally) sets the ``DisruptionTarget`` condition and
-        deletes it with a UID precondition; with ``after``, not before those succeeded (see
-        :meth:`submit`). Call groups owned by the victim are cancelled."""
-        return self.submit(
-            PodPreemption.for_pod(
-                pod,  # for_pod takes models and any Mapping (as_object)
-                reason=reason,
-                message=message,
-                preemptor=preemptor,
-                grace_period_seconds=grace_period_seconds,
-            ),
-            after=after,
-        )
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. Stop intake at once (``submit`` raises ``error`` from now

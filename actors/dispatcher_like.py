@@ -1,6 +1,7 @@
 """``DispatcherLike``: what :class:`~kdispatch.Dispatcher` (in this process) and
 :class:`~kdispatch.ProcessDispatcher` (its executor in a child process) both offer, so a
-scheduler or controller can be written once against either."""
+scheduler or controller can be written once against either. Both subclass it and inherit
+what is the same in both (:meth:`DispatcherLike.preempt`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .errors import DispatcherClosed, Outcome
 from .groups import CallGroup
 from .messages import CallFuture
 from .objects import Obj
+from .pod_calls import PodPreemption
 
 __all__ = ["DispatcherLike"]
 
@@ -21,7 +23,8 @@ __all__ = ["DispatcherLike"]
 class DispatcherLike(Protocol):
     """The dispatcher's public surface. Every method may be called from any thread; the ones
     that only hand a message on (``submit``, ``preempt``, ``cancel``, ``on_*``) never block
-    on the apiserver. See :class:`~kdispatch.Dispatcher` for each method's full contract."""
+    on the apiserver. See :class:`~kdispatch.Dispatcher` for each method's full contract
+    (:meth:`preempt`'s is here: both dispatchers inherit it)."""
 
     def start(self) -> Self:
         """Start accepting calls; raises if it was started before."""
@@ -57,8 +60,23 @@ class DispatcherLike(Protocol):
         grace_period_seconds: int | None = None,
         after: Iterable[object] = (),
     ) -> CallFuture:
-        """Cancel the victim's pending calls, mark it ``DisruptionTarget`` and delete it."""
-        ...
+        """Any thread. Preempt a victim (a dict, a ``Mapping`` or an official-client ``V1Pod``):
+        cancels its pending calls, then (optionally) sets the ``DisruptionTarget`` condition and
+        deletes it with a UID precondition; with ``after``, not before those succeeded (see
+        :meth:`submit`; :class:`~kdispatch.ProcessDispatcher` refuses it). Call groups owned by
+        the victim are cancelled. One :meth:`submit` of a
+        :class:`~kdispatch.actors.pod_calls.PodPreemption`, so it raises what ``submit``
+        raises."""
+        return self.submit(
+            PodPreemption.for_pod(
+                pod,  # for_pod takes models and any Mapping (as_object)
+                reason=reason,
+                message=message,
+                preemptor=preemptor,
+                grace_period_seconds=grace_period_seconds,
+            ),
+            after=after,
+        )
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Withdraw the object's pending call(s); they resolve ``CallCancelled``."""

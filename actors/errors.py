@@ -14,7 +14,7 @@ Pure module: no threads, no pykka, no kubernetes.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 if TYPE_CHECKING:  # objects.py imports this module: the type only, never at run time
     from .objects import ObjectRef
@@ -164,17 +164,32 @@ class RequestDropped(KdispatchError):
 # --------------------------------------------------------------------------- backend errors
 
 
+class ApiErrorFacts(TypedDict, total=False):
+    """What an :class:`ApiError` subclass may state in its class header."""
+
+    status: int
+    reason: str
+    retryable: bool
+
+
 class ApiError(KdispatchError):
     """An error answered by (or on the way to) the apiserver.
 
     ``retryable`` tells the executor whether the same request may succeed later;
     ``retry_after`` is the server's Retry-After in seconds (0 when it gave none), honoured on
-    429 and 5xx alike.
+    429 and 5xx alike. A subclass states its ``status``, ``reason`` and ``retryable`` in its
+    header (``class NotFoundError(ApiError, status=404, reason="NotFound")``); what it leaves
+    out it inherits.
     """
 
     status: int = 0
     retryable: bool = False
     reason: str = "Unknown"
+
+    def __init_subclass__(cls, **facts: Unpack[ApiErrorFacts]) -> None:
+        super().__init_subclass__()
+        for name, value in facts.items():
+            setattr(cls, name, value)
 
     def __init__(
         self, message: str = "", *, status: int | None = None, retry_after: float = 0.0
@@ -185,92 +200,55 @@ class ApiError(KdispatchError):
         self.retry_after = max(0.0, float(retry_after))
 
 
-class NotFoundError(ApiError):
-    status = 404
-    reason = "NotFound"
+class NotFoundError(ApiError, status=404, reason="NotFound"):
+    """404: the object does not exist (any more)."""
 
 
-class ConflictError(ApiError):
+class ConflictError(ApiError, status=409, reason="Conflict"):
     """409 on a precondition (UID or resourceVersion) or an optimistic-concurrency failure."""
 
-    status = 409
-    reason = "Conflict"
 
-
-class AlreadyExistsError(ConflictError):
+class AlreadyExistsError(ConflictError, reason="AlreadyExists"):
     """409 because the object (or a binding) already exists."""
 
-    reason = "AlreadyExists"
 
-
-class TooManyRequestsError(ApiError):
+class TooManyRequestsError(ApiError, status=429, retryable=True, reason="TooManyRequests"):
     """429; ``retry_after`` is the server's requested wait in seconds (0 when it gave none)."""
-
-    status = 429
-    retryable = True
-    reason = "TooManyRequests"
 
     def __init__(self, message: str = "", *, retry_after: float = 0.0) -> None:
         super().__init__(message, retry_after=retry_after)
 
 
-class ServerError(ApiError):
+class ServerError(ApiError, status=500, retryable=True, reason="InternalError"):
     """5xx."""
 
-    status = 500
-    retryable = True
-    reason = "InternalError"
 
-
-class RequestTimeoutError(ApiError):
+class RequestTimeoutError(ApiError, status=504, retryable=True, reason="Timeout"):
     """The client-side request timeout fired, or the server answered 504."""
 
-    status = 504
-    retryable = True
-    reason = "Timeout"
 
-
-class ApiConnectionError(ApiError):
+class ApiConnectionError(ApiError, status=0, retryable=True, reason="ConnectionError"):
     """The connection failed or was reset before a reply arrived."""
 
-    status = 0
-    retryable = True
-    reason = "ConnectionError"
 
-
-class InvalidRequestError(ApiError):
+class InvalidRequestError(ApiError, status=422, reason="Invalid"):
     """400/422 and other permanent 4xx: retrying the same request cannot help."""
 
-    status = 422
-    reason = "Invalid"
 
-
-class UnauthorizedError(InvalidRequestError):
+class UnauthorizedError(InvalidRequestError, status=401, reason="Unauthorized"):
     """401: the credentials were refused. Never retried."""
 
-    status = 401
-    reason = "Unauthorized"
 
-
-class ForbiddenError(InvalidRequestError):
+class ForbiddenError(InvalidRequestError, status=403, reason="Forbidden"):
     """403: RBAC (or an admission webhook) forbids the request. Never retried."""
 
-    status = 403
-    reason = "Forbidden"
 
-
-class BadResponseError(ApiError):
+class BadResponseError(ApiError, status=0, reason="BadResponse"):
     """The server's reply could not be understood (garbage, wrong kind, missing fields)."""
 
-    status = 0
-    reason = "BadResponse"
 
-
-class GoneError(ApiError):
+class GoneError(ApiError, status=410, reason="Expired"):
     """410: the requested resourceVersion is older than the server's watch history."""
-
-    status = 410
-    reason = "Expired"
 
 
 class InformerSyncTimeout(KdispatchError, TimeoutError):
@@ -296,12 +274,10 @@ class UnknownKindError(InvalidInputError):
     fill the table from the apiserver's discovery documents."""
 
 
-class DisruptionBudgetError(TooManyRequestsError):
+class DisruptionBudgetError(TooManyRequestsError, reason="DisruptionBudget"):
     """429 on ``pods/eviction``: evicting the pod now would violate a PodDisruptionBudget
     ("Cannot evict pod as it would violate the pod's disruption budget."). Retryable: the
     budget frees up as other pods become ready."""
-
-    reason = "DisruptionBudget"
 
 
 # --------------------------------------------------------------------------- call groups

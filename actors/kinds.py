@@ -222,28 +222,9 @@ DEFAULT_KINDS = KindTable()
 """The process-wide table every component uses unless given another one."""
 
 
-def register(
-    kind: str,
-    group: str,
-    version: str,
-    plural: str,
-    *,
-    namespaced: bool = True,
-    status: bool = True,
-    patch: PatchType = "merge",
-    replace: bool = False,
-) -> KindInfo:
-    """Register a kind in :data:`DEFAULT_KINDS` (see :meth:`KindTable.register`). Any thread."""
-    return DEFAULT_KINDS.register(
-        kind,
-        group,
-        version,
-        plural,
-        namespaced=namespaced,
-        status=status,
-        patch=patch,
-        replace=replace,
-    )
+register = DEFAULT_KINDS.register
+"""Register a kind in :data:`DEFAULT_KINDS`: :meth:`KindTable.register` of the process-wide
+table (same arguments, same errors). Any thread."""
 
 
 def lookup(kind: object) -> KindInfo:

@@ -45,8 +45,9 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.objects import get_path
 
-from .informer_core import InformerCore, Obj
+from .informer_core import Handler, InformerCore, InformerShell, Obj
 from .kubernetes import error_from_status
+from .transport import decode_object
 
 OnEvent = Callable[[Obj], None]
 OnError = Callable[[BaseException], None]
@@ -71,7 +72,7 @@ def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Await
     return raw  # type: ignore[no-any-return]
 
 
-class AioInformer:
+class AioInformer(InformerShell):
     """List+watch of one kind on the running event loop; see the module docstring.
 
     The cache, ordering, re-list diffing, handler dispatch and sync state are the
@@ -171,7 +172,7 @@ class AioInformer:
         for fn in (on_add, on_update, on_delete):
             if fn is not None and not callable(fn):
                 raise InvalidInputError(f"handlers must be callable, got {fn!r}")
-        self._core.add_handler(on_add, _newest_only(on_update), on_delete)
+        self._core.add_handler(Handler(on_add, _newest_only(on_update), on_delete))
         return self
 
     def attach(self, dispatcher: Any) -> Self:
@@ -198,10 +199,6 @@ class AioInformer:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-    def has_synced(self) -> bool:
-        """True once the first list has reached the handlers."""
-        return self._core.synced
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Wait until :meth:`has_synced`, then return True.
@@ -232,26 +229,6 @@ class AioInformer:
     def last_error(self) -> BaseException | None:
         """The most recent list/watch failure (None once a list or watch succeeds again)."""
         return self._core.last_error
-
-    @property
-    def relists(self) -> int:
-        """Lists delivered so far (the first one and every re-list)."""
-        return self._core.relists
-
-    @property
-    def cache(self) -> Mapping[str, Obj]:
-        """Live read-only view uid → newest object (plain JSON dicts with ``kind`` filled in;
-        never mutate them). Read it on the event loop's thread."""
-        return self._core.cache
-
-    def snapshot(self) -> dict[str, Obj]:
-        """A copy of the cache (uid → object); the objects are shared, not copied."""
-        return self._core.snapshot()
-
-    @property
-    def resource_version(self) -> str | None:
-        """The last resourceVersion seen (list, event or bookmark)."""
-        return self._core.resource_version
 
     async def run(self) -> None:
         """List, then watch and resume, until cancelled."""
@@ -371,12 +348,8 @@ class AioInformer:
             resp.release()
 
     def _event(self, line: bytes, what: str) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            raise BadResponseError(f"{what}: event is not JSON") from None
-        etype = event.get("type") if isinstance(event, dict) else None
-        obj = event.get("object") if isinstance(event, dict) else None
+        event = decode_object(line, what, "event")
+        etype, obj = event.get("type"), event.get("object")
         if not isinstance(obj, dict):
             raise BadResponseError(f"{what}: event has no object")
         if etype == "ERROR":

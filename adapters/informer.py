@@ -42,12 +42,11 @@ lines, errors mapped like :mod:`kdispatch.adapters.transport`), and
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
@@ -67,14 +66,16 @@ from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .informer_core import (
     BOOKMARK,
     EVENT_TYPES,
+    Handler,
     InformerCore,
+    InformerShell,
     Obj,
     OnAdd,
     OnDelete,
     OnUpdate,
 )
 from .kubernetes import KubernetesBackend, error_from_status, translate_errors
-from .transport import TransportName
+from .transport import TransportName, decode_object
 
 _JITTER = 0.2  # reconnect delays are stretched by up to 20 % (backoff_delay)
 
@@ -244,14 +245,7 @@ class _HttpWatchStream:
             self._close()
 
     def _decode(self, line: bytes) -> WatchEvent:
-        try:
-            event = json.loads(line)
-        except UnicodeDecodeError:
-            raise BadResponseError(f"{self._what}: event is not UTF-8") from None
-        except json.JSONDecodeError as exc:
-            raise BadResponseError(f"{self._what}: event is not JSON ({exc.msg})") from None
-        if not isinstance(event, dict):
-            raise BadResponseError(f"{self._what}: event is not an object")
+        event = decode_object(line, self._what, "event")
         event_type, obj = event.get("type"), event.get("object")
         if not isinstance(obj, dict):
             raise BadResponseError(f"{self._what}: event has no object")
@@ -308,7 +302,7 @@ def informer_errors(registry: CollectorRegistry) -> Counter:
         return counter
 
 
-class Informer:
+class Informer(InformerShell):
     """List+watch loop for one kind; see the module docstring.
 
     ``name`` labels the thread and the logs. ``resync``: every this many seconds, replay every
@@ -391,7 +385,7 @@ class Informer:
         with self._lock:
             if self._thread is not None:
                 raise InvalidInputError("add handlers before starting the informer")
-            self._core.add_handler(on_add, on_update, on_delete)
+            self._core.add_handler(Handler(on_add, on_update, on_delete))
 
     def attach(self, dispatcher: Any) -> None:
         """Feed ``dispatcher.on_add/on_update/on_delete(obj)`` (the dispatcher facade)."""
@@ -424,10 +418,6 @@ class Informer:
         thread.join(timeout)
         return not thread.is_alive()
 
-    def has_synced(self) -> bool:
-        """True once the first list has been delivered to the handlers."""
-        return self._core.synced
-
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Block until :meth:`has_synced`, then return True. Any thread.
 
@@ -457,31 +447,8 @@ class Informer:
             return self._core.last_error
 
     @property
-    def cache(self) -> Mapping[str, Obj]:
-        """Live read-only view uid → newest object, as the handlers last saw it (objects are
-        the plain JSON dicts the server sent, ``kind``/``apiVersion`` filled in; never mutate
-        them). A single lookup (``cache.get(uid)``, ``uid in cache``) is safe from any thread;
-        to iterate from another thread, take :meth:`snapshot` instead (the informer thread may
-        change the mapping meanwhile)."""
-        return self._core.cache
-
-    def snapshot(self) -> dict[str, Obj]:
-        """A consistent copy of the cache (uid → object), taken under the informer's lock:
-        safe to iterate from any thread. The objects themselves are shared, not copied."""
-        return self._core.snapshot()
-
-    @property
-    def resource_version(self) -> str | None:
-        """The last resourceVersion seen (list or event)."""
-        return self._core.resource_version
-
-    @property
-    def relists(self) -> int:
-        """Lists delivered so far (the first one and every re-list)."""
-        return self._core.relists
-
-    @property
     def kind(self) -> str:
+        """The kind listed and watched."""
         return self._kind
 
     # ----------------------------------------------------------------- the loop

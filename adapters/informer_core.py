@@ -131,14 +131,9 @@ class InformerCore:
 
     # ----------------------------------------------------------------- handlers
 
-    def add_handler(
-        self,
-        on_add: OnAdd | None = None,
-        on_update: OnUpdate | None = None,
-        on_delete: OnDelete | None = None,
-    ) -> None:
-        """Register callbacks (the shell checks it is not running yet)."""
-        self._handlers.append(Handler(on_add, on_update, on_delete))
+    def add_handler(self, handler: Handler) -> None:
+        """Register callbacks (the shell checks them, and that it is not running yet)."""
+        self._handlers.append(handler)
 
     # ----------------------------------------------------------------- reads
 
@@ -307,6 +302,42 @@ class InformerCore:
             self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
 
 
+class InformerShell:
+    """What both informer shells read straight from their :class:`InformerCore`: a threaded
+    :class:`~kdispatch.adapters.informer.Informer` answers from any thread, an
+    :class:`~kdispatch.adapters.aio_informer.AioInformer` on its event loop's thread."""
+
+    _core: InformerCore
+
+    def has_synced(self) -> bool:
+        """True once the first list has been delivered to the handlers."""
+        return self._core.synced
+
+    @property
+    def cache(self) -> Mapping[str, Obj]:
+        """Live read-only view uid → newest object, as the handlers last saw it (objects are
+        the plain JSON dicts the server sent, ``kind``/``apiVersion`` filled in; never mutate
+        them). A single lookup (``cache.get(uid)``, ``uid in cache``) is safe from any thread;
+        to iterate from another thread than the informer's, take :meth:`snapshot` instead
+        (the informer may change the mapping meanwhile)."""
+        return self._core.cache
+
+    def snapshot(self) -> dict[str, Obj]:
+        """A consistent copy of the cache (uid → object), taken under the informer's lock:
+        safe to iterate from any thread. The objects themselves are shared, not copied."""
+        return self._core.snapshot()
+
+    @property
+    def resource_version(self) -> str | None:
+        """The last resourceVersion seen (list, event or bookmark)."""
+        return self._core.resource_version
+
+    @property
+    def relists(self) -> int:
+        """Lists delivered so far (the first one and every re-list)."""
+        return self._core.relists
+
+
 __all__ = [
     "ADDED",
     "BOOKMARK",
@@ -315,6 +346,7 @@ __all__ = [
     "PERMANENT_ERRORS",
     "Handler",
     "InformerCore",
+    "InformerShell",
     "describe_failure",
     "is_newer",
     "rv_of",

@@ -80,6 +80,7 @@ from kdispatch.actors.aio import await_future, check_timeout, running_loop, wrap
 from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.config import DispatcherConfig
+from kdispatch.actors.dispatcher_like import DispatcherLike
 from kdispatch.actors.errors import (
     CallCancelled,
     CallFailed,
@@ -93,7 +94,6 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.gctuning import GcTuner
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef, as_object, check_uid
-from kdispatch.actors.pod_calls import PodPreemption
 
 from .process_child import (
     CANCEL,
@@ -142,7 +142,7 @@ class SendDeadlines(Protocol):
         ...
 
 
-class ProcessDispatcher:
+class ProcessDispatcher(DispatcherLike):
     """A :class:`~kdispatch.actors.dispatcher.Dispatcher` running in a child process; the same
     caller API for what a scheduler uses. Every public method may be called from any thread.
 
@@ -387,29 +387,6 @@ class ProcessDispatcher:
         _refuse_after(after)
         loop = running_loop("asubmit()")
         return wrap_call_future(self.submit(call), loop)
-
-    def preempt(
-        self,
-        pod: object,
-        *,
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        preemptor: str | None = None,
-        grace_period_seconds: int | None = None,
-        after: Iterable[object] = (),
-    ) -> CallFuture:
-        """Any thread. :meth:`Dispatcher.preempt`: cancel the victim's pending calls, then mark
-        and delete it. ``after``: refused (:class:`~kdispatch.actors.errors.GroupsNotSupported`)."""
-        _refuse_after(after)
-        return self.submit(
-            PodPreemption.for_pod(
-                pod,  # for_pod takes models and any Mapping (as_object)
-                reason=reason,
-                message=message,
-                preemptor=preemptor,
-                grace_period_seconds=grace_period_seconds,
-            )
-        )
 
     def group(self, owner: object, *, kind: str | None = None) -> NoReturn:
         """Not supported here: raises :class:`~kdispatch.actors.errors.GroupsNotSupported`

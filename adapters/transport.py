@@ -32,9 +32,10 @@ import http.client
 import json
 import math
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlencode
 
 import urllib3
@@ -208,18 +209,19 @@ def translate_errors(what: str) -> Iterator[None]:
         raise map_transport_error(exc, what) from exc
 
 
-def decode_object(data: object, what: str) -> dict[str, Any]:
-    """Decode a whole reply body as one JSON object (``BadResponseError`` otherwise)."""
+def decode_object(data: object, what: str, noun: str = "reply") -> dict[str, Any]:
+    """Decode a whole reply body (or one watch event line, ``noun="event"``) as one JSON
+    object (``BadResponseError`` otherwise)."""
     if not isinstance(data, bytes | bytearray) or not data:
-        raise BadResponseError(f"{what}: empty reply")
+        raise BadResponseError(f"{what}: empty {noun}")
     try:
         parsed = json.loads(data)
     except UnicodeDecodeError:
-        raise BadResponseError(f"{what}: reply is not UTF-8") from None
+        raise BadResponseError(f"{what}: {noun} is not UTF-8") from None
     except json.JSONDecodeError as exc:
-        raise BadResponseError(f"{what}: reply is not JSON ({exc.msg})") from None
+        raise BadResponseError(f"{what}: {noun} is not JSON ({exc.msg})") from None
     if not isinstance(parsed, dict):
-        raise BadResponseError(f"{what}: reply is a JSON {type(parsed).__name__}, not an object")
+        raise BadResponseError(f"{what}: {noun} is a JSON {type(parsed).__name__}, not an object")
     return parsed
 
 
@@ -304,8 +306,11 @@ Timeout = float | tuple[float, float]
 """Seconds in total, or (connect, read)."""
 
 
-class Transport(Protocol):
-    """Sends one request. Thread-safe; runs on the calling thread."""
+class Transport(ABC):
+    """Sends one request. Thread-safe; runs on the calling thread.
+
+    :meth:`request` and :meth:`stream` are the same for every transport; a transport only says
+    how a request is put on the wire (:meth:`_open`)."""
 
     name: str
 
@@ -320,18 +325,39 @@ class Transport(Protocol):
         body: object = None,
         content_type: str = _JSON,
     ) -> Reply:
-        """Send ``body`` (a JSON value, or None) and read the whole reply. A non-2xx reply
-        raises its :class:`ApiError`; so does a transport failure."""
-        ...
+        """Calling thread. Send ``body`` (a JSON value, or None) and read the whole reply. A
+        non-2xx reply raises its :class:`ApiError`; so does a transport failure."""
+        ctype = None if body is None else content_type
+        with translate_errors(what):
+            resp = self._open(_Request(method, path, query, body, ctype, timeout), preload=True)
+            data = _read_all(resp)
+        _raise_for_status(resp.status, resp.headers, data, what)
+        return Reply(resp.status, resp.headers, data)
 
     def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
-        """GET ``path`` without reading the body (a watch): the open urllib3 response of a 2xx
-        reply. Errors as :meth:`request`."""
-        ...
+        """Calling thread. GET ``path`` without reading the body (a watch): the open urllib3
+        response of a 2xx reply. Errors as :meth:`request`."""
+        with translate_errors(what):
+            resp = self._open(_Request("GET", path, query, None, None, timeout), preload=False)
+            if not 200 <= resp.status <= 299:
+                _raise_for_status(resp.status, resp.headers, _read_all(resp), what)
+        return resp
+
+    @abstractmethod
+    def _open(self, req: _Request, *, preload: bool) -> Any:
+        """Send one request; the urllib3 response, its body already read when ``preload`` (a
+        hint: it may be read later). Calling thread."""
 
 
-def _url(host: str, path: str, query: Query) -> str:
-    return f"{host}{path}?{urlencode(query)}" if query else f"{host}{path}"
+class _Request(NamedTuple):
+    """One request as a transport puts it on the wire (``content_type`` None: no body)."""
+
+    method: str
+    path: str
+    query: Query
+    body: object
+    content_type: str | None
+    timeout: Timeout
 
 
 def _urllib3_timeout(timeout: Timeout) -> urllib3.Timeout:
@@ -340,12 +366,21 @@ def _urllib3_timeout(timeout: Timeout) -> urllib3.Timeout:
     return urllib3.Timeout(total=timeout)
 
 
+def _read_all(resp: Any) -> bytes:
+    """The whole body of a urllib3 response, its connection back in the pool."""
+    try:
+        data = resp.data
+    finally:
+        resp.release_conn()
+    return data or b""
+
+
 def _raise_for_status(status: int, headers: Mapping[str, str], data: bytes, what: str) -> None:
     if not 200 <= status <= 299:
         raise error_from_status(status, status_body(data), what, headers)
 
 
-class LeanTransport:
+class LeanTransport(Transport):
     """Prebuilt JSON through the official client's own urllib3 pool (see the module).
 
     Without a proxy, requests go straight to the host's connection pool (looked up once, and
@@ -396,91 +431,27 @@ class LeanTransport:
                 pool = self._pool = manager.connection_from_url(self._cfg.host)
         return pool
 
-    def _send(
-        self,
-        method: str,
-        *,
-        path: str,
-        query: Query,
-        body: bytes | None,
-        content_type: str | None,
-        timeout: Timeout,
-        preload: bool,
-    ) -> Any:
-        headers = self._headers(content_type)
+    def _open(self, req: _Request, *, preload: bool) -> Any:
+        payload = None if req.body is None else dumps(req.body)
         pool = self._host_pool()
-        if pool is not None:
-            target = f"{self._base}{path}"
-            return pool.urlopen(
-                method,
-                f"{target}?{urlencode(query)}" if query else target,
-                body=body,
-                headers=headers,
-                timeout=self._timeout(timeout),
-                retries=self._retries,
-                redirect=False,
-                preload_content=preload,
-                assert_same_host=False,
-            )
-        manager: Any = self._client.rest_client.pool_manager
-        return manager.urlopen(
-            method,
-            _url(self._cfg.host, path, query),
-            body=body,
-            headers=headers,
-            timeout=self._timeout(timeout),
+        if pool is None:  # through the (proxy) manager: the full URL
+            pool, target = self._client.rest_client.pool_manager, f"{self._cfg.host}{req.path}"
+        else:
+            target = f"{self._base}{req.path}"
+        return pool.urlopen(
+            req.method,
+            f"{target}?{urlencode(req.query)}" if req.query else target,
+            body=payload,
+            headers=self._headers(req.content_type),
+            timeout=self._timeout(req.timeout),
             retries=self._retries,
             redirect=False,
             preload_content=preload,
+            assert_same_host=False,  # the target is the pool's own (a manager sets it too)
         )
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        what: str,
-        timeout: Timeout,
-        query: Query = (),
-        body: object = None,
-        content_type: str = _JSON,
-    ) -> Reply:
-        """Calling thread."""
-        payload = None if body is None else dumps(body)
-        with translate_errors(what):
-            resp = self._send(
-                method,
-                path=path,
-                query=query,
-                body=payload,
-                content_type=content_type if payload else None,
-                timeout=timeout,
-                preload=True,
-            )
-            data = resp.data
-        _raise_for_status(resp.status, resp.headers, data, what)
-        return Reply(resp.status, resp.headers, data)
 
-    def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
-        """Calling thread."""
-        with translate_errors(what):
-            resp = self._send(
-                "GET",
-                path=path,
-                query=query,
-                body=None,
-                content_type=None,
-                timeout=timeout,
-                preload=False,
-            )
-            if not 200 <= resp.status <= 299:
-                data = resp.data
-                resp.release_conn()
-                _raise_for_status(resp.status, resp.headers, data, what)
-        return resp
-
-
-class ClientTransport:
+class ClientTransport(Transport):
     """The official ``param_serialize`` + ``call_api`` path (see the module)."""
 
     name = "client"
@@ -488,69 +459,20 @@ class ClientTransport:
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._client: Any = api_client
 
-    def _call(
-        self,
-        method: str,
-        *,
-        path: str,
-        query: Query,
-        body: object,
-        content_type: str | None,
-        timeout: Timeout,
-    ) -> Any:
+    def _open(self, req: _Request, *, preload: bool) -> Any:
+        del preload  # call_api never preloads: the body is read from the urllib3 response
         headers = {"Accept": _JSON}
-        if content_type is not None and body is not None:
-            headers["Content-Type"] = content_type
+        if req.content_type is not None:
+            headers["Content-Type"] = req.content_type
         request = self._client.param_serialize(
-            method,
-            path,
-            query_params=list(query),
+            req.method,
+            req.path,
+            query_params=list(req.query),
             header_params=headers,
-            body=body,
+            body=req.body,
             auth_settings=["BearerToken"],
         )
-        return self._client.call_api(*request, _request_timeout=timeout)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        what: str,
-        timeout: Timeout,
-        query: Query = (),
-        body: object = None,
-        content_type: str = _JSON,
-    ) -> Reply:
-        """Calling thread."""
-        with translate_errors(what):
-            resp = self._call(
-                method,
-                path=path,
-                query=query,
-                body=body,
-                content_type=content_type,
-                timeout=timeout,
-            )
-            try:
-                data = resp.read()
-            finally:
-                resp.response.release_conn()
-        _raise_for_status(resp.status, resp.headers, data or b"", what)
-        return Reply(resp.status, resp.headers, data or b"")
-
-    def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
-        """Calling thread."""
-        with translate_errors(what):
-            resp = self._call(
-                "GET", path=path, query=query, body=None, content_type=None, timeout=timeout
-            )
-            raw = resp.response
-            if not 200 <= resp.status <= 299:
-                data = raw.data
-                raw.release_conn()
-                _raise_for_status(resp.status, resp.headers, data, what)
-        return raw
+        return self._client.call_api(*request, _request_timeout=req.timeout).response
 
 
 def make_transport(api_client: k8s.ApiClient, transport: object) -> Transport:

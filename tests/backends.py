@@ -1,7 +1,8 @@
 """Test backends. :class:`WrappedBackend` is the one wrapper: it forwards every request to an
 inner backend through one hook, :meth:`WrappedBackend.around`, which tests override to gate,
 record, fail or delay requests. :class:`GatedBackend` holds requests and waits for them;
-:class:`RecordingBackend` keeps one object and records every request."""
+:class:`RecordingBackend` keeps one object and records every request. :func:`nominate` is the
+tests' one spelling of a pod status change."""
 
 from __future__ import annotations
 
@@ -32,6 +33,28 @@ def request_fields(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     fields = dict(bound.arguments)
     del fields["self"]
     return fields
+
+
+def nominate(
+    api: ApiBackend,
+    name: str,
+    node: str,
+    *,
+    uid: str,
+    resource_version: str | None = None,
+    namespace: str = "default",
+) -> Obj | None:
+    """Pod ``name``'s ``status.nominatedNodeName`` set to ``node`` through ``api``'s
+    ``patch_status`` (guarded by ``uid``, and by ``resource_version`` when given): the status
+    change the tests make to see an update. Returns what ``patch_status`` returns."""
+    return api.patch_status(
+        "Pod",
+        namespace,
+        name,
+        {"status": {"nominatedNodeName": node}},
+        uid=uid,
+        resource_version=resource_version,
+    )
 
 
 class WrappedBackend:

@@ -1,9 +1,11 @@
-"""Dispatcher configurations the tests share."""
+"""Dispatcher configurations and the property-test budget the tests share."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from hypothesis import settings
 
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 
@@ -19,3 +21,7 @@ def fast(**retry: Any) -> DispatcherConfig:
 
 FAST = fast()
 """The default retry policy's attempts, without waiting between them."""
+
+
+PROPS = settings(max_examples=150, deadline=None)
+"""The budget of the call types' property tests (merge and apply laws)."""

@@ -3,13 +3,13 @@
 The one home of test objects is :func:`kdispatch.testing.make_pod` (and ``make_condition``,
 ``make_node``, ``make_claim``, ``make_pdb``); these forward to it with the tests' defaults: a
 UID derived from the name and a served resourceVersion. ``ready_pod`` creates a healthy pod on a
-server, ``user_call`` a minimal user call class.
+server, ``user_call`` a minimal user call class (an :class:`InertCall`).
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from kdispatch.actors.backend import ApiBackend
@@ -64,22 +64,38 @@ def ready_pod(server: InMemoryApiServer, name: str, *, node: str = "n1") -> dict
     )
 
 
+@dataclass(frozen=True, slots=True)
+class InertRules(Call):
+    """The rules of a user call type of the tests, on Pod unless a subclass says otherwise:
+    never a no-op, applies nothing; ``send`` is still abstract. Subclasses name ``call_type``
+    and ``relevance``; ``basis`` is keyword-only, so their own fields follow ``ref``."""
+
+    kind: ClassVar[str] = "Pod"
+
+    ref: ObjectRef
+    basis: Obj | None = field(default=None, compare=False, repr=False, kw_only=True)
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        return False
+
+    def apply(self, obj: Obj) -> Obj:
+        return obj
+
+
+@dataclass(frozen=True, slots=True)
+class InertCall(InertRules):
+    """:class:`InertRules` that sends nothing. Subclasses override the rules they exercise."""
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        return None
+
+
 def user_call(name: str, *, kind: str = "Widget", relevance: Any = 1) -> type[Call]:
-    """A minimal call class with the given class attributes."""
+    """A minimal call class with the given class attributes (``relevance=None``: none)."""
 
     @dataclass(frozen=True, slots=True)
-    class UserCall(Call):
+    class UserCall(InertCall):
         call_type: ClassVar[str] = name
-        ref: ObjectRef
-
-        def is_noop(self, obj: Obj | None) -> bool:
-            return False
-
-        def apply(self, obj: Obj) -> Obj:
-            return obj
-
-        def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-            return None
 
     UserCall.kind = kind
     if relevance is not None:

@@ -1,4 +1,5 @@
-"""Informer handlers for tests that record what they saw and wake whoever waits for it."""
+"""Informer handlers for tests that record what they saw and wake whoever waits for it, and a
+source wrapper that keeps an informer away from the server while a test changes it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from kdispatch.adapters.informer import Informer, ListWatch
+from kdispatch.adapters.informer import Informer, ListWatch, WatchStream
 
 Event = tuple[str, str, str, str]
 """``(event, name, uid, resourceVersion)``."""
+
+
+RELISTED_WHILE_AWAY = [
+    ("delete", "a"),
+    ("delete", "b"),
+    ("add", "b"),
+    ("update", "c"),
+    ("add", "e"),
+]
+"""The informer tests' 410 Gone scenario: objects a, b, c and d are listed; while the informer
+is kept away, a and b are deleted, b is created again, c is updated and e created, and the
+history is compacted. These are the events the re-list must turn that into, in order."""
 
 
 class Recorder:
@@ -47,6 +60,10 @@ class Recorder:
     def wait_count(self, n: int) -> bool:
         return self.wait(lambda ev: len(ev) >= n)
 
+    def wait_name(self, name: str) -> bool:
+        """Waits for an event of object ``name``."""
+        return self.wait(lambda ev: any(e[1] == name for e in ev))
+
     def names(self) -> list[tuple[str, str]]:
         """``(event, name)`` of every recorded event."""
         with self._cond:
@@ -54,6 +71,7 @@ class Recorder:
 
 
 R = TypeVar("R", bound=Recorder)
+T = TypeVar("T")
 
 
 @contextmanager
@@ -75,3 +93,48 @@ def running_informers(
     yield start
     for inf in started:
         assert inf.stop(timeout=stop_timeout)
+
+
+class GatedListWatch:
+    """Wraps a source; ``watch`` blocks while the gate is closed (signalling ``entered``) and
+    signals ``opened`` once the server has the watch (the HTTP server registers it before it
+    sends the reply headers). ``watch`` runs on the informer's thread; the test thread opens
+    and closes the gate. Waits are bounded by ``timeout`` seconds."""
+
+    def __init__(self, inner: ListWatch, timeout: float = 20.0) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.timeout = timeout
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+        # the next watch starts here instead, and so does every later one from the same
+        # resourceVersion: as if the informer had last seen ``resume_from``
+        self.resume_from: str | None = None
+        self._instead: tuple[str, str] | None = None
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        return self.inner.list()
+
+    def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
+        self.entered.set()
+        assert self.gate.wait(self.timeout)
+        if self.resume_from is not None:
+            self._instead, self.resume_from = (resource_version, self.resume_from), None
+        if self._instead is not None and resource_version == self._instead[0]:
+            resource_version = self._instead[1]
+        stream = self.inner.watch(resource_version, timeout_seconds)
+        self.opened.set()
+        return stream
+
+    def keep_away(self, end_watch: Callable[[], T] | None = None) -> T | None:
+        """Once a watch is open, close the gate and end that watch (``end_watch``, or wait for
+        it to time out); return when the informer's next watch waits at the gate, with what
+        ``end_watch`` returned. Test thread."""
+        assert self.opened.wait(self.timeout)
+        self.gate.clear()
+        self.entered.clear()
+        ended = end_watch() if end_watch is not None else None
+        assert self.entered.wait(self.timeout)
+        return ended

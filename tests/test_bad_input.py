@@ -187,60 +187,25 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
         lambda e: PodBinding.for_pod(pod_with_str_meta(), "n1"),
         InvalidObjectError,
     ),
-    ("uid-missing", lambda e: PodBinding.for_pod(bad_meta(uid=_DROP), "n1"), InvalidObjectError),
-    ("uid-empty", lambda e: PodBinding.for_pod(bad_meta(uid=""), "n1"), InvalidObjectError),
-    (
-        "uid-with-spaces",
-        lambda e: PodBinding.for_pod(bad_meta(uid="a b"), "n1"),
-        InvalidObjectError,
-    ),
-    ("uid-an-int", lambda e: PodBinding.for_pod(bad_meta(uid=42), "n1"), InvalidObjectError),
-    (
-        "uid-oversized",
-        lambda e: PodBinding.for_pod(bad_meta(uid="u" * 129), "n1"),
-        InvalidObjectError,
-    ),
-    ("name-missing", lambda e: PodBinding.for_pod(bad_meta(name=_DROP), "n1"), InvalidObjectError),
-    (
-        "name-uppercase",
-        lambda e: PodBinding.for_pod(bad_meta(name="Pod1"), "n1"),
-        InvalidObjectError,
-    ),
-    (
-        "name-underscore",
-        lambda e: PodBinding.for_pod(bad_meta(name="pod_1"), "n1"),
-        InvalidObjectError,
-    ),
-    (
-        "name-non-ascii",
-        lambda e: PodBinding.for_pod(bad_meta(name="pöd"), "n1"),
-        InvalidObjectError,
-    ),
-    (
-        "name-oversized",
-        lambda e: PodBinding.for_pod(bad_meta(name="p" * 254), "n1"),
-        InvalidObjectError,
-    ),
-    (
-        "name-hostile",
-        lambda e: PodBinding.for_pod(bad_meta(name='a","status":{"phase":"Hacked"}'), "n1"),
-        InvalidObjectError,
-    ),
-    (
-        "namespace-uppercase",
-        lambda e: PodBinding.for_pod(bad_meta(namespace="Default"), "n1"),
-        InvalidObjectError,
-    ),
-    (
-        "namespace-oversized",
-        lambda e: PodBinding.for_pod(bad_meta(namespace="n" * 64), "n1"),
-        InvalidObjectError,
-    ),
-    (
-        "namespace-null",
-        lambda e: PodBinding.for_pod(bad_meta(namespace=None), "n1"),
-        InvalidObjectError,
-    ),
+    *[
+        (name, lambda e, m=meta: PodBinding.for_pod(bad_meta(**m), "n1"), InvalidObjectError)
+        for name, meta in {
+            "uid-missing": {"uid": _DROP},
+            "uid-empty": {"uid": ""},
+            "uid-with-spaces": {"uid": "a b"},
+            "uid-an-int": {"uid": 42},
+            "uid-oversized": {"uid": "u" * 129},
+            "name-missing": {"name": _DROP},
+            "name-uppercase": {"name": "Pod1"},
+            "name-underscore": {"name": "pod_1"},
+            "name-non-ascii": {"name": "pöd"},
+            "name-oversized": {"name": "p" * 254},
+            "name-hostile": {"name": 'a","status":{"phase":"Hacked"}'},
+            "namespace-uppercase": {"namespace": "Default"},
+            "namespace-oversized": {"namespace": "n" * 64},
+            "namespace-null": {"namespace": None},
+        }.items()
+    ],
     # calls for an object of the wrong kind
     ("binding-for-a-claim", lambda e: PodBinding.for_pod(e.claim, "n1"), InvalidObjectError),
     (

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import BUILTIN_CALL_TYPES, default_call_types
-from kdispatch.actors.calls import Call, CallTypeRegistry
+from kdispatch.actors.calls import CallTypeRegistry
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.errors import (
     CallTypeRegistrationError,
@@ -20,7 +20,7 @@ from kdispatch.actors.event_calls import EventRecord
 from kdispatch.actors.eviction_calls import PodEviction
 from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from tests.factories import call_types_with, user_call
+from tests.factories import InertCall, InertRules, call_types_with, user_call
 
 POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")
 
@@ -31,16 +31,14 @@ def user_types() -> CallTypeRegistry:
 
 
 @dataclass(frozen=True, slots=True)
-class QuotaReservation(Call):
+class QuotaReservation(InertCall):
     """A user call type for a custom resource: reserve an amount of a quota."""
 
     call_type = "quota_reservation"
     kind = "QuotaReservation"
     relevance = 1
 
-    ref: ObjectRef
     amount: int
-    basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def is_noop(self, obj: Obj | None) -> bool:
         return bool(get_path(obj, "status", "reserved") == self.amount)
@@ -198,17 +196,9 @@ class TestRegistration:
 
     def test_abstract_send_is_refused(self) -> None:
         @dataclass(frozen=True, slots=True)
-        class NoSend(Call):
+        class NoSend(InertRules):
             call_type = "no_send"
-            kind = "Pod"
             relevance = 1
-            ref: ObjectRef
-
-            def is_noop(self, obj: Obj | None) -> bool:
-                return False
-
-            def apply(self, obj: Obj) -> Obj:
-                return obj
 
         with pytest.raises(CallTypeRegistrationError, match="does not implement send"):
             default_call_types().register(NoSend)  # type: ignore[type-abstract]

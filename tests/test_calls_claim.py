@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kdispatch.actors.calls import UNSET
@@ -23,6 +23,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.testing.memory_patch import json_merge
 from tests import backends
+from tests.configs import PROPS
 
 REF = ObjectRef("ResourceClaim", "ns", "claim", "cuid-1")
 ALLOC = {
@@ -342,9 +343,6 @@ def canonical(claim: Obj) -> tuple[Any, frozenset[str]]:
     """Allocation and the set of reserved consumer uids (reservedFor's order is not meaningful)."""
     status = claim.get("status", {})
     return status.get("allocation"), frozenset(r["uid"] for r in status.get("reservedFor", []))
-
-
-PROPS = settings(max_examples=150, deadline=None)
 
 
 @PROPS

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kdispatch import testing
@@ -31,6 +31,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests import backends
+from tests.configs import PROPS
 
 NOW = "2030-01-02T03:04:05Z"
 REAL_UTC_NOW = pod_calls.utc_now
@@ -592,9 +593,6 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     return make_pod(
         conditions=conditions, nominated_node_name=draw(st.sampled_from([None, *NODES]))
     )
-
-
-PROPS = settings(max_examples=150, deadline=None)
 
 
 @PROPS

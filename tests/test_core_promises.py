@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
@@ -22,7 +22,6 @@ from kubernetes import client as k8s
 
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.calls import Call
 from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import CallStale, Outcome, TooManyRequestsError
@@ -34,6 +33,7 @@ from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend, T
 from tests.configs import fast
+from tests.factories import InertCall
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -261,16 +261,13 @@ def test_tokens_taken_equal_requests_seen_with_conflicts_and_preemptions(
 
 
 @dataclass(frozen=True, slots=True)
-class PodLabelNote(Call):
+class PodLabelNote(InertCall):
     """A user call type on Pod in a higher lane that declares no supersession."""
 
     call_type: ClassVar[str] = "pod_label_note"
-    kind: ClassVar[str] = "Pod"
     relevance: ClassVar[int] = 4
 
-    ref: ObjectRef
     note: str
-    basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def is_noop(self, obj: Obj | None) -> bool:
         return bool(get_path(obj, "status", "message") == self.note)

@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.calls import Call
 from kdispatch.actors.claim_calls import ClaimStatusPatch
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
@@ -32,7 +31,7 @@ from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 from tests.configs import FAST
-from tests.factories import cond
+from tests.factories import InertCall, cond
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -416,22 +415,13 @@ ENTERED = threading.Event()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class HeldNote(Call):
+class HeldNote(InertCall):
     """A custom call whose ``send`` blocks outside the backend (waits on ``HELD``)."""
 
     call_type: ClassVar[str] = "held_note"
-    kind: ClassVar[str] = "Pod"
     relevance: ClassVar[int] = 1
 
-    ref: ObjectRef
     note: str
-    basis: Obj | None = dataclasses.field(default=None, compare=False, repr=False)
-
-    def is_noop(self, obj: Obj | None) -> bool:
-        return False
-
-    def apply(self, obj: Obj) -> Obj:
-        return obj
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         ENTERED.set()

@@ -4,7 +4,6 @@ Checked on the server: the stored Events and the in-memory apiserver's request l
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import wait
 from typing import Any
 
@@ -32,15 +31,6 @@ from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
 from tests.clocks import ManualClock
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def dispatcher(server: InMemoryApiServer) -> Iterator[Dispatcher]:
-    d = Dispatcher(server, DispatcherConfig(), metrics_registry=CollectorRegistry()).start()
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 def _events(server: InMemoryApiServer) -> list[dict[str, Any]]:

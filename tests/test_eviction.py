@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from kdispatch import PodEviction
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     CallCancelled,
@@ -25,15 +24,13 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pdb, make_pod
 from tests.backends import GatedBackend, T, WrappedBackend
+from tests.configs import fast
 from tests.factories import ready_pod
 
 pytestmark = pytest.mark.timeout(60)
 
-FAST = RetryConfig(max_attempts=4, base_backoff=0.001, max_backoff=0.005)
-
-
-def _config(retry: RetryConfig = FAST) -> DispatcherConfig:
-    return DispatcherConfig(rate_limit=RateLimitConfig(qps=10_000, burst=10_000), retry=retry)
+BACKOFF = {"base_backoff": 0.001, "max_backoff": 0.005}
+CONFIG = fast(max_attempts=4, **BACKOFF)
 
 
 @pytest.fixture
@@ -67,7 +64,7 @@ def test_eviction_deletes_the_pod_when_the_budget_allows(mem: InMemoryApiServer)
     a = ready_pod(mem, "a")
     ready_pod(mem, "b")
     mem.create(make_pdb("web", match_labels={"app": "web"}, max_unavailable=1))
-    with Dispatcher(mem, _config()) as d:
+    with Dispatcher(mem, CONFIG) as d:
         assert d.submit(PodEviction.for_pod(a)).result(timeout=10) is Outcome.SUCCESS
     assert mem.get_object("Pod", "default", "a") is None
     assert mem.get_object("Pod", "default", "b") is not None
@@ -78,7 +75,7 @@ def test_a_pdb_refusal_is_retried_until_the_budget_frees(mem: InMemoryApiServer)
     a, _ = ready_pod(mem, "a"), ready_pod(mem, "b")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=2))
     backend = FreesAfter(mem, 2)
-    with Dispatcher(backend, _config()) as d:
+    with Dispatcher(backend, CONFIG) as d:
         assert d.submit(PodEviction.for_pod(a)).result(timeout=10) is Outcome.SUCCESS
     assert mem.get_object("Pod", "default", "a") is None
     assert _evictions(mem) == [("a", "DisruptionBudget")] * 2 + [("a", "ok")]
@@ -87,18 +84,18 @@ def test_a_pdb_refusal_is_retried_until_the_budget_frees(mem: InMemoryApiServer)
 def test_a_budget_that_never_frees_fails_typed(mem: InMemoryApiServer) -> None:
     a = ready_pod(mem, "a")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=1))
-    with Dispatcher(mem, _config()) as d:
+    with Dispatcher(mem, CONFIG) as d:
         exc = d.submit(PodEviction.for_pod(a)).exception(timeout=10)
     assert isinstance(exc, CallFailed)
     assert isinstance(exc.cause, DisruptionBudgetError)
     assert mem.get_object("Pod", "default", "a") is not None  # the budget held
-    assert _evictions(mem) == [("a", "DisruptionBudget")] * 4  # FAST.max_attempts
+    assert _evictions(mem) == [("a", "DisruptionBudget")] * 4  # CONFIG.retry.max_attempts
 
 
 def test_eviction_cancels_the_pods_pending_calls(mem: InMemoryApiServer) -> None:
     pod = mem.create(make_pod("a"))
     backend = GatedBackend(mem, hold="a")
-    with Dispatcher(backend, _config()) as d:
+    with Dispatcher(backend, CONFIG) as d:
         try:
             first = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
             backend.wait_calls(1)  # in flight, held at the gate
@@ -121,7 +118,7 @@ def test_eviction_over_http_with_the_official_client(mem: InMemoryApiServer) -> 
     with (
         ApiServerHTTP(mem) as srv,
         KubernetesBackend.for_url(srv.url) as backend,
-        Dispatcher(backend, _config()) as d,
+        Dispatcher(backend, CONFIG) as d,
     ):
         exc = d.submit(PodEviction.for_pod(a, grace_period_seconds=0)).exception(timeout=10)
         assert isinstance(exc, CallFailed) and isinstance(exc.cause, DisruptionBudgetError)
@@ -143,7 +140,6 @@ def test_a_pdb_refusal_is_retried_within_the_time_budget(mem: InMemoryApiServer)
     a, _ = ready_pod(mem, "a"), ready_pod(mem, "b")
     mem.create(make_pdb("web", match_labels={"app": "web"}, min_available=2))
     backend = FreesAfter(mem, 12)  # more refusals than any attempt count used to allow
-    retry = RetryConfig(budget=30.0, base_backoff=0.001, max_backoff=0.005)
-    with Dispatcher(backend, _config(retry)) as d:
+    with Dispatcher(backend, fast(budget=30.0, **BACKOFF)) as d:
         assert d.submit(PodEviction.for_pod(a)).result(timeout=30) is Outcome.SUCCESS
     assert mem.get_object("Pod", "default", "a") is None

@@ -31,29 +31,21 @@ from kdispatch.actors.object_state import Done, Result, Send
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.testing.waiting import wait_for
 from tests.clocks import ManualClock
+from tests.factories import InertCall
 
 pytestmark = pytest.mark.timeout(30)
 
 
 @dataclass(frozen=True, slots=True)
-class Probe(Call):
+class Probe(InertCall):
     """A call that records its send and can block on an event or raise."""
 
     call_type: ClassVar[str] = "probe"
-    kind: ClassVar[str] = "Pod"
     relevance: ClassVar[int] = 1
 
-    ref: ObjectRef
     log: list[str] = field(compare=False)
     block: threading.Event | None = field(default=None, compare=False)
     raises: BaseException | None = field(default=None, compare=False)
-    basis: Obj | None = field(default=None, compare=False, repr=False)
-
-    def is_noop(self, obj: Obj | None) -> bool:
-        return False
-
-    def apply(self, obj: Obj) -> Obj:
-        return obj
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         self.log.append(self.ref.name)
@@ -363,43 +355,33 @@ class Server:
 
 
 @dataclass(frozen=True, slots=True)
-class TwoStep(Call):
-    """A preemption-like call: a condition patch, then a delete (two requests)."""
-
-    call_type: ClassVar[str] = "two_step"
-    kind: ClassVar[str] = "Pod"
-    relevance: ClassVar[int] = 3
-
-    ref: ObjectRef
-    basis: Obj | None = field(default=None, compare=False, repr=False)
-
-    def is_noop(self, obj: Obj | None) -> bool:
-        return False
-
-    def apply(self, obj: Obj) -> Obj:
-        return obj
-
-    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        ref = self.ref
-        backend.patch_status(
-            ref.kind, ref.namespace, ref.name, {}, uid=ref.uid, resource_version=None
-        )
-        backend.delete(ref.kind, ref.namespace, ref.name, uid=ref.uid)
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class OnePatch(TwoStep):
+class OnePatch(InertCall):
     """One status patch (the server may answer 409: then the executor GETs once)."""
 
     call_type: ClassVar[str] = "one_patch"
     relevance: ClassVar[int] = 1
+    guard: ClassVar[str | None] = "1"  # the patch's resourceVersion precondition
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         ref = self.ref
         return backend.patch_status(
-            ref.kind, ref.namespace, ref.name, {}, uid=ref.uid, resource_version="1"
+            ref.kind, ref.namespace, ref.name, {}, uid=ref.uid, resource_version=self.guard
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TwoStep(OnePatch):
+    """A preemption-like call: an unguarded condition patch, then a delete (two requests)."""
+
+    call_type: ClassVar[str] = "two_step"
+    relevance: ClassVar[int] = 3
+    guard: ClassVar[str | None] = None
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        OnePatch.send(self, backend, obj)
+        ref = self.ref
+        backend.delete(ref.kind, ref.namespace, ref.name, uid=ref.uid)
+        return None
 
 
 def _ref(name: str) -> ObjectRef:

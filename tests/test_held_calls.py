@@ -21,8 +21,7 @@ from kdispatch.actors.errors import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors.object_state import Merged, Ready, Result, Retire, Send, State
-from kdispatch.actors.objects import Obj
+from kdispatch.actors.object_state import Merged, Ready, Result, Retire, State
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import cond, pod
 from tests.test_object_state import Driver, gate, label, unsched
@@ -96,8 +95,7 @@ def test_merge_holds_the_union_of_both_entries_holds(d: HeldDriver) -> None:
     d.release("t1")
     s = d.send()
     assert isinstance(s.call, PodStatusPatch) and s.call.nominated_node_name == "n2"
-    d.done(s)
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.done_succeeds(s, f2)
 
 
 def test_unheld_call_merged_into_a_held_one_waits_with_it(d: HeldDriver) -> None:
@@ -219,8 +217,7 @@ def test_call_put_back_after_a_retry_is_never_held(d: HeldDriver) -> None:
     assert d.readies() == [Ready(2, d.now)]  # the binding is back at the head, sendable
     again = d.send()
     assert again.call.call_type == "pod_binding" and again.attempt == 2
-    d.done(again)
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.done_succeeds(again, f_bind)
     assert d.grant() is None  # the label patch still waits for "later"
 
 
@@ -239,8 +236,7 @@ def test_retry_merged_into_a_held_call_of_its_type_waits_with_it(d: HeldDriver) 
     s2 = d.send()
     assert isinstance(s2.call, PodStatusPatch)
     assert s2.call.nominated_node_name == "n1" and len(s2.call.conditions) == 1
-    d.done(s2)
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.done_succeeds(s2, f2)
 
 
 # --------------------------------------------------------------------------- behind its own
@@ -258,15 +254,6 @@ def queued(d: HeldDriver) -> list[str]:
     return [e.call.call_type for e in d.m.queue]
 
 
-def request(d: HeldDriver, p: Obj) -> Send:
-    """The next request of the head call, after the re-read it may need (answered ``p``)."""
-    sent = d.send()
-    if sent.read:
-        d.done(sent, obj=p)
-        sent = d.send()
-    return sent
-
-
 def test_a_held_call_merged_into_an_older_slot_stays_behind_its_prerequisite(
     d: HeldDriver,
 ) -> None:
@@ -279,19 +266,17 @@ def test_a_held_call_merged_into_an_older_slot_stays_behind_its_prerequisite(
     assert d.outcome(older) is Outcome.OVERWRITTEN
     assert queued(d) == ["label_patch", "pod_status_patch"]  # ...but is placed behind it
     d.done(first)
-    sent = request(d, p)  # not refunded: the prerequisite goes first
+    sent = d.request(p)  # not refunded: the prerequisite goes first
     assert sent.call.call_type == "label_patch" and sent.call == label(p, "y")
-    d.done(sent)
-    assert d.outcome(pre) is Outcome.SUCCESS
+    d.done_succeeds(sent, pre)
     assert d.grant() is None  # still held
     d.release("t")
-    merged = request(d, p)
+    merged = d.request(p)
     assert {c["type"] for c in merged.call.apply(p)["status"]["conditions"]} == {
         "PodScheduled",
         "QueueGate",
     }
-    d.done(merged)
-    assert d.outcome(held) is Outcome.SUCCESS
+    d.done_succeeds(merged, held)
 
 
 def test_a_call_put_back_into_a_held_one_stays_behind_that_ones_prerequisite(
@@ -305,7 +290,7 @@ def test_a_call_put_back_into_a_held_one_stays_behind_that_ones_prerequisite(
     assert queued(d) == ["label_patch", "pod_status_patch"]
     d.done(first, Result.RETRY, error=ServerError("x"))  # put back, merged into the held one
     assert queued(d) == ["label_patch", "pod_status_patch"]  # not moved ahead of `pre`
-    assert request(d, p).call.call_type == "label_patch"
+    assert d.request(p).call.call_type == "label_patch"
 
 
 def test_without_a_prerequisite_on_its_object_a_held_merge_keeps_the_older_slot(

@@ -32,7 +32,8 @@ from kdispatch.adapters.kubernetes import prepare_configuration
 from kdispatch.testing import MemoryListWatch
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
-from tests.recorders import Recorder, running_informers
+from tests.backends import nominate
+from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, Recorder, running_informers
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -76,27 +77,34 @@ def run() -> Iterator[Callable[..., tuple[Informer, Recorder]]]:
         yield start
 
 
+@pytest.fixture
+def synced(
+    source: Callable[..., ListWatch], run: Callable[..., tuple[Informer, Recorder]]
+) -> Callable[..., tuple[Informer, Recorder]]:
+    """Start an informer on ``source(kind, namespace)`` with a recorder and wait for its
+    first sync; returns both."""
+
+    def start(kind: str, namespace: str | None = None) -> tuple[Informer, Recorder]:
+        inf, rec = run(source(kind, namespace))
+        assert inf.wait_for_sync(WAIT)
+        return inf, rec
+
+    return start
+
+
 # --------------------------------------------------------------------------- basics
 
 
 def test_add_update_delete(
-    mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
     a = mem.create(make_pod("a"))
-    inf, rec = run(source("Pod"))
-    assert inf.wait_for_sync(WAIT)
+    inf, rec = synced("Pod")
     assert inf.has_synced()
     assert rec.names() == [("add", "a")]
     assert rec.objects[0]["kind"] == "Pod" and rec.objects[0]["apiVersion"] == "v1"
     b = mem.create(make_pod("b", "other"))
-    mem.patch_status(
-        "Pod",
-        "default",
-        "a",
-        {"status": {"nominatedNodeName": "n1"}},
-        uid=a["metadata"]["uid"],
-        resource_version=None,
-    )
+    nominate(mem, "a", "n1", uid=a["metadata"]["uid"])
     mem.delete("Pod", "other", "b", uid=b["metadata"]["uid"])
     assert rec.wait_count(4)
     assert rec.names() == [("add", "a"), ("add", "b"), ("update", "a"), ("delete", "b")]
@@ -110,12 +118,11 @@ def test_add_update_delete(
 
 
 def test_namespaced_source(
-    mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
     mem.create(make_pod("a", "ns1"))
     mem.create(make_pod("b", "ns2"))
-    inf, rec = run(source("Pod", "ns1"))
-    assert inf.wait_for_sync(WAIT)
+    _, rec = synced("Pod", "ns1")
     mem.create(make_pod("c", "ns2"))
     mem.create(make_pod("d", "ns1"))
     assert rec.wait_count(2)
@@ -123,13 +130,12 @@ def test_namespaced_source(
 
 
 def test_nodes_and_claims_have_their_kind(
-    mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
     mem.create(make_node("n1", 1000, 1024))
     mem.create(make_claim("c1"))
-    nodes, node_rec = run(source("Node"))
-    claims, claim_rec = run(source("ResourceClaim"))
-    assert nodes.wait_for_sync(WAIT) and claims.wait_for_sync(WAIT)
+    _, node_rec = synced("Node")
+    _, claim_rec = synced("ResourceClaim")
     mem.create(make_claim("c2"))
     assert claim_rec.wait_count(2)
     assert [(o["kind"], o["apiVersion"]) for o in node_rec.objects] == [("Node", "v1")]
@@ -139,11 +145,10 @@ def test_nodes_and_claims_have_their_kind(
 
 
 def test_recreated_pod_is_delete_then_add(
-    mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
     old = mem.create(make_pod("a"))
-    inf, rec = run(source("Pod"))
-    assert inf.wait_for_sync(WAIT)
+    inf, rec = synced("Pod")
     mem.delete("Pod", "default", "a", uid=old["metadata"]["uid"])
     new = mem.create(make_pod("a"))
     assert rec.wait_count(3)
@@ -159,62 +164,29 @@ def test_recreated_pod_is_delete_then_add(
 
 
 def test_dropped_watches_resume_without_loss_or_duplicates(
-    mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
     # Start from a non-zero resourceVersion: an empty store lists at "0", and a watch from "0"
     # means "any version" (the current state as synthetic adds), as on the real apiserver.
     mem.create(make_node("n0", 1000, 1024))
-    inf, rec = run(source("Pod"))
-    assert inf.wait_for_sync(WAIT)
+    inf, rec = synced("Pod")
     expected: list[tuple[str, str]] = []
     for round_ in range(4):
         for i in range(5):
             name = f"p{round_}-{i}"
             pod = mem.create(make_pod(name))
-            mem.patch_status(
-                "Pod",
-                "default",
-                name,
-                {"status": {"nominatedNodeName": "n1"}},
-                uid=pod["metadata"]["uid"],
-                resource_version=None,
-            )
+            nominate(mem, name, "n1", uid=pod["metadata"]["uid"])
             expected += [("add", name), ("update", name)]
         # once the round's first event arrived the watch is live: cut it while the rest of the
         # round may still be queued (those events are lost with the connection)
-        first = f"p{round_}-0"
-        assert rec.wait(lambda ev, first=first: any(e[1] == first for e in ev))
+        assert rec.wait_name(f"p{round_}-0")
         assert mem.drop_watches() == 1
     mem.create(make_pod("last"))
     expected.append(("add", "last"))
-    assert rec.wait(lambda ev: any(e[1] == "last" for e in ev))
+    assert rec.wait_name("last")
     assert rec.names() == expected
     assert inf.relists == 1
     assert inf.watches >= 5
-
-
-class GatedListWatch:
-    """Wraps a source; ``watch`` blocks while the gate is closed, signalling ``entered``, and
-    signals ``opened`` once the server has the watch (the HTTP server registers it before it
-    sends the reply headers)."""
-
-    def __init__(self, inner: ListWatch) -> None:
-        self.inner = inner
-        self.kind = inner.kind
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.opened = threading.Event()  # a watch is registered on the server
-
-    def list(self) -> tuple[list[dict[str, Any]], str]:
-        return self.inner.list()
-
-    def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
-        self.entered.set()
-        assert self.gate.wait(WAIT)
-        stream = self.inner.watch(resource_version, timeout_seconds)
-        self.opened.set()
-        return stream
 
 
 def test_gone_relists_with_synthetic_deletes_updates_and_adds(
@@ -224,38 +196,21 @@ def test_gone_relists_with_synthetic_deletes_updates_and_adds(
     b = mem.create(make_pod("b"))
     c = mem.create(make_pod("c"))
     mem.create(make_pod("d"))
-    gated = GatedListWatch(source("Pod"))
+    gated = GatedListWatch(source("Pod"), timeout=WAIT)
     inf, rec = run(gated)
     assert inf.wait_for_sync(WAIT)
     assert rec.wait_count(4)
-    assert gated.opened.wait(WAIT)
     # disconnect the informer and keep it away while the world changes and history is lost
-    gated.gate.clear()
-    gated.entered.clear()
-    assert mem.drop_watches() == 1
-    assert gated.entered.wait(WAIT)
+    assert gated.keep_away(mem.drop_watches) == 1
     mem.delete("Pod", "default", "a", uid=a["metadata"]["uid"])
     mem.delete("Pod", "default", "b", uid=b["metadata"]["uid"])
     b2 = mem.create(make_pod("b"))
-    mem.patch_status(
-        "Pod",
-        "default",
-        "c",
-        {"status": {"nominatedNodeName": "n1"}},
-        uid=c["metadata"]["uid"],
-        resource_version=None,
-    )
+    nominate(mem, "c", "n1", uid=c["metadata"]["uid"])
     mem.create(make_pod("e"))
     mem.compact()
     gated.gate.set()
     assert rec.wait_count(9)
-    assert rec.names()[4:] == [
-        ("delete", "a"),
-        ("delete", "b"),
-        ("add", "b"),
-        ("update", "c"),
-        ("add", "e"),
-    ]
+    assert rec.names()[4:] == RELISTED_WHILE_AWAY
     assert rec.events[6][2] == b2["metadata"]["uid"]
     assert rec.objects[7]["status"]["nominatedNodeName"] == "n1"
     assert inf.relists == 2
@@ -312,14 +267,7 @@ def test_attach_feeds_a_dispatcher(mem: InMemoryApiServer) -> None:
     inf.start()
     try:
         pod = mem.create(make_pod("a"))
-        mem.patch_status(
-            "Pod",
-            "default",
-            "a",
-            {"status": {"nominatedNodeName": "n"}},
-            uid=pod["metadata"]["uid"],
-            resource_version=None,
-        )
+        nominate(mem, "a", "n", uid=pod["metadata"]["uid"])
         mem.delete("Pod", "default", "a", uid=pod["metadata"]["uid"])
         assert facade.done.wait(WAIT)
         assert facade.calls == [("add", "a"), ("update", "a"), ("delete", "a")]

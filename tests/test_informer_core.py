@@ -21,7 +21,7 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.adapters.informer import ClientListWatch, Informer
-from kdispatch.adapters.informer_core import InformerCore
+from kdispatch.adapters.informer_core import Handler, InformerCore
 from kdispatch.adapters.kubernetes import KubernetesBackend
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
@@ -63,7 +63,7 @@ def test_the_executor_retry_delay_is_the_same_formula() -> None:
 class Seen:
     def __init__(self, core: InformerCore) -> None:
         self.log: list[tuple[str, str, str]] = []
-        core.add_handler(self.add, self.update, self.delete)
+        core.add_handler(Handler(self.add, self.update, self.delete))
 
     def add(self, obj: dict[str, Any]) -> None:
         self.log.append(("add", obj["metadata"]["name"], obj["metadata"]["resourceVersion"]))
@@ -117,7 +117,7 @@ def test_a_raising_handler_never_stops_the_others() -> None:
     def boom(obj: dict[str, Any]) -> None:
         raise RuntimeError("handler bug")
 
-    core.add_handler(on_add=boom)
+    core.add_handler(Handler(boom, None, None))
     seen = Seen(core)
     core.listed([pod("a", 1)], "1")
     assert seen.log == [("add", "a", "1")]

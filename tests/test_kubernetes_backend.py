@@ -13,7 +13,7 @@ import socket
 import threading
 import traceback
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client as k8s
@@ -40,6 +40,7 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.transport import TransportName, prepare_configuration
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from tests.backends import nominate
 from tests.concurrency import patch_from_threads
 from tests.rawhttp import read_request
 
@@ -77,6 +78,9 @@ def http(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
 def backend(http: ApiServerHTTP) -> Iterator[KubernetesBackend]:
     with _for_url(http.url, token=TOKEN, request_timeout=5.0) as b:
         yield b
+
+
+E = TypeVar("E", bound=BaseException)
 
 
 def _pod(mem: InMemoryApiServer, name: str = "p1") -> tuple[str, str]:
@@ -252,14 +256,7 @@ def test_conflicts_on_uid_and_resource_version(
     assert "metadata.uid" in str(info.value)  # 422 "field is immutable", mapped to a conflict
     backend.patch_status("Pod", "default", "p1", patch, uid=uid, resource_version=rv)
     with pytest.raises(ConflictError) as info:  # rv is stale now
-        backend.patch_status(
-            "Pod",
-            "default",
-            "p1",
-            {"status": {"nominatedNodeName": "n2"}},
-            uid=uid,
-            resource_version=rv,
-        )
+        nominate(backend, "p1", "n2", uid=uid, resource_version=rv)
     assert not isinstance(info.value, AlreadyExistsError)
     assert "has been modified" in str(info.value)
     with pytest.raises(ConflictError):
@@ -281,17 +278,26 @@ def test_double_binding_conflicts(backend: KubernetesBackend, mem: InMemoryApiSe
     assert stored is not None and stored["spec"]["nodeName"] == "n1"
 
 
+def _scripted_bind_fails(
+    backend: KubernetesBackend, mem: InMemoryApiServer, uid: str, fault: Any, raises: type[E]
+) -> E:
+    """The server answers the next binding of p1 with ``fault`` (see ``mem.script``): the
+    backend raises ``raises``, which is returned."""
+    mem.script("bind", fault)
+    with pytest.raises(raises) as info:
+        backend.bind("default", "p1", uid=uid, node="n1")
+    return info.value
+
+
 def test_429_carries_retry_after(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
     uid, _ = _pod(mem)
-    mem.script("bind", "429")
-    with pytest.raises(TooManyRequestsError) as info:
-        backend.bind("default", "p1", uid=uid, node="n1")
-    assert info.value.retryable
-    assert info.value.retry_after == pytest.approx(0.05)
-    mem.script("bind", TooManyRequestsError("slow down", retry_after=3))
-    with pytest.raises(TooManyRequestsError) as info:
-        backend.bind("default", "p1", uid=uid, node="n1")
-    assert info.value.retry_after == 3.0
+    error = _scripted_bind_fails(backend, mem, uid, "429", TooManyRequestsError)
+    assert error.retryable
+    assert error.retry_after == pytest.approx(0.05)
+    slow_down = TooManyRequestsError("slow down", retry_after=3)
+    assert (
+        _scripted_bind_fails(backend, mem, uid, slow_down, TooManyRequestsError).retry_after == 3.0
+    )
     backend.bind("default", "p1", uid=uid, node="n1")  # then it goes through
 
 
@@ -317,14 +323,7 @@ def test_client_timeout_when_the_server_hangs(mem: InMemoryApiServer) -> None:
         # apply_then_fail: the change is applied, the reply never arrives
         mem.script("patch_status", "apply_then_fail")
         with pytest.raises(RequestTimeoutError):
-            b.patch_status(
-                "Pod",
-                "default",
-                "p1",
-                {"status": {"nominatedNodeName": "n9"}},
-                uid=uid,
-                resource_version=None,
-            )
+            nominate(b, "p1", "n9", uid=uid)
         stored = mem.get_object("Pod", "default", "p1")
         assert stored is not None and stored["status"]["nominatedNodeName"] == "n9"
         assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"  # the pool recovers
@@ -344,10 +343,7 @@ def test_504_reply_is_a_timeout(mem: InMemoryApiServer) -> None:
 
 def test_connection_reset(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
     uid, _ = _pod(mem)
-    mem.script("bind", "conn_reset")
-    with pytest.raises(ApiConnectionError) as info:
-        backend.bind("default", "p1", uid=uid, node="n1")
-    assert info.value.retryable
+    assert _scripted_bind_fails(backend, mem, uid, "conn_reset", ApiConnectionError).retryable
     backend.bind("default", "p1", uid=uid, node="n1")
 
 

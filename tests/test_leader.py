@@ -159,7 +159,7 @@ def test_official_leaderelection_and_this_elector_exclude_each_other(http: ApiSe
             electionconfig.Config(lock2, 15, 10, 2, lambda: None, None)
         )
         assert not official2.try_acquire_or_renew()
-        assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "ours"
+        assert _holder(server) == "ours"
 
 
 # --------------------------------------------------------------------------- the elector
@@ -182,18 +182,36 @@ def _elector(
     return elector, lost
 
 
+def _a_leads(
+    **kw: Any,
+) -> tuple[InMemoryApiServer, ManualClock, LeaseElector, list[LeadershipLost]]:
+    """Elector ``a`` on a fresh server at t=1000, stepped once: it took the lease. Returns the
+    server, the clock, ``a`` and what ``a`` lost; ``kw`` goes to :func:`_elector`."""
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
+    a, lost = _elector(server, "a", clock, **kw)
+    a.step()
+    return server, clock, a, lost
+
+
 def _a_leads_b_follows() -> tuple[
     InMemoryApiServer, ManualClock, LeaseElector, list[LeadershipLost], LeaseElector
 ]:
-    """Electors ``a`` and ``b`` on one server at t=1000, each stepped once: ``a`` took the
-    lease and ``b`` has seen its record. Returns the server, the clock, ``a``, what ``a``
-    lost, and ``b``."""
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, lost = _elector(server, "a", clock)
+    """:func:`_a_leads`, and elector ``b`` stepped once after it: ``b`` has seen ``a``'s
+    record. Returns the server, the clock, ``a``, what ``a`` lost, and ``b``."""
+    server, clock, a, lost = _a_leads()
     b, _ = _elector(server, "b", clock)
-    a.step()
     b.step()
     return server, clock, a, lost, b
+
+
+def _write_lease(server: InMemoryApiServer, **spec: Any) -> None:
+    """Another writer changes the lease's ``spec`` fields behind the electors' backs."""
+    server.leases.patch("kube-system", "sched", {"spec": spec})
+
+
+def _holder(server: InMemoryApiServer) -> str:
+    """The lease's holderIdentity as stored."""
+    return str(server.leases.get("kube-system", "sched")["spec"]["holderIdentity"])
 
 
 def test_config_is_checked() -> None:
@@ -208,15 +226,13 @@ def test_config_is_checked() -> None:
 
 
 def test_gate_closes_at_renew_deadline_from_the_last_successful_renew() -> None:
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
     registry = CollectorRegistry()
-    a, lost = _elector(server, "a", clock, registry=registry)
-    a.step()
+    server, clock, a, lost = _a_leads(registry=registry)
     assert a.is_leader and a.may_send()
     assert registry.get_sample_value("kdispatch_leader_is_leader", {"lease": "sched"}) == 1
     clock.now += 2
     a.step()  # renewed at t=1002: the deadline is 1012
-    server.leases.patch("kube-system", "sched", {"spec": {"leaseTransitions": 0}})
+    _write_lease(server, leaseTransitions=0)
     clock.now = 1011.999
     assert a.may_send() and not lost
     clock.now = 1012.0
@@ -235,9 +251,7 @@ def test_gate_closes_at_renew_deadline_from_the_last_successful_renew() -> None:
 
 
 def test_failed_renewals_lose_leadership_at_the_deadline() -> None:
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, lost = _elector(server, "a", clock)
-    a.step()
+    _server, clock, a, lost = _a_leads()
 
     def unreachable(*_a: Any, **_k: Any) -> Any:
         from kdispatch.actors.errors import ApiConnectionError
@@ -283,10 +297,8 @@ def test_a_renewal_restarts_the_followers_timer() -> None:
 
 
 def test_leader_that_sees_another_holder_loses_at_once() -> None:
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, lost = _elector(server, "a", clock)
-    a.step()
-    server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "intruder"}})
+    server, clock, a, lost = _a_leads()
+    _write_lease(server, holderIdentity="intruder")
     clock.now += 2
     a.step()
     assert not a.is_leader and "intruder" in str(lost[0])
@@ -299,19 +311,17 @@ def test_release_hands_over_at_the_next_retry() -> None:
     clock.now += 2
     b.step()
     assert b.is_leader
-    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "b"
+    assert _holder(server) == "b"
 
 
 def test_release_after_the_renew_deadline_still_frees_an_untouched_lease() -> None:
     """A drain that used the whole renew window (or renewals starved on a loaded machine):
     the lease still names this replica and nobody wrote it since, so releasing it is safe."""
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, _ = _elector(server, "a", clock)
-    a.step()
+    server, clock, a, _ = _a_leads()
     clock.now += 30  # far past the renew deadline, no renewal in between
     assert a.release()
     assert not a.may_send()
-    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == ""
+    assert _holder(server) == ""
     assert not a.release()  # already free: nothing to release (and no conflict)
 
 
@@ -319,22 +329,18 @@ def test_release_after_a_renewal_it_did_not_record_still_frees_the_lease() -> No
     """A renewal that landed while the election was stopping leaves this replica with an older
     version: the release gets a 409, reads the lease again, sees itself as the holder and
     frees it."""
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, _ = _elector(server, "a", clock)
-    a.step()
-    server.leases.patch("kube-system", "sched", {"spec": {"renewTime": "2026-12-01T00:00:01Z"}})
+    server, _clock, a, _ = _a_leads()
+    _write_lease(server, renewTime="2026-12-01T00:00:01Z")
     assert a.release()
-    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == ""
+    assert _holder(server) == ""
 
 
 def test_release_never_frees_a_lease_another_replica_wrote_since() -> None:
-    server, clock = InMemoryApiServer(), ManualClock(1000.0)
-    a, _ = _elector(server, "a", clock)
-    a.step()
-    server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "b"}})
+    server, clock, a, _ = _a_leads()
+    _write_lease(server, holderIdentity="b")
     clock.now += 30
     assert not a.release()  # its version is stale: the resourceVersion precondition fails
-    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "b"
+    assert _holder(server) == "b"
     assert not a.may_send()
 
 
@@ -358,7 +364,7 @@ def test_two_candidates_racing_for_a_free_lease_one_wins() -> None:
     b_clock.now += 100  # on b's clock it looks expired; its update carries the old version
     b.step()
     assert a.is_leader and not b.is_leader
-    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == "a"
+    assert _holder(server) == "a"
     assert {w.writer for w in server.leases.writes} == {"a"}
 
 
@@ -370,7 +376,7 @@ def test_threads_start_and_stop_cleanly() -> None:
     elector = LeaseElector(MemoryLeaseClient(server), cfg).start()
     assert elector.wait_for_leadership(5.0)
     assert elector.stop(release=True)
-    assert server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == ""
+    assert _holder(server) == ""
 
 
 # --------------------------------------------------------------------------- the fence
@@ -509,7 +515,7 @@ def test_send_deadline_closes_at_once_when_another_holder_is_seen_or_on_release(
     told: list[float] = []
     a.watch_send_deadline(told.append)
     a.step()
-    server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": "intruder"}})
+    _write_lease(server, holderIdentity="intruder")
     clock.now += 1
     a.step()
     assert told == [0.0, 1010.0, 0.0] and len(lost) == 1
@@ -578,7 +584,7 @@ def test_the_told_deadline_always_agrees_with_may_send(ops: list[str | float]) -
             a.step()
         elif op in ("intruder", "free") and server.get_object(*LEASE):
             holder = "x" if op == "intruder" else ""
-            server.leases.patch("kube-system", "sched", {"spec": {"holderIdentity": holder}})
+            _write_lease(server, holderIdentity=holder)
         elif op == "release":
             a.release()
         elif op in ("intruder", "free"):

@@ -50,7 +50,7 @@ from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.actors.registry import Registry
 from kdispatch.actors.runtime import ActorPool, PooledActor
 from tests.clocks import ManualClock
-from tests.factories import cond, pod
+from tests.factories import InertCall, cond, pod
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -335,17 +335,15 @@ def test_submit_while_closing_resolves_dispatcher_closed(h: Harness) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class BuggyPatch(Call):
-    """A user call type whose merger raises, and whose precheck raises once ``armed``."""
+class BuggyPatch(InertCall):
+    """A user call type whose merger raises, and whose precheck raises once ``armed``; its
+    send answers the object it was given."""
 
     call_type: ClassVar[str] = "buggy_patch"
-    kind: ClassVar[str] = "Pod"
     relevance: ClassVar[int] = 5
 
-    ref: ObjectRef
     value: int = 0
     armed: list[bool] = field(default_factory=lambda: [False], compare=False)
-    basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def merge(self, older: BuggyPatch) -> BuggyPatch:
         raise RuntimeError("merger bug")
@@ -354,12 +352,6 @@ class BuggyPatch(Call):
         if self.armed[0]:
             raise RuntimeError("precheck bug")
         return None
-
-    def is_noop(self, obj: Obj | None) -> bool:
-        return False
-
-    def apply(self, obj: Obj) -> Obj:
-        return obj
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         return obj

@@ -9,7 +9,7 @@ are opaque to the machine: here they are plain names, and every ``Resolve`` is r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
@@ -53,7 +53,7 @@ from kdispatch.actors.pod_calls import (
     PodStatusPatch,
     pod_conditions,
 )
-from tests.factories import cond, pod
+from tests.factories import InertCall, cond, pod
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -114,8 +114,20 @@ class Driver:
         s = self.send()
         if call_type is not None:
             assert s.call.call_type == call_type
-        self.done(s)
+        self.done_succeeds(s, fut)
+
+    def done_succeeds(self, send: Send, fut: str) -> None:
+        """``send`` succeeds, and that resolves ``fut`` SUCCESS."""
+        self.done(send)
         assert self.outcome(fut) is Outcome.SUCCESS
+
+    def request(self, obj: Obj) -> Send:
+        """The next request of the head call, after the re-read it may need (answered ``obj``)."""
+        sent = self.send()
+        if sent.read:
+            self.done(sent, obj=obj)
+            sent = self.send()
+        return sent
 
     def observed(self, obj: Obj) -> list[Effect]:
         return self._take(self.m.observed_event(obj))
@@ -235,8 +247,7 @@ def test_first_call_asks_for_a_grant_and_is_sent_against_its_basis(d: Driver) ->
     s = d.send()
     assert s == Send(call, p, 1) and not s.read
     assert d.outcome(fut) is None
-    d.done(s)
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.done_succeeds(s, fut)
     assert d.state() is State.IDLE
 
 
@@ -259,8 +270,7 @@ def test_same_type_merges_and_older_is_overwritten(d: Driver) -> None:
     assert isinstance(s.call, PodStatusPatch)
     assert s.call.nominated_node_name == "n2"
     assert [c["reason"] for c in s.call.conditions] == ["A"]
-    d.done(s)
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.done_succeeds(s, f2)
 
 
 def test_merge_that_becomes_noop_skips_new_and_removes_pending(d: Driver) -> None:
@@ -287,8 +297,7 @@ def test_call_arriving_while_one_is_in_flight_waits_and_runs_after(d: Driver) ->
     assert isinstance(s2.call, PodStatusPatch)
     assert [c["reason"] for c in s2.call.conditions] == ["B"]
     assert s2.obj is not None and s2.obj["metadata"]["resourceVersion"] == "2"
-    d.done(s2)
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.done_succeeds(s2, f2)
 
 
 def test_noop_is_kept_while_the_same_field_is_in_flight_with_another_value(d: Driver) -> None:
@@ -323,8 +332,7 @@ def test_informer_update_rebases_pending_that_still_differs(d: Driver) -> None:
     d.observed(newer)
     s = d.send()
     assert s.obj is newer  # sent against the newest object
-    d.done(s)
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.done_succeeds(s, fut)
 
 
 @pytest.mark.parametrize(
@@ -373,21 +381,17 @@ def test_status_patch_while_a_binding_is_tracked_is_skipped(d: Driver) -> None:
     s = d.send()
     assert d.outcome(d.submit(gate(p))) is Outcome.SKIPPED  # binding in flight
     assert d.state() is State.IN_FLIGHT
-    d.done(s)
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.done_succeeds(s, f_bind)
 
 
 @dataclass(frozen=True, slots=True)
-class LabelPatch(Call):
+class LabelPatch(InertCall):
     """A user's call type on Pod, more urgent than a binding, declaring no supersession."""
 
     call_type: ClassVar[str] = "label_patch"
-    kind: ClassVar[str] = "Pod"
     relevance: ClassVar[int] = 4
 
-    ref: ObjectRef
     value: str = "x"
-    basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def is_noop(self, obj: Obj | None) -> bool:
         return bool(get_path(obj, "metadata", "labels", "l") == self.value)
@@ -414,16 +418,14 @@ def test_other_type_queues_behind_a_pending_binding_and_both_are_sent_in_order(
     s1 = d.send()
     assert s1.call.call_type == "pod_binding"
     assert d.state() is State.IN_FLIGHT_PENDING
-    d.done(s1)
-    assert d.outcome(f_bind) is Outcome.SUCCESS
+    d.done_succeeds(s1, f_bind)
     assert d.readies() == [Ready(4, 0.0)]
     read = d.send()  # the binding moved the resourceVersion: the label patch re-reads first
     assert read.call.call_type == "label_patch" and read.read
     d.done(read, obj=bound(p, rv=3))
     s2 = d.send()
     assert s2.call.call_type == "label_patch" and not s2.read
-    d.done(s2)
-    assert d.outcome(f_label) is Outcome.SUCCESS
+    d.done_succeeds(s2, f_label)
 
 
 def test_binding_takes_the_status_patch_slot_ahead_of_a_queued_call_of_another_type(
@@ -525,8 +527,7 @@ def test_landed_binding_makes_the_next_patch_reread_instead_of_walking_into_a_40
     assert d.outcome(f_patch) is None
     s = d.send()
     assert s.call is call and not s.read and s.obj is fresh and s.attempt == 1
-    d.done(s)
-    assert d.outcome(f_patch) is Outcome.SUCCESS
+    d.done_succeeds(s, f_patch)
 
 
 # ============================================================ deletion and preemption
@@ -588,8 +589,7 @@ def test_preemption_cancels_pending_and_runs_the_deletion(d: Driver) -> None:
     s = d.send()
     assert s.call.call_type == "pod_preemption"
     assert d.outcome(d.submit(PodBinding.for_pod(p, "n1"))) is CallCancelled  # nothing behind
-    d.done(s)
-    assert d.outcome(f_pre) is Outcome.SUCCESS
+    d.done_succeeds(s, f_pre)
     assert d.retires() == [Retire(tombstone=True, final=True)]
     assert d.state() is State.RETIRED
 
@@ -607,8 +607,7 @@ def test_preemption_while_a_call_is_in_flight_waits_for_it(d: Driver) -> None:
     d.done(read, obj=pod("a", rv=2))
     s = d.send()
     assert s.call.call_type == "pod_preemption" and not s.read
-    d.done(s)
-    assert d.outcome(f_pre) is Outcome.SUCCESS
+    d.done_succeeds(s, f_pre)
 
 
 def test_preemption_of_terminating_pod_is_skipped(d: Driver) -> None:
@@ -624,8 +623,7 @@ def test_repeated_preemption_merges_or_rides_on_the_one_in_flight(d: Driver) -> 
     assert d.outcome(f1) is Outcome.OVERWRITTEN
     s = d.send()
     assert d.outcome(d.submit(PodPreemption.for_pod(p))) is Outcome.SKIPPED
-    d.done(s)
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.done_succeeds(s, f2)
 
 
 def test_pending_preemption_of_a_deleted_pod_succeeds(d: Driver) -> None:
@@ -691,8 +689,7 @@ def test_retried_preemption_rereads_and_keeps_the_existing_disruption_target(d: 
     assert pod_conditions(s2.obj)["DisruptionTarget"]["lastTransitionTime"] == (
         "2026-01-01T00:00:00Z"
     )
-    d.done(s2)
-    assert d.outcome(f_pre) is Outcome.SUCCESS
+    d.done_succeeds(s2, f_pre)
 
 
 def test_retried_preemption_whose_reread_finds_the_pod_gone_succeeds(d: Driver) -> None:
@@ -729,8 +726,7 @@ def test_cancel_cannot_recall_call_in_flight(d: Driver) -> None:
     fut = d.submit(unsched(pod("a")))
     s = d.send()
     assert d.cancel() == []
-    d.done(s)
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.done_succeeds(s, fut)
 
 
 @pytest.mark.parametrize(
@@ -837,8 +833,7 @@ def test_retry_merges_with_call_that_arrived_meanwhile(d: Driver) -> None:
     s2 = d.send()
     assert isinstance(s2.call, PodStatusPatch)
     assert s2.call.nominated_node_name == "n1" and len(s2.call.conditions) == 1
-    d.done(s2)
-    assert d.outcome(f2) is Outcome.SUCCESS
+    d.done_succeeds(s2, f2)
 
 
 def test_ambiguous_failure_pauses_noop_elision_and_rereads_once(d: Driver) -> None:
@@ -894,8 +889,7 @@ def test_newer_observed_object_restores_trust_without_a_reread(d: Driver) -> Non
     d.observed(newer)
     s = d.send()
     assert not s.read and s.obj is newer
-    d.done(s)
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.done_succeeds(s, fut)
 
 
 # ============================================================ conflicts
@@ -907,8 +901,7 @@ def test_conflict_rebases_on_the_fresh_object(d: Driver) -> None:
     d.done(d.send(), Result.CONFLICT, obj=fresh, error=ConflictError())
     s2 = d.send()
     assert s2.obj is fresh and s2.attempt == 2
-    d.done(s2)
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.done_succeeds(s2, fut)
 
 
 def test_conflict_that_makes_call_noop_resolves_skipped(d: Driver) -> None:
@@ -935,8 +928,7 @@ def test_conflict_whose_reread_failed_rereads_before_the_next_attempt(d: Driver)
     d.done(read, obj=pod("a", rv=4))
     s = d.send()
     assert not s.read and s.obj is not None and s.obj["metadata"]["resourceVersion"] == "4"
-    d.done(s)
-    assert d.outcome(fut) is Outcome.SUCCESS
+    d.done_succeeds(s, fut)
 
 
 def test_binding_409_that_shows_it_landed_is_success(d: Driver) -> None:

@@ -106,6 +106,15 @@ def _submit_held(
     return futures
 
 
+def _release_the_first(cluster: Cluster, futures: list[CallFuture]) -> None:
+    """Let the binding held on the server answer: it succeeds, and every one queued behind it
+    fails LeadershipLost."""
+    cluster.held.gate.set()
+    assert futures[0].result(WAIT) is Outcome.SUCCESS
+    for f in futures[1:]:
+        assert isinstance(f.exception(WAIT), LeadershipLost)
+
+
 def test_gate_is_closed_until_the_elector_leads_then_calls_land(cluster: Cluster) -> None:
     elector = cluster.elector()
     with cluster.dispatcher(elector) as d:
@@ -133,10 +142,7 @@ def test_lost_lease_closes_the_gate_for_every_call_not_yet_sent(cluster: Cluster
         _intrude(cluster.server)
         elector.step()  # sees another holder: loses now, well before the renew deadline
         assert elector.lost is not None and d.send_deadline == 0.0
-        cluster.held.gate.set()
-        assert futures[0].result(WAIT) is Outcome.SUCCESS
-        for f in futures[1:]:
-            assert isinstance(f.exception(WAIT), LeadershipLost)
+        _release_the_first(cluster, futures)
     assert cluster.bound() == ["q0"]
     assert cluster.bind_requests() == ["q0"]
 
@@ -156,10 +162,7 @@ def test_a_stalled_parent_lets_the_deadline_pass_and_the_child_stops_sending(
         while time.monotonic() < deadline:  # the clock is what is under test here
             threading.Event().wait(deadline - time.monotonic())
         assert d.send_deadline == deadline  # nothing told the child: it reads the old value
-        cluster.held.gate.set()
-        assert futures[0].result(WAIT) is Outcome.SUCCESS
-        for f in futures[1:]:
-            assert isinstance(f.exception(WAIT), LeadershipLost)
+        _release_the_first(cluster, futures)
     assert cluster.bound() == ["s0"]
     assert cluster.bind_requests() == ["s0"]
 

@@ -544,15 +544,8 @@ def test_kubeconfig_run_schedules_pending_pods_over_http(tmp_path: Path) -> None
     other = make_pod("not-ours", cpu_m=100)  # default-scheduler: left alone
     mem.create(other)
     with ApiServerHTTP(mem) as srv:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f'clusters: [{{name: t, cluster: {{server: "{srv.url}"}}}}]\n'
-            "users: [{name: u, user: {token: t0k}}]\n"
-            "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
-            "current-context: c\n"
-        )
-        fig = run(RunConfig(kubeconfig=str(kubeconfig), workers=4, max_seconds=60), stream=None)
+        config = config_for(tmp_path, srv.url, token="t0k", workers=4, max_seconds=60)
+        fig = run(config, stream=None)
     _check_clean(fig)
     assert (fig["pods_total"], fig["pods_bound"]) == (30, 30)
     not_ours = mem.get_object("Pod", "default", "not-ours")
@@ -568,24 +561,9 @@ def test_kubeconfig_run_schedules_pending_pods_over_http(tmp_path: Path) -> None
 @pytest.mark.timeout(90)
 def test_dispatcher_process_run_schedules_pending_pods_over_http(tmp_path: Path) -> None:
     mem = InMemoryApiServer()
-    for i in range(3):
-        mem.create(node(f"n{i}"))
-    for i in range(40):
-        obj = make_pod(f"p{i}", cpu_m=200)
-        obj["spec"]["schedulerName"] = "kdispatch-example"
-        mem.create(obj)
+    _pending_pods(mem, 40, cpu_m=200)
     with ApiServerHTTP(mem) as srv:
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f'clusters: [{{name: t, cluster: {{server: "{srv.url}"}}}}]\n'
-            "users: [{name: u, user: {}}]\n"
-            "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
-            "current-context: c\n"
-        )
-        cfg = RunConfig(
-            kubeconfig=str(kubeconfig), workers=4, max_seconds=60, dispatcher_process=True
-        )
+        cfg = config_for(tmp_path, srv.url, workers=4, max_seconds=60, dispatcher_process=True)
         fig = run(cfg, stream=None)
     _check_clean(fig)
     assert fig["mode"] == "async-process"
@@ -596,26 +574,51 @@ def test_dispatcher_process_run_schedules_pending_pods_over_http(tmp_path: Path)
     assert len(writers) == 1 and next(iter(writers)).startswith("kdispatch-scheduler/")
 
 
-def kubeconfig_file(tmp_path: Path, url: str) -> str:
-    """A kubeconfig in ``tmp_path`` for the server at ``url``, without credentials."""
+def kubeconfig_file(tmp_path: Path, url: str, token: str | None = None) -> str:
+    """A kubeconfig in ``tmp_path`` for the server at ``url``, with a bearer ``token`` or
+    without credentials."""
     path = tmp_path / "kubeconfig"
+    user = "{}" if token is None else f"{{token: {token}}}"
     path.write_text(
         "apiVersion: v1\nkind: Config\n"
         f'clusters: [{{name: t, cluster: {{server: "{url}"}}}}]\n'
-        "users: [{name: u, user: {}}]\n"
+        f"users: [{{name: u, user: {user}}}]\n"
         "contexts: [{name: c, context: {cluster: t, user: u}}]\n"
         "current-context: c\n"
     )
     return str(path)
 
 
-def _pending_pods(mem: InMemoryApiServer, count: int) -> None:
+def config_for(tmp_path: Path, url: str, token: str | None = None, **kw: Any) -> RunConfig:
+    """The example's :class:`RunConfig` (``kw``) for the server at ``url``, through a
+    :func:`kubeconfig_file` in ``tmp_path``."""
+    return RunConfig(kubeconfig=kubeconfig_file(tmp_path, url, token), **kw)
+
+
+def _pending_pods(mem: InMemoryApiServer, count: int, cpu_m: int = 100) -> None:
+    """Three nodes and ``count`` pending pods of the example's scheduler."""
     for i in range(3):
         mem.create(node(f"n{i}"))
     for i in range(count):
-        obj = make_pod(f"p{i}", cpu_m=100)
+        obj = make_pod(f"p{i}", cpu_m=cpu_m)
         obj["spec"]["schedulerName"] = "kdispatch-example"
         mem.create(obj)
+
+
+def _replica_a(tmp_path: Path, url: str, retry_period: float, **kw: Any) -> RunConfig:
+    """Replica ``a`` of the example for the server at ``url``, its dispatcher in a child
+    process, electing a leader on short timings (``retry_period``); ``kw``: more settings."""
+    return config_for(
+        tmp_path,
+        url,
+        max_seconds=60,
+        dispatcher_process=True,
+        identity="a",
+        leader_elect=LeaderElect(
+            lease_duration=4.0, renew_deadline=3.0, retry_period=retry_period, identity="a"
+        ),
+        **kw,
+    )
 
 
 @pytest.mark.timeout(90)
@@ -625,16 +628,7 @@ def test_dispatcher_process_with_leader_election_leads_then_binds_every_pod(
     mem = InMemoryApiServer()
     _pending_pods(mem, 30)
     with ApiServerHTTP(mem) as srv:
-        cfg = RunConfig(
-            kubeconfig=kubeconfig_file(tmp_path, srv.url),
-            workers=4,
-            max_seconds=60,
-            dispatcher_process=True,
-            identity="a",
-            leader_elect=LeaderElect(
-                lease_duration=4.0, renew_deadline=3.0, retry_period=0.5, identity="a"
-            ),
-        )
+        cfg = _replica_a(tmp_path, srv.url, retry_period=0.5, workers=4)
         fig = run(cfg, stream=None)
     _check_clean(fig)
     assert fig["mode"] == "async-process"
@@ -656,18 +650,7 @@ def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path:
     _pending_pods(mem, 200)
     figures: list[dict[str, Any]] = []
     with ApiServerHTTP(mem) as srv:
-        cfg = RunConfig(
-            kubeconfig=kubeconfig_file(tmp_path, srv.url),
-            workers=2,
-            qps=20.0,
-            burst=1,
-            max_seconds=60,
-            dispatcher_process=True,
-            identity="a",
-            leader_elect=LeaderElect(
-                lease_duration=4.0, renew_deadline=3.0, retry_period=0.2, identity="a"
-            ),
-        )
+        cfg = _replica_a(tmp_path, srv.url, retry_period=0.2, workers=2, qps=20.0, burst=1)
         runner = threading.Thread(target=lambda: figures.append(run(cfg, stream=None)))
         runner.start()
         try:

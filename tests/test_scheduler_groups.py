@@ -15,7 +15,7 @@ import pytest
 
 from examples.scheduler.api import DispatchedApi
 from examples.scheduler.cycle import SCHEDULER_ERROR, Phase, Scheduler, SchedulerConfig
-from examples.scheduler.runner import RunConfig, run
+from examples.scheduler.runner import run
 from examples.scheduler.steps import ChainedSteps
 from kdispatch import (
     CallCancelled,
@@ -31,7 +31,7 @@ from kdispatch import (
 from kdispatch.testing import FaultPlan, InMemoryApiServer, RequestRecord, make_claim, make_pod
 from kdispatch.testing.httpserver import ApiServerHTTP
 from tests.clocks import ManualClock
-from tests.test_scheduler_example import FakeApi, kubeconfig_file, node
+from tests.test_scheduler_example import FakeApi, config_for, node
 from tests.test_scheduler_peer import _pod
 
 pytestmark = pytest.mark.timeout(90)
@@ -65,9 +65,7 @@ def test_claims_are_reserved_before_the_binding_also_when_a_claim_write_is_retri
         mem.create(_pod(name, cpu=100, claims=[f"{name}-gpu"]))
         mem.script("patch_status", "429", "500", "429", name=f"{name}-gpu")
     with ApiServerHTTP(mem) as srv:
-        fig = run(
-            RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4, **mode), stream=None
-        )
+        fig = run(config_for(tmp_path, srv.url, workers=4, **mode), stream=None)
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert fig["pods_bound"] == len(pods)
     log = _log(mem)
@@ -137,9 +135,7 @@ def test_the_nomination_precedes_every_victims_delete(tmp_path: Path, mode: dict
     mem.create(_pod("high", cpu=900, priority=100))
     mem.script("patch_status", "429", "500", name="high")  # the nomination is retried
     with ApiServerHTTP(mem) as srv:
-        fig = run(
-            RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4, **mode), stream=None
-        )
+        fig = run(config_for(tmp_path, srv.url, workers=4, **mode), stream=None)
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert (fig["pods_bound"], fig["pods_preempted"]) == (1, 2)
     log = _log(mem)
@@ -192,16 +188,10 @@ def test_a_batch_run_with_a_pod_that_never_binds_ends_on_its_own(tmp_path: Path)
     refusals: list[Any] = [InvalidRequestError("binding refused")] * 200
     mem.script("bind", *refusals, name="stuck")
     with ApiServerHTTP(mem) as srv:
-        fig = run(
-            RunConfig(
-                kubeconfig=kubeconfig_file(tmp_path, srv.url),
-                workers=2,
-                backoff_initial=0.01,
-                backoff_max=1.0,
-                max_seconds=60,
-            ),
-            stream=None,
+        config = config_for(
+            tmp_path, srv.url, workers=2, backoff_initial=0.01, backoff_max=1.0, max_seconds=60
         )
+        fig = run(config, stream=None)
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert (fig["pods_bound"], fig["pods_unschedulable"]) == (1, 1)
     assert fig["unschedulable_pods"] == ["default/stuck"]

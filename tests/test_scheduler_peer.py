@@ -13,11 +13,11 @@ import pytest
 
 from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig
 from examples.scheduler.queue import SchedulingQueue
-from examples.scheduler.runner import RunConfig, run
+from examples.scheduler.runner import run
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
 from tests.clocks import ManualClock
-from tests.test_scheduler_example import FakeApi, kubeconfig_file
+from tests.test_scheduler_example import FakeApi, config_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -48,7 +48,7 @@ def test_events_on_the_server(tmp_path: Path) -> None:
     mem.create(_pod("small", cpu=100))
     mem.create(_pod("huge", cpu=100_000))
     with ApiServerHTTP(mem) as srv:
-        fig = run(RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4), stream=None)
+        fig = run(config_for(tmp_path, srv.url, workers=4), stream=None)
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     assert (fig["pods_bound"], fig["pods_unschedulable"], fig["pods_preempted"]) == (2, 1, 1)
     events = _events(mem)
@@ -145,13 +145,7 @@ def test_pre_kep_sends_every_request_through_one_client_side_limiter(tmp_path: P
     mem.create(_pod("huge", cpu=100_000))
     qps, burst = 40, 5
     with ApiServerHTTP(mem) as srv:
-        cfg = RunConfig(
-            kubeconfig=kubeconfig_file(tmp_path, srv.url),
-            api="pre-kep",
-            qps=qps,
-            burst=burst,
-            workers=8,
-        )
+        cfg = config_for(tmp_path, srv.url, api="pre-kep", qps=qps, burst=burst, workers=8)
         fig = run(cfg, stream=None)
     assert fig["stopped_by"] == "done" and fig["verdict_ok"], fig["verdict"]
     log = [r for r in mem.request_log if r.op != "get"]
@@ -176,7 +170,7 @@ def test_report_counts_only_its_own_pods(tmp_path: Path) -> None:
     for i in range(5):
         mem.create(_pod(f"p{i}", cpu=100))
     with ApiServerHTTP(mem) as srv:
-        fig = run(RunConfig(kubeconfig=kubeconfig_file(tmp_path, srv.url), workers=4), stream=None)
+        fig = run(config_for(tmp_path, srv.url, workers=4), stream=None)
     assert (fig["pods_total"], fig["pods_bound"], fig["pods_bound_by_others"]) == (5, 5, 0)
     assert 0 < fig["active_s"] <= fig["wall_s"]
     # active_s is rounded to the millisecond, pods/s is not: a window of a few ms moves it

@@ -10,7 +10,7 @@ import pytest
 
 from kdispatch.actors.calls import Call
 from kdispatch.actors.errors import CallCancelled, Outcome, ServerError
-from kdispatch.actors.object_state import Effect, Event, Rebased, Resolve, Result, Send, State
+from kdispatch.actors.object_state import Effect, Event, Rebased, Resolve, Result, State
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding
 from tests.factories import pod
@@ -45,15 +45,6 @@ def d() -> WithdrawDriver:
 def conditions(call: Call, p: Obj) -> set[str]:
     """The condition types ``call`` sets on ``p``."""
     return {c["type"] for c in call.apply(p)["status"]["conditions"]}
-
-
-def sendable(d: WithdrawDriver, p: Obj) -> Send:
-    """The next request of the head call (after the re-read it may need, answered ``p``)."""
-    send = d.send()
-    if send.read:
-        d.done(send, obj=p)
-        send = d.send()
-    return send
 
 
 def test_withdraw_is_an_event_of_the_table() -> None:
@@ -94,10 +85,9 @@ def test_a_call_withdrawn_in_flight_is_not_sent_again_and_a_later_one_of_its_typ
     assert d.outcome(mine) is CallCancelled
     assert not any(isinstance(e, Rebased) for e in effects)
     assert d.outcome(theirs) is None
-    again = sendable(d, p)
+    again = d.request(p)
     assert conditions(again.call, p) == {"QueueGate"}  # theirs alone: mine is not sent again
-    d.done(again)
-    assert d.outcome(theirs) is Outcome.SUCCESS
+    d.done_succeeds(again, theirs)
 
 
 def test_a_call_withdrawn_in_flight_that_lands_succeeds(d: WithdrawDriver) -> None:
@@ -105,8 +95,7 @@ def test_a_call_withdrawn_in_flight_that_lands_succeeds(d: WithdrawDriver) -> No
     mine = d.submit(unsched(p))
     sent = d.send()
     d.withdraw(mine)
-    d.done(sent)
-    assert d.outcome(mine) is Outcome.SUCCESS
+    d.done_succeeds(sent, mine)
 
 
 def test_a_merged_call_is_sent_whole_while_one_contributor_is_live(d: WithdrawDriver) -> None:
@@ -146,7 +135,7 @@ def test_a_withdrawn_survivor_still_carries_the_older_intent_and_reports_it(
     d.withdraw(newer)
     d.done(sent, obj=p)
     assert d.outcome(first) is Outcome.SUCCESS
-    merged = sendable(d, p)
+    merged = d.request(p)
     assert conditions(merged.call, p) == {"QueueGate", "PodScheduled"}  # sent whole
     d.done(merged)
     assert d.outcome(older) is Outcome.OVERWRITTEN and d.outcome(newer) is Outcome.SUCCESS

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,15 @@ class Target:
     def api_client(self, token: str | None = None) -> k8s.ApiClient:
         """An official ``ApiClient`` (the admin's unless ``token``). The caller closes it."""
         return k8s.ApiClient(_client_config(self.url, token or self.admin_token, self.ca_cert))
+
+    @contextmanager
+    def admin(self) -> Iterator[Admin]:
+        """Raw requests as the cluster admin, through a client closed on exit."""
+        client = self.api_client()
+        try:
+            yield Admin(client)
+        finally:
+            client.close()  # type: ignore[no-untyped-call]
 
     def write_kubeconfig(self, path: Path, token: str | None = None) -> Path:
         ca = Path(self.ca_cert).read_bytes() if self.ca_cert is not None else None

@@ -29,6 +29,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 import pytest
 
+from kdispatch.testing import make_node
 from kdispatch.testing.envtest import BinariesNotFound, find_binaries
 from tests.realapi.cluster import Admin, EmulatorTarget, RealCluster, Target
 
@@ -55,20 +56,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
-def node_body(name: str, *, cpu: str = "64", memory: str = "256Gi", **extra: Any) -> dict[str, Any]:
-    resources = {"cpu": cpu, "memory": memory, "pods": "110"}
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {},
-        "status": {
-            "capacity": dict(resources),
-            "allocatable": dict(resources),
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-        },
-    }
-    body["spec"].update(extra)
+def node_body(
+    name: str, *, cpu_m: int = 64_000, mem_mi: int = 262_144, **spec: Any
+) -> dict[str, Any]:
+    """:func:`kdispatch.testing.make_node` (Ready, 110 pods) with ``spec`` fields added; the
+    real apiserver replaces the UID it carries."""
+    body = make_node(name, cpu_m, mem_mi)
+    body["spec"].update(spec)
     return body
 
 
@@ -115,11 +109,8 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
     cluster = RealCluster(tmp_path_factory.mktemp("realapi"), binaries)
     try:
         cluster.start()
-        client = cluster.api_client()
-        try:
-            _bootstrap(Admin(client))
-        finally:
-            client.close()  # type: ignore[no-untyped-call]
+        with cluster.admin() as admin:
+            _bootstrap(admin)
         yield cluster
     finally:
         cluster.stop()
@@ -148,11 +139,8 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
 @pytest.fixture
 def admin(target: Target) -> Iterator[Admin]:
     """Raw requests as the cluster admin."""
-    client = target.api_client()
-    try:
-        yield Admin(client)
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
+    with target.admin() as admin:
+        yield admin
 
 
 def create_namespace(target: Target, admin: Admin, name: str) -> str:

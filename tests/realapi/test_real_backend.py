@@ -7,6 +7,8 @@ the error types kdispatch maps the replies to, and the HTTP status and reason of
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,7 @@ from kdispatch.actors.errors import (
     InvalidRequestError,
     NotFoundError,
 )
+from kdispatch.actors.objects import Obj
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.concurrency import patch_from_threads
 from tests.realapi.cluster import Admin, Target, condition
@@ -401,20 +404,39 @@ def test_unauthorized_is_permanent(target: Target, ns: str) -> None:
 # --------------------------------------------------------------------------- DRA
 
 
-def test_claim_allocation_and_reservation(
-    backend: KubernetesBackend, admin: Admin, ns: str
-) -> None:
-    claim = new_claim(admin, ns, "c1")
-    pod = new_pod(admin, ns, "p1", claims=("c1",))
-    uid, rv = uid_rv(claim)
-    out = backend.patch_status(
-        "ResourceClaim",
-        ns,
-        "c1",
-        {"status": {"allocation": allocation("n1"), "reservedFor": [consumer(pod)]}},
-        uid=uid,
-        resource_version=rv,
-        patch_type="merge",
+@dataclass
+class ClaimedPod:
+    """Claim c1 in the test's namespace (``uid``, ``rv`` as created) and pod p1 that uses it;
+    :meth:`patch` merge-patches the claim's status through the backend. Test thread."""
+
+    backend: KubernetesBackend
+    ns: str
+    uid: str
+    rv: str
+    pod: dict[str, Any]
+
+    def patch(self, status: dict[str, Any], resource_version: str | None = None) -> Obj:
+        return self.backend.patch_status(
+            "ResourceClaim",
+            self.ns,
+            "c1",
+            {"status": status},
+            uid=self.uid,
+            resource_version=resource_version,
+            patch_type="merge",
+        )
+
+
+@pytest.fixture
+def claimed(backend: KubernetesBackend, admin: Admin, ns: str) -> ClaimedPod:
+    uid, rv = uid_rv(new_claim(admin, ns, "c1"))
+    return ClaimedPod(backend, ns, uid, rv, new_pod(admin, ns, "p1", claims=("c1",)))
+
+
+def test_claim_allocation_and_reservation(claimed: ClaimedPod, admin: Admin, ns: str) -> None:
+    pod = claimed.pod
+    out = claimed.patch(
+        {"allocation": allocation("n1"), "reservedFor": [consumer(pod)]}, claimed.rv
     )
     assert out["kind"] == "ResourceClaim"
     stored = admin.get_claim(ns, "c1")
@@ -422,34 +444,13 @@ def test_claim_allocation_and_reservation(
     assert (result["pool"], result["device"]) == ("n1", "gpu-0")
     assert stored["status"]["reservedFor"] == [consumer(pod)]
     for field in ("reservedFor", "allocation"):  # unreserve, then deallocate
-        backend.patch_status(
-            "ResourceClaim",
-            ns,
-            "c1",
-            {"status": {field: None}},
-            uid=uid,
-            resource_version=None,
-            patch_type="merge",
-        )
+        claimed.patch({field: None})
     assert admin.get_claim(ns, "c1").get("status", {}) == {}
 
 
-def test_claim_reservation_needs_an_allocation(
-    backend: KubernetesBackend, admin: Admin, ns: str
-) -> None:
-    claim = new_claim(admin, ns, "c1")
-    pod = new_pod(admin, ns, "p1", claims=("c1",))
-    uid, _ = uid_rv(claim)
+def test_claim_reservation_needs_an_allocation(claimed: ClaimedPod, admin: Admin, ns: str) -> None:
     with pytest.raises(InvalidRequestError) as info:
-        backend.patch_status(
-            "ResourceClaim",
-            ns,
-            "c1",
-            {"status": {"reservedFor": [consumer(pod)]}},
-            uid=uid,
-            resource_version=None,
-            patch_type="merge",
-        )
+        claimed.patch({"reservedFor": [consumer(claimed.pod)]})
     assert info.value.status == 422
     assert not info.value.retryable
     assert "reservedFor" in str(info.value)
@@ -457,29 +458,14 @@ def test_claim_reservation_needs_an_allocation(
 
 
 def test_claim_allocation_is_immutable_and_kept_while_reserved(
-    backend: KubernetesBackend, admin: Admin, ns: str
+    claimed: ClaimedPod, admin: Admin, ns: str
 ) -> None:
-    claim = new_claim(admin, ns, "c1")
-    pod = new_pod(admin, ns, "p1", claims=("c1",))
-    uid, _ = uid_rv(claim)
-
-    def patch(status: dict[str, object]) -> None:
-        backend.patch_status(
-            "ResourceClaim",
-            ns,
-            "c1",
-            {"status": status},
-            uid=uid,
-            resource_version=None,
-            patch_type="merge",
-        )
-
-    patch({"allocation": allocation("n1"), "reservedFor": [consumer(pod)]})
+    claimed.patch({"allocation": allocation("n1"), "reservedFor": [consumer(claimed.pod)]})
     with pytest.raises(InvalidRequestError) as info:
-        patch({"allocation": allocation("n2")})  # re-allocating in place
+        claimed.patch({"allocation": allocation("n2")})  # re-allocating in place
     assert info.value.status == 422
     with pytest.raises(InvalidRequestError) as info:
-        patch({"allocation": None})  # deallocating while reserved
+        claimed.patch({"allocation": None})  # deallocating while reserved
     assert info.value.status == 422
     stored = admin.get_claim(ns, "c1")
     assert stored["status"]["allocation"]["devices"]["results"][0]["pool"] == "n1"

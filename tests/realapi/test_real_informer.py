@@ -7,19 +7,18 @@ they expect with a deadline, never by sleeping.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch, WatchStream
+from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch
 from tests.realapi.cluster import Admin, RealCluster, Target
 from tests.realapi.conftest import clear_namespace, create_namespace
 from tests.realapi.objects import allocation, new_claim, new_pod, remove_pod, uid_rv
+from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, running_informers
 from tests.recorders import Recorder as BaseRecorder
-from tests.recorders import running_informers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,19 +51,37 @@ class Recorder(BaseRecorder):
             ]
 
 
+class Informers:
+    """Informers over the test's namespace through an ``ApiClient`` of their own, each with a
+    :class:`Recorder`; all are stopped when the test ends. Test thread."""
+
+    def __init__(
+        self, client: k8s.ApiClient, ns: str, start: Callable[..., tuple[Informer, Recorder]]
+    ) -> None:
+        self.client, self.ns, self._start = client, ns, start
+
+    def source(self, kind: str) -> ClientListWatch:
+        """A source of the namespace's objects of ``kind``."""
+        return ClientListWatch(self.client, kind, self.ns, request_timeout=10.0)
+
+    def synced(self, source: str | ListWatch, **kw: Any) -> tuple[Informer, Recorder]:
+        """An informer (``kw``: its settings) on ``source`` (or on the namespace's objects of
+        that kind), started and synced."""
+        inf, rec = self._start(self.source(source) if isinstance(source, str) else source, **kw)
+        assert inf.wait_for_sync(WAIT)
+        return inf, rec
+
+
 @pytest.fixture
-def informer_client(target: Target) -> Iterator[k8s.ApiClient]:
+def informers(target: Target, ns: str) -> Iterator[Informers]:
     client = target.api_client()
-    yield client
-    client.close()  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture
-def run() -> Iterator[Callable[..., tuple[Informer, Recorder]]]:
-    with running_informers(
-        Recorder, "conf", stop_timeout=10.0, backoff_initial=0.01, backoff_max=0.2
-    ) as start:
-        yield start
+    try:
+        with running_informers(
+            Recorder, "conf", stop_timeout=10.0, backoff_initial=0.01, backoff_max=0.2
+        ) as start:
+            yield Informers(client, ns, start)
+    finally:
+        client.close()  # type: ignore[no-untyped-call]
 
 
 def patch_nnn(admin: Admin, ns: str, name: str, node: str) -> dict[str, Any]:
@@ -76,16 +93,9 @@ def patch_nnn(admin: Admin, ns: str, name: str, node: str) -> dict[str, Any]:
     )
 
 
-def test_add_update_delete(
-    target: Target,
-    admin: Admin,
-    ns: str,
-    informer_client: k8s.ApiClient,
-    run: Callable[..., Any],
-) -> None:
+def test_add_update_delete(target: Target, admin: Admin, ns: str, informers: Informers) -> None:
     a = new_pod(admin, ns, "a")
-    inf, rec = run(ClientListWatch(informer_client, "Pod", ns, request_timeout=10.0))
-    assert inf.wait_for_sync(WAIT)
+    inf, rec = informers.synced("Pod")
     assert rec.names() == [("add", "a")]
     assert rec.objects[0]["kind"] == "Pod" and rec.objects[0]["apiVersion"] == "v1"
     updated = patch_nnn(admin, ns, "a", "n1")
@@ -100,24 +110,18 @@ def test_add_update_delete(
     assert set(inf.cache) == {b["metadata"]["uid"]}
 
 
-def test_claims_have_their_kind(
-    admin: Admin, ns: str, informer_client: k8s.ApiClient, run: Callable[..., Any]
-) -> None:
+def test_claims_have_their_kind(admin: Admin, ns: str, informers: Informers) -> None:
     claim = new_claim(admin, ns, "c1")
-    inf, rec = run(ClientListWatch(informer_client, "ResourceClaim", ns, request_timeout=10.0))
-    assert inf.wait_for_sync(WAIT)
+    _, rec = informers.synced("ResourceClaim")
     assert rec.wait_count(1)
     obj = rec.objects[0]
     assert obj["kind"] == "ResourceClaim" and obj["apiVersion"] == "resource.k8s.io/v1"
     assert obj["metadata"]["uid"] == claim["metadata"]["uid"]
 
 
-def test_recreated_pod_is_delete_then_add(
-    admin: Admin, ns: str, informer_client: k8s.ApiClient, run: Callable[..., Any]
-) -> None:
+def test_recreated_pod_is_delete_then_add(admin: Admin, ns: str, informers: Informers) -> None:
     old = new_pod(admin, ns, "p")
-    inf, rec = run(ClientListWatch(informer_client, "Pod", ns, request_timeout=10.0))
-    assert inf.wait_for_sync(WAIT)
+    _, rec = informers.synced("Pod")
     remove_pod(admin, ns, "p")
     new = new_pod(admin, ns, "p")
     assert rec.wait(lambda ev: bool(ev) and ev[-1][0] == "add" and len(ev) >= 3)
@@ -129,36 +133,6 @@ def test_recreated_pod_is_delete_then_add(
         ("delete", old["metadata"]["uid"]),
         ("add", new["metadata"]["uid"]),
     ]
-
-
-class GatedListWatch:
-    """Wraps a source; ``watch`` blocks while the gate is closed (signalling ``entered``)."""
-
-    def __init__(self, inner: ListWatch) -> None:
-        self.inner = inner
-        self.kind = inner.kind
-        self.gate = threading.Event()
-        self.gate.set()
-        self.entered = threading.Event()
-        self.opened = threading.Event()
-        # the next watch starts here instead, and so does every later one from the same
-        # resourceVersion: as if the informer had last seen ``resume_from``
-        self.resume_from: str | None = None
-        self._instead: tuple[str, str] | None = None
-
-    def list(self) -> tuple[list[dict[str, Any]], str]:
-        return self.inner.list()
-
-    def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
-        self.entered.set()
-        assert self.gate.wait(WAIT)
-        if self.resume_from is not None:
-            self._instead, self.resume_from = (resource_version, self.resume_from), None
-        if self._instead is not None and resource_version == self._instead[0]:
-            resource_version = self._instead[1]
-        stream = self.inner.watch(resource_version, timeout_seconds)
-        self.opened.set()
-        return stream
 
 
 def patch_claim(admin: Admin, ns: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
@@ -175,11 +149,7 @@ def delete_claim(admin: Admin, ns: str, name: str) -> None:
 
 
 def test_gone_after_compaction_relists(
-    target: Target,
-    admin: Admin,
-    ns: str,
-    informer_client: k8s.ApiClient,
-    run: Callable[..., Any],
+    target: Target, admin: Admin, ns: str, informers: Informers
 ) -> None:
     """The informer is kept away (its 1 s watch ends and the next one waits at a gate) while
     claims change and etcd is compacted; resuming from its old resourceVersion gets 410, and
@@ -193,15 +163,10 @@ def test_gone_after_compaction_relists(
     new_claim(admin, ns, "b")
     new_claim(admin, ns, "c")
     new_claim(admin, ns, "d")
-    lw = ClientListWatch(informer_client, "ResourceClaim", ns, request_timeout=10.0)
-    gated = GatedListWatch(lw)
-    inf, rec = run(gated, watch_timeout=1.0)
-    assert inf.wait_for_sync(WAIT)
+    gated = GatedListWatch(informers.source("ResourceClaim"), timeout=WAIT)
+    inf, rec = informers.synced(gated, watch_timeout=1.0)
     assert rec.wait_count(4)
-    assert gated.opened.wait(WAIT)
-    gated.gate.clear()
-    gated.entered.clear()
-    assert gated.entered.wait(WAIT)  # the 1 s watch ended; the next one waits
+    gated.keep_away()  # the 1 s watch ended; the next one waits
     delete_claim(admin, ns, "a")
     delete_claim(admin, ns, "b")
     b2 = new_claim(admin, ns, "b")
@@ -210,13 +175,7 @@ def test_gone_after_compaction_relists(
     target.compact()
     gated.gate.set()
     assert rec.wait_count(9)
-    assert rec.names()[4:] == [
-        ("delete", "a"),
-        ("delete", "b"),
-        ("add", "b"),
-        ("update", "c"),
-        ("add", "e"),
-    ]
+    assert rec.names()[4:] == RELISTED_WHILE_AWAY
     assert rec.events[4][2] == a["metadata"]["uid"]
     assert rec.events[6][2] == b2["metadata"]["uid"]
     assert rec.objects[7]["status"]["allocation"]["devices"]["results"][0]["pool"] == "n1"
@@ -259,9 +218,7 @@ def test_cached_pod_watch_outlives_a_compaction(real: RealCluster) -> None:
     """With the watch cache (the default, used for pods), a watch from a resourceVersion that
     etcd has compacted away is still served from the cache's window: the events come, no 410.
     The emulator has no watch cache and answers 410 (docs/apiserver-differences.md)."""
-    client = real.api_client()
-    try:
-        admin = Admin(client)
+    with real.admin() as admin:
         ns = create_namespace(real, admin, "cached-watch")
         pod = new_pod(admin, ns, "a")
         patch_nnn(admin, ns, "a", "n1")
@@ -270,8 +227,6 @@ def test_cached_pod_watch_outlives_a_compaction(real: RealCluster) -> None:
         assert [e["type"] for e in events] == ["MODIFIED"]
         assert events[0]["object"]["status"]["nominatedNodeName"] == "n1"
         clear_namespace(admin, ns)
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.mark.realapi
@@ -279,9 +234,7 @@ def test_watch_from_just_below_the_compaction_revision_is_a_500(real: RealCluste
     """etcd still streams from its compaction revision, but without the previous state, and
     kube-apiserver answers with an ``ERROR`` event ``500 InternalError`` (not 410), every
     time the watch is retried."""
-    client = real.api_client()
-    try:
-        admin = Admin(client)
+    with real.admin() as admin:
         ns = create_namespace(real, admin, "below-compaction")
         new_claim(admin, ns, "a")
         patched = patch_claim(admin, ns, "a", {"allocation": allocation("n1")})
@@ -294,17 +247,14 @@ def test_watch_from_just_below_the_compaction_revision_is_a_500(real: RealCluste
             assert (status["code"], status["reason"]) == (500, "InternalError")
             assert "etcd event received with PrevKv=nil" in status["message"]
         clear_namespace(admin, ns)
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
 
 
-def test_resume_just_below_the_compaction_revision_still_converges(  # noqa: PLR0917
+def test_resume_just_below_the_compaction_revision_still_converges(
     request: pytest.FixtureRequest,
     target: Target,
     admin: Admin,
     ns: str,
-    informer_client: k8s.ApiClient,
-    run: Callable[..., Any],
+    informers: Informers,
 ) -> None:
     """Resuming from resourceVersion R when etcd was compacted at exactly R + 1 (one change
     while the informer was away): etcd can still stream from R + 1 but no longer has the
@@ -313,14 +263,9 @@ def test_resume_just_below_the_compaction_revision_still_converges(  # noqa: PLR
     informer must still converge (client-go's reflector re-lists after any watch error)."""
     del request
     new_claim(admin, ns, "a")
-    lw = ClientListWatch(informer_client, "ResourceClaim", ns, request_timeout=10.0)
-    gated = GatedListWatch(lw)
-    inf, rec = run(gated, watch_timeout=1.0)
-    assert inf.wait_for_sync(WAIT)
-    assert gated.opened.wait(WAIT)
-    gated.gate.clear()
-    gated.entered.clear()
-    assert gated.entered.wait(WAIT)
+    gated = GatedListWatch(informers.source("ResourceClaim"), timeout=WAIT)
+    _, rec = informers.synced(gated, watch_timeout=1.0)
+    gated.keep_away()
     patched = patch_claim(admin, ns, "a", {"allocation": allocation("n1")})
     rev = int(patched["metadata"]["resourceVersion"])
     target.compact(rev)

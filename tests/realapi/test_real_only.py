@@ -42,11 +42,8 @@ SA_NAMESPACE = "kdispatch"
 
 @pytest.fixture
 def radmin(real: RealCluster) -> Iterator[Admin]:
-    client = real.api_client()
-    try:
-        yield Admin(client)
-    finally:
-        client.close()  # type: ignore[no-untyped-call]
+    with real.admin() as admin:
+        yield admin
 
 
 _seq = iter(range(1_000_000))

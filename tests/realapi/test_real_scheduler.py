@@ -29,7 +29,7 @@ def schedule_namespace(
     nodes = [f"{ns}-n{i}" for i in range(4)]
     try:
         for i, name in enumerate(nodes):
-            body = node_body(name, cpu="4", memory="16Gi")
+            body = node_body(name, cpu_m=4000, mem_mi=16_384)
             if i == 0:
                 body["status"]["allocatable"][GPU_RESOURCE] = "2"
                 body["status"]["capacity"][GPU_RESOURCE] = "2"
