@@ -28,8 +28,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from .errors import InvalidRequestError, KdispatchError
 from .kinds import PatchType
-from .objects import Obj
+from .objects import Obj, ObjectRef, resource_version
 
 __all__ = ["ApiBackend", "EvictionBackend", "PatchType"]
 
@@ -100,3 +101,51 @@ class EvictionBackend(Protocol):
         :class:`~kdispatch.actors.errors.DisruptionBudgetError`; a missing pod
         ``NotFoundError``."""
         ...
+
+
+def patch_status_guarded(
+    backend: ApiBackend,
+    ref: ObjectRef,
+    status: dict[str, Any] | None,
+    basis: Obj | None,
+    patch_type: PatchType,
+) -> Obj | None:
+    """Patch ``status`` onto ``ref``'s ``status`` subresource with the object-shaped body
+    ``{"status": status}``, guarded by ``ref``'s UID and the resourceVersion of ``basis`` (the
+    trusted object the patch was computed against); the server's object. ``basis`` itself, and
+    no request, when ``status`` is None (nothing differs). Executor worker thread."""
+    if status is None:
+        return basis
+    return backend.patch_status(
+        ref.kind,
+        ref.namespace,
+        ref.name,
+        {"status": status},
+        uid=ref.uid,
+        resource_version=resource_version(basis),
+        patch_type=patch_type,
+    )
+
+
+def check_grace_period(
+    grace_period_seconds: object, error: type[KdispatchError] = InvalidRequestError
+) -> None:
+    """The one rule for a deletion's ``grace_period_seconds``: None or an int >= 0, else
+    ``error`` (a backend raises :class:`~kdispatch.actors.errors.InvalidRequestError`, a call
+    type checking its own fields :class:`~kdispatch.actors.errors.InvalidCallError`). Calling
+    thread."""
+    if grace_period_seconds is not None and (
+        isinstance(grace_period_seconds, bool)
+        or not isinstance(grace_period_seconds, int)
+        or grace_period_seconds < 0
+    ):
+        raise error(
+            f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
+        )
+
+
+def check_page_limit(limit: object) -> None:
+    """The rule every backend applies to a list's page ``limit``: None or an int >= 1, else
+    :class:`~kdispatch.actors.errors.InvalidRequestError`. Calling thread."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")

@@ -306,6 +306,13 @@ def _check_methods(cls: type[Call]) -> None:
             )
 
 
+def hash_by_ref(call: Call) -> int:
+    """The hash of a call type whose fields hold mappings (unhashable): its call type and
+    object. Set as ``__hash__ = hash_by_ref`` in the class body, where ``@dataclass`` keeps it
+    (an inherited ``__hash__`` would be replaced by a field-wise one). Any thread."""
+    return hash((call.call_type, call.ref))
+
+
 def plain_basis(call: Call) -> Call:
     """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
     ``Body`` is a live view kopf may update in place) is snapshotted at submission, so the

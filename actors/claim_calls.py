@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Self
 
-from .backend import ApiBackend
-from .calls import UNSET, Call, UnsetType
+from .backend import ApiBackend, patch_status_guarded
+from .calls import UNSET, Call, UnsetType, hash_by_ref
 from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
@@ -31,7 +31,6 @@ from .objects import (
     is_mapping,
     is_newer,
     meta,
-    resource_version,
     with_path,
 )
 
@@ -154,8 +153,7 @@ class ClaimStatusPatch(Call):
         if allocation is UNSET and not self.reservations:
             raise InvalidCallError("claim_status_patch needs an allocation or reservation change")
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_claim(
@@ -278,16 +276,4 @@ class ClaimStatusPatch(Call):
         ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion. Returns the
         server's claim, or ``obj`` when nothing changes (no request). Runs on an executor
         worker thread."""
-        ref = self.ref
-        body = self.status_patch(obj)
-        if body is None:
-            return obj
-        return backend.patch_status(
-            RESOURCE_CLAIM,
-            ref.namespace,
-            ref.name,
-            {"status": body},
-            uid=ref.uid,
-            resource_version=resource_version(obj),
-            patch_type="merge",
-        )
+        return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "merge")

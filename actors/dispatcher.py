@@ -48,7 +48,7 @@ from .errors import (
 )
 from .executor import Executor
 from .gctuning import GcTuner, collections_paused
-from .groups import CallGroup
+from .groups import CallGroup, OwnerIndex
 from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite
 from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw
 from .metrics import Metrics
@@ -142,13 +142,10 @@ class Dispatcher(DispatcherLike):
         self._gc = GcTuner(config.runtime)
         self._abandoned: list[tuple[Any, list[Any]]] = []  # actors stop() settled in bulk
         self._deps = Dependencies(self, self._registry.tell, self.metrics)
-        # Call groups by owner UID: written under the lock, read without it by on_delete and
-        # by the submit of an exclusive call (one dict lookup when no group is open).
-        self._groups_lock = threading.Lock()
+        # Call groups by owner UID, read without a lock by on_delete and by the submit of an
+        # exclusive call (one dict lookup).
+        self._owners = OwnerIndex()
         self._group_lock = threading.Lock()  # every group's own fields (CallGroup)
-        # every open group, by its owner's UID (a tuple: an owner has one or two at a time)
-        self._owned: dict[str, tuple[CallGroup, ...]] = {}
-        self._open_groups = 0  # groups in ``_owned``
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -322,10 +319,8 @@ class Dispatcher(DispatcherLike):
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
         group = CallGroup(self, ref, self._group_lock)
-        with self._groups_lock:
-            self._owned[ref.uid] = (*self._owned.get(ref.uid, ()), group)
-            self._open_groups += 1
-            self.metrics.groups_open_delta(1)
+        self._owners.add(group)
+        self.metrics.groups_open_delta(1)
         if self._registry.is_tombstoned(ref.uid):  # deleted already
             group.cancel_for("owner_deleted")
         return group
@@ -350,14 +345,10 @@ class Dispatcher(DispatcherLike):
         uid = call.ref.uid
         message = Submit(call, future)
         hold: Hold | None = None
-        if group is not None:
-            group._expect_step(future)  # told when the future resolves (no done-callback)
         if prereqs or group is not None:
-            try:
+            try:  # a group's step is registered (and told when it resolves: no done-callback)
                 held = self._hold(call, future, prereqs, group)
             except BaseException:  # DependencyCycleError: nothing registered
-                if group is not None:
-                    group._drop_step(future)
                 self._on_resolved()
                 raise
             if isinstance(held, BaseException):  # a prerequisite failed already
@@ -366,7 +357,7 @@ class Dispatcher(DispatcherLike):
             if held is not None:
                 hold = held
                 message = Submit(call, future, frozenset((hold,)), hold.behind)
-        if call.exclusive and self._owned and uid in self._owned:
+        if call.exclusive and self._owners.owns(uid):
             # before the preemption reaches the owner: its groups go first, with this cause
             self._cancel_owned(uid, "owner_preempted", spare=group)
         try:
@@ -490,7 +481,7 @@ class Dispatcher(DispatcherLike):
         ref = ObjectRef.of(plain, kind)
         if not self._registry.tell(ref.uid, Deleted(plain)):
             self._registry.tombstone(ref.uid)
-        if self._owned and ref.uid in self._owned:  # no lock unless it owns a call group
+        if self._owners.owns(ref.uid):  # no lock unless it owns a call group
             self._cancel_owned(ref.uid, "owner_deleted")
 
     def _observe(self, obj: object, kind: str | None) -> None:
@@ -576,7 +567,7 @@ class Dispatcher(DispatcherLike):
         future = CallFuture()
         future.owner = self
         future.call = call
-        group._expect_step(future)
+        group.add_step(future)
         self._unresolved.append(None)
         self._resolve_now(
             future,
@@ -605,46 +596,27 @@ class Dispatcher(DispatcherLike):
         """Any thread: ``group`` was cancelled (metrics)."""
         self.metrics.group_cancelled(cause)
 
-    def group_step_done(self, group: CallGroup, future: CallFuture) -> None:
-        """Resolving thread: a step of ``group`` resolved."""
-        self._deps.step_done(group, future)
-
     def group_resolved(self, group: CallGroup) -> None:
         """Any thread: ``group``'s future resolved; forget it."""
-        uid = group.owner.uid
-        with self._groups_lock:
-            owned = self._owned.get(uid)
-            if owned is None or group not in owned:
-                return
-            rest = tuple(g for g in owned if g is not group)
-            if rest:
-                self._owned[uid] = rest
-            else:
-                del self._owned[uid]
-            self._open_groups -= 1
+        if self._owners.remove(group):
             self.metrics.groups_open_delta(-1)
-        self._deps.group_done(group)
 
     def _cancel_owned(self, uid: str, cause: str, spare: CallGroup | None = None) -> None:
         """Any thread: cancel the call groups ``uid`` owns (but ``spare``, whose own step
         preempts its owner)."""
-        with self._groups_lock:
-            owned = self._owned.get(uid, ())
-            doomed = [g for g in owned if g is not spare]
-        for group in doomed:
-            group.cancel_for(cause)
+        for group in self._owners.of(uid):
+            if group is not spare:
+                group.cancel_for(cause)
 
     def _seal_groups(self) -> None:
         """``stop``/``revoke``: no group takes more steps; each resolves with its last step."""
-        with self._groups_lock:
-            groups = [g for owned in self._owned.values() for g in owned]
-        for group in groups:
+        for group in self._owners.all():
             group._seal(closing=True)
 
     @property
     def open_groups(self) -> int:
         """Call groups created and not yet resolved. Any thread."""
-        return self._open_groups
+        return self._owners.count
 
     @property
     def held_calls(self) -> int:

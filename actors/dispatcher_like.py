@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Iterable
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Protocol, Self, Unpack, runtime_checkable
 
 from .calls import Call
 from .errors import DispatcherClosed, Outcome
 from .groups import CallGroup
 from .messages import CallFuture
 from .objects import Obj
-from .pod_calls import PodPreemption
+from .pod_calls import PodPreemption, PreemptionOptions
 
 __all__ = ["DispatcherLike"]
 
@@ -51,32 +51,18 @@ class DispatcherLike(Protocol):
         ...
 
     def preempt(
-        self,
-        pod: object,
-        *,
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        preemptor: str | None = None,
-        grace_period_seconds: int | None = None,
-        after: Iterable[object] = (),
+        self, pod: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
     ) -> CallFuture:
         """Any thread. Preempt a victim (a dict, a ``Mapping`` or an official-client ``V1Pod``):
         cancels its pending calls, then (optionally) sets the ``DisruptionTarget`` condition and
         deletes it with a UID precondition; with ``after``, not before those succeeded (see
         :meth:`submit`; :class:`~kdispatch.ProcessDispatcher` refuses it). Call groups owned by
-        the victim are cancelled. One :meth:`submit` of a
-        :class:`~kdispatch.actors.pod_calls.PodPreemption`, so it raises what ``submit``
-        raises."""
-        return self.submit(
-            PodPreemption.for_pod(
-                pod,  # for_pod takes models and any Mapping (as_object)
-                reason=reason,
-                message=message,
-                preemptor=preemptor,
-                grace_period_seconds=grace_period_seconds,
-            ),
-            after=after,
-        )
+        the victim are cancelled. ``options``: ``reason``, ``message``, ``preemptor``,
+        ``grace_period_seconds``, ``add_condition`` (:class:`~kdispatch.PreemptionOptions`),
+        with the defaults of :meth:`~kdispatch.PodPreemption.for_pod`. One :meth:`submit` of a
+        :class:`~kdispatch.PodPreemption`, so it raises what ``submit`` raises."""
+        # for_pod takes models and any Mapping (as_object)
+        return self.submit(PodPreemption.for_pod(pod, **options), after=after)
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Withdraw the object's pending call(s); they resolve ``CallCancelled``."""

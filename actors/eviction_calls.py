@@ -21,11 +21,11 @@ from typing import ClassVar, Self
 
 from loguru import logger
 
-from .backend import ApiBackend, EvictionBackend
-from .calls import Call
-from .errors import InvalidRequestError, NotFoundError
+from .backend import ApiBackend, EvictionBackend, check_grace_period
+from .calls import Call, hash_by_ref
+from .errors import InvalidCallError, InvalidRequestError, NotFoundError
 from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
-from .pod_calls import check_grace_period, check_pod_call
+from .pod_calls import check_pod_call
 
 __all__ = ["PodEviction"]
 
@@ -53,10 +53,9 @@ class PodEviction(Call):
 
     def __post_init__(self) -> None:
         check_pod_call(self)
-        check_grace_period(self.grace_period_seconds)
+        check_grace_period(self.grace_period_seconds, InvalidCallError)
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_pod(cls, pod: object, *, grace_period_seconds: int | None = None) -> Self:

@@ -53,8 +53,9 @@ import itertools
 import random
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from queue import SimpleQueue
 from typing import Any
 
 import pykka
@@ -201,10 +202,12 @@ class Executor:
         self._delayed: list[tuple[float, int, str, Any, int]] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
-        self._jobs_ready = threading.Condition(self._lock)  # workers wait here
         self._timer_cond = threading.Condition(self._lock)  # the timer waits here
         self._token_cond = threading.Condition(self._lock)  # follow-up requests wait here
-        self._jobs: deque[Job] = deque()
+        # Jobs for the workers, and one ``None`` per worker once stopping. A ``SimpleQueue``
+        # hands a job over without a ``threading.Condition`` (whose wait and notify run about
+        # a hundred bytecodes each); it is written under the lock, read without it.
+        self._jobs: SimpleQueue[Job | None] = SimpleQueue()
         # Requests being sent, by UID, and objects whose turn came while one of theirs was
         # still being sent (only possible when a crashed actor was replaced): never two
         # requests for one object at once.
@@ -241,8 +244,11 @@ class Executor:
         them as closed); requests already being sent finish."""
         with self._lock:
             self._stopping = True
-            self._jobs.clear()
-            self._jobs_ready.notify_all()
+            jobs = self._jobs
+            while not jobs.empty():  # queued jobs are dropped unsent
+                jobs.get_nowait()
+            for _ in range(self._config.workers):
+                jobs.put(None)
             self._timer_cond.notify_all()
             self._token_cond.notify_all()
 
@@ -306,8 +312,7 @@ class Executor:
             self._running += 1
             self._sending.add(uid)
             if not self._inline:
-                self._jobs.append(job)
-                self._jobs_ready.notify()
+                self._jobs.put(job)
                 return None
         try:
             return self.execute(job)
@@ -558,13 +563,11 @@ class Executor:
 
     def _work(self) -> None:
         """Worker thread: send jobs one at a time."""
+        jobs = self._jobs
         while True:
-            with self._lock:
-                while not self._jobs and not self._stopping:
-                    self._jobs_ready.wait()
-                if self._stopping:
-                    return
-                job = self._jobs.popleft()
+            job = jobs.get()
+            if job is None or self._stopping:  # a job taken while stopping is dropped unsent
+                return
             try:
                 done = self.execute(job)
                 try:

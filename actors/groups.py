@@ -36,11 +36,14 @@ again by the next scheduling cycle.
 Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
 running event loop); callbacks run on the thread that resolves a step (an object actor's turn).
 
-Cost: a group is a slotted object and a tuple of its steps' futures; its
-:class:`~.holds.GroupFuture` is created only when asked for (``g.future``) or when the group
-resolves. A step costs nothing beyond its call: its future is tagged with its group, which it
-tells when it resolves (no done-callback, so the future's condition is never created). The
-groups of one dispatcher share one lock.
+Cost (one group per pod at scale, see ``benchmarks.gc_pauses``): a group is a slotted object
+with its steps (one future alone, a tuple from the second on), shares its owner's
+:class:`~.objects.ObjectRef` with its first step on the owner, and is indexed by its owner's
+UID without a container of its own (:class:`OwnerIndex`). Its :class:`~.holds.GroupFuture` is
+created only when asked for (``g.future``) or when the group resolves. A step costs nothing
+beyond its call: its future is tagged with its group, which it tells when it resolves (no
+done-callback, so the future's condition is never created). The groups of one dispatcher
+share one lock.
 """
 
 from __future__ import annotations
@@ -49,17 +52,17 @@ import asyncio
 from collections.abc import Iterable
 from threading import Lock
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Final, Protocol, Self, Unpack
 
 from .aio import running_loop, wrap_call_future
 from .calls import Call
 from .errors import CallCancelled, GroupClosedError, GroupFailed, ObjectNotFound, Outcome
-from .holds import ASYNC_SOURCE, GroupFuture, GroupSteps
+from .holds import ASYNC_SOURCE, GroupFuture, GroupSteps, OneOrMore, as_tuple, packed
 from .messages import CallFuture
 from .objects import ObjectRef
-from .pod_calls import PodPreemption
+from .pod_calls import PodPreemption, PreemptionOptions
 
-__all__ = ["CANCEL_CAUSES", "CallGroup", "GroupHost"]
+__all__ = ["CANCEL_CAUSES", "CallGroup", "GroupHost", "OwnerIndex"]
 
 CANCEL_CAUSES = (
     "caller",
@@ -82,9 +85,13 @@ class GroupHost(Protocol):
 
     def group_cancelled(self, group: CallGroup, cause: str) -> None: ...
 
-    def group_step_done(self, group: CallGroup, future: CallFuture) -> None: ...
-
     def group_resolved(self, group: CallGroup) -> None: ...
+
+
+_SEALED: Final = 1  # no more steps: the group resolves with its last step
+_CLOSING: Final = 2  # sealed by the dispatcher's stop or revoke
+_FINISHED: Final = 4  # resolved (its future is set)
+_OWNER_SHARED: Final = 8  # ``owner`` is the ObjectRef of a step's call (``_share_owner_ref``)
 
 
 class CallGroup(GroupSteps):
@@ -100,13 +107,10 @@ class CallGroup(GroupSteps):
     __slots__ = (
         "_cancelled",
         "_cause",
-        "_closing",
-        "_finished",
         "_first",
+        "_flags",
         "_host",
-        "_lock",
-        "_sealed",
-        "_steps",
+        "_submitting",
         "_unresolved",
         "owner",
     )
@@ -114,32 +118,31 @@ class CallGroup(GroupSteps):
     def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
         """``lock`` guards the group's fields: one lock shared by the dispatcher's groups
         (held only briefly, never while calling out)."""
-        super().__init__()
+        super().__init__(lock)
         self.owner = owner
         self._host = host
-        self._lock = lock
-        self._steps: tuple[CallFuture, ...] = ()  # a tuple: most groups have one or two
-        # what the group still waits for: one per step not resolved, plus one per step being
-        # submitted and not yet in ``_steps`` (a step may resolve before it is listed)
+        # steps registered (``add_step``) and not resolved
         self._unresolved = 0
+        # steps being submitted: their ``Submit`` is not told yet, so a cancellation leaves
+        # them to the submitting thread, which withdraws them once it is (see ``submit``)
+        self._submitting: tuple[CallFuture, ...] = ()
         self._first: BaseException | None = None
-        self._sealed = False
+        self._flags = 0  # _SEALED, _CLOSING, _FINISHED, _OWNER_SHARED
         self._cancelled: str | None = None
         self._cause: CallCancelled | None = None
-        self._finished = False
-        self._closing = False  # sealed by the dispatcher's stop or revoke
 
     def __repr__(self) -> str:
+        flags = self._flags
         state = (
             "resolved"
-            if self._finished
+            if flags & _FINISHED
             else f"cancelled={self._cancelled}"
             if self._cancelled
             else "sealed"
-            if self._sealed
+            if flags & _SEALED
             else "open"
         )
-        return f"<CallGroup of {self.owner} steps={len(self._steps)} {state}>"
+        return f"<CallGroup of {self.owner} steps={len(self.step_futures())} {state}>"
 
     # ------------------------------------------------------------------ steps
 
@@ -149,9 +152,10 @@ class CallGroup(GroupSteps):
         waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
         cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
         # Without the lock (atomic reads, see ._compat): cancel_for sets _cancelled before
-        # _sealed, _seal sets _closing before _sealed; a cancellation that lands after these
+        # _flags, _seal sets _CLOSING with _SEALED; a cancellation that lands after these
         # reads is caught by ``late`` below.
-        if self._sealed and self._cancelled is None and not self._closing:
+        flags = self._flags
+        if flags & _SEALED and self._cancelled is None and not flags & _CLOSING:
             raise GroupClosedError(f"{self!r} is sealed: start another group")
         cause = self._cause
         if cause is not None:
@@ -159,10 +163,12 @@ class CallGroup(GroupSteps):
         else:
             future = self._host.submit_step(call, after, self)
         with self._lock:
-            self._steps += (future,)
-            self._unresolved -= 1  # listed (see _expect_step)
+            # the step's Submit is told: from now on a cancellation withdraws it
+            self._submitting = _without(self._submitting, future)
             late = self._cause if cause is None else None
-            last = self._sealed and self._unresolved == 0  # the step resolved already
+            last = self._finishable()  # the step resolved already
+        if not self._flags & _OWNER_SHARED:
+            self._share_owner_ref(future)
         if last:
             self._maybe_finish()
         if late is not None:  # cancelled while this step was being submitted
@@ -170,25 +176,11 @@ class CallGroup(GroupSteps):
         return future
 
     def preempt(
-        self,
-        victim: object,
-        *,
-        preemptor: str | None = None,
-        after: Iterable[object] = (),
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        grace_period_seconds: int | None = None,
+        self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
     ) -> CallFuture:
-        """Any thread. Add a step that preempts ``victim`` (see ``Dispatcher.preempt``), held
-        until ``after`` succeeded (e.g. the preemptor's nomination)."""
-        call = PodPreemption.for_pod(
-            victim,
-            reason=reason,
-            message=message,
-            preemptor=preemptor,
-            grace_period_seconds=grace_period_seconds,
-        )
-        return self.submit(call, after=after)
+        """Any thread. Add a step that preempts ``victim`` (see ``Dispatcher.preempt`` for the
+        ``options``), held until ``after`` succeeded (e.g. the preemptor's nomination)."""
+        return self.submit(PodPreemption.for_pod(victim, **options), after=after)
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
         """Event-loop thread. :meth:`submit` for asyncio code: the step's outcome as an
@@ -197,26 +189,11 @@ class CallGroup(GroupSteps):
         return _wrapped(self.submit(call, after=after), loop)
 
     def apreempt(
-        self,
-        victim: object,
-        *,
-        preemptor: str | None = None,
-        after: Iterable[object] = (),
-        reason: str = "PreemptionByScheduler",
-        message: str = "",
-        grace_period_seconds: int | None = None,
+        self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
     ) -> asyncio.Future[Outcome]:
         """Event-loop thread. :meth:`preempt` for asyncio code."""
         loop = running_loop("CallGroup.apreempt()")
-        future = self.preempt(
-            victim,
-            preemptor=preemptor,
-            after=after,
-            reason=reason,
-            message=message,
-            grace_period_seconds=grace_period_seconds,
-        )
-        return _wrapped(future, loop)
+        return _wrapped(self.preempt(victim, after=after, **options), loop)
 
     # ------------------------------------------------------------------ life
 
@@ -228,8 +205,7 @@ class CallGroup(GroupSteps):
         """Seal; with ``closing`` (the dispatcher stops or is revoked), a later ``submit``
         raises the dispatcher's error instead of :class:`GroupClosedError`."""
         with self._lock:
-            self._closing = self._closing or closing  # before _sealed (see submit)
-            self._sealed = True
+            self._flags |= (_SEALED | _CLOSING) if closing else _SEALED
         self._maybe_finish()
 
     def __enter__(self) -> Self:
@@ -254,16 +230,17 @@ class CallGroup(GroupSteps):
     def cancel_for(self, cause: str) -> bool:
         """Any thread. :meth:`cancel` with a cause label (one of :data:`CANCEL_CAUSES`)."""
         with self._lock:
-            if self._cancelled is not None or self._finished:
+            if self._cancelled is not None or self._flags & _FINISHED:
                 return False
-            self._cancelled = cause
-            self._sealed = True
+            self._cancelled = cause  # before _flags (see submit)
+            self._flags |= _SEALED
             error = CallCancelled(
                 f"call group of {self.owner} cancelled ({cause})",
                 ref=self.owner,
             )
             self._cause = error
-            steps = [f for f in self._steps if _withdrawable(f)]
+            submitting = self._submitting  # withdrawn by their submitting threads
+            steps = [f for f in self.step_futures() if f not in submitting and _withdrawable(f)]
         self._host.group_cancelled(self, cause)
         for step in steps:
             self._host.withdraw(step, error)
@@ -294,25 +271,38 @@ class CallGroup(GroupSteps):
     def steps(self) -> list[CallFuture]:
         """The steps' futures, in the order they were submitted (a copy)."""
         with self._lock:
-            return list(self._steps)
+            return list(self.step_futures())
 
     # ------------------------------------------------------------------ internals
 
-    def _expect_step(self, future: CallFuture) -> None:
-        """Submitting thread (the host, before the step's future can resolve): tag ``future``
-        with this group, which then waits for its resolution and for :meth:`submit` to list
-        it."""
-        with self._lock:
-            self._unresolved += 2
+    def _step_added(self, future: CallFuture) -> None:
+        """Under the lock, in :meth:`add_step` (the host registers the step, before its
+        future can resolve): tag ``future`` with this group, which then waits for its
+        resolution and leaves its withdrawal to :meth:`submit`."""
+        self._unresolved += 1
+        self._submitting += (future,)
         future.group = self
 
     def _drop_step(self, future: CallFuture) -> None:
-        """Submitting thread (the host): the submit of the step ``future`` raises; it was
-        never resolved and is not a step."""
+        """Submitting thread (the host): the submit of the step ``future`` raises after it was
+        registered (and dropped from the steps, :meth:`drop_step`); it was never resolved and
+        is not a step."""
         future.group = None
         with self._lock:
-            self._unresolved -= 2
+            self._unresolved -= 1
+            self._submitting = _without(self._submitting, future)
         self._maybe_finish()
+
+    def _share_owner_ref(self, future: CallFuture) -> None:
+        """Submitting thread: a step on the owner carries an :class:`ObjectRef` equal to
+        ``owner``; the group keeps that one rather than a copy of its own (a group's memory
+        counts at scale). Once: later steps find ``_OWNER_SHARED`` set. ``owner`` is read
+        without the lock: the store of an equal value is atomic, readers see either."""
+        call = future.call
+        if call is not None and call.ref == self.owner:
+            with self._lock:
+                self.owner = call.ref
+                self._flags |= _OWNER_SHARED
 
     def _step_done(self, future: CallFuture) -> None:
         """Resolving thread of a step (told by the step's future, whose ``group`` is this
@@ -322,7 +312,6 @@ class CallGroup(GroupSteps):
             self._unresolved -= 1
             if exc is not None and self._first is None:
                 self._first = exc
-        self._host.group_step_done(self, future)
         call = future.call
         if exc is not None and call is not None and call.ref.uid == self.owner.uid:
             if isinstance(exc, ObjectNotFound):
@@ -331,12 +320,21 @@ class CallGroup(GroupSteps):
                 self.cancel_for("owner_withdrawn")
         self._maybe_finish()
 
+    def _finishable(self) -> bool:
+        """Under the lock: sealed, and every step registered and resolved."""
+        flags = self._flags
+        return (
+            flags & (_SEALED | _FINISHED) == _SEALED
+            and self._unresolved == 0
+            and not self._submitting
+        )
+
     def _maybe_finish(self) -> None:
         with self._lock:
-            if self._finished or self._unresolved != 0 or not self._sealed:
+            if not self._finishable():
                 return
-            self._finished = True
-            steps = list(self._steps)
+            self._flags |= _FINISHED
+            steps = self.step_futures()
             first, cancelled = self._first, self._cancelled
         results: list[Outcome | BaseException] = []
         for step in steps:
@@ -358,6 +356,63 @@ class CallGroup(GroupSteps):
                 )
             )
         self._host.group_resolved(self)
+
+
+class OwnerIndex:
+    """A dispatcher's open call groups by their owner's UID. An owner has one group at a time
+    (rarely two), so an entry is the group itself, or a tuple of several
+    (:data:`~.holds.OneOrMore`): no container per group. Writes hold the index's lock;
+    :meth:`owns` reads without it (one atomic dict lookup, see ``._compat``). Any thread."""
+
+    def __init__(self) -> None:
+        self._lock = Lock()
+        self._by_uid: dict[str, OneOrMore[CallGroup]] = {}
+        self.count = 0  # groups in the index
+
+    def owns(self, uid: str) -> bool:
+        """Whether ``uid`` owns an open group (no lock: one dict lookup)."""
+        return uid in self._by_uid
+
+    def add(self, group: CallGroup) -> None:
+        """Index ``group`` under its owner."""
+        uid = group.owner.uid
+        with self._lock:
+            entry = self._by_uid.get(uid)
+            self._by_uid[uid] = group if entry is None else (*as_tuple(entry), group)
+            self.count += 1
+
+    def remove(self, group: CallGroup) -> bool:
+        """Drop ``group``; False if it was not indexed."""
+        uid = group.owner.uid
+        with self._lock:
+            entry = self._by_uid.get(uid)
+            if entry is None or group not in as_tuple(entry):
+                return False
+            rest = tuple(g for g in as_tuple(entry) if g is not group)
+            if rest:
+                self._by_uid[uid] = packed(rest)
+            else:
+                del self._by_uid[uid]
+            self.count -= 1
+        return True
+
+    def of(self, uid: str) -> tuple[CallGroup, ...]:
+        """The open groups ``uid`` owns."""
+        with self._lock:
+            entry = self._by_uid.get(uid)
+        return () if entry is None else as_tuple(entry)
+
+    def all(self) -> list[CallGroup]:
+        """Every open group."""
+        with self._lock:
+            return [g for entry in self._by_uid.values() for g in as_tuple(entry)]
+
+
+def _without(steps: tuple[CallFuture, ...], step: CallFuture) -> tuple[CallFuture, ...]:
+    """``steps`` without ``step`` (most often the only one)."""
+    if len(steps) == 1 and steps[0] is step:
+        return ()
+    return tuple(s for s in steps if s is not step)
 
 
 def _withdrawable(future: CallFuture) -> bool:

@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from functools import partial
 from threading import Lock
-from typing import Any, Final
+from typing import Any, Final, TypeAlias, TypeVar
 
 from ._compat import LazyFuture
 from .calls import Call
@@ -71,7 +71,19 @@ from .messages import CallFuture, FailDependency, Release
 from .metrics import Metrics
 from .objects import ObjectRef
 
-__all__ = ["ASYNC_SOURCE", "Dependencies", "GroupFuture", "GroupSteps", "Hold", "HoldState"]
+__all__ = [
+    "ASYNC_SOURCE",
+    "Dependencies",
+    "GroupFuture",
+    "GroupSteps",
+    "Hold",
+    "HoldState",
+    "OneOrMore",
+    "as_tuple",
+    "packed",
+]
+
+T = TypeVar("T")
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
 _NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
@@ -104,17 +116,36 @@ class GroupFuture(LazyFuture[list[Outcome]]):
         return f"<GroupFuture {self.label} state={state}>"
 
 
+OneOrMore: TypeAlias = T | tuple[T, ...]
+"""A value kept alone, or a tuple of several (or none): where there is almost always one,
+as a group's steps or an owner's groups, no container is built for it."""
+
+
+def as_tuple(items: OneOrMore[T]) -> tuple[T, ...]:
+    """``items`` (see :data:`OneOrMore`) as a tuple."""
+    return items if isinstance(items, tuple) else (items,)
+
+
+def packed(items: tuple[T, ...]) -> OneOrMore[T]:
+    """``items`` as :data:`OneOrMore` keeps them: one item alone."""
+    return items[0] if len(items) == 1 else items
+
+
 class GroupSteps:
-    """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one), under its
-    lock: the steps not resolved (a tuple rather than a set: a group has few steps), and the
-    group's future once somebody asked for it (a group whose future does not exist is
-    nobody's prerequisite, so it can close no cycle)."""
+    """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one): its steps, in
+    the order they were registered (one future alone, or a tuple: most groups have one or
+    two steps), and the group's future once somebody asked for it (a group whose future does
+    not exist is nobody's prerequisite, so it can close no cycle). ``lock`` guards the
+    group's fields (a ``CallGroup`` is given its dispatcher's lock); :class:`Dependencies`
+    registers a step under its own lock and then this one, so a submit's cycle check and its
+    registration are one step for every other submit."""
 
-    __slots__ = ("_future", "pending_steps")
+    __slots__ = ("_future", "_lock", "_steps")
 
-    def __init__(self) -> None:
+    def __init__(self, lock: Lock | None = None) -> None:
         self._future: GroupFuture | None = None
-        self.pending_steps: tuple[CallFuture, ...] = ()
+        self._lock = Lock() if lock is None else lock
+        self._steps: OneOrMore[CallFuture] = ()
 
     def bind(self, future: GroupFuture) -> None:
         """Once, before ``future`` is handed out: it is this group's future."""
@@ -122,15 +153,28 @@ class GroupSteps:
         self._future = future
 
     def add_step(self, future: CallFuture) -> None:
-        """Under the lock of :class:`Dependencies`: ``future`` is an unresolved step."""
-        self.pending_steps += (future,)
+        """Any thread (the submitting one, before the step's future can resolve): ``future``
+        is the group's next step."""
+        with self._lock:
+            steps = self._steps
+            self._steps = future if steps == () else (*as_tuple(steps), future)
+            self._step_added(future)
+
+    def _step_added(self, future: CallFuture) -> None:
+        """Under the lock, in :meth:`add_step`: what a subclass keeps of a new step."""
 
     def drop_step(self, future: CallFuture) -> None:
-        """Under the lock of :class:`Dependencies`: the step ``future`` resolved (or never
-        was one)."""
-        steps = self.pending_steps
-        if future in steps:
-            self.pending_steps = tuple(step for step in steps if step is not future)
+        """Any thread: ``future`` is not a step (its submit raised)."""
+        with self._lock:
+            self._steps = packed(tuple(s for s in as_tuple(self._steps) if s is not future))
+
+    def step_futures(self) -> tuple[CallFuture, ...]:
+        """Any thread: the steps, in order (one atomic read)."""
+        return as_tuple(self._steps)
+
+    def pending_steps(self) -> list[CallFuture]:
+        """Any thread: the steps not resolved yet (what the group's future waits for)."""
+        return [step for step in self.step_futures() if not step.done()]
 
 
 class HoldState(enum.Enum):
@@ -250,6 +294,8 @@ class Dependencies:
                     if fut not in waiting:
                         waiting.append(fut)
                 elif (exc := fut.exception()) is not None:
+                    if group is not None:  # a step all the same, resolved at once
+                        group.add_step(future)
                     return exc
             if group is not None:
                 self._check_group_step(uid, group)
@@ -317,16 +363,6 @@ class Dependencies:
                 self._forget(hold)
             if group is not None:
                 group.drop_step(future)
-
-    def step_done(self, group: GroupSteps, future: CallFuture) -> None:
-        """Resolving thread: a step of ``group`` resolved."""
-        with self._lock:
-            group.drop_step(future)
-
-    def group_done(self, group: GroupSteps) -> None:
-        """Any thread: ``group`` resolved; it waits for nothing any more."""
-        with self._lock:
-            group.pending_steps = ()
 
     @property
     def held(self) -> int:
@@ -449,7 +485,7 @@ class Dependencies:
             yield fut
             if isinstance(fut, GroupFuture):
                 if fut.group is not None:
-                    stack.extend(fut.group.pending_steps)
+                    stack.extend(fut.group.pending_steps())
                 continue
             hold = self._holds.get(fut) if isinstance(fut, CallFuture) else None
             if hold is not None:

@@ -79,7 +79,7 @@ from .errors import (
     ObjectNotFound,
     Outcome,
 )
-from .objects import Obj, ObjectRef, get_path, is_newer, resource_version
+from .objects import Obj, ObjectRef, resource_version, rv_is_newer, uid_and_version
 
 __all__ = [
     "EVENT_DOCS",
@@ -670,6 +670,7 @@ class ObjectState:
         "inflight",
         "landed",
         "observed",
+        "observed_rv",
         "queue",
         "ready_lane",
         "request",
@@ -685,6 +686,9 @@ class ObjectState:
         self.retry = retry
         self.state = State.IDLE
         self.observed: Obj | None = None
+        # The observed object's resourceVersion, read once per observed object (None: absent,
+        # or nothing observed)
+        self.observed_rv: str | None = None
         self.queue: list[_Entry] = []  # pending calls in send order, one per call type
         self.inflight: _Entry | None = None  # the call whose request is on the wire
         self.request: Send | None = None  # that request (the call, or the re-read before it)
@@ -807,9 +811,12 @@ class ObjectState:
         so is any object once retired."""
         self._check("observed")
         out: list[Effect] = []
-        if self.state is _X or not self._accepts(obj):
+        if self.state is _X:
             return out
-        self._adopt(obj)
+        accepted, rv = self._accepts(obj)
+        if not accepted:
+            return out
+        self._adopt(obj, rv)
         self._revisit(out)
         return self._settle(out, Event.OBSERVED_CLEARED if self._drained() else Event.OBSERVED)
 
@@ -1041,7 +1048,7 @@ class ObjectState:
             send = Send(call, None, entry.retry.attempt, read=True)
         else:
             retry = entry.retry = entry.retry.sent()
-            entry.sent_rv = resource_version(self.observed)
+            entry.sent_rv = self.observed_rv
             send = Send(call, self.observed, retry.attempt)
         self.request = send
         return send
@@ -1080,6 +1087,7 @@ class ObjectState:
                 # no object in the reply (a binding): the server now holds this call, at a
                 # resourceVersion not known yet
                 self.observed = call.apply(self.observed)
+                self.observed_rv = resource_version(self.observed)
                 self.landed = call
                 self._trust_on(TrustEvent.LANDED)
             out.append(Resolve(entry.future, call.call_type, _SUCCESS))
@@ -1220,23 +1228,24 @@ class ObjectState:
 
     # ------------------------------------------------------------------ observation and trust
 
-    def _accepts(self, obj: Obj | None) -> bool:
+    def _accepts(self, obj: Obj | None) -> tuple[bool, str | None]:
         """Whether ``obj`` is a newer state of *this* object (same UID, strictly newer
-        resourceVersion). Anything else is ignored: the current view may hold mutations
-        applied on top of that version."""
-        return (
-            obj is not None
-            and get_path(obj, "metadata", "uid") == self.uid
-            and is_newer(obj, self.observed, strict=True)
-        )
+        resourceVersion), and its resourceVersion. Anything else is ignored: the current view
+        may hold mutations applied on top of that version."""
+        if obj is None:
+            return False, None
+        uid, rv = uid_and_version(obj)
+        return uid == self.uid and rv_is_newer(rv, self.observed_rv, strict=True), rv
 
     def _observe(self, obj: Obj) -> None:
-        if self._accepts(obj):
-            self._adopt(obj)
+        accepted, rv = self._accepts(obj)
+        if accepted:
+            self._adopt(obj, rv)
 
-    def _adopt(self, obj: Obj) -> None:
-        """Make ``obj`` (accepted as newer) the observed state. A call known to have landed
-        without a reply object stays applied on top until an observed object shows it."""
+    def _adopt(self, obj: Obj, rv: str | None) -> None:
+        """Make ``obj`` (accepted as newer, at resourceVersion ``rv``) the observed state. A
+        call known to have landed without a reply object stays applied on top until an
+        observed object shows it."""
         landed = self.landed
         if landed is not None:
             if landed.is_noop(obj):
@@ -1244,30 +1253,35 @@ class ObjectState:
                 self._trust_on(TrustEvent.SHOWN)
             else:
                 obj = landed.apply(obj)
-        self.observed = obj
+                rv = resource_version(obj)
+        self.observed, self.observed_rv = obj, rv
         if self.trust in _UNTRUSTED and self._passed(self.untrusted_rv):
             self.untrusted_rv = None
             self._trust_on(TrustEvent.NEWER)
 
     def _passed(self, rv: str | None) -> bool:
         """Whether the observed object is strictly newer than resourceVersion ``rv``."""
-        obj = self.observed
+        observed_rv = self.observed_rv
         return (
             rv is not None
-            and resource_version(obj) is not None
-            and is_newer(obj or {}, {"metadata": {"resourceVersion": rv}}, strict=True)
+            and observed_rv is not None
+            and rv_is_newer(observed_rv, rv or None, strict=True)
         )
 
     def _adopt_fresh(self, obj: Obj) -> None:
         """Adopt an object just read from the server (after a 409, or a re-read): it is
         authoritative, even at the same resourceVersion as what was observed."""
-        if get_path(obj, "metadata", "uid") != self.uid:
+        uid, rv = uid_and_version(obj)
+        if uid != self.uid:
             return
-        if self.observed is None or is_newer(obj, self.observed):
+        if self.observed is None or rv_is_newer(rv, self.observed_rv):
             landed = self.landed
             if landed is not None and landed.is_noop(obj):
                 self.landed = None
-            self.observed = obj if self.landed is None else self.landed.apply(obj)
+            if self.landed is not None:
+                obj = self.landed.apply(obj)
+                rv = resource_version(obj)
+            self.observed, self.observed_rv = obj, rv
         self.untrusted_rv = None
         self._trust_on(TrustEvent.FRESH)
 
@@ -1276,7 +1290,7 @@ class ObjectState:
         distrust what was observed before it, unless a newer object is observed already. Once
         untrusted, the older bar stays."""
         if self.trust in _ELIDES:
-            rv = rv if rv is not None else (resource_version(self.observed) or "")
+            rv = rv if rv is not None else (self.observed_rv or "")
             if self._passed(rv):
                 return
             self.untrusted_rv = rv
@@ -1285,7 +1299,7 @@ class ObjectState:
     def _reread_failed(self) -> None:
         """A 409's re-read failed: distrust the observed object until a newer one arrives (the
         next attempt re-reads)."""
-        self.untrusted_rv = resource_version(self.observed) or ""
+        self.untrusted_rv = self.observed_rv or ""
         self._trust_on(TrustEvent.REREAD_FAILED)
 
     def _trust_on(self, event: TrustEvent) -> None:

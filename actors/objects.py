@@ -19,7 +19,7 @@ import decimal
 import enum
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -111,12 +111,12 @@ def _json(value: Any, where: str) -> Any:
     raise InvalidObjectError(f"{where}: cannot convert a {type(value).__name__} to JSON")
 
 
-def is_dns_subdomain(value: object) -> bool:
+def is_dns_subdomain(value: object) -> TypeGuard[str]:
     """True for a valid RFC 1123 subdomain (object and node names): ≤253 chars, lowercase."""
     return isinstance(value, str) and 0 < len(value) <= 253 and bool(_DNS_SUBDOMAIN.match(value))
 
 
-def is_dns_label(value: object) -> bool:
+def is_dns_label(value: object) -> TypeGuard[str]:
     """True for a valid RFC 1123 label (namespaces): ≤63 chars, lowercase alphanumerics and '-'."""
     return isinstance(value, str) and 0 < len(value) <= 63 and bool(_DNS_LABEL.match(value))
 
@@ -128,12 +128,29 @@ def check_uid(uid: object) -> str:
     return uid
 
 
+def _checked(value: object, what: str, valid: Callable[[object], TypeGuard[str]], want: str) -> str:
+    if not valid(value):
+        raise InvalidObjectError(f"invalid {what} {value!r}: want {want}")
+    return value
+
+
+def check_subdomain(value: object, what: str = "name") -> str:
+    """Return ``value`` if it is a valid RFC 1123 subdomain (object names), else raise
+    :class:`InvalidObjectError` naming it ``what``."""
+    return _checked(value, what, is_dns_subdomain, "an RFC 1123 subdomain")
+
+
+def check_label(value: object, what: str = "namespace") -> str:
+    """Return ``value`` if it is a valid RFC 1123 label (namespaces), else raise
+    :class:`InvalidObjectError` naming it ``what``."""
+    return _checked(value, what, is_dns_label, "an RFC 1123 label")
+
+
 def check_node_name(node: object) -> str:
     """Return ``node`` if it is a valid node name, else raise :class:`InvalidObjectError`."""
-    if not is_dns_subdomain(node):
-        raise InvalidObjectError(f"invalid node name {node!r}: want an RFC 1123 subdomain")
-    assert isinstance(node, str)
-    return node
+    if is_dns_subdomain(node):  # the binding's submit path: no extra call when valid
+        return node
+    return check_subdomain(node, "node name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,21 +218,37 @@ def resource_version(obj: Obj | None) -> str | None:
 
 
 def is_newer(candidate: Obj, current: Obj | None, *, strict: bool = False) -> bool:
-    """Whether ``candidate`` should replace ``current`` as the newest observed state.
+    """Whether ``candidate`` should replace ``current`` as the newest observed state: see
+    :func:`rv_is_newer` (``current`` None: nothing observed yet, so True)."""
+    if current is None:
+        return True
+    return rv_is_newer(resource_version(candidate), resource_version(current), strict=strict)
+
+
+def rv_is_newer(new: str | None, current: str | None, *, strict: bool = False) -> bool:
+    """Whether an object at resourceVersion ``new`` should replace one at ``current`` (None:
+    absent or empty, which never holds an object back).
 
     resourceVersions are opaque to clients; like most controllers we compare them as integers
     when both are numeric (the case on etcd-backed apiservers and on the embedded one) and
     otherwise take the later arrival as newer. ``strict``: an equal resourceVersion is not
     newer (the same server version again).
     """
-    if current is None:
+    if new is None or current is None:
         return True
-    new_rv, cur_rv = resource_version(candidate), resource_version(current)
-    if new_rv is None or cur_rv is None:
-        return True
-    if new_rv.isdigit() and cur_rv.isdigit():
-        return int(new_rv) > int(cur_rv) if strict else int(new_rv) >= int(cur_rv)
-    return not strict or new_rv != cur_rv
+    if new.isdecimal() and current.isdecimal():
+        return int(new) > int(current) if strict else int(new) >= int(current)
+    return not strict or new != current
+
+
+def uid_and_version(obj: Obj) -> tuple[Any, str | None]:
+    """``metadata.uid`` (as found, not validated) and ``metadata.resourceVersion`` (None when
+    absent or empty), from one lookup of the metadata."""
+    m = obj.get("metadata")
+    if type(m) is not dict and not is_mapping(m):
+        return None, None
+    rv = m.get("resourceVersion")
+    return m.get("uid"), rv if isinstance(rv, str) and rv else None
 
 
 def get_path(obj: Obj | None, *path: str) -> Any:

@@ -17,12 +17,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypedDict
 
 from loguru import logger
 
-from .backend import ApiBackend
-from .calls import UNSET, Call, UnsetType
+from .backend import ApiBackend, check_grace_period, patch_status_guarded
+from .calls import UNSET, Call, UnsetType, hash_by_ref
 from .errors import InvalidCallError, InvalidObjectError, NotFoundError
 from .objects import (
     DELETE,
@@ -37,7 +37,6 @@ from .objects import (
     is_terminating,
     meta,
     pod_node_name,
-    resource_version,
     with_path,
 )
 
@@ -46,6 +45,7 @@ __all__ = [
     "PodBinding",
     "PodPreemption",
     "PodStatusPatch",
+    "PreemptionOptions",
     "check_condition",
     "utc_now",
 ]
@@ -58,6 +58,18 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 
 Condition = Mapping[str, str]
 """A validated condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
+
+
+class PreemptionOptions(TypedDict, total=False):
+    """The keyword options of a preemption, as :meth:`PodPreemption.for_pod` takes them (and
+    documents their defaults); ``preempt`` and ``apreempt`` of a dispatcher or a call group pass
+    them on unchanged."""
+
+    reason: str
+    message: str
+    preemptor: str | None
+    grace_period_seconds: int | None
+    add_condition: bool
 
 
 _stamp: tuple[int, str] = (-1, "")  # (second, its timestamp): one strftime per second
@@ -133,12 +145,6 @@ def _check_node(node: object, what: str) -> str:
         raise InvalidCallError(f"{what}: {exc}") from None
 
 
-def check_grace_period(grace: object) -> None:
-    """Validate a deletion's ``grace_period_seconds`` (None, or an int >= 0)."""
-    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int) or grace < 0):
-        raise InvalidCallError(f"grace_period_seconds must be an int >= 0, got {grace!r}")
-
-
 def check_pod_call(call: Call) -> None:
     """Validate ``ref`` and ``basis`` of a call on a pod (any pod call type)."""
     ref, basis = call.ref, call.basis
@@ -171,12 +177,26 @@ def _newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
 # --------------------------------------------------------------------------- conditions
 
 
-def pod_conditions(obj: Obj | None) -> dict[str, Mapping[str, Any]]:
-    """``status.conditions`` of an object, by type (malformed entries ignored)."""
+_NO_CONDITIONS: Final[Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
+# The last object pod_conditions() read, and its answer: the rules read the same object's
+# conditions up to three times per call (revalidate, is_noop, status_patch). One tuple,
+# replaced whole, so any thread reads a consistent pair; it keeps one object alive.
+_last_conditions: tuple[object, Mapping[str, Mapping[str, Any]]] = (None, _NO_CONDITIONS)
+
+
+def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
+    """``status.conditions`` of an object, by type (malformed entries ignored). The answer
+    may be shared with other readers of the same object: read it, never change it."""
+    global _last_conditions  # noqa: PLW0603 - a one-object memo, replaced atomically
+    last = _last_conditions
+    if last[0] is obj:
+        return last[1]
     conds = get_path(obj, "status", "conditions")
-    if not isinstance(conds, (list, tuple)):
-        return {}
-    return {c["type"]: c for c in conds if is_mapping(c) and isinstance(c.get("type"), str)}
+    by_type: Mapping[str, Mapping[str, Any]] = _NO_CONDITIONS
+    if isinstance(conds, (list, tuple)):
+        by_type = {c["type"]: c for c in conds if is_mapping(c) and isinstance(c.get("type"), str)}
+    _last_conditions = (obj, by_type)
+    return by_type
 
 
 def _satisfied(existing: Mapping[str, Any] | None, intent: Condition) -> bool:
@@ -263,8 +283,7 @@ class PodStatusPatch(Call):
                 "pod_status_patch needs at least one condition or a nominated_node_name"
             )
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_pod(
@@ -306,7 +325,7 @@ class PodStatusPatch(Call):
         intent = next((c for c in self.conditions if c["type"] == POD_SCHEDULED), None)
         if intent is None or intent["status"] == "True":
             return None
-        for candidate in (obj, basis):
+        for candidate in (obj,) if basis is obj else (obj, basis):
             node = pod_node_name(candidate)
             if node is not None:
                 return f"pod is bound to node {node!r}: {POD_SCHEDULED}={intent['status']} is stale"
@@ -372,19 +391,7 @@ class PodStatusPatch(Call):
         ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion; returns the
         server's pod, or ``obj`` when nothing differs (no request). Runs on an executor worker
         thread."""
-        body = self.status_patch(obj)
-        if body is None:
-            return obj
-        ref = self.ref
-        return backend.patch_status(
-            POD,
-            ref.namespace,
-            ref.name,
-            {"status": body},
-            uid=ref.uid,
-            resource_version=resource_version(obj),
-            patch_type="strategic",
-        )
+        return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "strategic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,8 +416,7 @@ class PodBinding(Call):
         check_pod_call(self)
         _check_node(self.node, "node")
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_pod(cls, pod: object, node: str) -> Self:
@@ -487,10 +493,9 @@ class PodPreemption(Call):
                     f"pod_preemption condition must be {DISRUPTION_TARGET!r}, got {cond['type']!r}"
                 )
             object.__setattr__(self, "condition", cond)
-        check_grace_period(self.grace_period_seconds)
+        check_grace_period(self.grace_period_seconds, InvalidCallError)
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
+    __hash__ = hash_by_ref
 
     @classmethod
     def for_pod(

@@ -50,6 +50,7 @@ once (found tombstoned or over ``max_live``, no message in it) by closing its em
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -156,6 +157,7 @@ class Registry:
             maxsize=tombstone_max, ttl=tombstone_ttl, timer=clock
         )
         self._dropped = 0  # under the lock
+        self._reap_due = -math.inf  # reap_idle() finds nobody idle before then
         # dropped on the fast path, per thread: each thread writes only its own key, so its
         # read-modify-write needs no lock
         self._fast_dropped: dict[int, int] = {}
@@ -407,7 +409,11 @@ class Registry:
         earlier reap request) for ``idle_timeout``, and return how many were asked.
 
         An asked actor counts as active, so it is asked again only after another
-        ``idle_timeout``. The cost is O(live actors), on a snapshot of the UIDs taken without
+        ``idle_timeout``. A pass also notes when the least recently active actor it left
+        alone can be idle at the earliest (activity only moves forward), and the passes
+        before then return 0 at once: with a long ``idle_timeout``, the reaper does not walk
+        every live actor every ``reap_interval``. A pass's cost is O(live actors), on a
+        snapshot of the UIDs taken without
         the lock (``list(live)``: atomic, see :mod:`._compat`, and nothing the garbage
         collector tracks is allocated per actor; routing never waits for it). Refs found dead
         are dropped from the map. Returns 0 when ``idle_timeout`` is None. Any thread
@@ -417,11 +423,18 @@ class Registry:
             return 0
         asked = 0
         now = self._clock()
+        if now < self._reap_due:  # nobody can have been idle that long yet
+            return 0
         cutoff = now - self._idle_timeout
+        oldest = now  # the least recent activity of the actors left alone
         live = self._live
         for uid in list(live):
             entry = live.get(uid)
-            if entry is None or entry.last > cutoff:
+            if entry is None:
+                continue
+            last = entry.last
+            if last > cutoff:
+                oldest = min(oldest, last)
                 continue
             try:
                 entry.ref.tell(ReapRequest(uid, entry.generation))
@@ -433,6 +446,7 @@ class Registry:
             entry.last = now
             entry.serial = next(self._activity)
             asked += 1
+        self._reap_due = oldest + self._idle_timeout
         return asked
 
     def release(self, uid: str, ref: pykka.ActorRef[Any], generation: int) -> bool:

@@ -267,9 +267,12 @@ class ActorPool:
             raise InvalidConfigError(f"batch must be an int >= 1, got {batch!r}")
         if not isinstance(name, str) or not name:
             raise InvalidConfigError(f"name must be a non-empty str, got {name!r}")
-        self._workers = workers
-        self._batch = batch
-        self._name = name
+        self.workers: Final = workers
+        """Number of worker threads."""
+        self.batch: Final = batch
+        """Most messages one actor handles per turn before yielding its worker."""
+        self.name: Final = name
+        """Prefix of the worker thread names."""
         self._ready: SimpleQueue[PooledActor | None] = SimpleQueue()
         self._lock = threading.Lock()
         self._state: str = _NEW
@@ -280,23 +283,8 @@ class ActorPool:
 
     def __repr__(self) -> str:
         return (
-            f"<ActorPool {self._name} {self._state} workers={self._workers} live={len(self._live)}>"
+            f"<ActorPool {self.name} {self._state} workers={self.workers} live={len(self._live)}>"
         )
-
-    @property
-    def workers(self) -> int:
-        """Number of worker threads."""
-        return self._workers
-
-    @property
-    def batch(self) -> int:
-        """Most messages one actor handles per turn before yielding its worker."""
-        return self._batch
-
-    @property
-    def name(self) -> str:
-        """Prefix of the worker thread names."""
-        return self._name
 
     @property
     def dropped(self) -> int:
@@ -310,9 +298,9 @@ class ActorPool:
             if self._state == _RUNNING:
                 return
             if self._state != _NEW:
-                raise PoolStateError(f"{self._name} is {self._state} and cannot be restarted")
-            for i in range(self._workers):
-                thread = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+                raise PoolStateError(f"{self.name} is {self._state} and cannot be restarted")
+            for i in range(self.workers):
+                thread = threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
                 self._threads.append(thread)
             for thread in self._threads:
                 thread.start()
@@ -328,7 +316,7 @@ class ActorPool:
         raises :class:`PoolStateError`).
         """
         if threading.current_thread() in self._threads:
-            raise PoolStateError(f"{self._name}.stop() called from its own worker thread")
+            raise PoolStateError(f"{self.name}.stop() called from its own worker thread")
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
             if self._state == _NEW:
@@ -352,7 +340,7 @@ class ActorPool:
         if alive:
             logger.warning(
                 "{} stop timed out: {} actors live, workers still running: {}",
-                self._name,
+                self.name,
                 len(self._live),
                 alive,
             )
@@ -372,7 +360,7 @@ class ActorPool:
         queued turn. Any thread except the pool's own workers (raises :class:`PoolStateError`).
         """
         if threading.current_thread() in self._threads:
-            raise PoolStateError(f"{self._name}.abandon() called from its own worker thread")
+            raise PoolStateError(f"{self.name}.abandon() called from its own worker thread")
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
             if self._state == _NEW:
@@ -391,7 +379,7 @@ class ActorPool:
             thread.join(_remaining(deadline))
         alive = [t.name for t in self._threads if t.is_alive()]
         if alive:
-            logger.warning("{} abandon: workers still running: {}", self._name, alive)
+            logger.warning("{} abandon: workers still running: {}", self.name, alive)
         actors = list(self._live.values())
         self._live.clear()
         _add_live(-len(actors))
@@ -420,7 +408,7 @@ class ActorPool:
         if self._state != _RUNNING:
             self._live.pop(key, None)
             actor.actor_stopped.set()  # a stop() that saw it in its snapshot finds it dead
-            raise PoolStateError(f"cannot start {actor} on {self._name}: pool is {self._state}")
+            raise PoolStateError(f"cannot start {actor} on {self.name}: pool is {self._state}")
         _add_live(1)
 
     def _unregister(self, actor: PooledActor) -> None:
@@ -431,7 +419,7 @@ class ActorPool:
     def _work(self) -> None:
         """Worker thread body: run actor turns until a ``None`` sentinel arrives."""
         ready = self._ready
-        batch = self._batch
+        batch = self.batch
         while True:
             actor = ready.get()
             if actor is None or self._abandoned:
@@ -439,9 +427,7 @@ class ActorPool:
             try:
                 actor._run_turn(batch)
             except BaseException:
-                logger.opt(exception=True).error(
-                    "{}: error running a turn of {}", self._name, actor
-                )
+                logger.opt(exception=True).error("{}: error running a turn of {}", self.name, actor)
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -53,6 +53,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from loguru import logger
 
+from kdispatch.actors.backend import check_grace_period, check_page_limit
 from kdispatch.actors.errors import (
     BadResponseError,
     InvalidConfigError,
@@ -328,9 +329,8 @@ class KubernetesBackend:
         info = self._kinds.lookup(kind)
         path = self._collection(info, namespace)
         query = _selectors(label_selector, field_selector)
+        check_page_limit(limit)
         if limit is not None:
-            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")
             query.append(("limit", str(limit)))
         if continue_token is not None:
             query.append(("continue", _text("continue_token", continue_token)))
@@ -659,14 +659,7 @@ def _selectors(label_selector: object, field_selector: object) -> list[tuple[str
 def _delete_options(
     uid: str, resource_version: str | None, grace_period_seconds: object
 ) -> dict[str, Any]:
-    if grace_period_seconds is not None and (
-        isinstance(grace_period_seconds, bool)
-        or not isinstance(grace_period_seconds, int)
-        or grace_period_seconds < 0
-    ):
-        raise InvalidRequestError(
-            f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
-        )
+    check_grace_period(grace_period_seconds)
     pre: dict[str, str] = {"uid": uid}
     if resource_version is not None:
         pre["resourceVersion"] = _text("resource_version", resource_version)

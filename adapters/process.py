@@ -36,7 +36,8 @@ What differs from the in-process dispatcher:
   As with the in-process dispatcher, the elector's ``on_lost`` should :meth:`revoke` it so
   the calls not yet sent resolve at once instead of at their turn;
 * back-pressure: at most ``max_in_flight`` calls are sent to the child and not yet resolved
-  (:class:`~kdispatch.adapters.process_window.SendWindow`); beyond that, calls wait in this
+  (:class:`~kdispatch.adapters.process_window.SendWindow`), of them at most twice as many
+  Events as the child's executor sends at once; beyond that, calls wait in this
   process in lanes by relevance, so a binding or a deletion submitted behind thousands of
   status patches overtakes them instead of queueing behind them in the pipe, and ``submit``
   still never blocks. One object's calls keep their order. A call waiting here is not yet
@@ -222,7 +223,9 @@ class ProcessDispatcher(DispatcherLike):
         self._reader: threading.Thread | None = None
         self._writer: threading.Thread | None = None
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._window = SendWindow(max_in_flight, self._outbox.put)
+        self._window = SendWindow(
+            max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
+        )
         self._gc = GcTuner(config.runtime)
         # The send deadline on CLOCK_MONOTONIC, shared with the child (0.0: closed). Only
         # the leader's observer stores into it, under the leader's lock.
@@ -625,11 +628,11 @@ class ProcessDispatcher(DispatcherLike):
             except Exception:  # a reply that does not unpickle
                 logger.opt(exception=True).error("dispatcher process: unreadable results")
                 continue
+            self._window.resolved(*(r[0] for r in batch))  # room for the next waiting calls
             for fid, ok, value in batch:
                 if fid == STOPPED:
                     self._final = value
                     continue
-                self._window.resolved(fid)  # room for the next waiting call
                 future = self._calls.pop(fid, None) or self._queries.pop(fid, None)
                 if future is None:
                     continue
@@ -684,6 +687,15 @@ def _check_max_in_flight(value: object) -> None:
     """``value`` is a positive int or None; InvalidConfigError otherwise."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise InvalidConfigError(f"max_in_flight must be a positive int or None, got {value!r}")
+
+
+def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> int | None:
+    """Best-effort calls (Events) in flight to the child, at most: twice what its executor
+    sends at once (a quarter of its workers), so the next one is always there while they do
+    not hold the window's room through a burst of other calls (None without a window)."""
+    if max_in_flight is None:
+        return None
+    return min(max_in_flight, 2 * max(1, config.executor.workers // 4))
 
 
 def _check_leader(leader: object) -> None:

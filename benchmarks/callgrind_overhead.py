@@ -32,13 +32,16 @@ future awaited) on the in-memory apiserver **in the measured process** (no laten
 limit), so the figure is the whole cost of a call: the contender's machinery plus the
 apiserver's work, which is the same for every contender. Contenders: ``kdispatch`` (a
 ``Dispatcher`` as the W2 contender builds it, 16 executor workers, idle actors never reaped
-while measured), ``upstream_fifo`` (the model of kube-scheduler's ``APIDispatcher``) and
-``blocking`` (inline calls on the submitting thread). Start-up is subtracted the same way:
-each contender runs once with ``--w2-base`` and once with ``--w2-calls`` calls; both runs create
-the same ``WARMUP + --w2-calls`` pods, send ``WARMUP`` warm-up calls (awaited), freeze the set-up
-out of the collector's reach (as W2 does), then submit the measured calls and await them, check
-that every one succeeded with one request, and end with ``os._exit`` (W2's span ends at the
-last resolution: the contender's shutdown is not counted). Every call is a new pod, so a
+while measured, and no reaper pass either: a pass walks every live actor and comes every
+``reap_interval`` seconds of wall clock, which callgrind and the machine's load stretch, so
+their count would follow the load), ``upstream_fifo`` (the model of kube-scheduler's
+``APIDispatcher``) and ``blocking`` (inline calls on the submitting thread). Start-up is
+subtracted the same way: each contender runs once with ``--w2-base`` and once with
+``--w2-calls`` calls; both runs create the same ``WARMUP + --w2-calls`` pods, send ``WARMUP``
+warm-up calls (awaited), freeze the set-up out of the collector's reach (as W2 does), then
+submit the measured calls and await them, check that every one succeeded with one request,
+and end with ``os._exit`` (W2's span ends at the last resolution: the contender's shutdown is
+not counted). Every call is a new pod, so a
 kdispatch call includes its actor's spawn. Reported per round and as median/min/max:
 instructions per call of each contender, ``w2_kdispatch_vs_upstream`` and
 ``w2_kdispatch_vs_inline`` (kdispatch / blocking).
@@ -59,7 +62,13 @@ from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
 
-from benchmarks.workloads.common import publish, spread, thread_role
+from benchmarks.workloads.common import (
+    http_server_process,
+    publish,
+    serve_http,
+    spread,
+    thread_role,
+)
 
 PODS = 16
 WORKERS = 8
@@ -83,11 +92,7 @@ def apiserver() -> Any:
 
 def serve() -> None:
     """Child process: serve PODS pods over HTTP until stdin closes."""
-    from kdispatch.testing import ApiServerHTTP
-
-    with ApiServerHTTP(apiserver()) as srv:
-        print(srv.url, flush=True)
-        sys.stdin.read()
+    serve_http(apiserver())
 
 
 def _flip(pod: dict[str, Any]) -> str:
@@ -201,6 +206,7 @@ def w2_client(contender: str, calls: int, pods: int) -> dict[str, Any]:
             rate_limit=RateLimitConfig(qps=math.inf, burst=100),
             executor=ExecutorConfig(workers=WORKERS),
             registry=RegistryConfig(idle_timeout=3600.0),
+            reap_interval=3600.0,
         )
         d = Dispatcher(server, config, metrics_registry=CollectorRegistry()).start()
 
@@ -288,46 +294,34 @@ def _total(part: Path) -> int:
 
 def run(calls: int, base: int, rounds: int) -> dict[str, Any]:
     """HTTP: start the server process, count every (path, call count) ``rounds`` times."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.callgrind_overhead", "--serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     per_round: list[dict[str, Any]] = []
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http://"):
-            raise RuntimeError(f"server did not start: {url!r}")
-        with tempfile.TemporaryDirectory(prefix="kdispatch-callgrind-") as tmp:
-            for r in range(rounds):
-                entry: dict[str, Any] = {}
-                for path in PATHS if r % 2 == 0 else PATHS[::-1]:
-                    small = _instructions(url, path, base, Path(tmp))
-                    large = _instructions(url, path, calls, Path(tmp))
-                    entry[path] = {
-                        "total_base": small["total"],
-                        "total_calls": large["total"],
-                        "instructions_per_call": (large["total"] - small["total"]) / (calls - base),
-                        "per_call_by_thread": {
-                            role: (large.get(role, 0) - small.get(role, 0)) / (calls - base)
-                            for role in sorted(set(large) | set(small))
-                            if role != "total"
-                        },
-                    }
-                ratio = (
-                    entry["dispatcher"]["instructions_per_call"]
-                    / entry["direct"]["instructions_per_call"]
-                )
-                entry["dispatcher_vs_direct"] = ratio
-                entry["overhead"] = ratio - 1
-                per_round.append(entry)
-                print(_round_line(r, entry), flush=True)
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        proc.wait(30)
+    with (
+        http_server_process("benchmarks.callgrind_overhead") as (_, url),
+        tempfile.TemporaryDirectory(prefix="kdispatch-callgrind-") as tmp,
+    ):
+        for r in range(rounds):
+            entry: dict[str, Any] = {}
+            for path in PATHS if r % 2 == 0 else PATHS[::-1]:
+                small = _instructions(url, path, base, Path(tmp))
+                large = _instructions(url, path, calls, Path(tmp))
+                entry[path] = {
+                    "total_base": small["total"],
+                    "total_calls": large["total"],
+                    "instructions_per_call": (large["total"] - small["total"]) / (calls - base),
+                    "per_call_by_thread": {
+                        role: (large.get(role, 0) - small.get(role, 0)) / (calls - base)
+                        for role in sorted(set(large) | set(small))
+                        if role != "total"
+                    },
+                }
+            ratio = (
+                entry["dispatcher"]["instructions_per_call"]
+                / entry["direct"]["instructions_per_call"]
+            )
+            entry["dispatcher_vs_direct"] = ratio
+            entry["overhead"] = ratio - 1
+            per_round.append(entry)
+            print(_round_line(r, entry), flush=True)
     summary = {
         **{path: spread([e[path]["instructions_per_call"] for e in per_round]) for path in PATHS},
         "dispatcher_vs_direct": spread([e["dispatcher_vs_direct"] for e in per_round]),

@@ -38,6 +38,7 @@ from kubernetes import client as k8s
 from loguru import logger
 
 from benchmarks.chaos_watch import BindingAuditor, WatchMonkey
+from examples.common import add_config_options, config_from_args
 from kdispatch import (
     ApiBackend,
     ClaimStatusPatch,
@@ -548,28 +549,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.chaos", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--pods", type=int, default=ChaosConfig.pods)
-    p.add_argument("--fault-rate", type=float, default=ChaosConfig.fault_rate)
+    add_config_options(p, ChaosConfig, "pods", "fault_rate")
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--http", action="store_true", help="real client over HTTP on 127.0.0.1")
-    p.add_argument("--seed", type=int, default=ChaosConfig.seed)
-    p.add_argument("--workers", type=int, default=ChaosConfig.workers)
-    p.add_argument("--intents-per-pod", type=float, default=ChaosConfig.intents_per_pod)
-    p.add_argument("--request-timeout", type=float, default=ChaosConfig.request_timeout)
-    p.add_argument("--latency-ms", type=float, default=ChaosConfig.latency_ms)
-    p.add_argument("--watch-chaos-interval", type=float, default=ChaosConfig.watch_chaos_interval)
-    args = p.parse_args(argv)
-    cfg = ChaosConfig(
-        pods=args.pods,
-        fault_rate=args.fault_rate,
-        http=args.http,
-        seed=args.seed,
-        workers=args.workers,
-        intents_per_pod=args.intents_per_pod,
-        request_timeout=args.request_timeout,
-        latency_ms=args.latency_ms,
-        watch_chaos_interval=args.watch_chaos_interval,
+    knobs = (
+        "seed",
+        "workers",
+        "intents_per_pod",
+        "request_timeout",
+        "latency_ms",
+        "watch_chaos_interval",
     )
+    add_config_options(p, ChaosConfig, *knobs)
+    args = p.parse_args(argv)
+    cfg = config_from_args(ChaosConfig, args)
     logger.disable("kdispatch")
     figures = run(cfg)
     text = json.dumps(figures, indent=2, sort_keys=True, default=str)

@@ -4,6 +4,7 @@
     python -m benchmarks.process_executor --repeat 3 --json PATH --quick   # 1,000 pods / 100 nodes
     python -m benchmarks.process_executor --repeat 3 --json PATH --gc-freeze  # both, --gc-freeze
     python -m benchmarks.process_executor --repeat 3 --json PATH --quick --window-ab
+    python -m benchmarks.process_executor --repeat 3 --json PATH --baseline-tree ../main
 
 Every run starts a fresh ``python -m examples.apiserver`` (the in-memory apiserver seeded with
 the pods, served over HTTP in its own process, ``--latency-ms`` per request), then runs
@@ -17,7 +18,10 @@ same scheduling threads, executor workers and QPS (unlimited by default); only
   its default ``max_in_flight`` window);
 * ``process_unbounded`` (with ``--window-ab``): the same with ``max_in_flight=None``, every call
   piped to the child at once (the behaviour before the window), the scheduler started through
-  a shim that sets that default; ``window_ratios`` compare ``process`` with it within a round.
+  a shim that sets that default; ``window_ratios`` compare ``process`` with it within a round;
+* ``process_baseline`` (with ``--baseline-tree PATH``): ``process`` with the scheduler and
+  kdispatch of another checkout (``PATH``, e.g. a worktree of the main branch), so a change is
+  measured before and after in the same run; ``baseline_ratios`` compare ``process`` with it.
 
 The apiserver is a separate process in both, so neither variant pays for it inside the
 scheduler's interpreter. Within a round the two variants run one after the other (the order
@@ -60,7 +64,20 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 UNBOUNDED = "process_unbounded"
 """The ``--window-ab`` variant: ``process`` with ``max_in_flight=None``."""
 
-RATIOS = ("loop_submit_p50", "loop_submit_p99", "loop_submit_max", "pods_per_s", "binding_p99")
+BASELINE = "process_baseline"
+"""The ``--baseline-tree`` variant: ``process`` run from another checkout."""
+
+COMPARED = {UNBOUNDED: "window_ratios", BASELINE: "baseline_ratios"}
+"""Extra variant → the key of its within-round ratios (``process`` / it)."""
+
+RATIOS = (
+    "loop_submit_p50",
+    "loop_submit_p99",
+    "loop_submit_max",
+    "pods_per_s",
+    "binding_p50",
+    "binding_p99",
+)
 """Figures compared as process / in-process within a round."""
 
 
@@ -204,7 +221,12 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
                 [sys.executable, "-m", "benchmarks.process_executor", "--probe", str(probe_out)],
                 stdout=subprocess.DEVNULL,
             )
-            sched = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            sched = subprocess.Popen(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                cwd=args.baseline_tree if name == BASELINE else None,
+            )
             sampler = Sampler(sched.pid).start()
             try:
                 _, stderr = sched.communicate(timeout=args.max_seconds + 120)
@@ -237,7 +259,7 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
 
 
 def _options(name: str) -> tuple[str, ...]:
-    return VARIANTS["process"] if name == UNBOUNDED else VARIANTS[name]
+    return VARIANTS["process"] if name in COMPARED else VARIANTS[name]
 
 
 def headline(fig: dict[str, Any]) -> dict[str, float | None]:
@@ -248,6 +270,7 @@ def headline(fig: dict[str, Any]) -> dict[str, float | None]:
         "loop_submit_p99": loop["p99"],
         "loop_submit_max": loop["max"],
         "pods_per_s": fig["pods_per_s"],
+        "binding_p50": fig["binding_latency_ms"]["p50"],
         "binding_p99": fig["binding_latency_ms"]["p99"],
     }
 
@@ -261,6 +284,15 @@ def _spread(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def _ratios(rounds: list[dict[str, dict[str, Any]]], other: str) -> dict[str, Any]:
+    """Per figure, ``process`` / ``other`` within each round, as a spread."""
+    out: dict[str, Any] = {}
+    for key in RATIOS:
+        pairs = [(headline(r["process"])[key], headline(r[other])[key]) for r in rounds]
+        out[key] = _spread([round(a / b, 3) for a, b in pairs if a is not None and b])
+    return out
+
+
 def evaluate(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     """Per variant and figure the median with its range; per figure the within-round ratio;
     the targets judged on the medians."""
@@ -270,19 +302,10 @@ def evaluate(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         per_variant[name] = {
             key: _spread([v for h in heads if (v := h[key]) is not None]) for key in RATIOS
         }
-    ratios: dict[str, Any] = {}
-    for key in RATIOS:
-        values = []
-        for r in rounds:
-            a, b = headline(r["process"])[key], headline(r["inprocess"])[key]
-            if a is not None and b:
-                values.append(round(a / b, 3))
-        ratios[key] = _spread(values)
-    window_ratios: dict[str, Any] = {}
-    if UNBOUNDED in rounds[0]:
-        for key in RATIOS:
-            pairs = [(headline(r["process"])[key], headline(r[UNBOUNDED])[key]) for r in rounds]
-            window_ratios[key] = _spread([round(a / b, 3) for a, b in pairs if a is not None and b])
+    ratios = _ratios(rounds, "inprocess")
+    compared = {
+        label: _ratios(rounds, other) for other, label in COMPARED.items() if other in rounds[0]
+    }
     p50 = per_variant["process"]["loop_submit_p50"]["median"]
     p99 = per_variant["process"]["loop_submit_p99"]["median"]
     clean = all(
@@ -295,10 +318,7 @@ def evaluate(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         "process_loop_submit_p99_us": {"target": 1000.0, "value": p99, "met": p99 <= 1000.0},
         "all_runs_clean": {"target": True, "value": clean, "met": clean},
     }
-    out = {"variants": per_variant, "ratios": ratios, "targets": targets}
-    if window_ratios:
-        out["window_ratios"] = window_ratios
-    return out
+    return {"variants": per_variant, "ratios": ratios, "targets": targets, **compared}
 
 
 def _r(s: dict[str, Any], fmt: str = ",.0f") -> str:
@@ -315,6 +335,7 @@ def markdown(result: dict[str, Any], rounds: list[dict[str, dict[str, Any]]]) ->
         "loop_submit_p99": "loop submit p99, µs",
         "loop_submit_max": "loop submit max, µs",
         "pods_per_s": "pods/s",
+        "binding_p50": "binding p50, ms",
         "binding_p99": "binding p99, ms",
     }
     lines = [
@@ -346,17 +367,20 @@ def markdown(result: dict[str, Any], rounds: list[dict[str, dict[str, Any]]]) ->
         f"| dup / lost (all rounds) | {dup['inprocess']} / {lost['inprocess']} "
         f"| {dup['process']} / {lost['process']} | |"
     )
-    if "window_ratios" in result:
-        w = result["window_ratios"]
+    headers = {UNBOUNDED: ("child, window", "child, unbounded", "window / unbounded")}
+    headers[BASELINE] = ("child, this tree", "child, baseline tree", "this / baseline")
+    for other, key_of in COMPARED.items():
+        if key_of not in result:
+            continue
+        w, (mine, theirs, ratio) = result[key_of], headers[other]
         lines += [
             "",
-            "| figure (median, range) | child, window | child, unbounded | window / unbounded |",
+            f"| figure (median, range) | {mine} | {theirs} | {ratio} |",
             "|---|---:|---:|---:|",
         ]
         for key, label in labels.items():
             lines.append(
-                f"| {label} | {_r(v['process'][key])} | {_r(v[UNBOUNDED][key])} "
-                f"| {_r(w[key], '.3g')} |"
+                f"| {label} | {_r(v['process'][key])} | {_r(v[other][key])} | {_r(w[key], '.3g')} |"
             )
     lines += ["", "| target | wanted | median | met |", "|---|---:|---:|:---:|"]
     for name, t in result["targets"].items():
@@ -388,6 +412,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help=f"also run {UNBOUNDED}: the child process without the max_in_flight window",
     )
+    p.add_argument(
+        "--baseline-tree",
+        metavar="PATH",
+        help=f"also run {BASELINE}: the child process with the code of the checkout at PATH",
+    )
     p.add_argument("--probe", metavar="PATH", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -396,7 +425,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--json PATH is required")
     nodes, pods = (100, 1000) if args.quick else (500, 5000)
     rounds: list[dict[str, dict[str, Any]]] = []
-    names = [*VARIANTS, *((UNBOUNDED,) if args.window_ab else ())]
+    names = [
+        *VARIANTS,
+        *((UNBOUNDED,) if args.window_ab else ()),
+        *((BASELINE,) if args.baseline_tree else ()),
+    ]
     for i in range(max(1, args.repeat)):
         order = names[i % len(names) :] + names[: i % len(names)]
         runs = {}
@@ -423,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "qps": args.qps or None,
             "gc_freeze": args.gc_freeze,
             "window_ab": args.window_ab,
+            "baseline_tree": args.baseline_tree,
             "repeat": args.repeat,
             "python": platform.python_version(),
             "platform": platform.platform(),

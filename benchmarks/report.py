@@ -7,6 +7,7 @@ Benchmark-only code. Input: the dict written to ``results.json`` (``meta`` + ``r
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,8 @@ from benchmarks.workloads.contenders import CONTENDERS, KDISPATCH
 
 Results = dict[str, Any]
 Rec = dict[str, Any]
-COLORS = {
-    "kdispatch": "tab:green",
-    "upstream_fifo": "tab:red",
-    "threadpool": "tab:blue",
-    "blocking": "tab:gray",
-}
+COLORS = dict(zip(CONTENDERS, ("tab:green", "tab:red", "tab:blue", "tab:gray"), strict=True))
+"""Each contender's colour in the charts, in :data:`CONTENDERS` order."""
 BASELINES = [c for c in CONTENDERS if c != KDISPATCH]
 X = "\u00d7"  # multiplication sign
 NONE = "\u2013"  # en dash: no value
@@ -214,9 +211,57 @@ def save_figure(fig: Figure, title: str, path: Path, dpi: int) -> Path:
 
 @dataclass(frozen=True)
 class _Col:
+    workload: str
     key: str
     label: str
-    fmt: str = "{:.3g}"
+    fmt: str
+
+
+COLUMNS = (
+    _Col("W1", "submit_p50_us", "p50 µs", "{:.1f}"),
+    _Col("W1", "submit_p99_us", "p99 µs", "{:.1f}"),
+    _Col("W1", "submit_only_p50_us", "submit-only p50 µs", "{:.1f}"),
+    _Col("W1", "submit_only_p99_us", "submit-only p99 µs", "{:.1f}"),
+    _Col("W1", "submit_max_us", "max µs", "{:,.0f}"),
+    _Col("W1", "gc_full_max_ms", "longest full GC ms", "{:.1f}"),
+    _Col("W1", "live_objects", "live objects", "{:.0f}"),
+    _Col("W2", "throughput_per_s", "calls/s (median)", "{:.0f}"),
+    _Col("W2", "throughput_min_per_s", "min", "{:.0f}"),
+    _Col("W2", "throughput_max_per_s", "max", "{:.0f}"),
+    _Col("W2", "cpu_per_call_us", "CPU µs/call", "{:.0f}"),
+    _Col("W2", "requests", "requests", "{:.0f}"),
+    _Col("W3", "calls_submitted", "calls", "{:.0f}"),
+    _Col("W3", "requests", "requests", "{:.0f}"),
+    _Col("W3", "minimal", "minimal", "{:.0f}"),
+    _Col("W3", "ratio_to_minimal", "÷ minimal", "{:.3f}"),
+    _Col("W4", "binding_wait_p50_ms", "bind wait p50 ms", "{:.1f}"),
+    _Col("W4", "binding_wait_p99_ms", "bind wait p99 ms", "{:.1f}"),
+    _Col("W4", "binding_unfinished", "unfinished (censored)", "{:.0f}"),
+    _Col("W4", "bind_decisions", "bindings decided", "{:.0f}"),
+    _Col("W4", "binding_wait_p99_token_intervals", "p99 ÷ token", "{:.1f}"),
+    _Col("W4", "arrival_to_bound_p99_ms", "arrival→bound p99 ms", "{:.0f}"),
+    _Col("W4", "bound_per_s", "bound/s", "{:.1f}"),
+    _Col("W4", "status_backlog_max", "max backlog", "{:.0f}"),
+    _Col("W4", "status_requests", "status requests", "{:.0f}"),
+    _Col("W4", "undecided", "undecided", "{:.0f}"),
+    _Col("W5", "requests", "requests", "{:.0f}"),
+    _Col("W5", "budget", "budget", "{:.0f}"),
+    _Col("W5", "budget_used", "used", "{:.1%}"),
+    _Col("W6", "kib_per_object", "KiB/object", "{:.2f}"),
+    _Col("W6", "start_us_per_object", "start µs/object", "{:.1f}"),
+    _Col("W6", "live_objects", "live objects", "{:.0f}"),
+)
+"""The figures each workload's table shows, in order."""
+
+KEY_FIGURES = {
+    "W1": ("submit_p99_us", True),
+    "W2": ("throughput_per_s", False),
+    "W3": ("ratio_to_minimal", True),
+    "W4": ("binding_wait_p99_ms", True),
+    "W5": ("budget_used", False),
+    "W6": ("bytes_per_object", True),
+}
+"""Per workload: the figure the ratio column compares, and whether lower is better."""
 
 
 @dataclass(frozen=True)
@@ -227,74 +272,8 @@ class _Table:
 
 
 TABLES = {
-    "W1": _Table(
-        (
-            _Col("submit_p50_us", "p50 µs", "{:.1f}"),
-            _Col("submit_p99_us", "p99 µs", "{:.1f}"),
-            _Col("submit_only_p50_us", "submit-only p50 µs", "{:.1f}"),
-            _Col("submit_only_p99_us", "submit-only p99 µs", "{:.1f}"),
-            _Col("submit_max_us", "max µs", "{:,.0f}"),
-            _Col("gc_full_max_ms", "longest full GC ms", "{:.1f}"),
-            _Col("live_objects", "live objects", "{:.0f}"),
-        ),
-        "submit_p99_us",
-        lower_is_better=True,
-    ),
-    "W2": _Table(
-        (
-            _Col("throughput_per_s", "calls/s (median)", "{:.0f}"),
-            _Col("throughput_min_per_s", "min", "{:.0f}"),
-            _Col("throughput_max_per_s", "max", "{:.0f}"),
-            _Col("cpu_per_call_us", "CPU µs/call", "{:.0f}"),
-            _Col("requests", "requests", "{:.0f}"),
-        ),
-        "throughput_per_s",
-        lower_is_better=False,
-    ),
-    "W3": _Table(
-        (
-            _Col("calls_submitted", "calls", "{:.0f}"),
-            _Col("requests", "requests", "{:.0f}"),
-            _Col("minimal", "minimal", "{:.0f}"),
-            _Col("ratio_to_minimal", "÷ minimal", "{:.3f}"),
-        ),
-        "ratio_to_minimal",
-        lower_is_better=True,
-    ),
-    "W4": _Table(
-        (
-            _Col("binding_wait_p50_ms", "bind wait p50 ms", "{:.1f}"),
-            _Col("binding_wait_p99_ms", "bind wait p99 ms", "{:.1f}"),
-            _Col("binding_unfinished", "unfinished (censored)", "{:.0f}"),
-            _Col("bind_decisions", "bindings decided", "{:.0f}"),
-            _Col("binding_wait_p99_token_intervals", "p99 ÷ token", "{:.1f}"),
-            _Col("arrival_to_bound_p99_ms", "arrival→bound p99 ms", "{:.0f}"),
-            _Col("bound_per_s", "bound/s", "{:.1f}"),
-            _Col("status_backlog_max", "max backlog", "{:.0f}"),
-            _Col("status_requests", "status requests", "{:.0f}"),
-            _Col("undecided", "undecided", "{:.0f}"),
-        ),
-        "binding_wait_p99_ms",
-        lower_is_better=True,
-    ),
-    "W5": _Table(
-        (
-            _Col("requests", "requests", "{:.0f}"),
-            _Col("budget", "budget", "{:.0f}"),
-            _Col("budget_used", "used", "{:.1%}"),
-        ),
-        "budget_used",
-        lower_is_better=False,
-    ),
-    "W6": _Table(
-        (
-            _Col("kib_per_object", "KiB/object", "{:.2f}"),
-            _Col("start_us_per_object", "start µs/object", "{:.1f}"),
-            _Col("live_objects", "live objects", "{:.0f}"),
-        ),
-        "bytes_per_object",
-        lower_is_better=True,
-    ),
+    wid: _Table(tuple(c for c in COLUMNS if c.workload == wid), key, lower_is_better)
+    for wid, (key, lower_is_better) in KEY_FIGURES.items()
 }
 
 
@@ -349,10 +328,6 @@ def _fig_of(by: dict[str, dict[str, Rec]], wid: str, who: str, key: str) -> floa
     return math.nan if rec is None else _num(rec["figures"].get(key))
 
 
-def _judge(value: float, ok: Callable[[float], bool]) -> bool | None:
-    return None if math.isnan(value) else ok(value)
-
-
 def targets(results: Results) -> list[Target]:
     """Every target of the issue with its measured value and pass/miss."""
     by = _by_workload(results)
@@ -374,54 +349,55 @@ def targets(results: Results) -> list[Target]:
     w4_ideal = _fig_of(by, "W4", k, "ideal_binding_wait_p99_ms")
     w5 = _fig_of(by, "W5", k, "budget_used")
     w6 = _fig_of(by, "W6", k, "kib_per_object")
-    return [
-        Target(
+    w4_unfinished = (
+        f"upstream_fifo left {w4_censored:.0f} bindings unfinished, so its p99 and this "
+        "ratio are lower bounds)"
+        if w4_censored > 0
+        else "every upstream_fifo binding finished)"
+    )
+    # workload, target, measured (as shown), value, comparison, bound
+    rows: list[tuple[str, str, str, float, Callable[[float, float], bool], float]] = [
+        (
             "W1",
             "submit p99 ≤ 50 µs",
             f"{w1:.1f} µs (`Dispatcher.submit`; {w1_adapter:.1f} µs building the call too)",
-            _judge(w1, lambda v: v <= 50),
+            w1,
+            operator.le,
+            50,
         ),
-        Target(
-            "W2",
-            f"throughput ≥ 1.0 {X} upstream_fifo",
-            f"{w2:.2f} {X}",
-            _judge(w2, lambda v: v >= 1.0),
-        ),
-        Target(
+        ("W2", f"throughput ≥ 1.0 {X} upstream_fifo", f"{w2:.2f} {X}", w2, operator.ge, 1.0),
+        (
             "W2",
             f"throughput ≥ 0.6 {X} blocking (inline calls)",
             f"{w2_inline:.2f} {X}",
-            _judge(w2_inline, lambda v: v >= 0.6),
+            w2_inline,
+            operator.ge,
+            0.6,
         ),
-        Target(
-            "W2",
-            "≤ 90 µs CPU per call (every thread)",
-            f"{w2_cpu:.0f} µs",
-            _judge(w2_cpu, lambda v: v <= 90),
-        ),
-        Target(
-            "W3", f"requests ≤ 1.05 {X} minimal", f"{w3:.3f} {X}", _judge(w3, lambda v: v <= 1.05)
-        ),
-        Target(
+        ("W2", "≤ 90 µs CPU per call (every thread)", f"{w2_cpu:.0f} µs", w2_cpu, operator.le, 90),
+        ("W3", f"requests ≤ 1.05 {X} minimal", f"{w3:.3f} {X}", w3, operator.le, 1.05),
+        (
             "W4",
             f"binding p99 ≥ 20 {X} better than upstream_fifo",
-            f"{w4_ratio:.1f} {X} ({w4_mine:.1f} ms; "
-            + (
-                f"upstream_fifo left {w4_censored:.0f} bindings unfinished, so its p99 and this "
-                "ratio are lower bounds)"
-                if w4_censored > 0
-                else "every upstream_fifo binding finished)"
-            ),
-            _judge(w4_ratio, lambda v: v >= 20),
+            f"{w4_ratio:.1f} {X} ({w4_mine:.1f} ms; {w4_unfinished}",
+            w4_ratio,
+            operator.ge,
+            20,
         ),
-        Target(
+        (
             "W4",
             "binding p99 ≤ 3 token intervals",
             f"{w4_tokens:.2f} token intervals (a perfect scheduler: {w4_ideal:.1f} ms)",
-            _judge(w4_tokens, lambda v: v <= 3),
+            w4_tokens,
+            operator.le,
+            3,
         ),
-        Target("W5", "QPS budget used ≥ 95 %", f"{w5:.1%}", _judge(w5, lambda v: v >= 0.95)),
-        Target("W6", "≤ 3 KiB per idle object", f"{w6:.2f} KiB", _judge(w6, lambda v: v <= 3)),
+        ("W5", "QPS budget used ≥ 95 %", f"{w5:.1%}", w5, operator.ge, 0.95),
+        ("W6", "≤ 3 KiB per idle object", f"{w6:.2f} KiB", w6, operator.le, 3),
+    ]
+    return [
+        Target(wid, text, measured, None if math.isnan(value) else ok(value, bound))
+        for wid, text, measured, value, ok, bound in rows
     ]
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -45,7 +44,13 @@ from typing import Any
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from benchmarks.workloads.common import publish, spread, thread_role
+from benchmarks.workloads.common import (
+    http_server_process,
+    publish,
+    serve_http,
+    spread,
+    thread_role,
+)
 from kdispatch import (
     Dispatcher,
     DispatcherConfig,
@@ -71,14 +76,12 @@ RATIOS = (
 
 def serve() -> None:
     """Child process: serve PODS pods over HTTP until stdin closes."""
-    from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_pod
+    from kdispatch.testing import InMemoryApiServer, make_pod
 
     mem = InMemoryApiServer(history=1000, request_log_limit=1000)
     for i in range(PODS):
         mem.create(make_pod(f"p{i}", uid=f"uid-{i}"))
-    with ApiServerHTTP(mem) as srv:
-        print(srv.url, flush=True)
-        sys.stdin.read()
+    serve_http(mem)
 
 
 Patch = Callable[[int, int], None]  # (pod index, call number)
@@ -256,17 +259,7 @@ class DispatcherContender:
 
 def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
     """Start the server process, run every contender ``runs`` times per mode."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.transport", "--serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        if not url.startswith("http://"):
-            raise RuntimeError(f"server did not start: {url!r}")
+    with http_server_process("benchmarks.transport") as (proc, url):
         patchers, closers = _patchers(url, max(threads, 1))
         dispatchers = {name: DispatcherContender(url, max(threads, 1)) for name in DISPATCHERS}
         closers.extend(dispatchers.values())
@@ -294,10 +287,6 @@ def run(calls: int, threads: int, runs: int) -> dict[str, Any]:
         finally:
             for c in closers:
                 c.close()
-    finally:
-        if proc.stdin is not None:
-            proc.stdin.close()
-        proc.wait(30)
     return {"runs": per_run, "summary": _summary(per_run)}
 
 

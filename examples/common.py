@@ -1,13 +1,20 @@
-"""Small helpers shared by the example programs (config checks, verbose logging)."""
+"""Small helpers shared by the example programs (config checks, configs from the command line,
+verbose logging)."""
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import math
 import sys
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from loguru import logger
 
 from kdispatch import InvalidInputError
+
+C = TypeVar("C")
 
 
 def check_counts(obj: object, *names: str) -> None:
@@ -40,3 +47,38 @@ def enable_verbose_logs() -> None:
     logger.add(sys.stderr, level="DEBUG")
     for name in ("kdispatch", "examples"):
         logger.enable(name)
+
+
+def add_config_options(
+    p: argparse.ArgumentParser, defaults: object, *names: str, helps: Mapping[str, str] = {}
+) -> None:
+    """For each of ``names`` (fields of the config ``defaults``; none given: the keys of
+    ``helps``), in order, an option ``--the-field`` of the field's type with its default, which
+    :func:`config_from_args` finds again; ``helps``: the help texts of some."""
+    for name in names or helps:
+        value = getattr(defaults, name)
+        flag = "--" + name.replace("_", "-")
+        p.add_argument(flag, type=type(value), default=value, help=helps.get(name))
+
+
+def config_from_args(make: Callable[..., C], args: argparse.Namespace, **given: object) -> C:
+    """``make(...)`` (a config class) called with ``given`` and, for each of its other
+    parameters, the parsed option of the same name where there is one; a parameter without an
+    option keeps its default. Raises what ``make`` raises."""
+    options = vars(args)
+    names = [n for n in inspect.signature(make).parameters if n in options and n not in given]
+    return make(**{n: options[n] for n in names}, **given)
+
+
+def configure(build: Callable[[], C], *, verbose: bool) -> C | int:
+    """The run's config from ``build()``, or exit status 2 after saying on stderr why the
+    options are invalid (:class:`InvalidInputError`); turns on :func:`enable_verbose_logs` when
+    ``verbose``."""
+    try:
+        cfg = build()
+    except InvalidInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if verbose:
+        enable_verbose_logs()
+    return cfg

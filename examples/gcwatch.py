@@ -11,7 +11,6 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from types import TracebackType
 from typing import Any, Self
 
 
@@ -52,12 +51,7 @@ class GcWatch:
     def __enter__(self) -> Self:
         return self.install()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.uninstall()
 
     def reset(self) -> None:

@@ -44,13 +44,21 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pykka
 from prometheus_client import CollectorRegistry
 
-from examples.common import check_amounts, check_counts, check_rate, enable_verbose_logs
+from examples.common import (
+    add_config_options,
+    check_amounts,
+    check_counts,
+    check_rate,
+    config_from_args,
+    configure,
+)
 from examples.gcwatch import GcWatch
 from examples.scheduler.claims import allocation_for
 from kdispatch import (
@@ -61,7 +69,6 @@ from kdispatch import (
     DispatcherConfig,
     ExecutorConfig,
     Informer,
-    InvalidInputError,
     Obj,
     Outcome,
     PodBinding,
@@ -570,36 +577,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m examples.stress", description=__doc__.split("\n")[0]
     )
-    d = StressConfig()
-    p.add_argument("--objects", type=int, default=d.objects)
-    p.add_argument("--seconds", type=float, default=d.seconds)
-    p.add_argument("--threads", type=int, default=d.threads, help="churn threads")
-    p.add_argument("--faults", type=float, default=d.faults)
-    p.add_argument("--latency-ms", type=float, default=d.latency_ms)
-    p.add_argument("--workers", type=int, default=d.workers)
-    p.add_argument("--seed", type=int, default=d.seed)
+    names = ("objects", "seconds", "threads", "faults", "latency_ms", "workers", "seed")
+    add_config_options(p, StressConfig(), *names, helps={"threads": "churn threads"})
     p.add_argument(
         "--gc-freeze", action="store_true", help="the dispatcher's RuntimeConfig.gc_freeze"
     )
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
-    try:
-        cfg = StressConfig(
-            objects=args.objects,
-            seconds=args.seconds,
-            threads=args.threads,
-            faults=args.faults,
-            latency_ms=args.latency_ms,
-            workers=args.workers,
-            seed=args.seed,
-            gc_freeze=args.gc_freeze,
-        )
-    except InvalidInputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.verbose:
-        enable_verbose_logs()
+    cfg = configure(partial(config_from_args, StressConfig, args), verbose=args.verbose)
+    if isinstance(cfg, int):
+        return cfg
     result = run_stress(cfg, stream=sys.stderr)
     out = result.as_dict()
     if args.json:

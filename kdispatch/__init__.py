@@ -13,12 +13,12 @@ library's should be: ``from loguru import logger; logger.enable("kdispatch")``, 
 """
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from loguru import logger
 
-from .actors.aio import NoEventLoopError
+from ._lazy import lazy_exports
 from .actors.backend import ApiBackend, EvictionBackend, PatchType
-from .actors.call_types import BUILTIN_CALL_TYPES, default_call_types
 from .actors.calls import UNSET, Call, CallTypeRegistry
 from .actors.claim_calls import ClaimStatusPatch
 from .actors.config import (
@@ -29,8 +29,6 @@ from .actors.config import (
     RetryConfig,
     RuntimeConfig,
 )
-from .actors.dispatcher import Dispatcher
-from .actors.dispatcher_like import DispatcherLike
 from .actors.errors import (
     ActorLimitExceeded,
     AlreadyExistsError,
@@ -74,12 +72,8 @@ from .actors.errors import (
 )
 from .actors.event_calls import EventRecord
 from .actors.event_recorder import EventRecorder
-from .actors.eviction_calls import PodEviction
-from .actors.groups import CallGroup
 from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .actors.kinds import register as register_kind
-from .actors.messages import CallFuture
-from .actors.metrics import MetricsRegistryInUse
 from .actors.objects import (
     Obj,
     ObjectRef,
@@ -91,14 +85,63 @@ from .actors.objects import (
     pod_node_name,
     uid_of,
 )
-from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from .actors.ratelimit import TokenBucket
-from .adapters.aio_informer import AioInformer
-from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
-from .adapters.kubernetes import KubernetesBackend, ObjectList
-from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
-from .adapters.process import DispatcherProcessDied, ProcessDispatcher
-from .adapters.transport import prepare_configuration
+
+if TYPE_CHECKING:
+    from .actors.aio import NoEventLoopError
+    from .actors.call_types import BUILTIN_CALL_TYPES, default_call_types
+    from .actors.dispatcher import Dispatcher
+    from .actors.dispatcher_like import DispatcherLike
+    from .actors.eviction_calls import PodEviction
+    from .actors.groups import CallGroup
+    from .actors.messages import CallFuture
+    from .actors.metrics import MetricsRegistryInUse
+    from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, PreemptionOptions
+    from .adapters.aio_informer import AioInformer
+    from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
+    from .adapters.kubernetes import KubernetesBackend, ObjectList
+    from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
+    from .adapters.process import DispatcherProcessDied, ProcessDispatcher
+    from .adapters.transport import prepare_configuration
+else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_client) and the
+    # adapters (the Kubernetes client) cost more than pytest itself, which imports this package
+    # for the envtest plugin in every run
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            ".actors.aio": ("NoEventLoopError",),
+            ".actors.call_types": ("BUILTIN_CALL_TYPES", "default_call_types"),
+            ".actors.dispatcher": ("Dispatcher",),
+            ".actors.dispatcher_like": ("DispatcherLike",),
+            ".actors.eviction_calls": ("PodEviction",),
+            ".actors.groups": ("CallGroup",),
+            ".actors.messages": ("CallFuture",),
+            ".actors.metrics": ("MetricsRegistryInUse",),
+            ".actors.pod_calls": (
+                "PodBinding",
+                "PodPreemption",
+                "PodStatusPatch",
+                "PreemptionOptions",
+            ),
+            ".adapters.aio_informer": ("AioInformer",),
+            ".adapters.informer": (
+                "ClientListWatch",
+                "Informer",
+                "ListWatch",
+                "WatchEvent",
+                "WatchStream",
+            ),
+            ".adapters.kubernetes": ("KubernetesBackend", "ObjectList"),
+            ".adapters.leader": (
+                "ClientLeaseClient",
+                "ElectionConfig",
+                "LeaseClient",
+                "LeaseElector",
+            ),
+            ".adapters.process": ("DispatcherProcessDied", "ProcessDispatcher"),
+            ".adapters.transport": ("prepare_configuration",),
+        },
+    )
 
 logger.disable("kdispatch")
 
@@ -179,6 +222,7 @@ __all__ = [
     "PodEviction",
     "PodPreemption",
     "PodStatusPatch",
+    "PreemptionOptions",
     "ProcessDispatcher",
     "RateLimitConfig",
     "RegistryConfig",

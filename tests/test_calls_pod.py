@@ -640,3 +640,19 @@ def test_sent_patch_gives_the_applied_object(call: PodStatusPatch, pod: dict[str
     for c in result["status"].get("conditions", []):
         if c["type"] not in before or before[c["type"]]["status"] != c["status"]:
             assert c[LTT] == NOW
+
+
+def test_pod_conditions_answers_each_object_whatever_was_read_before() -> None:
+    """The one-object memo of pod_conditions never answers for another object, even one
+    equal to it."""
+    cond = {"type": "PodScheduled", "status": "False"}
+    with_cond = testing.make_pod("p", uid="uid-p", conditions=[cond])
+    bare = testing.make_pod("p", uid="uid-p")
+    same = copy.deepcopy(with_cond)
+    for _ in range(2):
+        assert pod_calls.pod_conditions(with_cond) == {"PodScheduled": cond}
+        assert pod_calls.pod_conditions(with_cond) == {"PodScheduled": cond}
+        assert pod_calls.pod_conditions(bare) == {}
+        assert pod_calls.pod_conditions(None) == {}
+        assert pod_calls.pod_conditions(same) == {"PodScheduled": cond}
+        assert pod_calls.pod_conditions(same)["PodScheduled"] is same["status"]["conditions"][0]

@@ -164,6 +164,39 @@ def test_the_fixture_skips_with_the_build_hint_when_there_are_no_binaries(
     assert "python -m kdispatch.testing.envtest build" in done.stdout
 
 
+def test_the_plugin_loads_no_kubernetes_client_module() -> None:
+    """pytest imports the plugin in every run: it must not pay for the official client."""
+    code = (
+        "import sys, kdispatch.testing.envtest.pytest_plugin\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('kubernetes', 'urllib3')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_lazy_names_resolve_once_and_unknown_ones_raise() -> None:
+    import kdispatch
+    import kdispatch.testing
+    from kdispatch.adapters.kubernetes import KubernetesBackend
+    from kdispatch.testing.listwatch import MemoryListWatch
+
+    assert kdispatch.KubernetesBackend is KubernetesBackend
+    assert "KubernetesBackend" in vars(kdispatch)
+    assert kdispatch.testing.MemoryListWatch is MemoryListWatch
+    with pytest.raises(AttributeError, match="NoSuchName"):
+        _ = kdispatch.NoSuchName  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="NoSuchName"):
+        _ = kdispatch.testing.NoSuchName  # type: ignore[attr-defined]
+
+
 def _plugin_installed() -> bool:
     from importlib.metadata import entry_points
 

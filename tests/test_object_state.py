@@ -46,7 +46,16 @@ from kdispatch.actors.object_state import (
     Send,
     State,
 )
-from kdispatch.actors.objects import Obj, ObjectRef, get_path, pod_node_name, with_path
+from kdispatch.actors.objects import (
+    Obj,
+    ObjectRef,
+    get_path,
+    is_newer,
+    pod_node_name,
+    rv_is_newer,
+    uid_and_version,
+    with_path,
+)
 from kdispatch.actors.pod_calls import (
     PodBinding,
     PodPreemption,
@@ -1032,3 +1041,45 @@ def test_informer_event_older_than_a_landed_binding_keeps_the_reread(d: Driver) 
     d.observed(pod("a", rv=3, conditions=(cond("Ready", "True", ""),)))  # from before it
     d.submit(gate(p))
     assert d.send().read
+
+
+# --------------------------------------------------------------------------- versions
+
+
+@pytest.mark.parametrize(
+    ("new", "cur", "newer", "strictly"),
+    [
+        ("10", "9", True, True),  # numeric: compared as integers, not as strings
+        ("9", "10", False, False),
+        ("7", "7", True, False),  # equal: newer only when not strict
+        ("b", "a", True, True),  # opaque: the later arrival is newer, unless the same
+        ("a", "a", True, False),
+        ("7", "a", True, True),
+        (None, "7", True, True),  # a missing or empty resourceVersion never holds one back
+        ("7", "", True, True),
+        ("²", "1", True, True),  # digits that are not decimal: opaque
+    ],
+)
+def test_version_is_newer(new: str | None, cur: str, newer: bool, strictly: bool) -> None:
+    def obj(rv: str | None) -> Obj:
+        return {"metadata": {"uid": "u1", **({} if rv is None else {"resourceVersion": rv})}}
+
+    assert uid_and_version(obj(new)) == ("u1", new)
+    assert uid_and_version(obj(cur)) == ("u1", cur or None)
+    assert rv_is_newer(new, cur or None) is newer
+    assert rv_is_newer(new, cur or None, strict=True) is strictly
+    assert is_newer(obj(new), obj(cur)) is newer
+    assert is_newer(obj(new), obj(cur), strict=True) is strictly
+    assert is_newer(obj(new), None, strict=True)
+
+
+def test_the_observed_version_follows_every_observed_object(d: Driver) -> None:
+    """The machine's resourceVersion is the one of the object it observes."""
+    first = pod("a", rv=5)
+    d.m.observed_event(first)
+    assert (d.m.observed, d.m.observed_rv) == (first, "5")
+    d.m.observed_event(pod("a", rv=4))  # older: ignored
+    assert d.m.observed is first
+    newer = pod("a", rv=6)
+    d.m.observed_event(newer)
+    assert (d.m.observed, d.m.observed_rv) == (newer, "6")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from kdispatch.adapters.process_window import SendWindow
 
-STATUS, BINDING, DELETION = 1, 2, 3
+EVENT, STATUS, BINDING, DELETION = 0, 1, 2, 3
 
 
-def window(limit: int | None) -> tuple[SendWindow, list[bytes]]:
+def window(
+    limit: int | None, best_effort_limit: int | None = None
+) -> tuple[SendWindow, list[bytes]]:
     sent: list[bytes] = []
-    return SendWindow(limit, sent.append), sent
+    return SendWindow(limit, sent.append, best_effort_limit), sent
 
 
 def test_sends_at_once_while_there_is_room() -> None:
@@ -44,6 +46,15 @@ def test_higher_lanes_overtake_fifo_within_a_lane() -> None:
     for fid in (0, 4, 2, 5, 1):
         w.resolved(fid)
     assert sent == [b"s0", b"d4", b"b2", b"b5", b"s1", b"s3"]
+
+
+def test_a_batch_of_results_frees_its_room_at_once() -> None:
+    w, sent = window(2)
+    for i in range(5):
+        w.submit(i, f"u{i}", "pod_binding", BINDING, str(i).encode())
+    w.resolved(0, 1, 99)  # 99: never sent (a query's id), ignored
+    assert sent == [b"0", b"1", b"2", b"3"]
+    assert (w.in_flight, w.waiting) == (2, 1)
 
 
 def test_one_objects_calls_keep_their_order() -> None:
@@ -109,3 +120,30 @@ def test_discard_forgets_a_call_either_way() -> None:
     w.submit(2, "c", "pod_status_patch", STATUS, b"c")
     assert sent == [b"a", b"c"]
     assert (w.in_flight, w.waiting) == (1, 0)
+
+
+def test_best_effort_calls_keep_to_their_own_room() -> None:
+    w, sent = window(4, best_effort_limit=1)
+    w.submit(0, "e0", "event_record", EVENT, b"e0")
+    w.submit(1, "e1", "event_record", EVENT, b"e1")  # the Events' room is taken: waits
+    w.submit(2, "a", "pod_binding", BINDING, b"a")  # the rest of the window is the others'
+    w.submit(3, "b", "pod_binding", BINDING, b"b")
+    w.submit(4, "c", "pod_binding", BINDING, b"c")
+    assert sent == [b"e0", b"a", b"b", b"c"]
+    assert (w.in_flight, w.waiting) == (4, 1)
+    w.resolved(2)  # room in the window, none for an Event
+    assert sent == [b"e0", b"a", b"b", b"c"]
+    w.resolved(0)
+    assert sent == [b"e0", b"a", b"b", b"c", b"e1"]
+    w.discard(1)  # resolved by the parent: its room is free again
+    w.submit(5, "e5", "event_record", EVENT, b"e5")
+    assert sent[-1] == b"e5" and (w.in_flight, w.waiting) == (3, 0)
+
+
+def test_flush_sends_best_effort_calls_beyond_their_room() -> None:
+    w, sent = window(4, best_effort_limit=1)
+    for i in range(3):
+        w.submit(i, f"e{i}", "event_record", EVENT, f"e{i}".encode())
+    w.flush()
+    assert sent == [b"e0", b"e1", b"e2"]
+    assert (w.in_flight, w.waiting) == (3, 0)

@@ -284,6 +284,28 @@ def test_reap_only_idle_and_each_once_per_timeout(h: Harness, clock: ManualClock
     assert h.spawned == ["old", "young"]
 
 
+def test_reap_passes_skipped_until_someone_can_be_idle(h: Harness, clock: ManualClock) -> None:
+    """A pass notes when the least recently active actor it left alone can be idle at the
+    earliest; the passes before then find nobody, and every actor is still asked on time."""
+    assert h.tell("a", 1)  # t=0
+    clock.advance(40)
+    assert h.tell("b", 1)  # t=40
+    clock.advance(21)
+    assert h.registry.reap_idle() == 1  # t=61: "a"; "b" can be idle at 100 at the earliest
+    assert h.outcomes.get(timeout=WAIT) == ("a", "released")
+    clock.advance(38)
+    assert h.registry.reap_idle() == 0  # t=99
+    clock.advance(2)
+    assert h.registry.reap_idle() == 1  # t=101: "b"
+    assert h.outcomes.get(timeout=WAIT) == ("b", "released")
+    assert h.tell("c", 1)  # t=101, after the last pass: its own 60 s count
+    clock.advance(59)
+    assert h.registry.reap_idle() == 0
+    clock.advance(2)
+    assert h.registry.reap_idle() == 1
+    assert h.outcomes.get(timeout=WAIT) == ("c", "released")
+
+
 def test_release_checks_ref_and_generation(h: Harness) -> None:
     ref = h.registry.get_or_spawn("u", h.factory("u"))
     other = h.registry.get_or_spawn("v", h.factory("v"))

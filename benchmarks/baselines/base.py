@@ -129,6 +129,46 @@ def send_binding(backend: ApiBackend, pod: Obj, node: str) -> None:
     backend.bind(meta["namespace"], meta["name"], uid=meta["uid"], node=node)
 
 
+class DirectRequests:
+    """The requests the ``blocking`` and ``threadpool`` baselines make themselves, on the
+    calling thread: a status patch computed against the pod the caller passed (skipped when
+    nothing differs) and a binding, each after a token of the shared client rate limiter.
+    Counts what it sent and skipped. Any thread; blocks for the token and the request."""
+
+    def __init__(self, backend: ApiBackend, qps: float, burst: int) -> None:
+        self._backend = backend
+        self.limiter = ClientRateLimiter(qps, burst)
+        self._lock = threading.Lock()
+        self._sent = 0
+        self._skipped = 0
+
+    def status(self, pod: Obj, cond: Cond) -> Outcome:
+        """Make ``cond`` hold on ``pod``: ``SKIPPED`` when it does already."""
+        body = status_body(pod, cond)
+        if body is None:
+            with self._lock:
+                self._skipped += 1
+            return Outcome.SKIPPED
+        self._take_token()
+        send_status(self._backend, pod, body)
+        return Outcome.SUCCESS
+
+    def binding(self, pod: Obj, node: str) -> Outcome:
+        """Bind ``pod`` to ``node``."""
+        self._take_token()
+        send_binding(self._backend, pod, node)
+        return Outcome.SUCCESS
+
+    def stats(self) -> dict[str, Any]:
+        """Requests sent, calls skipped as no-ops, tokens taken."""
+        return {"sent": self._sent, "skipped": self._skipped, "tokens_taken": self.limiter.taken}
+
+    def _take_token(self) -> None:
+        self.limiter.wait()
+        with self._lock:
+            self._sent += 1
+
+
 def resolved(outcome: Outcome | None = None, error: BaseException | None = None) -> OutcomeFuture:
     """A future that is already resolved (the blocking contender's return value)."""
     fut: OutcomeFuture = Future()

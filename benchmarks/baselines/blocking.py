@@ -11,15 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.baselines.base import (
-    ClientRateLimiter,
-    Cond,
-    OutcomeFuture,
-    resolved,
-    send_binding,
-    send_status,
-    status_body,
-)
+from benchmarks.baselines.base import Cond, DirectRequests, OutcomeFuture, resolved
 from kdispatch import ApiBackend, Obj, Outcome
 
 
@@ -29,32 +21,15 @@ class BlockingContender:
     name = "blocking"
 
     def __init__(self, backend: ApiBackend, qps: float, burst: int) -> None:
-        self._backend = backend
-        self._limiter = ClientRateLimiter(qps, burst)
-        self._sent = 0
-        self._skipped = 0
+        self._requests = DirectRequests(backend, qps, burst)
 
     def submit_status(self, pod: Obj, cond: Cond) -> OutcomeFuture:
         """Caller thread; blocks for the rate limiter and the request."""
-        body = status_body(pod, cond)
-        if body is None:
-            self._skipped += 1
-            return resolved(Outcome.SKIPPED)
-        return self._send(lambda: send_status(self._backend, pod, body))
+        return _inline(lambda: self._requests.status(pod, cond))
 
     def submit_binding(self, pod: Obj, node: str) -> OutcomeFuture:
         """Caller thread; blocks for the rate limiter and the request."""
-        return self._send(lambda: send_binding(self._backend, pod, node))
-
-    def _send(self, request: Callable[[], None]) -> OutcomeFuture:
-        """Caller thread: wait for a token, run ``request``; its outcome as a resolved future."""
-        self._limiter.wait()
-        self._sent += 1
-        try:
-            request()
-        except Exception as exc:
-            return resolved(error=exc)
-        return resolved(Outcome.SUCCESS)
+        return _inline(lambda: self._requests.binding(pod, node))
 
     def observe(self, pod: Obj) -> None:
         """Nothing to do: the caller passes its newest view with every call."""
@@ -64,4 +39,13 @@ class BlockingContender:
 
     def stats(self) -> dict[str, Any]:
         """Requests sent and calls skipped as no-ops."""
-        return {"sent": self._sent, "skipped": self._skipped, "tokens_taken": self._limiter.taken}
+        return self._requests.stats()
+
+
+def _inline(request: Callable[[], Outcome]) -> OutcomeFuture:
+    """Caller thread: run ``request``; its outcome (or error) as a resolved future."""
+    try:
+        outcome = request()
+    except Exception as exc:
+        return resolved(error=exc)
+    return resolved(outcome)

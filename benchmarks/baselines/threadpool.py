@@ -14,15 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from benchmarks.baselines.base import (
-    ClientRateLimiter,
-    Cond,
-    OutcomeFuture,
-    resolved,
-    send_binding,
-    send_status,
-    status_body,
-)
+from benchmarks.baselines.base import Cond, DirectRequests, OutcomeFuture, resolved
 from kdispatch import ApiBackend, DispatcherClosed, Obj, Outcome
 
 
@@ -32,14 +24,11 @@ class ThreadPoolContender:
     name = "threadpool"
 
     def __init__(self, backend: ApiBackend, qps: float, burst: int, workers: int) -> None:
-        self._backend = backend
-        self._limiter = ClientRateLimiter(qps, burst)
+        self._requests = DirectRequests(backend, qps, burst)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-pool")
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._closed = False
-        self._sent = 0
-        self._skipped = 0
 
     def _lock(self, uid: str) -> threading.Lock:
         with self._locks_guard:
@@ -47,13 +36,6 @@ class ThreadPoolContender:
             if lock is None:
                 lock = self._locks[uid] = threading.Lock()
             return lock
-
-    def _count(self, skipped: bool = False) -> None:
-        with self._locks_guard:
-            if skipped:
-                self._skipped += 1
-            else:
-                self._sent += 1
 
     def submit_status(self, pod: Obj, cond: Cond) -> OutcomeFuture:
         """Caller thread; returns at once."""
@@ -70,22 +52,12 @@ class ThreadPoolContender:
     def _status(self, pod: Obj, cond: Cond) -> Outcome:
         """Pool thread."""
         with self._lock(pod["metadata"]["uid"]):
-            body = status_body(pod, cond)
-            if body is None:
-                self._count(skipped=True)
-                return Outcome.SKIPPED
-            self._limiter.wait()
-            self._count()
-            send_status(self._backend, pod, body)
-            return Outcome.SUCCESS
+            return self._requests.status(pod, cond)
 
     def _binding(self, pod: Obj, node: str) -> Outcome:
         """Pool thread."""
         with self._lock(pod["metadata"]["uid"]):
-            self._limiter.wait()
-            self._count()
-            send_binding(self._backend, pod, node)
-            return Outcome.SUCCESS
+            return self._requests.binding(pod, node)
 
     def observe(self, pod: Obj) -> None:
         """Nothing to do: each task uses the pod its caller passed."""
@@ -98,9 +70,4 @@ class ThreadPoolContender:
 
     def stats(self) -> dict[str, Any]:
         """Requests sent, no-ops skipped, locks held."""
-        return {
-            "sent": self._sent,
-            "skipped": self._skipped,
-            "tokens_taken": self._limiter.taken,
-            "locks": len(self._locks),
-        }
+        return {**self._requests.stats(), "locks": len(self._locks)}

@@ -11,18 +11,8 @@ the last request). Benchmark-only code.
 from __future__ import annotations
 
 import time
-from concurrent.futures import wait
 
-from benchmarks.workloads.common import (
-    Profile,
-    Record,
-    create_pods,
-    error_count,
-    freeze_setup,
-    record,
-    unfreeze,
-    unschedulable,
-)
+from benchmarks.workloads.common import Profile, Record, create_pods, record, status_burst
 from benchmarks.workloads.contenders import make_contender
 from kdispatch.testing import InMemoryApiServer, Latency
 
@@ -35,17 +25,9 @@ def run(profile: Profile, contender: str) -> Record:
     p = profile
     server = InMemoryApiServer(latency=Latency(fixed=p.w5_latency))
     pods = create_pods(server, p.w5_calls, "w5")
-    conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(pods))]
     c = make_contender(contender, server, qps=p.w5_qps, burst=p.w5_burst)
-    freeze_setup()
-    try:
-        start = time.monotonic()
-        futures = [c.submit_status(pod, cond) for pod, cond in zip(pods, conds, strict=True)]
-        wait(futures)
-        end = time.monotonic()
-    finally:
-        c.stop(drain=True, timeout=60.0)
-        unfreeze()
+    burst = status_burst(c, pods, time.monotonic)  # the request log's clock
+    start, end = burst.start, burst.end
     log = [r for r in server.request_log if r.t >= start]
     answered = [r.t for r in log]
     # A request is answered ``latency`` after it starts; the backlog lasts until the last start.
@@ -71,7 +53,7 @@ def run(profile: Profile, contender: str) -> Record:
             "budget": budget,
             "budget_used": used / budget,
             "elapsed_s": end - start,
-            "errors": error_count(futures),
+            "errors": burst.errors,
         },
         {"bin_s": BIN, "requests_per_s": [n / BIN for n in bins]},
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, wait
+from functools import partial
 from typing import Any
 
 from benchmarks.workloads.common import (
@@ -23,10 +24,9 @@ from benchmarks.workloads.common import (
     Record,
     create_pods,
     error_count,
-    freeze_setup,
+    frozen,
     record,
     requests_by_op,
-    unfreeze,
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
@@ -44,10 +44,9 @@ def run(profile: Profile, contender: str) -> Record:
     cond = unschedulable()
     c = make_contender(contender, server, qps=profile.w3_qps)
     informer = Informer(server, cache, c.observe).start()
-    freeze_setup()
     futures: list[Future[Any]] = []
-    start = time.perf_counter()
-    try:
+    with frozen(partial(c.stop, drain=True, timeout=120.0), informer.stop):
+        start = time.perf_counter()
         for _ in range(profile.w3_retries):
             for uid in uids:
                 futures.append(c.submit_status(cache[uid], cond))
@@ -56,10 +55,6 @@ def run(profile: Profile, contender: str) -> Record:
         for i, uid in enumerate(uids):
             futures.append(c.submit_binding(cache[uid], f"node-{i % 100}"))
         wait(futures)
-    finally:
-        c.stop(drain=True, timeout=120.0)
-        informer.stop()
-        unfreeze()
     elapsed = time.perf_counter() - start
     by_op = requests_by_op(server)
     sent = sum(by_op.values())

@@ -16,14 +16,19 @@ import json
 import math
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, wait
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks.baselines import Contender
 from kdispatch import Obj
 from kdispatch.testing import InMemoryApiServer, make_node, make_pod
 
@@ -90,94 +95,46 @@ class Profile:
         return asdict(self)
 
 
-TINY = Profile(
-    name="tiny",
-    w1_objects=200,
-    w1_latency=0.02,
-    w1_rate=400.0,
-    w1_seconds=0.3,
-    w1_blocking_samples=5,
-    w2_pods=200,
-    w2_repeats=1,
-    w3_pods=20,
-    w3_retries=3,
-    w3_gap=0.005,
-    w3_qps=500.0,
-    w3_latency=0.001,
-    w4_seconds=0.6,
-    w4_nodes=10,
-    w4_unschedulable=40,
-    w4_arrivals_per_s=20.0,
-    w4_qps=100.0,
-    w4_latency=0.002,
-    w4_backoff_initial=0.2,
-    w4_backoff_max=0.5,
-    w4_drain=1.0,
-    w5_calls=60,
-    w5_qps=200.0,
-    w5_burst=10,
-    w5_latency=0.001,
-    w6_sizes=(200,),
-)
+_SIZES: dict[str, tuple[Any, Any, Any]] = {
+    # field: (tiny, quick, full)
+    # W1 submit latency
+    "w1_objects": (200, 10_000, 10_000),
+    "w1_latency": (0.02, 0.02, 0.02),
+    "w1_rate": (400.0, 500.0, 500.0),
+    "w1_seconds": (0.3, 4.0, 15.0),
+    "w1_blocking_samples": (5, 100, 300),
+    # W2 throughput
+    "w2_pods": (200, 4_000, 20_000),
+    "w2_repeats": (1, 5, 7),
+    # W3 churn
+    "w3_pods": (20, 200, 1_000),
+    "w3_retries": (3, 10, 20),
+    "w3_gap": (0.005, 0.01, 0.01),
+    "w3_qps": (500.0, 200.0, 200.0),
+    "w3_latency": (0.001, 0.002, 0.002),
+    # W4 starvation
+    "w4_seconds": (0.6, 30.0, 180.0),
+    "w4_nodes": (10, 1_000, 1_000),
+    "w4_unschedulable": (40, 2_000, 2_000),
+    "w4_arrivals_per_s": (20.0, 50.0, 50.0),
+    "w4_qps": (100.0, 100.0, 100.0),
+    "w4_latency": (0.002, 0.005, 0.005),
+    "w4_backoff_initial": (0.2, 1.0, 1.0),
+    "w4_backoff_max": (0.5, 10.0, 10.0),
+    "w4_drain": (1.0, 10.0, 60.0),
+    # W5 budget
+    "w5_calls": (60, 600, 3_000),
+    "w5_qps": (200.0, 100.0, 100.0),
+    "w5_burst": (10, 100, 100),
+    "w5_latency": (0.001, 0.005, 0.005),
+    # W6 memory
+    "w6_sizes": ((200,), (1_000, 10_000), (1_000, 10_000, 50_000)),
+}
+"""Every size of every profile, one field a row."""
 
-QUICK = Profile(
-    name="quick",
-    w1_objects=10_000,
-    w1_latency=0.02,
-    w1_rate=500.0,
-    w1_seconds=4.0,
-    w1_blocking_samples=100,
-    w2_pods=4_000,
-    w2_repeats=5,
-    w3_pods=200,
-    w3_retries=10,
-    w3_gap=0.01,
-    w3_qps=200.0,
-    w3_latency=0.002,
-    w4_seconds=30.0,
-    w4_nodes=1_000,
-    w4_unschedulable=2_000,
-    w4_arrivals_per_s=50.0,
-    w4_qps=100.0,
-    w4_latency=0.005,
-    w4_backoff_initial=1.0,
-    w4_backoff_max=10.0,
-    w4_drain=10.0,
-    w5_calls=600,
-    w5_qps=100.0,
-    w5_burst=100,
-    w5_latency=0.005,
-    w6_sizes=(1_000, 10_000),
-)
-
-FULL = Profile(
-    name="full",
-    w1_objects=10_000,
-    w1_latency=0.02,
-    w1_rate=500.0,
-    w1_seconds=15.0,
-    w1_blocking_samples=300,
-    w2_pods=20_000,
-    w2_repeats=7,
-    w3_pods=1_000,
-    w3_retries=20,
-    w3_gap=0.01,
-    w3_qps=200.0,
-    w3_latency=0.002,
-    w4_seconds=180.0,
-    w4_nodes=1_000,
-    w4_unschedulable=2_000,
-    w4_arrivals_per_s=50.0,
-    w4_qps=100.0,
-    w4_latency=0.005,
-    w4_backoff_initial=1.0,
-    w4_backoff_max=10.0,
-    w4_drain=60.0,
-    w5_calls=3_000,
-    w5_qps=100.0,
-    w5_burst=100,
-    w5_latency=0.005,
-    w6_sizes=(1_000, 10_000, 50_000),
+TINY, QUICK, FULL = (
+    Profile(name=name, **{size: row[i] for size, row in _SIZES.items()})
+    for i, name in enumerate(("tiny", "quick", "full"))
 )
 
 PROFILES = {p.name: p for p in (TINY, QUICK, FULL)}
@@ -261,6 +218,41 @@ class Informer:
         """Caller thread: end the watch and join the thread."""
         self._watch.stop()
         self._thread.join()
+
+
+# --------------------------------------------------------------------------- HTTP server child
+
+
+def serve_http(server: InMemoryApiServer) -> None:
+    """The ``--serve`` child of :func:`http_server_process`: serve ``server`` over HTTP, print
+    its URL and keep serving until stdin closes. Main thread of the child."""
+    from kdispatch.testing import ApiServerHTTP
+
+    with ApiServerHTTP(server) as srv:
+        print(srv.url, flush=True)
+        sys.stdin.read()
+
+
+@contextmanager
+def http_server_process(module: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """Run ``python -m <module> --serve`` (a child that calls :func:`serve_http`) and yield it
+    with the URL it serves; on exit, close its stdin and wait for it. Calling thread."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise RuntimeError(f"server did not start: {url!r}")
+        yield proc, url
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        proc.wait(30)
 
 
 # --------------------------------------------------------------------------- measuring
@@ -349,3 +341,53 @@ def unfreeze() -> None:
     """Give the frozen objects back to the collector (end of a workload)."""
     gc.unfreeze()
     gc.collect()
+
+
+@contextmanager
+def frozen(*stops: Callable[[], object]) -> Iterator[None]:
+    """Caller thread. Run the block with the setup frozen (:func:`freeze_setup`); however it
+    ends, call ``stops`` in order (the contender's ``stop`` first, then its informer's and
+    samplers'), then :func:`unfreeze`."""
+    freeze_setup()
+    try:
+        yield
+    finally:
+        for stop in stops:
+            stop()
+        unfreeze()
+
+
+@dataclass(frozen=True)
+class Burst:
+    """What :func:`status_burst` measured: ``clock`` readings at the first submit, after the last
+    one and once every future had resolved, and the CPU seconds of every thread of the process
+    over that span."""
+
+    futures: list[Future[Any]]
+    start: float
+    submitted: float
+    end: float
+    cpu: float
+
+    @property
+    def errors(self) -> int:
+        """Calls that failed."""
+        return error_count(self.futures)
+
+
+def status_burst(
+    contender: Contender, pods: Sequence[Obj], clock: Callable[[], float] = time.perf_counter
+) -> Burst:
+    """Caller thread. One status patch for each of ``pods`` (each with its own message),
+    submitted from this thread as fast as it can with the setup :func:`frozen`, and waited for;
+    then ``contender`` stops (draining, within 60 s)."""
+    conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(pods))]
+    with frozen(partial(contender.stop, drain=True, timeout=60.0)):
+        cpu_start = time.process_time()  # every thread of the process
+        start = clock()
+        futures = [contender.submit_status(p, cond) for p, cond in zip(pods, conds, strict=True)]
+        submitted = clock()
+        wait(futures)
+        end = clock()
+        cpu = time.process_time() - cpu_start
+    return Burst(futures, start, submitted, end, cpu)

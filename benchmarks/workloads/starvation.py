@@ -32,6 +32,7 @@ import random
 import threading
 import time
 from concurrent.futures import Future, wait
+from functools import partial
 from typing import Any
 
 from benchmarks.baselines import Contender
@@ -41,11 +42,10 @@ from benchmarks.workloads.common import (
     Record,
     create_nodes,
     create_pods,
-    freeze_setup,
+    frozen,
     percentile,
     record,
     requests_by_op,
-    unfreeze,
     unschedulable,
 )
 from benchmarks.workloads.contenders import make_contender
@@ -145,12 +145,13 @@ def run(profile: Profile, contender: str) -> Record:
     c = make_contender(contender, server, qps=p.w4_qps, burst=100)
     sim = _Scheduler(p, server, c)
     informer = Informer(server, sim.cache, c.observe).start()
-    freeze_setup()
     stop_sampling = threading.Event()
     sampler = threading.Thread(target=sim.sample, args=(stop_sampling,), daemon=True)
-    sim.start = time.perf_counter()
-    sampler.start()
-    try:
+    with frozen(
+        stop_sampling.set, partial(c.stop, drain=False, timeout=10.0), informer.stop, sampler.join
+    ):
+        sim.start = time.perf_counter()
+        sampler.start()
         sim.run()
         window_end = time.perf_counter()
         wait(list(sim.bind_futures.values()), timeout=p.w4_drain)
@@ -160,12 +161,6 @@ def run(profile: Profile, contender: str) -> Record:
             j: "unfinished" if not f.done() else ("error" if f.exception() else "ok")
             for j, f in sim.bind_futures.items()
         }
-    finally:
-        stop_sampling.set()
-        c.stop(drain=False, timeout=10.0)
-        informer.stop()
-        sampler.join()
-        unfreeze()
     return _summarize(sim, server, state, window_end, drain_end)
 
 

@@ -10,20 +10,8 @@ Benchmark-only code.
 from __future__ import annotations
 
 import math
-import time
-from concurrent.futures import wait
 
-from benchmarks.workloads.common import (
-    Profile,
-    Record,
-    create_pods,
-    error_count,
-    freeze_setup,
-    record,
-    requests_by_op,
-    unfreeze,
-    unschedulable,
-)
+from benchmarks.workloads.common import Profile, Record, create_pods, record, status_burst
 from benchmarks.workloads.contenders import make_contender
 from kdispatch.testing import InMemoryApiServer
 
@@ -34,28 +22,16 @@ def _once(profile: Profile, contender: str) -> dict[str, float]:
     """One measurement on a fresh apiserver and contender."""
     server = InMemoryApiServer()
     pods = create_pods(server, profile.w2_pods, "w2")
-    conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(pods))]
-    c = make_contender(contender, server, qps=math.inf)
-    freeze_setup()
-    try:
-        cpu_start = time.process_time()  # every thread of the process
-        start = time.perf_counter()
-        futures = [c.submit_status(pod, cond) for pod, cond in zip(pods, conds, strict=True)]
-        submitted = time.perf_counter()
-        wait(futures)
-        end = time.perf_counter()
-        cpu = time.process_time() - cpu_start
-    finally:
-        c.stop(drain=True, timeout=60.0)
-        unfreeze()
+    burst = status_burst(make_contender(contender, server, qps=math.inf), pods)
+    calls = len(burst.futures)
     return {
-        "calls": len(futures),
-        "elapsed_s": end - start,
-        "throughput_per_s": len(futures) / (end - start),
-        "submit_phase_s": submitted - start,
-        "cpu_per_call_us": cpu / len(futures) * 1e6,
-        "requests": sum(requests_by_op(server).values()),
-        "errors": error_count(futures),
+        "calls": calls,
+        "elapsed_s": burst.end - burst.start,
+        "throughput_per_s": calls / (burst.end - burst.start),
+        "submit_phase_s": burst.submitted - burst.start,
+        "cpu_per_call_us": burst.cpu / calls * 1e6,
+        "requests": len(server.request_log),
+        "errors": burst.errors,
     }
 
 

@@ -72,13 +72,36 @@ class SchedulerApi(Protocol):
         ...
 
 
-class DispatchedApi:
+class ForwardedObjects:
+    """:meth:`SchedulerApi.view` and the informer handlers, handed on to ``_objects``: the
+    dispatcher, or the API layer a pre-KEP scheduler sends through."""
+
+    _objects: DispatcherLike | SchedulerApi
+
+    def view(self, uid: str) -> Obj | None:
+        """Scheduling thread (the dispatcher: one actor round trip)."""
+        return self._objects.view(uid)
+
+    def on_add(self, obj: Obj) -> None:
+        """Informer thread."""
+        self._objects.on_add(obj)
+
+    def on_update(self, obj: Obj) -> None:
+        """Informer thread."""
+        self._objects.on_update(obj)
+
+    def on_delete(self, obj: Obj) -> None:
+        """Informer thread."""
+        self._objects.on_delete(obj)
+
+
+class DispatchedApi(ForwardedObjects):
     """:class:`SchedulerApi` over a started :class:`~kdispatch.DispatcherLike`: a
     :class:`~kdispatch.Dispatcher` (mode ``async``) or a :class:`~kdispatch.ProcessDispatcher`
     (mode ``async-process``)."""
 
     def __init__(self, dispatcher: DispatcherLike) -> None:
-        self.dispatcher = dispatcher
+        self.dispatcher = self._objects = dispatcher
         self.mode = "async-process" if isinstance(dispatcher, ProcessDispatcher) else "async"
         self._groups = True  # until the dispatcher refuses one (GroupsNotSupported)
 
@@ -100,22 +123,6 @@ class DispatchedApi:
             except GroupsNotSupported:
                 self._groups = False
         return ChainedSteps(self)
-
-    def view(self, uid: str) -> Obj | None:
-        """Scheduling thread (one actor round trip)."""
-        return self.dispatcher.view(uid)
-
-    def on_add(self, obj: Obj) -> None:
-        """Informer thread."""
-        self.dispatcher.on_add(obj)
-
-    def on_update(self, obj: Obj) -> None:
-        """Informer thread."""
-        self.dispatcher.on_update(obj)
-
-    def on_delete(self, obj: Obj) -> None:
-        """Informer thread."""
-        self.dispatcher.on_delete(obj)
 
     def stats(self) -> dict[str, Any]:
         """Any thread."""

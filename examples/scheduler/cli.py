@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from functools import partial
 
-from examples.common import enable_verbose_logs
+from examples.common import add_config_options, config_from_args, configure
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
-from kdispatch import InvalidInputError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,26 +28,17 @@ def parser() -> argparse.ArgumentParser:
         "apiserver (or a real cluster) and reports what the API calls cost.",
     )
     d = RunConfig()
-    p.add_argument("--nodes", type=int, default=d.nodes, help="nodes to create (embedded)")
-    p.add_argument("--pods", type=int, default=d.pods, help="pods to create (embedded)")
-    p.add_argument(
-        "--latency-ms",
-        type=float,
-        default=d.latency_ms,
-        help="apiserver latency per request (embedded; default %(default)s)",
-    )
-    p.add_argument(
-        "--qps",
-        type=float,
-        default=d.qps,
-        help="client-side rate limit, requests/s (0 = unlimited, the default)",
-    )
-    p.add_argument("--burst", type=int, default=d.burst, help="rate limiter burst")
-    p.add_argument(
-        "--faults",
-        type=float,
-        default=d.faults,
-        help="share of requests failing with injected faults (embedded)",
+    add_config_options(
+        p,
+        d,
+        helps={
+            "nodes": "nodes to create (embedded)",
+            "pods": "pods to create (embedded)",
+            "latency_ms": "apiserver latency per request (embedded; default %(default)s)",
+            "qps": "client-side rate limit, requests/s (0 = unlimited, the default)",
+            "burst": "rate limiter burst",
+            "faults": "share of requests failing with injected faults (embedded)",
+        },
     )
     modes = p.add_mutually_exclusive_group()
     modes.add_argument(
@@ -91,18 +82,14 @@ def parser() -> argparse.ArgumentParser:
         help="spec.schedulerName to serve (default: default-scheduler embedded, "
         "kdispatch-example with --kubeconfig)",
     )
-    p.add_argument("--threads", type=int, default=d.threads, help="scheduling threads")
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=d.workers,
-        help="dispatcher executor threads (parallel requests)",
-    )
-    p.add_argument(
-        "--max-seconds",
-        type=float,
-        default=d.max_seconds,
-        help="stop at this deadline even if pods are still pending",
+    add_config_options(
+        p,
+        d,
+        helps={
+            "threads": "scheduling threads",
+            "workers": "dispatcher executor threads (parallel requests)",
+            "max_seconds": "stop at this deadline even if pods are still pending",
+        },
     )
     p.add_argument(
         "--pod-initial-backoff-seconds",
@@ -118,13 +105,10 @@ def parser() -> argparse.ArgumentParser:
         help="the longest backoff; unschedulable pods are retried while the run lasts "
         "(default %(default)s)",
     )
-    p.add_argument("--high-priority-share", type=float, default=d.high_priority_share)
-    p.add_argument("--unschedulable-share", type=float, default=d.unschedulable_share)
-    p.add_argument("--claim-share", type=float, default=d.claim_share)
-    p.add_argument(
-        "--fill", type=float, default=d.fill, help="share of the cluster's cpu wave 1 asks for"
+    workload = ("high_priority_share", "unschedulable_share", "claim_share", "fill", "seed")
+    add_config_options(
+        p, d, *workload, helps={"fill": "share of the cluster's cpu wave 1 asks for"}
     )
-    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="debug logs on stderr")
@@ -149,54 +133,24 @@ def _ha_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--identity", default="", help="replica name (default: host_pid)")
 
 
-def _leader_elect(args: argparse.Namespace) -> LeaderElect | None:
-    if not args.leader_elect:
-        return None
-    return LeaderElect(
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        lease_name=args.lease_name,
-        lease_namespace=args.lease_namespace,
-        identity=args.identity,
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    """The options as a :class:`RunConfig` (most options carry a field's name)."""
+    return config_from_args(
+        RunConfig,
+        args,
+        api=args.api or "async",
+        backoff_initial=args.pod_initial_backoff_seconds,
+        backoff_max=args.pod_max_backoff_seconds,
+        leader_elect=config_from_args(LeaderElect, args) if args.leader_elect else None,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the main job; returns the exit status."""
     args = parser().parse_args(argv)
-    try:
-        cfg = RunConfig(
-            nodes=args.nodes,
-            pods=args.pods,
-            latency_ms=args.latency_ms,
-            qps=args.qps,
-            burst=args.burst,
-            faults=args.faults,
-            api=args.api or "async",
-            binding_threads=args.binding_threads,
-            gc_freeze=args.gc_freeze,
-            kubeconfig=args.kubeconfig,
-            scheduler_name=args.scheduler_name,
-            threads=args.threads,
-            workers=args.workers,
-            max_seconds=args.max_seconds,
-            backoff_initial=args.pod_initial_backoff_seconds,
-            backoff_max=args.pod_max_backoff_seconds,
-            high_priority_share=args.high_priority_share,
-            unschedulable_share=args.unschedulable_share,
-            claim_share=args.claim_share,
-            fill=args.fill,
-            seed=args.seed,
-            leader_elect=_leader_elect(args),
-            identity=args.identity,
-            dispatcher_process=args.dispatcher_process,
-        )
-    except InvalidInputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if args.verbose:
-        enable_verbose_logs()
+    cfg = configure(partial(_run_config, args), verbose=args.verbose)
+    if isinstance(cfg, int):
+        return cfg
     try:
         fig = run(cfg, stream=None if args.no_progress else sys.stderr)
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself

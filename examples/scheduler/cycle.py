@@ -313,12 +313,10 @@ class Scheduler:
         self.cache.remove_node(str(meta(obj).get("name")))
 
     def on_claim_add(self, obj: Obj) -> None:
-        """Informer thread."""
+        """Informer thread (add and update)."""
         self.claims.put(obj)
 
-    def on_claim_update(self, obj: Obj) -> None:
-        """Informer thread."""
-        self.claims.put(obj)
+    on_claim_update = on_claim_add
 
     def on_claim_delete(self, obj: Obj) -> None:
         """Informer thread."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
-from kdispatch import ApiBackend, Obj, TokenBucket
+from kdispatch import ApiBackend, TokenBucket
 
 
 class ClientLimiter:
@@ -41,49 +41,31 @@ class ClientLimiter:
             return self._bucket.taken
 
 
+def _throttled(method: str) -> Callable[..., Any]:
+    """The backend's ``method``, called once the shared limiter gave a token."""
+
+    def request(self: ThrottledBackend, *args: Any, **kwargs: Any) -> Any:
+        self.limiter.wait()
+        return getattr(self._backend, method)(*args, **kwargs)
+
+    request.__name__ = request.__qualname__ = method
+    request.__doc__ = f"``{method}`` once a token of the shared limiter is taken."
+    return request
+
+
 class ThrottledBackend:
-    """An :class:`~kdispatch.ApiBackend` (and Event sink) whose every request first waits for
-    the shared :class:`ClientLimiter`. Request methods run on the calling thread."""
+    """An :class:`~kdispatch.ApiBackend` (and Event sink: ``create``, ``patch``) whose every
+    request first waits for the shared :class:`ClientLimiter`. Request methods run on the
+    calling thread."""
 
     def __init__(self, backend: ApiBackend, limiter: ClientLimiter) -> None:
-        self._backend: Any = backend
+        self._backend = backend
         self.limiter = limiter
 
-    def get(self, kind: str, namespace: str, name: str) -> Obj:
-        """Read one object."""
-        self.limiter.wait()
-        obj: Obj = self._backend.get(kind, namespace, name)
-        return obj
-
-    def patch_status(self, *args: Any, **kwargs: Any) -> Obj:
-        """Patch the status subresource."""
-        self.limiter.wait()
-        obj: Obj = self._backend.patch_status(*args, **kwargs)
-        return obj
-
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
-        """Create a binding."""
-        self.limiter.wait()
-        self._backend.bind(namespace, name, uid=uid, node=node)
-
-    def delete(self, *args: Any, **kwargs: Any) -> None:
-        """Delete an object."""
-        self.limiter.wait()
-        self._backend.delete(*args, **kwargs)
-
-    def evict(self, *args: Any, **kwargs: Any) -> None:
-        """Create an eviction."""
-        self.limiter.wait()
-        self._backend.evict(*args, **kwargs)
-
-    def create(self, kind: str, namespace: str, obj: Mapping[str, Any]) -> Obj:
-        """Create an object (an Event)."""
-        self.limiter.wait()
-        out: Obj = self._backend.create(kind, namespace, obj)
-        return out
-
-    def patch(self, *args: Any, **kwargs: Any) -> Obj:
-        """Patch an object (an Event's series)."""
-        self.limiter.wait()
-        out: Obj = self._backend.patch(*args, **kwargs)
-        return out
+    get = _throttled("get")
+    patch_status = _throttled("patch_status")
+    bind = _throttled("bind")
+    delete = _throttled("delete")
+    evict = _throttled("evict")
+    create = _throttled("create")
+    patch = _throttled("patch")

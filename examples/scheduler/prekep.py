@@ -33,6 +33,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
+from examples.scheduler.api import ForwardedObjects
 from examples.scheduler.direct import DirectApi
 from examples.scheduler.limiter import ClientLimiter, ThrottledBackend
 from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
@@ -54,8 +55,9 @@ EVENT_CALL: Final = "event_record"
 MAX_QUEUED_EVENTS: Final = 1000
 
 
-class PreKepApi:
-    """:class:`~examples.scheduler.api.SchedulerApi` of a pre-KEP-5229 scheduler (thread-safe)."""
+class PreKepApi(ForwardedObjects):
+    """:class:`~examples.scheduler.api.SchedulerApi` of a pre-KEP-5229 scheduler (thread-safe).
+    :meth:`view` gives the last object a call of ours produced."""
 
     mode = "pre-kep"
 
@@ -73,7 +75,7 @@ class PreKepApi:
         if binding_threads < 1:
             raise InvalidInputError(f"binding_threads must be >= 1, got {binding_threads}")
         self.limiter = ClientLimiter(qps, burst)
-        self._direct = DirectApi(ThrottledBackend(backend, self.limiter), retry)
+        self._direct = self._objects = DirectApi(ThrottledBackend(backend, self.limiter), retry)
         self._pool = ThreadPoolExecutor(binding_threads, thread_name_prefix="binding")
         self._event_thread = ThreadPoolExecutor(1, thread_name_prefix="events")
         self._events_queued = 0
@@ -150,22 +152,6 @@ class PreKepApi:
                     self._cond.notify_all()
 
     # ------------------------------------------------------------------ the rest
-
-    def view(self, uid: str) -> Obj | None:
-        """Any thread. The last object a call of ours produced."""
-        return self._direct.view(uid)
-
-    def on_add(self, obj: Obj) -> None:
-        """Informer thread."""
-        self._direct.on_add(obj)
-
-    def on_update(self, obj: Obj) -> None:
-        """Informer thread."""
-        self._direct.on_update(obj)
-
-    def on_delete(self, obj: Obj) -> None:
-        """Informer thread."""
-        self._direct.on_delete(obj)
 
     def stats(self) -> dict[str, Any]:
         """Any thread. ``tokens_taken``: the client-side limiter's."""

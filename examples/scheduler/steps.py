@@ -95,14 +95,9 @@ class ChainedSteps:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         """Cancel the held calls if the block raised."""
-        if exc is not None:
+        if exc_type is not None:
             self.cancel()
 
     def _held(

@@ -22,15 +22,31 @@ Production code (:mod:`kdispatch.actors`, :mod:`kdispatch.adapters`) never impor
 package; an import-linter contract holds that.
 """
 
-from kdispatch.actors.runtime import live_pooled_actors
+from typing import TYPE_CHECKING
+
+from kdispatch._lazy import lazy_exports
 
 from .audit import RequestRecord, request_writer
-from .httpserver import ApiServerHTTP
 from .lease_client import MemoryLeaseClient
-from .listwatch import MemoryListWatch
 from .memory import InMemoryApiServer
 from .memory_faults import FaultPlan, Latency
 from .memory_objects import make_claim, make_condition, make_node, make_pdb, make_pod
+
+if TYPE_CHECKING:
+    from kdispatch.actors.runtime import live_pooled_actors
+
+    from .httpserver import ApiServerHTTP
+    from .listwatch import MemoryListWatch
+else:  # on first use: pytest imports this package for the envtest plugin in every run, and
+    # these need the actor runtime, http.server and (the informer) the Kubernetes client
+    __getattr__ = lazy_exports(
+        __name__,
+        {
+            "kdispatch.actors.runtime": ("live_pooled_actors",),
+            ".httpserver": ("ApiServerHTTP",),
+            ".listwatch": ("MemoryListWatch",),
+        },
+    )
 
 __all__ = [
     "ApiServerHTTP",

@@ -32,7 +32,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from loguru import logger
 
-from kdispatch.actors.backend import PatchType
+from kdispatch.actors.backend import PatchType, check_grace_period, check_page_limit
 from kdispatch.actors.errors import (
     AlreadyExistsError,
     ApiError,
@@ -317,7 +317,7 @@ class InMemoryApiServer:
         (HTTP front ends). Request thread."""
 
         def apply() -> Json:
-            _check_grace(grace_period_seconds)
+            check_grace_period(grace_period_seconds)
             cur = self._lookup(kind, namespace, name)
             if uid is not None and uid != cur["metadata"].get("uid"):
                 raise self._delete_conflict(
@@ -416,7 +416,7 @@ class InMemoryApiServer:
         preconditions (409); ``uid=None``: none. Request thread."""
 
         def apply() -> Json:
-            _check_grace(grace_period_seconds)
+            check_grace_period(grace_period_seconds)
             cur = self._lookup(POD, namespace, name)
             if uid is not None:
                 self._check_uid(cur, uid)
@@ -618,10 +618,7 @@ class InMemoryApiServer:
         _check_str("kind", kind)
         if namespace is not None:
             _check_str("namespace", namespace)
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
-        ):
-            raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")
+        check_page_limit(limit)
         after = _decode_continue(continue_token)
         matches = _predicate(label_selector, field_selector)
         scoped = self._scoped(kind)
@@ -1062,17 +1059,6 @@ def _predicate(label_selector: str | None, field_selector: str | None) -> Predic
 
 PDB = "PodDisruptionBudget"
 _IDENTITY = ("name", "namespace", "uid", "creationTimestamp", "resourceVersion")
-
-
-def _check_grace(grace_period_seconds: object) -> None:
-    if grace_period_seconds is not None and (
-        isinstance(grace_period_seconds, bool)
-        or not isinstance(grace_period_seconds, int)
-        or grace_period_seconds < 0
-    ):
-        raise InvalidRequestError(
-            f"grace_period_seconds must be an int >= 0, got {grace_period_seconds!r}"
-        )
 
 
 def _keep_identity(cur: Json, new: Json) -> Json:

@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from kdispatch.actors.errors import ConflictError, InvalidRequestError, NotFoundError
 from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
@@ -41,30 +41,10 @@ from .audit import request_writer
 from .memory_objects import clone, to_json
 from .memory_patch import json_merge
 
+if TYPE_CHECKING:  # the server holds this store: no import at run time
+    from .memory import InMemoryApiServer
+
 Json = dict[str, Any]
-
-
-class ObjectStore(Protocol):
-    """What the lease store needs of the apiserver it lives in (an
-    :class:`~kdispatch.testing.InMemoryApiServer`), named so this module does not import it."""
-
-    def create(self, obj: Mapping[str, Any]) -> Json: ...
-
-    def update(self, obj: Mapping[str, Any]) -> Json: ...
-
-    def get_object(self, kind: str, namespace: str, name: str) -> Json | None: ...
-
-    def list(self, kind: str, namespace: str | None = None) -> tuple[builtins.list[Json], str]: ...
-
-    def remove(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None = None,
-        resource_version: str | None = None,
-    ) -> Json: ...
 
 
 __all__ = ["LEASE", "LEASE_API_VERSION", "LeasePath", "LeaseStore", "LeaseWrite", "serve_http"]
@@ -120,7 +100,7 @@ class LeasePath:
 class LeaseStore:
     """Lease operations on one in-memory apiserver (see the module docstring)."""
 
-    def __init__(self, server: ObjectStore, *, log_limit: int = 100_000) -> None:
+    def __init__(self, server: InMemoryApiServer, *, log_limit: int = 100_000) -> None:
         self._server = server
         self._log_lock = threading.Lock()
         self._log: deque[LeaseWrite] = deque(maxlen=log_limit)

@@ -18,7 +18,12 @@ from typing import Any, TypeVar, cast
 
 from kdispatch.actors.errors import InvalidObjectError
 from kdispatch.actors.kinds import BUILTIN_KINDS
-from kdispatch.actors.objects import RESOURCE_CLAIM, check_uid, is_dns_label, is_dns_subdomain
+from kdispatch.actors.objects import (
+    RESOURCE_CLAIM,
+    check_label,
+    check_subdomain,
+    check_uid,
+)
 
 CLUSTER_SCOPED_KINDS: frozenset[str] = frozenset(
     info.kind for info in BUILTIN_KINDS if not info.namespaced
@@ -75,20 +80,6 @@ def _clone(value: Any) -> Any:
     return value
 
 
-def _check_name(name: object, what: str = "name") -> str:
-    if not is_dns_subdomain(name):
-        raise InvalidObjectError(f"invalid {what} {name!r}: want an RFC 1123 subdomain")
-    assert isinstance(name, str)
-    return name
-
-
-def _check_namespace(namespace: object) -> str:
-    if not is_dns_label(namespace):
-        raise InvalidObjectError(f"invalid namespace {namespace!r}: want an RFC 1123 label")
-    assert isinstance(namespace, str)
-    return namespace
-
-
 def _check_amount(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidObjectError(f"{name} must be an int >= 0, got {value!r}")
@@ -139,15 +130,15 @@ def make_pod(
     ``uid`` is None. As a server would have served it: ``rv`` (``metadata.resourceVersion``),
     ``conditions`` (copied into ``status.conditions``), ``nominated_node_name``
     (``status.nominatedNodeName``) and ``terminating`` (a ``metadata.deletionTimestamp``)."""
-    _check_name(name)
-    _check_namespace(namespace)
+    check_subdomain(name)
+    check_label(namespace)
     _check_amount("cpu_m", cpu_m)
     _check_amount("mem_mi", mem_mi)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidObjectError(f"priority must be an int, got {priority!r}")
     if isinstance(claims, str):
         raise InvalidObjectError("claims must be a collection of claim names, not a string")
-    claim_names = [_check_name(c, "claim name") for c in claims]
+    claim_names = [check_subdomain(c, "claim name") for c in claims]
     resources: dict[str, Any] = {
         "requests": {"cpu": cpu_quantity(cpu_m), "memory": f"{mem_mi}Mi"},
     }
@@ -166,7 +157,7 @@ def make_pod(
     if claim_names:
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claim_names]
     if node is not None:
-        spec["nodeName"] = _check_name(node, "node name")
+        spec["nodeName"] = check_subdomain(node, "node name")
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
     pod_labels = _labels(labels, "labels")
     if pod_labels:
@@ -206,7 +197,7 @@ def make_node(
 ) -> dict[str, Any]:
     """A Ready Node with ``cpu_m`` millicores and ``mem_mi`` MiB allocatable (110 pods), labelled
     ``kubernetes.io/hostname`` plus ``labels``."""
-    _check_name(name, "node name")
+    check_subdomain(name, "node name")
     _check_amount("cpu_m", cpu_m)
     _check_amount("mem_mi", mem_mi)
     resources = {"cpu": cpu_quantity(cpu_m), "memory": f"{mem_mi}Mi", "pods": "110"}
@@ -230,8 +221,8 @@ def make_node(
 def make_claim(name: str, namespace: str = "default", uid: str | None = None) -> dict[str, Any]:
     """An unallocated ``resource.k8s.io/v1`` ResourceClaim asking for one device of class
     ``gpu.example.com``. A UID is generated when ``uid`` is None."""
-    _check_name(name)
-    _check_namespace(namespace)
+    check_subdomain(name)
+    check_label(namespace)
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": RESOURCE_CLAIM,
@@ -264,8 +255,8 @@ def make_pdb(
 ) -> dict[str, Any]:
     """A ``policy/v1`` PodDisruptionBudget selecting pods by ``match_labels``, with
     ``min_available`` or ``max_unavailable`` (an int or a percentage such as ``"50%"``)."""
-    _check_name(name)
-    _check_namespace(namespace)
+    check_subdomain(name)
+    check_label(namespace)
     if (min_available is None) == (max_unavailable is None):
         raise InvalidObjectError("give exactly one of min_available and max_unavailable")
     for label, value in (("min_available", min_available), ("max_unavailable", max_unavailable)):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 __all__ = ["poll", "until", "wait_for"]
 
@@ -24,22 +24,15 @@ T = TypeVar("T")
 def poll(predicate: Callable[[], T], timeout: float, *, interval: float = 0.01) -> T | None:
     """The first truthy value of ``predicate()`` within ``timeout`` seconds, else None."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            return None
+    while not (look := _look(predicate, deadline, time.monotonic)).done:
         time.sleep(interval)  # how often to look, not synchronisation
+    return look.value
 
 
 def wait_for(predicate: Callable[[], T], timeout: float, what: str, *, interval: float = 0.01) -> T:
     """The first truthy value of ``predicate()``; :class:`TimeoutError` naming ``what`` when
     none comes within ``timeout`` seconds."""
-    value = poll(predicate, timeout, interval=interval)
-    if value is None:
-        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
-    return value
+    return _found(poll(predicate, timeout, interval=interval), timeout, what)
 
 
 async def until(
@@ -48,10 +41,26 @@ async def until(
     """:func:`wait_for` on an asyncio loop: the loop runs between two looks."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if loop.time() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+    while not (look := _look(predicate, deadline, loop.time)).done:
         await asyncio.sleep(interval)
+    return _found(look.value, timeout, what)
+
+
+class _Look(NamedTuple, Generic[T]):
+    done: bool
+    value: T | None
+
+
+def _look(predicate: Callable[[], T], deadline: float, clock: Callable[[], float]) -> _Look[T]:
+    """One look: done with the value when it is truthy, done with None once ``clock()`` passed
+    ``deadline``, else not done."""
+    value = predicate()
+    if value:
+        return _Look(True, value)
+    return _Look(clock() >= deadline, None)
+
+
+def _found(value: T | None, timeout: float, what: str) -> T:
+    if value is None:
+        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
+    return value

@@ -10,7 +10,7 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,28 +51,22 @@ def write_token_file(path: Path, users: Sequence[User]) -> Path:
     return path
 
 
+@dataclass(eq=False)
 class KubeAPIServer:
     """One kube-apiserver over ``etcd_url``, its files in ``folder``."""
 
-    def __init__(
-        self,
-        binary: Path,
-        folder: Path,
-        *,
-        pki: Pki,
-        token_file: Path,
-        admin_token: str,
-        extra_args: Sequence[str] = (),
-    ) -> None:
-        self.binary = binary
-        self.folder = folder
-        self.pki = pki
-        self.token_file = token_file
-        self.admin_token = admin_token
-        self.extra_args = tuple(extra_args)
-        self.url = ""
-        self.process: Process | None = None
-        self._tls = ssl.create_default_context(cafile=str(pki.ca))
+    binary: Path
+    folder: Path
+    _: KW_ONLY
+    pki: Pki
+    token_file: Path
+    admin_token: str
+    extra_args: tuple[str, ...] = ()
+    url: str = field(default="", init=False)
+    process: Process | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._tls = ssl.create_default_context(cafile=str(self.pki.ca))
 
     def args(self, etcd_url: str, port: int) -> list[str]:
         return [

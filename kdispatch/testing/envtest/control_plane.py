@@ -23,8 +23,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .apiserver import KubeAPIServer, User, write_token_file
 from .binaries import Binaries, find_binaries
@@ -34,6 +33,8 @@ from .etcd import Etcd
 from .kubeconfig import write_kubeconfig
 from .processes import Process, wait_for
 from .scheduler import SCHEDULER_USER, KubeScheduler
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -149,12 +150,7 @@ class ControlPlane:
     def __enter__(self) -> ControlPlane:
         return self if self._started else self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _folder(self) -> Path:
@@ -202,23 +198,17 @@ class ControlPlane:
     @property
     def ca_file(self) -> Path:
         """The CA certificate (PEM) that signed the apiserver's serving certificate."""
-        if self._ca_file is None:
-            raise EnvtestError("the control plane is not started")
-        return self._ca_file
+        return _started(self._ca_file)
 
     @property
     def kubeconfig_path(self) -> Path:
         """A kubeconfig for the admin, in the control plane's folder."""
-        if self._kubeconfig is None:
-            raise EnvtestError("the control plane is not started")
-        return self._kubeconfig
+        return _started(self._kubeconfig)
 
     @property
     def workdir(self) -> Path:
         """The folder with certificates, etcd's data and each component's log."""
-        if self._workdir is None:
-            raise EnvtestError("the control plane is not started")
-        return self._workdir
+        return _started(self._workdir)
 
     @property
     def processes(self) -> list[Process]:
@@ -256,10 +246,15 @@ class ControlPlane:
                 raise ControlPlaneError(f"POST {path}: {status} {reply.get('message', reply)}")
 
     def _api(self) -> KubeAPIServer:
-        if self.apiserver is None or not self.apiserver.url:
-            raise EnvtestError("the control plane is not started")
-        return self.apiserver
+        return _started(self.apiserver if self.apiserver and self.apiserver.url else None)
 
 
 def _left(deadline: float) -> float:
     return max(1.0, deadline - time.monotonic())
+
+
+def _started(value: _T | None) -> _T:
+    """``value``, which exists once the control plane started."""
+    if value is None:
+        raise EnvtestError("the control plane is not started")
+    return value

@@ -1,0 +1,31 @@
+"""Names a package exports from submodules that are imported on first use (PEP 562).
+
+``pytest`` imports the ``kdispatch_envtest`` plugin in every run where kdispatch is installed,
+and with it ``kdispatch`` and ``kdispatch.testing``; the names that need the dispatcher's runtime
+(pykka, prometheus_client) or the official Kubernetes client (about a second to import) are
+therefore resolved only when a program first uses them. mypy sees the real imports (under
+``TYPE_CHECKING``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+
+
+def lazy_exports(package: str, modules: Mapping[str, tuple[str, ...]]) -> Callable[[str], object]:
+    """A module ``__getattr__`` for ``package`` that imports the names of ``modules``
+    (relative module → names it exports) on first access and keeps them on the package.
+    Any thread (the import lock serialises the imports)."""
+    where = {name: module for module, names in modules.items() for name in names}
+
+    def __getattr__(name: str) -> object:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
