@@ -10,6 +10,7 @@ Benchmark-only code; runs on the caller's (main) thread, plus the pod watch's th
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
@@ -203,6 +204,7 @@ def run_one(
             watch.own_requests(),
         )
         w.t0 = time.monotonic()
+        load0 = os.getloadavg()[0]
         sched = Supervised(
             partial(
                 start,
@@ -229,6 +231,7 @@ def run_one(
             create_pods(api, _bodies(fit, contender.served, FIT, "fit"))
         stopped_by = _settle(watch, sched, _done(set(fit), set(unfit)), end)
         t_end = time.monotonic()
+        load1 = os.getloadavg()[0]
         cpu_sched = sched.cpu_seconds()
         totals = request_totals(api)
         requests = request_delta(w.requests, totals)
@@ -270,6 +273,9 @@ def run_one(
             drain_requests=dict(sorted(drain.items())),
             event_requests_with_drain=record["event_requests"] + event_count(drain),
             first_unfit_marked_s=_r(arrived - w.t0) if workload.late else None,
+            # the machine's 1-minute load average when the scheduler started and when the
+            # pods were settled (the machine may be shared: other work shows here)
+            load_average={"start": round(load0, 2), "settled": round(load1, 2)},
             watch_error=watch.error,
             log=str(folder / "scheduler"),
         )

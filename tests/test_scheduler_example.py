@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+from collections import Counter
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from examples.scheduler.cache import SchedulerCache
 from examples.scheduler.cli import main
 from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig
-from examples.scheduler.framework import Framework, num_feasible_to_find
+from examples.scheduler.framework import SELECTOR_MISMATCH, Framework, num_feasible_to_find
 from examples.scheduler.ha import LeaderElect
 from examples.scheduler.nominator import Nominator
 from examples.scheduler.podinfo import PodInfo
@@ -208,6 +209,29 @@ def test_framework_filters_selector_taints_and_capacity_and_scores_least_allocat
     assert num_feasible_to_find(50) == 50
     assert num_feasible_to_find(500) == 230
     assert num_feasible_to_find(100_000) == 5000
+
+
+def test_a_pod_larger_than_every_node_gets_the_filter_loops_verdict() -> None:
+    """Without a taint in the cluster, a pod asking more cpu than any node has is refused by
+    every candidate node at once; the result is the one the filter loop gives (which runs
+    once a node is tainted)."""
+    cache = SchedulerCache()
+    for i in range(6):
+        cache.set_node(node(f"n{i}", zone="a" if i < 4 else "b"))
+    fw = Framework(cache)
+    huge = pod("huge", 100_000, node_selector={"zone": "a"})
+    quick = fw.filter(huge, {})
+    assert (dict(quick.reasons), quick.evaluated) == (
+        {"Insufficient cpu": 4, "node(s) didn't match Pod's node affinity/selector": 2},
+        6,
+    )
+    tainted = node("t", zone="c")
+    tainted["spec"]["taints"] = [{"key": "gpu", "effect": "NoSchedule"}]
+    cache.set_node(tainted)
+    assert cache.tainted
+    looped = fw.filter(huge, {})
+    expected = quick.reasons + Counter({SELECTOR_MISMATCH: 1})  # the tainted node's zone
+    assert (looped.reasons, looped.evaluated) == (expected, 7)
 
 
 def test_nominator_reads_pending_nominations_through_view() -> None:

@@ -178,3 +178,35 @@ def test_report_counts_only_its_own_pods(tmp_path: Path) -> None:
     fastest = 5 / max(fig["active_s"] - half_ms, 1e-9)
     assert 5 / (fig["active_s"] + half_ms) - 0.05 <= fig["pods_per_s"] <= fastest + 0.05
     assert fig["verdict"] == "OK: 5 bound, 0 unschedulable, 0 duplicates, 0 lost"
+
+
+def test_an_unchanged_unschedulable_status_is_not_patched_again() -> None:
+    """Like kube-scheduler: a retry that fails the same way sends no status patch while the
+    pod already shows that condition (and the last one submitted was the same); the
+    FailedScheduling occurrence is recorded every cycle. A different condition on the server
+    is patched again."""
+    clock = ManualClock(100.0)
+    api = FakeApi()
+    sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
+    sched.on_node_add(make_node("n1", 1000, 4096))
+    pod = make_pod("big", cpu_m=2000, uid="u-big")
+    sched.on_pod_add(pod)
+
+    def cycle() -> None:
+        clock.now += 10.0
+        while sched.step():
+            pass
+
+    cycle()
+    [patch] = api.of_type("pod_status_patch")
+    [cond] = patch.conditions  # type: ignore[attr-defined]
+    shown = {**pod, "status": {"conditions": [{**cond, "lastTransitionTime": "t"}]}}
+    sched.on_pod_update(shown)
+    for _ in range(3):
+        cycle()
+    assert len(api.of_type("pod_status_patch")) == 1
+    assert len(api.of_type("event_record")) == 4
+    other = {**pod, "status": {"conditions": [{**cond, "message": "something else"}]}}
+    sched.on_pod_update(other)
+    cycle()
+    assert len(api.of_type("pod_status_patch")) == 2

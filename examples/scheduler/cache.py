@@ -117,6 +117,10 @@ class SchedulerCache:
         self._claims: dict[str, Allocation] = {}
         self._by_label: dict[tuple[str, str], tuple[NodeInfo, ...]] | None = None
         self._priorities: Counter[int] = Counter()  # priorities of placed pods
+        self.most_cpu = 0
+        """The largest allocatable cpu (millicores) of any node (of the snapshot)."""
+        self.tainted = False
+        """Whether any node (of the snapshot) has a taint."""
 
     # ------------------------------------------------------------------ nodes
 
@@ -141,15 +145,22 @@ class SchedulerCache:
                 used = {a.device for a in self._claims.values() if a.node == name}
                 info.free_devices = [d for d in info.devices if d not in used]
             self._nodes[name] = info
-            self._node_list = tuple(self._nodes.values())
-            self._by_label = None
+            self._nodes_changed()
 
     def remove_node(self, name: str) -> None:
         """Informer thread. Forget a node (its pods stay known by uid until deleted)."""
         with self._lock:
             if self._nodes.pop(name, None) is not None:
-                self._node_list = tuple(self._nodes.values())
-                self._by_label = None
+                self._nodes_changed()
+
+    def _nodes_changed(self) -> None:
+        """Cache lock held. Rebuild the node snapshot and what is derived from it (derived
+        first: a lock-free reader sees them no older than the list)."""
+        nodes = tuple(self._nodes.values())
+        self.most_cpu = max((n.cpu_alloc for n in nodes), default=0)
+        self.tainted = any(n.taints for n in nodes)
+        self._node_list = nodes
+        self._by_label = None
 
     @property
     def nodes(self) -> tuple[NodeInfo, ...]:

@@ -130,6 +130,9 @@ class PodRecord:
     woken: bool = False  # its victims went away while its cycle was running
     bound_by_us: bool = False  # a binding of ours succeeded
     status_false: bool = False  # the server shows PodScheduled=False (informer)
+    last_status: tuple[str, str] | None = None
+    """``(reason, message)`` of the last ``PodScheduled=False`` submitted without a
+    nomination (None after a nomination): the condition any pending patch carries."""
 
 
 @dataclass(slots=True)
@@ -398,6 +401,8 @@ class Scheduler:
             return
         resolvable = bool(set(filtered.reasons) - UNRESOLVABLE)
         if resolvable and self._preempt(info, msg):
+            with self._lock:
+                rec.last_status = None  # the preemption patched the status with a nomination
             self._requeue(rec, self.config.victim_wait)
             return
         self._unschedulable(rec, info, msg, None, on_pod_delete=resolvable)
@@ -413,8 +418,17 @@ class Scheduler:
         reason: str = UNSCHEDULABLE_REASON,
     ) -> None:
         """Scheduling thread. ``PodScheduled=False`` without waiting, then back off; a node
-        added (or, with ``on_pod_delete``, a bound pod deleted) retries it earlier."""
-        self._patch_status(info, msg, nominated, reason=reason)
+        added (or, with ``on_pod_delete``, a bound pod deleted) retries it earlier. Like
+        kube-scheduler, no patch when the pod already shows this very condition (the informer's
+        object) and the last one submitted was the same (so none pending differs); the
+        ``FailedScheduling`` occurrence is recorded either way."""
+        with self._lock:
+            unchanged = nominated is None and rec.last_status == (reason, msg)
+            rec.last_status = (reason, msg) if nominated is None else None
+        if unchanged and _shows_unschedulable(info.obj, reason, msg):
+            self._failed_scheduling(info, msg)
+        else:
+            self._patch_status(info, msg, nominated, reason=reason)
         with self._lock:
             rec.attempts += 1
             if rec.phase not in (Phase.SCHEDULING, Phase.BINDING):
@@ -446,8 +460,12 @@ class Scheduler:
         expect = {"reason": reason, "nominated": nominated}
         sender = steps if steps is not None else self.api
         fut = self._submit(STATUS, info.uid, info.key, expect, partial(sender.submit, call))
-        self._event(info.obj, "FailedScheduling", "Scheduling", msg, type_="Warning")
+        self._failed_scheduling(info, msg)
         return fut
+
+    def _failed_scheduling(self, info: PodInfo, msg: str) -> None:
+        """Scheduling thread. One ``FailedScheduling`` occurrence (a Warning)."""
+        self._event(info.obj, "FailedScheduling", "Scheduling", msg, type_="Warning")
 
     # ================================================================ preemption
 
@@ -777,12 +795,23 @@ def _withdrawn(future: CallFuture) -> bool:
     return isinstance(future.exception(), CallCancelled)
 
 
-def _scheduled_false(obj: Obj) -> bool:
-    """Whether the pod's ``PodScheduled`` condition is False (what the server shows)."""
+def _scheduled_condition(obj: Obj) -> Mapping[str, Any] | None:
+    """The pod's ``PodScheduled`` condition when it is False (what the server shows)."""
     conditions = get_path(obj, "status", "conditions")
     if not isinstance(conditions, list):
-        return False
-    return any(
-        isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False"
-        for c in conditions
-    )
+        return None
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == "PodScheduled":
+            return c if c.get("status") == "False" else None
+    return None
+
+
+def _scheduled_false(obj: Obj) -> bool:
+    """Whether the pod's ``PodScheduled`` condition is False (what the server shows)."""
+    return _scheduled_condition(obj) is not None
+
+
+def _shows_unschedulable(obj: Obj, reason: str, msg: str) -> bool:
+    """Whether the pod shows ``PodScheduled=False`` with this reason and message."""
+    cond = _scheduled_condition(obj)
+    return cond is not None and cond.get("reason") == reason and cond.get("message") == msg

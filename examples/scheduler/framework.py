@@ -120,9 +120,8 @@ class Framework:
             return out
         want = num_feasible_to_find(n) if limit is None else limit
         pinned, needed, conflict = self.claim_constraints(pod)
-        reasons = out.reasons
         if conflict:
-            reasons[CLAIM_ELSEWHERE] = n
+            out.reasons[CLAIM_ELSEWHERE] = n
             out.evaluated = n
             return out
         # The hot loop of the scheduler: plain locals and int counters, one pass, no calls
@@ -133,9 +132,11 @@ class Framework:
         if pod.selector:
             nodes = self._matching(pod, nodes)
             no_selector = n - len(nodes)
+        start = self._start % len(nodes) if nodes else 0
+        if cpu > self.cache.most_cpu and pinned is None and not self.cache.tainted:
+            return self._fits_nowhere(out, nodes, no_selector, start)
         feasible = out.feasible
         append = feasible.append
-        start = self._start % len(nodes) if nodes else 0
         evaluated = no_selector
         for node in chain(nodes[start:], nodes[:start]):
             evaluated += 1
@@ -166,9 +167,23 @@ class Framework:
             if len(feasible) >= want:
                 break
         counts = (no_selector, no_toleration, elsewhere, no_cpu, no_mem, no_devices)
-        reasons.update({r: c for r, c in zip(_REASONS, counts, strict=True) if c})
+        out.reasons.update({r: c for r, c in zip(_REASONS, counts, strict=True) if c})
         out.evaluated = evaluated
         self._start = start + evaluated - no_selector
+        return out
+
+    def _fits_nowhere(
+        self, out: Filtered, nodes: tuple[NodeInfo, ...], no_selector: int, start: int
+    ) -> Filtered:
+        """The filter loop's verdict for a pod asking more cpu than any node has (free cpu is
+        at most allocatable), without the loop, when no node is tainted and no claim pins
+        the pod: every candidate fails on cpu."""
+        if no_selector:
+            out.reasons[SELECTOR_MISMATCH] = no_selector
+        if nodes:
+            out.reasons[INSUFFICIENT_CPU] = len(nodes)
+        out.evaluated = no_selector + len(nodes)
+        self._start = start + len(nodes)
         return out
 
     def _matching(self, pod: PodInfo, nodes: tuple[NodeInfo, ...]) -> tuple[NodeInfo, ...]:

@@ -12,7 +12,9 @@ exits, to be restarted as a fresh candidate.
 
 SIGTERM (with or without leader election) ends the run gracefully: scheduling stops, pending
 calls drain until the renew deadline, then the lease is released so a follower takes over at
-its next retry instead of waiting out the lease.
+its next retry instead of waiting out the lease. A SIGTERM that comes once the run is already
+finishing (draining, verifying, writing its report) is only noted (``sigterm_while_finishing``
+in the report): the finishing completes within its own drain timeout.
 
 Every request carries ``User-Agent: kdispatch-scheduler/<identity>`` so the apiserver's audit
 can tell the replicas apart.
@@ -104,11 +106,49 @@ class Terminated(BaseException):
     """Raised on the main thread by SIGTERM: end the run gracefully (drain, release)."""
 
 
+@dataclass
+class _Sigterm:
+    """SIGTERM handling of this process: whether the run is finishing, and whether a SIGTERM
+    came while it was."""
+
+    finishing: bool = False
+    late: bool = False
+
+
+_SIGTERM = _Sigterm()
+
+
+def _on_sigterm(_sig: int, _frame: FrameType | None) -> None:
+    """Main thread (signal handler). Before the run finishes: raise :class:`Terminated` (once;
+    later SIGTERMs are ignored). While it finishes: only note it, so that draining, the check
+    and the report complete (they end the run by themselves, within the drain timeout)."""
+    if _SIGTERM.finishing:
+        _SIGTERM.late = True
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough
+    raise Terminated
+
+
 def install_sigterm() -> None:
-    """Main thread. Turn SIGTERM into :class:`Terminated` on the main thread."""
+    """Main thread. Turn SIGTERM into :class:`Terminated` on the main thread until
+    :func:`finishing` is called."""
+    _SIGTERM.finishing = _SIGTERM.late = False
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
-    def handler(_sig: int, _frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough
-        raise Terminated
 
-    signal.signal(signal.SIGTERM, handler)
+def running() -> None:
+    """Any thread. A run starts: a SIGTERM raises :class:`Terminated` again (if
+    :func:`install_sigterm` was called) until :func:`finishing`."""
+    _SIGTERM.finishing = _SIGTERM.late = False
+
+
+def finishing() -> None:
+    """Any thread. The run is finishing: from now on a SIGTERM is only noted (see
+    :func:`sigterm_while_finishing`), never raised into the shutdown. One attribute store, so
+    a SIGTERM lands either before it (``Terminated``) or after it (noted)."""
+    _SIGTERM.finishing = True
+
+
+def sigterm_while_finishing() -> bool:
+    """Any thread. Whether a SIGTERM came after :func:`finishing`."""
+    return _SIGTERM.late

@@ -38,7 +38,10 @@ from examples.scheduler.ha import (
     LeaderElect,
     Terminated,
     default_identity,
+    finishing,
     make_elector,
+    running,
+    sigterm_while_finishing,
     user_agent,
 )
 from examples.scheduler.prekep import PreKepApi
@@ -328,6 +331,7 @@ class _Waiter:
 def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]:
     """Execute one run and return its figures (see :mod:`examples.scheduler.report`). Main
     thread: Ctrl-C ends the run early, with a summary."""
+    running()
     tracker = Tracker()
     env = _setup(cfg, tracker)
     sched = env.scheduler
@@ -336,7 +340,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     stopped_by = "done"
     limited = cfg.qps > 0  # tokens are only sampled when there is a budget to measure
     monitor = Monitor(
-        lambda: (env.api.stats()["tokens_taken"] if limited else 0, env.api.outstanding()),
+        lambda: (_tokens_taken(env.api) if limited else 0, env.api.outstanding()),
         lambda: describe(
             sched.phase_counts(),
             max(pods_total, sched.known()),
@@ -345,54 +349,54 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         ),
         stream,
     )
-    ended = started
     elector = env.elector
     gc_watch = GcWatch().install()
     try:
-        if elector is not None:  # campaign first; lead before listing anything
-            elector.start()
-            _Waiter(math.inf).until(lambda: elector.is_leader)
+        try:
+            if elector is not None:  # campaign first; lead before listing anything
+                _lead(elector)
+            _sync_informers(env, gc_watch)
+            if cfg.gc_freeze and isinstance(env.api, DispatchedApi):
+                env.api.dispatcher.freeze_gc()  # warm-up done: informer caches are long-lived
+            gc_watch.reset()
             started = time.monotonic()
-        _sync_informers(env, gc_watch)
-        if cfg.gc_freeze and isinstance(env.api, DispatchedApi):
-            env.api.dispatcher.freeze_gc()  # warm-up done: informer caches are long-lived
-        gc_watch.reset()
-        started = time.monotonic()
-        waiter = _Waiter(started + cfg.max_seconds)
-        sched.start()
-        monitor.start()
-        if env.server is not None:
-            workload = build_workload(
-                WorkloadSpec(
-                    nodes=cfg.nodes,
-                    pods=cfg.pods,
-                    high_priority_share=cfg.high_priority_share,
-                    unschedulable_share=cfg.unschedulable_share,
-                    claim_share=cfg.claim_share,
-                    fill=cfg.fill,
-                    seed=cfg.seed,
+            waiter = _Waiter(started + cfg.max_seconds)
+            sched.start()
+            monitor.start()
+            if env.server is not None:
+                workload = build_workload(
+                    WorkloadSpec(
+                        nodes=cfg.nodes,
+                        pods=cfg.pods,
+                        high_priority_share=cfg.high_priority_share,
+                        unschedulable_share=cfg.unschedulable_share,
+                        claim_share=cfg.claim_share,
+                        fill=cfg.fill,
+                        seed=cfg.seed,
+                    )
                 )
+                # nodes and claims first; informers deliver them before the pods that need them
+                for obj in workload.nodes + workload.claims:
+                    env.server.create(obj)
+                waiter.until(lambda: len(sched.cache.nodes) >= cfg.nodes)
+                started = time.monotonic()
+                for i, wave in enumerate(workload.waves):
+                    if i and not waiter.until(partial(_placed, sched, pods_total)):
+                        break
+                    for pod in wave:
+                        env.server.create(pod)
+                        pods_total += 1
+            done = waiter.until(
+                lambda: (sched.known() >= pods_total and sched.settled()) or _lost(elector)
             )
-            # nodes and claims first; informers deliver them before the pods that need them
-            for obj in workload.nodes + workload.claims:
-                env.server.create(obj)
-            waiter.until(lambda: len(sched.cache.nodes) >= cfg.nodes)
-            started = time.monotonic()
-            for i, wave in enumerate(workload.waves):
-                if i and not waiter.until(partial(_placed, sched, pods_total)):
-                    break
-                for pod in wave:
-                    env.server.create(pod)
-                    pods_total += 1
-        done = waiter.until(
-            lambda: (sched.known() >= pods_total and sched.settled()) or _lost(elector)
-        )
-        if not cfg.embedded:
-            pods_total = sched.known()
-        if _lost(elector):
-            stopped_by = "leadership_lost"
-        elif not done:
-            stopped_by = "deadline"
+            if not cfg.embedded:
+                pods_total = sched.known()
+            if _lost(elector):
+                stopped_by = "leadership_lost"
+            elif not done:
+                stopped_by = "deadline"
+        finally:
+            finishing()  # from here on a SIGTERM is noted, not raised into the shutdown
     except KeyboardInterrupt:
         stopped_by = "interrupt"
     except Terminated:
@@ -409,6 +413,20 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         wall_s=ended - started,
         gc_pauses=gc_watch.summary(),
     )
+
+
+def _tokens_taken(api: SchedulerApi) -> int:
+    """Monitor thread. Rate-limiter tokens taken so far: the dispatcher's counter (``stats()``
+    collects every metric family, too much 20 times a second), else from ``stats()``."""
+    if isinstance(api, DispatchedApi):
+        return api.dispatcher.tokens_taken
+    return int(api.stats()["tokens_taken"])
+
+
+def _lead(elector: LeaseElector) -> None:
+    """Main thread. Campaign until this replica leads."""
+    elector.start()
+    _Waiter(math.inf).until(lambda: elector.is_leader)
 
 
 SYNC_TIMEOUT = 60.0
@@ -515,6 +533,7 @@ def _finish(
     victims = tracker.preempted
     extra: dict[str, Any] = {
         "stopped_by": stopped_by,
+        "sigterm_while_finishing": sigterm_while_finishing(),
         "drained": drained,
         "qps_budget_used": budget_share(monitor.samples, cfg.qps or math.inf, cfg.burst),
         "preemption_rounds": env.scheduler.preemptions.started,
