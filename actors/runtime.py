@@ -315,9 +315,7 @@ class ActorPool:
         call more than once. Any thread except the pool's own workers (that would deadlock:
         raises :class:`PoolStateError`).
         """
-        if threading.current_thread() in self._threads:
-            raise PoolStateError(f"{self.name}.stop() called from its own worker thread")
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        deadline = self._deadline_off_workers("stop", timeout)
         with self._lock:
             if self._state == _NEW:
                 self._state = _STOPPED
@@ -332,11 +330,7 @@ class ActorPool:
                     future.get(timeout=_remaining(deadline))
                 except pykka.Timeout:
                     break
-            for _ in self._threads:
-                self._ready.put(None)
-        for thread in self._threads:
-            thread.join(_remaining(deadline))
-        alive = [t.name for t in self._threads if t.is_alive()]
+        alive = self._join_workers(deadline, wake=first)
         if alive:
             logger.warning(
                 "{} stop timed out: {} actors live, workers still running: {}",
@@ -359,9 +353,7 @@ class ActorPool:
         resolve the futures they carry). Cost: a few microseconds per actor, nothing per
         queued turn. Any thread except the pool's own workers (raises :class:`PoolStateError`).
         """
-        if threading.current_thread() in self._threads:
-            raise PoolStateError(f"{self.name}.abandon() called from its own worker thread")
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        deadline = self._deadline_off_workers("abandon", timeout)
         with self._lock:
             if self._state == _NEW:
                 self._state = _STOPPED
@@ -373,11 +365,7 @@ class ActorPool:
                 self._ready.get_nowait()
             except Empty:
                 break
-        for _ in self._threads:
-            self._ready.put(None)
-        for thread in self._threads:
-            thread.join(_remaining(deadline))
-        alive = [t.name for t in self._threads if t.is_alive()]
+        alive = self._join_workers(deadline, wake=True)
         if alive:
             logger.warning("{} abandon: workers still running: {}", self.name, alive)
         actors = list(self._live.values())
@@ -393,6 +381,24 @@ class ActorPool:
         return len(self._live)
 
     # ----------------------------------------------------------------- internals
+
+    def _deadline_off_workers(self, method: str, timeout: float | None) -> float | None:
+        """Refuse ``method`` on one of the pool's own workers (:class:`PoolStateError`: it
+        would wait for itself); else the monotonic deadline ``timeout`` seconds from now (None:
+        no limit). The stopping thread."""
+        if threading.current_thread() in self._threads:
+            raise PoolStateError(f"{self.name}.{method}() called from its own worker thread")
+        return None if timeout is None else time.monotonic() + max(0.0, timeout)
+
+    def _join_workers(self, deadline: float | None, *, wake: bool) -> list[str]:
+        """With ``wake``, hand every worker its stop sentinel; join the workers until
+        ``deadline``; the names of those still running. The stopping thread."""
+        if wake:
+            for _ in self._threads:
+                self._ready.put(None)
+        for thread in self._threads:
+            thread.join(_remaining(deadline))
+        return [t.name for t in self._threads if t.is_alive()]
 
     def _register(self, actor: PooledActor) -> None:
         """Count a starting actor as live; raises if the pool is not running. Starting thread.
