@@ -59,6 +59,7 @@ from .runtime import ActorPool
 
 _STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
 _TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
+_GROUP_LOCK_STRIPES = 64  # locks shared by the call groups (see Dispatcher.group)
 
 
 class Dispatcher(DispatcherLike):
@@ -145,7 +146,10 @@ class Dispatcher(DispatcherLike):
         # Call groups by owner UID, read without a lock by on_delete and by the submit of an
         # exclusive call (one dict lookup).
         self._owners = OwnerIndex()
-        self._group_lock = threading.Lock()  # every group's own fields (CallGroup)
+        # A group's own fields (CallGroup) are guarded by one of these, picked by its owner's
+        # UID. A lock per group costs ~70 B; one lock for all made a submitting thread wait
+        # for the pool's workers resolving other groups' steps (p99 12 times longer at 10k).
+        self._group_locks = tuple(threading.Lock() for _ in range(_GROUP_LOCK_STRIPES))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -318,7 +322,7 @@ class Dispatcher(DispatcherLike):
             raise DispatcherClosed(
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
-        group = CallGroup(self, ref, self._group_lock)
+        group = CallGroup(self, ref, self._group_locks[hash(ref.uid) % _GROUP_LOCK_STRIPES])
         self._owners.add(group)
         self.metrics.groups_open_delta(1)
         if self._registry.is_tombstoned(ref.uid):  # deleted already

@@ -42,8 +42,8 @@ with its steps (one future alone, a tuple from the second on), shares its owner'
 UID without a container of its own (:class:`OwnerIndex`). Its :class:`~.holds.GroupFuture` is
 created only when asked for (``g.future``) or when the group resolves. A step costs nothing
 beyond its call: its future is tagged with its group, which it tells when it resolves (no
-done-callback, so the future's condition is never created). The groups of one dispatcher
-share one lock.
+done-callback, so the future's condition is never created). A group has no lock of its own:
+it takes one of its dispatcher's 64 group locks, picked by its owner's UID.
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ class CallGroup(GroupSteps):
     )
 
     def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
-        """``lock`` guards the group's fields: one lock shared by the dispatcher's groups
-        (held only briefly, never while calling out)."""
+        """``lock`` guards the group's fields: one of the dispatcher's group locks, which other
+        groups share (held only briefly, never while calling out or taking another lock)."""
         super().__init__(lock)
         self.owner = owner
         self._host = host
