@@ -206,10 +206,10 @@ def _check_ref(kind: object, namespace: object, name: object, uid: object) -> No
     that is not a str."""
     if not isinstance(kind, str) or not _KIND.match(kind):
         raise InvalidObjectError(f"invalid kind {kind!r}")
-    if not is_dns_label(namespace):
-        raise InvalidObjectError(f"invalid namespace {namespace!r}: want an RFC 1123 label")
+    if not is_dns_label(namespace):  # checked inline first: no extra call when valid
+        check_label(namespace)
     if not is_dns_subdomain(name):
-        raise InvalidObjectError(f"invalid name {name!r}: want an RFC 1123 subdomain")
+        check_subdomain(name)
     check_uid(uid)
 
 
