@@ -17,38 +17,40 @@ from typing import Any, cast
 
 import pytest
 
-from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.calls import CallTypeRegistry
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import (
-    DispatcherConfig,
-    ExecutorConfig,
-    RateLimitConfig,
-    RegistryConfig,
-    RetryConfig,
-    RuntimeConfig,
-)
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch import (
     ActorLimitExceeded,
     BadResponseError,
     CallFailed,
     CallOutcomeError,
     CallTypeRegistrationError,
+    CallTypeRegistry,
+    ClaimStatusPatch,
+    Dispatcher,
     DispatcherClosed,
+    DispatcherConfig,
+    ExecutorConfig,
+    Informer,
     InvalidCallError,
     InvalidConfigError,
     InvalidInputError,
     InvalidObjectError,
     InvalidRequestError,
     KdispatchError,
+    Obj,
+    ObjectRef,
     Outcome,
+    PodBinding,
+    PodPreemption,
+    PodStatusPatch,
+    RateLimitConfig,
+    RegistryConfig,
+    RetryConfig,
+    RuntimeConfig,
     UnknownCallTypeError,
+    WatchEvent,
+    default_call_types,
 )
-from kdispatch.actors.objects import Obj, ObjectRef
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.adapters.informer import Informer, WatchEvent
-from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
+from kdispatch.testing import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend, T
 from tests.configs import fast
 from tests.factories import user_call

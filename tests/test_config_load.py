@@ -10,14 +10,14 @@ from typing import Any, Literal
 
 import pytest
 
-from kdispatch.actors.config import (
+from kdispatch import (
     DispatcherConfig,
     ExecutorConfig,
+    InvalidConfigError,
     RateLimitConfig,
     RegistryConfig,
 )
 from kdispatch.actors.config_load import env_variables, load_dataclass, load_env
-from kdispatch.actors.errors import InvalidConfigError
 
 pytestmark = pytest.mark.timeout(30)
 

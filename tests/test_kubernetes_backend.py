@@ -19,9 +19,9 @@ import pytest
 from kubernetes import client as k8s
 from loguru import logger
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.errors import (
+from kdispatch import (
     AlreadyExistsError,
+    ApiBackend,
     ApiConnectionError,
     ApiError,
     BadResponseError,
@@ -29,17 +29,17 @@ from kdispatch.actors.errors import (
     ForbiddenError,
     InvalidConfigError,
     InvalidRequestError,
+    KubernetesBackend,
     NotFoundError,
     RequestTimeoutError,
     ServerError,
     TooManyRequestsError,
     UnauthorizedError,
     UnknownKindError,
+    prepare_configuration,
 )
-from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.transport import TransportName, prepare_configuration
-from kdispatch.testing.httpserver import ApiServerHTTP
-from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.adapters.transport import TransportName
+from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_claim, make_node, make_pod
 from tests.backends import nominate
 from tests.concurrency import patch_from_threads
 from tests.rawhttp import read_request

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.errors import (
+from kdispatch import (
     AlreadyExistsError,
+    ApiBackend,
     ApiConnectionError,
     ApiError,
     ConflictError,
@@ -25,16 +25,8 @@ from kdispatch.actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.testing.memory import (
-    FaultPlan,
-    InMemoryApiServer,
-    Latency,
-    Watch,
-    WatchEvent,
-    make_claim,
-    make_node,
-    make_pod,
-)
+from kdispatch.testing import FaultPlan, InMemoryApiServer, Latency, make_claim, make_node, make_pod
+from kdispatch.testing.memory import Watch, WatchEvent
 
 # ----------------------------------------------------------------------------- helpers
 

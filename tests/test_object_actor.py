@@ -18,30 +18,19 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch import (
     CallCancelled,
     CallFailed,
+    CallFuture,
     DependencyFailed,
     DispatcherClosed,
     Outcome,
     ServerError,
 )
-from kdispatch.actors.messages import (
-    CallFuture,
-    Cancel,
-    Close,
-    Deleted,
-    FailDependency,
-    Grant,
-    Job,
-    Observed,
-    Release,
-    Submit,
-    View,
-)
+from kdispatch.actors import messages as msg
+from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.calls import Call
+from kdispatch.actors.config import RetryConfig
 from kdispatch.actors.metrics import Metrics
 from kdispatch.actors.object_actor import ActorContext, ObjectActor
 from kdispatch.actors.object_state import Done, Result
@@ -62,7 +51,7 @@ class FakeExecutor:
 
     def __init__(self) -> None:
         self.readies: queue.Queue[tuple[str, int, float]] = queue.Queue()
-        self.answers: queue.Queue[Job | None] = queue.Queue()  # None: a refund
+        self.answers: queue.Queue[msg.Job | None] = queue.Queue()  # None: a refund
         self.refunds = 0
         self.on_spot = False
         self.inline: Result | None = None
@@ -71,7 +60,7 @@ class FakeExecutor:
         self.readies.put((uid, relevance, not_before))
         return self.on_spot
 
-    def job(self, job: Job) -> Done | None:
+    def job(self, job: msg.Job) -> Done | None:
         self.answers.put(job)
         if self.inline is not None:
             return Done(job.send.call, self.inline)
@@ -111,7 +100,7 @@ class Harness:
     def submit(self, call: Call) -> CallFuture:
         fut = CallFuture()
         uid = call.ref.uid
-        assert self.registry.tell(uid, Submit(call, fut), lambda: self._spawn(uid))
+        assert self.registry.tell(uid, msg.Submit(call, fut), lambda: self._spawn(uid))
         return fut
 
     def ref(self, uid: str) -> Any:
@@ -119,17 +108,17 @@ class Harness:
         assert ref is not None, f"no actor for {uid}"
         return ref
 
-    def take(self, uid: str) -> Job | None:
+    def take(self, uid: str) -> msg.Job | None:
         """Grant a token to the object; return its Job, or None if it refunded."""
-        self.ref(uid).tell(Grant(self.clock()))
+        self.ref(uid).tell(msg.Grant(self.clock()))
         return self.executor.answers.get(timeout=5)
 
-    def done(self, uid: str, job: Job, result: Result = Result.SUCCESS, **kw: Any) -> None:
+    def done(self, uid: str, job: msg.Job, result: Result = Result.SUCCESS, **kw: Any) -> None:
         self.ref(uid).tell(Done(job.send.call, result, **kw))
 
     def sync(self, uid: str) -> Obj | None:
         """Wait until the actor handled everything sent to it so far; its view."""
-        view: Obj | None = self.ref(uid).ask(View(), timeout=5)
+        view: Obj | None = self.ref(uid).ask(msg.View(), timeout=5)
         return view
 
     def readies(self) -> list[tuple[str, int, float]]:
@@ -224,12 +213,12 @@ def test_inline_executor_resolves_the_call_in_one_turn(h: Harness) -> None:
 def test_informer_cancel_and_view_messages_reach_the_machine(h: Harness) -> None:
     p = pod("a")
     f1 = h.submit(PodStatusPatch.for_pod(p, nominated_node_name="n3"))
-    h.ref("uid-a").tell(Observed(pod("a", rv=2, nnn="n3")))
+    h.ref("uid-a").tell(msg.Observed(pod("a", rv=2, nnn="n3")))
     assert f1.result(timeout=5) is Outcome.SKIPPED
     f2 = h.submit(unsched(p))
     view = h.sync("uid-a")
     assert view is not None and view["status"]["conditions"][0]["reason"] == "Unschedulable"
-    h.ref("uid-a").tell(Cancel("pod_status_patch"))
+    h.ref("uid-a").tell(msg.Cancel("pod_status_patch"))
     assert outcome(f2) is CallCancelled
 
 
@@ -237,22 +226,22 @@ def test_held_submit_waits_for_release_and_fails_with_its_dependency(h: Harness)
     p = pod("a")
     held, failing = CallFuture(), CallFuture()
     assert h.registry.tell(
-        "uid-a", Submit(unsched(p), held, frozenset({"t1"})), lambda: h._spawn("uid-a")
+        "uid-a", msg.Submit(unsched(p), held, frozenset({"t1"})), lambda: h._spawn("uid-a")
     )
     assert h.registry.tell(
         "uid-b",
-        Submit(PodBinding.for_pod(pod("b"), "n1"), failing, frozenset({"t2"})),
+        msg.Submit(PodBinding.for_pod(pod("b"), "n1"), failing, frozenset({"t2"})),
         lambda: h._spawn("uid-b"),
     )
     h.sync("uid-a")
     h.sync("uid-b")
     assert h.readies() == []  # held calls ask the executor for nothing
     cause = ServerError("reservation failed")
-    h.ref("uid-b").tell(FailDependency("t2", cause))
+    h.ref("uid-b").tell(msg.FailDependency("t2", cause))
     err = outcome(failing)
     assert err is DependencyFailed
     assert failing.exception() is not None and failing.exception().cause is cause  # type: ignore[union-attr]
-    h.ref("uid-a").tell(Release("t1"))
+    h.ref("uid-a").tell(msg.Release("t1"))
     h.sync("uid-a")
     assert h.readies() == [("uid-a", 1, 0.0)]
     job = h.take("uid-a")
@@ -279,12 +268,12 @@ def test_deletion_cancels_pending_tombstones_and_stops(h: Harness) -> None:
     p = pod("a")
     fut = h.submit(PodBinding.for_pod(p, "n1"))
     ref = h.ref("uid-a")
-    ref.tell(Deleted(p))
+    ref.tell(msg.Deleted(p))
     assert outcome(fut) is CallCancelled
     assert ref.actor_stopped.wait(5)
     assert h.registry.is_tombstoned("uid-a")
     # a late event cannot resurrect it
-    assert not h.registry.tell("uid-a", Observed(pod("a", rv=9)))
+    assert not h.registry.tell("uid-a", msg.Observed(pod("a", rv=9)))
     assert h.registry.get("uid-a") is None
 
 
@@ -294,7 +283,7 @@ def test_deletion_with_call_in_flight_stops_once_it_is_done(h: Harness) -> None:
     job = h.take("uid-a")
     assert job is not None
     ref = h.ref("uid-a")
-    ref.tell(Deleted(p))
+    ref.tell(msg.Deleted(p))
     h.sync("uid-a")
     assert not ref.actor_stopped.is_set() and not f1.done()
     ref.tell(Done(job.send.call, Result.NOT_FOUND))
@@ -319,7 +308,7 @@ def test_close_resolves_pending_and_in_flight(h: Harness) -> None:
     f2 = h.submit(unsched(pod("b")))
     assert h.take("uid-a") is not None
     for uid in ("uid-a", "uid-b"):
-        h.ref(uid).ask(Close(), timeout=5)
+        h.ref(uid).ask(msg.Close(), timeout=5)
     assert outcome(f1) is DispatcherClosed
     assert outcome(f2) is DispatcherClosed
     assert h.resolved == 2
@@ -381,7 +370,7 @@ def test_crash_fails_that_objects_futures_and_queued_messages_reach_a_clean_acto
         old_ref = h.ref("uid-a")
         f2 = h.submit(BuggyPatch(ObjectRef.of(a), 2, basis=a))  # merge raises in the actor
         f3 = h.submit(unsched(a))  # queued behind the crash: routed by on_dropped
-        old_ref.tell(Grant(h.clock()))  # queued behind the crash: refunded by on_dropped
+        old_ref.tell(msg.Grant(h.clock()))  # queued behind the crash: refunded by on_dropped
         gate.set()
         assert outcome(f1) is CallFailed
         assert outcome(f2) is CallFailed
@@ -413,7 +402,7 @@ def test_crash_while_holding_a_grant_refunds_it(h: Harness) -> None:
     h.sync("uid-a")
     call.armed[0] = True  # the precheck at grant raises
     old_ref = h.ref("uid-a")
-    old_ref.tell(Grant(h.clock()))
+    old_ref.tell(msg.Grant(h.clock()))
     assert outcome(fut) is CallFailed
     assert h.executor.answers.get(timeout=5) is None  # the slot and token went back
     assert h.executor.refunds == 1
