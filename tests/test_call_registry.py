@@ -7,19 +7,26 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.call_types import BUILTIN_CALL_TYPES, default_call_types
-from kdispatch.actors.calls import CallTypeRegistry
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.errors import (
+from kdispatch import (
+    BUILTIN_CALL_TYPES,
+    ApiBackend,
+    Call,
     CallTypeRegistrationError,
+    CallTypeRegistry,
+    ClaimStatusPatch,
+    EventRecord,
     InvalidCallError,
+    Obj,
+    ObjectRef,
+    PodBinding,
+    PodEviction,
+    PodPreemption,
+    PodStatusPatch,
     UnknownCallTypeError,
+    default_call_types,
+    get_path,
 )
-from kdispatch.actors.event_calls import EventRecord
-from kdispatch.actors.eviction_calls import PodEviction
-from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.objects import with_path
 from tests.factories import InertCall, InertRules, call_types_with, user_call
 
 POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")
@@ -59,36 +66,30 @@ class QuotaReservation(InertCall):
         )
 
 
+BUILTINS = [  # call type, class, kind, relevance (lane), exclusive; in registration order
+    ("pod_status_patch", PodStatusPatch, "Pod", 1, False),
+    ("pod_binding", PodBinding, "Pod", 2, False),
+    ("pod_preemption", PodPreemption, "Pod", 3, True),
+    ("claim_status_patch", ClaimStatusPatch, "ResourceClaim", 1, False),
+    ("pod_eviction", PodEviction, "Pod", 3, True),  # eviction shares the deletion lane
+    ("event_record", EventRecord, "Event", 0, False),  # Events ride the best-effort lane 0
+]
+
+
 class TestDefaultRegistry:
     def test_builtins(self) -> None:
         registry = default_call_types()
-        assert registry.types() == [
-            "claim_status_patch",
-            "event_record",
-            "pod_binding",
-            "pod_eviction",
-            "pod_preemption",
-            "pod_status_patch",
-        ]
-        # eviction shares the deletion lane; Events ride the best-effort lane 0
+        assert registry.types() == sorted(name for name, *_ in BUILTINS)
         assert registry.relevances() == [3, 2, 1, 0]
-        assert (
-            PodStatusPatch,
-            PodBinding,
-            PodPreemption,
-            ClaimStatusPatch,
-            PodEviction,
-            EventRecord,
-        ) == BUILTIN_CALL_TYPES
-        assert registry.spec("pod_eviction").exclusive
-        spec = registry.spec("pod_preemption")
-        assert (spec.kind, spec.relevance, spec.exclusive, spec.cls) == (
-            "Pod",
-            3,
-            True,
-            PodPreemption,
-        )
-        assert registry.spec("claim_status_patch").kind == "ResourceClaim"
+        assert tuple(cls for _, cls, *_ in BUILTINS) == BUILTIN_CALL_TYPES
+
+    @pytest.mark.parametrize(("name", "cls", "kind", "relevance", "exclusive"), BUILTINS)
+    def test_builtin_spec(
+        self, name: str, cls: type[Call], kind: str, relevance: int, exclusive: bool
+    ) -> None:
+        spec = default_call_types().spec(name)
+        assert (spec.cls, spec.kind, spec.relevance) == (cls, kind, relevance)
+        assert spec.exclusive is exclusive
 
     def test_each_call_is_fresh(self) -> None:
         first, second = user_types(), user_types()
