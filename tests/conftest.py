@@ -81,3 +81,20 @@ def dispatcher(server: Any) -> Iterator[Any]:
     d = Dispatcher(server, FAST).start()
     yield d
     d.stop(timeout=10)
+
+
+@pytest.fixture
+def pod(server: Any) -> dict[str, Any]:
+    """Pod ``default/p1`` created on ``server``."""
+    from kdispatch.testing import make_pod
+
+    created: dict[str, Any] = server.create(make_pod("p1"))
+    return created
+
+
+@pytest.fixture
+def pod_watch(server: Any) -> Iterator[Any]:
+    """A watch on ``server``'s Pods from now on, stopped at the end of the test."""
+    w = server.watch("Pod")
+    yield w
+    w.stop()
