@@ -156,9 +156,24 @@ class GroupSteps:
         """Any thread (the submitting one, before the step's future can resolve): ``future``
         is the group's next step."""
         with self._lock:
-            steps = self._steps
-            self._steps = future if steps == () else (*as_tuple(steps), future)
-            self._step_added(future)
+            self._append(future)
+
+    def add_unwatched_step(self, future: CallFuture) -> bool:
+        """Any thread (the submitting one): :meth:`add_step` if this group's future does not
+        exist (True), else nothing (False). Without a future the group is nobody's
+        prerequisite, so the step closes no cycle; the future is created under the same
+        lock, so a call that waits for it sees this step."""
+        with self._lock:
+            if self._future is not None:
+                return False
+            self._append(future)
+        return True
+
+    def _append(self, future: CallFuture) -> None:
+        """Under the lock: register ``future`` as the last step."""
+        steps = self._steps
+        self._steps = future if steps == () else (*as_tuple(steps), future)
+        self._step_added(future)
 
     def _step_added(self, future: CallFuture) -> None:
         """Under the lock, in :meth:`add_step`: what a subclass keeps of a new step."""
@@ -314,7 +329,10 @@ class Dependencies:
 
     def add_step(self, call: Call, future: CallFuture, group: GroupSteps) -> None:
         """Submitting thread, before an unheld group step goes to its actor: check that its
-        object's held calls do not wait for the group, and register the step."""
+        object's held calls do not wait for the group, and register the step (a group
+        without a future needs no check: :meth:`GroupSteps.add_unwatched_step`)."""
+        if group.add_unwatched_step(future):
+            return
         with self._lock:
             self._check_group_step(call.ref.uid, group)
             group.add_step(future)

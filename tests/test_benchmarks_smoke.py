@@ -175,6 +175,16 @@ def test_gc_pauses_measures_pending_actors_and_summarises_by_round() -> None:
 
 
 @pytest.mark.timeout(30)
+def test_gc_pauses_live_groups_variant_fills_through_groups_then_submits_plainly() -> None:
+    from benchmarks.gc_pauses import PLAIN_STEADY, measure
+
+    assert "gc_freeze_live_groups" in PLAIN_STEADY
+    r = measure(200, "gc_freeze_live_groups")
+    assert r["live_actors"] == 200
+    assert r["fill"]["submits"] == r["steady"]["submits"] == 200
+
+
+@pytest.mark.timeout(30)
 def test_gc_pauses_collector_off_runs_without_collections_and_restores_the_collector() -> None:
     import gc
 
