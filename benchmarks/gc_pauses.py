@@ -129,14 +129,14 @@ def _wait(gate: threading.Event) -> None:
     gate.wait()
 
 
-FIGURES: tuple[tuple[str, str, str], ...] = (
-    ("steady_max_submit_ms", "steady", "submit_max_ms"),
-    ("steady_submit_p50_us", "steady", "submit_p50_us"),
-    ("steady_submit_p99_us", "steady", "submit_p99_us"),
-    ("steady_gen2_max_ms", "steady", "gen2_max_ms"),
-    ("fill_max_submit_ms", "fill", "submit_max_ms"),
-    ("fill_gen2_max_ms", "fill", "gen2_max_ms"),
-)
+FIGURES: dict[str, tuple[str, str]] = {
+    "steady_max_submit_ms": ("steady", "submit_max_ms"),
+    "steady_submit_p50_us": ("steady", "submit_p50_us"),
+    "steady_submit_p99_us": ("steady", "submit_p99_us"),
+    "steady_gen2_max_ms": ("steady", "gen2_max_ms"),
+    "fill_max_submit_ms": ("fill", "submit_max_ms"),
+    "fill_gen2_max_ms": ("fill", "gen2_max_ms"),
+}
 """Summary figure → (phase, figure of that phase)."""
 
 
@@ -232,7 +232,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
             if not rs:
                 continue
             fig: dict[str, Any] = {
-                key: spread([r[phase][name] for r in rs]) for key, phase, name in FIGURES
+                key: spread([r[phase][name] for r in rs]) for key, (phase, name) in FIGURES.items()
             }
             fig["kib_per_actor"] = spread([r["kib_per_actor"] for r in rs])
             defaults = {r["round"]: r for r in mine if r["variant"] == "default"}
