@@ -37,7 +37,7 @@ from .backend import ApiBackend
 from .call_types import default_call_types
 from .calls import Call, CallTypeRegistry, plain_basis
 from .config import DispatcherConfig
-from .dispatcher_like import DispatcherLike
+from .dispatcher_like import BacklogWaiters, DispatcherLike
 from .errors import (
     CallCancelled,
     CallFailed,
@@ -134,6 +134,7 @@ class Dispatcher(DispatcherLike):
         # ``._compat``), so the submitting threads and the actors resolving futures share no
         # lock (for speed: ``submit`` never waits behind an actor thread).
         self._unresolved: deque[None] = deque()
+        self._backlog = BacklogWaiters(self._unresolved.__len__)  # wait_backlog's waiters
         self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False
         self._closed = False
@@ -266,6 +267,8 @@ class Dispatcher(DispatcherLike):
         unresolved = self._unresolved
         for _ in range(min(total, len(unresolved))):
             unresolved.pop()
+        if self._backlog.wake_below:
+            self._backlog.wake()
         return total
 
     # ------------------------------------------------------------------ calls
@@ -346,6 +349,8 @@ class Dispatcher(DispatcherLike):
             raise DispatcherClosed(
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
+        if call.best_effort:  # not part of the backlog
+            self._backlog.track_best_effort(future)
         uid = call.ref.uid
         message = Submit(call, future)
         hold: Hold | None = None
@@ -506,6 +511,17 @@ class Dispatcher(DispatcherLike):
         return len(self._unresolved)
 
     @property
+    def backlog(self) -> int:
+        """Any thread; cheap. Calls submitted and not resolved, Events (best-effort calls) left
+        out (see :attr:`DispatcherLike.backlog`); held calls and group steps count."""
+        return self._backlog.backlog
+
+    def wait_backlog(self, below: int, timeout: float | None = None) -> bool:
+        """Calling thread (never an actor's). Block until :attr:`backlog` is below ``below``;
+        False after ``timeout`` seconds. See :meth:`DispatcherLike.wait_backlog`."""
+        return self._backlog.wait(below, timeout)
+
+    @property
     def tokens_taken(self) -> int:
         """Rate-limiter tokens used so far (taken and not refunded); cheap, any thread."""
         return self._executor.tokens_taken
@@ -641,6 +657,8 @@ class Dispatcher(DispatcherLike):
         if self._drain_waiters and not self._unresolved:
             with self._state_lock:
                 self._state_lock.notify_all()
+        if self._backlog.wake_below:  # a thread waits in wait_backlog
+            self._backlog.wake()
 
     def _reap_loop(self) -> None:
         """Reaper thread: periodically ask idle actors to leave."""

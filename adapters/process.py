@@ -81,7 +81,7 @@ from kdispatch.actors.aio import await_future, check_timeout, running_loop, wrap
 from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.config import DispatcherConfig
-from kdispatch.actors.dispatcher_like import DispatcherLike
+from kdispatch.actors.dispatcher_like import BacklogWaiters, DispatcherLike
 from kdispatch.actors.errors import (
     CallCancelled,
     CallFailed,
@@ -191,8 +191,7 @@ class ProcessDispatcher(DispatcherLike):
             raise InvalidConfigError(f"context must be one of {CONTEXTS}, got {context!r}")
         if not isinstance(start_timeout, int | float) or not start_timeout > 0:
             raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
-        if leader is not None:
-            _check_leader(leader)
+        _check_leader(leader)
         _check_max_in_flight(max_in_flight)
         for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
             try:
@@ -207,6 +206,7 @@ class ProcessDispatcher(DispatcherLike):
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
         self._ids = itertools.count()
         self._calls: dict[int, CallFuture] = {}
+        self._backlog = BacklogWaiters(self._calls.__len__)  # wait_backlog's waiters
         self._queries: dict[int, Future[Any]] = {}
         self._state_lock = threading.Lock()
         self._started = False
@@ -377,6 +377,8 @@ class ProcessDispatcher(DispatcherLike):
             # pops a future resolves it, so it is resolved (here: raised) exactly once.
             self._window.discard(fid)
             raise copy.copy(self._gone)
+        if call.best_effort:  # not part of the backlog (resolved already: counted out at once)
+            self._backlog.track_best_effort(future)
         return future
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
@@ -506,6 +508,18 @@ class ProcessDispatcher(DispatcherLike):
     def outstanding(self) -> int:
         """Futures not yet resolved (counted in this process)."""
         return len(self._calls)
+
+    @property
+    def backlog(self) -> int:
+        """Any thread; cheap. Calls submitted and not resolved, in the child or waiting here,
+        Events (best-effort calls) left out (see :attr:`DispatcherLike.backlog`)."""
+        return self._backlog.backlog
+
+    def wait_backlog(self, below: int, timeout: float | None = None) -> bool:
+        """Calling thread (never the reader's). Block until :attr:`backlog` is below
+        ``below``, woken by the reader thread as results arrive; False after ``timeout``
+        seconds. See :meth:`DispatcherLike.wait_backlog`."""
+        return self._backlog.wait(below, timeout)
 
     @property
     def waiting(self) -> int:
@@ -640,6 +654,7 @@ class ProcessDispatcher(DispatcherLike):
                     future.set_result(value)
                 else:
                     future.set_exception(_restored(value))
+            self._backlog_changed()
         self._fail_all(self._exit_error())
 
     def _exit_error(self) -> DispatcherClosed:
@@ -661,6 +676,7 @@ class ProcessDispatcher(DispatcherLike):
             future = self._calls.pop(fid, None)
             if future is not None:
                 future.set_exception(error(call_type))
+        self._backlog_changed()
 
     def _fail_all(self, error: DispatcherClosed) -> None:
         self._window.close()  # nothing more goes out; the waiting calls fail below
@@ -672,6 +688,12 @@ class ProcessDispatcher(DispatcherLike):
                 future = table.pop(fid, None)
                 if future is not None:
                     future.set_exception(copy.copy(error))
+        self._backlog_changed()
+
+    def _backlog_changed(self) -> None:
+        """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
+        if self._backlog.wake_below:
+            self._backlog.wake()
 
 
 def _refuse_after(after: object) -> None:
@@ -699,7 +721,10 @@ def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> in
 
 
 def _check_leader(leader: object) -> None:
-    """``leader`` offers the deadlines on ``time.monotonic``; InvalidConfigError otherwise."""
+    """``leader`` is None or offers the deadlines on ``time.monotonic``; InvalidConfigError
+    otherwise."""
+    if leader is None:
+        return
     if not callable(getattr(leader, "watch_send_deadline", None)):
         raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
     if getattr(leader, "clock", None) is not time.monotonic:

@@ -5,6 +5,7 @@
     python -m benchmarks.process_executor --repeat 3 --json PATH --gc-freeze  # both, --gc-freeze
     python -m benchmarks.process_executor --repeat 3 --json PATH --quick --window-ab
     python -m benchmarks.process_executor --repeat 3 --json PATH --baseline-tree ../main
+    python -m benchmarks.process_executor --repeat 3 --json PATH --pacing-ab [--max-backlog N]
 
 Every run starts a fresh ``python -m examples.apiserver`` (the in-memory apiserver seeded with
 the pods, served over HTTP in its own process, ``--latency-ms`` per request), then runs
@@ -21,7 +22,12 @@ same scheduling threads, executor workers and QPS (unlimited by default); only
   a shim that sets that default; ``window_ratios`` compare ``process`` with it within a round;
 * ``process_baseline`` (with ``--baseline-tree PATH``): ``process`` with the scheduler and
   kdispatch of another checkout (``PATH``, e.g. a worktree of the main branch), so a change is
-  measured before and after in the same run; ``baseline_ratios`` compare ``process`` with it.
+  measured before and after in the same run; ``baseline_ratios`` compare ``process`` with it;
+* ``inprocess_unpaced`` and ``process_unpaced`` (with ``--pacing-ab``): both variants with the
+  scheduler's pacing off (``--max-backlog 0``: its threads never wait for the dispatcher's
+  backlog); ``pacing_ratios`` and ``pacing_ratios_inprocess`` compare each paced variant with
+  its unpaced twin within a round. ``--max-backlog N`` sets the paced variants' bound (default:
+  the scheduler's).
 
 The apiserver is a separate process in both, so neither variant pays for it inside the
 scheduler's interpreter. Within a round the two variants run one after the other (the order
@@ -67,8 +73,17 @@ UNBOUNDED = "process_unbounded"
 BASELINE = "process_baseline"
 """The ``--baseline-tree`` variant: ``process`` run from another checkout."""
 
-COMPARED = {UNBOUNDED: "window_ratios", BASELINE: "baseline_ratios"}
-"""Extra variant → the key of its within-round ratios (``process`` / it)."""
+UNPACED = {"inprocess_unpaced": "inprocess", "process_unpaced": "process"}
+"""The ``--pacing-ab`` variants (``--max-backlog 0``) → the paced variant they twin."""
+
+COMPARED = {
+    UNBOUNDED: ("window_ratios", "process"),
+    BASELINE: ("baseline_ratios", "process"),
+    "inprocess_unpaced": ("pacing_ratios_inprocess", "inprocess"),
+    "process_unpaced": ("pacing_ratios", "process"),
+}
+"""Extra variant → the key of its within-round ratios and the variant compared with it
+(that variant / it)."""
 
 RATIOS = (
     "loop_submit_p50",
@@ -214,7 +229,7 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
                 "--scheduler-name", "default-scheduler", "--threads", str(args.threads),
                 "--workers", str(args.workers), "--qps", f"{args.qps:g}",
                 "--max-seconds", f"{args.max_seconds:g}", "--no-progress", "--json", str(out),
-                *_options(name), *(("--gc-freeze",) if args.gc_freeze else ()),
+                *_options(name, args.max_backlog), *(("--gc-freeze",) if args.gc_freeze else ()),
             ]  # fmt: skip
             probe_out = Path(tmp) / "probe.json"
             probe = subprocess.Popen(
@@ -258,8 +273,14 @@ def run_variant(name: str, args: argparse.Namespace, nodes: int, pods: int) -> d
     return fig
 
 
-def _options(name: str) -> tuple[str, ...]:
-    return VARIANTS["process"] if name in COMPARED else VARIANTS[name]
+def _options(name: str, max_backlog: int | None) -> tuple[str, ...]:
+    """The scheduler options of variant ``name`` (``max_backlog``: the paced ones' bound)."""
+    if name in UNPACED:
+        return (*VARIANTS[UNPACED[name]], "--max-backlog", "0")
+    if name in (UNBOUNDED, BASELINE):
+        return VARIANTS["process"]
+    paced = () if max_backlog is None else ("--max-backlog", str(max_backlog))
+    return (*VARIANTS[name], *paced)
 
 
 def headline(fig: dict[str, Any]) -> dict[str, float | None]:
@@ -284,11 +305,13 @@ def _spread(values: Sequence[float]) -> dict[str, Any]:
     }
 
 
-def _ratios(rounds: list[dict[str, dict[str, Any]]], other: str) -> dict[str, Any]:
-    """Per figure, ``process`` / ``other`` within each round, as a spread."""
+def _ratios(
+    rounds: list[dict[str, dict[str, Any]]], other: str, this: str = "process"
+) -> dict[str, Any]:
+    """Per figure, ``this`` / ``other`` within each round, as a spread."""
     out: dict[str, Any] = {}
     for key in RATIOS:
-        pairs = [(headline(r["process"])[key], headline(r[other])[key]) for r in rounds]
+        pairs = [(headline(r[this])[key], headline(r[other])[key]) for r in rounds]
         out[key] = _spread([round(a / b, 3) for a, b in pairs if a is not None and b])
     return out
 
@@ -304,7 +327,9 @@ def evaluate(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         }
     ratios = _ratios(rounds, "inprocess")
     compared = {
-        label: _ratios(rounds, other) for other, label in COMPARED.items() if other in rounds[0]
+        label: _ratios(rounds, other, this)
+        for other, (label, this) in COMPARED.items()
+        if other in rounds[0]
     }
     p50 = per_variant["process"]["loop_submit_p50"]["median"]
     p99 = per_variant["process"]["loop_submit_p99"]["median"]
@@ -369,7 +394,9 @@ def markdown(result: dict[str, Any], rounds: list[dict[str, dict[str, Any]]]) ->
     )
     headers = {UNBOUNDED: ("child, window", "child, unbounded", "window / unbounded")}
     headers[BASELINE] = ("child, this tree", "child, baseline tree", "this / baseline")
-    for other, key_of in COMPARED.items():
+    headers["inprocess_unpaced"] = ("in-process, paced", "in-process, unpaced", "paced / unpaced")
+    headers["process_unpaced"] = ("child, paced", "child, unpaced", "paced / unpaced")
+    for other, (key_of, this) in COMPARED.items():
         if key_of not in result:
             continue
         w, (mine, theirs, ratio) = result[key_of], headers[other]
@@ -380,7 +407,7 @@ def markdown(result: dict[str, Any], rounds: list[dict[str, dict[str, Any]]]) ->
         ]
         for key, label in labels.items():
             lines.append(
-                f"| {label} | {_r(v['process'][key])} | {_r(v[other][key])} | {_r(w[key], '.3g')} |"
+                f"| {label} | {_r(v[this][key])} | {_r(v[other][key])} | {_r(w[key], '.3g')} |"
             )
     lines += ["", "| target | wanted | median | met |", "|---|---:|---:|:---:|"]
     for name, t in result["targets"].items():
@@ -417,6 +444,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="PATH",
         help=f"also run {BASELINE}: the child process with the code of the checkout at PATH",
     )
+    p.add_argument(
+        "--pacing-ab",
+        action="store_true",
+        help="also run both variants unpaced (--max-backlog 0 for the scheduler)",
+    )
+    p.add_argument(
+        "--max-backlog",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the paced variants' --max-backlog (default: the scheduler's own)",
+    )
     p.add_argument("--probe", metavar="PATH", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.probe:
@@ -429,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         *VARIANTS,
         *((UNBOUNDED,) if args.window_ab else ()),
         *((BASELINE,) if args.baseline_tree else ()),
+        *(UNPACED if args.pacing_ab else ()),
     ]
     for i in range(max(1, args.repeat)):
         order = names[i % len(names) :] + names[: i % len(names)]
@@ -457,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "gc_freeze": args.gc_freeze,
             "window_ab": args.window_ab,
             "baseline_tree": args.baseline_tree,
+            "pacing_ab": args.pacing_ab,
+            "max_backlog": args.max_backlog,
             "repeat": args.repeat,
             "python": platform.python_version(),
             "platform": platform.platform(),

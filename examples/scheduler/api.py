@@ -17,7 +17,7 @@ else :class:`~examples.scheduler.steps.ChainedSteps`.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
 from kdispatch import Call, DispatcherLike, GroupsNotSupported, Obj, ProcessDispatcher
@@ -69,6 +69,16 @@ class SchedulerApi(Protocol):
 
     def close(self, *, drain: bool, timeout: float) -> bool:
         """Stop; with ``drain`` let pending calls finish until ``timeout``. True if all did."""
+        ...
+
+
+@runtime_checkable
+class Backlogged(Protocol):
+    """An API layer a scheduling loop can pace itself on (:class:`DispatchedApi`)."""
+
+    def wait_backlog(self, below: int, timeout: float | None) -> bool:
+        """Calling thread (blocks it). Wait until fewer than ``below`` calls (Events left out)
+        are unresolved; False after ``timeout`` seconds (None: no limit)."""
         ...
 
 
@@ -142,6 +152,11 @@ class DispatchedApi(ForwardedObjects):
     def outstanding(self) -> int:
         """Any thread."""
         return self.dispatcher.outstanding
+
+    def wait_backlog(self, below: int, timeout: float | None) -> bool:
+        """Scheduling thread: the dispatcher's :meth:`~kdispatch.DispatcherLike.wait_backlog`,
+        woken as its calls resolve."""
+        return self.dispatcher.wait_backlog(below, timeout)
 
     def close(self, *, drain: bool, timeout: float) -> bool:
         """Caller thread."""

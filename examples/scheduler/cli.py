@@ -89,6 +89,9 @@ def parser() -> argparse.ArgumentParser:
             "threads": "scheduling threads",
             "workers": "dispatcher executor threads (parallel requests)",
             "max_seconds": "stop at this deadline even if pods are still pending",
+            "max_backlog": "pacing (the dispatcher only): a scheduling thread takes its next "
+            "pod only while fewer calls than this are unresolved, Events left out (0: never "
+            "waits; default %(default)s)",
         },
     )
     p.add_argument(

@@ -27,6 +27,13 @@ un-assumed, the claims written for it deallocated, and it is requeued with backo
 
 Preemption: the preemptor's nomination and its victims' preemptions are one call group owned by
 the preemptor, each victim held until the nomination succeeded.
+
+Pacing (``max_backlog``): ``submit`` never blocks, so a loop that decides faster than the
+apiserver answers piles up calls, and each binding waits for all decided before it. With
+``max_backlog`` a scheduling thread takes its next item only once fewer calls than that are
+unresolved (:meth:`~kdispatch.DispatcherLike.wait_backlog`: Events left out, woken by the
+resolutions), so the pods wait in the queue, undecided, instead. The backlog may exceed the
+bound by what the cycles already past the check submit (about one call each).
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import Any
 
 from loguru import logger
 
-from examples.scheduler.api import SchedulerApi
+from examples.scheduler.api import Backlogged, SchedulerApi
 from examples.scheduler.cache import Allocation, SchedulerCache
 from examples.scheduler.claims import ClaimStore, allocation_for
 from examples.scheduler.framework import Filtered, Framework
@@ -70,6 +77,10 @@ from kdispatch import (
     meta,
     pod_node_name,
 )
+
+PACE_CHECK = 0.5
+"""Seconds a paced scheduling thread waits for the backlog at a time, before it looks whether
+the scheduler is stopping (a stop does not wait for the backlog to drain)."""
 
 UNSCHEDULABLE_REASON = "Unschedulable"
 SCHEDULER_ERROR = "SchedulerError"
@@ -106,9 +117,13 @@ class SchedulerConfig:
     """A preemptor re-checks after this long even if a victim deletion event was missed."""
     max_candidates: int = 100
     seed: int = 0
+    max_backlog: int | None = None
+    """Pacing: a scheduling thread takes its next item only while fewer calls than this are
+    unresolved (Events left out); None: never waits (see the module docstring)."""
 
     def __post_init__(self) -> None:
-        for name in ("threads", "max_bind_failures", "max_candidates"):
+        names = ("threads", "max_bind_failures", "max_candidates")
+        for name in (*names, "max_backlog") if self.max_backlog is not None else names:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
@@ -162,6 +177,11 @@ class Scheduler:
         self.api = api
         self.config = config or SchedulerConfig()
         self.tracker = tracker or Tracker(clock)
+        self._paced_on: Backlogged | None = None
+        if self.config.max_backlog is not None:
+            if not isinstance(api, Backlogged):
+                raise InvalidInputError("max_backlog needs an API layer with wait_backlog")
+            self._paced_on = api
         self._clock = clock
         self.cache = SchedulerCache()
         self.framework = Framework(self.cache)
@@ -202,8 +222,19 @@ class Scheduler:
     def _work(self) -> None:
         """Scheduling thread body: continuations first, then cycles."""
         self._local.loop = True
-        while self.step(None):
+        while self._paced() and self.step(None):
             pass
+
+    def _paced(self) -> bool:
+        """Scheduling thread. With ``max_backlog``, wait until fewer calls than that are
+        unresolved (woken as they resolve); False once the queue is closed."""
+        api, bound = self._paced_on, self.config.max_backlog
+        if api is None or bound is None:
+            return True
+        while not api.wait_backlog(bound, PACE_CHECK):
+            if self.queue.closed:
+                return False
+        return True
 
     def step(self, timeout: float | None = 0.0) -> bool:
         """Scheduling thread (or a test driving the scheduler without threads): run the next

@@ -119,6 +119,11 @@ class SchedulingQueue:
             self._tasks.append(task)
             self._cond.notify()
 
+    @property
+    def closed(self) -> bool:
+        """Any thread. True once :meth:`close` was called."""
+        return self._closed
+
     def close(self) -> None:
         """Any thread. Wake every consumer; :meth:`pop` returns None from now on."""
         with self._cond:

@@ -72,6 +72,10 @@ from kdispatch import (
 )
 from kdispatch.testing import FaultPlan, InMemoryApiServer, Latency, MemoryListWatch
 
+MAX_BACKLOG = 256
+"""Default of ``--max-backlog``: measured in ``benchmarks.process_executor`` (see
+docs/benchmarks.md, "Back-pressure of the dispatcher process")."""
+
 API_MODES = ("async", "pre-kep", "all-blocking")
 """``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
 binding threads); every call blocking the scheduling thread."""
@@ -112,6 +116,10 @@ class RunConfig:
     dispatcher_process: bool = False
     """Run the dispatcher in a child process (:class:`~kdispatch.adapters.process.
     ProcessDispatcher`); needs ``kubeconfig`` (the child builds its own backend from it)."""
+    max_backlog: int = MAX_BACKLOG
+    """Pacing (the dispatcher only): a scheduling thread takes its next item only while fewer
+    calls than this are unresolved, Events left out (``SchedulerConfig.max_backlog``); 0:
+    never waits."""
 
     def __post_init__(self) -> None:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers")
@@ -119,6 +127,9 @@ class RunConfig:
             self, "latency_ms", "qps", "faults", "max_seconds", "backoff_initial", "backoff_max"
         )
         check_rate("faults", self.faults)
+        check_amounts(self, "max_backlog")
+        if self.max_backlog:
+            check_counts(self, "max_backlog")
         if self.api not in API_MODES:
             raise InvalidInputError(f"api must be one of {API_MODES}, got {self.api!r}")
         if self.binding_threads is not None:
@@ -282,6 +293,7 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
             backoff_initial=cfg.backoff_initial,
             backoff_max=cfg.backoff_max,
             seed=cfg.seed,
+            max_backlog=(cfg.max_backlog or None) if cfg.api == "async" else None,
         ),
         tracker=tracker,
     )
