@@ -32,19 +32,19 @@ from kdispatch import (
 )
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.waiting import wait_for
+from tests.test_process_dispatcher import HeldSleep
 
 WAIT = 30.0
-"""Upper bound of any single wait."""
+"""Upper bound of any single wait (as in tests/test_process_dispatcher.py)."""
 
 
-class Turnstile:
+class Turnstile(HeldSleep):
     """The server's ``sleep``: every request with a latency (the bindings) waits until the
     test lets it through, one per :meth:`let`; ``arrived`` counts those that reached it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._passes = threading.Semaphore(0)
-        self._cond = threading.Condition()
-        self.arrived = 0
 
     def __call__(self, _seconds: float) -> None:
         with self._cond:
@@ -54,10 +54,6 @@ class Turnstile:
 
     def let(self, n: int = 1) -> None:
         self._passes.release(n)
-
-    def wait_arrived(self, n: int) -> None:
-        with self._cond:
-            assert self._cond.wait_for(lambda: self.arrived >= n, WAIT), self.arrived
 
 
 @dataclass
@@ -75,8 +71,9 @@ def setup(request: pytest.FixtureRequest) -> Iterator[Setup]:
     server = InMemoryApiServer(latency=Latency(per_op={"bind": 1.0}), sleep=gate)
     config = DispatcherConfig(executor=ExecutorConfig(workers=4), retry=RetryConfig(budget=5.0))
     with ApiServerHTTP(server) as http:
+        make: Callable[[], Dispatcher | ProcessDispatcher]
         if request.param == "inprocess":
-            make: Callable[[], Dispatcher | ProcessDispatcher] = functools.partial(Dispatcher, server, config)
+            make = functools.partial(Dispatcher, server, config)
         else:
             factory = functools.partial(KubernetesBackend.for_url, http.url, workers=4)
             make = functools.partial(ProcessDispatcher, factory, config)
