@@ -43,7 +43,8 @@ What differs from the in-process dispatcher:
   still never blocks. One object's calls keep their order. A call waiting here is not yet
   known to the child: :meth:`~ProcessDispatcher.view` does not show it; ``cancel``,
   ``on_delete``, ``revoke``, ``stop`` and the child's death resolve it here, as the child
-  would have;
+  would have. A caller that would rather hold back than pile calls up opts in with
+  :meth:`~ProcessDispatcher.wait_backlog` (woken by the reader thread as results arrive);
 * ``asubmit`` and ``aview`` are the asyncio forms, as on the in-process dispatcher (the
   helpers of :mod:`kdispatch.actors.aio`): the reader thread posts each result to the loop;
 * if the child dies, every pending future fails with :class:`DispatcherProcessDied` (a
