@@ -349,8 +349,6 @@ class Dispatcher(DispatcherLike):
             raise DispatcherClosed(
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
-        if call.best_effort:  # not part of the backlog
-            self._backlog.track_best_effort(future)
         uid = call.ref.uid
         message = Submit(call, future)
         hold: Hold | None = None
@@ -369,6 +367,8 @@ class Dispatcher(DispatcherLike):
         if call.exclusive and self._owners.owns(uid):
             # before the preemption reaches the owner: its groups go first, with this cause
             self._cancel_owned(uid, "owner_preempted", spare=group)
+        if call.best_effort:  # not part of the backlog; every path below resolves the future
+            self._backlog.track_best_effort(future)
         try:
             routed = self._registry.tell(uid, message, self._spawner(uid))
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
