@@ -81,14 +81,7 @@ from .errors import (
     ObjectNotFound,
     Outcome,
 )
-from .objects import (
-    Obj,
-    ObjectRef,
-    resource_version,
-    rv_is_newer,
-    slot_store,
-    uid_and_version,
-)
+from .objects import Obj, ObjectRef, resource_version, rv_is_newer, uid_and_version
 
 __all__ = [
     "EVENT_DOCS",
@@ -562,21 +555,6 @@ class RetryState:
     not_before: float = 0.0
     deadline: float | None = None
 
-    def __init__(
-        self,
-        attempt: int = 0,
-        conflicts: int = 0,
-        failures: int = 0,
-        not_before: float = 0.0,
-        deadline: float | None = None,
-    ) -> None:
-        # one per call sent: written by hand, see objects.slot_store
-        _RETRY_ATTEMPT(self, attempt)
-        _RETRY_CONFLICTS(self, conflicts)
-        _RETRY_FAILURES(self, failures)
-        _RETRY_NOT_BEFORE(self, not_before)
-        _RETRY_DEADLINE(self, deadline)
-
     def merged(self, other: RetryState) -> RetryState:
         """The bookkeeping of the merge of two calls (see the class docstring)."""
         if other is _FRESH:
@@ -608,12 +586,6 @@ class RetryState:
         """One more retryable failure: back off until ``at``, within ``deadline``."""
         return RetryState(self.attempt, self.conflicts, self.failures + 1, at, deadline)
 
-
-_RETRY_ATTEMPT: Final = slot_store(RetryState, "attempt")
-_RETRY_CONFLICTS: Final = slot_store(RetryState, "conflicts")
-_RETRY_FAILURES: Final = slot_store(RetryState, "failures")
-_RETRY_NOT_BEFORE: Final = slot_store(RetryState, "not_before")
-_RETRY_DEADLINE: Final = slot_store(RetryState, "deadline")
 
 _FRESH: Final = RetryState()
 """The bookkeeping of a call never sent (shared)."""
