@@ -239,6 +239,13 @@ def test_merged_retry_state_is_as_far_along_as_the_further_of_the_two() -> None:
     assert no_deadline.merged(a).deadline == 40.0
 
 
+def test_sent_counts_every_request_from_the_shared_fresh_state_on() -> None:
+    once = RetryState().sent()  # a call's first request (from the shared fresh state: shared)
+    assert once == RetryState(attempt=1) and once.sent() == RetryState(attempt=2)
+    failed = once.failed(at=4.0, deadline=30.0).sent()
+    assert failed == RetryState(attempt=2, failures=1, not_before=4.0, deadline=30.0)
+
+
 def test_a_merge_keeps_the_retry_state_on_both_merge_paths() -> None:
     d = Driver(RetryConfig(max_attempts=5))
     p = pod("a")
