@@ -1,6 +1,7 @@
 """Dispatcher core benchmark: submit latency, end-to-end throughput, churn elision.
 
     python -m benchmarks.dispatch --json PATH [--quick]
+    python -m benchmarks.dispatch --json PATH --groups-ab 6   # call groups only, 6 rounds
 
 Figures (all measured in this process, on the embedded in-memory apiserver):
 
@@ -10,6 +11,10 @@ Figures (all measured in this process, on the embedded in-memory apiserver):
   by CPython, not by kdispatch: a young-generation GC pass every ~700 allocations and GIL
   hand-offs to the pool and executor threads. ``submit_p99_us_gc_tuned`` repeats the run with
   ``gc.set_threshold(50_000)`` (a common setting for allocation-heavy services) to show it;
+* ``submit_p50_us_live_groups`` / ``submit_p99_us_live_groups``: the same plain submits with
+  a live call group per pod (each pod's first call a step of it); ``..._group_steps``: the
+  timed submits are steps of those groups (see :data:`GROUP_MODES`); each with its ratio to
+  plain submits without groups in the same round (``--groups-ab ROUNDS`` runs only these);
 * ``e2e_calls_per_s``: 20,000 bindings for 20,000 pods, zero latency, no QPS limit, from the
   first submit to the last future resolved;
 * ``churn_*``: 500 pods each failing 10 scheduling attempts in a row with the same
@@ -30,6 +35,7 @@ from typing import Any
 
 from benchmarks.workloads.common import freeze_setup, unfreeze
 from kdispatch import (
+    CallGroup,
     Dispatcher,
     DispatcherConfig,
     ExecutorConfig,
@@ -56,21 +62,33 @@ def _pods(server: InMemoryApiServer, n: int, prefix: str) -> list[dict[str, Any]
     return [server.create(make_pod(f"{prefix}-{i}")) for i in range(n)]
 
 
-def submit_latency(objects: int, latency_s: float) -> dict[str, float]:
-    """Submit latency with ``objects`` live actors and a slow apiserver."""
+GROUP_MODES = ("none", "live_groups", "group_steps")
+"""How :func:`submit_latency` uses call groups: ``none``; ``live_groups``: each pod's first
+call is a step of an open group of its own (``objects`` live groups) and the timed submits are
+plain ``submit`` calls; ``group_steps``: the timed submits are steps of those groups too."""
+
+
+def submit_latency(objects: int, latency_s: float, groups: str = "none") -> dict[str, float]:
+    """Submit latency with ``objects`` live actors and a slow apiserver (``groups``: see
+    :data:`GROUP_MODES`)."""
     server = InMemoryApiServer(latency=Latency(fixed=latency_s))
     pods = _pods(server, objects, "lat")
     d = Dispatcher(
         server, DispatcherConfig(rate_limit=RateLimitConfig(qps=1e6, burst=1000))
     ).start()
     try:
-        for p in pods:  # spawn one live actor per pod
-            d.submit(PodStatusPatch.for_pod(p, conditions=[UNSCHEDULABLE]))
+        targets: list[Dispatcher | CallGroup] = (
+            [d] * objects if groups == "none" else [d.group(owner=p) for p in pods]
+        )
+        for target, p in zip(targets, pods, strict=True):  # one live actor per pod
+            target.submit(PodStatusPatch.for_pod(p, conditions=[UNSCHEDULABLE]))
+        if groups != "group_steps":
+            targets = [d] * objects
         samples = []
-        for i, p in enumerate(pods):
+        for i, (target, p) in enumerate(zip(targets, pods, strict=True)):
             call = PodStatusPatch.for_pod(p, conditions=[{**UNSCHEDULABLE, "message": f"m{i}"}])
             t0 = time.perf_counter_ns()
-            d.submit(call)
+            target.submit(call)
             samples.append((time.perf_counter_ns() - t0) / 1000)
         live = d.live_actors
     finally:
@@ -95,6 +113,30 @@ def submit_latency(objects: int, latency_s: float) -> dict[str, float]:
         "live_actors": live,
         "blocking_call_p50_us": round(_pct(blocking, 0.5), 1),
     }
+
+
+def groups_ab(objects: int, rounds: int) -> dict[str, Any]:
+    """:func:`submit_latency` in every :data:`GROUP_MODES` mode, ``rounds`` times, the order
+    reversed every other round (a later run in one process inherits a larger heap); per mode
+    the median p50/p99 and, per round, its ratio to ``none`` in that round: median (min-max)."""
+    runs: list[dict[str, dict[str, float]]] = []
+    for i in range(rounds):
+        order = GROUP_MODES if i % 2 == 0 else GROUP_MODES[::-1]
+        runs.append({mode: submit_latency(objects, 0.02, groups=mode) for mode in order})
+    out: dict[str, Any] = {"groups_ab_rounds": rounds}
+    for mode in GROUP_MODES:
+        for q in ("p50", "p99"):
+            key = f"submit_{q}_us"
+            out[f"{key}_{mode}"] = round(statistics.median(r[mode][key] for r in runs), 2)
+            if mode == "none":
+                continue
+            ratios = [r[mode][key] / r["none"][key] for r in runs]
+            out[f"{mode}_over_none_{q}"] = [
+                round(statistics.median(ratios), 3),
+                round(min(ratios), 3),
+                round(max(ratios), 3),
+            ]
+    return out
 
 
 def e2e_throughput(n: int) -> dict[str, float]:
@@ -157,6 +199,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         gc.set_threshold(*saved)
     out["submit_p50_us_gc_tuned"] = tuned["submit_p50_us"]
     out["submit_p99_us_gc_tuned"] = tuned["submit_p99_us"]
+    out.update(groups_ab(10_000 // scale, rounds=2))
     out.update(e2e_throughput(20_000 // scale))
     out.update(churn(500 // scale, 10, 200.0))
     out["targets"] = {
@@ -177,8 +220,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--quick", action="store_true", help="1/10 of the sizes")
+    parser.add_argument(
+        "--groups-ab",
+        type=int,
+        metavar="ROUNDS",
+        help="only the call-group comparison (groups_ab) at 10,000 objects, ROUNDS rounds",
+    )
     args = parser.parse_args(argv)
-    out = run(args.quick)
+    out = groups_ab(10_000, args.groups_ab) if args.groups_ab else run(args.quick)
     text = json.dumps(out, indent=2)
     print(text)
     if args.json:
