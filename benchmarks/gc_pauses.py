@@ -173,12 +173,12 @@ def measure(size: int, variant: str) -> dict[str, Any]:
         else:
             targets = [dispatcher] * size
         fill = _timed_submits(targets, first)
-        if variant in PLAIN_STEADY:
-            targets = [dispatcher] * size
         dispatcher.view(pods[-1]["metadata"]["uid"], timeout=120.0)  # the actors caught up
         rss1 = _rss()
         fill_figures = _phase(fill, watch)
         live = dispatcher.live_actors
+        if variant in PLAIN_STEADY:  # after the memory reading, taken with the groups held
+            targets = [dispatcher] * size
         if VARIANTS[variant].gc_freeze:
             dispatcher.freeze_gc()  # warm-up done: every actor is live
         watch.reset()
