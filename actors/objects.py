@@ -173,7 +173,7 @@ class ObjectRef:
         agree. Raises :class:`InvalidObjectError` for anything malformed."""
         obj = as_object(obj)
         meta = obj.get("metadata")
-        if not isinstance(meta, Mapping):
+        if type(meta) is not dict and not is_mapping(meta):
             raise InvalidObjectError("object has no metadata")
         obj_kind = obj.get("kind")
         if kind is None:

@@ -109,6 +109,20 @@ class TestDefaultRegistry:
         with pytest.raises(UnknownCallTypeError, match="quota_reservation"):
             registry.check(QuotaReservation(ObjectRef("QuotaReservation", "ns", "q", "u"), 3))
 
+    def test_check_judges_subclasses_of_registered_types_by_their_own_class(self) -> None:
+        """Registered classes skip the check against the ``Call`` ABC; a subclass of one is
+        a Call, but not a registered type."""
+
+        @dataclass(frozen=True, slots=True)
+        class Binding(PodBinding):
+            pass
+
+        registry = user_types()
+        with pytest.raises(UnknownCallTypeError, match="pod_binding"):
+            registry.check(Binding(POD_REF, "n1"))
+        with pytest.raises(UnknownCallTypeError, match="pod_binding"):
+            CallTypeRegistry().check(PodBinding(POD_REF, "n1"))
+
 
 class TestRegistration:
     def test_user_call_type_for_a_custom_kind(self) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -125,6 +126,30 @@ class TestValidation:
             PodStatusPatch.for_pod(make_pod(), conditions=cond("A", "True"))  # type: ignore[arg-type]
         with pytest.raises(InvalidCallError, match="sequence"):
             PodStatusPatch(REF, cond("A", "True"))  # type: ignore[arg-type]
+
+    def test_other_sequences_and_mappings_than_list_tuple_dict(self) -> None:
+        """Exact lists, tuples and dicts skip the checks against the ABCs; everything beside
+        them is still judged by those checks."""
+
+        class Conds(tuple[Mapping[str, str], ...]):
+            pass
+
+        class Cond(dict[str, str]):
+            pass
+
+        proxy = MappingProxyType(cond("B", "False"))
+        for conditions in (Conds([cond("A", "True")]), iter([Cond(type="A", status="True")])):
+            call = PodStatusPatch.for_pod(make_pod(), conditions=conditions)
+            assert [dict(c) for c in call.conditions] == [cond("A", "True")]
+        direct = PodStatusPatch(REF, Conds([proxy]))
+        assert [dict(c) for c in direct.conditions] == [cond("B", "False")]
+        with pytest.raises(InvalidCallError, match="not one mapping"):
+            PodStatusPatch.for_pod(make_pod(), conditions=proxy)  # type: ignore[arg-type]
+        with pytest.raises(InvalidCallError, match="must be a mapping, got str"):
+            PodStatusPatch.for_pod(make_pod(), conditions="AB")  # type: ignore[arg-type]
+        for bad in ("AB", b"AB", 5, proxy):
+            with pytest.raises(InvalidCallError, match="sequence of condition mappings"):
+                PodStatusPatch(REF, bad)  # type: ignore[arg-type]
 
     def test_nothing_requested(self) -> None:
         with pytest.raises(InvalidCallError, match="at least one"):

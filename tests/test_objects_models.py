@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from collections import UserDict
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -170,6 +171,16 @@ def test_kopf_body_becomes_a_plain_dict() -> None:
     assert out == raw
     assert type(out) is dict and type(out["metadata"]) is dict
     assert ObjectRef.of(body) == ObjectRef("Pod", "default", "p1", "uid-p1")
+
+
+def test_object_ref_reads_any_metadata_mapping_in_a_plain_dict() -> None:
+    """Exact dicts skip the check against the ``Mapping`` ABC; other metadata is judged by it."""
+    meta = {"namespace": "ns", "name": "p", "uid": "u"}
+    for given in (MappingProxyType(meta), UserDict(meta)):
+        assert ObjectRef.of({"kind": "Pod", "metadata": given}) == ObjectRef("Pod", "ns", "p", "u")
+    for bad in (None, [("name", "p")], "p"):
+        with pytest.raises(InvalidObjectError, match="no metadata"):
+            ObjectRef.of({"kind": "Pod", "metadata": bad})
 
 
 def test_object_ref_of_a_model() -> None:
