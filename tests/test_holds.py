@@ -172,8 +172,9 @@ def test_cycles_through_groups_and_objects() -> None:
     deps.arm(hold)
     step = future("y")
     with pytest.raises(DependencyCycleError):  # a step on y would queue behind y's held call
-        deps.add_step(step.call, step, steps)  # type: ignore[arg-type]
-    deps.add_step(a.call, a, steps)  # type: ignore[arg-type]
+        deps.hold(step.call, step, (), steps)  # type: ignore[arg-type]
+    assert deps.hold(a.call, a, (), steps) is None  # type: ignore[arg-type]
+    assert steps.step_futures() == (a,)
 
 
 def test_a_prerequisite_on_the_same_object_is_kept_ahead_unless_it_would_be_merged() -> None:
