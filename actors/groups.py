@@ -265,13 +265,18 @@ class CallGroup(GroupSteps):
 
     # ------------------------------------------------------------------ internals
 
-    def _step_added(self, future: CallFuture) -> None:
+    def _append(self, future: CallFuture) -> None:
         """Under the lock, in :meth:`add_step` (the host registers the step, before its
-        future can resolve): tag ``future`` with this group, which then waits for its
-        resolution. A step on the owner carries an :class:`ObjectRef` equal to ``owner``:
-        the group keeps that one rather than a copy of its own (a group's memory counts at
-        scale), once (``_OWNER_SHARED``). ``owner`` is read without the lock elsewhere: the
-        store of an equal value is atomic, readers see either."""
+        future can resolve): ``future`` is the last step; tag it with this group, which then
+        waits for its resolution. A step on the owner carries an :class:`ObjectRef` equal to
+        ``owner``: the group keeps that one rather than a copy of its own (a group's memory
+        counts at scale), once (``_OWNER_SHARED``). ``owner`` is read without the lock
+        elsewhere: the store of an equal value is atomic, readers see either."""
+        steps = self._steps
+        if isinstance(steps, tuple):  # none, or several
+            self._steps = (*steps, future) if steps else future
+        else:
+            self._steps = (steps, future)
         self._unresolved += 1
         future.group = self
         if not self._flags & _OWNER_SHARED:

@@ -172,16 +172,10 @@ class GroupSteps:
         return True
 
     def _append(self, future: CallFuture) -> None:
-        """Under the lock: register ``future`` as the last step (see :data:`OneOrMore`)."""
-        steps = self._steps
-        if isinstance(steps, tuple):  # none, or several
-            self._steps = (*steps, future) if steps else future
-        else:
-            self._steps = (steps, future)
-        self._step_added(future)
-
-    def _step_added(self, future: CallFuture) -> None:
-        """Under the lock, in :meth:`add_step`: what a subclass keeps of a new step."""
+        """Under the lock: register ``future`` as the last step (in ``_steps``, see
+        :data:`OneOrMore`) with what the group keeps of a step. A ``CallGroup`` does it in one
+        call, on every step's submit."""
+        raise NotImplementedError
 
     def drop_step(self, future: CallFuture) -> None:
         """Any thread: ``future`` is not a step (its submit raised)."""
