@@ -41,7 +41,6 @@ from .dispatcher_like import BacklogWaiters, DispatcherLike
 from .errors import (
     CallCancelled,
     CallFailed,
-    DependencyFailed,
     DispatcherClosed,
     InvalidInputError,
     Outcome,
@@ -49,7 +48,7 @@ from .errors import (
 from .executor import Executor
 from .gctuning import GcTuner, collections_paused
 from .groups import CallGroup, OwnerIndex
-from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite
+from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite, dependency_failed
 from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
@@ -352,14 +351,16 @@ class Dispatcher(DispatcherLike):
         uid = call.ref.uid
         message = Submit(call, future)
         hold: Hold | None = None
-        if prereqs or group is not None:
-            try:  # a group's step is registered (and told when it resolves: no done-callback)
-                held = self._hold(call, future, prereqs, group)
+        # A group's step is registered before it is told (its group learns when it resolves:
+        # no done-callback); most groups' futures do not exist, and those need no cycle check.
+        if prereqs or (group is not None and not group.add_unwatched_step(future)):
+            try:
+                held = self._deps.hold(call, future, prereqs, group)
             except BaseException:  # DependencyCycleError: nothing registered
                 self._on_resolved()
                 raise
             if isinstance(held, BaseException):  # a prerequisite failed already
-                self._resolve_now(future, call, _dependency_failed(call, held))
+                self._resolve_now(future, call, dependency_failed(call, held))
                 return future
             if held is not None:
                 hold = held
@@ -390,19 +391,6 @@ class Dispatcher(DispatcherLike):
         if hold is not None:
             self._deps.arm(hold)
         return future
-
-    def _hold(
-        self,
-        call: Call,
-        future: CallFuture,
-        prereqs: tuple[Prerequisite, ...],
-        group: CallGroup | None,
-    ) -> Hold | BaseException | None:
-        if prereqs:
-            return self._deps.hold(call, future, prereqs, group)
-        if group is not None:
-            self._deps.add_step(call, future, group)
-        return None
 
     def _resolve_now(self, future: CallFuture, call: Call, error: CallCancelled) -> None:
         """Submitting thread: resolve a call that never reached its actor."""
@@ -581,7 +569,7 @@ class Dispatcher(DispatcherLike):
         prereqs = self._deps.prerequisites(after) if after else ()
         return self._admit(call, prereqs, group)
 
-    def refuse_step(self, call: Call, error: CallCancelled, group: CallGroup) -> CallFuture:
+    def refuse_step(self, call: Call, group: CallGroup) -> CallFuture:
         """Caller thread: a step of a cancelled group, resolved at once and never sent."""
         self.call_types.check(call)
         future = CallFuture()
@@ -589,11 +577,9 @@ class Dispatcher(DispatcherLike):
         future.call = call
         group.add_step(future)
         self._unresolved.append(None)
-        self._resolve_now(
-            future,
-            call,
-            CallCancelled(str(error), ref=call.ref, call_type=call.call_type),
-        )
+        refused = group.refusal(call, held=False)
+        assert refused is not None  # a group is never un-cancelled
+        self._resolve_now(future, call, refused)
         return future
 
     def withdraw(self, future: CallFuture, cause: CallCancelled) -> None:
@@ -680,15 +666,6 @@ def _close_future(future: CallFuture) -> bool:
     except InvalidStateError:  # resolved meanwhile by a late turn: that answer stands
         return False
     return True
-
-
-def _dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
-    return DependencyFailed(
-        f"{call.describe()} not sent: a prerequisite failed: {cause}",
-        ref=call.ref,
-        call_type=call.call_type,
-        cause=cause,
-    )
 
 
 __all__ = ["CallGroup", "Dispatcher", "Outcome"]

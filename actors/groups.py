@@ -57,7 +57,15 @@ from typing import Final, Protocol, Self, Unpack
 from .aio import running_loop, wrap_call_future
 from .calls import Call
 from .errors import CallCancelled, GroupClosedError, GroupFailed, ObjectNotFound, Outcome
-from .holds import ASYNC_SOURCE, GroupFuture, GroupSteps, OneOrMore, as_tuple, packed
+from .holds import (
+    ASYNC_SOURCE,
+    GroupFuture,
+    GroupSteps,
+    OneOrMore,
+    as_tuple,
+    dependency_failed,
+    packed,
+)
 from .messages import CallFuture
 from .objects import ObjectRef
 from .pod_calls import PodPreemption, PreemptionOptions
@@ -79,7 +87,7 @@ class GroupHost(Protocol):
 
     def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture: ...
 
-    def refuse_step(self, call: Call, error: CallCancelled, group: CallGroup) -> CallFuture: ...
+    def refuse_step(self, call: Call, group: CallGroup) -> CallFuture: ...
 
     def withdraw(self, future: CallFuture, cause: CallCancelled) -> None: ...
 
@@ -110,7 +118,6 @@ class CallGroup(GroupSteps):
         "_first",
         "_flags",
         "_host",
-        "_submitting",
         "_unresolved",
         "owner",
     )
@@ -123,9 +130,6 @@ class CallGroup(GroupSteps):
         self._host = host
         # steps registered (``add_step``) and not resolved
         self._unresolved = 0
-        # steps being submitted: their ``Submit`` is not told yet, so a cancellation leaves
-        # them to the submitting thread, which withdraws them once it is (see ``submit``)
-        self._submitting: tuple[CallFuture, ...] = ()
         self._first: BaseException | None = None
         self._flags = 0  # _SEALED, _CLOSING, _FINISHED, _OWNER_SHARED
         self._cancelled: str | None = None
@@ -152,28 +156,15 @@ class CallGroup(GroupSteps):
         waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
         cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
         # Without the lock (atomic reads, see ._compat): cancel_for sets _cancelled before
-        # _flags, _seal sets _CLOSING with _SEALED; a cancellation that lands after these
-        # reads is caught by ``late`` below.
+        # _flags, _seal sets _CLOSING with _SEALED. A cancellation that lands after these
+        # reads withdraws the step if it is registered by then; if not, or if its Withdraw
+        # reaches the actor before its Submit, the actor refuses the step (``refusal``).
         flags = self._flags
         if flags & _SEALED and self._cancelled is None and not flags & _CLOSING:
             raise GroupClosedError(f"{self!r} is sealed: start another group")
-        cause = self._cause
-        if cause is not None:
-            future = self._host.refuse_step(call, cause, self)
-        else:
-            future = self._host.submit_step(call, after, self)
-        with self._lock:
-            # the step's Submit is told: from now on a cancellation withdraws it
-            self._submitting = _without(self._submitting, future)
-            late = self._cause if cause is None else None
-            last = self._finishable()  # the step resolved already
-        if not self._flags & _OWNER_SHARED:
-            self._share_owner_ref(future)
-        if last:
-            self._maybe_finish()
-        if late is not None:  # cancelled while this step was being submitted
-            self._host.withdraw(future, late)
-        return future
+        if self._cause is not None:
+            return self._host.refuse_step(call, self)
+        return self._host.submit_step(call, after, self)
 
     def preempt(
         self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
@@ -239,8 +230,7 @@ class CallGroup(GroupSteps):
                 ref=self.owner,
             )
             self._cause = error
-            submitting = self._submitting  # withdrawn by their submitting threads
-            steps = [f for f in self.step_futures() if f not in submitting and _withdrawable(f)]
+            steps = [f for f in self.step_futures() if _withdrawable(f)]
         self._host.group_cancelled(self, cause)
         for step in steps:
             self._host.withdraw(step, error)
@@ -275,13 +265,39 @@ class CallGroup(GroupSteps):
 
     # ------------------------------------------------------------------ internals
 
-    def _step_added(self, future: CallFuture) -> None:
+    def _append(self, future: CallFuture) -> None:
         """Under the lock, in :meth:`add_step` (the host registers the step, before its
-        future can resolve): tag ``future`` with this group, which then waits for its
-        resolution and leaves its withdrawal to :meth:`submit`."""
+        future can resolve): ``future`` is the last step; tag it with this group, which then
+        waits for its resolution. A step on the owner carries an :class:`ObjectRef` equal to
+        ``owner``: the group keeps that one rather than a copy of its own (a group's memory
+        counts at scale), once (``_OWNER_SHARED``). ``owner`` is read without the lock
+        elsewhere: the store of an equal value is atomic, readers see either."""
+        steps = self._steps
+        if isinstance(steps, tuple):  # none, or several
+            self._steps = (*steps, future) if steps else future
+        else:
+            self._steps = (steps, future)
         self._unresolved += 1
-        self._submitting += (future,)
         future.group = self
+        if not self._flags & _OWNER_SHARED:
+            call = future.call
+            if call is not None and call.ref == self.owner:
+                self.owner = call.ref
+                self._flags |= _OWNER_SHARED
+
+    def refusal(self, call: Call, held: bool) -> CallCancelled | None:
+        """The step's actor, when the step's ``Submit`` arrives: None while the group is not
+        cancelled; else the error the step resolves with instead of being admitted
+        (``DependencyFailed`` for a ``held`` step, ``CallCancelled`` for any other). A
+        cancellation withdraws the steps registered so far, but the ``Withdraw`` of one can
+        reach its actor before its ``Submit`` (told by the submitting thread after the
+        registration): this check makes that order harmless without a hand-over."""
+        cause = self._cause
+        if cause is None:
+            return None
+        if held:
+            return dependency_failed(call, cause)
+        return CallCancelled(str(cause), ref=call.ref, call_type=call.call_type)
 
     def _drop_step(self, future: CallFuture) -> None:
         """Submitting thread (the host): the submit of the step ``future`` raises after it was
@@ -290,19 +306,7 @@ class CallGroup(GroupSteps):
         future.group = None
         with self._lock:
             self._unresolved -= 1
-            self._submitting = _without(self._submitting, future)
         self._maybe_finish()
-
-    def _share_owner_ref(self, future: CallFuture) -> None:
-        """Submitting thread: a step on the owner carries an :class:`ObjectRef` equal to
-        ``owner``; the group keeps that one rather than a copy of its own (a group's memory
-        counts at scale). Once: later steps find ``_OWNER_SHARED`` set. ``owner`` is read
-        without the lock: the store of an equal value is atomic, readers see either."""
-        call = future.call
-        if call is not None and call.ref == self.owner:
-            with self._lock:
-                self.owner = call.ref
-                self._flags |= _OWNER_SHARED
 
     def _step_done(self, future: CallFuture) -> None:
         """Resolving thread of a step (told by the step's future, whose ``group`` is this
@@ -323,11 +327,7 @@ class CallGroup(GroupSteps):
     def _finishable(self) -> bool:
         """Under the lock: sealed, and every step registered and resolved."""
         flags = self._flags
-        return (
-            flags & (_SEALED | _FINISHED) == _SEALED
-            and self._unresolved == 0
-            and not self._submitting
-        )
+        return flags & (_SEALED | _FINISHED) == _SEALED and self._unresolved == 0
 
     def _maybe_finish(self) -> None:
         with self._lock:
@@ -406,13 +406,6 @@ class OwnerIndex:
         """Every open group."""
         with self._lock:
             return [g for entry in self._by_uid.values() for g in as_tuple(entry)]
-
-
-def _without(steps: tuple[CallFuture, ...], step: CallFuture) -> tuple[CallFuture, ...]:
-    """``steps`` without ``step`` (most often the only one)."""
-    if len(steps) == 1 and steps[0] is step:
-        return ()
-    return tuple(s for s in steps if s is not step)
 
 
 def _withdrawable(future: CallFuture) -> bool:

@@ -66,7 +66,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from ._compat import LazyFuture
 from .calls import Call
-from .errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
+from .errors import DependencyCycleError, DependencyFailed, InvalidPrerequisiteError, Outcome
 from .messages import CallFuture, FailDependency, Release
 from .metrics import Metrics
 from .objects import ObjectRef
@@ -80,6 +80,7 @@ __all__ = [
     "HoldState",
     "OneOrMore",
     "as_tuple",
+    "dependency_failed",
     "packed",
 ]
 
@@ -162,7 +163,8 @@ class GroupSteps:
         """Any thread (the submitting one): :meth:`add_step` if this group's future does not
         exist (True), else nothing (False). Without a future the group is nobody's
         prerequisite, so the step closes no cycle; the future is created under the same
-        lock, so a call that waits for it sees this step."""
+        lock, so a call that waits for it sees this step. Else the step goes through
+        :meth:`Dependencies.hold`, which checks for a cycle first."""
         with self._lock:
             if self._future is not None:
                 return False
@@ -170,13 +172,10 @@ class GroupSteps:
         return True
 
     def _append(self, future: CallFuture) -> None:
-        """Under the lock: register ``future`` as the last step."""
-        steps = self._steps
-        self._steps = future if steps == () else (*as_tuple(steps), future)
-        self._step_added(future)
-
-    def _step_added(self, future: CallFuture) -> None:
-        """Under the lock, in :meth:`add_step`: what a subclass keeps of a new step."""
+        """Under the lock: register ``future`` as the last step (in ``_steps``, see
+        :data:`OneOrMore`) with what the group keeps of a step. A ``CallGroup`` does it in one
+        call, on every step's submit."""
+        raise NotImplementedError
 
     def drop_step(self, future: CallFuture) -> None:
         """Any thread: ``future`` is not a step (its submit raised)."""
@@ -326,16 +325,6 @@ class Dependencies:
                 group.add_step(future)
             self._metrics.held_delta(call.call_type, 1)
         return hold
-
-    def add_step(self, call: Call, future: CallFuture, group: GroupSteps) -> None:
-        """Submitting thread, before an unheld group step goes to its actor: check that its
-        object's held calls do not wait for the group, and register the step (a group
-        without a future needs no check: :meth:`GroupSteps.add_unwatched_step`)."""
-        if group.add_unwatched_step(future):
-            return
-        with self._lock:
-            self._check_group_step(call.ref.uid, group)
-            group.add_step(future)
 
     def arm(self, hold: Hold) -> None:
         """Submitting thread, right after the held call's ``Submit`` was told: watch its
@@ -511,6 +500,17 @@ class Dependencies:
             call = fut.call if isinstance(fut, CallFuture) else None
             if call is not None:
                 stack.extend(self._held_on.get(call.ref.uid, ()))
+
+
+def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
+    """The error of ``call``, held, when a prerequisite failed with ``cause`` (or its group
+    was cancelled) before its actor held it. Any thread."""
+    return DependencyFailed(
+        f"{call.describe()} not sent: a prerequisite failed: {cause}",
+        ref=call.ref,
+        call_type=call.call_type,
+        cause=cause,
+    )
 
 
 def _follow(fut: Prerequisite) -> Prerequisite:

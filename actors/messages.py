@@ -21,15 +21,18 @@ from loguru import logger
 
 from ._compat import LazyFuture
 from .calls import Call
-from .errors import DispatcherClosed, Outcome
+from .errors import CallCancelled, DispatcherClosed, Outcome
 from .object_state import NO_HOLDS, Send
 from .objects import Obj
 
 
 class StepWatcher(Protocol):
-    """What a step's future tells once it resolved (a :class:`~.groups.CallGroup`)."""
+    """The group of a step's future (a :class:`~.groups.CallGroup`): told once the step
+    resolved, and asked by the step's actor when its ``Submit`` arrives."""
 
     def _step_done(self, future: CallFuture) -> None: ...
+
+    def refusal(self, call: Call, held: bool) -> CallCancelled | None: ...
 
 
 class CallFuture(LazyFuture[Outcome]):

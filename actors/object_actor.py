@@ -127,6 +127,12 @@ class ObjectActor(PooledActor):
                     message.call.call_type, future, DispatcherClosed("dispatcher is stopping")
                 )
                 return None
+            group = future.group
+            if group is not None:  # a step: its group's cancellation may have come first
+                refused = group.refusal(message.call, bool(message.holds))
+                if refused is not None:
+                    self._resolve(message.call.call_type, future, refused)
+                    return None
             self.open[future] = message.call.call_type
             effects = machine.submit(message.call, future, message.holds, message.behind)
         elif kind is Grant:

@@ -371,6 +371,7 @@ def test_owner_preemption_cancels_its_group(server: InMemoryApiServer, caller: D
     g = caller.group(owner=pod)
     claim = g.submit(reserve(c1, pod))
     bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    attempted(server, "patch_status", "c1")  # its 429: it waits out its Retry-After
     assert outcome(caller.preempt(pod)) is Outcome.SUCCESS
     assert isinstance(outcome(claim), CallCancelled)
     assert isinstance(outcome(bind), CallCancelled)

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallCancelled, GroupFailed, Outcome
+from kdispatch.actors.errors import CallCancelled, DependencyFailed, GroupFailed, Outcome
 from kdispatch.actors.groups import CallGroup
-from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.messages import CallFuture, Submit
 from kdispatch.actors.pod_calls import PodBinding
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 from tests.configs import FAST
-from tests.test_groups import outcome, requests, reserve
+from tests.test_groups import attempted, outcome, requests, reserve, slow_429
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,8 +105,9 @@ def test_cancel_racing_step_submits_resolves_each_once_and_sends_no_withdrawn_st
     """Each round: a claim patch of someone else and a step of the group are on the wire
     (held at the gate). Then one thread adds a step queued behind the first (on the same
     claim) and a binding held on the second, while another cancels the group. Whichever
-    wins, both new steps are withdrawn (cancelled before their submit, refused; during it,
-    withdrawn by the submitting thread; after it, by the cancel), and once the gate opens
+    wins, both new steps are withdrawn (cancelled before their submit, refused by the group;
+    during it, refused by their actor or withdrawn by the cancel; after it, withdrawn by the
+    cancel), and once the gate opens
     only the two requests on the wire land."""
     gated = GatedBackend(server)
     futures: list[Future[Any]] = []
@@ -137,3 +138,39 @@ def test_cancel_racing_step_submits_resolves_each_once_and_sends_no_withdrawn_st
         assert len(requests(log, "patch_status", f"a{i}")) == 1  # `other` alone
         assert len(requests(log, "patch_status", f"b{i}")) == 1
     assert [resolutions[id(f)] for f in futures] == [1] * len(futures)
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["unheld", "held"])
+def test_a_step_whose_withdrawal_reaches_its_actor_first_is_refused_there(
+    server: InMemoryApiServer, monkeypatch: pytest.MonkeyPatch, held: bool
+) -> None:
+    """The group is cancelled after a step was registered and before its ``Submit`` was
+    told, so the step's ``Withdraw`` reaches its actor first and finds nothing to withdraw.
+    The actor refuses the ``Submit`` that follows: the step resolves ``CallCancelled`` (held:
+    ``DependencyFailed``, caused by the cancellation) and never reaches the server."""
+    pod, c0, c1 = (server.create(make_pod("p1")), *map(server.create, map(make_claim, "ab")))
+    server.script("patch_status", slow_429(), name="a")
+    with Dispatcher(server, FAST) as d:
+        prereq = d.submit(reserve(c0, server.create(make_pod("q1"))))  # pending: in backoff
+        attempted(server, "patch_status", "a")
+        g = d.group(owner=pod)
+        tell = d._registry.tell
+
+        def cancel_then_tell(uid: str, message: object, *rest: Any) -> bool:
+            if isinstance(message, Submit) and message.future.group is g:
+                g.cancel()  # the step is registered: its Withdraw is told now, first
+            return tell(uid, message, *rest)
+
+        monkeypatch.setattr(d._registry, "tell", cancel_then_tell)
+        step = g.submit(reserve(c1, pod), after=[prereq] if held else ())
+        err = outcome(step)
+        if held:
+            assert isinstance(err, DependencyFailed) and type(err.cause) is CallCancelled
+        else:
+            assert type(err) is CallCancelled, err
+        group_err = outcome(g.future)
+        assert isinstance(group_err, GroupFailed) and group_err.results == [err]
+        assert d.open_groups == 0 and d.held_calls == 0
+        d.cancel(c0["metadata"]["uid"])  # the prerequisite, in its backoff
+        assert type(outcome(prereq)) is CallCancelled
+    assert requests(server.request_log, "patch_status", "b") == []
