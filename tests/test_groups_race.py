@@ -141,18 +141,25 @@ def test_cancel_racing_step_submits_resolves_each_once_and_sends_no_withdrawn_st
 
 
 @pytest.mark.parametrize("held", [False, True], ids=["unheld", "held"])
+@pytest.mark.parametrize("busy", [False, True], ids=["new_actor", "busy_actor"])
 def test_a_step_whose_withdrawal_reaches_its_actor_first_is_refused_there(
-    server: InMemoryApiServer, monkeypatch: pytest.MonkeyPatch, held: bool
+    server: InMemoryApiServer, monkeypatch: pytest.MonkeyPatch, held: bool, busy: bool
 ) -> None:
     """The group is cancelled after a step was registered and before its ``Submit`` was
-    told, so the step's ``Withdraw`` reaches its actor first and finds nothing to withdraw.
-    The actor refuses the ``Submit`` that follows: the step resolves ``CallCancelled`` (held:
-    ``DependencyFailed``, caused by the cancellation) and never reaches the server."""
+    told, so the step's ``Withdraw`` reaches its actor first (``busy``: an actor holding
+    someone else's call of the same type, in its backoff) and finds nothing to withdraw. The
+    actor refuses the ``Submit`` that follows: the step resolves ``CallCancelled`` (held:
+    ``DependencyFailed``, caused by the cancellation), is not merged into the other call,
+    and never reaches the server."""
     pod, c0, c1 = (server.create(make_pod("p1")), *map(server.create, map(make_claim, "ab")))
-    server.script("patch_status", slow_429(), name="a")
+    for name in "ab":
+        server.script("patch_status", slow_429(), name=name)
     with Dispatcher(server, FAST) as d:
         prereq = d.submit(reserve(c0, server.create(make_pod("q1"))))  # pending: in backoff
         attempted(server, "patch_status", "a")
+        if busy:
+            other = d.submit(reserve(c1, server.create(make_pod("q2"))))
+            attempted(server, "patch_status", "b")
         g = d.group(owner=pod)
         tell = d._registry.tell
 
@@ -171,6 +178,9 @@ def test_a_step_whose_withdrawal_reaches_its_actor_first_is_refused_there(
         group_err = outcome(g.future)
         assert isinstance(group_err, GroupFailed) and group_err.results == [err]
         assert d.open_groups == 0 and d.held_calls == 0
-        d.cancel(c0["metadata"]["uid"])  # the prerequisite, in its backoff
+        for claim in (c0, c1):  # the calls left in their backoff
+            d.cancel(claim["metadata"]["uid"])
         assert type(outcome(prereq)) is CallCancelled
-    assert requests(server.request_log, "patch_status", "b") == []
+        if busy:  # withdrawn by its own caller, not overwritten by the step
+            assert type(outcome(other)) is CallCancelled
+    assert len(requests(server.request_log, "patch_status", "b")) == int(busy)  # other's 429
