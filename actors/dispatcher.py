@@ -203,6 +203,9 @@ class Dispatcher(DispatcherLike):
                 return not self._unresolved
             self._closed = True
             self._ctx.closing = not drain
+            # without drain, a call still unresolved now is closed, not finished (the actors
+            # start resolving them DispatcherClosed at once)
+            idle = not self._unresolved
         self._seal_groups()  # no more steps: each group resolves with its last step
         with self._state_lock:
             if drain and self._started:
@@ -215,7 +218,7 @@ class Dispatcher(DispatcherLike):
                         self._state_lock.wait(left)
                 finally:
                     self._drain_waiters -= 1
-            drained = not self._unresolved
+            drained = not self._unresolved if drain else idle
             self._ctx.closing = True
         # One deadline for every phase from here on.
         end = max(deadline, time.monotonic()) + _STOP_GRACE
