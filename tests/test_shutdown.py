@@ -31,6 +31,7 @@ from kdispatch.actors.errors import DispatcherClosed, Outcome
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from tests.backends import GatedBackend
 from tests.test_scheduler_example import kubeconfig_file
 
 pytestmark = pytest.mark.timeout(90)
@@ -134,6 +135,38 @@ def test_stop_without_drain_under_retries_resolves_everything() -> None:
     _done, not_done = wait(futures, timeout=0)
     assert not not_done  # resolved when stop() returned
     assert {_outcome(f) for f in futures} == {DispatcherClosed}
+
+
+class InlineGatedBackend(GatedBackend):
+    """A :class:`GatedBackend` whose requests run on the actor's turn
+    (``ExecutorConfig(inline_sends=True)``): a request held at the gate holds the actor pool."""
+
+    non_blocking = True
+
+
+def test_stop_without_drain_reports_the_calls_it_closed_even_when_the_actors_close_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``stop(drain=False)`` returns False when it had calls to close, even if the actors
+    resolve every one of them ``DispatcherClosed`` before ``stop`` looks at the backlog."""
+    backend = InlineGatedBackend(hold="p0")
+    pods = [backend.inner.create(make_pod(f"p{i}")) for i in range(6)]
+    d = Dispatcher(backend, DispatcherConfig(executor=ExecutorConfig(inline_sends=True))).start()
+    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    held = d.submit(PodStatusPatch.for_pod(pods[0], conditions=[cond]))
+    backend.wait_calls(1)  # p0's request waits at the gate, on the pool's only thread
+    queued = [d.submit(PodStatusPatch.for_pod(p, conditions=[cond])) for p in pods[1:]]
+    seal = d._seal_groups
+
+    def let_the_actors_close_everything_first() -> None:
+        backend.gate.set()
+        _done, not_done = wait([held, *queued], timeout=10)
+        assert not not_done
+        seal()
+
+    monkeypatch.setattr(d, "_seal_groups", let_the_actors_close_everything_first)
+    assert d.stop(drain=False, timeout=5) is False
+    assert {_outcome(f) for f in queued} == {DispatcherClosed}
 
 
 def test_submits_racing_with_stop_never_hang() -> None:
