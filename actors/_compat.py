@@ -159,13 +159,23 @@ class LazyEvent(threading.Event):
 # --------------------------------------------------------------------------- concurrent.futures
 
 
+_new_lock = threading.Lock  # a sleeper's lock (tests wrap it to see a sleeper block)
+
+
 class LazyFuture(Future[_T]):
     """A ``concurrent.futures.Future`` that is never cancelled and whose ``threading.Condition``
-    (a lock, a deque and six bound methods: about 1.3 KiB) is created only when somebody waits
-    on it, adds a callback or asks for the result before it resolves; a future resolved before
-    anyone looked never has one. ``concurrent.futures.wait`` and ``as_completed`` work
-    unchanged (they go through ``_condition``). Any thread.
+    (a lock, a deque and six bound methods: about 1.3 KiB) is created only when somebody adds a
+    callback or waits through ``concurrent.futures.wait`` or ``as_completed`` (which work
+    unchanged: they go through ``_condition``); a future nobody watched never has one.
+    ``result()`` and ``exception()`` on a pending future without a condition wait on a lock of
+    their own instead (a *sleeper*, released when the future resolves): the standard wait
+    would build the condition and run ``Condition.wait``'s Python code. Any thread.
     """
+
+    # Locks of the threads waiting in result()/exception() without the condition, acquired
+    # once by their waiter and released by the resolution. A class default: the instance
+    # attribute exists only on a future somebody waited on.
+    _sleepers: tuple[threading.Lock, ...] = ()
 
     def __init__(self) -> None:
         self._cond: threading.Condition | None = None
@@ -210,28 +220,60 @@ class LazyFuture(Future[_T]):
         return self._state == FINISHED
 
     def result(self, timeout: float | None = None) -> _T:
-        """Any thread. As ``Future.result``; once resolved, without taking the condition."""
-        if self._state == FINISHED:
+        """Any thread. As ``Future.result``; without the condition unless one exists."""
+        if self._state == FINISHED or self._sleep(timeout):
             if self._exception is not None:
                 raise self._exception
             return self._result  # type: ignore[return-value]
         return super().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Any thread. As ``Future.exception``; once resolved, without taking the condition."""
-        if self._state == FINISHED:
+        """Any thread. As ``Future.exception``; without the condition unless one exists."""
+        if self._state == FINISHED or self._sleep(timeout):
             return self._exception
         return super().exception(timeout)
+
+    def _sleep(self, timeout: float | None) -> bool:
+        """Waiting thread: wait for the resolution on a sleeper lock. True once resolved;
+        False, at once, if a condition exists (the standard wait takes over). Raises
+        ``TimeoutError`` after ``timeout`` seconds, as ``Future.result`` does."""
+        sleeper = _new_lock()
+        sleeper.acquire()
+        with CREATE_LOCK:  # the resolution reads the sleepers after FINISHED, under it
+            if self._state == FINISHED:
+                return True
+            if self._cond is not None:
+                return False
+            self._sleepers += (sleeper,)
+        if sleeper.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            return True
+        with CREATE_LOCK:
+            if self._state == FINISHED:  # resolved as the wait ended
+                return True
+            self._sleepers = tuple(s for s in self._sleepers if s is not sleeper)
+        raise TimeoutError()
 
     def set_result(self, result: _T) -> None:
         """Once, by the one thread that resolves the future."""
         if not self._finish_unwatched(result, None):
             super().set_result(result)
+        if self._sleepers:
+            self._wake_sleepers()
 
     def set_exception(self, exception: BaseException | None) -> None:
         """Once, by the one thread that resolves the future."""
         if not self._finish_unwatched(None, exception):
             super().set_exception(exception)
+        if self._sleepers:
+            self._wake_sleepers()
+
+    def _wake_sleepers(self) -> None:
+        """Resolving thread, once ``FINISHED``: release every sleeper (none can join now; a
+        sleeper registered before a condition was created is released here too)."""
+        with CREATE_LOCK:
+            sleepers, self._sleepers = self._sleepers, ()
+        for sleeper in sleepers:
+            sleeper.release()
 
     def _finish_unwatched(self, result: _T | None, exception: BaseException | None) -> bool:
         """Resolve without a condition if nobody created one (True), else leave it to the

@@ -13,6 +13,7 @@ import pykka
 import pytest
 from pykka import messages as pykka_messages
 
+from kdispatch.actors import _compat
 from kdispatch.actors._compat import (
     ACTOR_HOOKS,
     PYKKA_MESSAGES,
@@ -187,6 +188,94 @@ def test_lazy_future_works_with_waiters_callbacks_wait_and_as_completed() -> Non
     done, not_done = concurrent.futures.wait(futures, timeout=WAIT)
     assert done == set(futures) and not not_done
     assert sorted(f.result() for f in concurrent.futures.as_completed(futures, WAIT)) == [0, 1, 2]
+
+
+class SleeperSeen:
+    """Wraps ``_compat._new_lock``: ``blocked`` is set once a sleeper blocks on its lock."""
+
+    def __init__(self) -> None:
+        self.blocked = threading.Semaphore(0)
+
+    def __call__(self) -> Any:
+        seen, lock = self, threading.Lock()
+
+        class Sleeper:
+            def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+                if lock.locked() and blocking:
+                    seen.blocked.release()
+                return lock.acquire(blocking, timeout)
+
+            def release(self) -> None:
+                lock.release()
+
+        return Sleeper()
+
+
+@pytest.fixture
+def sleepers(monkeypatch: pytest.MonkeyPatch) -> SleeperSeen:
+    seen = SleeperSeen()
+    monkeypatch.setattr(_compat, "_new_lock", seen)
+    return seen
+
+
+def in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
+    """Run ``fn`` on a thread; its result or exception lands in the returned list."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["result", "exception"])
+def test_lazy_future_waits_without_a_condition(sleepers: SleeperSeen, fail: bool) -> None:
+    """``result()``/``exception()`` on a pending future sleep on a lock of their own, and the
+    resolution wakes every one of them; no condition is built."""
+    future: LazyFuture[int] = LazyFuture()
+    waits = [in_thread(lambda: future.result(WAIT)), in_thread(lambda: future.exception(WAIT))]
+    for _ in waits:
+        assert sleepers.blocked.acquire(timeout=WAIT)
+    assert len(future._sleepers) == 2
+    error = ValueError("x")
+    if fail:
+        future.set_exception(error)
+    else:
+        future.set_result(7)
+    for thread, _out in waits:
+        thread.join(WAIT)
+    assert [out for _t, out in waits] == ([[error], [error]] if fail else [[7], [None]])
+    assert future._cond is None and not future._sleepers
+
+
+def test_lazy_future_sleeper_times_out_and_leaves(sleepers: SleeperSeen) -> None:
+    future: LazyFuture[int] = LazyFuture()
+    with pytest.raises(TimeoutError):
+        future.result(timeout=0)
+    assert future._sleepers == () and not future.done()
+    future.set_result(1)
+    assert future.result(timeout=0) == 1
+
+
+def test_lazy_future_sleeper_is_woken_by_the_standard_path_too(sleepers: SleeperSeen) -> None:
+    """A sleeper that blocked before a callback built the condition is still woken (the
+    resolution takes the standard path, then releases the sleepers)."""
+    future: LazyFuture[int] = LazyFuture()
+    thread, out = in_thread(lambda: future.result(WAIT))
+    assert sleepers.blocked.acquire(timeout=WAIT)
+    seen: list[int] = []
+    future.add_done_callback(lambda f: seen.append(f.result()))
+    assert future._cond is not None
+    _late, late_out = in_thread(lambda: future.result(WAIT))  # the standard wait now
+    future.set_result(3)
+    thread.join(WAIT)
+    _late.join(WAIT)
+    assert out == [3] and late_out == [3] and seen == [3] and future._sleepers == ()
 
 
 def test_event_private_state_is_what_lazy_event_rebuilds() -> None:
