@@ -100,7 +100,8 @@ class GroupFuture(LazyFuture[list[Outcome]]):
     """``CallGroup.future``: resolves once the group is sealed and every step resolved, to the
     list of outcomes (in step order), or raises :class:`~.errors.GroupFailed`. It may be given
     as a prerequisite (``after=[group.future]``) of this dispatcher's calls. Never cancelled;
-    its condition is created only when somebody waits (:class:`~._compat.LazyFuture`)."""
+    its condition is created only when somebody adds a callback or waits through
+    ``concurrent.futures.wait`` (:class:`~._compat.LazyFuture`)."""
 
     owner: object = None  # the dispatcher of the group
     of: ObjectRef | None = None  # the group's owner object

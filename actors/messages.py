@@ -48,7 +48,8 @@ class CallFuture(LazyFuture[Outcome]):
     future then resolves ``CallCancelled``.
 
     Its ``threading.Condition`` (most of a pending call's memory) is created only when
-    somebody waits on it, adds a callback or asks for the result before it resolves
+    somebody adds a callback or waits through ``concurrent.futures.wait``/``as_completed``;
+    ``result()`` before it resolves waits on a lock of its own
     (:class:`~kdispatch.actors._compat.LazyFuture`). Any thread.
     """
 
