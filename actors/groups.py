@@ -99,7 +99,7 @@ class GroupHost(Protocol):
 _SEALED: Final = 1  # no more steps: the group resolves with its last step
 _CLOSING: Final = 2  # sealed by the dispatcher's stop or revoke
 _FINISHED: Final = 4  # resolved (its future is set)
-_OWNER_SHARED: Final = 8  # ``owner`` is the ObjectRef of a step's call (``_share_owner_ref``)
+_OWNER_SHARED: Final = 8  # ``owner`` is the ObjectRef of a step's call (see ``_append``)
 
 
 class CallGroup(GroupSteps):
@@ -266,9 +266,10 @@ class CallGroup(GroupSteps):
     # ------------------------------------------------------------------ internals
 
     def _append(self, future: CallFuture) -> None:
-        """Under the lock, in :meth:`add_step` (the host registers the step, before its
-        future can resolve): ``future`` is the last step; tag it with this group, which then
-        waits for its resolution. A step on the owner carries an :class:`ObjectRef` equal to
+        """Under the lock, in :meth:`add_step` or :meth:`add_unwatched_step` (the host
+        registers the step before its future can resolve): ``future`` is the last step;
+        tag it with this group, which then waits for its resolution. A step on the owner
+        carries an :class:`ObjectRef` equal to
         ``owner``: the group keeps that one rather than a copy of its own (a group's memory
         counts at scale), once (``_OWNER_SHARED``). ``owner`` is read without the lock
         elsewhere: the store of an equal value is atomic, readers see either."""
