@@ -5,14 +5,10 @@ Nothing here blocks the loop or spends a thread:
 * :func:`wrap_call_future` hands a :class:`~kdispatch.actors.messages.CallFuture` to the loop
   with :func:`asyncio.wrap_future`: the object actor that resolves the call (on its pool worker)
   schedules the result onto the loop with ``call_soon_threadsafe``.
-* :func:`ask_view` sends the actor a ``View`` whose reply slot is a :class:`LoopReply`: the actor's
-  worker completes it the way it completes any pykka future, and that completion is posted to
-  the loop. pykka's own futures have no completion callbacks and ``await``-ing one calls its
-  blocking ``get()`` on the loop; a thread waiting on ``get()`` per view would cost a thread per
-  concurrent view. Here the reply costs one ``call_soon_threadsafe``.
-* :func:`await_future` awaits any ``concurrent.futures.Future`` resolved on another thread
-  (e.g. a reply from a dispatcher's child process) the same way: its completion is posted to
-  the loop, with the same timer for the timeout, and the future itself is never cancelled.
+* :func:`await_future` awaits any ``concurrent.futures.Future`` resolved on another thread (an
+  actor's reply to a ``View``, a reply from a dispatcher's child process): its completion is
+  posted to the loop with one ``call_soon_threadsafe``, a loop timer bounds the wait, and the
+  future itself is never cancelled.
 
 Cancelling the task that awaits a call does **not** withdraw the call: the ``CallFuture`` stays
 with the dispatcher and is resolved exactly once whatever the awaiting side does
@@ -26,17 +22,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
-import sys
-import threading
 from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
 
-import pykka
-
-from ._compat import ask_into
 from .errors import InvalidInputError, KdispatchError, Outcome
-from .messages import CallFuture, View
-from .objects import Obj
+from .messages import CallFuture
 
 _ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 _T = TypeVar("_T")
@@ -81,49 +71,6 @@ def wrap_call_future(
     return asyncio.wrap_future(future, loop=loop)
 
 
-class LoopReply(pykka.Future[Any]):
-    """A pykka future whose completion is posted to an asyncio future on ``loop``.
-
-    ``set``/``set_exception`` run on the actor's pool worker and never block or raise (a closed
-    loop means nobody is awaiting any more). ``get`` is there for pykka's interface; it blocks
-    up to ``timeout`` and must not be called on the loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, target: asyncio.Future[Any]) -> None:
-        super().__init__()
-        self._loop = loop
-        self._target = target
-        self._value: Any = None
-        self._exc: BaseException | None = None
-        self._event = threading.Event()
-
-    def set(self, value: Any | None = None) -> None:
-        """Actor's worker thread."""
-        self._value = value
-        self._finish(None)
-
-    def set_exception(self, exc_info: _ExcInfo | None = None) -> None:
-        """Actor's worker thread (pykka calls it inside ``except`` blocks without arguments)."""
-        info = exc_info if exc_info is not None else sys.exc_info()
-        exc = info[1] if info[1] is not None else RuntimeError("actor failed without an error")
-        self._finish(exc)
-
-    def get(self, *, timeout: float | None = None) -> Any:
-        """Any thread but the loop's: wait up to ``timeout`` for the reply."""
-        if not self._event.wait(timeout):
-            raise pykka.Timeout(f"{timeout} seconds")
-        if self._exc is not None:
-            raise self._exc
-        return self._value
-
-    def _finish(self, exc: BaseException | None) -> None:
-        if self._event.is_set():  # pykka completes a reply once; a second completion is ignored
-            return
-        self._exc = exc
-        self._event.set()
-        with contextlib.suppress(RuntimeError):  # the loop was closed: nobody waits any more
-            self._loop.call_soon_threadsafe(_settle, self._target, self._value, exc)
-
-
 def _settle(target: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
     """Loop thread. A target that timed out or was cancelled meanwhile stays as it is."""
     if target.done():
@@ -132,23 +79,6 @@ def _settle(target: asyncio.Future[Any], value: Any, exc: BaseException | None) 
         target.set_exception(exc)
     else:
         target.set_result(value)
-
-
-async def ask_view(ref: pykka.ActorRef[Any], timeout: float | None) -> Obj | None:
-    """Loop thread. The actor's ``View`` answer, awaited without blocking the loop; None when
-    the actor has stopped (the object is no longer tracked). Raises :class:`TimeoutError` after
-    ``timeout`` seconds (a timer on the loop, no extra task); a reply arriving later is
-    dropped."""
-    loop = asyncio.get_running_loop()
-    target: asyncio.Future[Any] = loop.create_future()
-    if not ref.is_alive():
-        return None
-    ask_into(ref, View(), LoopReply(loop, target))
-    try:
-        result = await _settled(loop, target, timeout)
-    except pykka.ActorDeadError:
-        return None
-    return result  # type: ignore[no-any-return]
 
 
 async def await_future(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:

@@ -17,7 +17,6 @@ Both live in memory: a restarted process or a new leader rebuilds from the apise
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import dataclasses
 import os
@@ -25,14 +24,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from concurrent.futures import InvalidStateError
-from typing import Any, Self, cast
+from concurrent.futures import Future
+from functools import partial
+from typing import Any, Self
 
-import pykka
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from .aio import ask_view, check_timeout, running_loop, wrap_call_future
+from .aio import await_future, check_timeout, running_loop, wrap_call_future
 from .backend import ApiBackend
 from .call_types import default_call_types
 from .calls import Call, CallTypeRegistry, plain_basis
@@ -49,7 +48,7 @@ from .executor import Executor
 from .gctuning import GcTuner, collections_paused
 from .groups import CallGroup, OwnerIndex
 from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite, dependency_failed
-from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw
+from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw, settle
 from .metrics import Metrics
 from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
@@ -123,9 +122,9 @@ class Dispatcher(DispatcherLike):
             executor=self._executor,
             metrics=self.metrics,
             retry=config.retry,
+            pool=self._pool,
             clock=clock,
             on_resolved=self._on_resolved,
-            spawn=self._spawn,
             log_calls=config.log_calls,
         )
         self._state_lock = threading.Condition(threading.Lock())
@@ -231,12 +230,14 @@ class Dispatcher(DispatcherLike):
         with collections_paused():
             # a turn in progress ends within a batch of messages: give it a moment even when
             # the executor used up the grace period
-            abandoned = self._pool.abandon(timeout=max(_TURN_GRACE, end - time.monotonic()))
+            stuck = self._pool.stop(timeout=max(_TURN_GRACE, end - time.monotonic()))
+            if stuck:
+                logger.warning("actor pool workers still in a turn after stop: {}", stuck)
+            abandoned = self._registry.abandon_all()
             closed = self._settle(abandoned)
             # Freeing 100,000 actors' objects takes longer than settling them: they go with
             # this Dispatcher object instead of inside stop()'s promise.
             self._abandoned = abandoned
-            self._registry.stop_all(timeout=max(0.0, end - time.monotonic()))
         self.metrics.release()  # the registry may now take another dispatcher's metrics
         self._gc.stop()
         if closed:
@@ -252,11 +253,11 @@ class Dispatcher(DispatcherLike):
         exactly once."""
         closed: dict[str, int] = {}
         for actor, tells in left:
-            open_calls: dict[CallFuture, str] | None = getattr(actor, "open", None)
+            open_calls: dict[CallFuture, Call] | None = getattr(actor, "open", None)
             if open_calls:
-                for future, call_type in open_calls.items():
+                for future, call in open_calls.items():
                     if _close_future(future):
-                        closed[call_type] = closed.get(call_type, 0) + 1
+                        closed[call.call_type] = closed.get(call.call_type, 0) + 1
                 open_calls.clear()
             for message in tells:
                 if type(message) is Submit and _close_future(message.future):
@@ -374,16 +375,14 @@ class Dispatcher(DispatcherLike):
         if call.best_effort:  # not part of the backlog; every path below resolves the future
             self._backlog.track_best_effort(future)
         try:
-            routed = self._registry.tell(uid, message, self._spawner(uid))
+            routed = self._registry.tell(uid, message, partial(ObjectActor, uid, self._ctx))
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future, group)
             if group is not None:
                 group._drop_step(future)  # never a step: the submit raises
-            future.set_exception(
-                CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc)
-            )
-            self._on_resolved()
+            settle(future, CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc))
+            self._on_resolved(call)
             raise
         if not routed:  # tombstoned: the object was deleted
             self._resolve_now(
@@ -398,8 +397,8 @@ class Dispatcher(DispatcherLike):
     def _resolve_now(self, future: CallFuture, call: Call, error: CallCancelled) -> None:
         """Submitting thread: resolve a call that never reached its actor."""
         self.metrics.outcome(call.call_type, "cancelled")
-        future.set_exception(error)
-        self._on_resolved()
+        settle(future, error)
+        self._on_resolved(call)
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. Stop intake at once (``submit`` raises ``error`` from now
@@ -413,9 +412,9 @@ class Dispatcher(DispatcherLike):
                 return
             self._revoked = error
         self._seal_groups()
-        for ref in self._registry.live_refs():
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(Revoke(error))
+        message = Revoke(error)
+        for actor in self._registry.live_actors():
+            actor.tell(message)
 
     @property
     def revoked(self) -> DispatcherClosed | None:
@@ -435,14 +434,11 @@ class Dispatcher(DispatcherLike):
         object as last observed with in-flight and pending mutations applied (read-your-writes),
         or None if the object is not tracked."""
         check_uid(uid)
-        ref = self._registry.get(uid)
-        if ref is None:
+        reply: Future[Obj | None] = Future()
+        actor = self._registry.get(uid)
+        if actor is None or not actor.tell(View(reply)):
             return None
-        try:
-            result = ref.ask(View(), block=True, timeout=timeout)
-        except pykka.ActorDeadError:
-            return None
-        return cast("Obj | None", result)
+        return reply.result(timeout)
 
     def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
         """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code. The actor's answer is
@@ -454,10 +450,11 @@ class Dispatcher(DispatcherLike):
         return self._aview(uid, seconds)
 
     async def _aview(self, uid: str, timeout: float | None) -> Obj | None:
-        ref = self._registry.get(uid)
-        if ref is None:
+        reply: Future[Obj | None] = Future()
+        actor = self._registry.get(uid)
+        if actor is None or not actor.tell(View(reply)):
             return None
-        return await ask_view(ref, timeout)
+        return await await_future(reply, timeout)
 
     # ------------------------------------------------------------------ informer callbacks
 
@@ -580,7 +577,7 @@ class Dispatcher(DispatcherLike):
         future.call = call
         group.add_step(future)
         self._unresolved.append(None)
-        refused = group.refusal(call, held=False)
+        refused = group._refusal(call, held=False)
         assert refused is not None  # a group is never un-cancelled
         self._resolve_now(future, call, refused)
         return future
@@ -634,13 +631,7 @@ class Dispatcher(DispatcherLike):
 
     # ------------------------------------------------------------------ internals
 
-    def _spawn(self, uid: str) -> pykka.ActorRef[Any]:
-        return ObjectActor.start(uid, self._ctx, pool=self._pool)
-
-    def _spawner(self, uid: str) -> Callable[[], pykka.ActorRef[Any]]:
-        return lambda: self._spawn(uid)
-
-    def _on_resolved(self) -> None:
+    def _on_resolved(self, call: Any = None) -> None:
         """Any thread (an actor resolving a future, or ``submit`` withdrawing one)."""
         self._unresolved.pop()
         if self._drain_waiters and not self._unresolved:
@@ -664,11 +655,8 @@ def _close_future(future: CallFuture) -> bool:
     this call resolved it. Any thread."""
     if future.done():
         return False
-    try:
-        future.set_exception(DispatcherClosed("dispatcher stopped before the call completed"))
-    except InvalidStateError:  # resolved meanwhile by a late turn: that answer stands
-        return False
-    return True
+    # resolved meanwhile by a late turn: that answer stands (False)
+    return settle(future, DispatcherClosed("dispatcher stopped before the call completed"))
 
 
 __all__ = ["CallGroup", "Dispatcher", "Outcome"]

@@ -58,7 +58,6 @@ from collections.abc import Callable, Iterable
 from queue import SimpleQueue
 from typing import Any
 
-import pykka
 from loguru import logger
 
 from .backend import ApiBackend
@@ -414,8 +413,11 @@ class Executor:
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         lane = self._lanes[relevance]
-        if uid not in lane:  # already queued: keep its place
+        queued = lane.get(uid)
+        if queued is None:
             lane[uid] = (ref, self._clock())
+        elif queued[0] is not ref:  # a new actor for the object (the old one crashed)
+            lane[uid] = (ref, queued[1])  # keeps its place
 
     def _pick_sendable(self) -> tuple[str, Any, float, int] | None:
         """The next object to grant, skipping (and deferring) objects with a request still
@@ -518,9 +520,7 @@ class Executor:
         for uid, ref, since, lane in grants:
             if lane != _DROP:
                 self._metrics.waited(lane, max(0.0, now - since))
-            try:
-                ref.tell(Grant(now))
-            except pykka.ActorDeadError:
+            if not ref.tell(Grant(now)):  # the actor left: nothing to answer the grant
                 self.refund(uid)
 
     def _finished(self, uid: str) -> None:
@@ -570,9 +570,7 @@ class Executor:
                 return
             try:
                 done = self.execute(job)
-                try:
-                    job.ref.tell(done)
-                except pykka.ActorDeadError:
+                if not job.actor.tell(done):
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")

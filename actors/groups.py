@@ -286,7 +286,7 @@ class CallGroup(GroupSteps):
                 self.owner = call.ref
                 self._flags |= _OWNER_SHARED
 
-    def refusal(self, call: Call, held: bool) -> CallCancelled | None:
+    def _refusal(self, call: Call, held: bool) -> CallCancelled | None:
         """The step's actor, when the step's ``Submit`` arrives: None while the group is not
         cancelled; else the error the step resolves with instead of being admitted
         (``DependencyFailed`` for a ``held`` step, ``CallCancelled`` for any other). A

@@ -64,10 +64,9 @@ from functools import partial
 from threading import Lock
 from typing import Any, Final, TypeAlias, TypeVar
 
-from ._compat import LazyFuture
 from .calls import Call
 from .errors import DependencyCycleError, DependencyFailed, InvalidPrerequisiteError, Outcome
-from .messages import CallFuture, FailDependency, Release
+from .messages import CallFuture, FailDependency, Release, Uncancellable
 from .metrics import Metrics
 from .objects import ObjectRef
 
@@ -96,12 +95,10 @@ ASYNC_SOURCE: Final = "_kdispatch_source"
 Prerequisite = Future[Any]
 
 
-class GroupFuture(LazyFuture[list[Outcome]]):
+class GroupFuture(Uncancellable[list[Outcome]]):
     """``CallGroup.future``: resolves once the group is sealed and every step resolved, to the
     list of outcomes (in step order), or raises :class:`~.errors.GroupFailed`. It may be given
-    as a prerequisite (``after=[group.future]``) of this dispatcher's calls. Never cancelled;
-    its condition is created only when somebody adds a callback or waits through
-    ``concurrent.futures.wait`` (:class:`~._compat.LazyFuture`)."""
+    as a prerequisite (``after=[group.future]``) of this dispatcher's calls. Never cancelled."""
 
     owner: object = None  # the dispatcher of the group
     of: ObjectRef | None = None  # the group's owner object

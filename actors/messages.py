@@ -1,29 +1,46 @@
-"""Messages exchanged between the facade, the object actors and the executor.
+"""The call's future, and the messages between the facade, the object actors and the executor.
 
-All are immutable slotted dataclasses sent with ``tell``, except ``View``, which callers ``ask``
-from threads that may block (never from a pool thread). The ones made for every call
-(:class:`Submit`, :class:`Job`, like the effects ``Ready``/``Send``/``Resolve`` and ``Done`` of
-:mod:`.object_state`) are immutable by type rather than frozen: ``Final`` fields, which mypy
-enforces, because a frozen dataclass's ``__init__`` sets every field through
-``object.__setattr__`` (about 5,000 more instructions per object than plain stores).
-
-Object actors and the executor never block on each other: a call moves ready → grant → job →
-done (see :mod:`.executor`).
+Messages are slotted dataclasses sent with ``Actor.tell``. The ones made for every call
+(:class:`Submit`, :class:`Job`) are immutable by type rather than frozen (``Final`` fields,
+which mypy enforces): a frozen dataclass's ``__init__`` sets every field through
+``object.__setattr__``. Object actors and the executor never block on each other: a call moves
+ready → grant → job → done (see :mod:`.executor`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from loguru import logger
 
-from ._compat import LazyFuture
 from .calls import Call
 from .errors import CallCancelled, DispatcherClosed, Outcome
-from .object_state import NO_HOLDS, Send
+from .object_state import Send
 from .objects import Obj
+from .queue_policy import NO_HOLDS
+
+_T = TypeVar("_T")
+
+__all__ = [
+    "CallFuture",
+    "Cancel",
+    "Close",
+    "Deleted",
+    "FailDependency",
+    "Grant",
+    "Job",
+    "Observed",
+    "Release",
+    "Revoke",
+    "Submit",
+    "Uncancellable",
+    "View",
+    "Withdraw",
+    "settle",
+]
 
 
 class StepWatcher(Protocol):
@@ -32,57 +49,55 @@ class StepWatcher(Protocol):
 
     def _step_done(self, future: CallFuture) -> None: ...
 
-    def refusal(self, call: Call, held: bool) -> CallCancelled | None: ...
+    def _refusal(self, call: Call, held: bool) -> CallCancelled | None: ...
 
 
-class CallFuture(LazyFuture[Outcome]):
+class Uncancellable(Future[_T]):
+    """A standard ``concurrent.futures.Future`` that is never cancelled: what it waits for is
+    in the dispatcher's hands and resolves exactly once. Any thread."""
+
+    def cancel(self) -> bool:
+        """Never cancels: always False. Any thread."""
+        return False
+
+
+class CallFuture(Uncancellable[Outcome]):
     """What ``Dispatcher.submit`` returns: a standard ``concurrent.futures.Future`` whose
     ``result()`` gives an :class:`Outcome` or raises a
-    :class:`~kdispatch.actors.errors.CallOutcomeError` /
-    :class:`~kdispatch.actors.errors.DispatcherClosed`.
+    :class:`~kdispatch.CallOutcomeError` or :class:`~kdispatch.DispatcherClosed`. It resolves
+    exactly once. ``cancel()`` always returns False: the call is in the dispatcher's hands
+    (withdraw a queued call with ``Dispatcher.cancel``; its future then resolves
+    ``CallCancelled``). Any thread."""
 
-    Only the call's object actor resolves it, exactly once (``set_result``/``set_exception``:
-    by its object actor's thread, a ``ProcessDispatcher``'s reader, or the submitting thread
-    for a call never routed). ``cancel()`` always returns False (the call is already in the
-    dispatcher's hands): withdraw a queued call with ``Dispatcher.cancel(uid)``, and the
-    future then resolves ``CallCancelled``.
-
-    Its ``threading.Condition`` (most of a pending call's memory) is created only when
-    somebody adds a callback or waits through ``concurrent.futures.wait``/``as_completed``;
-    ``result()`` before it resolves waits on a lock of its own
-    (:class:`~kdispatch.actors._compat.LazyFuture`). Any thread.
-    """
-
-    # Set by the dispatcher that returned the future, so ``after=`` can check and follow it
-    # (:mod:`.holds`); class defaults, so an untagged future costs nothing.
+    # Set by the dispatcher that returned it, so ``after=`` can check and follow it; class
+    # defaults, so an untagged future costs nothing.
     owner: object = None
     call: Call | None = None
-    # Set by the object's actor before it resolves the future OVERWRITTEN: the newer call that
-    # carries its intent (prerequisites are followed to it, :mod:`.holds`).
+    # Set before it resolves OVERWRITTEN: the newer call that carries its intent.
     successor: CallFuture | None = None
-    # Set by the dispatcher before a group's step can resolve: the group, told once the future
-    # resolved, on the resolving thread, after the done-callbacks (a tag rather than a
-    # done-callback, which would create the future's condition).
+    # Set for a group's step before it can resolve: the group, told once it resolved.
     group: StepWatcher | None = None
 
-    def set_result(self, result: Outcome) -> None:
-        """Once, by the one thread that resolves the future; then its group learns of it."""
-        super().set_result(result)
-        if self.group is not None:
-            self._tell_group(self.group)
 
-    def set_exception(self, exception: BaseException | None) -> None:
-        """Once, by the one thread that resolves the future; then its group learns of it."""
-        super().set_exception(exception)
-        if self.group is not None:
-            self._tell_group(self.group)
-
-    def _tell_group(self, group: StepWatcher) -> None:
-        """Resolving thread: as a done-callback would, an error is logged, not raised."""
+def settle(future: Future[Any], outcome: Outcome | BaseException) -> bool:
+    """Resolve ``future`` with ``outcome`` (a result, or an exception to raise), then tell its
+    group if it is a group's step: the one way a call's future resolves. False, with nothing
+    changed, if it was resolved already (a race the caller chose to tolerate). The resolving
+    thread."""
+    try:
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except InvalidStateError:
+        return False
+    group = getattr(future, "group", None)
+    if group is not None:
         try:
-            group._step_done(self)
-        except Exception:
-            logger.opt(exception=True).error("call group failed to take the step {}", self)
+            group._step_done(future)
+        except Exception:  # as a done-callback: logged, never raised into the resolver
+            logger.opt(exception=True).error("call group failed to take the step {}", future)
+    return True
 
 
 # --------------------------------------------------------------------------- to object actors
@@ -93,12 +108,12 @@ class Submit:
     """A new call for the object, with the caller's future. With ``holds`` (opaque tokens of
     prerequisite calls), the call is admitted at once but not sent before a :class:`Release`
     of every token, and never queued ahead of the calls of ``behind`` (futures of calls on
-    this object it waits for; see :meth:`.ObjectState.submit`)."""
+    this object it waits for)."""
 
     call: Final[Call]
     future: Final[CallFuture]
     holds: Final[frozenset[Hashable]] = NO_HOLDS
-    behind: Final[frozenset[Any]] = NO_HOLDS  # calls on this object the held call waits for
+    behind: Final[frozenset[Any]] = NO_HOLDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +125,8 @@ class Release:
 
 @dataclass(frozen=True, slots=True)
 class FailDependency:
-    """A prerequisite failed or was cancelled: calls of this object held on ``token`` resolve
-    :class:`~.errors.DependencyFailed` with ``cause`` and are never sent."""
+    """A prerequisite failed or was cancelled: calls held on ``token`` resolve
+    ``DependencyFailed`` with ``cause`` and are never sent."""
 
     token: Hashable
     cause: BaseException
@@ -133,14 +148,14 @@ class Deleted:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """Caller cancellation: withdraw the pending call (of ``call_type``, or any)."""
+    """Caller cancellation: withdraw the pending calls (of ``call_type``, or any)."""
 
     call_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Withdraw:
-    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`."""
+    """Withdraw the one call of ``future`` (and no other)."""
 
     future: CallFuture
 
@@ -152,7 +167,10 @@ class Close:
 
 @dataclass(frozen=True, slots=True)
 class View:
-    """Ask: the observed object with in-flight and pending mutations applied (or None)."""
+    """The observed object with in-flight and pending mutations applied (or None), answered
+    into ``reply``."""
+
+    reply: Future[Obj | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +181,15 @@ class Revoke:
 
 
 @dataclass(frozen=True, slots=True)
+class Reap:
+    """From the reaper: leave if idle."""
+
+
+@dataclass(frozen=True, slots=True)
 class Grant:
     """From the executor: a token and a worker slot are reserved for this object. The actor
-    answers with :meth:`Executor.job` (its current head call, or the re-read it needs, moves
-    to in flight) or :meth:`Executor.refund` (nothing to send)."""
+    answers with ``Executor.job`` (its head call, or the re-read it needs) or
+    ``Executor.refund`` (nothing to send)."""
 
     now: float
 
@@ -176,8 +199,8 @@ class Grant:
 
 @dataclass(slots=True)
 class Job:
-    """An object actor's answer to a grant: carry out ``send``, then tell ``ref`` the
-    :class:`~kdispatch.actors.object_state.Done`."""
+    """An object actor's answer to a grant: carry out ``send``, then tell ``actor`` the
+    ``Done``."""
 
-    ref: Final[Any]  # pykka.ActorRef of the object actor
+    actor: Final[Any]  # the object actor
     send: Final[Send]

@@ -1,705 +1,264 @@
-"""Pooled pykka actors: many actors, a few shared worker threads.
+"""Pooled actors: thousands of small actors, a few shared worker threads.
 
-pykka's ``ThreadingActor`` gives every actor its own OS thread, which costs tens of KiB and a
-context switch per message. :class:`PooledActor` is a real :class:`pykka.Actor` subclass whose
-inbox is drained by the worker threads of an :class:`ActorPool` instead:
+An :class:`Actor` is a slotted object with an inbox. :meth:`Actor.tell` queues a message and,
+when the actor was idle, puts it on its :class:`ActorPool`'s ready queue; a worker thread then
+runs the actor's *turn*: it hands the queued messages to :meth:`Actor.receive` one at a time,
+in order, at most ``batch`` of them, and then puts the actor back at the end of the ready
+queue if more are waiting (so a flooded actor cannot starve the others). One actor's messages
+are never handled by two threads at once; different actors run concurrently, up to
+``workers`` at a time.
 
-* the messages of one actor are handled one at a time and in order;
-* different actors run concurrently, up to ``pool.workers`` at once;
-* an actor handles at most ``pool.batch`` messages per turn, then goes to the back of the ready
-  queue, so a flooded actor cannot starve the others;
-* ``ActorRef.tell``/``ask``/``stop``, futures (pykka's ``ThreadingFuture``), proxies and the
-  ``on_start``/``on_stop``/``on_failure`` hooks behave as in pykka. An exception raised while
-  handling an ``ask`` goes to the caller and the actor keeps running; one raised while handling a
-  ``tell`` calls ``on_failure`` and stops that actor only. A ``BaseException`` stops only the actor
-  that raised it (pykka would stop every actor in its registry).
+A thread-per-actor runtime (pykka's ``ThreadingActor``) costs an OS thread, tens of KiB and
+a context switch per message; an actor here costs an object, a lock and, while messages wait,
+a deque.
 
-No worker ever blocks on an empty inbox: ``inbox.put()`` puts the actor on the pool's ready queue
-when it was idle (a per-inbox state makes sure it is queued at most once).
+Rules for subclasses:
 
-Two rules differ from plain pykka and matter to callers:
+* :meth:`Actor.receive` runs on a pool worker and **must never block** (on a future, a lock
+  held across I/O, another actor): it would hold the worker and can deadlock the pool.
+  Replies travel as messages, or as futures the receiver resolves.
+* An actor leaves by closing its inbox: :meth:`Actor.stop` from its own turn, or
+  :meth:`Actor.close_if_empty`, which closes it only if nothing is queued, atomically with
+  every :meth:`Actor.tell`. A tell to a closed actor returns False and queues nothing, so a
+  sender always knows whether its message will be handled (the registry routes it again).
+  Messages still queued when an actor stops are handed to :meth:`Actor.dropped`.
+* An exception from :meth:`Actor.receive` calls :meth:`Actor.crashed` and stops that actor
+  only; the pool goes on.
 
-* **Pooled actors are not in pykka's** ``ActorRegistry``. That registry is one global list with
-  O(n) unregister; ``ActorRegistry.get_all()``/``stop_all()`` do not see pooled actors. Keep your
-  own references (see :mod:`actors.registry`) and stop actors with ``ref.stop()`` or
-  :meth:`ActorPool.stop`.
-* **A pooled actor must never block** on a future, on ``ask(..., block=True)``, on a proxy result
-  or on anything else that waits for another actor: it would hold a pool worker and can deadlock
-  the whole pool. Replies travel as messages (``tell`` a reply to the asker's ref).
-
-The private parts of pykka that :class:`PooledActor` overrides or calls are listed, and pinned
-by a test, in :mod:`._compat`.
-
-Messages still queued when an actor stops are answered as in pykka (asks resolve with
-``ActorDeadError``, queued stop requests with success); each queued *tell* is passed to
-:meth:`PooledActor.on_dropped`.
+The inbox is guarded by the actor's lock except for one step: the worker running the turn
+pops messages without it (``deque.popleft`` is atomic under the interpreter lock, and only
+that worker pops), and takes it to go idle, so a message queued meanwhile is either popped or
+reschedules the actor.
 """
 
 from __future__ import annotations
 
-import itertools
-import sys
 import threading
 import time
-import uuid
 from collections import deque
-from queue import Empty, SimpleQueue
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from queue import SimpleQueue
+from typing import Any, Final
 
-import pykka
 from loguru import logger
-from pykka import ActorDeadError, ActorRef
 
-from ._compat import PYKKA_MESSAGES, ActorStop, Envelope, LazyEvent, ThreadingFuture
-from .errors import InvalidConfigError, InvalidInputError, KdispatchError
+from .errors import InvalidConfigError, KdispatchError
 
-__all__ = [
-    "ActorPool",
-    "PoolStateError",
-    "PooledActor",
-    "PooledActorRef",
-    "live_pooled_actors",
-]
-
-
-_URN_PREFIX: Final = uuid.uuid4().urn[:-12]
-_URN_SERIAL = itertools.count()
-
-
-def _new_urn() -> str:
-    """A URN in UUID form, unique in this process: one random UUID drawn at import, its last 48
-    bits replaced by a serial number (faster than ``uuid.uuid4()``, whose ``os.urandom`` call
-    drops the interpreter lock on every spawn). Any thread: ``next()`` on the count is atomic
-    (see :mod:`._compat`)."""
-    return f"{_URN_PREFIX}{next(_URN_SERIAL) & 0xFFFF_FFFF_FFFF:012x}"
+__all__ = ["Actor", "ActorPool", "PoolStateError"]
 
 
 class PoolStateError(KdispatchError, RuntimeError):
-    """The pool is in the wrong state for the request: an actor started on a pool that is not
-    running, a stopped pool restarted, or a pool stopped from one of its own worker threads."""
+    """The pool is in the wrong state: started twice, restarted after a stop, or stopped from
+    one of its own worker threads."""
 
 
-# --------------------------------------------------------------------------- process-wide count
-
-# Per thread: actors started minus actors stopped on that thread. No lock (for speed): each
-# thread writes only its own key, so its read-modify-write races with nobody, and the dict
-# operations and the ``list(values())`` snapshot are atomic (see :mod:`._compat`). A thread that
-# ends leaves its figure, and a thread that reuses its ident adds to it, so the sum stays exact.
-_live_by_thread: dict[int, int] = {}
+_IDLE: Final = 0  # nothing queued, not on the ready queue
+_SCHEDULED: Final = 1  # on the ready queue, or its turn is running
+_CLOSED: Final = 2  # stopped: tells are refused
 
 
-def _add_live(delta: int) -> None:
-    """Count ``delta`` actors started (or stopped, negative) on this thread. Any thread."""
-    me = threading.get_ident()
-    _live_by_thread[me] = _live_by_thread.get(me, 0) + delta
+class Actor:
+    """Base of pooled actors (see the module docstring). Subclasses define ``__slots__`` and
+    :meth:`receive`; they may override :meth:`dropped` and :meth:`crashed`."""
 
+    __slots__ = ("_items", "_lock", "_ready", "_state")
 
-def live_pooled_actors() -> int:
-    """Number of pooled actors started (on any pool) and not yet stopped. Any thread."""
-    return sum(list(_live_by_thread.values()))
-
-
-# --------------------------------------------------------------------------- inbox
-
-_IDLE: Final = 0  # empty and not on the ready queue
-_SCHEDULED: Final = 1  # on the ready queue or being run by a worker
-_CLOSED: Final = 2  # the actor has stopped; puts are answered/dropped at once
-
-
-class _PooledInbox:
-    """The inbox of one pooled actor: a deque created on first use and freed when drained, one
-    lock, and a state that puts the actor on the pool's ready queue at most once.
-
-    ``put`` runs on any thread; ``get``/``empty`` and the private methods only on the pool
-    worker that currently runs the actor's turn (the "owning worker").
-    """
-
-    __slots__ = ("_actor", "_items", "_lock", "_ready", "_state")
-
-    def __init__(self, actor: PooledActor, ready: SimpleQueue[PooledActor | None]) -> None:
-        self._actor: PooledActor | None = actor
-        self._ready = ready
-        self._items: deque[Any] | None = None  # Envelopes and bare tell messages
+    def __init__(self, pool: ActorPool) -> None:
+        """Bind the actor to ``pool``; nothing runs until the first tell. Any thread."""
+        self._ready = pool._ready
+        self._items: deque[Any] | None = None  # created on the first tell, freed when drained
         self._lock = threading.Lock()
-        self._state: int = _IDLE
+        self._state = _IDLE
 
-    def put(self, envelope: Envelope[Any], /) -> None:
-        """pykka's inbox API: queue an envelope (asks, stops); one put after the actor closed
-        is answered at once (an ask fails with ``ActorDeadError``). Any thread, never
-        blocks."""
-        if not self._push(envelope):
-            _reject_late(envelope)
+    # ------------------------------------------------------------------ any thread
 
-    def _push(self, item: Any) -> bool:
-        """Queue an envelope, or a bare tell message (never itself an ``Envelope``: see
-        ``PooledActorRef.tell``); schedule the actor if it was idle. False (nothing queued)
-        once the inbox is closed. Any thread, never blocks."""
-        # Hot path: explicit acquire/release costs a third of a ``with`` block on CPython 3.11.
+    def tell(self, message: object) -> bool:
+        """Queue ``message``; False, with nothing queued, once the actor has stopped. Any
+        thread; never blocks beyond the actor's lock, which is only held for a few stores."""
         lock = self._lock
         lock.acquire()
-        try:
-            state = self._state
-            if state == _CLOSED:
-                return False
-            items = self._items
-            if items is None:  # idle, or scheduled for on_start only
-                self._items = deque((item,))
-            else:
-                items.append(item)
-            if state == _SCHEDULED:
-                return True
-            self._state = _SCHEDULED
-            actor = self._actor
-        finally:
+        state = self._state
+        if state == _CLOSED:
             lock.release()
-        self._ready.put(actor)
+            return False
+        items = self._items
+        if items is None:
+            self._items = deque((message,))
+        else:
+            items.append(message)
+        if state == _SCHEDULED:
+            lock.release()
+            return True
+        self._state = _SCHEDULED
+        lock.release()
+        self._ready.put(self)
         return True
 
-    def get(self) -> Envelope[Any]:
-        """Pop the oldest envelope; raises ``queue.Empty`` instead of blocking. Owning worker."""
-        with self._lock:
-            if not self._items:
-                raise Empty
-            item = self._items.popleft()
-        return item if isinstance(item, Envelope) else Envelope(item)
-
-    def empty(self) -> bool:
-        """True if no envelope is queued. Any thread (a snapshot)."""
-        return not self._items
-
-    def _schedule_start(self) -> None:
-        """Queue the actor's first turn (``on_start``). Starting thread, before any put."""
-        with self._lock:
-            self._state = _SCHEDULED
-            actor = self._actor
-        self._ready.put(actor)
-
-    def _go_idle(self) -> bool:
-        """Mark the inbox idle unless a put landed meanwhile (then False: keep going). Under the
-        lock, so a concurrent put either is seen here or finds the inbox idle and reschedules
-        the actor. Owning worker."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._items:
-                return False
-            self._items = None
-            self._state = _IDLE
-            return True
-        finally:
-            lock.release()
+    @property
+    def stopped(self) -> bool:
+        """Whether the actor has stopped (its inbox is closed). Any thread."""
+        return self._state == _CLOSED
 
     def close_if_empty(self) -> bool:
-        """Close for good if nothing is queued (True), atomically with every put: a put either
-        landed before (False: the actor has a message to handle) or finds the inbox closed
-        (and its sender learns so: ``tell`` raises ``ActorDeadError``). The owning worker,
-        during a turn of its actor, which then stops at the end of that message."""
+        """Stop the actor if nothing is queued (True), atomically with every tell: a message
+        told before is handled (False), one told after is refused. Its own turn, or any thread
+        once no turn can run (the pool stopped)."""
         with self._lock:
             if self._items or self._state == _CLOSED:
                 return False
             self._state = _CLOSED
             self._items = None
-            self._actor = None
         return True
 
-    def _close(self) -> deque[Any] | None:
-        """Close for good and hand back what was still queued. Owning worker."""
+    def abandon(self) -> list[Any]:
+        """Stop now, without handling anything more, and return the queued messages. Any
+        thread once no turn of this actor can run (its pool is stopped)."""
+        with self._lock:
+            items, self._items = self._items, None
+            self._state = _CLOSED
+        return list(items) if items else []
+
+    # ------------------------------------------------------------------ the actor's turn
+
+    def receive(self, message: Any) -> None:
+        """Handle one message. The actor's turn, on a pool worker; must never block."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop after the message being handled: the inbox closes now, and whatever is still
+        queued goes to :meth:`dropped`. The actor's own turn."""
         with self._lock:
             self._state = _CLOSED
+
+    def dropped(self, message: Any) -> None:
+        """A message that was queued when the actor stopped. Default: log it. The turn's
+        thread (the actor's last turn)."""
+        logger.debug("{} dropped {!r}", self, message)
+
+    def crashed(self, error: BaseException) -> None:
+        """:meth:`receive` raised ``error``; the actor stops after this. Default: log it. The
+        turn's thread."""
+        logger.opt(exception=error).error("actor {} crashed", self)
+
+    def _turn(self, batch: int) -> None:
+        """Handle up to ``batch`` messages, then go idle, requeue, or finish stopping. A pool
+        worker (the only one running this actor now)."""
+        items = self._items
+        for _ in range(batch):
+            if not items:
+                lock = self._lock
+                lock.acquire()
+                items = self._items
+                if not items:
+                    if self._state == _SCHEDULED:
+                        self._items = None
+                        self._state = _IDLE
+                    lock.release()
+                    return
+                lock.release()
+            message = items.popleft()  # only this worker pops: atomic against a tell's append
+            try:
+                self.receive(message)
+            except BaseException as exc:  # this actor only: the worker goes on
+                self._crash(exc)
+                return
+            if self._state == _CLOSED:
+                self._drain()
+                return
+        self._ready.put(self)  # batch used up: back of the queue (still scheduled)
+
+    def _crash(self, error: BaseException) -> None:
+        """The turn's thread, after :meth:`receive` raised: report, stop, drain."""
+        try:
+            self.crashed(error)
+        except Exception:
+            logger.opt(exception=True).error("crash handler of {} failed", self)
+        self.stop()
+        self._drain()
+
+    def _drain(self) -> None:
+        """The last turn's thread, once closed: hand the queued messages to :meth:`dropped`."""
+        with self._lock:
             items, self._items = self._items, None
-            self._actor = None  # let the actor object be freed once nobody uses it
-        return items
-
-
-def _dead_error(ref: object) -> ActorDeadError:
-    return ActorDeadError(f"{ref} stopped before handling the message")
-
-
-def _reject_late(item: Any) -> None:
-    """An item put after the actor closed: asks fail, tells are counted as dropped."""
-    if isinstance(item, Envelope):
-        if item.reply_to is not None:
-            err = ActorDeadError("actor stopped before handling the message")
-            item.reply_to.set_exception(exc_info=(ActorDeadError, err, None))
-            return
-        item = item.message
-    logger.debug("dropped a message sent to a stopped pooled actor: {!r}", item)
-    _note_dropped(None)
-
-
-_dropped_lock = threading.Lock()
-_late_dropped = 0  # tells put after their actor had closed (any pool)
-
-
-def _note_dropped(pool: ActorPool | None) -> None:
-    global _late_dropped  # noqa: PLW0603 - guarded by _dropped_lock
-    with _dropped_lock:
-        if pool is None:
-            _late_dropped += 1
-        else:
-            pool._dropped += 1
-
-
-# --------------------------------------------------------------------------- pool
-
-_NEW: Final = "new"
-_RUNNING: Final = "running"
-_STOPPING: Final = "stopping"
-_STOPPED: Final = "stopped"
+        for message in items or ():
+            try:
+                self.dropped(message)
+            except Exception:
+                logger.opt(exception=True).error("dropped() of {} failed", self)
 
 
 class ActorPool:
-    """A fixed set of worker threads that runs the turns of pooled actors.
+    """A fixed set of worker threads running actor turns.
 
-    Lifecycle: ``start()`` (idempotent) → actors started with ``pool=...`` → ``stop()``, which
-    stops every live actor of the pool (after the messages already queued to it, like
-    ``ref.stop()``) and joins the workers, or ``abandon()``, which stops them at once, however
-    many messages are queued, and hands the queued tells back to the caller. A stopped pool
-    cannot be restarted.
+    ``start()``, then actors are told messages, then ``stop()``: no turn starts after it, the
+    turns running finish (within ``timeout``) and the workers exit. Actors are not tracked by
+    the pool: their owner keeps them (the registry) and abandons them after the stop. A stopped
+    pool cannot be restarted.
     """
 
-    def __init__(self, workers: int = 2, batch: int = 16, name: str = "kdispatch-pool") -> None:
-        """Validate the configuration; starts nothing. Any thread."""
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise InvalidConfigError(f"workers must be an int >= 1, got {workers!r}")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise InvalidConfigError(f"batch must be an int >= 1, got {batch!r}")
+    def __init__(self, workers: int = 1, batch: int = 16, name: str = "kdispatch-pool") -> None:
+        """Validate; starts nothing. Any thread."""
+        for what, value in (("workers", workers), ("batch", batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfigError(f"{what} must be an int >= 1, got {value!r}")
         if not isinstance(name, str) or not name:
             raise InvalidConfigError(f"name must be a non-empty str, got {name!r}")
         self.workers: Final = workers
-        """Number of worker threads."""
         self.batch: Final = batch
-        """Most messages one actor handles per turn before yielding its worker."""
         self.name: Final = name
-        """Prefix of the worker thread names."""
-        self._ready: SimpleQueue[PooledActor | None] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._state: str = _NEW
+        self._ready: SimpleQueue[Actor | None] = SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._live: dict[int, PooledActor] = {}
-        self._dropped = 0
-        self._abandoned = False  # abandon(): workers run no further turn
+        self._state = "new"
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return (
-            f"<ActorPool {self.name} {self._state} workers={self.workers} live={len(self._live)}>"
-        )
-
-    @property
-    def dropped(self) -> int:
-        """Tell messages passed to the default ``on_dropped`` of this pool's actors."""
-        return self._dropped
+        return f"<ActorPool {self.name} {self._state} workers={self.workers}>"
 
     def start(self) -> None:
-        """Start the worker threads (daemon threads named ``f"{name}-{i}"``). A second call does
-        nothing; raises :class:`PoolStateError` once the pool is stopping or stopped. Any thread."""
+        """Start the worker threads (daemons named ``{name}-{i}``). Any thread. Raises
+        :class:`PoolStateError` if already started or stopped."""
         with self._lock:
-            if self._state == _RUNNING:
-                return
-            if self._state != _NEW:
-                raise PoolStateError(f"{self.name} is {self._state} and cannot be restarted")
-            for i in range(self.workers):
-                thread = threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
-                self._threads.append(thread)
-            for thread in self._threads:
-                thread.start()
-            self._state = _RUNNING
+            if self._state != "new":
+                raise PoolStateError(f"{self.name} is {self._state}: cannot start it")
+            self._state = "running"
+            self._threads = [
+                threading.Thread(target=self._work, name=f"{self.name}-{i}", daemon=True)
+                for i in range(self.workers)
+            ]
+        for thread in self._threads:
+            thread.start()
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop every live actor of the pool, then join the workers.
-
-        Each actor gets a stop request behind the messages already in its inbox (as
-        ``ref.stop()``); the pool waits for them and for the workers until ``timeout`` seconds
-        have passed in total (``None``: no limit), and logs what is still running then. Safe to
-        call more than once. Any thread except the pool's own workers (that would deadlock:
-        raises :class:`PoolStateError`).
-        """
-        deadline = self._deadline_off_workers("stop", timeout)
-        with self._lock:
-            if self._state == _NEW:
-                self._state = _STOPPED
-                return
-            first = self._state == _RUNNING
-            self._state = _STOPPING
-            actors = list(self._live.values())
-        if first:
-            futures = [actor.actor_ref.stop(block=False) for actor in actors]
-            for future in futures:
-                try:
-                    future.get(timeout=_remaining(deadline))
-                except pykka.Timeout:
-                    break
-        alive = self._join_workers(deadline, wake=first)
-        if alive:
-            logger.warning(
-                "{} stop timed out: {} actors live, workers still running: {}",
-                self.name,
-                len(self._live),
-                alive,
-            )
-        with self._lock:
-            self._state = _STOPPED
-
-    def abandon(self, timeout: float | None = None) -> list[tuple[PooledActor, list[Any]]]:
-        """Stop the pool at once, however many messages are queued: no further turn starts.
-
-        The workers finish the turn they are in (a turn is at most ``batch`` messages) and
-        exit; they are joined until ``timeout`` seconds have passed (``None``: no limit). Then
-        every live actor is stopped from this thread, without running any handler (no
-        ``on_stop``, no ``on_dropped``): its inbox closes, queued asks resolve with
-        ``ActorDeadError`` and queued stop requests with success. Returns each abandoned actor
-        with the *tell* messages that were still queued, for the caller to settle (e.g. to
-        resolve the futures they carry). Cost: a few microseconds per actor, nothing per
-        queued turn. Any thread except the pool's own workers (raises :class:`PoolStateError`).
-        """
-        deadline = self._deadline_off_workers("abandon", timeout)
-        with self._lock:
-            if self._state == _NEW:
-                self._state = _STOPPED
-                return []
-            self._state = _STOPPING
-            self._abandoned = True  # a worker returns at its next get(), without running it
-        while True:  # release the references the ready queue holds (before the sentinels)
-            try:
-                self._ready.get_nowait()
-            except Empty:
-                break
-        alive = self._join_workers(deadline, wake=True)
-        if alive:
-            logger.warning("{} abandon: workers still running: {}", self.name, alive)
-        actors = list(self._live.values())
-        self._live.clear()
-        _add_live(-len(actors))
-        left = [(actor, actor._abandon()) for actor in actors]
-        with self._lock:
-            self._state = _STOPPED
-        return left
-
-    def live_count(self) -> int:
-        """Actors started on this pool and not yet stopped. Any thread."""
-        return len(self._live)
-
-    # ----------------------------------------------------------------- internals
-
-    def _deadline_off_workers(self, method: str, timeout: float | None) -> float | None:
-        """Refuse ``method`` on one of the pool's own workers (:class:`PoolStateError`: it
-        would wait for itself); else the monotonic deadline ``timeout`` seconds from now (None:
-        no limit). The stopping thread."""
+    def stop(self, timeout: float | None = None) -> list[str]:
+        """No further turn starts; wait up to ``timeout`` seconds (None: no limit) for the
+        turns running to end and the workers to exit. Returns the names of workers still
+        running then (a turn stuck in a request); they exit when it returns. Idempotent. Any
+        thread but the pool's own workers (:class:`PoolStateError`)."""
         if threading.current_thread() in self._threads:
-            raise PoolStateError(f"{self.name}.{method}() called from its own worker thread")
-        return None if timeout is None else time.monotonic() + max(0.0, timeout)
-
-    def _join_workers(self, deadline: float | None, *, wake: bool) -> list[str]:
-        """With ``wake``, hand every worker its stop sentinel; join the workers until
-        ``deadline``; the names of those still running. The stopping thread."""
-        if wake:
+            raise PoolStateError(f"{self.name}.stop() called from its own worker thread")
+        with self._lock:
+            first = self._state == "running"
+            self._state = "stopped"
+        if first:
             for _ in self._threads:
                 self._ready.put(None)
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         for thread in self._threads:
-            thread.join(_remaining(deadline))
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return [t.name for t in self._threads if t.is_alive()]
 
-    def _register(self, actor: PooledActor) -> None:
-        """Count a starting actor as live; raises if the pool is not running. Starting thread.
-
-        No lock (for speed: actors start on the scheduling threads while others stop on the
-        workers); the store, the pop and ``stop``'s ``list(values())`` snapshot are atomic
-        (see :mod:`._compat`). The actor is added first and the state read after:
-        :meth:`stop` changes the state before it takes its snapshot of the live actors, so an
-        actor that saw the pool running is in the snapshot (and is stopped with the pool), and
-        one that did not takes itself out."""
-        key = id(actor)
-        self._live[key] = actor
-        if self._state != _RUNNING:
-            self._live.pop(key, None)
-            actor.actor_stopped.set()  # a stop() that saw it in its snapshot finds it dead
-            raise PoolStateError(f"cannot start {actor} on {self.name}: pool is {self._state}")
-        _add_live(1)
-
-    def _unregister(self, actor: PooledActor) -> None:
-        """Forget a stopped actor. The thread of its last turn; no lock (see ``_register``)."""
-        if self._live.pop(id(actor), None) is not None:
-            _add_live(-1)
+    @property
+    def running(self) -> bool:
+        """Whether turns may still start. Any thread."""
+        return self._state == "running"
 
     def _work(self) -> None:
-        """Worker thread body: run actor turns until a ``None`` sentinel arrives."""
+        """A worker: run turns until the pool stops."""
         ready = self._ready
         batch = self.batch
         while True:
             actor = ready.get()
-            if actor is None or self._abandoned:
+            if actor is None or self._state != "running":
                 return
             try:
-                actor._run_turn(batch)
-            except BaseException:
-                logger.opt(exception=True).error("{}: error running a turn of {}", self.name, actor)
-
-
-def _remaining(deadline: float | None) -> float | None:
-    if deadline is None:
-        return None
-    return max(0.0, deadline - time.monotonic())
-
-
-# --------------------------------------------------------------------------- actor
-
-A = TypeVar("A", bound="PooledActor")
-
-
-class PooledActorRef(ActorRef[A]):
-    """pykka's ``ActorRef`` with a shorter ``tell`` path (same checks, no envelope allocated
-    per tell), which also raises when the inbox has closed: a tell is either queued or
-    refused, never dropped after the fact (what lets :mod:`.registry` route without a lock)."""
-
-    def tell(self, message: Any) -> None:
-        """Send without waiting; raises ``ActorDeadError`` if the actor has stopped or its inbox
-        has closed (nothing was queued). Any thread."""
-        if self.actor_stopped._flag:  # type: ignore[attr-defined]
-            raise ActorDeadError(f"{self} not found")
-        # A tell needs no envelope: the inbox keeps the bare message (wrapping only messages
-        # that are themselves envelopes, so the worker can tell the two apart).
-        if not self.actor_inbox._push(  # type: ignore[attr-defined]
-            Envelope(message) if isinstance(message, Envelope) else message
-        ):
-            raise ActorDeadError(f"{self} not found")
-
-
-class PooledActor(pykka.Actor):
-    """A pykka actor whose messages are handled on the worker threads of an :class:`ActorPool`.
-
-    Subclass it like ``pykka.ThreadingActor`` and call ``super().__init__(pool=pool)``; start it
-    with ``MyActor.start(..., pool=pool)``. ``__init__`` runs on the starting thread; ``on_start``,
-    ``on_receive``, proxied methods, ``on_stop``, ``on_failure`` and ``on_dropped`` run on a pool
-    worker, one at a time per actor. Never block on another actor from those methods (see the
-    module docstring).
-    """
-
-    __slots__ = (
-        "_actor_ref",
-        "_pool",
-        "_pooled_started",
-        "actor_inbox",
-        "actor_stopped",
-        "actor_urn",
-    )
-
-    _pool: ActorPool
-    _pooled_started: bool
-
-    def __init__(self, *, pool: ActorPool) -> None:
-        """Bind the actor to ``pool`` and create its URN, inbox, stop flag and ref. Starting thread.
-
-        Sets the same four fields as ``pykka.Actor.__init__`` (which is deliberately not called:
-        it would build a full ``threading.Event`` and a ref only to throw them away).
-        """
-        if not isinstance(pool, ActorPool):
-            raise InvalidInputError(f"pool must be an ActorPool, got {type(pool).__name__}")
-        self._pool = pool
-        self._pooled_started = False
-        self.actor_urn = _new_urn()
-        self.actor_inbox = self._create_actor_inbox()
-        self.actor_stopped = LazyEvent()
-        self._actor_ref = PooledActorRef(self)
-
-    @classmethod
-    def start(cls, *args: Any, **kwargs: Any) -> ActorRef[Self]:
-        """Create the actor (``cls(*args, **kwargs)``) and schedule ``on_start`` on its pool.
-
-        Unlike pykka, the actor is not registered in ``pykka.ActorRegistry``. Raises
-        :class:`PoolStateError` if the pool is not running. Any thread, a pooled actor's
-        included (it never blocks).
-        """
-        obj = cls(*args, **kwargs)
-        if getattr(obj, "_actor_ref", None) is None or getattr(obj, "_pool", None) is None:
-            raise InvalidInputError(f"{cls.__name__}.__init__ must call super().__init__(pool=...)")
-        obj._start_actor_loop()
-        return obj.actor_ref
-
-    def _create_actor_inbox(self) -> _PooledInbox:  # type: ignore[override]
-        """pykka hook, here an instance method (the inbox schedules its actor on the pool).
-        Called once from ``__init__``. Starting thread."""
-        return _PooledInbox(self, self._pool._ready)
-
-    @staticmethod
-    def _create_future() -> pykka.Future[Any]:
-        """pykka hook: futures for asks to this actor (pykka's ``ThreadingFuture``)."""
-        return ThreadingFuture()
-
-    def _start_actor_loop(self) -> None:
-        """pykka hook: register with the pool and schedule the first turn. Starting thread."""
-        self._pool._register(self)
-        inbox = self.actor_inbox
-        assert isinstance(inbox, _PooledInbox)
-        inbox._schedule_start()
-
-    # ----------------------------------------------------------------- the loop, one turn at a time
-
-    def _run_turn(self, batch: int) -> None:
-        """Handle up to ``batch`` messages, then requeue, go idle, or tear down. The pool
-        worker that runs the turn.
-
-        pykka's loop body, one envelope at a time, checking the stop flag before each.
-        """
-        inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
-        stopped: LazyEvent = self.actor_stopped  # type: ignore[assignment]
-        if not self._pooled_started:
-            self._pooled_started = True
-            self._actor_loop_setup()
-        handle = self._handle_receive
-        handled = 0
-        while not stopped._flag:
-            items = inbox._items
-            if not items:
-                if inbox._state == _CLOSED:  # it left during this turn (close_if_empty)
-                    self._stop()
-                    break
-                if inbox._go_idle():
-                    return
-                continue  # a put landed meanwhile
-            if handled == batch:  # fairness: to the back of the ready queue (still scheduled)
-                inbox._ready.put(self)
-                return
-            item = items.popleft()  # only this worker pops; atomic against a put's append
-            handled += 1
-            if isinstance(item, Envelope):
-                message, reply_to = item.message, item.reply_to
-            else:
-                message, reply_to = item, None
-            try:
-                response = handle(message)
-                if reply_to is not None:
-                    reply_to.set(response)
-            except Exception:
-                self._handler_raised(reply_to)
-            except BaseException as exc:
-                self._handler_raised_fatal(reply_to, exc)
-        self._teardown(inbox)
-
-    def _handle_receive(self, message: Any) -> Any:
-        """pykka hook: one ``isinstance`` for plain messages, pykka's own handling for its
-        stop and proxy messages. The turn's thread."""
-        if isinstance(message, PYKKA_MESSAGES):
-            return super()._handle_receive(message)
-        return self.on_receive(message)
-
-    def _handler_raised(self, reply_to: pykka.Future[Any] | None) -> None:
-        """An ``Exception`` from a handler (pykka semantics): to the asker, or ``on_failure`` and
-        stop for a tell. The turn's thread, inside the ``except`` block."""
-        if reply_to is not None:
-            logger.opt(exception=True).debug("exception returned from {} to caller", self)
-            try:
-                reply_to.set_exception()
-            except Exception:  # the future was already resolved (by the handler itself)
-                logger.opt(exception=True).error("cannot report an exception of {}", self)
-            return
-        exc_info = sys.exc_info()
-        self._handle_failure(*exc_info)
-        try:
-            self.on_failure(*exc_info)
-        except Exception:
-            self._handle_failure(*sys.exc_info())
-
-    def _handler_raised_fatal(self, reply_to: pykka.Future[Any] | None, exc: BaseException) -> None:
-        """A ``BaseException`` from a handler: stop this actor only (pykka would stop every
-        actor in its registry); an asker gets ``ActorDeadError``. The turn's thread."""
-        logger.opt(exception=True).error("{!r} in {}: stopping this actor", exc, self)
-        if reply_to is not None:
-            err = ActorDeadError(f"{self} stopped by {exc!r}")
-            try:
-                reply_to.set_exception(exc_info=(ActorDeadError, err, None))
-            except Exception:
-                logger.opt(exception=True).error("cannot report a stop of {}", self)
-        self._stop()
-
-    def _teardown(self, inbox: _PooledInbox) -> None:
-        """Close the inbox and answer what is left in it (see module docstring). The turn's
-        thread."""
-        self._pool._unregister(self)
-        items = inbox._close()
-        if not items:
-            return
-        ref = self._actor_ref
-        for item in items:
-            reply_to = item.reply_to if isinstance(item, Envelope) else None
-            if reply_to is not None:
-                if isinstance(item.message, ActorStop):
-                    reply_to.set(None)
-                else:
-                    err = _dead_error(ref)
-                    reply_to.set_exception(exc_info=(ActorDeadError, err, None))
-            else:
-                message = item.message if isinstance(item, Envelope) else item
-                try:
-                    self.on_dropped(message)
-                except Exception:
-                    logger.opt(exception=True).error("on_dropped of {} failed", self)
-
-    def _abandon(self) -> list[Any]:
-        """Stop now without running a handler: close the inbox, answer its queued asks (stop
-        requests with success, others with ``ActorDeadError``) and return its queued tells.
-        The thread of :meth:`ActorPool.abandon`, which has already taken the actor out of the
-        pool's live count, once no worker runs a turn."""
-        self.actor_stopped.set()
-        items = self.actor_inbox._close()  # type: ignore[attr-defined]
-        tells: list[Any] = []
-        if not items:
-            return tells
-        ref = self._actor_ref
-        for item in items:
-            if not isinstance(item, Envelope):
-                tells.append(item)
-            elif item.reply_to is None:
-                tells.append(item.message)
-            elif isinstance(item.message, ActorStop):
-                item.reply_to.set(None)
-            else:
-                err = _dead_error(ref)
-                item.reply_to.set_exception(exc_info=(ActorDeadError, err, None))
-        return tells
-
-    def _mark_stopped(self) -> None:
-        """Set ``actor_stopped`` and stop counting the actor as live. The turn's thread."""
-        if not self.actor_stopped.is_set():
-            self.actor_stopped.set()
-            self._pool._unregister(self)
-
-    def stop(self) -> None:
-        """pykka's ``Actor.stop``: queue a stop request behind the messages already queued. An
-        actor whose inbox was closed during this turn (it left its registry: see
-        ``_PooledInbox.close_if_empty``) stops at the end of the turn anyway, so there it does
-        nothing. The turn's thread (the actor's own turn)."""
-        try:
-            self.actor_ref.tell(ActorStop())
-        except ActorDeadError:
-            inbox: _PooledInbox = self.actor_inbox  # type: ignore[assignment]
-            if inbox._state != _CLOSED:
-                raise
-
-    def _stop(self) -> None:
-        """pykka hook: stop now (no global registry), then run ``on_stop``. The turn's thread."""
-        self._mark_stopped()
-        logger.debug("stopped {}", self)
-        try:
-            self.on_stop()
-        except Exception:
-            self._handle_failure(*sys.exc_info())
-
-    def _handle_failure(
-        self,
-        exception_type: type[BaseException] | None,
-        exception_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """pykka hook: log an unhandled exception and stop the actor. The turn's thread."""
-        logger.opt(exception=(exception_type, exception_value, traceback)).error(
-            "unhandled exception in {}", self
-        )
-        self._mark_stopped()
-
-    def on_dropped(self, message: object) -> None:
-        """Called for each *tell* still queued when the actor stops or fails (asks resolve with
-        ``ActorDeadError`` instead). Default: log at debug level and count in
-        ``pool.dropped``. The turn's thread, in actor context, after ``on_stop``/``on_failure``."""
-        logger.debug("{} dropped {!r}", self, message)
-        _note_dropped(self._pool)
+                actor._turn(batch)
+            except BaseException:  # a worker never dies of one actor
+                logger.opt(exception=True).error("{}: a turn of {} failed", self.name, actor)

@@ -33,7 +33,7 @@ import pytest
 
 def _live_pooled() -> int:
     try:
-        from kdispatch.actors.runtime import live_pooled_actors
+        from kdispatch.actors.registry import live_pooled_actors
     except ImportError:  # runtime not importable: nothing can have leaked from it
         return 0
     return live_pooled_actors()

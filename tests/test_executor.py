@@ -82,12 +82,13 @@ class FakeRef:
         if done is not None:
             self.tell(done)
 
-    def tell(self, msg: Any) -> None:
+    def tell(self, msg: Any) -> bool:
         if isinstance(msg, Grant):
             self.on_grant()
         elif isinstance(msg, Done):
             self.done.append(msg)
             self.finished.set()
+        return True
 
 
 class NullBackend:
