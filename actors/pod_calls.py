@@ -181,7 +181,9 @@ def _check_nominated(nnn: object) -> str | UnsetType | None:
 
 
 def check_pod_call(call: Call) -> None:
-    """Validate ``ref`` and ``basis`` of a call on a pod (any pod call type)."""
+    """Validate ``ref`` and ``basis`` of a call on one object of the call's kind (every pod
+    call type, and the PodGroup status patch): ``ref`` of that kind, ``basis`` None or that
+    object (same UID, no other kind)."""
     ref, basis = given(call, "ref"), call.basis
     if not isinstance(ref, ObjectRef):
         raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
