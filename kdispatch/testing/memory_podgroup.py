@@ -15,7 +15,8 @@ requests against both):
   the spec (the callers in :mod:`kdispatch.testing.memory` do that part);
 * **status**: every condition passes ``metav1``'s condition validation
   (:func:`kdispatch.actors.podgroup_calls.condition_problems`, the rules the call type checks
-  its intents with) and has a ``lastTransitionTime``.
+  its intents with) and has a ``lastTransitionTime``; it is stored as the Go type serializes
+  it: with a ``message`` (empty when none was given), without an ``observedGeneration`` of 0.
 
 A refusal is 422 ``Invalid``, worded as kube-apiserver words it:
 ``PodGroup.scheduling.k8s.io "g1" is invalid: status.conditions[0].reason: Required value``
@@ -69,6 +70,7 @@ def admit_podgroup(new: Json, old: Mapping[str, Any] | None) -> Json:
     if problems:
         name = (new.get("metadata") or {}).get("name", "")
         raise InvalidRequestError(_message(name, problems))
+    new = _serialized(new)
     if old is None:
         return new
     meta = dict(new.get("metadata") or {})
@@ -78,6 +80,24 @@ def admit_podgroup(new: Json, old: Mapping[str, Any] | None) -> Json:
     else:
         meta["generation"] = generation
     return {**new, "metadata": meta}
+
+
+def _serialized(obj: Json) -> Json:
+    """``obj`` as the apiserver serves it back: every condition has a ``message`` (the Go
+    field is not ``omitempty``) and no ``observedGeneration`` of 0 (it is)."""
+    status = obj.get("status")
+    if not isinstance(status, dict) or not isinstance(status.get("conditions"), list):
+        return obj
+    conditions: list[Any] = status["conditions"]
+    served = []
+    for cond in conditions:
+        cond = {"message": "", **cond}
+        if cond.get("observedGeneration") == 0:
+            del cond["observedGeneration"]
+        served.append(cond)
+    if served == conditions:
+        return obj
+    return {**obj, "status": {**status, "conditions": served}}
 
 
 def _message(name: str, problems: list[Problem]) -> str:
