@@ -24,7 +24,9 @@ What is particular to PodGroups (``metav1.Condition``, and upstream's rules):
 * ``PodGroupInitiallyScheduled`` is terminal once ``True`` (upstream: "it will never revert to
   False"). A ``PodGroupInitiallyScheduled`` that is not ``True`` is never sent, nor shown by
   ``apply``, while the newest PodGroup (or the one the caller decided on) has it ``True``; the
-  other conditions of the call are still sent. A call that carries nothing else resolves
+  other conditions of the call are still sent. A patch computed on an older PodGroup carries
+  its resourceVersion, so a ``True`` written meanwhile makes the server refuse it (409) and the
+  re-read brings the ``True`` here: it never lands. A call that carries nothing else resolves
   :class:`~kdispatch.actors.errors.CallStale`, as a stale ``PodScheduled=False`` for a bound
   pod does (kubernetes#139602): the caller's view is older than the group's state, which it
   should learn (upstream's scheduler drops such a write silently). The one rule is
@@ -246,10 +248,19 @@ def _generation(obj: Obj) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class PodGroupStatusPatch(Call):
-    """Conditions of one PodGroup (``scheduling.k8s.io/v1beta1``), merged by type; the rules
-    are in the module docstring. Build with :meth:`for_podgroup`, :meth:`initially_scheduled`
-    or :meth:`disruption_target`, which take the PodGroup the caller decided on (the call's
-    basis, and the source of each condition's ``observedGeneration``).
+    """Conditions of one PodGroup (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37). Build with
+    :meth:`for_podgroup`, :meth:`initially_scheduled` or :meth:`disruption_target`, which take
+    the PodGroup the caller decided on (the call's basis).
+
+    * Conditions merge by type, as a pod's do: newer fields win, the older call fills the gaps.
+    * Each condition's ``observedGeneration`` is the basis's ``metadata.generation`` (none when
+      it has none); a stored condition with a newer one satisfies it.
+    * ``PodGroupInitiallyScheduled`` never goes back from ``True``: a ``False`` or ``Unknown``
+      for it is never sent while the newest PodGroup or the basis has it ``True``; a call that
+      carries nothing else resolves :class:`~kdispatch.actors.errors.CallStale`.
+    * A condition the apiserver would refuse (no ``reason``, a malformed one, a type that is
+      not a qualified name, a message over 32 KiB) raises
+      :class:`~kdispatch.actors.errors.InvalidCallError` here.
 
     Sent as a strategic-merge patch of ``podgroups/status`` carrying only the conditions that
     still differ from the newest trusted PodGroup, guarded by its UID and resourceVersion.

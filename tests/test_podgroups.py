@@ -351,3 +351,21 @@ def test_make_podgroup_refuses_what_the_apiserver_would(
         make_podgroup("g", **kwargs)  # type: ignore[arg-type]
     with pytest.raises(InvalidObjectError, match="pod_group"):
         make_pod("m-0", pod_group="Not_A_Name")
+
+
+def test_a_false_computed_on_an_outdated_group_is_refused_by_the_server_then_stale(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """Another writer set True; this dispatcher has no informer and knows only the group the
+    call was built from. Its request carries that group's resourceVersion: the server refuses
+    it (409), the call re-reads the group, finds True and resolves CallStale. Nothing lands."""
+    pg = server.create(make_podgroup("g", min_count=3))
+    assert PodGroupStatusPatch.initially_scheduled(pg, True).send(server, pg) is not None
+    late = dispatcher.submit(PodGroupStatusPatch.initially_scheduled(pg, False))
+    assert isinstance(late.exception(timeout=10), CallStale)
+    assert [(r.op, r.outcome) for r in server.request_log] == [
+        ("patch_status", "ok"),  # the other writer's
+        ("patch_status", "Conflict"),  # the resourceVersion guard
+        ("get", "ok"),  # the re-read that shows True
+    ]
+    assert conditions(server)[PIS]["status"] == "True"

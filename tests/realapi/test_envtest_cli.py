@@ -23,6 +23,7 @@ import pytest
 from kubernetes import client, config
 
 from kdispatch.testing.envtest import BinariesNotFound, ControlPlane, find_binaries, wait_for
+from tests.snippets import block, run
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 120.0
@@ -372,3 +373,10 @@ def test_the_gate_reaches_kube_scheduler_which_then_schedules_a_gang() -> None:
             assert (written["status"], written["reason"]) == ("True", "Scheduled")
         finally:
             api.close()
+
+
+def test_the_docs_example_with_a_beta_api_runs_as_written() -> None:
+    snippet = block("docs/testing.md", "### Feature gates and beta APIs")
+    assert snippet.requires == "envtest"
+    scope = run(snippet)
+    assert scope["stored"]["status"]["conditions"][0]["status"] == "True"

@@ -62,7 +62,7 @@ def dispatcher(target: Target) -> Iterator[Dispatcher]:
 
 
 def test_create_resets_the_status_defaults_the_spec_and_keeps_the_generation(
-    admin: Admin, ns: str
+    target: Target, admin: Admin, ns: str
 ) -> None:
     sent = body(
         "g1",
@@ -81,6 +81,9 @@ def test_create_resets_the_status_defaults_the_spec_and_keeps_the_generation(
     }
     assert created["metadata"]["generation"] == 4
     assert created["metadata"]["uid"] != sent["metadata"]["uid"]
+    # the real server's deletion guard; the emulator has none (docs/apiserver-differences.md)
+    expected = ["scheduling.k8s.io/podgroup-protection"] if target.real else None
+    assert created["metadata"].get("finalizers") == expected
     assert admin.ok("GET", admin.podgroup_path(ns, "g1"))["status"] == {}
     basic = create(admin, ns, body("g2", basic=True))
     assert basic["spec"]["schedulingPolicy"] == {"basic": {}}
