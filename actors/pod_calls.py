@@ -60,6 +60,11 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 Condition = Mapping[str, str]
 """A validated condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
 
+ConditionLike = Mapping[str, Any]
+"""A condition intent of any call type: a pod's :data:`Condition`, or one whose values are not
+all strings (a PodGroup's carries an int ``observedGeneration``). The condition helpers take
+these: compiled (setup.py), a ``Mapping[str, str]`` parameter refuses an int value."""
+
 
 class PreemptionOptions(TypedDict, total=False):
     """The keyword options of a preemption, as :meth:`PodPreemption.for_pod` takes them (and
@@ -233,12 +238,12 @@ def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
     return by_type
 
 
-def condition_satisfied(existing: Mapping[str, Any] | None, intent: Condition) -> bool:
+def condition_satisfied(existing: Mapping[str, Any] | None, intent: ConditionLike) -> bool:
     """Whether ``existing`` already has every field the intent specifies."""
     return existing is not None and all(existing.get(k) == v for k, v in intent.items())
 
 
-def apply_conditions(obj: Obj, intents: Iterable[Condition], *, replace: bool = False) -> Obj:
+def apply_conditions(obj: Obj, intents: Iterable[ConditionLike], *, replace: bool = False) -> Obj:
     """``obj`` with the condition intents applied by type (``obj`` itself if nothing changes).
 
     ``replace=False`` merges the intent's fields into an existing condition (strategic-merge
@@ -278,8 +283,8 @@ def apply_conditions(obj: Obj, intents: Iterable[Condition], *, replace: bool = 
 
 
 def merge_conditions(
-    newer: tuple[Condition, ...], older: tuple[Condition, ...]
-) -> tuple[Condition, ...]:
+    newer: tuple[ConditionLike, ...], older: tuple[ConditionLike, ...]
+) -> tuple[ConditionLike, ...]:
     """Condition intents merged by type, as if ``older`` then ``newer`` had been sent: for a
     type in both, ``newer``'s fields win and ``older``'s fill the keys it leaves out; ``older``'s
     order is kept and ``newer``'s other types are appended. The one merge of condition intents
@@ -292,7 +297,7 @@ def merge_conditions(
 
 
 def condition_entries(
-    intents: Iterable[Condition],
+    intents: Iterable[ConditionLike],
     current: Mapping[str, Mapping[str, Any]],
     now: str | None = None,
 ) -> list[dict[str, Any]]:
