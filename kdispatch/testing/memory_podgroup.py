@@ -91,10 +91,10 @@ def _serialized(obj: Json) -> Json:
     conditions: list[Any] = status["conditions"]
     served = []
     for cond in conditions:
-        cond = {"message": "", **cond}
-        if cond.get("observedGeneration") == 0:
-            del cond["observedGeneration"]
-        served.append(cond)
+        entry = {"message": "", **cond}
+        if entry.get("observedGeneration") == 0:
+            del entry["observedGeneration"]
+        served.append(entry)
     if served == conditions:
         return obj
     return {**obj, "status": {**status, "conditions": served}}
