@@ -22,7 +22,13 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 from kubernetes import client, config
 
-from kdispatch.testing.envtest import BinariesNotFound, ControlPlane, find_binaries, wait_for
+from kdispatch.testing.envtest import (
+    BinariesNotFound,
+    ControlPlane,
+    ControlPlaneError,
+    find_binaries,
+    wait_for,
+)
 from tests.snippets import block, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -380,3 +386,10 @@ def test_the_docs_example_with_a_beta_api_runs_as_written() -> None:
     assert snippet.requires == "envtest"
     scope = run(snippet)
     assert scope["stored"]["status"]["conditions"][0]["status"] == "True"
+
+
+def test_a_gate_the_binary_does_not_know_fails_the_start_with_its_log() -> None:
+    plane = ControlPlane(feature_gates={"NoSuchGateInKubernetes": True})
+    with pytest.raises(ControlPlaneError, match="NoSuchGateInKubernetes"):
+        plane.start(timeout=60)
+    assert not [p for p in plane.processes if p.running()]

@@ -133,6 +133,15 @@ def test_min_count_may_change_the_policy_kind_and_the_generation_may_not(
         "field cannot be cleared once set]"
     )
     assert admin.ok("GET", path)["spec"]["schedulingPolicy"] == {"gang": {"minCount": 5}}
+    create(admin, ns, body("b1", basic=True))
+    to_gang = {"spec": {"schedulingPolicy": {"basic": None, "gang": {"minCount": 1}}}}
+    reply = admin.request("PATCH", admin.podgroup_path(ns, "b1"), to_gang, content_type=MERGE)
+    assert (reply.status, reply.reason) == (422, "Invalid"), reply
+    assert reply.body["message"] == (
+        'PodGroup.scheduling.k8s.io "b1" is invalid: [spec.schedulingPolicy.basic: Invalid '
+        "value: null: field is immutable, spec.schedulingPolicy.gang: Invalid value: null: "
+        "field cannot be set once created]"
+    )
 
 
 def test_status_conditions_are_validated_and_merged_by_type(admin: Admin, ns: str) -> None:
