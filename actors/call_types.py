@@ -16,6 +16,7 @@ from .claim_calls import ClaimStatusPatch
 from .event_calls import EventRecord
 from .eviction_calls import PodEviction
 from .pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from .podgroup_calls import PodGroupStatusPatch
 
 __all__ = ["BUILTIN_CALL_TYPES", "default_call_types"]
 
@@ -26,6 +27,7 @@ BUILTIN_CALL_TYPES: Final[tuple[type[Call], ...]] = (
     ClaimStatusPatch,
     PodEviction,
     EventRecord,
+    PodGroupStatusPatch,
 )
 
 

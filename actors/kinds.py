@@ -123,6 +123,9 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     KindInfo(
         "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", False, False, "strategic"
     ),
+    # Kubernetes 1.37 serves it only with the GenericWorkload feature gate and
+    # --runtime-config=scheduling.k8s.io/v1beta1=true (a beta API, off by default)
+    KindInfo("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups", True, True, "strategic"),
     KindInfo("StorageClass", "storage.k8s.io", "v1", "storageclasses", False, False, "strategic"),
     KindInfo("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True, True, "strategic"),
     KindInfo("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", False, False, "strategic"),

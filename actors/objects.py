@@ -30,6 +30,7 @@ Obj = Mapping[str, Any]
 
 POD = "Pod"
 RESOURCE_CLAIM = "ResourceClaim"
+POD_GROUP = "PodGroup"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -60,6 +60,11 @@ DISRUPTION_TARGET: Final = "DisruptionTarget"
 Condition = Mapping[str, str]
 """A validated condition intent: ``type``, ``status`` and optionally ``reason``/``message``."""
 
+ConditionLike = Mapping[str, Any]
+"""A condition intent of any call type: a pod's :data:`Condition`, or one whose values are not
+all strings (a PodGroup's carries an int ``observedGeneration``). The condition helpers take
+these: compiled (setup.py), a ``Mapping[str, str]`` parameter refuses an int value."""
+
 
 class PreemptionOptions(TypedDict, total=False):
     """The keyword options of a preemption, as :meth:`PodPreemption.for_pod` takes them (and
@@ -147,7 +152,9 @@ _PLAIN_SEQUENCES = (list, tuple)
 those costs about ten times as much)."""
 
 
-def _check_conditions(conds: object) -> tuple[Condition, ...]:
+def check_conditions(conds: object) -> tuple[Condition, ...]:
+    """Validate a sequence of condition intents (each :func:`check_condition`, no type twice);
+    read-only copies. Raises :class:`InvalidCallError`."""
     # exact tuples (what for_pod and merge pass) and lists first, spelled out for mypy to narrow
     if (
         type(conds) is not tuple
@@ -179,7 +186,9 @@ def _check_nominated(nnn: object) -> str | UnsetType | None:
 
 
 def check_pod_call(call: Call) -> None:
-    """Validate ``ref`` and ``basis`` of a call on a pod (any pod call type)."""
+    """Validate ``ref`` and ``basis`` of a call on one object of the call's kind (every pod
+    call type, and the PodGroup status patch): ``ref`` of that kind, ``basis`` None or that
+    object (same UID, no other kind)."""
     ref, basis = given(call, "ref"), call.basis
     if not isinstance(ref, ObjectRef):
         raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
@@ -194,7 +203,9 @@ def check_pod_call(call: Call) -> None:
             raise InvalidCallError(f"{call.call_type}: basis is a {basis.get('kind')!r}")
 
 
-def _newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
+def newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
+    """The basis a merged call keeps: the newer of the two (by resourceVersion), either when
+    the other is None. Pure; any thread."""
     if newer is None:
         return older
     if older is None or is_newer(newer, older):
@@ -227,12 +238,12 @@ def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
     return by_type
 
 
-def _satisfied(existing: Mapping[str, Any] | None, intent: Condition) -> bool:
+def condition_satisfied(existing: Mapping[str, Any] | None, intent: ConditionLike) -> bool:
     """Whether ``existing`` already has every field the intent specifies."""
     return existing is not None and all(existing.get(k) == v for k, v in intent.items())
 
 
-def _apply_conditions(obj: Obj, intents: Iterable[Condition], *, replace: bool = False) -> Obj:
+def apply_conditions(obj: Obj, intents: Iterable[ConditionLike], *, replace: bool = False) -> Obj:
     """``obj`` with the condition intents applied by type (``obj`` itself if nothing changes).
 
     ``replace=False`` merges the intent's fields into an existing condition (strategic-merge
@@ -271,6 +282,45 @@ def _apply_conditions(obj: Obj, intents: Iterable[Condition], *, replace: bool =
     return with_path(obj, ("status", "conditions"), current) if changed else obj
 
 
+def merge_conditions(
+    newer: tuple[ConditionLike, ...], older: tuple[ConditionLike, ...]
+) -> tuple[ConditionLike, ...]:
+    """Condition intents merged by type, as if ``older`` then ``newer`` had been sent: for a
+    type in both, ``newer``'s fields win and ``older``'s fill the keys it leaves out; ``older``'s
+    order is kept and ``newer``'s other types are appended. The one merge of condition intents
+    (pod and PodGroup status patches). Pure; any thread."""
+    by_type = {c["type"]: c for c in newer}
+    older_types = {c["type"] for c in older}
+    return tuple(
+        MappingProxyType({**c, **by_type[c["type"]]}) if c["type"] in by_type else c for c in older
+    ) + tuple(c for c in newer if c["type"] not in older_types)
+
+
+def condition_entries(
+    intents: Iterable[ConditionLike],
+    current: Mapping[str, Mapping[str, Any]],
+    now: str | None = None,
+) -> list[dict[str, Any]]:
+    """The ``status.conditions`` entries of a strategic-merge patch that brings ``current``
+    (conditions by type, see :func:`pod_conditions`) to the ``intents``: one per intent not
+    :func:`condition_satisfied` already, with ``lastTransitionTime`` set to ``now`` (default
+    :data:`WALL_CLOCK`, read once) where the condition is new or its status changes; where the
+    status stays, the merge keeps the stored time. Pure but for the clock; any thread."""
+    stamp: str | None = now
+    entries: list[dict[str, Any]] = []
+    for intent in intents:
+        old = current.get(intent["type"])
+        if condition_satisfied(old, intent):
+            continue
+        entry = dict(intent)
+        if old is None or old.get("status") != intent["status"]:
+            if stamp is None:
+                stamp = WALL_CLOCK.now()
+            entry[LAST_TRANSITION_TIME] = stamp
+        entries.append(entry)
+    return entries
+
+
 def _norm_node(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -304,7 +354,7 @@ class PodStatusPatch(Call):
 
     def __post_init__(self) -> None:
         check_pod_call(self)
-        object.__setattr__(self, "conditions", _check_conditions(given(self, "conditions")))
+        object.__setattr__(self, "conditions", check_conditions(given(self, "conditions")))
         nnn = _check_nominated(given(self, "nominated_node_name"))
         if not self.conditions and nnn is UNSET:
             raise InvalidCallError(
@@ -337,16 +387,11 @@ class PodStatusPatch(Call):
         both had been sent in order; the older call's order is kept, new types are appended.
         nominatedNodeName is this call's if set, else the older one's."""
         older = check_merge(self, older)
-        newer = {c["type"]: c for c in self.conditions}
-        older_types = {c["type"] for c in older.conditions}
-        conds = tuple(
-            MappingProxyType({**c, **newer[c["type"]]}) if c["type"] in newer else c
-            for c in older.conditions
-        ) + tuple(c for c in self.conditions if c["type"] not in older_types)
+        conds = merge_conditions(self.conditions, older.conditions)
         nnn = self.nominated_node_name
         if nnn is UNSET:
             nnn = older.nominated_node_name
-        return type(self)(self.ref, conds, nnn, basis=_newest_basis(self.basis, older.basis))
+        return type(self)(self.ref, conds, nnn, basis=newest_basis(self.basis, older.basis))
 
     def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
         """Stale when the patch would un-schedule a pod that is scheduled: ``PodScheduled`` set
@@ -378,7 +423,7 @@ class PodStatusPatch(Call):
         if obj is None:
             return False
         current = pod_conditions(obj)
-        if not all(_satisfied(current.get(c["type"]), c) for c in self.conditions):
+        if not all(condition_satisfied(current.get(c["type"]), c) for c in self.conditions):
             return False
         return not self._nnn_differs(obj)
 
@@ -386,7 +431,7 @@ class PodStatusPatch(Call):
         """The pod once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
         if self.is_noop(obj):
             return obj
-        out = _apply_conditions(obj, self.conditions)
+        out = apply_conditions(obj, self.conditions)
         if self._nnn_differs(obj):
             nnn = self.nominated_node_name
             out = with_path(out, ("status", "nominatedNodeName"), nnn if nnn else DELETE)
@@ -396,19 +441,7 @@ class PodStatusPatch(Call):
         """The ``status`` part of the strategic-merge patch against ``obj``: only the conditions
         that differ (with ``lastTransitionTime = now`` where the status changes) and
         ``nominatedNodeName`` if it differs (None clears it). None when nothing differs."""
-        current = pod_conditions(obj)
-        stamp: str | None = now
-        conds: list[dict[str, Any]] = []
-        for intent in self.conditions:
-            old = current.get(intent["type"])
-            if _satisfied(old, intent):
-                continue
-            entry = dict(intent)
-            if old is None or old.get("status") != intent["status"]:
-                if stamp is None:
-                    stamp = WALL_CLOCK.now()
-                entry[LAST_TRANSITION_TIME] = stamp
-            conds.append(entry)
+        conds = condition_entries(self.conditions, pod_conditions(obj), now)
         body: dict[str, Any] = {}
         if conds:
             body["conditions"] = conds
@@ -478,7 +511,7 @@ class PodBinding(Call):
             return obj
         out = with_path(obj, ("spec", "nodeName"), self.node)
         scheduled = MappingProxyType({"type": POD_SCHEDULED, "status": "True"})
-        return _apply_conditions(out, (scheduled,), replace=True)
+        return apply_conditions(out, (scheduled,), replace=True)
 
     def landed_despite_conflict(self, fresh: Obj) -> bool:
         """The pod the 409 was re-read as is this pod, bound to this node."""
@@ -571,7 +604,7 @@ class PodPreemption(Call):
         with the condition applied (copy-on-write)."""
         out = obj
         if self.condition is not None:
-            out = _apply_conditions(out, (self.condition,))
+            out = apply_conditions(out, (self.condition,))
         if not is_terminating(out):
             out = with_path(out, ("metadata", "deletionTimestamp"), "pending")
         return out

@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from .actors.messages import CallFuture
     from .actors.metrics import MetricsRegistryInUse
     from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, PreemptionOptions
+    from .actors.podgroup_calls import PodGroupStatusPatch
     from .adapters.aio_informer import AioInformer
     from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
     from .adapters.kubernetes import KubernetesBackend, ObjectList
@@ -123,6 +124,7 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
                 "PodStatusPatch",
                 "PreemptionOptions",
             ),
+            ".actors.podgroup_calls": ("PodGroupStatusPatch",),
             ".adapters.aio_informer": ("AioInformer",),
             ".adapters.informer": (
                 "ClientListWatch",
@@ -220,6 +222,7 @@ __all__ = [
     "PatchType",
     "PodBinding",
     "PodEviction",
+    "PodGroupStatusPatch",
     "PodPreemption",
     "PodStatusPatch",
     "PreemptionOptions",

@@ -1,6 +1,7 @@
 """kdispatch.testing.envtest without binaries: where the binaries are looked up and in which
 order, the error when there are none (from Python, the CLI and the pytest fixture), the build
-stamp (with a stand-in ``go``), kubeconfigs and static-token users."""
+stamp (with a stand-in ``go``), the components' command lines (feature gates, runtime config),
+kubeconfigs and static-token users."""
 
 from __future__ import annotations
 
@@ -18,15 +19,19 @@ from kdispatch.testing.envtest import (
     BinariesNotFound,
     BuildError,
     ControlPlane,
+    ControlPlaneOptionError,
     EnvtestError,
     build_binaries,
     cache_dir,
     find_binaries,
     write_kubeconfig,
 )
-from kdispatch.testing.envtest.apiserver import User
+from kdispatch.testing.envtest.apiserver import KubeAPIServer, User
 from kdispatch.testing.envtest.build import STAMP, read_stamp
+from kdispatch.testing.envtest.certs import write_pki
+from kdispatch.testing.envtest.flags import parse_assignments
 from kdispatch.testing.envtest.modules import ETCD, KUBERNETES, PinnedModule
+from kdispatch.testing.envtest.scheduler import KubeScheduler
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -328,3 +333,193 @@ def test_users_get_their_own_tokens_and_bad_names_are_refused() -> None:
         User.new("carol", ["a,b"])
     with pytest.raises(EnvtestError, match="not started"):
         _ = plane.url
+
+
+# --------------------------------------------------------------------------- command lines
+
+GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": False}
+APIS = {"scheduling.k8s.io/v1beta1": True}
+
+
+def _apiserver_args(plane: ControlPlane, folder: Path) -> list[str]:
+    server = KubeAPIServer(
+        Path("/bin/kube-apiserver"),
+        folder,
+        pki=write_pki(folder),
+        token_file=folder / "tokens.csv",
+        admin_token="t",
+        extra_args=plane.apiserver_extra_args,
+    )
+    return server.args("http://127.0.0.1:2379", 6443)
+
+
+def _scheduler_args(plane: ControlPlane, folder: Path) -> list[str]:
+    scheduler = KubeScheduler(
+        Path("/bin/kube-scheduler"), folder, folder / "kc", plane.scheduler_extra_args
+    )
+    return scheduler.args(10259)
+
+
+def test_gates_reach_both_components_and_the_runtime_config_only_the_apiserver(
+    tmp_path: Path,
+) -> None:
+    plane = ControlPlane(
+        scheduler=True,
+        feature_gates=GATES,
+        runtime_config=APIS,
+        apiserver_args=["--v=4"],
+        scheduler_args=["--v=5"],
+    )
+    gates = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=false"
+    apis = "--runtime-config=scheduling.k8s.io/v1beta1=true"
+    apiserver = _apiserver_args(plane, tmp_path)
+    assert apiserver[0] == "/bin/kube-apiserver"
+    assert apiserver[-3:] == [gates, apis, "--v=4"]  # the user's own flags last
+    assert apiserver.count(gates) == 1 and apiserver.count(apis) == 1
+    scheduler = _scheduler_args(plane, tmp_path)
+    assert scheduler[0] == "/bin/kube-scheduler"
+    assert scheduler[-2:] == [gates, "--v=5"]
+    assert not [a for a in scheduler if a.startswith("--runtime-config")]
+
+
+def test_without_gates_or_runtime_config_no_such_flag_is_passed(tmp_path: Path) -> None:
+    plane = ControlPlane(scheduler=True)
+    assert plane.feature_gates == {} and plane.runtime_config == {}
+    for args in (_apiserver_args(plane, tmp_path), _scheduler_args(plane, tmp_path)):
+        assert not [a for a in args if a.startswith(("--feature-gates", "--runtime-config"))]
+
+
+def test_the_command_line_spelling_of_a_switch_is_accepted() -> None:
+    plane = ControlPlane(
+        feature_gates={"GenericWorkload": "True"},  # type: ignore[dict-item]
+        runtime_config={"api/beta": "false", "v1": True},  # type: ignore[dict-item]
+    )
+    assert plane.feature_gates == {"GenericWorkload": True}
+    assert plane.runtime_config == {"api/beta": False, "v1": True}
+    assert plane.apiserver_extra_args == (
+        "--feature-gates=GenericWorkload=true",
+        "--runtime-config=api/beta=false,v1=true",
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"feature_gates": ["GenericWorkload"]}, "feature_gates must map gate names"),
+        ({"feature_gates": {"genericWorkload": True}}, "invalid feature gate name"),
+        ({"feature_gates": {"Generic=Workload": True}}, "invalid feature gate name"),
+        ({"feature_gates": {"A,B": True}}, "invalid feature gate name"),
+        ({"feature_gates": {"GenericWorkload": 1}}, "must be true or false"),
+        ({"feature_gates": {"GenericWorkload": "yes"}}, "must be true or false"),
+        ({"runtime_config": "scheduling.k8s.io/v1beta1=true"}, "runtime_config must map"),
+        ({"runtime_config": {"scheduling.k8s.io": True}}, "invalid runtime config key"),
+        ({"runtime_config": {"scheduling.k8s.io/v1beta1=true": True}}, "invalid runtime"),
+        ({"runtime_config": {"Scheduling.k8s.io/v1": True}}, "invalid runtime config key"),
+        ({"runtime_config": {"scheduling.k8s.io/v1beta1": None}}, "must be true or false"),
+    ],
+)
+def test_malformed_gates_and_runtime_config_are_refused_before_anything_starts(
+    options: dict[str, object], match: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ControlPlaneOptionError, match=match) as caught:
+        ControlPlane(workdir=tmp_path / "work", **options)  # type: ignore[arg-type]
+    assert isinstance(caught.value, EnvtestError)
+    assert isinstance(caught.value, InvalidInputError)
+    assert not (tmp_path / "work").exists()
+
+
+def test_command_line_assignments_merge_and_a_later_one_wins() -> None:
+    items = ["GenericWorkload=true,TopologyAwareWorkloadScheduling=true", " A = false "]
+    assert parse_assignments([*items, "GenericWorkload=false"], "--feature-gates") == {
+        "GenericWorkload": "false",
+        "TopologyAwareWorkloadScheduling": "true",
+        "A": "false",
+    }
+    with pytest.raises(ControlPlaneOptionError, match="expected NAME=true"):
+        parse_assignments(["GenericWorkload"], "--feature-gates")
+    with pytest.raises(ControlPlaneOptionError, match="expected NAME=true"):
+        parse_assignments(["=true"], "--feature-gates")
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--feature-gates", "GenericWorkload"],
+        ["--feature-gates", "GenericWorkload=maybe"],
+        ["--runtime-config", "scheduling.k8s.io=true"],
+    ],
+)
+def test_cli_start_refuses_malformed_gates_with_a_usage_error_before_looking_for_binaries(
+    flag: list[str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start", *flag],
+        cwd=REPO,
+        env=_no_binaries_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert "usage:" in done.stderr
+    assert "envtest build" not in done.stderr  # refused before the binaries were looked up
+
+
+def _run_pytest(test_file: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)]
+    if not _plugin_installed():
+        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
+    env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_the_fixture_options_are_validated_before_the_skip_for_missing_binaries(
+    tmp_path: Path,
+) -> None:
+    test_file = tmp_path / "test_options.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.fixture(scope="session")
+            def envtest_control_plane_options():
+                return {"feature_gates": {"GenericWorkload": True}, "kubelet": True}
+
+            def test_needs_a_cluster(envtest_control_plane):
+                raise AssertionError("must not run")
+            """
+        )
+    )
+    done = _run_pytest(test_file, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 error" in done.stdout
+    assert "ControlPlaneOptionError" in done.stdout and "unknown: ['kubelet']" in done.stdout
+
+
+def test_the_fixture_with_valid_options_skips_when_there_are_no_binaries(
+    tmp_path: Path,
+) -> None:
+    test_file = tmp_path / "test_options.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.fixture(scope="session")
+            def envtest_control_plane_options():
+                return {"scheduler": True, "feature_gates": {"GenericWorkload": True}}
+
+            def test_needs_a_cluster(envtest_control_plane):
+                raise AssertionError("must be skipped")
+            """
+        )
+    )
+    done = _run_pytest(test_file, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 skipped" in done.stdout
+    assert "envtest build --with-scheduler" in done.stdout  # the scheduler was asked for

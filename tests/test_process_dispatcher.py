@@ -52,11 +52,12 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.messages import CallFuture
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.podgroup_calls import PodGroupStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.process import MAX_IN_FLIGHT, DispatcherProcessDied, ProcessDispatcher
 from kdispatch.adapters.process_child import dumps, portable
 from kdispatch.testing.httpserver import ApiServerHTTP
-from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
 from tests.factories import cond
 
@@ -168,6 +169,21 @@ def test_pending_patches_merge_in_the_child(cluster: Cluster) -> None:
     assert status["nominatedNodeName"] == "node-7"
     patches = [r for r in cluster.server.request_log if r.op == "patch_status"]
     assert len(patches) == 2  # the first, then the second and third merged into one
+
+
+def test_podgroup_conditions_cross_the_process_boundary(cluster: Cluster) -> None:
+    """A PodGroup status patch (read-only conditions with an int observedGeneration) is sent
+    by the child over HTTP; a regressing one comes back CallStale."""
+    pg = cluster.server.create(make_podgroup("g", min_count=2, generation=2))
+    with cluster.dispatcher() as d:
+        placed = d.submit(PodGroupStatusPatch.initially_scheduled(pg, True))
+        assert placed.result(WAIT) is Outcome.SUCCESS
+        late = d.submit(PodGroupStatusPatch.initially_scheduled(pg, False))
+        assert isinstance(late.exception(WAIT), CallStale)
+    stored = cluster.server.get("PodGroup", "default", "g")["status"]["conditions"]
+    assert [(c["type"], c["status"], c["observedGeneration"]) for c in stored] == [
+        ("PodGroupInitiallyScheduled", "True", 2)
+    ]
 
 
 def test_typed_outcomes_cross_the_process_boundary(cluster: Cluster) -> None:

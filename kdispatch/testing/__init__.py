@@ -10,8 +10,8 @@
 * :class:`ApiServerHTTP`: the same server over HTTP on 127.0.0.1, for the official client.
 * :class:`MemoryListWatch` and :class:`MemoryLeaseClient`: informers and leader election over
   the in-memory server without HTTP.
-* :func:`make_pod`, :func:`make_condition`, :func:`make_node`, :func:`make_claim`,
-  :func:`make_pdb`: object factories (the one home for test objects).
+* :func:`make_pod`, :func:`make_podgroup`, :func:`make_condition`, :func:`make_node`,
+  :func:`make_claim`, :func:`make_pdb`: object factories (the one home for test objects).
 * :mod:`kdispatch.testing.waiting`: ``wait_for``/``poll``/``until``, the one wait for observable
   state (a predicate polled with a deadline that names what it waited for).
 * :func:`live_pooled_actors`: object actors alive in this process, for leak checks.
@@ -30,7 +30,14 @@ from .audit import RequestRecord, request_writer
 from .lease_client import MemoryLeaseClient
 from .memory import InMemoryApiServer
 from .memory_faults import FaultPlan, Latency
-from .memory_objects import make_claim, make_condition, make_node, make_pdb, make_pod
+from .memory_objects import (
+    make_claim,
+    make_condition,
+    make_node,
+    make_pdb,
+    make_pod,
+    make_podgroup,
+)
 
 if TYPE_CHECKING:
     from kdispatch.actors.registry import live_pooled_actors
@@ -62,5 +69,6 @@ __all__ = [
     "make_node",
     "make_pdb",
     "make_pod",
+    "make_podgroup",
     "request_writer",
 ]

@@ -46,6 +46,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindTable
 from kdispatch.actors.objects import (
     POD,
+    POD_GROUP,
     RESOURCE_CLAIM,
     check_node_name,
     check_uid,
@@ -71,6 +72,7 @@ from .memory_objects import (
     make_node,
     make_pdb,
     make_pod,
+    make_podgroup,
     to_json,
 )
 from .memory_patch import (
@@ -80,6 +82,7 @@ from .memory_patch import (
     strategic_merge,
 )
 from .memory_pdb import check_eviction, disruption_status
+from .memory_podgroup import admit_podgroup, prepare_podgroup_create
 from .memory_select import Predicate, both, parse_field_selector, parse_label_selector
 from .memory_watch import EventType, Watch, WatchEvent
 
@@ -97,6 +100,7 @@ __all__ = [
     "make_node",
     "make_pdb",
     "make_pod",
+    "make_podgroup",
     "request_writer",
 ]
 
@@ -264,7 +268,10 @@ class InMemoryApiServer:
                 _validate_claim_status(name, cur.get("status") or {}, status)
             if status == cur.get("status", {}):
                 return cur
-            return self._replace(cur, {**cur, "status": status})
+            new = {**cur, "status": status}
+            if kind == POD_GROUP:
+                new = admit_podgroup(new, cur)
+            return self._replace(cur, new)
 
         return clone(self._request(_Req("patch_status", kind, namespace, name, _uid(uid)), apply))
 
@@ -394,6 +401,8 @@ class InMemoryApiServer:
                 self._validate_status(new["status"])
                 if kind == RESOURCE_CLAIM and self._strict_claims:
                     _validate_claim_status(name, cur.get("status") or {}, new["status"])
+            if kind == POD_GROUP:
+                new = admit_podgroup(new, cur)
             if new == cur:
                 return cur
             return self._replace(cur, new)
@@ -470,6 +479,8 @@ class InMemoryApiServer:
         if isinstance(obj, str) and namespace is not None:
             return self._create_request(obj, namespace, body)
         data = self._new_object(obj)  # type: ignore[arg-type]  # _admin_object checks it
+        if data["kind"] == POD_GROUP:
+            data = admit_podgroup(data, None)
         with self._lock:
             self._insert(data)
         return clone(data)
@@ -515,6 +526,8 @@ class InMemoryApiServer:
             raise InvalidRequestError(str(err)) from None
 
         def apply() -> Json:
+            if kind == POD_GROUP:  # status reset, defaults, validation
+                return self._insert(admit_podgroup(prepare_podgroup_create(data), None))
             return self._insert(data)
 
         req = _Req("create", kind, namespace, str(name or ""), "")
@@ -538,6 +551,8 @@ class InMemoryApiServer:
             for field in ("uid", "creationTimestamp", "deletionTimestamp", "resourceVersion"):
                 if field in cur["metadata"]:
                     meta[field] = cur["metadata"][field]
+            if data["kind"] == POD_GROUP:
+                data = admit_podgroup(data, cur)
             if data == cur:
                 return clone(cur)
             result = self._replace(cur, data)

@@ -1,9 +1,10 @@
 """JSON object helpers of the in-memory apiserver, and builders for test objects.
 
 ``to_json`` turns caller input into plain owned JSON (dicts, lists, scalars) and rejects anything
-else; ``clone`` is a fast deep copy of such JSON. ``make_pod``, ``make_condition``, ``make_node``,
-``make_claim`` and ``make_pdb`` build objects in the shape the real apiserver serves
-(``spec.containers[].resources.requests``, ``spec.priority``, ``spec.resourceClaims`` ...).
+else; ``clone`` is a fast deep copy of such JSON. ``make_pod``, ``make_podgroup``,
+``make_condition``, ``make_node``, ``make_claim`` and ``make_pdb`` build objects in the shape the
+real apiserver serves (``spec.containers[].resources.requests``, ``spec.priority``,
+``spec.resourceClaims`` ...).
 
 Pure module: no threads, no pykka, no kubernetes.
 """
@@ -19,6 +20,7 @@ from typing import Any, TypeVar, cast
 from kdispatch.actors.errors import InvalidObjectError
 from kdispatch.actors.kinds import BUILTIN_KINDS
 from kdispatch.actors.objects import (
+    POD_GROUP,
     RESOURCE_CLAIM,
     check_label,
     check_subdomain,
@@ -122,6 +124,7 @@ def make_pod(
     conditions: Iterable[Mapping[str, Any]] | None = None,
     nominated_node_name: str | None = None,
     terminating: bool = False,
+    pod_group: str | None = None,
 ) -> dict[str, Any]:
     """A Pod (labelled ``labels``) with one container requesting ``cpu_m`` millicores and
     ``mem_mi`` MiB: unbound and pending unless ``node`` (``spec.nodeName``) or ``phase`` say
@@ -129,7 +132,9 @@ def make_pod(
     ``spec.resourceClaims`` and in the container's ``resources.claims``. A UID is generated when
     ``uid`` is None. As a server would have served it: ``rv`` (``metadata.resourceVersion``),
     ``conditions`` (copied into ``status.conditions``), ``nominated_node_name``
-    (``status.nominatedNodeName``) and ``terminating`` (a ``metadata.deletionTimestamp``)."""
+    (``status.nominatedNodeName``) and ``terminating`` (a ``metadata.deletionTimestamp``).
+    ``pod_group`` names the PodGroup (same namespace) the pod belongs to:
+    ``spec.schedulingGroup.podGroupName`` (Kubernetes 1.37, feature gate ``GenericWorkload``)."""
     check_subdomain(name)
     check_label(namespace)
     _check_amount("cpu_m", cpu_m)
@@ -158,6 +163,8 @@ def make_pod(
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claim_names]
     if node is not None:
         spec["nodeName"] = check_subdomain(node, "node name")
+    if pod_group is not None:
+        spec["schedulingGroup"] = {"podGroupName": check_subdomain(pod_group, "pod_group")}
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
     pod_labels = _labels(labels, "labels")
     if pod_labels:
@@ -176,6 +183,68 @@ def make_pod(
 
 TERMINATING_SINCE = "2026-01-01T00:00:00Z"
 """The ``deletionTimestamp`` of a pod built with ``terminating=True``."""
+
+
+SERVED_AT = "2026-01-01T00:00:00Z"
+"""The ``lastTransitionTime`` :func:`make_podgroup` gives a condition that has none."""
+
+
+def make_podgroup(
+    name: str,
+    namespace: str = "default",
+    *,
+    min_count: int | None = None,
+    basic: bool = False,
+    uid: str | None = None,
+    rv: int | str | None = None,
+    generation: int | None = None,
+    conditions: Iterable[Mapping[str, Any]] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A ``scheduling.k8s.io/v1beta1`` PodGroup (Kubernetes 1.37, feature gate
+    ``GenericWorkload``): a gang of at least ``min_count`` pods
+    (``spec.schedulingPolicy.gang.minCount``), or with ``basic=True`` a group whose pods are
+    scheduled one by one (``basic: {}``; no ``min_count`` then). Pods join it with
+    ``make_pod(..., pod_group=name)``. A UID is generated when ``uid`` is None. As a server
+    would have served it: ``rv``, ``generation`` (``metadata.generation``, which kube-apiserver
+    keeps as created and never bumps for PodGroups) and ``conditions`` (``status.conditions``;
+    each gets ``lastTransitionTime`` :data:`SERVED_AT` and an empty ``message`` unless it has
+    them)."""
+    check_subdomain(name)
+    check_label(namespace)
+    if not isinstance(basic, bool):
+        raise InvalidObjectError(f"basic must be a bool, got {basic!r}")
+    if basic:
+        if min_count is not None:
+            raise InvalidObjectError("a basic PodGroup has no min_count")
+        policy: dict[str, Any] = {"basic": {}}
+    else:
+        if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
+            raise InvalidObjectError(
+                f"min_count must be an int >= 1 for a gang (or basic=True), got {min_count!r}"
+            )
+        policy = {"gang": {"minCount": min_count}}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
+    group_labels = _labels(labels, "labels")
+    if group_labels:
+        meta["labels"] = group_labels
+    if rv is not None:
+        meta["resourceVersion"] = str(rv)
+    if generation is not None:
+        meta["generation"] = _check_amount("generation", generation)
+    status: dict[str, Any] = {}
+    if conditions is not None:
+        status["conditions"] = [
+            {"message": "", "lastTransitionTime": SERVED_AT, **to_json(c, "conditions[]")}
+            for c in conditions
+        ]
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": POD_GROUP,
+        "metadata": meta,
+        "spec": {"schedulingPolicy": policy, "disruptionMode": {"single": {}}, "priority": 0},
+        "status": status,
+    }
 
 
 def make_condition(

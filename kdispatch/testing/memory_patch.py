@@ -10,8 +10,9 @@ and ``null`` deletes a key; lists are replaced whole unless the field has a merg
 case elements are matched by that key, merged recursively, and new ones appended. The merge keys
 come from the upstream Go types (``patchMergeKey``): ``Pod.status.conditions`` by ``type``,
 ``podIPs``/``hostIPs`` by ``ip``, ``resourceClaimStatuses`` by ``name``, and
-``ResourceClaim.status.reservedFor`` by ``uid``; ``status.conditions`` of any other kind merges by
-``type``. Directives: ``$patch: replace|delete`` on a map or list element, ``$retainKeys`` on a
+``ResourceClaim.status.reservedFor`` by ``uid``, ``PodGroup.status.conditions`` by ``type``
+and its ``resourceClaimStatuses`` by ``name``; ``status.conditions`` of any other kind merges
+by ``type``. Directives: ``$patch: replace|delete`` on a map or list element, ``$retainKeys`` on a
 map; ``$setElementOrder/<field>`` is accepted and ignored. A merged list is ordered as the
 apiserver orders it (apimachinery's ``normalizeElementOrder``): the patch's elements in patch
 order, interleaved with the elements only the original has, in their original order, by their
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kdispatch.actors.errors import InvalidRequestError
-from kdispatch.actors.objects import POD, RESOURCE_CLAIM
+from kdispatch.actors.objects import POD, POD_GROUP, RESOURCE_CLAIM
 
 Path = tuple[str, ...]
 
@@ -38,6 +39,7 @@ STATUS_MERGE_KEYS: Mapping[str, Mapping[Path, str]] = {
         ("resourceClaimStatuses",): "name",
     },
     RESOURCE_CLAIM: {("reservedFor",): "uid"},
+    POD_GROUP: {("conditions",): "type", ("resourceClaimStatuses",): "name"},
 }
 DEFAULT_STATUS_MERGE_KEYS: Mapping[Path, str] = {("conditions",): "type"}
 

@@ -40,6 +40,10 @@ APISERVER_ARGS = (
     # shows as 410 Gone on them; pods keep the default watch cache
     "--watch-cache-sizes=resourceclaims.resource.k8s.io#0",
 )
+FEATURE_GATES = {"GenericWorkload": True}
+"""PodGroups (``scheduling.k8s.io/v1beta1``) are beta in Kubernetes 1.37 and off by default:
+their gate, and the group/version in :data:`RUNTIME_CONFIG`."""
+RUNTIME_CONFIG = {"scheduling.k8s.io/v1beta1": True}
 
 
 # --------------------------------------------------------------------------- targets
@@ -123,7 +127,8 @@ class EmulatorTarget(Target):
 
 class RealCluster(Target):
     """The envtest control plane, with a second static-token user (``kd-flood`` in group
-    ``kd-testers``) and etcd compaction left to the tests. :meth:`start` blocks until a pod
+    ``kd-testers``), etcd compaction left to the tests, and PodGroups served
+    (:data:`FEATURE_GATES`, :data:`RUNTIME_CONFIG`). :meth:`start` blocks until a pod
     can be created."""
 
     name = "real"
@@ -134,6 +139,8 @@ class RealCluster(Target):
             workdir=workdir,
             users={FLOOD_USER: ["kd-testers"]},
             apiserver_args=APISERVER_ARGS,
+            feature_gates=FEATURE_GATES,
+            runtime_config=RUNTIME_CONFIG,
         )
         self.flood_token = self.plane.token(FLOOD_USER)
         self.admin_token = self.plane.admin_token
@@ -234,6 +241,10 @@ class Admin:
     def pod_path(self, namespace: str, name: str = "") -> str:
         base = f"/api/v1/namespaces/{namespace}/pods"
         return f"{base}/{name}" if name else base
+
+    def podgroup_path(self, namespace: str, name: str = "", sub: str = "") -> str:
+        base = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups"
+        return "/".join(p for p in (base, name, sub) if p)
 
     def claim_path(self, namespace: str, name: str = "") -> str:
         base = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"

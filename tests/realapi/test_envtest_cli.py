@@ -1,7 +1,9 @@
 """``python -m kdispatch.testing.envtest start`` and the ``envtest_control_plane`` fixture
 against the real binaries: a first pod in ``default`` is admitted through the written
 kubeconfig, and stopping the launcher (SIGTERM, or SIGKILL and the parent-death signal)
-leaves no process behind."""
+leaves no process behind. Feature gates and runtime config (from the command line, the
+fixture's options and ``ControlPlane``) turn on PodGroups in kube-apiserver and gang
+scheduling in kube-scheduler; the docs' example runs as written."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,14 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 from kubernetes import client, config
 
-from kdispatch.testing.envtest import BinariesNotFound, ControlPlane, find_binaries, wait_for
+from kdispatch.testing.envtest import (
+    BinariesNotFound,
+    ControlPlane,
+    ControlPlaneError,
+    find_binaries,
+    wait_for,
+)
+from tests.snippets import block, run
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 120.0
@@ -50,28 +59,44 @@ def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     return proc.stdout.readline().strip()
 
 
+Launch = Callable[..., tuple[subprocess.Popen[str], Path]]
+
+
 @pytest.fixture
-def launcher(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
-    """The CLI in its own session, started with ``--write-kubeconfig``; killed (group) at the
-    end whatever the test did."""
-    kubeconfig = tmp_path / "kubeconfig"
-    cli = [sys.executable, "-m", "kdispatch.testing.envtest", "start"]
-    proc = subprocess.Popen(
-        [*cli, "--write-kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "work")],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=(tmp_path / "launcher.err").open("w"),
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        yield proc, kubeconfig
-    finally:
+def launch(tmp_path: Path) -> Iterator[Launch]:
+    """Starts the CLI (``start --write-kubeconfig ... --workdir ...`` plus the given flags) in
+    its own session; each is killed (group) at the end whatever the test did."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*flags: str) -> tuple[subprocess.Popen[str], Path]:
+        run = tmp_path / f"run{len(started)}"
+        run.mkdir()
+        kubeconfig = run / "kubeconfig"
+        cli = [sys.executable, "-m", "kdispatch.testing.envtest", "start", *flags]
+        proc = subprocess.Popen(
+            [*cli, "--write-kubeconfig", str(kubeconfig), "--workdir", str(run / "work")],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=(run / "launcher.err").open("w"),
+            text=True,
+            start_new_session=True,
+        )
+        started.append(proc)
+        return proc, kubeconfig
+
+    yield start
+    for proc in started:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+@pytest.fixture
+def launcher(launch: Launch) -> tuple[subprocess.Popen[str], Path]:
+    """The CLI started with ``--write-kubeconfig`` and nothing else."""
+    return launch()
 
 
 def _children(pid: int) -> list[psutil.Process]:
@@ -91,6 +116,36 @@ def _create_pod_through(kubeconfig: Path, url: str) -> None:
         api.close()
 
 
+GATE = "--feature-gates=GenericWorkload=true"
+PODGROUPS = ("scheduling.k8s.io", "v1beta1", "default", "podgroups")
+"""Where PodGroups are served (``CustomObjectsApi`` reaches built-in resources too)."""
+
+
+def _gang(name: str, min_count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+def _create_podgroup_through(kubeconfig: Path) -> int:
+    """Creates PodGroup ``g1`` through ``kubeconfig``: the HTTP status (201, or 404 when the
+    API is not served)."""
+    api: Any = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        custom: Any = client.CustomObjectsApi(api)
+        try:
+            created = custom.create_namespaced_custom_object(*PODGROUPS, _gang("g1", 2))
+        except client.ApiException as exc:
+            return int(exc.status)
+        assert created["metadata"]["uid"] and created["status"] == {}
+        return 201
+    finally:
+        api.close()
+
+
 def test_start_writes_a_kubeconfig_for_a_first_pod_and_sigterm_leaves_nothing(
     launcher: tuple[subprocess.Popen[str], Path],
 ) -> None:
@@ -98,6 +153,7 @@ def test_start_writes_a_kubeconfig_for_a_first_pod_and_sigterm_leaves_nothing(
     url = _read_line(proc, START_TIMEOUT)
     assert url.startswith("https://127.0.0.1:")
     _create_pod_through(kubeconfig, url)
+    assert _create_podgroup_through(kubeconfig) == 404  # a beta API, off by default
 
     kids = _children(proc.pid)
     assert sorted(k.name() for k in kids) == ["etcd", "kube-apiserver"]
@@ -205,3 +261,135 @@ def test_with_the_scheduler_a_pod_gets_bound() -> None:
         finally:
             api.close()
     assert node == "n1", f"bound after {time.monotonic() - began:.1f} s"
+
+
+def test_start_with_a_gate_and_runtime_config_serves_podgroups(launch: Launch) -> None:
+    proc, kubeconfig = launch(
+        "--feature-gates",
+        "GenericWorkload=true",
+        "--runtime-config",
+        "scheduling.k8s.io/v1beta1=true",
+    )
+    _read_line(proc, START_TIMEOUT)
+    assert _create_podgroup_through(kubeconfig) == 201
+    [apiserver] = [k for k in _children(proc.pid) if k.name() == "kube-apiserver"]
+    assert GATE in apiserver.cmdline()
+    assert "--runtime-config=scheduling.k8s.io/v1beta1=true" in apiserver.cmdline()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def test_the_fixture_takes_gates_and_runtime_config_from_its_options(tmp_path: Path) -> None:
+    test_file = tmp_path / "test_with_podgroups.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import pytest
+            from kubernetes import client
+
+            @pytest.fixture(scope="session")
+            def envtest_control_plane_options():
+                return {
+                    "feature_gates": {"GenericWorkload": True},
+                    "runtime_config": {"scheduling.k8s.io/v1beta1": True},
+                }
+
+            def test_a_podgroup(envtest_control_plane):
+                api = envtest_control_plane.api_client()
+                body = {
+                    "metadata": {"name": "g1"},
+                    "spec": {"schedulingPolicy": {"basic": {}}},
+                }
+                try:
+                    client.CustomObjectsApi(api).create_namespaced_custom_object(
+                        "scheduling.k8s.io", "v1beta1", "default", "podgroups", body
+                    )
+                finally:
+                    api.close()
+            """
+        )
+    )
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)]
+    if not _plugin_installed():
+        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
+    done = subprocess.run(
+        args,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_the_gate_reaches_kube_scheduler_which_then_schedules_a_gang() -> None:
+    """With ``GenericWorkload`` on in both components, kube-scheduler's gang scheduling binds
+    the members of a PodGroup and writes its ``PodGroupInitiallyScheduled=True``."""
+    try:
+        binaries = find_binaries(scheduler=True)
+    except BinariesNotFound as exc:
+        pytest.skip(f"kube-scheduler not built: {exc}")
+    plane = ControlPlane(
+        binaries,
+        scheduler=True,
+        feature_gates={"GenericWorkload": True},
+        runtime_config={"scheduling.k8s.io/v1beta1": True},
+    )
+    with plane:
+        scheduler = [p for p in plane.processes if p.name == "kube-scheduler"]
+        assert [psutil.Process(p.pid).cmdline().count(GATE) for p in scheduler] == [1]
+        api: Any = plane.api_client()
+        try:
+            v1: Any = client.CoreV1Api(api)
+            resources = {"cpu": "4", "memory": "8Gi", "pods": "10"}
+            v1.create_node(
+                {
+                    "metadata": {"name": "n1"},
+                    "status": {
+                        "capacity": resources,
+                        "allocatable": resources,
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
+                }
+            )
+            v1.patch_node("n1", {"spec": {"taints": None}})  # no node lifecycle controller
+            custom: Any = client.CustomObjectsApi(api)
+            custom.create_namespaced_custom_object(*PODGROUPS, _gang("g1", 2))
+            for i in range(2):
+                member = _pod(f"m{i}")
+                member["spec"]["schedulingGroup"] = {"podGroupName": "g1"}  # type: ignore[index]
+                v1.create_namespaced_pod("default", member)
+
+            def placed() -> list[str] | None:
+                pods = v1.list_namespaced_pod("default").items
+                nodes = [p.spec.node_name for p in pods if p.metadata.name.startswith("m")]
+                return nodes if len(nodes) == 2 and all(nodes) else None
+
+            assert wait_for(placed, 60, "both gang members bound") == ["n1", "n1"]
+
+            def initially_scheduled() -> dict[str, Any] | None:
+                group = custom.get_namespaced_custom_object(*PODGROUPS, "g1")
+                conds = (group.get("status") or {}).get("conditions") or []
+                return next((c for c in conds if c["type"] == "PodGroupInitiallyScheduled"), None)
+
+            written = wait_for(initially_scheduled, 60, "kube-scheduler's PodGroup condition")
+            assert (written["status"], written["reason"]) == ("True", "Scheduled")
+        finally:
+            api.close()
+
+
+def test_the_docs_example_with_a_beta_api_runs_as_written() -> None:
+    snippet = block("docs/testing.md", "### Feature gates and beta APIs")
+    assert snippet.requires == "envtest"
+    scope = run(snippet)
+    assert scope["stored"]["status"]["conditions"][0]["status"] == "True"
+
+
+def test_a_gate_the_binary_does_not_know_fails_the_start_with_its_log() -> None:
+    plane = ControlPlane(feature_gates={"NoSuchGateInKubernetes": True})
+    with pytest.raises(ControlPlaneError, match="NoSuchGateInKubernetes"):
+        plane.start(timeout=60)
+    assert not [p for p in plane.processes if p.running()]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +28,10 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
 )
 from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.podgroup_calls import PodGroupStatusPatch
+from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.testing import make_podgroup
 from tests.backends import T, WrappedBackend
 from tests.realapi.cluster import REPO, Admin, RealCluster, condition, wait_for
 from tests.realapi.conftest import clear_namespace, create_namespace
@@ -229,6 +233,84 @@ def test_a_removed_verb_is_a_typed_forbidden_error_and_never_retried(
     stored = radmin.get_pod(rns, "p1")
     assert stored["spec"].get("nodeName") is None
     assert stored["status"]["nominatedNodeName"] == "n1"
+
+
+def optional_rules(heading: str) -> list[dict[str, Any]]:
+    """The rules commented out in ``examples/rbac.yaml`` under the comment line holding
+    ``heading`` (its YAML lines are the comment lines indented five spaces or more)."""
+    lines = (REPO / "examples" / "rbac.yaml").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if heading in line)
+    block: list[str] = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("#") or not line[1:].strip():
+            break
+        if line[1:].startswith(" " * 5):
+            block.append(line[1:])
+    rules: list[dict[str, Any]] = yaml.safe_load(textwrap.dedent("\n".join(block)))
+    return rules
+
+
+def test_the_optional_podgroup_rules_are_enough_for_podgroup_status(
+    real: RealCluster, radmin: Admin, rns: str
+) -> None:
+    """A ServiceAccount with only the commented-out PodGroup rules of ``examples/rbac.yaml``
+    watches PodGroups and writes their status through the dispatcher."""
+    rules = optional_rules("only if you submit podgroup_status_patch")
+    assert sorted(r for rule in rules for r in rule["resources"]) == [
+        "podgroups",
+        "podgroups/status",
+    ]
+    name = "kdispatch-podgroups"
+    for path, doc in (
+        (f"/api/v1/namespaces/{rns}/serviceaccounts", {"metadata": {"name": name}}),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {"metadata": {"name": name}, "rules": rules},
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": f"{name}-{rns}"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": name,
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": rns}],
+            },
+        ),
+    ):
+        reply = radmin.request("POST", path, doc)
+        assert reply.status in (201, 409), reply
+    token = radmin.ok(
+        "POST",
+        f"/api/v1/namespaces/{rns}/serviceaccounts/{name}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    body = make_podgroup("g1", rns, min_count=2)
+    del body["metadata"]["uid"]
+    pg = radmin.create(radmin.podgroup_path(rns), body)
+    user_client = real.api_client(token)
+    backend = real.backend(token=token)
+    d = Dispatcher(backend, DispatcherConfig(executor=ExecutorConfig(workers=2)))
+    lw = ClientListWatch(user_client, "PodGroup", rns, request_timeout=10.0)
+    informer = Informer(lw, name="rbac-podgroup", backoff_initial=0.01, backoff_max=0.5)
+    informer.attach(d)
+    try:
+        d.start()
+        informer.start()
+        wait_for(lambda: informer.wait_for_sync(1.0), WAIT, "RBAC to apply and a sync")
+        call = PodGroupStatusPatch.initially_scheduled(pg, False, message="no room")
+        assert d.submit(call).result(WAIT) is Outcome.SUCCESS
+    finally:
+        assert informer.stop(timeout=10.0)
+        d.stop(timeout=10.0)
+        backend.close()
+        user_client.close()  # type: ignore[no-untyped-call]
+    stored = condition(
+        radmin.ok("GET", radmin.podgroup_path(rns, "g1")), "PodGroupInitiallyScheduled"
+    )
+    assert stored is not None and (stored["status"], stored["message"]) == ("False", "no room")
 
 
 # --------------------------------------------------------------------------- APF

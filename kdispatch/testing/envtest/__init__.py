@@ -13,7 +13,11 @@ session-scoped ``envtest_control_plane`` fixture (skips when there are no binari
   :func:`cache_dir`.
 * :func:`build_binaries`: builds what is missing into the cache.
 * Errors: :class:`EnvtestError` and its :class:`BinariesNotFound`, :class:`BuildError`,
-  :class:`ControlPlaneError`.
+  :class:`ControlPlaneError`, :class:`ControlPlaneOptionError`.
+* ``ControlPlane(feature_gates={"GenericWorkload": True},
+  runtime_config={"scheduling.k8s.io/v1beta1": True})`` turns on a beta API (here PodGroups),
+  and its gate in kube-scheduler too; ``start --feature-gates ... --runtime-config ...`` on the
+  command line.
 
 Importing this package starts nothing and imports only the standard library.
 """
@@ -21,7 +25,13 @@ Importing this package starts nothing and imports only the standard library.
 from .binaries import ASSETS_ENV, CACHE_ENV, Binaries, cache_dir, find_binaries
 from .build import build_binaries
 from .control_plane import ADMIN_USER, ControlPlane
-from .errors import BinariesNotFound, BuildError, ControlPlaneError, EnvtestError
+from .errors import (
+    BinariesNotFound,
+    BuildError,
+    ControlPlaneError,
+    ControlPlaneOptionError,
+    EnvtestError,
+)
 from .kubeconfig import write_kubeconfig
 from .processes import wait_for
 
@@ -34,6 +44,7 @@ __all__ = [
     "BuildError",
     "ControlPlane",
     "ControlPlaneError",
+    "ControlPlaneOptionError",
     "EnvtestError",
     "build_binaries",
     "cache_dir",

@@ -3,11 +3,15 @@
 ``build [--with-scheduler]``
     Build etcd and kube-apiserver (and kube-scheduler) from the Go module proxy into the cache
     unless current there; print the cache folder (usable as ``KUBEBUILDER_ASSETS``).
-``start [--write-kubeconfig PATH] [--with-scheduler] [--workdir DIR] [--timeout S]``
+``start [--write-kubeconfig PATH] [--with-scheduler] [--workdir DIR] [--timeout S]
+[--feature-gates NAME=true|false,...] [--runtime-config GROUP/VERSION=true|false,...]``
     Start a control plane, print the apiserver's URL on stdout once a first pod can be created,
     then run until SIGTERM, SIGINT or SIGHUP (or until a component exits), and stop everything
-    it started. Exit status: 0 after a signal, 1 when a component failed, 2 when there are no
-    binaries.
+    it started. ``--feature-gates`` go to kube-apiserver and kube-scheduler,
+    ``--runtime-config`` to kube-apiserver (both repeatable, comma-separated as the components
+    take them; see :class:`~kdispatch.testing.envtest.ControlPlane`). Exit status: 0 after a
+    signal, 1 when a component failed, 2 when there are no binaries or the command line is
+    wrong (a malformed gate or runtime config included).
 
 Runs on the main thread (it installs signal handlers).
 """
@@ -24,7 +28,8 @@ from types import FrameType
 from .binaries import find_binaries
 from .build import build_binaries
 from .control_plane import ControlPlane
-from .errors import BinariesNotFound, EnvtestError
+from .errors import BinariesNotFound, ControlPlaneOptionError, EnvtestError
+from .flags import check_feature_gates, check_runtime_config, parse_assignments
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -52,11 +57,36 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--with-scheduler", action="store_true", help="also run kube-scheduler")
     s.add_argument("--workdir", type=Path, help="keep certificates, data and logs here")
     s.add_argument("--timeout", type=float, default=120.0, help="start timeout in seconds")
+    s.add_argument(
+        "--feature-gates",
+        action="append",
+        default=[],
+        metavar="NAME=BOOL,...",
+        help="feature gates of kube-apiserver and kube-scheduler, e.g. GenericWorkload=true",
+    )
+    s.add_argument(
+        "--runtime-config",
+        action="append",
+        default=[],
+        metavar="GROUP/VERSION=BOOL,...",
+        help="APIs kube-apiserver serves, e.g. scheduling.k8s.io/v1beta1=true",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        try:
+            args.gates = check_feature_gates(
+                parse_assignments(args.feature_gates, "--feature-gates")
+            )
+            args.apis = check_runtime_config(
+                parse_assignments(args.runtime_config, "--runtime-config")
+            )
+        except ControlPlaneOptionError as exc:
+            parser.error(str(exc))  # exits 2 with the usage
     try:
         if args.command == "build":
             print(
@@ -84,7 +114,13 @@ def _start(args: argparse.Namespace) -> int:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, on_signal)
-    plane = ControlPlane(binaries, workdir=args.workdir, scheduler=args.with_scheduler)
+    plane = ControlPlane(
+        binaries,
+        workdir=args.workdir,
+        scheduler=args.with_scheduler,
+        feature_gates=args.gates,
+        runtime_config=args.apis,
+    )
     try:
         plane.start(timeout=args.timeout)
         kubeconfig = plane.kubeconfig_path

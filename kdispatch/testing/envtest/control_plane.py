@@ -30,6 +30,12 @@ from .binaries import Binaries, find_binaries
 from .certs import write_pki
 from .errors import ControlPlaneError, EnvtestError
 from .etcd import Etcd
+from .flags import (
+    check_feature_gates,
+    check_runtime_config,
+    feature_gate_flags,
+    runtime_config_flags,
+)
 from .kubeconfig import write_kubeconfig
 from .processes import Process, wait_for
 from .scheduler import SCHEDULER_USER, KubeScheduler
@@ -48,8 +54,13 @@ class ControlPlane:
     ``binaries``: default :func:`find_binaries` (``KUBEBUILDER_ASSETS``, then the cache).
     ``workdir``: where certificates, data and logs go; default a temporary folder, removed at
     :meth:`stop`. ``users``: extra static-token users, name → groups (their tokens:
-    :meth:`token`). ``apiserver_args`` / ``etcd_args`` / ``scheduler_args``: extra flags,
-    appended (a repeated flag's last value wins).
+    :meth:`token`). ``feature_gates``: gate name → bool (``{"GenericWorkload": True}``),
+    passed to kube-apiserver and, with ``scheduler``, to kube-scheduler as ``--feature-gates``.
+    ``runtime_config``: API group/version → bool (``{"scheduling.k8s.io/v1beta1": True}``),
+    passed to kube-apiserver as ``--runtime-config`` (a beta API such as PodGroups needs both).
+    Malformed ones raise :class:`ControlPlaneOptionError` here, before anything starts.
+    ``apiserver_args`` / ``etcd_args`` / ``scheduler_args``: extra flags, appended after those
+    (a repeated flag's last value wins; repeated ``--feature-gates`` merge).
 
     Not thread-safe: start and stop it from one thread.
     """
@@ -64,7 +75,11 @@ class ControlPlane:
         apiserver_args: Sequence[str] = (),
         etcd_args: Sequence[str] = (),
         scheduler_args: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Mapping[str, bool] | None = None,
     ) -> None:
+        self.feature_gates = check_feature_gates(feature_gates)
+        self.runtime_config = check_runtime_config(runtime_config)
         self._binaries = binaries
         self._workdir = workdir
         self._own_dir = False
@@ -87,6 +102,22 @@ class ControlPlane:
         self._kubeconfig: Path | None = None
         self.startup_seconds = 0.0
         self._started = False
+
+    @property
+    def apiserver_extra_args(self) -> tuple[str, ...]:
+        """The flags kube-apiserver gets after its own: ``--feature-gates``,
+        ``--runtime-config``, then ``apiserver_args``."""
+        return (
+            *feature_gate_flags(self.feature_gates),
+            *runtime_config_flags(self.runtime_config),
+            *self.apiserver_args,
+        )
+
+    @property
+    def scheduler_extra_args(self) -> tuple[str, ...]:
+        """The flags kube-scheduler gets after its own: ``--feature-gates``, then
+        ``scheduler_args``."""
+        return (*feature_gate_flags(self.feature_gates), *self.scheduler_args)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -117,7 +148,7 @@ class ControlPlane:
                 pki=pki,
                 token_file=tokens,
                 admin_token=self.admin_token,
-                extra_args=self.apiserver_args,
+                extra_args=self.apiserver_extra_args,
             )
             self.apiserver.start(self.etcd.url, _left(deadline))
             self._prepare_default_namespace(deadline)
@@ -126,7 +157,7 @@ class ControlPlane:
                 assert binaries.kube_scheduler is not None
                 kubeconfig = self.write_kubeconfig(folder / "scheduler.kubeconfig", SCHEDULER_USER)
                 self.kube_scheduler = KubeScheduler(
-                    binaries.kube_scheduler, folder, kubeconfig, self.scheduler_args
+                    binaries.kube_scheduler, folder, kubeconfig, self.scheduler_extra_args
                 )
                 self.kube_scheduler.start(_left(deadline))
         except BaseException:

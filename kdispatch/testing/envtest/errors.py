@@ -5,7 +5,7 @@ Pure module: no processes, no I/O.
 
 from __future__ import annotations
 
-from kdispatch.actors.errors import KdispatchError
+from kdispatch.actors.errors import InvalidInputError, KdispatchError
 
 BUILD_HINT = "python -m kdispatch.testing.envtest build"
 
@@ -26,3 +26,9 @@ class BuildError(EnvtestError):
 class ControlPlaneError(EnvtestError):
     """A component exited during start, or did not become ready in time. The message ends
     with the tail of its log."""
+
+
+class ControlPlaneOptionError(EnvtestError, InvalidInputError):
+    """A control plane option that can never make a flag: a feature gate or runtime config
+    that is not a name mapped to true/false. Raised by the constructor (or the command line),
+    before anything starts."""

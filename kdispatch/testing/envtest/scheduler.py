@@ -27,10 +27,9 @@ class KubeScheduler:
         self.extra_args = tuple(extra_args)
         self.process: Process | None = None
 
-    def start(self, timeout: float) -> None:
-        """Start it and block until ``/readyz`` answers 200, or :class:`ControlPlaneError`."""
-        port = free_port()
-        args = [
+    def args(self, port: int) -> list[str]:
+        """Its command line, serving on ``port``; ``extra_args`` last."""
+        return [
             str(self.binary),
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
@@ -40,9 +39,15 @@ class KubeScheduler:
             f"--cert-dir={self.folder / 'scheduler-certs'}",
             "--leader-elect=false",
             "--v=1",
-            *self.extra_args,
+            *self.extra_args,  # last: a repeated flag's last value wins
         ]
-        proc = self.process = Process("kube-scheduler", args, self.folder / "kube-scheduler.log")
+
+    def start(self, timeout: float) -> None:
+        """Start it and block until ``/readyz`` answers 200, or :class:`ControlPlaneError`."""
+        port = free_port()
+        proc = self.process = Process(
+            "kube-scheduler", self.args(port), self.folder / "kube-scheduler.log"
+        )
         # its serving certificate is self-signed at start; /readyz needs no authentication
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
