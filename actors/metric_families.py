@@ -1,16 +1,12 @@
-"""Labelled counters, gauges and histograms that cost one dict update, exposed through
-prometheus_client's custom-collector interface.
+"""Labelled counters, gauges and histograms kept per thread and summed when scraped.
 
-prometheus_client's own metric objects take a lock per child for every update, check the
-metric's state, and walk a histogram's buckets in Python; a dispatched call updates four of
-them, which was about 5 % of an in-memory call's instructions. Here a family keeps plain
-numbers in a dict keyed by the label values; the owner (:class:`~.metrics.Metrics`) holds one
-lock around each event's updates, and the families are built only when the registry is
-scraped (``collect``). ``describe`` names the family without samples, so a registry still
-refuses a second collector of the same name.
-
-Methods whose name ends in ``_locked`` run on any thread with the owner's lock held;
-``collect`` and ``describe`` run on the scraping thread and take the lock themselves.
+A dispatched call updates several metrics on the threads that carry it (an actor's pool
+worker, an executor worker). prometheus_client's own metrics take a lock per update; here each
+thread adds to numbers of its own (:class:`Shards`: one dict per thread, written by that thread
+only, so no lock), and a scrape sums every thread's numbers. The families are exposed through
+prometheus_client's custom-collector interface: ``collect`` builds them on the scraping thread,
+and ``describe`` names them without samples, so a registry still refuses a second collector of
+the same name.
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -28,19 +25,49 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+__all__ = ["CounterFamily", "GaugeFamily", "HistogramFamily", "Labels", "Shards"]
+
 Labels = tuple[str, ...]
 
 
-class _Family(Collector):
-    """A named family of samples, one per tuple of label values."""
+class Shards:
+    """Numbers keyed by anything hashable, one dict per thread. :meth:`mine` is the calling
+    thread's dict: only that thread writes it (so ``d[k] = d.get(k, 0) + n`` needs no lock);
+    :meth:`snapshot` copies every thread's dict (``dict.copy`` is atomic). A thread that ends
+    leaves its numbers behind, so totals never go back."""
 
-    def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], lock: threading.Lock
-    ) -> None:
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lock = threading.Lock()  # guards the list of dicts, not the dicts
+        self._dicts: list[dict[Any, Any]] = []
+
+    def mine(self) -> dict[Any, Any]:
+        """The calling thread's numbers. Any thread."""
+        try:
+            return self._local.numbers  # type: ignore[no-any-return]
+        except AttributeError:
+            numbers: dict[Any, Any] = {}
+            with self._lock:
+                self._dicts.append(numbers)
+            self._local.numbers = numbers
+            return numbers
+
+    def snapshot(self) -> list[dict[Any, Any]]:
+        """A copy of every thread's numbers. Any thread."""
+        with self._lock:
+            dicts = list(self._dicts)
+        return [d.copy() for d in dicts]
+
+
+class _Family(Collector):
+    """A named family of samples, one per tuple of label values, kept in ``shards`` under
+    keys ``(self, labels)``."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], shards: Shards):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._lock = lock
+        self.shards = shards
 
     def _family(self) -> Metric:
         raise NotImplementedError
@@ -49,29 +76,41 @@ class _Family(Collector):
         """The family without samples (what a registry checks names against)."""
         yield self._family()
 
+    def _rows(self) -> dict[Labels, Any]:
+        """This family's numbers summed over the threads: labels → value (or row)."""
+        out: dict[Labels, Any] = {}
+        for numbers in self.shards.snapshot():
+            for key, value in numbers.items():
+                if key[0] is not self:
+                    continue
+                labels = key[1]
+                if isinstance(value, list):
+                    row = out.get(labels)
+                    out[labels] = (
+                        list(value)
+                        if row is None
+                        else [a + b for a, b in zip(row, value, strict=True)]
+                    )
+                else:
+                    out[labels] = out.get(labels, 0.0) + value
+        return out
+
 
 class _ScalarFamily(_Family):
     """A family with one number per tuple of label values."""
 
-    def __init__(
-        self, name: str, documentation: str, labelnames: Sequence[str], lock: threading.Lock
-    ) -> None:
-        super().__init__(name, documentation, labelnames, lock)
-        self._values: dict[Labels, float] = {}
-
-    def add_locked(self, labels: Labels, amount: float = 1.0) -> None:
-        """Add ``amount`` to the sample of ``labels`` (a counter's is never negative)."""
-        values = self._values
-        values[labels] = values.get(labels, 0.0) + amount
+    def add(self, labels: Labels, amount: float = 1.0) -> None:
+        """Add ``amount`` to the sample of ``labels``. The calling thread's shard."""
+        numbers = self.shards.mine()
+        key = (self, labels)
+        numbers[key] = numbers.get(key, 0.0) + amount
 
     def _family(self) -> CounterMetricFamily | GaugeMetricFamily:
         raise NotImplementedError
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        with self._lock:
-            items = list(self._values.items())
-        for labels, value in items:
+        for labels, value in self._rows().items():
             family.add_metric(list(labels), value)
         yield family
 
@@ -98,23 +137,25 @@ class HistogramFamily(_Family):
         name: str,
         documentation: str,
         labelnames: Sequence[str],
-        lock: threading.Lock,
+        shards: Shards,
         buckets: Sequence[float],
     ) -> None:
-        super().__init__(name, documentation, labelnames, lock)
+        super().__init__(name, documentation, labelnames, shards)
         bounds = tuple(float(b) for b in buckets)
         if list(bounds) != sorted(set(bounds)) or bounds[-1] == float("inf"):
             raise ValueError("histogram buckets must be finite and strictly increasing")
         self._bounds = bounds
         self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
-        # per label values: a count per bucket (not cumulative; the last is +Inf), then the sum
-        self._values: dict[Labels, list[float]] = {}
 
-    def observe_locked(self, labels: Labels, amount: float) -> None:
-        """Count one observation of ``amount`` (a bucket holds values <= its bound)."""
-        row = self._values.get(labels)
+    def observe(self, labels: Labels, amount: float) -> None:
+        """Count one observation of ``amount`` (a bucket holds values <= its bound): a row of
+        counts per bucket (not cumulative; the last is +Inf), then the sum. The calling
+        thread's shard."""
+        numbers = self.shards.mine()
+        key = (self, labels)
+        row = numbers.get(key)
         if row is None:
-            row = self._values[labels] = [0.0] * (len(self._bounds) + 2)
+            row = numbers[key] = [0.0] * (len(self._bounds) + 2)
         row[bisect_left(self._bounds, amount)] += 1.0
         row[-1] += amount
 
@@ -123,9 +164,7 @@ class HistogramFamily(_Family):
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        with self._lock:
-            rows = [(labels, list(row)) for labels, row in self._values.items()]
-        for labels, row in rows:
+        for labels, row in self._rows().items():
             cumulative: list[tuple[str, float]] = []
             total = 0.0
             for le, count in zip(self._le, row[:-1], strict=True):
@@ -133,6 +172,3 @@ class HistogramFamily(_Family):
                 cumulative.append((le, total))
             family.add_metric(list(labels), cumulative, sum_value=row[-1])
         yield family
-
-
-__all__ = ["CounterFamily", "GaugeFamily", "HistogramFamily"]

@@ -28,13 +28,13 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from .config import UPSTREAM_METRICS_PREFIX, check_metrics_prefix
 from .errors import InvalidConfigError
-from .metric_families import CounterFamily, GaugeFamily, HistogramFamily
+from .metric_families import CounterFamily, GaugeFamily, HistogramFamily, Shards
 
 DURATION_BUCKETS = tuple(0.001 * 2**k for k in range(15))
 """1 ms x 2^k, k = 0..14 (as upstream)."""
@@ -67,10 +67,9 @@ class Metrics:
         self.prefix = check_metrics_prefix(prefix)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.executions_total_name = f"{prefix}_async_api_call_execution_total"
-        # The labelled families updated on every call are plain numbers under one lock (see
-        # :mod:`.metric_families`); the rare ones stay prometheus_client metrics.
-        self._lock = threading.Lock()
-        lock = self._lock
+        # The labelled families updated on every call keep numbers per thread, summed when
+        # scraped (see :mod:`.metric_families`); the rare ones stay prometheus_client metrics.
+        lock = self._shards = Shards()
         self.pending = GaugeFamily(
             f"{prefix}_pending_async_api_calls",
             "Calls queued in the dispatcher and not yet sent, by call type.",
@@ -125,10 +124,11 @@ class Metrics:
             "Messages dropped because their object was deleted (tombstoned) or untracked.",
             registry=None,
         )
-        self.actor_failures = Counter(
+        self.actor_failures = CounterFamily(
             "kdispatch_object_actor_failures_total",
             "Object actors that crashed (their futures failed, the actor was restarted clean).",
-            registry=None,
+            [],
+            lock,
         )
         self.requests = CounterFamily(
             "kdispatch_requests_total",
@@ -218,65 +218,58 @@ class Metrics:
         with _owners_lock:
             self._released = True
 
-    # One lock round trip per event, whatever it updates.
+    # No lock: each thread updates numbers of its own (:class:`.metric_families.Shards`).
 
     def outcome(self, call_type: str, outcome: str, count: int = 1) -> None:
         """A call (or ``count`` calls) resolved."""
-        with self._lock:
-            self.outcomes.add_locked((call_type, outcome), count)
+        self.outcomes.add((call_type, outcome), count)
 
     def merge(self, call_type: str) -> None:
         """A pending call was merged with a newer one."""
-        with self._lock:
-            self.merged.add_locked((call_type,))
+        self.merged.add((call_type,))
 
     def pending_delta(self, call_type: str, delta: int) -> None:
         """The pending-calls gauge of ``call_type`` moves by ``delta``."""
-        with self._lock:
-            self.pending.add_locked((call_type,), delta)
+        self.pending.add((call_type,), delta)
 
     def held_delta(self, call_type: str, delta: int) -> None:
         """The held-calls gauge of ``call_type`` moves by ``delta``."""
-        with self._lock:
-            self.held.add_locked((call_type,), delta)
+        self.held.add((call_type,), delta)
 
     def groups_open_delta(self, delta: int) -> None:
         """The open-groups gauge moves by ``delta``."""
-        with self._lock:
-            self.groups_open.add_locked((), delta)
+        self.groups_open.add((), delta)
 
     def group_cancelled(self, cause: str) -> None:
         """A call group was cancelled (``cause``: its label)."""
-        with self._lock:
-            self.groups_cancelled.add_locked((cause,))
+        self.groups_cancelled.add((cause,))
 
     def retry(self, call_type: str, reason: str) -> None:
         """An attempt will be retried."""
-        with self._lock:
-            self.retries.add_locked((call_type, reason))
+        self.retries.add((call_type, reason))
 
     def request(self, call_type: str, verb: str) -> None:
         """One request is being sent."""
-        with self._lock:
-            self.requests.add_locked((call_type, verb))
+        self.requests.add((call_type, verb))
 
     def executed(self, call_type: str, outcome: str, seconds: float) -> None:
         """An attempt finished with ``outcome`` (the executor's result: success, retry,
         conflict, not_found, failed); upstream's ``result`` label is success or error."""
         result = "success" if outcome == "success" else "error"
-        with self._lock:
-            self.executions.add_locked((call_type, result, outcome))
-            self.duration.observe_locked((call_type, result), seconds)
+        self.executions.add((call_type, result, outcome))
+        self.duration.observe((call_type, result), seconds)
 
     def event_dropped(self, reason: str) -> None:
         """A best-effort call was dropped unsent."""
-        with self._lock:
-            self.events_dropped.add_locked((reason,))
+        self.events_dropped.add((reason,))
 
     def waited(self, lane: int, seconds: float) -> None:
         """An object waited ``seconds`` in lane ``lane`` before its grant."""
-        with self._lock:
-            self.limiter_wait.observe_locked((str(lane),), seconds)
+        self.limiter_wait.observe((str(lane),), seconds)
+
+    def actor_failed(self) -> None:
+        """An object actor crashed."""
+        self.actor_failures.add(())
 
     def bind_live(self, live: Callable[[], int], dropped: Callable[[], int]) -> None:
         """Make the live-actor and dropped gauges read the registry on scrape."""

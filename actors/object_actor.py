@@ -126,59 +126,52 @@ class ObjectActor(Actor):
         """Feed one message to the machine and carry out its effects."""
         machine = self.machine
         kind = type(message)
-        if kind is Submit:
-            call = message.call
-            future = message.future
-            if self.ctx.closing:
-                self._resolve(future, call, DispatcherClosed("dispatcher is stopping"))
-                return
-            group = future.group
-            if group is not None:  # a step: its group's cancellation may have come first
-                refused = group._refusal(call, bool(message.holds))
-                if refused is not None:
-                    self._resolve(future, call, refused)
-                    return
-            self.open[future] = call
-            effects = machine.submit(call, future, message.holds, message.behind)
+        if kind is Submit:  # the hot messages first, the rest through _HANDLERS
+            effects = self._submit(message)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)
         elif kind is Done:
             effects = machine.done(message, self.ctx.clock())
-        elif kind is Observed:
-            effects = machine.observed_event(message.obj)
-        elif kind is View:  # a custom apply() that raises fails the view, not the actor
-            try:
-                view = machine.view()
-            except Exception as exc:
-                message.reply.set_exception(exc)
-            else:
-                message.reply.set_result(view)
-            return
-        elif kind is Deleted:
-            effects = machine.deleted()
-        elif kind is Cancel:
-            effects = machine.cancel(message.call_type)
-        elif kind is Withdraw:
-            effects = machine.withdraw(message.future)
-        elif kind is Reap:
-            if machine.idle and self.close_if_empty():
-                self.ctx.registry.leave(self.uid, self)
-            return
-        elif kind is Close:
-            effects = machine.close()
-        elif kind is Revoke:
-            effects = machine.revoke(message.error)
-        elif kind is Release:
-            effects = machine.release(message.token)
-        elif kind is FailDependency:
-            effects = machine.dependency_failed(message.token, message.cause)
         else:
-            raise TypeError(f"{self!r} cannot handle {message!r}")
+            handler = _HANDLERS.get(kind)
+            if handler is None:
+                raise TypeError(f"{self!r} cannot handle {message!r}")
+            effects = handler(self, message)
         if effects:
             self._carry_out(effects)
         if self.idle_since is None and machine.idle:
             self.idle_since = self.ctx.clock()
+
+    def _submit(self, message: Submit) -> list[Effect] | None:
+        call = message.call
+        future = message.future
+        if self.ctx.closing:
+            self._resolve(future, call, DispatcherClosed("dispatcher is stopping"))
+            return None
+        group = future.group
+        if group is not None:  # a step: its group's cancellation may have come first
+            refused = group._refusal(call, bool(message.holds))
+            if refused is not None:
+                self._resolve(future, call, refused)
+                return None
+        self.open[future] = call
+        return self.machine.submit(call, future, message.holds, message.behind)
+
+    def _view(self, message: View) -> None:
+        """A custom ``apply`` that raises fails the view, not the actor."""
+        try:
+            view = self.machine.view()
+        except Exception as exc:
+            message.reply.set_exception(exc)
+        else:
+            message.reply.set_result(view)
+
+    def _reap(self, message: Reap) -> None:
+        """Leave if idle, atomically with every tell (a message queued meanwhile keeps it)."""
+        del message
+        if self.machine.idle and self.close_if_empty():
+            self.ctx.registry.leave(self.uid, self)
 
     # ------------------------------------------------------------------ effects
 
@@ -271,7 +264,7 @@ class ObjectActor(Actor):
         the error and leave the registry, so the next message spawns a clean actor. Other
         objects are untouched."""
         ctx = self.ctx
-        ctx.metrics.actor_failures.inc()
+        ctx.metrics.actor_failed()
         logger.opt(exception=error).error("object actor for {} crashed", self.uid)
         for future, call in list(self.open.items()):
             if not future.done():
@@ -319,3 +312,18 @@ class ObjectActor(Actor):
             ctx.executor.refund(self.uid)
         elif isinstance(message, View):
             message.reply.set_result(None)
+
+
+_HANDLERS: Final[dict[type, Callable[[ObjectActor, Any], list[Effect] | None]]] = {
+    Observed: lambda actor, m: actor.machine.observed_event(m.obj),
+    View: ObjectActor._view,
+    Deleted: lambda actor, m: actor.machine.deleted(),
+    Cancel: lambda actor, m: actor.machine.cancel(m.call_type),
+    Withdraw: lambda actor, m: actor.machine.withdraw(m.future),
+    Reap: ObjectActor._reap,
+    Close: lambda actor, m: actor.machine.close(),
+    Revoke: lambda actor, m: actor.machine.revoke(m.error),
+    Release: lambda actor, m: actor.machine.release(m.token),
+    FailDependency: lambda actor, m: actor.machine.dependency_failed(m.token, m.cause),
+}
+"""What each of the other messages feeds the machine (or does itself)."""

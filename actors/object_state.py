@@ -16,7 +16,7 @@ that is ``RETIRING`` with nothing in flight is ``RETIRED`` at once. ``LIVE`` obj
 queue rules; once the object is gone (``RETIRING``: deleted while a request is on the wire;
 ``RETIRED``: for good) a submit is refused (``CallCancelled``), a grant is refunded, a done
 ends the last request, and the rest changes nothing. Whether calls wait or one is in flight is
-not a state of its own: it is a view of the queue (:attr:`ObjectState.phase`).
+not a state of its own: it is a view of the queue (:attr:`ObjectState.state`).
 
 **Rules applied once.** Each input judges a call once: a call that passed elision and
 staleness against the observed object (with nothing in flight) is not judged again until the
@@ -78,6 +78,7 @@ __all__ = [
     "Retire",
     "RetryState",
     "Send",
+    "State",
     "about",
 ]
 
@@ -98,6 +99,18 @@ class Life(enum.Enum):
     RETIRED = "retired"  # gone for good; the actor leaves
 
     __hash__ = object.__hash__  # singletons: identity hashing for the table lookups
+
+
+class State(enum.Enum):
+    """The coarse state of one object (:attr:`ObjectState.state`): not a machine of its own
+    but a view of the life and the queue, for logs and tests."""
+
+    IDLE = "idle"
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    IN_FLIGHT_PENDING = "in_flight_pending"
+    RETIRING = "retiring"
+    RETIRED = "retired"
 
 
 class Input(enum.Enum):
@@ -256,14 +269,16 @@ class ObjectState(Knowledge):
     # ------------------------------------------------------------------ views
 
     @property
-    def phase(self) -> str:
-        """A view of the queue, for logs and tests: ``idle``, ``pending``, ``in_flight``,
-        ``in_flight_pending``, ``retiring`` or ``retired``."""
-        if self.life is not _LIVE:
-            return self.life.value
+    def state(self) -> State:
+        """The coarse state: the life, and for a live object a view of its queue."""
+        life = self.life
+        if life is _RETIRING:
+            return State.RETIRING
+        if life is _RETIRED:
+            return State.RETIRED
         if self.inflight is None:
-            return "pending" if self.queue else "idle"
-        return "in_flight_pending" if self.queue else "in_flight"
+            return State.PENDING if self.queue else State.IDLE
+        return State.IN_FLIGHT_PENDING if self.queue else State.IN_FLIGHT
 
     @property
     def idle(self) -> bool:

@@ -271,9 +271,12 @@ def get_path(obj: Obj | None, *path: str) -> Any:
     """``obj[path[0]][path[1]]...`` or None when any step is missing."""
     cur: Any = obj
     for key in path:
-        if type(cur) is not dict and (cur is None or not is_mapping(cur)):  # the usual cases
+        if type(cur) is dict:  # the usual case first
+            cur = cur.get(key)
+        elif cur is None or not is_mapping(cur):
             return None
-        cur = cur.get(key)
+        else:
+            cur = cur.get(key)
     return cur
 
 
@@ -303,8 +306,9 @@ DELETE: Any = _Delete()
 
 def pod_node_name(pod: Obj | None) -> str | None:
     """``spec.nodeName`` of a pod, or None when unbound."""
-    node = get_path(pod, "spec", "nodeName")
-    return node if isinstance(node, str) and node else None
+    spec = pod.get("spec") if type(pod) is dict else get_path(pod, "spec")
+    node = spec.get("nodeName") if type(spec) is dict else get_path(spec, "nodeName")
+    return node if type(node) is str and node else None
 
 
 def is_terminating(obj: Obj | None) -> bool:

@@ -230,9 +230,10 @@ def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
     last = _last_conditions
     if last[0] is obj:
         return last[1]
-    conds = get_path(obj, "status", "conditions")
+    status = obj.get("status") if type(obj) is dict else get_path(obj, "status")
+    conds = status.get("conditions") if type(status) is dict else get_path(status, "conditions")
     by_type: Mapping[str, Mapping[str, Any]] = _NO_CONDITIONS
-    if isinstance(conds, (list, tuple)):
+    if type(conds) is list or type(conds) is tuple:
         by_type = {c["type"]: c for c in conds if is_mapping(c) and isinstance(c.get("type"), str)}
     _last_conditions = (obj, by_type)
     return by_type
@@ -240,7 +241,23 @@ def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
 
 def condition_satisfied(existing: Mapping[str, Any] | None, intent: ConditionLike) -> bool:
     """Whether ``existing`` already has every field the intent specifies."""
-    return existing is not None and all(existing.get(k) == v for k, v in intent.items())
+    if existing is None:
+        return False
+    for key, value in intent.items():
+        if existing.get(key) != value:
+            return False
+    return True
+
+
+def conditions_satisfied(obj: Obj, intents: Iterable[ConditionLike]) -> bool:
+    """Whether every intent is :func:`condition_satisfied` by the conditions of ``obj``."""
+    current = pod_conditions(obj)
+    if not current:
+        return not intents
+    for intent in intents:
+        if not condition_satisfied(current.get(intent["type"]), intent):
+            return False
+    return True
 
 
 def apply_conditions(obj: Obj, intents: Iterable[ConditionLike], *, replace: bool = False) -> Obj:
@@ -397,8 +414,12 @@ class PodStatusPatch(Call):
         """Stale when the patch would un-schedule a pod that is scheduled: ``PodScheduled`` set
         to anything but ``True`` on a bound pod, or on a pod whose ``PodScheduled=True`` is not
         in ``basis`` (the caller decided before it). Pure."""
-        intent = next((c for c in self.conditions if c["type"] == POD_SCHEDULED), None)
-        if intent is None or intent["status"] == "True":
+        for intent in self.conditions:
+            if intent["type"] == POD_SCHEDULED:
+                break
+        else:
+            return None
+        if intent["status"] == "True":
             return None
         for candidate in (obj,) if basis is obj else (obj, basis):
             node = pod_node_name(candidate)
@@ -420,12 +441,9 @@ class PodStatusPatch(Call):
     def is_noop(self, obj: Obj | None) -> bool:
         """Every condition already has the intended status/reason/message (timestamps ignored)
         and nominatedNodeName (if set) already has the intended value (None ≡ absent)."""
-        if obj is None:
+        if obj is None or not conditions_satisfied(obj, self.conditions):
             return False
-        current = pod_conditions(obj)
-        if not all(condition_satisfied(current.get(c["type"]), c) for c in self.conditions):
-            return False
-        return not self._nnn_differs(obj)
+        return self.nominated_node_name is UNSET or not self._nnn_differs(obj)
 
     def apply(self, obj: Obj) -> Obj:
         """The pod once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
