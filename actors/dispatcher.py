@@ -128,9 +128,9 @@ class Dispatcher(DispatcherLike):
             log_calls=config.log_calls,
         )
         self._state_lock = threading.Condition(threading.Lock())
-        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic (see
-        # ``._compat``), so the submitting threads and the actors resolving futures share no
-        # lock (for speed: ``submit`` never waits behind an actor thread).
+        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic under the
+        # interpreter lock (see :mod:`kdispatch.actors`), so the submitting threads and the
+        # actors resolving futures share no lock (``submit`` never waits behind an actor).
         self._unresolved: deque[None] = deque()
         self._backlog = BacklogWaiters(self._unresolved.__len__)  # wait_backlog's waiters
         self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)

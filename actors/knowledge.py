@@ -5,9 +5,9 @@ The *observed* object is the newest state the actor saw: from the informer, from
 rule:
 
 * ``landed``: a call that landed without a reply object (a binding). It is applied on top of
-  every observed object until one shows it (``Call.is_noop``): the content is right, but the
-  resourceVersion is behind the server's, so a request computed on the object needs a re-read
-  first. A fresh read clears it.
+  every observed object until one shows it (``Call.is_noop``). Until then, or until a fresh
+  read, the content is right but the resourceVersion is behind the server's (``rv_stale``), so
+  a request computed on the object needs a re-read first.
 * ``untrusted_rv``: a request computed on this resourceVersion may or may not have landed (a
   retryable failure, a lost reply), or a 409's re-read failed. Until an object strictly newer
   than it is observed (with preconditions, it either holds that request or proves it never
@@ -34,13 +34,14 @@ __all__ = ["Knowledge"]
 class Knowledge:
     """The observed object of one UID, and the two facts that qualify it (module docstring)."""
 
-    __slots__ = ("landed", "observed", "observed_rv", "uid", "untrusted_rv")
+    __slots__ = ("landed", "observed", "observed_rv", "rv_stale", "uid", "untrusted_rv")
 
     def __init__(self, uid: str) -> None:
         self.uid = uid
         self.observed: Obj | None = None
         self.observed_rv: str | None = None  # read once per observed object
         self.landed: Call | None = None
+        self.rv_stale = False  # landed applied on top: the resourceVersion is behind
         self.untrusted_rv: str | None = None
 
     @property
@@ -51,12 +52,7 @@ class Knowledge:
     @property
     def trusted(self) -> bool:
         """Whether a request may be computed on the observed object without a re-read."""
-        return self.untrusted_rv is None and self.landed is None and self.observed is not None
-
-    @property
-    def rv_stale(self) -> bool:
-        """Whether the observed content is right but its resourceVersion behind the server's."""
-        return self.landed is not None
+        return self.untrusted_rv is None and not self.rv_stale and self.observed is not None
 
     def observe(self, obj: Any) -> bool:
         """Adopt ``obj`` if it is a newer state of this object (same UID, strictly newer
@@ -71,6 +67,7 @@ class Knowledge:
         if landed is not None:
             if landed.is_noop(obj):
                 self.landed = None
+                self.rv_stale = False
             else:
                 obj = landed.apply(obj)
                 rv = resource_version(obj)
@@ -95,6 +92,7 @@ class Knowledge:
                 rv = resource_version(obj)
             self.observed, self.observed_rv = obj, rv
         self.untrusted_rv = None
+        self.rv_stale = False
 
     def land(self, call: Call) -> None:
         """``call`` landed without a reply object: the server now holds it, at a
@@ -105,6 +103,7 @@ class Knowledge:
         self.observed = observed = call.apply(observed)
         self.observed_rv = resource_version(observed)
         self.landed = call
+        self.rv_stale = True
 
     def ambiguous(self, rv: str | None) -> None:
         """A request computed on resourceVersion ``rv`` may or may not have landed: distrust

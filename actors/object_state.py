@@ -80,6 +80,7 @@ __all__ = [
     "Send",
     "State",
     "about",
+    "lifecycle_markdown",
 ]
 
 
@@ -143,6 +144,23 @@ LIFECYCLE: Final[dict[tuple[Life, Input], Life]] = {
 }
 """Event-triggered lifecycle transitions, keyed by input; every other pair keeps the life.
 State-triggered: ``RETIRING`` with nothing in flight is ``RETIRED`` at once."""
+
+
+def lifecycle_markdown() -> str:
+    """:data:`LIFECYCLE` as a Markdown table (docs/behaviour.md shows it; a test keeps the two
+    in step): one row per input that moves the life, one column per life, the next life in
+    each cell (blank: the input keeps the life)."""
+    lives = list(Life)
+    inputs = [i for i in Input if any((life, i) in LIFECYCLE for life in lives)]
+    lines = [
+        "| input \\ life | " + " | ".join(f"`{life.value}`" for life in lives) + " |",
+        "|---" * (len(lives) + 1) + "|",
+    ]
+    for inp in inputs:
+        cells = [LIFECYCLE.get((life, inp)) for life in lives]
+        row = " | ".join("" if c is None else f"`{c.value}`" for c in cells)
+        lines.append(f"| `{inp.value}` | {row} |")
+    return "\n".join(lines) + "\n"
 
 
 # --------------------------------------------------------------------------- effects

@@ -32,10 +32,12 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
 )
 from kdispatch.actors.object_state import (
-    TRANSITIONS,
+    LIFECYCLE,
     Done,
     Effect,
+    Input,
     InvalidTransition,
+    Life,
     Merged,
     ObjectState,
     Ready,
@@ -193,14 +195,22 @@ def bound(p: Obj, node: str = "n1", rv: int = 2) -> Obj:
 # ============================================================ the transitions table
 
 
-def test_transitions_table_names_every_state_and_done_only_with_something_in_flight() -> None:
-    assert set(TRANSITIONS) == set(State)
-    for state in (State.IDLE, State.PENDING, State.RETIRED):
-        assert "done" not in TRANSITIONS[state]
-    for state in (State.IN_FLIGHT, State.IN_FLIGHT_PENDING, State.RETIRING):
-        assert "done" in TRANSITIONS[state]
-    for events in TRANSITIONS.values():
-        assert {"submit", "grant", "observed", "deleted", "cancel", "close", "revoke"} <= events
+def test_the_lifecycle_table_is_the_machine(d: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row is a rule: without the row that retires a live object on a deletion, a deleted
+    object stays live and keeps taking calls."""
+    assert LIFECYCLE[(Life.LIVE, Input.DELETED)] is Life.RETIRING
+    rows = {k: v for k, v in LIFECYCLE.items() if k != (Life.LIVE, Input.DELETED)}
+    monkeypatch.setattr("kdispatch.actors.object_state.LIFECYCLE", rows)
+    d.submit(unsched(pod("a")))
+    d.deleted()
+    assert d.state() is State.IDLE  # its call was cancelled, but the object lives on
+    later = d.submit(unsched(pod("a")))
+    assert later not in d.results and d.state() is State.PENDING  # and takes new calls
+    monkeypatch.undo()
+    d2 = Driver()
+    d2.submit(unsched(pod("a")))
+    d2.deleted()
+    assert d2.state() is State.RETIRED  # nothing in flight: retired at once
 
 
 def test_done_with_nothing_in_flight_is_an_invalid_transition(d: Driver) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from kdispatch.actors.calls import Call
 from kdispatch.actors.errors import CallCancelled, Outcome, ServerError
-from kdispatch.actors.object_state import Effect, Event, Rebased, Resolve, Result, State
+from kdispatch.actors.object_state import Effect, Rebased, Resolve, Result, State
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding
 from tests.factories import pod
@@ -45,14 +45,6 @@ def d() -> WithdrawDriver:
 def conditions(call: Call, p: Obj) -> set[str]:
     """The condition types ``call`` sets on ``p``."""
     return {c["type"] for c in call.apply(p)["status"]["conditions"]}
-
-
-def test_withdraw_is_an_event_of_the_table() -> None:
-    from kdispatch.actors.object_state import TABLE, TRANSITIONS
-
-    assert all("withdraw" in TRANSITIONS[state] for state in State)
-    assert TABLE[(State.PENDING, Event.WITHDRAW_CLEARED)] is State.IDLE
-    assert TABLE[(State.IN_FLIGHT_PENDING, Event.WITHDRAW_CLEARED)] is State.IN_FLIGHT
 
 
 def test_a_pending_call_resolves_cancelled_and_nothing_else_does(d: WithdrawDriver) -> None:

@@ -1,9 +1,9 @@
-"""The per-object machine as tables (``TABLE``, ``TRUST_TABLE``), its retry bookkeeping
-(``RetryState``), the page that shows them (``docs/behaviour.md``), and error messages that
-name their object.
+"""The per-object machine's lifecycle table (``LIFECYCLE``), what it knows of its object and
+how far it trusts it (``Knowledge``), its retry bookkeeping (``RetryState``), the page that
+shows the table (``docs/behaviour.md``), and error messages that name their object.
 
-Pure tests drive :class:`ObjectState` with the driver of ``test_object_state.py``; the last
-one goes through a real :class:`Dispatcher` and the in-memory apiserver.
+Pure tests drive :class:`ObjectState` with the driver of ``test_object_state.py``; one goes
+through a real :class:`Dispatcher` and the in-memory apiserver.
 """
 
 from __future__ import annotations
@@ -26,21 +26,16 @@ from kdispatch.actors.errors import (
     ServerError,
 )
 from kdispatch.actors.object_state import (
-    EVENT_DOCS,
-    TABLE,
-    TRANSITIONS,
-    TRUST_DOCS,
-    TRUST_TABLE,
+    LIFECYCLE,
     Done,
-    Event,
+    Input,
     InvalidTransition,
+    Life,
     Result,
     Retire,
     RetryState,
     State,
-    Trust,
-    TrustEvent,
-    transition_table_markdown,
+    lifecycle_markdown,
 )
 from kdispatch.actors.pod_calls import PodBinding
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
@@ -58,50 +53,39 @@ def d() -> Driver:
     return Driver()
 
 
-def trust_of(d: Driver) -> Trust:
-    """The trust state now (a call, so that each assertion reads it afresh)."""
-    return d.m.trust
+def trust_of(d: Driver) -> str:
+    """What the machine makes of its object now: ``trusted`` (elision, and requests computed on
+    it), ``rv_stale`` (elision; requests re-read first), ``untrusted`` (no elision; requests
+    re-read first) or ``untrusted_rv_stale``."""
+    m = d.m
+    if m.untrusted_rv is not None:
+        return "untrusted_rv_stale" if m.rv_stale else "untrusted"
+    return "rv_stale" if m.rv_stale else "trusted"
 
 
-# ============================================================ the tables
+# ============================================================ the lifecycle table
 
 
-def test_behaviour_page_shows_the_tables_of_the_code() -> None:
-    text = DOC.read_text(encoding="utf-8")
+def test_behaviour_page_shows_the_table_of_the_code() -> None:
+    text = DOC.read_text()
     assert text.count(BEGIN) == 1 and text.count(END) == 1, "markers missing in docs/behaviour.md"
     shown = text.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert shown == transition_table_markdown(), (
+    assert shown == lifecycle_markdown(), (
         "docs/behaviour.md is out of date: replace what lies between its table markers with "
-        "kdispatch.actors.object_state.transition_table_markdown()"
+        "kdispatch.actors.object_state.lifecycle_markdown()"
     )
 
 
-def test_every_event_and_trust_value_is_documented_and_used() -> None:
-    assert set(EVENT_DOCS) == set(Event)
-    assert set(TRUST_DOCS) == set(Trust) | set(TrustEvent)
-    assert {event for _, event in TABLE} == set(Event)
-    assert {state for state, _ in TABLE} == set(State)
-    assert {event for _, event in TRUST_TABLE} == set(TrustEvent)
-    assert set(TABLE.values()) <= set(State) and set(TRUST_TABLE.values()) <= set(Trust)
-
-
-def test_transitions_are_derived_from_the_table() -> None:
-    for state in State:
-        assert TRANSITIONS[state] == {e.input for (s, e) in TABLE if s is state}
-    assert TRANSITIONS[State.RETIRED] == TRANSITIONS[State.IDLE]  # tolerates late messages
-    assert TRANSITIONS[State.RETIRING] == TRANSITIONS[State.IN_FLIGHT]
-
-
-def test_retired_is_terminal() -> None:
-    assert {target for (s, _), target in TABLE.items() if s is State.RETIRED} == {State.RETIRED}
-    retiring = {target for (s, _), target in TABLE.items() if s is State.RETIRING}
-    assert retiring == {State.RETIRING, State.RETIRED}
-
-
-def test_a_pair_missing_from_the_table_raises(d: Driver) -> None:
-    with pytest.raises(InvalidTransition, match="grant/send in state idle"):
-        d.m._settle([], Event.GRANT_SEND)
-    assert d.state() is State.IDLE
+def test_retired_is_terminal_and_only_gone_inputs_end_a_life() -> None:
+    assert not any(life is Life.RETIRED for life, _ in LIFECYCLE)
+    assert {target for (life, _), target in LIFECYCLE.items() if life is Life.RETIRING} == {
+        Life.RETIRED
+    }
+    assert {i for (life, i) in LIFECYCLE if life is Life.LIVE} == {
+        Input.DELETED,
+        Input.GONE,
+        Input.CLOSE,
+    }
 
 
 def test_late_messages_to_a_retired_object(d: Driver) -> None:
@@ -165,27 +149,27 @@ def test_derived_events_reach_the_states_the_table_names(
     assert d.state() is want
 
 
-# ============================================================ the trust machine
+# ============================================================ trust
 
 
 def test_trust_after_a_landed_binding_then_an_informer_update_that_shows_it(d: Driver) -> None:
     p = pod("a")
     d.submit(PodBinding.for_pod(p, "n1"))
     d.done(d.send())  # a binding's reply carries no object
-    assert trust_of(d) is Trust.RV_STALE and d.m.landed is not None
-    assert d.m.trusted and d.m.rv_stale
+    assert trust_of(d) == "rv_stale" and d.m.landed is not None
+    assert d.m.elides and not d.m.trusted
     d.observed(bound(p, rv=2))
-    assert trust_of(d) is Trust.TRUSTED and d.m.landed is None
+    assert trust_of(d) == "trusted" and d.m.landed is None
 
 
 def test_trust_after_an_ambiguous_failure_and_a_newer_object(d: Driver) -> None:
     p = pod("a")
     d.submit(unsched(p))
     d.done(d.send(), Result.RETRY, error=ServerError())
-    assert trust_of(d) is Trust.UNTRUSTED and d.m.untrusted_rv == "1"
-    assert not d.m.trusted
+    assert trust_of(d) == "untrusted" and d.m.untrusted_rv == "1"
+    assert not d.m.elides and not d.m.trusted
     d.observed(pod("a", rv=2))
-    assert trust_of(d) is Trust.TRUSTED and d.m.untrusted_rv is None
+    assert trust_of(d) == "trusted" and d.m.untrusted_rv is None
 
 
 def test_ambiguous_failure_once_a_newer_object_is_observed_keeps_trust(d: Driver) -> None:
@@ -194,7 +178,7 @@ def test_ambiguous_failure_once_a_newer_object_is_observed_keeps_trust(d: Driver
     s = d.send()
     d.observed(pod("a", rv=2))  # the informer moved on while the request was out
     d.done(s, Result.RETRY, error=ServerError())
-    assert trust_of(d) is Trust.TRUSTED
+    assert trust_of(d) == "trusted"
 
 
 def test_trust_untrusted_and_rv_stale_at_once(d: Driver) -> None:
@@ -203,9 +187,9 @@ def test_trust_untrusted_and_rv_stale_at_once(d: Driver) -> None:
     d.done(d.send(), Result.RETRY, error=ServerError())
     d.submit(PodBinding.for_pod(p, "n1"))  # supersedes the patch, does not read the pod
     d.done(d.send())
-    assert trust_of(d) is Trust.UNTRUSTED_RV_STALE
+    assert trust_of(d) == "untrusted_rv_stale"
     d.observed(pod("a", rv=2))  # newer than the failed patch's base, without the binding
-    assert trust_of(d) is Trust.RV_STALE and d.m.landed is not None
+    assert trust_of(d) == "rv_stale" and d.m.landed is not None
     view = d.m.view()
     assert view is not None and view["spec"]["nodeName"] == "n1"
 
@@ -214,16 +198,11 @@ def test_a_conflict_whose_reread_failed_distrusts_and_a_fresh_read_restores(d: D
     p = pod("a")
     d.submit(unsched(p))
     d.done(d.send(), Result.CONFLICT, obj=None)
-    assert trust_of(d) is Trust.UNTRUSTED
+    assert trust_of(d) == "untrusted"
     read = d.send()
     assert read.read
     d.done(read, obj=pod("a", rv=3))
-    assert trust_of(d) is Trust.TRUSTED
-
-
-def test_a_trust_pair_missing_from_the_table_raises(d: Driver) -> None:
-    with pytest.raises(InvalidTransition, match="trust: newer in trusted"):
-        d.m._trust_on(TrustEvent.NEWER)
+    assert trust_of(d) == "trusted"
 
 
 # ============================================================ retry bookkeeping
@@ -296,7 +275,7 @@ def test_binding_for_a_pod_that_does_not_exist_names_the_pod() -> None:
     assert [(r.op, r.outcome) for r in server.request_log] == [("bind", "NotFound")]
 
 
-def test_retire_effects_are_unchanged_by_the_table(d: Driver) -> None:
+def test_retire_effects(d: Driver) -> None:
     p = pod("a")
     d.submit(unsched(p))
     s = d.send()
