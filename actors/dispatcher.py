@@ -25,7 +25,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
-from functools import partial
 from typing import Any, Self
 
 from loguru import logger
@@ -50,7 +49,7 @@ from .groups import CallGroup, OwnerIndex
 from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite, dependency_failed
 from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw, settle
 from .metrics import Metrics
-from .object_actor import ActorContext, ObjectActor
+from .object_actor import ActorContext
 from .objects import Obj, ObjectRef, as_object, check_uid
 from .registry import Registry
 from .runtime import ActorPool
@@ -127,6 +126,7 @@ class Dispatcher(DispatcherLike):
             on_resolved=self._on_resolved,
             log_calls=config.log_calls,
         )
+        self._spawn = self._ctx.spawn
         self._state_lock = threading.Condition(threading.Lock())
         # One entry per future not resolved yet. ``append`` and ``pop`` are atomic under the
         # interpreter lock (see :mod:`kdispatch.actors`), so the submitting threads and the
@@ -375,7 +375,7 @@ class Dispatcher(DispatcherLike):
         if call.best_effort:  # not part of the backlog; every path below resolves the future
             self._backlog.track_best_effort(future)
         try:
-            routed = self._registry.tell(uid, message, partial(ObjectActor, uid, self._ctx))
+            routed = self._registry.tell(uid, message, self._spawn)
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future, group)

@@ -155,10 +155,11 @@ class CallGroup(GroupSteps):
         ``Dispatcher.submit`` raises, :class:`~.errors.DependencyCycleError` if ``after``
         waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
         cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
-        # Without the lock (atomic reads under the interpreter lock): cancel_for sets _cancelled before
-        # _flags, _seal sets _CLOSING with _SEALED. A cancellation that lands after these
-        # reads withdraws the step if it is registered by then; if not, or if its Withdraw
-        # reaches the actor before its Submit, the actor refuses the step (``refusal``).
+        # Without the lock (reads atomic under the interpreter lock): cancel_for sets
+        # _cancelled before _flags, _seal sets _CLOSING with _SEALED. A cancellation that
+        # lands after these reads withdraws the step if it is registered by then; if not, or
+        # if its Withdraw reaches the actor before its Submit, the actor refuses the step
+        # (``_refusal``).
         flags = self._flags
         if flags & _SEALED and self._cancelled is None and not flags & _CLOSING:
             raise GroupClosedError(f"{self!r} is sealed: start another group")
@@ -363,7 +364,8 @@ class OwnerIndex:
     """A dispatcher's open call groups by their owner's UID. An owner has one group at a time
     (rarely two), so an entry is the group itself, or a tuple of several
     (:data:`~.holds.OneOrMore`): no container per group. Writes hold the index's lock;
-    :meth:`owns` reads without it (one dict lookup, atomic under the interpreter lock). Any thread."""
+    :meth:`owns` reads without it (one dict lookup, atomic under the interpreter lock). Any
+    thread."""
 
     def __init__(self) -> None:
         self._lock = Lock()

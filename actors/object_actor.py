@@ -71,7 +71,9 @@ class ExecutorPort(Protocol):
 class RegistryPort(Protocol):
     """What an object actor needs of the registry (see :class:`~.registry.Registry`)."""
 
-    def tell(self, uid: str, message: object, spawn: Callable[[], Actor] | None = None) -> bool: ...
+    def tell(
+        self, uid: str, message: object, spawn: Callable[[str], Actor] | None = None
+    ) -> bool: ...
 
     def tombstone(self, uid: str) -> None: ...
 
@@ -88,9 +90,13 @@ class ActorContext:
     retry: RetryConfig
     pool: ActorPool
     clock: Callable[[], float]
-    on_resolved: Callable[[Any], None]  # a call resolved (its call type, for the backlog)
+    on_resolved: Callable[[Any], None]  # a call resolved (its call, for the backlog)
     log_calls: bool = False  # also log calls that resolve as intended
     closing: bool = False
+
+    def spawn(self, uid: str) -> ObjectActor:
+        """A new actor for ``uid`` (the registry's spawn). Any thread."""
+        return ObjectActor(uid, self)
 
 
 _REROUTED: Final = (Observed, Cancel, Withdraw, Revoke, Release, FailDependency)
@@ -244,7 +250,7 @@ class ObjectActor(Actor):
             logger.error("future of a {} call for {} resolved twice", call_type, self.uid)
             return
         ctx = self.ctx
-        if type(outcome) is Outcome:
+        if isinstance(outcome, Outcome):
             label = _LABELS[outcome]
             quiet = not ctx.log_calls
         else:
@@ -294,7 +300,7 @@ class ObjectActor(Actor):
                 return
             uid = self.uid
             try:
-                routed = ctx.registry.tell(uid, message, lambda: ObjectActor(uid, ctx))
+                routed = ctx.registry.tell(uid, message, ctx.spawn)
             except Exception as exc:  # ActorLimitExceeded
                 failed = CallFailed(
                     about(call.ref, str(exc)), uid=uid, call_type=call.call_type, cause=exc

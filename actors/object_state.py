@@ -274,7 +274,13 @@ class ObjectState(Knowledge):
     __slots__ = ("inflight", "life", "queue", "ready_lane", "request", "retry")
 
     def __init__(self, uid: str, retry: RetryConfig) -> None:
-        super().__init__(uid)
+        # Knowledge's fields, set here rather than through its __init__ (one call per spawn)
+        self.uid = uid
+        self.observed: Obj | None = None
+        self.observed_rv: str | None = None
+        self.landed: Call | None = None
+        self.rv_stale = False
+        self.untrusted_rv: str | None = None
         self.retry = retry
         self.life = _LIVE
         self.queue: list[Entry] = []  # pending calls in send order, one per call type
@@ -607,8 +613,8 @@ class ObjectState(Knowledge):
             if self._is_noop(call):
                 return Resolve(entry.future, call.call_type, _SKIPPED)
             if (reason := call.revalidate(call.basis, observed)) is not None:
-                error = CallStale(about(call.ref, reason), uid=self.uid, call_type=call.call_type)
-                return Resolve(entry.future, call.call_type, error)
+                stale = CallStale(about(call.ref, reason), uid=self.uid, call_type=call.call_type)
+                return Resolve(entry.future, call.call_type, stale)
             if settled:
                 entry.judged = observed
         if (reason := call.precheck(observed)) is not None:

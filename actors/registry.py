@@ -42,7 +42,7 @@ from .runtime import Actor
 
 __all__ = ["Registry", "live_pooled_actors"]
 
-Spawn = Callable[[], Actor]
+Spawn = Callable[[str], Actor]
 _REAP = Reap()
 
 
@@ -83,7 +83,7 @@ class Registry:
     # ----------------------------------------------------------------- routing
 
     def tell(self, uid: str, message: object, spawn: Spawn | None = None) -> bool:
-        """Route ``message`` to the actor of ``uid``, spawning it with ``spawn()`` if there is
+        """Route ``message`` to the actor of ``uid``, spawning it with ``spawn(uid)`` if there is
         none. False (the message counted as dropped) if ``uid`` is tombstoned, or has no actor
         and no ``spawn`` was given. Raises :class:`ActorLimitExceeded` at ``max_live``, and
         whatever ``spawn`` raises. Any thread."""
@@ -115,7 +115,7 @@ class Registry:
             raise ActorLimitExceeded(
                 f"cannot spawn an actor for {uid!r}: {len(live)} live (max_live)"
             )
-        fresh = spawn()
+        fresh = spawn(uid)
         actor = live.setdefault(uid, fresh)
         if actor is not fresh or not self._any_tombstone or uid not in self._tombstones:
             return actor
