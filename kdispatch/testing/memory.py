@@ -350,13 +350,13 @@ class InMemoryApiServer:
         operations; a failed ``test`` answers 422 as upstream does); None: the kind's flavour
         from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version`` and a
         ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions
-        (``ConflictError``; over HTTP a wrong body UID is kube-apiserver's 422 instead, see
-        :mod:`kdispatch.testing.httpserver`).
+        (``ConflictError``; over HTTP, :class:`~kdispatch.testing.ApiServerHTTP` answers a
+        wrong body UID with kube-apiserver's 422 instead).
         As on the apiserver, a patch of the object leaves ``status`` alone for kinds with a
         status subresource, a status patch changes only ``status``, and identity fields
         (name, namespace, uid, creationTimestamp, kind, apiVersion) never change. Strategic
-        merge uses the status merge keys of :mod:`kdispatch.testing.memory_patch` (other lists are
-        replaced whole). Request thread."""
+        merge merges the lists of a pod's and a claim's status by their upstream merge keys
+        (conditions by ``type``, and so on); other lists are replaced whole. Request thread."""
         info = self._kinds.get(kind)
         flavour = patch_type or (info.patch if info is not None else "merge")
         has_status = info.status if info is not None else True
@@ -411,9 +411,11 @@ class InMemoryApiServer:
         resource_version: str | None = None,
     ) -> None:
         """``pods/eviction``: delete the pod unless a PodDisruptionBudget forbids it now
-        (:class:`~kdispatch.actors.errors.DisruptionBudgetError`, a 429; the rules are in
-        :mod:`kdispatch.testing.memory_pdb`). ``uid``/``resource_version``: the deleteOptions'
-        preconditions (409); ``uid=None``: none. Request thread."""
+        (:class:`~kdispatch.DisruptionBudgetError`, a 429), decided as upstream's eviction
+        handler decides, from figures computed over the stored pods, since no disruption
+        controller keeps a budget's status here (:meth:`pdb_status` shows them).
+        ``uid``/``resource_version``: the deleteOptions' preconditions (409); ``uid=None``:
+        none. Request thread."""
 
         def apply() -> Json:
             check_grace_period(grace_period_seconds)
