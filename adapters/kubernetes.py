@@ -379,7 +379,7 @@ class KubernetesBackend:
         bookmarks: bool = True,
     ) -> Any:
         """Open a watch: the raw urllib3 response streaming JSON lines (see
-        :class:`kdispatch.adapters.informer.ClientListWatch`, which decodes it). The read
+        :class:`~kdispatch.ClientListWatch`, which decodes it). The read
         timeout is ``timeout_seconds`` plus the request timeout. Calling thread."""
         info = self._kinds.lookup(kind)
         path = self._collection(info, namespace)
