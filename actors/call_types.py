@@ -27,6 +27,7 @@ BUILTIN_CALL_TYPES: Final[tuple[type[Call], ...]] = (
     PodEviction,
     EventRecord,
 )
+"""The call types every dispatcher knows (what :func:`default_call_types` registers)."""
 
 
 def default_call_types() -> CallTypeRegistry:

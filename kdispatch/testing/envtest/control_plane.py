@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 ADMIN_USER = "envtest-admin"
+"""The static-token user in ``system:masters`` that every control plane has."""
 
 
 class ControlPlane:
