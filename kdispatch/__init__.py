@@ -100,8 +100,9 @@ if TYPE_CHECKING:
     from .adapters.aio_informer import AioInformer
     from .adapters.discovery import register_from_discovery
     from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
-    from .adapters.kubernetes import KubernetesBackend, ObjectList
+    from .adapters.kubernetes import KubernetesBackend
     from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
+    from .adapters.listing import ObjectList
     from .adapters.process import DispatcherProcessDied, ProcessDispatcher
     from .adapters.transport import prepare_configuration
 else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_client) and the
@@ -133,7 +134,8 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
                 "WatchEvent",
                 "WatchStream",
             ),
-            ".adapters.kubernetes": ("KubernetesBackend", "ObjectList"),
+            ".adapters.kubernetes": ("KubernetesBackend",),
+            ".adapters.listing": ("ObjectList",),
             ".adapters.leader": (
                 "ClientLeaseClient",
                 "ElectionConfig",

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from kdispatch import DispatcherConfig
+from kdispatch import DispatcherConfig, KubernetesBackend
 from kdispatch.actors.config_load import env_variables
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
-from tests.snippets import PAGES, ROOT, Snippet, all_snippets, backends_reach, run
+from tests.snippets import PAGES, ROOT, Snippet, all_snippets, backends_reach, block, run
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -112,3 +112,19 @@ def test_snippets_use_only_the_public_face() -> None:
     used = {(s.name, m) for s in SNIPPETS for m in imports.findall(s.code)}
     public = {"kdispatch", "kdispatch.testing", "kdispatch.testing.envtest"}
     assert used and {m for _, m in used} <= public, used
+
+
+def test_the_events_read_back_runs_on_every_backend() -> None:
+    """docs/events.md reads its Event back with ``server.list("Event").items``: the same line
+    reads it through a ``KubernetesBackend`` (both backends' ``list`` return an ObjectList)."""
+    snippet = block("docs/events.md", "# Events")
+    [readback] = [line for line in snippet.code.splitlines() if ".list(" in line]
+    memory = run(snippet)
+    with (
+        ApiServerHTTP(memory["server"]) as http,
+        KubernetesBackend.for_url(http.url) as backend,
+    ):
+        real = run(Snippet(snippet.path, snippet.offset, readback), server=backend)
+    assert real["event"]["metadata"]["uid"] == memory["event"]["metadata"]["uid"]
+    assert real["event"]["series"] == memory["event"]["series"]
+    assert real["event"]["series"]["count"] == 3

@@ -52,6 +52,7 @@ from kdispatch.actors.objects import (
     is_dns_label,
     is_dns_subdomain,
 )
+from kdispatch.adapters.listing import ObjectList
 
 from .audit import RequestRecord, request_writer
 from .memory_faults import (
@@ -595,14 +596,25 @@ class InMemoryApiServer:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> tuple[builtins.list[Json], str]:
-        """All objects of ``kind`` (in ``namespace`` if given, matching the selectors if
-        given), sorted by namespace and name, and the resourceVersion to watch from. Any
-        thread."""
-        items, rv, _ = self.list_page(
-            kind, namespace, label_selector=label_selector, field_selector=field_selector
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ObjectList:
+        """The objects of ``kind`` (in ``namespace`` if given, matching the selectors if
+        given), sorted by namespace and name, as :meth:`KubernetesBackend.list
+        <kdispatch.KubernetesBackend.list>` returns them: an :class:`~kdispatch.ObjectList`
+        of the items, the resourceVersion to watch from and the next page's token. Every
+        object unless ``limit`` asks for a page: at most ``limit`` objects after
+        ``continue_token``, and the token of the next page (None on the last). Unlike etcd,
+        later pages see the current objects, not a snapshot at the first page's
+        resourceVersion. Any thread."""
+        return self.list_page(
+            kind,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_token=continue_token,
         )
-        return items, rv
 
     def list_page(
         self,
@@ -613,10 +625,9 @@ class InMemoryApiServer:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
-    ) -> tuple[builtins.list[Json], str, str | None]:
-        """One page of :meth:`list`: at most ``limit`` objects after ``continue_token``, and
-        the token of the next page (None on the last). Unlike etcd, later pages see the
-        current objects, not a snapshot at the first page's resourceVersion. Any thread."""
+    ) -> ObjectList:
+        """:meth:`list`, under the name :class:`~kdispatch.testing.ApiServerHTTP` asks the
+        stores it serves for. Any thread."""
         _check_str("kind", kind)
         if namespace is not None:
             _check_str("namespace", namespace)
@@ -640,7 +651,7 @@ class InMemoryApiServer:
         if limit is not None and len(snapshots) > limit:
             snapshots = snapshots[:limit]
             token = _encode_continue(_sort_key(snapshots[-1]))
-        return [clone(o) for o in snapshots], rv, token
+        return ObjectList([clone(o) for o in snapshots], rv, token)
 
     def watch(
         self,
