@@ -21,6 +21,7 @@ namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}`
     POST   .../pods/{name}/eviction           policy/v1 Eviction → Status 201, or 429 when a
                                               PodDisruptionBudget forbids it
     GET    /api, /api/v1, /apis, /apis/{group}/{version}    discovery documents of the table
+    GET    /version                           the version it emulates (:data:`VERSION`)
 
 A kind-specific store (for example for Leases) plugs in with ``stores={"Lease": store}``: the
 requests for that kind go to ``store``, which offers the same generic methods as
@@ -104,6 +105,20 @@ _PATCH_TYPES = {
 
 JSON_PATCH_REJECTED = "the server rejected our request due to an error in our request"
 """kube-apiserver's whole message for a JSON patch whose ``test`` operation failed."""
+
+VERSION: dict[str, str] = {
+    "major": "1",
+    "minor": "37",
+    "gitVersion": "v1.37.2",
+    "gitCommit": "",
+    "gitTreeState": "",
+    "buildDate": "",
+    "goVersion": "",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+"""``GET /version``: the kube-apiserver release whose behaviour the emulator follows (the one
+``kdispatch.testing.envtest`` builds, against which the conformance suite checks it)."""
 
 _DEFAULT_WATCH_SECONDS = 1800.0
 _SCHEDULER = "default-scheduler"
@@ -279,6 +294,9 @@ class _Handler(BaseHTTPRequestHandler):
             api._check_auth(self.headers.get("Authorization"))
             url = urlsplit(self.path)
             if api._serve_extra(self, method, url.path, url.query, body):  # leases, audit
+                return
+            if url.path in ("/version", "/version/") and method == "GET":
+                self._reply_json(200, VERSION)
                 return
             route = _route(api.kinds, url.path)
             if not isinstance(route, _Route):
