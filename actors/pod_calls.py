@@ -73,6 +73,21 @@ class PreemptionOptions(TypedDict, total=False):
     add_condition: bool
 
 
+_PREEMPTION_OPTIONS = sorted(PreemptionOptions.__optional_keys__)
+
+
+def preemption_options(options: PreemptionOptions) -> PreemptionOptions:
+    """``options`` if each is a :class:`PreemptionOptions` key; :class:`InvalidCallError`
+    naming the accepted ones otherwise (instead of ``for_pod``'s bare ``TypeError``)."""
+    unknown = [key for key in options if key not in PreemptionOptions.__optional_keys__]
+    if unknown:
+        raise InvalidCallError(
+            f"unknown preemption option {', '.join(map(repr, unknown))}: the options are "
+            f"{', '.join(_PREEMPTION_OPTIONS)}"
+        )
+    return options
+
+
 _stamp: tuple[int, str] = (-1, "")  # (second, its timestamp): one strftime per second
 
 
