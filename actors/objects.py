@@ -157,10 +157,19 @@ def is_dns_label(value: object) -> TypeGuard[str]:
 
 
 def check_uid(uid: object) -> str:
-    """Return ``uid`` if it is a plausible object UID, else raise :class:`InvalidObjectError`."""
-    if not isinstance(uid, str) or not _UID.match(uid):
-        raise InvalidObjectError(f"invalid uid {uid!r}: want 1-128 chars of [A-Za-z0-9-_.:]")
-    return uid
+    """Return ``uid`` if it is a plausible object UID, else raise :class:`InvalidObjectError`
+    (a short message: an object given where its UID belongs is named by its type, not
+    printed)."""
+    if isinstance(uid, str) and _UID.match(uid):
+        return uid
+    if isinstance(uid, str | int | float) or uid is None:
+        shown = repr(uid)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise InvalidObjectError(f"invalid uid {shown}: want 1-128 chars of [A-Za-z0-9-_.:]")
+    raise InvalidObjectError(
+        f"invalid uid: got a {type(uid).__name__}, want a string (an object's metadata.uid: "
+        "kdispatch.uid_of(obj))"
+    )
 
 
 def _checked(value: object, what: str, valid: Callable[[object], TypeGuard[str]], want: str) -> str:

@@ -390,6 +390,22 @@ def test_an_unknown_preemption_option_names_the_accepted_ones(env: Env) -> None:
     assert [r for r in env.server.request_log if r.op == "delete"] == []
 
 
+@pytest.mark.parametrize("method", ["view", "cancel"])
+def test_an_object_where_a_uid_belongs_gets_a_short_message(env: Env, method: str) -> None:
+    """``view(pod)``/``cancel(pod)``: the message names the mistake, it does not print the pod."""
+    with pytest.raises(InvalidObjectError) as info:
+        getattr(env.d, method)(env.pod)
+    message = str(info.value)
+    assert "got a dict" in message and "uid_of" in message
+    assert len(message) < 120 and "registry.k8s.io" not in message
+
+
+def test_a_long_uid_is_shortened_in_the_message(env: Env) -> None:
+    with pytest.raises(InvalidObjectError) as info:
+        env.d.view("x" * 5000)
+    assert len(str(info.value)) < 120
+
+
 # --------------------------------------------------------------------------- broken backends
 
 
