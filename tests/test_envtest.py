@@ -15,13 +15,16 @@ import pytest
 
 from kdispatch.actors.errors import InvalidInputError, KdispatchError
 from kdispatch.testing.envtest import (
+    Binaries,
     BinariesNotFound,
     BuildError,
     ControlPlane,
+    ControlPlaneError,
     EnvtestError,
     build_binaries,
     cache_dir,
     find_binaries,
+    wait_for,
     write_kubeconfig,
 )
 from kdispatch.testing.envtest.apiserver import User
@@ -123,6 +126,51 @@ def test_control_plane_start_without_binaries_raises_before_starting_anything(
         plane.start()
     assert plane.processes == []
     assert not (tmp_path / "work").exists()
+
+
+def _silent_binaries(folder: Path) -> Binaries:
+    """Stand-ins that start and never answer (each sleeps): a start can only time out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("etcd", "kube-apiserver"):
+        path = folder / name
+        path.write_text("#!/bin/sh\nexec sleep 60\n")
+        path.chmod(0o755)
+    return Binaries(folder / "etcd", folder / "kube-apiserver")
+
+
+def test_wait_for_names_the_timeout_it_was_given() -> None:
+    with pytest.raises(TimeoutError, match=r"timed out after 0\.05 s waiting for nothing"):
+        wait_for(lambda: None, 0.05, "nothing", interval=0.01)
+
+
+def test_a_start_timeout_under_a_second_is_kept_and_reported(tmp_path: Path) -> None:
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / "work")
+    with pytest.raises(ControlPlaneError, match=r"^not ready within 0\.5 s: timed out after"):
+        plane.start(timeout=0.5)
+    assert all(not p.running() for p in plane.processes)
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "5", True])
+def test_a_start_timeout_must_be_positive_seconds(timeout: object, tmp_path: Path) -> None:
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / "work")
+    with pytest.raises(EnvtestError, match="timeout must be"):
+        plane.start(timeout=timeout)  # type: ignore[arg-type]
+    assert plane.processes == []
+
+
+def test_cli_start_reports_the_timeout_it_was_given(tmp_path: Path) -> None:
+    binaries = _silent_binaries(tmp_path / "assets")
+    done = subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "0.5"],
+        cwd=REPO,
+        env={**os.environ, "KUBEBUILDER_ASSETS": str(binaries.dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "envtest: not ready within 0.5 s" in done.stderr
 
 
 def test_cli_start_without_binaries_exits_2_with_the_build_hint(tmp_path: Path) -> None:
