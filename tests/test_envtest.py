@@ -9,9 +9,12 @@ import os
 import subprocess
 import sys
 import textwrap
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from kdispatch.actors.errors import InvalidInputError, KdispatchError
 from kdispatch.testing.envtest import (
@@ -210,6 +213,53 @@ def test_the_fixture_skips_with_the_build_hint_when_there_are_no_binaries(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 skipped" in done.stdout
     assert "python -m kdispatch.testing.envtest build" in done.stdout
+
+
+def _test_extra_plugins() -> list[str]:
+    """The pytest plugins (``pytest11`` entry points) of kdispatch and of every distribution
+    its test extra brings, requirements of requirements included."""
+    wanted = {"kdispatch"}
+    todo = [Requirement(r) for r in metadata.requires("kdispatch") or []]
+    todo = [r for r in todo if r.marker is None or r.marker.evaluate({"extra": "test"})]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in wanted:
+            continue
+        wanted.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue  # not for this platform
+        todo += [r for r in map(Requirement, requires) if r.marker is None or r.marker.evaluate()]
+    return [
+        ep.value
+        for ep in metadata.entry_points(group="pytest11")
+        if ep.dist is not None and canonicalize_name(ep.dist.name) in wanted
+    ]
+
+
+def test_a_project_of_its_own_sees_no_warning_from_what_the_test_extra_installs(
+    tmp_path: Path,
+) -> None:
+    """A user's project with no pytest setup of its own, in an environment holding kdispatch
+    and its test extra: the pytest plugins they install (kdispatch's envtest fixtures, those
+    of the extra's tools) add no warning to its run. Only those plugins are loaded, whatever
+    else this environment holds."""
+    plugins = _test_extra_plugins()
+    if not _plugin_installed():
+        plugins.append("kdispatch.testing.envtest.pytest_plugin")
+    (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "default"]
+    for plugin in plugins:
+        args += ["-p", plugin]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "1 passed" in done.stdout and "warning" not in output.lower(), output
 
 
 def test_the_plugin_loads_no_kubernetes_client_module() -> None:
