@@ -385,7 +385,7 @@ def test_an_unknown_preemption_option_names_the_accepted_ones(env: Env) -> None:
         env.d.preempt(env.pod, grace=5)  # type: ignore[call-arg]
     message = str(info.value)
     assert "'grace'" in message
-    for option in PreemptionOptions.__optional_keys__:
+    for option in PreemptionOptions.__annotations__:
         assert option in message
     assert [r for r in env.server.request_log if r.op == "delete"] == []
 
