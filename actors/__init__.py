@@ -6,5 +6,5 @@ are re-exported by :mod:`kdispatch`, which is the one place to import them from.
 if __name__ != "kdispatch.actors":  # one identity: actors/ is kdispatch.actors
     raise ImportError(
         f"{__name__!r} is kdispatch's actors/ folder imported under a second name: "
-        "import kdispatch.actors (or just kdispatch) instead"
+        "import kdispatch instead, which exports every public name"
     )
