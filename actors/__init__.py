@@ -24,7 +24,7 @@ import sysconfig
 if __name__ != "kdispatch.actors":  # one identity: actors/ is kdispatch.actors
     raise ImportError(
         f"{__name__!r} is kdispatch's actors/ folder imported under a second name: "
-        "import kdispatch.actors (or just kdispatch) instead"
+        "import kdispatch instead, which exports every public name"
     )
 
 _gil_enabled = getattr(sys, "_is_gil_enabled", None)

@@ -29,6 +29,7 @@ BUILTIN_CALL_TYPES: Final[tuple[type[Call], ...]] = (
     EventRecord,
     PodGroupStatusPatch,
 )
+"""The call types every dispatcher knows (what :func:`default_call_types` registers)."""
 
 
 def default_call_types() -> CallTypeRegistry:

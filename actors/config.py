@@ -259,7 +259,7 @@ class DispatcherConfig:
         ``{"rate_limit": {"qps": 20}, "retry": {"max_attempts": 3}}``. Unset fields keep their
         defaults; strings are coerced to the field's type (``"20"``, ``"inf"``, ``"true"``,
         ``"none"``). Raises :class:`InvalidConfigError` naming the key for unknown keys and
-        bad values. See :mod:`kdispatch.actors.config_load`."""
+        bad values. The Configuration guide lists every key."""
         from .config_load import load_dataclass
 
         return load_dataclass(cls, data)
@@ -272,7 +272,7 @@ class DispatcherConfig:
         case (``KDISPATCH_RATE_LIMIT_QPS=20``, ``KDISPATCH_RETRY_MAX_ATTEMPTS=3``,
         ``KDISPATCH_REAP_INTERVAL=1``); ``environ`` defaults to ``os.environ``. Every variable
         starting with ``prefix`` must name a field: a typo raises :class:`InvalidConfigError`.
-        See :mod:`kdispatch.actors.config_load`."""
+        The Configuration guide lists every variable."""
         from .config_load import load_env
 
         return load_env(cls, environ, prefix=prefix)

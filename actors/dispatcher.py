@@ -291,7 +291,7 @@ class Dispatcher(DispatcherLike):
         it on its own object wait for it. Raises
         :class:`~kdispatch.actors.errors.InvalidPrerequisiteError` for anything else in
         ``after`` and :class:`~kdispatch.actors.errors.DependencyCycleError` for a call that
-        would wait for itself (see :mod:`kdispatch.actors.holds`)."""
+        would wait for itself."""
         self.call_types.check(call)
         call = plain_basis(call)
         prereqs = self._deps.prerequisites(after) if after else ()

@@ -19,7 +19,7 @@ from .errors import DispatcherClosed, InvalidInputError, Outcome
 from .groups import CallGroup
 from .messages import CallFuture
 from .objects import Obj
-from .pod_calls import PodPreemption, PreemptionOptions
+from .pod_calls import PodPreemption, PreemptionOptions, preemption_options
 
 __all__ = ["BacklogWaiters", "DispatcherLike"]
 
@@ -64,10 +64,11 @@ class DispatcherLike(Protocol):
         :meth:`submit`; :class:`~kdispatch.ProcessDispatcher` refuses it). Call groups owned by
         the victim are cancelled. ``options``: ``reason``, ``message``, ``preemptor``,
         ``grace_period_seconds``, ``add_condition`` (:class:`~kdispatch.PreemptionOptions`),
-        with the defaults of :meth:`~kdispatch.PodPreemption.for_pod`. One :meth:`submit` of a
+        with the defaults of :meth:`~kdispatch.PodPreemption.for_pod` (another name raises
+        :class:`~kdispatch.InvalidCallError` listing them). One :meth:`submit` of a
         :class:`~kdispatch.PodPreemption`, so it raises what ``submit`` raises."""
         # for_pod takes models and any Mapping (as_object)
-        return self.submit(PodPreemption.for_pod(pod, **options), after=after)
+        return self.submit(PodPreemption.for_pod(pod, **preemption_options(options)), after=after)
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Withdraw the object's pending call(s); they resolve ``CallCancelled``."""

@@ -270,8 +270,9 @@ class InformerSyncTimeout(KdispatchError, TimeoutError):
 
 
 class UnknownKindError(InvalidInputError):
-    """A kind that is not in the kind table (:mod:`kdispatch.actors.kinds`): register it, or
-    fill the table from the apiserver's discovery documents."""
+    """A kind that is not in the kind table (:class:`~kdispatch.KindTable`): register it
+    (:func:`~kdispatch.register_kind`), or fill the table from the apiserver's discovery
+    documents (:func:`~kdispatch.register_from_discovery`)."""
 
 
 class DisruptionBudgetError(TooManyRequestsError, reason="DisruptionBudget"):
@@ -291,9 +292,9 @@ class InvalidPrerequisiteError(InvalidInputError):
 
 class DependencyCycleError(InvalidInputError):
     """A call's prerequisites would wait for the call itself, so none of them could ever be
-    sent. Refused at submit, where the cycle would close (see :mod:`kdispatch.actors.holds`
-    for what counts as one): the call's prerequisites, followed through held calls and call
-    groups, reach the group it joins, or a call not yet resolved on the call's own object."""
+    sent. Refused at submit, where the cycle would close: the call's prerequisites, followed
+    through held calls and call groups, reach the group it joins, or a call not yet resolved
+    on the call's own object."""
 
 
 class GroupClosedError(InvalidInputError):

@@ -22,10 +22,14 @@ from .event_calls import EVENT, EVENT_TYPES, FIELD_LIMIT, NOTE_LIMIT, EventRecor
 from .objects import as_object
 from .ratelimit import TokenBucket
 
-__all__ = ["EventRecorder"]
+__all__ = ["CallSubmitter", "EventRecorder"]
 
 
-class _Submitter(Protocol):
+class CallSubmitter(Protocol):
+    """What an :class:`EventRecorder` sends its Events through: anything whose ``submit(call)``
+    returns a future, such as a :class:`~kdispatch.Dispatcher`, a
+    :class:`~kdispatch.ProcessDispatcher` or a layer of your own over one."""
+
     def submit(self, call: Call) -> Future[Any]: ...
 
 
@@ -63,8 +67,8 @@ def _truncate(text: str, limit: int) -> str:
 
 
 class EventRecorder:
-    """Records Events through a dispatcher (anything with ``submit``), correlated into series
-    and spam-filtered per object as client-go's recorder does (see the module).
+    """Records Events through a dispatcher (a :class:`CallSubmitter`), correlated into series
+    and spam-filtered per object as client-go's recorder does.
 
     ``controller``: ``reportingController`` (e.g. the scheduler's name); ``instance``:
     ``reportingInstance`` (default ``<controller>-<hostname>``). ``window``: how long after an
@@ -76,7 +80,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        dispatcher: _Submitter,
+        dispatcher: CallSubmitter,
         *,
         controller: str,
         instance: str | None = None,

@@ -68,7 +68,7 @@ from .holds import (
 )
 from .messages import CallFuture
 from .objects import ObjectRef
-from .pod_calls import PodPreemption, PreemptionOptions
+from .pod_calls import PodPreemption, PreemptionOptions, preemption_options
 
 __all__ = ["CANCEL_CAUSES", "CallGroup", "GroupHost", "OwnerIndex"]
 
@@ -172,7 +172,8 @@ class CallGroup(GroupSteps):
     ) -> CallFuture:
         """Any thread. Add a step that preempts ``victim`` (see ``Dispatcher.preempt`` for the
         ``options``), held until ``after`` succeeded (e.g. the preemptor's nomination)."""
-        return self.submit(PodPreemption.for_pod(victim, **options), after=after)
+        preemption = PodPreemption.for_pod(victim, **preemption_options(options))
+        return self.submit(preemption, after=after)
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
         """Event-loop thread. :meth:`submit` for asyncio code: the step's outcome as an

@@ -3,7 +3,7 @@
 One source of truth for where a kind lives in the REST API. The backends, informers and the
 in-memory/HTTP apiservers look kinds up here; users add their own (a CRD) with
 :func:`register`, or fill a table from the apiserver's discovery documents
-(:func:`kdispatch.adapters.discovery.register_from_discovery`).
+(:func:`kdispatch.register_from_discovery`).
 
 =========================  ===================  ========  ==========  ======  =========
 kind                       apiVersion           plural    namespaced  status  patch
@@ -192,7 +192,7 @@ class KindTable:
             raise UnknownKindError(
                 f"unknown kind {kind!r}: register it with kdispatch.register_kind(kind, group, "
                 "version, plural) or fill the table from discovery "
-                "(kdispatch.adapters.discovery.register_from_discovery)"
+                "(kdispatch.register_from_discovery(backend))"
             )
         return info
 

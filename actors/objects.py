@@ -53,27 +53,59 @@ def as_object(obj: object) -> dict[str, Any]:
     * an official-client model (anything with the generated ``openapi_types`` and
       ``attribute_map``, such as ``kubernetes.client.V1Pod``) becomes the dict the client would
       put on the wire: ``ApiClient().sanitize_for_serialization(model)``, i.e. JSON field names,
-      unset fields left out, datetimes as ISO 8601 strings.
+      unset fields left out, datetimes as ISO 8601 strings;
+    * an object of another client is read from its JSON form: a ``.raw`` mapping (kr8s
+      objects) or what its ``to_dict()`` method returns (lightkube models), copied into plain
+      dicts and lists.
 
-    The client itself is never imported (models are recognised by their shape). Raises
+    No client is ever imported (objects are recognised by their shape). Raises
     :class:`InvalidObjectError` for anything else, naming where in the object it failed.
     """
     if type(obj) is dict:
         return obj
     if is_mapping(obj) or _is_model(obj):
         out = _json(obj, "object")
-        assert isinstance(out, dict)
-        return out
-    raise InvalidObjectError(
-        "object must be a mapping (a dict in the apiserver's JSON form) or an official "
-        f"Kubernetes client model, got {type(obj).__name__}"
-    )
+    else:
+        data = _foreign(obj, "object")
+        if data is None:
+            raise InvalidObjectError(
+                "object must be a mapping (a dict in the apiserver's JSON form), an official "
+                "Kubernetes client model, or an object with a .raw mapping (kr8s) or a "
+                f"to_dict() method (lightkube), got {type(obj).__name__}"
+            )
+        out = _json(data, "object")
+    if not isinstance(out, dict):
+        raise InvalidObjectError(f"object: {type(obj).__name__} is not a JSON object")
+    return out
 
 
 def _is_model(value: object) -> bool:
     return isinstance(getattr(value, "openapi_types", None), dict) and isinstance(
         getattr(value, "attribute_map", None), dict
     )
+
+
+def _foreign(value: object, where: str) -> Mapping[str, Any] | None:
+    """The JSON form another client's object carries: its ``.raw`` mapping (kr8s) or its
+    ``to_dict()`` (lightkube); None when it has neither."""
+    raw = getattr(value, "raw", None)
+    if raw is not None and is_mapping(raw):
+        return raw
+    to_dict = getattr(value, "to_dict", None)
+    if not callable(to_dict):
+        return None
+    try:
+        data = to_dict()
+    except Exception as exc:
+        raise InvalidObjectError(
+            f"{where}: {type(value).__name__}.to_dict() raised {exc!r}"
+        ) from exc
+    if not is_mapping(data):
+        raise InvalidObjectError(
+            f"{where}: {type(value).__name__}.to_dict() returned a {type(data).__name__}, "
+            "not a mapping"
+        )
+    return data
 
 
 # Type tuples built once: ``isinstance(v, A | B)`` builds a union object on every call.
@@ -109,6 +141,9 @@ def _json(value: Any, where: str) -> Any:
     secret = getattr(value, "get_secret_value", None)  # pydantic's SecretStr
     if callable(secret):
         return secret()
+    foreign = _foreign(value, where)
+    if foreign is not None:
+        return _json(foreign, where)
     raise InvalidObjectError(f"{where}: cannot convert a {type(value).__name__} to JSON")
 
 
@@ -123,10 +158,19 @@ def is_dns_label(value: object) -> TypeGuard[str]:
 
 
 def check_uid(uid: object) -> str:
-    """Return ``uid`` if it is a plausible object UID, else raise :class:`InvalidObjectError`."""
-    if not isinstance(uid, str) or not _UID.match(uid):
-        raise InvalidObjectError(f"invalid uid {uid!r}: want 1-128 chars of [A-Za-z0-9-_.:]")
-    return uid
+    """Return ``uid`` if it is a plausible object UID, else raise :class:`InvalidObjectError`
+    (a short message: an object given where its UID belongs is named by its type, not
+    printed)."""
+    if isinstance(uid, str) and _UID.match(uid):
+        return uid
+    if isinstance(uid, str | int | float) or uid is None:
+        shown = repr(uid)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise InvalidObjectError(f"invalid uid {shown}: want 1-128 chars of [A-Za-z0-9-_.:]")
+    raise InvalidObjectError(
+        f"invalid uid: got a {type(uid).__name__}, want a string (an object's metadata.uid: "
+        "kdispatch.uid_of(obj))"
+    )
 
 
 def _checked(value: object, what: str, valid: Callable[[object], TypeGuard[str]], want: str) -> str:

@@ -78,6 +78,22 @@ class PreemptionOptions(TypedDict, total=False):
     add_condition: bool
 
 
+_PREEMPTION_OPTIONS: Final = tuple(PreemptionOptions.__annotations__)
+"""The keys, in order (the compiled build's TypedDict keeps no ``__optional_keys__``)."""
+
+
+def preemption_options(options: PreemptionOptions) -> PreemptionOptions:
+    """``options`` if each is a :class:`PreemptionOptions` key; :class:`InvalidCallError`
+    naming the accepted ones otherwise (instead of ``for_pod``'s bare ``TypeError``)."""
+    unknown = [key for key in options if key not in _PREEMPTION_OPTIONS]
+    if unknown:
+        raise InvalidCallError(
+            f"unknown preemption option {', '.join(map(repr, unknown))}: the options are "
+            f"{', '.join(_PREEMPTION_OPTIONS)}"
+        )
+    return options
+
+
 _stamp: tuple[int, str] = (-1, "")  # (second, its timestamp): one strftime per second
 
 

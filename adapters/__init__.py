@@ -5,5 +5,5 @@ re-exports); the in-memory stand-ins live in :mod:`kdispatch.testing`."""
 if __name__ != "kdispatch.adapters":  # one identity: adapters/ is kdispatch.adapters
     raise ImportError(
         f"{__name__!r} is kdispatch's adapters/ folder imported under a second name: "
-        "import kdispatch.adapters (or just kdispatch) instead"
+        "import kdispatch instead, which exports every public name"
     )

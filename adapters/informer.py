@@ -135,8 +135,8 @@ class ClientListWatch:
     Lists page through the collection (``limit``/``continue``, ``page_size`` objects per
     request) as consistent reads; watches ask for bookmarks and a server-side
     ``timeoutSeconds``, with a client read timeout a little longer. Replies are read raw and
-    decoded here, through the ``transport`` (``"lean"`` or ``"client"``, see
-    :mod:`kdispatch.adapters.transport`). Watches hold a pooled connection for their whole
+    decoded here, through the ``transport`` (``"lean"`` or ``"client"``, as for
+    :class:`KubernetesBackend`). Watches hold a pooled connection for their whole
     duration: give informers their own ``ApiClient`` (it may share the backend's
     ``Configuration``) so they do not compete with the executor's workers for the pool.
     Bad arguments raise :class:`InvalidInputError` subclasses (an unknown kind
@@ -303,7 +303,9 @@ def informer_errors(registry: CollectorRegistry) -> Counter:
 
 
 class Informer(InformerShell):
-    """List+watch loop for one kind; see the module docstring.
+    """List+watch loop for one kind, on a thread of its own: a UID-keyed cache, and handlers
+    called in order (the Informers guide describes the loop: resumed watches, re-lists on
+    410 Gone, backoff, errors).
 
     ``name`` labels the thread and the logs. ``resync``: every this many seconds, replay every
     cached object to ``on_update(obj, obj)`` (None: never). ``watch_timeout``: the longest

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -62,6 +62,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable, PatchType
 from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
 
+from .listing import ObjectList
 from .transport import (
     TransportName,
     check_timeout,
@@ -104,15 +105,6 @@ _CONTENT_TYPES: Mapping[str, str] = {
     "json": JSON_PATCH,
 }
 _SUBRESOURCE_NAMES = frozenset({"status", "scale", "binding", "eviction", "ephemeralcontainers"})
-
-
-class ObjectList(NamedTuple):
-    """One page of a list: the objects (``kind``/``apiVersion`` filled in), the list's
-    resourceVersion (to watch from), and the token of the next page (None on the last)."""
-
-    items: list[dict[str, Any]]
-    resource_version: str
-    continue_token: str | None
 
 
 class KubernetesBackend:
@@ -379,7 +371,7 @@ class KubernetesBackend:
         bookmarks: bool = True,
     ) -> Any:
         """Open a watch: the raw urllib3 response streaming JSON lines (see
-        :class:`kdispatch.adapters.informer.ClientListWatch`, which decodes it). The read
+        :class:`~kdispatch.ClientListWatch`, which decodes it). The read
         timeout is ``timeout_seconds`` plus the request timeout. Calling thread."""
         info = self._kinds.lookup(kind)
         path = self._collection(info, namespace)

@@ -69,7 +69,7 @@ class BindingAuditor(_ServerThread):
 
     def catch_up(self) -> None:
         """Driver thread: make sure every change up to now has been seen (a re-list diff)."""
-        items, _rv = self._server.list("Pod")
+        items = self._server.list("Pod").items
         with self._lock:
             for obj in items:
                 self._see(obj)
@@ -109,7 +109,7 @@ class BindingAuditor(_ServerThread):
                 w = self._server.watch("Pod", resource_version=self._rv)
                 break
             except GoneError:
-                items, rv = self._server.list("Pod")
+                items, rv, _ = self._server.list("Pod")
                 with self._lock:
                     for obj in items:
                         self._see(obj)

@@ -134,7 +134,7 @@ def demo(pods: int, nodes: int) -> int:
         status = asyncio.run(run(http.url, token=None, expect=pods, duration=60))
     finally:
         http.stop()
-    items, _ = mem.list("Pod")
+    items = mem.list("Pod").items
     unbound = [p["metadata"]["name"] for p in items if not p["spec"].get("nodeName")]
     bindings = [r for r in mem.request_log if r.op == "bind" and r.outcome == "ok"]
     if unbound or len(bindings) != pods:

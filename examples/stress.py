@@ -463,7 +463,7 @@ def _check_state(env: _Env, objs: list[_Obj], result: StressResult) -> None:
     """Final apiserver state against the intents, judged by :func:`score` (see the module
     docstring)."""
     finals = {
-        kind: {str(meta(o).get("uid")): o for o in env.server.list(kind)[0]}
+        kind: {str(meta(o).get("uid")): o for o in env.server.list(kind).items}
         for kind in ("Pod", "ResourceClaim")
     }
     final = {obj.uid: finals[obj.kind].get(obj.uid) for obj in objs}

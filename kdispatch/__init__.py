@@ -4,8 +4,8 @@ This module is the one public face: everything a first program needs is importab
 ``kdispatch`` (the dispatcher, its call types and configuration, objects and kinds, the
 official-client backend, informers, leader election, the dispatcher in its own process, and the
 errors). The stand-ins for a cluster (the in-memory apiserver, object factories, the real
-control plane for tests) live in :mod:`kdispatch.testing`. Deeper modules
-(``kdispatch.actors.*``, ``kdispatch.adapters.*``) are internals and may change.
+control plane for tests) live in :mod:`kdispatch.testing`. Every module the API reference does
+not show is internal and may change.
 
 Logs go through loguru under the one name ``kdispatch`` and are disabled on import, as a
 library's should be: ``from loguru import logger; logger.enable("kdispatch")``, or
@@ -71,7 +71,7 @@ from .actors.errors import (
     UnknownKindError,
 )
 from .actors.event_calls import EventRecord
-from .actors.event_recorder import EventRecorder
+from .actors.event_recorder import CallSubmitter, EventRecorder
 from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from .actors.kinds import register as register_kind
 from .actors.objects import (
@@ -99,9 +99,11 @@ if TYPE_CHECKING:
     from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, PreemptionOptions
     from .actors.podgroup_calls import PodGroupStatusPatch
     from .adapters.aio_informer import AioInformer
+    from .adapters.discovery import register_from_discovery
     from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
-    from .adapters.kubernetes import KubernetesBackend, ObjectList
+    from .adapters.kubernetes import KubernetesBackend
     from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
+    from .adapters.listing import ObjectList
     from .adapters.process import DispatcherProcessDied, ProcessDispatcher
     from .adapters.transport import prepare_configuration
 else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_client) and the
@@ -126,6 +128,7 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
             ),
             ".actors.podgroup_calls": ("PodGroupStatusPatch",),
             ".adapters.aio_informer": ("AioInformer",),
+            ".adapters.discovery": ("register_from_discovery",),
             ".adapters.informer": (
                 "ClientListWatch",
                 "Informer",
@@ -133,7 +136,8 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
                 "WatchEvent",
                 "WatchStream",
             ),
-            ".adapters.kubernetes": ("KubernetesBackend", "ObjectList"),
+            ".adapters.kubernetes": ("KubernetesBackend",),
+            ".adapters.listing": ("ObjectList",),
             ".adapters.leader": (
                 "ClientLeaseClient",
                 "ElectionConfig",
@@ -171,6 +175,7 @@ __all__ = [
     "CallGroup",
     "CallOutcomeError",
     "CallStale",
+    "CallSubmitter",
     "CallTypeRegistrationError",
     "CallTypeRegistry",
     "ClaimStatusPatch",
@@ -248,6 +253,7 @@ __all__ = [
     "meta",
     "pod_node_name",
     "prepare_configuration",
+    "register_from_discovery",
     "register_kind",
     "uid_of",
 ]

@@ -3,9 +3,10 @@
 * The switch: ``from loguru import logger; logger.enable("kdispatch")`` (and
   ``logger.disable("kdispatch")``). ``import kdispatch`` disables it, as a library should.
 * The bridge: :func:`to_stdlib` enables the logs and hands every ``kdispatch`` record to the
-  standard :mod:`logging` logger of the module that wrote it (``kdispatch.actors.executor`` ...),
-  so an application that configures ``logging`` (kopf does) sees them with its own handlers,
-  levels and formats. It is loguru's documented "propagate to standard logging" recipe: a
+  standard :mod:`logging` logger named after the module that wrote it (a child of the
+  ``kdispatch`` logger, so ``logging.getLogger("kdispatch")`` sets them all), so an
+  application that configures ``logging`` (kopf does) sees them with its own handlers, levels
+  and formats. It is loguru's documented "propagate to standard logging" recipe: a
   ``logging.Handler`` used as a loguru sink.
 
 Bound fields (``pod``, ``uid``, ``call_type``, ``node``, ``result``, ``attempt``) arrive as

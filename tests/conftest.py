@@ -9,6 +9,7 @@ Where the one helper for each need lives (reuse it rather than writing another):
   ``ready_pod`` and ``user_call`` (a minimal user call class);
 * waiting for observable state: :mod:`kdispatch.testing.waiting` (``wait_for``, ``poll``,
   ``until`` on an asyncio loop); for informer events, ``tests/recorders.py``;
+* an ``async def`` test: ``tests/aio.py`` (``async_test``, a fresh loop per test);
 * wrapping a backend (gate, record, fail, delay requests): ``tests/backends.py``
   (``WrappedBackend`` and its one hook ``around``; ``GatedBackend``, ``RecordingBackend``);
 * is the final state right: :mod:`kdispatch.testing.oracle` (``IntentLog``, ``score``);

@@ -1,8 +1,10 @@
 """The Python snippets of the README and the docs pages: found, and run as written.
 
-A snippet is a fenced ```` ```python ```` block. One whose first line is ``# requires: <what>``
-(``envtest``, ``cluster``) needs something the default test run does not have and is skipped
-with that reason. Every other snippet runs in a module of its own, registered in
+A snippet is a fenced ```` ```python ```` block (or, for :func:`snippets` given ``"sh"``, a
+```` ```sh ```` block). One whose first line is ``# requires: <what>`` (``envtest``,
+``cluster``) needs something the default test run does not have and is skipped with that reason
+(those needing ``envtest`` run in the realapi job: tests/realapi/test_docs_envtest.py).
+Every other snippet runs in a module of its own, registered in
 ``sys.modules`` while it runs (dataclasses and pickling look their module up there).
 """
 
@@ -24,7 +26,10 @@ from kdispatch import KubernetesBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+_FENCES = {
+    language: re.compile(rf"^```{language}\n(.*?)^```", re.S | re.M)
+    for language in ("python", "sh")
+}
 _REQUIRES = re.compile(r"#\s*requires:\s*(\S+)")
 
 
@@ -52,13 +57,14 @@ class Snippet:
         return match.group(1) if match else None
 
 
-def snippets(path: Path) -> list[Snippet]:
+def snippets(path: Path, language: str = "python") -> list[Snippet]:
+    """The ```` ```python ```` (or ```` ```sh ````) blocks of ``path``."""
     text = path.read_text(encoding="utf-8")
-    return [Snippet(path, m.start(), m.group(1)) for m in _FENCE.finditer(text)]
+    return [Snippet(path, m.start(), m.group(1)) for m in _FENCES[language].finditer(text)]
 
 
-def all_snippets() -> list[Snippet]:
-    return [s for page in PAGES for s in snippets(page)]
+def all_snippets(language: str = "python") -> list[Snippet]:
+    return [s for page in PAGES for s in snippets(page, language)]
 
 
 def block(page: str, heading: str) -> Snippet:

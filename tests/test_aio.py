@@ -34,6 +34,7 @@ from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from kdispatch.testing.waiting import until
+from tests.aio import async_test
 from tests.backends import GatedBackend
 from tests.configs import FAST
 from tests.factories import call_types_with, cond
@@ -57,7 +58,7 @@ def bound_node(server: InMemoryApiServer, name: str) -> str | None:
 # ------------------------------------------------------------------ asubmit
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_resolves_on_the_loop_and_the_pod_is_bound() -> None:
     server = InMemoryApiServer()
     pod = server.create(make_pod("p1"))
@@ -68,7 +69,7 @@ async def test_asubmit_resolves_on_the_loop_and_the_pod_is_bound() -> None:
     assert bound_node(server, "p1") == "n1"
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_never_blocks_the_loop_while_the_request_is_held() -> None:
     """The apiserver holds the binding; the loop keeps running other work meanwhile, and the
     awaited result arrives once the server answers."""
@@ -90,7 +91,7 @@ async def test_asubmit_never_blocks_the_loop_while_the_request_is_held() -> None
     assert bound_node(server, "p1") == "n1"
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_cancelling_the_awaiting_task_does_not_withdraw_the_call() -> None:
     """Cancel the task awaiting a binding that is in flight: the binding still lands, its
     outcome is counted exactly once, nothing stays outstanding."""
@@ -121,7 +122,7 @@ async def test_cancelling_the_awaiting_task_does_not_withdraw_the_call() -> None
     assert bound_node(server, "p1") == "n1"
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_dispatcher_cancel_withdraws_what_the_await_cannot() -> None:
     """A pending call whose await was cancelled is withdrawn with dispatcher.cancel(uid): it is
     never sent and resolves CallCancelled exactly once."""
@@ -147,7 +148,7 @@ async def test_dispatcher_cancel_withdraws_what_the_await_cannot() -> None:
     assert [r.name for r in server.request_log if r.op == "patch_status"] == ["p0"]
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_raises_what_result_would() -> None:
     """A binding for a pod already bound elsewhere fails fast: the await raises CallConflict."""
     server = InMemoryApiServer()
@@ -169,7 +170,7 @@ def test_asubmit_outside_a_loop_is_a_typed_error_and_submits_nothing() -> None:
     assert bound_node(server, "p1") is None
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_bad_input_raises_at_the_call() -> None:
     with Dispatcher(InMemoryApiServer(), FAST) as d:
         with pytest.raises(InvalidCallError):
@@ -239,7 +240,7 @@ async def _widget_behind_a_busy_actor() -> AsyncIterator[tuple[Dispatcher, Obj]]
         d.stop(drain=False, timeout=10)
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
     async with _widget_behind_a_busy_actor() as (d, p0):
         view = asyncio.ensure_future(d.aview("w-1"))
@@ -253,7 +254,7 @@ async def test_aview_waits_for_a_busy_actor_without_blocking_the_loop() -> None:
         assert await d.aview(p0["metadata"]["uid"]) == d.view(p0["metadata"]["uid"])
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped() -> None:
     async with _widget_behind_a_busy_actor() as (d, _):
         first = asyncio.ensure_future(d.aview("w-1"))
@@ -269,7 +270,7 @@ async def test_aview_times_out_with_timeout_error_and_the_late_reply_is_dropped(
 # ------------------------------------------------------------------ kubernetes.aio informer
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_aio_informer_feeds_the_dispatcher_over_http() -> None:
     """kubernetes.aio over real HTTP: the informer's delete cancels a pending call; an add of a
     pod the informer lists reaches the dispatcher as a plain dict."""
@@ -305,7 +306,7 @@ async def test_aio_informer_feeds_the_dispatcher_over_http() -> None:
     assert errors == [] and informer.last_error is None
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_aio_informer_reports_errors_and_recovers() -> None:
     mem = InMemoryApiServer()
     mem.create(make_pod("p0"))
@@ -352,7 +353,7 @@ def test_aio_informer_bad_input_is_typed() -> None:
 # ------------------------------------------------------------------ the README's kopf recipe
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_a_kopf_handler_submits_through_the_dispatcher() -> None:
     """The recipe's handler, called as kopf calls it (a ``kopf.Body``), binds the pod."""
     server = InMemoryApiServer()

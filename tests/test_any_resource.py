@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from kdispatch import register_from_discovery
 from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
 from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
@@ -26,7 +27,6 @@ from kdispatch.actors.errors import (
 )
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.adapters.discovery import register_from_discovery
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.transport import TransportName
 from kdispatch.testing.httpserver import ApiServerHTTP

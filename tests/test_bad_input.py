@@ -42,6 +42,7 @@ from kdispatch import (
     PodBinding,
     PodPreemption,
     PodStatusPatch,
+    PreemptionOptions,
     RateLimitConfig,
     RegistryConfig,
     RetryConfig,
@@ -266,6 +267,16 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
         InvalidCallError,
     ),
     ("preemption-reason-empty", lambda e: e.d.preempt(e.pod, reason=""), InvalidCallError),
+    (
+        "preemption-unknown-option",
+        lambda e: e.d.preempt(e.pod, grace=5),  # type: ignore[call-arg]
+        InvalidCallError,
+    ),
+    (
+        "group-preemption-unknown-option",
+        lambda e: e.d.group(owner=e.pod).preempt(e.other, grace=5),  # type: ignore[call-arg]
+        InvalidCallError,
+    ),
     # claims
     (
         "allocate-and-deallocate",
@@ -366,6 +377,33 @@ def test_bad_input_raises_a_typed_error_at_the_boundary(
     assert str(info.value)  # a message that says what is wrong
     # nothing else was hurt: the dispatcher still serves other objects
     assert env.d.submit(PodBinding.for_pod(env.other, "n1")).result(timeout=10) is Outcome.SUCCESS
+
+
+def test_an_unknown_preemption_option_names_the_accepted_ones(env: Env) -> None:
+    """Not the bare ``TypeError`` of ``PodPreemption.for_pod``: the options a preemption takes."""
+    with pytest.raises(InvalidCallError) as info:
+        env.d.preempt(env.pod, grace=5)  # type: ignore[call-arg]
+    message = str(info.value)
+    assert "'grace'" in message
+    for option in PreemptionOptions.__annotations__:
+        assert option in message
+    assert [r for r in env.server.request_log if r.op == "delete"] == []
+
+
+@pytest.mark.parametrize("method", ["view", "cancel"])
+def test_an_object_where_a_uid_belongs_gets_a_short_message(env: Env, method: str) -> None:
+    """``view(pod)``/``cancel(pod)``: the message names the mistake, it does not print the pod."""
+    with pytest.raises(InvalidObjectError) as info:
+        getattr(env.d, method)(env.pod)
+    message = str(info.value)
+    assert "got a dict" in message and "uid_of" in message
+    assert len(message) < 120 and "registry.k8s.io" not in message
+
+
+def test_a_long_uid_is_shortened_in_the_message(env: Env) -> None:
+    with pytest.raises(InvalidObjectError) as info:
+        env.d.view("x" * 5000)
+    assert len(str(info.value)) < 120
 
 
 # --------------------------------------------------------------------------- broken backends

@@ -207,7 +207,7 @@ def test_many_pods_concurrently(server: InMemoryApiServer) -> None:
         _done, not_done = wait(futs, timeout=50)
         assert not not_done
         assert {f.result() for f in futs} == {Outcome.SUCCESS}
-    items, _ = server.list("Pod")
+    items = server.list("Pod").items
     assert all(p["spec"].get("nodeName") for p in items)
     assert server.counts()["bind"] == 5000
 

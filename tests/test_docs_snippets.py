@@ -3,8 +3,10 @@
 Snippets written for a cluster (``KubernetesBackend.from_kubeconfig()`` or ``.in_cluster()``)
 run against the in-memory apiserver served over HTTP: both constructors are replaced, for the
 test, by ``KubernetesBackend.for_url`` on a server holding a node (``node-1``) and a pending pod
-for ``my-scheduler`` (``web-0``). Blocks whose first line is ``# requires: <what>`` are skipped
-with that reason; test_few_snippets_need_more_than_the_test_run keeps them rare.
+for ``my-scheduler`` (``web-0``), and ``$KUBECONFIG`` names a kubeconfig for that server, which
+the other clients (the official one's ``load_kube_config``, lightkube, kr8s) read. Blocks
+whose first line is ``# requires: <what>`` are skipped with that reason;
+test_few_snippets_need_more_than_the_test_run keeps them rare.
 """
 
 from __future__ import annotations
@@ -13,15 +15,28 @@ import logging
 import re
 from collections.abc import Iterator
 from dataclasses import fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes.config import kube_config
 from loguru import logger
 
-from kdispatch import DispatcherConfig
+from kdispatch import DispatcherConfig, KubernetesBackend
 from kdispatch.actors.config_load import env_variables
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
-from tests.snippets import PAGES, ROOT, Snippet, all_snippets, backends_reach, run
+from kdispatch.testing.envtest import write_kubeconfig
+from tests.snippets import (
+    PAGES,
+    ROOT,
+    Snippet,
+    all_snippets,
+    backends_reach,
+    block,
+    run,
+    snippets,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -29,8 +44,9 @@ SNIPPETS = all_snippets()
 
 
 @pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryApiServer]:
-    """A stand-in for the kubeconfig's cluster, reached by ``from_kubeconfig``/``in_cluster``."""
+def cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[InMemoryApiServer]:
+    """A stand-in for the kubeconfig's cluster, reached by ``from_kubeconfig``/``in_cluster``
+    and through ``$KUBECONFIG``."""
     server = InMemoryApiServer()
     server.create(make_node("node-1", cpu_m=4000, mem_mi=8192))
     pod = make_pod("web-0")
@@ -40,7 +56,15 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemoryApiServer]:
         ApiServerHTTP(server, watch_poll=0.02) as http,
         backends_reach(http.url, monkeypatch, "from_kubeconfig", "in_cluster"),
     ):
-        yield server
+        kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", http.url, "docs"))
+        monkeypatch.setenv("KUBECONFIG", kubeconfig)
+        # the official client reads $KUBECONFIG once, when it is imported
+        monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig)
+        default = k8s.Configuration.get_default_copy()
+        try:
+            yield server
+        finally:  # load_kube_config() makes its configuration the process-wide default
+            k8s.Configuration.set_default(default)
 
 
 def test_every_page_has_snippets_found() -> None:
@@ -112,3 +136,33 @@ def test_snippets_use_only_the_public_face() -> None:
     used = {(s.name, m) for s in SNIPPETS for m in imports.findall(s.code)}
     public = {"kdispatch", "kdispatch.testing", "kdispatch.testing.envtest"}
     assert used and {m for _, m in used} <= public, used
+
+
+def test_the_events_read_back_runs_on_every_backend() -> None:
+    """docs/events.md reads its Event back with ``server.list("Event").items``: the same line
+    reads it through a ``KubernetesBackend`` (both backends' ``list`` return an ObjectList)."""
+    snippet = block("docs/events.md", "# Events")
+    [readback] = [line for line in snippet.code.splitlines() if ".list(" in line]
+    memory = run(snippet)
+    with (
+        ApiServerHTTP(memory["server"]) as http,
+        KubernetesBackend.for_url(http.url) as backend,
+    ):
+        real = run(Snippet(snippet.path, snippet.offset, readback), server=backend)
+    assert real["event"]["metadata"]["uid"] == memory["event"]["metadata"]["uid"]
+    assert real["event"]["series"] == memory["event"]["series"]
+    assert real["event"]["series"]["count"] == 3
+
+
+CLIENTS = snippets(ROOT / "docs" / "clients.md")
+
+
+@pytest.mark.parametrize("snippet", CLIENTS, ids=[s.name for s in CLIENTS])
+def test_each_client_on_the_clients_page_gets_the_pod_bound(
+    snippet: Snippet, cluster: InMemoryApiServer
+) -> None:
+    """Every snippet of docs/clients.md reads the pending pod with its client and binds it."""
+    run(snippet)
+    pod = cluster.get_object("Pod", "default", "web-0")
+    assert pod is not None and pod["spec"]["nodeName"] == "node-1"
+    assert [r.name for r in cluster.request_log if r.op == "bind"] == ["web-0"]

@@ -419,7 +419,7 @@ class Workload:
         """Pods whose stored state differs from the intents."""
         items: dict[str, Obj] = {}
         for ns in NAMESPACES:
-            listed, _ = self.mem.list("Pod", namespace=ns)
+            listed = self.mem.list("Pod", namespace=ns).items
             items.update({p["metadata"]["name"]: p for p in listed})
         wrong = []
         for i in range(N_PODS):

@@ -10,20 +10,26 @@ import os
 import subprocess
 import sys
 import textwrap
+from importlib import metadata
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from kdispatch.actors.errors import InvalidInputError, KdispatchError
 from kdispatch.testing.envtest import (
+    Binaries,
     BinariesNotFound,
     BuildError,
     ControlPlane,
+    ControlPlaneError,
     ControlPlaneOptionError,
     EnvtestError,
     build_binaries,
     cache_dir,
     find_binaries,
+    wait_for,
     write_kubeconfig,
 )
 from kdispatch.testing.envtest.apiserver import KubeAPIServer, User
@@ -130,6 +136,51 @@ def test_control_plane_start_without_binaries_raises_before_starting_anything(
     assert not (tmp_path / "work").exists()
 
 
+def _silent_binaries(folder: Path) -> Binaries:
+    """Stand-ins that start and never answer (each sleeps): a start can only time out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("etcd", "kube-apiserver"):
+        path = folder / name
+        path.write_text("#!/bin/sh\nexec sleep 60\n")
+        path.chmod(0o755)
+    return Binaries(folder / "etcd", folder / "kube-apiserver")
+
+
+def test_wait_for_names_the_timeout_it_was_given() -> None:
+    with pytest.raises(TimeoutError, match=r"timed out after 0\.05 s waiting for nothing"):
+        wait_for(lambda: None, 0.05, "nothing", interval=0.01)
+
+
+def test_a_start_timeout_under_a_second_is_kept_and_reported(tmp_path: Path) -> None:
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / "work")
+    with pytest.raises(ControlPlaneError, match=r"^not ready within 0\.5 s: timed out after"):
+        plane.start(timeout=0.5)
+    assert all(not p.running() for p in plane.processes)
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "5", True])
+def test_a_start_timeout_must_be_positive_seconds(timeout: object, tmp_path: Path) -> None:
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / "work")
+    with pytest.raises(EnvtestError, match="timeout must be"):
+        plane.start(timeout=timeout)  # type: ignore[arg-type]
+    assert plane.processes == []
+
+
+def test_cli_start_reports_the_timeout_it_was_given(tmp_path: Path) -> None:
+    binaries = _silent_binaries(tmp_path / "assets")
+    done = subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "0.5"],
+        cwd=REPO,
+        env={**os.environ, "KUBEBUILDER_ASSETS": str(binaries.dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "envtest: not ready within 0.5 s" in done.stderr
+
+
 def test_cli_start_without_binaries_exits_2_with_the_build_hint(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "kdispatch.testing.envtest", "start"],
@@ -167,6 +218,53 @@ def test_the_fixture_skips_with_the_build_hint_when_there_are_no_binaries(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 skipped" in done.stdout
     assert "python -m kdispatch.testing.envtest build" in done.stdout
+
+
+def _test_extra_plugins() -> list[str]:
+    """The pytest plugins (``pytest11`` entry points) of kdispatch and of every distribution
+    its test extra brings, requirements of requirements included."""
+    wanted = {"kdispatch"}
+    todo = [Requirement(r) for r in metadata.requires("kdispatch") or []]
+    todo = [r for r in todo if r.marker is None or r.marker.evaluate({"extra": "test"})]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in wanted:
+            continue
+        wanted.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue  # not for this platform
+        todo += [r for r in map(Requirement, requires) if r.marker is None or r.marker.evaluate()]
+    return [
+        ep.value
+        for ep in metadata.entry_points(group="pytest11")
+        if ep.dist is not None and canonicalize_name(ep.dist.name) in wanted
+    ]
+
+
+def test_a_project_of_its_own_sees_no_warning_from_what_the_test_extra_installs(
+    tmp_path: Path,
+) -> None:
+    """A user's project with no pytest setup of its own, in an environment holding kdispatch
+    and its test extra: the pytest plugins they install (kdispatch's envtest fixtures, those
+    of the extra's tools) add no warning to its run. Only those plugins are loaded, whatever
+    else this environment holds."""
+    plugins = _test_extra_plugins()
+    if not _plugin_installed():
+        plugins.append("kdispatch.testing.envtest.pytest_plugin")
+    (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "default"]
+    for plugin in plugins:
+        args += ["-p", plugin]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "1 passed" in done.stdout and "warning" not in output.lower(), output
 
 
 def test_the_plugin_loads_no_kubernetes_client_module() -> None:

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _events(server: InMemoryApiServer) -> list[dict[str, Any]]:
-    items, _ = server.list("Event")
+    items = server.list("Event").items
     return sorted(items, key=lambda e: e["metadata"]["name"])
 
 

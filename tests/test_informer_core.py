@@ -23,6 +23,7 @@ from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.informer_core import Handler, InformerCore
 from kdispatch.adapters.kubernetes import KubernetesBackend
+from tests.aio import async_test
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
 
@@ -160,7 +161,7 @@ def test_threaded_informer_on_a_dead_apiserver_raises_naming_the_connection_fail
     assert isinstance(caught.value.last_error, ApiConnectionError)
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_aio_informer_on_a_dead_apiserver_raises_naming_the_connection_failure() -> None:
     async with aclient.ApiClient(aclient.Configuration(host=DEAD)) as api:
         core_v1 = aclient.CoreV1Api(api)

@@ -75,7 +75,7 @@ def test_lease_store_optimistic_concurrency() -> None:
     assert patched["spec"] == {"holderIdentity": "d", "leaseDurationSeconds": 15}
     with pytest.raises(ConflictError):
         leases.patch("kube-system", "sched", {"metadata": {"resourceVersion": rv}})
-    items, _ = leases.list("kube-system")
+    items = leases.list("kube-system").items
     assert [i["metadata"]["name"] for i in items] == ["sched"]
     with pytest.raises(ConflictError):
         leases.delete("kube-system", "sched", resource_version=rv)
@@ -406,7 +406,7 @@ def test_revoke_resolves_pending_calls_and_stops_intake() -> None:
     finally:
         backend.gate.set()
         d.stop(timeout=10)
-    bound = [p["metadata"]["name"] for p in server.list("Pod")[0] if p["spec"].get("nodeName")]
+    bound = [p["metadata"]["name"] for p in server.list("Pod").items if p["spec"].get("nodeName")]
     assert bound == ["p0"]  # only the request already on the wire landed
 
 

@@ -55,7 +55,7 @@ def test_node_is_cluster_scoped(server: InMemoryApiServer) -> None:
     assert "namespace" not in created["metadata"]
     assert server.get_object("Node", "", "n1") == created
     assert server.get_object("Node", "anything", "n1") == created
-    items, _ = server.list("Node", namespace="default")
+    items = server.list("Node", namespace="default").items
     assert [i["metadata"]["name"] for i in items] == ["n1"]
 
 
@@ -115,14 +115,14 @@ def test_list_sorted_filtered_with_rv(server: InMemoryApiServer) -> None:
     for ns, name in [("b", "x"), ("a", "z"), ("a", "y")]:
         server.create(make_pod(name, namespace=ns))
     server.create(make_claim("c", namespace="a"))
-    items, list_rv = server.list("Pod")
+    items, list_rv, _ = server.list("Pod")
     assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items] == [
         ("a", "y"),
         ("a", "z"),
         ("b", "x"),
     ]
     assert list_rv == "4"
-    assert [i["metadata"]["name"] for i in server.list("Pod", namespace="a")[0]] == ["y", "z"]
+    assert [i["metadata"]["name"] for i in server.list("Pod", namespace="a").items] == ["y", "z"]
 
 
 # ----------------------------------------------------------------------------- patch_status

@@ -33,7 +33,7 @@ def test_source_folders_refuse_a_second_import_name(folder: str) -> None:
         proc = _run(f"import {name}")
         assert proc.returncode != 0
         assert "ImportError" in proc.stderr
-        assert f"import kdispatch.{folder}" in proc.stderr
+        assert "import kdispatch instead" in proc.stderr
 
 
 def test_the_one_identity_is_the_kdispatch_one() -> None:

@@ -39,6 +39,7 @@ from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.waiting import until
+from tests.aio import async_test
 from tests.test_process_dispatcher import WAIT, HeldSleep
 
 pytestmark = pytest.mark.timeout(120)
@@ -86,7 +87,7 @@ def resume(pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_resolves_on_the_loop_and_the_pod_is_bound(env: Env) -> None:
     pods = [env.pod(f"p{i}") for i in range(5)]
     outcomes = await asyncio.gather(*(env.d.asubmit(PodBinding.for_pod(p, "node-1")) for p in pods))
@@ -94,7 +95,7 @@ async def test_asubmit_resolves_on_the_loop_and_the_pod_is_bound(env: Env) -> No
     assert [env.node_of(f"p{i}") for i in range(5)] == ["node-1"] * 5
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_never_blocks_the_loop_and_cancelling_the_await_keeps_the_call(
     env: Env,
 ) -> None:
@@ -119,7 +120,7 @@ async def test_asubmit_never_blocks_the_loop_and_cancelling_the_await_keeps_the_
     assert [r.name for r in env.server.request_log if r.op == "bind"] == ["held"]
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_raises_what_result_would(env: Env) -> None:
     ghost = make_pod("ghost", uid="uid-ghost")  # never created on the server
     with pytest.raises(ObjectNotFound) as err:
@@ -137,7 +138,7 @@ def test_asubmit_outside_a_loop_is_a_typed_error_and_submits_nothing(env: Env) -
     assert env.node_of("p1") is None
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_asubmit_and_aview_bad_input_raise_at_the_call(env: Env) -> None:
     with pytest.raises(InvalidCallError):
         env.d.asubmit("bind p1")  # type: ignore[arg-type]
@@ -150,7 +151,7 @@ async def test_asubmit_and_aview_bad_input_raise_at_the_call(env: Env) -> None:
     assert env.d.outstanding == 0
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_aview_shows_the_pending_mutation_and_none_when_untracked(env: Env) -> None:
     pod = env.pod("viewed")
     uid = str(pod["metadata"]["uid"])
@@ -169,7 +170,7 @@ async def test_aview_shows_the_pending_mutation_and_none_when_untracked(env: Env
     assert env.server.get("Pod", "default", "viewed")["status"]["nominatedNodeName"] == "node-7"
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_aview_times_out_and_the_late_answer_is_dropped(env: Env) -> None:
     pod = env.pod("late")
     uid = str(pod["metadata"]["uid"])
@@ -192,7 +193,7 @@ async def test_aview_times_out_and_the_late_answer_is_dropped(env: Env) -> None:
     assert await patch is Outcome.SUCCESS
 
 
-@pytest.mark.asyncio
+@async_test
 async def test_a_dead_child_fails_the_awaits_typed(env: Env) -> None:
     pod = env.pod("doomed")
     env.held.gate.clear()

@@ -66,7 +66,7 @@ class Cluster:
 
     def bound(self) -> list[str]:
         """Names of the pods the server holds bound, in name order."""
-        pods = self.server.list("Pod")[0]
+        pods = self.server.list("Pod").items
         return sorted(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName"))
 
     def bind_requests(self) -> list[str]:

@@ -33,7 +33,7 @@ def _pod(name: str, *, cpu: int, priority: int = 0, node: str | None = None, **k
 
 
 def _events(mem: InMemoryApiServer) -> list[dict[str, Any]]:
-    items, _ = mem.list("Event")
+    items = mem.list("Event").items
     return items
 
 

@@ -67,7 +67,7 @@ def test_stop_with_ten_thousand_pending_calls_and_a_slow_apiserver() -> None:
     assert 0 < succeeded < 10_000
     assert outcomes.count(DispatcherClosed) == 10_000 - succeeded
     # a success was answered by the server, so the pod is bound
-    bound = {p["metadata"]["name"] for p in server.list("Pod")[0] if p["spec"].get("nodeName")}
+    bound = {p["metadata"]["name"] for p in server.list("Pod").items if p["spec"].get("nodeName")}
     assert all(
         p["metadata"]["name"] in bound
         for p, o in zip(pods, outcomes, strict=True)

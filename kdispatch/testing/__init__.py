@@ -4,7 +4,8 @@
 
 * :class:`InMemoryApiServer`: an embedded apiserver with the real one's preconditions (UID and
   resourceVersion → 409, double binding → 409, NotFound → 404, 429 with Retry-After, watches
-  with 410 Gone), fault injection (:class:`FaultPlan`, :class:`Latency`) and a request log
+  with 410 Gone), fault injection (:meth:`InMemoryApiServer.script`, :class:`FaultPlan`,
+  :class:`Latency`; the names in :data:`FAULTS` and :data:`OPS`) and a request log
   (:class:`RequestRecord`) in the order it applied requests. It is also an
   :class:`~kdispatch.ApiBackend`, so a :class:`~kdispatch.Dispatcher` can use it directly.
 * :class:`ApiServerHTTP`: the same server over HTTP on 127.0.0.1, for the official client.
@@ -18,8 +19,7 @@
 * :mod:`kdispatch.testing.envtest`: the real etcd + kube-apiserver, built from the Go module
   proxy and started for your own tests (``python -m kdispatch.testing.envtest``).
 
-Production code (:mod:`kdispatch.actors`, :mod:`kdispatch.adapters`) never imports this
-package; an import-linter contract holds that.
+The library itself never imports this package; an import-linter contract holds that.
 """
 
 from typing import TYPE_CHECKING
@@ -29,7 +29,7 @@ from kdispatch._lazy import lazy_exports
 from .audit import RequestRecord, request_writer
 from .lease_client import MemoryLeaseClient
 from .memory import InMemoryApiServer
-from .memory_faults import FaultPlan, Latency
+from .memory_faults import DEFAULT_FAULT_WEIGHTS, FAULTS, OPS, FaultPlan, Latency
 from .memory_objects import (
     make_claim,
     make_condition,
@@ -56,6 +56,9 @@ else:  # on first use: pytest imports this package for the envtest plugin in eve
     )
 
 __all__ = [
+    "DEFAULT_FAULT_WEIGHTS",
+    "FAULTS",
+    "OPS",
     "ApiServerHTTP",
     "FaultPlan",
     "InMemoryApiServer",

@@ -35,4 +35,4 @@ class RequestRecord:
 
 request_writer: ContextVar[str] = ContextVar("request_writer", default="")
 """The identity of the client whose request the current thread serves (set by front ends such
-as :mod:`kdispatch.testing.httpserver`); recorded in :attr:`RequestRecord.writer`."""
+as :class:`~kdispatch.testing.ApiServerHTTP`); recorded in :attr:`RequestRecord.writer`."""

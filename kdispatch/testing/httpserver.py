@@ -21,6 +21,7 @@ namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}`
     POST   .../pods/{name}/eviction           policy/v1 Eviction → Status 201, or 429 when a
                                               PodDisruptionBudget forbids it
     GET    /api, /api/v1, /apis, /apis/{group}/{version}    discovery documents of the table
+    GET    /version                           the version it emulates (:data:`VERSION`)
 
 A kind-specific store (for example for Leases) plugs in with ``stores={"Lease": store}``: the
 requests for that kind go to ``store``, which offers the same generic methods as
@@ -104,6 +105,20 @@ _PATCH_TYPES = {
 
 JSON_PATCH_REJECTED = "the server rejected our request due to an error in our request"
 """kube-apiserver's whole message for a JSON patch whose ``test`` operation failed."""
+
+VERSION: dict[str, str] = {
+    "major": "1",
+    "minor": "37",
+    "gitVersion": "v1.37.2",
+    "gitCommit": "",
+    "gitTreeState": "",
+    "buildDate": "",
+    "goVersion": "",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+"""``GET /version``: the kube-apiserver release whose behaviour the emulator follows (the one
+``kdispatch.testing.envtest`` builds, against which the conformance suite checks it)."""
 
 _DEFAULT_WATCH_SECONDS = 1800.0
 _SCHEDULER = "default-scheduler"
@@ -276,9 +291,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             # the body first: a refused request must not leave it in the keep-alive stream
             body = self._body() if method in ("POST", "PATCH", "DELETE", "PUT") else None
-            api.check_auth(self.headers.get("Authorization"))
+            api._check_auth(self.headers.get("Authorization"))
             url = urlsplit(self.path)
-            if api.serve_extra(self, method, url.path, url.query, body):  # leases, audit
+            if api._serve_extra(self, method, url.path, url.query, body):  # leases, audit
+                return
+            if url.path in ("/version", "/version/") and method == "GET":
+                self._reply_json(200, VERSION)
                 return
             route = _route(api.kinds, url.path)
             if not isinstance(route, _Route):
@@ -288,9 +306,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             try:
-                api.handle(self, method, route, query, body)
+                api._handle(self, method, route, query, body)
             except ApiError as exc:
-                raise api.http_error(exc, route, self.connection) from None
+                raise api._http_error(exc, route, self.connection) from None
             except InvalidObjectError as exc:
                 raise _HttpError(422, "Invalid", str(exc), details=route.details()) from None
             except InvalidInputError as exc:
@@ -299,7 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply_error(err)
         except _Abort as abort:
             self.close_connection = True
-            api.abort_connection(self.connection, reset=abort.reset)
+            api._abort_connection(self.connection, reset=abort.reset)
         except OSError:  # the client went away mid-reply
             self.close_connection = True
         except Exception:
@@ -339,7 +357,7 @@ class _HTTPServer(HTTPServer):
         return sock, addr
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        self.api.spawn_connection(request, client_address)
+        self.api._spawn_connection(request, client_address)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         logger.opt(exception=True).debug("test apiserver: connection error from {}", client_address)
@@ -351,7 +369,8 @@ class ApiServerHTTP:
     ``token``: when set, requests must carry ``Authorization: Bearer <token>`` (else 401).
     ``kinds``: the kind table whose kinds are served (default: the process-wide one).
     ``stores``: kind → a kind-specific store answering that kind's requests instead of
-    ``server`` (see the module).
+    ``server`` (with the same generic methods: ``get``, ``list_page``, ``watch``, ``create``,
+    ``update``, ``patch``, ``patch_status``, ``delete``, ``get_object``).
     ``hang_seconds``: how long an injected timeout withholds the reply. ``timeout_reply``:
     ``"hang"`` (default) or ``"504"``. ``start``/``stop`` run on the caller's thread; request
     handling runs on per-connection threads and never holds a lock of its own while waiting.
@@ -477,7 +496,7 @@ class ApiServerHTTP:
 
     # ----------------------------------------------------------------- connections
 
-    def spawn_connection(self, sock: socket.socket, addr: Any) -> None:
+    def _spawn_connection(self, sock: socket.socket, addr: Any) -> None:
         """Run one accepted connection on its own thread. Accept thread."""
         assert self._httpd is not None
         httpd = self._httpd
@@ -507,7 +526,7 @@ class ApiServerHTTP:
                 self._conns.pop(threading.current_thread(), None)
                 self._lock.notify_all()
 
-    def abort_connection(self, sock: socket.socket, *, reset: bool) -> None:
+    def _abort_connection(self, sock: socket.socket, *, reset: bool) -> None:
         """Close ``sock`` without a reply; ``reset`` sends a TCP RST. Connection thread."""
         with contextlib.suppress(OSError):
             if reset:
@@ -524,7 +543,7 @@ class ApiServerHTTP:
             if remaining <= 0 or self._stopping.wait(min(remaining, self._watch_poll)):
                 return
 
-    def check_auth(self, header: str | None) -> None:
+    def _check_auth(self, header: str | None) -> None:
         """401 unless the configured bearer token is presented. Connection thread."""
         if self._token is None:
             return
@@ -533,7 +552,7 @@ class ApiServerHTTP:
 
     # ----------------------------------------------------------------- errors
 
-    def http_error(self, exc: ApiError, route: _Route, sock: socket.socket) -> BaseException:
+    def _http_error(self, exc: ApiError, route: _Route, sock: socket.socket) -> BaseException:
         """The HTTP behaviour of a backend error (a reply, or an abort). Connection thread."""
         if isinstance(exc, ApiConnectionError):
             return _Abort(reset=True)
@@ -584,11 +603,11 @@ class ApiServerHTTP:
 
     # ----------------------------------------------------------------- requests
 
-    def store(self, kind: str) -> Any:
+    def _store(self, kind: str) -> Any:
         """The store serving ``kind``: a plugged-in one, else the in-memory server."""
         return self._stores.get(kind, self.server)
 
-    def handle(
+    def _handle(
         self,
         h: _Handler,
         method: str,
@@ -597,7 +616,7 @@ class ApiServerHTTP:
         body: Any,
     ) -> None:
         """Serve one request. Connection thread."""
-        store = self.store(route.kind)
+        store = self._store(route.kind)
         ns, name = route.namespace or "", route.name or ""
         if route.name is None:
             if method == "GET":
@@ -638,14 +657,16 @@ class ApiServerHTTP:
         raise _HttpError(405, "MethodNotAllowed", f"{method} is not supported on {h.path}")
 
     def _current_uid(self, route: _Route) -> str:
-        obj = self.store(route.kind).get_object(route.kind, route.namespace or "", route.name or "")
+        obj = self._store(route.kind).get_object(
+            route.kind, route.namespace or "", route.name or ""
+        )
         if obj is None:
             raise NotFoundError(f'{route.plural} "{route.name}" not found')
         return str(obj["metadata"]["uid"])
 
     def _list(self, h: _Handler, route: _Route, query: Mapping[str, str]) -> None:
         limit = _int_query(query, "limit")
-        items, rv, token = self.store(route.kind).list_page(
+        items, rv, token = self._store(route.kind).list_page(
             route.kind,
             namespace=route.namespace or None,
             label_selector=query.get("labelSelector") or None,
@@ -696,7 +717,7 @@ class ApiServerHTTP:
             obj["status"] = {"phase": "Pending"}
         elif route.kind == "ResourceClaim":
             obj["status"] = {}
-        store = self.store(route.kind)
+        store = self._store(route.kind)
         if store is self.server:  # a request of its own: logged (and faultable), like a patch
             h._reply_json(201, store.create(route.kind, route.namespace or "", obj))
         else:
@@ -705,7 +726,7 @@ class ApiServerHTTP:
     def _replace(self, h: _Handler, route: _Route, body: Any) -> None:
         obj = self._owned_body(route, body)
         obj["metadata"].setdefault("name", route.name)
-        h._reply_json(200, self.store(route.kind).update(obj))
+        h._reply_json(200, self._store(route.kind).update(obj))
 
     def _patch(self, h: _Handler, route: _Route, body: Any, sub: str | None) -> None:
         content_type = (h.headers.get("Content-Type") or "").split(";")[0].strip().lower()
@@ -724,7 +745,7 @@ class ApiServerHTTP:
                 "media types include: application/json-patch+json, "
                 "application/merge-patch+json",
             )
-        store = self.store(route.kind)
+        store = self._store(route.kind)
         ns, name = route.namespace or "", route.name or ""
         if patch_type != "json":
             self._check_body_uid(route, body)
@@ -751,7 +772,7 @@ class ApiServerHTTP:
         rv = meta.get("resourceVersion")
         if uid is None:
             uid = self._current_uid(route)
-        obj = self.store(route.kind).patch_status(
+        obj = self._store(route.kind).patch_status(
             route.kind,
             route.namespace or "",
             route.name or "",
@@ -770,7 +791,7 @@ class ApiServerHTTP:
         uid = meta.get("uid") if isinstance(meta, dict) else None
         if uid is None:
             return
-        stored = self.store(route.kind).get_object(
+        stored = self._store(route.kind).get_object(
             route.kind, route.namespace or "", route.name or ""
         )
         if stored is None or uid == stored["metadata"].get("uid"):
@@ -821,7 +842,7 @@ class ApiServerHTTP:
 
     def _delete(self, h: _Handler, route: _Route, query: Mapping[str, str], body: Any) -> None:
         uid, rv, grace = _delete_options(body, query)
-        store = self.store(route.kind)
+        store = self._store(route.kind)
         ns, name = route.namespace or "", route.name or ""
         before = store.get_object(route.kind, ns, name)
         if uid is None:
@@ -838,7 +859,7 @@ class ApiServerHTTP:
     # ----------------------------------------------------------------- watch
 
     def _watch(self, h: _Handler, route: _Route, query: Mapping[str, str]) -> None:
-        store = self.store(route.kind)
+        store = self._store(route.kind)
         selectors = {
             "label_selector": query.get("labelSelector") or None,
             "field_selector": query.get("fieldSelector") or None,
@@ -917,7 +938,7 @@ class ApiServerHTTP:
 
     # ----------------------------------------------------------------- leases and audit
 
-    def serve_extra(
+    def _serve_extra(
         self, h: _Handler, method: str, path: str, query_string: str, body: Any
     ) -> bool:
         """Serve ``coordination.k8s.io/v1`` leases (:mod:`kdispatch.testing.memory_leases`) and the
@@ -938,7 +959,7 @@ class ApiServerHTTP:
                 self.server.leases, method, lease, query, body, content_type=content_type
             )
         except ApiError as exc:
-            raise self.http_error(exc, route, h.connection) from None
+            raise self._http_error(exc, route, h.connection) from None
         except InvalidInputError as exc:  # a body that is not JSON-shaped
             raise _HttpError(422, "Invalid", str(exc), details=route.details()) from None
         h._reply_json(code, reply)

@@ -42,7 +42,7 @@ class MemoryListWatch:
 
     def list(self) -> tuple[list[Obj], str]:
         """Informer thread."""
-        items, rv = self._server.list(
+        items, rv, _ = self._server.list(
             self.kind, namespace=self._namespace, label_selector=self._selector
         )
         return [with_type_meta(item, self._info) for item in items], rv

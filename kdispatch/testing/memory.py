@@ -53,6 +53,7 @@ from kdispatch.actors.objects import (
     is_dns_label,
     is_dns_subdomain,
 )
+from kdispatch.adapters.listing import ObjectList
 
 from .audit import RequestRecord, request_writer
 from .memory_faults import (
@@ -357,13 +358,13 @@ class InMemoryApiServer:
         operations; a failed ``test`` answers 422 as upstream does); None: the kind's flavour
         from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version`` and a
         ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions
-        (``ConflictError``; over HTTP a wrong body UID is kube-apiserver's 422 instead, see
-        :mod:`kdispatch.testing.httpserver`).
+        (``ConflictError``; over HTTP, :class:`~kdispatch.testing.ApiServerHTTP` answers a
+        wrong body UID with kube-apiserver's 422 instead).
         As on the apiserver, a patch of the object leaves ``status`` alone for kinds with a
         status subresource, a status patch changes only ``status``, and identity fields
         (name, namespace, uid, creationTimestamp, kind, apiVersion) never change. Strategic
-        merge uses the status merge keys of :mod:`kdispatch.testing.memory_patch` (other lists are
-        replaced whole). Request thread."""
+        merge merges the lists of a pod's and a claim's status by their upstream merge keys
+        (conditions by ``type``, and so on); other lists are replaced whole. Request thread."""
         info = self._kinds.get(kind)
         flavour = patch_type or (info.patch if info is not None else "merge")
         has_status = info.status if info is not None else True
@@ -420,9 +421,11 @@ class InMemoryApiServer:
         resource_version: str | None = None,
     ) -> None:
         """``pods/eviction``: delete the pod unless a PodDisruptionBudget forbids it now
-        (:class:`~kdispatch.actors.errors.DisruptionBudgetError`, a 429; the rules are in
-        :mod:`kdispatch.testing.memory_pdb`). ``uid``/``resource_version``: the deleteOptions'
-        preconditions (409); ``uid=None``: none. Request thread."""
+        (:class:`~kdispatch.DisruptionBudgetError`, a 429), decided as upstream's eviction
+        handler decides, from figures computed over the stored pods, since no disruption
+        controller keeps a budget's status here (:meth:`pdb_status` shows them).
+        ``uid``/``resource_version``: the deleteOptions' preconditions (409); ``uid=None``:
+        none. Request thread."""
 
         def apply() -> Json:
             check_grace_period(grace_period_seconds)
@@ -608,14 +611,25 @@ class InMemoryApiServer:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
-    ) -> tuple[builtins.list[Json], str]:
-        """All objects of ``kind`` (in ``namespace`` if given, matching the selectors if
-        given), sorted by namespace and name, and the resourceVersion to watch from. Any
-        thread."""
-        items, rv, _ = self.list_page(
-            kind, namespace, label_selector=label_selector, field_selector=field_selector
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ObjectList:
+        """The objects of ``kind`` (in ``namespace`` if given, matching the selectors if
+        given), sorted by namespace and name, as :meth:`KubernetesBackend.list
+        <kdispatch.KubernetesBackend.list>` returns them: an :class:`~kdispatch.ObjectList`
+        of the items, the resourceVersion to watch from and the next page's token. Every
+        object unless ``limit`` asks for a page: at most ``limit`` objects after
+        ``continue_token``, and the token of the next page (None on the last). Unlike etcd,
+        later pages see the current objects, not a snapshot at the first page's
+        resourceVersion. Any thread."""
+        return self.list_page(
+            kind,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+            continue_token=continue_token,
         )
-        return items, rv
 
     def list_page(
         self,
@@ -626,10 +640,9 @@ class InMemoryApiServer:
         field_selector: str | None = None,
         limit: int | None = None,
         continue_token: str | None = None,
-    ) -> tuple[builtins.list[Json], str, str | None]:
-        """One page of :meth:`list`: at most ``limit`` objects after ``continue_token``, and
-        the token of the next page (None on the last). Unlike etcd, later pages see the
-        current objects, not a snapshot at the first page's resourceVersion. Any thread."""
+    ) -> ObjectList:
+        """:meth:`list`, under the name :class:`~kdispatch.testing.ApiServerHTTP` asks the
+        stores it serves for. Any thread."""
         _check_str("kind", kind)
         if namespace is not None:
             _check_str("namespace", namespace)
@@ -653,7 +666,7 @@ class InMemoryApiServer:
         if limit is not None and len(snapshots) > limit:
             snapshots = snapshots[:limit]
             token = _encode_continue(_sort_key(snapshots[-1]))
-        return [clone(o) for o in snapshots], rv, token
+        return ObjectList([clone(o) for o in snapshots], rv, token)
 
     def watch(
         self,

@@ -39,7 +39,14 @@ APPLY_THEN_FAIL = "apply_then_fail"
 FAULTS: frozenset[str] = frozenset(
     {"429", "500", "timeout", "conn_reset", APPLY_THEN_FAIL, "404", "409"}
 )
-"""Fault names accepted by :meth:`InMemoryApiServer.script` and :attr:`FaultPlan.weights`."""
+"""Fault names accepted by :meth:`InMemoryApiServer.script` and :attr:`FaultPlan.weights`.
+Each fails the request, before it is applied, with an ``ApiError``: ``"429"``
+:class:`~kdispatch.TooManyRequestsError` (``Retry-After``: the plan's ``retry_after``),
+``"500"`` :class:`~kdispatch.ServerError`, ``"timeout"`` :class:`~kdispatch.RequestTimeoutError`,
+``"conn_reset"`` :class:`~kdispatch.ApiConnectionError`, ``"404"``
+:class:`~kdispatch.NotFoundError`, ``"409"`` :class:`~kdispatch.ConflictError`; except
+``"apply_then_fail"``, which applies the request and then loses the reply (a
+``RequestTimeoutError``), as a connection cut after sending does."""
 
 Fault = str | ApiError
 """A fault name from :data:`FAULTS`, or an ``ApiError`` instance to raise as is."""
@@ -104,8 +111,10 @@ class Latency:
         return float(self.per_op.get(op, self.fixed))
 
 
-def _default_weights() -> Mapping[str, float]:
-    return {"429": 1.0, "500": 1.0, "timeout": 1.0, APPLY_THEN_FAIL: 1.0}
+DEFAULT_FAULT_WEIGHTS: MappingProxyType[str, float] = MappingProxyType(
+    {"429": 1.0, "500": 1.0, "timeout": 1.0, APPLY_THEN_FAIL: 1.0}
+)
+""":attr:`FaultPlan.weights` by default: the faults a retry rides out, equally likely."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ class FaultPlan:
     ``retry_after`` seconds."""
 
     rate: float = 0.0
-    weights: Mapping[str, float] = field(default_factory=_default_weights)
+    weights: Mapping[str, float] = field(default_factory=DEFAULT_FAULT_WEIGHTS.copy)
     retry_after: float = 0.05
     ops: frozenset[str] = frozenset({"patch_status", "bind", "delete"})
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from kdispatch.actors.errors import ConflictError, InvalidRequestError, NotFoundError
 from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
+from kdispatch.adapters.listing import ObjectList
 
 from .audit import request_writer
 from .memory_objects import clone, to_json
@@ -126,8 +127,8 @@ class LeaseStore:
             raise NotFoundError(f'leases.coordination.k8s.io "{name}" not found')
         return obj
 
-    def list(self, namespace: str | None = None) -> tuple[builtins.list[Json], str]:
-        """Leases (in ``namespace`` if given) and the list's resourceVersion."""
+    def list(self, namespace: str | None = None) -> ObjectList:
+        """Leases (in ``namespace`` if given), as the server's ``list`` returns them."""
         return self._server.list(LEASE, namespace=None if namespace is None else _ns(namespace))
 
     def update(self, namespace: str, name: str, body: Mapping[str, Any]) -> Json:
@@ -305,7 +306,7 @@ def serve_http(
         if method == "GET":
             if query.get("watch") in ("true", "1"):
                 raise InvalidRequestError("watching leases is not supported", status=405)
-            items, rv = store.list(ns)
+            items, rv, _ = store.list(ns)
             return 200, {
                 "kind": "LeaseList",
                 "apiVersion": LEASE_API_VERSION,

@@ -501,3 +501,12 @@ def test_shared_client_under_parallel_workers(target: Target, admin: Admin, ns: 
     assert errors == []
     for i in range(workers):
         assert admin.get_pod(ns, f"p{i}")["status"]["nominatedNodeName"] == "n9"
+
+
+def test_version_is_the_release_the_emulator_follows(admin: Admin) -> None:
+    """``GET /version`` (kr8s reads it when it connects): the emulator reports the release of
+    kube-apiserver it is checked against."""
+    for path in ("/version", "/version/"):
+        version = admin.ok("GET", path)
+        assert (version["major"], version["minor"]) == ("1", "37"), version
+        assert version["gitVersion"].startswith("v1.37."), version

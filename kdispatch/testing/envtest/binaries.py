@@ -18,7 +18,9 @@ from .errors import BUILD_HINT, BinariesNotFound
 from .modules import KUBERNETES
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
+"""The variable naming a folder of binaries, looked in first (envtest's convention)."""
 CACHE_ENV = "KDISPATCH_K8S_CACHE"
+"""The variable that overrides :func:`cache_dir`."""
 
 
 @dataclass(frozen=True)

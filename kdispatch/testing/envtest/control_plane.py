@@ -37,7 +37,7 @@ from .flags import (
     runtime_config_flags,
 )
 from .kubeconfig import write_kubeconfig
-from .processes import Process, wait_for
+from .processes import Process, seconds, wait_for
 from .scheduler import SCHEDULER_USER, KubeScheduler
 
 _T = TypeVar("_T")
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 ADMIN_USER = "envtest-admin"
+"""The static-token user in ``system:masters`` that every control plane has."""
 
 
 class ControlPlane:
@@ -128,6 +129,8 @@ class ControlPlane:
         is stopped again). Returns ``self``."""
         if self._started:
             raise EnvtestError("this control plane was started already")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise EnvtestError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         began = time.monotonic()
         deadline = began + timeout
         binaries = self._binaries or find_binaries(scheduler=self.scheduler)
@@ -160,6 +163,11 @@ class ControlPlane:
                     binaries.kube_scheduler, folder, kubeconfig, self.scheduler_extra_args
                 )
                 self.kube_scheduler.start(_left(deadline))
+        except ControlPlaneError as exc:
+            self.stop()
+            if time.monotonic() < deadline:
+                raise
+            raise ControlPlaneError(f"not ready within {seconds(timeout)} s: {exc}") from None
         except BaseException:
             self.stop()
             raise
@@ -281,7 +289,8 @@ class ControlPlane:
 
 
 def _left(deadline: float) -> float:
-    return max(1.0, deadline - time.monotonic())
+    """The seconds left before ``deadline`` (none once it passed: a wait then looks once)."""
+    return max(0.0, deadline - time.monotonic())
 
 
 def _started(value: _T | None) -> _T:

@@ -36,6 +36,12 @@ def free_port() -> int:
         return port
 
 
+def seconds(value: float) -> str:
+    """``value`` as a message shows seconds: ``0.5``, ``120``, ``0.497`` (milliseconds at
+    most)."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 def wait_for(
     predicate: Callable[[], T | bool | None],
     timeout: float,
@@ -52,7 +58,7 @@ def wait_for(
         if value:
             return value  # type: ignore[return-value]
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+            raise TimeoutError(f"timed out after {seconds(timeout)} s waiting for {what}")
         time.sleep(interval)
 
 
