@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from typing import Any, Self
 
+import pykka
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
@@ -47,6 +48,7 @@ from .executor import Executor
 from .gctuning import GcTuner, collections_paused
 from .groups import CallGroup, OwnerIndex
 from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite, dependency_failed
+from .housekeeper import Housekeeper
 from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw, settle
 from .metrics import Metrics
 from .object_actor import ActorContext
@@ -137,8 +139,8 @@ class Dispatcher(DispatcherLike):
         self._started = False
         self._closed = False
         self._revoked: DispatcherClosed | None = None
-        self._reaper_stop = threading.Event()
-        self._reaper: threading.Thread | None = None
+        self._housekeeper: pykka.ActorRef[Housekeeper] | None = None
+        self._winding_down = threading.Event()  # set to end the housekeeper's wait
         self._gc = GcTuner(config.runtime)
         self._abandoned: list[tuple[Any, list[Any]]] = []  # actors stop() settled in bulk
         self._deps = Dependencies(self, self._registry.tell, self.metrics)
@@ -164,10 +166,9 @@ class Dispatcher(DispatcherLike):
             self._started = True
         self._pool.start()
         self._executor.start()
-        self._reaper = threading.Thread(
-            target=self._reap_loop, name="kdispatch-reaper", daemon=True
+        self._housekeeper = Housekeeper.start(
+            self._registry, self.config.reap_interval, self._winding_down
         )
-        self._reaper.start()
         self._gc.start()
         return self
 
@@ -221,9 +222,7 @@ class Dispatcher(DispatcherLike):
             self._ctx.closing = True
         # One deadline for every phase from here on.
         end = max(deadline, time.monotonic()) + _STOP_GRACE
-        self._reaper_stop.set()
-        if self._reaper is not None:
-            self._reaper.join(max(0.0, end - time.monotonic()))
+        self._stop_housekeeper(end)
         # No request starts any more; the executor's threads end (a request on the wire ends
         # first, until the grace period is over), and with them the actor turns they run.
         self._executor.stop(timeout=max(0.0, end - time.monotonic()))
@@ -640,14 +639,15 @@ class Dispatcher(DispatcherLike):
         if self._backlog.wake_below:  # a thread waits in wait_backlog
             self._backlog.wake()
 
-    def _reap_loop(self) -> None:
-        """Reaper thread: periodically ask idle actors to leave."""
-        interval = self.config.reap_interval
-        while not self._reaper_stop.wait(interval):
+    def _stop_housekeeper(self, end: float) -> None:
+        """Stopping thread: end the housekeeper's wait and stop it, by ``end``."""
+        self._winding_down.set()
+        ref = self._housekeeper
+        if ref is not None:
             try:
-                self._registry.reap_idle()
-            except Exception:  # pragma: no cover - defensive
-                logger.opt(exception=True).error("reaping failed")
+                ref.stop(block=True, timeout=max(0.1, end - time.monotonic()))
+            except pykka.Timeout:  # a reaping pass over many actors: it ends on its own
+                logger.warning("the housekeeper is still reaping at the stop deadline")
 
 
 def _close_future(future: CallFuture) -> bool:
