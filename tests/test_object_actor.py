@@ -727,3 +727,21 @@ def test_an_actor_busy_again_is_not_reaped_before_it_was_idle_for_the_timeout(
     h.clock.now = 111.0
     assert h.registry.reap_idle() == 0
     assert h.registry.get("uid-a") is actor
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a call admitted without effects (the executor holds the Ready) is not counted",
+)
+def test_a_call_admitted_while_a_ready_is_held_counts_as_pending(h: Harness) -> None:
+    """The pending-calls gauge counts every call waiting on its object. A binding asks the
+    executor for a grant and is cancelled; the executor still holds the object's Ready, so a
+    status patch submitted next makes no new effect, and the actor moves the gauge only after
+    effects."""
+    cancelled = h.submit(PodBinding.for_pod(pod("a"), "n1"))
+    h.tell("uid-a", msg.Cancel())
+    assert outcome(cancelled) is CallCancelled
+    patch = h.submit(unsched(pod("a")))
+    h.sync("uid-a")
+    assert not patch.done()
+    assert h.pending("pod_status_patch") == 1
