@@ -146,7 +146,11 @@ class ObjectActor(Actor):
             effects = handler(self, message)
         if effects:
             self._carry_out(effects)
-        if self.idle_since is None and machine.idle:
+        elif machine.queue or self.pending_types:  # admitted without an effect of its own
+            self._update_pending()
+        if not machine.idle:
+            self.idle_since = None
+        elif self.idle_since is None:
             self.idle_since = self.ctx.clock()
 
     def _submit(self, message: Submit) -> list[Effect] | None:

@@ -117,13 +117,22 @@ class Registry:
             )
         fresh = spawn(uid)
         actor = live.setdefault(uid, fresh)
-        if actor is not fresh or not self._any_tombstone or uid not in self._tombstones:
+        if actor is not fresh:
             return actor
-        with self._lock:  # tombstoned between the check and the registration
-            if live.get(uid) is fresh and fresh.close_if_empty():
+        over = max_live is not None and len(live) > max_live  # a racing spawn took the place
+        if not over and (not self._any_tombstone or uid not in self._tombstones):
+            return actor
+        with self._lock:  # take it back, unless a racing sender's message reached it first
+            taken_back = live.get(uid) is fresh and fresh.close_if_empty()
+            if taken_back:
                 del live[uid]
-                return None
-        return actor  # a racing sender's message reached it first: it stays
+        if not taken_back:
+            return actor
+        if over:
+            raise ActorLimitExceeded(
+                f"cannot spawn an actor for {uid!r}: {len(live)} live (max_live)"
+            )
+        return None
 
     def get(self, uid: str) -> Any:
         """The actor of ``uid``, or None (no spawn). Any thread."""
