@@ -23,10 +23,10 @@ futures are exactly the model's pending and in-flight calls (never two in flight
 or read after the deletion was handled), and exactly the ones the actor holds open; no future
 was resolved twice; the executor holds a ``Ready`` whenever a call waits with nothing in flight
 (no lost wake-up); the actor holds no grant between messages, its pending-calls gauge follows
-its queue, an idle one knows since when; ``View`` shows the pending and in-flight mutations.
-At the end the test drains (grant and send until nothing is left) and checks that every future
-resolved exactly once, that the pending-calls gauge is back to zero, and that the server's pod
-equals the model's expected final state.
+its queue, and it knows since when it is idle exactly while it is (for the reaper); ``View``
+shows the pending and in-flight mutations. At the end the test drains (grant and send until
+nothing is left) and checks that every future resolved exactly once, that the pending-calls
+gauge is back to zero, and that the server's pod equals the model's expected final state.
 
 A product bug found here gets a named guard in :data:`GUARDS` (the machine steers around it) and
 a minimal ``xfail(strict=True)`` test until it is fixed.
@@ -96,14 +96,13 @@ MAX_ATTEMPTS = 3
 NODES = ("n1", "n2")
 NAME, NAMESPACE = "p", "default"
 
-GUARDS: frozenset[str] = frozenset({"pending-gauge-without-effects"})
+GUARDS: frozenset[str] = frozenset()
 """Scenarios of known bugs the test steers around.
 
-* ``pending-gauge-without-effects``: a call admitted while the executor still holds the
-  object's ``Ready`` (its only pending call was cancelled meanwhile) makes no effects, and the
-  actor moves its pending-calls gauge only after effects: that call is never counted as
-  pending. The step-by-step check of the gauge is off; the final one (zero after the drain)
-  stays. Pinned by
+* ``pending-gauge-without-effects`` (fixed): a call admitted while the executor still holds
+  the object's ``Ready`` (its only pending call was cancelled meanwhile) makes no effect of
+  its own, and the actor moved its pending-calls gauge only after effects: that call was never
+  counted as pending. With the guard on, the step-by-step check of the gauge is off. Pinned by
   ``test_object_actor.py::test_a_call_admitted_while_a_ready_is_held_counts_as_pending``.
 * ``read-after-delete`` (fixed): a re-read that ends (success or retry) after the informer's
   delete reached the machine puts its call back into the queue of a retired object, and its
@@ -561,8 +560,8 @@ class ObjectStateMachine(RuleBasedStateMachine):
         assert not actor.granted, "a grant was neither used nor refunded"
         if "pending-gauge-without-effects" not in GUARDS:
             assert actor.pending_types == tuple(e.call.call_type for e in machine.queue)
-        if machine.idle and self.world.turns:
-            assert actor.idle_since is not None, "an idle actor the reaper cannot see"
+        if self.world.turns:  # idle (reapable) since a time, exactly while it is idle
+            assert (actor.idle_since is not None) == machine.idle, "idle_since is off"
         if self.view is not None and not self.model.gone:
             diff = differences(self.model.expected_view(), self.view)
             assert not diff, f"the view lacks pending/in-flight mutations: {diff} (want, have)"
