@@ -76,9 +76,12 @@ class SchedulerApi(Protocol):
 class Backlogged(Protocol):
     """An API layer a scheduling loop can pace itself on (:class:`DispatchedApi`)."""
 
-    def wait_backlog(self, below: int, timeout: float | None) -> bool:
-        """Calling thread (blocks it). Wait until fewer than ``below`` calls (Events left out)
-        are unresolved; False after ``timeout`` seconds (None: no limit)."""
+    def wait_backlog(
+        self, below: int, timeout: float | None, *, call_type: str | None = None
+    ) -> bool:
+        """Calling thread (blocks it). Wait until fewer than ``below`` calls are unresolved
+        in ``call_type``'s lane and the lanes above it (None: every lane but the Events');
+        False after ``timeout`` seconds (None: no limit)."""
         ...
 
 
@@ -153,10 +156,12 @@ class DispatchedApi(ForwardedObjects):
         """Any thread."""
         return self.dispatcher.outstanding
 
-    def wait_backlog(self, below: int, timeout: float | None) -> bool:
+    def wait_backlog(
+        self, below: int, timeout: float | None, *, call_type: str | None = None
+    ) -> bool:
         """Scheduling thread: the dispatcher's :meth:`~kdispatch.DispatcherLike.wait_backlog`,
         woken as its calls resolve."""
-        return self.dispatcher.wait_backlog(below, timeout)
+        return self.dispatcher.wait_backlog(below, timeout, call_type=call_type)
 
     def close(self, *, drain: bool, timeout: float) -> bool:
         """Caller thread."""

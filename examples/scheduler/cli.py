@@ -90,8 +90,11 @@ def parser() -> argparse.ArgumentParser:
             "workers": "dispatcher executor threads (parallel requests)",
             "max_seconds": "stop at this deadline even if pods are still pending",
             "max_backlog": "pacing (the dispatcher only): a scheduling thread takes its next "
-            "pod only while fewer calls than this are unresolved, Events left out (0: never "
-            "waits; default %(default)s)",
+            "pod only while fewer calls than this are unresolved in the lane of --pace-on and "
+            "above (0: never waits; default %(default)s)",
+            "pace_on": "the lane pacing counts, with the lanes above it: pod_binding (the "
+            "default: never waits for status patches), pod_preemption, or pod_status_patch "
+            "(every lane but the Events')",
         },
     )
     p.add_argument(

@@ -76,6 +76,9 @@ MAX_BACKLOG = 256
 """Default of ``--max-backlog``: measured in ``benchmarks.process_executor`` (see
 docs/benchmarks.md, "Back-pressure of the dispatcher process")."""
 
+PACE_LANES = ("pod_preemption", "pod_binding", "pod_status_patch")
+"""``pace_on`` values: a lane of each relevance but the Events'."""
+
 API_MODES = ("async", "pre-kep", "all-blocking")
 """``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
 binding threads); every call blocking the scheduling thread."""
@@ -118,8 +121,12 @@ class RunConfig:
     ProcessDispatcher`); needs ``kubeconfig`` (the child builds its own backend from it)."""
     max_backlog: int = MAX_BACKLOG
     """Pacing (the dispatcher only): a scheduling thread takes its next item only while fewer
-    calls than this are unresolved, Events left out (``SchedulerConfig.max_backlog``); 0:
-    never waits."""
+    calls than this are unresolved in the lane of ``pace_on`` and above
+    (``SchedulerConfig.max_backlog``); 0: never waits."""
+    pace_on: str = "pod_binding"
+    """The lane pacing counts: a built-in call type, its lane and the lanes above it (the
+    default, the binding lane, never waits for status patches; ``pod_status_patch``: every
+    lane but the Events')."""
 
     def __post_init__(self) -> None:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers")
@@ -130,6 +137,8 @@ class RunConfig:
         check_amounts(self, "max_backlog")
         if self.max_backlog:
             check_counts(self, "max_backlog")
+        if self.pace_on not in PACE_LANES:
+            raise InvalidInputError(f"pace_on must be one of {PACE_LANES}, got {self.pace_on!r}")
         if self.api not in API_MODES:
             raise InvalidInputError(f"api must be one of {API_MODES}, got {self.api!r}")
         if self.binding_threads is not None:
@@ -294,6 +303,7 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
             backoff_max=cfg.backoff_max,
             seed=cfg.seed,
             max_backlog=(cfg.max_backlog or None) if cfg.api == "async" else None,
+            pace_on=cfg.pace_on,
         ),
         tracker=tracker,
     )
