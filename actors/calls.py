@@ -64,9 +64,10 @@ class Call(ABC):
       object: that is what ``supersedes`` is for. :data:`BEST_EFFORT` (0) is the lane of
       ``best_effort`` types only;
     * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT`, below every other
-      lane and without a guaranteed share; it takes only a token and a worker nobody else
-      waits for, and is dropped unsent (``CallFailed`` caused by
-      :class:`~kdispatch.actors.errors.RequestDropped`) when it cannot get one in time;
+      lane for workers and without a guaranteed share, with tokens of the Events' own bucket
+      (``RateLimitConfig.events_qps``); it is dropped unsent (``CallFailed`` caused by
+      :class:`~kdispatch.actors.errors.RequestDropped`) when its lane is full
+      (``ExecutorConfig.events_max_pending``);
     * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
       type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
       type arriving while this one is tracked resolves ``SKIPPED``. A call of another type that

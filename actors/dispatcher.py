@@ -520,7 +520,8 @@ class Dispatcher(DispatcherLike):
 
     @property
     def tokens_taken(self) -> int:
-        """Rate-limiter tokens used so far (taken and not refunded); cheap, any thread."""
+        """Tokens of the calls' bucket used so far (taken and not refunded; Events with a
+        bucket of their own count in ``stats()["event_tokens_taken"]``); cheap, any thread."""
         return self._executor.tokens_taken
 
     def stats(self) -> dict[str, Any]:
@@ -530,7 +531,7 @@ class Dispatcher(DispatcherLike):
             ``{call_type: n}``: requests sent to the apiserver per call type — every request
             it saw, follow-up GETs after a 409 and re-reads before a retry included.
         ``sent_total``
-            The sum of ``sent``; equals ``tokens_taken``.
+            The sum of ``sent``; equals ``tokens_taken`` plus ``events["tokens_taken"]``.
         ``outcomes``
             ``{"call_type:outcome": n}``: futures resolved, per call type and outcome
             (``success``, ``skipped``, ``overwritten``, ``cancelled``, ``conflict``,
@@ -546,13 +547,22 @@ class Dispatcher(DispatcherLike):
             with no call (normal: only objects with calls are tracked), also cancels for
             untracked UIDs and late messages for deleted (tombstoned) objects.
         ``tokens_taken``
-            Rate-limiter tokens used (taken and not refunded): one per request sent.
+            Tokens of the calls' bucket used (taken and not refunded): one per request sent,
+            but the Events' when they have a bucket of their own.
+        ``events``
+            The Events (best-effort calls): ``tokens_taken``, tokens of their own bucket used
+            (``RateLimitConfig.events_qps``; 0 with ``events_shared``); ``waiting``, Event
+            objects waiting now for a worker and a token; ``dropped``, ``{reason: n}``,
+            Events dropped unsent (``kdispatch_events_dropped_total``): ``queue_full`` when
+            ``ExecutorConfig.events_max_pending`` Events already waited, ``throttled`` for a
+            follow-up request that found no spare token of a shared bucket.
         ``pid``
             The process the dispatcher runs in (for :class:`ProcessDispatcher`, the child).
         """
         m = self.metrics
         out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
-        for sample in m.samples(m.requests, m.outcomes, m.retries):
+        dropped: dict[str, int] = {}
+        for sample in m.samples(m.requests, m.outcomes, m.retries, m.events_dropped):
             if sample.name == "kdispatch_requests_total":
                 ct = sample.labels["call_type"]
                 out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
@@ -562,10 +572,17 @@ class Dispatcher(DispatcherLike):
             elif sample.name == "kdispatch_retries_total":
                 key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
                 out["retries"][key] = int(sample.value)
+            elif sample.name == "kdispatch_events_dropped_total":
+                dropped[sample.labels["reason"]] = int(sample.value)
         out["sent_total"] = sum(out["sent"].values())
         out["live_actors"] = self.live_actors
         out["events_without_actor"] = self._registry.dropped
         out["tokens_taken"] = self.tokens_taken
+        out["events"] = {
+            "tokens_taken": self._executor.event_tokens_taken,
+            "waiting": self._executor.events_waiting,
+            "dropped": dropped,
+        }
         out["pid"] = os.getpid()
         return out
 

@@ -156,9 +156,10 @@ class CallFailed(CallOutcomeError):
 
 
 class RequestDropped(KdispatchError):
-    """A best-effort call (an Event) was dropped unsent: no token or worker was spare for it
-    in time (the executor's ``best_effort_max_wait``, or at once for its follow-up request).
-    The ``cause`` of the call's ``CallFailed``; counted in ``kdispatch_events_dropped_total``."""
+    """A best-effort call (an Event) was dropped unsent: ``ExecutorConfig.events_max_pending``
+    Events already waited for a worker and a token (or, with a budget shared with the calls,
+    its follow-up request found no spare token). The ``cause`` of the call's ``CallFailed``;
+    counted in ``kdispatch_events_dropped_total``."""
 
 
 # --------------------------------------------------------------------------- backend errors

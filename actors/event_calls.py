@@ -16,8 +16,9 @@ one token per 300 s) drops occurrences of objects that report too often.
 
 Each Event object has its own actor (the call's ref is the Event, with a UID derived from its
 name, so occurrences of one series merge while they wait: a pending create absorbs the series
-patches behind it). :class:`EventRecord` is best-effort: it rides the executor's lowest lane,
-takes only a token nobody else waits for, and is dropped unsent when it cannot get one in time
+patches behind it). :class:`EventRecord` is best-effort: it rides the executor's lowest lane
+for workers, takes tokens of the Events' own bucket (``RateLimitConfig.events_qps``), and is
+dropped unsent only when ``ExecutorConfig.events_max_pending`` Events already wait
 (:class:`~kdispatch.actors.errors.RequestDropped`, counted in
 ``kdispatch_events_dropped_total{reason}``).
 

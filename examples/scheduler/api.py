@@ -140,10 +140,7 @@ class DispatchedApi(ForwardedObjects):
     def stats(self) -> dict[str, Any]:
         """Any thread."""
         raw = self.dispatcher.stats()
-        metrics = getattr(self.dispatcher, "metrics", None)
-        dropped = (
-            metrics.value("kdispatch_events_dropped_total", reason="throttled") if metrics else 0
-        )
+        dropped = sum(raw.get("events", {}).get("dropped", {}).values())
         return {
             "sent": dict(raw["sent"]),
             "outcomes": dict(raw["outcomes"]),
