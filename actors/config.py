@@ -162,13 +162,15 @@ class ExecutorConfig:
 
     workers: int = 8
     lane_min_share: float = 0.1
-    events_max_pending: int = 1000
+    events_max_pending: int = 10_000
     """Events (best-effort objects, one per Event: repeats merge) that may wait for a worker
     and a token at once; one more is dropped unsent (``CallFailed`` caused by
     :class:`~kdispatch.actors.errors.RequestDropped`), counted in
     ``kdispatch_events_dropped_total{reason="queue_full"}`` and ``Dispatcher.stats()
-    ["events_dropped"]``. An Event that waits is never dropped. client-go's event broadcaster
-    queues 1,000 too."""
+    ["events"]["dropped"]``. An Event that waits is never dropped. A waiting Event holds about
+    4 KiB (its actor, call, future and the recorder's series entry). The default holds a flood
+    of a few thousand unschedulable pods' ``FailedScheduling`` Events while the Events' bucket
+    writes them at 50 per second."""
     inline_sends: bool = True
     """Where a call's :meth:`~kdispatch.actors.calls.Call.send` runs when it can never wait:
     with a backend that declares ``non_blocking = True`` (the in-memory apiserver without
