@@ -137,9 +137,13 @@ class Call(ABC):
         del basis, obj
         return None
 
-    def landed_despite_conflict(self, fresh: Obj) -> bool:
-        """Whether a 409 answered to this call, with ``fresh`` read right after it, means an
-        earlier attempt of this same call already landed (its reply was lost). Default: no."""
+    def landed(self, fresh: Obj) -> bool:
+        """Whether ``fresh``, the object of this call's name just read from the server, shows
+        that this call took effect: an attempt landed whose reply was lost. Asked after a 409
+        (``fresh`` then has this call's UID) and before a call whose last request ended
+        without an answer resolves ``CallFailed`` (``fresh`` as read: it may be another object
+        of the same name; a name not found is a 404, not asked). True resolves the call
+        ``SUCCESS``. Default: False (only a fresh attempt tells). Pure."""
         del fresh
         return False
 

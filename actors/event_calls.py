@@ -154,6 +154,15 @@ class EventRecord(Call):
         """Events are not tracked: ``obj`` unchanged."""
         return obj
 
+    def landed(self, fresh: Obj) -> bool:
+        """The Event exists (its server UID is not known here: any object of its name), with
+        at least this record's occurrences when it counts more than one."""
+        if self.count < 2:
+            return True
+        series = fresh.get("series")
+        count = series.get("count") if isinstance(series, Mapping) else None
+        return isinstance(count, int) and count >= self.count
+
     def _series(self) -> dict[str, Any]:
         return {"count": self.count, "lastObservedTime": self.last_observed}
 

@@ -50,7 +50,9 @@ without sending. Drops are counted in ``kdispatch_events_dropped_total{reason}``
 
 Classification: 409 → one GET of the object, then ``CONFLICT`` (the actor re-validates or
 rebases); 404 → ``NOT_FOUND``; 429, 5xx, timeouts and connection errors → ``RETRY`` with the
-retry policy's delay (Retry-After honoured on 429 and 5xx); anything else → ``FAILED``. The
+retry policy's delay (Retry-After honoured on 429 and 5xx); anything else → ``FAILED``. A
+verifying read (``Send.verify``: the call's retries ran out without an answer) comes back as
+read, whatever its UID, for the call to judge. The
 optional send gate (leader election) is checked before every request: closed, the request is
 not sent and the call resolves with the gate's error.
 """
@@ -674,7 +676,7 @@ class Executor:
                 uid = get_path(obj, "metadata", "uid")
                 if not isinstance(uid, str):  # garbage: the read is retried, never a deletion
                     raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
-                if uid != ref.uid:
+                if uid != ref.uid and not send.verify:  # verify: the call judges (landed)
                     result, obj = Result.NOT_FOUND, None  # same name, another object
             else:
                 obj = call.send(backend, send.obj)
@@ -694,7 +696,8 @@ class Executor:
             if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
                 delay = self._retry.delay(send.attempt or 1, exc.retry_after, self._rand())
-                self._metrics.retry(call.call_type, _retry_reason(exc))
+                if not send.verify:  # a verifying read is never retried
+                    self._metrics.retry(call.call_type, _retry_reason(exc))
             else:
                 result = Result.FAILED
         except Exception as exc:  # a bug in a call's send(): fail this call only

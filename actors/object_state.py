@@ -71,6 +71,7 @@ from mypy_extensions import mypyc_attr
 from .calls import Call
 from .config import RetryConfig
 from .errors import (
+    ApiError,
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -270,7 +271,8 @@ EVENT_DOCS: Final[dict[Event, str]] = {
     "precheck): `Refund`",
     Event.DONE_IDLE: "the request in flight ended; nothing waits",
     Event.DONE_PENDING: "the request in flight ended; calls wait (the call itself, put back "
-    "after a retryable failure, a 409 or its re-read, or others)",
+    "after a retryable failure, a 409 or its re-read, or to read its object once when its "
+    "retries ran out without an answer; or others)",
     Event.DONE_GONE: "the request in flight ended and the object is gone (404, a deletion "
     "that succeeded, or deleted meanwhile): `Retire`",
     Event.OBSERVED: "informer update: a newer object is adopted and pending calls re-judged "
@@ -460,12 +462,15 @@ class Ready:
 @dataclass(slots=True)
 class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
-    object (one GET) so the call can be computed against a trusted object."""
+    object (one GET) so the call can be computed against a trusted object; with ``verify``
+    too, the read is the last one of a call whose last requests went unanswered: the object
+    comes back as read (whatever its UID), for :meth:`~.calls.Call.landed` to judge."""
 
     call: Final[Call]
     obj: Final[Obj | None]
     attempt: Final[int]
     read: Final[bool] = False
+    verify: Final[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -616,6 +621,7 @@ class _Entry:
         "judged_trust",
         "retry",
         "sent_rv",
+        "unanswered",
         "withdrawn",
     )
 
@@ -643,6 +649,9 @@ class _Entry:
         # with nothing in flight: elision and staleness cannot differ until one changes.
         self.judged_obs: Any = _UNJUDGED
         self.judged_trust = False
+        # Set when the retries ran out and the last request went unanswered: why it gave up
+        # and the last error; the object is read once (verify) before the call resolves.
+        self.unanswered: tuple[str, BaseException | None] | None = None
 
     def carries(self, token: Any) -> bool:
         """Whether this entry carries the intent of the call of future ``token``."""
@@ -806,7 +815,9 @@ class ObjectState:
         if entry is None or request is None or entry.call is not done.call:
             raise InvalidTransition(f"done for {done.call.describe()} which is not in flight")
         self.inflight = self.request = None
-        if request.read:
+        if request.verify:
+            retired = self._verified(out, entry, done)
+        elif request.read:
             retired = self._read_done(out, entry, done, now)
         else:
             retired = self._send_done(out, entry, done, now)
@@ -1057,7 +1068,9 @@ class ObjectState:
         object is not trusted as the base of a request, or there is none)."""
         self.inflight = entry
         call = entry.call
-        if call.reads_object and (self.trust is not _T or self.observed is None):
+        if entry.unanswered is not None:
+            send = Send(call, None, entry.retry.attempt, read=True, verify=True)
+        elif call.reads_object and (self.trust is not _T or self.observed is None):
             send = Send(call, None, entry.retry.attempt, read=True)
         else:
             retry = entry.retry = entry.retry.sent()
@@ -1124,6 +1137,46 @@ class ObjectState:
             self._failed(out, entry, done)
         return False
 
+    def _verified(self, out: list[Effect], entry: _Entry, done: Done) -> bool:
+        """The read of a call whose retries ran out without an answer ended: the call
+        resolves ``SUCCESS`` if the object shows it landed (:meth:`~.calls.Call.landed`; a
+        deletion whose object is gone too), else ``CallFailed``, saying whether the object
+        showed it did not land or could not be read (the outcome is then unknown). Whether
+        the object retired."""
+        call = entry.call
+        ctype = call.call_type
+        assert entry.unanswered is not None  # _send sent this read for it
+        why, cause = entry.unanswered
+        entry.unanswered = None
+        result, fresh = done.result, done.obj
+        if self.state is _R and result is not Result.NOT_FOUND:
+            # deleted while the read was on its way: a deletion got its way
+            if call.exclusive:
+                out.append(Resolve(entry.future, ctype, _SUCCESS))
+            else:
+                self._fail(out, entry, CallCancelled, "object deleted")
+            return False
+        if result is Result.NOT_FOUND and call.exclusive:
+            return self._resolve_not_found(out, entry)  # gone, as intended
+        if result is Result.SUCCESS and fresh is not None:
+            self._adopt_fresh(fresh)  # an object of another UID is not adopted
+            if call.landed(fresh):
+                out.append(Resolve(entry.future, ctype, _SUCCESS))
+                if call.exclusive:
+                    self._retire(out, "deleted by " + ctype)
+                    return True
+                self._revisit(out)
+                return False
+            why += "; read back, the object shows it did not land"
+        elif result is Result.NOT_FOUND:
+            why += "; read back, the object is not found: it did not land"
+        else:
+            why += f"; the outcome is unknown: reading the object back failed: {done.error}"
+        error = CallFailed(about(call.ref, why), uid=self.uid, call_type=ctype, cause=cause)
+        self._fail_entry(out, entry, error)
+        self._revisit(out)
+        return False
+
     def _conflict(self, out: list[Effect], entry: _Entry, done: Done) -> None:
         """409: rebase on the object read back (or re-read before the next attempt), within
         the bound on conflicts; a call that landed anyway succeeds."""
@@ -1131,7 +1184,7 @@ class ObjectState:
         fresh = done.obj
         if fresh is not None:
             self._adopt_fresh(fresh)
-            if call.landed_despite_conflict(fresh):
+            if call.landed(fresh):
                 out.append(Resolve(entry.future, call.call_type, _SUCCESS))
                 self._revisit(out)
                 return
@@ -1177,6 +1230,12 @@ class ObjectState:
                 f"gave up after {retry.failures} failed requests "
                 f"({config.budget:g} s retry budget): {done.error}"
             )
+            error = done.error
+            if retry.attempt > 0 and isinstance(error, ApiError) and error.ambiguous:
+                # no answer says whether an attempt landed: read the object once first
+                entry.unanswered = (why, error)
+                self._requeue_front(out, entry)
+                return
             self._fail_entry(
                 out,
                 entry,

@@ -351,3 +351,17 @@ def test_events_stay_the_lowest_lane_for_workers() -> None:
     finally:
         gate.let(10)
     assert [e["reason"] for e in _events(server)] == ["Scheduled"]
+
+
+def test_an_event_landed_when_it_is_there_with_its_occurrences() -> None:
+    """``Call.landed`` of an Event read back by name: there (any UID: the call does not know
+    the server's), and for a series patch, counting at least its occurrences."""
+    rec = EventRecorder(type("Sink", (), {"submit": lambda self, call: call})(), controller="s")
+    pod = make_pod("p", uid="u-p")
+    first = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+    second = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+    assert isinstance(first, EventRecord) and isinstance(second, EventRecord)
+    stored = {**first.body, "metadata": {**first.body["metadata"], "uid": "server-uid"}}
+    assert first.landed(stored)
+    assert not second.landed(stored)  # count 2: the series is not there yet
+    assert second.landed({**stored, "series": {"count": 2, "lastObservedTime": "x"}})
