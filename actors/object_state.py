@@ -108,6 +108,7 @@ __all__ = [
     "Trust",
     "TrustEvent",
     "about",
+    "dependency_failed",
     "transition_table_markdown",
 ]
 
@@ -534,6 +535,18 @@ def about(ref: ObjectRef, why: str) -> str:
     return f"{why}: {ref}"
 
 
+def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
+    """The error of ``call``, held, when a prerequisite failed with ``cause`` (or its group
+    was cancelled): it carries ``ref``, so its message starts with the object. The one
+    spelling of it, whether the actor or the submitting thread resolves the call. Pure."""
+    return DependencyFailed(
+        f"{call.call_type} not sent: a prerequisite failed: {cause}",
+        ref=call.ref,
+        call_type=call.call_type,
+        cause=cause,
+    )
+
+
 # --------------------------------------------------------------------------- entries
 
 
@@ -934,12 +947,8 @@ class ObjectState:
         for entry in self.queue:
             if token in entry.holds:
                 call = entry.call
-                ctype = call.call_type
-                why = f"{ctype} not sent: a prerequisite failed: {cause}"
-                error = DependencyFailed(
-                    about(call.ref, why), uid=self.uid, call_type=ctype, cause=cause
-                )
-                out.append(Resolve(entry.future, ctype, error))
+                error = dependency_failed(call, cause)
+                out.append(Resolve(entry.future, call.call_type, error))
             else:
                 keep.append(entry)
         self.queue = keep
