@@ -624,7 +624,7 @@ class Dispatcher(DispatcherLike):
                 return
         elif self._deps.fail(future, cause):
             return
-        self._registry.tell(call.ref.uid, Withdraw(future))
+        self._registry.tell(call.ref.uid, Withdraw(future, cause))
 
     def group_cancelled(self, group: CallGroup, cause: str) -> None:
         """Any thread: ``group`` was cancelled (metrics)."""

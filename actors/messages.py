@@ -145,9 +145,11 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class Withdraw:
-    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`."""
+    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`.
+    ``cause``: why (a call group's cancellation), or None (the caller)."""
 
     future: CallFuture
+    cause: CallCancelled | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,7 +149,7 @@ class ObjectActor(PooledActor):
         elif kind is Cancel:
             effects = machine.cancel(message.call_type)
         elif kind is Withdraw:
-            effects = machine.withdraw(message.future)
+            effects = machine.withdraw(message.future, message.cause)
         elif kind is ReapRequest:
             if machine.idle and self.ctx.registry.release(
                 self.uid, self.actor_ref, message.generation

@@ -636,6 +636,7 @@ class _Entry:
         "sent_rv",
         "unanswered",
         "withdrawn",
+        "withdrawn_for",
     )
 
     def __init__(
@@ -656,6 +657,7 @@ class _Entry:
         # (:meth:`ObjectState.withdraw`); the entry itself is once all of them are.
         self.carried: tuple[Any, ...] = _NOTHING_CARRIED
         self.withdrawn: frozenset[Any] | None = None
+        self.withdrawn_for: CallCancelled | None = None  # why, when not by its caller
         self.retry = _FRESH
         self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
         # The observed object (by identity) and trust this call last passed _judge against
@@ -690,6 +692,8 @@ class _Entry:
         self.carried = (*older.carried, older.future, *self.carried)
         if older.withdrawn is not None:
             self.withdrawn = older.withdrawn | (self.withdrawn or frozenset())
+            if self.withdrawn_for is None:
+                self.withdrawn_for = older.withdrawn_for
 
 
 _SKIPPED: Final = Outcome.SKIPPED
@@ -878,30 +882,47 @@ class ObjectState:
         self.queue = keep
         return self._settle(out, Event.CANCEL_CLEARED if self._drained() else Event.CANCEL)
 
-    def withdraw(self, token: Any) -> list[Effect]:
+    def withdraw(self, token: Any, cause: CallCancelled | None = None) -> list[Effect]:
         """A caller withdraws the call of future ``token`` (and no other): every entry carrying
         its intent marks it withdrawn. An entry whose intents are all withdrawn is withdrawn:
         pending, it resolves ``CallCancelled`` now; in flight, when its request ends
         retryably or with a 409 it resolves ``CallCancelled`` instead of being retried (a
         success still resolves ``SUCCESS``: it landed). An entry that still carries an intent
-        not withdrawn is sent whole (see the module docstring)."""
+        not withdrawn is sent whole (see the module docstring). ``cause``: why, when it is
+        not the caller's own choice (a call group cancelled because its owner was deleted):
+        the ``CallCancelled`` says so and carries it."""
         self._check("withdraw")
         out: list[Effect] = []
         inflight = self.inflight
         if inflight is not None and inflight.carries(token):
-            self._mark_withdrawn(inflight, token)
+            self._mark_withdrawn(inflight, token, cause)
         queue = self.queue
         for i, entry in enumerate(queue):
             if entry.carries(token):
-                self._mark_withdrawn(entry, token)
+                self._mark_withdrawn(entry, token, cause)
                 if entry.cancelled:
                     del queue[i]
-                    self._fail(out, entry, CallCancelled, "withdrawn by caller")
+                    self._fail_entry(out, entry, self._withdrawn(entry, in_flight=False))
                 break  # one pending entry per call type: at most one carries a call
         return self._settle(out, Event.WITHDRAW_CLEARED if self._drained() else Event.WITHDRAW)
 
+    def _withdrawn(self, entry: _Entry, *, in_flight: bool) -> CallCancelled:
+        """The error of a withdrawn ``entry``: by its caller, or for the cause it was
+        withdrawn for (the object named first, the cause carried)."""
+        call = entry.call
+        when = " while in flight" if in_flight else ""
+        cause = entry.withdrawn_for
+        if cause is None:
+            why = about(call.ref, f"withdrawn by caller{when}")
+            return CallCancelled(why, uid=self.uid, call_type=call.call_type)
+        return CallCancelled(
+            f"withdrawn{when}: {cause}", ref=call.ref, call_type=call.call_type, cause=cause
+        )
+
     @staticmethod
-    def _mark_withdrawn(entry: _Entry, token: Any) -> None:
+    def _mark_withdrawn(entry: _Entry, token: Any, cause: CallCancelled | None) -> None:
+        if cause is not None:
+            entry.withdrawn_for = cause
         withdrawn = entry.withdrawn
         entry.withdrawn = frozenset((token,)) if withdrawn is None else withdrawn | {token}
 
@@ -1226,7 +1247,7 @@ class ObjectState:
 
     def _retry_or_fail(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> None:
         if entry.withdrawn is not None and entry.cancelled:
-            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            self._fail_entry(out, entry, self._withdrawn(entry, in_flight=True))
             return
         config = self.retry
         retry = entry.retry
@@ -1270,7 +1291,7 @@ class ObjectState:
         resolves ``CallCancelled`` instead."""
         ctype = entry.call.call_type
         if entry.withdrawn is not None and entry.cancelled:
-            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            self._fail_entry(out, entry, self._withdrawn(entry, in_flight=True))
             return
         for i, pending in enumerate(self.queue):
             if pending.call.exclusive:
