@@ -18,6 +18,7 @@ from examples.common import add_config_options, config_from_args, configure
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
+from kdispatch import InvalidConfigError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -165,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TimeoutError as err:  # an informer never synced (InformerSyncTimeout): say why
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except InvalidConfigError as err:  # e.g. a kubeconfig that is missing or broken
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(summary_table(fig))
     for problem in fig.get("problems", []):
         print(f"problem: {problem}")
