@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from functools import partial
 
@@ -152,14 +153,16 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the main job; returns the exit status."""
+def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> int:
+    """Run the main job; returns the exit status. ``started``: when the command started
+    (``time.monotonic()``; default: now), the start of the report's ``command_s``."""
+    started = time.monotonic() if started is None else started
     args = parser().parse_args(argv)
     cfg = configure(partial(_run_config, args), verbose=args.verbose)
     if isinstance(cfg, int):
         return cfg
     try:
-        fig = run(cfg, stream=None if args.no_progress else sys.stderr)
+        fig = run(cfg, stream=None if args.no_progress else sys.stderr, command_started=started)
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself
         print("interrupted", file=sys.stderr)
         return 130

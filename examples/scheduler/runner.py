@@ -72,6 +72,10 @@ from kdispatch import (
 )
 from kdispatch.testing import FaultPlan, InMemoryApiServer, Latency, MemoryListWatch
 
+DRAIN_TIMEOUT = 120.0
+"""Seconds a finished run lets its calls and Events drain (Events wait for their own token
+bucket: at 50 QPS, 3,000 of them take a minute)."""
+
 MAX_BACKLOG = 256
 """Default of ``--max-backlog``: measured in ``benchmarks.process_executor`` (see
 docs/benchmarks.md, "Back-pressure of the dispatcher process")."""
@@ -350,9 +354,16 @@ class _Waiter:
         return True
 
 
-def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]:
+def run(
+    cfg: RunConfig,
+    *,
+    stream: TextIO | None = sys.stderr,
+    command_started: float | None = None,
+) -> dict[str, Any]:
     """Execute one run and return its figures (see :mod:`examples.scheduler.report`). Main
-    thread: Ctrl-C ends the run early, with a summary."""
+    thread: Ctrl-C ends the run early, with a summary. ``command_started``: when the command
+    started (``time.monotonic()``; default: now), the start of ``command_s``."""
+    command_started = time.monotonic() if command_started is None else command_started
     running()
     tracker = Tracker()
     env = _setup(cfg, tracker)
@@ -360,9 +371,9 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     started = time.monotonic()
     pods_total = 0
     stopped_by = "done"
-    limited = cfg.qps > 0  # tokens are only sampled when there is a budget to measure
     monitor = Monitor(
-        lambda: (_tokens_taken(env.api) if limited else 0, env.api.outstanding()),
+        # tokens are only sampled when there is a budget to measure
+        lambda: (_tokens_taken(env.api) if cfg.qps > 0 else 0, env.api.outstanding()),
         lambda: describe(
             sched.phase_counts(),
             max(pods_total, sched.known()),
@@ -434,6 +445,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         pods_total=pods_total,
         wall_s=ended - started,
         gc_pauses=gc_watch.summary(),
+        command_started=command_started,
     )
 
 
@@ -530,14 +542,17 @@ def _finish(
     pods_total: int,
     wall_s: float,
     gc_pauses: dict[str, Any],
+    command_started: float,
 ) -> dict[str, Any]:
     """Shut everything down (drain unless interrupted), verify and compute the figures."""
     clean = stopped_by in ("done", "terminated")
     env.scheduler.stop()
-    timeout = 30.0 if clean else 2.0
+    timeout = DRAIN_TIMEOUT if clean else 2.0
     if stopped_by == "terminated":  # drain until the renew deadline, then hand over
         timeout = cfg.leader_elect.renew_deadline if cfg.leader_elect else 10.0
+    drain_started = time.monotonic()
     drained = env.api.close(drain=clean, timeout=timeout)
+    drain_s = time.monotonic() - drain_started
     if env.elector is not None:
         env.elector.stop(release=stopped_by != "leadership_lost")
     monitor.stop()
@@ -571,13 +586,16 @@ def _finish(
         "gc_pauses": gc_pauses,
         "requests": None if log is None else len(log),
         "requests_by_op": None if log is None else dict(sorted(Counter(r.op for r in log).items())),
+        "drain_s": round(drain_s, 3),
     }
+    api_stats = env.api.stats()
+    extra["command_s"] = round(time.monotonic() - command_started, 3)
     return figures(
         mode=env.api.mode,
         settings=_settings(cfg),
         counts=env.scheduler.phase_counts(),
         pods_total=pods_total,
-        api_stats=env.api.stats(),
+        api_stats=api_stats,
         submit_latencies=tracker.submit_latencies,
         loop_submit_latencies=tracker.loop_submit_latencies,
         binding_latencies=tracker.binding_latencies,
