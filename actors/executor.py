@@ -28,20 +28,31 @@ Scheduling when tokens or slots are scarce: the highest-relevance non-empty lane
 (deletions, then bindings, then status patches), except that each lower lane with work is
 guaranteed ``lane_min_share`` of the grants, so nothing starves.
 
-Best effort (Events, lane ``BEST_EFFORT``): the lane below all others, with no guaranteed
-share. It is granted only when no other lane and no started job waits, a token is there now,
-a second worker stays free for whatever comes next, and fewer than a quarter of the workers
-(at least one) are sending best-effort requests; so it never takes a token or a worker
-something else waits for, and a burst of other calls finds most workers free. An object that
-waited ``best_effort_max_wait`` is dropped: it gets a grant that reserves nothing, and its
-``job`` answers ``FAILED`` with :class:`~.errors.RequestDropped` without sending. A
-best-effort job's follow-up request (the create after a 404) takes a spare token at once or is
-dropped the same way; never does it wait ahead of new grants. Drops are counted in
-``kdispatch_events_dropped_total{reason}``.
+Best effort (Events, lane ``BEST_EFFORT``): the lane below all others for worker slots, with
+no guaranteed share. Its tokens come from a bucket of its own (``RateLimitConfig.events_qps``
+and ``events_burst``, by default the calls' figures), as kube-scheduler's Events go through a
+clientset of their own: an Event never takes a token of the calls' bucket, so a binding never
+waits for one, and Events still flow while the calls' bucket is spent. A best-effort object is
+granted a slot the other lanes leave free (those lanes are served first, and stop only when
+their bucket is empty or nothing of theirs is sendable), while a second worker stays free for
+whatever comes next and fewer than a quarter of the workers (at least one) send best-effort
+requests, so a burst of other calls finds most workers free. A best-effort job's follow-up
+request (the create after a 404) waits for a token of the Events' bucket, ahead of new
+best-effort grants. With ``RateLimitConfig.events_shared`` Events have no bucket of their own:
+they are granted only when no other lane and no started job waits and a token of the calls'
+bucket is there now, and a follow-up request takes a spare token at once or is dropped.
+
+Events wait in their lane, at most ``ExecutorConfig.events_max_pending`` of them (one per Event
+object: repeats merge in its actor); one more is dropped, never one that waits: it gets a grant
+that reserves nothing, and its ``job`` answers ``FAILED`` with :class:`~.errors.RequestDropped`
+without sending. Drops are counted in ``kdispatch_events_dropped_total{reason}`` (``queue_full``;
+``throttled`` for a shared-budget follow-up without a spare token).
 
 Classification: 409 → one GET of the object, then ``CONFLICT`` (the actor re-validates or
 rebases); 404 → ``NOT_FOUND``; 429, 5xx, timeouts and connection errors → ``RETRY`` with the
-retry policy's delay (Retry-After honoured on 429 and 5xx); anything else → ``FAILED``. The
+retry policy's delay (Retry-After honoured on 429 and 5xx); anything else → ``FAILED``. A
+verifying read (``Send.verify``: the call's retries ran out without an answer) comes back as
+read, whatever its UID, for the call to judge. The
 optional send gate (leader election) is checked before every request: closed, the request is
 not sent and the call resolves with the gate's error.
 """
@@ -50,6 +61,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 import threading
 import time
@@ -120,7 +132,7 @@ class _Charged:
             raise LeadershipLost("not sent: this replica may not write (leader lease)")
         if self.requests:
             if self._best_effort:
-                ex.take_spare_token()
+                ex.take_event_followup_token()
             else:
                 ex.take_followup_token()
         self.requests += 1
@@ -195,6 +207,11 @@ class Executor:
         self._name = name
         self.send_gate = send_gate
         self._bucket = TokenBucket(rate_limit.qps, rate_limit.burst, clock)
+        # The Events' own bucket (None: they share the calls' bucket, spare tokens only)
+        budget = rate_limit.events_budget()
+        self._events: TokenBucket | None = (
+            None if budget is None else TokenBucket(budget[0], budget[1], clock)
+        )
         self._lanes: dict[int, _Lane] = {}
         self._credit: dict[int, float] = {}
         for r in relevances:
@@ -213,16 +230,19 @@ class Executor:
         # requests for one object at once.
         self._sending: set[str] = set()
         self._deferred: dict[str, tuple[Any, int]] = {}
-        # Best-effort objects granted only to be dropped: their job answers without a request
-        # and without a token or a slot.
+        # Best-effort objects granted only to be dropped (their lane was full): their job
+        # answers without a request and without a token or a slot.
         self._dropping: set[str] = set()
+        self._overflow: list[tuple[str, Any, float, int]] = []  # drop grants not yet told
         # Best-effort objects granted or being sent (at most a quarter of the workers).
         self._best_effort: set[str] = set()
         self._best_effort_cap = max(1, config.workers // 4)
         self._granted = 0  # grants not yet answered
         self._running = 0  # jobs queued or being sent
         self._followups = 0  # requests of started jobs waiting for a token
+        self._event_followups = 0  # the same for best-effort jobs (the Events' bucket)
         self._token_at: float | None = None  # when the bucket will have a token again
+        self._event_token_at: float | None = None  # the same for the Events' bucket
         self._threads: list[threading.Thread] = []
         self._stopping = False
 
@@ -279,17 +299,18 @@ class Executor:
             free = self._config.workers - self._granted - self._running
             if (
                 not self._stopping
-                and not self._followups
                 and uid not in self._sending
                 and free > 0
-                and (relevance != BEST_EFFORT or self._spare_slot(free))
                 and not any(self._lanes.values())
-                and self._bucket.try_take() == 0
             ):
-                self._granted += 1
-                if relevance == BEST_EFFORT:
+                if relevance != BEST_EFFORT:
+                    if not self._followups and self._bucket.try_take() == 0:
+                        self._granted += 1
+                        return True
+                elif self._spare_slot(free) and self._take_event_token() == 0:
+                    self._granted += 1
                     self._best_effort.add(uid)
-                return True
+                    return True
             self._enqueue(uid, ref, relevance)
             grants = self._grant_locked()
         self._send_grants(grants)
@@ -306,8 +327,8 @@ class Executor:
                 return self._dropped(job)
             self._granted -= 1
             if self._stopping:
+                self._bucket_of(uid).refund()
                 self._best_effort.discard(uid)
-                self._bucket.refund()
                 return None
             self._running += 1
             self._sending.add(uid)
@@ -326,9 +347,9 @@ class Executor:
             if uid is not None and uid in self._dropping:
                 self._dropping.discard(uid)
                 return
+            self._bucket_of(uid).refund()
             self._best_effort.discard(uid or "")
             self._granted -= 1
-            self._bucket.refund()
             grants = self._grant_locked()
         self._send_grants(grants)
 
@@ -347,9 +368,23 @@ class Executor:
 
     @property
     def tokens_taken(self) -> int:
-        """Tokens used (taken and not refunded): one per request sent."""
+        """Tokens of the calls' bucket used (taken and not refunded): one per request sent,
+        but those of Events with a bucket of their own (:attr:`event_tokens_taken`)."""
         with self._lock:
             return self._bucket.taken
+
+    @property
+    def event_tokens_taken(self) -> int:
+        """Tokens of the Events' own bucket used (0 when they share the calls' bucket)."""
+        with self._lock:
+            return 0 if self._events is None else self._events.taken
+
+    @property
+    def events_waiting(self) -> int:
+        """Best-effort objects (Events) waiting in their lane for a slot and a token."""
+        with self._lock:
+            lane = self._lanes.get(BEST_EFFORT)
+            return len(lane) if lane else 0
 
     # ------------------------------------------------------------------ requests of a job
 
@@ -369,26 +404,58 @@ class Executor:
             finally:
                 self._followups -= 1
 
-    def take_spare_token(self) -> None:
-        """Job thread: the token of a best-effort job's follow-up request, only if it is spare
-        now (nothing else waits for one); otherwise raises :class:`RequestDropped`."""
+    def take_event_followup_token(self) -> None:
+        """Job thread: the token of a best-effort job's follow-up request. With the Events'
+        own bucket, wait for one (such requests go before new best-effort grants); sharing
+        the calls' bucket, only one that is spare now (nothing else waits for one), otherwise
+        raise :class:`RequestDropped`. Raises ``DispatcherClosed`` when stopping."""
         with self._lock:
-            if self._stopping:
-                raise DispatcherClosed("dispatcher stopped during a call")
-            waiting = self._followups or any(
-                lane for r, lane in self._lanes.items() if r != BEST_EFFORT
-            )
-            if waiting or self._bucket.try_take() > 0:
-                self._metrics.event_dropped("throttled")
-                raise RequestDropped("no spare token for a best-effort follow-up request")
+            if self._events is None:
+                if self._stopping:
+                    raise DispatcherClosed("dispatcher stopped during a call")
+                waiting = self._followups or any(
+                    lane for r, lane in self._lanes.items() if r != BEST_EFFORT
+                )
+                if waiting or self._bucket.try_take() > 0:
+                    self._metrics.event_dropped("throttled")
+                    raise RequestDropped("no spare token for a best-effort follow-up request")
+                return
+            self._event_followups += 1
+            try:
+                while True:
+                    if self._stopping:
+                        raise DispatcherClosed("dispatcher stopped during a call")
+                    wait = self._events.try_take()
+                    if wait == 0:
+                        return
+                    self._token_cond.wait(wait)
+            finally:
+                self._event_followups -= 1
+
+    def _take_event_token(self) -> float:
+        """A token for a new best-effort grant: :meth:`TokenBucket.try_take` of the Events'
+        bucket, or of the calls' bucket when shared, and only when nothing else waits for
+        one. Lock held."""
+        if self._events is None:
+            if self._followups or any(lane for r, lane in self._lanes.items() if r != BEST_EFFORT):
+                return math.inf
+            return self._bucket.try_take()
+        if self._event_followups:
+            return math.inf
+        return self._events.try_take()
+
+    def _bucket_of(self, uid: str | None) -> TokenBucket:
+        """The bucket the grant of ``uid`` took its token from. Lock held."""
+        if self._events is not None and uid is not None and uid in self._best_effort:
+            return self._events
+        return self._bucket
 
     def _dropped(self, job: Job) -> Done:
-        """A dropping grant's job: answered unsent (lock held; counts the drop)."""
-        self._metrics.event_dropped("throttled")
+        """A dropping grant's job: answered unsent (lock held; the drop was counted)."""
         call = job.send.call
         err = RequestDropped(
-            f"{call.call_type} dropped: no spare token or worker within "
-            f"{self._config.best_effort_max_wait:g} s"
+            f"{call.call_type} dropped unsent: {self._config.events_max_pending} Events "
+            "already waited for a token"
         )
         return Done(call, Result.FAILED, None, err, 0.0)
 
@@ -411,23 +478,32 @@ class Executor:
         self._credit.setdefault(relevance, 0.0)
 
     def _enqueue(self, uid: str, ref: Any, relevance: int) -> None:
+        """Queue ``uid`` in its lane (an object already queued keeps its place). A best-effort
+        object that finds its lane full is dropped instead: a grant that reserves nothing,
+        told with the next grants (:meth:`_grant_locked`). Lock held."""
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         lane = self._lanes[relevance]
-        if uid not in lane:  # already queued: keep its place
-            lane[uid] = (ref, self._clock())
+        if uid in lane:
+            return
+        now = self._clock()
+        if relevance == BEST_EFFORT and len(lane) >= self._config.events_max_pending:
+            self._dropping.add(uid)
+            self._overflow.append((uid, ref, now, _DROP))
+            self._metrics.event_dropped("queue_full")
+            return
+        lane[uid] = (ref, now)
 
-    def _pick_sendable(self) -> tuple[str, Any, float, int] | None:
-        """The next object to grant, skipping (and deferring) objects with a request still
-        being sent. None when no lane has a sendable object. The best-effort lane only when
-        every other lane is empty."""
+    def _pick_sendable(self, best_effort: bool = False) -> tuple[str, Any, float, int] | None:
+        """The next object to grant from the lanes above the best-effort one (or from that
+        lane alone), skipping (and deferring) objects with a request still being sent. None
+        when no such lane has a sendable object."""
         while True:
-            nonempty = [r for r, lane in self._lanes.items() if lane]
+            if best_effort:
+                nonempty = [BEST_EFFORT] if self._lanes.get(BEST_EFFORT) else []
+            else:
+                nonempty = [r for r, lane in self._lanes.items() if lane and r != BEST_EFFORT]
             if not nonempty:
-                return None
-            if len(nonempty) > 1 and nonempty[-1] == BEST_EFFORT:
-                nonempty.pop()
-            elif nonempty == [BEST_EFFORT] and len(self._best_effort) >= self._best_effort_cap:
                 return None
             uid, ref, since, lane = self._pick(nonempty)
             if uid not in self._sending:
@@ -450,7 +526,9 @@ class Executor:
         return uid, ref, since, chosen
 
     def _grant_locked(self) -> list[tuple[str, Any, float, int]]:
-        """Reserve tokens and slots for as many queued objects as possible."""
+        """Reserve tokens and slots for as many queued objects as possible: the lanes above
+        the best-effort one first, then that lane with the slots they leave (and the drops
+        of Events that found their lane full). Lock held."""
         grants: list[tuple[str, Any, float, int]] = []
         if self._stopping:
             return grants
@@ -459,18 +537,14 @@ class Executor:
         while delayed and delayed[0][0] <= now:
             _, _, uid, ref, relevance = heapq.heappop(delayed)
             self._enqueue(uid, ref, relevance)
-        if self._followups:  # started jobs take the next tokens
-            self._token_cond.notify()
-            self._expire_best_effort(now, grants)
-            return grants
         slots = self._config.workers - self._granted - self._running
-        while slots > 0:
-            nonempty = [r for r, lane in self._lanes.items() if lane]
-            if not nonempty:
+        if self._followups:  # started jobs take the next tokens
+            self._token_cond.notify_all()
+            slots = 0 if self._events is None else slots
+        while slots > 0 and not self._followups:
+            if not any(lane for r, lane in self._lanes.items() if r != BEST_EFFORT):
                 for r in self._credit:
                     self._credit[r] = 0.0
-                break
-            if nonempty == [BEST_EFFORT] and not self._spare_slot(slots):
                 break
             wait = self._bucket.try_take()
             if wait > 0:
@@ -484,31 +558,38 @@ class Executor:
             grants.append(picked)
             self._granted += 1
             slots -= 1
-            if picked[3] == BEST_EFFORT:
-                self._best_effort.add(picked[0])
-        self._expire_best_effort(now, grants)
+        self._grant_best_effort(now, slots, grants)
+        if self._overflow:
+            grants.extend(self._overflow)
+            self._overflow = []
         return grants
 
-    def _expire_best_effort(self, now: float, grants: list[tuple[str, Any, float, int]]) -> None:
-        """Drop the best-effort objects that waited ``best_effort_max_wait``: a grant that
-        reserves nothing (see :meth:`job`). Lock held."""
+    def _grant_best_effort(
+        self, now: float, slots: int, grants: list[tuple[str, Any, float, int]]
+    ) -> None:
+        """Grant best-effort objects the ``slots`` the other lanes left free, keeping one
+        free for what comes next and within their share of the workers. Lock held."""
         lane = self._lanes.get(BEST_EFFORT)
-        limit = self._config.best_effort_max_wait
-        while lane:
-            uid, (ref, since) = next(iter(lane.items()))
-            if now - since < limit:
-                break
-            del lane[uid]
-            self._dropping.add(uid)
-            grants.append((uid, ref, since, _DROP))
-
-    def _best_effort_deadline(self) -> float | None:
-        """When the oldest best-effort object is due to be dropped. Lock held."""
-        lane = self._lanes.get(BEST_EFFORT)
-        if not lane:
-            return None
-        _, since = next(iter(lane.values()))
-        return since + self._config.best_effort_max_wait
+        while lane and slots > 0 and self._spare_slot(slots):
+            wait = self._take_event_token()
+            if wait > 0:
+                # inf: something else goes first, and its end grants again; else the timer
+                # grants once the bucket has a token
+                if math.isfinite(wait):
+                    if self._events is None:
+                        self._token_at = now + wait
+                    else:
+                        self._event_token_at = now + wait
+                    self._timer_cond.notify()
+                return
+            picked = self._pick_sendable(best_effort=True)
+            if picked is None:
+                (self._bucket if self._events is None else self._events).refund()
+                return
+            grants.append(picked)
+            self._granted += 1
+            slots -= 1
+            self._best_effort.add(picked[0])
 
     def _send_grants(self, grants: list[tuple[str, Any, float, int]]) -> None:
         """Outside the lock: tell each granted actor (a dead one refunds at once)."""
@@ -545,14 +626,14 @@ class Executor:
                     t
                     for t in (
                         self._token_at,
+                        self._event_token_at,
                         self._delayed[0][0] if self._delayed else None,
-                        self._best_effort_deadline(),
                     )
                     if t is not None
                 ]
                 timeout = max(0.0, min(wake_at) - self._clock()) if wake_at else None
                 self._timer_cond.wait(timeout)
-                self._token_at = None
+                self._token_at = self._event_token_at = None
                 grants = self._grant_locked()
                 if grants:
                     self._lock.release()
@@ -595,7 +676,7 @@ class Executor:
                 uid = get_path(obj, "metadata", "uid")
                 if not isinstance(uid, str):  # garbage: the read is retried, never a deletion
                     raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
-                if uid != ref.uid:
+                if uid != ref.uid and not send.verify:  # verify: the call judges (landed)
                     result, obj = Result.NOT_FOUND, None  # same name, another object
             else:
                 obj = call.send(backend, send.obj)
@@ -615,15 +696,16 @@ class Executor:
             if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
                 delay = self._retry.delay(send.attempt or 1, exc.retry_after, self._rand())
-                self._metrics.retry(call.call_type, _retry_reason(exc))
+                if not send.verify:  # a verifying read is never retried
+                    self._metrics.retry(call.call_type, _retry_reason(exc))
             else:
                 result = Result.FAILED
         except Exception as exc:  # a bug in a call's send(): fail this call only
             result, error = Result.FAILED, exc
             logger.opt(exception=exc).error("{} send raised", call.call_type)
         if backend.requests == 0:
-            with self._lock:
-                self._bucket.refund()  # nothing was sent: the grant's token goes back
+            with self._lock:  # nothing was sent: the grant's token goes back
+                self._bucket_of(ref.uid).refund()
         if not send.read:  # upstream's execution metrics count the call's own attempts
             self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
         if result is not Result.SUCCESS or self._log_calls:

@@ -13,6 +13,7 @@ done (see :mod:`.executor`).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -64,6 +65,10 @@ class CallFuture(LazyFuture[Outcome]):
     # resolved, on the resolving thread, after the done-callbacks (a tag rather than a
     # done-callback, which would create the future's condition).
     group: StepWatcher | None = None
+    # Set by the dispatcher that handed the future out, before anything can resolve it: the
+    # counter of unresolved calls of its lane (:class:`~.dispatcher_like.Backlog`), popped
+    # once by whoever resolves the future on the dispatcher's behalf.
+    lane: deque[None] | None = None
 
     def set_result(self, result: Outcome) -> None:
         """Once, by the one thread that resolves the future; then its group learns of it."""
@@ -140,9 +145,11 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class Withdraw:
-    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`."""
+    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`.
+    ``cause``: why (a call group's cancellation), or None (the caller)."""
 
     future: CallFuture
+    cause: CallCancelled | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,8 +158,9 @@ class Metrics:
         )
         self.events_dropped = CounterFamily(
             "kdispatch_events_dropped_total",
-            "Best-effort calls (Events) dropped unsent, by reason (throttled: no spare token or "
-            "worker in time).",
+            "Best-effort calls (Events) dropped unsent, by reason (queue_full: "
+            "events_max_pending already waited; throttled: a follow-up request without a "
+            "spare token of a shared bucket).",
             ["reason"],
             lock,
         )

@@ -85,7 +85,7 @@ class ActorContext:
     metrics: Metrics
     retry: RetryConfig
     clock: Callable[[], float]
-    on_resolved: Callable[[], None]
+    on_resolved: Callable[[CallFuture], None]  # after each future it resolves
     spawn: Callable[[str], pykka.ActorRef[Any]]
     log_calls: bool = False  # also log calls that resolve as intended
     closing: bool = False
@@ -149,7 +149,7 @@ class ObjectActor(PooledActor):
         elif kind is Cancel:
             effects = machine.cancel(message.call_type)
         elif kind is Withdraw:
-            effects = machine.withdraw(message.future)
+            effects = machine.withdraw(message.future, message.cause)
         elif kind is ReapRequest:
             if machine.idle and self.ctx.registry.release(
                 self.uid, self.actor_ref, message.generation
@@ -250,7 +250,7 @@ class ObjectActor(PooledActor):
             raise
         ctx = self.ctx
         ctx.metrics.outcome(call_type, label)
-        ctx.on_resolved()
+        ctx.on_resolved(future)
         if not quiet:
             logger.debug(
                 "{call_type} {uid}: {result}", uid=self.uid, call_type=call_type, result=label

@@ -71,6 +71,7 @@ from mypy_extensions import mypyc_attr
 from .calls import Call
 from .config import RetryConfig
 from .errors import (
+    ApiError,
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -107,6 +108,7 @@ __all__ = [
     "Trust",
     "TrustEvent",
     "about",
+    "dependency_failed",
     "transition_table_markdown",
 ]
 
@@ -270,7 +272,8 @@ EVENT_DOCS: Final[dict[Event, str]] = {
     "precheck): `Refund`",
     Event.DONE_IDLE: "the request in flight ended; nothing waits",
     Event.DONE_PENDING: "the request in flight ended; calls wait (the call itself, put back "
-    "after a retryable failure, a 409 or its re-read, or others)",
+    "after a retryable failure, a 409 or its re-read, or to read its object once when its "
+    "retries ran out without an answer; or others)",
     Event.DONE_GONE: "the request in flight ended and the object is gone (404, a deletion "
     "that succeeded, or deleted meanwhile): `Retire`",
     Event.OBSERVED: "informer update: a newer object is adopted and pending calls re-judged "
@@ -460,12 +463,15 @@ class Ready:
 @dataclass(slots=True)
 class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
-    object (one GET) so the call can be computed against a trusted object."""
+    object (one GET) so the call can be computed against a trusted object; with ``verify``
+    too, the read is the last one of a call whose last requests went unanswered: the object
+    comes back as read (whatever its UID), for :meth:`~.calls.Call.landed` to judge."""
 
     call: Final[Call]
     obj: Final[Obj | None]
     attempt: Final[int]
     read: Final[bool] = False
+    verify: Final[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,6 +533,18 @@ def about(ref: ObjectRef, why: str) -> str:
     """The message of an outcome error about the object ``ref`` names (kind, namespace/name,
     UID)."""
     return f"{why}: {ref}"
+
+
+def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
+    """The error of ``call``, held, when a prerequisite failed with ``cause`` (or its group
+    was cancelled): it carries ``ref``, so its message starts with the object. The one
+    spelling of it, whether the actor or the submitting thread resolves the call. Pure."""
+    return DependencyFailed(
+        f"{call.call_type} not sent: a prerequisite failed: {cause}",
+        ref=call.ref,
+        call_type=call.call_type,
+        cause=cause,
+    )
 
 
 # --------------------------------------------------------------------------- entries
@@ -616,7 +634,9 @@ class _Entry:
         "judged_trust",
         "retry",
         "sent_rv",
+        "unanswered",
         "withdrawn",
+        "withdrawn_for",
     )
 
     def __init__(
@@ -637,12 +657,16 @@ class _Entry:
         # (:meth:`ObjectState.withdraw`); the entry itself is once all of them are.
         self.carried: tuple[Any, ...] = _NOTHING_CARRIED
         self.withdrawn: frozenset[Any] | None = None
+        self.withdrawn_for: CallCancelled | None = None  # why, when not by its caller
         self.retry = _FRESH
         self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
         # The observed object (by identity) and trust this call last passed _judge against
         # with nothing in flight: elision and staleness cannot differ until one changes.
         self.judged_obs: Any = _UNJUDGED
         self.judged_trust = False
+        # Set when the retries ran out and the last request went unanswered: why it gave up
+        # and the last error; the object is read once (verify) before the call resolves.
+        self.unanswered: tuple[str, BaseException | None] | None = None
 
     def carries(self, token: Any) -> bool:
         """Whether this entry carries the intent of the call of future ``token``."""
@@ -668,6 +692,8 @@ class _Entry:
         self.carried = (*older.carried, older.future, *self.carried)
         if older.withdrawn is not None:
             self.withdrawn = older.withdrawn | (self.withdrawn or frozenset())
+            if self.withdrawn_for is None:
+                self.withdrawn_for = older.withdrawn_for
 
 
 _SKIPPED: Final = Outcome.SKIPPED
@@ -806,7 +832,9 @@ class ObjectState:
         if entry is None or request is None or entry.call is not done.call:
             raise InvalidTransition(f"done for {done.call.describe()} which is not in flight")
         self.inflight = self.request = None
-        if request.read:
+        if request.verify:
+            retired = self._verified(out, entry, done)
+        elif request.read:
             retired = self._read_done(out, entry, done, now)
         else:
             retired = self._send_done(out, entry, done, now)
@@ -854,30 +882,47 @@ class ObjectState:
         self.queue = keep
         return self._settle(out, Event.CANCEL_CLEARED if self._drained() else Event.CANCEL)
 
-    def withdraw(self, token: Any) -> list[Effect]:
+    def withdraw(self, token: Any, cause: CallCancelled | None = None) -> list[Effect]:
         """A caller withdraws the call of future ``token`` (and no other): every entry carrying
         its intent marks it withdrawn. An entry whose intents are all withdrawn is withdrawn:
         pending, it resolves ``CallCancelled`` now; in flight, when its request ends
         retryably or with a 409 it resolves ``CallCancelled`` instead of being retried (a
         success still resolves ``SUCCESS``: it landed). An entry that still carries an intent
-        not withdrawn is sent whole (see the module docstring)."""
+        not withdrawn is sent whole (see the module docstring). ``cause``: why, when it is
+        not the caller's own choice (a call group cancelled because its owner was deleted):
+        the ``CallCancelled`` says so and carries it."""
         self._check("withdraw")
         out: list[Effect] = []
         inflight = self.inflight
         if inflight is not None and inflight.carries(token):
-            self._mark_withdrawn(inflight, token)
+            self._mark_withdrawn(inflight, token, cause)
         queue = self.queue
         for i, entry in enumerate(queue):
             if entry.carries(token):
-                self._mark_withdrawn(entry, token)
+                self._mark_withdrawn(entry, token, cause)
                 if entry.cancelled:
                     del queue[i]
-                    self._fail(out, entry, CallCancelled, "withdrawn by caller")
+                    self._fail_entry(out, entry, self._withdrawn(entry, in_flight=False))
                 break  # one pending entry per call type: at most one carries a call
         return self._settle(out, Event.WITHDRAW_CLEARED if self._drained() else Event.WITHDRAW)
 
+    def _withdrawn(self, entry: _Entry, *, in_flight: bool) -> CallCancelled:
+        """The error of a withdrawn ``entry``: by its caller, or for the cause it was
+        withdrawn for (the object named first, the cause carried)."""
+        call = entry.call
+        when = " while in flight" if in_flight else ""
+        cause = entry.withdrawn_for
+        if cause is None:
+            why = about(call.ref, f"withdrawn by caller{when}")
+            return CallCancelled(why, uid=self.uid, call_type=call.call_type)
+        return CallCancelled(
+            f"withdrawn{when}: {cause}", ref=call.ref, call_type=call.call_type, cause=cause
+        )
+
     @staticmethod
-    def _mark_withdrawn(entry: _Entry, token: Any) -> None:
+    def _mark_withdrawn(entry: _Entry, token: Any, cause: CallCancelled | None) -> None:
+        if cause is not None:
+            entry.withdrawn_for = cause
         withdrawn = entry.withdrawn
         entry.withdrawn = frozenset((token,)) if withdrawn is None else withdrawn | {token}
 
@@ -923,12 +968,8 @@ class ObjectState:
         for entry in self.queue:
             if token in entry.holds:
                 call = entry.call
-                ctype = call.call_type
-                why = f"{ctype} not sent: a prerequisite failed: {cause}"
-                error = DependencyFailed(
-                    about(call.ref, why), uid=self.uid, call_type=ctype, cause=cause
-                )
-                out.append(Resolve(entry.future, ctype, error))
+                error = dependency_failed(call, cause)
+                out.append(Resolve(entry.future, call.call_type, error))
             else:
                 keep.append(entry)
         self.queue = keep
@@ -1057,7 +1098,9 @@ class ObjectState:
         object is not trusted as the base of a request, or there is none)."""
         self.inflight = entry
         call = entry.call
-        if call.reads_object and (self.trust is not _T or self.observed is None):
+        if entry.unanswered is not None:
+            send = Send(call, None, entry.retry.attempt, read=True, verify=True)
+        elif call.reads_object and (self.trust is not _T or self.observed is None):
             send = Send(call, None, entry.retry.attempt, read=True)
         else:
             retry = entry.retry = entry.retry.sent()
@@ -1124,6 +1167,46 @@ class ObjectState:
             self._failed(out, entry, done)
         return False
 
+    def _verified(self, out: list[Effect], entry: _Entry, done: Done) -> bool:
+        """The read of a call whose retries ran out without an answer ended: the call
+        resolves ``SUCCESS`` if the object shows it landed (:meth:`~.calls.Call.landed`; a
+        deletion whose object is gone too), else ``CallFailed``, saying whether the object
+        showed it did not land or could not be read (the outcome is then unknown). Whether
+        the object retired."""
+        call = entry.call
+        ctype = call.call_type
+        assert entry.unanswered is not None  # _send sent this read for it
+        why, cause = entry.unanswered
+        entry.unanswered = None
+        result, fresh = done.result, done.obj
+        if self.state is _R and result is not Result.NOT_FOUND:
+            # deleted while the read was on its way: a deletion got its way
+            if call.exclusive:
+                out.append(Resolve(entry.future, ctype, _SUCCESS))
+            else:
+                self._fail(out, entry, CallCancelled, "object deleted")
+            return False
+        if result is Result.NOT_FOUND and call.exclusive:
+            return self._resolve_not_found(out, entry)  # gone, as intended
+        if result is Result.SUCCESS and fresh is not None:
+            self._adopt_fresh(fresh)  # an object of another UID is not adopted
+            if call.landed(fresh):
+                out.append(Resolve(entry.future, ctype, _SUCCESS))
+                if call.exclusive:
+                    self._retire(out, "deleted by " + ctype)
+                    return True
+                self._revisit(out)
+                return False
+            why += "; read back, the object shows it did not land"
+        elif result is Result.NOT_FOUND:
+            why += "; read back, the object is not found: it did not land"
+        else:
+            why += f"; the outcome is unknown: reading the object back failed: {done.error}"
+        error = CallFailed(about(call.ref, why), uid=self.uid, call_type=ctype, cause=cause)
+        self._fail_entry(out, entry, error)
+        self._revisit(out)
+        return False
+
     def _conflict(self, out: list[Effect], entry: _Entry, done: Done) -> None:
         """409: rebase on the object read back (or re-read before the next attempt), within
         the bound on conflicts; a call that landed anyway succeeds."""
@@ -1131,7 +1214,7 @@ class ObjectState:
         fresh = done.obj
         if fresh is not None:
             self._adopt_fresh(fresh)
-            if call.landed_despite_conflict(fresh):
+            if call.landed(fresh):
                 out.append(Resolve(entry.future, call.call_type, _SUCCESS))
                 self._revisit(out)
                 return
@@ -1164,7 +1247,7 @@ class ObjectState:
 
     def _retry_or_fail(self, out: list[Effect], entry: _Entry, done: Done, now: float) -> None:
         if entry.withdrawn is not None and entry.cancelled:
-            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            self._fail_entry(out, entry, self._withdrawn(entry, in_flight=True))
             return
         config = self.retry
         retry = entry.retry
@@ -1177,6 +1260,12 @@ class ObjectState:
                 f"gave up after {retry.failures} failed requests "
                 f"({config.budget:g} s retry budget): {done.error}"
             )
+            error = done.error
+            if retry.attempt > 0 and isinstance(error, ApiError) and error.ambiguous:
+                # no answer says whether an attempt landed: read the object once first
+                entry.unanswered = (why, error)
+                self._requeue_front(out, entry)
+                return
             self._fail_entry(
                 out,
                 entry,
@@ -1202,7 +1291,7 @@ class ObjectState:
         resolves ``CallCancelled`` instead."""
         ctype = entry.call.call_type
         if entry.withdrawn is not None and entry.cancelled:
-            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            self._fail_entry(out, entry, self._withdrawn(entry, in_flight=True))
             return
         for i, pending in enumerate(self.queue):
             if pending.call.exclusive:

@@ -91,7 +91,7 @@ class Harness:
             spawn=self._spawn,
         )
 
-    def _count(self) -> None:
+    def _count(self, _future: CallFuture) -> None:
         self.resolved += 1
 
     def _spawn(self, uid: str) -> Any:

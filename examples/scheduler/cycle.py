@@ -31,9 +31,13 @@ the preemptor, each victim held until the nomination succeeded.
 Pacing (``max_backlog``): ``submit`` never blocks, so a loop that decides faster than the
 apiserver answers piles up calls, and each binding waits for all decided before it. With
 ``max_backlog`` a scheduling thread takes its next item only once fewer calls than that are
-unresolved (:meth:`~kdispatch.DispatcherLike.wait_backlog`: Events left out, woken by the
-resolutions), so the pods wait in the queue, undecided, instead. The backlog may exceed the
-bound by what the cycles already past the check submit (about one call each).
+unresolved in the lane of ``pace_on`` and the lanes above it
+(:meth:`~kdispatch.DispatcherLike.wait_backlog`, woken by the resolutions), so the pods wait in
+the queue, undecided, instead. The default, the binding lane, counts bindings, preemptions and
+evictions, never status patches or Events: the executor sends a binding before the patches
+anyway, so a thread that waited for them would hold its next binding back behind them
+(kubernetes#135900, moved into the loop). The backlog may exceed the bound by what the cycles
+already past the check submit (about one call each).
 """
 
 from __future__ import annotations
@@ -119,9 +123,15 @@ class SchedulerConfig:
     seed: int = 0
     max_backlog: int | None = None
     """Pacing: a scheduling thread takes its next item only while fewer calls than this are
-    unresolved (Events left out); None: never waits (see the module docstring)."""
+    unresolved in the lane of ``pace_on`` and above; None: never waits (see the module
+    docstring)."""
+    pace_on: str | None = "pod_binding"
+    """The lane pacing counts (a call type: its lane and the lanes above it); None: every lane
+    but the Events'."""
 
     def __post_init__(self) -> None:
+        if self.pace_on is not None and (not isinstance(self.pace_on, str) or not self.pace_on):
+            raise InvalidInputError(f"pace_on must be a call type or None, got {self.pace_on!r}")
         names = ("threads", "max_bind_failures", "max_candidates")
         for name in (*names, "max_backlog") if self.max_backlog is not None else names:
             value = getattr(self, name)
@@ -227,11 +237,13 @@ class Scheduler:
 
     def _paced(self) -> bool:
         """Scheduling thread. With ``max_backlog``, wait until fewer calls than that are
-        unresolved (woken as they resolve); False once the queue is closed."""
+        unresolved in the lane of ``pace_on`` and above (woken as they resolve); False once
+        the queue is closed."""
         api, bound = self._paced_on, self.config.max_backlog
         if api is None or bound is None:
             return True
-        while not api.wait_backlog(bound, PACE_CHECK):
+        lane = self.config.pace_on
+        while not api.wait_backlog(bound, PACE_CHECK, call_type=lane):
             if self.queue.closed:
                 return False
         return True
