@@ -110,7 +110,14 @@ def parser() -> argparse.ArgumentParser:
         "--pod-max-backoff-seconds",
         type=float,
         default=d.backoff_max,
-        help="the longest backoff; unschedulable pods are retried while the run lasts "
+        help="the longest backoff (default %(default)s)",
+    )
+    p.add_argument(
+        "--pod-max-in-unschedulable-pods-duration",
+        type=float,
+        default=d.unschedulable_max,
+        help="seconds a pod that nothing fit waits for a cluster event (a node added or "
+        "changed, a pod deleted, a binding failed) before it is retried anyway "
         "(default %(default)s)",
     )
     workload = ("high_priority_share", "unschedulable_share", "claim_share", "fill", "seed")
@@ -149,6 +156,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         api=args.api or "async",
         backoff_initial=args.pod_initial_backoff_seconds,
         backoff_max=args.pod_max_backoff_seconds,
+        unschedulable_max=args.pod_max_in_unschedulable_pods_duration,
         leader_elect=config_from_args(LeaderElect, args) if args.leader_elect else None,
     )
 

@@ -117,6 +117,11 @@ class SchedulerConfig:
     ``podInitialBackoffSeconds``); it doubles with every further failure."""
     backoff_max: float = 10.0
     """The longest backoff (``podMaxBackoffSeconds``)."""
+    unschedulable_max: float = 300.0
+    """How long a pod that nothing fit (and that uses no ResourceClaim) waits for a cluster
+    event that may make it fit before it is retried anyway (kube-scheduler's
+    ``podMaxInUnschedulablePodsDuration``): a node added or changed, a bound pod deleted, an
+    assumed pod's binding failed. Pods with claims, and scheduler errors, back off instead."""
     victim_wait: float = 2.0
     """A preemptor re-checks after this long even if a victim deletion event was missed."""
     max_candidates: int = 100
@@ -137,7 +142,7 @@ class SchedulerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("backoff_initial", "backoff_max", "victim_wait"):
+        for name in ("backoff_initial", "backoff_max", "unschedulable_max", "victim_wait"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
@@ -348,8 +353,10 @@ class Scheduler:
         self.queue.move_unschedulable(pod_deleted=False)
 
     def on_node_update(self, obj: Obj) -> None:
-        """Informer thread."""
-        self.cache.set_node(obj)
+        """Informer thread. A node whose room, labels or taints changed: retry the
+        unschedulable pods now."""
+        if self.cache.set_node(obj):
+            self.queue.move_unschedulable(pod_deleted=False)
 
     def on_node_delete(self, obj: Obj) -> None:
         """Informer thread."""
@@ -460,8 +467,10 @@ class Scheduler:
         on_pod_delete: bool = True,
         reason: str = UNSCHEDULABLE_REASON,
     ) -> None:
-        """Scheduling thread. ``PodScheduled=False`` without waiting, then back off; a node
-        added (or, with ``on_pod_delete``, a bound pod deleted) retries it earlier. Like
+        """Scheduling thread. ``PodScheduled=False`` without waiting, then wait: a pod that
+        nothing fit waits for a cluster event (a node added or changed, or, with
+        ``on_pod_delete``, a bound pod deleted or a binding failed) or ``unschedulable_max``;
+        a scheduler error, or a pod with claims, backs off. Like
         kube-scheduler, no patch when the pod already shows this very condition (the informer's
         object) and the last one submitted was the same (so none pending differs); the
         ``FailedScheduling`` occurrence is recorded either way."""
@@ -477,10 +486,11 @@ class Scheduler:
             if rec.phase not in (Phase.SCHEDULING, Phase.BINDING):
                 return
             self._set_phase(rec, Phase.UNSCHEDULABLE)
+            parked = reason == UNSCHEDULABLE_REASON and not info.claim_keys()
             self.queue.backoff(
                 info.uid,
                 info.priority,
-                self._backoff(rec.attempts),
+                self.config.unschedulable_max if parked else self._backoff(rec.attempts),
                 unschedulable=True,
                 on_pod_delete=on_pod_delete,
             )
@@ -687,6 +697,7 @@ class Scheduler:
         info = task.info
         logger.bind(pod=info.key, node=task.node).debug("binding failed: {!r}", exc)
         self.cache.forget(info.uid)
+        self.queue.move_unschedulable(pod_deleted=True)  # its room is free again
         for alloc in task.allocations:
             write = task.claims.get(alloc.claim)
             withdrawn = write is not None and write.done() and _withdrawn(write)

@@ -116,6 +116,9 @@ class RunConfig:
     """Backoff after a pod's first failed cycle (kube-scheduler's podInitialBackoffSeconds)."""
     backoff_max: float = 10.0
     """The longest backoff (podMaxBackoffSeconds)."""
+    unschedulable_max: float = 300.0
+    """How long a pod nothing fit waits for a cluster event before it is retried anyway
+    (podMaxInUnschedulablePodsDuration; ``SchedulerConfig.unschedulable_max``)."""
     high_priority_share: float = 0.03
     unschedulable_share: float = 0.01
     claim_share: float = 0.02
@@ -138,7 +141,14 @@ class RunConfig:
     def __post_init__(self) -> None:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers")
         check_amounts(
-            self, "latency_ms", "qps", "faults", "max_seconds", "backoff_initial", "backoff_max"
+            self,
+            "latency_ms",
+            "qps",
+            "faults",
+            "max_seconds",
+            "backoff_initial",
+            "backoff_max",
+            "unschedulable_max",
         )
         check_rate("faults", self.faults)
         check_amounts(self, "max_backlog")
@@ -308,6 +318,7 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
             scheduler_name=name,
             backoff_initial=cfg.backoff_initial,
             backoff_max=cfg.backoff_max,
+            unschedulable_max=cfg.unschedulable_max,
             seed=cfg.seed,
             max_backlog=(cfg.max_backlog or None) if cfg.api == "async" else None,
             pace_on=cfg.pace_on,
