@@ -64,9 +64,10 @@ class Call(ABC):
       object: that is what ``supersedes`` is for. :data:`BEST_EFFORT` (0) is the lane of
       ``best_effort`` types only;
     * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT`, below every other
-      lane and without a guaranteed share; it takes only a token and a worker nobody else
-      waits for, and is dropped unsent (``CallFailed`` caused by
-      :class:`~kdispatch.actors.errors.RequestDropped`) when it cannot get one in time;
+      lane for workers and without a guaranteed share, with tokens of the Events' own bucket
+      (``RateLimitConfig.events_qps``); it is dropped unsent (``CallFailed`` caused by
+      :class:`~kdispatch.actors.errors.RequestDropped`) when its lane is full
+      (``ExecutorConfig.events_max_pending``);
     * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
       type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
       type arriving while this one is tracked resolves ``SKIPPED``. A call of another type that
@@ -136,9 +137,13 @@ class Call(ABC):
         del basis, obj
         return None
 
-    def landed_despite_conflict(self, fresh: Obj) -> bool:
-        """Whether a 409 answered to this call, with ``fresh`` read right after it, means an
-        earlier attempt of this same call already landed (its reply was lost). Default: no."""
+    def landed(self, fresh: Obj) -> bool:
+        """Whether ``fresh``, the object of this call's name just read from the server, shows
+        that this call took effect: an attempt landed whose reply was lost. Asked after a 409
+        (``fresh`` then has this call's UID) and before a call whose last request ended
+        without an answer resolves ``CallFailed`` (``fresh`` as read: it may be another object
+        of the same name; a name not found is a 404, not asked). True resolves the call
+        ``SUCCESS``. Default: False (only a fresh attempt tells). Pure."""
         del fresh
         return False
 

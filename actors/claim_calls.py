@@ -249,6 +249,11 @@ class ClaimStatusPatch(Call):
             return False
         return not self._allocation_differs(obj) and self._new_reserved_for(obj) is None
 
+    def landed(self, fresh: Obj) -> bool:
+        """``fresh`` is this claim with this patch's allocation and reservations
+        (:meth:`is_noop`)."""
+        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
+
     def apply(self, obj: Obj) -> Obj:
         """The claim once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
         out = obj

@@ -48,7 +48,9 @@ def check_metrics_prefix(prefix: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RateLimitConfig:
-    """Token bucket shared by every request (client-side rate limit).
+    """The client-side rate limit: a token bucket for the calls' requests, and one for the
+    Events' (best-effort calls), as kube-scheduler sends its Events through a clientset with a
+    token bucket of its own.
 
     ``qps``: tokens per second (kube-scheduler's client default is 50); ``math.inf`` disables
     the limit. ``burst``: bucket size (default 100).
@@ -56,10 +58,39 @@ class RateLimitConfig:
 
     qps: float = 50.0
     burst: int = 100
+    events_qps: float | None = None
+    """Tokens per second of the Events' own bucket; None: ``qps``. An Event never takes a token
+    of the calls' bucket, so a binding never waits for one, and Events keep flowing while the
+    calls' bucket is spent. ``math.inf``: no limit on Events."""
+    events_burst: int | None = None
+    """Size of the Events' own bucket; None: ``burst``."""
+    events_shared: bool = False
+    """True: Events have no bucket of their own and take only a token of the calls' bucket that
+    nothing else waits for (sent in lulls only: under a load bound by ``qps`` few of them go).
+    ``events_qps`` and ``events_burst`` must then be None."""
 
     def __post_init__(self) -> None:
         _positive("qps", self.qps)
         _positive("burst", self.burst, integer=True)
+        if self.events_qps is not None:
+            _positive("events_qps", self.events_qps)
+        if self.events_burst is not None:
+            _positive("events_burst", self.events_burst, integer=True)
+        if not isinstance(self.events_shared, bool):
+            raise InvalidConfigError(f"events_shared must be a bool, got {self.events_shared!r}")
+        if self.events_shared and (self.events_qps is not None or self.events_burst is not None):
+            raise InvalidConfigError(
+                "events_shared: Events take spare tokens of the calls' bucket and have no "
+                "figures of their own (leave events_qps and events_burst None)"
+            )
+
+    def events_budget(self) -> tuple[float, int] | None:
+        """``(qps, burst)`` of the Events' own bucket, or None when they share the calls'."""
+        if self.events_shared:
+            return None
+        qps = self.qps if self.events_qps is None else self.events_qps
+        burst = self.burst if self.events_burst is None else self.events_burst
+        return qps, burst
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +158,19 @@ class ExecutorConfig:
     ``workers``: request threads (bounded parallelism; size the client's connection pool to at
     least this). ``lane_min_share``: the share of tokens guaranteed to lower-relevance lanes
     while they have work, so status patches are delayed but never starved by bindings.
-    ``best_effort_max_wait``: seconds a best-effort call (an Event) may wait for a spare token
-    and worker before it is dropped unsent (counted in ``kdispatch_events_dropped_total``).
     """
 
     workers: int = 8
     lane_min_share: float = 0.1
-    best_effort_max_wait: float = 10.0
+    events_max_pending: int = 10_000
+    """Events (best-effort objects, one per Event: repeats merge) that may wait for a worker
+    and a token at once; one more is dropped unsent (``CallFailed`` caused by
+    :class:`~kdispatch.actors.errors.RequestDropped`), counted in
+    ``kdispatch_events_dropped_total{reason="queue_full"}`` and ``Dispatcher.stats()
+    ["events"]["dropped"]``. An Event that waits is never dropped. A waiting Event holds about
+    4 KiB (its actor, call, future and the recorder's series entry). The default holds a flood
+    of a few thousand unschedulable pods' ``FailedScheduling`` Events while the Events' bucket
+    writes them at 50 per second."""
     inline_sends: bool = True
     """Where a call's :meth:`~kdispatch.actors.calls.Call.send` runs when it can never wait:
     with a backend that declares ``non_blocking = True`` (the in-memory apiserver without
@@ -145,7 +182,7 @@ class ExecutorConfig:
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
-        _positive("best_effort_max_wait", self.best_effort_max_wait, allow_zero=True)
+        _positive("events_max_pending", self.events_max_pending, integer=True)
         if not isinstance(self.inline_sends, bool):
             raise InvalidConfigError(f"inline_sends must be a bool, got {self.inline_sends!r}")
         _positive("lane_min_share", self.lane_min_share, allow_zero=True)

@@ -22,7 +22,6 @@ import dataclasses
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from typing import Any, Self
@@ -36,7 +35,7 @@ from .backend import ApiBackend
 from .call_types import default_call_types
 from .calls import Call, CallTypeRegistry, plain_basis
 from .config import DispatcherConfig
-from .dispatcher_like import BacklogWaiters, DispatcherLike
+from .dispatcher_like import Backlog, DispatcherLike, lane_level
 from .errors import (
     CallCancelled,
     CallFailed,
@@ -130,11 +129,11 @@ class Dispatcher(DispatcherLike):
         )
         self._spawn = self._ctx.spawn
         self._state_lock = threading.Condition(threading.Lock())
-        # One entry per future not resolved yet. ``append`` and ``pop`` are atomic under the
-        # interpreter lock (see :mod:`kdispatch.actors`), so the submitting threads and the
-        # actors resolving futures share no lock (``submit`` never waits behind an actor).
-        self._unresolved: deque[None] = deque()
-        self._backlog = BacklogWaiters(self._unresolved.__len__)  # wait_backlog's waiters
+        # The futures not resolved yet, counted per lane: one deque entry each. ``append`` and
+        # ``pop`` are atomic under the interpreter lock (see :mod:`kdispatch.actors`), so the
+        # submitting threads and the actors resolving futures share no lock (``submit`` never
+        # waits behind an actor). Also wait_backlog's waiters.
+        self._backlog = Backlog()
         self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False
         self._closed = False
@@ -200,25 +199,25 @@ class Dispatcher(DispatcherLike):
         deadline = time.monotonic() + timeout
         with self._state_lock:
             if self._closed:
-                return not self._unresolved
+                return not self._backlog.outstanding
             self._closed = True
             self._ctx.closing = not drain
             # without drain, a call still unresolved now is closed, not finished (the actors
             # start resolving them DispatcherClosed at once)
-            idle = not self._unresolved
+            idle = not self._backlog.outstanding
         self._seal_groups()  # no more steps: each group resolves with its last step
         with self._state_lock:
             if drain and self._started:
                 self._drain_waiters += 1
                 try:
-                    while self._unresolved:
+                    while self._backlog.outstanding:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             break
                         self._state_lock.wait(left)
                 finally:
                     self._drain_waiters -= 1
-            drained = not self._unresolved if drain else idle
+            drained = not self._backlog.outstanding if drain else idle
             self._ctx.closing = True
         # One deadline for every phase from here on.
         end = max(deadline, time.monotonic()) + _STOP_GRACE
@@ -256,20 +255,19 @@ class Dispatcher(DispatcherLike):
             if open_calls:
                 for future, call in open_calls.items():
                     if _close_future(future):
+                        future.lane.pop()  # type: ignore[union-attr]  # set at submit
                         closed[call.call_type] = closed.get(call.call_type, 0) + 1
                 open_calls.clear()
             for message in tells:
                 if type(message) is Submit and _close_future(message.future):
+                    message.future.lane.pop()  # type: ignore[union-attr]
                     call_type = message.call.call_type
                     closed[call_type] = closed.get(call_type, 0) + 1
         total = 0
         for call_type, count in closed.items():
             self.metrics.outcome(call_type, "closed", count)
             total += count
-        unresolved = self._unresolved
-        for _ in range(min(total, len(unresolved))):
-            unresolved.pop()
-        if self._backlog.wake_below:
+        if self._backlog.waiters:
             self._backlog.wake()
         return total
 
@@ -343,9 +341,11 @@ class Dispatcher(DispatcherLike):
         future.call = call
         # Counted before the checks: a stop() that starts now waits for this call (or sees it
         # withdrawn below), with no lock between the submitting threads and the actors.
-        self._unresolved.append(None)
+        lane = self._backlog.lane(call.relevance)
+        lane.append(None)
+        future.lane = lane
         if self._revoked is not None or self._closed or not self._started:
-            self._on_resolved()
+            self._on_resolved(future)
             if self._revoked is not None:
                 raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
             raise DispatcherClosed(
@@ -360,7 +360,7 @@ class Dispatcher(DispatcherLike):
             try:
                 held = self._deps.hold(call, future, prereqs, group)
             except BaseException:  # DependencyCycleError: nothing registered
-                self._on_resolved()
+                self._on_resolved(future)
                 raise
             if isinstance(held, BaseException):  # a prerequisite failed already
                 self._resolve_now(future, call, dependency_failed(call, held))
@@ -371,8 +371,6 @@ class Dispatcher(DispatcherLike):
         if call.exclusive and self._owners.owns(uid):
             # before the preemption reaches the owner: its groups go first, with this cause
             self._cancel_owned(uid, "owner_preempted", spare=group)
-        if call.best_effort:  # not part of the backlog; every path below resolves the future
-            self._backlog.track_best_effort(future)
         try:
             routed = self._registry.tell(uid, message, self._spawn)
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
@@ -381,7 +379,7 @@ class Dispatcher(DispatcherLike):
             if group is not None:
                 group._drop_step(future)  # never a step: the submit raises
             settle(future, CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc))
-            self._on_resolved(call)
+            self._on_resolved(future)
             raise
         if not routed:  # tombstoned: the object was deleted
             self._resolve_now(
@@ -397,7 +395,7 @@ class Dispatcher(DispatcherLike):
         """Submitting thread: resolve a call that never reached its actor."""
         self.metrics.outcome(call.call_type, "cancelled")
         settle(future, error)
-        self._on_resolved(call)
+        self._on_resolved(future)
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. Stop intake at once (``submit`` raises ``error`` from now
@@ -495,22 +493,31 @@ class Dispatcher(DispatcherLike):
     @property
     def outstanding(self) -> int:
         """Futures not yet resolved."""
-        return len(self._unresolved)
+        return self._backlog.outstanding
 
     @property
     def backlog(self) -> int:
         """Any thread; cheap. Calls submitted and not resolved, Events (best-effort calls) left
         out (see :attr:`DispatcherLike.backlog`); held calls and group steps count."""
-        return self._backlog.backlog
+        return self._backlog.count(lane_level(self.call_types, None))
 
-    def wait_backlog(self, below: int, timeout: float | None = None) -> bool:
-        """Calling thread (never an actor's). Block until :attr:`backlog` is below ``below``;
-        False after ``timeout`` seconds. See :meth:`DispatcherLike.wait_backlog`."""
-        return self._backlog.wait(below, timeout)
+    def backlog_at(self, call_type: str | None = None) -> int:
+        """Any thread; cheap. Calls not resolved in ``call_type``'s lane and the lanes above
+        it (see :meth:`DispatcherLike.backlog_at`)."""
+        return self._backlog.count(lane_level(self.call_types, call_type))
+
+    def wait_backlog(
+        self, below: int, timeout: float | None = None, *, call_type: str | None = None
+    ) -> bool:
+        """Calling thread (never an actor's). Block until :meth:`backlog_at` ``(call_type)``
+        is below ``below``; False after ``timeout`` seconds. See
+        :meth:`DispatcherLike.wait_backlog`."""
+        return self._backlog.wait(below, timeout, lane_level(self.call_types, call_type))
 
     @property
     def tokens_taken(self) -> int:
-        """Rate-limiter tokens used so far (taken and not refunded); cheap, any thread."""
+        """Tokens of the calls' bucket used so far (taken and not refunded; Events with a
+        bucket of their own count in ``stats()["event_tokens_taken"]``); cheap, any thread."""
         return self._executor.tokens_taken
 
     def stats(self) -> dict[str, Any]:
@@ -520,7 +527,7 @@ class Dispatcher(DispatcherLike):
             ``{call_type: n}``: requests sent to the apiserver per call type — every request
             it saw, follow-up GETs after a 409 and re-reads before a retry included.
         ``sent_total``
-            The sum of ``sent``; equals ``tokens_taken``.
+            The sum of ``sent``; equals ``tokens_taken`` plus ``events["tokens_taken"]``.
         ``outcomes``
             ``{"call_type:outcome": n}``: futures resolved, per call type and outcome
             (``success``, ``skipped``, ``overwritten``, ``cancelled``, ``conflict``,
@@ -536,13 +543,22 @@ class Dispatcher(DispatcherLike):
             with no call (normal: only objects with calls are tracked), also cancels for
             untracked UIDs and late messages for deleted (tombstoned) objects.
         ``tokens_taken``
-            Rate-limiter tokens used (taken and not refunded): one per request sent.
+            Tokens of the calls' bucket used (taken and not refunded): one per request sent,
+            but the Events' when they have a bucket of their own.
+        ``events``
+            The Events (best-effort calls): ``tokens_taken``, tokens of their own bucket used
+            (``RateLimitConfig.events_qps``; 0 with ``events_shared``); ``waiting``, Event
+            objects waiting now for a worker and a token; ``dropped``, ``{reason: n}``,
+            Events dropped unsent (``kdispatch_events_dropped_total``): ``queue_full`` when
+            ``ExecutorConfig.events_max_pending`` Events already waited, ``throttled`` for a
+            follow-up request that found no spare token of a shared bucket.
         ``pid``
             The process the dispatcher runs in (for :class:`ProcessDispatcher`, the child).
         """
         m = self.metrics
         out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
-        for sample in m.samples(m.requests, m.outcomes, m.retries):
+        dropped: dict[str, int] = {}
+        for sample in m.samples(m.requests, m.outcomes, m.retries, m.events_dropped):
             if sample.name == "kdispatch_requests_total":
                 ct = sample.labels["call_type"]
                 out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
@@ -552,10 +568,17 @@ class Dispatcher(DispatcherLike):
             elif sample.name == "kdispatch_retries_total":
                 key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
                 out["retries"][key] = int(sample.value)
+            elif sample.name == "kdispatch_events_dropped_total":
+                dropped[sample.labels["reason"]] = int(sample.value)
         out["sent_total"] = sum(out["sent"].values())
         out["live_actors"] = self.live_actors
         out["events_without_actor"] = self._registry.dropped
         out["tokens_taken"] = self.tokens_taken
+        out["events"] = {
+            "tokens_taken": self._executor.event_tokens_taken,
+            "waiting": self._executor.events_waiting,
+            "dropped": dropped,
+        }
         out["pid"] = os.getpid()
         return out
 
@@ -574,8 +597,10 @@ class Dispatcher(DispatcherLike):
         future = CallFuture()
         future.owner = self
         future.call = call
+        lane = self._backlog.lane(call.relevance)
+        lane.append(None)
+        future.lane = lane
         group.add_step(future)
-        self._unresolved.append(None)
         refused = group._refusal(call, held=False)
         assert refused is not None  # a group is never un-cancelled
         self._resolve_now(future, call, refused)
@@ -595,7 +620,7 @@ class Dispatcher(DispatcherLike):
                 return
         elif self._deps.fail(future, cause):
             return
-        self._registry.tell(call.ref.uid, Withdraw(future))
+        self._registry.tell(call.ref.uid, Withdraw(future, cause))
 
     def group_cancelled(self, group: CallGroup, cause: str) -> None:
         """Any thread: ``group`` was cancelled (metrics)."""
@@ -630,13 +655,13 @@ class Dispatcher(DispatcherLike):
 
     # ------------------------------------------------------------------ internals
 
-    def _on_resolved(self, call: Any = None) -> None:
-        """Any thread (an actor resolving a future, or ``submit`` withdrawing one)."""
-        self._unresolved.pop()
-        if self._drain_waiters and not self._unresolved:
+    def _on_resolved(self, future: CallFuture) -> None:
+        """Any thread (an actor resolving ``future``, or ``submit`` withdrawing it)."""
+        future.lane.pop()  # type: ignore[union-attr]  # set by _admit before any resolution
+        if self._drain_waiters and not self._backlog.outstanding:
             with self._state_lock:
                 self._state_lock.notify_all()
-        if self._backlog.wake_below:  # a thread waits in wait_backlog
+        if self._backlog.waiters:  # a thread waits in wait_backlog
             self._backlog.wake()
 
     def _stop_housekeeper(self, end: float) -> None:

@@ -1,8 +1,8 @@
 """``DispatcherLike``: what :class:`~kdispatch.Dispatcher` (in this process) and
 :class:`~kdispatch.ProcessDispatcher` (its executor in a child process) both offer, so a
 scheduler or controller can be written once against either. Both subclass it and inherit
-what is the same in both (:meth:`DispatcherLike.preempt`), and share :class:`BacklogWaiters`,
-the one home of :meth:`DispatcherLike.wait_backlog`."""
+what is the same in both (:meth:`DispatcherLike.preempt`), and share :class:`Backlog`, the
+one home of :meth:`DispatcherLike.wait_backlog`'s counting and waiting."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ import asyncio
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol, Self, Unpack, runtime_checkable
 
 from .aio import check_timeout
-from .calls import Call
+from .calls import BEST_EFFORT, Call, CallTypeRegistry
 from .errors import DispatcherClosed, InvalidInputError, Outcome
 from .groups import CallGroup
 from .messages import CallFuture
 from .objects import Obj
 from .pod_calls import PodPreemption, PreemptionOptions, preemption_options
 
-__all__ = ["BacklogWaiters", "DispatcherLike"]
+__all__ = ["Backlog", "DispatcherLike", "lane_level"]
 
 
 @runtime_checkable
@@ -115,21 +115,37 @@ class DispatcherLike(Protocol):
     @property
     def backlog(self) -> int:
         """Any thread; cheap. Calls submitted and not yet resolved, best-effort calls
-        (Events) left out: what a caller that paces itself on :meth:`wait_backlog` counts.
-        Events are left out because the executor sends them only when nothing else waits
-        (and drops them when they cannot go in time): a caller waiting for them would wait
-        for its own lull."""
+        (Events) left out: :meth:`backlog_at` with no call type."""
         ...
 
-    def wait_backlog(self, below: int, timeout: float | None = None) -> bool:
+    def backlog_at(self, call_type: str | None = None) -> int:
+        """Any thread; cheap. Calls submitted and not yet resolved whose lane is at or above
+        ``call_type``'s (its relevance or more: ``"pod_binding"`` counts bindings,
+        preemptions and evictions, not status patches); None: every lane but the best-effort
+        one (Events), as :attr:`backlog`. Held calls and group steps count in their lane.
+        Raises :class:`~kdispatch.actors.errors.UnknownCallTypeError` for a call type that
+        is not registered."""
+        ...
+
+    def wait_backlog(
+        self, below: int, timeout: float | None = None, *, call_type: str | None = None
+    ) -> bool:
         """Calling thread (blocks it; never an actor's or the reader's thread, nor an event
         loop). Back-pressure a caller opts into, as ``submit`` never blocks: wait until
-        :attr:`backlog` is below ``below``; True then (at once if it is already), False when
-        ``timeout`` seconds (None: no limit) passed first. Woken by resolutions, never by
-        polling: a resolution signals only while a thread waits here, so ``submit`` and the
-        resolving threads pay one attribute read otherwise. Raises
-        :class:`~kdispatch.actors.errors.InvalidInputError` for a ``below`` that is not an
-        int >= 1 or a ``timeout`` that is not a positive number or None."""
+        :meth:`backlog_at` ``(call_type)`` is below ``below``; True then (at once if it is
+        already), False when ``timeout`` seconds (None: no limit) passed first.
+
+        ``call_type``: the lane the caller is about to submit to. Only the calls in that lane
+        and the lanes above it count, so a caller that paces itself before a binding never
+        waits behind status patches (the executor sends the binding first anyway: waiting
+        for the patches would hold it back in the caller's loop, kubernetes#135900 again).
+        None: every lane but the best-effort one (Events, sent only when a worker is spare).
+
+        Woken by resolutions, never by polling: a resolution signals only while a thread
+        waits here, so ``submit`` and the resolving threads pay one attribute read otherwise.
+        Raises :class:`~kdispatch.actors.errors.InvalidInputError` for a ``below`` that is
+        not an int >= 1, a ``timeout`` that is not a positive number or None, or a call type
+        that is not registered."""
         ...
 
     @property
@@ -142,67 +158,94 @@ class DispatcherLike(Protocol):
         ...
 
 
-class BacklogWaiters:
-    """The threads in a dispatcher's :meth:`~DispatcherLike.wait_backlog`, and the count of
-    its unresolved best-effort calls. ``unresolved`` is the dispatcher's count of futures not
-    yet resolved; :attr:`backlog` is that less the best-effort calls among them.
+def lane_level(call_types: CallTypeRegistry, call_type: str | None) -> int:
+    """The lowest relevance :meth:`DispatcherLike.backlog_at` counts for ``call_type``: its
+    relevance, or 1 (every lane but :data:`~.calls.BEST_EFFORT`) for None. Any thread.
+    Raises :class:`~.errors.UnknownCallTypeError` (an ``InvalidInputError``)."""
+    if call_type is None:
+        return BEST_EFFORT + 1
+    if not isinstance(call_type, str):
+        raise InvalidInputError(f"call_type must be a call type name or None, got {call_type!r}")
+    return call_types.spec(call_type).relevance
 
-    The dispatcher calls :meth:`track_best_effort` for each best-effort future it hands out
-    and, after each resolution (or batch of them), :meth:`wake` when :attr:`wake_below` is
-    not 0: that read is all a resolution costs while nobody waits. Any thread."""
 
-    __slots__ = ("_below", "_best_effort", "_cond", "_unresolved", "wake_below")
+class Backlog:
+    """A dispatcher's unresolved calls, counted per lane (relevance), and the threads in its
+    :meth:`~DispatcherLike.wait_backlog`.
 
-    def __init__(self, unresolved: Callable[[], int]) -> None:
-        self._unresolved = unresolved
-        self._best_effort: deque[None] = deque()  # one entry per unresolved best-effort call
+    Counting takes no lock: each lane has a ``deque`` holding one entry per unresolved call
+    of that relevance (``append`` and ``pop`` are atomic, see :mod:`._compat`). The
+    dispatcher appends to :meth:`lane` ``(relevance)`` when it hands out a future and keeps
+    that deque on the future (``CallFuture.lane``, before anything can resolve it), so a
+    resolution pops it with no lookup; then, when :attr:`waiters` is not 0, it calls
+    :meth:`wake`: that read is all a resolution costs while nobody waits. Any thread."""
+
+    __slots__ = ("_cond", "_lanes", "_new_lane", "_waiting", "waiters")
+
+    def __init__(self) -> None:
+        # relevance -> one entry per unresolved call; replaced whole (under _new_lane) when a
+        # lane is added, so readers iterate a dict nobody changes
+        self._lanes: dict[int, deque[None]] = {}
+        self._new_lane = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
-        self._below: list[int] = []  # the bound of each waiting thread (under the lock)
-        self.wake_below = 0
-        """The highest bound a thread waits for (0: none waits); read without the lock."""
+        # (below, level) of each waiting thread: replaced whole under _cond, read without it
+        self._waiting: tuple[tuple[int, int], ...] = ()
+        self.waiters = 0
+        """Threads waiting in :meth:`wait` (0: none); read without the lock."""
+
+    def lane(self, relevance: int) -> deque[None]:
+        """Submitting thread: the counter of lane ``relevance`` (created on first use)."""
+        lane = self._lanes.get(relevance)
+        if lane is None:
+            with self._new_lane:
+                lane = self._lanes.get(relevance)
+                if lane is None:
+                    lane = deque()
+                    self._lanes = {**self._lanes, relevance: lane}
+        return lane
+
+    def count(self, level: int) -> int:
+        """Any thread. Unresolved calls whose relevance is ``level`` or more."""
+        return sum([len(lane) for relevance, lane in self._lanes.items() if relevance >= level])
 
     @property
-    def backlog(self) -> int:
-        """Any thread. Unresolved calls, best-effort ones left out."""
-        return max(0, self._unresolved() - len(self._best_effort))
+    def outstanding(self) -> int:
+        """Any thread. Every unresolved call, best-effort ones included."""
+        return sum([len(lane) for lane in self._lanes.values()])
 
-    def track_best_effort(self, future: Any) -> None:
-        """Submitting thread: ``future`` (a ``concurrent.futures.Future`` that will resolve
-        exactly once) belongs to a best-effort call; it leaves :attr:`backlog` out."""
-        self._best_effort.append(None)  # append and pop are atomic: no lock
-        future.add_done_callback(self._best_effort_done)
-
-    def _best_effort_done(self, _future: Any) -> None:
-        """The resolving thread, before the dispatcher counts the resolution."""
-        self._best_effort.pop()
-
-    def wait(self, below: int, timeout: float | None) -> bool:
-        """Calling thread: :meth:`DispatcherLike.wait_backlog`."""
+    def wait(self, below: int, timeout: float | None, level: int) -> bool:
+        """Calling thread: :meth:`DispatcherLike.wait_backlog` on the lanes from ``level``
+        up (see :func:`lane_level`)."""
         if isinstance(below, bool) or not isinstance(below, int) or below < 1:
             raise InvalidInputError(f"below must be an int >= 1, got {below!r}")
         seconds = check_timeout(timeout)
-        if self.backlog < below:
+        if self.count(level) < below:
             return True
         deadline = None if seconds is None else time.monotonic() + seconds
+        me = (below, level)
         with self._cond:
-            # Registered before the check below: a resolution after this reads wake_below and
+            # Registered before the check below: a resolution after this reads waiters and
             # takes the lock to notify, which it gets only once this thread waits.
-            self._below.append(below)
-            self.wake_below = max(self._below)
+            self._waiting = (*self._waiting, me)
+            self.waiters = len(self._waiting)
             try:
-                while self.backlog >= below:
+                while self.count(level) >= below:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         return False
                     self._cond.wait(left)
                 return True
             finally:
-                self._below.remove(below)
-                self.wake_below = max(self._below, default=0)
+                waiting = list(self._waiting)
+                waiting.remove(me)
+                self._waiting = tuple(waiting)
+                self.waiters = len(waiting)
 
     def wake(self) -> None:
-        """A resolving thread, when :attr:`wake_below` is not 0: wake the waiting threads if
-        the backlog is below the highest bound (each checks its own)."""
-        if self.backlog < self.wake_below:
-            with self._cond:
-                self._cond.notify_all()
+        """A resolving thread, when :attr:`waiters` is not 0: wake the waiting threads if one
+        of them may go on (each checks its own bound)."""
+        for below, level in self._waiting:
+            if self.count(level) < below:
+                with self._cond:
+                    self._cond.notify_all()
+                return

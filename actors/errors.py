@@ -156,9 +156,10 @@ class CallFailed(CallOutcomeError):
 
 
 class RequestDropped(KdispatchError):
-    """A best-effort call (an Event) was dropped unsent: no token or worker was spare for it
-    in time (the executor's ``best_effort_max_wait``, or at once for its follow-up request).
-    The ``cause`` of the call's ``CallFailed``; counted in ``kdispatch_events_dropped_total``."""
+    """A best-effort call (an Event) was dropped unsent: ``ExecutorConfig.events_max_pending``
+    Events already waited for a worker and a token (or, with a budget shared with the calls,
+    its follow-up request found no spare token). The ``cause`` of the call's ``CallFailed``;
+    counted in ``kdispatch_events_dropped_total``."""
 
 
 # --------------------------------------------------------------------------- backend errors
@@ -170,6 +171,7 @@ class ApiErrorFacts(TypedDict, total=False):
     status: int
     reason: str
     retryable: bool
+    ambiguous: bool
 
 
 class ApiError(KdispatchError):
@@ -177,13 +179,18 @@ class ApiError(KdispatchError):
 
     ``retryable`` tells the executor whether the same request may succeed later;
     ``retry_after`` is the server's Retry-After in seconds (0 when it gave none), honoured on
-    429 and 5xx alike. A subclass states its ``status``, ``reason`` and ``retryable`` in its
-    header (``class NotFoundError(ApiError, status=404, reason="NotFound")``); what it leaves
-    out it inherits.
+    429 and 5xx alike. ``ambiguous``: no answer says whether the request was applied (the
+    client gave up waiting, the connection ended before a reply, the server's own 504): a
+    call whose last request ended so reads its object once before it fails (see
+    :meth:`~kdispatch.actors.calls.Call.landed`). A subclass states its ``status``,
+    ``reason``, ``retryable`` and ``ambiguous`` in its header (``class
+    NotFoundError(ApiError, status=404, reason="NotFound")``); what it leaves out it
+    inherits.
     """
 
     status: int = 0
     retryable: bool = False
+    ambiguous: bool = False
     reason: str = "Unknown"
 
     def __init_subclass__(cls, **facts: Unpack[ApiErrorFacts]) -> None:
@@ -223,12 +230,16 @@ class ServerError(ApiError, status=500, retryable=True, reason="InternalError"):
     """5xx."""
 
 
-class RequestTimeoutError(ApiError, status=504, retryable=True, reason="Timeout"):
-    """The client-side request timeout fired, or the server answered 504."""
+class RequestTimeoutError(ApiError, status=504, retryable=True, ambiguous=True, reason="Timeout"):
+    """The client-side request timeout fired, or the server answered 504 (which does not say
+    whether the request took effect)."""
 
 
-class ApiConnectionError(ApiError, status=0, retryable=True, reason="ConnectionError"):
-    """The connection failed or was reset before a reply arrived."""
+class ApiConnectionError(
+    ApiError, status=0, retryable=True, ambiguous=True, reason="ConnectionError"
+):
+    """The connection failed or was reset before a reply arrived (the request may have been
+    applied)."""
 
 
 class InvalidRequestError(ApiError, status=422, reason="Invalid"):

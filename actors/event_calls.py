@@ -16,8 +16,9 @@ one token per 300 s) drops occurrences of objects that report too often.
 
 Each Event object has its own actor (the call's ref is the Event, with a UID derived from its
 name, so occurrences of one series merge while they wait: a pending create absorbs the series
-patches behind it). :class:`EventRecord` is best-effort: it rides the executor's lowest lane,
-takes only a token nobody else waits for, and is dropped unsent when it cannot get one in time
+patches behind it). :class:`EventRecord` is best-effort: it rides the executor's lowest lane
+for workers, takes tokens of the Events' own bucket (``RateLimitConfig.events_qps``), and is
+dropped unsent only when ``ExecutorConfig.events_max_pending`` Events already wait
 (:class:`~kdispatch.actors.errors.RequestDropped`, counted in
 ``kdispatch_events_dropped_total{reason}``).
 
@@ -152,6 +153,15 @@ class EventRecord(Call):
     def apply(self, obj: Obj) -> Obj:
         """Events are not tracked: ``obj`` unchanged."""
         return obj
+
+    def landed(self, fresh: Obj) -> bool:
+        """The Event exists (its server UID is not known here: any object of its name), with
+        at least this record's occurrences when it counts more than one."""
+        if self.count < 2:
+            return True
+        series = fresh.get("series")
+        count = series.get("count") if isinstance(series, Mapping) else None
+        return isinstance(count, int) and count >= self.count
 
     def _series(self) -> dict[str, Any]:
         return {"count": self.count, "lastObservedTime": self.last_observed}

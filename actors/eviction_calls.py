@@ -25,7 +25,7 @@ from .backend import ApiBackend, EvictionBackend, check_grace_period
 from .calls import Call
 from .errors import InvalidCallError, InvalidRequestError, NotFoundError
 from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
-from .pod_calls import check_pod_call
+from .pod_calls import check_pod_call, deleted_or_replaced
 
 __all__ = ["PodEviction"]
 
@@ -74,6 +74,11 @@ class PodEviction(Call):
     def is_noop(self, obj: Obj | None) -> bool:
         """The pod is already terminating: its deletion is under way."""
         return is_terminating(obj)
+
+    def landed(self, fresh: Obj) -> bool:
+        """The eviction landed: ``fresh`` is this pod terminating, or another pod of its name
+        (:func:`~.pod_calls.deleted_or_replaced`)."""
+        return deleted_or_replaced(self.ref, fresh)
 
     def apply(self, obj: Obj) -> Obj:
         """The pod marked terminating (``deletionTimestamp = "pending"`` unless already set)."""

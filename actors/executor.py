@@ -1,10 +1,11 @@
 """The shared executor: the only component that talks to the apiserver.
 
 Object actors call it (:meth:`Executor.ready`, :meth:`Executor.job`, :meth:`Executor.refund`);
-it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. Inside, one lock
-guards a scheduler that keeps one FIFO *lane* of object UIDs per relevance (upstream queues
-UIDs, not calls; so does this), a heap of objects backing off, and a token bucket; ``workers``
-threads send the requests and tell each result (``Done``) to its object actor.
+it answers with ``Grant`` and ``Done`` messages; nobody ever blocks on it. One lock guards a
+scheduler that keeps one FIFO *lane* of object UIDs per relevance (upstream queues UIDs, not
+calls; so does this), a heap of objects backing off, and the token buckets; ``workers``
+threads send the requests (:class:`~.sender.Sender`) and tell each result (``Done``) to its
+object actor.
 
 A call travels: ``ready`` (the object has something to send) → a *grant* (a token and a worker
 slot reserved for it) → the actor hands over its *current* merged call (``job``), so merges,
@@ -12,11 +13,14 @@ no-op elision and cancellations apply until that instant, or ``refund`` if nothi
 worker sends it → ``Done`` to the actor. When nothing waits and a token and a slot are free,
 ``ready`` grants on the spot and the actor goes on in the same turn (no ``Grant`` message);
 otherwise grants are handed out, as messages, by whichever thread frees a slot or brings work,
-and a timer thread covers token refills and backoff expiries. With a non-blocking backend (the
-in-memory apiserver without latency) ``job`` runs the request on the caller's thread and
-returns its ``Done``: the whole call is one actor turn (unless ``ExecutorConfig.inline_sends``
-is False, for custom sends that may block). At most ``workers`` grants and jobs exist at once:
-parallelism is bounded.
+and a timer thread covers token refills and backoff expiries. One locked step per request: the
+grant (in ``ready``, or in the step that freed a slot), then the worker's end of the request,
+which frees its slot and grants the next object in the same step.
+
+*Inline sends*: with a non-blocking backend (the in-memory apiserver without latency) and no
+QPS limit, ``job`` sends on the actor's own turn and returns its ``Done``: the whole call is
+one turn, there are no worker threads, and the grant is the request's only locked step
+(``ExecutorConfig.inline_sends`` turns this off, for custom sends that may block).
 
 Tokens: every request the apiserver sees takes one — the call's own requests, the GET that
 follows a 409, the re-read before a retry, the DELETE after a preemption's condition patch —
@@ -28,28 +32,26 @@ Scheduling when tokens or slots are scarce: the highest-relevance non-empty lane
 (deletions, then bindings, then status patches), except that each lower lane with work is
 guaranteed ``lane_min_share`` of the grants, so nothing starves.
 
-Best effort (Events, lane ``BEST_EFFORT``): the lane below all others, with no guaranteed
-share. It is granted only when no other lane and no started job waits, a token is there now,
-a second worker stays free for whatever comes next, and fewer than a quarter of the workers
-(at least one) are sending best-effort requests; so it never takes a token or a worker
-something else waits for, and a burst of other calls finds most workers free. An object that
-waited ``best_effort_max_wait`` is dropped: it gets a grant that reserves nothing, and its
-``job`` answers ``FAILED`` with :class:`~.errors.RequestDropped` without sending. A
-best-effort job's follow-up request (the create after a 404) takes a spare token at once or is
-dropped the same way; never does it wait ahead of new grants. Drops are counted in
+Best effort (Events, lane ``BEST_EFFORT``): the lane below all others for worker slots, with
+no guaranteed share. Its tokens come from a bucket of its own (``RateLimitConfig.events_qps``
+and ``events_burst``, by default the calls' figures), as kube-scheduler's Events go through a
+clientset of their own: an Event never takes a token of the calls' bucket, so a binding never
+waits for one. A best-effort object is granted a slot the other lanes leave free, while a
+second worker stays free for whatever comes next and fewer than a quarter of the workers (at
+least one) send best-effort requests. With ``RateLimitConfig.events_shared`` Events have no
+bucket of their own: they are granted only when nothing else waits and a token of the calls'
+bucket is there now, and a follow-up request takes a spare token at once or is dropped. Events
+wait in their lane, at most ``ExecutorConfig.events_max_pending`` of them; one more is dropped:
+it gets a grant that reserves nothing, and its ``job`` answers ``FAILED`` with
+:class:`~.errors.RequestDropped` without sending. Drops are counted in
 ``kdispatch_events_dropped_total{reason}``.
-
-Classification: 409 → one GET of the object, then ``CONFLICT`` (the actor re-validates or
-rebases); 404 → ``NOT_FOUND``; 429, 5xx, timeouts and connection errors → ``RETRY`` with the
-retry policy's delay (Retry-After honoured on 429 and 5xx); anything else → ``FAILED``. The
-optional send gate (leader election) is checked before every request: closed, the request is
-not sent and the call resolves with the gate's error.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 import threading
 import time
@@ -63,103 +65,26 @@ from loguru import logger
 from .backend import ApiBackend
 from .calls import BEST_EFFORT
 from .config import ExecutorConfig, RateLimitConfig, RetryConfig
-from .errors import (
-    ApiConnectionError,
-    ApiError,
-    BadResponseError,
-    ConflictError,
-    DispatcherClosed,
-    LeadershipLost,
-    NotFoundError,
-    RequestDropped,
-    RequestTimeoutError,
-    TooManyRequestsError,
-)
+from .errors import DispatcherClosed, RequestDropped
 from .messages import Grant, Job
 from .metrics import Metrics
 from .object_state import Done, Result
-from .objects import get_path
 from .ratelimit import TokenBucket
+from .sender import Sender
 
-_Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor ref, ready since)
+__all__ = ["Executor", "SendGate"]
+
+_Lane = OrderedDict[str, tuple[Any, float]]  # uid -> (actor, ready since)
+_GrantTo = tuple[str, Any, float, int]  # uid, actor, ready since, lane (or _DROP)
 SendGate = Callable[[], bool]
 _DROP = -1  # the lane of a grant that drops a best-effort object's call
 
 
-def _retry_reason(err: ApiError) -> str:
-    if isinstance(err, TooManyRequestsError):
-        return "429"
-    if isinstance(err, RequestTimeoutError):
-        return "timeout"
-    if isinstance(err, ApiConnectionError):
-        return "connection"
-    return "5xx"
-
-
-class _Charged:
-    """The backend as one job sees it: every request is counted, takes a token (the grant's
-    for the first one) and passes the send gate first. Worker thread (or the actor's thread
-    for a non-blocking backend)."""
-
-    __slots__ = ("_backend", "_best_effort", "_call_type", "_executor", "requests")
-
-    def __init__(
-        self, executor: Executor, backend: ApiBackend, call_type: str, best_effort: bool = False
-    ) -> None:
-        self._executor = executor
-        self._backend = backend
-        self._call_type = call_type
-        self._best_effort = best_effort
-        self.requests = 0
-
-    def _before(self, verb: str) -> None:
-        ex = self._executor
-        gate = ex.send_gate
-        if gate is not None and not gate():
-            raise LeadershipLost("not sent: this replica may not write (leader lease)")
-        if self.requests:
-            if self._best_effort:
-                ex.take_spare_token()
-            else:
-                ex.take_followup_token()
-        self.requests += 1
-        ex.count_request(self._call_type, verb)
-
-    def get(self, kind: str, namespace: str, name: str) -> Any:
-        self._before("get")
-        return self._backend.get(kind, namespace, name)
-
-    def patch_status(self, *args: Any, **kwargs: Any) -> Any:
-        self._before("patch")
-        return self._backend.patch_status(*args, **kwargs)
-
-    def bind(self, *args: Any, **kwargs: Any) -> None:
-        self._before("create")
-        self._backend.bind(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> None:
-        self._before("delete")
-        self._backend.delete(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._backend, name)
-        if not callable(attr):
-            return attr
-
-        def charged(*args: Any, **kwargs: Any) -> Any:
-            self._before(name)
-            return attr(*args, **kwargs)
-
-        return charged
-
-
 class Executor:
-    """Rate-limited, lane-prioritised, bounded-parallelism request executor.
-
-    Every public method may be called from any thread and never blocks for long (one short
-    lock), except :meth:`job` with a non-blocking backend, which sends the request on the
-    calling thread. The worker threads and the timer thread are the executor's own.
-    """
+    """Rate-limited, lane-prioritised, bounded-parallelism request executor (see the module
+    docstring). Every public method may be called from any thread and never blocks for long
+    (one short lock), except :meth:`job` with inline sends, which sends the request on the
+    calling thread. The worker threads and the timer thread are the executor's own."""
 
     def __init__(
         self,
@@ -176,78 +101,77 @@ class Executor:
         rand: Callable[[], float] = random.random,
         log_calls: bool = False,
     ) -> None:
-        self._backend = backend
-        self._log_calls = log_calls  # also log successful attempts
-        # Requests run on the actors' threads only when they can never wait: the backend
-        # never blocks, no token is ever waited for, and the calls' own sends do not block
-        # either (ExecutorConfig.inline_sends: the user's promise for custom sends).
+        # Requests run on the actors' threads only when they can never wait: the backend never
+        # blocks, no token is ever waited for, and the calls' sends do not block either
+        # (ExecutorConfig.inline_sends: the user's promise for custom sends).
         self._inline = (
             config.inline_sends
             and getattr(backend, "non_blocking", False) is True
-            and rate_limit.qps == float("inf")
+            and rate_limit.qps == math.inf
         )
-        self._retry = retry
         self._config = config
-        self._metrics = metrics
+        self.metrics = metrics
         self._clock = clock
-        self._rand = rand
         self._name = name
         self.send_gate = send_gate
-        self._bucket = TokenBucket(rate_limit.qps, rate_limit.burst, clock)
+        self.sender = Sender(self, backend, retry, metrics, rand=rand, log_calls=log_calls)
+        """Sends one request and classifies how it ended (the worker threads use it)."""
+        self._calls = TokenBucket(rate_limit.qps, rate_limit.burst, clock)
+        budget = rate_limit.events_budget()  # None: Events share the calls' bucket
+        self._events = None if budget is None else TokenBucket(budget[0], budget[1], clock)
         self._lanes: dict[int, _Lane] = {}
         self._credit: dict[int, float] = {}
         for r in relevances:
             self._add_lane(r)
+        self._waiting = 0  # objects in the lanes above the best-effort one
         self._delayed: list[tuple[float, int, str, Any, int]] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._timer_cond = threading.Condition(self._lock)  # the timer waits here
         self._token_cond = threading.Condition(self._lock)  # follow-up requests wait here
-        # Jobs for the workers, and one ``None`` per worker once stopping. A ``SimpleQueue``
-        # hands a job over without a ``threading.Condition`` (whose wait and notify run about
-        # a hundred bytecodes each); it is written under the lock, read without it.
-        self._jobs: SimpleQueue[Job | None] = SimpleQueue()
-        # Requests being sent, by UID, and objects whose turn came while one of theirs was
-        # still being sent (only possible when a crashed actor was replaced): never two
-        # requests for one object at once.
+        self._jobs: SimpleQueue[Job | None] = SimpleQueue()  # for the workers
+        # Slots (worker mode): grants and jobs under way, at most ``workers``. Objects granted
+        # or being sent, and objects whose turn came meanwhile (a crashed actor replaced):
+        # never two requests for one object at once. Inline sends need neither.
+        self._slots = math.inf if self._inline else config.workers
+        self._busy = 0
         self._sending: set[str] = set()
         self._deferred: dict[str, tuple[Any, int]] = {}
-        # Best-effort objects granted only to be dropped: their job answers without a request
-        # and without a token or a slot.
+        # Best-effort objects granted only to be dropped (their lane was full), and their
+        # grants not yet told; best-effort objects granted or being sent (capped).
         self._dropping: set[str] = set()
-        # Best-effort objects granted or being sent (at most a quarter of the workers).
+        self._overflow: list[_GrantTo] = []
         self._best_effort: set[str] = set()
         self._best_effort_cap = max(1, config.workers // 4)
-        self._granted = 0  # grants not yet answered
-        self._running = 0  # jobs queued or being sent
         self._followups = 0  # requests of started jobs waiting for a token
-        self._token_at: float | None = None  # when the bucket will have a token again
+        self._event_followups = 0  # the same for best-effort jobs (the Events' bucket)
+        self._token_at: float | None = None  # when a bucket will have a token again
         self._threads: list[threading.Thread] = []
         self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Caller thread. Start the worker threads and the timer thread."""
+        """Caller thread. Start the worker threads (none for inline sends) and the timer."""
         workers = 0 if self._inline else self._config.workers
         for i in range(workers):
-            t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
-        t = threading.Thread(target=self._timer, name=f"{self._name}-timer", daemon=True)
-        t.start()
-        self._threads.append(t)
+            self._spawn_thread(self._work, f"{self._name}-{i}")
+        self._spawn_thread(self._timer, f"{self._name}-timer")
+
+    def _spawn_thread(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
 
     def pause_intake(self) -> None:
         """Caller thread. Stop granting; queued jobs are dropped unsent (their actors resolve
         them as closed); requests already being sent finish."""
         with self._lock:
             self._stopping = True
-            jobs = self._jobs
-            while not jobs.empty():  # queued jobs are dropped unsent
-                jobs.get_nowait()
+            while not self._jobs.empty():
+                self._jobs.get_nowait()
             for _ in range(self._config.workers):
-                jobs.put(None)
+                self._jobs.put(None)
             self._timer_cond.notify_all()
             self._token_cond.notify_all()
 
@@ -264,59 +188,59 @@ class Executor:
 
     # ------------------------------------------------------------------ the actor interface
 
-    def ready(self, uid: str, ref: Any, relevance: int, not_before: float) -> bool:
+    def ready(self, uid: str, actor: Any, relevance: int, not_before: float) -> bool:
         """Any thread (object actors). The object has a call to send in lane ``relevance``,
-        not before ``not_before``. Returns True when it is granted on the spot (nothing else
-        waits, a token and a slot are free): the caller then goes on as if it had received a
-        ``Grant``. Never blocks on I/O."""
+        not before ``not_before``. True when it is granted on the spot (nothing else waits, a
+        token and a slot are free): the caller then goes on as if told a ``Grant``."""
         with self._lock:
-            now = self._clock()
-            if not_before > now:
-                heapq.heappush(self._delayed, (not_before, next(self._seq), uid, ref, relevance))
+            if not_before > self._clock():
+                heapq.heappush(self._delayed, (not_before, next(self._seq), uid, actor, relevance))
                 self._timer_cond.notify()
                 return False
-            free = self._config.workers - self._granted - self._running
             if (
                 not self._stopping
-                and not self._followups
+                and not self._waiting
+                and self._busy < self._slots
                 and uid not in self._sending
-                and free > 0
-                and (relevance != BEST_EFFORT or self._spare_slot(free))
-                and not any(self._lanes.values())
-                and self._bucket.try_take() == 0
             ):
-                self._granted += 1
-                if relevance == BEST_EFFORT:
-                    self._best_effort.add(uid)
-                return True
-            self._enqueue(uid, ref, relevance)
+                if relevance != BEST_EFFORT:
+                    if not self._followups and self._calls.try_take() == 0:
+                        self._take_slot(uid, False)
+                        return True
+                elif (
+                    not self._lanes[BEST_EFFORT]
+                    and self._spare_slot(self._slots - self._busy)
+                    and self._take_event_token() == 0
+                ):
+                    self._take_slot(uid, True)
+                    return True
+            self._enqueue(uid, actor, relevance)
             grants = self._grant_locked()
-        self._send_grants(grants)
+        self._tell_grants(grants)
         return False
 
     def job(self, job: Job) -> Done | None:
-        """Any thread (object actors): the answer to a grant. With a non-blocking backend the
-        request runs here and its ``Done`` is returned; otherwise a worker sends it and the
-        ``Done`` arrives as a message (None is returned). Nothing is sent once stopping."""
-        uid = job.send.call.ref.uid
-        with self._lock:
-            if uid in self._dropping:
+        """Any thread (object actors): the answer to a grant. With inline sends the request
+        runs here and its ``Done`` is returned; otherwise a worker sends it and the ``Done``
+        arrives as a message (None is returned). Nothing is sent once stopping."""
+        if self._dropping:
+            uid = job.send.call.ref.uid
+            if uid in self._dropping:  # set membership and discard: atomic (no lock)
                 self._dropping.discard(uid)
                 return self._dropped(job)
-            self._granted -= 1
-            if self._stopping:
-                self._best_effort.discard(uid)
-                self._bucket.refund()
-                return None
-            self._running += 1
-            self._sending.add(uid)
-            if not self._inline:
-                self._jobs.put(job)
-                return None
-        try:
-            return self.execute(job)
-        finally:
-            self._finished(uid)
+        if not self._inline:
+            self._jobs.put(job)
+            return None
+        call = job.send.call
+        if self._stopping:
+            self._refund_token(call.best_effort)
+            return None
+        done, requests = self.sender.send(job.send)
+        if not requests:  # nothing was sent: the grant's token goes back
+            self._refund_token(call.best_effort)
+        if call.best_effort:
+            self._best_effort.discard(call.ref.uid)  # atomic under the interpreter lock
+        return done
 
     def refund(self, uid: str | None = None) -> None:
         """Any thread (object actors): the answer to a grant when there is nothing to send.
@@ -325,11 +249,10 @@ class Executor:
             if uid is not None and uid in self._dropping:
                 self._dropping.discard(uid)
                 return
-            self._best_effort.discard(uid or "")
-            self._granted -= 1
-            self._bucket.refund()
+            self._bucket_of(uid).refund()
+            self._free_slot(uid or "")
             grants = self._grant_locked()
-        self._send_grants(grants)
+        self._tell_grants(grants)
 
     def wake(self) -> None:
         """Any thread. Re-check the clock (tests that advance a fake clock call this)."""
@@ -337,7 +260,7 @@ class Executor:
             grants = self._grant_locked()
             self._timer_cond.notify_all()
             self._token_cond.notify_all()
-        self._send_grants(grants)
+        self._tell_grants(grants)
 
     def backlog(self) -> int:
         """Any thread. Objects queued or backing off."""
@@ -346,194 +269,250 @@ class Executor:
 
     @property
     def tokens_taken(self) -> int:
-        """Tokens used (taken and not refunded): one per request sent."""
+        """Tokens of the calls' bucket used (taken and not refunded): one per request sent,
+        but those of Events with a bucket of their own (:attr:`event_tokens_taken`)."""
         with self._lock:
-            return self._bucket.taken
+            return self._calls.taken
 
-    # ------------------------------------------------------------------ requests of a job
-
-    def take_followup_token(self) -> None:
-        """Job thread: wait for the token of a job's second (third, ...) request. Such
-        requests go before new grants. Raises ``DispatcherClosed`` when stopping."""
+    @property
+    def event_tokens_taken(self) -> int:
+        """Tokens of the Events' own bucket used (0 when they share the calls' bucket)."""
         with self._lock:
-            self._followups += 1
+            return 0 if self._events is None else self._events.taken
+
+    @property
+    def events_waiting(self) -> int:
+        """Best-effort objects (Events) waiting in their lane for a slot and a token."""
+        with self._lock:
+            return len(self._lanes[BEST_EFFORT])
+
+    # ------------------------------------------------------------------ a job's requests
+
+    def take_followup_token(self, best_effort: bool = False) -> None:
+        """Job thread: wait for the token of a job's second (third, ...) request; such
+        requests go before new grants. A best-effort job's comes from the Events' bucket, or,
+        when they share the calls' bucket, only if one is spare now (otherwise
+        :class:`RequestDropped`). Raises ``DispatcherClosed`` when stopping."""
+        with self._lock:
+            if best_effort and self._events is None:
+                if self._stopping:
+                    raise DispatcherClosed("dispatcher stopped during a call")
+                if self._followups or self._waiting or self._calls.try_take() > 0:
+                    self.metrics.event_dropped("throttled")
+                    raise RequestDropped("no spare token for a best-effort follow-up request")
+                return
+            bucket = self._events if best_effort and self._events is not None else self._calls
+            if best_effort:
+                self._event_followups += 1
+            else:
+                self._followups += 1
             try:
                 while True:
                     if self._stopping:
                         raise DispatcherClosed("dispatcher stopped during a call")
-                    wait = self._bucket.try_take()
+                    wait = bucket.try_take()
                     if wait == 0:
                         return
                     self._token_cond.wait(wait)
             finally:
-                self._followups -= 1
+                if best_effort:
+                    self._event_followups -= 1
+                else:
+                    self._followups -= 1
 
-    def take_spare_token(self) -> None:
-        """Job thread: the token of a best-effort job's follow-up request, only if it is spare
-        now (nothing else waits for one); otherwise raises :class:`RequestDropped`."""
-        with self._lock:
-            if self._stopping:
-                raise DispatcherClosed("dispatcher stopped during a call")
-            waiting = self._followups or any(
-                lane for r, lane in self._lanes.items() if r != BEST_EFFORT
-            )
-            if waiting or self._bucket.try_take() > 0:
-                self._metrics.event_dropped("throttled")
-                raise RequestDropped("no spare token for a best-effort follow-up request")
+    # ------------------------------------------------------------------ scheduling (locked)
+
+    def _take_slot(self, uid: str, best_effort: bool) -> None:
+        """A grant: a worker slot and the object's one request under way (inline sends need
+        neither: they run on the actor's own turn). Lock held."""
+        if best_effort:
+            self._best_effort.add(uid)  # which bucket a refund goes back to
+        if not self._inline:
+            self._busy += 1
+            self._sending.add(uid)
+
+    def _free_slot(self, uid: str) -> None:
+        """A grant answered without a request, or a request ended. Lock held."""
+        self._best_effort.discard(uid)
+        if not self._inline:
+            self._busy -= 1
+            self._sending.discard(uid)
+            deferred = self._deferred.pop(uid, None)
+            if deferred is not None:
+                self._enqueue(uid, deferred[0], deferred[1])
+
+    def _refund_token(self, best_effort: bool) -> None:
+        """An inline send's grant that sent nothing: its token goes back. Any thread."""
+        with self._lock:  # the set entry goes with the job's end
+            if best_effort and self._events is not None:
+                self._events.refund()
+            else:
+                self._calls.refund()
+
+    def _take_event_token(self) -> float:
+        """A token for a new best-effort grant: the Events' bucket's, or, shared, the calls'
+        bucket's only when nothing else waits for one. Lock held."""
+        if self._events is None:
+            if self._followups or self._waiting:
+                return math.inf
+            return self._calls.try_take()
+        if self._event_followups:
+            return math.inf
+        return self._events.try_take()
+
+    def _bucket_of(self, uid: str | None) -> TokenBucket:
+        """The bucket the grant of ``uid`` took its token from. Lock held."""
+        if self._events is not None and uid is not None and uid in self._best_effort:
+            return self._events
+        return self._calls
 
     def _dropped(self, job: Job) -> Done:
-        """A dropping grant's job: answered unsent (lock held; counts the drop)."""
-        self._metrics.event_dropped("throttled")
+        """A dropping grant's job: answered unsent (the drop was counted)."""
         call = job.send.call
         err = RequestDropped(
-            f"{call.call_type} dropped: no spare token or worker within "
-            f"{self._config.best_effort_max_wait:g} s"
+            f"{call.call_type} dropped unsent: {self._config.events_max_pending} Events "
+            "already waited for a token"
         )
         return Done(call, Result.FAILED, None, err, 0.0)
 
-    def _spare_slot(self, free: int) -> bool:
+    def _spare_slot(self, free: float) -> bool:
         """Whether a best-effort grant leaves a worker free for what comes next and keeps
-        best-effort requests under their share of the workers. Lock held."""
+        best-effort requests under their share of the workers (inline sends use no worker).
+        Lock held."""
+        if self._inline:
+            return True
         if len(self._best_effort) >= self._best_effort_cap:
             return False
         return free >= 2 or self._config.workers == 1
 
-    def count_request(self, call_type: str, verb: str) -> None:
-        """Job thread: one request is about to be sent."""
-        self._metrics.request(call_type, verb)
-
-    # ------------------------------------------------------------------ scheduling (under lock)
-
     def _add_lane(self, relevance: int) -> None:
         lanes = {**self._lanes, relevance: OrderedDict()}
+        lanes.setdefault(BEST_EFFORT, OrderedDict())
         self._lanes = dict(sorted(lanes.items(), reverse=True))
         self._credit.setdefault(relevance, 0.0)
 
-    def _enqueue(self, uid: str, ref: Any, relevance: int) -> None:
+    def _enqueue(self, uid: str, actor: Any, relevance: int) -> None:
+        """Queue ``uid`` in its lane; an object already queued keeps its place (with its new
+        actor, if the old one crashed). A best-effort object finding its lane full is dropped:
+        a grant that reserves nothing, told with the next grants. Lock held."""
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         lane = self._lanes[relevance]
         queued = lane.get(uid)
-        if queued is None:
-            lane[uid] = (ref, self._clock())
-        elif queued[0] is not ref:  # a new actor for the object (the old one crashed)
-            lane[uid] = (ref, queued[1])  # keeps its place
+        if queued is not None:
+            if queued[0] is not actor:
+                lane[uid] = (actor, queued[1])
+            return
+        now = self._clock()
+        if relevance == BEST_EFFORT:
+            if len(lane) >= self._config.events_max_pending:
+                self._dropping.add(uid)
+                self._overflow.append((uid, actor, now, _DROP))
+                self.metrics.event_dropped("queue_full")
+                return
+        else:
+            self._waiting += 1
+        lane[uid] = (actor, now)
 
-    def _pick_sendable(self) -> tuple[str, Any, float, int] | None:
-        """The next object to grant, skipping (and deferring) objects with a request still
-        being sent. None when no lane has a sendable object. The best-effort lane only when
-        every other lane is empty."""
+    def _pick(self, best_effort: bool) -> _GrantTo | None:
+        """The next object to grant from the lanes above the best-effort one (or from that
+        lane alone): the highest lane first, but each lower lane with work earns
+        ``lane_min_share`` per grant. Objects with a request still under way are deferred.
+        None when nothing is sendable. Lock held."""
         while True:
-            nonempty = [r for r, lane in self._lanes.items() if lane]
+            if best_effort:
+                nonempty = [BEST_EFFORT] if self._lanes[BEST_EFFORT] else []
+            else:
+                nonempty = [r for r, lane in self._lanes.items() if lane and r != BEST_EFFORT]
             if not nonempty:
                 return None
-            if len(nonempty) > 1 and nonempty[-1] == BEST_EFFORT:
-                nonempty.pop()
-            elif nonempty == [BEST_EFFORT] and len(self._best_effort) >= self._best_effort_cap:
-                return None
-            uid, ref, since, lane = self._pick(nonempty)
+            chosen = nonempty[0]
+            share = self._config.lane_min_share
+            if share > 0 and len(nonempty) > 1:
+                credit = self._credit
+                for r in nonempty[1:]:
+                    credit[r] += share
+                for r in reversed(nonempty[1:]):
+                    if credit[r] >= 1.0:
+                        credit[r] -= 1.0
+                        chosen = r
+                        break
+            uid, (actor, since) = self._lanes[chosen].popitem(last=False)
+            if chosen != BEST_EFFORT:
+                self._waiting -= 1
             if uid not in self._sending:
-                return uid, ref, since, lane
-            self._deferred[uid] = (ref, lane)
+                return uid, actor, since, chosen
+            self._deferred[uid] = (actor, chosen)
 
-    def _pick(self, nonempty: list[int]) -> tuple[str, Any, float, int]:
-        """Highest lane first; each lower lane with work earns ``lane_min_share`` per grant."""
-        chosen = nonempty[0]
-        share = self._config.lane_min_share
-        if share > 0:
-            for r in nonempty[1:]:
-                self._credit[r] += share
-            for r in reversed(nonempty[1:]):
-                if self._credit[r] >= 1.0:
-                    self._credit[r] -= 1.0
-                    chosen = r
-                    break
-        uid, (ref, since) = self._lanes[chosen].popitem(last=False)
-        return uid, ref, since, chosen
-
-    def _grant_locked(self) -> list[tuple[str, Any, float, int]]:
-        """Reserve tokens and slots for as many queued objects as possible."""
-        grants: list[tuple[str, Any, float, int]] = []
+    def _grant_locked(self) -> list[_GrantTo]:
+        """Reserve tokens and slots for as many queued objects as possible: the lanes above
+        the best-effort one first, then that lane with the slots they leave (and the drops of
+        Events that found their lane full). Lock held."""
+        grants: list[_GrantTo] = []
         if self._stopping:
             return grants
         now = self._clock()
         delayed = self._delayed
         while delayed and delayed[0][0] <= now:
-            _, _, uid, ref, relevance = heapq.heappop(delayed)
-            self._enqueue(uid, ref, relevance)
+            _, _, uid, actor, relevance = heapq.heappop(delayed)
+            self._enqueue(uid, actor, relevance)
+        slots = self._slots - self._busy
         if self._followups:  # started jobs take the next tokens
-            self._token_cond.notify()
-            self._expire_best_effort(now, grants)
-            return grants
-        slots = self._config.workers - self._granted - self._running
-        while slots > 0:
-            nonempty = [r for r, lane in self._lanes.items() if lane]
-            if not nonempty:
-                for r in self._credit:
-                    self._credit[r] = 0.0
-                break
-            if nonempty == [BEST_EFFORT] and not self._spare_slot(slots):
-                break
-            wait = self._bucket.try_take()
+            self._token_cond.notify_all()
+        elif not self._waiting:
+            for r in self._credit:
+                self._credit[r] = 0.0
+        while slots > 0 and self._waiting and not self._followups:
+            wait = self._calls.try_take()
             if wait > 0:
-                self._token_at = now + wait
+                self._token_at = min(self._token_at or math.inf, now + wait)
                 self._timer_cond.notify()
                 break
-            picked = self._pick_sendable()
+            picked = self._pick(best_effort=False)
             if picked is None:
-                self._bucket.refund()
+                self._calls.refund()
                 break
             grants.append(picked)
-            self._granted += 1
+            self._take_slot(picked[0], False)
             slots -= 1
-            if picked[3] == BEST_EFFORT:
-                self._best_effort.add(picked[0])
-        self._expire_best_effort(now, grants)
+        if self._events is not None or not self._followups:
+            self._grant_best_effort(now, slots, grants)
+        if self._overflow:
+            grants.extend(self._overflow)
+            self._overflow = []
         return grants
 
-    def _expire_best_effort(self, now: float, grants: list[tuple[str, Any, float, int]]) -> None:
-        """Drop the best-effort objects that waited ``best_effort_max_wait``: a grant that
-        reserves nothing (see :meth:`job`). Lock held."""
-        lane = self._lanes.get(BEST_EFFORT)
-        limit = self._config.best_effort_max_wait
-        while lane:
-            uid, (ref, since) = next(iter(lane.items()))
-            if now - since < limit:
-                break
-            del lane[uid]
-            self._dropping.add(uid)
-            grants.append((uid, ref, since, _DROP))
+    def _grant_best_effort(self, now: float, slots: float, grants: list[_GrantTo]) -> None:
+        """Grant best-effort objects the ``slots`` the other lanes left free, keeping one free
+        for what comes next and within their share of the workers. Lock held."""
+        lane = self._lanes[BEST_EFFORT]
+        while lane and slots > 0 and self._spare_slot(slots):
+            wait = self._take_event_token()
+            if wait > 0:
+                # inf: something else goes first, and its end grants again; else the timer
+                # grants once the bucket has a token
+                if math.isfinite(wait):
+                    self._token_at = min(self._token_at or math.inf, now + wait)
+                    self._timer_cond.notify()
+                return
+            picked = self._pick(best_effort=True)
+            if picked is None:
+                (self._calls if self._events is None else self._events).refund()
+                return
+            grants.append(picked)
+            self._take_slot(picked[0], True)
+            slots -= 1
 
-    def _best_effort_deadline(self) -> float | None:
-        """When the oldest best-effort object is due to be dropped. Lock held."""
-        lane = self._lanes.get(BEST_EFFORT)
-        if not lane:
-            return None
-        _, since = next(iter(lane.values()))
-        return since + self._config.best_effort_max_wait
-
-    def _send_grants(self, grants: list[tuple[str, Any, float, int]]) -> None:
-        """Outside the lock: tell each granted actor (a dead one refunds at once)."""
+    def _tell_grants(self, grants: list[_GrantTo]) -> None:
+        """Outside the lock: tell each granted actor (one that has left refunds at once)."""
         if not grants:
             return
         now = self._clock()
-        for uid, ref, since, lane in grants:
+        for uid, actor, since, lane in grants:
             if lane != _DROP:
-                self._metrics.waited(lane, max(0.0, now - since))
-            if not ref.tell(Grant(now)):  # the actor left: nothing to answer the grant
+                self.metrics.waited(lane, max(0.0, now - since))
+            if not actor.tell(Grant(now)):
                 self.refund(uid)
-
-    def _finished(self, uid: str) -> None:
-        """A job ended (any thread): free its slot, release a deferred turn, grant more."""
-        with self._lock:
-            self._running -= 1
-            self._sending.discard(uid)
-            self._best_effort.discard(uid)
-            deferred = self._deferred.pop(uid, None)
-            if deferred is not None:
-                self._enqueue(uid, deferred[0], deferred[1])
-            grants = self._grant_locked()
-        self._send_grants(grants)
 
     # ------------------------------------------------------------------ threads
 
@@ -543,11 +522,7 @@ class Executor:
             while not self._stopping:
                 wake_at = [
                     t
-                    for t in (
-                        self._token_at,
-                        self._delayed[0][0] if self._delayed else None,
-                        self._best_effort_deadline(),
-                    )
+                    for t in (self._token_at, self._delayed[0][0] if self._delayed else None)
                     if t is not None
                 ]
                 timeout = max(0.0, min(wake_at) - self._clock()) if wake_at else None
@@ -557,102 +532,30 @@ class Executor:
                 if grants:
                     self._lock.release()
                     try:
-                        self._send_grants(grants)
+                        self._tell_grants(grants)
                     finally:
                         self._lock.acquire()
 
     def _work(self) -> None:
-        """Worker thread: send jobs one at a time."""
+        """Worker thread: send jobs one at a time; each request's end frees its slot and grants
+        the next objects in one locked step."""
         jobs = self._jobs
+        sender = self.sender
         while True:
             job = jobs.get()
             if job is None or self._stopping:  # a job taken while stopping is dropped unsent
                 return
+            uid = job.send.call.ref.uid
+            requests = 0
             try:
-                done = self.execute(job)
+                done, requests = sender.send(job.send)
                 if not job.actor.tell(done):
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")
-            self._finished(job.send.call.ref.uid)
-
-    def execute(self, job: Job) -> Done:
-        """Job thread. Send one attempt (or the re-read before it) and classify its result."""
-        send = job.send
-        call = send.call
-        ref = call.ref
-        backend = _Charged(self, self._backend, call.call_type, call.best_effort)
-        start = time.perf_counter()
-        result = Result.SUCCESS
-        obj = None
-        error: BaseException | None = None
-        delay = 0.0
-        try:
-            if send.read:
-                obj = backend.get(ref.kind, ref.namespace, ref.name)
-                uid = get_path(obj, "metadata", "uid")
-                if not isinstance(uid, str):  # garbage: the read is retried, never a deletion
-                    raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
-                if uid != ref.uid:
-                    result, obj = Result.NOT_FOUND, None  # same name, another object
-            else:
-                obj = call.send(backend, send.obj)
-        except NotFoundError as exc:
-            result, error = Result.NOT_FOUND, exc
-        except ConflictError as exc:
-            result, error = Result.CONFLICT, exc
-            obj = self._reread(backend, call)
-            if obj is _GONE:
-                result, obj = Result.NOT_FOUND, None
-        except (DispatcherClosed, RequestDropped) as exc:
-            # the send gate closed, stopping mid-call, or a best-effort follow-up found no
-            # spare token
-            result, error = Result.FAILED, exc
-        except ApiError as exc:
-            error = exc
-            if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
-                result = Result.RETRY
-                delay = self._retry.delay(send.attempt or 1, exc.retry_after, self._rand())
-                self._metrics.retry(call.call_type, _retry_reason(exc))
-            else:
-                result = Result.FAILED
-        except Exception as exc:  # a bug in a call's send(): fail this call only
-            result, error = Result.FAILED, exc
-            logger.opt(exception=exc).error("{} send raised", call.call_type)
-        if backend.requests == 0:
             with self._lock:
-                self._bucket.refund()  # nothing was sent: the grant's token goes back
-        if not send.read:  # upstream's execution metrics count the call's own attempts
-            self._metrics.executed(call.call_type, result.value, time.perf_counter() - start)
-        if result is not Result.SUCCESS or self._log_calls:
-            logger.debug(
-                "{call_type} {uid} attempt {attempt}: {result}",
-                uid=ref.uid,
-                call_type=call.call_type,
-                attempt=send.attempt,
-                result=result.value,
-                pod=ref.name,
-            )
-        return Done(call, result, obj, error, delay)
-
-    @staticmethod
-    def _reread(backend: _Charged, call: Any) -> Any:
-        """The one GET after a 409: the fresh object, ``_GONE`` if the name now holds another
-        object (or none), None if the read failed (the actor re-reads later)."""
-        ref = call.ref
-        try:
-            fresh = backend.get(ref.kind, ref.namespace, ref.name)
-        except NotFoundError:
-            return _GONE
-        except (ApiError, DispatcherClosed) as exc:
-            logger.debug("re-read after conflict failed: {}", exc)
-            return None
-        uid = get_path(fresh, "metadata", "uid")
-        if not isinstance(uid, str):
-            return None  # garbage: retry the conflict without a fresh basis (bounded)
-        if uid != ref.uid:
-            return _GONE  # same name, another object: ours was deleted and re-created
-        return fresh
-
-
-_GONE: Any = object()
+                if not requests:  # nothing was sent: the grant's token goes back
+                    self._bucket_of(uid).refund()
+                self._free_slot(uid)
+                grants = self._grant_locked()
+            self._tell_grants(grants)

@@ -65,9 +65,10 @@ from threading import Lock
 from typing import Any, Final, TypeAlias, TypeVar
 
 from .calls import Call
-from .errors import DependencyCycleError, DependencyFailed, InvalidPrerequisiteError, Outcome
+from .errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
 from .messages import CallFuture, FailDependency, Release, Uncancellable
 from .metrics import Metrics
+from .object_state import dependency_failed
 from .objects import ObjectRef
 
 __all__ = [
@@ -498,17 +499,6 @@ class Dependencies:
             call = fut.call if isinstance(fut, CallFuture) else None
             if call is not None:
                 stack.extend(self._held_on.get(call.ref.uid, ()))
-
-
-def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
-    """The error of ``call``, held, when a prerequisite failed with ``cause`` (or its group
-    was cancelled) before its actor held it. Any thread."""
-    return DependencyFailed(
-        f"{call.describe()} not sent: a prerequisite failed: {cause}",
-        ref=call.ref,
-        call_type=call.call_type,
-        cause=cause,
-    )
 
 
 def _follow(fut: Prerequisite) -> Prerequisite:

@@ -9,6 +9,7 @@ ready → grant → job → done (see :mod:`.executor`).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
@@ -77,6 +78,10 @@ class CallFuture(Uncancellable[Outcome]):
     successor: CallFuture | None = None
     # Set for a group's step before it can resolve: the group, told once it resolved.
     group: StepWatcher | None = None
+    # Set by the dispatcher that handed the future out, before anything can resolve it: the
+    # counter of unresolved calls of its lane (:class:`~.dispatcher_like.Backlog`), popped
+    # once by whoever resolves the future on the dispatcher's behalf.
+    lane: deque[None] | None = None
 
 
 def settle(future: Future[Any], outcome: Outcome | BaseException) -> bool:
@@ -155,9 +160,11 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class Withdraw:
-    """Withdraw the one call of ``future`` (and no other)."""
+    """Withdraw the one call of ``future`` (and no other): see :meth:`.ObjectState.withdraw`.
+    ``cause``: why (a call group's cancellation), or None (the caller)."""
 
     future: CallFuture
+    cause: CallCancelled | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,24 +32,25 @@ Labels = tuple[str, ...]
 
 class Shards:
     """Numbers keyed by anything hashable, one dict per thread. :meth:`mine` is the calling
-    thread's dict: only that thread writes it (so ``d[k] = d.get(k, 0) + n`` needs no lock);
-    :meth:`snapshot` copies every thread's dict (``dict.copy`` is atomic). A thread that ends
-    leaves its numbers behind, so totals never go back."""
+    thread's dict (also ``local.numbers`` once it exists): only that thread writes it (so
+    ``d[k] = d.get(k, 0) + n`` needs no lock); :meth:`snapshot` copies every thread's dict
+    (``dict.copy`` is atomic). A thread that ends leaves its numbers behind, so totals never
+    go back."""
 
     def __init__(self) -> None:
-        self._local = threading.local()
+        self.local = threading.local()
         self._lock = threading.Lock()  # guards the list of dicts, not the dicts
         self._dicts: list[dict[Any, Any]] = []
 
     def mine(self) -> dict[Any, Any]:
         """The calling thread's numbers. Any thread."""
         try:
-            return self._local.numbers  # type: ignore[no-any-return]
+            return self.local.numbers  # type: ignore[no-any-return]
         except AttributeError:
             numbers: dict[Any, Any] = {}
             with self._lock:
                 self._dicts.append(numbers)
-            self._local.numbers = numbers
+            self.local.numbers = numbers
             return numbers
 
     def snapshot(self) -> list[dict[Any, Any]]:
@@ -61,7 +62,7 @@ class Shards:
 
 class _Family(Collector):
     """A named family of samples, one per tuple of label values, kept in ``shards`` under
-    keys ``(self, labels)``."""
+    keys ``(self, *labels)``."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str], shards: Shards):
         self.name = name
@@ -83,7 +84,7 @@ class _Family(Collector):
             for key, value in numbers.items():
                 if key[0] is not self:
                     continue
-                labels = key[1]
+                labels = key[1:]
                 if isinstance(value, list):
                     row = out.get(labels)
                     out[labels] = (
@@ -102,7 +103,7 @@ class _ScalarFamily(_Family):
     def add(self, labels: Labels, amount: float = 1.0) -> None:
         """Add ``amount`` to the sample of ``labels``. The calling thread's shard."""
         numbers = self.shards.mine()
-        key = (self, labels)
+        key = (self, *labels)
         numbers[key] = numbers.get(key, 0.0) + amount
 
     def _family(self) -> CounterMetricFamily | GaugeMetricFamily:
@@ -110,7 +111,10 @@ class _ScalarFamily(_Family):
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        for labels, value in self._rows().items():
+        rows = self._rows()
+        if not rows and not self.labelnames:  # an unlabelled metric always has its sample
+            rows[()] = 0.0
+        for labels, value in rows.items():
             family.add_metric(list(labels), value)
         yield family
 
@@ -151,8 +155,11 @@ class HistogramFamily(_Family):
         """Count one observation of ``amount`` (a bucket holds values <= its bound): a row of
         counts per bucket (not cumulative; the last is +Inf), then the sum. The calling
         thread's shard."""
-        numbers = self.shards.mine()
-        key = (self, labels)
+        self.observe_into(self.shards.mine(), (self, *labels), amount)
+
+    def observe_into(self, numbers: dict[Any, Any], key: tuple[Any, ...], amount: float) -> None:
+        """:meth:`observe` into ``numbers`` (the calling thread's shard) under ``key``
+        (``(self, *labels)``)."""
         row = numbers.get(key)
         if row is None:
             row = numbers[key] = [0.0] * (len(self._bounds) + 2)

@@ -27,6 +27,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.registry import Collector
@@ -70,6 +71,7 @@ class Metrics:
         # The labelled families updated on every call keep numbers per thread, summed when
         # scraped (see :mod:`.metric_families`); the rare ones stay prometheus_client metrics.
         lock = self._shards = Shards()
+        self._local = lock.local  # the calling thread's numbers, once it has some
         self.pending = GaugeFamily(
             f"{prefix}_pending_async_api_calls",
             "Calls queued in the dispatcher and not yet sent, by call type.",
@@ -158,8 +160,9 @@ class Metrics:
         )
         self.events_dropped = CounterFamily(
             "kdispatch_events_dropped_total",
-            "Best-effort calls (Events) dropped unsent, by reason (throttled: no spare token or "
-            "worker in time).",
+            "Best-effort calls (Events) dropped unsent, by reason (queue_full: "
+            "events_max_pending already waited; throttled: a follow-up request without a "
+            "spare token of a shared bucket).",
             ["reason"],
             lock,
         )
@@ -220,9 +223,18 @@ class Metrics:
 
     # No lock: each thread updates numbers of its own (:class:`.metric_families.Shards`).
 
+    def _mine(self) -> dict[Any, Any]:
+        """The calling thread's numbers (the hot methods read ``_local`` first, inline)."""
+        return self._shards.mine()
+
     def outcome(self, call_type: str, outcome: str, count: int = 1) -> None:
         """A call (or ``count`` calls) resolved."""
-        self.outcomes.add((call_type, outcome), count)
+        try:
+            numbers = self._local.numbers
+        except AttributeError:
+            numbers = self._mine()
+        key = (self.outcomes, call_type, outcome)
+        numbers[key] = numbers.get(key, 0) + count
 
     def merge(self, call_type: str) -> None:
         """A pending call was merged with a newer one."""
@@ -255,9 +267,24 @@ class Metrics:
     def executed(self, call_type: str, outcome: str, seconds: float) -> None:
         """An attempt finished with ``outcome`` (the executor's result: success, retry,
         conflict, not_found, failed); upstream's ``result`` label is success or error."""
-        result = "success" if outcome == "success" else "error"
-        self.executions.add((call_type, result, outcome))
-        self.duration.observe((call_type, result), seconds)
+        self.sent(call_type, None, outcome, seconds)
+
+    def sent(self, call_type: str, verb: str | None, outcome: str, seconds: float | None) -> None:
+        """One request of ``verb`` ended (None: none was sent), and, with ``seconds``, it was
+        a call's attempt that ended with ``outcome``: the request, the execution and its
+        duration counted in one step (the executor's hot path)."""
+        try:
+            numbers = self._local.numbers
+        except AttributeError:
+            numbers = self._mine()
+        if verb is not None:
+            request = (self.requests, call_type, verb)
+            numbers[request] = numbers.get(request, 0) + 1
+        if seconds is not None:
+            result = "success" if outcome == "success" else "error"
+            execution = (self.executions, call_type, result, outcome)
+            numbers[execution] = numbers.get(execution, 0) + 1
+            self.duration.observe_into(numbers, (self.duration, call_type, result), seconds)
 
     def event_dropped(self, reason: str) -> None:
         """A best-effort call was dropped unsent."""

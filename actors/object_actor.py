@@ -90,7 +90,7 @@ class ActorContext:
     retry: RetryConfig
     pool: ActorPool
     clock: Callable[[], float]
-    on_resolved: Callable[[Any], None]  # a call resolved (its call, for the backlog)
+    on_resolved: Callable[[CallFuture], None]  # after each future it resolves
     log_calls: bool = False  # also log calls that resolve as intended
     closing: bool = False
 
@@ -261,7 +261,7 @@ class ObjectActor(Actor):
             quiet = False
             label = "closed" if isinstance(outcome, DispatcherClosed) else outcome.result_label
         ctx.metrics.outcome(call_type, label)
-        ctx.on_resolved(call)
+        ctx.on_resolved(future)
         if not quiet:
             logger.debug(
                 "{call_type} {uid}: {result}", uid=self.uid, call_type=call_type, result=label
@@ -329,7 +329,7 @@ _HANDLERS: Final[dict[type, Callable[[ObjectActor, Any], list[Effect] | None]]] 
     View: ObjectActor._view,
     Deleted: lambda actor, m: actor.machine.deleted(),
     Cancel: lambda actor, m: actor.machine.cancel(m.call_type),
-    Withdraw: lambda actor, m: actor.machine.withdraw(m.future),
+    Withdraw: lambda actor, m: actor.machine.withdraw(m.future, m.cause),
     Reap: ObjectActor._reap,
     Close: lambda actor, m: actor.machine.close(),
     Revoke: lambda actor, m: actor.machine.revoke(m.error),

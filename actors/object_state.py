@@ -39,6 +39,7 @@ from typing import Any, Final
 from .calls import Call
 from .config import RetryConfig
 from .errors import (
+    ApiError,
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -80,6 +81,7 @@ __all__ = [
     "Send",
     "State",
     "about",
+    "dependency_failed",
     "lifecycle_markdown",
 ]
 
@@ -190,12 +192,15 @@ class Ready:
 @dataclass(slots=True)
 class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
-    object (one GET) so the call can be computed against a trusted object."""
+    object (one GET) so the call can be computed against a trusted object; with ``verify``
+    too, the read is the last one of a call whose last requests went unanswered: the object
+    comes back as read (whatever its UID), for :meth:`~.calls.Call.landed` to judge."""
 
     call: Final[Call]
     obj: Final[Obj | None]
     attempt: Final[int]
     read: Final[bool] = False
+    verify: Final[bool] = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +260,18 @@ class Done:
 def about(ref: ObjectRef, why: str) -> str:
     """The message of an outcome error about the object ``ref`` names."""
     return f"{why}: {ref}"
+
+
+def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
+    """The error of ``call``, held, when a prerequisite failed with ``cause`` (or its group
+    was cancelled): it carries ``ref``, so its message starts with the object. The one
+    spelling of it, whether the actor or the submitting thread resolves the call. Pure."""
+    return DependencyFailed(
+        f"{call.call_type} not sent: a prerequisite failed: {cause}",
+        ref=call.ref,
+        call_type=call.call_type,
+        cause=cause,
+    )
 
 
 _SKIPPED: Final = Outcome.SKIPPED
@@ -388,7 +405,9 @@ class ObjectState(Knowledge):
             self._transition(Input.DONE)
             out.append(Retire(tombstone=False, final=True))
             return out
-        if request.read:
+        if request.verify:
+            self._verified(out, entry, done)
+        elif request.read:
             self._read_done(out, entry, done, now)
         else:
             self._send_done(out, entry, done, now)
@@ -423,23 +442,38 @@ class ObjectState(Knowledge):
         self.queue = keep
         return self._ready(out)
 
-    def withdraw(self, future: Any) -> list[Effect]:
+    def withdraw(self, future: Any, cause: CallCancelled | None = None) -> list[Effect]:
         """A caller withdraws the call of ``future`` (and no other): every entry carrying its
         intent marks it; an entry whose intents are all withdrawn is withdrawn (pending: it
-        resolves ``CallCancelled`` now; in flight: instead of a retry)."""
+        resolves ``CallCancelled`` now; in flight: instead of a retry). ``cause``: why, when
+        it is not the caller's own choice (a call group cancelled because its owner was
+        deleted): the ``CallCancelled`` says so and carries it."""
         out: list[Effect] = []
         inflight = self.inflight
         if inflight is not None and inflight.carries(future):
-            inflight.withdraw(future)
+            inflight.withdraw(future, cause)
         queue = self.queue
         for i, entry in enumerate(queue):
             if entry.carries(future):
-                entry.withdraw(future)
+                entry.withdraw(future, cause)
                 if entry.cancelled:
                     del queue[i]
-                    self._fail(out, entry, CallCancelled, "withdrawn by caller")
+                    out.append(Resolve(entry.future, entry.call.call_type, self._withdrawn(entry)))
                 break  # one pending entry per call type: at most one carries a call
         return self._ready(out)
+
+    def _withdrawn(self, entry: Entry, *, in_flight: bool = False) -> CallCancelled:
+        """The error of a withdrawn ``entry``: by its caller, or for the cause it was
+        withdrawn for (the object named first, the cause carried)."""
+        call = entry.call
+        when = " while in flight" if in_flight else ""
+        cause = entry.withdrawn_for
+        if cause is None:
+            why = about(call.ref, f"withdrawn by caller{when}")
+            return CallCancelled(why, uid=self.uid, call_type=call.call_type)
+        return CallCancelled(
+            f"withdrawn{when}: {cause}", ref=call.ref, call_type=call.call_type, cause=cause
+        )
 
     def close(self) -> list[Effect]:
         """Dispatcher shutdown: everything resolves ``DispatcherClosed``; retire."""
@@ -478,12 +512,7 @@ class ObjectState(Knowledge):
         for entry in self.queue:
             if token in entry.holds:
                 call = entry.call
-                ctype = call.call_type
-                why = f"{ctype} not sent: a prerequisite failed: {cause}"
-                error = DependencyFailed(
-                    about(call.ref, why), uid=self.uid, call_type=ctype, cause=cause
-                )
-                out.append(Resolve(entry.future, ctype, error))
+                out.append(Resolve(entry.future, call.call_type, dependency_failed(call, cause)))
             else:
                 keep.append(entry)
         self.queue = keep
@@ -639,7 +668,9 @@ class ObjectState(Knowledge):
         """``entry`` goes in flight: its request, or the re-read it needs first."""
         self.inflight = entry
         call = entry.call
-        if call.reads_object and not self.trusted:
+        if entry.unanswered is not None:
+            send = Send(call, None, entry.retry.attempt, True, True)
+        elif call.reads_object and not self.trusted:
             send = Send(call, None, entry.retry.attempt, True)
         else:
             retry = entry.retry = entry.retry.sent()
@@ -698,6 +729,38 @@ class ObjectState(Knowledge):
         else:
             self._fail(out, entry, CallCancelled, "object deleted")
 
+    def _verified(self, out: list[Effect], entry: Entry, done: Done) -> None:
+        """The read of a call whose retries ran out without an answer ended: the call resolves
+        ``SUCCESS`` if the object shows it landed (:meth:`~.calls.Call.landed`; a deletion
+        whose object is gone too), else ``CallFailed``, saying whether the object showed it
+        did not land or could not be read (the outcome is then unknown)."""
+        call = entry.call
+        ctype = call.call_type
+        assert entry.unanswered is not None  # _send sent this read for it
+        why, cause = entry.unanswered
+        entry.unanswered = None
+        result, fresh = done.result, done.obj
+        if result is Result.NOT_FOUND and call.exclusive:
+            self._not_found(out, entry)  # gone, as intended
+            return
+        if result is Result.SUCCESS and fresh is not None:
+            self.adopt_fresh(fresh)  # an object of another UID is not adopted
+            if call.landed(fresh):
+                out.append(Resolve(entry.future, ctype, _SUCCESS))
+                if call.exclusive:
+                    self._retire(out, Input.GONE, "deleted by " + ctype)
+                else:
+                    self._revisit(out)
+                return
+            why += "; read back, the object shows it did not land"
+        elif result is Result.NOT_FOUND:
+            why += "; read back, the object is not found: it did not land"
+        else:
+            why += f"; the outcome is unknown: reading the object back failed: {done.error}"
+        error = CallFailed(about(call.ref, why), uid=self.uid, call_type=ctype, cause=cause)
+        out.append(Resolve(entry.future, ctype, error))
+        self._revisit(out)
+
     def _conflict(self, out: list[Effect], entry: Entry, done: Done) -> None:
         """409: rebase on the object read back (or re-read before the next attempt), within the
         bound on conflicts; a call that landed anyway succeeds."""
@@ -705,7 +768,7 @@ class ObjectState(Knowledge):
         fresh = done.obj
         if fresh is not None:
             self.adopt_fresh(fresh)
-            if call.landed_despite_conflict(fresh):
+            if call.landed(fresh):
                 out.append(Resolve(entry.future, call.call_type, _SUCCESS))
                 self._revisit(out)
                 return
@@ -739,7 +802,9 @@ class ObjectState(Knowledge):
     def _retry_or_fail(self, out: list[Effect], entry: Entry, done: Done, now: float) -> None:
         """A retryable failure: back off and go again, within the budget and attempts."""
         if entry.withdrawn is not None and entry.cancelled:
-            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            out.append(
+                Resolve(entry.future, entry.call.call_type, self._withdrawn(entry, in_flight=True))
+            )
             return
         config = self.retry
         retry = entry.retry
@@ -753,6 +818,12 @@ class ObjectState(Knowledge):
                 f"gave up after {retry.failures} failed requests "
                 f"({config.budget:g} s retry budget): {done.error}"
             )
+            last = done.error
+            if retry.attempt > 0 and isinstance(last, ApiError) and last.ambiguous:
+                # no answer says whether an attempt landed: read the object once first
+                entry.unanswered = (why, last)
+                self._requeue_front(out, entry)
+                return
             error = CallFailed(
                 about(call.ref, why), uid=self.uid, call_type=call.call_type, cause=done.error
             )
@@ -769,7 +840,7 @@ class ObjectState(Knowledge):
         nothing (it was sent). A call withdrawn while in flight resolves ``CallCancelled``."""
         ctype = entry.call.call_type
         if entry.withdrawn is not None and entry.cancelled:
-            self._fail(out, entry, CallCancelled, "withdrawn by caller while in flight")
+            out.append(Resolve(entry.future, ctype, self._withdrawn(entry, in_flight=True)))
             return
         queue = self.queue
         for i, pending in enumerate(queue):

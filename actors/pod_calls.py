@@ -219,6 +219,13 @@ def check_pod_call(call: Call) -> None:
             raise InvalidCallError(f"{call.call_type}: basis is a {basis.get('kind')!r}")
 
 
+def deleted_or_replaced(ref: ObjectRef, fresh: Obj) -> bool:
+    """Whether ``fresh``, the object of ``ref``'s name on the server, shows ``ref``'s object
+    deleted: terminating (its deletion accepted), or another object (UID) under its name.
+    What "landed" means for a deletion. Pure."""
+    return meta(fresh).get("uid") != ref.uid or is_terminating(fresh)
+
+
 def newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
     """The basis a merged call keeps: the newer of the two (by resourceVersion), either when
     the other is None. Pure; any thread."""
@@ -461,6 +468,11 @@ class PodStatusPatch(Call):
             return False
         return self.nominated_node_name is UNSET or not self._nnn_differs(obj)
 
+    def landed(self, fresh: Obj) -> bool:
+        """``fresh`` is this pod with every condition and the nominatedNodeName of this patch
+        (:meth:`is_noop`)."""
+        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
+
     def apply(self, obj: Obj) -> Obj:
         """The pod once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
         if self.is_noop(obj):
@@ -497,7 +509,8 @@ class PodBinding(Call):
     """Bind a pod to a node (``pods/binding``). Build with :meth:`for_pod`.
 
     It supersedes a pending status patch. A 409 whose one re-read shows the same pod already
-    bound to the same node is success: an earlier attempt landed and only its reply was lost.
+    bound to the same node is success, and so is such a pod read back after the last attempts
+    went unanswered: an earlier attempt landed and only its reply was lost (:meth:`landed`).
     """
 
     call_type: "ClassVar[str]" = "pod_binding"
@@ -547,14 +560,14 @@ class PodBinding(Call):
         scheduled = MappingProxyType({"type": POD_SCHEDULED, "status": "True"})
         return apply_conditions(out, (scheduled,), replace=True)
 
-    def landed_despite_conflict(self, fresh: Obj) -> bool:
-        """The pod the 409 was re-read as is this pod, bound to this node."""
+    def landed(self, fresh: Obj) -> bool:
+        """``fresh`` is this pod, bound to this node."""
         return meta(fresh).get("uid") == self.ref.uid and pod_node_name(fresh) == self.node
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Create the binding (one request, UID precondition). A 409 propagates: the executor
-        re-reads the pod once and :meth:`landed_despite_conflict` decides. Runs on an executor
-        worker thread."""
+        re-reads the pod once and :meth:`landed` decides. Runs on an executor worker
+        thread."""
         del obj
         ref = self.ref
         backend.bind(ref.namespace, ref.name, uid=ref.uid, node=self.node)
@@ -632,6 +645,11 @@ class PodPreemption(Call):
     def is_noop(self, obj: Obj | None) -> bool:
         """The pod is already terminating: its deletion is under way."""
         return is_terminating(obj)
+
+    def landed(self, fresh: Obj) -> bool:
+        """The deletion landed: ``fresh`` is this pod terminating, or another pod of its name
+        (:func:`deleted_or_replaced`)."""
+        return deleted_or_replaced(self.ref, fresh)
 
     def apply(self, obj: Obj) -> Obj:
         """The pod marked terminating (``deletionTimestamp = "pending"`` unless already set)

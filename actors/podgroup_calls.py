@@ -390,6 +390,11 @@ class PodGroupStatusPatch(Call):
             return False
         return not self._changes(obj)
 
+    def landed(self, fresh: Obj) -> bool:
+        """``fresh`` is this PodGroup with every condition of this patch that may be sent
+        (:meth:`is_noop`)."""
+        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
+
     def apply(self, obj: Obj) -> Obj:
         """The PodGroup once the patch is applied (copy-on-write; ``obj`` itself if a no-op):
         the conditions :meth:`status_patch` would send, merged by type."""

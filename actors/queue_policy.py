@@ -114,7 +114,9 @@ class Entry:
         "judged",
         "retry",
         "sent_rv",
+        "unanswered",
         "withdrawn",
+        "withdrawn_for",
     )
 
     def __init__(
@@ -130,6 +132,10 @@ class Entry:
         self.behind = behind  # while held: futures of calls on this object it waits for
         self.carried: tuple[Any, ...] = _NOTHING  # futures of the calls merged into it
         self.withdrawn: frozenset[Any] | None = None  # which intents were withdrawn
+        self.withdrawn_for: BaseException | None = None  # why, when not by its caller
+        # Set when the retries ran out and the last request went unanswered: why it gave up,
+        # and the last error; the object is read once (verify) before the call resolves.
+        self.unanswered: tuple[str, BaseException | None] | None = None
         self.retry = FRESH
         self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
         self.judged: Any = None
@@ -155,8 +161,10 @@ class Entry:
             and all(f in withdrawn for f in self.carried)
         )
 
-    def withdraw(self, future: Any) -> None:
-        """Mark the intent of ``future`` withdrawn."""
+    def withdraw(self, future: Any, cause: BaseException | None = None) -> None:
+        """Mark the intent of ``future`` withdrawn (for ``cause``, if not by its caller)."""
+        if cause is not None:
+            self.withdrawn_for = cause
         withdrawn = self.withdrawn
         self.withdrawn = frozenset((future,)) if withdrawn is None else withdrawn | {future}
 
@@ -165,6 +173,8 @@ class Entry:
         self.carried = (*older.carried, older.future, *self.carried)
         if older.withdrawn is not None:
             self.withdrawn = older.withdrawn | (self.withdrawn or frozenset())
+            if self.withdrawn_for is None:
+                self.withdrawn_for = older.withdrawn_for
 
     def merge_older(self, older: Entry) -> None:
         """Absorb ``older``, a pending entry of the same type: the newer values win, the older

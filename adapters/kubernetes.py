@@ -46,6 +46,7 @@ anything is sent.
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -62,6 +63,7 @@ from kdispatch.actors.errors import (
 from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable, PatchType
 from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
 
+from .kubeconfig import load_kubeconfig
 from .listing import ObjectList
 from .transport import (
     TransportName,
@@ -185,16 +187,23 @@ class KubernetesBackend:
         transport: TransportName = "lean",
         kinds: KindTable | None = None,
     ) -> KubernetesBackend:
-        """A backend from a kubeconfig file (default ``~/.kube/config``) and context.
+        """A backend from a kubeconfig file (default: ``$KUBECONFIG``, else ``~/.kube/config``)
+        and context (default: its current context).
 
-        The file is never written back (token refreshes stay in memory). Runs on the caller's
-        thread.
+        The file is never written back (token refreshes stay in memory). A file that is
+        missing, unreadable or broken, an unknown context, or one that names a cluster or user
+        the file lacks raises :class:`~kdispatch.actors.errors.InvalidConfigError` naming the
+        file and the context (the official client's error, or the YAML parser's, is its
+        ``__cause__``). Runs on the caller's thread.
         """
         check_workers(workers)
         check_timeout(request_timeout)
+        if path is not None and not isinstance(path, str | os.PathLike):
+            raise InvalidConfigError(f"path must be a file path or None, got {path!r}")
+        if context is not None and (not isinstance(context, str) or not context):
+            raise InvalidConfigError(f"context must be a non-empty str or None, got {context!r}")
         cfg = k8s.Configuration()
-        load: Any = k8s_config.load_kube_config
-        load(config_file=path, context=context, client_configuration=cfg, persist_config=False)
+        load_kubeconfig(cfg, path, context)
         return cls._owning(cfg, workers, request_timeout, transport, kinds)
 
     @classmethod

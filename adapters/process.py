@@ -82,7 +82,7 @@ from kdispatch.actors.aio import await_future, check_timeout, running_loop, wrap
 from kdispatch.actors.call_types import default_call_types
 from kdispatch.actors.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.config import DispatcherConfig
-from kdispatch.actors.dispatcher_like import BacklogWaiters, DispatcherLike
+from kdispatch.actors.dispatcher_like import Backlog, DispatcherLike, lane_level
 from kdispatch.actors.errors import (
     CallCancelled,
     CallFailed,
@@ -207,7 +207,9 @@ class ProcessDispatcher(DispatcherLike):
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
         self._ids = itertools.count()
         self._calls: dict[int, CallFuture] = {}
-        self._backlog = BacklogWaiters(self._calls.__len__)  # wait_backlog's waiters
+        # The futures of _calls counted per lane, and wait_backlog's waiters: whoever pops a
+        # future from _calls pops its lane too (_settled)
+        self._backlog = Backlog()
         self._queries: dict[int, Future[Any]] = {}
         self._state_lock = threading.Lock()
         self._started = False
@@ -370,16 +372,18 @@ class ProcessDispatcher(DispatcherLike):
             raise InvalidCallError(f"{call.call_type}: the call does not pickle: {err}") from err
         relevance = self.call_types.spec(call.call_type).relevance
         future = CallFuture()
+        lane = self._backlog.lane(relevance)
+        lane.append(None)  # counted before anyone can pop the future
+        future.lane = lane
         self._calls[fid] = future
         if self._gone is None:
             self._window.submit(fid, call.ref.uid, call.call_type, relevance, data)
         if self._gone is not None and self._calls.pop(fid, None) is not None:
             # The reader's sweep may have run before this future was registered: whoever
             # pops a future resolves it, so it is resolved (here: raised) exactly once.
+            self._settled(future)
             self._window.discard(fid)
             raise copy.copy(self._gone)
-        if call.best_effort:  # not part of the backlog (resolved already: counted out at once)
-            self._backlog.track_best_effort(future)
         return future
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
@@ -514,13 +518,20 @@ class ProcessDispatcher(DispatcherLike):
     def backlog(self) -> int:
         """Any thread; cheap. Calls submitted and not resolved, in the child or waiting here,
         Events (best-effort calls) left out (see :attr:`DispatcherLike.backlog`)."""
-        return self._backlog.backlog
+        return self._backlog.count(lane_level(self.call_types, None))
 
-    def wait_backlog(self, below: int, timeout: float | None = None) -> bool:
-        """Calling thread (never the reader's). Block until :attr:`backlog` is below
-        ``below``, woken by the reader thread as results arrive; False after ``timeout``
-        seconds. See :meth:`DispatcherLike.wait_backlog`."""
-        return self._backlog.wait(below, timeout)
+    def backlog_at(self, call_type: str | None = None) -> int:
+        """Any thread; cheap. Calls not resolved (in the child or waiting here) in
+        ``call_type``'s lane and the lanes above it (see :meth:`DispatcherLike.backlog_at`)."""
+        return self._backlog.count(lane_level(self.call_types, call_type))
+
+    def wait_backlog(
+        self, below: int, timeout: float | None = None, *, call_type: str | None = None
+    ) -> bool:
+        """Calling thread (never the reader's). Block until :meth:`backlog_at`
+        ``(call_type)`` is below ``below``, woken by the reader thread as results arrive;
+        False after ``timeout`` seconds. See :meth:`DispatcherLike.wait_backlog`."""
+        return self._backlog.wait(below, timeout, lane_level(self.call_types, call_type))
 
     @property
     def waiting(self) -> int:
@@ -648,7 +659,10 @@ class ProcessDispatcher(DispatcherLike):
                 if fid == STOPPED:
                     self._final = value
                     continue
-                future = self._calls.pop(fid, None) or self._queries.pop(fid, None)
+                call = self._calls.pop(fid, None)
+                if call is not None:
+                    self._settled(call)
+                future = call or self._queries.pop(fid, None)
                 if future is None:
                     continue
                 if ok:
@@ -676,6 +690,7 @@ class ProcessDispatcher(DispatcherLike):
         for fid, call_type in fids:
             future = self._calls.pop(fid, None)
             if future is not None:
+                self._settled(future)
                 future.set_exception(error(call_type))
         self._backlog_changed()
 
@@ -684,16 +699,26 @@ class ProcessDispatcher(DispatcherLike):
         if self._gone is None:
             self._gone = error
         error = self._gone
-        for table in (self._calls, self._queries):
-            for fid in list(table):
-                future = table.pop(fid, None)
-                if future is not None:
-                    future.set_exception(copy.copy(error))
+        for fid in list(self._calls):
+            call = self._calls.pop(fid, None)
+            if call is not None:
+                self._settled(call)
+                call.set_exception(copy.copy(error))
+        for fid in list(self._queries):
+            query = self._queries.pop(fid, None)
+            if query is not None:
+                query.set_exception(copy.copy(error))
         self._backlog_changed()
+
+    @staticmethod
+    def _settled(future: CallFuture) -> None:
+        """Any thread, right after popping ``future`` from ``_calls`` (so once): it leaves
+        the backlog of its lane."""
+        future.lane.pop()  # type: ignore[union-attr]  # set by submit before it is registered
 
     def _backlog_changed(self) -> None:
         """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
-        if self._backlog.wake_below:
+        if self._backlog.waiters:
             self._backlog.wake()
 
 

@@ -14,9 +14,10 @@ own lane when its own is higher (so a binding takes the object's earlier status 
 ahead of it, as the child would have seen them).
 
 Best-effort calls (Events, lane ``BEST_EFFORT``) have a room of their own inside the window,
-``best_effort_limit``: the child's executor sends them only when nothing else waits, so
-without it the Events that went out in a lull sit in the child through the next burst and
-hold its room (measured in the main job: 108 to 148 of 256 places, the whole binding phase long).
+``best_effort_limit``: the child's executor sends at most a quarter of its workers' worth at
+once, with workers the other lanes leave free, so without it the Events that went out in a
+lull sit in the child through the next burst and hold its room (measured in the main job: 108
+to 148 of 256 places, the whole binding phase long, before Events had a bucket of their own).
 
 Thread safety: one lock; ``send`` (a non-blocking queue put) runs under it, so what leaves the
 window reaches the writer's queue in the order it left.

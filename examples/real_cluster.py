@@ -45,6 +45,7 @@ from kdispatch import (
     DispatcherConfig,
     ExecutorConfig,
     Informer,
+    InvalidConfigError,
     KubernetesBackend,
     Outcome,
     PodBinding,
@@ -181,12 +182,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers=args.workers, request_timeout=args.request_timeout
         )
     else:
-        backend = KubernetesBackend.from_kubeconfig(
-            args.kubeconfig,
-            args.context,
-            workers=args.workers,
-            request_timeout=args.request_timeout,
-        )
+        try:
+            backend = KubernetesBackend.from_kubeconfig(
+                args.kubeconfig,
+                args.context,
+                workers=args.workers,
+                request_timeout=args.request_timeout,
+            )
+        except InvalidConfigError as err:  # names the file and the context
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     # Watches hold a connection each for minutes: give the informers their own pool.
     informer_client: Any = k8s.ApiClient(backend.api_client.configuration)
     config = DispatcherConfig(

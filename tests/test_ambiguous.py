@@ -30,10 +30,12 @@ from kdispatch.actors.dispatcher import Dispatcher
 from kdispatch.actors.errors import (
     CallCancelled,
     CallConflict,
+    CallFailed,
     ObjectNotFound,
     Outcome,
     RequestTimeoutError,
 )
+from kdispatch.actors.event_recorder import EventRecorder
 from kdispatch.actors.objects import Obj
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
@@ -44,7 +46,8 @@ from tests.configs import fast
 
 pytestmark = pytest.mark.timeout(30)
 
-CONFIG = fast(max_attempts=6, base_backoff=0.01, max_backoff=0.01)
+ATTEMPTS = 6
+CONFIG = fast(max_attempts=ATTEMPTS, base_backoff=0.01, max_backoff=0.01)
 UNSCHEDULABLE = {
     "type": "PodScheduled",
     "status": "False",
@@ -373,3 +376,114 @@ def test_call_restoring_the_previous_value_after_a_lost_reply_is_not_elided(
         assert scheduled["message"] == "b"
     else:
         assert not stored["status"].get("reservedFor")
+
+
+# --------------------------------------------------------------------------- no answer at all
+
+UNANSWERED = ATTEMPTS - 1  # the attempts after the first, all unanswered
+"""Every attempt after the first times out too: the retries run out without an answer."""
+
+
+def test_binding_that_landed_while_every_reply_was_lost_resolves_success(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    """The first binding lands and its reply is lost; every retry times out as well (a
+    client timeout shorter than the server's answer). Before it gives up, the call reads the
+    pod once: bound to this node, so the binding landed (it used to resolve ``CallFailed:
+    gave up after 6 failed requests``, and a scheduler trusting that would bind again)."""
+    pod = _reply_lost(server, "bind", "p1")
+    server.script("bind", *["timeout"] * UNANSWERED, name="p1")
+    with Dispatcher(backend, CONFIG) as d:
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
+        stats = d.stats()
+    assert ops(server, "bind") == ["apply_then_fail", *["timeout"] * UNANSWERED]
+    assert ops(server, "get") == ["ok"]  # one read, charged a token like any request
+    assert stats["tokens_taken"] == ATTEMPTS + 1
+    assert stats["outcomes"] == {"pod_binding:success": 1}
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+
+
+def test_binding_that_never_landed_fails_saying_the_pod_shows_it(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    pod = server.create(make_pod("p1"))
+    server.script("bind", *["timeout"] * ATTEMPTS, name="p1")
+    with Dispatcher(backend, CONFIG) as d:
+        exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+    assert isinstance(exc, CallFailed) and isinstance(exc.cause, RequestTimeoutError)
+    assert "gave up after 6 failed requests" in str(exc)
+    assert "read back, the object shows it did not land" in str(exc)
+    assert ops(server, "get") == ["ok"]
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and not stored["spec"].get("nodeName")
+
+
+def test_binding_whose_read_back_fails_too_says_the_outcome_is_unknown(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    pod = _reply_lost(server, "bind", "p1")
+    server.script("bind", *["timeout"] * UNANSWERED, name="p1")
+    server.script("get", "timeout", name="p1")
+    with Dispatcher(backend, CONFIG) as d:
+        exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+    assert isinstance(exc, CallFailed) and isinstance(exc.cause, RequestTimeoutError)
+    assert "the outcome is unknown: reading the object back failed" in str(exc)
+    assert ops(server, "get") == ["timeout"]  # read once, never retried
+
+
+def test_binding_ending_on_an_answer_is_not_read_back(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    """A 429 is an answer (the request was not applied): no read before ``CallFailed``."""
+    pod = server.create(make_pod("p1"))
+    server.script("bind", *["429"] * ATTEMPTS, name="p1")
+    with Dispatcher(backend, CONFIG) as d:
+        exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+    assert isinstance(exc, CallFailed) and "read back" not in str(exc)
+    assert ops(server, "get") == []
+
+
+def test_status_patch_that_landed_while_every_reply_was_lost_resolves_success(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    """The patch lands with its reply lost; every re-read before a retry times out; the one
+    read before it gives up shows the condition: ``SUCCESS``, and the patch went out once."""
+    pod = _reply_lost(server, "patch_status", "p1")
+    server.script("get", *["timeout"] * UNANSWERED, name="p1")
+    with Dispatcher(backend, CONFIG) as d:
+        call = PodStatusPatch.for_pod(pod, conditions=[UNSCHEDULABLE])
+        assert d.submit(call).result(timeout=10) is Outcome.SUCCESS
+    assert ops(server, "patch_status") == ["apply_then_fail"]
+    assert ops(server, "get") == [*["timeout"] * UNANSWERED, "ok"]
+
+
+def test_event_created_while_every_reply_was_lost_resolves_success(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    """An Event is read back by its name (its server UID is not known to the call)."""
+    pod = server.create(make_pod("p1"))
+    server.script("create", "apply_then_fail", *["timeout"] * UNANSWERED)
+    with Dispatcher(backend, CONFIG) as d:
+        future = EventRecorder(d, controller="s").event(
+            pod, reason="Scheduled", action="Binding", note="bound"
+        )
+        assert future is not None and future.result(timeout=10) is Outcome.SUCCESS
+    assert ops(server, "create") == ["apply_then_fail", *["timeout"] * UNANSWERED]
+    assert ops(server, "get") == ["ok"]
+    [event] = server.list("Event").items
+    assert event["reason"] == "Scheduled"
+
+
+def test_deletion_that_landed_while_every_reply_was_lost_resolves_success(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    """The deletion lands with its reply lost; every re-read before a retry times out; the
+    read before it gives up finds no pod: the deletion did its job."""
+    pod = _reply_lost(server, "delete", "victim")
+    server.script("get", *["timeout"] * UNANSWERED, name="victim")
+    with Dispatcher(backend, CONFIG) as d:
+        preemption = PodPreemption.for_pod(pod, add_condition=False)
+        assert d.submit(preemption).result(timeout=10) is Outcome.SUCCESS
+    assert ops(server, "delete") == ["apply_then_fail"]
+    assert ops(server, "get") == [*["timeout"] * UNANSWERED, "NotFound"]

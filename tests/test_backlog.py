@@ -27,8 +27,10 @@ from kdispatch import (
     KubernetesBackend,
     Outcome,
     PodBinding,
+    PodStatusPatch,
     ProcessDispatcher,
     RetryConfig,
+    UnknownCallTypeError,
 )
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.waiting import wait_for
@@ -91,12 +93,15 @@ def held_bindings(s: Setup, d: DispatcherLike, n: int) -> list[Future[Outcome]]:
     return futures
 
 
-def waiter(d: DispatcherLike, below: int, timeout: float | None = None) -> Future[bool]:
-    """``d.wait_backlog(below, timeout)`` on a thread of its own; its answer."""
+def waiter(
+    d: DispatcherLike, below: int, timeout: float | None = None, call_type: str | None = None
+) -> Future[bool]:
+    """``d.wait_backlog(below, timeout, call_type=call_type)`` on a thread of its own; its
+    answer."""
     answer: Future[bool] = Future()
 
     def run() -> None:
-        answer.set_result(d.wait_backlog(below, timeout))
+        answer.set_result(d.wait_backlog(below, timeout, call_type=call_type))
 
     threading.Thread(target=run, name="backlog-waiter", daemon=True).start()
     return answer
@@ -104,7 +109,8 @@ def waiter(d: DispatcherLike, below: int, timeout: float | None = None) -> Futur
 
 def waiting_threads(d: DispatcherLike) -> int:
     """The highest bound a thread waits for (0: none)."""
-    return int(getattr(d, "_backlog").wake_below)  # noqa: B009
+    waiting = getattr(d, "_backlog")._waiting  # noqa: B009
+    return max((below for below, _level in waiting), default=0)
 
 
 def test_backlog_counts_unresolved_calls_but_not_events(setup: Setup) -> None:
@@ -192,3 +198,94 @@ def test_bad_bound_is_refused(setup: Setup, below: object) -> None:
 def test_bad_timeout_is_refused(setup: Setup, timeout: object) -> None:
     with pytest.raises(InvalidInputError, match="timeout"):
         setup.make().wait_backlog(1, timeout=timeout)  # type: ignore[arg-type]
+
+
+class TwoTurnstiles:
+    """The server's ``sleep`` with one turnstile for bindings (latency 1.0) and one for status
+    patches (latency 2.0), so a test lets each kind through on its own."""
+
+    def __init__(self) -> None:
+        self.bind, self.patch = Turnstile(), Turnstile()
+
+    def __call__(self, seconds: float) -> None:
+        (self.bind if seconds == 1.0 else self.patch)(seconds)
+
+
+@pytest.fixture(params=["inprocess", "process"])
+def lanes(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[InMemoryApiServer, TwoTurnstiles, DispatcherLike]]:
+    """A started dispatcher of each kind whose bindings and status patches each wait in a
+    turnstile of their own; everything still held is let through at the end."""
+    gates = TwoTurnstiles()
+    latency = Latency(per_op={"bind": 1.0, "patch_status": 2.0})
+    server = InMemoryApiServer(latency=latency, sleep=gates)
+    config = DispatcherConfig(executor=ExecutorConfig(workers=8), retry=RetryConfig(budget=5.0))
+    with ApiServerHTTP(server) as http:
+        d: DispatcherLike
+        if request.param == "inprocess":
+            d = Dispatcher(server, config)
+        else:
+            factory = functools.partial(KubernetesBackend.for_url, http.url, workers=8)
+            d = ProcessDispatcher(factory, config)
+        try:
+            with d.start():
+                yield server, gates, d
+        finally:
+            gates.bind.let(100)
+            gates.patch.let(100)
+
+
+def test_pacing_on_the_binding_lane_never_waits_for_status_patches(
+    lanes: tuple[InMemoryApiServer, TwoTurnstiles, DispatcherLike],
+) -> None:
+    """Status patches held on the server count in the backlog of their lane, not in the
+    binding lane's: a thread paced on bindings goes on once the bindings resolved, while a
+    thread paced on every lane still waits for the patches (kubernetes#135900 in the
+    caller's loop)."""
+    server, gates, d = lanes
+    unfit = [server.create(make_pod(f"unfit-{i}")) for i in range(3)]
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    patches = [d.submit(PodStatusPatch.for_pod(p, conditions=[unschedulable])) for p in unfit]
+    gates.patch.wait_arrived(3)
+    fit = [server.create(make_pod(f"fit-{i}")) for i in range(2)]
+    bindings = [d.submit(PodBinding.for_pod(p, "node-1")) for p in fit]
+    gates.bind.wait_arrived(2)
+    assert (d.backlog, d.backlog_at(), d.backlog_at("pod_status_patch")) == (5, 5, 5)
+    assert d.backlog_at("pod_binding") == 2
+    assert d.backlog_at("pod_preemption") == 0  # no deletion pending: the lane above is empty
+    assert d.wait_backlog(1, timeout=WAIT, call_type="pod_preemption") is True
+    on_bindings = waiter(d, below=1, call_type="pod_binding")
+    on_everything = waiter(d, below=1)
+    wait_for(lambda: waiting_threads(d) == 1 and len(_levels(d)) == 2, WAIT, "both wait")
+    assert not on_bindings.done()
+    gates.bind.let(2)
+    assert on_bindings.result(WAIT) is True
+    assert {f.result(WAIT) for f in bindings} == {Outcome.SUCCESS}
+    assert [
+        server.get("Pod", "default", p["metadata"]["name"])["spec"]["nodeName"] for p in fit
+    ] == [
+        "node-1",
+        "node-1",
+    ]
+    assert not any(f.done() for f in patches)  # still on the server's turnstile
+    assert d.backlog_at("pod_status_patch") == 3
+    assert not on_everything.done()
+    gates.patch.let(3)
+    assert on_everything.result(WAIT) is True
+    assert {f.result(WAIT) for f in patches} == {Outcome.SUCCESS}
+    wait_for(lambda: d.outstanding == 0, WAIT, "nothing unresolved")
+
+
+def _levels(d: DispatcherLike) -> list[int]:
+    """The lowest relevance each waiting thread counts."""
+    return [level for _below, level in getattr(d, "_backlog")._waiting]  # noqa: B009
+
+
+@pytest.mark.parametrize("call_type", ["no_such_call", 3])
+def test_unknown_lane_is_refused(setup: Setup, call_type: object) -> None:
+    d = setup.make()
+    with pytest.raises(InvalidInputError):
+        d.wait_backlog(1, timeout=1.0, call_type=call_type)  # type: ignore[arg-type]
+    with pytest.raises(UnknownCallTypeError):
+        d.backlog_at("no_such_call")

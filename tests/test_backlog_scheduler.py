@@ -146,3 +146,46 @@ def test_the_benchmarks_pacing_ab_compares_each_variant_with_its_unpaced_twin() 
     assert _options("process_unpaced", 128) == ("--dispatcher-process", "--max-backlog", "0")
     assert _options("inprocess", 128) == ("--max-backlog", "128")
     assert _options("inprocess", None) == ()
+
+
+@pytest.mark.parametrize("pace_on", ["pod_binding", "pod_status_patch"])
+def test_default_pacing_never_holds_a_binding_behind_status_patches(pace_on: str) -> None:
+    """Unfit pods first, their ``PodScheduled=False`` patches held on the server, then pods
+    that fit. Paced on the binding lane (the default), the scheduling thread goes on and binds
+    every fitting pod while the patches are still held; paced on every lane, it stops behind
+    the first held patch and binds nothing (kubernetes#135900 in the scheduling loop)."""
+    gate = Turnstile()
+    server = InMemoryApiServer(latency=Latency(per_op={"patch_status": 1.0}), sleep=gate)
+    dispatcher = Dispatcher(server, DispatcherConfig(executor=ExecutorConfig(workers=8))).start()
+    config = SchedulerConfig(threads=1, max_backlog=1, pace_on=pace_on, backoff_initial=60.0)
+    scheduler = Scheduler(DispatchedApi(dispatcher), config)
+    try:
+        scheduler.on_node_add(server.create(make_node("n1", 4000, 8192)))
+        for i in range(3):
+            scheduler.on_pod_add(server.create(make_pod(f"unfit-{i}", cpu_m=8000)))
+        fit = [server.create(make_pod(f"fit-{i}", cpu_m=100)) for i in range(4)]
+        for pod in fit:
+            scheduler.on_pod_add(pod)
+        scheduler.start()
+        if pace_on == "pod_binding":
+            wait_for(lambda: scheduler.phase_counts()["bound"] == 4, WAIT, "every fit pod bound")
+            wait_for(lambda: gate.arrived == 3, WAIT, "the three patches held on the server")
+            assert not any(r.op == "patch_status" for r in server.request_log)
+        else:
+            wait_for(
+                lambda: gate.arrived == 1 and waiting_threads(dispatcher) == 1,
+                WAIT,
+                "the first patch held, the thread waiting",
+            )
+            assert scheduler.phase_counts()["bound"] == 0
+        nodes = {
+            server.get("Pod", "default", p["metadata"]["name"])["spec"].get("nodeName") for p in fit
+        }
+        assert nodes == ({"n1"} if pace_on == "pod_binding" else {None})
+        gate.let(100)
+        wait_for(lambda: scheduler.phase_counts()["bound"] == 4, WAIT, "every fit pod bound")
+        assert scheduler.errors == 0
+    finally:
+        gate.let(100)
+        scheduler.stop()
+        dispatcher.stop(drain=True, timeout=WAIT)

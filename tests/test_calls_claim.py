@@ -380,3 +380,11 @@ def test_apply_is_pure_reaches_intent_and_matches_the_sent_patch(
     result = copy.deepcopy(dict(result))
     result["metadata"]["resourceVersion"] = claim["metadata"]["resourceVersion"]
     assert result == out  # the server's merge-patch result is exactly the optimistic view
+
+
+def test_landed_when_the_reservation_is_there_on_this_claim() -> None:
+    """``Call.landed``: the claim read back shows the reservation (and is this claim)."""
+    call = claim_patch(reserve=("u1",))
+    assert call.landed(make_claim(reserved=[consumer("u1")]))
+    assert not call.landed(make_claim())
+    assert not call.landed(make_claim(uid="other", reserved=[consumer("u1")]))

@@ -474,13 +474,13 @@ class TestBinding:
         assert backend.ops() == ["bind"]
 
     def test_same_pod_on_same_node_after_a_conflict_means_it_landed(self) -> None:
-        assert PodBinding(REF, "n1").landed_despite_conflict(make_pod(node="n1", rv="12"))
+        assert PodBinding(REF, "n1").landed(make_pod(node="n1", rv="12"))
 
     @pytest.mark.parametrize(
         "server_pod", [make_pod(node="n2"), make_pod(), make_pod(uid="recreated", node="n1")]
     )
     def test_other_conflicts_did_not_land(self, server_pod: Obj) -> None:
-        assert not PodBinding(REF, "n1").landed_despite_conflict(server_pod)
+        assert not PodBinding(REF, "n1").landed(server_pod)
 
     def test_other_errors_propagate_without_a_read(self) -> None:
         backend = RecordingBackend(make_pod(node="n1"), errors={"bind": [ServerError("boom")]})
@@ -681,3 +681,24 @@ def test_pod_conditions_answers_each_object_whatever_was_read_before() -> None:
         assert pod_calls.pod_conditions(None) == {}
         assert pod_calls.pod_conditions(same) == {"PodScheduled": cond}
         assert pod_calls.pod_conditions(same)["PodScheduled"] is same["status"]["conditions"][0]
+
+
+class TestLanded:
+    """``Call.landed``: what the object read back after a 409 or unanswered retries shows."""
+
+    def test_status_patch_landed_when_its_conditions_and_nomination_are_there(self) -> None:
+        call = PodStatusPatch(REF, (cond("PodScheduled", "False", reason="R"),), "n1")
+        there = make_pod(conditions=[cond("PodScheduled", "False", reason="R")])
+        there = dict(there, status={**there["status"], "nominatedNodeName": "n1"})
+        assert call.landed(there)
+        assert not call.landed(make_pod(conditions=[cond("PodScheduled", "False", reason="X")]))
+        assert not call.landed(make_pod(conditions=[cond("PodScheduled", "False", reason="R")]))
+        other = testing.make_pod("p", "ns", uid="other", conditions=there["status"]["conditions"])
+        other["status"]["nominatedNodeName"] = "n1"
+        assert not call.landed(other)  # the same name, another pod
+
+    def test_preemption_landed_when_the_pod_is_terminating_or_replaced(self) -> None:
+        call = PodPreemption(REF)
+        assert call.landed(make_pod(terminating=True))
+        assert call.landed(testing.make_pod("p", "ns", uid="recreated"))
+        assert not call.landed(make_pod())

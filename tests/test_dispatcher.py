@@ -357,6 +357,7 @@ STATS_KEYS = {
     "live_actors",
     "events_without_actor",
     "tokens_taken",
+    "events",
     "pid",
 }
 

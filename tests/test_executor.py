@@ -289,7 +289,7 @@ def test_default_budget_rides_out_an_apiserver_restart() -> None:
 def test_execute_classifies_results(error: BaseException | None, result: Result) -> None:
     ex = make()
     call = probe("a", [], raises=error)
-    done = ex.execute(Job(None, Send(call, None, 1)))
+    done = ex.sender.send(Send(call, None, 1))[0]
     assert done.result is result
     assert done.error is error
     if isinstance(error, TooManyRequestsError):
@@ -313,7 +313,7 @@ def test_conflict_refetch_of_recreated_object_is_not_found() -> None:
         config=ExecutorConfig(),
         metrics=Metrics(),
     )
-    done = ex.execute(Job(None, Send(probe("a", [], raises=ConflictError()), None, 1)))
+    done = ex.sender.send(Send(probe("a", [], raises=ConflictError()), None, 1))[0]
     assert done.result is Result.NOT_FOUND and done.obj is None
 
 
@@ -390,7 +390,7 @@ def _ref(name: str) -> ObjectRef:
 
 
 def _requests_counted(ex: Executor) -> float:
-    registry = ex._metrics.registry
+    registry = ex.metrics.registry
     total = 0.0
     for metric in registry.collect():
         if metric.name == "kdispatch_requests":
@@ -477,7 +477,7 @@ def test_followup_requests_take_tokens_before_new_grants(started: list[Executor]
 )
 def test_retry_after_sets_the_delay_on_5xx_and_429(error: BaseException) -> None:
     ex = make()
-    done = ex.execute(Job(None, Send(probe("a", [], raises=error), None, 1)))
+    done = ex.sender.send(Send(probe("a", [], raises=error), None, 1))[0]
     assert done.result is Result.RETRY
     assert done.delay >= 3.0
 

@@ -353,7 +353,14 @@ def test_owner_deletion_cancels_a_retrying_claim_patch_and_the_held_binding(
     assert not claim.done() and not bind.done()
     assert caller.open_groups == 1
     caller.on_delete(server.remove("Pod", "default", "p1"))
-    assert type(outcome(claim)) is CallCancelled
+    withdrawn = outcome(claim)
+    assert type(withdrawn) is CallCancelled
+    # it says why, naming the claim first and then the group's cause, which it carries
+    claim_ref = reserve(c1, pod).ref
+    assert str(withdrawn).startswith(f"{claim_ref}: withdrawn: call group of ")
+    assert "(owner_deleted)" in str(withdrawn) and "by caller" not in str(withdrawn)
+    assert withdrawn.ref == claim_ref
+    assert isinstance(withdrawn.cause, CallCancelled) and withdrawn.cause.ref == ObjectRef.of(pod)
     assert isinstance(outcome(bind), CallCancelled)  # DependencyFailed or the deletion's
     err = outcome(g.future)
     assert isinstance(err, GroupFailed) and err.cancelled == "owner_deleted"
@@ -480,6 +487,8 @@ def test_cancel_withdraws_the_step_on_the_wire_from_retries_and_spares_a_later_c
         assert g.cancel()
         gated.gate.set()
         assert type(outcome(mine)) is CallCancelled
+        assert "withdrawn while in flight: call group of " in str(outcome(mine))
+        assert "(caller)" in str(outcome(mine))
         assert outcome(theirs) is Outcome.SUCCESS
         assert isinstance(outcome(g.future), GroupFailed)
     log = server.request_log

@@ -147,6 +147,10 @@ def test_failed_prerequisite_resolves_every_call_holding_it(d: HeldDriver) -> No
     assert isinstance(err, DependencyFailed) and isinstance(err, CallCancelled)
     assert err.cause is cause and err.call_type == "pod_binding"
     assert "pod_binding" in str(err) and "claim reservation failed" in str(err)
+    # it names the object, as every CallOutcomeError with a ref: the message starts with it
+    call = PodBinding.for_pod(p, "n1")
+    assert err.ref == call.ref and err.uid == call.ref.uid
+    assert str(err).startswith(f"{call.ref}: pod_binding not sent: a prerequisite failed")
     assert d.outcome(f_label) is None and d.readies() == []  # still held on "other"
     d.release("other")
     assert d.readies() == [Ready(4, 0.0)]

@@ -88,7 +88,7 @@ def call_records(stdlib: Collect, uid: str) -> list[str]:
     return [
         r.getMessage()
         for r in stdlib.records
-        if r.name in ("kdispatch.actors.executor", "kdispatch.actors.object_actor")
+        if r.name in ("kdispatch.actors.sender", "kdispatch.actors.object_actor")
         and uid in r.getMessage()
     ]
 

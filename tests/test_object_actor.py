@@ -122,7 +122,7 @@ class Harness:
         self.pool.start()
         self.registry = LeaveLog(idle_timeout=10.0, clock=self.clock, **registry)
         self.executor = FakeExecutor()
-        self.resolved: list[Any] = []  # the calls on_resolved was told of, in order
+        self.resolved: list[Any] = []  # the calls of the futures on_resolved was told of
         self.ctx = ActorContext(
             registry=self.registry,
             executor=self.executor,
@@ -130,11 +130,12 @@ class Harness:
             retry=RetryConfig(max_attempts=3, max_conflict_retries=2),
             pool=self.pool,
             clock=self.clock,
-            on_resolved=self.resolved.append,
+            on_resolved=lambda future: self.resolved.append(future.call),
         )
 
     def submit(self, call: Call, holds: frozenset[Any] = frozenset()) -> CallFuture:
         fut = CallFuture()
+        fut.call = call  # as the dispatcher tags it
         assert self.registry.tell(call.ref.uid, msg.Submit(call, fut, holds), self.ctx.spawn)
         return fut
 

@@ -215,7 +215,7 @@ class World:
             retry=retry,
             pool=ActorPool(name="stateful"),
             clock=lambda: NOW,
-            on_resolved=lambda call: None,
+            on_resolved=lambda future: None,
         )
         self.actor = ObjectActor(uid, self.ctx)
         self.ready: Ready | None = None  # the Ready the executor holds

@@ -28,6 +28,7 @@ from kdispatch.actors.errors import (
     LeadershipLost,
     ObjectNotFound,
     Outcome,
+    RequestTimeoutError,
     ServerError,
     TooManyRequestsError,
 )
@@ -817,6 +818,38 @@ def test_retry_budget_exhausted_fails_the_call() -> None:
     assert isinstance(err, CallFailed) and "budget" in str(err)
 
 
+@pytest.mark.parametrize("landed", [True, False])
+def test_retries_run_out_unanswered_then_one_read_decides(landed: bool) -> None:
+    """The last attempts ended without an answer (timeouts): before ``CallFailed``, one read
+    of the object (``Send.verify``, the call's attempt count unchanged); the pod bound to
+    this node resolves ``SUCCESS``, otherwise ``CallFailed`` saying the pod shows it did not
+    land, with the last timeout as its cause."""
+    d = Driver(RetryConfig(max_attempts=2))
+    fut = d.submit(PodBinding.for_pod(pod("a"), "n1"))
+    for _ in range(2):
+        d.done(d.send(), Result.RETRY, error=RequestTimeoutError("no answer"))
+    assert d.outcome(fut) is None
+    read = d.send()
+    assert (read.read, read.verify, read.attempt) == (True, True, 2)
+    fresh = pod("a", rv=9, node="n1" if landed else None)
+    d.done(read, Result.SUCCESS, obj=fresh)
+    if landed:
+        assert d.outcome(fut) is Outcome.SUCCESS
+    else:
+        err = d.error(fut)
+        assert isinstance(err, CallFailed) and isinstance(err.cause, RequestTimeoutError)
+        assert "gave up after 2 failed requests" in str(err) and "did not land" in str(err)
+    assert d.grant() is None  # nothing left to send
+
+
+def test_retries_ending_on_an_answer_fail_without_a_read() -> None:
+    d = Driver(RetryConfig(max_attempts=2))
+    fut = d.submit(PodBinding.for_pod(pod("a"), "n1"))
+    d.done(d.send(), Result.RETRY, error=RequestTimeoutError("no answer"))
+    d.done(d.send(), Result.RETRY, error=ServerError("an answer: not applied"))
+    assert isinstance(d.error(fut), CallFailed)
+
+
 def test_retry_after_is_waited_for_via_done_delay() -> None:
     d = Driver(RetryConfig())
     fut = d.submit(PodBinding.for_pod(pod("a"), "n1"))
@@ -923,11 +956,13 @@ def test_conflict_rebases_on_the_fresh_object(d: Driver) -> None:
     d.done_succeeds(s2, fut)
 
 
-def test_conflict_that_makes_call_noop_resolves_skipped(d: Driver) -> None:
+def test_conflict_whose_reread_shows_the_intent_resolves_success(d: Driver) -> None:
+    """The 409 path asks the same question as a call whose retries went unanswered
+    (``Call.landed``): the intent is on the server, so the call that was sent succeeded."""
     fut = d.submit(unsched(pod("a"), reason="A"))
     fresh = pod("a", rv=4, conditions=(cond(reason="A"),))
     d.done(d.send(), Result.CONFLICT, obj=fresh, error=ConflictError())
-    assert d.outcome(fut) is Outcome.SKIPPED
+    assert d.outcome(fut) is Outcome.SUCCESS
     assert d.grant() is None
 
 

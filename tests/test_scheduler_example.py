@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections import Counter
 from concurrent.futures import Future
 from pathlib import Path
@@ -53,6 +54,8 @@ from tests.factories import settled
 pytestmark = pytest.mark.timeout(60)
 
 JSON_KEYS = {
+    "command_s",
+    "drain_s",
     "pods_bound",
     "pods_total",
     "pods_per_s",
@@ -682,3 +685,21 @@ def test_dispatcher_process_needs_a_kubeconfig() -> None:
         RunConfig(dispatcher_process=True)
     with pytest.raises(InvalidInputError):
         RunConfig(dispatcher_process=True, kubeconfig="k", api="pre-kep")
+
+
+@pytest.mark.timeout(90)
+def test_the_report_gives_the_commands_wall_time_with_the_drain() -> None:
+    """``command_s`` runs from the command's start (here: an hour before ``run`` was called,
+    standing for the imports and set-up) to the end of the drain of every call and Event:
+    it holds the scheduling window and the drain after it, and no Event was cut short."""
+    from examples.scheduler.report import summary_table
+
+    started = time.monotonic() - 3600.0
+    config = RunConfig(nodes=10, pods=80, latency_ms=0.0, fill=0.8, workers=8, seed=2)
+    fig = run(config, stream=None, command_started=started)
+    _check_clean(fig)
+    assert fig["drained"] is True
+    assert not any(key.endswith(":closed") for key in fig["calls_outcomes"])  # nothing cut
+    assert fig["events_sent"] > 0 and fig["events_dropped"] == 0
+    assert fig["command_s"] >= 3600.0 + fig["wall_s"] + fig["drain_s"]
+    assert "command wall time, start to drained (s)" in summary_table(fig)

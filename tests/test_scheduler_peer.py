@@ -81,7 +81,10 @@ def test_events_on_the_server(tmp_path: Path) -> None:
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
 
 
-def test_unschedulable_pods_are_retried_without_limit_and_moved_by_cluster_events() -> None:
+def test_unschedulable_pods_wait_for_cluster_events_and_are_retried_without_limit() -> None:
+    """Like kube-scheduler's unschedulable pods: a pod that nothing fit is not retried on a
+    timer of seconds but when a cluster event may make it fit, or after
+    ``unschedulable_max`` (podMaxInUnschedulablePodsDuration), every time."""
     clock = ManualClock(100.0)
     api = FakeApi()
     sched = Scheduler(api, SchedulerConfig(threads=1), clock=clock)
@@ -97,12 +100,14 @@ def test_unschedulable_pods_are_retried_without_limit_and_moved_by_cluster_event
         due = min(e[0] for e in sched.queue._backoff) - clock.now
         waits.append(round(due, 3))
         clock.now += due
-    assert waits[:5] == [1.0, 2.0, 4.0, 8.0, 10.0] and set(waits[5:]) == {10.0}
+    assert set(waits) == {300.0}
     assert len(api.of_type("pod_status_patch")) >= 12  # PodScheduled=False every cycle
     assert len(api.of_type("event_record")) >= 12  # one FailedScheduling occurrence each
+    sched.on_node_update(make_node("n1", 1000, 4096))  # nothing changed: nobody moves
+    assert sched.queue.counts()[:2] == (0, 2)
     while sched.step():
         pass
-    assert sched.queue.counts()[:2] == (0, 2)  # both back off (10 s)
+    assert sched.queue.counts()[:2] == (0, 2)  # both wait
     # a bound pod deleted frees room: retries the pod that lacked cpu, not the one whose
     # selector no node matches
     gone = make_pod("gone", cpu_m=100, uid="u-gone")
@@ -193,7 +198,7 @@ def test_an_unchanged_unschedulable_status_is_not_patched_again() -> None:
     sched.on_pod_add(pod)
 
     def cycle() -> None:
-        clock.now += 10.0
+        clock.now += 300.0
         while sched.step():
             pass
 
@@ -210,3 +215,33 @@ def test_an_unchanged_unschedulable_status_is_not_patched_again() -> None:
     sched.on_pod_update(other)
     cycle()
     assert len(api.of_type("pod_status_patch")) == 2
+
+
+def test_a_changed_node_or_a_failed_binding_moves_the_pods_that_nothing_fit() -> None:
+    """The cluster events that may make a waiting pod fit: a node whose allocatable grew (an
+    update that changes nothing moves nobody), and a binding that failed (the room its pod
+    was assumed on is free again)."""
+    clock = ManualClock(100.0)
+    api = FakeApi()
+    sched = Scheduler(api, SchedulerConfig(threads=1, max_bind_failures=99), clock=clock)
+    sched.on_node_add(make_node("n1", 1000, 4096))
+    sched.on_pod_add(make_pod("small", cpu_m=1000, uid="u-small"))
+    sched.on_pod_add(make_pod("big", cpu_m=1000, uid="u-big"))
+    while sched.step():
+        pass
+    assert sched.queue.counts()[:2] == (0, 1)  # one bound (binding pending), one waits
+    sched.on_node_update(make_node("n1", 1000, 4096))
+    assert sched.queue.counts()[:2] == (0, 1)  # the same node again: nobody moves
+    [future] = [f for c, f in api.calls if c.call_type == "pod_binding"]
+    future.set_exception(RuntimeError("refused"))  # the binding failed: its room is free
+    while sched.step():
+        pass
+    bindings = api.of_type("pod_binding")
+    assert len(bindings) == 2  # the waiting pod was retried at once, and fit
+    assert {b.ref.name for b in bindings} == {"small", "big"}
+    sched.on_pod_add(make_pod("huge", cpu_m=2000, uid="u-huge"))
+    while sched.step():
+        pass
+    assert sched.queue.counts()[0] == 0  # nothing fits it: it waits
+    sched.on_node_update(make_node("n1", 4000, 4096))  # the node grew: it moves at once
+    assert sched.queue.counts()[0] == 1

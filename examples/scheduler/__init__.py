@@ -17,7 +17,13 @@ the API layer has none) · ``cycle`` the scheduler itself, with its Events ·
 ``workload``/``runner``/``progress``/``report``/``cli`` the main job.
 """
 
-from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig
-from examples.scheduler.runner import RunConfig, run
+import time
+
+STARTED = time.monotonic()
+"""When this package was first imported: the start of ``python -m examples.scheduler``, whose
+report counts its wall time from here (``command_s``)."""
+
+from examples.scheduler.cycle import Phase, Scheduler, SchedulerConfig  # noqa: E402
+from examples.scheduler.runner import RunConfig, run  # noqa: E402
 
 __all__ = ["Phase", "RunConfig", "Scheduler", "SchedulerConfig", "run"]

@@ -76,9 +76,12 @@ class SchedulerApi(Protocol):
 class Backlogged(Protocol):
     """An API layer a scheduling loop can pace itself on (:class:`DispatchedApi`)."""
 
-    def wait_backlog(self, below: int, timeout: float | None) -> bool:
-        """Calling thread (blocks it). Wait until fewer than ``below`` calls (Events left out)
-        are unresolved; False after ``timeout`` seconds (None: no limit)."""
+    def wait_backlog(
+        self, below: int, timeout: float | None, *, call_type: str | None = None
+    ) -> bool:
+        """Calling thread (blocks it). Wait until fewer than ``below`` calls are unresolved
+        in ``call_type``'s lane and the lanes above it (None: every lane but the Events');
+        False after ``timeout`` seconds (None: no limit)."""
         ...
 
 
@@ -137,10 +140,7 @@ class DispatchedApi(ForwardedObjects):
     def stats(self) -> dict[str, Any]:
         """Any thread."""
         raw = self.dispatcher.stats()
-        metrics = getattr(self.dispatcher, "metrics", None)
-        dropped = (
-            metrics.value("kdispatch_events_dropped_total", reason="throttled") if metrics else 0
-        )
+        dropped = sum(raw.get("events", {}).get("dropped", {}).values())
         return {
             "sent": dict(raw["sent"]),
             "outcomes": dict(raw["outcomes"]),
@@ -153,10 +153,12 @@ class DispatchedApi(ForwardedObjects):
         """Any thread."""
         return self.dispatcher.outstanding
 
-    def wait_backlog(self, below: int, timeout: float | None) -> bool:
+    def wait_backlog(
+        self, below: int, timeout: float | None, *, call_type: str | None = None
+    ) -> bool:
         """Scheduling thread: the dispatcher's :meth:`~kdispatch.DispatcherLike.wait_backlog`,
         woken as its calls resolve."""
-        return self.dispatcher.wait_backlog(below, timeout)
+        return self.dispatcher.wait_backlog(below, timeout, call_type=call_type)
 
     def close(self, *, drain: bool, timeout: float) -> bool:
         """Caller thread."""

@@ -124,8 +124,10 @@ class SchedulerCache:
 
     # ------------------------------------------------------------------ nodes
 
-    def set_node(self, node: Obj) -> None:
-        """Informer thread. Add or update a node (its pods are kept)."""
+    def set_node(self, node: Obj) -> bool:
+        """Informer thread. Add or update a node (its pods are kept). Whether something a
+        pod's fit depends on changed: a new node, or another allocatable, labels, devices or
+        taints."""
         name = str(meta(node).get("name"))
         cpu, mem, devices = node_allocatable(node)
         labels = meta(node).get("labels")
@@ -139,6 +141,13 @@ class SchedulerCache:
                 taints=node_taints(node),
             )
             old = self._nodes.get(name)
+            changed = old is None or (
+                old.cpu_alloc,
+                old.mem_alloc,
+                old.labels,
+                old.devices,
+                old.taints,
+            ) != (cpu, mem, info.labels, info.devices, info.taints)
             if old is not None:
                 for pod in old.pods.values():
                     info._add(pod)
@@ -146,6 +155,7 @@ class SchedulerCache:
                 info.free_devices = [d for d in info.devices if d not in used]
             self._nodes[name] = info
             self._nodes_changed()
+        return changed
 
     def remove_node(self, name: str) -> None:
         """Informer thread. Forget a node (its pods stay known by uid until deleted)."""

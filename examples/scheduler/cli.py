@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from functools import partial
 
@@ -18,6 +19,7 @@ from examples.common import add_config_options, config_from_args, configure
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
+from kdispatch import InvalidConfigError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -90,8 +92,11 @@ def parser() -> argparse.ArgumentParser:
             "workers": "dispatcher executor threads (parallel requests)",
             "max_seconds": "stop at this deadline even if pods are still pending",
             "max_backlog": "pacing (the dispatcher only): a scheduling thread takes its next "
-            "pod only while fewer calls than this are unresolved, Events left out (0: never "
-            "waits; default %(default)s)",
+            "pod only while fewer calls than this are unresolved in the lane of --pace-on and "
+            "above (0: never waits; default %(default)s)",
+            "pace_on": "the lane pacing counts, with the lanes above it: pod_binding (the "
+            "default: never waits for status patches), pod_preemption, or pod_status_patch "
+            "(every lane but the Events')",
         },
     )
     p.add_argument(
@@ -105,7 +110,14 @@ def parser() -> argparse.ArgumentParser:
         "--pod-max-backoff-seconds",
         type=float,
         default=d.backoff_max,
-        help="the longest backoff; unschedulable pods are retried while the run lasts "
+        help="the longest backoff (default %(default)s)",
+    )
+    p.add_argument(
+        "--pod-max-in-unschedulable-pods-duration",
+        type=float,
+        default=d.unschedulable_max,
+        help="seconds a pod that nothing fit waits for a cluster event (a node added or "
+        "changed, a pod deleted, a binding failed) before it is retried anyway "
         "(default %(default)s)",
     )
     workload = ("high_priority_share", "unschedulable_share", "claim_share", "fill", "seed")
@@ -144,24 +156,30 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         api=args.api or "async",
         backoff_initial=args.pod_initial_backoff_seconds,
         backoff_max=args.pod_max_backoff_seconds,
+        unschedulable_max=args.pod_max_in_unschedulable_pods_duration,
         leader_elect=config_from_args(LeaderElect, args) if args.leader_elect else None,
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the main job; returns the exit status."""
+def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> int:
+    """Run the main job; returns the exit status. ``started``: when the command started
+    (``time.monotonic()``; default: now), the start of the report's ``command_s``."""
+    started = time.monotonic() if started is None else started
     args = parser().parse_args(argv)
     cfg = configure(partial(_run_config, args), verbose=args.verbose)
     if isinstance(cfg, int):
         return cfg
     try:
-        fig = run(cfg, stream=None if args.no_progress else sys.stderr)
+        fig = run(cfg, stream=None if args.no_progress else sys.stderr, command_started=started)
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself
         print("interrupted", file=sys.stderr)
         return 130
     except TimeoutError as err:  # an informer never synced (InformerSyncTimeout): say why
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except InvalidConfigError as err:  # e.g. a kubeconfig that is missing or broken
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(summary_table(fig))
     for problem in fig.get("problems", []):
         print(f"problem: {problem}")

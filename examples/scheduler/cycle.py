@@ -31,9 +31,13 @@ the preemptor, each victim held until the nomination succeeded.
 Pacing (``max_backlog``): ``submit`` never blocks, so a loop that decides faster than the
 apiserver answers piles up calls, and each binding waits for all decided before it. With
 ``max_backlog`` a scheduling thread takes its next item only once fewer calls than that are
-unresolved (:meth:`~kdispatch.DispatcherLike.wait_backlog`: Events left out, woken by the
-resolutions), so the pods wait in the queue, undecided, instead. The backlog may exceed the
-bound by what the cycles already past the check submit (about one call each).
+unresolved in the lane of ``pace_on`` and the lanes above it
+(:meth:`~kdispatch.DispatcherLike.wait_backlog`, woken by the resolutions), so the pods wait in
+the queue, undecided, instead. The default, the binding lane, counts bindings, preemptions and
+evictions, never status patches or Events: the executor sends a binding before the patches
+anyway, so a thread that waited for them would hold its next binding back behind them
+(kubernetes#135900, moved into the loop). The backlog may exceed the bound by what the cycles
+already past the check submit (about one call each).
 """
 
 from __future__ import annotations
@@ -113,21 +117,32 @@ class SchedulerConfig:
     ``podInitialBackoffSeconds``); it doubles with every further failure."""
     backoff_max: float = 10.0
     """The longest backoff (``podMaxBackoffSeconds``)."""
+    unschedulable_max: float = 300.0
+    """How long a pod that nothing fit (and that uses no ResourceClaim) waits for a cluster
+    event that may make it fit before it is retried anyway (kube-scheduler's
+    ``podMaxInUnschedulablePodsDuration``): a node added or changed, a bound pod deleted, an
+    assumed pod's binding failed. Pods with claims, and scheduler errors, back off instead."""
     victim_wait: float = 2.0
     """A preemptor re-checks after this long even if a victim deletion event was missed."""
     max_candidates: int = 100
     seed: int = 0
     max_backlog: int | None = None
     """Pacing: a scheduling thread takes its next item only while fewer calls than this are
-    unresolved (Events left out); None: never waits (see the module docstring)."""
+    unresolved in the lane of ``pace_on`` and above; None: never waits (see the module
+    docstring)."""
+    pace_on: str | None = "pod_binding"
+    """The lane pacing counts (a call type: its lane and the lanes above it); None: every lane
+    but the Events'."""
 
     def __post_init__(self) -> None:
+        if self.pace_on is not None and (not isinstance(self.pace_on, str) or not self.pace_on):
+            raise InvalidInputError(f"pace_on must be a call type or None, got {self.pace_on!r}")
         names = ("threads", "max_bind_failures", "max_candidates")
         for name in (*names, "max_backlog") if self.max_backlog is not None else names:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
-        for name in ("backoff_initial", "backoff_max", "victim_wait"):
+        for name in ("backoff_initial", "backoff_max", "unschedulable_max", "victim_wait"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
@@ -227,11 +242,13 @@ class Scheduler:
 
     def _paced(self) -> bool:
         """Scheduling thread. With ``max_backlog``, wait until fewer calls than that are
-        unresolved (woken as they resolve); False once the queue is closed."""
+        unresolved in the lane of ``pace_on`` and above (woken as they resolve); False once
+        the queue is closed."""
         api, bound = self._paced_on, self.config.max_backlog
         if api is None or bound is None:
             return True
-        while not api.wait_backlog(bound, PACE_CHECK):
+        lane = self.config.pace_on
+        while not api.wait_backlog(bound, PACE_CHECK, call_type=lane):
             if self.queue.closed:
                 return False
         return True
@@ -336,8 +353,10 @@ class Scheduler:
         self.queue.move_unschedulable(pod_deleted=False)
 
     def on_node_update(self, obj: Obj) -> None:
-        """Informer thread."""
-        self.cache.set_node(obj)
+        """Informer thread. A node whose room, labels or taints changed: retry the
+        unschedulable pods now."""
+        if self.cache.set_node(obj):
+            self.queue.move_unschedulable(pod_deleted=False)
 
     def on_node_delete(self, obj: Obj) -> None:
         """Informer thread."""
@@ -448,8 +467,10 @@ class Scheduler:
         on_pod_delete: bool = True,
         reason: str = UNSCHEDULABLE_REASON,
     ) -> None:
-        """Scheduling thread. ``PodScheduled=False`` without waiting, then back off; a node
-        added (or, with ``on_pod_delete``, a bound pod deleted) retries it earlier. Like
+        """Scheduling thread. ``PodScheduled=False`` without waiting, then wait: a pod that
+        nothing fit waits for a cluster event (a node added or changed, or, with
+        ``on_pod_delete``, a bound pod deleted or a binding failed) or ``unschedulable_max``;
+        a scheduler error, or a pod with claims, backs off. Like
         kube-scheduler, no patch when the pod already shows this very condition (the informer's
         object) and the last one submitted was the same (so none pending differs); the
         ``FailedScheduling`` occurrence is recorded either way."""
@@ -465,10 +486,11 @@ class Scheduler:
             if rec.phase not in (Phase.SCHEDULING, Phase.BINDING):
                 return
             self._set_phase(rec, Phase.UNSCHEDULABLE)
+            parked = reason == UNSCHEDULABLE_REASON and not info.claim_keys()
             self.queue.backoff(
                 info.uid,
                 info.priority,
-                self._backoff(rec.attempts),
+                self.config.unschedulable_max if parked else self._backoff(rec.attempts),
                 unschedulable=True,
                 on_pod_delete=on_pod_delete,
             )
@@ -675,6 +697,7 @@ class Scheduler:
         info = task.info
         logger.bind(pod=info.key, node=task.node).debug("binding failed: {!r}", exc)
         self.cache.forget(info.uid)
+        self.queue.move_unschedulable(pod_deleted=True)  # its room is free again
         for alloc in task.allocations:
             write = task.claims.get(alloc.claim)
             withdrawn = write is not None and write.done() and _withdrawn(write)

@@ -117,7 +117,7 @@ class DirectApi:
                 if conflicts > self._retry.max_conflict_retries:
                     raise CallConflict(str(err), ref=ref, call_type=call.call_type) from err
                 obj = self._refetch(call)
-                if call.landed_despite_conflict(obj):
+                if call.landed(obj):
                     return Outcome.SUCCESS
                 if call.is_noop(obj):
                     return Outcome.SKIPPED

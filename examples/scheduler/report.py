@@ -5,7 +5,10 @@ verification) into one flat-ish dict; :func:`summary_table` renders it for human
 a one-line verdict, and :func:`write_json` for tools. Only this scheduler's pods count (its
 ``spec.schedulerName``): ``pods_bound`` are the pods its own bindings placed, and ``pods_per_s``
 is over its active window (``active_s``: from its first call to the last one resolved), not the
-wall time (keys include ``pods_bound``, ``pods_total``, ``pods_per_s``,
+wall time. ``wall_s`` is the scheduling window (from the nodes known to the run's end), and
+``command_s`` the command's real wall time: from its start (the imports, for ``python -m
+examples.scheduler``) until every call and Event was drained (``drain_s`` of it after the run)
+and the final state checked (keys include ``pods_bound``, ``pods_total``, ``pods_per_s``,
 ``calls_sent`` (call attempts), ``requests`` (requests the embedded apiserver saw),
 ``loop_submit_us`` (submit p50/p99/max on the scheduling threads), ``gc_pauses``,
 ``duplicate_bindings`` and ``lost_intents``). Pure functions.
@@ -160,6 +163,8 @@ def summary_table(fig: Mapping[str, Any]) -> str:
         ("Events sent / dropped", f"{fig['events_sent']:,} / {fig['events_dropped']:,}"),
         ("pods/s (over the active window)", fig["pods_per_s"]),
         ("active window / wall time (s)", f"{_fmt(fig['active_s'])} / {_fmt(fig['wall_s'])}"),
+        ("drain of the calls and Events after the run (s)", fig.get("drain_s")),
+        ("command wall time, start to drained (s)", fig.get("command_s")),
         ("duplicate bindings", fig["duplicate_bindings"]),
         ("lost intents", fig["lost_intents"]),
     ]

@@ -72,9 +72,19 @@ from kdispatch import (
 )
 from kdispatch.testing import FaultPlan, InMemoryApiServer, Latency, MemoryListWatch
 
-MAX_BACKLOG = 256
+DRAIN_TIMEOUT = 120.0
+"""Seconds a finished run lets its calls and Events drain (Events wait for their own token
+bucket: at 50 QPS, 3,000 of them take a minute)."""
+
+MAX_BACKLOG = 192
 """Default of ``--max-backlog``: measured in ``benchmarks.process_executor`` (see
-docs/benchmarks.md, "Back-pressure of the dispatcher process")."""
+docs/benchmarks.md, "The scheduling loop paced on the backlog"): by Little's law the binding
+wait is the bound over the binding throughput, and 192 kept the dispatcher process's binding
+wait p99 under 0.5 s at the 500 to 1,000 bindings per second of the benchmark's loaded 2-core
+machine (256 did not), without fewer pods per second."""
+
+PACE_LANES = ("pod_preemption", "pod_binding", "pod_status_patch")
+"""``pace_on`` values: a lane of each relevance but the Events'."""
 
 API_MODES = ("async", "pre-kep", "all-blocking")
 """``api`` values: the dispatcher; kube-scheduler before KEP-5229 (blocking status patches,
@@ -106,6 +116,9 @@ class RunConfig:
     """Backoff after a pod's first failed cycle (kube-scheduler's podInitialBackoffSeconds)."""
     backoff_max: float = 10.0
     """The longest backoff (podMaxBackoffSeconds)."""
+    unschedulable_max: float = 300.0
+    """How long a pod nothing fit waits for a cluster event before it is retried anyway
+    (podMaxInUnschedulablePodsDuration; ``SchedulerConfig.unschedulable_max``)."""
     high_priority_share: float = 0.03
     unschedulable_share: float = 0.01
     claim_share: float = 0.02
@@ -118,18 +131,31 @@ class RunConfig:
     ProcessDispatcher`); needs ``kubeconfig`` (the child builds its own backend from it)."""
     max_backlog: int = MAX_BACKLOG
     """Pacing (the dispatcher only): a scheduling thread takes its next item only while fewer
-    calls than this are unresolved, Events left out (``SchedulerConfig.max_backlog``); 0:
-    never waits."""
+    calls than this are unresolved in the lane of ``pace_on`` and above
+    (``SchedulerConfig.max_backlog``); 0: never waits."""
+    pace_on: str = "pod_binding"
+    """The lane pacing counts: a built-in call type, its lane and the lanes above it (the
+    default, the binding lane, never waits for status patches; ``pod_status_patch``: every
+    lane but the Events')."""
 
     def __post_init__(self) -> None:
         check_counts(self, "nodes", "pods", "burst", "threads", "workers")
         check_amounts(
-            self, "latency_ms", "qps", "faults", "max_seconds", "backoff_initial", "backoff_max"
+            self,
+            "latency_ms",
+            "qps",
+            "faults",
+            "max_seconds",
+            "backoff_initial",
+            "backoff_max",
+            "unschedulable_max",
         )
         check_rate("faults", self.faults)
         check_amounts(self, "max_backlog")
         if self.max_backlog:
             check_counts(self, "max_backlog")
+        if self.pace_on not in PACE_LANES:
+            raise InvalidInputError(f"pace_on must be one of {PACE_LANES}, got {self.pace_on!r}")
         if self.api not in API_MODES:
             raise InvalidInputError(f"api must be one of {API_MODES}, got {self.api!r}")
         if self.binding_threads is not None:
@@ -292,8 +318,10 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
             scheduler_name=name,
             backoff_initial=cfg.backoff_initial,
             backoff_max=cfg.backoff_max,
+            unschedulable_max=cfg.unschedulable_max,
             seed=cfg.seed,
             max_backlog=(cfg.max_backlog or None) if cfg.api == "async" else None,
+            pace_on=cfg.pace_on,
         ),
         tracker=tracker,
     )
@@ -340,9 +368,16 @@ class _Waiter:
         return True
 
 
-def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]:
+def run(
+    cfg: RunConfig,
+    *,
+    stream: TextIO | None = sys.stderr,
+    command_started: float | None = None,
+) -> dict[str, Any]:
     """Execute one run and return its figures (see :mod:`examples.scheduler.report`). Main
-    thread: Ctrl-C ends the run early, with a summary."""
+    thread: Ctrl-C ends the run early, with a summary. ``command_started``: when the command
+    started (``time.monotonic()``; default: now), the start of ``command_s``."""
+    command_started = time.monotonic() if command_started is None else command_started
     running()
     tracker = Tracker()
     env = _setup(cfg, tracker)
@@ -350,9 +385,9 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
     started = time.monotonic()
     pods_total = 0
     stopped_by = "done"
-    limited = cfg.qps > 0  # tokens are only sampled when there is a budget to measure
     monitor = Monitor(
-        lambda: (_tokens_taken(env.api) if limited else 0, env.api.outstanding()),
+        # tokens are only sampled when there is a budget to measure
+        lambda: (_tokens_taken(env.api) if cfg.qps > 0 else 0, env.api.outstanding()),
         lambda: describe(
             sched.phase_counts(),
             max(pods_total, sched.known()),
@@ -424,6 +459,7 @@ def run(cfg: RunConfig, *, stream: TextIO | None = sys.stderr) -> dict[str, Any]
         pods_total=pods_total,
         wall_s=ended - started,
         gc_pauses=gc_watch.summary(),
+        command_started=command_started,
     )
 
 
@@ -520,14 +556,17 @@ def _finish(
     pods_total: int,
     wall_s: float,
     gc_pauses: dict[str, Any],
+    command_started: float,
 ) -> dict[str, Any]:
     """Shut everything down (drain unless interrupted), verify and compute the figures."""
     clean = stopped_by in ("done", "terminated")
     env.scheduler.stop()
-    timeout = 30.0 if clean else 2.0
+    timeout = DRAIN_TIMEOUT if clean else 2.0
     if stopped_by == "terminated":  # drain until the renew deadline, then hand over
         timeout = cfg.leader_elect.renew_deadline if cfg.leader_elect else 10.0
+    drain_started = time.monotonic()
     drained = env.api.close(drain=clean, timeout=timeout)
+    drain_s = time.monotonic() - drain_started
     if env.elector is not None:
         env.elector.stop(release=stopped_by != "leadership_lost")
     monitor.stop()
@@ -561,13 +600,16 @@ def _finish(
         "gc_pauses": gc_pauses,
         "requests": None if log is None else len(log),
         "requests_by_op": None if log is None else dict(sorted(Counter(r.op for r in log).items())),
+        "drain_s": round(drain_s, 3),
     }
+    api_stats = env.api.stats()
+    extra["command_s"] = round(time.monotonic() - command_started, 3)
     return figures(
         mode=env.api.mode,
         settings=_settings(cfg),
         counts=env.scheduler.phase_counts(),
         pods_total=pods_total,
-        api_stats=env.api.stats(),
+        api_stats=api_stats,
         submit_latencies=tracker.submit_latencies,
         loop_submit_latencies=tracker.loop_submit_latencies,
         binding_latencies=tracker.binding_latencies,

@@ -23,7 +23,7 @@ from functools import partial
 from types import TracebackType
 from typing import Protocol, Self
 
-from kdispatch import Call, CallCancelled, DependencyFailed, Obj, Outcome
+from kdispatch import Call, CallCancelled, DependencyFailed, Obj, ObjectRef, Outcome
 
 CallFuture = Future[Outcome]
 
@@ -77,14 +77,14 @@ class ChainedSteps:
 
     def submit(self, call: Call, *, after: Iterable[CallFuture] = ()) -> CallFuture:
         """Any thread."""
-        return self._held(list(after), partial(self._api.submit, call), call.call_type)
+        return self._held(list(after), partial(self._api.submit, call), call.call_type, call.ref)
 
     def preempt(
         self, victim: Obj, *, preemptor: str, after: Iterable[CallFuture] = ()
     ) -> CallFuture:
         """Any thread."""
         send = partial(self._api.preempt, victim, preemptor=preemptor)
-        return self._held(list(after), send, "pod_preemption")
+        return self._held(list(after), send, "pod_preemption", ObjectRef.of(victim))
 
     def cancel(self) -> None:
         """Any thread. Held calls not yet submitted are never submitted."""
@@ -101,7 +101,11 @@ class ChainedSteps:
             self.cancel()
 
     def _held(
-        self, after: list[CallFuture], send: Callable[[], CallFuture], call_type: str
+        self,
+        after: list[CallFuture],
+        send: Callable[[], CallFuture],
+        call_type: str,
+        ref: ObjectRef,
     ) -> CallFuture:
         if not after:
             return send()
@@ -116,7 +120,7 @@ class ChainedSteps:
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                self._release(after, send, held, call_type)
+                self._release(after, send, held, call_type, ref)
 
         for prerequisite in after:
             prerequisite.add_done_callback(one_done)
@@ -128,6 +132,7 @@ class ChainedSteps:
         send: Callable[[], CallFuture],
         held: CallFuture,
         call_type: str,
+        ref: ObjectRef,
     ) -> None:
         """Resolving thread of the last prerequisite: submit the call, or fail it."""
         with self._lock:
@@ -140,6 +145,7 @@ class ChainedSteps:
             held.set_exception(
                 DependencyFailed(
                     f"{call_type} not sent: a prerequisite failed: {failure}",
+                    ref=ref,
                     call_type=call_type,
                     cause=failure,
                 )

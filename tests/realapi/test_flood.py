@@ -109,5 +109,6 @@ def test_the_flood_at_the_defaults_binds_at_the_token_floor_with_events(
         f"FailedScheduling {sum('FailedScheduling' in events.get(n, ()) for n in unfit)}/"
         f"{FLOOD.unfit}; Event writes {rec['event_requests_with_drain']}"
     )
+    print(figures)  # shown with -s or -rP
     failed = [name for name, ok in checks.items() if not ok]
     assert not failed, f"{failed}: {figures}"
