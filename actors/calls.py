@@ -19,7 +19,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import ClassVar, Final, Literal, Self, TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, Self, TypeVar, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -309,7 +309,8 @@ class CallTypeRegistry:
         # a registered class is a Call subclass: only other types meet the ABC check (~10x)
         if type(call) not in self._classes and not isinstance(call, Call):
             raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
-        call = cast("Call", call)
+        if TYPE_CHECKING:  # narrowed above; no cast() call on the hot path
+            assert isinstance(call, Call)
         spec = self._by_type.get(call.call_type)
         if spec is None or spec.cls is not type(call):
             raise UnknownCallTypeError(f"call type {call.call_type!r} is not registered")

@@ -180,12 +180,12 @@ class Backlog:
     resolution pops it with no lookup; then, when :attr:`waiters` is not 0, it calls
     :meth:`wake`: that read is all a resolution costs while nobody waits. Any thread."""
 
-    __slots__ = ("_cond", "_lanes", "_new_lane", "_waiting", "waiters")
+    __slots__ = ("_cond", "_new_lane", "_waiting", "lanes", "waiters")
 
     def __init__(self) -> None:
         # relevance -> one entry per unresolved call; replaced whole (under _new_lane) when a
         # lane is added, so readers iterate a dict nobody changes
-        self._lanes: dict[int, deque[None]] = {}
+        self.lanes: dict[int, deque[None]] = {}
         self._new_lane = threading.Lock()
         self._cond = threading.Condition(threading.Lock())
         # (below, level) of each waiting thread: replaced whole under _cond, read without it
@@ -194,24 +194,25 @@ class Backlog:
         """Threads waiting in :meth:`wait` (0: none); read without the lock."""
 
     def lane(self, relevance: int) -> deque[None]:
-        """Submitting thread: the counter of lane ``relevance`` (created on first use)."""
-        lane = self._lanes.get(relevance)
+        """Submitting thread: the counter of lane ``relevance`` (created on first use; the
+        hot path reads :attr:`lanes` first)."""
+        lane = self.lanes.get(relevance)
         if lane is None:
             with self._new_lane:
-                lane = self._lanes.get(relevance)
+                lane = self.lanes.get(relevance)
                 if lane is None:
                     lane = deque()
-                    self._lanes = {**self._lanes, relevance: lane}
+                    self.lanes = {**self.lanes, relevance: lane}
         return lane
 
     def count(self, level: int) -> int:
         """Any thread. Unresolved calls whose relevance is ``level`` or more."""
-        return sum([len(lane) for relevance, lane in self._lanes.items() if relevance >= level])
+        return sum([len(lane) for relevance, lane in self.lanes.items() if relevance >= level])
 
     @property
     def outstanding(self) -> int:
         """Any thread. Every unresolved call, best-effort ones included."""
-        return sum([len(lane) for lane in self._lanes.values()])
+        return sum([len(lane) for lane in self.lanes.values()])
 
     def wait(self, below: int, timeout: float | None, level: int) -> bool:
         """Calling thread: :meth:`DispatcherLike.wait_backlog` on the lanes from ``level``

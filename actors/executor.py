@@ -66,9 +66,9 @@ from .backend import ApiBackend
 from .calls import BEST_EFFORT
 from .config import ExecutorConfig, RateLimitConfig, RetryConfig
 from .errors import DispatcherClosed, RequestDropped
-from .messages import Grant, Job
+from .messages import Grant
 from .metrics import Metrics
-from .object_state import Done, Result
+from .object_state import Done, Result, Send
 from .ratelimit import TokenBucket
 from .sender import Sender
 
@@ -129,7 +129,7 @@ class Executor:
         self._lock = threading.Lock()
         self._timer_cond = threading.Condition(self._lock)  # the timer waits here
         self._token_cond = threading.Condition(self._lock)  # follow-up requests wait here
-        self._jobs: SimpleQueue[Job | None] = SimpleQueue()  # for the workers
+        self._jobs: SimpleQueue[tuple[Any, Send] | None] = SimpleQueue()  # (actor, send)
         # Slots (worker mode): grants and jobs under way, at most ``workers``. Objects granted
         # or being sent, and objects whose turn came meanwhile (a crashed actor replaced):
         # never two requests for one object at once. Inline sends need neither.
@@ -219,23 +219,24 @@ class Executor:
         self._tell_grants(grants)
         return False
 
-    def job(self, job: Job) -> Done | None:
-        """Any thread (object actors): the answer to a grant. With inline sends the request
-        runs here and its ``Done`` is returned; otherwise a worker sends it and the ``Done``
-        arrives as a message (None is returned). Nothing is sent once stopping."""
+    def job(self, actor: Any, send: Send) -> Done | None:
+        """Any thread (object actors): ``actor``'s answer to a grant, ``send``. With inline
+        sends the request runs here and its ``Done`` is returned; otherwise a worker sends it
+        and the ``Done`` arrives as a message (None is returned). Nothing is sent once
+        stopping."""
+        call = send.call
         if self._dropping:
-            uid = job.send.call.ref.uid
+            uid = call.ref.uid
             if uid in self._dropping:  # set membership and discard: atomic (no lock)
                 self._dropping.discard(uid)
-                return self._dropped(job)
+                return self._dropped(send)
         if not self._inline:
-            self._jobs.put(job)
+            self._jobs.put((actor, send))
             return None
-        call = job.send.call
         if self._stopping:
             self._refund_token(call.best_effort)
             return None
-        done, requests = self.sender.send(job.send)
+        done, requests = self.sender.send(send)
         if not requests:  # nothing was sent: the grant's token goes back
             self._refund_token(call.best_effort)
         if call.best_effort:
@@ -366,9 +367,9 @@ class Executor:
             return self._events
         return self._calls
 
-    def _dropped(self, job: Job) -> Done:
+    def _dropped(self, send: Send) -> Done:
         """A dropping grant's job: answered unsent (the drop was counted)."""
-        call = job.send.call
+        call = send.call
         err = RequestDropped(
             f"{call.call_type} dropped unsent: {self._config.events_max_pending} Events "
             "already waited for a token"
@@ -545,11 +546,12 @@ class Executor:
             job = jobs.get()
             if job is None or self._stopping:  # a job taken while stopping is dropped unsent
                 return
-            uid = job.send.call.ref.uid
+            actor, send = job
+            uid = send.call.ref.uid
             requests = 0
             try:
-                done, requests = sender.send(job.send)
-                if not job.actor.tell(done):
+                done, requests = sender.send(send)
+                if not actor.tell(done):
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")

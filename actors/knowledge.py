@@ -61,7 +61,10 @@ class Knowledge:
         if obj is None:
             return False
         uid, rv = uid_and_version(obj)
-        if uid != self.uid or not rv_is_newer(rv, self.observed_rv, strict=True):
+        if uid != self.uid:
+            return False
+        current = self.observed_rv
+        if current is not None and not rv_is_newer(rv, current, strict=True):
             return False
         landed = self.landed
         if landed is not None:

@@ -1,7 +1,7 @@
 """The call's future, and the messages between the facade, the object actors and the executor.
 
 Messages are slotted dataclasses sent with ``Actor.tell``. The ones made for every call
-(:class:`Submit`, :class:`Job`) are immutable by type rather than frozen (``Final`` fields,
+(:class:`Submit`) are immutable by type rather than frozen (``Final`` fields,
 which mypy enforces): a frozen dataclass's ``__init__`` sets every field through
 ``object.__setattr__``. Object actors and the executor never block on each other: a call moves
 ready → grant → job → done (see :mod:`.executor`).
@@ -19,7 +19,6 @@ from loguru import logger
 
 from .calls import Call
 from .errors import CallCancelled, DispatcherClosed, Outcome
-from .object_state import Send
 from .objects import Obj
 from .queue_policy import NO_HOLDS
 
@@ -32,7 +31,6 @@ __all__ = [
     "Deleted",
     "FailDependency",
     "Grant",
-    "Job",
     "Observed",
     "Release",
     "Revoke",
@@ -199,15 +197,3 @@ class Grant:
     ``Executor.refund`` (nothing to send)."""
 
     now: float
-
-
-# --------------------------------------------------------------------------- to the executor
-
-
-@dataclass(slots=True)
-class Job:
-    """An object actor's answer to a grant: carry out ``send``, then tell ``actor`` the
-    ``Done``."""
-
-    actor: Final[Any]  # the object actor
-    send: Final[Send]

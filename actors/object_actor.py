@@ -31,7 +31,6 @@ from .messages import (
     Deleted,
     FailDependency,
     Grant,
-    Job,
     Observed,
     Reap,
     Release,
@@ -63,7 +62,7 @@ class ExecutorPort(Protocol):
 
     def ready(self, uid: str, actor: Any, relevance: int, not_before: float) -> bool: ...
 
-    def job(self, job: Job) -> Done | None: ...
+    def job(self, actor: Any, send: Send) -> Done | None: ...
 
     def refund(self, uid: str | None = None) -> None: ...
 
@@ -157,13 +156,13 @@ class ObjectActor(Actor):
         call = message.call
         future = message.future
         if self.ctx.closing:
-            self._resolve(future, call, DispatcherClosed("dispatcher is stopping"))
+            self._resolve(future, call.call_type, DispatcherClosed("dispatcher is stopping"))
             return None
         group = future.group
         if group is not None:  # a step: its group's cancellation may have come first
             refused = group._refusal(call, bool(message.holds))
             if refused is not None:
-                self._resolve(future, call, refused)
+                self._resolve(future, call.call_type, refused)
                 return None
         self.open[future] = call
         return self.machine.submit(call, future, message.holds, message.behind)
@@ -197,7 +196,7 @@ class ObjectActor(Actor):
                 future = resolve.future
                 if resolve.successor is not None:  # OVERWRITTEN: who carries the intent on
                     future.successor = resolve.successor
-                self._resolve(future, self.open.get(future), resolve.outcome)
+                self._resolve(future, resolve.call_type, resolve.outcome)
             elif kind is Ready:
                 ready: Ready = effect  # type: ignore[assignment]
                 if ctx.executor.ready(self.uid, self, ready.relevance, ready.not_before):
@@ -205,7 +204,7 @@ class ObjectActor(Actor):
                     effects.extend(machine.grant(ctx.clock()))
             elif kind is Send:
                 self.granted = False
-                done = ctx.executor.job(Job(self, effect))  # type: ignore[arg-type]
+                done = ctx.executor.job(self, effect)  # type: ignore[arg-type]
                 if done is not None:
                     effects.extend(machine.done(done, ctx.clock()))
             elif kind is Refund:
@@ -243,13 +242,13 @@ class ObjectActor(Actor):
                     metrics.pending_delta(call_type, 1)
 
     def _resolve(
-        self, future: CallFuture, call: Any, outcome: Outcome | CallOutcomeError | DispatcherClosed
+        self,
+        future: CallFuture,
+        call_type: str,
+        outcome: Outcome | CallOutcomeError | DispatcherClosed,
     ) -> None:
         """Resolve one future (exactly once: only this actor resolves its futures)."""
         self.open.pop(future, None)
-        if call is None:
-            call = future.call
-        call_type = call.call_type if call is not None else ""
         if not settle(future, outcome):  # pragma: no cover - would be a bug
             logger.error("future of a {} call for {} resolved twice", call_type, self.uid)
             return
@@ -284,7 +283,7 @@ class ObjectActor(Actor):
                     call_type=call.call_type,
                     cause=error,
                 )
-                self._resolve(future, call, failed)
+                self._resolve(future, call.call_type, failed)
         self.open.clear()
         self.machine.queue = []
         self._update_pending()
@@ -300,7 +299,9 @@ class ObjectActor(Actor):
         if isinstance(message, Submit):
             call = message.call
             if ctx.closing:
-                self._resolve(message.future, call, DispatcherClosed("dispatcher is stopping"))
+                self._resolve(
+                    message.future, call.call_type, DispatcherClosed("dispatcher is stopping")
+                )
                 return
             uid = self.uid
             try:
@@ -309,13 +310,13 @@ class ObjectActor(Actor):
                 failed = CallFailed(
                     about(call.ref, str(exc)), uid=uid, call_type=call.call_type, cause=exc
                 )
-                self._resolve(message.future, call, failed)
+                self._resolve(message.future, call.call_type, failed)
                 return
             if not routed:
                 cancelled = CallCancelled(
                     about(call.ref, "object deleted"), uid=uid, call_type=call.call_type
                 )
-                self._resolve(message.future, call, cancelled)
+                self._resolve(message.future, call.call_type, cancelled)
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
         elif isinstance(message, Grant):

@@ -365,10 +365,26 @@ class ObjectState(Knowledge):
             self.observe(basis)
         if call.exclusive:
             self._preempt(out, entry)
-        elif not self.queue and self.inflight is None:
-            self._admit_idle(out, entry)
-        else:
+        elif self.queue or self.inflight is not None:
             self._admit(out, entry)
+        else:  # nothing pending or in flight (the usual case): stale, failing, a no-op, or it waits
+            observed = self.observed
+            if (reason := call.revalidate(basis, observed)) is not None:
+                self._fail(out, entry, CallStale, reason)
+            elif (reason := call.precheck(observed)) is not None:
+                self._fail(out, entry, CallConflict, reason)
+            elif self.untrusted_rv is None and call.is_noop(observed):
+                out.append(Resolve(future, call.call_type, _SKIPPED))
+            else:
+                if self.untrusted_rv is None:
+                    entry.judged = observed  # judged against this object: not again at grant
+                self.queue.append(entry)
+                relevance = call.relevance
+                lane = self.ready_lane  # None unless a Ready outlived what it was for
+                if not holds and (lane is None or relevance > lane):
+                    self.ready_lane = relevance
+                    out.append(Ready(relevance, 0.0))
+                return out
         return self._ready(out)
 
     def grant(self, now: float) -> list[Effect]:
@@ -520,22 +536,6 @@ class ObjectState(Knowledge):
 
     # ------------------------------------------------------------------ submit rules
 
-    def _admit_idle(self, out: list[Effect], entry: Entry) -> None:
-        """A call for an object with nothing pending or in flight (the usual case): stale,
-        failing its precheck, a no-op, or it waits (judged against this object)."""
-        call = entry.call
-        observed = self.observed
-        if (reason := call.revalidate(call.basis, observed)) is not None:
-            self._fail(out, entry, CallStale, reason)
-        elif (reason := call.precheck(observed)) is not None:
-            self._fail(out, entry, CallConflict, reason)
-        elif self.untrusted_rv is None and call.is_noop(observed):
-            out.append(Resolve(entry.future, call.call_type, _SKIPPED))
-        else:
-            if self.untrusted_rv is None:
-                entry.judged = observed
-            self.queue.append(entry)
-
     def _admit(self, out: list[Effect], entry: Entry) -> None:
         """A call that does not preempt, while others are tracked (see :mod:`.queue_policy`)."""
         call = entry.call
@@ -633,8 +633,8 @@ class ObjectState(Knowledge):
     def _judge(self, entry: Entry) -> Resolve | None:
         """How a pending call ends against the current object without being sent: elided
         (``SKIPPED``), stale (``CallStale``) or failing its precheck (``CallConflict``); None
-        when it is still to be sent. Elision and staleness are judged once per observed object
-        (with nothing in flight, while the object is trusted for elision)."""
+        when it is still to be sent. Elision and staleness, being pure, are judged once per
+        observed object (with nothing in flight, while the object is trusted for elision)."""
         call = entry.call
         observed = self.observed
         settled = self.inflight is None and self.untrusted_rv is None
@@ -646,6 +646,7 @@ class ObjectState(Knowledge):
                 return Resolve(entry.future, call.call_type, stale)
             if settled:
                 entry.judged = observed
+        # the precheck (fail fast) runs at every grant: the last word before the request
         if (reason := call.precheck(observed)) is not None:
             error = CallConflict(about(call.ref, reason), uid=self.uid, call_type=call.call_type)
             return Resolve(entry.future, call.call_type, error)

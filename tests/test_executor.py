@@ -1,6 +1,6 @@
 """The executor alone: lanes, minimum share, token bucket, refunds, backoff, classification.
 
-Object actors are replaced by tiny fake refs that answer ``Grant`` at once with a ``Job`` (or a
+Object actors are replaced by tiny fake refs that answer ``Grant`` at once with a job (or a
 ``Refund``), so the executor's scheduling can be observed directly.
 """
 
@@ -25,7 +25,7 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
 )
 from kdispatch.actors.executor import Executor
-from kdispatch.actors.messages import Grant, Job
+from kdispatch.actors.messages import Grant
 from kdispatch.actors.metrics import Metrics
 from kdispatch.actors.object_state import Done, Result, Send
 from kdispatch.actors.objects import Obj, ObjectRef
@@ -78,7 +78,7 @@ class FakeRef:
         if self.call is None:
             self.executor.refund()
             return
-        done = self.executor.job(Job(self, Send(self.call, None, 1)))
+        done = self.executor.job(self, Send(self.call, None, 1))
         if done is not None:
             self.tell(done)
 

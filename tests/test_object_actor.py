@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import pytest
 
@@ -39,7 +39,7 @@ from kdispatch.actors.calls import Call
 from kdispatch.actors.config import RetryConfig
 from kdispatch.actors.metrics import Metrics
 from kdispatch.actors.object_actor import ActorContext, ObjectActor
-from kdispatch.actors.object_state import Done, Result
+from kdispatch.actors.object_state import Done, Result, Send
 from kdispatch.actors.objects import Obj, ObjectRef
 from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.actors.registry import Registry
@@ -55,6 +55,13 @@ PENDING = "scheduler_pending_async_api_calls"
 FAILURES = "kdispatch_object_actor_failures_total"
 
 
+class Job(NamedTuple):
+    """A grant's answer, as the fake executor keeps it."""
+
+    actor: Any
+    send: Send
+
+
 class FakeExecutor:
     """What the actor sees of the executor. ``on_spot``: ``ready`` grants at once;
     ``inline``: ``job`` answers with this Done at once (a non-blocking backend). Called on
@@ -62,7 +69,7 @@ class FakeExecutor:
 
     def __init__(self) -> None:
         self.readies: queue.Queue[tuple[str, int, float]] = queue.Queue()
-        self.answers: queue.Queue[msg.Job | None] = queue.Queue()  # None: a refund
+        self.answers: queue.Queue[Job | None] = queue.Queue()  # None: a refund
         self.refunds = 0
         self.on_spot = False
         self.inline: Result | None = None
@@ -71,10 +78,10 @@ class FakeExecutor:
         self.readies.put((uid, relevance, not_before))
         return self.on_spot
 
-    def job(self, job: msg.Job) -> Done | None:
-        self.answers.put(job)
+    def job(self, actor: Any, send: Send) -> Done | None:
+        self.answers.put(Job(actor, send))
         if self.inline is not None:
-            return Done(job.send.call, self.inline)
+            return Done(send.call, self.inline)
         return None
 
     def refund(self, uid: str | None = None) -> None:
@@ -147,12 +154,12 @@ class Harness:
     def tell(self, uid: str, message: object) -> None:
         assert self.actor(uid).tell(message)
 
-    def take(self, uid: str) -> msg.Job | None:
+    def take(self, uid: str) -> Job | None:
         """Grant a token to the object; return its Job, or None if it refunded."""
         self.tell(uid, msg.Grant(self.clock()))
         return self.executor.answers.get(timeout=WAIT)
 
-    def done(self, job: msg.Job, result: Result = Result.SUCCESS, **kw: Any) -> None:
+    def done(self, job: Job, result: Result = Result.SUCCESS, **kw: Any) -> None:
         """The executor's answer to ``job``, to the actor that handed it over."""
         assert job.actor.tell(Done(job.send.call, result, **kw))
 
