@@ -8,7 +8,7 @@ time on its own thread (``receive``, as a pool worker's turn does, or ``dropped`
 has stopped, as for a message that reached it as it stopped), so every step is synchronous. The
 test plays everyone around the actor. It is the *registry* (it notes the tombstone and the
 leave, and refuses what a stopped actor hands back for a deleted object). It is the *executor*:
-it notes the actor's ``ready``, grants (``Grant``) while it holds one, and answers the ``Job``
+it notes the actor's ``ready``, grants (``Grant``) while it holds one, and answers the job
 with ``Done`` — after sending the call for real (``call.send``) to an
 :class:`InMemoryApiServer` holding the pod (a read ``Send`` performs the GET), or with an
 injected retryable error (delay 0), conflict (with the fresh pod), permanent error, or after
@@ -66,7 +66,6 @@ from kdispatch.actors.messages import (
     Cancel,
     Deleted,
     Grant,
-    Job,
     Observed,
     Submit,
     View,
@@ -178,7 +177,7 @@ class FakeRegistry:
 
 
 class FakeExecutor:
-    """The executor as the actor sees it: it notes the ``Ready`` and the ``Job`` in the world,
+    """The executor as the actor sees it: it notes the ``Ready`` and the job in the world,
     for the test to grant and answer later."""
 
     def __init__(self, world: World) -> None:
@@ -190,11 +189,11 @@ class FakeExecutor:
         self.world.ready = Ready(relevance, not_before)
         return False  # the test grants later (executor_grants)
 
-    def job(self, job: Job) -> Done | None:
+    def job(self, actor: Any, send: Send) -> Done | None:
         world = self.world
-        assert job.actor is world.actor
+        assert actor is world.actor
         assert world.job is None and world.sent is None, "two requests in flight"
-        world.job = world.sent = job.send
+        world.job = world.sent = send
         return None  # the test answers later (worker_sends, worker_fails)
 
     def refund(self, uid: str | None = None) -> None:
