@@ -442,12 +442,14 @@ class PodStatusPatch(Call):
                 break
         else:
             return None
-        if intent["status"] == "True":
+        status = intent["status"]
+        if status == "True":
             return None
-        for candidate in (obj,) if basis is obj else (obj, basis):
-            node = pod_node_name(candidate)
-            if node is not None:
-                return f"pod is bound to node {node!r}: {POD_SCHEDULED}={intent['status']} is stale"
+        node = pod_node_name(obj)
+        if node is None and basis is not obj:
+            node = pod_node_name(basis)
+        if node is not None:
+            return f"pod is bound to node {node!r}: {POD_SCHEDULED}={status} is stale"
         current = pod_conditions(obj).get(POD_SCHEDULED)
         if current is not None and current.get("status") == "True":
             seen = pod_conditions(basis).get(POD_SCHEDULED) if basis is not None else None
