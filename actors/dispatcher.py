@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import pykka
 from loguru import logger
@@ -52,9 +52,11 @@ from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, Vie
 from .metrics import Metrics
 from .object_actor import ActorContext
 from .objects import Obj, ObjectRef, as_object, check_uid
+from .queue_policy import NO_HOLDS
 from .registry import Registry
 from .runtime import ActorPool
 
+_new: Final = tuple.__new__
 _STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
 _TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 _GROUP_LOCK_STRIPES = 64  # locks shared by the call groups (see Dispatcher.group)
@@ -352,7 +354,7 @@ class Dispatcher(DispatcherLike):
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
         uid = call.ref.uid
-        message = Submit(call, future)
+        message = _new(Submit, (call, future, NO_HOLDS, NO_HOLDS))  # built in C
         hold: Hold | None = None
         # A group's step is registered before it is told (its group learns when it resolves:
         # no done-callback); most groups' futures do not exist, and those need no cycle check.

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from loguru import logger
 
@@ -106,17 +106,17 @@ def settle(future: Future[Any], outcome: Outcome | BaseException) -> bool:
 # --------------------------------------------------------------------------- to object actors
 
 
-@dataclass(slots=True)
-class Submit:
+class Submit(NamedTuple):
     """A new call for the object, with the caller's future. With ``holds`` (opaque tokens of
     prerequisite calls), the call is admitted at once but not sent before a :class:`Release`
     of every token, and never queued ahead of the calls of ``behind`` (futures of calls on
-    this object it waits for)."""
+    this object it waits for). A named tuple (built for every call: see the effects of
+    :mod:`.object_state`)."""
 
-    call: Final[Call]
-    future: Final[CallFuture]
-    holds: Final[frozenset[Hashable]] = NO_HOLDS
-    behind: Final[frozenset[Any]] = NO_HOLDS
+    call: Call
+    future: CallFuture
+    holds: frozenset[Hashable] = NO_HOLDS
+    behind: frozenset[Any] = NO_HOLDS
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .calls import Call
 from .config import RetryConfig
@@ -166,41 +166,41 @@ def lifecycle_markdown() -> str:
 
 
 # --------------------------------------------------------------------------- effects
-# Made for every call: slotted, with ``Final`` fields (immutable to mypy) instead of
-# ``frozen=True``, whose ``__init__`` goes through ``object.__setattr__`` for every field.
+# The effects made for every call (and ``Done``) are named tuples: immutable, equal by value,
+# and built on the hot paths with ``tuple.__new__(Kind, fields)``, a C call, where a class's
+# own ``__init__`` or a named tuple's ``__new__`` runs Python code per object (``_new``).
+
+_new: Final = tuple.__new__
 
 
-@dataclass(slots=True)
-class Resolve:
+class Resolve(NamedTuple):
     """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names the
     ``successor``: the future of the newer call that carries the intent on."""
 
-    future: Final[Any]
-    call_type: Final[str]
-    outcome: Final[Outcome | CallOutcomeError | DispatcherClosed]
-    successor: Final[Any] = None
+    future: Any
+    call_type: str
+    outcome: Outcome | CallOutcomeError | DispatcherClosed
+    successor: Any = None
 
 
-@dataclass(slots=True)
-class Ready:
+class Ready(NamedTuple):
     """The object has something to send in lane ``relevance``, not before ``not_before``."""
 
-    relevance: Final[int]
-    not_before: Final[float]
+    relevance: int
+    not_before: float
 
 
-@dataclass(slots=True)
-class Send:
+class Send(NamedTuple):
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
     object (one GET) so the call can be computed against a trusted object; with ``verify``
     too, the read is the last one of a call whose last requests went unanswered: the object
     comes back as read (whatever its UID), for :meth:`~.calls.Call.landed` to judge."""
 
-    call: Final[Call]
-    obj: Final[Obj | None]
-    attempt: Final[int]
-    read: Final[bool] = False
-    verify: Final[bool] = False
+    call: Call
+    obj: Obj | None
+    attempt: int
+    read: bool = False
+    verify: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,15 +246,14 @@ class Result(enum.Enum):
     __hash__ = object.__hash__
 
 
-@dataclass(slots=True)
-class Done:
+class Done(NamedTuple):
     """The end of the request in flight, as the executor classified it."""
 
-    call: Final[Call]
-    result: Final[Result]
-    obj: Final[Obj | None] = None
-    error: Final[BaseException | None] = None
-    delay: Final[float] = 0.0
+    call: Call
+    result: Result
+    obj: Obj | None = None
+    error: BaseException | None = None
+    delay: float = 0.0
 
 
 def about(ref: ObjectRef, why: str) -> str:
@@ -383,7 +382,7 @@ class ObjectState(Knowledge):
                 lane = self.ready_lane  # None unless a Ready outlived what it was for
                 if not holds and (lane is None or relevance > lane):
                     self.ready_lane = relevance
-                    out.append(Ready(relevance, 0.0))
+                    out.append(_new(Ready, (relevance, 0.0)))
                 return out
         return self._ready(out)
 
@@ -676,7 +675,7 @@ class ObjectState(Knowledge):
         else:
             retry = entry.retry = entry.retry.sent()
             entry.sent_rv = self.observed_rv
-            send = Send(call, self.observed, retry.attempt)
+            send = _new(Send, (call, self.observed, retry.attempt, False, False))
         self.request = send
         return send
 
@@ -689,7 +688,7 @@ class ObjectState(Knowledge):
                 self.observe(done.obj)
             else:
                 self.land(call)
-            out.append(Resolve(entry.future, call.call_type, _SUCCESS))
+            out.append(_new(Resolve, (entry.future, call.call_type, _SUCCESS, None)))
             if call.exclusive:
                 self._retire(out, Input.GONE, "deleted by " + call.call_type)
         elif result is Result.NOT_FOUND:
