@@ -193,7 +193,7 @@ class Executor:
         not before ``not_before``. True when it is granted on the spot (nothing else waits, a
         token and a slot are free): the caller then goes on as if told a ``Grant``."""
         with self._lock:
-            if not_before > self._clock():
+            if not_before and not_before > self._clock():
                 heapq.heappush(self._delayed, (not_before, next(self._seq), uid, actor, relevance))
                 self._timer_cond.notify()
                 return False
@@ -205,7 +205,9 @@ class Executor:
             ):
                 if relevance != BEST_EFFORT:
                     if not self._followups and self._calls.try_take() == 0:
-                        self._take_slot(uid, False)
+                        if not self._inline:  # a worker slot (inline sends run on the actor)
+                            self._busy += 1
+                            self._sending.add(uid)
                         return True
                 elif (
                     not self._lanes[BEST_EFFORT]

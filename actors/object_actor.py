@@ -44,6 +44,7 @@ from .metrics import Metrics
 from .object_state import (
     Done,
     Effect,
+    Life,
     Merged,
     ObjectState,
     Ready,
@@ -98,6 +99,8 @@ class ActorContext:
         return ObjectActor(uid, self)
 
 
+_LIVE: Final = Life.LIVE
+
 _REROUTED: Final = (Observed, Cancel, Withdraw, Revoke, Release, FailDependency)
 """Messages a stopped actor hands back to the registry (a type tuple built once)."""
 
@@ -147,7 +150,8 @@ class ObjectActor(Actor):
             self._carry_out(effects)
         elif machine.queue or self.pending_types:  # admitted without an effect of its own
             self._update_pending()
-        if not machine.idle:
+        if machine.queue or machine.inflight is not None or machine.life is not _LIVE:
+            # not idle (ObjectState.idle, spelled out on the hot path)
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = self.ctx.clock()

@@ -53,7 +53,9 @@ from .errors import (
 from .knowledge import Knowledge
 from .objects import Obj, ObjectRef
 from .queue_policy import (
+    FRESH,
     NO_HOLDS,
+    SENT_ONCE,
     Entry,
     RetryState,
     exclusive_tracked,
@@ -404,7 +406,7 @@ class ObjectState(Knowledge):
                     out.append(verdict)
                     continue
                 out.append(self._send(entry))
-                return self._ready(out)
+                return out  # one in flight: nothing else is ready until it ends
         out.append(_REFUND)
         return self._ready(out)
 
@@ -668,12 +670,15 @@ class ObjectState(Knowledge):
         """``entry`` goes in flight: its request, or the re-read it needs first."""
         self.inflight = entry
         call = entry.call
+        retry = entry.retry
         if entry.unanswered is not None:
-            send = Send(call, None, entry.retry.attempt, True, True)
-        elif call.reads_object and not self.trusted:
-            send = Send(call, None, entry.retry.attempt, True)
+            send = Send(call, None, retry.attempt, True, True)
+        elif call.reads_object and (
+            self.untrusted_rv is not None or self.rv_stale or self.observed is None
+        ):  # not trusted (Knowledge.trusted, spelled out on the hot path)
+            send = Send(call, None, retry.attempt, True)
         else:
-            retry = entry.retry = entry.retry.sent()
+            retry = entry.retry = SENT_ONCE if retry is FRESH else retry.sent()
             entry.sent_rv = self.observed_rv
             send = _new(Send, (call, self.observed, retry.attempt, False, False))
         self.request = send

@@ -49,7 +49,7 @@ class TokenBucket:
     def try_take(self) -> float:
         """Take one token if there is one and return 0.0; otherwise take nothing and return the
         seconds until one will be available."""
-        if self.unlimited:
+        if self._qps == math.inf:
             self.taken += 1
             return 0.0
         self._refill()
