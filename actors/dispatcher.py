@@ -292,7 +292,9 @@ class Dispatcher(DispatcherLike):
         ``after`` and :class:`~kdispatch.actors.errors.DependencyCycleError` for a call that
         would wait for itself."""
         self.call_types.check(call)
-        call = plain_basis(call)
+        basis = call.basis
+        if basis is not None and type(basis) is not dict:  # most bases are dicts already
+            call = plain_basis(call)
         prereqs = self._deps.prerequisites(after) if after else ()
         return self._admit(call, prereqs, None)
 

@@ -148,23 +148,27 @@ class HistogramFamily(_Family):
         bounds = tuple(float(b) for b in buckets)
         if list(bounds) != sorted(set(bounds)) or bounds[-1] == float("inf"):
             raise ValueError("histogram buckets must be finite and strictly increasing")
-        self._bounds = bounds
+        self.bounds = bounds  # the bucket bounds, +Inf left out
         self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
 
     def observe(self, labels: Labels, amount: float) -> None:
-        """Count one observation of ``amount`` (a bucket holds values <= its bound): a row of
-        counts per bucket (not cumulative; the last is +Inf), then the sum. The calling
+        """Count one observation of ``amount`` (a bucket holds values <= its bound). The calling
         thread's shard."""
         self.observe_into(self.shards.mine(), (self, *labels), amount)
 
     def observe_into(self, numbers: dict[Any, Any], key: tuple[Any, ...], amount: float) -> None:
         """:meth:`observe` into ``numbers`` (the calling thread's shard) under ``key``
-        (``(self, *labels)``)."""
+        (``(self, *labels)``): a row of counts per bucket (not cumulative; the last is +Inf),
+        then the sum."""
         row = numbers.get(key)
         if row is None:
-            row = numbers[key] = [0.0] * (len(self._bounds) + 2)
-        row[bisect_left(self._bounds, amount)] += 1.0
+            row = numbers[key] = self.empty_row()
+        row[bisect_left(self.bounds, amount)] += 1.0
         row[-1] += amount
+
+    def empty_row(self) -> list[float]:
+        """The row of a labels tuple not observed yet (see :meth:`observe_into`)."""
+        return [0.0] * (len(self.bounds) + 2)
 
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -284,7 +285,13 @@ class Metrics:
             result = "success" if outcome == "success" else "error"
             execution = (self.executions, call_type, result, outcome)
             numbers[execution] = numbers.get(execution, 0) + 1
-            self.duration.observe_into(numbers, (self.duration, call_type, result), seconds)
+            duration = self.duration
+            key = (duration, call_type, result)
+            row = numbers.get(key)
+            if row is None:
+                row = numbers[key] = duration.empty_row()
+            row[bisect_left(duration.bounds, seconds)] += 1.0  # HistogramFamily's row layout
+            row[-1] += seconds
 
     def event_dropped(self, reason: str) -> None:
         """A best-effort call was dropped unsent."""

@@ -118,7 +118,7 @@ class ObjectActor(Actor):
 
     def __init__(self, uid: str, ctx: ActorContext) -> None:
         """The spawning thread; nothing runs until the first message."""
-        super().__init__(ctx.pool)
+        Actor.__init__(self, ctx.pool)  # (no super() object per spawn)
         self.uid = uid
         self.ctx = ctx
         self.machine = ObjectState(uid, ctx.retry)

@@ -91,7 +91,7 @@ class Registry:
         actor = live.get(uid)
         while True:
             if actor is None:
-                if spawn is None or self._is_tombstoned(uid):
+                if spawn is None or (self._any_tombstone and self._is_tombstoned(uid)):
                     self._drop()
                     return False
                 actor = self._spawn(uid, spawn)
