@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any, Final, Self
 
 import pykka
@@ -50,7 +51,7 @@ from .holds import ASYNC_SOURCE, Dependencies, Hold, Prerequisite, dependency_fa
 from .housekeeper import Housekeeper
 from .messages import CallFuture, Cancel, Deleted, Observed, Revoke, Submit, View, Withdraw, settle
 from .metrics import Metrics
-from .object_actor import ActorContext
+from .object_actor import ActorContext, ObjectActor
 from .objects import Obj, ObjectRef, as_object, check_uid
 from .queue_policy import NO_HOLDS
 from .registry import Registry
@@ -129,7 +130,7 @@ class Dispatcher(DispatcherLike):
             on_resolved=self._on_resolved,
             log_calls=config.log_calls,
         )
-        self._spawn = self._ctx.spawn
+        self._spawn = partial(ObjectActor, ctx=self._ctx)  # a C call per spawn, no frame
         self._state_lock = threading.Condition(threading.Lock())
         # The futures not resolved yet, counted per lane: one deque entry each. ``append`` and
         # ``pop`` are atomic under the interpreter lock (see :mod:`kdispatch.actors`), so the
@@ -140,6 +141,7 @@ class Dispatcher(DispatcherLike):
         self._started = False
         self._closed = False
         self._revoked: DispatcherClosed | None = None
+        self._open = False  # started, not closed, not revoked: what submit checks (one read)
         self._housekeeper: pykka.ActorRef[Housekeeper] | None = None
         self._winding_down = threading.Event()  # set to end the housekeeper's wait
         self._gc = GcTuner(config.runtime)
@@ -165,6 +167,7 @@ class Dispatcher(DispatcherLike):
             if self._started:
                 raise InvalidInputError("dispatcher already started")
             self._started = True
+            self._open = True
         self._pool.start()
         self._executor.start()
         self._housekeeper = Housekeeper.start(
@@ -203,6 +206,7 @@ class Dispatcher(DispatcherLike):
             if self._closed:
                 return not self._backlog.outstanding
             self._closed = True
+            self._open = False
             self._ctx.closing = not drain
             # without drain, a call still unresolved now is closed, not finished (the actors
             # start resolving them DispatcherClosed at once)
@@ -348,7 +352,7 @@ class Dispatcher(DispatcherLike):
         lane = self._backlog.lanes.get(call.relevance) or self._backlog.lane(call.relevance)
         lane.append(None)
         future.lane = lane
-        if self._revoked is not None or self._closed or not self._started:
+        if not self._open:
             self._on_resolved(future)
             if self._revoked is not None:
                 raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
@@ -412,6 +416,7 @@ class Dispatcher(DispatcherLike):
             if self._revoked is not None:
                 return
             self._revoked = error
+            self._open = False
         self._seal_groups()
         message = Revoke(error)
         for actor in self._registry.live_actors():

@@ -196,14 +196,13 @@ class ObjectActor(Actor):
         for effect in effects:  # grows while it is walked: a grant's or a result's effects
             kind = type(effect)
             if kind is Resolve:
-                resolve: Resolve = effect  # type: ignore[assignment]
-                future = resolve.future
-                if resolve.successor is not None:  # OVERWRITTEN: who carries the intent on
-                    future.successor = resolve.successor
-                self._resolve(future, resolve.call_type, resolve.outcome)
+                future, call_type, outcome, successor = effect  # type: ignore[misc]
+                if successor is not None:  # OVERWRITTEN: who carries the intent on
+                    future.successor = successor
+                self._resolve(future, call_type, outcome)
             elif kind is Ready:
-                ready: Ready = effect  # type: ignore[assignment]
-                if ctx.executor.ready(self.uid, self, ready.relevance, ready.not_before):
+                relevance, not_before = effect  # type: ignore[misc]
+                if ctx.executor.ready(self.uid, self, relevance, not_before):
                     self.granted = True
                     effects.extend(machine.grant(ctx.clock()))
             elif kind is Send:

@@ -273,7 +273,8 @@ def resource_version(obj: Obj | None) -> str | None:
     """``metadata.resourceVersion`` or None."""
     if obj is None:
         return None
-    rv = meta(obj).get("resourceVersion")
+    m = obj.get("metadata")
+    rv = m.get("resourceVersion") if type(m) is dict else meta(obj).get("resourceVersion")
     return rv if isinstance(rv, str) and rv else None
 
 
@@ -297,7 +298,12 @@ def rv_is_newer(new: str | None, current: str | None, *, strict: bool = False) -
     if new is None or current is None:
         return True
     if new.isdecimal() and current.isdecimal():
-        return int(new) > int(current) if strict else int(new) >= int(current)
+        # as integers, without parsing them: more digits is larger, else the text decides
+        # (the apiserver writes no leading zeros); the int() is for the odd one that does
+        if len(new) != len(current) or new[0] == "0" or current[0] == "0":
+            new_int, current_int = int(new), int(current)
+            return new_int > current_int if strict else new_int >= current_int
+        return new > current if strict else new >= current
     return not strict or new != current
 
 

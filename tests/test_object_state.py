@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kdispatch.actors.backend import ApiBackend
 from kdispatch.actors.calls import Call
@@ -1128,3 +1130,16 @@ def test_the_observed_version_follows_every_observed_object(d: Driver) -> None:
     newer = pod("a", rv=6)
     d.m.observed_event(newer)
     assert (d.m.observed, d.m.observed_rv) == (newer, "6")
+
+
+@given(
+    st.integers(min_value=0, max_value=10**30),
+    st.integers(min_value=0, max_value=10**30),
+    st.booleans(),
+    st.booleans(),
+)
+def test_decimal_versions_compare_as_integers(a: int, b: int, zeros_a: bool, zeros_b: bool) -> None:
+    """Whatever their lengths, and with leading zeros too: as the integers they write."""
+    new, cur = ("00" if zeros_a else "") + str(a), ("0" if zeros_b else "") + str(b)
+    assert rv_is_newer(new, cur) is (a >= b)
+    assert rv_is_newer(new, cur, strict=True) is (a > b)
