@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client.metrics_core import (
@@ -25,7 +25,14 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = ["CounterFamily", "GaugeFamily", "HistogramFamily", "Labels", "Shards"]
+__all__ = [
+    "CounterFamily",
+    "GaugeFamily",
+    "HistogramCounts",
+    "HistogramFamily",
+    "Labels",
+    "Shards",
+]
 
 Labels = tuple[str, ...]
 
@@ -64,11 +71,20 @@ class _Family(Collector):
     """A named family of samples, one per tuple of label values, kept in ``shards`` under
     keys ``(self, *labels)``."""
 
-    def __init__(self, name: str, documentation: str, labelnames: Sequence[str], shards: Shards):
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        shards: Shards,
+        relabel: Callable[[Labels], Labels] | None = None,
+    ):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
         self.shards = shards
+        # the labels samples show, from the labels they are kept under (None: the same)
+        self.relabel = relabel
 
     def _family(self) -> Metric:
         raise NotImplementedError
@@ -77,14 +93,17 @@ class _Family(Collector):
         """The family without samples (what a registry checks names against)."""
         yield self._family()
 
-    def _rows(self) -> dict[Labels, Any]:
-        """This family's numbers summed over the threads: labels → value (or row)."""
+    def _rows(self, kept: _Family | None = None) -> dict[Labels, Any]:
+        """The numbers kept under ``kept`` (default: this family) summed over the threads:
+        labels, as samples show them, → value (or row)."""
+        owner = self if kept is None else kept
+        relabel = owner.relabel
         out: dict[Labels, Any] = {}
         for numbers in self.shards.snapshot():
             for key, value in numbers.items():
-                if key[0] is not self:
+                if key[0] is not owner:
                     continue
-                labels = key[1:]
+                labels = key[1:] if relabel is None else relabel(key[1:])
                 if isinstance(value, list):
                     row = out.get(labels)
                     out[labels] = (
@@ -143,8 +162,10 @@ class HistogramFamily(_Family):
         labelnames: Sequence[str],
         shards: Shards,
         buckets: Sequence[float],
+        *,
+        relabel: Callable[[Labels], Labels] | None = None,
     ) -> None:
-        super().__init__(name, documentation, labelnames, shards)
+        super().__init__(name, documentation, labelnames, shards, relabel)
         bounds = tuple(float(b) for b in buckets)
         if list(bounds) != sorted(set(bounds)) or bounds[-1] == float("inf"):
             raise ValueError("histogram buckets must be finite and strictly increasing")
@@ -182,4 +203,42 @@ class HistogramFamily(_Family):
                 total += count
                 cumulative.append((le, total))
             family.add_metric(list(labels), cumulative, sum_value=row[-1])
+        yield family
+
+
+class HistogramCounts(_ScalarFamily):
+    """A counter family read from a histogram's rows: each sample is the number of
+    observations kept under its labels (``relabel`` maps them to this family's), so one
+    update counts in both (upstream's execution counter and duration histogram)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        histogram: HistogramFamily,
+        relabel: Callable[[Labels], Labels],
+    ) -> None:
+        super().__init__(name, documentation, labelnames, histogram.shards, relabel)
+        self.histogram = histogram
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def add(self, labels: Labels, amount: float = 1.0) -> None:
+        """Not counted directly: observe the histogram."""
+        raise TypeError(f"{self.name} counts the observations of {self.histogram.name}")
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        relabel = self.relabel
+        assert relabel is not None
+        counts: dict[Labels, float] = {}
+        for numbers in self.shards.snapshot():
+            for key, row in numbers.items():
+                if key[0] is self.histogram:
+                    labels = relabel(key[1:])
+                    counts[labels] = counts.get(labels, 0.0) + sum(row[:-1])
+        for labels, value in counts.items():
+            family.add_metric(list(labels), value)
         yield family

@@ -36,9 +36,22 @@ from prometheus_client.samples import Sample
 
 from .config import UPSTREAM_METRICS_PREFIX, check_metrics_prefix
 from .errors import InvalidConfigError
-from .metric_families import CounterFamily, GaugeFamily, HistogramFamily, Shards
+from .metric_families import (
+    CounterFamily,
+    GaugeFamily,
+    HistogramCounts,
+    HistogramFamily,
+    Shards,
+)
 
 DURATION_BUCKETS = tuple(0.001 * 2**k for k in range(15))
+
+
+def _result(outcome: str) -> str:
+    """Upstream's ``result`` label of an attempt's ``outcome``: success or error."""
+    return "success" if outcome == "success" else "error"
+
+
 """1 ms x 2^k, k = 0..14 (as upstream)."""
 
 
@@ -79,19 +92,23 @@ class Metrics:
             ["call_type"],
             lock,
         )
-        self.executions = CounterFamily(
-            self.executions_total_name,
-            "Attempts sent to the apiserver, by call type, result (success or error, as "
-            "upstream) and outcome (success, retry, conflict, not_found, failed).",
-            ["call_type", "result", "outcome"],
-            lock,
-        )
+        # One update per attempt, kept by (call_type, outcome): the duration histogram shows
+        # upstream's (call_type, result), the execution counter counts its observations.
         self.duration = HistogramFamily(
             f"{prefix}_async_api_call_execution_duration_seconds",
             "Duration of attempts sent to the apiserver, by call type and result.",
             ["call_type", "result"],
             lock,
             DURATION_BUCKETS,
+            relabel=lambda kept: (kept[0], _result(kept[1])),
+        )
+        self.executions = HistogramCounts(
+            self.executions_total_name,
+            "Attempts sent to the apiserver, by call type, result (success or error, as "
+            "upstream) and outcome (success, retry, conflict, not_found, failed).",
+            ["call_type", "result", "outcome"],
+            self.duration,
+            relabel=lambda kept: (kept[0], _result(kept[1]), kept[1]),
         )
         self.outcomes = CounterFamily(
             "kdispatch_call_outcomes_total",
@@ -281,12 +298,9 @@ class Metrics:
         if verb is not None:
             request = (self.requests, call_type, verb)
             numbers[request] = numbers.get(request, 0) + 1
-        if seconds is not None:
-            result = "success" if outcome == "success" else "error"
-            execution = (self.executions, call_type, result, outcome)
-            numbers[execution] = numbers.get(execution, 0) + 1
+        if seconds is not None:  # the duration, kept by outcome: the execution count too
             duration = self.duration
-            key = (duration, call_type, result)
+            key = (duration, call_type, outcome)
             row = numbers.get(key)
             if row is None:
                 row = numbers[key] = duration.empty_row()

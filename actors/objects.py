@@ -298,12 +298,7 @@ def rv_is_newer(new: str | None, current: str | None, *, strict: bool = False) -
     if new is None or current is None:
         return True
     if new.isdecimal() and current.isdecimal():
-        # as integers, without parsing them: more digits is larger, else the text decides
-        # (the apiserver writes no leading zeros); the int() is for the odd one that does
-        if len(new) != len(current) or new[0] == "0" or current[0] == "0":
-            new_int, current_int = int(new), int(current)
-            return new_int > current_int if strict else new_int >= current_int
-        return new > current if strict else new >= current
+        return int(new) > int(current) if strict else int(new) >= int(current)
     return not strict or new != current
 
 
