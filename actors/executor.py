@@ -204,7 +204,13 @@ class Executor:
                 and uid not in self._sending
             ):
                 if relevance != BEST_EFFORT:
-                    if not self._followups and self._calls.try_take() == 0:
+                    calls = self._calls
+                    if calls.unlimited:  # no rate limit (TokenBucket.try_take, spelled out)
+                        calls.taken += 1
+                        taken = True
+                    else:
+                        taken = not self._followups and calls.try_take() == 0
+                    if taken:
                         if not self._inline:  # a worker slot (inline sends run on the actor)
                             self._busy += 1
                             self._sending.add(uid)

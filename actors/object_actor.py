@@ -135,7 +135,12 @@ class ObjectActor(Actor):
         machine = self.machine
         kind = type(message)
         if kind is Submit:  # the hot messages first, the rest through _HANDLERS
-            effects = self._submit(message)
+            call, future, holds, behind = message
+            if self.ctx.closing or future.group is not None:
+                effects = self._submit_late_or_step(message)
+            else:
+                self.open[future] = call
+                effects = machine.submit(call, future, holds, behind)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)
@@ -156,7 +161,9 @@ class ObjectActor(Actor):
         elif self.idle_since is None:
             self.idle_since = self.ctx.clock()
 
-    def _submit(self, message: Submit) -> list[Effect] | None:
+    def _submit_late_or_step(self, message: Submit) -> list[Effect] | None:
+        """A Submit while closing (resolved ``DispatcherClosed``), or a group's step (refused
+        if its group's cancellation came first)."""
         call = message.call
         future = message.future
         if self.ctx.closing:

@@ -275,6 +275,7 @@ def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
     )
 
 
+_OK: Final = Result.SUCCESS
 _SKIPPED: Final = Outcome.SKIPPED
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
 _SUCCESS: Final = Outcome.SUCCESS
@@ -401,7 +402,17 @@ class ObjectState(Knowledge):
                 if entry.holds or entry.retry.not_before > now:
                     break  # held, or backing off (_ready asks again for its time)
                 del queue[0]
-                verdict = self._judge(entry)
+                call = entry.call
+                if (
+                    entry.judged is self.observed  # judged against this object (the usual case)
+                    and self.inflight is None
+                    and self.untrusted_rv is None
+                    and entry.judged is not None
+                ):
+                    reason = call.precheck(entry.judged)  # ... but for the precheck
+                    verdict = None if reason is None else self._conflict_with(entry, reason)
+                else:
+                    verdict = self._judge(entry)
                 if verdict is not None:
                     out.append(verdict)
                     continue
@@ -422,12 +433,23 @@ class ObjectState(Knowledge):
             self._transition(Input.DONE)
             out.append(Retire(tombstone=False, final=True))
             return out
-        if request.verify:
-            self._verified(out, entry, done)
-        elif request.read:
-            self._read_done(out, entry, done, now)
-        else:
+        call = entry.call
+        if request.read:
+            if request.verify:
+                self._verified(out, entry, done)
+            else:
+                self._read_done(out, entry, done, now)
+        elif done.result is not _OK or call.exclusive:
             self._send_done(out, entry, done, now)
+        else:  # the usual end: the call's own request succeeded (see _send_done)
+            obj = done.obj
+            if obj is not None:
+                self.observe(obj)
+            else:
+                self.land(call)
+            out.append(_new(Resolve, (entry.future, call.call_type, _SUCCESS, None)))
+            if not self.queue:
+                return out  # nothing waits: nothing to ask for
         return self._ready(out)
 
     def observed_event(self, obj: Obj) -> list[Effect]:
@@ -649,9 +671,14 @@ class ObjectState(Knowledge):
                 entry.judged = observed
         # the precheck (fail fast) runs at every grant: the last word before the request
         if (reason := call.precheck(observed)) is not None:
-            error = CallConflict(about(call.ref, reason), uid=self.uid, call_type=call.call_type)
-            return Resolve(entry.future, call.call_type, error)
+            return self._conflict_with(entry, reason)
         return None
+
+    def _conflict_with(self, entry: Entry, reason: str) -> Resolve:
+        """``entry`` fails its precheck for ``reason``: ``CallConflict``, nothing sent."""
+        call = entry.call
+        error = CallConflict(about(call.ref, reason), uid=self.uid, call_type=call.call_type)
+        return Resolve(entry.future, call.call_type, error)
 
     def _revisit(self, out: list[Effect]) -> None:
         """After the object changed: elide, re-validate and precheck every pending call."""

@@ -18,7 +18,7 @@ class TokenBucket:
     Runs on whichever thread holds the executor's lock.
     """
 
-    __slots__ = ("_burst", "_clock", "_last", "_qps", "_tokens", "taken")
+    __slots__ = ("_burst", "_clock", "_last", "_qps", "_tokens", "taken", "unlimited")
 
     def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._qps = float(qps)
@@ -28,11 +28,8 @@ class TokenBucket:
         self._last = clock()
         self.taken = 0
         """Tokens taken and not refunded, since creation."""
-
-    @property
-    def unlimited(self) -> bool:
+        self.unlimited = math.isinf(self._qps)
         """True when the bucket never throttles."""
-        return math.isinf(self._qps)
 
     @property
     def qps(self) -> float:
@@ -49,7 +46,7 @@ class TokenBucket:
     def try_take(self) -> float:
         """Take one token if there is one and return 0.0; otherwise take nothing and return the
         seconds until one will be available."""
-        if self._qps == math.inf:
+        if self.unlimited:
             self.taken += 1
             return 0.0
         self._refill()

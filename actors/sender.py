@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from loguru import logger
 
 from .backend import ApiBackend
+from .calls import Call
 from .config import RetryConfig
 from .errors import (
     ApiConnectionError,
@@ -69,15 +70,12 @@ class ChargedBackend:
     takes a token (the grant's for the first one; later ones wait for theirs) and is counted.
     The sending thread."""
 
-    __slots__ = ("_backend", "_best_effort", "_call_type", "_executor", "first_verb", "requests")
+    __slots__ = ("_backend", "_call", "_executor", "first_verb", "requests")
 
-    def __init__(
-        self, executor: Executor, backend: ApiBackend, call_type: str, best_effort: bool
-    ) -> None:
+    def __init__(self, executor: Executor, backend: ApiBackend, call: Call) -> None:
         self._executor = executor
         self._backend = backend
-        self._call_type = call_type
-        self._best_effort = best_effort
+        self._call = call
         self.requests = 0
         self.first_verb: str | None = None  # counted with the attempt, once it ended
 
@@ -87,8 +85,9 @@ class ChargedBackend:
         if gate is not None and not gate():
             raise LeadershipLost("not sent: this replica may not write (leader lease)")
         if self.requests:
-            ex.take_followup_token(self._best_effort)
-            ex.metrics.request(self._call_type, verb)
+            call = self._call
+            ex.take_followup_token(call.best_effort)
+            ex.metrics.request(call.call_type, verb)
         else:
             self.first_verb = verb
         self.requests += 1
@@ -146,7 +145,7 @@ class Sender:
         sending thread; blocks for the request(s)."""
         call = send.call
         ref = call.ref
-        backend = ChargedBackend(self._executor, self._backend, call.call_type, call.best_effort)
+        backend = ChargedBackend(self._executor, self._backend, call)
         start = time.perf_counter()
         result = Result.SUCCESS
         obj = None
