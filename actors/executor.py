@@ -458,17 +458,23 @@ class Executor:
         the best-effort one first, then that lane with the slots they leave (and the drops of
         Events that found their lane full). Lock held."""
         grants: list[_GrantTo] = []
-        if self._stopping:
-            return grants
-        now = self._clock()
         delayed = self._delayed
+        if self._stopping or not (
+            self._waiting
+            or delayed
+            or self._lanes[BEST_EFFORT]
+            or self._overflow
+            or self._followups
+        ):
+            return grants  # nothing to grant (the usual end of a request)
+        now = self._clock()
         while delayed and delayed[0][0] <= now:
             _, _, uid, actor, relevance = heapq.heappop(delayed)
             self._enqueue(uid, actor, relevance)
         slots = self._slots - self._busy
         if self._followups:  # started jobs take the next tokens
             self._token_cond.notify_all()
-        elif not self._waiting:
+        elif not self._waiting and any(self._credit.values()):
             for r in self._credit:
                 self._credit[r] = 0.0
         while slots > 0 and self._waiting and not self._followups:
