@@ -565,7 +565,8 @@ class Executor:
             requests = 0
             try:
                 done, requests = sender.send(send)
-                if not actor.tell(done):
+                # the result's turn runs here when the actor is idle: no pool wake-up
+                if not actor.run_or_tell(done):
                     logger.debug("object actor gone before its result arrived")
             except Exception:  # pragma: no cover - defensive: a worker must never die
                 logger.opt(exception=True).error("executor worker error")

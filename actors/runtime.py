@@ -54,6 +54,7 @@ class PoolStateError(KdispatchError, RuntimeError):
 _IDLE: Final = 0  # nothing queued, not on the ready queue
 _SCHEDULED: Final = 1  # on the ready queue, or its turn is running
 _CLOSED: Final = 2  # stopped: tells are refused
+_NOTHING: Final = object()  # no first message for a turn
 
 
 class Actor:
@@ -139,9 +140,37 @@ class Actor:
         turn's thread."""
         logger.opt(exception=error).error("actor {} crashed", self)
 
-    def _turn(self, batch: int) -> None:
-        """Handle up to ``batch`` messages, then go idle, requeue, or finish stopping. A pool
-        worker (the only one running this actor now)."""
+    def run_or_tell(self, message: object, batch: int = 16) -> bool:
+        """Handle ``message`` on the calling thread now, as a turn of this actor, if no turn
+        of it is running or queued (then whatever arrives meanwhile too, up to ``batch``
+        messages); else :meth:`tell` it. False, with nothing done, once the actor has stopped.
+        Any thread that may run the actor's code (it must not block: an executor worker that
+        has just answered a request saves the pool a wake-up)."""
+        lock = self._lock
+        lock.acquire()
+        state = self._state
+        if state != _IDLE or self._items:
+            lock.release()
+            return self.tell(message)
+        self._state = _SCHEDULED  # this thread runs the turn: no other can start one
+        lock.release()
+        self._turn(batch, message)
+        return True
+
+    def _turn(self, batch: int, first: object = _NOTHING) -> None:
+        """Handle ``first`` (if given) and the queued messages, up to ``batch`` in all, then go
+        idle, requeue, or finish stopping. The thread running this turn (a pool worker, or
+        :meth:`run_or_tell`'s caller): the only one running this actor now."""
+        if first is not _NOTHING:
+            try:
+                self.receive(first)
+            except BaseException as exc:  # this actor only: the thread goes on
+                self._crash(exc)
+                return
+            if self._state == _CLOSED:
+                self._drain()
+                return
+            batch -= 1
         items = self._items
         for _ in range(batch):
             if not items:

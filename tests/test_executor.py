@@ -90,6 +90,10 @@ class FakeRef:
             self.finished.set()
         return True
 
+    def run_or_tell(self, msg: Any) -> bool:
+        """A worker hands a result over: answered here, like a tell."""
+        return self.tell(msg)
+
 
 class NullBackend:
     def __init__(self) -> None:

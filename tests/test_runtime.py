@@ -19,6 +19,7 @@ import pytest
 
 from kdispatch.actors.errors import InvalidConfigError
 from kdispatch.actors.runtime import Actor, ActorPool, PoolStateError
+from kdispatch.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -699,3 +700,37 @@ def test_pool_stop_returns_while_a_turn_is_stuck_and_names_its_worker() -> None:
     assert holder.next_seen() == ("received", hold)  # the stuck turn finished
     assert p.stop(timeout=WAIT) == []
     assert later.abandon() == ["never handled"]
+
+
+def test_run_or_tell_runs_an_idle_actors_turn_on_the_calling_thread() -> None:
+    """An idle actor's message is handled at once, on the caller's thread; a busy one's is
+    queued for the pool, in order; a stopped one's is refused."""
+    pool = ActorPool(workers=1)
+    seen: list[tuple[object, str]] = []
+    gate = threading.Event()
+
+    class Recorder(Actor):
+        __slots__ = ()
+
+        def receive(self, message: Any) -> None:
+            seen.append((message, threading.current_thread().name))
+            if message == "block":
+                assert gate.wait(5)
+
+    actor = Recorder(pool)
+    pool.start()
+    try:
+        me = threading.current_thread().name
+        assert actor.run_or_tell("now")
+        assert seen == [("now", me)]
+        assert actor.tell("block")  # a turn on the pool, held by the gate
+        wait_for(lambda: len(seen) == 2, 5, "the pool's turn began")
+        assert actor.run_or_tell("later")  # busy: queued behind, for the pool
+        gate.set()
+        wait_for(lambda: len(seen) == 3, 5, "the queued message was handled")
+        assert seen[2][0] == "later" and seen[2][1] != me
+        assert actor.close_if_empty()
+        assert not actor.run_or_tell("refused")
+    finally:
+        gate.set()
+        pool.stop(timeout=5)
