@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from kdispatch.actors.errors import CallCancelled, Outcome
-from kdispatch.actors.messages import CallFuture, settle
+from kdispatch.actors.engine.messages import CallFuture, settle
+from kdispatch.actors.model.errors import CallCancelled, Outcome
 
 
 def test_settle_resolves_once_and_tells_the_group_once() -> None:

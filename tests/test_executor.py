@@ -13,10 +13,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import ExecutorConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch.actors.engine.executor import Executor
+from kdispatch.actors.engine.messages import Grant
+from kdispatch.actors.engine.metrics import Metrics
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.errors import (
     ConflictError,
     InvalidRequestError,
     LeadershipLost,
@@ -24,11 +27,8 @@ from kdispatch.actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.actors.executor import Executor
-from kdispatch.actors.messages import Grant
-from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.object_state import Done, Result, Send
-from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.model.object_state import Done, Result, Send
+from kdispatch.actors.model.objects import Obj, ObjectRef
 from kdispatch.testing.waiting import wait_for
 from tests.clocks import ManualClock
 from tests.factories import InertCall

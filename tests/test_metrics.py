@@ -9,12 +9,17 @@ from functools import partial
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kdispatch.actors.config import DispatcherConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import InvalidConfigError
-from kdispatch.actors.metric_families import CounterFamily, GaugeFamily, HistogramFamily, Shards
-from kdispatch.actors.metrics import Metrics, MetricsRegistryInUse
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.engine.metrics import Metrics, MetricsRegistryInUse
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig
+from kdispatch.actors.model.errors import InvalidConfigError
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.runtime.metric_families import (
+    CounterFamily,
+    GaugeFamily,
+    HistogramFamily,
+    Shards,
+)
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.configs import FAST
 from tests.factories import cond

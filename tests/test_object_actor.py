@@ -33,17 +33,17 @@ from kdispatch import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors import messages as msg
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.object_actor import ActorContext, ObjectActor
-from kdispatch.actors.object_state import Done, Result, Send
-from kdispatch.actors.objects import Obj, ObjectRef
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.actors.registry import Registry
-from kdispatch.actors.runtime import Actor, ActorPool
+from kdispatch.actors.engine import messages as msg
+from kdispatch.actors.engine.metrics import Metrics
+from kdispatch.actors.engine.object_actor import ActorContext, ObjectActor
+from kdispatch.actors.engine.registry import Registry
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.object_state import Done, Result, Send
+from kdispatch.actors.model.objects import Obj, ObjectRef
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.runtime.pool import Actor, ActorPool
 from kdispatch.testing.waiting import wait_for
 from tests.clocks import ManualClock
 from tests.factories import InertCall, cond, pod

@@ -52,16 +52,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from kdispatch.actors.calls import UNSET, Call
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.errors import (
-    ConflictError,
-    InvalidRequestError,
-    NotFoundError,
-    Outcome,
-    ServerError,
-)
-from kdispatch.actors.messages import (
+from kdispatch.actors.engine.messages import (
     CallFuture,
     Cancel,
     Deleted,
@@ -70,12 +61,21 @@ from kdispatch.actors.messages import (
     Submit,
     View,
 )
-from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.object_actor import ActorContext, ObjectActor
-from kdispatch.actors.object_state import Done, ObjectState, Ready, Result, Send, State
-from kdispatch.actors.objects import POD, Obj, get_path, pod_node_name
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
-from kdispatch.actors.runtime import Actor, ActorPool
+from kdispatch.actors.engine.metrics import Metrics
+from kdispatch.actors.engine.object_actor import ActorContext, ObjectActor
+from kdispatch.actors.model.calls import UNSET, Call
+from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.errors import (
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    Outcome,
+    ServerError,
+)
+from kdispatch.actors.model.object_state import Done, ObjectState, Ready, Result, Send, State
+from kdispatch.actors.model.objects import POD, Obj, get_path, pod_node_name
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.runtime.pool import Actor, ActorPool
 from kdispatch.testing.memory import InMemoryApiServer, WatchEvent
 from tests.factories import cond, pod
 from tests.reference_model import (

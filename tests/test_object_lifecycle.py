@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.errors import (
     CallCancelled,
     CallFailed,
     CallStale,
@@ -25,7 +25,7 @@ from kdispatch.actors.errors import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors.object_state import (
+from kdispatch.actors.model.object_state import (
     LIFECYCLE,
     Done,
     Input,
@@ -37,7 +37,7 @@ from kdispatch.actors.object_state import (
     State,
     lifecycle_markdown,
 )
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.factories import cond, pod
 from tests.test_object_state import Driver, bound, unsched
@@ -72,7 +72,7 @@ def test_behaviour_page_shows_the_table_of_the_code() -> None:
     shown = text.split(BEGIN, 1)[1].split(END, 1)[0]
     assert shown == lifecycle_markdown(), (
         "docs/behaviour.md is out of date: replace what lies between its table markers with "
-        "kdispatch.actors.object_state.lifecycle_markdown()"
+        "kdispatch.actors.model.object_state.lifecycle_markdown()"
     )
 
 

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.errors import (
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -34,7 +34,7 @@ from kdispatch.actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.actors.object_state import (
+from kdispatch.actors.model.object_state import (
     LIFECYCLE,
     Done,
     Effect,
@@ -51,7 +51,7 @@ from kdispatch.actors.object_state import (
     Send,
     State,
 )
-from kdispatch.actors.objects import (
+from kdispatch.actors.model.objects import (
     Obj,
     ObjectRef,
     get_path,
@@ -61,7 +61,7 @@ from kdispatch.actors.objects import (
     uid_and_version,
     with_path,
 )
-from kdispatch.actors.pod_calls import (
+from kdispatch.actors.model.pod_calls import (
     PodBinding,
     PodPreemption,
     PodStatusPatch,
@@ -203,7 +203,7 @@ def test_the_lifecycle_table_is_the_machine(d: Driver, monkeypatch: pytest.Monke
     object stays live and keeps taking calls."""
     assert LIFECYCLE[(Life.LIVE, Input.DELETED)] is Life.RETIRING
     rows = {k: v for k, v in LIFECYCLE.items() if k != (Life.LIVE, Input.DELETED)}
-    monkeypatch.setattr("kdispatch.actors.object_state.LIFECYCLE", rows)
+    monkeypatch.setattr("kdispatch.actors.model.object_state.LIFECYCLE", rows)
     d.submit(unsched(pod("a")))
     d.deleted()
     assert d.state() is State.IDLE  # its call was cancelled, but the object lives on

@@ -1,4 +1,4 @@
-"""Tests of the UID registry (actors/registry.py).
+"""Tests of the UID registry (actors/engine/registry.py).
 
 Two stand-ins for object actors: :class:`UidActor`, a real pooled actor that logs what it
 handles and leaves on ``Reap`` when its inbox is empty (as an idle object actor does), for the
@@ -19,10 +19,10 @@ from typing import Any, cast
 
 import pytest
 
-from kdispatch.actors.errors import ActorLimitExceeded, InvalidConfigError
-from kdispatch.actors.messages import Reap
-from kdispatch.actors.registry import Registry, live_pooled_actors
-from kdispatch.actors.runtime import Actor, ActorPool
+from kdispatch.actors.engine.messages import Reap
+from kdispatch.actors.engine.registry import Registry, live_pooled_actors
+from kdispatch.actors.model.errors import ActorLimitExceeded, InvalidConfigError
+from kdispatch.actors.runtime.pool import Actor, ActorPool
 from tests.clocks import ManualClock
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""Tests of the pooled actor runtime (actors/runtime.py): :class:`Actor` and :class:`ActorPool`.
+"""Tests of the pooled actor runtime (actors/runtime/pool.py): :class:`Actor` and :class:`ActorPool`.
 
 Synchronisation is by messages: a :class:`Ping` told after other messages is answered once
 they were handled (an actor handles its inbox in order), and a :class:`Hold` keeps a worker in
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.errors import InvalidConfigError
-from kdispatch.actors.runtime import Actor, ActorPool, PoolStateError
+from kdispatch.actors.model.errors import InvalidConfigError
+from kdispatch.actors.runtime.pool import Actor, ActorPool, PoolStateError
 from kdispatch.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)

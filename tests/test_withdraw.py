@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.calls import Call
-from kdispatch.actors.errors import CallCancelled, Outcome, ServerError
-from kdispatch.actors.object_state import Effect, Rebased, Resolve, Result, State
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.errors import CallCancelled, Outcome, ServerError
+from kdispatch.actors.model.object_state import Effect, Rebased, Resolve, Result, State
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodBinding
 from tests.factories import pod
 from tests.test_held_calls import HeldDriver
 from tests.test_object_state import gate, label, unsched

@@ -40,7 +40,7 @@ from .memory_objects import (
 )
 
 if TYPE_CHECKING:
-    from kdispatch.actors.registry import live_pooled_actors
+    from kdispatch.actors.engine.registry import live_pooled_actors
 
     from .httpserver import ApiServerHTTP
     from .listwatch import MemoryListWatch
@@ -49,7 +49,7 @@ else:  # on first use: pytest imports this package for the envtest plugin in eve
     __getattr__ = lazy_exports(
         __name__,
         {
-            "kdispatch.actors.registry": ("live_pooled_actors",),
+            "kdispatch.actors.engine.registry": ("live_pooled_actors",),
             ".httpserver": ("ApiServerHTTP",),
             ".listwatch": ("MemoryListWatch",),
         },
