@@ -19,6 +19,7 @@ from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.config import ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.effects import Done, Result, Send
 from kdispatch.actors.model.errors import (
     ConflictError,
     InvalidRequestError,
@@ -27,7 +28,6 @@ from kdispatch.actors.model.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.actors.model.object_state import Done, Result, Send
 from kdispatch.actors.model.objects import Obj, ObjectRef
 from kdispatch.testing.waiting import wait_for
 from tests.clocks import ManualClock

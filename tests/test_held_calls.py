@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.effects import Merged, Ready, Result, Retire
 from kdispatch.actors.model.errors import (
     CallCancelled,
     DependencyFailed,
@@ -21,7 +22,7 @@ from kdispatch.actors.model.errors import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors.model.object_state import Merged, Ready, Result, Retire, State
+from kdispatch.actors.model.lifecycle import State
 from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import cond, pod
 from tests.test_object_state import Driver, gate, label, unsched

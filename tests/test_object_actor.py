@@ -40,7 +40,7 @@ from kdispatch.actors.engine.registry import Registry
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.config import RetryConfig
-from kdispatch.actors.model.object_state import Done, Result, Send
+from kdispatch.actors.model.effects import Done, Result, Send
 from kdispatch.actors.model.objects import Obj, ObjectRef
 from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.actors.runtime.pool import Actor, ActorPool

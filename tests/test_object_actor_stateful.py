@@ -65,6 +65,7 @@ from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.object_actor import ActorContext, ObjectActor
 from kdispatch.actors.model.calls import UNSET, Call
 from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.effects import Done, Ready, Result, Send
 from kdispatch.actors.model.errors import (
     ConflictError,
     InvalidRequestError,
@@ -72,7 +73,8 @@ from kdispatch.actors.model.errors import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors.model.object_state import Done, ObjectState, Ready, Result, Send, State
+from kdispatch.actors.model.lifecycle import State
+from kdispatch.actors.model.object_state import ObjectState
 from kdispatch.actors.model.objects import POD, Obj, get_path, pod_node_name
 from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.actors.runtime.pool import Actor, ActorPool

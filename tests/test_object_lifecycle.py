@@ -15,6 +15,7 @@ import pytest
 
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.effects import Done, Result, Retire
 from kdispatch.actors.model.errors import (
     CallCancelled,
     CallFailed,
@@ -25,19 +26,16 @@ from kdispatch.actors.model.errors import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors.model.object_state import (
+from kdispatch.actors.model.lifecycle import (
     LIFECYCLE,
-    Done,
     Input,
     InvalidTransition,
     Life,
-    Result,
-    Retire,
-    RetryState,
     State,
     lifecycle_markdown,
 )
 from kdispatch.actors.model.pod_calls import PodBinding
+from kdispatch.actors.model.queue_policy import RetryState
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.factories import cond, pod
 from tests.test_object_state import Driver, bound, unsched
@@ -72,7 +70,7 @@ def test_behaviour_page_shows_the_table_of_the_code() -> None:
     shown = text.split(BEGIN, 1)[1].split(END, 1)[0]
     assert shown == lifecycle_markdown(), (
         "docs/behaviour.md is out of date: replace what lies between its table markers with "
-        "kdispatch.actors.model.object_state.lifecycle_markdown()"
+        "kdispatch.actors.model.lifecycle.lifecycle_markdown()"
     )
 
 

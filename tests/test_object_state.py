@@ -19,6 +19,17 @@ from hypothesis import strategies as st
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.effects import (
+    Done,
+    Effect,
+    Merged,
+    Ready,
+    Refund,
+    Resolve,
+    Result,
+    Retire,
+    Send,
+)
 from kdispatch.actors.model.errors import (
     CallCancelled,
     CallConflict,
@@ -34,23 +45,8 @@ from kdispatch.actors.model.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.actors.model.object_state import (
-    LIFECYCLE,
-    Done,
-    Effect,
-    Input,
-    InvalidTransition,
-    Life,
-    Merged,
-    ObjectState,
-    Ready,
-    Refund,
-    Resolve,
-    Result,
-    Retire,
-    Send,
-    State,
-)
+from kdispatch.actors.model.lifecycle import LIFECYCLE, Input, InvalidTransition, Life, State
+from kdispatch.actors.model.object_state import ObjectState
 from kdispatch.actors.model.objects import (
     Obj,
     ObjectRef,
@@ -202,8 +198,7 @@ def test_the_lifecycle_table_is_the_machine(d: Driver, monkeypatch: pytest.Monke
     """A row is a rule: without the row that retires a live object on a deletion, a deleted
     object stays live and keeps taking calls."""
     assert LIFECYCLE[(Life.LIVE, Input.DELETED)] is Life.RETIRING
-    rows = {k: v for k, v in LIFECYCLE.items() if k != (Life.LIVE, Input.DELETED)}
-    monkeypatch.setattr("kdispatch.actors.model.object_state.LIFECYCLE", rows)
+    monkeypatch.delitem(LIFECYCLE, (Life.LIVE, Input.DELETED))
     d.submit(unsched(pod("a")))
     d.deleted()
     assert d.state() is State.IDLE  # its call was cancelled, but the object lives on

@@ -1,4 +1,4 @@
-"""Tests of the pooled actor runtime (actors/runtime/pool.py): :class:`Actor` and :class:`ActorPool`.
+"""Tests of the pooled actor runtime (actors/runtime/pool.py): :class:`Actor`, :class:`ActorPool`.
 
 Synchronisation is by messages: a :class:`Ping` told after other messages is answered once
 they were handled (an actor handles its inbox in order), and a :class:`Hold` keeps a worker in

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.effects import Effect, Rebased, Resolve, Result
 from kdispatch.actors.model.errors import CallCancelled, Outcome, ServerError
-from kdispatch.actors.model.object_state import Effect, Rebased, Resolve, Result, State
+from kdispatch.actors.model.lifecycle import State
 from kdispatch.actors.model.objects import Obj
 from kdispatch.actors.model.pod_calls import PodBinding
 from tests.factories import pod

@@ -65,8 +65,8 @@ from loguru import logger
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.calls import BEST_EFFORT
 from kdispatch.actors.model.config import ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.effects import Done, Result, Send
 from kdispatch.actors.model.errors import DispatcherClosed, RequestDropped
-from kdispatch.actors.model.object_state import Done, Result, Send
 from kdispatch.actors.runtime.ratelimit import TokenBucket
 
 from .messages import Grant

@@ -65,8 +65,8 @@ from threading import Lock
 from typing import Any, Final, TypeAlias, TypeVar
 
 from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.effects import dependency_failed
 from kdispatch.actors.model.errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
-from kdispatch.actors.model.object_state import dependency_failed
 from kdispatch.actors.model.objects import ObjectRef
 
 from .messages import CallFuture, FailDependency, Release, Uncancellable

@@ -23,19 +23,10 @@ from typing import Any, Final, Protocol
 from loguru import logger
 
 from kdispatch.actors.model.config import RetryConfig
-from kdispatch.actors.model.errors import (
-    CallCancelled,
-    CallFailed,
-    CallOutcomeError,
-    DispatcherClosed,
-    Outcome,
-)
-from kdispatch.actors.model.object_state import (
+from kdispatch.actors.model.effects import (
     Done,
     Effect,
-    Life,
     Merged,
-    ObjectState,
     Ready,
     Rebased,
     Refund,
@@ -44,6 +35,15 @@ from kdispatch.actors.model.object_state import (
     Send,
     about,
 )
+from kdispatch.actors.model.errors import (
+    CallCancelled,
+    CallFailed,
+    CallOutcomeError,
+    DispatcherClosed,
+    Outcome,
+)
+from kdispatch.actors.model.lifecycle import Life
+from kdispatch.actors.model.object_state import ObjectState
 from kdispatch.actors.runtime.pool import Actor, ActorPool
 
 from .messages import (

@@ -27,6 +27,7 @@ from loguru import logger
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.effects import Done, Result, Send
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
@@ -39,7 +40,6 @@ from kdispatch.actors.model.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
-from kdispatch.actors.model.object_state import Done, Result, Send
 from kdispatch.actors.model.objects import get_path
 
 from .metrics import Metrics
