@@ -35,15 +35,15 @@ from typing import Any, Self
 
 from loguru import logger
 
-from kdispatch.actors.backoff import backoff_delay
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.backoff import backoff_delay
+from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
     BadResponseError,
     GoneError,
     InvalidInputError,
 )
-from kdispatch.actors.objects import get_path
+from kdispatch.actors.model.objects import get_path
 
 from .informer_core import Handler, InformerCore, InformerShell, Obj
 from .kubernetes import error_from_status
@@ -203,7 +203,7 @@ class AioInformer(InformerShell):
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Wait until :meth:`has_synced`, then return True.
 
-        Raises :class:`~kdispatch.actors.errors.InformerSyncTimeout` (a ``TimeoutError``)
+        Raises :class:`~kdispatch.InformerSyncTimeout` (a ``TimeoutError``)
         when ``timeout`` seconds pass first, naming the newest failure (``cannot connect to
         http://...: ...``, also in its ``last_error``); raises ``UnauthorizedError`` /
         ``ForbiddenError`` as soon as a list is refused for that reason while waiting (the

@@ -9,7 +9,7 @@ groups of the Kubernetes project (the core group, the unsuffixed built-in groups
 every other group JSON merge patches, as CRDs need.
 
 Runs on the calling thread (one request per group version); errors are
-:mod:`kdispatch.actors.errors` types.
+:mod:`kdispatch.actors.model.errors` types.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kdispatch.actors.errors import BadResponseError, InvalidInputError
-from kdispatch.actors.kinds import KindInfo, KindTable, PatchType
+from kdispatch.actors.model.errors import BadResponseError, InvalidInputError
+from kdispatch.actors.model.kinds import KindInfo, KindTable, PatchType
 
 from .kubernetes import KubernetesBackend
 

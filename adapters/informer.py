@@ -12,7 +12,7 @@ the registered handlers as JSON dicts with ``kind`` set, on the informer's own t
 * 410 Gone (the history no longer reaches back) → re-list: objects that vanished meanwhile get
   a synthetic delete (with their last known state), changed ones an update, new ones an add.
 * Reconnects back off exponentially (``backoff_initial`` doubling to ``backoff_max``, with
-  jitter: :func:`~kdispatch.actors.backoff.backoff_delay`, the executor's formula); the wait
+  jitter: :func:`~kdispatch.actors.model.backoff.backoff_delay`, the executor's formula); the wait
   is on an Event, so :meth:`Informer.stop` interrupts it at once, and it also cuts an open
   watch stream.
 * A handler that raises is logged and skipped; it never stops the loop or other handlers.
@@ -23,7 +23,7 @@ the registered handlers as JSON dicts with ``kind`` set, on the informer's own t
   counts them. 401/403 (``UnauthorizedError``/``ForbiddenError``) are still retried with backoff
   (a refreshed token or a new RBAC binding fixes them without a restart), but
   :meth:`Informer.wait_for_sync` raises them as they come; when its timeout runs out it
-  raises :class:`~kdispatch.actors.errors.InformerSyncTimeout` naming the cause (``cannot
+  raises :class:`~kdispatch.InformerSyncTimeout` naming the cause (``cannot
   connect to http://...: ...``), never a silent False.
 
 Why not ``kubernetes.informer.SharedInformer`` (shipped by the client since 37.0): it delivers
@@ -53,15 +53,15 @@ from kubernetes import client as k8s
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
-from kdispatch.actors.backoff import backoff_delay
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.backoff import backoff_delay
+from kdispatch.actors.model.errors import (
     ApiError,
     BadResponseError,
     GoneError,
     InvalidInputError,
     ServerError,
 )
-from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
+from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
 from .informer_core import (
     BOOKMARK,
@@ -310,7 +310,7 @@ class Informer(InformerShell):
     ``name`` labels the thread and the logs. ``resync``: every this many seconds, replay every
     cached object to ``on_update(obj, obj)`` (None: never). ``watch_timeout``: the longest
     single watch request (server-side timeout) before it is renewed. Reconnects wait
-    :func:`~kdispatch.actors.backoff.backoff_delay` (``backoff_initial`` doubling to
+    :func:`~kdispatch.actors.model.backoff.backoff_delay` (``backoff_initial`` doubling to
     ``backoff_max``, 20 % jitter), the executor's formula.
 
     The cache, ordering, re-list diffing, handler dispatch and sync state are the
@@ -423,7 +423,7 @@ class Informer(InformerShell):
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Block until :meth:`has_synced`, then return True. Any thread.
 
-        Raises :class:`~kdispatch.actors.errors.InformerSyncTimeout` (a ``TimeoutError``)
+        Raises :class:`~kdispatch.InformerSyncTimeout` (a ``TimeoutError``)
         when ``timeout`` seconds pass first: its ``last_error`` is the newest failure and its
         message names it (``cannot connect to http://...: ...``). Raises
         ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused for that reason

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 from loguru import logger
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     ApiConnectionError,
     BadResponseError,
     ForbiddenError,
@@ -42,7 +42,7 @@ from kdispatch.actors.errors import (
     KdispatchError,
     UnauthorizedError,
 )
-from kdispatch.actors.objects import get_path
+from kdispatch.actors.model.objects import get_path
 
 Obj = dict[str, Any]
 OnAdd = Callable[[Obj], None]

@@ -5,7 +5,7 @@ The official client's ``config.load_kube_config`` says ``Invalid kube-config fil
 configuration found.`` for a file that is not there, lets the YAML parser's errors, a
 ``TypeError`` or an ``IsADirectoryError`` through for files it cannot read, and names neither
 the file nor the context in some of them. Here every one of those is an
-:class:`~kdispatch.actors.errors.InvalidConfigError` that starts with the file (and the
+:class:`~kdispatch.InvalidConfigError` that starts with the file (and the
 context, when one was asked for), with the original error as its ``__cause__``. Runs on the
 caller's thread.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]  # a dependency of the official client
 from kubernetes import config as k8s_config
 
-from kdispatch.actors.errors import InvalidConfigError
+from kdispatch.actors.model.errors import InvalidConfigError
 
 __all__ = ["kubeconfig_files", "load_kubeconfig"]
 

@@ -1,7 +1,7 @@
-"""``KubernetesBackend``: the :class:`~kdispatch.actors.backend.ApiBackend` over the official
+"""``KubernetesBackend``: the :class:`~kdispatch.ApiBackend` over the official
 client, for any resource.
 
-Any kind of the kind table (:mod:`kdispatch.actors.kinds`) — built-in or CRD, namespaced or
+Any kind of the kind table (:mod:`kdispatch.actors.model.kinds`) — built-in or CRD, namespaced or
 cluster-scoped — can be read (``get``), listed with label/field selectors and pagination
 (``list``, ``list_all``), watched (``watch``), created (``create``), patched (``patch``: the
 object or a subresource such as ``status``; strategic merge for built-ins, JSON merge patch for
@@ -15,7 +15,7 @@ Requests go through one shared :class:`kubernetes.client.ApiClient` — its ``Co
 transports (:mod:`kdispatch.adapters.transport`): ``"lean"`` (the default: prebuilt JSON
 straight through the client's pool, raw JSON replies) or ``"client"`` (the official
 ``call_api``). The pool keeps at least ``workers`` connections (:meth:`size_pool`; the
-:class:`~kdispatch.actors.dispatcher.Dispatcher` calls it with its executor's worker count), so
+:class:`~kdispatch.Dispatcher` calls it with its executor's worker count), so
 parallel workers never see "Connection pool is full". Every request carries a client-side
 timeout.
 
@@ -24,7 +24,7 @@ Upstream facts this module relies on:
 * ``metadata.resourceVersion`` in a (strategic or JSON merge) patch body is a precondition
   (mismatch → 409 Conflict); ``metadata.uid`` in such a body is applied to the object, so a
   mismatch is 422 Invalid ``metadata.uid: field is immutable`` — both transports map it to
-  :class:`~kdispatch.actors.errors.ConflictError`, the UID precondition failure it is (a UID
+  :class:`~kdispatch.ConflictError`, the UID precondition failure it is (a UID
   precondition on a binding or a deletion is a plain 409 Conflict); a JSON patch carries both
   as ``test`` ops;
 * a strategic merge patch merges ``status.conditions`` by ``type``; custom resources only
@@ -38,7 +38,7 @@ Upstream facts this module relies on:
 
 Exception messages carry the operation, HTTP status, reason and the server's message, never
 request headers: bearer tokens do not appear in them or in logs. Bad configuration (URL,
-workers, timeout, transport) raises :class:`~kdispatch.actors.errors.InvalidConfigError`;
+workers, timeout, transport) raises :class:`~kdispatch.InvalidConfigError`;
 malformed request arguments raise ``InvalidRequestError`` (or ``UnknownKindError``) before
 anything is sent.
 """
@@ -54,14 +54,14 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from loguru import logger
 
-from kdispatch.actors.backend import check_grace_period, check_page_limit
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.backend import check_grace_period, check_page_limit
+from kdispatch.actors.model.errors import (
     BadResponseError,
     InvalidConfigError,
     InvalidRequestError,
 )
-from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable, PatchType
-from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
+from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable, PatchType
+from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
 
 from .kubeconfig import load_kubeconfig
 from .listing import ObjectList
@@ -110,7 +110,7 @@ _SUBRESOURCE_NAMES = frozenset({"status", "scale", "binding", "eviction", "ephem
 
 
 class KubernetesBackend:
-    """:class:`~kdispatch.actors.backend.ApiBackend` over the official ``kubernetes`` client.
+    """:class:`~kdispatch.ApiBackend` over the official ``kubernetes`` client.
 
     Thread-safe: every method may be called from any number of executor worker threads at
     once; they share one ``ApiClient`` and its connection pool. Each method blocks for at most
@@ -192,7 +192,7 @@ class KubernetesBackend:
 
         The file is never written back (token refreshes stay in memory). A file that is
         missing, unreadable or broken, an unknown context, or one that names a cluster or user
-        the file lacks raises :class:`~kdispatch.actors.errors.InvalidConfigError` naming the
+        the file lacks raises :class:`~kdispatch.InvalidConfigError` naming the
         file and the context (the official client's error, or the YAML parser's, is its
         ``__cause__``). Runs on the caller's thread.
         """
@@ -592,7 +592,7 @@ class KubernetesBackend:
     ) -> None:
         """POST a ``policy/v1`` ``Eviction`` to ``pods/eviction`` with a UID precondition in its
         ``deleteOptions``. A PodDisruptionBudget that forbids it raises
-        :class:`~kdispatch.actors.errors.DisruptionBudgetError` (a retryable 429). Executor
+        :class:`~kdispatch.DisruptionBudgetError` (a retryable 429). Executor
         worker thread."""
         self._target("Pod", namespace, name)
         _check_uid(uid)

@@ -36,7 +36,7 @@ land after the new leader's first write. The window is bounded by the request ti
 empty whenever requests take less than ``lease_duration - renew_deadline`` (5 s by default).
 
 On losing the lease (someone else holds it, or no renew succeeded before the deadline) the
-elector calls ``on_lost`` once with a :class:`~kdispatch.actors.errors.LeadershipLost` — wire
+elector calls ``on_lost`` once with a :class:`~kdispatch.LeadershipLost` — wire
 it to ``Dispatcher.revoke`` — and stops campaigning: like kube-scheduler, a replica that lost
 leadership exits and is restarted as a fresh candidate that rebuilds from list+watch.
 
@@ -47,7 +47,7 @@ this replica stops leading (lost, released, stopped). It is told inside the same
 section that changes :meth:`~LeaseElector.may_send`'s answer, so ``clock() < last value told``
 is True exactly when ``may_send()`` is; a reader that sees an older value sees an *earlier*
 deadline (every renew only moves it later, and leaving leadership tells ``0.0`` before anyone
-can make it later again). :class:`~kdispatch.adapters.process.ProcessDispatcher` keeps it in
+can make it later again). :class:`~kdispatch.ProcessDispatcher` keeps it in
 shared memory for its child process, whose executor compares it with ``CLOCK_MONOTONIC``
 (``time.monotonic``, the same clock in every process on Linux) before every request.
 
@@ -71,7 +71,7 @@ from kubernetes import client as k8s
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ApiError,
     ConflictError,
@@ -80,7 +80,7 @@ from kdispatch.actors.errors import (
     LeadershipLost,
     NotFoundError,
 )
-from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
+from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
 
 from .kubernetes import read_json_object, translate_errors
 
@@ -236,7 +236,7 @@ class LeaseElector:
     ``on_lost`` is called exactly once, with the :class:`LeadershipLost`, on whichever thread
     noticed the loss (election loop, watchdog, or an executor worker in :meth:`may_send`); it
     must not block. ``clock`` is monotonic seconds (keep the default ``time.monotonic`` when a
-    :class:`~kdispatch.adapters.process.ProcessDispatcher` watches the send deadline: its
+    :class:`~kdispatch.ProcessDispatcher` watches the send deadline: its
     child compares the deadline with ``time.monotonic``); ``wall_clock`` only fills the
     Lease's ``acquireTime``/``renewTime`` fields for humans and other clients.
     """

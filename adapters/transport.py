@@ -13,7 +13,7 @@ urllib3 pool (``api_client.rest_client.pool_manager``, built from that configura
   take (header and auth handling, body sanitising, ``RESTClientObject.request``); replies are
   read raw too.
 
-Failures are raised as :mod:`kdispatch.actors.errors` types (see :func:`error_from_status` and
+Failures are raised as :mod:`kdispatch.actors.model.errors` types (see :func:`error_from_status` and
 :func:`map_transport_error`): 401 → ``UnauthorizedError``, 403 → ``ForbiddenError`` (never
 retried), 429 → ``TooManyRequestsError`` (``DisruptionBudgetError`` for an eviction a
 PodDisruptionBudget forbids), 5xx → ``ServerError``, both with the server's ``Retry-After``;
@@ -42,7 +42,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ApiConnectionError,
     ApiError,

@@ -1,11 +1,12 @@
-"""Actor runtime benchmark: pooled pykka actors versus pykka's ``ThreadingActor``, in one run.
+"""Actor runtime benchmark: kdispatch's pooled actors versus pykka's ``ThreadingActor``, in one run.
 
     python -m benchmarks.actor_runtime --actors 10000 --json PATH
     python -m benchmarks.actor_runtime --quick            # 1,000 actors, for a smoke run
 
 For each runtime, with N actors that count the messages they handle:
 
-* ``start_us_per_actor``: from the first ``start()`` until every actor's ``on_start`` has run;
+* ``start_us_per_actor``: from the first start until every actor has handled its first message
+  (a pooled actor has no start of its own: it is made and told a first message);
 * ``rss_kib_per_actor``: resident memory growth after starting them (idle, ``gc.collect()``
   before both readings), divided by N;
 * ``tell_msgs_per_s``: one thread tells round-robin to all actors (``--msgs-per-actor`` each);
@@ -14,7 +15,7 @@ For each runtime, with N actors that count the messages they handle:
   of magnitude slower), never skipped;
 * ``ask_p50_us`` / ``ask_p99_us``: sequential blocking asks to random actors (2,000 pooled;
   500 or 2 s for ThreadingActor);
-* ``stop_us_per_actor``: non-blocking ``stop()`` to every actor, until all stop futures resolved.
+* ``stop_us_per_actor``: a stop message to every actor, until every actor has stopped.
 
 The pooled runtime runs first, on fresh memory, so its RSS figure is not flattered by memory the
 other runtime freed. The JSON holds ``runs`` (one object per runtime), ``ratios`` (pooled divided
@@ -36,13 +37,14 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, NamedTuple, Protocol
 
 import pykka
 
-from kdispatch.actors.runtime import ActorPool, PooledActor
+from kdispatch.actors.runtime.pool import Actor, ActorPool
 
 FIGURES = (
     "start_us_per_actor",
@@ -115,40 +117,118 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
-# --------------------------------------------------------------------------- the two actor kinds
+# --------------------------------------------------------------------------- the two runtimes
 
 
-class _Counting:
-    """What both benchmark actors do: count ``on_start`` and every message in shared
-    countdowns. Runs on the actor's thread."""
+class Ask(NamedTuple):
+    """A message answered through a future (a pooled ask)."""
 
-    _started: Countdown
-    _handled: Countdown
+    value: int
+    reply: Future[int]
+
+
+STOP: Final = object()  # a pooled actor's stop message
+
+
+class PooledCounter(Actor):
+    """Pooled benchmark actor: counts what it handles, answers asks, stops on :data:`STOP`.
+    Runs on a pool worker."""
+
+    __slots__ = ("_counter",)
+
+    def __init__(self, pool: ActorPool, counter: Countdown) -> None:
+        super().__init__(pool)
+        self._counter = counter
+
+    def receive(self, message: Any) -> None:
+        if type(message) is Ask:
+            message.reply.set_result(message.value)
+            return
+        if message is STOP:
+            self.stop()
+        self._counter.hit()
+
+
+class ThreadingCounter(pykka.ThreadingActor):
+    """The same actor on pykka's thread-per-actor runtime (stopped through ``stop()``)."""
+
+    def __init__(self, counter: Countdown) -> None:
+        super().__init__()
+        self._counter = counter
 
     def on_start(self) -> None:
-        self._started.hit()
+        self._counter.hit()
 
     def on_receive(self, message: Any) -> Any:
-        self._handled.hit()
+        self._counter.hit()
         return message
 
-
-class PooledCounter(_Counting, PooledActor):
-    """Pooled benchmark actor."""
-
-    def __init__(self, pool: ActorPool, started: Countdown, handled: Countdown) -> None:
-        super().__init__(pool=pool)
-        self._started = started
-        self._handled = handled
+    def on_stop(self) -> None:
+        self._counter.hit()
 
 
-class ThreadingCounter(_Counting, pykka.ThreadingActor):
-    """The same actor on pykka's thread-per-actor runtime."""
+class Runtime(Protocol):
+    """What :func:`measure` does to one runtime's actors; each counts what it handles (its
+    start, each told message, its stop) in ``counter``. The benchmark's thread."""
 
-    def __init__(self, started: Countdown, handled: Countdown) -> None:
-        super().__init__()
-        self._started = started
-        self._handled = handled
+    name: str
+    counter: Countdown
+
+    def spawn(self, n: int) -> None: ...
+    def tell(self, index: int, message: int) -> None: ...
+    def ask(self, index: int, message: int) -> None: ...
+    def stop_all(self) -> None: ...
+
+
+class Pooled:
+    """kdispatch's pooled actors on one :class:`ActorPool`: started by a first message."""
+
+    name = "pooled"
+
+    def __init__(self, pool: ActorPool) -> None:
+        self.pool = pool
+        self.counter = Countdown()
+        self.actors: list[PooledCounter] = []
+
+    def spawn(self, n: int) -> None:
+        self.actors = [PooledCounter(self.pool, self.counter) for _ in range(n)]
+        for actor in self.actors:
+            actor.tell(0)
+
+    def tell(self, index: int, message: int) -> None:
+        self.actors[index].tell(message)
+
+    def ask(self, index: int, message: int) -> None:
+        reply: Future[int] = Future()
+        self.actors[index].tell(Ask(message, reply))
+        reply.result(WAIT_LIMIT)
+
+    def stop_all(self) -> None:
+        for actor in self.actors:
+            actor.tell(STOP)
+
+
+class Threading:
+    """pykka ``ThreadingActor``s, one thread each."""
+
+    name = "threading"
+
+    def __init__(self) -> None:
+        self.counter = Countdown()
+        self.refs: list[pykka.ActorRef[Any]] = []
+
+    def spawn(self, n: int) -> None:
+        self.refs = [ThreadingCounter.start(self.counter) for _ in range(n)]
+
+    def tell(self, index: int, message: int) -> None:
+        self.refs[index].tell(message)
+
+    def ask(self, index: int, message: int) -> None:
+        self.refs[index].ask(message, timeout=WAIT_LIMIT)
+
+    def stop_all(self) -> None:
+        for ref in self.refs:
+            ref.stop(block=False)
 
 
 # --------------------------------------------------------------------------- one run
@@ -165,20 +245,15 @@ class Bounds:
     ask_budget_s: float | None
 
 
-def measure(
-    runtime: str,
-    n: int,
-    spawn: Callable[[Countdown, Countdown], pykka.ActorRef[Any]],
-    bounds: Bounds,
-) -> dict[str, Any]:
-    """Start, load, probe and stop ``n`` actors made by ``spawn``; return one ``runs`` entry."""
-    started, handled = Countdown(), Countdown()
+def measure(runtime: Runtime, n: int, bounds: Bounds) -> dict[str, Any]:
+    """Start, load, probe and stop ``n`` actors of ``runtime``; return one ``runs`` entry."""
+    counter = runtime.counter
     before = settled_rss_kib()
 
-    started.arm(n)
+    counter.arm(n)
     t0 = time.perf_counter()
-    refs = [spawn(started, handled) for _ in range(n)]
-    started.wait("on_start")
+    runtime.spawn(n)
+    counter.wait("starts")
     start_s = time.perf_counter() - t0
 
     rss_per_actor = (settled_rss_kib() - before) / n
@@ -190,11 +265,11 @@ def measure(
         total = max(1, min(total, bounds.max_msgs))
     rates: list[float] = []
     for _ in range(bounds.tell_rounds):
-        handled.arm(total)
+        counter.arm(total)
         t0 = time.perf_counter()
         for i in range(total):
-            refs[i % n].tell(i)
-        handled.wait("tells")
+            runtime.tell(i % n, i)
+        counter.wait("tells")
         rates.append(total / (time.perf_counter() - t0))
 
     # ask latency: sequential blocking asks to random actors
@@ -202,22 +277,21 @@ def measure(
     latencies: list[float] = []
     deadline = None if bounds.ask_budget_s is None else time.perf_counter() + bounds.ask_budget_s
     for i in range(bounds.asks):
-        ref = refs[rng.randrange(n)]
         t1 = time.perf_counter()
-        ref.ask(i, timeout=WAIT_LIMIT)
+        runtime.ask(rng.randrange(n), i)
         latencies.append(time.perf_counter() - t1)
         if deadline is not None and len(latencies) >= 20 and time.perf_counter() > deadline:
             break
 
-    # stop: non-blocking stop to all, then wait for every stop future
+    # stop: a stop to every actor, until all have stopped
+    counter.arm(n)
     t0 = time.perf_counter()
-    futures = [ref.stop(block=False) for ref in refs]
-    for future in futures:
-        future.get(timeout=WAIT_LIMIT)
+    runtime.stop_all()
+    counter.wait("stops")
     stop_s = time.perf_counter() - t0
 
     return {
-        "runtime": runtime,
+        "runtime": runtime.name,
         "actors": n,
         "start_us_per_actor": start_s / n * 1e6,
         "rss_kib_per_actor": rss_per_actor,
@@ -236,12 +310,8 @@ def run_pooled(n: int, workers: int, batch: int, msgs_per_actor: int) -> dict[st
     pool = ActorPool(workers=workers, batch=batch, name="bench-pool")
     pool.start()
     try:
-
-        def spawn(started: Countdown, handled: Countdown) -> pykka.ActorRef[Any]:
-            return PooledCounter.start(pool, started, handled)
-
         bounds = Bounds(msgs_per_actor, None, tell_rounds=5, asks=2000, ask_budget_s=None)
-        result = measure("pooled", n, spawn, bounds)
+        result = measure(Pooled(pool), n, bounds)
     finally:
         pool.stop(timeout=WAIT_LIMIT)
     result["workers"] = workers
@@ -252,13 +322,9 @@ def run_pooled(n: int, workers: int, batch: int, msgs_per_actor: int) -> dict[st
 def run_threading(n: int, msgs_per_actor: int, max_msgs: int) -> dict[str, Any]:
     """Measure ``n`` ThreadingActors: tells capped at ``max_msgs`` per round, asks at 500 or 2 s."""
     before = set(threading.enumerate())
-
-    def spawn(started: Countdown, handled: Countdown) -> pykka.ActorRef[Any]:
-        return ThreadingCounter.start(started, handled)
-
     bounds = Bounds(msgs_per_actor, max_msgs, tell_rounds=5, asks=500, ask_budget_s=2.0)
     try:
-        result = measure("threading", n, spawn, bounds)
+        result = measure(Threading(), n, bounds)
     finally:  # normally all stopped already; only this benchmark's actors are touched
         for ref in pykka.ActorRegistry.get_by_class(ThreadingCounter):
             ref.stop(block=False)
@@ -304,7 +370,7 @@ def table(report: dict[str, Any]) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.actor_runtime",
-        description="Pooled pykka actors versus pykka ThreadingActor, side by side.",
+        description="Pooled actors versus pykka ThreadingActor, side by side.",
     )
     parser.add_argument("--actors", type=int, default=10_000, help="actors per runtime")
     parser.add_argument("--quick", action="store_true", help="1,000 actors (smoke run)")

@@ -15,7 +15,7 @@ same scheduling threads, executor workers and QPS (unlimited by default); only
 
 * ``inprocess``: the dispatcher's actors, executor workers and HTTP client are threads of the
   scheduler's process;
-* ``process``: they run in a child process (``kdispatch.adapters.process.ProcessDispatcher``,
+* ``process``: they run in a child process (``kdispatch.ProcessDispatcher``,
   its default ``max_in_flight`` window);
 * ``process_unbounded`` (with ``--window-ab``): the same with ``max_in_flight=None``, every call
   piped to the child at once (the behaviour before the window), the scheduler started through

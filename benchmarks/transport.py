@@ -11,7 +11,7 @@ running in a **separate process**, so the CPU measured here is the client's alon
   JSON replies;
 * ``lean``: ``KubernetesBackend(transport="lean")`` (the default) — prebuilt JSON through the
   client's own urllib3 pool;
-* ``dispatcher``: a :class:`~kdispatch.actors.dispatcher.Dispatcher` over ``KubernetesBackend()``
+* ``dispatcher``: a :class:`~kdispatch.Dispatcher` over ``KubernetesBackend()``
   (lean) with ``--threads`` executor workers and no QPS limit, used as a scheduler uses it: one
   thread submits a ``PodStatusPatch`` (``nominatedNodeName``) for each of ``--calls`` distinct
   pods, created just before the measurement, and then checks every future. Sequentially, that

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 from loguru import logger
 
 from ._lazy import lazy_exports
-from .actors.backend import ApiBackend, EvictionBackend, PatchType
-from .actors.calls import UNSET, Call, CallTypeRegistry
-from .actors.claim_calls import ClaimStatusPatch
-from .actors.config import (
+from .actors.facade.event_recorder import CallSubmitter, EventRecorder
+from .actors.model.backend import ApiBackend, EvictionBackend, PatchType
+from .actors.model.calls import UNSET, Call, CallTypeRegistry
+from .actors.model.claim_calls import ClaimStatusPatch
+from .actors.model.config import (
     DispatcherConfig,
     ExecutorConfig,
     RateLimitConfig,
@@ -29,7 +30,7 @@ from .actors.config import (
     RetryConfig,
     RuntimeConfig,
 )
-from .actors.errors import (
+from .actors.model.errors import (
     ActorLimitExceeded,
     AlreadyExistsError,
     ApiConnectionError,
@@ -70,11 +71,10 @@ from .actors.errors import (
     UnknownCallTypeError,
     UnknownKindError,
 )
-from .actors.event_calls import EventRecord
-from .actors.event_recorder import CallSubmitter, EventRecorder
-from .actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
-from .actors.kinds import register as register_kind
-from .actors.objects import (
+from .actors.model.event_calls import EventRecord
+from .actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
+from .actors.model.kinds import register as register_kind
+from .actors.model.objects import (
     Obj,
     ObjectRef,
     as_object,
@@ -85,26 +85,26 @@ from .actors.objects import (
     pod_node_name,
     uid_of,
 )
-from .actors.ratelimit import TokenBucket
+from .actors.runtime.ratelimit import TokenBucket
 
 if TYPE_CHECKING:
-    from .actors.aio import NoEventLoopError
-    from .actors.call_types import BUILTIN_CALL_TYPES, default_call_types
-    from .actors.dispatcher import Dispatcher
-    from .actors.dispatcher_like import DispatcherLike
-    from .actors.eviction_calls import PodEviction
-    from .actors.groups import CallGroup
-    from .actors.messages import CallFuture
-    from .actors.metrics import MetricsRegistryInUse
-    from .actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, PreemptionOptions
-    from .actors.podgroup_calls import PodGroupStatusPatch
+    from .actors.engine.aio import NoEventLoopError
+    from .actors.engine.groups import CallGroup
+    from .actors.engine.messages import CallFuture
+    from .actors.engine.metrics import MetricsRegistryInUse
+    from .actors.facade.dispatcher import Dispatcher
+    from .actors.facade.dispatcher_like import DispatcherLike
+    from .actors.facade.process import DispatcherProcessDied, ProcessDispatcher
+    from .actors.model.call_types import BUILTIN_CALL_TYPES, default_call_types
+    from .actors.model.eviction_calls import PodEviction
+    from .actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch, PreemptionOptions
+    from .actors.model.podgroup_calls import PodGroupStatusPatch
     from .adapters.aio_informer import AioInformer
     from .adapters.discovery import register_from_discovery
     from .adapters.informer import ClientListWatch, Informer, ListWatch, WatchEvent, WatchStream
     from .adapters.kubernetes import KubernetesBackend
     from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
     from .adapters.listing import ObjectList
-    from .adapters.process import DispatcherProcessDied, ProcessDispatcher
     from .adapters.transport import prepare_configuration
 else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_client) and the
     # adapters (the Kubernetes client) cost more than pytest itself, which imports this package
@@ -112,21 +112,21 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
     __getattr__ = lazy_exports(
         __name__,
         {
-            ".actors.aio": ("NoEventLoopError",),
-            ".actors.call_types": ("BUILTIN_CALL_TYPES", "default_call_types"),
-            ".actors.dispatcher": ("Dispatcher",),
-            ".actors.dispatcher_like": ("DispatcherLike",),
-            ".actors.eviction_calls": ("PodEviction",),
-            ".actors.groups": ("CallGroup",),
-            ".actors.messages": ("CallFuture",),
-            ".actors.metrics": ("MetricsRegistryInUse",),
-            ".actors.pod_calls": (
+            ".actors.engine.aio": ("NoEventLoopError",),
+            ".actors.model.call_types": ("BUILTIN_CALL_TYPES", "default_call_types"),
+            ".actors.facade.dispatcher": ("Dispatcher",),
+            ".actors.facade.dispatcher_like": ("DispatcherLike",),
+            ".actors.model.eviction_calls": ("PodEviction",),
+            ".actors.engine.groups": ("CallGroup",),
+            ".actors.engine.messages": ("CallFuture",),
+            ".actors.engine.metrics": ("MetricsRegistryInUse",),
+            ".actors.model.pod_calls": (
                 "PodBinding",
                 "PodPreemption",
                 "PodStatusPatch",
                 "PreemptionOptions",
             ),
-            ".actors.podgroup_calls": ("PodGroupStatusPatch",),
+            ".actors.model.podgroup_calls": ("PodGroupStatusPatch",),
             ".adapters.aio_informer": ("AioInformer",),
             ".adapters.discovery": ("register_from_discovery",),
             ".adapters.informer": (
@@ -144,7 +144,7 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
                 "LeaseClient",
                 "LeaseElector",
             ),
-            ".adapters.process": ("DispatcherProcessDied", "ProcessDispatcher"),
+            ".actors.facade.process": ("DispatcherProcessDied", "ProcessDispatcher"),
             ".adapters.transport": ("prepare_configuration",),
         },
     )

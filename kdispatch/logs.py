@@ -20,7 +20,7 @@ import logging
 
 from loguru import logger
 
-from .actors.errors import InvalidInputError
+from .actors.model.errors import InvalidInputError
 
 NAME = "kdispatch"
 """The one loguru name of the library (every module logs under it)."""

@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kdispatch.actors.backend import ApiBackend, EvictionBackend
-from kdispatch.actors.errors import ApiError, NotFoundError
-from kdispatch.actors.objects import Obj
+from kdispatch.actors.model.backend import ApiBackend, EvictionBackend
+from kdispatch.actors.model.errors import ApiError, NotFoundError
+from kdispatch.actors.model.objects import Obj
 from kdispatch.testing.memory import InMemoryApiServer
 
 T = TypeVar("T")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from kdispatch.actors.backend import ApiBackend
+from kdispatch.actors.model.backend import ApiBackend
 
 
 def patch_from_threads(

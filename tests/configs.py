@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import settings
 
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
 
 
 def fast(**retry: Any) -> DispatcherConfig:

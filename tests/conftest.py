@@ -34,7 +34,7 @@ import pytest
 
 def _live_pooled() -> int:
     try:
-        from kdispatch.actors.runtime import live_pooled_actors
+        from kdispatch.actors.engine.registry import live_pooled_actors
     except ImportError:  # runtime not importable: nothing can have leaked from it
         return 0
     return live_pooled_actors()
@@ -76,7 +76,7 @@ def server() -> Any:
 def dispatcher(server: Any) -> Iterator[Any]:
     """A started :class:`kdispatch.Dispatcher` on ``server`` with ``tests.configs.FAST``,
     stopped at the end of the test."""
-    from kdispatch.actors.dispatcher import Dispatcher
+    from kdispatch.actors.facade.dispatcher import Dispatcher
     from tests.configs import FAST
 
     d = Dispatcher(server, FAST).start()

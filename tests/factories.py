@@ -12,12 +12,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.call_types import BUILTIN_CALL_TYPES
-from kdispatch.actors.calls import Call, CallTypeRegistry
-from kdispatch.actors.errors import Outcome
-from kdispatch.actors.kinds import KindTable
-from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.call_types import BUILTIN_CALL_TYPES
+from kdispatch.actors.model.calls import Call, CallTypeRegistry
+from kdispatch.actors.model.errors import Outcome
+from kdispatch.actors.model.kinds import KindTable
+from kdispatch.actors.model.objects import Obj, ObjectRef
 from kdispatch.testing.memory import InMemoryApiServer
 from kdispatch.testing.memory_objects import make_condition, make_pod
 

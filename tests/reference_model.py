@@ -1,5 +1,5 @@
 """A plain reference model of the calls of one Pod, for the stateful test of the per-object
-state machine (:class:`~kdispatch.actors.object_state.ObjectState`).
+state machine (:class:`~kdispatch.actors.model.object_state.ObjectState`).
 
 The model knows what DESIGN §3 promises about one object, not how the actor is built. Every call
 a caller submits becomes an :class:`Intent`; the model keeps two slots, ``pending`` and
@@ -65,10 +65,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdispatch.actors.calls import UNSET, Call
-from kdispatch.actors.errors import CallOutcomeError, DispatcherClosed, Outcome
-from kdispatch.actors.objects import Obj, get_path, is_terminating, pod_node_name
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch, pod_conditions
+from kdispatch.actors.model.calls import UNSET, Call
+from kdispatch.actors.model.errors import CallOutcomeError, DispatcherClosed, Outcome
+from kdispatch.actors.model.objects import Obj, get_path, is_terminating, pod_node_name
+from kdispatch.actors.model.pod_calls import (
+    PodBinding,
+    PodPreemption,
+    PodStatusPatch,
+    pod_conditions,
+)
 
 Fields = dict[str, Any]
 """Field values by name: ``"<condition type>.<status|reason|message>"``, ``"nnn"`` (nominated
@@ -357,7 +362,7 @@ class Model:
         read: bool = False,
     ) -> None:
         """The in-flight attempt (or, with ``read``, the re-read before it) ended with
-        ``result`` (a :class:`~kdispatch.actors.object_state.Result` value)."""
+        ``result`` (a :class:`~kdispatch.actors.model.object_state.Result` value)."""
         i, p = self.inflight, self.pending
         assert i is not None
         self.inflight = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from kdispatch.actors.dispatcher import Dispatcher
+from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.adapters.informer import Informer
 
 

@@ -14,12 +14,12 @@ import kopf
 import pytest
 from kubernetes.aio import client as aclient
 
-from kdispatch.actors.aio import NoEventLoopError
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RuntimeConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.engine.aio import NoEventLoopError
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RuntimeConfig
+from kdispatch.actors.model.errors import (
     ApiError,
     CallCancelled,
     CallConflict,
@@ -28,8 +28,8 @@ from kdispatch.actors.errors import (
     InvalidObjectError,
     Outcome,
 )
-from kdispatch.actors.objects import Obj, ObjectRef
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.objects import Obj, ObjectRef
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod

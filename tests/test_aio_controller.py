@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from examples import aio_controller
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch.actors.model.errors import InvalidInputError
 
 pytestmark = pytest.mark.timeout(120)
 

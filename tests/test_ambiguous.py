@@ -23,11 +23,12 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.facade.event_recorder import EventRecorder
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.claim_calls import ClaimStatusPatch
+from kdispatch.actors.model.config import DispatcherConfig
+from kdispatch.actors.model.errors import (
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -35,9 +36,8 @@ from kdispatch.actors.errors import (
     Outcome,
     RequestTimeoutError,
 )
-from kdispatch.actors.event_recorder import EventRecorder
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod

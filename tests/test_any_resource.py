@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from kdispatch import register_from_discovery
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.model.errors import (
     ConflictError,
     DisruptionBudgetError,
     InvalidInputError,
@@ -25,8 +25,8 @@ from kdispatch.actors.errors import (
     Outcome,
     UnknownKindError,
 )
-from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
-from kdispatch.actors.pod_calls import PodStatusPatch
+from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
+from kdispatch.actors.model.pod_calls import PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.transport import TransportName
 from kdispatch.testing.httpserver import ApiServerHTTP

@@ -372,7 +372,7 @@ def test_bad_input_raises_a_typed_error_at_the_boundary(
     with pytest.raises(expected) as info:
         action(env)
     assert (
-        type(info.value).__module__ == "kdispatch.actors.errors"
+        type(info.value).__module__ == "kdispatch.actors.model.errors"
     )  # a documented type, nothing ad hoc
     assert str(info.value)  # a message that says what is wrong
     # nothing else was hurt: the dispatcher still serves other objects

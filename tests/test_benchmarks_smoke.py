@@ -23,7 +23,7 @@ from benchmarks.baselines import ClientRateLimiter, UpstreamFifoContender
 from benchmarks.workloads import WORKLOADS
 from benchmarks.workloads.common import unschedulable
 from benchmarks.workloads.contenders import CONTENDERS
-from kdispatch.actors.errors import Outcome
+from kdispatch.actors.model.errors import Outcome
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
-"""CallFuture: a standard ``concurrent.futures.Future`` whose condition exists only when
-somebody waits on it (most of a pending call's memory otherwise)."""
+"""CallFuture: a standard ``concurrent.futures.Future`` that is never cancelled, resolved
+through ``settle`` (which tells a step's group)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,26 @@ import threading
 
 import pytest
 
-from kdispatch.actors.errors import CallCancelled, Outcome
-from kdispatch.actors.messages import CallFuture
+from kdispatch.actors.engine.messages import CallFuture, settle
+from kdispatch.actors.model.errors import CallCancelled, Outcome
 
 
-def test_resolved_before_anyone_looked_has_no_condition() -> None:
+def test_settle_resolves_once_and_tells_the_group_once() -> None:
+    told: list[CallFuture] = []
+
+    class Group:
+        def _step_done(self, future: CallFuture) -> None:
+            told.append(future)
+
+        def _refusal(self, call: object, held: bool) -> None:
+            return None
+
     f = CallFuture()
-    assert not f.done()
-    f.set_result(Outcome.SUCCESS)
-    assert f.done()
+    f.group = Group()
+    assert settle(f, Outcome.SUCCESS) is True
+    assert settle(f, CallCancelled("late", uid="u", call_type="pod_binding")) is False
     assert f.result() is Outcome.SUCCESS
-    assert f.exception() is None
-    assert f._cond is None  # never created: nobody waited
+    assert told == [f]
 
 
 def test_exception_and_double_resolution() -> None:
@@ -73,8 +81,8 @@ def test_never_cancelled() -> None:
 
 @pytest.mark.parametrize("how", ["wait", "as_completed"])
 def test_wait_and_as_completed_while_another_thread_resolves(how: str) -> None:
-    """The race the lazy condition must not lose: a waiter arriving while futures resolve
-    must count each exactly once (never return early, never hang)."""
+    """A waiter arriving while futures resolve counts each exactly once (never returns early,
+    never hangs)."""
     for _ in range(100):
         futures = [CallFuture() for _ in range(40)]
         go = threading.Event()

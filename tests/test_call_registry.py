@@ -27,7 +27,7 @@ from kdispatch import (
     default_call_types,
     get_path,
 )
-from kdispatch.actors.objects import with_path
+from kdispatch.actors.model.objects import with_path
 from tests.factories import InertCall, InertRules, call_types_with, user_call
 
 POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")

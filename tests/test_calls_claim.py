@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdispatch.actors.calls import UNSET
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.calls import UNSET
+from kdispatch.actors.model.claim_calls import ClaimStatusPatch
+from kdispatch.actors.model.errors import (
     ApiError,
     ConflictError,
     InvalidCallError,
     InvalidObjectError,
 )
-from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.model.objects import Obj, ObjectRef
 from kdispatch.testing.memory_patch import json_merge
 from tests import backends
 from tests.configs import PROPS

@@ -18,9 +18,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kdispatch import testing
-from kdispatch.actors import pod_calls
-from kdispatch.actors.calls import UNSET
-from kdispatch.actors.errors import (
+from kdispatch.actors.model import pod_calls
+from kdispatch.actors.model.calls import UNSET
+from kdispatch.actors.model.errors import (
     ApiError,
     ConflictError,
     InvalidCallError,
@@ -29,8 +29,8 @@ from kdispatch.actors.errors import (
     NotFoundError,
     ServerError,
 )
-from kdispatch.actors.objects import Obj, ObjectRef
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.model.objects import Obj, ObjectRef
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests import backends
 from tests.configs import PROPS
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import kdispatch
-from kdispatch.actors import pod_calls
-from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.errors import InvalidCallError, InvalidObjectError
-from kdispatch.actors.objects import ObjectRef
-from kdispatch.actors.pod_calls import PodStatusPatch
-from kdispatch.actors.podgroup_calls import (
+from kdispatch.actors.model import pod_calls
+from kdispatch.actors.model.call_types import default_call_types
+from kdispatch.actors.model.errors import InvalidCallError, InvalidObjectError
+from kdispatch.actors.model.objects import ObjectRef
+from kdispatch.actors.model.pod_calls import PodStatusPatch
+from kdispatch.actors.model.podgroup_calls import (
     POD_GROUP_INITIALLY_SCHEDULED,
     PodGroupStatusPatch,
     condition_problems,

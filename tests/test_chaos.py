@@ -14,9 +14,9 @@ import pytest
 
 from benchmarks.chaos import IDEAL, ChaosConfig, ideal, run
 from benchmarks.chaos_watch import BindingAuditor
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallCancelled, CallFailed, CallStale, Outcome
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.errors import CallCancelled, CallFailed, CallStale, Outcome
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from kdispatch.testing.oracle import ABSENT, Intent, score
 from tests.configs import FAST

@@ -17,7 +17,7 @@ from kdispatch import (
     RateLimitConfig,
     RegistryConfig,
 )
-from kdispatch.actors.config_load import env_variables, load_dataclass, load_env
+from kdispatch.actors.model.config_load import env_variables, load_dataclass, load_env
 
 pytestmark = pytest.mark.timeout(30)
 

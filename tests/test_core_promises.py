@@ -20,13 +20,13 @@ from typing import Any, ClassVar
 import pytest
 from kubernetes import client as k8s
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallStale, Outcome, TooManyRequestsError
-from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.call_types import default_call_types
+from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.errors import CallStale, Outcome, TooManyRequestsError
+from kdispatch.actors.model.objects import Obj, ObjectRef, get_path, with_path
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP

@@ -18,13 +18,18 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallFailed, Outcome
-from kdispatch.actors.messages import CallFuture
-from kdispatch.actors.objects import Obj, ObjectRef, get_path, with_path
+from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
+from kdispatch.actors.model.errors import CallFailed, Outcome
+from kdispatch.actors.model.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.testing.memory import InMemoryApiServer
 from tests.backends import GatedBackend, T
 from tests.factories import call_types_with

@@ -10,12 +10,12 @@ from typing import Any, ClassVar
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.call_types import default_call_types
+from kdispatch.actors.model.claim_calls import ClaimStatusPatch
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RetryConfig
+from kdispatch.actors.model.errors import (
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -26,8 +26,8 @@ from kdispatch.actors.errors import (
     Outcome,
     UnknownCallTypeError,
 )
-from kdispatch.actors.objects import Obj, ObjectRef
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.objects import Obj, ObjectRef
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 from tests.configs import FAST
@@ -309,8 +309,8 @@ def test_logs_are_off_by_default_and_carry_bound_fields(server: InMemoryApiServe
 
 
 def test_max_live_actors_is_enforced_with_a_typed_error(server: InMemoryApiServer) -> None:
-    from kdispatch.actors.config import RegistryConfig
-    from kdispatch.actors.errors import ActorLimitExceeded
+    from kdispatch.actors.model.config import RegistryConfig
+    from kdispatch.actors.model.errors import ActorLimitExceeded
 
     gated = GatedBackend(server)
     pods = [server.create(make_pod(f"p{i}")) for i in range(3)]

@@ -24,7 +24,7 @@ from kubernetes.config import kube_config
 from loguru import logger
 
 from kdispatch import DispatcherConfig, KubernetesBackend
-from kdispatch.actors.config_load import env_variables
+from kdispatch.actors.model.config_load import env_variables
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_node, make_pod
 from kdispatch.testing.envtest import write_kubeconfig
 from tests.snippets import (

@@ -22,18 +22,18 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from kdispatch.actors.calls import UNSET, UnsetType
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.calls import UNSET, UnsetType
+from kdispatch.actors.model.claim_calls import ClaimStatusPatch
+from kdispatch.actors.model.config import (
     DispatcherConfig,
     ExecutorConfig,
     RateLimitConfig,
     RetryConfig,
 )
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallCancelled, Outcome
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.errors import CallCancelled, Outcome
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP

@@ -17,7 +17,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from kdispatch.actors.errors import InvalidInputError, KdispatchError
+from kdispatch.actors.model.errors import InvalidInputError, KdispatchError
 from kdispatch.testing.envtest import (
     Binaries,
     BinariesNotFound,

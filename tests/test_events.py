@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.call_types import default_call_types
-from kdispatch.actors.calls import BEST_EFFORT, CallTypeRegistry
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.facade.event_recorder import EventRecorder
+from kdispatch.actors.model.call_types import default_call_types
+from kdispatch.actors.model.calls import BEST_EFFORT, CallTypeRegistry
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.model.errors import (
     CallFailed,
     CallTypeRegistrationError,
     InvalidConfigError,
@@ -22,10 +23,9 @@ from kdispatch.actors.errors import (
     Outcome,
     RequestDropped,
 )
-from kdispatch.actors.event_calls import EventRecord
-from kdispatch.actors.event_recorder import EventRecorder
-from kdispatch.actors.kinds import DEFAULT_KINDS
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.event_calls import EventRecord
+from kdispatch.actors.model.kinds import DEFAULT_KINDS
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_node, make_pod

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kdispatch import PodEviction
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.errors import (
     CallCancelled,
     CallFailed,
     DisruptionBudgetError,
@@ -19,7 +19,7 @@ from kdispatch.actors.errors import (
     InvalidInputError,
     Outcome,
 )
-from kdispatch.actors.pod_calls import PodStatusPatch
+from kdispatch.actors.model.pod_calls import PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pdb, make_pod

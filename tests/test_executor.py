@@ -1,6 +1,6 @@
 """The executor alone: lanes, minimum share, token bucket, refunds, backoff, classification.
 
-Object actors are replaced by tiny fake refs that answer ``Grant`` at once with a ``Job`` (or a
+Object actors are replaced by tiny fake refs that answer ``Grant`` at once with a job (or a
 ``Refund``), so the executor's scheduling can be observed directly.
 """
 
@@ -13,10 +13,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import ExecutorConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch.actors.engine.executor import Executor
+from kdispatch.actors.engine.messages import Grant
+from kdispatch.actors.engine.metrics import Metrics
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.effects import Done, Result, Send
+from kdispatch.actors.model.errors import (
     ConflictError,
     InvalidRequestError,
     LeadershipLost,
@@ -24,11 +28,7 @@ from kdispatch.actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.actors.executor import Executor
-from kdispatch.actors.messages import Grant, Job
-from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.object_state import Done, Result, Send
-from kdispatch.actors.objects import Obj, ObjectRef
+from kdispatch.actors.model.objects import Obj, ObjectRef
 from kdispatch.testing.waiting import wait_for
 from tests.clocks import ManualClock
 from tests.factories import InertCall
@@ -78,16 +78,21 @@ class FakeRef:
         if self.call is None:
             self.executor.refund()
             return
-        done = self.executor.job(Job(self, Send(self.call, None, 1)))
+        done = self.executor.job(self, Send(self.call, None, 1))
         if done is not None:
             self.tell(done)
 
-    def tell(self, msg: Any) -> None:
+    def tell(self, msg: Any) -> bool:
         if isinstance(msg, Grant):
             self.on_grant()
         elif isinstance(msg, Done):
             self.done.append(msg)
             self.finished.set()
+        return True
+
+    def run_or_tell(self, msg: Any) -> bool:
+        """A worker hands a result over: answered here, like a tell."""
+        return self.tell(msg)
 
 
 class NullBackend:
@@ -288,7 +293,7 @@ def test_default_budget_rides_out_an_apiserver_restart() -> None:
 def test_execute_classifies_results(error: BaseException | None, result: Result) -> None:
     ex = make()
     call = probe("a", [], raises=error)
-    done = ex.execute(Job(None, Send(call, None, 1)))
+    done = ex.sender.send(Send(call, None, 1))[0]
     assert done.result is result
     assert done.error is error
     if isinstance(error, TooManyRequestsError):
@@ -312,7 +317,7 @@ def test_conflict_refetch_of_recreated_object_is_not_found() -> None:
         config=ExecutorConfig(),
         metrics=Metrics(),
     )
-    done = ex.execute(Job(None, Send(probe("a", [], raises=ConflictError()), None, 1)))
+    done = ex.sender.send(Send(probe("a", [], raises=ConflictError()), None, 1))[0]
     assert done.result is Result.NOT_FOUND and done.obj is None
 
 
@@ -389,7 +394,7 @@ def _ref(name: str) -> ObjectRef:
 
 
 def _requests_counted(ex: Executor) -> float:
-    registry = ex._metrics.registry
+    registry = ex.metrics.registry
     total = 0.0
     for metric in registry.collect():
         if metric.name == "kdispatch_requests":
@@ -476,7 +481,7 @@ def test_followup_requests_take_tokens_before_new_grants(started: list[Executor]
 )
 def test_retry_after_sets_the_delay_on_5xx_and_429(error: BaseException) -> None:
     ex = make()
-    done = ex.execute(Job(None, Send(probe("a", [], raises=error), None, 1)))
+    done = ex.sender.send(Send(probe("a", [], raises=error), None, 1))[0]
     assert done.result is Result.RETRY
     assert done.delay >= 3.0
 

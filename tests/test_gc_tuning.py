@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from examples.gcwatch import GcWatch
-from kdispatch.actors.config import DispatcherConfig, RuntimeConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import InvalidConfigError
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig, RuntimeConfig
+from kdispatch.actors.model.errors import InvalidConfigError
 from kdispatch.testing.memory import InMemoryApiServer
 
 

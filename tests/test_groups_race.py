@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallCancelled, DependencyFailed, GroupFailed, Outcome
-from kdispatch.actors.groups import CallGroup
-from kdispatch.actors.messages import CallFuture, Submit
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.engine.groups import CallGroup
+from kdispatch.actors.engine.messages import CallFuture, Submit
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.errors import CallCancelled, DependencyFailed, GroupFailed, Outcome
+from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 from tests.configs import FAST

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.calls import Call
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.effects import Merged, Ready, Result, Retire
+from kdispatch.actors.model.errors import (
     CallCancelled,
     DependencyFailed,
     DispatcherClosed,
@@ -21,8 +22,8 @@ from kdispatch.actors.errors import (
     Outcome,
     ServerError,
 )
-from kdispatch.actors.object_state import Merged, Ready, Result, Retire, State
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.model.lifecycle import State
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import cond, pod
 from tests.test_object_state import Driver, gate, label, unsched
 

@@ -7,17 +7,17 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.engine.holds import Dependencies, GroupFuture, GroupSteps, Hold, HoldState
+from kdispatch.actors.engine.messages import CallFuture, FailDependency, Release
+from kdispatch.actors.engine.metrics import Metrics
+from kdispatch.actors.model.errors import (
     CallCancelled,
     CallFailed,
     DependencyCycleError,
     InvalidPrerequisiteError,
     Outcome,
 )
-from kdispatch.actors.holds import Dependencies, GroupFuture, GroupSteps, Hold, HoldState
-from kdispatch.actors.messages import CallFuture, FailDependency, Release
-from kdispatch.actors.metrics import Metrics
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import pod
 
 OWNER = object()

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch.actors.model.errors import InvalidInputError
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 

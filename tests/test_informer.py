@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     ApiConnectionError,
     GoneError,
     InformerSyncTimeout,

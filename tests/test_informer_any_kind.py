@@ -11,8 +11,13 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.errors import ApiError, ForbiddenError, InvalidInputError, UnauthorizedError
-from kdispatch.actors.kinds import KindTable
+from kdispatch.actors.model.errors import (
+    ApiError,
+    ForbiddenError,
+    InvalidInputError,
+    UnauthorizedError,
+)
+from kdispatch.actors.model.kinds import KindTable
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing import MemoryListWatch

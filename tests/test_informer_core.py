@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes.aio import client as aclient
 
-from kdispatch.actors.backoff import backoff_delay
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.backoff import backoff_delay
+from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.errors import (
     ApiConnectionError,
     BadResponseError,
     ForbiddenError,

@@ -19,9 +19,9 @@ from kubernetes.leaderelection import leaderelection as _leaderelection
 from kubernetes.leaderelection.resourcelock import leaselock as _leaselock
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig
+from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ConflictError,
     InvalidConfigError,
@@ -30,7 +30,7 @@ from kdispatch.actors.errors import (
     NotFoundError,
     Outcome,
 )
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.adapters.leader import (
     ClientLeaseClient,
     ElectionConfig,
@@ -254,7 +254,7 @@ def test_failed_renewals_lose_leadership_at_the_deadline() -> None:
     _server, clock, a, lost = _a_leads()
 
     def unreachable(*_a: Any, **_k: Any) -> Any:
-        from kdispatch.actors.errors import ApiConnectionError
+        from kdispatch.actors.model.errors import ApiConnectionError
 
         raise ApiConnectionError("down")
 
@@ -469,7 +469,7 @@ def test_send_deadline_is_told_on_acquire_and_renew_and_zero_on_loss() -> None:
     assert a.send_deadline == 1012.0
 
     def unreachable(*_a: Any, **_k: Any) -> Any:
-        from kdispatch.actors.errors import ApiConnectionError
+        from kdispatch.actors.model.errors import ApiConnectionError
 
         raise ApiConnectionError("down")
 
@@ -573,7 +573,7 @@ def test_the_told_deadline_always_agrees_with_may_send(ops: list[str | float]) -
     real_get = a._client.get
 
     def unreachable(*_a: Any, **_k: Any) -> Any:
-        from kdispatch.actors.errors import ApiConnectionError
+        from kdispatch.actors.model.errors import ApiConnectionError
 
         raise ApiConnectionError("down")
 

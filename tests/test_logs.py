@@ -12,10 +12,10 @@ import pytest
 from loguru import logger
 
 from kdispatch import logs
-from kdispatch.actors.config import DispatcherConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallConflict, InvalidConfigError, InvalidInputError
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig
+from kdispatch.actors.model.errors import CallConflict, InvalidConfigError, InvalidInputError
+from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
 pytestmark = pytest.mark.timeout(30)
@@ -58,7 +58,7 @@ def stopped_records(stdlib: Collect) -> list[str]:
     return [
         r.getMessage()
         for r in stdlib.records
-        if r.name == "kdispatch.actors.dispatcher"
+        if r.name == "kdispatch.actors.facade.dispatcher"
         and r.getMessage().startswith("dispatcher stopped")
     ]
 
@@ -88,7 +88,7 @@ def call_records(stdlib: Collect, uid: str) -> list[str]:
     return [
         r.getMessage()
         for r in stdlib.records
-        if r.name in ("kdispatch.actors.executor", "kdispatch.actors.object_actor")
+        if r.name in ("kdispatch.actors.engine.sender", "kdispatch.actors.engine.object_actor")
         and uid in r.getMessage()
     ]
 

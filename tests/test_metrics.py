@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kdispatch.actors.config import DispatcherConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import InvalidConfigError
-from kdispatch.actors.metric_families import CounterFamily, GaugeFamily, HistogramFamily
-from kdispatch.actors.metrics import Metrics, MetricsRegistryInUse
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.engine.metrics import Metrics, MetricsRegistryInUse
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig
+from kdispatch.actors.model.errors import InvalidConfigError
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.runtime.metric_families import (
+    CounterFamily,
+    GaugeFamily,
+    HistogramFamily,
+    Shards,
+)
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.configs import FAST
 from tests.factories import cond
@@ -129,11 +136,11 @@ def _samples(registry: CollectorRegistry) -> set[tuple[str, tuple[tuple[str, str
 
 def test_families_expose_the_samples_prometheus_clients_own_metrics_would() -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    lock = threading.Lock()
+    shards = Shards()
     buckets = (0.001, 0.01, 0.1)
-    counter = CounterFamily("x_total", "a counter", ["call_type", "verb"], lock)
-    gauge = GaugeFamily("x_pending", "a gauge", ["call_type"], lock)
-    histogram = HistogramFamily("x_seconds", "a histogram", ["call_type"], lock, buckets)
+    counter = CounterFamily("x_total", "a counter", ["call_type", "verb"], shards)
+    gauge = GaugeFamily("x_pending", "a gauge", ["call_type"], shards)
+    histogram = HistogramFamily("x_seconds", "a histogram", ["call_type"], shards, buckets)
     for collector in (counter, gauge, histogram):
         ours.register(collector)
     p_counter = Counter("x_total", "a counter", ["call_type", "verb"], registry=theirs)
@@ -146,8 +153,7 @@ def test_families_expose_the_samples_prometheus_clients_own_metrics_would() -> N
         (("pod_binding", "POST"), 2.0),
         (("pod_status_patch", "PATCH"), 1.0),
     ]:
-        with lock:
-            counter.add_locked(labels, amount)
+        on_another_thread(partial(counter.add, labels, amount))  # summed over the threads
         p_counter.labels(*labels).inc(amount)
     for call_type, delta in [
         ("pod_binding", 1),
@@ -155,19 +161,26 @@ def test_families_expose_the_samples_prometheus_clients_own_metrics_would() -> N
         ("pod_binding", -1),
         ("pod_status_patch", -2),
     ]:
-        with lock:
-            gauge.add_locked((call_type,), delta)
+        gauge.add((call_type,), delta)
         p_gauge.labels(call_type).inc(delta)
     # on a bound, between bounds, above the last one, zero
     for call_type, seconds in [("a", 0.001), ("a", 0.005), ("a", 7.0), ("b", 0.0), ("b", 0.1)]:
-        with lock:
-            histogram.observe_locked((call_type,), seconds)
+        on_another_thread(partial(histogram.observe, (call_type,), seconds))
+        histogram.observe(("c",), seconds)
+        p_histogram.labels("c").observe(seconds)
         p_histogram.labels(call_type).observe(seconds)
     assert _samples(ours) == _samples(theirs)
     assert ours.get_sample_value("x_seconds_bucket", {"call_type": "a", "le": "0.001"}) == 1
     assert ours.get_sample_value("x_seconds_bucket", {"call_type": "a", "le": "+Inf"}) == 3
     with pytest.raises(ValueError, match="Duplicated timeseries"):  # describe() names them
-        ours.register(CounterFamily("x_total", "again", ["call_type"], lock))
+        ours.register(CounterFamily("x_total", "again", ["call_type"], shards))
+
+
+def on_another_thread(update: Callable[[], None]) -> None:
+    """Run ``update`` on a thread of its own, to its end."""
+    thread = threading.Thread(target=update)
+    thread.start()
+    thread.join()
 
 
 def test_metric_updates_from_many_threads_are_all_counted() -> None:

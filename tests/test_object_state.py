@@ -13,11 +13,24 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kdispatch.actors.backend import ApiBackend
-from kdispatch.actors.calls import Call
-from kdispatch.actors.config import RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.effects import (
+    Done,
+    Effect,
+    Merged,
+    Ready,
+    Refund,
+    Resolve,
+    Result,
+    Retire,
+    Send,
+)
+from kdispatch.actors.model.errors import (
     CallCancelled,
     CallConflict,
     CallFailed,
@@ -32,22 +45,9 @@ from kdispatch.actors.errors import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.actors.object_state import (
-    TRANSITIONS,
-    Done,
-    Effect,
-    InvalidTransition,
-    Merged,
-    ObjectState,
-    Ready,
-    Refund,
-    Resolve,
-    Result,
-    Retire,
-    Send,
-    State,
-)
-from kdispatch.actors.objects import (
+from kdispatch.actors.model.lifecycle import LIFECYCLE, Input, InvalidTransition, Life, State
+from kdispatch.actors.model.object_state import ObjectState
+from kdispatch.actors.model.objects import (
     Obj,
     ObjectRef,
     get_path,
@@ -57,7 +57,7 @@ from kdispatch.actors.objects import (
     uid_and_version,
     with_path,
 )
-from kdispatch.actors.pod_calls import (
+from kdispatch.actors.model.pod_calls import (
     PodBinding,
     PodPreemption,
     PodStatusPatch,
@@ -194,14 +194,21 @@ def bound(p: Obj, node: str = "n1", rv: int = 2) -> Obj:
 # ============================================================ the transitions table
 
 
-def test_transitions_table_names_every_state_and_done_only_with_something_in_flight() -> None:
-    assert set(TRANSITIONS) == set(State)
-    for state in (State.IDLE, State.PENDING, State.RETIRED):
-        assert "done" not in TRANSITIONS[state]
-    for state in (State.IN_FLIGHT, State.IN_FLIGHT_PENDING, State.RETIRING):
-        assert "done" in TRANSITIONS[state]
-    for events in TRANSITIONS.values():
-        assert {"submit", "grant", "observed", "deleted", "cancel", "close", "revoke"} <= events
+def test_the_lifecycle_table_is_the_machine(d: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row is a rule: without the row that retires a live object on a deletion, a deleted
+    object stays live and keeps taking calls."""
+    assert LIFECYCLE[(Life.LIVE, Input.DELETED)] is Life.RETIRING
+    monkeypatch.delitem(LIFECYCLE, (Life.LIVE, Input.DELETED))
+    d.submit(unsched(pod("a")))
+    d.deleted()
+    assert d.state() is State.IDLE  # its call was cancelled, but the object lives on
+    later = d.submit(unsched(pod("a")))
+    assert later not in d.results and d.state() is State.PENDING  # and takes new calls
+    monkeypatch.undo()
+    d2 = Driver()
+    d2.submit(unsched(pod("a")))
+    d2.deleted()
+    assert d2.state() is State.RETIRED  # nothing in flight: retired at once
 
 
 def test_done_with_nothing_in_flight_is_an_invalid_transition(d: Driver) -> None:
@@ -1118,3 +1125,16 @@ def test_the_observed_version_follows_every_observed_object(d: Driver) -> None:
     newer = pod("a", rv=6)
     d.m.observed_event(newer)
     assert (d.m.observed, d.m.observed_rv) == (newer, "6")
+
+
+@given(
+    st.integers(min_value=0, max_value=10**30),
+    st.integers(min_value=0, max_value=10**30),
+    st.booleans(),
+    st.booleans(),
+)
+def test_decimal_versions_compare_as_integers(a: int, b: int, zeros_a: bool, zeros_b: bool) -> None:
+    """Whatever their lengths, and with leading zeros too: as the integers they write."""
+    new, cur = ("00" if zeros_a else "") + str(a), ("0" if zeros_b else "") + str(b)
+    assert rv_is_newer(new, cur) is (a >= b)
+    assert rv_is_newer(new, cur, strict=True) is (a > b)

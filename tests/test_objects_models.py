@@ -11,11 +11,11 @@ import kopf
 import pytest
 from kubernetes import client as k8s
 
-from kdispatch.actors.config import DispatcherConfig, RateLimitConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallCancelled, InvalidObjectError, Outcome
-from kdispatch.actors.objects import ObjectRef, as_object
-from kdispatch.actors.pod_calls import PodStatusPatch
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig
+from kdispatch.actors.model.errors import CallCancelled, InvalidObjectError, Outcome
+from kdispatch.actors.model.objects import ObjectRef, as_object
+from kdispatch.actors.model.pod_calls import PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.configs import FAST
 from tests.factories import cond

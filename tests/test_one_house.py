@@ -38,7 +38,7 @@ def test_source_folders_refuse_a_second_import_name(folder: str) -> None:
 
 def test_the_one_identity_is_the_kdispatch_one() -> None:
     proc = _run(
-        "import kdispatch.actors.errors as e, kdispatch; "
+        "import kdispatch.actors.model.errors as e, kdispatch; "
         "assert kdispatch.CallFailed is e.CallFailed; "
         "assert issubclass(e.CallFailed, kdispatch.KdispatchError); print('ok')"
     )

@@ -15,7 +15,7 @@ from kdispatch import (
     Outcome,
     PodGroupStatusPatch,
 )
-from kdispatch.actors.podgroup_calls import POD_GROUP_INITIALLY_SCHEDULED
+from kdispatch.actors.model.podgroup_calls import POD_GROUP_INITIALLY_SCHEDULED
 from kdispatch.testing import InMemoryApiServer, make_pod, make_podgroup
 from tests.backends import GatedBackend
 from tests.configs import FAST

@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from examples.scheduler.prekep import PreKepApi
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.errors import DispatcherClosed, InvalidInputError, Outcome
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.claim_calls import ClaimStatusPatch
+from kdispatch.actors.model.errors import DispatcherClosed, InvalidInputError, Outcome
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from kdispatch.testing.waiting import poll
 from tests.backends import GatedBackend

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from kdispatch.actors.aio import NoEventLoopError
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RetryConfig
-from kdispatch.actors.errors import (
+from kdispatch.actors.engine.aio import NoEventLoopError
+from kdispatch.actors.facade.process import DispatcherProcessDied, ProcessDispatcher
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RetryConfig
+from kdispatch.actors.model.errors import (
     DispatcherClosed,
     InvalidCallError,
     InvalidInputError,
@@ -32,10 +33,9 @@ from kdispatch.actors.errors import (
     ObjectNotFound,
     Outcome,
 )
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.process import DispatcherProcessDied, ProcessDispatcher
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.waiting import until

@@ -26,14 +26,17 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from kdispatch.actors.config import (
+from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.facade.process import MAX_IN_FLIGHT, DispatcherProcessDied, ProcessDispatcher
+from kdispatch.actors.facade.process_child import dumps, portable
+from kdispatch.actors.model.config import (
     DispatcherConfig,
     ExecutorConfig,
     RegistryConfig,
     RetryConfig,
     RuntimeConfig,
 )
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     ActorLimitExceeded,
     CallCancelled,
     CallFailed,
@@ -49,13 +52,10 @@ from kdispatch.actors.errors import (
     TooManyRequestsError,
     UnknownCallTypeError,
 )
-from kdispatch.actors.messages import CallFuture
-from kdispatch.actors.objects import Obj, ObjectRef
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.actors.podgroup_calls import PodGroupStatusPatch
+from kdispatch.actors.model.objects import Obj, ObjectRef
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.podgroup_calls import PodGroupStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.process import MAX_IN_FLIGHT, DispatcherProcessDied, ProcessDispatcher
-from kdispatch.adapters.process_child import dumps, portable
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
@@ -370,7 +370,7 @@ def test_gc_settings_apply_in_the_callers_process_too(cluster: Cluster) -> None:
 _ORPHAN_SCRIPT = """
 import functools, sys
 from kdispatch.adapters.kubernetes import KubernetesBackend
-from kdispatch.adapters.process import ProcessDispatcher
+from kdispatch.actors.facade.process import ProcessDispatcher
 if __name__ == "__main__":
     d = ProcessDispatcher(functools.partial(KubernetesBackend.for_url, sys.argv[1])).start()
     print(d.pid, flush=True)

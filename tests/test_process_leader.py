@@ -19,14 +19,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RetryConfig
-from kdispatch.actors.errors import InvalidConfigError, LeadershipLost, Outcome
-from kdispatch.actors.messages import CallFuture
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.facade.process import ProcessDispatcher
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RetryConfig
+from kdispatch.actors.model.errors import InvalidConfigError, LeadershipLost, Outcome
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.adapters.leader import ElectionConfig, LeaseElector
-from kdispatch.adapters.process import ProcessDispatcher
 from kdispatch.testing import MemoryLeaseClient
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod

@@ -4,7 +4,7 @@ against a child process in tests/test_process_dispatcher.py)."""
 
 from __future__ import annotations
 
-from kdispatch.adapters.process_window import SendWindow
+from kdispatch.actors.facade.process_window import SendWindow
 
 EVENT, STATUS, BINDING, DELETION = 0, 1, 2, 3
 TYPES = {

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from kdispatch.actors.ratelimit import TokenBucket
+from kdispatch.actors.runtime.ratelimit import TokenBucket
 from tests.clocks import ManualClock
 
 

@@ -8,11 +8,16 @@ import time
 
 import pytest
 
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import ApiConnectionError, CallFailed, Outcome, ServerError
-from kdispatch.actors.objects import get_path
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
+from kdispatch.actors.model.errors import ApiConnectionError, CallFailed, Outcome, ServerError
+from kdispatch.actors.model.objects import get_path
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod

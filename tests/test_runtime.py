@@ -1,22 +1,143 @@
-"""Tests of the pooled pykka actor runtime (actors/runtime.py)."""
+"""Tests of the pooled actor runtime (actors/runtime/pool.py): :class:`Actor`, :class:`ActorPool`.
+
+Synchronisation is by messages: a :class:`Ping` told after other messages is answered once
+they were handled (an actor handles its inbox in order), and a :class:`Hold` keeps a worker in
+a turn until the test releases it, so that messages told meanwhile wait in their inboxes.
+"""
 
 from __future__ import annotations
 
-import gc
-import json
+import queue
+import sys
 import threading
-from collections.abc import Iterator
-from types import TracebackType
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
-import pykka
 import pytest
 
-from kdispatch.actors._compat import Envelope, LazyEvent, ThreadingFuture
-from kdispatch.actors.errors import InvalidConfigError, InvalidInputError
-from kdispatch.actors.runtime import ActorPool, PooledActor, PoolStateError, live_pooled_actors
+from kdispatch.actors.model.errors import InvalidConfigError
+from kdispatch.actors.runtime.pool import Actor, ActorPool, PoolStateError
+from kdispatch.testing.waiting import wait_for
 
-WAIT = 5.0  # generous bound for waits that must succeed; never used to sequence anything
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 10.0  # generous bound for waits that must succeed; never used to sequence anything
+
+
+# --------------------------------------------------------------------------- test actors
+
+
+@dataclass(eq=False)
+class Hold:
+    """Keeps the worker in this turn until ``release`` is set, after setting ``entered`` and
+    noting the worker's name in ``worker``."""
+
+    release: threading.Event
+    entered: threading.Event = field(default_factory=threading.Event)
+    worker: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Raise:
+    """``receive`` raises ``error``."""
+
+    error: BaseException
+
+
+@dataclass(eq=False)
+class StopNow:
+    """``receive`` calls ``stop()``."""
+
+
+@dataclass(eq=False)
+class TryClose:
+    """``receive`` calls ``close_if_empty()`` and notes what it returned."""
+
+
+@dataclass(eq=False)
+class Ping:
+    """Answered with the actor's log once every message told before it was handled."""
+
+    reply: Future[list[Any]] = field(default_factory=Future)
+
+
+@dataclass(eq=False)
+class Run:
+    """``receive`` runs ``fn`` (on the worker, in this actor's turn)."""
+
+    fn: Callable[[], Any]
+
+
+class Recorder(Actor):
+    """Logs what it handles; reports every hook to ``seen`` as ``(hook, what)``: "received",
+    "dropped", "crashed", "closed" (the result of a :class:`TryClose`), "ran" (the result of a
+    :class:`Run`, or the exception it raised)."""
+
+    __slots__ = ("log", "seen", "shared", "tag", "threads")
+
+    def __init__(self, pool: ActorPool, shared: list[Any] | None = None, tag: str = "") -> None:
+        super().__init__(pool)
+        self.log: list[Any] = []
+        self.seen: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.shared = shared  # a log several actors append to, as (tag, message)
+        self.tag = tag
+        self.threads: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<Recorder {self.tag}>"
+
+    def receive(self, message: Any) -> None:
+        self.threads.add(threading.current_thread().name)
+        kind = type(message)
+        if kind is Hold:
+            message.worker.append(threading.current_thread().name)
+            message.entered.set()
+            assert message.release.wait(WAIT)
+        elif kind is Raise:
+            raise message.error
+        elif kind is StopNow:
+            self.stop()
+        elif kind is TryClose:
+            self.seen.put(("closed", self.close_if_empty()))
+        elif kind is Ping:
+            message.reply.set_result(list(self.log))
+            return
+        elif kind is Run:
+            try:
+                result = message.fn()
+            except Exception as exc:
+                result = exc
+            self.seen.put(("ran", result))
+        self.log.append(message)
+        if self.shared is not None:
+            self.shared.append((self.tag, message))
+        self.seen.put(("received", message))
+
+    def dropped(self, message: Any) -> None:
+        self.seen.put(("dropped", message))
+
+    def crashed(self, error: BaseException) -> None:
+        self.seen.put(("crashed", error))
+
+    def next_seen(self) -> tuple[str, Any]:
+        return self.seen.get(timeout=WAIT)
+
+    def ping(self) -> list[Any]:
+        """The log once every message told before was handled."""
+        ping = Ping()
+        assert self.tell(ping), f"{self!r} has stopped"
+        return ping.reply.result(WAIT)
+
+
+def hold_worker(pool: ActorPool, holder: Recorder | None = None) -> Hold:
+    """Put a turn on one of ``pool``'s workers (``holder``'s, or a new actor's) that lasts
+    until ``hold.release`` is set."""
+    hold = Hold(threading.Event())
+    assert (holder or Recorder(pool, tag="holder")).tell(hold)
+    assert hold.entered.wait(WAIT)
+    return hold
 
 
 @pytest.fixture
@@ -24,163 +145,94 @@ def pool() -> Iterator[ActorPool]:
     p = ActorPool(workers=2, batch=16, name="test-pool")
     p.start()
     yield p
-    p.stop(timeout=WAIT)
+    assert p.stop(timeout=WAIT) == []
 
 
-class Recorder(PooledActor):
-    """Records what it receives; ``("raise", exc)`` raises, ``("wait", event)`` blocks on it."""
+@pytest.fixture
+def single() -> Iterator[ActorPool]:
+    """One worker: a held turn leaves every other actor's messages queued."""
+    p = ActorPool(workers=1, batch=16, name="single")
+    p.start()
+    yield p
+    assert p.stop(timeout=WAIT) == []
 
-    def __init__(self, pool: ActorPool, log: list[Any] | None = None, tag: str = "") -> None:
-        super().__init__(pool=pool)
-        self.log: list[Any] = [] if log is None else log
-        self.tag = tag
-        self.value = 0
-        self.events: list[str] = []
-        self.dropped: list[object] = []
-        self.failed = threading.Event()
-        self.stopped_event = threading.Event()
-        self.thread_names: list[str] = []
 
-    def on_start(self) -> None:
-        self.events.append("start")
-        self.thread_names.append(threading.current_thread().name)
-
-    def on_stop(self) -> None:
-        self.events.append("stop")
-        self.stopped_event.set()
-
-    def on_failure(
-        self,
-        exception_type: type[BaseException] | None,
-        exception_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.events.append(f"failure:{exception_value}")
-        self.failed.set()
-
-    def on_dropped(self, message: object) -> None:
-        self.dropped.append(message)
-        super().on_dropped(message)
-
-    def on_receive(self, message: Any) -> Any:
-        self.thread_names.append(threading.current_thread().name)
-        if isinstance(message, tuple) and message[0] == "raise":
-            raise message[1]
-        if isinstance(message, tuple) and message[0] == "wait":
-            assert message[1].wait(WAIT)
-            return "waited"
-        self.log.append((self.tag, message) if self.tag else message)
-        return message
-
-    def add(self, x: int) -> int:
-        self.value += x
-        return self.value
+@pytest.fixture
+def busy_switching() -> Iterator[None]:
+    """Threads switch every few microseconds rather than every 5 ms, so that the lock-free
+    steps (a tell's ``deque.append`` against the turn's ``popleft``) interleave as often as
+    possible."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
 
 
 # --------------------------------------------------------------------------- basics
 
 
-def test_tell_ask_and_ordering(pool: ActorPool) -> None:
-    ref = Recorder.start(pool)
-    for i in range(500):
-        ref.tell(i)
-    assert ref.ask("last", timeout=WAIT) == "last"
-    log = ref.proxy().log.get(timeout=WAIT)
-    assert log == [*range(500), "last"]
-    names = ref.proxy().thread_names.get(timeout=WAIT)
-    assert names and all(n.startswith("test-pool-") for n in names)
-    ref.stop()
+def test_messages_are_handled_in_order_on_the_pools_workers(pool: ActorPool) -> None:
+    actor = Recorder(pool)
+    for i in range(500):  # many batches: the actor goes back on the ready queue in between
+        assert actor.tell(i)
+    assert actor.ping() == list(range(500))
+    assert actor.threads and all(name.startswith("test-pool-") for name in actor.threads)
+    assert not actor.stopped
 
 
-def test_ordering_per_sender_with_many_senders_and_actors(pool: ActorPool) -> None:
-    refs = [Recorder.start(pool) for _ in range(20)]
+def test_order_per_sender_with_many_senders_and_actors(pool: ActorPool) -> None:
+    actors = [Recorder(pool) for _ in range(20)]
 
     def send(sender: int) -> None:
         for i in range(200):
-            for ref in refs:
-                ref.tell((sender, i))
+            for actor in actors:
+                assert actor.tell((sender, i))
 
     threads = [threading.Thread(target=send, args=(s,)) for s in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(WAIT)
-    for ref in refs:
-        log = ref.proxy().log.get(timeout=WAIT)
+    for actor in actors:
+        log = actor.ping()
         assert len(log) == 4 * 200
         for sender in range(4):
             assert [i for s, i in log if s == sender] == list(range(200))
 
 
-def test_tell_paths_keep_messages_intact(pool: ActorPool) -> None:
-    """Bare tells, envelopes put through pykka's own ``tell``, and messages that are envelopes."""
-    ref = Recorder.start(pool)
-    inner = Envelope("inner")
-    ref.tell("bare")
-    pykka.ActorRef.tell(ref, "via pykka")  # pykka's path: an Envelope put in the inbox
-    ref.tell(inner)
-    assert ref.ask("end", timeout=WAIT) == "end"
-    log = ref.proxy().log.get(timeout=WAIT)
-    assert log == ["bare", "via pykka", inner, "end"]
-    ref.stop()
+def test_pool_properties() -> None:
+    p = ActorPool(workers=3, batch=7, name="props")
+    assert (p.workers, p.batch, p.name, p.running) == (3, 7, "props", False)
+    assert "props" in repr(p) and "new" in repr(p)
+    p.start()
+    assert p.running
+    assert sorted(t.name for t in threading.enumerate() if t.name.startswith("props-")) == [
+        "props-0",
+        "props-1",
+        "props-2",
+    ]
+    assert p.stop(timeout=WAIT) == []
+    assert not p.running and "stopped" in repr(p)
+    assert not any(t.name.startswith("props-") for t in threading.enumerate())
 
 
-def test_future_nonblocking_and_timeout(pool: ActorPool) -> None:
-    gate = threading.Event()
-    ref = Recorder.start(pool)
-    blocked = ref.ask(("wait", gate), block=False)
-    later = ref.ask("x", block=False)
-    with pytest.raises(pykka.Timeout):
-        later.get(timeout=0.01)
-    gate.set()
-    assert blocked.get(timeout=WAIT) == "waited"
-    assert later.get(timeout=WAIT) == "x"
-    assert isinstance(later, ThreadingFuture)
-    ref.stop()
-
-
-def test_proxy_call_get_and_set(pool: ActorPool) -> None:
-    ref = Recorder.start(pool)
-    proxy = ref.proxy()
-    assert proxy.add(3).get(timeout=WAIT) == 3
-    assert proxy.add(4).get(timeout=WAIT) == 7
-    proxy.value = 100
-    assert proxy.value.get(timeout=WAIT) == 100
-    ref.stop()
-
-
-def test_hooks_run_on_pool_in_order(pool: ActorPool) -> None:
-    ref = Recorder.start(pool)
-    actor = ref.proxy()
-    ref.tell("m")
-    assert ref.ask("n", timeout=WAIT) == "n"
-    names = actor.thread_names.get(timeout=WAIT)
-    assert len(names) == 3 and all(n.startswith("test-pool-") for n in names)
-    events = actor.events
-    assert events.get(timeout=WAIT) == ["start"]
-    inner = ref._actor_weakref()
-    assert inner is not None
-    assert ref.stop(timeout=WAIT) is True
-    assert inner.events == ["start", "stop"]
-    assert not ref.is_alive()
-
-
-def test_pooled_actors_are_not_in_pykka_registry(pool: ActorPool) -> None:
-    ref = Recorder.start(pool)
-    assert ref.ask("x", timeout=WAIT) == "x"
-    assert pykka.ActorRegistry.get_all() == []
-    assert pykka.ActorRegistry.get_by_urn(ref.actor_urn) is None
-    ref.stop()
-
-
-def test_live_counts(pool: ActorPool) -> None:
-    base = live_pooled_actors()
-    refs = [Recorder.start(pool) for _ in range(5)]
-    assert pool.live_count() == 5
-    assert live_pooled_actors() == base + 5
-    refs[0].stop()
-    assert pool.live_count() == 4
-    assert live_pooled_actors() == base + 4
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"workers": 0},
+        {"workers": "2"},
+        {"workers": True},
+        {"workers": 1.5},
+        {"batch": 0},
+        {"batch": False},
+        {"batch": 2.0},
+        {"name": ""},
+        {"name": None},
+    ],
+)
+def test_invalid_pool_config_is_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidConfigError):
+        ActorPool(**kwargs)
 
 
 # --------------------------------------------------------------------------- scheduling
@@ -191,455 +243,494 @@ def test_two_actors_run_concurrently() -> None:
     p.start()
     try:
         barrier = threading.Barrier(2, timeout=WAIT)
-
-        class Meet(PooledActor):
-            def on_receive(self, message: Any) -> Any:
-                return barrier.wait()  # breaks (raises) unless both handlers run at once
-
-        a, b = Meet.start(pool=p), Meet.start(pool=p)
-        fa, fb = a.ask("go", block=False), b.ask("go", block=False)
-        assert {fa.get(timeout=WAIT), fb.get(timeout=WAIT)} == {0, 1}
+        a, b = Recorder(p), Recorder(p)
+        assert a.tell(Run(barrier.wait))  # breaks (raises) unless both turns run at once
+        assert b.tell(Run(barrier.wait))
+        assert {a.next_seen()[1], b.next_seen()[1]} == {0, 1}
     finally:
-        p.stop(timeout=WAIT)
+        assert p.stop(timeout=WAIT) == []
 
 
-def test_concurrency_bounded_by_workers() -> None:
+def test_concurrency_is_bounded_by_the_workers() -> None:
     p = ActorPool(workers=2, name="bounded")
     p.start()
-    try:
-        lock = threading.Lock()
-        running = [0, 0]  # current, max
-        entered = threading.Semaphore(0)
-        release = threading.Event()
+    lock = threading.Lock()
+    running = [0, 0]  # turns now, most ever
 
-        class Busy(PooledActor):
-            def on_receive(self, message: Any) -> Any:
-                with lock:
-                    running[0] += 1
-                    running[1] = max(running[1], running[0])
-                if message == "block":
-                    entered.release()
-                    assert release.wait(WAIT)
-                    result: object = "blocked"
-                else:
-                    result = release.is_set()  # a third actor only runs once a worker is free
+    class Counted(Recorder):
+        __slots__ = ()
+
+        def receive(self, message: Any) -> None:
+            with lock:
+                running[0] += 1
+                running[1] = max(running[1], running[0])
+            try:
+                super().receive(message)
+            finally:
                 with lock:
                     running[0] -= 1
-                return result
 
-        a, b, c = (Busy.start(pool=p) for _ in range(3))
-        fa, fb = a.ask("block", block=False), b.ask("block", block=False)
-        assert entered.acquire(timeout=WAIT) and entered.acquire(timeout=WAIT)
-        fc = c.ask("probe", block=False)
-        release.set()
-        assert fc.get(timeout=WAIT) is True
-        assert fa.get(timeout=WAIT) == fb.get(timeout=WAIT) == "blocked"
-
-        others = [Busy.start(pool=p) for _ in range(8)]
-        futures = [r.ask(i, block=False) for i in range(20) for r in others]
-        for f in futures:
-            f.get(timeout=WAIT)
-        assert running[1] == 2
+    hold_a, hold_b = Hold(threading.Event()), Hold(threading.Event())
+    try:
+        a, b = Counted(p), Counted(p)
+        assert a.tell(hold_a) and hold_a.entered.wait(WAIT)
+        assert b.tell(hold_b) and hold_b.entered.wait(WAIT)
+        assert hold_a.worker != hold_b.worker  # both workers are held
+        c = Counted(p)
+        assert c.tell(Run(hold_a.release.is_set))  # runs only once a worker is free
+        others = [Counted(p) for _ in range(8)]
+        for actor in others:
+            for i in range(20):
+                assert actor.tell(i)
+        hold_a.release.set()
+        assert c.next_seen() == ("ran", True)
+        hold_b.release.set()
+        for actor in others:
+            assert actor.ping() == list(range(20))
     finally:
-        p.stop(timeout=WAIT)
+        hold_a.release.set()
+        hold_b.release.set()
+        assert p.stop(timeout=WAIT) == []
+    assert running[1] == 2
+
+
+def test_one_turn_at_a_time_per_actor_with_many_workers_and_senders(
+    busy_switching: None,
+) -> None:
+    """Four workers and four senders flood one actor: its messages are never handled by two
+    threads at once, every message is handled once, and each sender's in order (small batches:
+    the actor goes back to the ready queue, where any worker may pick it up, every 2
+    messages)."""
+    p = ActorPool(workers=4, batch=2, name="one-turn")
+    p.start()
+    lock = threading.Lock()
+    active = [0, 0]  # now, most ever
+
+    class Guarded(Recorder):
+        __slots__ = ()
+
+        def receive(self, message: Any) -> None:
+            with lock:
+                active[0] += 1
+                active[1] = max(active[1], active[0])
+            try:
+                super().receive(message)
+            finally:
+                with lock:
+                    active[0] -= 1
+
+    actor = Guarded(p)
+    senders, per_sender = 4, 2000
+    start = threading.Barrier(senders)
+
+    def send(sender: int) -> None:
+        start.wait(WAIT)
+        for i in range(per_sender):
+            assert actor.tell((sender, i))
+
+    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+        log = actor.ping()
+    finally:
+        assert p.stop(timeout=WAIT) == []
+    assert active[1] == 1
+    assert len(log) == senders * per_sender
+    for sender in range(senders):
+        assert [i for s, i in log if s == sender] == list(range(per_sender))
+
+
+def _wake_up_round(pool: ActorPool, actors: int, senders: int, per_sender: int) -> None:
+    """One round of :func:`test_no_wake_up_is_lost_between_a_tell_and_a_turn_going_idle`."""
+    targets = [Recorder(pool, tag=str(i)) for i in range(actors)]
+    start = threading.Barrier(senders)
+
+    def send(sender: int) -> None:
+        start.wait(WAIT)
+        order = targets[sender * 2 :] + targets[: sender * 2]  # each sender its own order
+        for i in range(per_sender):
+            for actor in order:
+                assert actor.tell((sender, i))
+
+    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    for actor in targets:
+        log = actor.ping()
+        assert len(log) == senders * per_sender, f"{actor!r} lost messages"
+        for sender in range(senders):
+            assert [i for s, i in log if s == sender] == list(range(per_sender))
+
+
+def test_no_wake_up_is_lost_between_a_tell_and_a_turn_going_idle(busy_switching: None) -> None:
+    """A turn pops messages without the actor's lock (``deque.popleft`` against a tell's
+    ``append``, atomic under the interpreter lock) and takes it only to go idle: senders flood
+    a few actors with small batches and frequent thread switches, and every message is handled
+    once, each sender's in order. A lost wake-up would lose a message, or leave it queued on an
+    actor nobody schedules (its ping would never be answered)."""
+    p = ActorPool(workers=3, batch=3, name="wakeups")
+    p.start()
+    try:
+        for _ in range(3):
+            _wake_up_round(p, actors=8, senders=4, per_sender=1500)
+    finally:
+        assert p.stop(timeout=WAIT) == []
 
 
 @pytest.mark.parametrize(("batch", "hot_before_cold"), [(4, 4), (1000, 100)])
-def test_fairness_cold_actor_not_starved(batch: int, hot_before_cold: int) -> None:
+def test_a_flooded_actor_does_not_starve_another(batch: int, hot_before_cold: int) -> None:
+    """One worker; a hot actor gets 100 messages, then a cold one gets one. The hot actor's
+    turn handles ``batch`` of them and goes to the back of the ready queue, behind the cold
+    one: the cold message is handled after ``batch`` hot ones, not after all 100."""
     p = ActorPool(workers=1, batch=batch, name="fair")
     p.start()
+    shared: list[Any] = []
+    hold = hold_worker(p)  # the only worker: hot and cold wait on the ready queue
     try:
-        log: list[Any] = []
-        gate = threading.Event()
-        blocker = Recorder.start(p, log)
-        hot = Recorder.start(p, log, "hot")
-        cold = Recorder.start(p, log, "cold")
-        for ref in (blocker, hot, cold):  # all on_start turns done
-            assert ref.ask("ready", timeout=WAIT) == "ready"
-        log.clear()
-        blocked = blocker.ask(("wait", gate), block=False)  # holds the only worker
+        hot = Recorder(p, shared, "hot")
+        cold = Recorder(p, shared, "cold")
         for i in range(100):
-            hot.tell(i)
-        cold.tell("x")
-        gate.set()
-        assert blocked.get(timeout=WAIT) == "waited"
-        assert hot.ask("end", timeout=WAIT) == "end"
-        assert cold.ask("end", timeout=WAIT) == "end"
-        order = [tag for tag, _ in log]
-        assert order.index("cold") == hot_before_cold
-        assert [m for tag, m in log if tag == "hot"] == [*range(100), "end"]
+            assert hot.tell(i)
+        assert cold.tell("x")
+        hold.release.set()
+        assert hot.ping() == list(range(100))
+        assert cold.ping() == ["x"]
     finally:
-        p.stop(timeout=WAIT)
+        hold.release.set()
+        assert p.stop(timeout=WAIT) == []
+    order = [tag for tag, _ in shared if tag != "holder"]
+    assert order.index("cold") == hot_before_cold
+    assert [m for tag, m in shared if tag == "hot"] == list(range(100))
+
+
+# --------------------------------------------------------------------------- leaving
+
+
+def test_a_tell_after_close_if_empty_is_refused_and_queues_nothing(pool: ActorPool) -> None:
+    actor = Recorder(pool)
+    assert actor.tell("a")
+    assert actor.tell(TryClose())  # nothing queued behind it: it closes
+    assert actor.next_seen() == ("received", "a")
+    assert actor.next_seen() == ("closed", True)
+    assert actor.next_seen()[0] == "received"  # the TryClose itself
+    assert actor.stopped
+    assert actor.tell("late") is False
+    assert actor.tell(Ping()) is False
+    assert actor.close_if_empty() is False  # already closed
+    assert pool.stop(timeout=WAIT) == []
+    assert actor.abandon() == []  # the refused tells were never queued
+    assert actor.log[0] == "a" and len(actor.log) == 2  # "a" and the TryClose, nothing later
+    assert actor.seen.empty()  # nothing dropped either
+
+
+def test_close_if_empty_keeps_an_actor_with_queued_messages(single: ActorPool) -> None:
+    actor = Recorder(single)
+    hold = hold_worker(single)
+    try:
+        assert actor.tell(TryClose())
+        assert actor.tell("after")  # queued behind the TryClose: the close must fail
+    finally:
+        hold.release.set()
+    assert actor.next_seen() == ("closed", False)
+    actor.next_seen()  # the TryClose itself, received
+    assert actor.next_seen() == ("received", "after")
+    assert not actor.stopped
+    assert actor.tell(TryClose())
+    assert actor.next_seen() == ("closed", True)
+    assert actor.tell("late") is False
+
+
+def _closing_round(pool: ActorPool, senders: int, per_sender: int) -> None:
+    """One round of :func:`test_close_if_empty_is_atomic_with_racing_tells`."""
+    closed = threading.Event()
+    handled: list[tuple[int, int]] = []
+    after_close: list[Any] = []
+
+    class Closer(Actor):
+        __slots__ = ()
+
+        def receive(self, message: Any) -> None:
+            if closed.is_set():
+                after_close.append(message)
+            handled.append(message)
+            if len(handled) >= 50 and self.close_if_empty():
+                closed.set()
+
+        def dropped(self, message: Any) -> None:
+            after_close.append(message)
+
+    actor = Closer(pool)
+    accepted: list[list[int]] = [[] for _ in range(senders)]
+    refused = [0] * senders
+    start = threading.Barrier(senders)
+
+    def send(sender: int) -> None:
+        start.wait(WAIT)
+        for i in range(per_sender):
+            if actor.tell((sender, i)):
+                accepted[sender].append(i)
+            else:
+                refused[sender] += 1
+
+    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert closed.wait(WAIT)  # the last message leaves the inbox empty at the latest
+    assert actor.stopped and actor.tell("late") is False
+    assert after_close == []
+    for sender in range(senders):
+        mine = [i for s, i in handled if s == sender]
+        assert mine == accepted[sender] == list(range(len(mine)))
+        assert len(mine) + refused[sender] == per_sender
+
+
+def test_close_if_empty_is_atomic_with_racing_tells(busy_switching: None) -> None:
+    """Senders flood an actor that closes itself whenever its inbox is empty (after a few
+    messages): every message is either handled or refused, never lost, each sender's handled
+    ones are a prefix of what it sent, and nothing is handled or dropped after the close."""
+    p = ActorPool(workers=2, batch=4, name="closing")
+    p.start()
+    try:
+        for _ in range(20):
+            _closing_round(p, senders=3, per_sender=1500)
+    finally:
+        assert p.stop(timeout=WAIT) == []
+
+
+def test_stop_from_receive_hands_the_rest_to_dropped(single: ActorPool) -> None:
+    actor = Recorder(single)
+    hold = hold_worker(single)
+    stop = StopNow()
+    try:
+        for message in ("a", stop, "b", "c"):
+            assert actor.tell(message)
+    finally:
+        hold.release.set()
+    assert [actor.next_seen() for _ in range(4)] == [
+        ("received", "a"),
+        ("received", stop),
+        ("dropped", "b"),
+        ("dropped", "c"),
+    ]
+    assert actor.stopped
+    assert actor.tell("d") is False
+    assert actor.log == ["a", stop]
+    other = Recorder(single)  # the worker goes on
+    assert other.ping() == []
+
+
+def test_abandon_after_the_pool_stopped_returns_the_queued_messages() -> None:
+    p = ActorPool(workers=1, name="abandon")
+    p.start()
+    hold = hold_worker(p)
+    actor = Recorder(p)
+    for i in range(3):
+        assert actor.tell(i)
+    stuck = p.stop(timeout=0.01)  # the held turn is still running; no new turn starts
+    assert stuck == hold.worker
+    hold.release.set()
+    assert p.stop(timeout=WAIT) == []
+    assert actor.log == []  # its turn never started
+    assert actor.close_if_empty() is False  # messages are queued
+    assert actor.abandon() == [0, 1, 2]
+    assert actor.stopped and actor.tell(3) is False
+    assert actor.abandon() == []
+    assert actor.seen.empty()  # abandoned messages are returned, not dropped
+
+
+def test_close_if_empty_once_the_pool_stopped() -> None:
+    p = ActorPool(workers=1, name="closed-pool")
+    p.start()
+    idle = Recorder(p)
+    assert idle.ping() == []
+    assert p.stop(timeout=WAIT) == []
+    assert idle.close_if_empty() is True
+    assert idle.tell("x") is False
 
 
 # --------------------------------------------------------------------------- failures
 
 
-def test_exception_in_ask_goes_to_caller_actor_keeps_running(pool: ActorPool) -> None:
-    ref = Recorder.start(pool)
-    with pytest.raises(ValueError, match="bad"):
-        ref.ask(("raise", ValueError("bad")), timeout=WAIT)
-    assert ref.is_alive()
-    assert ref.ask("after", timeout=WAIT) == "after"
-    ref.stop()
-
-
-def test_exception_in_tell_fails_only_that_actor(pool: ActorPool) -> None:
-    bad = Recorder.start(pool)
-    good = Recorder.start(pool)
-    actor = bad._actor_weakref()
-    assert actor is not None
-    gate = threading.Event()
-    first = bad.ask(("wait", gate), block=False)
-    bad.tell(("raise", RuntimeError("boom")))
-    pending = bad.ask("pending", block=False)
-    bad.tell("dropped-tell")
-    gate.set()
-    assert first.get(timeout=WAIT) == "waited"
-    with pytest.raises(pykka.ActorDeadError):
-        pending.get(timeout=WAIT)
-    assert actor.failed.is_set()
-    assert actor.events == ["start", "failure:boom"]  # on_stop is not called after a failure
-    assert actor.dropped == ["dropped-tell"]
-    assert not bad.is_alive()
-    with pytest.raises(pykka.ActorDeadError):
-        bad.tell("late")
-    assert good.ask("ok", timeout=WAIT) == "ok"
-    assert pool.live_count() == 1
+def test_an_exception_in_receive_stops_only_that_actor(single: ActorPool) -> None:
+    bad, good = Recorder(single, tag="bad"), Recorder(single, tag="good")
+    boom = RuntimeError("boom")
+    hold = hold_worker(single)
+    try:
+        for message in ("m1", Raise(boom), "m2", "m3"):
+            assert bad.tell(message)
+        assert good.tell("g1")
+    finally:
+        hold.release.set()
+    assert [bad.next_seen() for _ in range(4)] == [
+        ("received", "m1"),
+        ("crashed", boom),
+        ("dropped", "m2"),
+        ("dropped", "m3"),
+    ]
+    assert bad.stopped
+    assert bad.tell("late") is False
+    assert good.ping() == ["g1"]
+    assert Recorder(single).ping() == []  # the only worker survived
+    assert bad.seen.empty()
 
 
 class Fatal(BaseException):
-    pass
+    """Not an Exception: what a ``SystemExit`` or ``KeyboardInterrupt`` in a turn would be."""
 
 
-def test_base_exception_stops_only_that_actor(pool: ActorPool) -> None:
-    bad = Recorder.start(pool)
-    good = Recorder.start(pool)
-    with pytest.raises(pykka.ActorDeadError):
-        bad.ask(("raise", Fatal("fatal")), timeout=WAIT)
-    assert not bad.is_alive()
-    assert good.ask("still", timeout=WAIT) == "still"
-    assert pool.live_count() == 1
-    other = Recorder.start(pool)  # the worker that ran it survived
-    assert other.ask("new", timeout=WAIT) == "new"
+def test_a_base_exception_in_receive_stops_only_that_actor(single: ActorPool) -> None:
+    bad, good = Recorder(single), Recorder(single)
+    fatal = Fatal("fatal")
+    assert bad.tell(Raise(fatal))
+    assert bad.tell("after")
+    assert bad.next_seen() == ("crashed", fatal)
+    assert bad.next_seen() == ("dropped", "after")
+    assert bad.stopped and bad.tell("late") is False
+    assert good.ping() == []  # the worker that ran it survived
+    assert single.running
 
 
-def test_on_start_failure_stops_actor_and_fails_queued_asks(pool: ActorPool) -> None:
-    class BadStart(PooledActor):
-        def on_start(self) -> None:
-            raise RuntimeError("no start")
+def test_failing_crash_and_drop_hooks_still_stop_the_actor(single: ActorPool) -> None:
+    """``crashed`` and ``dropped`` that raise are logged: the actor stops all the same and every
+    queued message still reaches ``dropped``."""
+    seen: queue.Queue[tuple[str, Any]] = queue.Queue()
 
-        def on_receive(self, message: Any) -> Any:
-            return message
+    class Clumsy(Actor):
+        __slots__ = ()
 
-    ref = BadStart.start(pool=pool)
-    with pytest.raises(pykka.ActorDeadError):
-        ref.ask("x", timeout=WAIT)
-    assert not ref.is_alive()
-    assert pool.live_count() == 0
+        def receive(self, message: Any) -> None:
+            raise RuntimeError("receive bug")
 
+        def crashed(self, error: BaseException) -> None:
+            seen.put(("crashed", error))
+            raise RuntimeError("crash handler bug")
 
-def test_on_stop_failure_still_stops(pool: ActorPool) -> None:
-    class BadStop(PooledActor):
-        def on_stop(self) -> None:
-            raise RuntimeError("no stop")
+        def dropped(self, message: Any) -> None:
+            seen.put(("dropped", message))
+            raise RuntimeError("drop handler bug")
 
-    ref = BadStop.start(pool=pool)
-    assert ref.stop(timeout=WAIT) is True
-    assert not ref.is_alive()
-    assert pool.live_count() == 0
-
-
-# --------------------------------------------------------------------------- stopping
-
-
-def test_stop_with_pending_asks_and_tells(pool: ActorPool) -> None:
-    ref = Recorder.start(pool)
-    actor = ref._actor_weakref()
-    assert actor is not None
-    gate = threading.Event()
-    blocked = ref.ask(("wait", gate), block=False)
-    before = ref.ask("before", block=False)
-    stopping = ref.stop(block=False)
-    second_stop = ref.stop(block=False)
-    after = ref.ask("after", block=False)
-    ref.tell("tell-after")
-    dropped_before = pool.dropped
-    gate.set()
-    assert blocked.get(timeout=WAIT) == "waited"
-    assert before.get(timeout=WAIT) == "before"
-    assert stopping.get(timeout=WAIT) is True
-    assert second_stop.get(timeout=WAIT) is True  # queued stop: "was being stopped"
-    with pytest.raises(pykka.ActorDeadError):
-        after.get(timeout=WAIT)
-    assert actor.events == ["start", "stop"]
-    assert actor.stopped_event.is_set()
-    assert actor.dropped == ["tell-after"]
-    assert pool.dropped == dropped_before + 1
-    assert ref.stop(timeout=WAIT) is False  # already dead
-    with pytest.raises(pykka.ActorDeadError):
-        ref.tell("x")
-    with pytest.raises(pykka.ActorDeadError):
-        ref.ask("x", timeout=WAIT)
-    with pytest.raises(pykka.ActorDeadError):
-        ref.proxy()
+    actor = Clumsy(single)
+    hold = hold_worker(single)
+    try:
+        for message in ("first", "second", "third"):
+            assert actor.tell(message)
+    finally:
+        hold.release.set()
+    got = [seen.get(timeout=WAIT) for _ in range(3)]
+    assert got[0][0] == "crashed" and str(got[0][1]) == "receive bug"
+    assert got[1:] == [("dropped", "second"), ("dropped", "third")]
+    assert actor.stopped
+    assert Recorder(single).ping() == []  # the worker goes on
 
 
-def test_put_after_close_is_answered(pool: ActorPool) -> None:
-    """A message that slipped past ``is_alive`` while the actor closed is not lost."""
-    ref = Recorder.start(pool)
-    assert ref.stop(timeout=WAIT) is True
-    future: ThreadingFuture[Any] = ThreadingFuture()
-    ref.actor_inbox.put(Envelope("late", reply_to=future))
-    with pytest.raises(pykka.ActorDeadError):
-        future.get(timeout=WAIT)
-    ref.actor_inbox.put(Envelope("late tell"))  # counted, no error
-    assert ref.actor_inbox.empty()
-
-
-def _ask_many(
-    ref: pykka.ActorRef[Any],
-    barrier: threading.Barrier,
-    futures: list[pykka.Future[Any]],
-    lock: threading.Lock,
-) -> None:
-    barrier.wait()
-    for i in range(200):
-        future = ref.ask(i, block=False)
-        with lock:
-            futures.append(future)
-
-
-def test_asks_racing_with_stop_all_resolve(pool: ActorPool) -> None:
-    """Every ask sent while the actor stops resolves (a reply or ActorDeadError), none hangs."""
-    for _ in range(20):
-        ref = Recorder.start(pool)
-        barrier = threading.Barrier(5, timeout=WAIT)
-        futures: list[pykka.Future[Any]] = []
-        args = (ref, barrier, futures, threading.Lock())
-        threads = [threading.Thread(target=_ask_many, args=args) for _ in range(4)]
-        for t in threads:
-            t.start()
-        barrier.wait()
-        ref.stop(block=False)
-        for t in threads:
-            t.join(WAIT)
-        answered = dead = 0
-        for future in futures:
-            try:
-                future.get(timeout=WAIT)
-                answered += 1
-            except pykka.ActorDeadError:
-                dead += 1
-        assert answered + dead == 800
-        assert not ref.is_alive()
-
-
-def test_actor_object_freed_after_stop() -> None:
-    p = ActorPool(workers=1, name="free")
+def test_receive_must_be_defined() -> None:
+    p = ActorPool(workers=1, name="bare")
     p.start()
-    ref = Recorder.start(p)
-    assert ref.stop(timeout=WAIT) is True
-    p.stop(timeout=WAIT)  # joins the worker, which may still hold the actor in its last turn
-    gc.collect()
-    assert ref._actor_weakref() is None  # the ref (and its inbox) do not keep it alive
+    errors: queue.Queue[BaseException] = queue.Queue()
+
+    class Bare(Actor):
+        __slots__ = ()
+
+        def crashed(self, error: BaseException) -> None:
+            errors.put(error)
+
+    try:
+        actor = Bare(p)
+        assert actor.tell("x")
+        assert isinstance(errors.get(timeout=WAIT), NotImplementedError)
+        assert actor.stopped
+    finally:
+        assert p.stop(timeout=WAIT) == []
 
 
-def test_pool_stop_stops_live_actors_after_queued_messages() -> None:
-    p = ActorPool(workers=2, name="stopper")
-    p.start()
-    base = live_pooled_actors()
-    refs = [Recorder.start(p) for _ in range(10)]
-    actors = [r._actor_weakref() for r in refs]
-    for r in refs:
-        for i in range(50):
-            r.tell(i)
-    assert live_pooled_actors() == base + 10
-    p.stop(timeout=WAIT)
-    assert p.live_count() == 0
-    assert live_pooled_actors() == base
-    for a in actors:
-        assert a is not None
-        assert a.log == list(range(50))
-        assert a.events == ["start", "stop"]
-    assert not any(t.name.startswith("stopper-") for t in threading.enumerate())
-    p.stop()  # second stop is a no-op
+# --------------------------------------------------------------------------- pool lifecycle
 
 
-def test_actors_starting_while_the_pool_stops_are_stopped_or_refused() -> None:
-    """Starting an actor takes no lock shared with ``stop()``: four threads keep starting
-    actors while the pool stops. Each start either raises ``PoolStateError`` (and the actor
-    never runs) or yields an actor the pool stops; none is left live, none counted twice."""
-    p = ActorPool(workers=2, name="racing")
-    p.start()
-    base = live_pooled_actors()
-    started: list[list[Any]] = [[] for _ in range(4)]
-    refused = [0] * 4
-    go = threading.Barrier(5)
-    warm = threading.Event()  # every starter has started some actors
-
-    def starter(t: int) -> None:
-        go.wait(WAIT)
-        while True:
-            try:
-                started[t].append(Recorder.start(p))
-            except PoolStateError:
-                refused[t] += 1
-                return
-            # the last starter to reach 50 sees every other one there already
-            if len(started[t]) == 50 and all(len(s) >= 50 for s in started):
-                warm.set()
-
-    threads = [threading.Thread(target=starter, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    go.wait(WAIT)
-    assert warm.wait(WAIT)
-    p.stop(timeout=WAIT)
-    for th in threads:
-        th.join(WAIT)
-    assert refused == [1, 1, 1, 1]  # each starter saw the pool stop once, then gave up
-    refs = [r for s in started for r in s]
-    assert all(not r.is_alive() for r in refs)
-    assert p.live_count() == 0
-    assert live_pooled_actors() == base
-
-
-def test_pool_lifecycle_errors() -> None:
+def test_pool_start_twice_and_restart_after_stop_are_refused() -> None:
     p = ActorPool(workers=1, name="life")
-    with pytest.raises(PoolStateError):
-        Recorder.start(p)  # not started yet
     p.start()
-    p.start()  # idempotent
-    assert [t.name for t in threading.enumerate() if t.name.startswith("life-")] == ["life-0"]
-    p.stop(timeout=WAIT)
     with pytest.raises(PoolStateError):
         p.start()
+    assert [t.name for t in threading.enumerate() if t.name.startswith("life-")] == ["life-0"]
+    assert p.stop(timeout=WAIT) == []
     with pytest.raises(PoolStateError):
-        Recorder.start(p)
-    never = ActorPool()
-    never.stop()  # stopping a never-started pool is fine
-
-
-def test_pool_stop_from_worker_is_rejected(pool: ActorPool) -> None:
-    class Stopper(PooledActor):
-        def on_receive(self, message: Any) -> Any:
-            pool.stop()
-
-    ref = Stopper.start(pool=pool)
+        p.start()
+    assert p.stop(timeout=WAIT) == []  # idempotent
+    never = ActorPool(name="never")
+    assert never.stop() == []  # stopping a pool never started is fine
     with pytest.raises(PoolStateError):
-        ref.ask("stop it", timeout=WAIT)
+        never.start()
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [{"workers": 0}, {"workers": "2"}, {"workers": True}, {"batch": 0}, {"name": ""}],
-)
-def test_pool_config_validation(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(InvalidConfigError):
-        ActorPool(**kwargs)
+def test_pool_stop_from_its_own_worker_is_refused(pool: ActorPool) -> None:
+    actor = Recorder(pool)
+    assert actor.tell(Run(pool.stop))
+    kind, result = actor.next_seen()
+    assert kind == "ran" and isinstance(result, PoolStateError)
+    assert pool.running  # nothing stopped
+    assert actor.ping() == [actor.log[0]]
 
 
-def test_actor_requires_pool() -> None:
-    with pytest.raises(InvalidInputError):
-        Recorder.start(object())
-
-    class Forgetful(PooledActor):
-        def __init__(self) -> None:
-            pass
-
-    with pytest.raises(InvalidInputError):
-        Forgetful.start()
-
-
-def test_pool_properties() -> None:
-    p = ActorPool(workers=3, batch=7, name="props")
-    assert (p.workers, p.batch, p.name, p.live_count(), p.dropped) == (3, 7, "props", 0, 0)
-    p.stop()
-
-
-# --------------------------------------------------------------------------- the stop flag
-
-
-def test_lazy_event_wait_and_set() -> None:
-    ev = LazyEvent()
-    assert not ev.is_set()
-    assert ev.wait(0.001) is False
-    started = threading.Event()
-    results: list[bool] = []
-
-    def waiter() -> None:
-        started.set()
-        results.append(ev.wait(WAIT))
-
-    t = threading.Thread(target=waiter)
-    t.start()
-    assert started.wait(WAIT)
-    ev.set()
-    t.join(WAIT)
-    assert results == [True]
-    assert ev.is_set() and ev.wait() is True
-    ev.clear()
-    assert not ev.is_set()
-
-
-# --------------------------------------------------------------------------- benchmark smoke
-
-
-@pytest.mark.timeout(60)
-def test_benchmark_main_writes_report(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks import actor_runtime
-
-    out = tmp_path / "bench.json"
-    argv = ["--actors", "200", "--msgs-per-actor", "2", "--threading-max-msgs", "200"]
-    assert actor_runtime.main([*argv, "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert [run["runtime"] for run in report["runs"]] == ["pooled", "threading"]
-    for run in report["runs"]:
-        assert run["actors"] == 200
-        for figure in actor_runtime.FIGURES:
-            assert isinstance(run[figure], float)
-    assert set(report["ratios"]) == set(actor_runtime.FIGURES)
-    assert isinstance(report["targets"]["all_met"], bool)
-    assert "tell_msgs_per_s" in capsys.readouterr().out
-
-
-class Gate(PooledActor):
-    """Holds its worker on ``release`` once a message arrives, after setting ``entered``."""
-
-    def __init__(self, pool: ActorPool, entered: threading.Event, release: threading.Event):
-        super().__init__(pool=pool)
-        self.entered, self.release = entered, release
-
-    def on_receive(self, message: Any) -> Any:
-        self.entered.set()
-        assert self.release.wait(WAIT)
-        return message
-
-
-def test_abandon_stops_at_once_and_hands_back_the_queued_tells() -> None:
-    p = ActorPool(workers=1, batch=16, name="abandon-pool")
+def test_pool_stop_returns_while_a_turn_is_stuck_and_names_its_worker() -> None:
+    """A turn stuck in a request does not hold ``stop`` past its timeout: ``stop`` reports the
+    worker still in it; the other workers exit; no new turn starts; the stuck worker exits
+    once its turn returns."""
+    p = ActorPool(workers=2, name="stuck")
     p.start()
-    entered, release = threading.Event(), threading.Event()
-    gate = Gate.start(p, entered, release)
-    busy = Recorder.start(p)
-    held = gate.ask("hold", block=False)
-    assert entered.wait(WAIT)  # the only worker is held: what follows stays queued
-    busy.tell("queued-1")
-    busy.tell("queued-2")
-    late_ask = busy.ask("never answered", block=False)
-    stop_request = busy.stop(block=False)
-    release.set()  # the turn in progress ends; no further turn starts
-    left = {actor.actor_ref: tells for actor, tells in p.abandon(timeout=WAIT)}
-    assert held.get(timeout=WAIT) == "hold"
-    assert left == {gate: [], busy: ["queued-1", "queued-2"]}
-    with pytest.raises(pykka.ActorDeadError):
-        late_ask.get(timeout=WAIT)
-    assert stop_request.get(timeout=WAIT) is True  # a stop request is answered as done
-    assert not busy.is_alive() and not gate.is_alive()
-    assert p.live_count() == 0
-    with pytest.raises(pykka.ActorDeadError):
-        busy.tell("after")
-    with pytest.raises(PoolStateError):
-        Recorder.start(p)
-    p.stop(timeout=WAIT)  # idempotent after abandon
+    holder = Recorder(p)
+    hold = hold_worker(p, holder)
+    try:
+        assert hold.worker[0] in p.stop(timeout=0.2)
+        assert not p.running
+        for thread in threading.enumerate():
+            if thread.name.startswith("stuck-") and thread.name != hold.worker[0]:
+                thread.join(WAIT)  # the idle worker exits
+        assert p.stop(timeout=0) == hold.worker  # only the stuck one is left
+        later = Recorder(p)
+        assert later.tell("never handled")  # the actor is open; the pool runs no turn
+    finally:
+        hold.release.set()
+    assert holder.next_seen() == ("received", hold)  # the stuck turn finished
+    assert p.stop(timeout=WAIT) == []
+    assert later.abandon() == ["never handled"]
+
+
+def test_run_or_tell_runs_an_idle_actors_turn_on_the_calling_thread() -> None:
+    """An idle actor's message is handled at once, on the caller's thread; a busy one's is
+    queued for the pool, in order; a stopped one's is refused."""
+    pool = ActorPool(workers=1)
+    seen: list[tuple[object, str]] = []
+    gate = threading.Event()
+
+    class Recorder(Actor):
+        __slots__ = ()
+
+        def receive(self, message: Any) -> None:
+            seen.append((message, threading.current_thread().name))
+            if message == "block":
+                assert gate.wait(5)
+
+    actor = Recorder(pool)
+    pool.start()
+    try:
+        me = threading.current_thread().name
+        assert actor.run_or_tell("now")
+        assert seen == [("now", me)]
+        assert actor.tell("block")  # a turn on the pool, held by the gate
+        wait_for(lambda: len(seen) == 2, 5, "the pool's turn began")
+        assert actor.run_or_tell("later")  # busy: queued behind, for the pool
+        gate.set()
+        wait_for(lambda: len(seen) == 3, 5, "the queued message was handled")
+        assert seen[2][0] == "later" and seen[2][1] != me
+        assert actor.close_if_empty()
+        assert not actor.run_or_tell("refused")
+    finally:
+        gate.set()
+        pool.stop(timeout=5)

@@ -35,10 +35,10 @@ from examples.scheduler.steps import ChainedSteps, Steps
 from examples.scheduler.tracker import BIND, Tracker
 from examples.scheduler.verify import verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
-from kdispatch.actors.calls import Call
-from kdispatch.actors.errors import CallFailed, InvalidInputError, InvalidObjectError, Outcome
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.errors import CallFailed, InvalidInputError, InvalidObjectError, Outcome
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import (
     InMemoryApiServer,

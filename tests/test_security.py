@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from loguru import logger
 
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
     CallFailed,
@@ -40,7 +40,7 @@ from kdispatch.actors.errors import (
     Outcome,
     UnauthorizedError,
 )
-from kdispatch.actors.pod_calls import PodBinding, PodPreemption, PodStatusPatch
+from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP

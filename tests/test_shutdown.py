@@ -25,11 +25,16 @@ from pathlib import Path
 
 import pytest
 
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import DispatcherClosed, Outcome
-from kdispatch.actors.messages import CallFuture
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
+from kdispatch.actors.model.errors import DispatcherClosed, Outcome
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from tests.backends import GatedBackend
 from tests.test_scheduler_example import kubeconfig_file

@@ -97,10 +97,10 @@ def test_an_internal_hook_in_the_reference_is_found() -> None:
 @pytest.mark.parametrize(
     ("text", "named"),
     [
-        ("see <code>kdispatch.actors.holds</code>", "the internal module kdispatch.actors"),
+        ("see <code>kdispatch.actors.engine.holds</code>", "the internal module kdispatch.actors"),
         ("<span>kdispatch</span><span>.</span><span>adapters</span>", "the internal module"),
         ("from <code>kdispatch.testing.memory_faults</code>", "kdispatch.testing.memory_faults"),
-        ('<span title="kdispatch.actors.calls.Unset">Unset</span>', "kdispatch.actors"),
+        ('<span title="kdispatch.actors.model.calls.Unset">Unset</span>', "kdispatch.actors"),
         ("raises <code>_HttpError</code>", "the private type _HttpError"),
     ],
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from examples.stress import StressConfig, main, run_stress
-from kdispatch.actors.errors import CallFailed, InvalidInputError, Outcome
+from kdispatch.actors.model.errors import CallFailed, InvalidInputError, Outcome
 from kdispatch.testing.memory_objects import make_pod
 from kdispatch.testing.oracle import Intent, score
 from tests.factories import settled

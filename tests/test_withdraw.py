@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.calls import Call
-from kdispatch.actors.errors import CallCancelled, Outcome, ServerError
-from kdispatch.actors.object_state import Effect, Event, Rebased, Resolve, Result, State
-from kdispatch.actors.objects import Obj
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.effects import Effect, Rebased, Resolve, Result
+from kdispatch.actors.model.errors import CallCancelled, Outcome, ServerError
+from kdispatch.actors.model.lifecycle import State
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodBinding
 from tests.factories import pod
 from tests.test_held_calls import HeldDriver
 from tests.test_object_state import gate, label, unsched
@@ -45,14 +46,6 @@ def d() -> WithdrawDriver:
 def conditions(call: Call, p: Obj) -> set[str]:
     """The condition types ``call`` sets on ``p``."""
     return {c["type"] for c in call.apply(p)["status"]["conditions"]}
-
-
-def test_withdraw_is_an_event_of_the_table() -> None:
-    from kdispatch.actors.object_state import TABLE, TRANSITIONS
-
-    assert all("withdraw" in TRANSITIONS[state] for state in State)
-    assert TABLE[(State.PENDING, Event.WITHDRAW_CLEARED)] is State.IDLE
-    assert TABLE[(State.IN_FLIGHT_PENDING, Event.WITHDRAW_CLEARED)] is State.IN_FLIGHT
 
 
 def test_a_pending_call_resolves_cancelled_and_nothing_else_does(d: WithdrawDriver) -> None:

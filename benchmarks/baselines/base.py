@@ -4,7 +4,7 @@ limiter the baselines wait on, and the request each contender sends.
 Benchmark-only code. The adapter is deliberately tiny — ``submit_status(pod, cond)``,
 ``submit_binding(pod, node)``, ``observe(pod)``, ``stop()`` — so every contender runs the very
 same workload against the very same backend. Every ``submit_*`` returns a
-:class:`concurrent.futures.Future` resolving to an :class:`~kdispatch.actors.errors.Outcome` (or
+:class:`concurrent.futures.Future` resolving to an :class:`~kdispatch.Outcome` (or
 raising),
 already resolved for the blocking contender.
 """
@@ -61,7 +61,7 @@ class ClientRateLimiter:
     asked and every waiter holds its thread (a goroutine upstream) while it waits.
 
 
-    Same ``qps``/``burst`` semantics as :class:`kdispatch.actors.ratelimit.TokenBucket`: ``burst``
+    Same ``qps``/``burst`` semantics as :class:`kdispatch.TokenBucket`: ``burst``
     tokens
     stored at most, ``qps`` tokens per second; ``qps=math.inf`` never waits. Thread-safe.
     """

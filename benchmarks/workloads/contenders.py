@@ -1,4 +1,4 @@
-"""The contenders of every workload: kdispatch's :class:`~kdispatch.actors.dispatcher.Dispatcher`
+"""The contenders of every workload: kdispatch's :class:`~kdispatch.Dispatcher`
 and the
 three baselines, built with the same backend, rate limit and request parallelism.
 

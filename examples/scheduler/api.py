@@ -1,9 +1,9 @@
 """The scheduler's API layer: one interface, two implementations.
 
 :class:`SchedulerApi` is everything the scheduler asks of the apiserver. :class:`DispatchedApi`
-goes through a kdispatch :class:`~kdispatch.actors.dispatcher.Dispatcher` (returns at once; merged,
+goes through a kdispatch :class:`~kdispatch.Dispatcher` (returns at once; merged,
 rate-limited, retried by the object actors and the executor), or through a
-:class:`~kdispatch.adapters.process.ProcessDispatcher` running that dispatcher in a child process
+:class:`~kdispatch.ProcessDispatcher` running that dispatcher in a child process
 (``--dispatcher-process``). :class:`~examples.scheduler.prekep.
 PreKepApi` (``--pre-kep``) is kube-scheduler before KEP-5229: status patches and preemptions block
 the scheduling thread, bindings run on binding threads. :class:`~examples.scheduler.direct.

@@ -33,7 +33,7 @@ class PodInfo:
 
     @classmethod
     def of(cls, pod: Obj) -> PodInfo:
-        """Parse ``pod``. Raises :class:`~kdispatch.actors.errors.InvalidObjectError` for bad
+        """Parse ``pod``. Raises :class:`~kdispatch.InvalidObjectError` for bad
         identity or
         quantities."""
         m = meta(pod)

@@ -24,7 +24,7 @@ bindings and status patches compete for the same tokens, first come first served
 
 Every call goes through the same backend and the same retry rules as ``DirectApi``; the returned
 future of a binding-cycle call resolves on a binding thread, exactly once, with the call's
-outcome, or :class:`~kdispatch.actors.errors.DispatcherClosed` when ``close`` abandons it.
+outcome, or :class:`~kdispatch.DispatcherClosed` when ``close`` abandons it.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ class RunConfig:
     leader_elect: LeaderElect | None = None  # high availability (examples/scheduler/ha.py)
     identity: str = ""  # the replica's name in its User-Agent (default: host_pid)
     dispatcher_process: bool = False
-    """Run the dispatcher in a child process (:class:`~kdispatch.adapters.process.
+    """Run the dispatcher in a child process (:class:`~kdispatch.actors.facade.process.
     ProcessDispatcher`); needs ``kubeconfig`` (the child builds its own backend from it)."""
     max_backlog: int = MAX_BACKLOG
     """Pacing (the dispatcher only): a scheduling thread takes its next item only while fewer

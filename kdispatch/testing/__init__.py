@@ -15,7 +15,7 @@
   :func:`make_claim`, :func:`make_pdb`: object factories (the one home for test objects).
 * :mod:`kdispatch.testing.waiting`: ``wait_for``/``poll``/``until``, the one wait for observable
   state (a predicate polled with a deadline that names what it waited for).
-* :func:`live_pooled_actors`: pooled actors alive in this process, for leak checks.
+* :func:`live_pooled_actors`: object actors alive in this process, for leak checks.
 * :mod:`kdispatch.testing.envtest`: the real etcd + kube-apiserver, built from the Go module
   proxy and started for your own tests (``python -m kdispatch.testing.envtest``).
 
@@ -40,7 +40,7 @@ from .memory_objects import (
 )
 
 if TYPE_CHECKING:
-    from kdispatch.actors.runtime import live_pooled_actors
+    from kdispatch.actors.engine.registry import live_pooled_actors
 
     from .httpserver import ApiServerHTTP
     from .listwatch import MemoryListWatch
@@ -49,7 +49,7 @@ else:  # on first use: pytest imports this package for the envtest plugin in eve
     __getattr__ = lazy_exports(
         __name__,
         {
-            "kdispatch.actors.runtime": ("live_pooled_actors",),
+            "kdispatch.actors.engine.registry": ("live_pooled_actors",),
             ".httpserver": ("ApiServerHTTP",),
             ".listwatch": ("MemoryListWatch",),
         },

@@ -3,7 +3,7 @@
 Tests drive it with the official ``kubernetes`` client, so the HTTP, serialization and error
 paths of :class:`kdispatch.adapters.kubernetes.KubernetesBackend` and of the informers run for real.
 
-Served (JSON only), for every kind of the kind table (:mod:`kdispatch.actors.kinds`: the
+Served (JSON only), for every kind of the kind table (:mod:`kdispatch.actors.model.kinds`: the
 built-ins and any registered CRD), under ``/api/v1`` or ``/apis/{group}/{version}``,
 namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}``)::
 
@@ -70,7 +70,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from loguru import logger
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ApiConnectionError,
     ApiError,
@@ -84,7 +84,7 @@ from kdispatch.actors.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
-from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
+from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
 from .audit import RequestRecord, request_writer
 from .memory import InMemoryApiServer

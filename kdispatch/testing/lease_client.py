@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdispatch.actors.errors import InvalidInputError, NotFoundError
+from kdispatch.actors.model.errors import InvalidInputError, NotFoundError
 
 from .audit import request_writer
 from .memory import InMemoryApiServer

@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from kdispatch.actors.errors import ApiConnectionError, InvalidInputError
-from kdispatch.actors.kinds import DEFAULT_KINDS, KindInfo, KindTable
+from kdispatch.actors.model.errors import ApiConnectionError, InvalidInputError
+from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from kdispatch.adapters.informer import Obj, WatchEvent, WatchStream, with_type_meta
 
 from .memory import InMemoryApiServer

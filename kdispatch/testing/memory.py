@@ -1,6 +1,6 @@
 """``InMemoryApiServer``: the embedded apiserver the main job and the tests use.
 
-It implements :class:`~kdispatch.actors.backend.ApiBackend` (``get``, ``patch_status``, ``bind``,
+It implements :class:`~kdispatch.ApiBackend` (``get``, ``patch_status``, ``bind``,
 ``delete`` — with injectable latency and faults, logged and counted) plus an admin surface
 without faults or latency (``create``, ``update``, ``get_object``, ``list``, ``watch`` ...) for
 tests, informers and examples.
@@ -32,8 +32,8 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from loguru import logger
 
-from kdispatch.actors.backend import PatchType, check_grace_period, check_page_limit
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.backend import PatchType, check_grace_period, check_page_limit
+from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ApiError,
     ConflictError,
@@ -43,8 +43,8 @@ from kdispatch.actors.errors import (
     InvalidRequestError,
     NotFoundError,
 )
-from kdispatch.actors.kinds import DEFAULT_KINDS, KindTable
-from kdispatch.actors.objects import (
+from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindTable
+from kdispatch.actors.model.objects import (
     POD,
     POD_GROUP,
     RESOURCE_CLAIM,

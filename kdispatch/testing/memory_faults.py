@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
     ConflictError,

@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kdispatch.actors.errors import ConflictError, InvalidRequestError, NotFoundError
-from kdispatch.actors.objects import is_dns_label, is_dns_subdomain
+from kdispatch.actors.model.errors import ConflictError, InvalidRequestError, NotFoundError
+from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
 from kdispatch.adapters.listing import ObjectList
 
 from .audit import request_writer
@@ -299,7 +299,7 @@ def serve_http(
     content_type: str,
 ) -> tuple[int, Json]:
     """Serve one lease request: ``(HTTP code, JSON reply)``; errors are raised as
-    :class:`~kdispatch.actors.errors.ApiError` subclasses for the HTTP front end to render.
+    :class:`~kdispatch.ApiError` subclasses for the HTTP front end to render.
     Connection thread."""
     ns, name = path.namespace, path.name
     if name is None:

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
-from kdispatch.actors.errors import InvalidObjectError
-from kdispatch.actors.kinds import BUILTIN_KINDS
-from kdispatch.actors.objects import (
+from kdispatch.actors.model.errors import InvalidObjectError
+from kdispatch.actors.model.kinds import BUILTIN_KINDS
+from kdispatch.actors.model.objects import (
     POD_GROUP,
     RESOURCE_CLAIM,
     check_label,

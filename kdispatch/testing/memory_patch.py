@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kdispatch.actors.errors import InvalidRequestError
-from kdispatch.actors.objects import POD, POD_GROUP, RESOURCE_CLAIM
+from kdispatch.actors.model.errors import InvalidRequestError
+from kdispatch.actors.model.objects import POD, POD_GROUP, RESOURCE_CLAIM
 
 Path = tuple[str, ...]
 

@@ -35,7 +35,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kdispatch.actors.errors import DisruptionBudgetError, InvalidRequestError, ServerError
+from kdispatch.actors.model.errors import DisruptionBudgetError, InvalidRequestError, ServerError
 
 from .memory_select import label_selector_matches
 

@@ -14,7 +14,7 @@ requests against both):
 * **updates** of the object keep the stored status and generation; updates of ``status`` keep
   the spec (the callers in :mod:`kdispatch.testing.memory` do that part);
 * **status**: every condition passes ``metav1``'s condition validation
-  (:func:`kdispatch.actors.podgroup_calls.condition_problems`, the rules the call type checks
+  (:func:`kdispatch.actors.model.podgroup_calls.condition_problems`, the rules the call type checks
   its intents with) and has a ``lastTransitionTime``; it is stored as the Go type serializes
   it: with a ``message`` (empty when none was given), without an ``observedGeneration`` of 0.
 
@@ -34,9 +34,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kdispatch.actors.errors import InvalidRequestError
-from kdispatch.actors.objects import POD_GROUP
-from kdispatch.actors.podgroup_calls import condition_problems
+from kdispatch.actors.model.errors import InvalidRequestError
+from kdispatch.actors.model.objects import POD_GROUP
+from kdispatch.actors.model.podgroup_calls import condition_problems
 
 __all__ = ["POD_GROUP", "admit_podgroup", "prepare_podgroup_create"]
 

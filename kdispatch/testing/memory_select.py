@@ -10,7 +10,7 @@
   ``matchExpressions`` with ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``. An empty selector
   matches everything.
 
-Malformed selectors raise :class:`~kdispatch.actors.errors.InvalidRequestError` (400). Pure
+Malformed selectors raise :class:`~kdispatch.InvalidRequestError` (400). Pure
 module: no threads, no pykka, no kubernetes.
 """
 
@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from kdispatch.actors.errors import InvalidRequestError
+from kdispatch.actors.model.errors import InvalidRequestError
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 """Whether an object matches."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch.actors.model.errors import InvalidInputError
 
 from .memory_objects import clone
 

@@ -38,8 +38,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdispatch.actors.errors import KdispatchError, Outcome
-from kdispatch.actors.objects import get_path
+from kdispatch.actors.model.errors import KdispatchError, Outcome
+from kdispatch.actors.model.objects import get_path
 
 Field = tuple[str, ...]
 

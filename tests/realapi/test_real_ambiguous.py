@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.config import DispatcherConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import Outcome
-from kdispatch.actors.pod_calls import PodBinding
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import DispatcherConfig, RetryConfig
+from kdispatch.actors.model.errors import Outcome
+from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.realapi.cluster import Admin, Target
 from tests.realapi.conftest import SHARED_NODES

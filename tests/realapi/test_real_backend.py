@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.errors import (
+from kdispatch.actors.model.errors import (
     ConflictError,
     InvalidRequestError,
     NotFoundError,
 )
-from kdispatch.actors.objects import Obj
+from kdispatch.actors.model.objects import Obj
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.concurrency import patch_from_threads
 from tests.realapi.cluster import Admin, Target, condition

@@ -18,11 +18,11 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.claim_calls import ClaimStatusPatch
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import CallCancelled, Outcome
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.claim_calls import ClaimStatusPatch
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig
+from kdispatch.actors.model.errors import CallCancelled, Outcome
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from tests.realapi.cluster import Admin, Target, condition, wait_for
 from tests.realapi.objects import allocation, consumer, new_claim, new_pod, pod_body

@@ -18,17 +18,22 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.config import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.dispatcher import Dispatcher
-from kdispatch.actors.errors import (
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
+from kdispatch.actors.model.errors import (
     CallFailed,
     ConflictError,
     InvalidRequestError,
     Outcome,
     TooManyRequestsError,
 )
-from kdispatch.actors.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.actors.podgroup_calls import PodGroupStatusPatch
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.podgroup_calls import PodGroupStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing import make_podgroup

@@ -14,7 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdispatch.actors.errors import InvalidInputError
+from kdispatch.actors.model.errors import InvalidInputError
 
 from .certs import Pki
 from .processes import Process, free_port

@@ -5,7 +5,7 @@ Pure module: no processes, no I/O.
 
 from __future__ import annotations
 
-from kdispatch.actors.errors import InvalidInputError, KdispatchError
+from kdispatch.actors.model.errors import InvalidInputError, KdispatchError
 
 BUILD_HINT = "python -m kdispatch.testing.envtest build"
 

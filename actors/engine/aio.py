@@ -1,0 +1,125 @@
+"""asyncio bridges: a call's future and an object's view, awaited on the caller's event loop.
+
+Nothing here blocks the loop or spends a thread:
+
+* :func:`wrap_call_future` hands a :class:`~kdispatch.CallFuture` to the loop
+  with :func:`asyncio.wrap_future`: the object actor that resolves the call (on its pool worker)
+  schedules the result onto the loop with ``call_soon_threadsafe``.
+* :func:`await_future` awaits any ``concurrent.futures.Future`` resolved on another thread (an
+  actor's reply to a ``View``, a reply from a dispatcher's child process): its completion is
+  posted to the loop with one ``call_soon_threadsafe``, a loop timer bounds the wait, and the
+  future itself is never cancelled.
+
+Cancelling the task that awaits a call does **not** withdraw the call: the ``CallFuture`` stays
+with the dispatcher and is resolved exactly once whatever the awaiting side does
+(``CallFuture.cancel()`` always returns False). Withdraw a pending call with
+``Dispatcher.cancel(uid)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import math
+from types import TracebackType
+from typing import Any, TypeAlias, TypeVar
+
+from kdispatch.actors.model.errors import InvalidInputError, KdispatchError, Outcome
+
+from .messages import CallFuture
+
+_ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+_T = TypeVar("_T")
+
+
+class NoEventLoopError(KdispatchError, RuntimeError):
+    """An asyncio method (``asubmit``, ``aview``) was called outside a running event loop: call
+    it from a coroutine, or use the threaded ``submit``/``view``."""
+
+
+def running_loop(what: str) -> asyncio.AbstractEventLoop:
+    """The running loop of the calling thread, or :class:`NoEventLoopError`. Loop thread."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        raise NoEventLoopError(
+            f"{what} must be called from a coroutine on a running event loop"
+        ) from None
+
+
+def check_timeout(timeout: object) -> float | None:
+    """``timeout`` as a positive float or None; :class:`InvalidInputError` otherwise."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not timeout > 0  # also refuses NaN
+        or math.isinf(timeout)
+    ):
+        raise InvalidInputError(f"timeout must be a positive number or None, got {timeout!r}")
+    return float(timeout)
+
+
+def wrap_call_future(
+    future: CallFuture, loop: asyncio.AbstractEventLoop
+) -> asyncio.Future[Outcome]:
+    """An asyncio future on ``loop`` that settles when ``future`` does. Loop thread.
+
+    Cancelling the returned future (or the task awaiting it) leaves ``future`` and its call
+    untouched: ``CallFuture.cancel()`` refuses, so it still resolves exactly once."""
+    return asyncio.wrap_future(future, loop=loop)
+
+
+def _settle(target: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    """Loop thread. A target that timed out or was cancelled meanwhile stays as it is."""
+    if target.done():
+        return
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(value)
+
+
+async def await_future(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:
+    """Loop thread. ``future``'s result, or its exception raised, awaited without blocking the
+    loop: whichever thread resolves ``future`` posts the completion to the loop with one
+    ``call_soon_threadsafe``. Raises :class:`TimeoutError` after ``timeout`` seconds (a timer
+    on the loop, no extra task). ``future`` is never cancelled (not on a timeout, not when the
+    awaiting task is cancelled); a completion arriving later is dropped."""
+    loop = asyncio.get_running_loop()
+    target: asyncio.Future[_T] = loop.create_future()
+
+    def relay(done: concurrent.futures.Future[_T]) -> None:
+        """The thread that resolved ``future``."""
+        value: Any = None
+        exc: BaseException | None = None
+        try:
+            value = done.result()
+        except BaseException as err:  # its exception (or CancelledError) goes to the loop
+            exc = err
+        with contextlib.suppress(RuntimeError):  # the loop was closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, target, value, exc)
+
+    future.add_done_callback(relay)
+    return await _settled(loop, target, timeout)
+
+
+async def _settled(
+    loop: asyncio.AbstractEventLoop, target: asyncio.Future[_T], timeout: float | None
+) -> _T:
+    """Loop thread. ``target``'s result, failed with :class:`TimeoutError` by a loop timer
+    after ``timeout`` seconds."""
+    timer = None if timeout is None else loop.call_later(timeout, _expire, target, timeout)
+    try:
+        return await target
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _expire(target: asyncio.Future[Any], timeout: float) -> None:
+    """Loop thread: the deadline passed."""
+    if not target.done():
+        target.set_exception(TimeoutError(f"no answer within {timeout} s"))

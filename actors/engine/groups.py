@@ -1,0 +1,434 @@
+"""Call groups: steps on any objects that live and die with one owner object (DESIGN §3).
+
+A preemption is one operation (nominate the preemptor, then delete the victims); a binding
+cycle's ResourceClaim writes must land before the binding and die with the pod.
+``Dispatcher.group(owner=pod)`` returns a :class:`CallGroup`:
+
+* ``g.submit(call, after=...)`` and ``g.preempt(victim, preemptor=..., after=...)`` add steps
+  (``after=`` as for ``Dispatcher.submit``: held until every prerequisite succeeded), and
+  ``g.asubmit``/``g.apreempt`` are their asyncio forms;
+* ``g.cancel()`` withdraws every step not yet landed: a held step resolves
+  :class:`~.errors.DependencyFailed` (a ``CallCancelled``) whose ``cause`` is the group's
+  ``CallCancelled``; a step admitted unheld resolves ``CallCancelled`` if it is still pending;
+  a request already sent finishes, and if it fails retryably or meets a 409 it resolves
+  ``CallCancelled`` instead of being sent again (a success stays a success);
+* the owner's deletion (``Dispatcher.on_delete``), its preemption or eviction (an exclusive
+  call submitted for it), or a step on the owner answered 404 (``ObjectNotFound``) or
+  withdrawn (``CallCancelled``) cancel the group the same way;
+* ``g.future`` (a :class:`~.holds.GroupFuture`) resolves once the group is sealed (``g.seal()``,
+  the end of a ``with`` block, or cancelled) and every step resolved: to the list of outcomes,
+  in step order, or raises :class:`~.errors.GroupFailed` carrying the first step error (in the
+  order they resolved) and every step's result. It can itself be a prerequisite.
+
+Steps are withdrawn exactly: a held step by its hold token, any other by its future
+(:meth:`.ObjectState.withdraw`), so a call of the same type submitted by someone else on the
+same object stays. Merges: a step merged into a newer call (resolved ``OVERWRITTEN``; its
+``successor`` is that call) is withdrawn from it too, and a merged call is withdrawn only
+once every call merged into it is: while it carries someone else's intent it is sent whole
+(a merged call is one value: the step's intent goes with it), so the other caller's intent
+is never lost. Two steps of one group merged together are withdrawn together.
+
+Groups live in memory, like every call: a process that restarts, or a new leader, has none.
+It rebuilds from the apiserver's state (list+watch), as kube-scheduler does: a pod that is
+bound is bound, a claim that is reserved is reserved, and a step that never landed is decided
+again by the next scheduling cycle.
+
+Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
+running event loop); callbacks run on the thread that resolves a step (an object actor's turn).
+
+Cost (one group per pod at scale, see ``benchmarks.gc_pauses``): a group is a slotted object
+with its steps (one future alone, a tuple from the second on), shares its owner's
+:class:`~.objects.ObjectRef` with its first step on the owner, and is indexed by its owner's
+UID without a container of its own (:class:`OwnerIndex`). Its :class:`~.holds.GroupFuture` is
+created only when asked for (``g.future``) or when the group resolves. A step costs nothing
+beyond its call: its future is tagged with its group, which it tells when it resolves (no
+done-callback, so the future's condition is never created). A group has no lock of its own:
+it takes one of its dispatcher's 64 group locks, picked by its owner's UID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from threading import Lock
+from types import TracebackType
+from typing import Final, Protocol, Self, Unpack
+
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.errors import (
+    CallCancelled,
+    GroupClosedError,
+    GroupFailed,
+    ObjectNotFound,
+    Outcome,
+)
+from kdispatch.actors.model.objects import ObjectRef
+from kdispatch.actors.model.pod_calls import PodPreemption, PreemptionOptions, preemption_options
+
+from .aio import running_loop, wrap_call_future
+from .holds import (
+    ASYNC_SOURCE,
+    GroupFuture,
+    GroupSteps,
+    OneOrMore,
+    as_tuple,
+    dependency_failed,
+    packed,
+)
+from .messages import CallFuture
+
+__all__ = ["CANCEL_CAUSES", "CallGroup", "GroupHost", "OwnerIndex"]
+
+CANCEL_CAUSES = (
+    "caller",
+    "owner_deleted",
+    "owner_preempted",
+    "owner_not_found",
+    "owner_withdrawn",
+)
+"""Labels of ``kdispatch_call_groups_cancelled_total`` and :attr:`GroupFailed.cancelled`."""
+
+
+class GroupHost(Protocol):
+    """What a group needs of its dispatcher (:class:`~.dispatcher.Dispatcher`)."""
+
+    def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture: ...
+
+    def refuse_step(self, call: Call, group: CallGroup) -> CallFuture: ...
+
+    def withdraw(self, future: CallFuture, cause: CallCancelled) -> None: ...
+
+    def group_cancelled(self, group: CallGroup, cause: str) -> None: ...
+
+    def group_resolved(self, group: CallGroup) -> None: ...
+
+
+_SEALED: Final = 1  # no more steps: the group resolves with its last step
+_CLOSING: Final = 2  # sealed by the dispatcher's stop or revoke
+_FINISHED: Final = 4  # resolved (its future is set)
+_OWNER_SHARED: Final = 8  # ``owner`` is the ObjectRef of a step's call (see ``_append``)
+
+
+class CallGroup(GroupSteps):
+    """Steps on any objects that live and die with ``owner`` (see the module docstring).
+    Build it with ``Dispatcher.group(owner=obj)``; use it as a context manager to seal it::
+
+        with dispatcher.group(owner=pod) as g:
+            claims = [g.submit(patch) for patch in claim_patches]
+            g.submit(PodBinding.for_pod(pod, node), after=claims)
+        g.future.result()  # [Outcome.SUCCESS, ...] or GroupFailed
+    """
+
+    __slots__ = (
+        "_cancelled",
+        "_cause",
+        "_first",
+        "_flags",
+        "_host",
+        "_unresolved",
+        "owner",
+    )
+
+    def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
+        """``lock`` guards the group's fields: one of the dispatcher's group locks, which other
+        groups share (held only briefly, never while calling out or taking another lock)."""
+        super().__init__(lock)
+        self.owner = owner
+        self._host = host
+        # steps registered (``add_step``) and not resolved
+        self._unresolved = 0
+        self._first: BaseException | None = None
+        self._flags = 0  # _SEALED, _CLOSING, _FINISHED, _OWNER_SHARED
+        self._cancelled: str | None = None
+        self._cause: CallCancelled | None = None
+
+    def __repr__(self) -> str:
+        flags = self._flags
+        state = (
+            "resolved"
+            if flags & _FINISHED
+            else f"cancelled={self._cancelled}"
+            if self._cancelled
+            else "sealed"
+            if flags & _SEALED
+            else "open"
+        )
+        return f"<CallGroup of {self.owner} steps={len(self.step_futures())} {state}>"
+
+    # ------------------------------------------------------------------ steps
+
+    def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
+        """Any thread. Add a step (see ``Dispatcher.submit`` for ``after=``). Raises what
+        ``Dispatcher.submit`` raises, :class:`~.errors.DependencyCycleError` if ``after``
+        waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
+        cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
+        # Without the lock (reads atomic under the interpreter lock): cancel_for sets
+        # _cancelled before _flags, _seal sets _CLOSING with _SEALED. A cancellation that
+        # lands after these reads withdraws the step if it is registered by then; if not, or
+        # if its Withdraw reaches the actor before its Submit, the actor refuses the step
+        # (``_refusal``).
+        flags = self._flags
+        if flags & _SEALED and self._cancelled is None and not flags & _CLOSING:
+            raise GroupClosedError(f"{self!r} is sealed: start another group")
+        if self._cause is not None:
+            return self._host.refuse_step(call, self)
+        return self._host.submit_step(call, after, self)
+
+    def preempt(
+        self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
+    ) -> CallFuture:
+        """Any thread. Add a step that preempts ``victim`` (see ``Dispatcher.preempt`` for the
+        ``options``), held until ``after`` succeeded (e.g. the preemptor's nomination)."""
+        preemption = PodPreemption.for_pod(victim, **preemption_options(options))
+        return self.submit(preemption, after=after)
+
+    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
+        """Event-loop thread. :meth:`submit` for asyncio code: the step's outcome as an
+        ``asyncio.Future`` on the running loop (it may be given in ``after=`` too)."""
+        loop = running_loop("CallGroup.asubmit()")
+        return _wrapped(self.submit(call, after=after), loop)
+
+    def apreempt(
+        self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
+    ) -> asyncio.Future[Outcome]:
+        """Event-loop thread. :meth:`preempt` for asyncio code."""
+        loop = running_loop("CallGroup.apreempt()")
+        return _wrapped(self.preempt(victim, after=after, **options), loop)
+
+    # ------------------------------------------------------------------ life
+
+    def seal(self) -> None:
+        """Any thread. No more steps: ``future`` resolves once every step has. Idempotent."""
+        self._seal(closing=False)
+
+    def _seal(self, *, closing: bool) -> None:
+        """Seal; with ``closing`` (the dispatcher stops or is revoked), a later ``submit``
+        raises the dispatcher's error instead of :class:`GroupClosedError`."""
+        with self._lock:
+            self._flags |= (_SEALED | _CLOSING) if closing else _SEALED
+        self._maybe_finish()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Seal the group; if the block raised, cancel it first (``"caller"``)."""
+        if exc is not None:
+            self.cancel()
+        self.seal()
+
+    def cancel(self) -> bool:
+        """Any thread. Withdraw every step not yet on the wire (see the module docstring) and
+        seal the group. Returns False if it was already cancelled or resolved."""
+        return self.cancel_for("caller")
+
+    def cancel_for(self, cause: str) -> bool:
+        """Any thread. :meth:`cancel` with a cause label (one of :data:`CANCEL_CAUSES`)."""
+        with self._lock:
+            if self._cancelled is not None or self._flags & _FINISHED:
+                return False
+            self._cancelled = cause  # before _flags (see submit)
+            self._flags |= _SEALED
+            error = CallCancelled(
+                f"call group of {self.owner} cancelled ({cause})",
+                ref=self.owner,
+            )
+            self._cause = error
+            steps = [f for f in self.step_futures() if _withdrawable(f)]
+        self._host.group_cancelled(self, cause)
+        for step in steps:
+            self._host.withdraw(step, error)
+        self._maybe_finish()
+        return True
+
+    @property
+    def future(self) -> GroupFuture:
+        """The group's :class:`~.holds.GroupFuture`, created on first use (or when the group
+        resolves). Any thread."""
+        future = self._future
+        if future is None:
+            with self._lock:
+                future = self._future
+                if future is None:
+                    future = GroupFuture()
+                    future.owner = self._host
+                    future.of = self.owner
+                    self.bind(future)
+        return future
+
+    @property
+    def cancelled(self) -> str | None:
+        """The cause label if the group was cancelled, else None."""
+        return self._cancelled
+
+    @property
+    def steps(self) -> list[CallFuture]:
+        """The steps' futures, in the order they were submitted (a copy)."""
+        with self._lock:
+            return list(self.step_futures())
+
+    # ------------------------------------------------------------------ internals
+
+    def _append(self, future: CallFuture) -> None:
+        """Under the lock, in :meth:`add_step` or :meth:`add_unwatched_step` (the host
+        registers the step before its future can resolve): ``future`` is the last step;
+        tag it with this group, which then waits for its resolution. A step on the owner
+        carries an :class:`ObjectRef` equal to
+        ``owner``: the group keeps that one rather than a copy of its own (a group's memory
+        counts at scale), once (``_OWNER_SHARED``). ``owner`` is read without the lock
+        elsewhere: the store of an equal value is atomic, readers see either."""
+        steps = self._steps
+        if isinstance(steps, tuple):  # none, or several
+            self._steps = (*steps, future) if steps else future
+        else:
+            self._steps = (steps, future)
+        self._unresolved += 1
+        future.group = self
+        if not self._flags & _OWNER_SHARED:
+            call = future.call
+            if call is not None and call.ref == self.owner:
+                self.owner = call.ref
+                self._flags |= _OWNER_SHARED
+
+    def _refusal(self, call: Call, held: bool) -> CallCancelled | None:
+        """The step's actor, when the step's ``Submit`` arrives: None while the group is not
+        cancelled; else the error the step resolves with instead of being admitted
+        (``DependencyFailed`` for a ``held`` step, ``CallCancelled`` for any other). A
+        cancellation withdraws the steps registered so far, but the ``Withdraw`` of one can
+        reach its actor before its ``Submit`` (told by the submitting thread after the
+        registration): this check makes that order harmless without a hand-over."""
+        cause = self._cause
+        if cause is None:
+            return None
+        if held:
+            return dependency_failed(call, cause)
+        return CallCancelled(str(cause), ref=call.ref, call_type=call.call_type)
+
+    def _drop_step(self, future: CallFuture) -> None:
+        """Submitting thread (the host): the submit of the step ``future`` raises after it was
+        registered (and dropped from the steps, :meth:`drop_step`); it was never resolved and
+        is not a step."""
+        future.group = None
+        with self._lock:
+            self._unresolved -= 1
+        self._maybe_finish()
+
+    def _step_done(self, future: CallFuture) -> None:
+        """Resolving thread of a step (told by the step's future, whose ``group`` is this
+        group, after its done-callbacks ran)."""
+        exc = future.exception()
+        with self._lock:
+            self._unresolved -= 1
+            if exc is not None and self._first is None:
+                self._first = exc
+        call = future.call
+        if exc is not None and call is not None and call.ref.uid == self.owner.uid:
+            if isinstance(exc, ObjectNotFound):
+                self.cancel_for("owner_not_found")
+            elif type(exc) is CallCancelled:
+                self.cancel_for("owner_withdrawn")
+        self._maybe_finish()
+
+    def _finishable(self) -> bool:
+        """Under the lock: sealed, and every step registered and resolved."""
+        flags = self._flags
+        return flags & (_SEALED | _FINISHED) == _SEALED and self._unresolved == 0
+
+    def _maybe_finish(self) -> None:
+        with self._lock:
+            if not self._finishable():
+                return
+            self._flags |= _FINISHED
+            steps = self.step_futures()
+            first, cancelled = self._first, self._cancelled
+        results: list[Outcome | BaseException] = []
+        for step in steps:
+            exc = step.exception()
+            results.append(exc if exc is not None else step.result())
+        if first is None and cancelled is not None:
+            first = self._cause
+        if first is None:
+            self.future.set_result([r for r in results if isinstance(r, Outcome)])
+        else:
+            failed = sum(1 for r in results if not isinstance(r, Outcome))
+            self.future.set_exception(
+                GroupFailed(
+                    f"{failed} of {len(results)} steps of the call group of {self.owner} did "
+                    f"not succeed: {first}",
+                    error=first,
+                    results=results,
+                    cancelled=cancelled,
+                )
+            )
+        self._host.group_resolved(self)
+
+
+class OwnerIndex:
+    """A dispatcher's open call groups by their owner's UID. An owner has one group at a time
+    (rarely two), so an entry is the group itself, or a tuple of several
+    (:data:`~.holds.OneOrMore`): no container per group. Writes hold the index's lock;
+    :meth:`owns` reads without it (one dict lookup, atomic under the interpreter lock). Any
+    thread."""
+
+    def __init__(self) -> None:
+        self._lock = Lock()
+        self._by_uid: dict[str, OneOrMore[CallGroup]] = {}
+        self.count = 0  # groups in the index
+
+    def owns(self, uid: str) -> bool:
+        """Whether ``uid`` owns an open group (no lock: one dict lookup)."""
+        return uid in self._by_uid
+
+    def add(self, group: CallGroup) -> None:
+        """Index ``group`` under its owner."""
+        uid = group.owner.uid
+        with self._lock:
+            entry = self._by_uid.get(uid)
+            self._by_uid[uid] = group if entry is None else (*as_tuple(entry), group)
+            self.count += 1
+
+    def remove(self, group: CallGroup) -> bool:
+        """Drop ``group``; False if it was not indexed."""
+        uid = group.owner.uid
+        with self._lock:
+            entry = self._by_uid.get(uid)
+            if entry is None or group not in as_tuple(entry):
+                return False
+            rest = tuple(g for g in as_tuple(entry) if g is not group)
+            if rest:
+                self._by_uid[uid] = packed(rest)
+            else:
+                del self._by_uid[uid]
+            self.count -= 1
+        return True
+
+    def of(self, uid: str) -> tuple[CallGroup, ...]:
+        """The open groups ``uid`` owns."""
+        with self._lock:
+            entry = self._by_uid.get(uid)
+        return () if entry is None else as_tuple(entry)
+
+    def all(self) -> list[CallGroup]:
+        """Every open group."""
+        with self._lock:
+            return [g for entry in self._by_uid.values() for g in as_tuple(entry)]
+
+
+def _withdrawable(future: CallFuture) -> bool:
+    """Whether ``future``'s intent may still be sent: not resolved, or merged into a newer
+    call (``OVERWRITTEN``). Any thread."""
+    if not future.done():
+        return True
+    return future.exception() is None and future.result() is Outcome.OVERWRITTEN
+
+
+def _wrapped(future: CallFuture, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Outcome]:
+    """``future`` on ``loop``, tagged so that it can be given in ``after=``. Loop thread."""
+    wrapped = wrap_call_future(future, loop)
+    setattr(wrapped, ASYNC_SOURCE, future)
+    return wrapped

@@ -1,0 +1,517 @@
+"""Prerequisites of held calls: the dispatcher's side of DESIGN §3 "Call groups across objects".
+
+A call submitted with ``after=(f1, f2, ...)`` goes to its object's actor at once, with one
+opaque hold token (a :class:`Hold`): the actor admits it (merge, supersession, staleness as
+usual) but sends nothing of it while it holds the token (:meth:`.ObjectState.submit`). This
+module watches the prerequisites: once every one resolved as a success (``SUCCESS``,
+``SKIPPED``, ``OVERWRITTEN``) it tells the actor :class:`~.messages.Release`; at the first
+failure or cancellation, :class:`~.messages.FailDependency` with that error as the cause, and
+the held call resolves :class:`~.errors.DependencyFailed`. Prerequisites already resolved at
+submit need no message: all succeeded, the call is submitted unheld; one failed, the call
+resolves ``DependencyFailed`` at once and never reaches its actor.
+
+A prerequisite is a future this dispatcher returned (``submit``, ``preempt``, a group's step;
+the asyncio forms' futures too) or a :class:`GroupFuture` (``CallGroup.future``: every step of
+that group, once it is sealed).
+
+**Overwritten prerequisites.** ``OVERWRITTEN`` counts as a success, but a call merged into a
+newer one (or replaced by a call that supersedes it) has not landed yet: the newer call
+carries its intent. So a prerequisite that resolves ``OVERWRITTEN`` is *followed* to that
+newer call, and the held call waits for it instead (and fails if it fails). The object's
+machine says who overwrote a call (its ``Resolve`` names the surviving call's future) and the
+actor sets ``CallFuture.successor`` before it resolves the future, so the link exists however
+late the future becomes a prerequisite.
+
+**Cycles.** Futures are created by ``submit``, and ``after=`` can only name futures that
+exist, so explicit edges always point from a newer call to an older one. A cycle closes
+through three kinds of wait that can point the other way:
+
+* a *group* is open: its future waits for steps added later. A step whose prerequisites,
+  followed transitively, reach its own group would wait for itself;
+* one object's calls are sent in order, and a held call holds back the calls queued behind it
+  (the *queue edge*); a merge, a supersession or a call put back after a retry puts a call in
+  an older call's slot, ahead of calls queued before it. A held call whose prerequisites reach
+  a call not yet resolved on its *own* object could end up ahead of that call and wait for it
+  forever;
+* so every call not yet resolved on an object is taken to wait for every held call on that
+  object (conservative: the actor's queue order is not known here).
+
+:meth:`Dependencies.hold` follows prerequisites through held calls (their prerequisites),
+groups (their unresolved steps), queue edges and ``OVERWRITTEN`` futures (to their
+successors). The calls it reaches on the call's own object become the held call's
+``behind``: its actor never queues it ahead of a call carrying one of them
+(:meth:`.ObjectState.submit`), so that queue edge cannot close a cycle. It refuses with
+:class:`~.errors.DependencyCycleError` what the actor cannot keep apart: a call whose
+prerequisites reach its group; one that reaches a call on its own object of its own type or
+of a type it supersedes (it would merge with it or replace it, and carry what it waits for);
+an exclusive call that reaches a call on its own object (it would cancel it); and a group
+step whose object holds a held call that reaches the group. Prerequisites already resolved
+wait for nothing and end the search. The check and the registration of the new call happen
+under one lock, so two submits cannot close a cycle between them.
+
+Threads: ``hold``/``arm``/``fail`` run on the submitting (or cancelling) thread; the
+callbacks run on whichever thread resolves a future (an object actor's turn). One lock guards
+the bookkeeping; messages are told outside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from functools import partial
+from threading import Lock
+from typing import Any, Final, TypeAlias, TypeVar
+
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.effects import dependency_failed
+from kdispatch.actors.model.errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
+from kdispatch.actors.model.objects import ObjectRef
+
+from .messages import CallFuture, FailDependency, Release, Uncancellable
+from .metrics import Metrics
+
+__all__ = [
+    "ASYNC_SOURCE",
+    "Dependencies",
+    "GroupFuture",
+    "GroupSteps",
+    "Hold",
+    "HoldState",
+    "OneOrMore",
+    "as_tuple",
+    "dependency_failed",
+    "packed",
+]
+
+T = TypeVar("T")
+
+_OVERWRITTEN: Final = Outcome.OVERWRITTEN
+_NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
+
+ASYNC_SOURCE: Final = "_kdispatch_source"
+"""Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
+(so the asyncio future may be given as a prerequisite)."""
+
+Prerequisite = Future[Any]
+
+
+class GroupFuture(Uncancellable[list[Outcome]]):
+    """``CallGroup.future``: resolves once the group is sealed and every step resolved, to the
+    list of outcomes (in step order), or raises :class:`~.errors.GroupFailed`. It may be given
+    as a prerequisite (``after=[group.future]``) of this dispatcher's calls. Never cancelled."""
+
+    owner: object = None  # the dispatcher of the group
+    of: ObjectRef | None = None  # the group's owner object
+    group: GroupSteps | None = None  # the group's steps (for the cycle checks)
+
+    @property
+    def label(self) -> str:
+        """The group's owner, for messages."""
+        ref = self.of
+        return "" if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
+
+    def __repr__(self) -> str:
+        state = "finished" if self.done() else "pending"
+        return f"<GroupFuture {self.label} state={state}>"
+
+
+OneOrMore: TypeAlias = T | tuple[T, ...]
+"""A value kept alone, or a tuple of several (or none): where there is almost always one,
+as a group's steps or an owner's groups, no container is built for it."""
+
+
+def as_tuple(items: OneOrMore[T]) -> tuple[T, ...]:
+    """``items`` (see :data:`OneOrMore`) as a tuple."""
+    return items if isinstance(items, tuple) else (items,)
+
+
+def packed(items: tuple[T, ...]) -> OneOrMore[T]:
+    """``items`` as :data:`OneOrMore` keeps them: one item alone."""
+    return items[0] if len(items) == 1 else items
+
+
+class GroupSteps:
+    """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one): its steps, in
+    the order they were registered (one future alone, or a tuple: most groups have one or
+    two steps), and the group's future once somebody asked for it (a group whose future does
+    not exist is nobody's prerequisite, so it can close no cycle). ``lock`` guards the
+    group's fields (a ``CallGroup`` is given its dispatcher's lock); :class:`Dependencies`
+    registers a step under its own lock and then this one, so a submit's cycle check and its
+    registration are one step for every other submit."""
+
+    __slots__ = ("_future", "_lock", "_steps")
+
+    def __init__(self, lock: Lock | None = None) -> None:
+        self._future: GroupFuture | None = None
+        self._lock = Lock() if lock is None else lock
+        self._steps: OneOrMore[CallFuture] = ()
+
+    def bind(self, future: GroupFuture) -> None:
+        """Once, before ``future`` is handed out: it is this group's future."""
+        future.group = self
+        self._future = future
+
+    def add_step(self, future: CallFuture) -> None:
+        """Any thread (the submitting one, before the step's future can resolve): ``future``
+        is the group's next step."""
+        with self._lock:
+            self._append(future)
+
+    def add_unwatched_step(self, future: CallFuture) -> bool:
+        """Any thread (the submitting one): :meth:`add_step` if this group's future does not
+        exist (True), else nothing (False). Without a future the group is nobody's
+        prerequisite, so the step closes no cycle; the future is created under the same
+        lock, so a call that waits for it sees this step. Else the step goes through
+        :meth:`Dependencies.hold`, which checks for a cycle first."""
+        with self._lock:
+            if self._future is not None:
+                return False
+            self._append(future)
+        return True
+
+    def _append(self, future: CallFuture) -> None:
+        """Under the lock: register ``future`` as the last step (in ``_steps``, see
+        :data:`OneOrMore`) with what the group keeps of a step. A ``CallGroup`` does it in one
+        call, on every step's submit."""
+        raise NotImplementedError
+
+    def drop_step(self, future: CallFuture) -> None:
+        """Any thread: ``future`` is not a step (its submit raised)."""
+        with self._lock:
+            self._steps = packed(tuple(s for s in as_tuple(self._steps) if s is not future))
+
+    def step_futures(self) -> tuple[CallFuture, ...]:
+        """Any thread: the steps, in order (one atomic read)."""
+        return as_tuple(self._steps)
+
+    def pending_steps(self) -> list[CallFuture]:
+        """Any thread: the steps not resolved yet (what the group's future waits for)."""
+        return [step for step in self.step_futures() if not step.done()]
+
+
+class HoldState(enum.Enum):
+    """Where a held call's prerequisites stand (see :class:`Hold`)."""
+
+    WAITING = "waiting"  # some prerequisite not resolved yet
+    RELEASED = "released"  # all succeeded: Release told
+    FAILED = "failed"  # one failed (or the group was cancelled): FailDependency told
+    DONE = "done"  # the held call resolved first (deleted, preempted, closed ...)
+
+
+class Hold:
+    """The hold token of one held call (hashed by identity) and its bookkeeping. Fields are
+    changed under :class:`Dependencies`' lock."""
+
+    __slots__ = (
+        "armed",
+        "behind",
+        "call_type",
+        "cause",
+        "future",
+        "prereqs",
+        "state",
+        "uid",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        uid: str,
+        call_type: str,
+        future: CallFuture,
+        prereqs: tuple[Prerequisite, ...],
+        behind: frozenset[CallFuture] = _NOT_BEHIND,
+    ) -> None:
+        self.uid = uid
+        self.call_type = call_type
+        self.future = future
+        self.prereqs = prereqs
+        # calls on the same object the held call waits for (transitively): its actor never
+        # queues it ahead of them (the ``behind`` of :meth:`.ObjectState.submit`)
+        self.behind = behind
+        self.waiting = len(prereqs)
+        self.state = HoldState.WAITING
+        self.armed = False  # the Submit carrying this token was told to the actor
+        self.cause: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"<Hold {self.call_type} {self.uid} {self.state.value} waiting={self.waiting}>"
+
+
+Tell = Callable[[str, object], object]
+
+
+class Dependencies:
+    """The ``after=`` edges of one dispatcher: held calls, their prerequisites, the open call
+    groups' steps, and the messages that release or fail held calls. Any thread."""
+
+    def __init__(self, owner: object, tell: Tell, metrics: Metrics) -> None:
+        self._owner = owner
+        self._tell = tell
+        self._metrics = metrics
+        self._lock = Lock()
+        self._holds: dict[CallFuture, Hold] = {}  # held calls not resolved yet
+        self._held_on: dict[str, set[CallFuture]] = {}  # uid -> its held calls (queue edges)
+
+    # ------------------------------------------------------------------ validation
+
+    def prerequisites(self, after: object) -> tuple[Prerequisite, ...]:
+        """Caller thread. ``after`` as a tuple of this dispatcher's futures (asyncio futures of
+        ``asubmit`` unwrapped); :class:`InvalidPrerequisiteError` otherwise."""
+        if isinstance(after, str | bytes | Future | asyncio.Future) or not isinstance(
+            after, Iterable
+        ):
+            raise InvalidPrerequisiteError(
+                f"after must be an iterable of futures, got {type(after).__name__}"
+            )
+        out: list[Prerequisite] = []
+        for item in after:
+            fut = getattr(item, ASYNC_SOURCE, item) if isinstance(item, asyncio.Future) else item
+            if isinstance(fut, CallFuture | GroupFuture):
+                if fut.owner is self._owner:
+                    if fut not in out:
+                        out.append(fut)
+                    continue
+                raise InvalidPrerequisiteError(
+                    f"{fut!r} belongs to another dispatcher (or none): after= takes this "
+                    "dispatcher's futures"
+                )
+            raise InvalidPrerequisiteError(
+                f"after= takes futures returned by this dispatcher (or a group's future), got "
+                f"{type(item).__name__}"
+            )
+        return tuple(out)
+
+    # ------------------------------------------------------------------ holding
+
+    def hold(
+        self,
+        call: Call,
+        future: CallFuture,
+        prereqs: tuple[Prerequisite, ...],
+        group: GroupSteps | None = None,
+    ) -> Hold | BaseException | None:
+        """Submitting thread, before the call goes to its actor. Check for a cycle
+        (:class:`DependencyCycleError`) and register ``future`` (as a step of ``group`` too).
+        Returns the :class:`Hold` to submit the call with, None when every prerequisite has
+        already succeeded (submit unheld), or the error of one that already failed (resolve
+        the call ``DependencyFailed``, do not submit it). Follow with :meth:`arm` once the
+        call's ``Submit`` was told."""
+        uid = call.ref.uid
+        with self._lock:
+            waiting: list[Prerequisite] = []
+            for prereq in prereqs:
+                fut = _follow(prereq)
+                if not fut.done():
+                    if fut not in waiting:
+                        waiting.append(fut)
+                elif (exc := fut.exception()) is not None:
+                    if group is not None:  # a step all the same, resolved at once
+                        group.add_step(future)
+                    return exc
+            if group is not None:
+                self._check_group_step(uid, group)
+            if not waiting:
+                if group is not None:
+                    group.add_step(future)
+                return None
+            behind = self._check_prereqs(call, waiting, group)
+            hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
+            self._holds[future] = hold
+            self._held_on.setdefault(uid, set()).add(future)
+            if group is not None:
+                group.add_step(future)
+            self._metrics.held_delta(call.call_type, 1)
+        return hold
+
+    def arm(self, hold: Hold) -> None:
+        """Submitting thread, right after the held call's ``Submit`` was told: watch its
+        prerequisites (a callback of one already resolved runs here, after the Submit, so
+        the actor always learns of the token before its release)."""
+        hold.future.add_done_callback(partial(self._held_done, hold))
+        with self._lock:
+            hold.armed = True
+            state, cause = hold.state, hold.cause
+        if state is HoldState.FAILED and cause is not None:
+            # failed (its group cancelled) before the actor knew the token
+            self._tell(hold.uid, FailDependency(hold, cause))
+        if state is not HoldState.WAITING:
+            return
+        for fut in hold.prereqs:
+            fut.add_done_callback(partial(self._prereq_done, hold))
+
+    def fail(self, future: CallFuture, cause: BaseException) -> bool:
+        """Any thread. If ``future`` is a held call still waiting, fail its hold with ``cause``
+        (the call resolves ``DependencyFailed``, nothing of it is sent) and return True; False
+        if it is not held (or no longer)."""
+        with self._lock:
+            hold = self._holds.get(future)
+            if hold is None or hold.state is not HoldState.WAITING:
+                return False
+            self._leave(hold, HoldState.FAILED)
+            hold.cause = cause
+            armed = hold.armed
+            if hold.future.done():  # overwritten: its token was all that was left of it
+                self._forget(hold)
+        if armed:
+            self._tell(hold.uid, FailDependency(hold, cause))
+        return True
+
+    def discard(self, future: CallFuture, group: GroupSteps | None = None) -> None:
+        """Submitting thread: the call of ``future`` never reached its actor (its submit
+        raised): forget it."""
+        with self._lock:
+            hold = self._holds.get(future)
+            if hold is not None:
+                if hold.state is HoldState.WAITING:
+                    self._leave(hold, HoldState.DONE)
+                self._forget(hold)
+            if group is not None:
+                group.drop_step(future)
+
+    @property
+    def held(self) -> int:
+        """Held calls whose prerequisites have not all resolved. Any thread."""
+        with self._lock:
+            return sum(1 for h in self._holds.values() if h.state is HoldState.WAITING)
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _prereq_done(self, hold: Hold, fut: Prerequisite) -> None:
+        """Resolving thread of a prerequisite."""
+        nxt = _follow(fut)
+        if nxt is not fut:  # overwritten by a newer call: wait for that one instead
+            nxt.add_done_callback(partial(self._prereq_done, hold))
+            return
+        message: Release | FailDependency
+        with self._lock:
+            if hold.state is not HoldState.WAITING:
+                return
+            exc = fut.exception()
+            if exc is None:
+                hold.waiting -= 1
+                if hold.waiting:
+                    return
+                self._leave(hold, HoldState.RELEASED)
+                message = Release(hold)
+            else:
+                self._leave(hold, HoldState.FAILED)
+                hold.cause = exc
+                message = FailDependency(hold, exc)
+            if hold.future.done():  # overwritten: its token was all that was left of it
+                self._forget(hold)
+        self._tell(hold.uid, message)
+
+    def _held_done(self, hold: Hold, fut: CallFuture) -> None:
+        """Resolving thread of the held call: forget it, unless it was merged into a newer
+        call (``OVERWRITTEN``) while it waited: that call now holds its token, which is
+        still to be released or failed (then it is forgotten)."""
+        overwritten = fut.exception() is None and fut.result() is _OVERWRITTEN
+        with self._lock:
+            if hold.state is HoldState.WAITING:
+                if overwritten:
+                    return
+                self._leave(hold, HoldState.DONE)
+            self._forget(hold)
+
+    def _forget(self, hold: Hold) -> None:
+        """Under the lock: drop the bookkeeping of a held call that resolved."""
+        self._holds.pop(hold.future, None)
+        held = self._held_on.get(hold.uid)
+        if held is not None:
+            held.discard(hold.future)
+            if not held:
+                del self._held_on[hold.uid]
+
+    def _leave(self, hold: Hold, state: HoldState) -> None:
+        """Under the lock: the hold stops waiting (the held-calls gauge moves)."""
+        hold.state = state
+        self._metrics.held_delta(hold.call_type, -1)
+
+    # ------------------------------------------------------------------ cycles (under the lock)
+
+    def _check_prereqs(
+        self, call: Call, waiting: list[Prerequisite], group: GroupSteps | None
+    ) -> frozenset[CallFuture]:
+        """The calls on ``call``'s own object its prerequisites reach (its ``behind``), or
+        :class:`DependencyCycleError` for a wait that would close a circle."""
+        uid = call.ref.uid
+        behind: list[CallFuture] = []
+        gf = group._future if group is not None else None
+        for fut in self._closure(waiting):
+            if gf is not None and fut is gf:
+                raise DependencyCycleError(
+                    "the call's prerequisites wait for the group it joins (its own step)"
+                )
+            other = fut.call if isinstance(fut, CallFuture) else None
+            if other is None or other.ref.uid != uid:
+                continue
+            if call.exclusive:
+                raise DependencyCycleError(
+                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
+                    f"resolved on the same object {uid}, which {call.call_type} (exclusive) "
+                    "would cancel"
+                )
+            if other.call_type == call.call_type or other.call_type in call.supersedes:
+                raise DependencyCycleError(
+                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
+                    f"resolved on the same object {uid}, which the call would merge with or "
+                    "supersede: it would carry the call it waits for and wait for itself"
+                )
+            behind.append(fut)  # type: ignore[arg-type]
+        return frozenset(behind) if behind else _NOT_BEHIND
+
+    def _check_group_step(self, uid: str, group: GroupSteps) -> None:
+        gf = group._future
+        if gf is None:  # nobody's prerequisite
+            return
+        start = list(self._held_on.get(uid, ()))
+        if start and any(fut is gf for fut in self._closure(start)):
+            raise DependencyCycleError(
+                f"a held call on {uid} waits for this group: a step on {uid} would queue "
+                "behind it and the group would wait for itself"
+            )
+
+    def _closure(self, start: Iterable[Prerequisite]) -> Iterator[Prerequisite]:
+        """Every unresolved future reachable from ``start``: a held call's prerequisites,
+        a group's unresolved steps, and an object's held calls (queue edges)."""
+        seen: set[int] = set()
+        stack = list(start)
+        while stack:
+            fut = stack.pop()
+            if id(fut) in seen:
+                continue
+            if fut.done():
+                nxt = _follow(fut)  # overwritten: its intent waits in the newer call
+                if nxt is not fut:
+                    stack.append(nxt)
+                continue
+            seen.add(id(fut))
+            yield fut
+            if isinstance(fut, GroupFuture):
+                if fut.group is not None:
+                    stack.extend(fut.group.pending_steps())
+                continue
+            hold = self._holds.get(fut) if isinstance(fut, CallFuture) else None
+            if hold is not None:
+                stack.extend(hold.prereqs)
+            call = fut.call if isinstance(fut, CallFuture) else None
+            if call is not None:
+                stack.extend(self._held_on.get(call.ref.uid, ()))
+
+
+def _follow(fut: Prerequisite) -> Prerequisite:
+    """The call that carries ``fut``'s intent now: ``fut`` itself, or, if it resolved
+    ``OVERWRITTEN``, the newer call its actor named as its ``successor`` (transitively). Any
+    thread."""
+    while (
+        isinstance(fut, CallFuture)
+        and fut.successor is not None
+        and fut.done()
+        and fut.exception() is None
+        and fut.result() is _OVERWRITTEN
+    ):
+        fut = fut.successor
+    return fut

@@ -1,0 +1,48 @@
+"""The dispatcher's housekeeper: one long-lived pykka actor for the periodic control work.
+
+Object actors are the runtime's own (:mod:`.runtime`): thousands of them, each a slotted object
+on a shared pool. The dispatcher's few long-lived parts need no such thing, and the one that
+runs on a schedule, reaping idle object actors, is a plain ``pykka.ThreadingActor`` used through
+pykka's public API: it handles a ``Tick`` every ``interval`` seconds on its own thread, and is
+stopped with ``ActorRef.stop``. It is never on a call's path.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Final
+
+import pykka
+from loguru import logger
+
+from .registry import Registry
+
+__all__ = ["Housekeeper"]
+
+_TICK: Final = "tick"
+
+
+class Housekeeper(pykka.ThreadingActor):
+    """Reaps the idle object actors of one registry every ``interval`` seconds, until
+    ``winding_down`` is set (then stop it: ``ActorRef.stop``). Its methods run on its own
+    thread (pykka's)."""
+
+    def __init__(self, registry: Registry, interval: float, winding_down: threading.Event):
+        super().__init__()
+        self._registry = registry
+        self._interval = interval
+        self._winding_down = winding_down
+
+    def on_start(self) -> None:
+        """Its thread: the first pass comes after one interval."""
+        self.actor_ref.tell(_TICK)
+
+    def on_receive(self, message: Any) -> None:
+        """Its thread: wait one interval (unless winding down), reap, and tick again."""
+        if message != _TICK or self._winding_down.wait(self._interval):
+            return
+        try:
+            self._registry.reap_idle()
+        except Exception:  # pragma: no cover - defensive: the next pass tries again
+            logger.opt(exception=True).error("reaping idle actors failed")
+        self.actor_ref.tell(_TICK)

@@ -1,0 +1,218 @@
+"""Sending one request of a call and classifying how it ended: the executor's I/O half.
+
+:class:`Sender` carries out a ``Send`` (the call's request, or the re-read before it) through
+the backend as the call sees it (:class:`ChargedBackend`: every request passes the send gate,
+takes a rate-limiter token and is counted) and classifies the end as a ``Done``:
+
+* 409 → one GET of the object, then ``CONFLICT`` (the actor rebases, or the call landed);
+* 404 → ``NOT_FOUND``;
+* 429, 5xx, timeouts and connection errors → ``RETRY`` with the retry policy's delay
+  (Retry-After honoured on 429 and 5xx);
+* anything else → ``FAILED``.
+
+A verifying read (``Send.verify``: the call's retries ran out with no answer) comes back as
+read, whatever its UID, for the call to judge (``Call.landed``). Runs on an executor worker, or
+on the object actor's own turn for a non-blocking backend.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from loguru import logger
+
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import RetryConfig
+from kdispatch.actors.model.effects import Done, Result, Send
+from kdispatch.actors.model.errors import (
+    ApiConnectionError,
+    ApiError,
+    BadResponseError,
+    ConflictError,
+    DispatcherClosed,
+    LeadershipLost,
+    NotFoundError,
+    RequestDropped,
+    RequestTimeoutError,
+    TooManyRequestsError,
+)
+from kdispatch.actors.model.objects import get_path
+
+from .metrics import Metrics
+
+if TYPE_CHECKING:
+    from .executor import Executor
+
+__all__ = ["ChargedBackend", "Sender"]
+
+_new: Final = tuple.__new__  # a Done built in C (see object_state's effects)
+
+_GONE: Final[Any] = object()
+_LABELS: Final = {result: result.value for result in Result}  # (an Enum's .value is slow)
+
+
+def retry_reason(err: ApiError) -> str:
+    """The ``reason`` label of a retried request."""
+    if isinstance(err, TooManyRequestsError):
+        return "429"
+    if isinstance(err, RequestTimeoutError):
+        return "timeout"
+    if isinstance(err, ApiConnectionError):
+        return "connection"
+    return "5xx"
+
+
+class ChargedBackend:
+    """The backend as one request of a call sees it: every request passes the send gate,
+    takes a token (the grant's for the first one; later ones wait for theirs) and is counted.
+    The sending thread."""
+
+    __slots__ = ("_backend", "_call", "_executor", "first_verb", "requests")
+
+    def __init__(self, executor: Executor, backend: ApiBackend, call: Call) -> None:
+        self._executor = executor
+        self._backend = backend
+        self._call = call
+        self.requests = 0
+        self.first_verb: str | None = None  # counted with the attempt, once it ended
+
+    def _before(self, verb: str) -> None:
+        ex = self._executor
+        gate = ex.send_gate
+        if gate is not None and not gate():
+            raise LeadershipLost("not sent: this replica may not write (leader lease)")
+        if self.requests:
+            call = self._call
+            ex.take_followup_token(call.best_effort)
+            ex.metrics.request(call.call_type, verb)
+        else:
+            self.first_verb = verb
+        self.requests += 1
+
+    def get(self, kind: str, namespace: str, name: str) -> Any:
+        self._before("get")
+        return self._backend.get(kind, namespace, name)
+
+    def patch_status(self, *args: Any, **kwargs: Any) -> Any:
+        self._before("patch")
+        return self._backend.patch_status(*args, **kwargs)
+
+    def bind(self, *args: Any, **kwargs: Any) -> None:
+        self._before("create")
+        self._backend.bind(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> None:
+        self._before("delete")
+        self._backend.delete(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._backend, name)
+        if not callable(attr):
+            return attr
+
+        def charged(*args: Any, **kwargs: Any) -> Any:
+            self._before(name)
+            return attr(*args, **kwargs)
+
+        return charged
+
+
+class Sender:
+    """Sends one attempt and classifies it (see the module docstring)."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        backend: ApiBackend,
+        retry: RetryConfig,
+        metrics: Metrics,
+        *,
+        rand: Callable[[], float] = random.random,
+        log_calls: bool = False,
+    ) -> None:
+        self._executor = executor
+        self._backend = backend
+        self._retry = retry
+        self._metrics = metrics
+        self._rand = rand
+        self._log_calls = log_calls
+
+    def send(self, send: Send) -> tuple[Done, int]:
+        """Send ``send`` and classify how it ended: the ``Done`` and the requests it made. The
+        sending thread; blocks for the request(s)."""
+        call = send.call
+        ref = call.ref
+        backend = ChargedBackend(self._executor, self._backend, call)
+        start = time.perf_counter()
+        result = Result.SUCCESS
+        obj = None
+        error: BaseException | None = None
+        delay = 0.0
+        try:
+            if send.read:
+                obj = backend.get(ref.kind, ref.namespace, ref.name)
+                uid = get_path(obj, "metadata", "uid")
+                if not isinstance(uid, str):  # garbage: the read is retried, never a deletion
+                    raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
+                if uid != ref.uid and not send.verify:  # verify: the call judges (landed)
+                    result, obj = Result.NOT_FOUND, None  # same name, another object
+            else:
+                obj = call.send(backend, send.obj)
+        except NotFoundError as exc:
+            result, error = Result.NOT_FOUND, exc
+        except ConflictError as exc:
+            result, error = Result.CONFLICT, exc
+            obj = self._reread(backend, call)
+            if obj is _GONE:
+                result, obj = Result.NOT_FOUND, None
+        except (DispatcherClosed, RequestDropped) as exc:
+            result, error = Result.FAILED, exc  # the send gate closed, or stopping mid-call
+        except ApiError as exc:
+            error = exc
+            if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
+                result = Result.RETRY
+                delay = self._retry.delay(send.attempt or 1, exc.retry_after, self._rand())
+                if not send.verify:  # a verifying read is never retried
+                    self._metrics.retry(call.call_type, retry_reason(exc))
+            else:
+                result = Result.FAILED
+        except Exception as exc:  # a bug in a call's send(): fail this call only
+            result, error = Result.FAILED, exc
+            logger.opt(exception=exc).error("{} send raised", call.call_type)
+        # upstream's execution metrics count the call's own attempts, not its re-reads
+        seconds = None if send.read else time.perf_counter() - start
+        label = _LABELS[result]
+        self._metrics.sent(call.call_type, backend.first_verb, label, seconds)
+        if result is not Result.SUCCESS or self._log_calls:
+            logger.debug(
+                "{call_type} {uid} attempt {attempt}: {result}",
+                uid=ref.uid,
+                call_type=call.call_type,
+                attempt=send.attempt,
+                result=label,
+                pod=ref.name,
+            )
+        return _new(Done, (call, result, obj, error, delay)), backend.requests
+
+    @staticmethod
+    def _reread(backend: ChargedBackend, call: Any) -> Any:
+        """The one GET after a 409: the fresh object, ``_GONE`` if the name now holds another
+        object (or none), None if the read failed (the actor re-reads later)."""
+        ref = call.ref
+        try:
+            fresh = backend.get(ref.kind, ref.namespace, ref.name)
+        except NotFoundError:
+            return _GONE
+        except (ApiError, DispatcherClosed) as exc:
+            logger.debug("re-read after conflict failed: {}", exc)
+            return None
+        uid = get_path(fresh, "metadata", "uid")
+        if not isinstance(uid, str):
+            return None  # garbage: retry the conflict without a fresh basis (bounded)
+        if uid != ref.uid:
+            return _GONE  # same name, another object: ours was deleted and re-created
+        return fresh

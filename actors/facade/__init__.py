@@ -1,0 +1,1 @@
+"""The facades: the Dispatcher, the ProcessDispatcher, the EventRecorder."""

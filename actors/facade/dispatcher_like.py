@@ -1,0 +1,252 @@
+"""``DispatcherLike``: what :class:`~kdispatch.Dispatcher` (in this process) and
+:class:`~kdispatch.ProcessDispatcher` (its executor in a child process) both offer, so a
+scheduler or controller can be written once against either. Both subclass it and inherit
+what is the same in both (:meth:`DispatcherLike.preempt`), and share :class:`Backlog`, the
+one home of :meth:`DispatcherLike.wait_backlog`'s counting and waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Coroutine, Iterable
+from typing import Any, Protocol, Self, Unpack, runtime_checkable
+
+from kdispatch.actors.engine.aio import check_timeout
+from kdispatch.actors.engine.groups import CallGroup
+from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.model.calls import BEST_EFFORT, Call, CallTypeRegistry
+from kdispatch.actors.model.errors import DispatcherClosed, InvalidInputError, Outcome
+from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.pod_calls import PodPreemption, PreemptionOptions, preemption_options
+
+__all__ = ["Backlog", "DispatcherLike", "lane_level"]
+
+
+@runtime_checkable
+class DispatcherLike(Protocol):
+    """The dispatcher's public surface. Every method may be called from any thread; the ones
+    that only hand a message on (``submit``, ``preempt``, ``cancel``, ``on_*``) never block
+    on the apiserver. See :class:`~kdispatch.Dispatcher` for each method's full contract
+    (:meth:`preempt`'s is here: both dispatchers inherit it)."""
+
+    def start(self) -> Self:
+        """Start accepting calls; raises if it was started before."""
+        ...
+
+    def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
+        """Stop intake, drain until ``timeout``, resolve the rest with ``DispatcherClosed``;
+        True if every call finished in time."""
+        ...
+
+    def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
+        """Hand ``call`` to its object's actor; the future resolves exactly once. ``after``:
+        futures that must succeed first (:class:`~kdispatch.ProcessDispatcher` refuses it
+        with :class:`~kdispatch.GroupsNotSupported`)."""
+        ...
+
+    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
+        """:meth:`submit` for asyncio code, awaited on the running loop."""
+        ...
+
+    def group(self, owner: object, *, kind: str | None = None) -> CallGroup:
+        """Steps on any objects that die with ``owner`` (:class:`~kdispatch.ProcessDispatcher`
+        refuses it with :class:`~kdispatch.GroupsNotSupported`)."""
+        ...
+
+    def preempt(
+        self, pod: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
+    ) -> CallFuture:
+        """Any thread. Preempt a victim (a dict, a ``Mapping`` or an official-client ``V1Pod``):
+        cancels its pending calls, then (optionally) sets the ``DisruptionTarget`` condition and
+        deletes it with a UID precondition; with ``after``, not before those succeeded (see
+        :meth:`submit`; :class:`~kdispatch.ProcessDispatcher` refuses it). Call groups owned by
+        the victim are cancelled. ``options``: ``reason``, ``message``, ``preemptor``,
+        ``grace_period_seconds``, ``add_condition`` (:class:`~kdispatch.PreemptionOptions`),
+        with the defaults of :meth:`~kdispatch.PodPreemption.for_pod` (another name raises
+        :class:`~kdispatch.InvalidCallError` listing them). One :meth:`submit` of a
+        :class:`~kdispatch.PodPreemption`, so it raises what ``submit`` raises."""
+        # for_pod takes models and any Mapping (as_object)
+        return self.submit(PodPreemption.for_pod(pod, **preemption_options(options)), after=after)
+
+    def cancel(self, uid: str, call_type: str | None = None) -> None:
+        """Withdraw the object's pending call(s); they resolve ``CallCancelled``."""
+        ...
+
+    def revoke(self, error: DispatcherClosed) -> None:
+        """Stop intake at once and resolve every call not on the wire with ``error``."""
+        ...
+
+    @property
+    def revoked(self) -> DispatcherClosed | None:
+        """The error :meth:`revoke` was called with, or None."""
+        ...
+
+    def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
+        """The object with pending mutations applied (read-your-writes), or None."""
+        ...
+
+    def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
+        """:meth:`view` for asyncio code."""
+        ...
+
+    def on_add(self, obj: object, kind: str | None = None) -> None:
+        """Informer add: the object's actor learns its newest state."""
+        ...
+
+    def on_update(self, obj: object, kind: str | None = None) -> None:
+        """Informer update."""
+        ...
+
+    def on_delete(self, obj: object, kind: str | None = None) -> None:
+        """Informer delete: pending calls resolve ``CallCancelled``; the UID is tombstoned."""
+        ...
+
+    def freeze_gc(self) -> None:
+        """Take every object alive now out of the cyclic collector's scans."""
+        ...
+
+    @property
+    def outstanding(self) -> int:
+        """Futures not yet resolved."""
+        ...
+
+    @property
+    def backlog(self) -> int:
+        """Any thread; cheap. Calls submitted and not yet resolved, best-effort calls
+        (Events) left out: :meth:`backlog_at` with no call type."""
+        ...
+
+    def backlog_at(self, call_type: str | None = None) -> int:
+        """Any thread; cheap. Calls submitted and not yet resolved whose lane is at or above
+        ``call_type``'s (its relevance or more: ``"pod_binding"`` counts bindings,
+        preemptions and evictions, not status patches); None: every lane but the best-effort
+        one (Events), as :attr:`backlog`. Held calls and group steps count in their lane.
+        Raises :class:`~kdispatch.UnknownCallTypeError` for a call type that
+        is not registered."""
+        ...
+
+    def wait_backlog(
+        self, below: int, timeout: float | None = None, *, call_type: str | None = None
+    ) -> bool:
+        """Calling thread (blocks it; never an actor's or the reader's thread, nor an event
+        loop). Back-pressure a caller opts into, as ``submit`` never blocks: wait until
+        :meth:`backlog_at` ``(call_type)`` is below ``below``; True then (at once if it is
+        already), False when ``timeout`` seconds (None: no limit) passed first.
+
+        ``call_type``: the lane the caller is about to submit to. Only the calls in that lane
+        and the lanes above it count, so a caller that paces itself before a binding never
+        waits behind status patches (the executor sends the binding first anyway: waiting
+        for the patches would hold it back in the caller's loop, kubernetes#135900 again).
+        None: every lane but the best-effort one (Events, sent only when a worker is spare).
+
+        Woken by resolutions, never by polling: a resolution signals only while a thread
+        waits here, so ``submit`` and the resolving threads pay one attribute read otherwise.
+        Raises :class:`~kdispatch.InvalidInputError` for a ``below`` that is
+        not an int >= 1, a ``timeout`` that is not a positive number or None, or a call type
+        that is not registered."""
+        ...
+
+    @property
+    def tokens_taken(self) -> int:
+        """Rate-limiter tokens used so far."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for reports (requests sent, outcomes, retries per call type)."""
+        ...
+
+
+def lane_level(call_types: CallTypeRegistry, call_type: str | None) -> int:
+    """The lowest relevance :meth:`DispatcherLike.backlog_at` counts for ``call_type``: its
+    relevance, or 1 (every lane but :data:`~.calls.BEST_EFFORT`) for None. Any thread.
+    Raises :class:`~.errors.UnknownCallTypeError` (an ``InvalidInputError``)."""
+    if call_type is None:
+        return BEST_EFFORT + 1
+    if not isinstance(call_type, str):
+        raise InvalidInputError(f"call_type must be a call type name or None, got {call_type!r}")
+    return call_types.spec(call_type).relevance
+
+
+class Backlog:
+    """A dispatcher's unresolved calls, counted per lane (relevance), and the threads in its
+    :meth:`~DispatcherLike.wait_backlog`.
+
+    Counting takes no lock: each lane has a ``deque`` holding one entry per unresolved call
+    of that relevance (``append`` and ``pop`` are atomic, see :mod:`._compat`). The
+    dispatcher appends to :meth:`lane` ``(relevance)`` when it hands out a future and keeps
+    that deque on the future (``CallFuture.lane``, before anything can resolve it), so a
+    resolution pops it with no lookup; then, when :attr:`waiters` is not 0, it calls
+    :meth:`wake`: that read is all a resolution costs while nobody waits. Any thread."""
+
+    __slots__ = ("_cond", "_new_lane", "_waiting", "lanes", "waiters")
+
+    def __init__(self) -> None:
+        # relevance -> one entry per unresolved call; replaced whole (under _new_lane) when a
+        # lane is added, so readers iterate a dict nobody changes
+        self.lanes: dict[int, deque[None]] = {}
+        self._new_lane = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        # (below, level) of each waiting thread: replaced whole under _cond, read without it
+        self._waiting: tuple[tuple[int, int], ...] = ()
+        self.waiters = 0
+        """Threads waiting in :meth:`wait` (0: none); read without the lock."""
+
+    def lane(self, relevance: int) -> deque[None]:
+        """Submitting thread: the counter of lane ``relevance`` (created on first use; the
+        hot path reads :attr:`lanes` first)."""
+        lane = self.lanes.get(relevance)
+        if lane is None:
+            with self._new_lane:
+                lane = self.lanes.get(relevance)
+                if lane is None:
+                    lane = deque()
+                    self.lanes = {**self.lanes, relevance: lane}
+        return lane
+
+    def count(self, level: int) -> int:
+        """Any thread. Unresolved calls whose relevance is ``level`` or more."""
+        return sum([len(lane) for relevance, lane in self.lanes.items() if relevance >= level])
+
+    @property
+    def outstanding(self) -> int:
+        """Any thread. Every unresolved call, best-effort ones included."""
+        return sum([len(lane) for lane in self.lanes.values()])
+
+    def wait(self, below: int, timeout: float | None, level: int) -> bool:
+        """Calling thread: :meth:`DispatcherLike.wait_backlog` on the lanes from ``level``
+        up (see :func:`lane_level`)."""
+        if isinstance(below, bool) or not isinstance(below, int) or below < 1:
+            raise InvalidInputError(f"below must be an int >= 1, got {below!r}")
+        seconds = check_timeout(timeout)
+        if self.count(level) < below:
+            return True
+        deadline = None if seconds is None else time.monotonic() + seconds
+        me = (below, level)
+        with self._cond:
+            # Registered before the check below: a resolution after this reads waiters and
+            # takes the lock to notify, which it gets only once this thread waits.
+            self._waiting = (*self._waiting, me)
+            self.waiters = len(self._waiting)
+            try:
+                while self.count(level) >= below:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left)
+                return True
+            finally:
+                waiting = list(self._waiting)
+                waiting.remove(me)
+                self._waiting = tuple(waiting)
+                self.waiters = len(waiting)
+
+    def wake(self) -> None:
+        """A resolving thread, when :attr:`waiters` is not 0: wake the waiting threads if one
+        of them may go on (each checks its own bound)."""
+        for below, level in self._waiting:
+            if self.count(level) < below:
+                with self._cond:
+                    self._cond.notify_all()
+                return

@@ -1,0 +1,351 @@
+"""The child side of :class:`~kdispatch.ProcessDispatcher`: a real
+:class:`~kdispatch.Dispatcher` in its own interpreter, driven over two pipes.
+
+The wire (both directions pickled with the highest protocol):
+
+* parent → child, one pickled tuple per message (:data:`SUBMIT`, :data:`OBSERVE`, ...); the
+  parent's writer thread joins whatever is queued into one write, and the child's main thread
+  unpickles them one after the other and only hands them to the dispatcher
+  (``submit``/``on_*``/``cancel`` only tell actors; ``view`` and ``stats`` go to a small query
+  pool so they never hold up intake);
+* child → parent, a *list* of ``(id, ok, value)`` results per message: a call's outcome (an
+  :class:`~kdispatch.Outcome`) or its exception, a query's answer, or a control
+  reply (:data:`READY`, :data:`STOPPED`). Futures resolve on the child's actor threads and only
+  enqueue; one writer thread takes everything queued at that moment and sends it in one write,
+  so results coalesce by themselves when many arrive at once.
+
+Exceptions cross the boundary by pickle. One that does not survive the round trip (a
+third-party cause without a picklable constructor, say) is replaced by a
+:class:`~kdispatch.CallFailed` naming it, so the parent's future still fails
+with a typed error.
+
+With leader election the parent hands the child a shared-memory ``double`` (a
+``multiprocessing`` ``RawValue`` of the same start context): the send deadline on
+``CLOCK_MONOTONIC``. The child's dispatcher gets :class:`SharedDeadline` as its ``send_gate``,
+so an executor worker compares ``time.monotonic()`` with it right before every request, with no
+pipe round trip; the parent only ever stores into it (see
+:class:`~kdispatch.ProcessDispatcher`).
+
+The child ignores SIGINT (Ctrl-C in a terminal reaches the whole process group; the parent
+decides when to stop), and stops its dispatcher without draining when the parent goes away
+(end of file on its pipe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copyreg
+import io
+import os
+import pickle
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from ctypes import c_double
+from multiprocessing.connection import Connection
+from types import MappingProxyType
+from typing import Any, Final
+
+from loguru import logger
+from prometheus_client import CollectorRegistry
+
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.calls import CallTypeRegistry
+from kdispatch.actors.model.config import DispatcherConfig
+from kdispatch.actors.model.errors import CallFailed, CallOutcomeError, KdispatchError, Outcome
+
+PROTOCOL: Final = pickle.HIGHEST_PROTOCOL
+
+# parent → child message tags (first element of the tuple)
+SUBMIT: Final = "s"  # (SUBMIT, id, call)
+OBSERVE: Final = "o"  # (OBSERVE, obj, kind, deleted: bool)
+CANCEL: Final = "c"  # (CANCEL, uid, call_type)
+REVOKE: Final = "r"  # (REVOKE, error)
+QUERY: Final = "q"  # (QUERY, id, name, arg): "view" (uid), "stats", "freeze_gc"
+STOP: Final = "x"  # (STOP, drain, timeout)
+
+# child → parent control ids (call and query ids are >= 0)
+READY: Final = -1  # value: the child's pid, or the exception that stopped its start
+STOPPED: Final = -2  # value: (drained, final stats)
+
+Result = tuple[int, bool, Any]
+"""``(id, ok, value)``: ``ok`` False means ``value`` is an exception."""
+
+BackendFactory = Callable[[], ApiBackend]
+
+
+def _proxy(data: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(data)
+
+
+def _reduce_proxy(proxy: MappingProxyType[Any, Any]) -> tuple[Any, tuple[dict[Any, Any]]]:
+    return _proxy, (dict(proxy),)
+
+
+_DISPATCH: dict[type, Any] = {**copyreg.dispatch_table, MappingProxyType: _reduce_proxy}
+"""Pickle reducers of the wire: calls keep their conditions in read-only ``MappingProxyType``
+views, which plain pickle refuses; they cross as dicts and are wrapped again."""
+
+
+def dumps(obj: object) -> bytes:
+    """``obj`` pickled for the wire (highest protocol, read-only mappings included). Any
+    thread; raises what pickle raises."""
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(obj)
+    return buf.getvalue()
+
+
+def portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives a pickle round trip, else a typed stand-in: the same
+    :class:`CallOutcomeError` with an unpicklable ``cause`` replaced by a
+    :class:`CallFailed` describing it, or a :class:`CallFailed` naming the original. Pure."""
+    try:
+        pickle.loads(dumps(exc))
+        return exc
+    except Exception:  # any pickling failure means: substitute
+        pass
+    described = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, CallFailed) and exc.cause is not None:
+        cause = CallFailed(f"{type(exc.cause).__name__}: {exc.cause}")
+        stand_in = CallFailed(
+            str(exc), uid=exc.uid, call_type=exc.call_type, cause=cause, ref=exc.ref
+        )
+        with contextlib.suppress(Exception):
+            pickle.loads(dumps(stand_in))
+            return stand_in
+    if isinstance(exc, CallOutcomeError):
+        return CallFailed(described, uid=exc.uid, call_type=exc.call_type, ref=exc.ref)
+    return CallFailed(described)
+
+
+class SharedDeadline:
+    """A send gate read from shared memory: open while ``time.monotonic()`` is before the
+    deadline the parent stored (``CLOCK_MONOTONIC``, one clock for every process on Linux).
+
+    Called by the child's executor workers before every request; it reads one aligned
+    8-byte ``double`` (no lock, so a parent that died or stalled mid-store cannot hold the
+    gate up) and fails closed: ``0.0`` (the initial value), a deadline that passed or a NaN
+    all give False. A parent that stops renewing simply lets the deadline pass."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self, until: c_double) -> None:
+        self._until = until
+
+    def __call__(self) -> bool:
+        """Executor worker thread."""
+        return time.monotonic() < self._until.value
+
+
+class _Outbox:
+    """Results waiting for the writer thread. ``put`` runs on any thread (actor pool threads,
+    via future callbacks) and never blocks; the writer sends whatever is queued in one write."""
+
+    def __init__(self, conn: Connection, batch: int = 1024) -> None:
+        self._conn = conn
+        self._batch = batch
+        self._queue: queue.SimpleQueue[Result | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="kdispatch-child-out", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, result: Result) -> None:
+        """Any thread; never blocks."""
+        self._queue.put(result)
+
+    def resolve(self, fid: int, future: Future[Any]) -> None:
+        """Future callback (the resolving thread): queue the future's result under ``fid``."""
+        exc = future.exception()
+        self._queue.put((fid, False, exc) if exc is not None else (fid, True, future.result()))
+
+    def close(self) -> None:
+        """Main thread. Send what is queued, then stop the writer."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        """Writer thread."""
+        alive = True
+        while alive:
+            batch: list[Result] = []
+            item = self._queue.get()
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= self._batch:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            alive = item is not None
+            if batch and not self._send(batch):
+                return
+
+    def _send(self, batch: list[Result]) -> bool:
+        try:
+            data = dumps(batch)
+        except Exception:  # one result does not pickle: send them one by one
+            data = dumps([_safe(r) for r in batch])
+        try:
+            self._conn.send_bytes(data)
+        except OSError:  # the parent is gone: nobody is waiting
+            return False
+        return True
+
+
+def _safe(result: Result) -> Result:
+    fid, ok, value = result
+    if not ok and isinstance(value, BaseException):
+        return fid, False, portable(value)
+    try:
+        dumps(value)
+    except Exception as err:
+        return fid, False, CallFailed(f"result does not pickle: {err}")
+    return result
+
+
+class _Child:
+    """The child's state: the dispatcher, its outbox and the query pool. Main thread."""
+
+    def __init__(self, dispatcher: Dispatcher, outbox: _Outbox) -> None:
+        self.dispatcher = dispatcher
+        self.outbox = outbox
+        self.queries = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kdispatch-child-q")
+
+    def handle(self, msg: tuple[Any, ...]) -> bool:
+        """Main thread. Carry out one message; False once the parent asked to stop."""
+        tag = msg[0]
+        if tag == SUBMIT:
+            self._submit(msg[1], msg[2])
+        elif tag == OBSERVE:
+            _, obj, kind, deleted = msg
+            if deleted:
+                self.dispatcher.on_delete(obj, kind)
+            else:
+                self.dispatcher.on_update(obj, kind)
+        elif tag == CANCEL:
+            self.dispatcher.cancel(msg[1], msg[2])
+        elif tag == REVOKE:
+            self.dispatcher.revoke(msg[1])
+        elif tag == QUERY:
+            self.queries.submit(self._query, msg[1], msg[2], msg[3])
+        elif tag == STOP:
+            self.stop(drain=msg[1], timeout=msg[2])
+            return False
+        return True
+
+    def _submit(self, fid: int, call: Any) -> None:
+        try:
+            future = self.dispatcher.submit(call)
+        except Exception as err:  # closed, revoked, actor limit, bad input
+            self.outbox.put((fid, False, portable(err)))
+            return
+        future.add_done_callback(lambda f: self.outbox.resolve(fid, f))
+
+    def _query(self, qid: int, name: str, arg: Any) -> None:
+        """Query pool thread."""
+        try:
+            if name == "view":
+                value: Any = self.dispatcher.view(arg)
+            elif name == "stats":
+                value = self.dispatcher.stats()
+            elif name == "freeze_gc":
+                self.dispatcher.freeze_gc()
+                value = None
+            else:
+                raise KdispatchError(f"unknown query {name!r}")
+        except Exception as err:  # the parent's future carries it
+            self.outbox.put((qid, False, portable(err)))
+            return
+        self.outbox.put((qid, True, value))
+
+    def stop(self, *, drain: bool, timeout: float) -> None:
+        """Main thread. Stop the dispatcher (every future resolves), answer the queries still
+        running, then send the final figures last."""
+        drained = self.dispatcher.stop(drain=drain, timeout=timeout)
+        self.queries.shutdown(wait=True)
+        self.outbox.put((STOPPED, True, (drained, self.dispatcher.stats())))
+
+
+def child_main(
+    requests: Connection,
+    results: Connection,
+    backend_factory: BackendFactory,
+    config: DispatcherConfig,
+    call_types: CallTypeRegistry | None,
+    *,
+    send_until: c_double | None = None,
+) -> None:
+    """The child process's entry point (main thread): build the backend and the dispatcher
+    (gated by ``send_until`` through :class:`SharedDeadline` when given), report
+    :data:`READY`, then serve the parent's messages until :data:`STOP` or until the parent
+    goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    outbox = _Outbox(results)
+    outbox.start()
+    backend: ApiBackend | None = None
+    try:
+        backend = backend_factory()
+        dispatcher = Dispatcher(
+            backend,
+            config,
+            call_types=call_types,
+            metrics_registry=CollectorRegistry(),
+            send_gate=SharedDeadline(send_until) if send_until is not None else None,
+        ).start()
+    except Exception as err:  # reported to the parent's start()
+        outbox.put((READY, False, portable(err)))
+        outbox.close()
+        _close(backend)
+        return
+    outbox.put((READY, True, os.getpid()))
+    child = _Child(dispatcher, outbox)
+    serving = True
+    try:
+        while serving:
+            try:
+                data = requests.recv_bytes()
+            except (EOFError, OSError):  # the parent is gone: stop at once
+                child.stop(drain=False, timeout=1.0)
+                break
+            serving = _handle_all(child, data)
+    finally:
+        outbox.close()
+        _close(backend)
+        requests.close()
+        results.close()
+
+
+def _handle_all(child: _Child, data: bytes) -> bool:
+    """Main thread. Carry out the concatenated messages of one write, in order; False once
+    one of them was :data:`STOP` (what follows it is ignored)."""
+    buf = io.BytesIO(data)
+    while buf.tell() < len(data):
+        try:
+            msg = pickle.load(buf)  # a fresh unpickler each time: memos are per message
+        except Exception:  # a torn write cannot happen (one writer); be loud anyway
+            logger.opt(exception=True).error("dispatcher process: unreadable message")
+            return True
+        try:
+            if not child.handle(msg):
+                return False
+        except Exception:  # never let one message end the child
+            logger.opt(exception=True).error("dispatcher process: message failed")
+    return True
+
+
+def _close(backend: object) -> None:
+    close = getattr(backend, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
+
+
+__all__ = ["BackendFactory", "Outcome", "SharedDeadline", "child_main", "dumps", "portable"]

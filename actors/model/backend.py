@@ -1,0 +1,152 @@
+"""The ``ApiBackend`` protocol: the only way kdispatch talks to an apiserver.
+
+Implementations live in ``adapters/``: ``memory.InMemoryApiServer``,
+``kubernetes.KubernetesBackend``.
+Every method is called from an executor worker thread, may block for the duration of one request
+(bounded by the backend's request timeout), must be safe to call from several threads at once, and
+reports failures only by raising :class:`~kdispatch.ApiError` subclasses:
+
+=========================  ==========================================================
+``NotFoundError``          404
+``ConflictError``          409 precondition / resourceVersion / already bound
+``AlreadyExistsError``     409 on create
+``TooManyRequestsError``   429, with ``retry_after`` seconds
+``DisruptionBudgetError``  429 on an eviction a PodDisruptionBudget forbids (retryable)
+``ServerError``            5xx
+``RequestTimeoutError``    client-side timeout or 504
+``ApiConnectionError``     connection refused / reset
+``UnauthorizedError``      401 (permanent, never retried)
+``ForbiddenError``         403 (permanent, never retried)
+``InvalidRequestError``    400 / 422 and other permanent 4xx
+``BadResponseError``       a reply that cannot be understood
+=========================  ==========================================================
+
+Objects go in and come out as JSON dicts (see :mod:`actors.objects`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import InvalidRequestError, KdispatchError
+from .kinds import PatchType
+from .objects import Obj, ObjectRef, resource_version
+
+__all__ = ["ApiBackend", "EvictionBackend", "PatchType"]
+
+
+@runtime_checkable
+class ApiBackend(Protocol):
+    """What the dispatcher needs from an apiserver. Thread-safe; runs on executor workers."""
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj:
+        """Read one object (a fresh copy from the server, not a cache)."""
+        ...
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> Obj:
+        """Patch the ``status`` subresource and return the updated object.
+
+        ``patch`` is the object-shaped body, e.g. ``{"status": {"conditions": [...]}}``; only
+        ``status`` may be set (backends add the ``metadata`` preconditions themselves).
+
+        ``uid`` and (when not None) ``resource_version`` are preconditions: a mismatch raises
+        ``ConflictError`` (``NotFoundError`` if the object is gone). ``strategic`` merges
+        ``status.conditions`` by ``type``; ``merge`` is RFC 7386 (lists replaced whole).
+        """
+        ...
+
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+        """Create a ``pods/binding`` to ``node``. A pod that is already bound (to any node)
+        raises ``ConflictError``; a UID mismatch raises ``ConflictError``."""
+        ...
+
+    def delete(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Delete with a UID precondition (mismatch raises ``ConflictError``)."""
+        ...
+
+
+@runtime_checkable
+class EvictionBackend(Protocol):
+    """A backend that can create ``pods/eviction`` (policy/v1), which honours
+    PodDisruptionBudgets. Thread-safe; runs on executor workers."""
+
+    def evict(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str,
+        grace_period_seconds: int | None = None,
+    ) -> None:
+        """Evict the pod (its ``deleteOptions`` carry a UID precondition: a mismatch raises
+        ``ConflictError``). A PodDisruptionBudget that allows no disruption now raises
+        :class:`~kdispatch.DisruptionBudgetError`; a missing pod
+        ``NotFoundError``."""
+        ...
+
+
+def patch_status_guarded(
+    backend: ApiBackend,
+    ref: ObjectRef,
+    status: dict[str, Any] | None,
+    basis: Obj | None,
+    patch_type: PatchType,
+) -> Obj | None:
+    """Patch ``status`` onto ``ref``'s ``status`` subresource with the object-shaped body
+    ``{"status": status}``, guarded by ``ref``'s UID and the resourceVersion of ``basis`` (the
+    trusted object the patch was computed against); the server's object. ``basis`` itself, and
+    no request, when ``status`` is None (nothing differs). Executor worker thread."""
+    if status is None:
+        return basis
+    return backend.patch_status(
+        ref.kind,
+        ref.namespace,
+        ref.name,
+        {"status": status},
+        uid=ref.uid,
+        resource_version=resource_version(basis),
+        patch_type=patch_type,
+    )
+
+
+def check_grace_period(
+    grace_period_seconds: object, error: type[KdispatchError] = InvalidRequestError
+) -> int | None:
+    """The one rule for a deletion's ``grace_period_seconds``: None or an int >= 0, else
+    ``error`` (a backend raises :class:`~kdispatch.InvalidRequestError`, a call
+    type checking its own fields :class:`~kdispatch.InvalidCallError`); the value,
+    narrowed. Calling thread."""
+    if grace_period_seconds is not None and (
+        isinstance(grace_period_seconds, bool)
+        or not isinstance(grace_period_seconds, int)
+        or grace_period_seconds < 0
+    ):
+        raise error(
+            f"grace_period_seconds must be an int >= 0 or None, got {grace_period_seconds!r}"
+        )
+    return grace_period_seconds
+
+
+def check_page_limit(limit: object) -> None:
+    """The rule every backend applies to a list's page ``limit``: None or an int >= 1, else
+    :class:`~kdispatch.InvalidRequestError`. Calling thread."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidRequestError(f"limit must be a positive int, got {limit!r}")

@@ -1,0 +1,357 @@
+"""The call model: what a call is, and the validated registry of call types.
+
+A :class:`Call` is an immutable *intent* for one object (identified by :class:`ObjectRef`): "these
+conditions should hold", "this pod should be bound to that node". Intents merge, supersede each
+other as their types declare, turn into no-ops when the observed object already satisfies them,
+go stale when the object changed in a way that contradicts them, and are turned into an actual
+request only at send time, against the newest trusted object.
+
+Pure module: no threads, no pykka, no kubernetes. Every method of a call runs on whichever thread
+calls it and must not block, except :meth:`Call.send`, which performs the request(s) through
+the backend, on an executor worker thread (see :meth:`Call.send` for the one exception).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Final, Literal, Self, TypeVar, cast
+
+from .backend import ApiBackend
+from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
+from .kinds import DEFAULT_KINDS, KindTable
+from .objects import Obj, ObjectRef, as_object
+
+
+class Unset(enum.Enum):
+    """Type of :data:`UNSET`."""
+
+    UNSET = "UNSET"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+"""Sentinel for an optional call field that was not specified (distinct from None, which
+means "clear")."""
+
+UnsetType = Literal[Unset.UNSET]
+"""Annotation for fields that may hold :data:`UNSET`."""
+
+BEST_EFFORT: Final = 0
+"""The relevance (executor lane) of ``best_effort`` call types, below every other lane."""
+
+
+# Compiled (setup.py): a Python class, which users' own call classes subclass.
+class Call(ABC):
+    """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
+    first field is ``ref``.
+
+    Class attributes, validated by :class:`CallTypeRegistry`:
+
+    * ``call_type`` — unique name, e.g. ``"pod_binding"`` (also the metrics label);
+    * ``kind`` — the object kind it applies to (``"Pod"``, ``"ResourceClaim"``, or a user kind);
+    * ``relevance`` — a positive int: the executor lane. When tokens are scarce, higher lanes
+      go first (each lower lane keeps a minimum share). It orders *objects*, never calls of one
+      object: that is what ``supersedes`` is for. :data:`BEST_EFFORT` (0) is the lane of
+      ``best_effort`` types only;
+    * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT`, below every other
+      lane for workers and without a guaranteed share, with tokens of the Events' own bucket
+      (``RateLimitConfig.events_qps``); it is dropped unsent (``CallFailed`` caused by
+      :class:`~kdispatch.actors.model.errors.RequestDropped`) when its lane is full
+      (``ExecutorConfig.events_max_pending``);
+    * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
+      type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
+      type arriving while this one is tracked resolves ``SKIPPED``. A call of another type that
+      neither supersedes nor is superseded queues behind what is pending: both are sent, in
+      order. (A binding supersedes a status patch.)
+    * ``exclusive`` — deletions, preemptions and evictions: the call *cancels* every pending
+      call of the object, becomes the only pending call, and nothing may be queued behind it;
+    * ``reads_object`` — the request is computed from the object (a patch guarded by its
+      resourceVersion): before sending, the object actor makes sure it holds an object it can
+      trust, re-reading it after an ambiguous failure. False for requests that only carry
+      preconditions (a binding).
+
+    Instance attributes: ``ref`` (the object) and ``basis`` (the object the caller decided on,
+    or None). The basis is kept with the call: :meth:`revalidate` compares it with the newer
+    object the call would be sent against.
+    """
+
+    __slots__ = ()
+
+    call_type: ClassVar[str]
+    kind: ClassVar[str]
+    relevance: ClassVar[int]
+    supersedes: ClassVar[frozenset[str]] = frozenset()
+    exclusive: ClassVar[bool] = False
+    reads_object: ClassVar[bool] = True
+    best_effort: ClassVar[bool] = False
+
+    ref: ObjectRef
+    basis: Obj | None = None
+
+    # ------------------------------------------------------------------ rules (pure)
+
+    def merge(self, older: Self) -> Self:
+        """Combine with an older pending call of the same type: newer values win, the older
+        call fills the gaps. Default: the newer call replaces the older one."""
+        del older
+        return self
+
+    @abstractmethod
+    def is_noop(self, obj: Obj | None) -> bool:
+        """Whether sending this call against ``obj`` (the newest observed object, None if
+        unknown) would change nothing."""
+
+    @abstractmethod
+    def apply(self, obj: Obj) -> Obj:
+        """The object as it will be once this call succeeded (optimistic view). Never mutates
+        ``obj``; returns ``obj`` itself when nothing changes."""
+
+    def precheck(self, obj: Obj | None) -> str | None:
+        """A reason why this call can never succeed against ``obj`` (fail fast), or None.
+        Example: a binding for a pod that is already bound elsewhere or terminating."""
+        del obj
+        return None
+
+    def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
+        """Staleness: a reason why the intent, decided on ``basis``, no longer applies to
+        ``obj`` (the newest object the call would be sent against), or None to rebase on it.
+
+        Checked at submit, on every newer observed object, after a 409 and just before the
+        request is computed (unless the call already passed against these very objects: like
+        every rule here, it is pure). A reason resolves the call
+        :class:`~kdispatch.CallStale`; nothing is sent. Default: always rebase."""
+        del basis, obj
+        return None
+
+    def landed(self, fresh: Obj) -> bool:
+        """Whether ``fresh``, the object of this call's name just read from the server, shows
+        that this call took effect: an attempt landed whose reply was lost. Asked after a 409
+        (``fresh`` then has this call's UID) and before a call whose last request ended
+        without an answer resolves ``CallFailed`` (``fresh`` as read: it may be another object
+        of the same name; a name not found is a 404, not asked). True resolves the call
+        ``SUCCESS``. Default: False (only a fresh attempt tells). Pure."""
+        del fresh
+        return False
+
+    # ------------------------------------------------------------------ I/O (executor thread)
+
+    @abstractmethod
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Perform the request(s) for this intent against ``obj`` (newest observed object).
+
+        Where it runs: on an executor worker thread, where it may block for its requests.
+        One exception, for speed: when the backend declares itself non-blocking
+        (``non_blocking = True``: the in-memory apiserver without latency) and there is no QPS
+        limit, it runs on the object actor's own turn, on the actor pool's thread, and a
+        ``send`` that blocks there (a sleep, a lock, a future, another service) stalls every
+        object served by that thread. Such a ``send`` needs
+        ``ExecutorConfig(inline_sends=False)``, which keeps every send on the workers.
+
+        Every request it makes through ``backend`` takes a rate-limiter token. When
+        :attr:`reads_object` is True, ``obj`` is an object the actor trusts (never None); it
+        never re-reads the object itself (the actor does that, as a request of its own).
+        Returns the object the server answered with, if any. Raises
+        :class:`~kdispatch.ApiError` subclasses.
+        """
+
+    def describe(self) -> str:
+        """Short human description for logs."""
+        return f"{self.call_type} {self.ref.namespace}/{self.ref.name}"
+
+
+CallT = TypeVar("CallT", bound=Call)
+
+
+def given(call: object, name: str) -> object:
+    """The field ``name`` of ``call`` as its caller gave it, for ``__post_init__`` to validate and
+    narrow. Compiled (setup.py), reading a field as its declared type checks that type first,
+    raising ``TypeError`` where validation promises :class:`InvalidCallError`. Any thread."""
+    return getattr(call, name)
+
+
+def check_merge(newer: CallT, older: object) -> CallT:
+    """``older``, if it may merge into ``newer``: a call of the same type for the same object.
+    Raises :class:`InvalidCallError` otherwise. Any thread."""
+    if type(older) is not type(newer) or given(older, "ref") != newer.ref:
+        what = older.describe() if isinstance(older, Call) else type(older).__name__
+        raise InvalidCallError(f"cannot merge {what} into {newer.describe()}")
+    return older
+
+
+@dataclass(frozen=True, slots=True)
+class CallTypeSpec:
+    """A registered call type."""
+
+    call_type: str
+    kind: str
+    relevance: int
+    exclusive: bool
+    supersedes: frozenset[str]
+    cls: type[Call]
+
+
+class CallTypeRegistry:
+    """Validated registry of call types. Thread-safe; registration is rare, lookup is a dict get.
+
+    Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, a rule or
+    ``send`` still abstract (or set to something that is not callable), a kind that is not in
+    the kind table (``kinds``, the process-wide :data:`~kdispatch.DEFAULT_KINDS`
+    by default: register a CRD's kind first with ``kdispatch.register_kind``), missing or
+    non-positive relevance, a name already taken, or contradictory supersession: a type that
+    supersedes itself, an unregistered type, one of another kind or an exclusive one, or an
+    exclusive type that declares ``supersedes`` (it supersedes everything). Since a type can
+    only supersede types registered before it, supersession is acyclic by construction.
+    """
+
+    def __init__(
+        self, call_classes: Iterable[type[Call]] = (), *, kinds: KindTable | None = None
+    ) -> None:
+        if kinds is not None and not isinstance(kinds, KindTable):
+            raise CallTypeRegistrationError(f"kinds must be a KindTable, got {kinds!r}")
+        self._kinds = kinds if kinds is not None else DEFAULT_KINDS
+        self._lock = threading.Lock()
+        self._by_type: dict[str, CallTypeSpec] = {}
+        self._classes: frozenset[type[Call]] = frozenset()  # the registered classes
+        for cls in call_classes:
+            self.register(cls)
+
+    def register(self, cls: type[Call]) -> CallTypeSpec:
+        """Register a call class. Raises :class:`CallTypeRegistrationError`."""
+        if not isinstance(cls, type) or not issubclass(cls, Call):
+            raise CallTypeRegistrationError(f"{cls!r} is not a Call subclass")
+        call_type = getattr(cls, "call_type", None)
+        kind = getattr(cls, "kind", None)
+        relevance = getattr(cls, "relevance", None)
+        if not isinstance(call_type, str) or not call_type:
+            raise CallTypeRegistrationError(f"{cls.__name__} has no call_type")
+        if not isinstance(kind, str) or not kind:
+            raise CallTypeRegistrationError(f"{cls.__name__} has no kind")
+        best_effort = getattr(cls, "best_effort", False) is True
+        lowest = BEST_EFFORT if best_effort else 1
+        if isinstance(relevance, bool) or not isinstance(relevance, int) or relevance < lowest:
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.relevance must be a positive int, got {relevance!r}"
+            )
+        if best_effort and (relevance != BEST_EFFORT or cls.exclusive):
+            raise CallTypeRegistrationError(
+                f"{cls.__name__} is best_effort: its relevance must be BEST_EFFORT (0) and it "
+                "cannot be exclusive"
+            )
+        _check_methods(cls)
+        if kind not in self._kinds:
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.kind {kind!r} is not in the kind table: register it first "
+                "with kdispatch.register_kind(kind, group, version, plural)"
+            )
+        declared: object = getattr(cls, "supersedes", frozenset())
+        if not isinstance(declared, frozenset | set | tuple) or not all(
+            isinstance(n, str) for n in declared
+        ):
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.supersedes must be a frozenset of call type names"
+            )
+        supersedes = frozenset(declared)
+        exclusive = bool(cls.exclusive)
+        if exclusive and supersedes:
+            raise CallTypeRegistrationError(
+                f"{cls.__name__} is exclusive (it cancels every other call): drop 'supersedes'"
+            )
+        if call_type in supersedes:
+            raise CallTypeRegistrationError(
+                f"{call_type!r} supersedes itself: calls of one type merge instead"
+            )
+        spec = CallTypeSpec(call_type, kind, relevance, exclusive, supersedes, cls)
+        with self._lock:
+            if call_type in self._by_type:
+                raise CallTypeRegistrationError(f"call type {call_type!r} is already registered")
+            for name in sorted(supersedes):
+                other = self._by_type.get(name)
+                if other is None:
+                    raise CallTypeRegistrationError(
+                        f"{call_type!r} supersedes {name!r}, which is not registered "
+                        "(register it first)"
+                    )
+                if other.kind != kind:
+                    raise CallTypeRegistrationError(
+                        f"{call_type!r} ({kind}) cannot supersede {name!r} ({other.kind})"
+                    )
+                if other.exclusive:
+                    raise CallTypeRegistrationError(
+                        f"{call_type!r} cannot supersede {name!r}: it is exclusive"
+                    )
+            self._by_type = {**self._by_type, call_type: spec}
+            self._classes = self._classes | {cls}
+        return spec
+
+    def spec(self, call_type: str) -> CallTypeSpec:
+        """The spec of a registered call type; :class:`UnknownCallTypeError` otherwise."""
+        try:
+            return self._by_type[call_type]
+        except KeyError:
+            raise UnknownCallTypeError(f"unknown call type {call_type!r}") from None
+
+    def check(self, call: object) -> Call:
+        """Validate a submitted call: a registered type whose ref matches its kind."""
+        # a registered class is a Call subclass: only other types meet the ABC check (~10x)
+        if type(call) not in self._classes and not isinstance(call, Call):
+            raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
+        if TYPE_CHECKING:  # narrowed above; no cast() call on the hot path
+            assert isinstance(call, Call)
+        spec = self._by_type.get(call.call_type)
+        if spec is None or spec.cls is not type(call):
+            raise UnknownCallTypeError(f"call type {call.call_type!r} is not registered")
+        if call.ref.kind != spec.kind:
+            raise InvalidCallError(f"{call.call_type} applies to {spec.kind}, not {call.ref.kind}")
+        return call
+
+    def relevances(self) -> list[int]:
+        """Distinct relevances of all registered types, highest first (the executor lanes)."""
+        return sorted({s.relevance for s in self._by_type.values()}, reverse=True)
+
+    def types(self) -> list[str]:
+        """Registered call type names."""
+        return sorted(self._by_type)
+
+
+_METHODS: Final = ("merge", "is_noop", "apply", "precheck", "revalidate", "send")
+"""The methods every call type must have (the rules and ``send``)."""
+
+
+_ABSTRACT: Final = ("apply", "is_noop", "send")
+"""The abstract methods of :class:`Call`. Compiled (setup.py), they lack the mark ``ABCMeta``
+looks for, so a class that does not override them is found by identity too."""
+
+
+def _check_methods(cls: type[Call]) -> None:
+    """Refuse a call class whose rules or ``send`` are still abstract or not callable."""
+    inherited = {name for name in _ABSTRACT if getattr(cls, name, None) is getattr(Call, name)}
+    abstract = sorted(inherited.union(getattr(cls, "__abstractmethods__", ())))
+    if abstract:
+        raise CallTypeRegistrationError(f"{cls.__name__} does not implement {', '.join(abstract)}")
+    for name in _METHODS:
+        if not callable(getattr(cls, name, None)):
+            raise CallTypeRegistrationError(
+                f"{cls.__name__}.{name} must be a method, got {getattr(cls, name, None)!r}"
+            )
+
+
+def plain_basis(call: Call) -> Call:
+    """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
+    ``Body`` is a live view kopf may update in place) is snapshotted at submission, so the
+    object's actor never sees it change. Plain dicts (the usual case) pass untouched. Any
+    thread."""
+    basis = getattr(call, "basis", None)
+    if basis is None or type(basis) is dict:
+        return call
+    if isinstance(call, type) or not dataclasses.is_dataclass(call):
+        return call
+    if not any(f.name == "basis" and f.init for f in dataclasses.fields(call)):
+        return call
+    return cast("Call", dataclasses.replace(call, basis=as_object(basis)))

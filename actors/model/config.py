@@ -1,0 +1,315 @@
+"""Configuration: a tree of frozen dataclasses with documented, validated defaults.
+
+Every value is checked in ``__post_init__``; a bad value raises
+:class:`~kdispatch.InvalidConfigError` when the config is built, not when it is first
+used.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from .backoff import backoff_delay
+from .errors import InvalidConfigError
+
+
+def _positive(name: str, value: object, *, allow_zero: bool = False, integer: bool = False) -> None:
+    ok_type = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_type):
+        raise InvalidConfigError(
+            f"{name} must be a {'int' if integer else 'number'}, got {value!r}"
+        )
+    if isinstance(value, float) and math.isnan(value):
+        raise InvalidConfigError(f"{name} must not be NaN")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+UPSTREAM_METRICS_PREFIX = "scheduler"
+"""The prefix of upstream's metric names (kube-scheduler's ``scheduler_...``)."""
+
+_METRICS_PREFIX = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def check_metrics_prefix(prefix: object) -> str:
+    """``prefix`` if it can start a Prometheus metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``, no
+    trailing ``_``), else :class:`InvalidConfigError`."""
+    if not isinstance(prefix, str) or not _METRICS_PREFIX.match(prefix) or prefix.endswith("_"):
+        raise InvalidConfigError(
+            f"metrics_prefix must match [a-zA-Z_:][a-zA-Z0-9_:]* without a trailing '_', "
+            f"got {prefix!r}"
+        )
+    return prefix
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitConfig:
+    """The client-side rate limit: a token bucket for the calls' requests, and one for the
+    Events' (best-effort calls), as kube-scheduler sends its Events through a clientset with a
+    token bucket of its own.
+
+    ``qps``: tokens per second (kube-scheduler's client default is 50); ``math.inf`` disables
+    the limit. ``burst``: bucket size (default 100).
+    """
+
+    qps: float = 50.0
+    burst: int = 100
+    events_qps: float | None = None
+    """Tokens per second of the Events' own bucket; None: ``qps``. An Event never takes a token
+    of the calls' bucket, so a binding never waits for one, and Events keep flowing while the
+    calls' bucket is spent. ``math.inf``: no limit on Events."""
+    events_burst: int | None = None
+    """Size of the Events' own bucket; None: ``burst``."""
+    events_shared: bool = False
+    """True: Events have no bucket of their own and take only a token of the calls' bucket that
+    nothing else waits for (sent in lulls only: under a load bound by ``qps`` few of them go).
+    ``events_qps`` and ``events_burst`` must then be None."""
+
+    def __post_init__(self) -> None:
+        _positive("qps", self.qps)
+        _positive("burst", self.burst, integer=True)
+        if self.events_qps is not None:
+            _positive("events_qps", self.events_qps)
+        if self.events_burst is not None:
+            _positive("events_burst", self.events_burst, integer=True)
+        if not isinstance(self.events_shared, bool):
+            raise InvalidConfigError(f"events_shared must be a bool, got {self.events_shared!r}")
+        if self.events_shared and (self.events_qps is not None or self.events_burst is not None):
+            raise InvalidConfigError(
+                "events_shared: Events take spare tokens of the calls' bucket and have no "
+                "figures of their own (leave events_qps and events_burst None)"
+            )
+
+    def events_budget(self) -> tuple[float, int] | None:
+        """``(qps, burst)`` of the Events' own bucket, or None when they share the calls'."""
+        if self.events_shared:
+            return None
+        qps = self.qps if self.events_qps is None else self.events_qps
+        burst = self.burst if self.events_burst is None else self.events_burst
+        return qps, burst
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    """Retry policy: a time budget per call, capped exponential backoff with jitter.
+
+    A retryable error (429, 5xx, timeout, connection refused or reset) puts the call back on
+    its object with a delay of ``base_backoff * 2**(attempt-1)``, capped at ``max_backoff``,
+    stretched by up to ``jitter`` (a fraction, random per retry) and never shorter than the
+    server's Retry-After (on 429 and 5xx alike, itself capped at ``max_retry_after``). Only that
+    object waits; others go on. The call fails (``CallFailed``) once the next attempt would
+    start later than ``budget`` seconds after its first retryable failure (or after
+    ``max_attempts`` attempts, when set). A 409 is not retried against the budget: the object
+    actor re-reads the object once, re-validates or rebases, and tries again at most
+    ``max_conflict_retries`` times.
+    """
+
+    budget: float = 60.0
+    """Seconds of retrying per call, counted from its first retryable failure. The default
+    rides out an apiserver restart or a leader election of etcd."""
+    base_backoff: float = 0.005
+    """First retry delay (client-go's 5 ms)."""
+    max_backoff: float = 2.0
+    """Cap of the exponential delay (before jitter), so a recovered server is noticed fast."""
+    jitter: float = 0.2
+    """Each delay is multiplied by a random factor in [1, 1 + jitter)."""
+    max_retry_after: float = 30.0
+    """Cap on a server's Retry-After."""
+    max_attempts: int | None = None
+    """Optional cap on attempts per call, on top of the budget (None: the budget alone)."""
+    max_conflict_retries: int = 3
+
+    def __post_init__(self) -> None:
+        _positive("budget", self.budget, allow_zero=True)
+        _positive("base_backoff", self.base_backoff, allow_zero=True)
+        _positive("max_backoff", self.max_backoff, allow_zero=True)
+        _positive("jitter", self.jitter, allow_zero=True)
+        _positive("max_retry_after", self.max_retry_after, allow_zero=True)
+        if self.max_attempts is not None:
+            _positive("max_attempts", self.max_attempts, integer=True)
+        _positive("max_conflict_retries", self.max_conflict_retries, allow_zero=True, integer=True)
+        if self.max_backoff < self.base_backoff:
+            raise InvalidConfigError("max_backoff must be >= base_backoff")
+        if math.isinf(self.budget):
+            raise InvalidConfigError("budget must be finite")
+
+    def delay(self, attempt: int, retry_after: float = 0.0, rand: float = 0.0) -> float:
+        """Seconds before attempt ``attempt + 1`` after a retryable failure of ``attempt``;
+        ``rand`` in [0, 1) draws the jitter (:func:`~kdispatch.actors.model.backoff.backoff_delay`,
+        the formula the informers use too), never less than the server's Retry-After. Pure."""
+        jittered = backoff_delay(
+            attempt,
+            initial=self.base_backoff,
+            cap=self.max_backoff,
+            jitter=self.jitter,
+            rand=rand,
+        )
+        return max(jittered, min(retry_after, self.max_retry_after))
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    """The shared executor.
+
+    ``workers``: request threads (bounded parallelism; size the client's connection pool to at
+    least this). ``lane_min_share``: the share of tokens guaranteed to lower-relevance lanes
+    while they have work, so status patches are delayed but never starved by bindings.
+    """
+
+    workers: int = 8
+    lane_min_share: float = 0.1
+    events_max_pending: int = 10_000
+    """Events (best-effort objects, one per Event: repeats merge) that may wait for a worker
+    and a token at once; one more is dropped unsent (``CallFailed`` caused by
+    :class:`~kdispatch.actors.model.errors.RequestDropped`), counted in
+    ``kdispatch_events_dropped_total{reason="queue_full"}`` and ``Dispatcher.stats()
+    ["events"]["dropped"]``. An Event that waits is never dropped. A waiting Event holds about
+    4 KiB (its actor, call, future and the recorder's series entry). The default holds a flood
+    of a few thousand unschedulable pods' ``FailedScheduling`` Events while the Events' bucket
+    writes them at 50 per second."""
+    inline_sends: bool = True
+    """Where a call's :meth:`~kdispatch.Call.send` runs when it can never wait:
+    with a backend that declares ``non_blocking = True`` (the in-memory apiserver without
+    latency) and no QPS limit, True (the default) runs it on the object actor's own turn, with
+    no hand-off to a worker thread: the fastest path, and the one the benchmarks measure.
+    Set False when a custom call's ``send`` may block outside the backend (a sleep, a lock, a
+    future, another service): every send then runs on one of the ``workers`` threads, so a
+    slow one delays only its own object. Other backends always use the workers."""
+
+    def __post_init__(self) -> None:
+        _positive("workers", self.workers, integer=True)
+        _positive("events_max_pending", self.events_max_pending, integer=True)
+        if not isinstance(self.inline_sends, bool):
+            raise InvalidConfigError(f"inline_sends must be a bool, got {self.inline_sends!r}")
+        _positive("lane_min_share", self.lane_min_share, allow_zero=True)
+        if self.lane_min_share >= 1:
+            raise InvalidConfigError("lane_min_share must be < 1")
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """The pooled actor runtime: ``workers`` threads drain all object actors' inboxes, each
+    actor handling at most ``batch`` messages per turn before yielding. One thread is the
+    default: turns never block, so under the interpreter lock more threads only add hand-offs.
+
+    Garbage collection (process-wide settings: they affect every thread of the process).
+    Every live object actor with a pending call holds a few dozen objects the cyclic collector
+    tracks; with 100,000 of them a full (generation 2) collection scans millions of objects and
+    stops every thread, ``submit()`` included, for seconds.
+
+    ``gc_freeze``: keep the collector off the long-lived objects. ``Dispatcher.start()`` and every
+    ``Dispatcher.freeze_gc()`` collect the young generations (0 and 1) and then ``gc.freeze()``
+    everything alive; while the dispatcher runs, every collection of generation 1 is followed by
+    a ``gc.freeze()``, so whatever survived the two young collections is never scanned again and
+    a full collection only scans what is younger. Frozen objects are still freed by reference
+    counting, but garbage *cycles* among them (e.g. an object actor reaped after it was frozen)
+    are reclaimed only after ``Dispatcher.stop()`` gives them back (``gc.unfreeze()``): memory
+    for pauses. Default off.
+
+    ``gc_young_threshold``: if set, ``gc.set_threshold()``'s first value (allocations between two
+    young collections; CPython's default is 700) while the dispatcher runs; ``stop()`` restores
+    the previous thresholds. Default 10,000: each call allocates dozens of short-lived objects;
+    with a larger young generation most die before a collection scans them, and full
+    collections, whose pause grows with the live actors, come 14 times less often (see
+    docs/benchmarks.md, "Instructions per call"). None leaves the thresholds alone.
+    """
+
+    workers: int = 1
+    batch: int = 16
+    gc_freeze: bool = False
+    gc_young_threshold: int | None = 10_000
+
+    def __post_init__(self) -> None:
+        _positive("workers", self.workers, integer=True)
+        _positive("batch", self.batch, integer=True)
+        if not isinstance(self.gc_freeze, bool):
+            raise InvalidConfigError(f"gc_freeze must be a bool, got {self.gc_freeze!r}")
+        if self.gc_young_threshold is not None:
+            _positive("gc_young_threshold", self.gc_young_threshold, integer=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryConfig:
+    """The UID registry.
+
+    ``idle_timeout``: an object actor with nothing pending or in flight for this long is
+    stopped (it is re-spawned on demand). ``tombstone_ttl``/``tombstone_max``: how long and how
+    many deleted UIDs are remembered so late events cannot resurrect them. ``max_live``: cap on
+    live actors (None = unbounded); exceeding it raises ``ActorLimitExceeded``.
+    """
+
+    idle_timeout: float = 60.0
+    tombstone_ttl: float = 300.0
+    tombstone_max: int = 200_000
+    max_live: int | None = None
+
+    def __post_init__(self) -> None:
+        _positive("idle_timeout", self.idle_timeout)
+        _positive("tombstone_ttl", self.tombstone_ttl)
+        _positive("tombstone_max", self.tombstone_max, integer=True)
+        if self.max_live is not None:
+            _positive("max_live", self.max_live, integer=True)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherConfig:
+    """Top-level configuration of a :class:`~kdispatch.Dispatcher`."""
+
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
+    reap_interval: float = 5.0
+    """How often idle actors are reaped."""
+    metrics_prefix: str = UPSTREAM_METRICS_PREFIX
+    """Prefix of upstream's metric names (``scheduler_pending_async_api_calls`` ...); a
+    controller that is not a scheduler sets its own. The ``kdispatch_*`` names never change."""
+    log_calls: bool = False
+    """Also log a debug record for every attempt that succeeds and every call that resolves
+    ``success``/``skipped``/``overwritten`` (retries, conflicts, failures and cancellations are
+    always logged). Off by default: even a disabled loguru call costs a few microseconds, about
+    5 % of an in-memory call for these two records."""
+
+    def __post_init__(self) -> None:
+        for name, typ in (
+            ("rate_limit", RateLimitConfig),
+            ("retry", RetryConfig),
+            ("executor", ExecutorConfig),
+            ("runtime", RuntimeConfig),
+            ("registry", RegistryConfig),
+        ):
+            if not isinstance(getattr(self, name), typ):
+                raise InvalidConfigError(f"{name} must be a {typ.__name__}")
+        _positive("reap_interval", self.reap_interval)
+        check_metrics_prefix(self.metrics_prefix)
+        if not isinstance(self.log_calls, bool):
+            raise InvalidConfigError(f"log_calls must be a bool, got {self.log_calls!r}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A config from nested mappings of field names, e.g. parsed YAML or JSON:
+        ``{"rate_limit": {"qps": 20}, "retry": {"max_attempts": 3}}``. Unset fields keep their
+        defaults; strings are coerced to the field's type (``"20"``, ``"inf"``, ``"true"``,
+        ``"none"``). Raises :class:`InvalidConfigError` naming the key for unknown keys and
+        bad values. The Configuration guide lists every key."""
+        from .config_load import load_dataclass
+
+        return load_dataclass(cls, data)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, prefix: str = "KDISPATCH_"
+    ) -> Self:
+        """A config from environment variables named ``KDISPATCH_<SECTION>_<FIELD>``, upper
+        case (``KDISPATCH_RATE_LIMIT_QPS=20``, ``KDISPATCH_RETRY_MAX_ATTEMPTS=3``,
+        ``KDISPATCH_REAP_INTERVAL=1``); ``environ`` defaults to ``os.environ``. Every variable
+        starting with ``prefix`` must name a field: a typo raises :class:`InvalidConfigError`.
+        The Configuration guide lists every variable."""
+        from .config_load import load_env
+
+        return load_env(cls, environ, prefix=prefix)

@@ -1,0 +1,136 @@
+"""What the per-object rules ask their actor to do (effects), and how a request ended
+(:class:`Done`).
+
+The effects made for every call (and ``Done``) are named tuples: immutable, equal by value, and
+built on the hot paths with ``tuple.__new__(Kind, fields)``, a C call, where a class's own
+``__init__`` or a named tuple's ``__new__`` runs Python code per object (:data:`new`). Pure.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+from .calls import Call
+from .errors import CallOutcomeError, DependencyFailed, DispatcherClosed, Outcome
+from .objects import Obj, ObjectRef
+
+__all__ = [
+    "Done",
+    "Effect",
+    "Merged",
+    "Ready",
+    "Rebased",
+    "Refund",
+    "Resolve",
+    "Result",
+    "Retire",
+    "Send",
+    "about",
+    "dependency_failed",
+    "new",
+]
+
+new: Final = tuple.__new__
+"""Builds a named tuple from a tuple of its fields without running Python code."""
+
+
+class Resolve(NamedTuple):
+    """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names the
+    ``successor``: the future of the newer call that carries the intent on."""
+
+    future: Any
+    call_type: str
+    outcome: Outcome | CallOutcomeError | DispatcherClosed
+    successor: Any = None
+
+
+class Ready(NamedTuple):
+    """The object has something to send in lane ``relevance``, not before ``not_before``."""
+
+    relevance: int
+    not_before: float
+
+
+class Send(NamedTuple):
+    """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
+    object (one GET) so the call can be computed against a trusted object; with ``verify``
+    too, the read is the last one of a call whose last requests went unanswered: the object
+    comes back as read (whatever its UID), for :meth:`~.calls.Call.landed` to judge."""
+
+    call: Call
+    obj: Obj | None
+    attempt: int
+    read: bool = False
+    verify: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    """Answer to a grant: nothing to send now; give the token and the slot back."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retire:
+    """The object is gone (or the dispatcher closes): tombstone the UID with ``tombstone``;
+    leave the registry and stop once ``final``."""
+
+    tombstone: bool
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """Metrics: two calls of ``call_type`` merged into one."""
+
+    call_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rebased:
+    """Metrics: a call is retried after a 409, on the re-read object."""
+
+    call_type: str
+
+
+Effect = Resolve | Ready | Send | Refund | Retire | Merged | Rebased
+
+
+class Result(enum.Enum):
+    """How a request ended, as the executor classified it."""
+
+    SUCCESS = "success"
+    RETRY = "retry"  # retryable error: try again after ``delay`` (within the budget)
+    CONFLICT = "conflict"  # 409; ``obj`` is the one re-read (None if that read failed)
+    NOT_FOUND = "not_found"
+    FAILED = "failed"  # permanent
+
+    __hash__ = object.__hash__
+
+
+class Done(NamedTuple):
+    """The end of the request in flight, as the executor classified it."""
+
+    call: Call
+    result: Result
+    obj: Obj | None = None
+    error: BaseException | None = None
+    delay: float = 0.0
+
+
+def about(ref: ObjectRef, why: str) -> str:
+    """The message of an outcome error about the object ``ref`` names."""
+    return f"{why}: {ref}"
+
+
+def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
+    """The error of ``call``, held, when a prerequisite failed with ``cause`` (or its group
+    was cancelled): it carries ``ref``, so its message starts with the object. The one
+    spelling of it, whether the actor or the submitting thread resolves the call. Pure."""
+    return DependencyFailed(
+        f"{call.call_type} not sent: a prerequisite failed: {cause}",
+        ref=call.ref,
+        call_type=call.call_type,
+        cause=cause,
+    )

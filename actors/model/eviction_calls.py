@@ -1,0 +1,104 @@
+"""The eviction call: ``pods/eviction`` (policy/v1), which honours PodDisruptionBudgets.
+
+An eviction is the polite deletion: the apiserver deletes the pod only if no
+PodDisruptionBudget covering it would be violated, and otherwise answers 429 "Cannot evict pod
+as it would violate the pod's disruption budget." The backend raises that as
+:class:`~kdispatch.DisruptionBudgetError`, a retryable ``TooManyRequestsError``:
+the executor retries it with its per-object backoff until the call's retry allowance is spent,
+and the call then fails with ``CallFailed`` whose ``cause`` is the ``DisruptionBudgetError``.
+
+Like a preemption, an eviction is exclusive: it cancels every other pending call of the pod and
+becomes its only pending call.
+
+Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` runs on whichever
+thread calls it and never blocks; ``send`` runs on an executor worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Self
+
+from loguru import logger
+
+from .backend import ApiBackend, EvictionBackend, check_grace_period
+from .calls import Call
+from .errors import InvalidCallError, InvalidRequestError, NotFoundError
+from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
+from .pod_calls import check_pod_call, deleted_or_replaced
+
+__all__ = ["PodEviction"]
+
+
+@dataclass(frozen=True, slots=True)
+class PodEviction(Call):
+    """Evict a pod through ``pods/eviction`` with a UID precondition (a re-created pod of the
+    same name is never hit). Build with :meth:`for_pod`.
+
+    Exclusive: it cancels every other pending call of the pod. NotFound means the pod is already
+    gone, which is success. The backend must offer ``evict`` (the
+    :class:`~kdispatch.EvictionBackend` protocol: ``KubernetesBackend`` and the
+    in-memory apiserver do); with any other backend the call fails with ``CallFailed``.
+    """
+
+    call_type = "pod_eviction"
+    kind = POD
+    relevance = 3  # the lane of deletions, shared with preemption
+    exclusive = True
+    reads_object: ClassVar[bool] = False  # the request only carries the UID precondition
+
+    ref: ObjectRef
+    grace_period_seconds: int | None = None
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_pod_call(self)
+        check_grace_period(self.grace_period_seconds, InvalidCallError)
+
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
+
+    @classmethod
+    def for_pod(cls, pod: object, *, grace_period_seconds: int | None = None) -> Self:
+        """An eviction of ``pod`` (also its basis; a dict, any Mapping or an official-client
+        model). Raises ``InvalidObjectError`` / ``InvalidCallError``."""
+        pod = as_object(pod)
+        return cls(ObjectRef.of(pod, POD), grace_period_seconds, basis=pod)
+
+    def merge(self, older: Self) -> Self:
+        """A newer eviction of the same pod wins; its grace period, or the older one's."""
+        if self.grace_period_seconds is None and older.grace_period_seconds is not None:
+            return type(self)(self.ref, older.grace_period_seconds, basis=self.basis)
+        return self
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        """The pod is already terminating: its deletion is under way."""
+        return is_terminating(obj)
+
+    def landed(self, fresh: Obj) -> bool:
+        """The eviction landed: ``fresh`` is this pod terminating, or another pod of its name
+        (:func:`~.pod_calls.deleted_or_replaced`)."""
+        return deleted_or_replaced(self.ref, fresh)
+
+    def apply(self, obj: Obj) -> Obj:
+        """The pod marked terminating (``deletionTimestamp = "pending"`` unless already set)."""
+        if is_terminating(obj):
+            return obj
+        return with_path(obj, ("metadata", "deletionTimestamp"), "pending")
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Create the eviction (UID precondition). NotFound is success; a PDB refusal raises
+        ``DisruptionBudgetError`` for the executor to retry. Executor worker thread."""
+        del obj
+        if not isinstance(backend, EvictionBackend):
+            raise InvalidRequestError(
+                f"{type(backend).__name__} cannot evict pods (it has no evict method)"
+            )
+        ref = self.ref
+        try:
+            backend.evict(
+                ref.namespace, ref.name, uid=ref.uid, grace_period_seconds=self.grace_period_seconds
+            )
+        except NotFoundError:
+            logger.bind(uid=ref.uid, call_type=self.call_type).debug("evicted pod already gone")
+        return None

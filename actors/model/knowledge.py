@@ -1,0 +1,136 @@
+"""What an object's actor knows of its object, and how far it trusts it.
+
+The *observed* object is the newest state the actor saw: from the informer, from a caller's
+``basis``, from a reply or a re-read. Two facts qualify it, each kept as one value with one
+rule:
+
+* ``landed``: a call that landed without a reply object (a binding). It is applied on top of
+  every observed object until one shows it (``Call.is_noop``). Until then, or until a fresh
+  read, the content is right but the resourceVersion is behind the server's (``rv_stale``), so
+  a request computed on the object needs a re-read first.
+* ``untrusted_rv``: a request computed on this resourceVersion may or may not have landed (a
+  retryable failure, a lost reply), or a 409's re-read failed. Until an object strictly newer
+  than it is observed (with preconditions, it either holds that request or proves it never
+  landed) or a fresh read comes, no call is elided against the object and every request that
+  reads the object re-reads it first.
+
+So no-op elision relies on the object unless it is untrusted (:attr:`elides`), and a request
+may be computed on it without a re-read only when neither fact holds (:attr:`trusted`).
+
+Pure: :class:`Knowledge` is the base of :class:`~.object_state.ObjectState` (one object per
+actor, for memory), fed by its inputs; no threads, no clocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .calls import Call
+from .objects import Obj, resource_version, rv_is_newer, uid_and_version
+
+__all__ = ["Knowledge"]
+
+
+class Knowledge:
+    """The observed object of one UID, and the two facts that qualify it (module docstring)."""
+
+    __slots__ = ("landed", "observed", "observed_rv", "rv_stale", "uid", "untrusted_rv")
+
+    def __init__(self, uid: str) -> None:
+        self.uid = uid
+        self.observed: Obj | None = None
+        self.observed_rv: str | None = None  # read once per observed object
+        self.landed: Call | None = None
+        self.rv_stale = False  # landed applied on top: the resourceVersion is behind
+        self.untrusted_rv: str | None = None
+
+    @property
+    def elides(self) -> bool:
+        """Whether no-op elision may rely on the observed object."""
+        return self.untrusted_rv is None
+
+    @property
+    def trusted(self) -> bool:
+        """Whether a request may be computed on the observed object without a re-read."""
+        return self.untrusted_rv is None and not self.rv_stale and self.observed is not None
+
+    def observe(self, obj: Any) -> bool:
+        """Adopt ``obj`` if it is a newer state of this object (same UID, strictly newer
+        resourceVersion); whether it was adopted. Anything else is ignored: what is observed may
+        hold mutations applied on top of that version."""
+        if obj is None:
+            return False
+        m = obj.get("metadata")
+        if type(m) is dict:  # uid_and_version, spelled out for the usual case
+            if m.get("uid") != self.uid:
+                return False
+            rv = m.get("resourceVersion")
+            if type(rv) is not str or not rv:
+                rv = None
+        else:
+            uid, rv = uid_and_version(obj)
+            if uid != self.uid:
+                return False
+        current = self.observed_rv
+        if current is not None and not rv_is_newer(rv, current, strict=True):
+            return False
+        landed = self.landed
+        if landed is not None:
+            if landed.is_noop(obj):
+                self.landed = None
+                self.rv_stale = False
+            else:
+                obj = landed.apply(obj)
+                rv = resource_version(obj)
+        self.observed, self.observed_rv = obj, rv
+        untrusted = self.untrusted_rv
+        if untrusted is not None and self._passed(untrusted):
+            self.untrusted_rv = None
+        return True
+
+    def adopt_fresh(self, obj: Obj) -> None:
+        """Adopt an object just read from the server (a re-read, or after a 409): it is
+        authoritative, even at the resourceVersion already observed; trust is restored."""
+        uid, rv = uid_and_version(obj)
+        if uid != self.uid:
+            return
+        if self.observed is None or rv_is_newer(rv, self.observed_rv):
+            landed = self.landed
+            if landed is not None and landed.is_noop(obj):
+                self.landed = landed = None
+            if landed is not None:
+                obj = landed.apply(obj)
+                rv = resource_version(obj)
+            self.observed, self.observed_rv = obj, rv
+        self.untrusted_rv = None
+        self.rv_stale = False
+
+    def land(self, call: Call) -> None:
+        """``call`` landed without a reply object: the server now holds it, at a
+        resourceVersion not known yet."""
+        observed = self.observed
+        if observed is None:
+            return
+        self.observed = observed = call.apply(observed)
+        self.observed_rv = resource_version(observed)
+        self.landed = call
+        self.rv_stale = True
+
+    def ambiguous(self, rv: str | None) -> None:
+        """A request computed on resourceVersion ``rv`` may or may not have landed: distrust
+        what was observed before it, unless a newer object is observed already. Once untrusted,
+        the older bar stays."""
+        if self.untrusted_rv is not None:
+            return
+        rv = rv if rv is not None else (self.observed_rv or "")
+        if not self._passed(rv):
+            self.untrusted_rv = rv
+
+    def reread_failed(self) -> None:
+        """A 409's re-read failed: distrust the observed object until a newer one arrives."""
+        self.untrusted_rv = self.observed_rv or ""
+
+    def _passed(self, rv: str) -> bool:
+        """Whether the observed object is strictly newer than resourceVersion ``rv``."""
+        observed_rv = self.observed_rv
+        return observed_rv is not None and rv_is_newer(observed_rv, rv or None, strict=True)

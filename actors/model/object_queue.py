@@ -1,0 +1,245 @@
+"""The state of one object's rules that every input reads: what is known of the object (its
+base, :class:`~.knowledge.Knowledge`), the pending calls in send order, the call in flight, and
+the rules every input shares: judging a pending call, going in flight, putting a call back,
+retiring, asking the executor for a grant.
+
+Rules applied once: a call that passed elision and staleness against the observed object (with
+nothing in flight) is not judged again until the object changes (``Entry.judged``). Pure: no
+threads, no clocks (time comes in as ``now``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from .calls import Call
+from .config import RetryConfig
+from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about, new
+from .errors import CallCancelled, CallConflict, CallOutcomeError, CallStale, Outcome
+from .knowledge import Knowledge
+from .lifecycle import LIFECYCLE, Input, Life, State
+from .objects import Obj
+from .queue_policy import FRESH, SENT_ONCE, Entry, place
+
+__all__ = ["ObjectQueue"]
+
+_LIVE, _RETIRING, _RETIRED = Life.LIVE, Life.RETIRING, Life.RETIRED
+_SKIPPED: Final = Outcome.SKIPPED
+_OVERWRITTEN: Final = Outcome.OVERWRITTEN
+_SUCCESS: Final = Outcome.SUCCESS
+
+
+class ObjectQueue(Knowledge):
+    """The queue of one object and the rules its inputs share. Not thread-safe: the object's
+    actor feeds it one input at a time (:class:`~.object_state.ObjectState` is the whole
+    machine)."""
+
+    __slots__ = ("inflight", "life", "queue", "ready_lane", "request", "retry")
+
+    def __init__(self, uid: str, retry: RetryConfig) -> None:
+        # Knowledge's fields, set here rather than through its __init__ (one call per spawn)
+        self.uid = uid
+        self.observed: Obj | None = None
+        self.observed_rv: str | None = None
+        self.landed: Call | None = None
+        self.rv_stale = False
+        self.untrusted_rv: str | None = None
+        self.retry = retry
+        self.life = _LIVE
+        self.queue: list[Entry] = []  # pending calls in send order, one per call type
+        self.inflight: Entry | None = None  # the call whose request is on the wire
+        self.request: Send | None = None  # that request (the call, or the re-read before it)
+        # The lane of the Ready the executor holds for this object, if any: a Ready is only
+        # repeated for a more urgent head.
+        self.ready_lane: int | None = None
+
+    @property
+    def state(self) -> State:
+        """The coarse state: the life, and for a live object a view of its queue."""
+        life = self.life
+        if life is _RETIRING:
+            return State.RETIRING
+        if life is _RETIRED:
+            return State.RETIRED
+        if self.inflight is None:
+            return State.PENDING if self.queue else State.IDLE
+        return State.IN_FLIGHT_PENDING if self.queue else State.IN_FLIGHT
+
+    @property
+    def idle(self) -> bool:
+        """Nothing pending or in flight and the object not gone: the actor may be reaped."""
+        return self.life is _LIVE and not self.queue and self.inflight is None
+
+    def view(self) -> Obj | None:
+        """The observed object with the in-flight and pending mutations applied."""
+        obj = self.observed
+        if obj is None:
+            return None
+        if self.inflight is not None:
+            obj = self.inflight.call.apply(obj)
+        for entry in self.queue:
+            obj = entry.call.apply(obj)
+        return obj
+
+    def futures(self) -> list[Any]:
+        """The futures of every tracked call."""
+        entries = [*self.queue, *([self.inflight] if self.inflight is not None else [])]
+        return [e.future for e in entries]
+
+    # ------------------------------------------------------------------ judging
+
+    def _is_noop(self, call: Call) -> bool:
+        """Whether ``call`` changes nothing: against the observed object *and* against it with
+        the call in flight applied (that call may land or not). Never while untrusted."""
+        if self.untrusted_rv is not None or not call.is_noop(self.observed):
+            return False
+        inflight, observed = self.inflight, self.observed
+        if inflight is not None and observed is not None:
+            return call.is_noop(inflight.call.apply(observed))
+        return True
+
+    def _judge(self, entry: Entry) -> Resolve | None:
+        """How a pending call ends against the current object without being sent: elided
+        (``SKIPPED``), stale (``CallStale``) or failing its precheck (``CallConflict``); None
+        when it is still to be sent. Elision and staleness, being pure, are judged once per
+        observed object (with nothing in flight, while the object is trusted for elision)."""
+        call = entry.call
+        observed = self.observed
+        settled = self.inflight is None and self.untrusted_rv is None
+        if not (settled and entry.judged is observed and observed is not None):
+            if self._is_noop(call):
+                return Resolve(entry.future, call.call_type, _SKIPPED)
+            if (reason := call.revalidate(call.basis, observed)) is not None:
+                stale = CallStale(about(call.ref, reason), uid=self.uid, call_type=call.call_type)
+                return Resolve(entry.future, call.call_type, stale)
+            if settled:
+                entry.judged = observed
+        # the precheck (fail fast) runs at every grant: the last word before the request
+        if (reason := call.precheck(observed)) is not None:
+            return self._conflict_with(entry, reason)
+        return None
+
+    def _conflict_with(self, entry: Entry, reason: str) -> Resolve:
+        """``entry`` fails its precheck for ``reason``: ``CallConflict``, nothing sent."""
+        call = entry.call
+        error = CallConflict(about(call.ref, reason), uid=self.uid, call_type=call.call_type)
+        return Resolve(entry.future, call.call_type, error)
+
+    def _revisit(self, out: list[Effect]) -> None:
+        """After the object changed: elide, re-validate and precheck every pending call."""
+        keep: list[Entry] = []
+        for entry in self.queue:
+            verdict = self._judge(entry)
+            if verdict is None:
+                keep.append(entry)
+            else:
+                out.append(verdict)
+        self.queue = keep
+
+    # ------------------------------------------------------------------ the queue
+
+    def _send(self, entry: Entry) -> Send:
+        """``entry`` goes in flight: its request, or the re-read it needs first."""
+        self.inflight = entry
+        call = entry.call
+        retry = entry.retry
+        if entry.unanswered is not None:
+            send = Send(call, None, retry.attempt, True, True)
+        elif call.reads_object and (
+            self.untrusted_rv is not None or self.rv_stale or self.observed is None
+        ):  # not trusted (Knowledge.trusted, spelled out on the hot path)
+            send = Send(call, None, retry.attempt, True)
+        else:
+            retry = entry.retry = SENT_ONCE if retry is FRESH else retry.sent()
+            entry.sent_rv = self.observed_rv
+            send = new(Send, (call, self.observed, retry.attempt, False, False))
+        self.request = send
+        return send
+
+    def _requeue_front(self, out: list[Effect], entry: Entry) -> None:
+        """Put a call that was in flight back at the head, merged with what arrived meanwhile
+        (a call of its type), unless a superseding or exclusive call took over. It holds
+        nothing (it was sent). A call withdrawn while in flight resolves ``CallCancelled``."""
+        ctype = entry.call.call_type
+        if entry.withdrawn is not None and entry.cancelled:
+            out.append(Resolve(entry.future, ctype, self._withdrawn(entry, in_flight=True)))
+            return
+        queue = self.queue
+        for i, pending in enumerate(queue):
+            if pending.call.exclusive:
+                self._fail(out, entry, CallCancelled, "object is being deleted")
+                return
+            if ctype in pending.call.supersedes:
+                pending.absorb(entry)
+                out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
+                return
+            if pending.call.call_type == ctype:
+                out.append(Merged(ctype))
+                pending.call = pending.call.merge(entry.call)
+                pending.retry = pending.retry.merged(entry.retry)
+                pending.absorb(entry)
+                out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
+                place(queue, queue.pop(i), 0)
+                return
+        queue.insert(0, entry)
+
+    def _withdrawn(self, entry: Entry, *, in_flight: bool = False) -> CallCancelled:
+        """The error of a withdrawn ``entry``: by its caller, or for the cause it was
+        withdrawn for (the object named first, the cause carried)."""
+        call = entry.call
+        when = " while in flight" if in_flight else ""
+        cause = entry.withdrawn_for
+        if cause is None:
+            why = about(call.ref, f"withdrawn by caller{when}")
+            return CallCancelled(why, uid=self.uid, call_type=call.call_type)
+        return CallCancelled(
+            f"withdrawn{when}: {cause}", ref=call.ref, call_type=call.call_type, cause=cause
+        )
+
+    def _ready(self, out: list[Effect]) -> list[Effect]:
+        """Ask the executor for a grant when the head call holds nothing, nothing is in flight,
+        and the executor does not hold a Ready in its lane or a higher one. The one place
+        that decides readiness."""
+        queue = self.queue
+        if queue and self.inflight is None and self.life is _LIVE:
+            head = queue[0]
+            if not head.holds:
+                relevance = head.call.relevance
+                lane = self.ready_lane
+                if lane is None or relevance > lane:
+                    self.ready_lane = relevance
+                    out.append(Ready(relevance, head.retry.not_before))
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _transition(self, event: Input) -> None:
+        """Take the next life from :data:`LIFECYCLE`, then the state-triggered rule."""
+        life = LIFECYCLE.get((self.life, event), self.life)
+        if life is _RETIRING and self.inflight is None:
+            life = _RETIRED
+        self.life = life
+
+    def _retire(self, out: list[Effect], event: Input, why: str) -> None:
+        """The object is gone: cancel what waits (a pending deletion succeeded) and retire."""
+        for entry in self.queue:
+            if entry.call.exclusive:  # a pending deletion: the object is gone, as intended
+                out.append(Resolve(entry.future, entry.call.call_type, _SUCCESS))
+            else:
+                self._fail(out, entry, CallCancelled, why)
+        self.queue = []
+        self._transition(event)
+        out.append(Retire(tombstone=True, final=self.life is _RETIRED))
+
+    def _fail(
+        self,
+        out: list[Effect],
+        entry: Entry,
+        exc_type: type[CallOutcomeError],
+        why: str,
+        call_type: str | None = None,
+    ) -> None:
+        call = entry.call
+        ctype = call_type if call_type is not None else call.call_type
+        error = exc_type(about(call.ref, why), uid=self.uid, call_type=ctype)
+        out.append(Resolve(entry.future, ctype, error))

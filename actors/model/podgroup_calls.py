@@ -1,0 +1,418 @@
+"""PodGroup calls: the group's status conditions (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37).
+
+:class:`PodGroupStatusPatch` carries condition intents for one PodGroup, the way
+:class:`~kdispatch.PodStatusPatch` carries them for a pod, and shares its
+helpers: intents merge by type (newer fields win, the older call fills the gaps), a patch
+carries only the conditions that still differ from the newest trusted PodGroup (a new status
+stamps ``lastTransitionTime``), sent as a strategic-merge patch of ``podgroups/status``
+(``status.conditions`` is a list map keyed by ``type`` in the Go type) guarded by the UID and
+resourceVersion.
+
+What is particular to PodGroups (``metav1.Condition``, and upstream's rules):
+
+* every condition needs a ``reason`` (``CamelCase``: a letter, then letters, digits, ``_``,
+  ``,`` or ``:``), its ``type`` is a qualified name, a ``message`` has at most 32 KiB: the
+  apiserver refuses anything else with 422, so the call refuses it at construction;
+* ``observedGeneration``: ``PodGroupStatus`` has no ``status.observedGeneration`` of its own;
+  the generation lives in each condition (``metav1.Condition.observedGeneration``, "the
+  ``.metadata.generation`` that the condition was set based upon"). The constructors stamp
+  every condition with the ``metadata.generation`` of the PodGroup the caller decided on (the
+  call's basis), as kube-scheduler stamps the generation of the PodGroup in its cache, not the
+  one the request happens to meet; none when that PodGroup has no generation. A stored
+  condition whose generation is newer satisfies an intent that only differs by an older one:
+  a call never writes a condition's generation backwards on its own;
+* ``PodGroupInitiallyScheduled`` is terminal once ``True`` (upstream: "it will never revert to
+  False"). A ``PodGroupInitiallyScheduled`` that is not ``True`` is never sent, nor shown by
+  ``apply``, while the newest PodGroup (or the one the caller decided on) has it ``True``; the
+  other conditions of the call are still sent. A patch computed on an older PodGroup carries
+  its resourceVersion, so a ``True`` written meanwhile makes the server refuse it (409) and the
+  re-read brings the ``True`` here: it never lands. A call that carries nothing else resolves
+  :class:`~kdispatch.CallStale`, as a stale ``PodScheduled=False`` for a bound
+  pod does (kubernetes#139602): the caller's view is older than the group's state, which it
+  should learn (upstream's scheduler drops such a write silently). The one rule is
+  :func:`regresses`;
+* :meth:`PodGroupStatusPatch.disruption_target` marks a group preempted as a whole
+  (``DisruptionTarget=True``, reason ``PreemptionByScheduler``).
+
+Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` runs on whichever
+thread calls it and never blocks; ``send`` runs on an executor worker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, Self
+
+from .backend import ApiBackend, patch_status_guarded
+from .calls import Call, check_merge, given
+from .errors import InvalidCallError
+from .objects import POD_GROUP, Obj, ObjectRef, as_object, is_dns_subdomain, is_mapping, meta
+from .pod_calls import (
+    CONDITION_STATUSES,
+    DISRUPTION_TARGET,
+    apply_conditions,
+    check_condition,
+    check_pod_call,
+    condition_entries,
+    merge_conditions,
+    newest_basis,
+    pod_conditions,
+)
+
+__all__ = [
+    "OBSERVED_GENERATION",
+    "POD_GROUP_INITIALLY_SCHEDULED",
+    "REASON_PREEMPTION_BY_SCHEDULER",
+    "REASON_SCHEDULED",
+    "REASON_SCHEDULER_ERROR",
+    "REASON_UNSCHEDULABLE",
+    "PodGroupStatusPatch",
+    "check_podgroup_condition",
+    "condition_problems",
+    "regresses",
+]
+
+POD_GROUP_INITIALLY_SCHEDULED: Final = "PodGroupInitiallyScheduled"
+"""The condition kube-scheduler sets once a group was placed (``True``) or could not be
+(``False``); terminal once ``True``."""
+REASON_SCHEDULED: Final = "Scheduled"
+REASON_UNSCHEDULABLE: Final = "Unschedulable"
+REASON_SCHEDULER_ERROR: Final = "SchedulerError"
+REASON_PREEMPTION_BY_SCHEDULER: Final = "PreemptionByScheduler"
+OBSERVED_GENERATION: Final = "observedGeneration"
+
+Condition = Mapping[str, Any]
+"""A validated PodGroup condition intent: ``type``, ``status``, ``reason`` (str) and optionally
+``message`` (str) and ``observedGeneration`` (int)."""
+
+_INTENT_KEYS: Final = frozenset({"type", "status", "reason", "message", OBSERVED_GENERATION})
+_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+MAX_REASON_BYTES: Final = 1024
+MAX_MESSAGE_BYTES: Final = 32 * 1024
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _shown(value: object) -> str:
+    """``value`` as the apiserver quotes it in a message (JSON), or its repr."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _qualified_name_problem(value: str) -> str | None:
+    """What apimachinery's ``IsQualifiedName`` refuses in ``value`` (a condition type), or
+    None: an optional DNS-subdomain prefix and ``/``, then a name of at most 63 characters."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return "a qualified name has at most one '/'"
+    if len(parts) == 2 and not is_dns_subdomain(parts[0]):
+        return "the prefix of a qualified name must be a DNS subdomain"
+    name = parts[-1]
+    if not 0 < len(name) <= 63 or not _NAME_PART.match(name):
+        return (
+            "the name part of a qualified name must be 1-63 characters: alphanumerics, '-', "
+            "'_' or '.', starting and ending with an alphanumeric"
+        )
+    return None
+
+
+def condition_problems(cond: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What kube-apiserver's ``metav1`` condition validation (``ValidateCondition``) refuses in
+    ``cond``, as ``(field, problem)`` pairs, except ``lastTransitionTime`` (which the patch
+    sets): ``type`` a qualified name, ``status`` one of ``True``/``False``/``Unknown``,
+    ``observedGeneration`` an int >= 0, ``reason`` required (letters, digits, ``_,:``; at most
+    1 KiB), ``message`` at most 32 KiB. The one copy of these rules: the call type checks its
+    intents with it, the in-memory apiserver the conditions it stores. Pure; any thread."""
+    problems: list[tuple[str, str]] = []
+    ctype = cond.get("type")
+    if not isinstance(ctype, str) or not ctype:
+        problems.append(("type", "Required value"))
+    elif (why := _qualified_name_problem(ctype)) is not None:
+        problems.append(("type", f"Invalid value: {_shown(ctype)}: {why}"))
+    status = cond.get("status")
+    if not isinstance(status, str) or status not in CONDITION_STATUSES:
+        problems.append(
+            ("status", f'Unsupported value: {_shown(status)}: supported values: "False", '
+             '"True", "Unknown"')
+        )  # fmt: skip
+    generation = cond.get(OBSERVED_GENERATION, 0)
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
+        problems.append(
+            (OBSERVED_GENERATION, f"Invalid value: {_shown(generation)}: must be an int >= 0")
+        )
+    reason = cond.get("reason")
+    if not isinstance(reason, str) or not reason:
+        problems.append(("reason", "Required value"))
+    elif not _REASON.match(reason):
+        problems.append(
+            (
+                "reason",
+                f"Invalid value: {_shown(reason)}: a condition reason must start with an "
+                "alphabetic character, optionally followed by alphanumerics or '_,:', and end "
+                "with an alphanumeric or '_'",
+            )
+        )
+    elif len(reason.encode()) > MAX_REASON_BYTES:
+        problems.append(("reason", f"Too long: may not be more than {MAX_REASON_BYTES} bytes"))
+    message = cond.get("message", "")
+    if not isinstance(message, str):
+        problems.append(("message", f"Invalid value: {_shown(message)}: must be a string"))
+    elif len(message.encode()) > MAX_MESSAGE_BYTES:
+        problems.append(("message", f"Too long: may not be more than {MAX_MESSAGE_BYTES} bytes"))
+    return problems
+
+
+def check_podgroup_condition(cond: object) -> Condition:
+    """Validate a PodGroup condition intent and return a read-only copy of it: ``type``,
+    ``status`` and ``reason`` (required), optionally ``message`` and ``observedGeneration``; the
+    rules of :func:`condition_problems`. ``lastTransitionTime`` is set at send time and any
+    other key is refused. Raises :class:`InvalidCallError`."""
+    if not is_mapping(cond):
+        raise InvalidCallError(f"a condition must be a mapping, got {type(cond).__name__}")
+    unknown = set(cond) - _INTENT_KEYS
+    if unknown:
+        raise InvalidCallError(
+            f"condition has unsupported keys {sorted(map(str, unknown))}: only type, status, "
+            "reason, message and observedGeneration may be given"
+        )
+    base = check_condition({k: v for k, v in cond.items() if k != OBSERVED_GENERATION})
+    problems = condition_problems(cond)
+    if problems:
+        where, why = problems[0]
+        raise InvalidCallError(f"condition {base['type']!r}: {where}: {why}")
+    if OBSERVED_GENERATION not in cond:
+        return base
+    return MappingProxyType({**base, OBSERVED_GENERATION: cond[OBSERVED_GENERATION]})
+
+
+def _check_conditions(conds: object) -> tuple[Condition, ...]:
+    if isinstance(conds, Mapping | str | bytes) or not isinstance(conds, Iterable):
+        raise InvalidCallError("conditions must be a sequence of condition mappings")
+    out = tuple(check_podgroup_condition(c) for c in conds)
+    if not out:
+        raise InvalidCallError("podgroup_status_patch needs at least one condition")
+    types = [c["type"] for c in out]
+    for ctype in types:
+        if types.count(ctype) > 1:
+            raise InvalidCallError(f"condition type {ctype!r} given twice")
+    return out
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _initially_scheduled(obj: Obj | None) -> bool:
+    current = pod_conditions(obj).get(POD_GROUP_INITIALLY_SCHEDULED)
+    return current is not None and current.get("status") == "True"
+
+
+def regresses(intent: Condition, obj: Obj | None, basis: Obj | None) -> bool:
+    """Whether sending ``intent`` would take ``PodGroupInitiallyScheduled`` back from ``True``:
+    it sets that condition to anything but ``True`` while ``obj`` (the newest PodGroup) or
+    ``basis`` (the one the caller decided on) has it ``True``. Such an intent is never sent.
+    Pure; any thread."""
+    if intent["type"] != POD_GROUP_INITIALLY_SCHEDULED or intent["status"] == "True":
+        return False
+    return _initially_scheduled(obj) or (basis is not obj and _initially_scheduled(basis))
+
+
+def _satisfied(existing: Mapping[str, Any] | None, intent: Condition) -> bool:
+    """``existing`` has every field the intent gives, and a generation at least as new."""
+    if existing is None:
+        return False
+    for key, value in intent.items():
+        if key == OBSERVED_GENERATION:
+            stored = existing.get(key, 0)
+            if isinstance(stored, bool) or not isinstance(stored, int) or stored < value:
+                return False
+        elif existing.get(key) != value:
+            return False
+    return True
+
+
+def _generation(obj: Obj) -> int | None:
+    """``metadata.generation`` when it is a positive int (the apiserver omits a zero)."""
+    generation = meta(obj).get("generation")
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation <= 0:
+        return None
+    return generation
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupStatusPatch(Call):
+    """Conditions of one PodGroup (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37). Build with
+    :meth:`for_podgroup`, :meth:`initially_scheduled` or :meth:`disruption_target`, which take
+    the PodGroup the caller decided on (the call's basis).
+
+    * Conditions merge by type, as a pod's do: newer fields win, the older call fills the gaps.
+    * Each condition's ``observedGeneration`` is the basis's ``metadata.generation`` (none when
+      it has none); a stored condition with a newer one satisfies it.
+    * ``PodGroupInitiallyScheduled`` never goes back from ``True``: a ``False`` or ``Unknown``
+      for it is never sent while the newest PodGroup or the basis has it ``True``; a call that
+      carries nothing else resolves :class:`~kdispatch.CallStale`.
+    * A condition the apiserver would refuse (no ``reason``, a malformed one, a type that is
+      not a qualified name, a message over 32 KiB) raises
+      :class:`~kdispatch.InvalidCallError` here.
+
+    Sent as a strategic-merge patch of ``podgroups/status`` carrying only the conditions that
+    still differ from the newest trusted PodGroup, guarded by its UID and resourceVersion.
+    """
+
+    call_type: ClassVar[str] = "podgroup_status_patch"
+    kind: ClassVar[str] = POD_GROUP
+    relevance: ClassVar[int] = 1
+
+    ref: ObjectRef
+    conditions: tuple[Condition, ...]
+    basis: Obj | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_pod_call(self)
+        object.__setattr__(self, "conditions", _check_conditions(given(self, "conditions")))
+
+    def __hash__(self) -> int:
+        return hash((self.call_type, self.ref))
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def for_podgroup(cls, podgroup: object, *, conditions: Iterable[Mapping[str, Any]]) -> Self:
+        """A status patch for ``podgroup`` (also its basis) setting ``conditions`` (each with
+        ``type``, ``status``, ``reason`` and optionally ``message``; ``observedGeneration``
+        defaults to the PodGroup's ``metadata.generation``). Raises
+        :class:`~kdispatch.InvalidObjectError` /
+        :class:`~kdispatch.InvalidCallError`."""
+        pg = as_object(podgroup)  # official-client models and any Mapping
+        ref = ObjectRef.of(pg, POD_GROUP)
+        if isinstance(conditions, Mapping | str | bytes) or not isinstance(conditions, Iterable):
+            raise InvalidCallError("conditions must be a sequence of conditions, not one mapping")
+        generation = _generation(pg)
+        stamped = tuple(
+            {**c, OBSERVED_GENERATION: generation}
+            if generation is not None and is_mapping(c) and OBSERVED_GENERATION not in c
+            else c
+            for c in conditions
+        )
+        return cls(ref, stamped, basis=pg)
+
+    @classmethod
+    def initially_scheduled(
+        cls,
+        podgroup: object,
+        scheduled: bool,
+        *,
+        reason: str | None = None,
+        message: str = "",
+    ) -> Self:
+        """``PodGroupInitiallyScheduled``: ``True`` (reason ``Scheduled``) when ``scheduled``,
+        else ``False`` (reason ``Unschedulable``; kube-scheduler also writes
+        ``SchedulerError``). ``message`` replaces the stored one (empty by default). A
+        ``False`` never lands on a PodGroup that has it ``True``."""
+        if not isinstance(scheduled, bool):
+            raise InvalidCallError(f"scheduled must be a bool, got {scheduled!r}")
+        if reason is None:
+            reason = REASON_SCHEDULED if scheduled else REASON_UNSCHEDULABLE
+        condition = {
+            "type": POD_GROUP_INITIALLY_SCHEDULED,
+            "status": "True" if scheduled else "False",
+            "reason": reason,
+            "message": message,
+        }
+        return cls.for_podgroup(podgroup, conditions=(condition,))
+
+    @classmethod
+    def disruption_target(
+        cls,
+        podgroup: object,
+        *,
+        reason: str = REASON_PREEMPTION_BY_SCHEDULER,
+        message: str = "",
+        preemptor: str | None = None,
+    ) -> Self:
+        """``DisruptionTarget=True`` for a group preempted as a whole (reason
+        ``PreemptionByScheduler``); the message defaults to naming the ``preemptor`` (e.g.
+        ``"pod ns/name"`` or ``"podgroup ns/name"``) when one is given."""
+        if preemptor is not None and not isinstance(preemptor, str):
+            raise InvalidCallError(f"preemptor must be a str or None, got {preemptor!r}")
+        if not message and preemptor:
+            message = f"preempted to make room for {preemptor}"
+        condition = {
+            "type": DISRUPTION_TARGET,
+            "status": "True",
+            "reason": reason,
+            "message": message,
+        }
+        return cls.for_podgroup(podgroup, conditions=(condition,))
+
+    # ------------------------------------------------------------------ rules (pure)
+
+    def merge(self, older: object) -> Self:
+        """Conditions merge by type (:func:`~kdispatch.actors.model.pod_calls.merge_conditions`):
+        this call's fields win, the older call fills the gaps; the newer basis is kept."""
+        older = check_merge(self, older)
+        conds = merge_conditions(self.conditions, older.conditions)
+        return type(self)(self.ref, conds, basis=newest_basis(self.basis, older.basis))
+
+    def _changes(self, obj: Obj | None) -> tuple[Condition, ...]:
+        """The intents to send against ``obj``: not regressing, not satisfied already."""
+        current = pod_conditions(obj)
+        return tuple(
+            c
+            for c in self.conditions
+            if not regresses(c, obj, self.basis) and not _satisfied(current.get(c["type"]), c)
+        )
+
+    def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
+        """Stale when every condition of the call would take ``PodGroupInitiallyScheduled``
+        back from ``True`` (:func:`regresses`); a call with other conditions is sent without
+        it. Pure."""
+        if all(regresses(c, obj, basis) for c in self.conditions):
+            status = self.conditions[0]["status"]
+            return (
+                f"{POD_GROUP_INITIALLY_SCHEDULED} is True, which is final: "
+                f"{POD_GROUP_INITIALLY_SCHEDULED}={status} is stale"
+            )
+        return None
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        """Every condition that may be sent is there already (status, reason, message, and a
+        generation at least as new; timestamps ignored). Not a no-op when none may be sent:
+        that is :meth:`revalidate`'s ``CallStale``."""
+        if obj is None or all(regresses(c, obj, self.basis) for c in self.conditions):
+            return False
+        return not self._changes(obj)
+
+    def landed(self, fresh: Obj) -> bool:
+        """``fresh`` is this PodGroup with every condition of this patch that may be sent
+        (:meth:`is_noop`)."""
+        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
+
+    def apply(self, obj: Obj) -> Obj:
+        """The PodGroup once the patch is applied (copy-on-write; ``obj`` itself if a no-op):
+        the conditions :meth:`status_patch` would send, merged by type."""
+        changes = self._changes(obj)
+        return apply_conditions(obj, changes) if changes else obj
+
+    def status_patch(self, obj: Obj | None, now: str | None = None) -> dict[str, Any] | None:
+        """The ``status`` part of the strategic-merge patch against ``obj``: the conditions that
+        differ (``lastTransitionTime = now`` where the condition is new or its status changes),
+        never a regressing ``PodGroupInitiallyScheduled``. None when nothing differs."""
+        entries = condition_entries(self._changes(obj), pod_conditions(obj), now)
+        return {"conditions": entries} if entries else None
+
+    # ------------------------------------------------------------------ I/O (executor thread)
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Patch what still differs from ``obj`` (the trusted PodGroup) with the object-shaped
+        body ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion; returns the
+        server's PodGroup, or ``obj`` when nothing differs (no request). Runs on an executor
+        worker thread."""
+        return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "strategic")

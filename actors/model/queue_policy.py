@@ -1,0 +1,226 @@
+"""The queue policy of one object: which of its calls wait, merged how, and in what order.
+
+An object's pending calls are a list of :class:`Entry` in send order, at most one per call
+type. A new call meets them through the rules its type declares (DESIGN §3):
+
+* **merge** — a pending call of the same type absorbs into the new one (newer values win, the
+  older call fills the gaps: ``Call.merge``) and keeps its queue slot; the older future
+  resolves ``OVERWRITTEN``;
+* **supersede** — a call whose type ``supersedes`` a pending one takes the first such slot and
+  the pending ones resolve ``OVERWRITTEN``; a call arriving while a superseding call is tracked
+  resolves ``SKIPPED``;
+* **exclusive** — a deletion (preemption, eviction) cancels every pending call and becomes the
+  only one; nothing queues behind it;
+* anything else queues behind what waits (both are sent, in order).
+
+An entry carries the *intents* of every call merged into it (its own future and the futures it
+overwrote), so a caller can withdraw one call by its future: the entry goes only once every
+intent it carries is withdrawn (:meth:`Entry.cancelled`). A *held* entry (``after=``) has hold
+tokens and, while held, the futures of calls on this object it waits for (``behind``): it is
+never placed ahead of one of those (:func:`place`).
+
+Pure module: functions of their arguments and of the entries they are given; no threads, no
+clocks. The machine that applies them is :class:`~.object_state.ObjectState`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .calls import Call
+
+__all__ = ["FRESH", "NO_HOLDS", "Entry", "RetryState", "place", "superseded_by"]
+
+NO_HOLDS: Final[frozenset[Any]] = frozenset()
+"""The holds (and ``behind``) of a call that waits for nothing: most calls (shared)."""
+
+_NOTHING: Final[tuple[Any, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RetryState:
+    """A call's retry bookkeeping as one value, with one rule for every merge.
+
+    ``attempt``: requests of the call sent so far (re-reads not counted); ``conflicts``: 409s
+    rebased on; ``failures``: retryable failures (sends and re-reads); ``not_before``: backoff
+    after the last failure; ``deadline``: end of the retry budget, which runs from the first
+    failure. :meth:`merged`: two calls merged into one describe one intent on one object, so
+    the result is as far along as the further of the two (larger counts and backoff, the
+    earlier deadline): a merge never resets or extends a budget.
+    """
+
+    attempt: int = 0
+    conflicts: int = 0
+    failures: int = 0
+    not_before: float = 0.0
+    deadline: float | None = None
+
+    def merged(self, other: RetryState) -> RetryState:
+        """The bookkeeping of the merge of two calls."""
+        if other is FRESH:
+            return self
+        if self is FRESH:
+            return other
+        deadlines = [d for d in (self.deadline, other.deadline) if d is not None]
+        return RetryState(
+            max(self.attempt, other.attempt),
+            max(self.conflicts, other.conflicts),
+            max(self.failures, other.failures),
+            max(self.not_before, other.not_before),
+            min(deadlines) if deadlines else None,
+        )
+
+    def sent(self) -> RetryState:
+        """One more request of the call went out."""
+        if self is FRESH:
+            return SENT_ONCE  # most calls: no new object
+        return RetryState(
+            self.attempt + 1, self.conflicts, self.failures, self.not_before, self.deadline
+        )
+
+    def conflicted(self) -> RetryState:
+        """One more 409 to rebase on."""
+        return RetryState(
+            self.attempt, self.conflicts + 1, self.failures, self.not_before, self.deadline
+        )
+
+    def failed(self, at: float, deadline: float) -> RetryState:
+        """One more retryable failure: back off until ``at``, within ``deadline``."""
+        return RetryState(self.attempt, self.conflicts, self.failures + 1, at, deadline)
+
+
+FRESH: Final = RetryState()
+"""The bookkeeping of a call never sent (shared)."""
+SENT_ONCE: Final = RetryState(attempt=1)
+"""The bookkeeping of a call sent once and never failed (shared)."""
+
+
+class Entry:
+    """A tracked call: the call (merged), the caller's future, and what the rules keep of it.
+
+    ``judged`` is the observed object (by identity) the call last passed elision and
+    staleness against, with nothing in flight and the object trusted: until the object
+    changes they cannot give another answer, so a call is judged once per object, not once
+    per input. The machine's thread."""
+
+    __slots__ = (
+        "behind",
+        "call",
+        "carried",
+        "future",
+        "holds",
+        "judged",
+        "retry",
+        "sent_rv",
+        "unanswered",
+        "withdrawn",
+        "withdrawn_for",
+    )
+
+    def __init__(
+        self,
+        call: Call,
+        future: Any,
+        holds: frozenset[Hashable] = NO_HOLDS,
+        behind: frozenset[Any] = NO_HOLDS,
+    ) -> None:
+        self.call = call
+        self.future = future
+        self.holds = holds  # prerequisite tokens not released yet: not sendable while any
+        self.behind = behind  # while held: futures of calls on this object it waits for
+        self.carried: tuple[Any, ...] = _NOTHING  # futures of the calls merged into it
+        self.withdrawn: frozenset[Any] | None = None  # which intents were withdrawn
+        self.withdrawn_for: BaseException | None = None  # why, when not by its caller
+        # Set when the retries ran out and the last request went unanswered: why it gave up,
+        # and the last error; the object is read once (verify) before the call resolves.
+        self.unanswered: tuple[str, BaseException | None] | None = None
+        self.retry = FRESH
+        self.sent_rv: str | None = None  # resourceVersion the last attempt was computed on
+        self.judged: Any = None
+
+    def __repr__(self) -> str:
+        return f"<Entry {self.call.describe()} holds={len(self.holds)}>"
+
+    def carries(self, future: Any) -> bool:
+        """Whether this entry carries the intent of the call of ``future``."""
+        return future is self.future or future in self.carried
+
+    def carries_any(self, futures: frozenset[Any]) -> bool:
+        """Whether this entry carries the intent of any of ``futures``."""
+        return self.future in futures or any(f in futures for f in self.carried)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether every intent this entry carries was withdrawn."""
+        withdrawn = self.withdrawn
+        return (
+            withdrawn is not None
+            and self.future in withdrawn
+            and all(f in withdrawn for f in self.carried)
+        )
+
+    def withdraw(self, future: Any, cause: BaseException | None = None) -> None:
+        """Mark the intent of ``future`` withdrawn (for ``cause``, if not by its caller)."""
+        if cause is not None:
+            self.withdrawn_for = cause
+        withdrawn = self.withdrawn
+        self.withdrawn = frozenset((future,)) if withdrawn is None else withdrawn | {future}
+
+    def absorb(self, older: Entry) -> None:
+        """``older`` was merged into (or superseded by) this entry: carry its intents too."""
+        self.carried = (*older.carried, older.future, *self.carried)
+        if older.withdrawn is not None:
+            self.withdrawn = older.withdrawn | (self.withdrawn or frozenset())
+            if self.withdrawn_for is None:
+                self.withdrawn_for = older.withdrawn_for
+
+    def merge_older(self, older: Entry) -> None:
+        """Absorb ``older``, a pending entry of the same type: the newer values win, the older
+        call fills the gaps, the retry bookkeeping merges (:meth:`RetryState.merged`), and
+        the entry holds what either held."""
+        self.call = self.call.merge(older.call)
+        self.retry = self.retry.merged(older.retry)
+        if older.holds:
+            self.holds = self.holds | older.holds
+            if older.behind:
+                self.behind = self.behind | older.behind
+        self.absorb(older)
+
+    def release(self, token: Hashable) -> None:
+        """A prerequisite of ``token`` succeeded: the entry no longer holds it."""
+        holds = self.holds
+        if token in holds:
+            self.holds = holds = holds - {token}
+            if not holds:
+                self.behind = NO_HOLDS
+
+
+def place(queue: list[Entry], entry: Entry, at: int) -> None:
+    """Queue ``entry`` at index ``at`` (a merge or a supersession gives it an older call's
+    slot) or, if it is held, right behind the last call it waits for that would otherwise be
+    behind it: a held call never holds back its own prerequisites."""
+    behind = entry.behind
+    if entry.holds and behind:
+        for j in range(len(queue) - 1, at - 1, -1):
+            if queue[j].carries_any(behind):
+                at = j + 1
+                break
+    queue.insert(at, entry)
+
+
+def superseded_by(call: Call, tracked: list[Entry], inflight: Entry | None) -> bool:
+    """Whether a tracked call (pending or in flight) supersedes ``call``'s type: then ``call``
+    resolves ``SKIPPED``."""
+    ctype = call.call_type
+    if inflight is not None and ctype in inflight.call.supersedes:
+        return True
+    return any(ctype in e.call.supersedes for e in tracked)
+
+
+def exclusive_tracked(queue: list[Entry], inflight: Entry | None) -> bool:
+    """Whether an exclusive call (a deletion) is pending or in flight: nothing more may queue."""
+    if inflight is not None and inflight.call.exclusive:
+        return True
+    return any(e.call.exclusive for e in queue)

@@ -1,0 +1,244 @@
+"""Labelled counters, gauges and histograms kept per thread and summed when scraped.
+
+A dispatched call updates several metrics on the threads that carry it (an actor's pool
+worker, an executor worker). prometheus_client's own metrics take a lock per update; here each
+thread adds to numbers of its own (:class:`Shards`: one dict per thread, written by that thread
+only, so no lock), and a scrape sums every thread's numbers. The families are exposed through
+prometheus_client's custom-collector interface: ``collect`` builds them on the scraping thread,
+and ``describe`` names them without samples, so a registry still refuses a second collector of
+the same name.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+__all__ = [
+    "CounterFamily",
+    "GaugeFamily",
+    "HistogramCounts",
+    "HistogramFamily",
+    "Labels",
+    "Shards",
+]
+
+Labels = tuple[str, ...]
+
+
+class Shards:
+    """Numbers keyed by anything hashable, one dict per thread. :meth:`mine` is the calling
+    thread's dict (also ``local.numbers`` once it exists): only that thread writes it (so
+    ``d[k] = d.get(k, 0) + n`` needs no lock); :meth:`snapshot` copies every thread's dict
+    (``dict.copy`` is atomic). A thread that ends leaves its numbers behind, so totals never
+    go back."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+        self._lock = threading.Lock()  # guards the list of dicts, not the dicts
+        self._dicts: list[dict[Any, Any]] = []
+
+    def mine(self) -> dict[Any, Any]:
+        """The calling thread's numbers. Any thread."""
+        try:
+            return self.local.numbers  # type: ignore[no-any-return]
+        except AttributeError:
+            numbers: dict[Any, Any] = {}
+            with self._lock:
+                self._dicts.append(numbers)
+            self.local.numbers = numbers
+            return numbers
+
+    def snapshot(self) -> list[dict[Any, Any]]:
+        """A copy of every thread's numbers. Any thread."""
+        with self._lock:
+            dicts = list(self._dicts)
+        return [d.copy() for d in dicts]
+
+
+class _Family(Collector):
+    """A named family of samples, one per tuple of label values, kept in ``shards`` under
+    keys ``(self, *labels)``."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        shards: Shards,
+        relabel: Callable[[Labels], Labels] | None = None,
+    ):
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.shards = shards
+        # the labels samples show, from the labels they are kept under (None: the same)
+        self.relabel = relabel
+
+    def _family(self) -> Metric:
+        raise NotImplementedError
+
+    def describe(self) -> Iterator[Metric]:
+        """The family without samples (what a registry checks names against)."""
+        yield self._family()
+
+    def _rows(self, kept: _Family | None = None) -> dict[Labels, Any]:
+        """The numbers kept under ``kept`` (default: this family) summed over the threads:
+        labels, as samples show them, → value (or row)."""
+        owner = self if kept is None else kept
+        relabel = owner.relabel
+        out: dict[Labels, Any] = {}
+        for numbers in self.shards.snapshot():
+            for key, value in numbers.items():
+                if key[0] is not owner:
+                    continue
+                labels = key[1:] if relabel is None else relabel(key[1:])
+                if isinstance(value, list):
+                    row = out.get(labels)
+                    out[labels] = (
+                        list(value)
+                        if row is None
+                        else [a + b for a, b in zip(row, value, strict=True)]
+                    )
+                else:
+                    out[labels] = out.get(labels, 0.0) + value
+        return out
+
+
+class _ScalarFamily(_Family):
+    """A family with one number per tuple of label values."""
+
+    def add(self, labels: Labels, amount: float = 1.0) -> None:
+        """Add ``amount`` to the sample of ``labels``. The calling thread's shard."""
+        numbers = self.shards.mine()
+        key = (self, *labels)
+        numbers[key] = numbers.get(key, 0.0) + amount
+
+    def _family(self) -> CounterMetricFamily | GaugeMetricFamily:
+        raise NotImplementedError
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        rows = self._rows()
+        if not rows and not self.labelnames:  # an unlabelled metric always has its sample
+            rows[()] = 0.0
+        for labels, value in rows.items():
+            family.add_metric(list(labels), value)
+        yield family
+
+
+class CounterFamily(_ScalarFamily):
+    """A counter family (``name`` may end in ``_total``; its samples do)."""
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+
+class GaugeFamily(_ScalarFamily):
+    """A gauge family moved by deltas."""
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+
+class HistogramFamily(_Family):
+    """A histogram family with fixed, increasing upper bounds (``+Inf`` is added)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        shards: Shards,
+        buckets: Sequence[float],
+        *,
+        relabel: Callable[[Labels], Labels] | None = None,
+    ) -> None:
+        super().__init__(name, documentation, labelnames, shards, relabel)
+        bounds = tuple(float(b) for b in buckets)
+        if list(bounds) != sorted(set(bounds)) or bounds[-1] == float("inf"):
+            raise ValueError("histogram buckets must be finite and strictly increasing")
+        self.bounds = bounds  # the bucket bounds, +Inf left out
+        self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
+
+    def observe(self, labels: Labels, amount: float) -> None:
+        """Count one observation of ``amount`` (a bucket holds values <= its bound). The calling
+        thread's shard."""
+        self.observe_into(self.shards.mine(), (self, *labels), amount)
+
+    def observe_into(self, numbers: dict[Any, Any], key: tuple[Any, ...], amount: float) -> None:
+        """:meth:`observe` into ``numbers`` (the calling thread's shard) under ``key``
+        (``(self, *labels)``): a row of counts per bucket (not cumulative; the last is +Inf),
+        then the sum."""
+        row = numbers.get(key)
+        if row is None:
+            row = numbers[key] = self.empty_row()
+        row[bisect_left(self.bounds, amount)] += 1.0
+        row[-1] += amount
+
+    def empty_row(self) -> list[float]:
+        """The row of a labels tuple not observed yet (see :meth:`observe_into`)."""
+        return [0.0] * (len(self.bounds) + 2)
+
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for labels, row in self._rows().items():
+            cumulative: list[tuple[str, float]] = []
+            total = 0.0
+            for le, count in zip(self._le, row[:-1], strict=True):
+                total += count
+                cumulative.append((le, total))
+            family.add_metric(list(labels), cumulative, sum_value=row[-1])
+        yield family
+
+
+class HistogramCounts(_ScalarFamily):
+    """A counter family read from a histogram's rows: each sample is the number of
+    observations kept under its labels (``relabel`` maps them to this family's), so one
+    update counts in both (upstream's execution counter and duration histogram)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        histogram: HistogramFamily,
+        relabel: Callable[[Labels], Labels],
+    ) -> None:
+        super().__init__(name, documentation, labelnames, histogram.shards, relabel)
+        self.histogram = histogram
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def add(self, labels: Labels, amount: float = 1.0) -> None:
+        """Not counted directly: observe the histogram."""
+        raise TypeError(f"{self.name} counts the observations of {self.histogram.name}")
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        relabel = self.relabel
+        assert relabel is not None
+        counts: dict[Labels, float] = {}
+        for numbers in self.shards.snapshot():
+            for key, row in numbers.items():
+                if key[0] is self.histogram:
+                    labels = relabel(key[1:])
+                    counts[labels] = counts.get(labels, 0.0) + sum(row[:-1])
+        for labels, value in counts.items():
+            family.add_metric(list(labels), value)
+        yield family

@@ -1,0 +1,70 @@
+"""Token bucket (QPS + burst) with an injectable clock.
+
+Not thread-safe by itself: the executor calls it under its own lock. A token taken for work that
+turned out to be pointless (the object had nothing to send any more) is given back with
+:meth:`TokenBucket.refund`, so merged and elided calls cost no budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """``qps`` tokens per second, at most ``burst`` stored. ``qps=math.inf`` never throttles.
+
+    Runs on whichever thread holds the executor's lock.
+    """
+
+    __slots__ = ("_burst", "_clock", "_last", "_qps", "_tokens", "taken", "unlimited")
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._qps = float(qps)
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+        self.taken = 0
+        """Tokens taken and not refunded, since creation."""
+        self.unlimited = math.isinf(self._qps)
+        """True when the bucket never throttles."""
+
+    @property
+    def qps(self) -> float:
+        """Refill rate, tokens per second."""
+        return self._qps
+
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed = now - self._last
+        if elapsed > 0:
+            self._tokens = min(self._burst, self._tokens + elapsed * self._qps)
+        self._last = now
+
+    def try_take(self) -> float:
+        """Take one token if there is one and return 0.0; otherwise take nothing and return the
+        seconds until one will be available."""
+        if self.unlimited:
+            self.taken += 1
+            return 0.0
+        self._refill()
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            self.taken += 1
+            return 0.0
+        return (1.0 - self._tokens) / self._qps
+
+    def refund(self) -> None:
+        """Give back a token that was taken but not used."""
+        self.taken -= 1
+        if not self.unlimited:
+            self._tokens = min(self._burst, self._tokens + 1.0)
+
+    def available(self) -> float:
+        """Tokens available now (for metrics and tests)."""
+        if self.unlimited:
+            return math.inf
+        self._refill()
+        return self._tokens
