@@ -415,7 +415,7 @@ class KubernetesBackend:
         the body's metadata (None: the kind's patch flavour). Returns the updated object.
         Executor worker thread."""
         rest.check_status_patch_type(patch_type)
-        rest.check_uid(uid)
+        rest.text("uid", uid)
         return self.patch(
             kind,
             namespace,

@@ -47,14 +47,8 @@ def ref(namespace: str, name: str) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
-def check_uid(uid: object) -> None:
-    """A UID precondition must be a non-empty str."""
-    if not isinstance(uid, str) or not uid:
-        raise InvalidRequestError(f"uid must be a non-empty str, got {uid!r}")
-
-
 def text(what: str, value: object) -> str:
-    """``value`` if it is a non-empty str."""
+    """``value`` if it is a non-empty str (``text("uid", uid)``: a UID precondition)."""
     if not isinstance(value, str) or not value:
         raise InvalidRequestError(f"{what} must be a non-empty str, got {value!r}")
     return value
@@ -175,13 +169,9 @@ def patch_body(
     if subresource == "status" and not info.status:
         raise InvalidRequestError(f"{info.kind} has no status subresource")
     if uid is not None:
-        check_uid(uid)
-    if resource_version is not None and (
-        not isinstance(resource_version, str) or not resource_version
-    ):
-        raise InvalidRequestError(
-            f"resource_version must be a non-empty str or None, got {resource_version!r}"
-        )
+        text("uid", uid)
+    if resource_version is not None:
+        text("resource_version", resource_version)
     flavour = info.patch if patch_type is None else patch_type
     if flavour not in CONTENT_TYPES:
         raise InvalidRequestError(
@@ -242,7 +232,7 @@ def delete_options(
     propagation_policy: object = None,
 ) -> dict[str, Any]:
     """``DeleteOptions`` with the UID (and resourceVersion) preconditions."""
-    check_uid(uid)
+    text("uid", uid)
     check_grace_period(grace_period_seconds)
     pre: dict[str, str] = {"uid": uid}
     if resource_version is not None:
@@ -259,7 +249,7 @@ def delete_options(
 
 def binding(namespace: str, name: str, uid: str, node: object) -> dict[str, Any]:
     """A ``Binding`` of the pod to ``node``, its UID precondition in its metadata."""
-    check_uid(uid)
+    text("uid", uid)
     if not is_dns_subdomain(node):
         raise InvalidRequestError(f"invalid node name {node!r}")
     return {
