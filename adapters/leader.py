@@ -192,10 +192,9 @@ class LeaseElector:
 
     ``on_lost`` is called exactly once, with the :class:`LeadershipLost`, on whichever thread
     noticed the loss (election loop, watchdog, or an executor worker in :meth:`may_send`); it
-    must not block. ``clock`` is monotonic seconds (keep the default ``time.monotonic`` when a
-    :class:`~kdispatch.ProcessDispatcher` watches the send deadline: its
-    child compares the deadline with ``time.monotonic``); ``wall_clock`` only fills the
-    Lease's ``acquireTime``/``renewTime`` fields for humans and other clients.
+    must not block. ``clock`` is monotonic seconds (keep ``time.monotonic`` for a
+    :class:`~kdispatch.ProcessDispatcher`, whose child compares the deadline with it);
+    ``wall_clock`` only fills the Lease's ``acquireTime``/``renewTime``.
     """
 
     def __init__(
@@ -350,12 +349,10 @@ class LeaseElector:
         return released
 
     def release(self) -> bool:
-        """Any thread. Close the send gate and free the lease if this replica holds it: if the
-        last version it wrote or read names it as the holder. Past the renew deadline too (a
-        drain that used the whole window, or renewals starved on a loaded machine): the write
-        carries that version's resourceVersion, so it frees the lease only if nobody wrote it
-        since, and this replica sends nothing once its gate is closed, as client-go's release
-        does. On a 409 the lease is read once more: a newer version that still names this
+        """Any thread. Close the send gate and free the lease if the last version this replica
+        wrote or read names it as the holder, past the renew deadline too: the write carries
+        that version's resourceVersion, so it frees the lease only if nobody wrote it since.
+        On a 409 the lease is read once more, and a newer version that still names this
         replica (a renewal that landed as the election stopped) is released in its turn."""
         with self._cond:
             if self._leading:

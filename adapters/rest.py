@@ -39,9 +39,6 @@ SUBRESOURCES = frozenset({"status", "scale", "binding", "eviction", "ephemeralco
 Query = list[tuple[str, str]]
 
 
-# --------------------------------------------------------------------------- arguments
-
-
 def ref(namespace: str, name: str) -> str:
     """``namespace/name``, or ``name`` for a cluster-scoped object."""
     return f"{namespace}/{name}" if namespace else name
@@ -135,9 +132,6 @@ def watch_query(
     if bookmarks:
         query.append(("allowWatchBookmarks", "true"))
     return query
-
-
-# --------------------------------------------------------------------------- bodies
 
 
 def create_body(
@@ -268,9 +262,6 @@ def eviction(namespace: str, name: str, uid: str, grace_period_seconds: object) 
         "metadata": {"name": name, "namespace": namespace},
         "deleteOptions": delete_options(uid, None, grace_period_seconds),
     }
-
-
-# --------------------------------------------------------------------------- replies
 
 
 def check_created(code: int, reply: Mapping[str, Any], kind: str, what: str) -> None:
