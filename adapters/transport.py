@@ -46,7 +46,6 @@ from kdispatch.actors.model.errors import (
 )
 
 TransportName = Literal["lean", "client"]
-TRANSPORTS: frozenset[str] = frozenset({"lean", "client"})
 
 _MESSAGE_LIMIT = 300
 _JSON = "application/json"
@@ -92,13 +91,18 @@ def retry_after(headers: Mapping[str, str] | None, status: Mapping[str, Any]) ->
     return 0.0
 
 
-def _is_disruption_budget(status: Mapping[str, Any]) -> bool:
-    """Whether a 429 ``Status`` is the eviction subresource refusing for a PDB."""
+def _has_cause(status: Mapping[str, Any], key: str, value: str) -> bool:
+    """Whether one of the ``Status``'s ``details.causes`` has ``key`` equal to ``value``."""
     details = status.get("details")
     causes = details.get("causes") if isinstance(details, Mapping) else None
-    if isinstance(causes, list) and any(
-        isinstance(c, Mapping) and c.get("reason") == "DisruptionBudget" for c in causes
-    ):
+    return isinstance(causes, list) and any(
+        isinstance(c, Mapping) and c.get(key) == value for c in causes
+    )
+
+
+def _is_disruption_budget(status: Mapping[str, Any]) -> bool:
+    """Whether a 429 ``Status`` is the eviction subresource refusing for a PDB."""
+    if _has_cause(status, "reason", "DisruptionBudget"):
         return True
     message = status.get("message")
     return isinstance(message, str) and "disruption budget" in message
@@ -141,21 +145,11 @@ def error_from_status(
         return RequestTimeoutError(text, status=code, retry_after=retry_after(headers, status))
     if 500 <= code <= 599:
         return ServerError(text, status=code, retry_after=retry_after(headers, status))
-    if code == 422 and _uid_mismatch(status):
-        return ConflictError(text)
+    if code == 422 and _has_cause(status, "field", "metadata.uid"):
+        return ConflictError(text)  # the patch body's UID is not the object's
     if 400 <= code <= 499:
         return InvalidRequestError(text, status=code)
     return BadResponseError(text, status=code)
-
-
-def _uid_mismatch(status: Mapping[str, Any]) -> bool:
-    """Whether a 422 reply rejects the patch body's ``metadata.uid`` (the object's UID is not
-    the one the patch was meant for: the object was deleted and re-created)."""
-    details = status.get("details")
-    causes = details.get("causes") if isinstance(details, Mapping) else None
-    if not isinstance(causes, list):
-        return False
-    return any(isinstance(c, Mapping) and c.get("field") == "metadata.uid" for c in causes)
 
 
 def map_api_exception(exc: ApiException, what: str) -> ApiError:
