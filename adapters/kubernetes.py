@@ -249,9 +249,8 @@ class KubernetesBackend:
         large collection; :meth:`list_all` follows the pages. Calling thread."""
         info = self._kinds.lookup(kind)
         path = rest.collection(info, namespace)
-        query = rest.list_query(
-            label_selector, field_selector, limit, continue_token, resource_version
-        )
+        query = rest.selectors(label_selector, field_selector)
+        query = rest.list_query(query, limit, continue_token, resource_version)
         what = f"list {kind}"
         reply = self._transport.request("GET", path, what=what, timeout=self._timeout, query=query)
         return rest.object_list(reply.data, info, what)

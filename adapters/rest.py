@@ -87,31 +87,29 @@ def check_subresource(subresource: object) -> None:
         raise InvalidRequestError(f"unsupported subresource {subresource!r}")
 
 
-def _selectors(label_selector: object, field_selector: object) -> Query:
+def _add(query: Query, name: str, what: str, value: object) -> None:
+    """Append ``name=value`` unless ``value`` is None (else it must be a non-empty str)."""
+    if value is not None:
+        query.append((name, text(what, value)))
+
+
+def selectors(label_selector: object, field_selector: object) -> Query:
+    """The query of the label and field selectors given."""
     query: Query = []
-    if label_selector is not None:
-        query.append(("labelSelector", text("label_selector", label_selector)))
-    if field_selector is not None:
-        query.append(("fieldSelector", text("field_selector", field_selector)))
+    _add(query, "labelSelector", "label_selector", label_selector)
+    _add(query, "fieldSelector", "field_selector", field_selector)
     return query
 
 
 def list_query(
-    label_selector: object,
-    field_selector: object,
-    limit: object,
-    continue_token: object,
-    resource_version: object,
+    query: Query, limit: object, continue_token: object, resource_version: object
 ) -> Query:
-    """The query of one list page."""
-    query = _selectors(label_selector, field_selector)
+    """``query`` (the selectors) completed for one list page."""
     check_page_limit(limit)
     if limit is not None:
         query.append(("limit", str(limit)))
-    if continue_token is not None:
-        query.append(("continue", text("continue_token", continue_token)))
-    if resource_version is not None:
-        query.append(("resourceVersion", text("resource_version", resource_version)))
+    _add(query, "continue", "continue_token", continue_token)
+    _add(query, "resourceVersion", "resource_version", resource_version)
     return query
 
 
@@ -125,7 +123,7 @@ def watch_query(
     """The query of a watch (``timeout_seconds`` at least 1)."""
     if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int):
         raise InvalidRequestError(f"timeout_seconds must be an int, got {timeout_seconds!r}")
-    query = [("watch", "true"), *_selectors(label_selector, field_selector)]
+    query = [("watch", "true"), *selectors(label_selector, field_selector)]
     if resource_version:
         query.append(("resourceVersion", text("resource_version", resource_version)))
     query.append(("timeoutSeconds", str(max(1, timeout_seconds))))
