@@ -65,7 +65,6 @@ import contextlib
 import copy
 import itertools
 import multiprocessing
-import pickle
 import queue
 import threading
 import time
@@ -86,7 +85,6 @@ from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig
 from kdispatch.actors.model.errors import (
     CallCancelled,
-    CallFailed,
     DispatcherClosed,
     GroupsNotSupported,
     InvalidCallError,
@@ -100,21 +98,15 @@ from kdispatch.actors.runtime.gctuning import GcTuner
 from .process_child import (
     CANCEL,
     OBSERVE,
-    QUERY,
-    READY,
     REVOKE,
     STOP,
-    STOPPED,
     SUBMIT,
     BackendFactory,
-    Result,
     child_main,
     dumps,
 )
+from .process_link import ChildLink, DispatcherProcessDied
 from .process_window import SendWindow
-
-_MAX_WRITE = 1 << 20
-"""Bytes of queued messages the writer joins into one pipe write at most."""
 
 MAX_IN_FLIGHT = 256
 """Default of ``ProcessDispatcher(max_in_flight=...)``: calls sent to the child and not yet
@@ -123,11 +115,6 @@ few enough that the child takes in a binding within milliseconds."""
 
 CONTEXTS = ("spawn", "forkserver")
 """Start methods that never fork a process with threads."""
-
-
-class DispatcherProcessDied(DispatcherClosed):
-    """The dispatcher's child process exited without being asked to (killed, crashed, out of
-    memory). Every call pending at that moment fails with it, and ``submit`` raises it."""
 
 
 class SendDeadlines(Protocol):
@@ -144,7 +131,7 @@ class SendDeadlines(Protocol):
         ...
 
 
-class ProcessDispatcher(DispatcherLike):
+class ProcessDispatcher(ChildLink, DispatcherLike):
     """A :class:`~kdispatch.Dispatcher` running in a child process; the same
     caller API for what a scheduler uses. Every public method may be called from any thread.
 
@@ -281,17 +268,6 @@ class ProcessDispatcher(DispatcherLike):
         logger.debug("dispatcher process {} started", proc.pid)
         return self
 
-    def _await_ready(self, results: Connection) -> Result:
-        try:
-            if results.poll(self._start_timeout):
-                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
-                if batch and batch[0][0] == READY:
-                    return batch[0]
-        except (EOFError, OSError):
-            pass
-        code = self._proc.exitcode if self._proc is not None else None
-        return (READY, False, DispatcherProcessDied(f"dispatcher process did not start ({code})"))
-
     def _abandon(self) -> None:
         """Caller thread: end a child that failed to start and close both pipes."""
         self._closing = self._stopped = True
@@ -333,22 +309,6 @@ class ProcessDispatcher(DispatcherLike):
         self._gc.stop()
         logger.debug("dispatcher process stopped")
         return self._final[0] if self._final is not None else False
-
-    def _end_child(self, *, timeout: float) -> None:
-        proc = self._proc
-        if proc is not None:
-            proc.join(timeout)
-            if proc.is_alive():
-                logger.warning("dispatcher process {} did not exit: killing it", proc.pid)
-                proc.kill()
-                proc.join()
-        for conn in (self._requests, self._results):
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.close()
-        if proc is not None:
-            with contextlib.suppress(ValueError):
-                proc.close()
 
     # ------------------------------------------------------------------ calls
 
@@ -568,159 +528,6 @@ class ProcessDispatcher(DispatcherLike):
         """Rate-limiter tokens used so far (one round trip)."""
         return int(self.stats()["tokens_taken"])
 
-    # ------------------------------------------------------------------ internals
-
-    def _check_open(self) -> None:
-        if self._revoked is not None:
-            raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-        if self._gone is not None:
-            raise copy.copy(self._gone)
-        if self._closing or not self._started:
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closing else "dispatcher not started"
-            )
-
-    def _send(self, data: bytes) -> None:
-        """Any thread; never blocks. Queue one pickled message for the writer thread;
-        DispatcherClosed if the child is gone or was never started."""
-        if self._requests is None:
-            raise DispatcherClosed("dispatcher not started")
-        if self._gone is not None:
-            raise copy.copy(self._gone)
-        self._outbox.put(data)
-
-    def _write(self) -> None:
-        """Writer thread: send whatever is queued in one pipe write (the child unpickles the
-        concatenated messages in order), until the ``None`` that :meth:`stop` queues. Only this
-        thread writes to the pipe, so a child that reads slowly never blocks a caller."""
-        conn = self._requests
-        assert conn is not None
-        more = True
-        while more:
-            item = self._outbox.get()
-            batch: list[bytes] = []
-            size = 0
-            while item is not None:
-                batch.append(item)
-                size += len(item)
-                if size >= _MAX_WRITE:
-                    break
-                try:
-                    item = self._outbox.get_nowait()
-                except queue.Empty:
-                    break
-            more = item is not None
-            if not batch:
-                continue
-            try:
-                conn.send_bytes(b"".join(batch) if len(batch) > 1 else batch[0])
-            except (OSError, ValueError):  # the child is gone: the reader fails what is left
-                return
-
-    def _query(self, name: str, arg: Any, timeout: float) -> Any:
-        """Caller thread: ask the child and wait up to ``timeout`` for the answer."""
-        qid, future = self._ask(name, arg)
-        try:
-            return future.result(timeout)
-        finally:
-            self._queries.pop(qid, None)
-
-    def _ask(self, name: str, arg: Any) -> tuple[int, Future[Any]]:
-        """Any thread: send a query; its id and the future the reader resolves. The caller
-        pops the id when it stops waiting (so a late answer is dropped)."""
-        self._check_open()
-        qid = next(self._ids)
-        future: Future[Any] = Future()
-        self._queries[qid] = future
-        try:
-            self._send(dumps((QUERY, qid, name, arg)))
-        except DispatcherClosed:
-            self._queries.pop(qid, None)
-            raise
-        if self._gone is not None and self._queries.pop(qid, None) is not None:
-            raise copy.copy(self._gone)
-        return qid, future
-
-    def _read(self) -> None:
-        """Reader thread: resolve futures from the child's results until its pipe closes,
-        then fail whatever is left (exactly once: whoever pops a future resolves it)."""
-        results = self._results
-        assert results is not None
-        while True:
-            try:
-                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
-            except (EOFError, OSError):
-                break
-            except Exception:  # a reply that does not unpickle
-                logger.opt(exception=True).error("dispatcher process: unreadable results")
-                continue
-            self._window.resolved(*(r[0] for r in batch))  # room for the next waiting calls
-            for fid, ok, value in batch:
-                if fid == STOPPED:
-                    self._final = value
-                    continue
-                call = self._calls.pop(fid, None)
-                if call is not None:
-                    self._settled(call)
-                future = call or self._queries.pop(fid, None)
-                if future is None:
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(_restored(value))
-            self._backlog_changed()
-        self._fail_all(self._exit_error())
-
-    def _exit_error(self) -> DispatcherClosed:
-        if self._final is not None or self._closing:
-            return DispatcherClosed("dispatcher process stopped")
-        proc = self._proc
-        code = None
-        if proc is not None:
-            proc.join(1.0)
-            code = proc.exitcode
-        return DispatcherProcessDied(f"dispatcher process exited unexpectedly (exit code {code})")
-
-    def _resolve_waiting(
-        self, fids: list[tuple[int, str]], error: Callable[[str], BaseException]
-    ) -> None:
-        """Any thread: resolve calls taken out of the window with ``error(call_type)``
-        (whoever pops a future resolves it)."""
-        for fid, call_type in fids:
-            future = self._calls.pop(fid, None)
-            if future is not None:
-                self._settled(future)
-                future.set_exception(error(call_type))
-        self._backlog_changed()
-
-    def _fail_all(self, error: DispatcherClosed) -> None:
-        self._window.close()  # nothing more goes out; the waiting calls fail below
-        if self._gone is None:
-            self._gone = error
-        error = self._gone
-        for fid in list(self._calls):
-            call = self._calls.pop(fid, None)
-            if call is not None:
-                self._settled(call)
-                call.set_exception(copy.copy(error))
-        for fid in list(self._queries):
-            query = self._queries.pop(fid, None)
-            if query is not None:
-                query.set_exception(copy.copy(error))
-        self._backlog_changed()
-
-    @staticmethod
-    def _settled(future: CallFuture) -> None:
-        """Any thread, right after popping ``future`` from ``_calls`` (so once): it leaves
-        the backlog of its lane."""
-        future.lane.pop()  # type: ignore[union-attr]  # set by submit before it is registered
-
-    def _backlog_changed(self) -> None:
-        """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
-        if self._backlog.waiters:
-            self._backlog.wake()
-
 
 def _refuse_after(after: object) -> None:
     """``after=`` is refused by a dispatcher in another process (any thread)."""
@@ -758,15 +565,6 @@ def _check_leader(leader: object) -> None:
             "leader must measure its deadlines on time.monotonic: the child process compares "
             "them with its own CLOCK_MONOTONIC"
         )
-
-
-def _restored(value: object) -> BaseException:
-    """An exception as it came out of the pipe, with ``CallFailed.cause`` chained again."""
-    if not isinstance(value, BaseException):
-        return CallFailed(f"unexpected result from the dispatcher process: {value!r}")
-    if isinstance(value, CallFailed) and value.cause is not None:
-        value.__cause__ = value.cause
-    return value
 
 
 __all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher", "SendDeadlines"]
