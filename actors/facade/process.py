@@ -1,61 +1,15 @@
-"""``ProcessDispatcher``: the dispatcher in a child process, so its threads do not share the
-caller's interpreter lock.
+"""``ProcessDispatcher``: a real :class:`~kdispatch.Dispatcher` in a child process, so its
+actors, executor workers and HTTP client do not compete with the caller's threads for the
+interpreter lock.
 
-A :class:`~kdispatch.Dispatcher` runs its object actors, its executor's
-workers and the backend's HTTP client as Python threads of the caller's process; every one of
-them competes with the scheduling threads for the one interpreter lock, and a submit waits for
-it. ``ProcessDispatcher`` starts a real ``Dispatcher`` in a child interpreter
-(``multiprocessing`` with the ``spawn`` context, never ``fork``: the caller has threads) and
-keeps in the caller only what a scheduler needs: ``submit`` pickles the call and queues it; one
-writer thread sends everything queued in one pipe write (so a child that reads slowly never
-blocks a caller), and one reader thread resolves the futures from the child's results, which
-arrive coalesced too (see :mod:`kdispatch.actors.facade.process_child`).
-
-What differs from the in-process dispatcher:
-
-* the backend is built **in the child** from ``backend_factory``, a picklable callable (e.g.
-  ``functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)``); an in-memory
-  apiserver of the caller cannot be shared with the child, so serve it over HTTP
-  (:class:`~kdispatch.testing.httpserver.ApiServerHTTP`) and point the factory at its URL;
-* calls, informer objects and results cross by pickle: a call whose fields do not pickle is
-  rejected at ``submit`` with :class:`~kdispatch.InvalidCallError`;
-* errors the child's ``submit`` raises (the actor cap, a revoked dispatcher) arrive on the
-  future instead of at ``submit``;
-* ``RuntimeConfig``'s garbage-collector settings (``gc_freeze``, ``gc_young_threshold``) are
-  process-wide, so they apply in both processes, from ``start`` to ``stop``, as they would to
-  the one process of an in-process dispatcher;
-* metrics live in the child's own registry; :meth:`ProcessDispatcher.stats` brings the
-  figures across;
-* a ``send_gate`` callable cannot cross, so leader election is wired with ``leader=`` (a
-  :class:`~kdispatch.adapters.leader.LeaseElector`): the elector tells this dispatcher its
-  send deadline (:meth:`~kdispatch.adapters.leader.LeaseElector.watch_send_deadline`) and it
-  is stored in a shared-memory ``double`` the child's executor compares with
-  ``time.monotonic()`` right before every request, with no pipe round trip. The gate starts
-  closed, opens while the elector leads, and closes at the renew deadline by the clock alone:
-  a parent that died or stalled stops renewing, so the child stops sending at the deadline.
-  As with the in-process dispatcher, the elector's ``on_lost`` should :meth:`revoke` it so
-  the calls not yet sent resolve at once instead of at their turn;
-* back-pressure: at most ``max_in_flight`` calls are sent to the child and not yet resolved
-  (:class:`~kdispatch.actors.facade.process_window.SendWindow`), of them at most twice as many
-  Events as the child's executor sends at once; beyond that, calls wait in this
-  process in lanes by relevance, so a binding or a deletion submitted behind thousands of
-  status patches overtakes them instead of queueing behind them in the pipe, and ``submit``
-  still never blocks. One object's calls keep their order. A call waiting here is not yet
-  known to the child: :meth:`~ProcessDispatcher.view` does not show it; ``cancel``,
-  ``on_delete``, ``revoke``, ``stop`` and the child's death resolve it here, as the child
-  would have. A caller that would rather hold back than pile calls up opts in with
-  :meth:`~ProcessDispatcher.wait_backlog` (woken by the reader thread as results arrive);
-* ``asubmit`` and ``aview`` are the asyncio forms, as on the in-process dispatcher (the
-  helpers of :mod:`kdispatch.actors.engine.aio`): the reader thread posts each result to the loop;
-* if the child dies, every pending future fails with :class:`DispatcherProcessDied` (a
-  :class:`~kdispatch.DispatcherClosed`) and ``submit`` raises it from then on;
-* calls held on prerequisites (``after=``) and call groups (``group(owner=...)``) are not
-  supported: they raise :class:`~kdispatch.GroupsNotSupported` (a
-  prerequisite's future lives in this process and its call in the child; chain the futures
-  in the caller, or use an in-process ``Dispatcher``).
-
-Scripts that use it must guard their entry point (``if __name__ == "__main__":``), as every
-``spawn`` user must: the child imports the main module.
+The child is started with ``spawn`` (never ``fork``: the caller has threads) and builds its
+backend from a picklable factory; calls, informer objects and results cross by pickle over two
+pipes (:mod:`~kdispatch.actors.facade.process_link`, :mod:`~kdispatch.actors.facade.process_child`).
+At most ``max_in_flight`` calls are in the child; the rest wait here by relevance
+(:mod:`~kdispatch.actors.facade.process_window`). With ``leader=``, the child's executor reads
+the send deadline from shared memory before every request. What differs from the in-process
+dispatcher is on the docs' page "The dispatcher in its own process". Scripts that use it must
+guard their entry point (``if __name__ == "__main__":``), as every ``spawn`` user must.
 """
 
 from __future__ import annotations
@@ -109,9 +63,8 @@ from .process_link import ChildLink, DispatcherProcessDied
 from .process_window import SendWindow
 
 MAX_IN_FLIGHT = 256
-"""Default of ``ProcessDispatcher(max_in_flight=...)``: calls sent to the child and not yet
-resolved, at most. Enough to keep a few dozen executor workers busy while the child merges,
-few enough that the child takes in a binding within milliseconds."""
+"""Default of ``ProcessDispatcher(max_in_flight=...)``: calls in the child and not yet
+resolved, at most."""
 
 CONTEXTS = ("spawn", "forkserver")
 """Start methods that never fork a process with threads."""
@@ -132,19 +85,13 @@ class SendDeadlines(Protocol):
 
 
 class ProcessDispatcher(ChildLink, DispatcherLike):
-    """A :class:`~kdispatch.Dispatcher` running in a child process; the same
-    caller API for what a scheduler uses. Every public method may be called from any thread.
-
-    Typical use::
+    """A :class:`~kdispatch.Dispatcher` running in a child process, with the same caller API
+    for what a scheduler uses (see the module docstring). Every public method may be called
+    from any thread. Typical use::
 
         factory = functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)
         with ProcessDispatcher(factory, DispatcherConfig()) as dispatcher:
             future = dispatcher.submit(PodBinding.for_pod(pod, "node-1"))
-
-    With leader election, the elector gates the child's sends (see the module docstring)::
-
-        elector = LeaseElector(client, election, on_lost=lambda err: dispatcher.revoke(err))
-        dispatcher = ProcessDispatcher(factory, config, leader=elector).start()
     """
 
     def __init__(
@@ -159,11 +106,9 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         max_in_flight: int | None = MAX_IN_FLIGHT,
     ) -> None:
         """Caller thread. Checks the arguments (each must pickle); starts nothing. With
-        ``leader``, the child sends a request only while ``time.monotonic()`` is before the
-        send deadline ``leader`` last told (closed until it first leads); this registers the
-        observer on ``leader`` (:attr:`send_deadline` follows it from now on).
-        ``max_in_flight``: calls sent to the child and not yet resolved, at most (None: no
-        limit); the others wait here by relevance (see the module docstring). Raises
+        ``leader``, the child sends only while ``time.monotonic()`` is before the send deadline
+        ``leader`` last told (closed until it first leads). ``max_in_flight``: calls in the
+        child and not yet resolved, at most (None: no limit). Raises
         :class:`~kdispatch.InvalidConfigError`."""
         if not callable(backend_factory):
             raise InvalidConfigError("backend_factory must be a callable returning an ApiBackend")
@@ -194,8 +139,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
         self._ids = itertools.count()
         self._calls: dict[int, CallFuture] = {}
-        # The futures of _calls counted per lane, and wait_backlog's waiters: whoever pops a
-        # future from _calls pops its lane too (_settled)
+        # _calls counted per lane: whoever pops a future from _calls pops its lane (_settled)
         self._backlog = Backlog()
         self._queries: dict[int, Future[Any]] = {}
         self._state_lock = threading.Lock()
@@ -217,8 +161,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
             max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
         )
         self._gc = GcTuner(config.runtime)
-        # The send deadline on CLOCK_MONOTONIC, shared with the child (0.0: closed). Only
-        # the leader's observer stores into it, under the leader's lock.
+        # The send deadline shared with the child (0.0: closed); only the leader stores it
         self._send_until: c_double | None = None
         if leader is not None:
             self._send_until = cast("c_double", self._mp.RawValue("d", 0.0))
@@ -227,10 +170,9 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Self:
-        """Caller thread. Start the child, wait until its dispatcher runs (at most
-        ``start_timeout``), start the reader thread. Re-raises what stopped the child's start
-        (e.g. the backend factory's error). Raises :class:`InvalidInputError` if already
-        started, or once stopped (create a new ProcessDispatcher instead)."""
+        """Caller thread. Start the child and wait (at most ``start_timeout``) until its
+        dispatcher runs. Re-raises what stopped the child's start (e.g. the backend factory's
+        error); :class:`InvalidInputError` if already started or stopped."""
         with self._state_lock:
             if self._stopped:
                 raise InvalidInputError("dispatcher stopped: create a new ProcessDispatcher")
@@ -281,11 +223,9 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         self.stop()
 
     def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
-        """Caller thread. Stop intake; the child stops its dispatcher (``drain``: pending calls
-        may finish until ``timeout``; what is left resolves ``DispatcherClosed``), sends the
-        last results and exits; the child is joined (killed if it does not exit within 10 s
-        after the deadline) and the reader thread ends. Returns True if every call finished
-        before the deadline. Idempotent."""
+        """Caller thread. :meth:`Dispatcher.stop <kdispatch.Dispatcher.stop>` in the child,
+        which then exits (killed if it has not 10 s after the deadline). True if every call
+        finished before the deadline. Idempotent."""
         with self._state_lock:
             if self._stopped or not self._started:
                 self._closing = self._stopped = True
@@ -313,12 +253,9 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
     # ------------------------------------------------------------------ calls
 
     def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
-        """Any thread; returns after one pickle and one queue put (the writer thread sends it,
-        or the call waits here while ``max_in_flight`` calls are in the child), never waits
-        for the child.
-        Raises :class:`~kdispatch.InvalidInputError` subclasses for bad calls
-        (an unregistered type, a wrong kind, fields that do not pickle; any ``after``:
-        :class:`~kdispatch.GroupsNotSupported`) and
+        """Any thread; one pickle and one queue put, never a wait for the child. Raises
+        :class:`~kdispatch.InvalidInputError` subclasses for bad calls (fields that do not
+        pickle included; any ``after``: :class:`~kdispatch.GroupsNotSupported`) and
         :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
         the dispatcher is stopped, revoked or gone."""
         _refuse_after(after)
@@ -339,8 +276,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         if self._gone is None:
             self._window.submit(fid, call.ref.uid, call.call_type, relevance, data)
         if self._gone is not None and self._calls.pop(fid, None) is not None:
-            # The reader's sweep may have run before this future was registered: whoever
-            # pops a future resolves it, so it is resolved (here: raised) exactly once.
+            # the reader's sweep ran before it was registered: whoever pops it resolves it
             self._settled(future)
             self._window.discard(fid)
             raise copy.copy(self._gone)
@@ -348,19 +284,14 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
         """Event-loop thread; never blocks it. :meth:`Dispatcher.asubmit
-        <kdispatch.Dispatcher.asubmit>`: the call is submitted now (bad input
-        and a closed dispatcher raise here, as from :meth:`submit`; outside a running loop
-        :class:`~kdispatch.NoEventLoopError`, and nothing is submitted); the
-        result is an ``asyncio.Future`` on the running loop, settled from the reader thread.
-        Cancelling it does not withdraw the call (use :meth:`cancel`). ``after``: refused
+        <kdispatch.Dispatcher.asubmit>`, settled from the reader thread; ``after`` is refused
         (:class:`~kdispatch.GroupsNotSupported`)."""
         _refuse_after(after)
         loop = running_loop("asubmit()")
         return wrap_call_future(self.submit(call), loop)
 
     def group(self, owner: object, *, kind: str | None = None) -> NoReturn:
-        """Not supported here: raises :class:`~kdispatch.GroupsNotSupported`
-        (see the module docstring)."""
+        """Not supported here: raises :class:`~kdispatch.GroupsNotSupported`."""
         del owner, kind
         raise GroupsNotSupported(
             "ProcessDispatcher does not build call groups: use an in-process Dispatcher"
@@ -409,18 +340,16 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         self._send_until.value = float(deadline)
 
     def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
-        """Caller thread (blocks for one round trip to the child). :meth:`Dispatcher.view`:
-        the object with its in-flight and pending mutations applied, or None if untracked.
-        Raises :class:`DispatcherClosed` when the child is not running, ``TimeoutError``."""
+        """Caller thread (one round trip to the child). :meth:`Dispatcher.view`; raises
+        :class:`DispatcherClosed` when the child is not running, ``TimeoutError``."""
         check_uid(uid)
         return cast("Obj | None", self._query("view", uid, timeout))
 
     def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
-        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code; the child's answer
-        is posted to the awaiting loop by the reader thread, so the loop is never blocked and
-        no thread waits. Bad input raises when ``aview`` is called; once awaited,
-        :class:`DispatcherClosed` when the child is not running, :class:`TimeoutError` after
-        ``timeout`` seconds (a later answer is dropped); None if the object is not tracked."""
+        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code, the answer posted
+        to the loop by the reader thread. Bad input raises when ``aview`` is called; once
+        awaited, :class:`DispatcherClosed` when the child is not running,
+        :class:`TimeoutError` after ``timeout`` seconds (a later answer is dropped)."""
         check_uid(uid)
         seconds = check_timeout(timeout)
         return self._aview(uid, seconds)
@@ -476,21 +405,17 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
 
     @property
     def backlog(self) -> int:
-        """Any thread; cheap. Calls submitted and not resolved, in the child or waiting here,
-        Events (best-effort calls) left out (see :attr:`DispatcherLike.backlog`)."""
+        """Any thread. :attr:`DispatcherLike.backlog`, counted in this process."""
         return self._backlog.count(lane_level(self.call_types, None))
 
     def backlog_at(self, call_type: str | None = None) -> int:
-        """Any thread; cheap. Calls not resolved (in the child or waiting here) in
-        ``call_type``'s lane and the lanes above it (see :meth:`DispatcherLike.backlog_at`)."""
+        """Any thread. :meth:`DispatcherLike.backlog_at`, counted in this process."""
         return self._backlog.count(lane_level(self.call_types, call_type))
 
     def wait_backlog(
         self, below: int, timeout: float | None = None, *, call_type: str | None = None
     ) -> bool:
-        """Calling thread (never the reader's). Block until :meth:`backlog_at`
-        ``(call_type)`` is below ``below``, woken by the reader thread as results arrive;
-        False after ``timeout`` seconds. See :meth:`DispatcherLike.wait_backlog`."""
+        """Calling thread. :meth:`DispatcherLike.wait_backlog`, woken by the reader thread."""
         return self._backlog.wait(below, timeout, lane_level(self.call_types, call_type))
 
     @property
@@ -509,10 +434,9 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         return self._pid
 
     def stats(self) -> dict[str, Any]:
-        """Caller thread (one round trip while the child runs; while it stops, the previous
-        answer; after ``stop``, the child's last figures). The child's
-        :meth:`Dispatcher.stats <kdispatch.Dispatcher.stats>`, with the same
-        keys, documented there; ``pid`` is the child's process id."""
+        """Caller thread (one round trip; while stopping, the previous answer; after
+        ``stop``, the child's last figures). The child's :meth:`Dispatcher.stats
+        <kdispatch.Dispatcher.stats>`, plus ``pid``, the child's process id."""
         if self._final is not None:
             out = dict(self._final[1])
         elif self._closing and self._last_stats is not None:
@@ -545,17 +469,15 @@ def _check_max_in_flight(value: object) -> None:
 
 
 def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> int | None:
-    """Best-effort calls (Events) in flight to the child, at most: twice what its executor
-    sends at once (a quarter of its workers), so the next one is always there while they do
-    not hold the window's room through a burst of other calls (None without a window)."""
+    """Best-effort calls (Events) in the child, at most: twice what its executor sends at once
+    (a quarter of its workers); None without a window."""
     if max_in_flight is None:
         return None
     return min(max_in_flight, 2 * max(1, config.executor.workers // 4))
 
 
 def _check_leader(leader: object) -> None:
-    """``leader`` is None or offers the deadlines on ``time.monotonic``; InvalidConfigError
-    otherwise."""
+    """``leader`` is None or offers deadlines on ``time.monotonic``; else InvalidConfigError."""
     if leader is None:
         return
     if not callable(getattr(leader, "watch_send_deadline", None)):

@@ -27,7 +27,7 @@ from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.dispatcher_like import Backlog
 from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
 
-from .process_child import QUERY, READY, STOPPED, Result, dumps
+from .process_child import QUERY, READY, STOPPED, Result, dumps, take_batch
 from .process_window import SendWindow
 
 _MAX_WRITE = 1 << 20
@@ -60,6 +60,7 @@ class ChildLink:
     _results: Connection | None
 
     def _await_ready(self, results: Connection) -> Result:
+        """Caller thread (``start``): the child's READY result, or a failed one."""
         try:
             if results.poll(self._start_timeout):
                 batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
@@ -71,6 +72,7 @@ class ChildLink:
         return (READY, False, DispatcherProcessDied(f"dispatcher process did not start ({code})"))
 
     def _end_child(self, *, timeout: float) -> None:
+        """Caller thread: join the child (kill it after ``timeout``), close the pipes."""
         proc = self._proc
         if proc is not None:
             proc.join(timeout)
@@ -87,6 +89,7 @@ class ChildLink:
                 proc.close()
 
     def _check_open(self) -> None:
+        """Any thread: raise what a submit or query meets once the dispatcher is not open."""
         if self._revoked is not None:
             raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
         if self._gone is not None:
@@ -106,30 +109,17 @@ class ChildLink:
         self._outbox.put(data)
 
     def _write(self) -> None:
-        """Writer thread: send whatever is queued in one pipe write (the child unpickles the
-        concatenated messages in order), until the ``None`` that :meth:`stop` queues. Only this
-        thread writes to the pipe, so a child that reads slowly never blocks a caller."""
+        """Writer thread, the pipe's only writer: send whatever is queued in one write (the
+        child unpickles the messages in order), until the ``None`` that ``stop`` queues."""
         conn = self._requests
         assert conn is not None
-        more = True
-        while more:
-            item = self._outbox.get()
-            batch: list[bytes] = []
-            size = 0
-            while item is not None:
-                batch.append(item)
-                size += len(item)
-                if size >= _MAX_WRITE:
-                    break
-                try:
-                    item = self._outbox.get_nowait()
-                except queue.Empty:
-                    break
-            more = item is not None
+        ended = False
+        while not ended:
+            batch, ended = take_batch(self._outbox, _MAX_WRITE, len)
             if not batch:
                 continue
             try:
-                conn.send_bytes(b"".join(batch) if len(batch) > 1 else batch[0])
+                conn.send_bytes(b"".join(batch))
             except (OSError, ValueError):  # the child is gone: the reader fails what is left
                 return
 
@@ -189,6 +179,7 @@ class ChildLink:
         self._fail_all(self._exit_error())
 
     def _exit_error(self) -> DispatcherClosed:
+        """Reader thread: what the futures left when the pipe closed fail with."""
         if self._final is not None or self._closing:
             return DispatcherClosed("dispatcher process stopped")
         proc = self._proc
@@ -211,6 +202,7 @@ class ChildLink:
         self._backlog_changed()
 
     def _fail_all(self, error: DispatcherClosed) -> None:
+        """Any thread: the child is gone; fail every future left (the first error stays)."""
         self._window.close()  # nothing more goes out; the waiting calls fail below
         if self._gone is None:
             self._gone = error
