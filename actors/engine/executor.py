@@ -73,15 +73,7 @@ class Executor(LaneScheduler):
             and getattr(backend, "non_blocking", False) is True
             and rate_limit.qps == math.inf
         )
-        LaneScheduler.__init__(
-            self,
-            relevances=relevances,
-            rate_limit=rate_limit,
-            config=config,
-            metrics=metrics,
-            clock=clock,
-            inline=inline,
-        )
+        LaneScheduler.__init__(self, relevances, rate_limit, config, metrics, clock, inline=inline)
         self._name = name
         self.send_gate = send_gate
         self.sender = Sender(self, backend, retry, metrics, rand=rand, log_calls=log_calls)

@@ -38,12 +38,12 @@ class LaneScheduler:
 
     def __init__(
         self,
-        *,
         relevances: Iterable[int],
         rate_limit: RateLimitConfig,
         config: ExecutorConfig,
         metrics: Metrics,
         clock: Callable[[], float],
+        *,
         inline: bool,
     ) -> None:
         self._inline = inline

@@ -1,34 +1,18 @@
 """Pooled actors: thousands of small actors, a few shared worker threads.
 
-An :class:`Actor` is a slotted object with an inbox. :meth:`Actor.tell` queues a message and,
-when the actor was idle, puts it on its :class:`ActorPool`'s ready queue; a worker thread then
-runs the actor's *turn*: it hands the queued messages to :meth:`Actor.receive` one at a time,
-in order, at most ``batch`` of them, and then puts the actor back at the end of the ready
-queue if more are waiting (so a flooded actor cannot starve the others). One actor's messages
-are never handled by two threads at once; different actors run concurrently, up to
-``workers`` at a time.
+An :class:`Actor` is a slotted object with an inbox (an object and a lock, not an OS thread).
+:meth:`Actor.tell` queues a message and, when the actor was idle, puts it on its
+:class:`ActorPool`'s ready queue; a worker then runs the actor's *turn*: the queued messages,
+one at a time, in order, at most ``batch``, then back to the end of the ready queue if more
+wait. One actor's messages are never handled by two threads at once.
 
-A thread-per-actor runtime (pykka's ``ThreadingActor``) costs an OS thread, tens of KiB and
-a context switch per message; an actor here costs an object, a lock and, while messages wait,
-a deque.
-
-Rules for subclasses:
-
-* :meth:`Actor.receive` runs on a pool worker and **must never block** (on a future, a lock
-  held across I/O, another actor): it would hold the worker and can deadlock the pool.
-  Replies travel as messages, or as futures the receiver resolves.
-* An actor leaves by closing its inbox: :meth:`Actor.stop` from its own turn, or
-  :meth:`Actor.close_if_empty`, which closes it only if nothing is queued, atomically with
-  every :meth:`Actor.tell`. A tell to a closed actor returns False and queues nothing, so a
-  sender always knows whether its message will be handled (the registry routes it again).
-  Messages still queued when an actor stops are handed to :meth:`Actor.dropped`.
-* An exception from :meth:`Actor.receive` calls :meth:`Actor.crashed` and stops that actor
-  only; the pool goes on.
-
-The inbox is guarded by the actor's lock except for one step: the worker running the turn
-pops messages without it (``deque.popleft`` is atomic under the interpreter lock, and only
-that worker pops), and takes it to go idle, so a message queued meanwhile is either popped or
-reschedules the actor.
+Rules for subclasses: :meth:`Actor.receive` runs on a pool worker and **must never block**
+(replies travel as messages or futures). An actor leaves by closing its inbox
+(:meth:`Actor.stop` on its turn, or :meth:`Actor.close_if_empty`, atomic with every tell); a
+tell to a closed actor returns False and queues nothing, and messages still queued at the stop
+go to :meth:`Actor.dropped`. An exception from :meth:`Actor.receive` calls
+:meth:`Actor.crashed` and stops that actor only. The worker running a turn pops messages
+without the lock (``deque.popleft`` is atomic, and only it pops) and takes it to go idle.
 """
 
 from __future__ import annotations
@@ -162,13 +146,7 @@ class Actor:
         idle, requeue, or finish stopping. The thread running this turn (a pool worker, or
         :meth:`run_or_tell`'s caller): the only one running this actor now."""
         if first is not _NOTHING:
-            try:
-                self.receive(first)
-            except BaseException as exc:  # this actor only: the thread goes on
-                self._crash(exc)
-                return
-            if self._state == _CLOSED:
-                self._drain()
+            if not self._handle(first):
                 return
             batch -= 1
         items = self._items
@@ -184,16 +162,23 @@ class Actor:
                     lock.release()
                     return
                 lock.release()
-            message = items.popleft()  # only this worker pops: atomic against a tell's append
-            try:
-                self.receive(message)
-            except BaseException as exc:  # this actor only: the worker goes on
-                self._crash(exc)
-                return
-            if self._state == _CLOSED:
-                self._drain()
+            # only this worker pops: atomic against a tell's append
+            if not self._handle(items.popleft()):
                 return
         self._ready.put(self)  # batch used up: back of the queue (still scheduled)
+
+    def _handle(self, message: object) -> bool:
+        """The turn's thread: handle one message; False once the actor stopped (crashed or
+        closed) and its queue was drained."""
+        try:
+            self.receive(message)
+        except BaseException as exc:  # this actor only: the thread goes on
+            self._crash(exc)
+            return False
+        if self._state == _CLOSED:
+            self._drain()
+            return False
+        return True
 
     def _crash(self, error: BaseException) -> None:
         """The turn's thread, after :meth:`receive` raised: report, stop, drain."""
