@@ -1,12 +1,6 @@
-"""Garbage-collector settings of a dispatcher: freeze the survivors, young-generation threshold.
-
-CPython's cyclic collector stops every thread while it scans a generation; a full collection
-scans every tracked object, so its pause grows with the number of live object actors.
-``gc.freeze()`` moves the objects alive now into a permanent generation that no collection
-scans. Freezing right after each collection of generation 1 moves every object that survived
-the two young collections there at once, so generation 2 stays nearly empty and a full
-collection costs about as much as a young one. Both settings are process-wide (see
-:class:`~kdispatch.RuntimeConfig`).
+"""Garbage-collector settings of a dispatcher, process-wide (see
+:class:`~kdispatch.RuntimeConfig`): freeze the survivors of each generation-1 collection, so a
+full collection stays about as cheap as a young one, and the young-generation threshold.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Token bucket (QPS + burst) with an injectable clock.
-
-Not thread-safe by itself: the executor calls it under its own lock. A token taken for work that
-turned out to be pointless (the object had nothing to send any more) is given back with
-:meth:`TokenBucket.refund`, so merged and elided calls cost no budget.
+"""Token bucket (QPS + burst) with an injectable clock. Not thread-safe by itself: the
+executor calls it under its own lock. A token taken for nothing is given back
+(:meth:`TokenBucket.refund`), so merged and elided calls cost no budget.
 """
 
 from __future__ import annotations
