@@ -76,10 +76,9 @@ class CallFuture(Uncancellable[Outcome]):
 
 
 def settle(future: Future[Any], outcome: Outcome | BaseException) -> bool:
-    """Resolve ``future`` with ``outcome`` (a result, or an exception to raise), then tell its
-    group if it is a group's step: the one way a call's future resolves. False, with nothing
-    changed, if it was resolved already (a race the caller chose to tolerate). The resolving
-    thread."""
+    """The one way a call's future resolves: with ``outcome`` (a result, or an exception to
+    raise), then its group is told if it is a step. False, with nothing changed, if it was
+    resolved already. The resolving thread."""
     try:
         if isinstance(outcome, BaseException):
             future.set_exception(outcome)
@@ -183,8 +182,7 @@ class Reap:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """From the executor: a token and a worker slot are reserved for this object. The actor
-    answers with ``Executor.job`` (its head call, or the re-read it needs) or
-    ``Executor.refund`` (nothing to send)."""
+    """From the executor: a token and a worker slot are reserved for this object; the actor
+    answers with ``Executor.job`` or ``Executor.refund``."""
 
     now: float

@@ -38,9 +38,8 @@ def _result(outcome: str) -> str:
 
 
 class MetricsRegistryInUse(InvalidConfigError):
-    """The metrics registry already holds these metrics: those of a dispatcher that is still
-    running (stop it first, or give each dispatcher its own registry), or other
-    collectors with the same names."""
+    """The metrics registry already holds these metrics: a running dispatcher's (stop it, or
+    give each dispatcher its own registry), or other collectors of the same names."""
 
 
 # registry -> the Metrics whose collectors it holds

@@ -280,8 +280,7 @@ class ObjectActor(Actor):
 
     def crashed(self, error: BaseException) -> None:
         """A bug (in a custom merger, say) crashed this actor: fail this object's futures with
-        the error and leave the registry, so the next message spawns a clean actor. Other
-        objects are untouched."""
+        the error and leave the registry; the next message spawns a clean actor."""
         ctx = self.ctx
         ctx.metrics.actor_failed()
         logger.opt(exception=error).error("object actor for {} crashed", self.uid)

@@ -71,10 +71,9 @@ class Registry:
     # ----------------------------------------------------------------- routing
 
     def tell(self, uid: str, message: object, spawn: Spawn | None = None) -> bool:
-        """Route ``message`` to the actor of ``uid``, spawning it with ``spawn(uid)`` if there is
-        none. False (the message counted as dropped) if ``uid`` is tombstoned, or has no actor
-        and no ``spawn`` was given. Raises :class:`ActorLimitExceeded` at ``max_live``, and
-        whatever ``spawn`` raises. Any thread."""
+        """Route ``message`` to the actor of ``uid``, spawned with ``spawn(uid)`` if there is
+        none. False (counted as dropped) if ``uid`` is tombstoned, or has no actor and no
+        ``spawn``. Raises :class:`ActorLimitExceeded` at ``max_live``. Any thread."""
         live = self._live
         actor = live.get(uid)
         if (
@@ -97,7 +96,7 @@ class Registry:
                     return False
         while True:
             if actor is None:
-                if spawn is None or (self._any_tombstone and self._is_tombstoned(uid)):
+                if spawn is None or (self._any_tombstone and self.is_tombstoned(uid)):
                     self._drop()
                     return False
                 actor = self._spawn(uid, spawn)
@@ -167,9 +166,6 @@ class Registry:
 
     def is_tombstoned(self, uid: str) -> bool:
         """Whether ``uid`` has an unexpired tombstone. Any thread."""
-        return self._is_tombstoned(uid)
-
-    def _is_tombstoned(self, uid: str) -> bool:
         if not self._any_tombstone:
             return False
         with self._lock:
@@ -183,11 +179,9 @@ class Registry:
     # ----------------------------------------------------------------- reaping
 
     def reap_idle(self) -> int:
-        """Tell ``Reap`` to every actor idle (``actor.idle_since``, set by the actor) for
-        ``idle_timeout``; how many were asked. A pass also notes when the least recently idle
-        actor it left alone can be due at the earliest, and passes before then return 0 at
-        once. O(live actors) on a snapshot; routing never waits for it. Any thread (the
-        reaper)."""
+        """Tell ``Reap`` to every actor idle (``actor.idle_since``) for ``idle_timeout``; how
+        many were asked. Passes before the earliest an actor it left alone can be due return 0
+        at once. O(live actors) on a snapshot, no lock. Any thread (the housekeeper)."""
         timeout = self._idle_timeout
         if timeout is None:
             return 0
@@ -243,8 +237,7 @@ _REGISTRIES: weakref.WeakSet[Registry] = weakref.WeakSet()
 
 
 def live_pooled_actors() -> int:
-    """Object actors registered in any registry of this process and not yet stopped (a
-    dispatcher's ``stop`` abandons its own), for leak checks. Any thread."""
+    """Object actors registered in any registry of this process, for leak checks. Any thread."""
     return sum(registry.live_count() for registry in list(_REGISTRIES))
 
 

@@ -17,23 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import itertools
 import multiprocessing
-import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from concurrent.futures import Future
 from ctypes import c_double
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any, NoReturn, Protocol, Self, cast
 
 from loguru import logger
 
 from kdispatch.actors.engine.aio import await_future, check_timeout, running_loop, wrap_call_future
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherLike, lane_level
+from kdispatch.actors.facade.dispatcher_like import DispatcherLike, lane_level
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig
@@ -135,31 +130,20 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         self.call_types = call_types if call_types is not None else default_call_types()
         self._child_call_types = call_types
         self._factory = backend_factory
-        self._start_timeout = float(start_timeout)
+        ChildLink.__init__(self, float(start_timeout))
+        self._window = SendWindow(
+            max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
+        )
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
-        self._ids = itertools.count()
-        self._calls: dict[int, CallFuture] = {}
-        # _calls counted per lane: whoever pops a future from _calls pops its lane (_settled)
-        self._backlog = Backlog()
-        self._queries: dict[int, Future[Any]] = {}
         self._state_lock = threading.Lock()
         self._started = False
         self._closing = False
         self._stopped = False
-        self._gone: DispatcherClosed | None = None
         self._revoked: DispatcherClosed | None = None
-        self._final: tuple[bool, dict[str, Any]] | None = None
         self._last_stats: dict[str, Any] | None = None
-        self._proc: BaseProcess | None = None
         self._pid: int | None = None
-        self._requests: Connection | None = None
-        self._results: Connection | None = None
         self._reader: threading.Thread | None = None
         self._writer: threading.Thread | None = None
-        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._window = SendWindow(
-            max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
-        )
         self._gc = GcTuner(config.runtime)
         # The send deadline shared with the child (0.0: closed); only the leader stores it
         self._send_until: c_double | None = None
@@ -311,8 +295,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         self._send(dumps((CANCEL, uid, call_type)))
 
     def revoke(self, error: DispatcherClosed) -> None:
-        """Any thread; never blocks. :meth:`Dispatcher.revoke`: ``submit`` raises ``error``
-        from now on and the child resolves every call not yet sent with it."""
+        """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child."""
         if not isinstance(error, DispatcherClosed):
             raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
         with self._state_lock:
@@ -363,8 +346,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
             self._queries.pop(qid, None)
 
     def freeze_gc(self) -> None:
-        """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in the child, and the
-        same freeze in the caller's process."""
+        """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in both processes."""
         self._query("freeze_gc", None, 30.0)
         self._gc.freeze()
 
@@ -379,8 +361,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         self._observe(obj, kind, deleted=False)
 
     def on_delete(self, obj: object, kind: str | None = None) -> None:
-        """Informer thread; never blocks on the child. Cancels the object's pending calls
-        and tombstones its UID (in the child)."""
+        """Informer thread; never blocks. Cancels the object's pending calls, tombstones it."""
         self._observe(obj, kind, deleted=True)
 
     def _observe(self, obj: object, kind: str | None, *, deleted: bool) -> None:

@@ -107,12 +107,8 @@ def portable(exc: BaseException) -> BaseException:
 
 class SharedDeadline:
     """A send gate read from shared memory: open while ``time.monotonic()`` is before the
-    deadline the parent stored (``CLOCK_MONOTONIC``, one clock for every process on Linux).
-
-    Called by the child's executor workers before every request; it reads one aligned
-    8-byte ``double`` (no lock, so a parent that died or stalled mid-store cannot hold the
-    gate up) and fails closed: ``0.0`` (the initial value), a deadline that passed or a NaN
-    all give False. A parent that stops renewing simply lets the deadline pass."""
+    deadline the parent stored. One aligned 8-byte read, no lock; fails closed (``0.0``, a
+    deadline that passed, NaN)."""
 
     __slots__ = ("_until",)
 
@@ -125,8 +121,8 @@ class SharedDeadline:
 
 
 class _Outbox:
-    """Results waiting for the writer thread. ``put`` runs on any thread (actor pool threads,
-    via future callbacks) and never blocks; the writer sends whatever is queued in one write."""
+    """Results waiting for the writer thread, which sends whatever is queued in one write.
+    ``put`` runs on any thread and never blocks."""
 
     def __init__(self, conn: Connection, batch: int = 1024) -> None:
         self._conn = conn
@@ -259,8 +255,7 @@ class _Child:
         self.outbox.put((qid, True, value))
 
     def stop(self, *, drain: bool, timeout: float) -> None:
-        """Main thread. Stop the dispatcher (every future resolves), answer the queries still
-        running, then send the final figures last."""
+        """Main thread. Stop the dispatcher, finish the queries, then send the final figures."""
         drained = self.dispatcher.stop(drain=drain, timeout=timeout)
         self.queries.shutdown(wait=True)
         self.outbox.put((STOPPED, True, (drained, self.dispatcher.stats())))
@@ -275,10 +270,8 @@ def child_main(
     *,
     send_until: c_double | None = None,
 ) -> None:
-    """The child process's entry point (main thread): build the backend and the dispatcher
-    (gated by ``send_until`` through :class:`SharedDeadline` when given), report
-    :data:`READY`, then serve the parent's messages until :data:`STOP` or until the parent
-    goes away."""
+    """The child's entry point (main thread): build the backend and the dispatcher, report
+    :data:`READY`, then serve the parent's messages until :data:`STOP` or the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     outbox = _Outbox(results)
     outbox.start()
@@ -316,8 +309,7 @@ def child_main(
 
 
 def _handle_all(child: _Child, data: bytes) -> bool:
-    """Main thread. Carry out the concatenated messages of one write, in order; False once
-    one of them was :data:`STOP` (what follows it is ignored)."""
+    """Main thread. Carry out the messages of one write, in order; False after :data:`STOP`."""
     buf = io.BytesIO(data)
     while buf.tell() < len(data):
         try:

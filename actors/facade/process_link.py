@@ -43,21 +43,25 @@ class ChildLink:
     """Pipes, writer and reader threads, and the futures awaiting the child's answers. Set up by
     ``ProcessDispatcher``; every method says which thread it runs on."""
 
-    _ids: itertools.count[int]
-    _calls: dict[int, CallFuture]
-    _queries: dict[int, Future[Any]]
-    _backlog: Backlog
-    _window: SendWindow
-    _outbox: queue.SimpleQueue[bytes | None]
-    _start_timeout: float
+    _window: SendWindow  # set by the dispatcher: its send window
     _started: bool
     _closing: bool
-    _gone: DispatcherClosed | None
     _revoked: DispatcherClosed | None
-    _final: tuple[bool, dict[str, Any]] | None
-    _proc: BaseProcess | None
-    _requests: Connection | None
-    _results: Connection | None
+
+    def __init__(self, start_timeout: float) -> None:
+        """Caller thread; nothing runs until ``start`` sets the process and the pipes."""
+        self._start_timeout = start_timeout
+        self._ids = itertools.count()
+        self._calls: dict[int, CallFuture] = {}
+        # _calls counted per lane: whoever pops a future from _calls pops its lane (_settled)
+        self._backlog = Backlog()
+        self._queries: dict[int, Future[Any]] = {}
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._gone: DispatcherClosed | None = None
+        self._final: tuple[bool, dict[str, Any]] | None = None
+        self._proc: BaseProcess | None = None
+        self._requests: Connection | None = None
+        self._results: Connection | None = None
 
     def _await_ready(self, results: Connection) -> Result:
         """Caller thread (``start``): the child's READY result, or a failed one."""

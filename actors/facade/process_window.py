@@ -34,9 +34,9 @@ class Waiting:
 
 
 class SendWindow:
-    """Calls in flight to the child (at most ``limit``; None: no limit; of them best-effort
-    calls at most ``best_effort_limit``, None: no limit of their own) and the calls waiting
-    for room. Every method may be called from any thread and never blocks."""
+    """Calls in flight to the child (at most ``limit``, best-effort ones at most
+    ``best_effort_limit``; None: no limit) and the calls waiting for room. Every method may be
+    called from any thread and never blocks."""
 
     def __init__(
         self,
@@ -118,20 +118,17 @@ class SendWindow:
                 self._forget(entry)
 
     def withdraw_all(self) -> list[tuple[int, str]]:
-        """Any thread. Take every waiting call out of the window; their ids, for the caller to
-        resolve. Calls submitted later still enter it."""
+        """Any thread. Take every waiting call out (ids and types, for the caller to resolve)."""
         with self._lock:
             return self._clear()
 
     def flush(self) -> None:
-        """Any thread. Send every waiting call now, in lane order, whatever the limit (a
-        draining stop: the child drains them)."""
+        """Any thread. Send every waiting call now, in lane order, whatever the limit."""
         with self._lock:
             self._release(everything=True)
 
     def close(self) -> list[tuple[int, str]]:
-        """Any thread. Nothing is sent any more; the ids and types of the calls that were
-        waiting, for the caller to resolve."""
+        """Any thread. Nothing is sent any more; the waiting calls, as :meth:`withdraw_all`."""
         with self._lock:
             self._closed = True
             return self._clear()

@@ -35,11 +35,9 @@ Labels = tuple[str, ...]
 
 
 class Shards:
-    """Numbers keyed by anything hashable, one dict per thread. :meth:`mine` is the calling
-    thread's dict (also ``local.numbers`` once it exists): only that thread writes it (so
-    ``d[k] = d.get(k, 0) + n`` needs no lock); :meth:`snapshot` copies every thread's dict
-    (``dict.copy`` is atomic). A thread that ends leaves its numbers behind, so totals never
-    go back."""
+    """Numbers keyed by anything hashable, one dict per thread (:meth:`mine`, also
+    ``local.numbers``), written only by that thread, so with no lock. A thread that ends
+    leaves its numbers behind, so totals never go back."""
 
     def __init__(self) -> None:
         self.local = threading.local()
@@ -201,9 +199,8 @@ class HistogramFamily(_Family):
 
 
 class HistogramCounts(_ScalarFamily):
-    """A counter family read from a histogram's rows: each sample is the number of
-    observations kept under its labels (``relabel`` maps them to this family's), so one
-    update counts in both (upstream's execution counter and duration histogram)."""
+    """A counter family of a histogram's observation counts (``relabel`` maps the labels they
+    are kept under to this family's): one update counts in both."""
 
     def __init__(
         self,

@@ -58,7 +58,7 @@ class Actor:
 
     def tell(self, message: object) -> bool:
         """Queue ``message``; False, with nothing queued, once the actor has stopped. Any
-        thread; never blocks beyond the actor's lock, which is only held for a few stores."""
+        thread; holds the actor's lock for a few stores."""
         lock = self._lock
         lock.acquire()
         state = self._state
@@ -115,21 +115,18 @@ class Actor:
             self._state = _CLOSED
 
     def dropped(self, message: Any) -> None:
-        """A message that was queued when the actor stopped. Default: log it. The turn's
-        thread (the actor's last turn)."""
+        """A message still queued when the actor stopped. Default: log it. Its last turn."""
         logger.debug("{} dropped {!r}", self, message)
 
     def crashed(self, error: BaseException) -> None:
-        """:meth:`receive` raised ``error``; the actor stops after this. Default: log it. The
-        turn's thread."""
+        """:meth:`receive` raised ``error``; the actor stops after this. Default: log it."""
         logger.opt(exception=error).error("actor {} crashed", self)
 
     def run_or_tell(self, message: object, batch: int = 16) -> bool:
-        """Handle ``message`` on the calling thread now, as a turn of this actor, if no turn
-        of it is running or queued (then whatever arrives meanwhile too, up to ``batch``
-        messages); else :meth:`tell` it. False, with nothing done, once the actor has stopped.
-        Any thread that may run the actor's code (it must not block: an executor worker that
-        has just answered a request saves the pool a wake-up)."""
+        """Handle ``message`` now, as a turn of this actor on the calling thread (up to
+        ``batch`` messages), if no turn of it is running or queued; else :meth:`tell` it.
+        False, with nothing done, once the actor has stopped. Any thread that may run the
+        actor's code (an executor worker with a result saves the pool a wake-up)."""
         lock = self._lock
         lock.acquire()
         state = self._state
@@ -201,13 +198,8 @@ class Actor:
 
 
 class ActorPool:
-    """A fixed set of worker threads running actor turns.
-
-    ``start()``, then actors are told messages, then ``stop()``: no turn starts after it, the
-    turns running finish (within ``timeout``) and the workers exit. Actors are not tracked by
-    the pool: their owner keeps them (the registry) and abandons them after the stop. A stopped
-    pool cannot be restarted.
-    """
+    """A fixed set of worker threads running actor turns, from ``start()`` to ``stop()`` (not
+    restartable). Actors are not tracked by the pool: their owner (the registry) keeps them."""
 
     def __init__(self, workers: int = 1, batch: int = 16, name: str = "kdispatch-pool") -> None:
         """Validate; starts nothing. Any thread."""
@@ -243,9 +235,8 @@ class ActorPool:
 
     def stop(self, timeout: float | None = None) -> list[str]:
         """No further turn starts; wait up to ``timeout`` seconds (None: no limit) for the
-        turns running to end and the workers to exit. Returns the names of workers still
-        running then (a turn stuck in a request); they exit when it returns. Idempotent. Any
-        thread but the pool's own workers (:class:`PoolStateError`)."""
+        workers to exit; the names of those still running (a turn stuck in a request).
+        Idempotent. Any thread but the pool's own workers (:class:`PoolStateError`)."""
         if threading.current_thread() in self._threads:
             raise PoolStateError(f"{self.name}.stop() called from its own worker thread")
         with self._lock:
