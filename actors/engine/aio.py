@@ -89,14 +89,6 @@ async def await_future(future: concurrent.futures.Future[_T], timeout: float | N
             loop.call_soon_threadsafe(_settle, target, value, exc)
 
     future.add_done_callback(relay)
-    return await _settled(loop, target, timeout)
-
-
-async def _settled(
-    loop: asyncio.AbstractEventLoop, target: asyncio.Future[_T], timeout: float | None
-) -> _T:
-    """Loop thread. ``target``'s result, failed with :class:`TimeoutError` by a loop timer
-    after ``timeout`` seconds."""
     timer = None if timeout is None else loop.call_later(timeout, _expire, target, timeout)
     try:
         return await target

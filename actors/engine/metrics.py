@@ -12,7 +12,6 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.registry import Collector
@@ -218,16 +217,12 @@ class Metrics:
         with _owners_lock:
             self._released = True
 
-    def _mine(self) -> dict[Any, Any]:
-        """The calling thread's numbers (the hot methods read ``_local`` first, inline)."""
-        return self._shards.mine()
-
     def outcome(self, call_type: str, outcome: str, count: int = 1) -> None:
         """A call (or ``count`` calls) resolved."""
         try:
             numbers = self._local.numbers
         except AttributeError:
-            numbers = self._mine()
+            numbers = self._shards.mine()  # the thread's first update
         key = (self.outcomes, call_type, outcome)
         numbers[key] = numbers.get(key, 0) + count
 
@@ -269,7 +264,7 @@ class Metrics:
         try:
             numbers = self._local.numbers
         except AttributeError:
-            numbers = self._mine()
+            numbers = self._shards.mine()  # the thread's first update
         if verb is not None:
             request = (self.requests, call_type, verb)
             numbers[request] = numbers.get(request, 0) + 1
