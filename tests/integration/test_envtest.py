@@ -39,7 +39,7 @@ from kdispatch.testing.envtest.flags import parse_assignments
 from kdispatch.testing.envtest.modules import ETCD, KUBERNETES, PinnedModule
 from kdispatch.testing.envtest.scheduler import KubeScheduler
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _exe(folder: Path, *names: str) -> Path:
