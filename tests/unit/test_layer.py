@@ -1,5 +1,6 @@
-"""The unit layer's own rule (``tests/unit/conftest.py``): a thread or a child process started
-here is refused and noted, so the test that started it fails."""
+"""The layers' own rules: a thread or a child process started in a unit test is refused and
+noted, so the test that started it fails (``tests/unit/conftest.py``), and every test module is
+in a layer."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import multiprocessing
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
+
+LAYERS = {"unit", "integration", "e2e", "realapi"}
 
 
 def test_a_thread_start_is_refused_and_noted(pure: list[str]) -> None:
@@ -29,3 +33,11 @@ def test_a_child_process_is_refused_and_noted(pure: list[str]) -> None:
         process.start()
     assert pure == [f"process {[sys.executable, '-c', 'pass']!r}", "process stray"]
     pure.clear()
+
+
+def test_every_test_module_is_in_a_layer() -> None:
+    """A test module left directly in tests/ (say, from a branch made before the layers) would
+    run in no layer's loop: it must move to one."""
+    tests = Path(__file__).resolve().parents[1]
+    assert sorted(p.name for p in tests.glob("test_*.py")) == []
+    assert {p.parent.name for p in tests.glob("*/test_*.py")} <= LAYERS
