@@ -39,13 +39,14 @@ through three kinds of wait that can point the other way:
 :meth:`Dependencies.hold` follows prerequisites through held calls (their prerequisites),
 groups (their unresolved steps), queue edges and ``OVERWRITTEN`` futures (to their
 successors). The calls it reaches on the call's own object become the held call's
-``behind``: its actor never queues it ahead of a call carrying one of them
-(:meth:`.ObjectState.submit`), so that queue edge cannot close a cycle. It refuses with
-:class:`~.errors.DependencyCycleError` what the actor cannot keep apart: a call whose
-prerequisites reach its group; one that reaches a call on its own object of its own type or
-of a type it supersedes (it would merge with it or replace it, and carry what it waits for);
-an exclusive call that reaches a call on its own object (it would cancel it); and a group
-step whose object holds a held call that reaches the group. Prerequisites already resolved
+``behind``: its actor never queues it ahead of a call carrying one of them, nor supersedes
+one (:meth:`.ObjectState.submit`), so that queue edge cannot close a cycle: a binding held
+``after=`` deletions that wait for a status patch of its own pod queues behind that patch. It
+refuses with :class:`~.errors.DependencyCycleError` what the actor cannot keep apart: a call
+whose prerequisites reach its group; one that reaches a call on its own object of its own type
+(it would merge with it and carry what it waits for); an exclusive call that reaches a call on
+its own object (it would cancel it); and a group step whose object holds a held call that
+reaches the group. Prerequisites already resolved
 wait for nothing and end the search. The check and the registration of the new call happen
 under one lock, so two submits cannot close a cycle between them.
 
@@ -450,15 +451,16 @@ class Dependencies:
                 continue
             if call.exclusive:
                 raise DependencyCycleError(
-                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
-                    f"resolved on the same object {uid}, which {call.call_type} (exclusive) "
-                    "would cancel"
+                    f"{uid}: the call's prerequisites wait for {other.describe()}, a call not "
+                    f"yet resolved on the same object, which {call.call_type} (exclusive) "
+                    "would cancel; submit the exclusive call once that call has resolved, or "
+                    "leave that call out"
                 )
-            if other.call_type == call.call_type or other.call_type in call.supersedes:
+            if other.call_type == call.call_type:
                 raise DependencyCycleError(
-                    f"the call's prerequisites wait for {other.describe()}, a call not yet "
-                    f"resolved on the same object {uid}, which the call would merge with or "
-                    "supersede: it would carry the call it waits for and wait for itself"
+                    f"{uid}: the call's prerequisites wait for {other.describe()}, a call not "
+                    "yet resolved on the same object and of the same type, which the call would "
+                    "merge with and then wait for itself; submit one call with both changes"
                 )
             behind.append(fut)  # type: ignore[arg-type]
         return frozenset(behind) if behind else _NOT_BEHIND

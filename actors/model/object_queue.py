@@ -158,7 +158,8 @@ class ObjectQueue(Knowledge):
 
     def _requeue_front(self, out: list[Effect], entry: Entry) -> None:
         """Put a call that was in flight back at the head, merged with what arrived meanwhile
-        (a call of its type), unless a superseding or exclusive call took over. It holds
+        (a call of its type), unless a superseding call that does not wait for it, or an
+        exclusive call, took over. It holds
         nothing (it was sent). A call withdrawn while in flight resolves ``CallCancelled``."""
         ctype = entry.call.call_type
         if entry.withdrawn is not None and entry.cancelled:
@@ -169,7 +170,9 @@ class ObjectQueue(Knowledge):
             if pending.call.exclusive:
                 self._fail(out, entry, CallCancelled, "object is being deleted")
                 return
-            if ctype in pending.call.supersedes:
+            if ctype in pending.call.supersedes and not (
+                pending.holds and pending.behind and entry.carries_any(pending.behind)
+            ):  # (a held call that waits for this one leaves it alone: it goes first)
                 pending.absorb(entry)
                 out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
                 return

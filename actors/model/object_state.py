@@ -259,8 +259,11 @@ class ObjectState(RequestEnds):
             return
         slot: int | None = None
         keep: list[Entry] = []
+        behind = entry.behind if entry.holds else NO_HOLDS
         for pending in queue:
-            if pending.call.call_type in call.supersedes:
+            if pending.call.call_type in call.supersedes and not (
+                behind and pending.carries_any(behind)
+            ):  # a call this one waits for is never replaced: it queues ahead
                 # superseded: this call takes the first such slot and waits out its backoff
                 # (nothing else of its history: it is another call)
                 if slot is None:

@@ -17,7 +17,8 @@ An entry carries the *intents* of every call merged into it (its own future and 
 overwrote), so a caller can withdraw one call by its future: the entry goes only once every
 intent it carries is withdrawn (:meth:`Entry.cancelled`). A *held* entry (``after=``) has hold
 tokens and, while held, the futures of calls on this object it waits for (``behind``): it is
-never placed ahead of one of those (:func:`place`).
+never placed ahead of one of those (:func:`place`), and never supersedes one: the call it
+waits for stays and is sent first.
 
 Pure module: functions of their arguments and of the entries they are given; no threads, no
 clocks. The machine that applies them is :class:`~.object_state.ObjectState`.

@@ -308,3 +308,37 @@ def test_without_a_prerequisite_on_its_object_a_held_merge_keeps_the_older_slot(
     d.submit(label(p, "y"))
     submit_behind(d, unsched(p), "t")
     assert queued(d) == ["pod_status_patch", "label_patch"]
+
+
+def nominate(p: dict[str, Any]) -> PodStatusPatch:
+    return PodStatusPatch.for_pod(p, nominated_node_name="n1")
+
+
+def test_a_held_binding_queues_behind_the_status_patch_it_waits_for(d: HeldDriver) -> None:
+    """The preemption chain on one pod: the binding waits (through the victims) for the
+    nomination; it supersedes status patches, but not the one it waits for."""
+    p = pod("a")
+    nominated = d.submit(nominate(p))
+    bind = submit_behind(d, PodBinding.for_pod(p, "n1"), "victims", nominated)
+    assert queued(d) == ["pod_status_patch", "pod_binding"]
+    assert nominated not in d.results
+    sent = d.request(p)
+    assert sent.call.call_type == "pod_status_patch"
+    d.done_succeeds(sent, nominated)
+    assert d.grant() is None  # the binding still waits for the victims
+    d.release("victims")
+    d.done_succeeds(d.request(p), bind)
+
+
+def test_a_nomination_put_back_after_a_retry_is_not_replaced_by_the_binding_waiting_for_it(
+    d: HeldDriver,
+) -> None:
+    p = pod("a")
+    nominated = d.submit(nominate(p))
+    first = d.send()  # in flight when the binding arrives
+    submit_behind(d, PodBinding.for_pod(p, "n1"), "victims", nominated)
+    d.done(first, Result.RETRY, error=ServerError("x"))
+    assert nominated not in d.results  # put back at the head, not OVERWRITTEN
+    assert queued(d) == ["pod_status_patch", "pod_binding"]
+    other = d.submit(nominate(p))  # an unrelated status patch still yields to the binding
+    assert d.outcome(other) is Outcome.SKIPPED

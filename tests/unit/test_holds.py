@@ -191,10 +191,12 @@ def test_a_prerequisite_on_the_same_object_is_kept_ahead_unless_it_would_be_merg
     hold = deps.hold(status_call, future("a", status_call), (binding,))
     assert isinstance(hold, Hold) and hold.behind == frozenset({binding})  # kept behind it
     status = future("b", PodStatusPatch.for_pod(pod("b"), nominated_node_name="n1"))
-    with pytest.raises(DependencyCycleError, match="merge with or supersede"):
-        held(deps, "b", status)  # a binding of b would supersede the status patch it waits for
+    bind_b = held(deps, "b", status)  # a binding of b waits for the status patch it supersedes
+    assert bind_b.behind == frozenset({status})  # queued behind it, not replacing it
+    with pytest.raises(DependencyCycleError, match=r"^uid-b: .*submit one call with both"):
+        held(deps, "b", future("b"))  # a second binding of b would merge with the first
     evict = PodPreemption.for_pod(pod("c"))
-    with pytest.raises(DependencyCycleError, match="exclusive"):
+    with pytest.raises(DependencyCycleError, match=r"^uid-c: .*exclusive.*once that call has"):
         deps.hold(evict, future("c", evict), (future("c"),))
     other = held(deps, "d", future("e"))
     assert other.behind == frozenset()
