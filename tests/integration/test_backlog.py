@@ -34,10 +34,10 @@ from kdispatch import (
 )
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.waiting import wait_for
-from tests.test_process_dispatcher import HeldSleep
+from tests.integration.test_process_dispatcher import HeldSleep
 
 WAIT = 30.0
-"""Upper bound of any single wait (as in tests/test_process_dispatcher.py)."""
+"""Upper bound of any single wait (as in tests/integration/test_process_dispatcher.py)."""
 
 
 class Turnstile(HeldSleep):

@@ -1,10 +1,11 @@
 """The example scheduler's pacing (``max_backlog``): its scheduling threads take the next pod
 only while fewer calls than that are unresolved, checked on the server.
 
-The apiserver holds each binding in a turnstile (:class:`tests.test_backlog.Turnstile`) and the
-test lets them through one at a time: the bindings on the server and not yet applied (those
-that reached the turnstile, less the ``bind`` records of the request log) never exceed the
-bound, and the pods beyond it wait in the queue, undecided. No sleeps: futures, the turnstile
+The apiserver holds each binding in a turnstile
+(:class:`tests.integration.test_backlog.Turnstile`) and the test lets them through one at a
+time: the bindings on the server and not yet applied (those that reached the turnstile, less
+the ``bind`` records of the request log) never exceed the bound, and the pods beyond it wait
+in the queue, undecided. No sleeps: futures, the turnstile
 and polling of observable state with deadlines.
 """
 
@@ -24,8 +25,8 @@ from examples.scheduler.runner import MAX_BACKLOG, RunConfig
 from kdispatch import Dispatcher, DispatcherConfig, ExecutorConfig, InvalidInputError
 from kdispatch.testing import InMemoryApiServer, Latency, make_node, make_pod
 from kdispatch.testing.waiting import wait_for
-from tests.test_backlog import WAIT, Turnstile, waiting_threads
-from tests.test_scheduler_example import FakeApi
+from tests.e2e.test_scheduler_example import FakeApi
+from tests.integration.test_backlog import WAIT, Turnstile, waiting_threads
 
 BOUND = 3
 PODS = 8

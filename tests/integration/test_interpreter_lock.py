@@ -115,7 +115,7 @@ def test_import_kdispatch_fails_on_an_interpreter_without_the_lock() -> None:
     )
     done = subprocess.run(
         [sys.executable, "-c", script],
-        cwd=Path(__file__).parent.parent,  # the project's root
+        cwd=Path(__file__).parents[2],  # the project's root
         capture_output=True,
         text=True,
         timeout=50,

@@ -31,8 +31,8 @@ from kdispatch import (
 from kdispatch.testing import FaultPlan, InMemoryApiServer, RequestRecord, make_claim, make_pod
 from kdispatch.testing.httpserver import ApiServerHTTP
 from tests.clocks import ManualClock
-from tests.test_scheduler_example import FakeApi, config_for, node
-from tests.test_scheduler_peer import _pod
+from tests.e2e.test_scheduler_example import FakeApi, config_for, node
+from tests.e2e.test_scheduler_peer import _pod
 
 pytestmark = pytest.mark.timeout(90)
 

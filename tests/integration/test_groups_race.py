@@ -21,7 +21,7 @@ from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
 from tests.configs import FAST
-from tests.test_groups import attempted, outcome, requests, reserve, slow_429
+from tests.integration.test_groups import attempted, outcome, requests, reserve, slow_429
 
 pytestmark = pytest.mark.timeout(120)
 

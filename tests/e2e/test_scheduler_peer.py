@@ -17,7 +17,7 @@ from examples.scheduler.runner import run
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_node, make_pod
 from tests.clocks import ManualClock
-from tests.test_scheduler_example import FakeApi, config_for
+from tests.e2e.test_scheduler_example import FakeApi, config_for
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from concurrent.futures import wait
 from typing import Any, ClassVar
@@ -14,7 +15,12 @@ from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.claim_calls import ClaimStatusPatch
-from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RetryConfig
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
 from kdispatch.actors.model.errors import (
     CallCancelled,
     CallConflict,
@@ -23,6 +29,7 @@ from kdispatch.actors.model.errors import (
     InvalidCallError,
     InvalidInputError,
     InvalidObjectError,
+    ObjectNotFound,
     Outcome,
     UnknownCallTypeError,
 )
@@ -457,3 +464,19 @@ def test_a_blocking_custom_send_does_not_stall_another_objects_call(
         d.stop(timeout=10)
     stored = server.get_object("Pod", "default", "other")
     assert stored is not None and stored["spec"]["nodeName"] == "n1"
+
+
+def test_binding_for_a_pod_that_does_not_exist_names_the_pod() -> None:
+    server = InMemoryApiServer()
+    ghost = make_pod("ghost", uid="uid-ghost")  # never created on the server
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=math.inf, burst=1),
+        retry=RetryConfig(base_backoff=0.0, max_backoff=0.0, budget=5.0),
+    )
+    with Dispatcher(server, config) as dispatcher:
+        future = dispatcher.submit(PodBinding.for_pod(ghost, "n1"))
+        with pytest.raises(ObjectNotFound) as info:
+            future.result(10)
+    message = str(info.value)
+    assert "Pod default/ghost" in message and "uid-ghost" in message, message
+    assert [(r.op, r.outcome) for r in server.request_log] == [("bind", "NotFound")]

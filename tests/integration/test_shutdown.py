@@ -37,11 +37,11 @@ from kdispatch.actors.model.errors import DispatcherClosed, Outcome
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from tests.backends import GatedBackend
-from tests.test_scheduler_example import kubeconfig_file
+from tests.e2e.test_scheduler_example import kubeconfig_file
 
 pytestmark = pytest.mark.timeout(90)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _outcome(future: CallFuture) -> object:

@@ -411,7 +411,7 @@ def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path)
 
 
 def test_stats_have_the_keys_of_the_threaded_dispatcher(cluster: Cluster) -> None:
-    from tests.test_dispatcher import STATS_KEYS
+    from tests.integration.test_dispatcher import STATS_KEYS
 
     d = cluster.dispatcher()
     with d:

@@ -31,7 +31,7 @@ from kdispatch.testing import MemoryLeaseClient
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.waiting import wait_for
-from tests.test_process_dispatcher import WAIT, HeldSleep
+from tests.integration.test_process_dispatcher import WAIT, HeldSleep
 
 pytestmark = pytest.mark.timeout(120)
 

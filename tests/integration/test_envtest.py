@@ -29,7 +29,6 @@ from kdispatch.testing.envtest import (
     build_binaries,
     cache_dir,
     find_binaries,
-    wait_for,
     write_kubeconfig,
 )
 from kdispatch.testing.envtest.apiserver import KubeAPIServer, User
@@ -38,8 +37,9 @@ from kdispatch.testing.envtest.certs import write_pki
 from kdispatch.testing.envtest.flags import parse_assignments
 from kdispatch.testing.envtest.modules import ETCD, KUBERNETES, PinnedModule
 from kdispatch.testing.envtest.scheduler import KubeScheduler
+from kdispatch.testing.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _exe(folder: Path, *names: str) -> Path:

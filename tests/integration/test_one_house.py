@@ -13,7 +13,7 @@ import kdispatch.testing
 from kdispatch import Dispatcher, DispatcherLike, ProcessDispatcher
 from kdispatch.testing import InMemoryApiServer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:

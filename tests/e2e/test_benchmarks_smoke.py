@@ -26,7 +26,7 @@ from benchmarks.workloads.contenders import CONTENDERS
 from kdispatch.actors.model.errors import Outcome
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

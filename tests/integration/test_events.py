@@ -327,7 +327,7 @@ def test_events_stay_the_lowest_lane_for_workers() -> None:
     """With two workers and a binding on the wire, an Event waits although its bucket has
     tokens: it never takes the last free worker, which the next call may need. Once the
     binding's worker is free again, it goes."""
-    from tests.test_backlog import Turnstile
+    from tests.integration.test_backlog import Turnstile
 
     gate = Turnstile()
     server = InMemoryApiServer(latency=Latency(fixed=1.0), sleep=gate)

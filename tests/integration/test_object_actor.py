@@ -1,5 +1,5 @@
 """The object actor's wiring: the shell around :class:`ObjectState` (whose rules
-``tests/test_object_state.py`` covers event by event), on a real :class:`ActorPool` and
+``tests/unit/test_object_state.py`` covers event by event), on a real :class:`ActorPool` and
 :class:`Registry`.
 
 The test plays the executor (:class:`FakeExecutor`): it records the actor's ``ready`` calls,

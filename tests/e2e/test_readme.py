@@ -1,6 +1,6 @@
 """The README is the face a newcomer meets: short, its Quickstart the command CI runs, and its
 programs doing what they say, checked on the server. Every snippet of the README and the docs
-pages runs in tests/test_docs_snippets.py; here the ones whose effect a reader relies on are
+pages runs in tests/e2e/test_docs_snippets.py; here the ones whose effect a reader relies on are
 run again and their results checked, and the kopf recipe's handlers are called as kopf calls
 them."""
 

@@ -15,8 +15,8 @@ from kdispatch.actors.model.lifecycle import State
 from kdispatch.actors.model.objects import Obj
 from kdispatch.actors.model.pod_calls import PodBinding
 from tests.factories import pod
-from tests.test_held_calls import HeldDriver
-from tests.test_object_state import gate, label, unsched
+from tests.unit.test_held_calls import HeldDriver
+from tests.unit.test_object_state import gate, label, unsched
 
 pytestmark = pytest.mark.timeout(30)
 

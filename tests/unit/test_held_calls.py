@@ -25,7 +25,7 @@ from kdispatch.actors.model.errors import (
 from kdispatch.actors.model.lifecycle import State
 from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from tests.factories import cond, pod
-from tests.test_object_state import Driver, gate, label, unsched
+from tests.unit.test_object_state import Driver, gate, label, unsched
 
 pytestmark = pytest.mark.timeout(30)
 

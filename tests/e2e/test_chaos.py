@@ -1,4 +1,5 @@
-"""Reduced chaos runs with the oracle, the oracle's own checks, and a regression it found.
+"""Reduced chaos runs with the oracle, and a regression it found (the oracle's own rules are
+checked in tests/unit/test_oracle.py).
 
 The full run is ``python -m benchmarks.chaos --pods 10000 --fault-rate 0.2``; here 300 pods go
 through the in-memory apiserver and 100 through the official client over HTTP, each with random
@@ -15,12 +16,10 @@ import pytest
 from benchmarks.chaos import IDEAL, ChaosConfig, ideal, run
 from benchmarks.chaos_watch import BindingAuditor
 from kdispatch.actors.facade.dispatcher import Dispatcher
-from kdispatch.actors.model.errors import CallCancelled, CallFailed, CallStale, Outcome
+from kdispatch.actors.model.errors import CallStale, Outcome
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
-from kdispatch.testing.oracle import ABSENT, Intent, score
 from tests.configs import FAST
-from tests.factories import settled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,75 +96,6 @@ def test_status_patch_after_a_binding_is_judged_against_the_bound_pod() -> None:
     [scheduled] = [c for c in stored["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert stored["spec"]["nodeName"] == "n1"
     assert scheduled["status"] == "True"
-
-
-# --------------------------------------------------------------------------- the oracle
-
-
-def _pod(nnn: str | None = None) -> dict[str, Any]:
-    """Pod u1 as the server holds it, nominated to ``nnn``."""
-    return make_pod("p1", uid="u1", nominated_node_name=nnn)
-
-
-NNN = ("nnn",)
-
-
-def _intent(seq: int, value: str, outcome: Outcome | BaseException | None, **kw: Any) -> Intent:
-    return Intent(seq, "u1", "pod_status_patch", 1, {NNN: value}, future=settled(outcome), **kw)
-
-
-def test_oracle_counts_a_success_the_server_does_not_show() -> None:
-    result = score([_intent(0, "n1", Outcome.SUCCESS)], {"u1": _pod()}, {"u1": _pod()})
-    assert (result.lost_intents, result.converged) == (1, 0.0)
-
-
-def test_oracle_accepts_what_the_server_shows() -> None:
-    result = score(
-        [_intent(0, "n1", Outcome.SUCCESS)],
-        {"u1": _pod("n1")},
-        {"u1": _pod()},
-    )
-    assert (result.lost_intents, result.converged) == (0, 1.0)
-
-
-def test_oracle_lets_a_later_intent_or_a_deletion_supersede() -> None:
-    later = [_intent(0, "n1", Outcome.SUCCESS), _intent(1, "n2", CallFailed("gave up"))]
-    assert score(later, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
-    assert score(later, {"u1": _pod("n2")}, {"u1": _pod()}).converged == 1.0
-    gone = score([_intent(0, "n1", Outcome.SUCCESS)], {"u1": None}, {"u1": _pod()})
-    assert (gone.lost_intents, gone.live_objects_checked) == (0, 0)
-
-
-def test_oracle_exempts_a_skip_under_a_more_relevant_open_call() -> None:
-    skipped = _intent(0, "n1", Outcome.SKIPPED, under_higher=True)
-    assert score([skipped], {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
-    plain = _intent(0, "n1", Outcome.SKIPPED)
-    assert score([plain], {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
-
-
-def test_oracle_counts_unresolved_futures_and_live_preempted_pods() -> None:
-    result = score([_intent(0, "n1", None)], {"u1": _pod()}, {"u1": _pod()})
-    assert (result.unresolved_futures, result.lost_intents) == (1, 1)
-    preempt = Intent(0, "u1", "pod_preemption", 3, {}, future=settled(Outcome.SUCCESS))
-    preempt.exclusive = True
-    assert score([preempt], {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
-    assert score([preempt], {"u1": None}, {"u1": _pod()}).lost_intents == 0
-
-
-def test_oracle_an_overwritten_intent_shares_the_fate_of_its_merge() -> None:
-    merged = [_intent(0, "n1", Outcome.OVERWRITTEN), _intent(1, "n2", CallFailed("x"))]
-    # the later intent failed: the field may hold either the initial or a merged value
-    assert score(merged, {"u1": _pod()}, {"u1": _pod()}).converged == 1.0
-    alone = [_intent(0, "n1", Outcome.OVERWRITTEN)]
-    assert score(alone, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
-    # merged into a call that was then cancelled (or failed), on another field: not promised
-    other = Intent(1, "u1", "pod_status_patch", 1, {("cond", "X", "status"): "True"})
-    other.future = settled(CallCancelled("cancelled by the caller"))
-    rode = [_intent(0, "n1", Outcome.OVERWRITTEN), other]
-    assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 0
-    other.future = settled(Outcome.SUCCESS)  # now both promised, and neither holds
-    assert score(rode, {"u1": _pod()}, {"u1": _pod()}).lost_intents == 2
-    assert ABSENT == "<absent>"
 
 
 def test_binding_auditor_keeps_every_node_a_pod_had() -> None:

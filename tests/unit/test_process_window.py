@@ -1,6 +1,6 @@
 """SendWindow: the ProcessDispatcher's bound on calls in flight to its child, and the lanes by
 relevance that the others wait in (the pure bookkeeping; the dispatcher's use of it is checked
-against a child process in tests/test_process_dispatcher.py)."""
+against a child process in tests/integration/test_process_dispatcher.py)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """ProcessDispatcher's asyncio forms: ``asubmit`` and ``aview`` on the caller's loop.
 
-Same semantics and typed errors as the in-process dispatcher's (``tests/test_aio.py``): the
-call is submitted when ``asubmit`` is called, bad input raises there, outside a running loop it
-is :class:`NoEventLoopError` and nothing is submitted, cancelling the awaiting side does not
-withdraw the call; ``aview`` raises ``TimeoutError`` after its timeout and drops the late
-answer. The child runs against ``ApiServerHTTP``; requests are held on the server
-(``HeldSleep``) and the child is frozen with SIGSTOP to make an answer late. Every check reads
-the server.
+Same semantics and typed errors as the in-process dispatcher's
+(``tests/integration/test_aio.py``): the call is submitted when ``asubmit`` is called, bad input
+raises there, outside a running loop it is :class:`NoEventLoopError` and nothing is submitted,
+cancelling the awaiting side does not withdraw the call; ``aview`` raises ``TimeoutError`` after
+its timeout and drops the late answer. The child runs against ``ApiServerHTTP``; requests are
+held on the server (``HeldSleep``) and the child is frozen with SIGSTOP to make an answer late.
+Every check reads the server.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.waiting import until
 from tests.aio import async_test
-from tests.test_process_dispatcher import WAIT, HeldSleep
+from tests.integration.test_process_dispatcher import WAIT, HeldSleep
 
 pytestmark = pytest.mark.timeout(120)
 

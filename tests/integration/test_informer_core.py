@@ -24,15 +24,9 @@ from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.informer_core import Handler, InformerCore
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from tests.aio import async_test
+from tests.factories import pod
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1
-
-
-def pod(name: str, rv: int, uid: str | None = None) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": "d", "uid": uid or f"u-{name}",
-                     "resourceVersion": str(rv)},
-    }  # fmt: skip
 
 
 # ------------------------------------------------------------------ backoff
@@ -79,10 +73,10 @@ class Seen:
 def test_relist_diffs_into_deletes_then_adds_and_updates() -> None:
     core = InformerCore(name="t", kind="Pod")
     seen = Seen(core)
-    core.listed([pod("a", 1), pod("b", 2)], "2")
+    core.listed([pod("a", rv=1), pod("b", rv=2)], "2")
     assert core.synced and core.relists == 1 and core.resource_version == "2"
     # b vanished, a changed, c is new, and "a" kept its uid; a re-created "b" has a new uid
-    core.listed([pod("a", 5), pod("c", 6), pod("b", 7, uid="u-b2")], "7")
+    core.listed([pod("a", rv=5), pod("c", rv=6), pod("b", "u-b2", 7)], "7")
     assert seen.log == [
         ("add", "a", "1"),
         ("add", "b", "2"),
@@ -91,25 +85,25 @@ def test_relist_diffs_into_deletes_then_adds_and_updates() -> None:
         ("add", "c", "6"),
         ("add", "b", "7"),
     ]
-    assert set(core.cache) == {"u-a", "u-c", "u-b2"}
+    assert set(core.cache) == {"uid-a", "uid-c", "u-b2"}
 
 
 def test_events_are_ordered_by_resource_version_and_the_resume_point_never_moves_back() -> None:
     core = InformerCore(name="t", kind="Pod", typed=lambda o: {**o, "kind": "Pod"})
     seen = Seen(core)
-    core.listed([pod("a", 3)], "3")
-    assert not core.event("MODIFIED", pod("a", 3))  # a duplicate
-    assert not core.event("MODIFIED", pod("a", 2))  # older than the cache
-    assert core.event("MODIFIED", pod("a", 9))
+    core.listed([pod("a", rv=3)], "3")
+    assert not core.event("MODIFIED", pod("a", rv=3))  # a duplicate
+    assert not core.event("MODIFIED", pod("a", rv=2))  # older than the cache
+    assert core.event("MODIFIED", pod("a", rv=9))
     assert core.event("BOOKMARK", {"metadata": {"resourceVersion": "12"}})
-    assert not core.event("DELETED", pod("ghost", 13))  # never cached: nothing to tell
+    assert not core.event("DELETED", pod("ghost", rv=13))  # never cached: nothing to tell
     assert core.resource_version == "13"
-    core.event("ADDED", pod("late", 4))  # a stale event does not move the resume point back
+    core.event("ADDED", pod("late", rv=4))  # a stale event does not move the resume point back
     assert core.resource_version == "13"
-    assert core.cache["u-a"]["kind"] == "Pod"
+    assert core.cache["uid-a"]["kind"] == "Pod"
     assert seen.log == [("add", "a", "3"), ("update", "a", "9"), ("add", "late", "4")]
     with pytest.raises(BadResponseError, match="unknown event type"):
-        core.event("EXPLODED", pod("a", 20))
+        core.event("EXPLODED", pod("a", rv=20))
 
 
 def test_a_raising_handler_never_stops_the_others() -> None:
@@ -120,7 +114,7 @@ def test_a_raising_handler_never_stops_the_others() -> None:
 
     core.add_handler(Handler(boom, None, None))
     seen = Seen(core)
-    core.listed([pod("a", 1)], "1")
+    core.listed([pod("a", rv=1)], "1")
     assert seen.log == [("add", "a", "1")]
 
 

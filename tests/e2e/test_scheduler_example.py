@@ -74,7 +74,8 @@ JSON_KEYS = {
 }
 
 
-def pod(name: str, cpu: int, prio: int = 0, **kw: Any) -> PodInfo:
+def pod_info(name: str, cpu: int, prio: int = 0, **kw: Any) -> PodInfo:
+    """The scheduler's view of a pod made by :func:`kdispatch.testing.make_pod`."""
     return PodInfo.of(make_pod(name, cpu_m=cpu, mem_mi=64, priority=prio, uid=f"u-{name}", **kw))
 
 
@@ -101,7 +102,7 @@ def test_quantities() -> None:
 
 
 def test_pod_info_parses_requests_priority_selector_and_claims() -> None:
-    info = pod("a", 250, 7, node_selector={"zone": "z1"}, claims=["gpu-a"])
+    info = pod_info("a", 250, 7, node_selector={"zone": "z1"}, claims=["gpu-a"])
     assert (info.cpu_m, info.mem, info.priority) == (250, 64 * 2**20, 7)
     assert info.selector == (("zone", "z1"),)
     assert info.claim_keys() == ("default/gpu-a",)
@@ -145,7 +146,7 @@ def test_queue_backoff_activate_and_remove() -> None:
 def test_cache_concurrent_reserves_never_double_book() -> None:
     cache = SchedulerCache()
     cache.set_node(node("n1", cpu=1000))
-    pods = [pod(f"p{i}", 300) for i in range(8)]
+    pods = [pod_info(f"p{i}", 300) for i in range(8)]
     barrier = threading.Barrier(len(pods))
     results: dict[str, bool] = {}
 
@@ -173,8 +174,8 @@ def test_cache_concurrent_reserves_never_double_book() -> None:
 def test_cache_allocates_devices_for_claims_and_releases_them() -> None:
     cache = SchedulerCache()
     cache.set_node(node("gpu", gpus=1))
-    a = pod("a", 100, claims=["ca"])
-    b = pod("b", 100, claims=["cb"])
+    a = pod_info("a", 100, claims=["ca"])
+    b = pod_info("b", 100, claims=["cb"])
     allocs = cache.reserve(a, "gpu")
     assert allocs is not None and [x.device for x in allocs] == ["gpu-0"]
     assert cache.reserve(b, "gpu") is None  # no free device
@@ -193,15 +194,15 @@ def test_framework_filters_selector_taints_and_capacity_and_scores_least_allocat
     tainted = node("tainted", zone="a")
     tainted["spec"]["taints"] = [{"key": "gpu", "effect": "NoSchedule"}]
     cache.set_node(tainted)
-    assert cache.reserve(pod("filler", 3000), "busy") is not None
+    assert cache.reserve(pod_info("filler", 3000), "busy") is not None
     fw = Framework(cache)
-    result = fw.filter(pod("x", 500, node_selector={"zone": "a"}), {})
+    result = fw.filter(pod_info("x", 500, node_selector={"zone": "a"}), {})
     assert [n.name for n in result.ranked()] == ["idle", "busy"]
     tolerant = make_pod("t", cpu_m=500, uid="u-t", node_selector={"zone": "a"})
     tolerant["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
     names = {n.name for n in fw.filter(PodInfo.of(tolerant), {}).ranked()}
     assert names == {"idle", "busy", "tainted"}
-    big = fw.filter(pod("big", 1500, node_selector={"zone": "a"}), {"idle": (3000, 0)})
+    big = fw.filter(pod_info("big", 1500, node_selector={"zone": "a"}), {"idle": (3000, 0)})
     assert not big.feasible
     msg = Framework.failure_message(4, big.reasons)
     assert msg == (
@@ -222,7 +223,7 @@ def test_a_pod_larger_than_every_node_gets_the_filter_loops_verdict() -> None:
     for i in range(6):
         cache.set_node(node(f"n{i}", zone="a" if i < 4 else "b"))
     fw = Framework(cache)
-    huge = pod("huge", 100_000, node_selector={"zone": "a"})
+    huge = pod_info("huge", 100_000, node_selector={"zone": "a"})
     quick = fw.filter(huge, {})
     assert (dict(quick.reasons), quick.evaluated) == (
         {"Insufficient cpu": 4, "node(s) didn't match Pod's node affinity/selector": 2},
@@ -238,7 +239,7 @@ def test_a_pod_larger_than_every_node_gets_the_filter_loops_verdict() -> None:
 
 
 def test_nominator_reads_pending_nominations_through_view() -> None:
-    preemptor = pod("pre", 1000, 100)
+    preemptor = pod_info("pre", 1000, 100)
     seen: dict[str, dict[str, Any]] = {}
 
     def view(uid: str) -> dict[str, Any] | None:
@@ -260,17 +261,17 @@ def test_select_victims_keeps_all_it_can_and_prefers_lowest_priority() -> None:
     cache.set_node(node("n1"))
     cache.set_node(node("n2"))
     for name, cpu, prio in (("a", 1000, 0), ("b", 1000, 0), ("c", 1000, 0), ("d", 800, 0)):
-        assert cache.reserve(pod(name, cpu, prio), "n1") is not None
+        assert cache.reserve(pod_info(name, cpu, prio), "n1") is not None
     for name, cpu, prio in (("e", 1900, 5), ("f", 1900, 5)):
-        assert cache.reserve(pod(name, cpu, prio), "n2") is not None
-    cand = select_victims(pod("pre", 1000, 10), cache, {}, random.Random(0))
+        assert cache.reserve(pod_info(name, cpu, prio), "n2") is not None
+    cand = select_victims(pod_info("pre", 1000, 10), cache, {}, random.Random(0))
     assert cand is not None
     assert cand.node == "n1"
     assert [v.name for v in cand.victims] == ["d"]
     cache.mark_victims([v.uid for v in cand.victims])
-    again = select_victims(pod("pre2", 1000, 10), cache, {}, random.Random(0))
+    again = select_victims(pod_info("pre2", 1000, 10), cache, {}, random.Random(0))
     assert again is not None and "d" not in [v.name for v in again.victims]
-    assert select_victims(pod("low", 1000, 0), cache, {}, random.Random(0)) is None
+    assert select_victims(pod_info("low", 1000, 0), cache, {}, random.Random(0)) is None
 
 
 def test_preemptions_guard_against_preempting_again_while_victims_live() -> None:

@@ -33,6 +33,7 @@ from kdispatch.testing import MemoryListWatch
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from tests.backends import nominate
+from tests.factories import pod
 from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, Recorder, running_informers
 
 pytestmark = pytest.mark.timeout(30)
@@ -324,27 +325,20 @@ class _Scripted:
         pass
 
 
-def _pod(name: str, uid: str, rv: int) -> dict[str, Any]:
-    return {
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": str(rv)},
-    }
-
-
 def test_bookmarks_duplicates_and_errors(run: Callable[..., Any]) -> None:
     lw = ScriptedListWatch(
-        lists=[ServerError("list failed once"), ([_pod("a", "u-a", 5)], "5")],
+        lists=[ServerError("list failed once"), ([pod("a", "u-a", 5)], "5")],
         streams=[
             [
-                WatchEvent("MODIFIED", _pod("a", "u-a", 5)),  # not newer than the list: dropped
+                WatchEvent("MODIFIED", pod("a", "u-a", 5)),  # not newer than the list: dropped
                 WatchEvent("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "9"}}),
                 ApiConnectionError("cut"),
             ],
             [
-                WatchEvent("MODIFIED", _pod("a", "u-a", 10)),
-                WatchEvent("DELETED", _pod("zz", "u-unknown", 11)),  # never seen: ignored
-                WatchEvent("ADDED", _pod("b", "u-b", 12)),
-                WatchEvent("MODIFIED", _pod("b", "u-b", 11)),  # stale: dropped
+                WatchEvent("MODIFIED", pod("a", "u-a", 10)),
+                WatchEvent("DELETED", pod("zz", "u-unknown", 11)),  # never seen: ignored
+                WatchEvent("ADDED", pod("b", "u-b", 12)),
+                WatchEvent("MODIFIED", pod("b", "u-b", 11)),  # stale: dropped
             ],
         ],
     )
@@ -358,7 +352,7 @@ def test_bookmarks_duplicates_and_errors(run: Callable[..., Any]) -> None:
 
 def test_gone_from_watch_call_relists(run: Callable[..., Any]) -> None:
     lw = ScriptedListWatch(
-        lists=[([_pod("a", "u-a", 5)], "5"), ([_pod("b", "u-b", 8)], "8")],
+        lists=[([pod("a", "u-a", 5)], "5"), ([pod("b", "u-b", 8)], "8")],
         streams=[[GoneError("too old")]],
     )
     inf, rec = run(lw, backoff_initial=0.001, backoff_max=0.002)
@@ -435,7 +429,7 @@ def test_bad_arguments(mem: InMemoryApiServer) -> None:
 
 
 def test_repeated_gone_keeps_relisting(run: Callable[..., Any]) -> None:
-    lists = [([_pod("a", "u-a", rv)], str(rv)) for rv in (5, 6, 7, 8)]
+    lists = [([pod("a", "u-a", rv)], str(rv)) for rv in (5, 6, 7, 8)]
     lw = ScriptedListWatch(lists=list(lists), streams=[[GoneError("too old")]] * 3)
     inf, rec = run(lw, backoff_initial=0.001, backoff_max=0.002)
     assert lw.exhausted.wait(WAIT)

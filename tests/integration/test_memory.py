@@ -1,6 +1,7 @@
 """Tests of the in-memory apiserver (kdispatch.testing.memory): storage, preconditions, patch
 semantics, binding, deletion, the object builders and the request log. Its watches are tested in
-tests/test_memory_watch.py, its fault and latency injection in tests/test_memory_faults.py."""
+tests/integration/test_memory_watch.py, its fault and latency injection in
+tests/integration/test_memory_faults.py."""
 
 from __future__ import annotations
 

@@ -3,18 +3,17 @@ how far it trusts it (``Knowledge``), its retry bookkeeping (``RetryState``), th
 shows the table (``docs/behaviour.md``), and error messages that name their object.
 
 Pure tests drive :class:`ObjectState` with the driver of ``test_object_state.py``; one goes
-through a real :class:`Dispatcher` and the in-memory apiserver.
+through a real :class:`Dispatcher` and the in-memory apiserver (in
+``tests/integration/test_dispatcher.py``).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 
-from kdispatch.actors.facade.dispatcher import Dispatcher
-from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.config import RetryConfig
 from kdispatch.actors.model.effects import Done, Result, Retire
 from kdispatch.actors.model.errors import (
     CallCancelled,
@@ -22,7 +21,6 @@ from kdispatch.actors.model.errors import (
     CallStale,
     InvalidRequestError,
     LeadershipLost,
-    ObjectNotFound,
     Outcome,
     ServerError,
 )
@@ -36,13 +34,12 @@ from kdispatch.actors.model.lifecycle import (
 )
 from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.actors.model.queue_policy import RetryState
-from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.factories import cond, pod
-from tests.test_object_state import Driver, bound, unsched
+from tests.unit.test_object_state import Driver, bound, unsched
 
 pytestmark = pytest.mark.timeout(30)
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "behaviour.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "behaviour.md"
 BEGIN, END = "<!-- table:begin -->\n", "<!-- table:end -->"
 
 
@@ -255,22 +252,6 @@ def test_errors_of_the_machine_name_the_object(d: Driver) -> None:
     f_stale = d.submit(unsched(bound(p)))
     assert isinstance(d.error(f_stale), CallStale)
     assert "Pod default/a (uid-a)" in str(d.error(f_stale))
-
-
-def test_binding_for_a_pod_that_does_not_exist_names_the_pod() -> None:
-    server = InMemoryApiServer()
-    ghost = make_pod("ghost", uid="uid-ghost")  # never created on the server
-    config = DispatcherConfig(
-        rate_limit=RateLimitConfig(qps=math.inf, burst=1),
-        retry=RetryConfig(base_backoff=0.0, max_backoff=0.0, budget=5.0),
-    )
-    with Dispatcher(server, config) as dispatcher:
-        future = dispatcher.submit(PodBinding.for_pod(ghost, "n1"))
-        with pytest.raises(ObjectNotFound) as info:
-            future.result(10)
-    message = str(info.value)
-    assert "Pod default/ghost" in message and "uid-ghost" in message, message
-    assert [(r.op, r.outcome) for r in server.request_log] == [("bind", "NotFound")]
 
 
 def test_retire_effects(d: Driver) -> None:
