@@ -1,24 +1,20 @@
 """What the peer benchmark asks of the real apiserver: plain HTTPS as the admin (one keep-alive
-connection per thread), fake nodes and pods, the ``apiserver_request_total`` counters, a pod
-watch that records every binding, and the CPU time of a process.
+connection per thread), fake nodes, pods and PodGroups, the ``apiserver_request_total``
+counters and the CPU time of a process (the watch is :mod:`benchmarks.peer_watch`).
 
 Benchmark-only code. Every method runs on the caller's thread unless it says otherwise.
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
 import re
-import socket
 import ssl
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,8 @@ from urllib.parse import urlsplit
 Obj = dict[str, Any]
 NOT_READY = "node.kubernetes.io/not-ready"
 NAMESPACE = "peer"
+PODGROUPS = f"/apis/scheduling.k8s.io/v1beta1/namespaces/{NAMESPACE}/podgroups"
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 MERGE = "application/merge-patch+json"
 
 
@@ -114,10 +112,13 @@ def node_body(name: str, cpu: str, memory: str, pods: int) -> Obj:
     }
 
 
-def pod_body(name: str, scheduler: str, cpu: str, memory: str, group: str) -> Obj:
+def pod_body(
+    name: str, scheduler: str, cpu: str, memory: str, group: str, *, pod_group: str = ""
+) -> Obj:
     """A pending pod for ``scheduler`` asking for ``cpu``/``memory``; ``group`` labels it
-    ``fit`` or ``unfit``."""
-    return {
+    (``fit``, ``unfit``, ``gang`` or ``gang-infeasible``); with ``pod_group`` a member of that
+    PodGroup (``spec.schedulingGroup.podGroupName``)."""
+    body: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"peer-group": group}},
@@ -132,6 +133,19 @@ def pod_body(name: str, scheduler: str, cpu: str, memory: str, group: str) -> Ob
                 }
             ],
         },
+    }
+    if pod_group:
+        body["spec"]["schedulingGroup"] = {"podGroupName": pod_group}
+    return body
+
+
+def podgroup_body(name: str, min_count: int) -> Obj:
+    """A ``scheduling.k8s.io/v1beta1`` PodGroup: a gang of at least ``min_count`` pods."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
     }
 
 
@@ -159,6 +173,11 @@ def create_pods(api: Api, bodies: list[Obj], threads: int = 8) -> None:
     _each(lambda body: api.ok("POST", path, body), bodies, threads)
 
 
+def create_podgroups(api: Api, bodies: list[Obj], threads: int = 8) -> None:
+    """Create the PodGroups in :data:`NAMESPACE`, ``threads`` at a time."""
+    _each(lambda body: api.ok("POST", PODGROUPS, body), bodies, threads)
+
+
 def _each(fn: Any, items: Iterable[Obj], threads: int) -> None:
     with ThreadPoolExecutor(threads, thread_name_prefix="peer-create") as pool:
         for _ in pool.map(fn, items):
@@ -171,8 +190,15 @@ def list_pods(api: Api) -> list[Obj]:
     return items
 
 
-def condition(pod: Obj, kind: str) -> Obj | None:
-    for cond in pod.get("status", {}).get("conditions") or []:
+def list_podgroups(api: Api) -> list[Obj]:
+    """Every PodGroup of :data:`NAMESPACE`, as the server has it now."""
+    items: list[Obj] = api.ok("GET", PODGROUPS)["items"]
+    return items
+
+
+def condition(obj: Obj, kind: str) -> Obj | None:
+    """The status condition of type ``kind`` of a pod or PodGroup, or None."""
+    for cond in obj.get("status", {}).get("conditions") or []:
         if cond.get("type") == kind:
             found: Obj = cond
             return found
@@ -240,151 +266,3 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-# --------------------------------------------------------------------------- watch
-
-
-@dataclass
-class Seen:
-    """What the pod watch saw of one pod (monotonic seconds)."""
-
-    bound_at: float | None = None
-    node: str = ""
-    rebinds: int = 0  # nodeName changed from one node to another: a pod bound twice
-    unschedulable_at: float | None = None
-
-
-@dataclass
-class PodWatch:
-    """Watches :data:`NAMESPACE`'s pods from ``resource_version`` on its own thread and
-    records, per pod, when it was first seen bound or ``PodScheduled=False`` and whether its
-    ``nodeName`` ever changed to another node. Reads under ``lock``."""
-
-    api: Api
-    resource_version: str
-    pods: dict[str, Seen] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    changed: threading.Condition = field(init=False)
-    error: str = ""
-    _watches: int = 0
-    _lists: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    _conn: http.client.HTTPSConnection | None = None
-
-    def __post_init__(self) -> None:
-        self.changed = threading.Condition(self.lock)
-
-    def start(self) -> PodWatch:
-        self._thread = threading.Thread(target=self._run, name="peer-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Main thread: close the stream and join the watch thread."""
-        self._stop.set()
-        sock = None if self._conn is None else self._conn.sock
-        if sock is not None:  # unblocks the watch thread's read; close() would wait for it
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(10.0)
-        if self._conn is not None:
-            self._conn.close()
-
-    def own_requests(self) -> dict[str, int]:
-        """The requests this watch made that the server has counted: watches that ended
-        (``WATCH pods``) and re-lists after ``410 Gone`` (``LIST pods``)."""
-        with self.lock:
-            return {"WATCH pods": self._watches, "LIST pods": self._lists}
-
-    def _run(self) -> None:
-        """Watch thread: watch from the last resourceVersion seen; when the server closes the
-        stream (a busy apiserver closes watchers that read too slowly), watch again from
-        there; after ``410 Gone``, list and go on from the list."""
-        rv = self.resource_version
-        try:
-            while not self._stop.is_set():
-                rv = self._watch_once(rv)
-        except (OSError, http.client.HTTPException, ValueError, ApiError) as exc:
-            if not self._stop.is_set():
-                self.error = f"watch: {exc!r}"
-        finally:
-            with self.lock:
-                self.changed.notify_all()
-
-    def _watch_once(self, rv: str) -> str:
-        """One watch request from ``rv``; returns the resourceVersion to go on from."""
-        path = (
-            f"/api/v1/namespaces/{NAMESPACE}/pods?watch=1&allowWatchBookmarks=true"
-            f"&resourceVersion={rv}&timeoutSeconds=3600"
-        )
-        self._conn = conn = self.api.connection(timeout=None)
-        try:
-            conn.request("GET", path, headers=self.api.headers())
-            resp = conn.getresponse()
-            if resp.status == 410:
-                resp.read()
-                return self._relist()
-            if resp.status != 200:
-                raise ApiError(f"watch: {resp.status}")
-            while not self._stop.is_set():
-                line = resp.readline()
-                if not line:
-                    break
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    if event.get("object", {}).get("code") == 410:
-                        self._count_watch()
-                        return self._relist()
-                    raise ApiError(f"watch: {event.get('object')}")
-                rv = event["object"]["metadata"]["resourceVersion"]
-                if event.get("type") in ("ADDED", "MODIFIED"):
-                    self._apply(event["object"])
-            self._count_watch()
-            return rv
-        finally:
-            conn.close()
-
-    def _count_watch(self) -> None:
-        with self.lock:
-            self._watches += 1
-
-    def _relist(self) -> str:
-        reply = self.api.ok("GET", f"/api/v1/namespaces/{NAMESPACE}/pods")
-        with self.lock:
-            self._lists += 1
-        for pod in reply["items"]:
-            self._apply(pod)
-        rv: str = reply["metadata"]["resourceVersion"]
-        return rv
-
-    def _apply(self, pod: Obj) -> None:
-        now = time.monotonic()
-        name = pod["metadata"]["name"]
-        node = pod.get("spec", {}).get("nodeName") or ""
-        sched = condition(pod, "PodScheduled")
-        with self.lock:
-            seen = self.pods.setdefault(name, Seen())
-            if node and not seen.node:
-                seen.node, seen.bound_at = node, now
-            elif node and node != seen.node:
-                seen.rebinds += 1
-                seen.node = node
-            unschedulable = sched is not None and sched.get("status") == "False"
-            if unschedulable and seen.unschedulable_at is None:
-                seen.unschedulable_at = now
-            self.changed.notify_all()
-
-    def wait(self, predicate: Any, timeout: float) -> bool:
-        """Block until ``predicate(pods)`` holds (checked under the lock at every event) or
-        ``timeout`` seconds pass; False on timeout or when the watch has ended."""
-        deadline = time.monotonic() + timeout
-        with self.lock:
-            while not predicate(self.pods):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.error:
-                    return False
-                self.changed.wait(min(left, 1.0))
-            return True

@@ -63,6 +63,27 @@ COLUMNS: list[tuple[str, str, Getter, str]] = [
     ("cpu_cp", "apiserver+etcd CPU ms/pod", _get("cpu_control_plane_ms_per_pod"), "{:.2f}"),
 ]
 RATIOS = ("wall_s", "requests", "cpu_sched", "cpu_cp")
+# the gang table (records with "gang"): (key, header, getter, format)
+GANG_COLUMNS: list[tuple[str, str, Getter, str]] = [
+    ("fully_bound", "feasible gangs fully bound", _get("gang", "feasible_fully_bound"), "{:.0f}"),
+    ("done_p50", "gang complete p50 s", _get("gang", "completion_s", "p50"), "{:.2f}"),
+    ("done_p99", "p99 s", _get("gang", "completion_s", "p99"), "{:.2f}"),
+    ("window_p50", "partial window p50 s", _get("gang", "partial_window_s", "p50"), "{:.2f}"),
+    ("window_p99", "p99 s", _get("gang", "partial_window_s", "p99"), "{:.2f}"),
+    ("bad_bound", "infeasible gangs' pods bound", _get("gang", "infeasible_pods_bound"), "{:.0f}"),
+    ("with_cond", "PodGroups with condition", _get("gang", "podgroups_with_condition"), "{:.0f}"),
+    ("cond_ok", "True (feasible)", _get("gang", "feasible_condition_true"), "{:.0f}"),
+    ("cond_bad", "False (infeasible)", _get("gang", "infeasible_condition_false"), "{:.0f}"),
+    ("regressed", "True then False", _get("gang", "condition_regressed"), "{:.0f}"),
+    (
+        "cond_p50",
+        "condition (feasible) p50 s",
+        _get("gang", "condition_s_feasible", "p50"),
+        "{:.2f}",
+    ),
+    ("cond_p99", "p99 s", _get("gang", "condition_s_feasible", "p99"), "{:.2f}"),
+    ("cond_bad_p99", "infeasible p99 s", _get("gang", "condition_s_infeasible", "p99"), "{:.2f}"),
+]
 
 
 def by_workload(results: dict[str, Any]) -> dict[str, dict[str, list[Rec]]]:
@@ -92,6 +113,15 @@ def same_round_ratio(recs: list[Rec], ref: list[Rec], get: Getter) -> float | No
     return statistics.median(ratios) if ratios else None
 
 
+def _stats(recs: list[Rec], columns: list[tuple[str, str, Getter, str]]) -> dict[str, Any]:
+    """column → {median, min, max} over the records, or None where no record has it."""
+    out: dict[str, Any] = {}
+    for key, _, get, _ in columns:
+        s = spread([get(r) for r in recs])
+        out[key] = None if s is None else dict(zip(("median", "min", "max"), s, strict=True))
+    return out
+
+
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
     """workload → contender → column → {median, min, max}, plus ratios and counts."""
     out: dict[str, Any] = {}
@@ -106,10 +136,12 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
                 "duplicates": sum(r["duplicates"] for r in recs),
                 "misplaced": sum(r["misplaced"] for r in recs),
             }
-            for key, _, get, _ in COLUMNS:
-                s = spread([get(r) for r in recs])
-                row[key] = (
-                    None if s is None else dict(zip(("median", "min", "max"), s, strict=True))
+            row.update(_stats(recs, COLUMNS))
+            if any("gang" in r for r in recs):
+                row["gang"] = _stats(recs, GANG_COLUMNS)
+                row["gangs"] = max(r["gang"]["gangs"] for r in recs if "gang" in r)
+                row["gangs_feasible"] = max(
+                    r["gang"]["gangs_feasible"] for r in recs if "gang" in r
                 )
             row["ratio_vs_" + REFERENCE] = {
                 key: same_round_ratio(recs, ref, get) for key, _, get, _ in COLUMNS if key in RATIOS
@@ -159,6 +191,7 @@ def workload_markdown(wid: str, title: str, rows: dict[str, Any], labels: dict[s
         )
         cells += [str(row["lost"]), str(row["duplicates"]), ratio_text]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _gang_lines(rows, labels, ranges)
     verbs = sorted(
         {v for row in rows.values() for v in (*row["requests_by_verb"], *row["drain_by_verb"])}
     )
@@ -182,6 +215,29 @@ def workload_markdown(wid: str, title: str, rows: dict[str, Any], labels: dict[s
     return "\n".join(lines) + "\n"
 
 
+def _gang_lines(rows: dict[str, Any], labels: dict[str, str], ranges: bool) -> list[str]:
+    """The gang table of a workload with gangs (nothing for one without)."""
+    gang_rows = {n: r for n, r in rows.items() if "gang" in r}
+    if not gang_rows:
+        return []
+    some = next(iter(gang_rows.values()))
+    head = ["scheduler"] + [c[1] for c in GANG_COLUMNS]
+    lines = [
+        "",
+        f"Gangs ({some['gangs']} PodGroups, {some['gangs_feasible']} feasible; times from the"
+        " scheduler's start, from the pod and PodGroup watches; conditions as the server has"
+        " them at the end):",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for name, row in gang_rows.items():
+        cells = [labels.get(name, name)]
+        cells += [_cell(row["gang"][key], fmt, ranges) for key, _, _, fmt in GANG_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def summary_markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     summary = summarize(results)
@@ -199,9 +255,14 @@ def summary_markdown(results: dict[str, Any]) -> str:
 
 
 def _title(w: dict[str, Any]) -> str:
-    pods = f"{w['fit']} fitting pods"
+    later = [f"{w['fit']} fitting pods"] if w["fit"] else []
+    if w.get("gangs"):
+        later.append(
+            f"{w['gangs']} PodGroups of {w['gang_size']} pods ({w['infeasible_gangs']} infeasible)"
+        )
+    pods = " and ".join(later)
     if w["unfit"]:
-        pods = f"{w['unfit']} unfit pods first, then {w['fit']} fitting pods"
+        pods = f"{w['unfit']} unfit pods first, then {pods}"
     return f"{w['name']}: {w['nodes']} nodes, {pods}, QPS {w['qps']:g}/burst {w['burst']}"
 
 

@@ -14,12 +14,13 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.peer_cluster import cpu_seconds
+from kdispatch.testing.envtest.flags import feature_gate_flags
 from kdispatch.testing.envtest.processes import Process
 from kdispatch.testing.envtest.scheduler import KubeScheduler
 
@@ -30,13 +31,15 @@ EXAMPLE = "kdispatch-example"
 
 @dataclass(frozen=True)
 class Contender:
-    """One scheduler of the comparison. ``served``: the ``spec.schedulerName`` it serves."""
+    """One scheduler of the comparison. ``served``: the ``spec.schedulerName`` it serves;
+    ``gates``: kube-scheduler's feature gates (a workload may add its own)."""
 
     name: str
     label: str
     kind: str  # "kube" or "example"
     served: str
     flags: tuple[str, ...] = ()
+    gates: tuple[tuple[str, bool], ...] = ()
 
 
 CONTENDERS = (
@@ -45,14 +48,14 @@ CONTENDERS = (
         "kube-scheduler (SchedulerAsyncAPICalls on)",
         "kube",
         KUBE,
-        ("--feature-gates=SchedulerAsyncAPICalls=true",),
+        gates=(("SchedulerAsyncAPICalls", True),),
     ),
     Contender(
         "kube-sync",
         "kube-scheduler (SchedulerAsyncAPICalls off)",
         "kube",
         KUBE,
-        ("--feature-gates=SchedulerAsyncAPICalls=false",),
+        gates=(("SchedulerAsyncAPICalls", False),),
     ),
     Contender("example", "example scheduler (kdispatch)", "example", EXAMPLE),
     Contender("example-prekep", "example scheduler --pre-kep", "example", EXAMPLE, ("--pre-kep",)),
@@ -148,14 +151,16 @@ def start(
     qps: float,
     burst: int,
     max_seconds: float,
+    gates: Mapping[str, bool] | None = None,
     ready_timeout: float = 60.0,
     instance: int = 0,
     example_repo: Path = REPO,
 ) -> Running:
     """Start ``contender`` against the cluster of ``kubeconfig`` with a client-side limit of
-    ``qps``/``burst``. kube-scheduler: returns once its ``/readyz`` answers (leader election
-    off). The example (``python -m examples.scheduler`` of ``example_repo``, with that
-    checkout's kdispatch): returns at once (it has no readiness endpoint)."""
+    ``qps``/``burst``. kube-scheduler, with the contender's feature gates and ``gates`` (the
+    workload's, e.g. ``GenericWorkload``): returns once its ``/readyz`` answers (leader
+    election off). The example (``python -m examples.scheduler`` of ``example_repo``, with
+    that checkout's kdispatch; no gates): returns at once (it has no readiness endpoint)."""
     folder.mkdir(parents=True, exist_ok=True)
     if contender.kind == "kube":
         if binary is None:
@@ -168,6 +173,7 @@ def start(
                 f"--kube-api-qps={qps:g}",
                 f"--kube-api-burst={burst}",
                 "--v=0",
+                *feature_gate_flags({**dict(contender.gates), **(gates or {})}),
                 *contender.flags,
             ),
         )
