@@ -5,7 +5,8 @@
   as ``:`` (or disappears, after a space or on a line of its own), as in reST.
 * A class whose constructor the static analysis cannot see gets one, so the reference shows how
   to build it: a NamedTuple takes its fields; a TypedDict its keys, as keyword arguments; an
-  exception that inherits the builtin constructor takes ``*args: object``.
+  exception that inherits the builtin constructor takes ``*args: object``; a standard
+  ``concurrent.futures.Future`` takes nothing.
 * A module attribute bound to a method of a module-level instance (``register =
   DEFAULT_KINDS.register``) is shown as the function it is, with the method's signature.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import griffe
@@ -85,9 +87,10 @@ def _builtin_exception(path: str) -> bool:
     return "." not in name and isinstance(found, type) and issubclass(found, BaseException)
 
 
-def _inherits_builtin_exception(cls: griffe.Class) -> bool:
+def _inherits(cls: griffe.Class, outside: Callable[[str], bool]) -> bool:
+    """Whether ``cls`` or one of its analysed ancestors has a base ``outside`` accepts."""
     for path in _bases(cls):
-        if _builtin_exception(path):
+        if outside(path):
             return True
         try:
             parent = cls.modules_collection.get_member(path)
@@ -95,9 +98,13 @@ def _inherits_builtin_exception(cls: griffe.Class) -> bool:
                 parent = parent.final_target
         except (KeyError, griffe.AliasResolutionError):
             continue  # defined outside the analysed packages
-        if isinstance(parent, griffe.Class) and _inherits_builtin_exception(parent):
+        if isinstance(parent, griffe.Class) and _inherits(parent, outside):
             return True
     return False
+
+
+def _standard_future(path: str) -> bool:
+    return path.partition("[")[0] == "concurrent.futures.Future"
 
 
 def _fields(cls: griffe.Class) -> list[griffe.Attribute]:
@@ -136,9 +143,11 @@ def _constructor(cls: griffe.Class) -> list[griffe.Parameter] | None:
             )
             for f in _fields(cls)
         ]
-    if _inherits_builtin_exception(cls):
+    if _inherits(cls, _builtin_exception):
         args = griffe.ParameterKind.var_positional
         return [griffe.Parameter("args", annotation="object", kind=args)]
+    if _inherits(cls, _standard_future):
+        return []  # concurrent.futures.Future() takes nothing
     return None
 
 

@@ -48,6 +48,7 @@ from .actors.model.errors import (
     DispatcherClosed,
     DisruptionBudgetError,
     ForbiddenError,
+    GangPartiallyBound,
     GoneError,
     GroupClosedError,
     GroupFailed,
@@ -89,6 +90,7 @@ from .actors.runtime.ratelimit import TokenBucket
 
 if TYPE_CHECKING:
     from .actors.engine.aio import NoEventLoopError
+    from .actors.engine.gangs import Gang
     from .actors.engine.groups import CallGroup
     from .actors.engine.messages import CallFuture
     from .actors.engine.metrics import MetricsRegistryInUse
@@ -118,6 +120,7 @@ else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_clie
             ".actors.facade.dispatcher_like": ("DispatcherLike",),
             ".actors.model.eviction_calls": ("PodEviction",),
             ".actors.engine.groups": ("CallGroup",),
+            ".actors.engine.gangs": ("Gang",),
             ".actors.engine.messages": ("CallFuture",),
             ".actors.engine.metrics": ("MetricsRegistryInUse",),
             ".actors.model.pod_calls": (
@@ -196,6 +199,8 @@ __all__ = [
     "EvictionBackend",
     "ExecutorConfig",
     "ForbiddenError",
+    "Gang",
+    "GangPartiallyBound",
     "GoneError",
     "GroupClosedError",
     "GroupFailed",

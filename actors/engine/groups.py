@@ -85,6 +85,8 @@ CANCEL_CAUSES = (
     "owner_preempted",
     "owner_not_found",
     "owner_withdrawn",
+    "member_failed",
+    "stopped",
 )
 """Labels of ``kdispatch_call_groups_cancelled_total`` and :attr:`GroupFailed.cancelled`."""
 
@@ -356,16 +358,22 @@ class CallGroup(GroupSteps):
             self.future.set_result([r for r in results if isinstance(r, Outcome)])
         else:
             failed = sum(1 for r in results if not isinstance(r, Outcome))
-            self.future.set_exception(
-                GroupFailed(
-                    f"{failed} of {len(results)} steps of the call group of {self.owner} did "
-                    f"not succeed: {first}",
-                    error=first,
-                    results=results,
-                    cancelled=cancelled,
-                )
+            message = (
+                f"{failed} of {len(results)} steps of the call group of {self.owner} did "
+                f"not succeed: {first}"
             )
+            self.future.set_exception(self._failure(message, first, results, cancelled))
         self._host.group_resolved(self)
+
+    def _failure(
+        self,
+        message: str,
+        first: BaseException,
+        results: list[Outcome | BaseException],
+        cancelled: str | None,
+    ) -> GroupFailed:
+        """The error the group's future raises when a step did not succeed."""
+        return GroupFailed(message, error=first, results=results, cancelled=cancelled)
 
 
 class OwnerIndex:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Final, Self
+from typing import Any, Final, Self, overload
 
 import pykka
 from loguru import logger
@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.engine.aio import await_future, check_timeout, running_loop, wrap_call_future
 from kdispatch.actors.engine.executor import Executor
+from kdispatch.actors.engine.gangs import Gang, check_min_count
 from kdispatch.actors.engine.groups import CallGroup, OwnerIndex
 from kdispatch.actors.engine.holds import (
     ASYNC_SOURCE,
@@ -337,21 +338,42 @@ class Dispatcher(DispatcherLike):
         setattr(wrapped, ASYNC_SOURCE, future)
         return wrapped
 
-    def group(self, owner: object, *, kind: str | None = None) -> CallGroup:
+    @overload
+    def group(self, owner: object, *, kind: str | None = None, gang: None = None) -> CallGroup: ...
+
+    @overload
+    def group(self, owner: object, *, kind: str | None = None, gang: int) -> Gang: ...
+
+    @overload
+    def group(
+        self, owner: object, *, kind: str | None = None, gang: int | None = None
+    ) -> CallGroup: ...
+
+    def group(
+        self, owner: object, *, kind: str | None = None, gang: int | None = None
+    ) -> CallGroup:
         """Any thread. A :class:`~kdispatch.CallGroup` of steps that die with
         ``owner`` (an object: a dict, a ``Mapping``, an official-client model, or an
         :class:`ObjectRef`): its deletion (:meth:`on_delete`, or a 404 on a step on it) or
-        its preemption (an exclusive call submitted for it) cancels the group. Raises
-        :class:`DispatcherClosed` once ``stop`` or ``revoke`` was called."""
+        its preemption (an exclusive call submitted for it) cancels the group. With
+        ``gang=min_count``, a :class:`~kdispatch.Gang`: its pod bindings are held until
+        ``min_count`` of them were submitted (or it is sealed), then sent together; a failure
+        before that withdraws them all. Raises :class:`DispatcherClosed` once ``stop`` or
+        ``revoke`` was called, :class:`InvalidInputError` for a ``gang`` that is not an int
+        >= 1."""
         ref = owner if isinstance(owner, ObjectRef) else ObjectRef.of(owner, kind)
         check_uid(ref.uid)
+        min_count = None if gang is None else check_min_count(gang)
         if self._revoked is not None:
             raise copy.copy(self._revoked)
         if self._closed or not self._started:
             raise DispatcherClosed(
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
-        group = CallGroup(self, ref, self._group_locks[hash(ref.uid) % _GROUP_LOCK_STRIPES])
+        lock = self._group_locks[hash(ref.uid) % _GROUP_LOCK_STRIPES]
+        group = (
+            CallGroup(self, ref, lock) if min_count is None else Gang(self, ref, lock, min_count)
+        )
         self._owners.add(group)
         self.metrics.groups_open_delta(1)
         if self._registry.is_tombstoned(ref.uid):  # deleted already

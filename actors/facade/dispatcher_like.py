@@ -50,9 +50,12 @@ class DispatcherLike(Protocol):
         """:meth:`submit` for asyncio code, awaited on the running loop."""
         ...
 
-    def group(self, owner: object, *, kind: str | None = None) -> CallGroup:
-        """Steps on any objects that die with ``owner`` (:class:`~kdispatch.ProcessDispatcher`
-        refuses it with :class:`~kdispatch.GroupsNotSupported`)."""
+    def group(
+        self, owner: object, *, kind: str | None = None, gang: int | None = None
+    ) -> CallGroup:
+        """Steps on any objects that die with ``owner``; with ``gang``, bindings sent all
+        together or not at all (:class:`~kdispatch.ProcessDispatcher` refuses both with
+        :class:`~kdispatch.GroupsNotSupported`)."""
         ...
 
     def preempt(

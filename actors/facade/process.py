@@ -398,10 +398,10 @@ class ProcessDispatcher(DispatcherLike):
         loop = running_loop("asubmit()")
         return wrap_call_future(self.submit(call), loop)
 
-    def group(self, owner: object, *, kind: str | None = None) -> NoReturn:
+    def group(self, owner: object, *, kind: str | None = None, gang: int | None = None) -> NoReturn:
         """Not supported here: raises :class:`~kdispatch.GroupsNotSupported`
         (see the module docstring)."""
-        del owner, kind
+        del owner, kind, gang
         raise GroupsNotSupported(
             "ProcessDispatcher does not build call groups: use an in-process Dispatcher"
         )

@@ -339,3 +339,24 @@ class GroupFailed(KdispatchError):
         self.cancelled = cancelled
         if error is not None:
             self.__cause__ = error
+
+
+class GangPartiallyBound(GroupFailed):
+    """A gang's ``future`` raises this when its members were released and some did not land:
+    ``bound`` and ``failed`` name the member pods (:class:`~kdispatch.ObjectRef`) that were
+    bound and those that were not, in submission order. The bound ones stay bound: the caller
+    decides what to do with the others (for example, schedule them again)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error: BaseException | None,
+        results: list[Outcome | BaseException],
+        cancelled: str | None = None,
+        bound: list[ObjectRef],
+        failed: list[ObjectRef],
+    ) -> None:
+        super().__init__(message, error=error, results=results, cancelled=cancelled)
+        self.bound = bound
+        self.failed = failed

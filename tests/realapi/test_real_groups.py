@@ -21,9 +21,11 @@ from prometheus_client import CollectorRegistry
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.claim_calls import ClaimStatusPatch
 from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig
-from kdispatch.actors.model.errors import CallCancelled, Outcome
+from kdispatch.actors.model.errors import CallCancelled, GroupFailed, Outcome
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.podgroup_calls import PodGroupStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
+from kdispatch.testing import make_podgroup
 from tests.realapi.cluster import Admin, Target, condition, wait_for
 from tests.realapi.objects import allocation, consumer, new_claim, new_pod, pod_body
 
@@ -182,3 +184,78 @@ def test_preemption_group(
 
     touched = wait_for(victim_events, WAIT, "the victims' updates and deletions")
     assert min(e[2] for e in touched) > rv(nominated), "a victim was touched before the nomination"
+
+
+def test_preemption_chain_ends_with_the_binding(
+    admin: Admin, ns: str, dispatcher: Dispatcher
+) -> None:
+    """Nomination, then the victims, then the preemptor's binding, in one group with no
+    blocking call: the binding lands after every victim was deleted."""
+    victims = []
+    for i in range(2):
+        body = pod_body(f"v{i}")
+        body["spec"]["nodeName"] = NODE
+        victim = admin.create(admin.pod_path(ns), body)
+        victim.setdefault("kind", "Pod")
+        victims.append(victim)
+    preemptor = new_pod(admin, ns, "pre")
+    with dispatcher.group(owner=preemptor) as g:
+        nomination = g.submit(PodStatusPatch.for_pod(preemptor, nominated_node_name=NODE))
+        evictions = [g.preempt(v, preemptor=f"{ns}/pre", after=[nomination]) for v in victims]
+        g.submit(PodBinding.for_pod(preemptor, NODE), after=evictions)
+    assert g.future.result(timeout=WAIT) == [Outcome.SUCCESS] * 4
+    bound = admin.get_pod(ns, "pre")
+    assert bound["spec"]["nodeName"] == NODE
+    for i in range(2):
+        if admin.pod_exists(ns, f"v{i}"):  # the real apiserver: terminating
+            assert rv(admin.get_pod(ns, f"v{i}")) < rv(bound), "bound before a victim went"
+
+
+def podgroup(admin: Admin, ns: str, name: str, min_count: int) -> dict[str, Any]:
+    body = make_podgroup(name, min_count=min_count)
+    del body["metadata"]["uid"], body["metadata"]["namespace"]
+    created = admin.create(admin.podgroup_path(ns), body)
+    created.setdefault("kind", "PodGroup")
+    created.setdefault("apiVersion", "scheduling.k8s.io/v1beta1")
+    return created
+
+
+def test_a_gang_is_bound_whole_then_its_podgroup_is_scheduled(
+    admin: Admin, ns: str, dispatcher: Dispatcher
+) -> None:
+    group = podgroup(admin, ns, "trainers", 3)
+    pods = [new_pod(admin, ns, f"w{i}") for i in range(3)]
+    with dispatcher.group(owner=group, gang=3) as gang:
+        for pod in pods:
+            gang.submit(PodBinding.for_pod(pod, NODE))
+    status = dispatcher.submit(
+        PodGroupStatusPatch.initially_scheduled(group, True, reason="Scheduled"),
+        after=[gang.future],
+    )
+    assert status.result(timeout=WAIT) is Outcome.SUCCESS
+    assert gang.future.result(timeout=0) == [Outcome.SUCCESS] * 3
+    bound = [admin.get_pod(ns, f"w{i}") for i in range(3)]
+    assert all(p["spec"]["nodeName"] == NODE for p in bound)
+    stored = admin.ok("GET", admin.podgroup_path(ns, "trainers"))
+    scheduled = condition(stored, "PodGroupInitiallyScheduled")
+    assert scheduled is not None and scheduled["status"] == "True"
+    assert rv(stored) > max(rv(p) for p in bound), "the status landed before a member"
+
+
+def test_a_gang_whose_member_goes_before_the_release_binds_nothing(
+    admin: Admin, ns: str, dispatcher: Dispatcher
+) -> None:
+    group = podgroup(admin, ns, "trainers", 3)
+    pods = [new_pod(admin, ns, f"w{i}") for i in range(3)]
+    gang = dispatcher.group(owner=group, gang=3)
+    held = [gang.submit(PodBinding.for_pod(pod, NODE)) for pod in pods[:2]]
+    admin.request("DELETE", admin.pod_path(ns, "w1"), {"gracePeriodSeconds": 0})
+    dispatcher.on_delete(pods[1])  # the informer's event
+    wait_for(lambda: gang.cancelled == "member_failed", WAIT, "the gang withdrawn")
+    gang.submit(PodBinding.for_pod(pods[2], NODE))  # too late: refused
+    gang.seal()
+    assert isinstance(gang.future.exception(timeout=WAIT), GroupFailed)
+    assert all(isinstance(f.exception(timeout=WAIT), CallCancelled) for f in held)
+    for name, before in (("w0", pods[0]), ("w2", pods[2])):
+        after = admin.get_pod(ns, name)
+        assert not after["spec"].get("nodeName") and rv(after) == rv(before)

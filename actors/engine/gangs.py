@@ -1,0 +1,170 @@
+"""Gangs: a call group whose member bindings are sent all together or not at all.
+
+``Dispatcher.group(owner=podgroup, gang=min_count)`` returns a :class:`Gang`, a
+:class:`~.groups.CallGroup` with one more rule for its *members*, the steps that are pod
+bindings (:class:`~kdispatch.actors.model.pod_calls.PodBinding`):
+
+* a member is admitted and **held** on the gang's gate (one more prerequisite), so nothing of
+  it is sent while the gang is incomplete;
+* the gate opens once ``min_count`` members were submitted, or when the gang is sealed: every
+  held member is released at once (a member submitted later is sent as any step);
+* before the gate opens, any failure withdraws every member and nothing is sent: a member that
+  resolves with an error (deleted, refused as stale, a prerequisite failed), the owner deleted,
+  preempted or not found, or ``cancel()``. The gang's future raises
+  :class:`~kdispatch.GroupFailed` with ``cancelled="member_failed"`` (or the owner's cause);
+* after it opened, a member that fails does not undo the others: the future raises
+  :class:`~kdispatch.GangPartiallyBound`, naming the members bound and the members that failed,
+  and the caller decides (the example scheduler requeues the failed ones).
+
+Threads: as :class:`~.groups.CallGroup`: every public method from any thread; the gate opens on
+the thread that submits the ``min_count``-th member or seals the gang; step callbacks run on
+the thread that resolves a step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from threading import Lock
+from typing import Final
+
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.errors import (
+    GangPartiallyBound,
+    GroupFailed,
+    InvalidInputError,
+    Outcome,
+)
+from kdispatch.actors.model.objects import ObjectRef
+from kdispatch.actors.model.pod_calls import PodBinding
+
+from .groups import CallGroup, GroupHost
+from .holds import GroupFuture
+from .messages import CallFuture
+
+__all__ = ["Gang", "check_min_count"]
+
+_MEMBER: Final = PodBinding.call_type
+
+
+def check_min_count(gang: object) -> int:
+    """Caller thread: ``gang`` as a member count, or :class:`InvalidInputError`."""
+    if isinstance(gang, bool) or not isinstance(gang, int) or gang < 1:
+        raise InvalidInputError(f"gang must be a member count (an int >= 1), got {gang!r}")
+    return gang
+
+
+class Gang(CallGroup):
+    """A call group whose member bindings are released together (see the module docstring).
+    Build it with ``Dispatcher.group(owner=podgroup, gang=min_count)``::
+
+        with dispatcher.group(owner=podgroup, gang=len(placements)) as gang:
+            for pod, node in placements:
+                gang.submit(PodBinding.for_pod(pod, node))
+        dispatcher.submit(status_true, after=[gang.future])  # once every member is bound
+    """
+
+    __slots__ = ("_gate", "_members", "_open", "min_count")
+
+    def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock, min_count: int) -> None:
+        super().__init__(host, owner, lock)
+        self.min_count = min_count
+        self._members = 0  # member bindings submitted
+        self._open = False  # the gate opened: members are sent
+        gate = GroupFuture()
+        gate.owner = host
+        gate.of = owner
+        self._gate = gate
+
+    def __repr__(self) -> str:
+        state = "released" if self._open else f"{self._members}/{self.min_count} held"
+        return f"<Gang of {self.owner} {state}>"
+
+    @property
+    def released(self) -> bool:
+        """Whether the gate opened (the members were let go). Any thread."""
+        return self._open
+
+    def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
+        """Any thread. Add a step (as :meth:`CallGroup.submit`); a pod binding is a member,
+        held until the gate opens."""
+        if call.call_type != _MEMBER or self._open:
+            return super().submit(call, after=after)
+        future = super().submit(call, after=(*after, self._gate))
+        with self._lock:
+            self._members += 1
+            ready = self._members >= self.min_count
+        if ready:
+            self._release()
+        return future
+
+    def _seal(self, *, closing: bool) -> None:
+        """Seal, and open the gate for the members submitted so far. When the dispatcher
+        stops (``closing``), a gang whose gate is still shut is cancelled instead: all or
+        nothing."""
+        if closing and not self._open:
+            self.cancel_for("stopped")
+        else:
+            self._release()
+        super()._seal(closing=closing)
+
+    def cancel_for(self, cause: str) -> bool:
+        """Any thread. As :meth:`CallGroup.cancel_for`; before the gate opened, the members
+        resolve ``DependencyFailed`` and nothing of them is sent."""
+        if not super().cancel_for(cause):
+            return False
+        self._close_gate()
+        return True
+
+    def _release(self) -> None:
+        """Open the gate once: the held members are released together."""
+        with self._lock:
+            if self._open or self._cancelled is not None:
+                return
+            self._open = True
+        self._gate.set_result([])
+
+    def _close_gate(self) -> None:
+        """The gang was cancelled: a gate not yet open fails (its waiters were withdrawn)."""
+        with self._lock:
+            if self._open or self._gate.done():
+                return
+            cause = self._cause
+        if cause is not None:
+            self._gate.set_exception(cause)
+
+    def _step_done(self, future: CallFuture) -> None:
+        """Resolving thread of a step: a member that fails before the gate opened withdraws
+        every member."""
+        if not self._open and future.exception() is not None:
+            call = future.call
+            if call is not None and call.call_type == _MEMBER:
+                self.cancel_for("member_failed")
+        super()._step_done(future)
+
+    def _failure(
+        self,
+        message: str,
+        first: BaseException,
+        results: list[Outcome | BaseException],
+        cancelled: str | None,
+    ) -> GroupFailed:
+        """The gang's error: :class:`GangPartiallyBound` if some members landed and others
+        did not, else the group's."""
+        bound: list[ObjectRef] = []
+        failed: list[ObjectRef] = []
+        for step, result in zip(self.step_futures(), results, strict=True):
+            call = step.call
+            if call is None or call.call_type != _MEMBER:
+                continue
+            (failed if isinstance(result, BaseException) else bound).append(call.ref)
+        if bound and failed:
+            return GangPartiallyBound(
+                f"gang of {self.owner}: {len(bound)} of {len(bound) + len(failed)} members "
+                f"bound, {len(failed)} failed: {first}",
+                error=first,
+                results=results,
+                cancelled=cancelled,
+                bound=bound,
+                failed=failed,
+            )
+        return super()._failure(message, first, results, cancelled)

@@ -1,0 +1,165 @@
+"""Gangs (``Dispatcher.group(owner=podgroup, gang=min_count)``) end to end on the in-memory
+apiserver: every test checks which bindings reached the server, and when."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from kdispatch import (
+    CallFailed,
+    DependencyFailed,
+    Dispatcher,
+    ForbiddenError,
+    Gang,
+    GangPartiallyBound,
+    GroupFailed,
+    InvalidInputError,
+    Outcome,
+    PodBinding,
+    PodGroupStatusPatch,
+)
+from kdispatch.testing import InMemoryApiServer, make_pod, make_podgroup
+from kdispatch.testing.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def members(server: InMemoryApiServer, n: int, prefix: str = "m") -> list[dict[str, Any]]:
+    return [server.create(make_pod(f"{prefix}{i}")) for i in range(n)]
+
+
+def binds(server: InMemoryApiServer) -> list[tuple[str, str]]:
+    """The binding requests the server answered: (pod name, outcome)."""
+    return [(r.name, r.outcome) for r in server.request_log if r.op == "bind"]
+
+
+def node_of(server: InMemoryApiServer, name: str) -> str | None:
+    pod = server.get_object("Pod", "default", name) or {}
+    node: str | None = pod.get("spec", {}).get("nodeName")
+    return node
+
+
+def error(fut: Future[Any]) -> BaseException | None:
+    return fut.exception(timeout=30)
+
+
+def test_members_are_held_until_min_count_then_sent_together(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    group = server.create(make_podgroup("trainers", min_count=3))
+    pods = members(server, 3)
+    gang = dispatcher.group(owner=group, gang=3)
+    assert isinstance(gang, Gang) and gang.min_count == 3
+    first = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods[:2]]
+    assert dispatcher.held_calls == 2 and not gang.released
+    assert not any(f.done() for f in first) and binds(server) == []
+    gang.submit(PodBinding.for_pod(pods[2], "n1"))  # the min_count-th member opens the gate
+    assert gang.released
+    gang.seal()
+    assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 3
+    assert sorted(binds(server)) == [("m0", "ok"), ("m1", "ok"), ("m2", "ok")]
+    assert all(node_of(server, p["metadata"]["name"]) == "n1" for p in pods)
+
+
+def test_sealing_releases_the_members_submitted(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    group = server.create(make_podgroup("trainers", min_count=4))
+    with dispatcher.group(owner=group, gang=4) as gang:
+        futures = [gang.submit(PodBinding.for_pod(p, "n1")) for p in members(server, 2)]
+        assert not gang.released
+    assert [f.result(timeout=30) for f in futures] == [Outcome.SUCCESS] * 2
+
+
+def test_a_member_deleted_before_the_release_withdraws_every_member(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    group = server.create(make_podgroup("trainers", min_count=3))
+    pods = members(server, 3)
+    gang = dispatcher.group(owner=group, gang=3)
+    futures = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods[:2]]
+    dispatcher.on_delete(pods[1])  # a member goes while the gang is incomplete
+    wait_for(lambda: gang.cancelled == "member_failed", 30, "the gang withdrawn")
+    late = gang.submit(PodBinding.for_pod(pods[2], "n1"))  # refused: the gang was withdrawn
+    gang.seal()
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and not isinstance(failed, GangPartiallyBound)
+    assert failed.cancelled == "member_failed"
+    assert isinstance(error(futures[0]), DependencyFailed)
+    assert error(late) is not None
+    assert dispatcher.held_calls == 0
+    assert binds(server) == []  # all or nothing: nothing was sent
+
+
+def test_the_owner_deleted_before_the_release_sends_nothing(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    group = server.create(make_podgroup("trainers", min_count=2))
+    gang = dispatcher.group(owner=group, gang=2)
+    held = gang.submit(PodBinding.for_pod(members(server, 1)[0], "n1"))
+    dispatcher.on_delete(group)
+    assert isinstance(error(held), DependencyFailed)
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and failed.cancelled == "owner_deleted"
+    assert binds(server) == []
+
+
+def test_a_member_failing_after_the_release_leaves_the_gang_partially_bound(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    group = server.create(make_podgroup("trainers", min_count=3))
+    pods = members(server, 3)
+    server.script("bind", ForbiddenError("no binding for m1"), name="m1")
+    with dispatcher.group(owner=group, gang=3) as gang:
+        for p in pods:
+            gang.submit(PodBinding.for_pod(p, "n1"))
+    partial = error(gang.future)
+    assert isinstance(partial, GangPartiallyBound)
+    assert [r.name for r in partial.bound] == ["m0", "m2"]
+    assert [r.name for r in partial.failed] == ["m1"]
+    assert isinstance(partial.error, CallFailed)
+    assert node_of(server, "m0") == node_of(server, "m2") == "n1"
+    assert node_of(server, "m1") is None
+
+
+def test_the_group_status_waits_for_the_gang_without_blocking(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    group = server.create(make_podgroup("trainers", min_count=2))
+    with dispatcher.group(owner=group, gang=2) as gang:
+        for p in members(server, 2):
+            gang.submit(PodBinding.for_pod(p, "n1"))
+    status = dispatcher.submit(
+        PodGroupStatusPatch.initially_scheduled(group, True, reason="Scheduled"),
+        after=[gang.future],
+    )
+    assert status.result(timeout=30) is Outcome.SUCCESS
+    log = [(r.op, r.name) for r in server.request_log if r.outcome == "ok"]
+    assert log.index(("patch_status", "trainers")) > max(
+        log.index(("bind", "m0")), log.index(("bind", "m1"))
+    )
+
+
+def test_stop_withdraws_a_gang_still_held(server: InMemoryApiServer) -> None:
+    group = server.create(make_podgroup("trainers", min_count=2))
+    d = Dispatcher(server).start()
+    gang = d.group(owner=group, gang=2)
+    held = gang.submit(PodBinding.for_pod(members(server, 1)[0], "n1"))
+    d.stop(timeout=10)
+    assert isinstance(error(held), DependencyFailed)
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and failed.cancelled == "stopped"
+    assert binds(server) == []
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])
+def test_a_gang_size_is_a_positive_int(
+    server: InMemoryApiServer, dispatcher: Dispatcher, bad: object
+) -> None:
+    group = server.create(make_podgroup("trainers", min_count=2))
+    with pytest.raises(InvalidInputError, match="gang must be a member count"):
+        dispatcher.group(owner=group, gang=bad)  # type: ignore[call-overload]
+    assert dispatcher.open_groups == 0
