@@ -31,7 +31,6 @@ from examples.scheduler.steps import (
 )
 from kdispatch import (
     Call,
-    Dispatcher,
     DispatcherLike,
     GroupsNotSupported,
     Obj,
@@ -163,8 +162,11 @@ class DispatchedApi(ForwardedObjects):
         (``Dispatcher.group(owner=..., gang=members)``): the member bindings are sent together
         once all were submitted, or not at all. :class:`PerPodGang` with a dispatcher that has
         no groups (:class:`~kdispatch.ProcessDispatcher`)."""
-        if self._groups and isinstance(self.dispatcher, Dispatcher):
-            return DispatcherGang(self.dispatcher.group(owner, gang=members), self.dispatcher)
+        if self._groups:
+            try:
+                return DispatcherGang(self.dispatcher.group(owner, gang=members), self.dispatcher)
+            except GroupsNotSupported:
+                self._groups = False
         return PerPodGang(self)
 
     def stats(self) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """``PodInfo``: the scheduler's parsed, immutable view of one pod.
 
-Parsing (requests, priority, nodeSelector, claims, PodGroup) happens once per pod object so that the hot
-filter loop only touches ints and tuples. Pure module: no threads.
+Parsing (requests, priority, nodeSelector, claims, PodGroup) happens once per pod object so
+that the hot filter loop only touches ints and tuples. Pure module: no threads.
 """
 
 from __future__ import annotations

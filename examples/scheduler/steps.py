@@ -43,6 +43,7 @@ from kdispatch import (
     CallGroup,
     DependencyFailed,
     DispatcherLike,
+    GangPartiallyBound,
     GroupFailed,
     Obj,
     ObjectRef,
@@ -321,19 +322,21 @@ class PerPodGang:
         for _, future in members:
             error = future.exception()
             results.append(future.result() if error is None else error)
-        failed = [ref for ref, r in zip([m[0] for m in members], results, strict=True)
-                  if isinstance(r, BaseException)]
+        bound: list[ObjectRef] = []
+        failed: list[ObjectRef] = []
+        for (ref, _), result in zip(members, results, strict=True):
+            (failed if isinstance(result, BaseException) else bound).append(ref)
         if not failed:
             self._future.set_result([r for r in results if isinstance(r, Outcome)])
             return
         first = next(r for r in results if isinstance(r, BaseException))
-        self._future.set_exception(
-            GroupFailed(
-                f"{len(failed)} of {len(members)} members not bound: {first}",
-                error=first,
-                results=results,
-            )
+        message = f"{len(failed)} of {len(members)} members not bound: {first}"
+        error = (
+            GangPartiallyBound(message, error=first, results=results, bound=bound, failed=failed)
+            if bound
+            else GroupFailed(message, error=first, results=results)
         )
+        self._future.set_exception(error)
 
 
 __all__ = [

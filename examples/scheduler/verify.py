@@ -10,6 +10,8 @@
   successful one is checked (later ones supersede earlier ones). A call that succeeded only by
   being merged into or skipped for another call (``overwritten``/``skipped``) is exempt when a
   later call on the same object failed or was closed at shutdown: its effect rode on that call.
+  A PodGroup's ``PodGroupInitiallyScheduled`` intent is checked against the final PodGroups
+  when they were listed.
 
 Pure functions over snapshots, run once at the end on the caller thread.
 """
@@ -21,7 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from examples.scheduler.claims import allocated_device, reserved_uids
-from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Intent
+from examples.scheduler.podgroups import INITIALLY_SCHEDULED
+from examples.scheduler.tracker import BIND, CLAIM, GROUP, PREEMPT, STATUS, Intent
 from kdispatch import DispatcherClosed, Obj, Outcome, get_path, meta, pod_node_name
 from kdispatch.testing import RequestRecord
 
@@ -91,9 +94,21 @@ def duplicate_bindings(
     return dup
 
 
-def _reflected(intent: Intent, pods: Mapping[str, Obj], claims: Mapping[str, Obj]) -> bool:
+def _reflected(
+    intent: Intent,
+    pods: Mapping[str, Obj],
+    claims: Mapping[str, Obj],
+    groups: Mapping[str, Obj] | None,
+) -> bool:
     """Whether the final state shows the effect of a successful intent."""
     expect = intent.expect
+    if intent.kind == GROUP:
+        group = None if groups is None else groups.get(intent.uid)
+        if group is None:  # not listed (not served), or deleted since
+            return True
+        conds = get_path(group, "status", "conditions") or []
+        found = next((c for c in conds if c.get("type") == INITIALLY_SCHEDULED), None)
+        return found is not None and all(found.get(k) == v for k, v in expect.items())
     if intent.kind == PREEMPT:
         return intent.uid not in pods
     if intent.kind == CLAIM:
@@ -132,10 +147,12 @@ def verify(
     claims: Mapping[str, Obj],
     log: Iterable[RequestRecord] | None,
     audit: BindingAudit | None = None,
+    *,
+    groups: Mapping[str, Obj] | None = None,
 ) -> Verification:
-    """Check ``intents`` against the final ``pods`` (by uid) and ``claims`` (by
-    ``namespace/name``), the apiserver request ``log`` and the informer ``audit`` (either None
-    when unavailable)."""
+    """Check ``intents`` against the final ``pods`` (by uid), ``claims`` (by
+    ``namespace/name``) and PodGroups (by uid; None when not served), the apiserver request
+    ``log`` and the informer ``audit`` (either None when unavailable)."""
     out = Verification()
     dups = duplicate_bindings(intents, log, audit)
     out.duplicate_bindings = len(dups)
@@ -159,7 +176,7 @@ def verify(
         if result is not Outcome.SUCCESS and last_error.get(intent.uid, -1) > intent.seq:
             continue
         out.checked += 1
-        if not _reflected(intent, pods, claims):
+        if not _reflected(intent, pods, claims, groups):
             out.lost_intents += 1
             out.note(f"{intent.kind} {intent.key} {dict(intent.expect)}: not in the final state")
     out.lost_intents += out.unresolved
