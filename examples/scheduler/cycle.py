@@ -630,7 +630,12 @@ class Scheduler:
             return True
         with self._lock:
             self.cycles += len(pending) - 1
-        self._place_gang(group, pending)
+        try:
+            self._place_gang(group, pending)
+        except Exception:  # the other members leave the cycle too (step() retries the first)
+            for rec in pending[1:]:
+                self._retry_later(rec.info.uid)
+            raise
         return True
 
     def _place_gang(self, group: GroupInfo, recs: list[PodRecord]) -> None:

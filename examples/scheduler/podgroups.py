@@ -133,8 +133,3 @@ def gang_message(key: str, unfit: int, members: int, reason: str) -> str:
     that cannot be placed as a whole: how many members fit nowhere, then the first one's
     FitError text."""
     return f'pod group "{key}": {unfit} of {members} pods cannot be placed; {reason}'
-
-
-def waiting_message(key: str, present: int, needed: int) -> str:
-    """Why a gang's members wait: fewer pending members than its ``minCount`` still needs."""
-    return f'pod group "{key}": {present} of {needed} pods needed are present'
