@@ -22,6 +22,7 @@ from examples.scheduler.tracker import GROUP, Intent
 from examples.scheduler.verify import verify
 from examples.scheduler.workload import GANG_LABEL, NODE_CPU_M, WorkloadSpec, build_workload
 from kdispatch import (
+    ApiConnectionError,
     CallFailed,
     Dispatcher,
     GangPartiallyBound,
@@ -215,11 +216,20 @@ class _Unserved:
         raise NotFoundError("the server could not find the requested resource")
 
 
+class _Unreachable(_Unserved):
+    """A list-watch whose apiserver cannot be reached."""
+
+    def list(self) -> tuple[list[Obj], str]:
+        raise ApiConnectionError("cannot connect to http://127.0.0.1:1")
+
+
 def test_serves_tells_a_missing_api_from_a_served_one() -> None:
     from kdispatch.testing import MemoryListWatch
 
     assert serves(MemoryListWatch(InMemoryApiServer(), "PodGroup"))
     assert not serves(_Unserved())  # type: ignore[arg-type]
+    # unreachable: counted as served, so that the informer's sync says why
+    assert serves(_Unreachable())  # type: ignore[arg-type]
 
 
 def test_one_binding_per_pod_where_the_api_layer_has_no_gangs() -> None:

@@ -380,13 +380,16 @@ KINDS = ("Node", "ResourceClaim", "PodGroup", "Pod")
 
 
 def serves(lw: ListWatch) -> bool:
-    """Main thread. Whether the apiserver serves ``lw``'s kind: its first list answers (a 404
-    means the API is off, e.g. PodGroups without the ``GenericWorkload`` gate). Other errors
-    propagate."""
+    """Main thread. Whether the apiserver serves ``lw``'s kind: False only when a first list
+    meets a 404 (the API is off, e.g. PodGroups without the ``GenericWorkload`` gate). Any
+    other error (the apiserver unreachable, a 403) counts as served: the informer's sync then
+    says what is wrong."""
     try:
         lw.list()
     except NotFoundError:
         return False
+    except ApiError:
+        return True
     return True
 
 
