@@ -1,25 +1,13 @@
 """An asyncio informer: list+watch through ``kubernetes.aio`` on the caller's event loop.
 
 :class:`AioInformer` is the asyncio counterpart of :class:`kdispatch.adapters.informer.Informer`
-for controllers that already run an event loop (kopf, ``kubernetes.aio``): one task lists a kind,
-then watches it from the list's resourceVersion and hands every change to its handlers, usually
-a dispatcher's ``on_add``/``on_update``/``on_delete`` (which only ``tell`` and return, so they
-never block the loop).
-
-* Any kind, CRDs included: give it the ``kubernetes.aio`` list method of the collection
-  (``CoreV1Api(api).list_pod_for_all_namespaces``, or a ``functools.partial`` of
-  ``CustomObjectsApi(api).list_cluster_custom_object`` with group/version/plural) and the
-  ``kind`` its items are; selectors go in ``list_kwargs`` (``label_selector=...``).
-* Replies are read raw (the methods' ``_without_preload_content`` variants) and decoded as
-  JSON: objects reach the handlers as the plain dicts kdispatch works with, never as models.
-* Keyed by ``metadata.uid``; an event whose resourceVersion is not newer than the cached one is
-  a duplicate and dropped. A watch that ends is resumed from the last resourceVersion seen;
-  410 Gone re-lists, with a synthetic delete for every object that vanished meanwhile.
-* Failures back off exponentially (with jitter) and are visible: :attr:`last_error`, the
-  ``on_error`` hook and a WARNING log. A handler that raises is logged and skipped.
-* :meth:`run` runs until cancelled; :meth:`start` wraps it in a task, :meth:`stop` cancels it.
-
-Every method runs on the event loop's thread.
+(its cache, ordering and delivery are the same :class:`~kdispatch.adapters.informer_core.
+InformerCore`): one task lists a kind through a ``kubernetes.aio`` list method (any kind, CRDs
+through ``CustomObjectsApi``), reads the replies raw (the ``_without_preload_content``
+variants) as plain dicts, then watches and resumes; 410 Gone re-lists; failures back off with
+jitter and show in :attr:`~AioInformer.last_error`, the ``on_error`` hook and a WARNING log.
+See the "asyncio and kopf" guide (``docs/asyncio.md``). Every method runs on the event loop's
+thread.
 """
 
 from __future__ import annotations
@@ -28,7 +16,6 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import json
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self
@@ -45,9 +32,8 @@ from kdispatch.actors.model.errors import (
 )
 from kdispatch.actors.model.objects import get_path
 
-from .informer_core import Handler, InformerCore, InformerShell, Obj
-from .kubernetes import error_from_status
-from .transport import decode_object
+from .informer_core import Handler, InformerCore, InformerShell, Obj, decode_event
+from .transport import decode_object, error_from_status, status_body
 
 OnEvent = Callable[[Obj], None]
 OnError = Callable[[BaseException], None]
@@ -73,11 +59,7 @@ def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Await
 
 
 class AioInformer(InformerShell):
-    """List+watch of one kind on the running event loop; see the module docstring.
-
-    The cache, ordering, re-list diffing, handler dispatch and sync state are the
-    :class:`~kdispatch.adapters.informer_core.InformerCore` shared with the threaded
-    :class:`~kdispatch.adapters.informer.Informer`; this class is its asyncio I/O.
+    """List+watch of one kind on the running event loop (see the module docstring).
 
     A custom resource (a CRD) is listed through ``CustomObjectsApi``: bind its group, version
     and plural with ``functools.partial``, and put selectors in ``list_kwargs``::
@@ -156,8 +138,6 @@ class AioInformer(InformerShell):
         self._task: asyncio.Task[None] | None = None
         self._rng = random.Random()
         self._log = logger.bind(informer=self.name, kind=kind)
-
-    # ----------------------------------------------------------------- public API
 
     def add_handler(
         self,
@@ -270,8 +250,6 @@ class AioInformer(InformerShell):
                 )
             )
 
-    # ----------------------------------------------------------------- internals
-
     def _changed_event(self) -> asyncio.Event:
         if self._changed is None:
             self._changed = asyncio.Event()
@@ -290,13 +268,7 @@ class AioInformer(InformerShell):
                 body = await resp.read()
             finally:
                 resp.release()
-            try:
-                status = json.loads(body) if body else {}
-            except ValueError:
-                status = {}
-            raise error_from_status(
-                resp.status, status if isinstance(status, dict) else {}, what, resp.headers
-            )
+            raise error_from_status(resp.status, status_body(body), what, resp.headers)
         return resp
 
     def _typed(self, obj: Obj) -> Obj:
@@ -310,12 +282,10 @@ class AioInformer(InformerShell):
         what = f"list {self.kind}"
         resp = await self._request(what, _request_timeout=self._request_timeout)
         try:
-            body = json.loads(await resp.read())
-        except ValueError as exc:
-            raise BadResponseError(f"{what}: reply is not JSON ({exc})") from None
+            body = decode_object(await resp.read(), what)
         finally:
             resp.release()
-        items = body.get("items") if isinstance(body, dict) else None
+        items = body.get("items")
         rv = get_path(body, "metadata", "resourceVersion")
         if not isinstance(items, list) or not isinstance(rv, str) or not rv:
             raise BadResponseError(f"{what}: reply has no items or no resourceVersion")
@@ -342,20 +312,10 @@ class AioInformer(InformerShell):
                 if not line:
                     return progress
                 if line.strip():
-                    self._event(line, what)
+                    self._core.event(*decode_event(line, what))
                     progress = True
         finally:
             resp.release()
-
-    def _event(self, line: bytes, what: str) -> None:
-        event = decode_object(line, what, "event")
-        etype, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
-            raise BadResponseError(f"{what}: event has no object")
-        if etype == "ERROR":
-            code = obj.get("code")
-            raise error_from_status(code if isinstance(code, int) else 500, obj, what)
-        self._core.event(etype if isinstance(etype, str) else repr(etype), obj)
 
 
 def _newest_only(fn: OnEvent | None) -> Callable[[Obj, Obj], None] | None:

@@ -1,20 +1,10 @@
-"""Fill a kind table from the apiserver's discovery documents (``/api/v1``, ``/apis``).
-
-:func:`register_from_discovery` reads the core group and the preferred version of every API
-group through a :class:`~kdispatch.adapters.kubernetes.KubernetesBackend`'s transport and
-registers each kind it finds (plural, namespaced, whether a ``status`` subresource is served).
-Kinds already in the table keep their facts. Discovery does not say which resources are custom:
-groups of the Kubernetes project (the core group, the unsuffixed built-in groups such as
-``apps`` or ``policy``, and every group ending in ``.k8s.io``) get strategic merge patches,
-every other group JSON merge patches, as CRDs need.
-
-Runs on the calling thread (one request per group version); errors are
+"""Fill a kind table from the apiserver's discovery documents (``/api/v1``, ``/apis``):
+:func:`register_from_discovery`. Calling thread; errors are
 :mod:`kdispatch.actors.model.errors` types.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,6 +12,7 @@ from kdispatch.actors.model.errors import BadResponseError, InvalidInputError
 from kdispatch.actors.model.kinds import KindInfo, KindTable, PatchType
 
 from .kubernetes import KubernetesBackend
+from .transport import decode_object
 
 BUILTIN_GROUPS: frozenset[str] = frozenset(
     {"", "apps", "batch", "policy", "autoscaling", "extensions"}
@@ -34,14 +25,7 @@ def _flavour(group: str) -> PatchType:
 
 
 def _get(backend: KubernetesBackend, path: str) -> dict[str, Any]:
-    reply = backend.get_path(path)
-    try:
-        doc = json.loads(reply)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise BadResponseError(f"discovery {path}: reply is not JSON") from None
-    if not isinstance(doc, dict):
-        raise BadResponseError(f"discovery {path}: reply is not an object")
-    return doc
+    return decode_object(backend.get_path(path), f"discovery {path}")
 
 
 def _kinds_of(group: str, version: str, doc: Mapping[str, Any]) -> list[KindInfo]:

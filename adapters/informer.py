@@ -1,42 +1,14 @@
 """Informers: list+watch loops keeping a UID-keyed cache and calling handlers.
 
-An :class:`Informer` lists one kind (any kind of the kind table, CRDs included) through a
-:class:`ListWatch` source, then watches from the list's resourceVersion; every change reaches
-the registered handlers as JSON dicts with ``kind`` set, on the informer's own thread, in order.
-
-* Keyed by ``metadata.uid``: a pod deleted and re-created under the same name is a delete of
-  the old UID and an add of the new one.
-* A watch that ends (server timeout, dropped connection, error) is resumed from the last
-  resourceVersion seen, so nothing is missed and nothing is delivered twice. Updates whose
-  resourceVersion is not newer than the cached one are dropped as duplicates.
-* 410 Gone (the history no longer reaches back) → re-list: objects that vanished meanwhile get
-  a synthetic delete (with their last known state), changed ones an update, new ones an add.
-* Reconnects back off exponentially (``backoff_initial`` doubling to ``backoff_max``, with
-  jitter: :func:`~kdispatch.actors.model.backoff.backoff_delay`, the executor's formula); the wait
-  is on an Event, so :meth:`Informer.stop` interrupts it at once, and it also cuts an open
-  watch stream.
-* A handler that raises is logged and skipped; it never stops the loop or other handlers.
-* :meth:`Informer.has_synced` turns true once the first list has been delivered.
-* Failures are visible: :attr:`Informer.last_error` holds the newest one (None again after a
-  successful list or a watch that made progress), an ``on_error(exc)`` hook is called with each
-  one on the informer thread, and ``kdispatch_informer_errors_total{informer,kind,reason}``
-  counts them. 401/403 (``UnauthorizedError``/``ForbiddenError``) are still retried with backoff
-  (a refreshed token or a new RBAC binding fixes them without a restart), but
-  :meth:`Informer.wait_for_sync` raises them as they come; when its timeout runs out it
-  raises :class:`~kdispatch.InformerSyncTimeout` naming the cause (``cannot
-  connect to http://...: ...``), never a silent False.
-
-Why not ``kubernetes.informer.SharedInformer`` (shipped by the client since 37.0): it delivers
-model objects (pydantic ``V1Pod``...), not the JSON dicts kdispatch works with, and building them
-is costly; a re-list fires ``MODIFIED`` for every object, changed or not; there is no synced
-signal; its ``stop()`` joins without a timeout and cannot interrupt a quiet watch (the loop only
-checks its stop flag between events); list failures wait a fixed 5 s with no backoff. The loop
-below is small and meets all of the points above.
-
-Two sources: :class:`ClientListWatch` over the official client (through
-:class:`~kdispatch.adapters.kubernetes.KubernetesBackend`'s ``list_all``/``watch``, raw JSON
-lines, errors mapped like :mod:`kdispatch.adapters.transport`), and
-:class:`MemoryListWatch` directly over an :class:`~kdispatch.testing.memory.InMemoryApiServer`.
+An :class:`Informer` lists one kind through a :class:`ListWatch` source, then watches from the
+list's resourceVersion, on a thread of its own; the cache, ordering, re-list diffing and
+delivery are its :class:`~kdispatch.adapters.informer_core.InformerCore`. Watches resume from
+the last resourceVersion seen; 410 Gone re-lists; reconnects back off
+(:func:`~kdispatch.actors.model.backoff.backoff_delay`, the executor's formula) on an Event, so
+:meth:`Informer.stop` interrupts the wait and cuts an open watch. :class:`ClientListWatch` is
+the source over the official client (through :class:`~kdispatch.KubernetesBackend`'s
+``list_all``/``watch``, raw JSON lines). The behaviour, and why not the official client's
+``SharedInformer``: the "Informers" guide (``docs/informers.md``).
 """
 
 from __future__ import annotations
@@ -54,18 +26,11 @@ from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
 from kdispatch.actors.model.backoff import backoff_delay
-from kdispatch.actors.model.errors import (
-    ApiError,
-    BadResponseError,
-    GoneError,
-    InvalidInputError,
-    ServerError,
-)
+from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError, ServerError
 from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
 from .informer_core import (
     BOOKMARK,
-    EVENT_TYPES,
     Handler,
     InformerCore,
     InformerShell,
@@ -73,9 +38,11 @@ from .informer_core import (
     OnAdd,
     OnDelete,
     OnUpdate,
+    decode_event,
 )
-from .kubernetes import KubernetesBackend, error_from_status, translate_errors
-from .transport import TransportName, decode_object
+from .kubernetes import KubernetesBackend, translate_errors
+from .rest import with_type_meta
+from .transport import TransportName
 
 _JITTER = 0.2  # reconnect delays are stretched by up to 20 % (backoff_delay)
 
@@ -116,31 +83,19 @@ class ListWatch(Protocol):
         ...
 
 
-def with_type_meta(obj: Obj, info: KindInfo) -> Obj:
-    """``obj`` with ``kind``/``apiVersion`` filled in (list items come without them)."""
-    if obj.get("kind") != info.kind:
-        obj["kind"] = info.kind
-    obj.setdefault("apiVersion", info.api_version)
-    return obj
-
-
 # --------------------------------------------------------------------------- official client
 
 
 class ClientListWatch:
-    """:class:`ListWatch` over the official client, for any kind of the kind table (built-in
-    or CRD, namespaced or cluster-scoped), with label/field selectors.
+    """:class:`ListWatch` over the official client, for any kind of the kind table, with
+    label/field selectors (the Informers guide shows it at work).
 
-    ``api``: an ``ApiClient`` or a :class:`KubernetesBackend` (its client is used).
-    Lists page through the collection (``limit``/``continue``, ``page_size`` objects per
-    request) as consistent reads; watches ask for bookmarks and a server-side
-    ``timeoutSeconds``, with a client read timeout a little longer. Replies are read raw and
-    decoded here, through the ``transport`` (``"lean"`` or ``"client"``, as for
-    :class:`KubernetesBackend`). Watches hold a pooled connection for their whole
-    duration: give informers their own ``ApiClient`` (it may share the backend's
-    ``Configuration``) so they do not compete with the executor's workers for the pool.
-    Bad arguments raise :class:`InvalidInputError` subclasses (an unknown kind
-    ``UnknownKindError``).
+    ``api``: an ``ApiClient`` or a :class:`KubernetesBackend` (its client is used); give
+    informers their own ``ApiClient``, since watches hold a pooled connection. Lists page
+    through the collection (``page_size`` objects per request); watches ask for bookmarks and
+    a server-side ``timeoutSeconds``, with a client read timeout a little longer; replies go
+    through the ``transport`` (as for :class:`KubernetesBackend`). Bad arguments raise
+    :class:`InvalidInputError` subclasses (an unknown kind ``UnknownKindError``).
     """
 
     def __init__(
@@ -185,7 +140,6 @@ class ClientListWatch:
         host = getattr(api.configuration, "host", None)
         self.server: str | None = host if isinstance(host, str) and host else None
         """The apiserver's URL (named by ``wait_for_sync`` when it cannot connect)."""
-        self._timeout = self._backend.request_timeout
 
     def list(self) -> tuple[list[Obj], str]:
         """Informer thread."""
@@ -245,15 +199,7 @@ class _HttpWatchStream:
             self._close()
 
     def _decode(self, line: bytes) -> WatchEvent:
-        event = decode_object(line, self._what, "event")
-        event_type, obj = event.get("type"), event.get("object")
-        if not isinstance(obj, dict):
-            raise BadResponseError(f"{self._what}: event has no object")
-        if event_type == "ERROR":
-            code = obj.get("code")
-            raise error_from_status(code if isinstance(code, int) else 500, obj, self._what)
-        if event_type not in EVENT_TYPES:
-            raise BadResponseError(f"{self._what}: unknown event type {event_type!r}")
+        event_type, obj = decode_event(line, self._what)
         if event_type == BOOKMARK:
             return WatchEvent(BOOKMARK, obj)
         return WatchEvent(event_type, with_type_meta(obj, self._info))
@@ -310,12 +256,7 @@ class Informer(InformerShell):
     ``name`` labels the thread and the logs. ``resync``: every this many seconds, replay every
     cached object to ``on_update(obj, obj)`` (None: never). ``watch_timeout``: the longest
     single watch request (server-side timeout) before it is renewed. Reconnects wait
-    :func:`~kdispatch.actors.model.backoff.backoff_delay` (``backoff_initial`` doubling to
-    ``backoff_max``, 20 % jitter), the executor's formula.
-
-    The cache, ordering, re-list diffing, handler dispatch and sync state are the
-    :class:`~kdispatch.adapters.informer_core.InformerCore` shared with
-    :class:`~kdispatch.adapters.aio_informer.AioInformer`; this class is its thread.
+    ``backoff_initial`` doubling to ``backoff_max``, with 20 % jitter.
 
     Handlers are added before :meth:`start` and run on the informer thread; they must be quick
     (the dispatcher's only ``tell``). ``start``/``stop``/``has_synced``/``wait_for_sync``,

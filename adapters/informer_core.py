@@ -1,28 +1,18 @@
 """The I/O-free core of an informer: cache, ordering, re-list diffing, delivery, sync state.
 
-Both informers — the threaded :class:`~kdispatch.adapters.informer.Informer` and the asyncio
-:class:`~kdispatch.adapters.aio_informer.AioInformer` — are shells around one
-:class:`InformerCore`. The shell does the I/O (a list, a watch stream, the waiting between
-attempts) and feeds what it read in; the core keeps everything else:
+The threaded :class:`~kdispatch.adapters.informer.Informer` and the asyncio
+:class:`~kdispatch.adapters.aio_informer.AioInformer` are shells around one
+:class:`InformerCore`: the shell does the I/O (a list, a watch stream, the waits) and feeds what
+it read in. The core keeps the cache keyed by ``metadata.uid``; drops an update whose
+resourceVersion is not newer than the cached one (the resume point never moves back); turns a
+re-list into deletes (with the last known state) first, then adds and updates; calls every
+handler in order (one that raises is logged and skipped); and keeps the sync state and the
+failures ``wait_for_sync`` reports. The behaviour is the "Informers" guide's.
 
-* the cache, keyed by ``metadata.uid`` (a pod deleted and re-created under the same name is a
-  delete of the old UID and an add of the new one);
-* resourceVersion ordering: an update whose resourceVersion is not newer than the cached one
-  is a duplicate and dropped; the resume point (:attr:`InformerCore.resource_version`) never
-  moves backwards on a stale event;
-* re-list diffing: a fresh list becomes deletes (objects that vanished, with their last known
-  state) first, then adds and updates, so a re-created name is a delete then an add;
-* handler dispatch: every handler sees every change in order; one that raises is logged and
-  skipped, never stopping the others;
-* sync state and failures: :attr:`InformerCore.synced` once a list was delivered,
-  :attr:`InformerCore.last_error` (None again after a good list or a watch that made
-  progress), and the typed error :meth:`InformerCore.sync_failure` that ``wait_for_sync``
-  raises.
-
-Thread-safety: the core is driven by one thread (the informer's, or the event loop's). Cache
-writes happen under the ``lock`` it is given, so another thread may take a consistent
-:meth:`InformerCore.snapshot`; single lookups in :attr:`InformerCore.cache` need no lock.
-No threads, no sockets, no clocks, no asyncio.
+Driven by one thread (the informer's, or the event loop's). Cache writes happen under the
+``lock`` it is given, so another thread may take a consistent :meth:`InformerCore.snapshot`;
+single lookups in :attr:`InformerCore.cache` need no lock. No threads, sockets, clocks or
+asyncio.
 """
 
 from __future__ import annotations
@@ -42,7 +32,9 @@ from kdispatch.actors.model.errors import (
     KdispatchError,
     UnauthorizedError,
 )
-from kdispatch.actors.model.objects import get_path
+from kdispatch.actors.model.objects import get_path, is_newer, resource_version, rv_is_newer
+
+from .transport import decode_object, error_from_status
 
 Obj = dict[str, Any]
 OnAdd = Callable[[Obj], None]
@@ -71,21 +63,20 @@ def uid_of(obj: Mapping[str, Any]) -> str | None:
     return uid if isinstance(uid, str) and uid else None
 
 
-def rv_of(obj: Mapping[str, Any]) -> str | None:
-    """``metadata.resourceVersion`` or None. Pure."""
-    rv = get_path(obj, "metadata", "resourceVersion")
-    return rv if isinstance(rv, str) and rv else None
-
-
-def is_newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
-    """Whether ``candidate`` is a newer state than ``current``: numeric resourceVersions
-    compare as integers, opaque ones by inequality; a missing one counts as newer. Pure."""
-    new, cur = rv_of(candidate), rv_of(current)
-    if new is None or cur is None:
-        return True
-    if new.isdigit() and cur.isdigit():
-        return int(new) > int(cur)
-    return new != cur
+def decode_event(line: bytes, what: str) -> tuple[str, Obj]:
+    """One line of a watch stream: the event's type (ADDED, MODIFIED, DELETED or BOOKMARK) and
+    object. An ``ERROR`` event raises its :class:`ApiError`; a malformed line
+    :class:`BadResponseError`. Pure."""
+    event = decode_object(line, what, "event")
+    event_type, obj = event.get("type"), event.get("object")
+    if not isinstance(obj, dict):
+        raise BadResponseError(f"{what}: event has no object")
+    if event_type == "ERROR":
+        code = obj.get("code")
+        raise error_from_status(code if isinstance(code, int) else 500, obj, what)
+    if event_type not in EVENT_TYPES:
+        raise BadResponseError(f"{what}: unknown event type {event_type!r}")
+    return event_type, obj
 
 
 def describe_failure(error: BaseException, server: str | None) -> str:
@@ -129,13 +120,9 @@ class InformerCore:
         """Lists delivered so far."""
         self._log = logger.bind(informer=name, kind=kind)
 
-    # ----------------------------------------------------------------- handlers
-
     def add_handler(self, handler: Handler) -> None:
         """Register callbacks (the shell checks them, and that it is not running yet)."""
         self._handlers.append(handler)
-
-    # ----------------------------------------------------------------- reads
 
     @property
     def cache(self) -> Mapping[str, Obj]:
@@ -151,8 +138,6 @@ class InformerCore:
     def resource_version(self) -> str | None:
         """The resume point: the newest resourceVersion seen (list, event or bookmark)."""
         return self._rv
-
-    # ----------------------------------------------------------------- inputs
 
     def listed(self, items: Iterable[Obj], resource_version: str) -> None:
         """A complete list arrived: make the cache equal to it and tell the handlers (deletes
@@ -186,7 +171,7 @@ class InformerCore:
         if not isinstance(obj, Mapping):
             self._log.warning("{} event without an object ignored", event_type)
             return False
-        rv = rv_of(obj)
+        rv = resource_version(obj)
         if event_type == BOOKMARK:
             self._advance(rv)
             return True
@@ -223,8 +208,6 @@ class InformerCore:
         """A watch delivered something: the connection works again."""
         self.last_error = None
 
-    # ----------------------------------------------------------------- wait_for_sync
-
     def sync_failure(self, errors_before: int) -> BaseException | None:
         """What ``wait_for_sync`` should raise now instead of waiting on: a permanent failure
         (401/403) reported after it began waiting (``errors_before`` = :attr:`errors` then),
@@ -252,8 +235,6 @@ class InformerCore:
             exc.__cause__ = error
         return exc
 
-    # ----------------------------------------------------------------- internals
-
     def _type(self, obj: Obj) -> Obj:
         return self._typed(obj) if self._typed is not None else obj
 
@@ -264,7 +245,7 @@ class InformerCore:
                 self._items[uid] = obj
             self._fire_add(obj)
             return True
-        if is_newer(obj, cur):
+        if is_newer(obj, cur, strict=True):
             with self._lock:
                 self._items[uid] = obj
             self._fire_update(cur, obj)
@@ -273,12 +254,8 @@ class InformerCore:
 
     def _advance(self, rv: str | None) -> None:
         """Move the resume point forward to ``rv`` (never backwards on a stale event)."""
-        if rv is None:
-            return
-        cur = self._rv
-        if cur is not None and rv.isdigit() and cur.isdigit() and int(rv) <= int(cur):
-            return
-        self._rv = rv
+        if rv is not None and rv_is_newer(rv, self._rv, strict=True):
+            self._rv = rv
 
     def _fire_add(self, obj: Obj) -> None:
         for h in self._handlers:
@@ -303,9 +280,8 @@ class InformerCore:
 
 
 class InformerShell:
-    """What both informer shells read straight from their :class:`InformerCore`: a threaded
-    :class:`~kdispatch.adapters.informer.Informer` answers from any thread, an
-    :class:`~kdispatch.adapters.aio_informer.AioInformer` on its event loop's thread."""
+    """What both informer shells read straight from their :class:`InformerCore` (an
+    :class:`~kdispatch.AioInformer` answers on its event loop's thread)."""
 
     _core: InformerCore
 
@@ -315,11 +291,9 @@ class InformerShell:
 
     @property
     def cache(self) -> Mapping[str, Obj]:
-        """Live read-only view uid → newest object, as the handlers last saw it (objects are
-        the plain JSON dicts the server sent, ``kind``/``apiVersion`` filled in; never mutate
-        them). A single lookup (``cache.get(uid)``, ``uid in cache``) is safe from any thread;
-        to iterate from another thread than the informer's, take :meth:`snapshot` instead
-        (the informer may change the mapping meanwhile)."""
+        """Live read-only view uid → newest object, as the handlers last saw it (plain JSON
+        dicts, ``kind``/``apiVersion`` filled in; never mutate them). A single lookup is safe
+        from any thread; to iterate from another thread, take :meth:`snapshot`."""
         return self._core.cache
 
     def snapshot(self) -> dict[str, Obj]:
@@ -347,8 +321,7 @@ __all__ = [
     "Handler",
     "InformerCore",
     "InformerShell",
+    "decode_event",
     "describe_failure",
-    "is_newer",
-    "rv_of",
     "uid_of",
 ]

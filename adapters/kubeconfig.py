@@ -1,13 +1,11 @@
-"""Loading a kubeconfig into an official-client ``Configuration``, with errors that name the
-file and the context.
+"""The official-client ``Configuration`` a :class:`~kdispatch.KubernetesBackend` constructor
+starts from: an apiserver URL, a kubeconfig file, or the pod's service account.
 
-The official client's ``config.load_kube_config`` says ``Invalid kube-config file. No
-configuration found.`` for a file that is not there, lets the YAML parser's errors, a
-``TypeError`` or an ``IsADirectoryError`` through for files it cannot read, and names neither
-the file nor the context in some of them. Here every one of those is an
-:class:`~kdispatch.InvalidConfigError` that starts with the file (and the
-context, when one was asked for), with the original error as its ``__cause__``. Runs on the
-caller's thread.
+The official client's ``config.load_kube_config`` names neither the file nor the context in
+some of its errors and lets the YAML parser's errors, a ``TypeError`` or an
+``IsADirectoryError`` through; here each is an :class:`~kdispatch.InvalidConfigError` that
+starts with the file (and the context, when one was asked for), with the original error as its
+``__cause__``. Runs on the caller's thread.
 """
 
 from __future__ import annotations
@@ -16,14 +14,54 @@ import os
 from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # a dependency of the official client
+from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from kdispatch.actors.model.errors import InvalidConfigError
 
-__all__ = ["kubeconfig_files", "load_kubeconfig"]
+__all__ = [
+    "in_cluster_configuration",
+    "kubeconfig_configuration",
+    "kubeconfig_files",
+    "load_kubeconfig",
+    "url_configuration",
+]
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 """Where the official client looks when neither a path nor ``$KUBECONFIG`` is given."""
+
+
+def url_configuration(url: object, token: str | None, ca_cert: str | None) -> k8s.Configuration:
+    """For the apiserver at ``url`` (http or https), with a bearer ``token`` and a ``ca_cert``
+    bundle file when given; TLS verification stays on."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise InvalidConfigError(f"url must be an http(s) URL, got {url!r}")
+    cfg = k8s.Configuration(host=url.rstrip("/"))
+    if token is not None:
+        cfg.api_key = {"authorization": token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+    if ca_cert is not None:
+        cfg.ssl_ca_cert = ca_cert
+    return cfg
+
+
+def kubeconfig_configuration(path: object, context: object) -> k8s.Configuration:
+    """From the kubeconfig at ``path`` and ``context`` (see :func:`load_kubeconfig`)."""
+    if path is not None and not isinstance(path, str | os.PathLike):
+        raise InvalidConfigError(f"path must be a file path or None, got {path!r}")
+    if context is not None and (not isinstance(context, str) or not context):
+        raise InvalidConfigError(f"context must be a non-empty str or None, got {context!r}")
+    cfg = k8s.Configuration()
+    load_kubeconfig(cfg, path, context)
+    return cfg
+
+
+def in_cluster_configuration() -> k8s.Configuration:
+    """From the pod's service account (token and CA mounted by the kubelet)."""
+    cfg = k8s.Configuration()
+    load: Any = k8s_config.load_incluster_config
+    load(client_configuration=cfg)
+    return cfg
 
 
 def kubeconfig_files(path: str | os.PathLike[str] | None) -> list[str]:

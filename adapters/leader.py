@@ -1,60 +1,19 @@
 """Leader election on a ``coordination.k8s.io/v1`` Lease, fenced to the dispatcher's sends.
 
-One replica per scheduler name leads; the others wait. The lease protocol is client-go's
-(``k8s.io/client-go/tools/leaderelection``): a candidate takes the Lease when it is free, or
-when its record has not changed for ``leaseDurationSeconds`` as timed on the candidate's own
-monotonic clock from the moment it first observed that record (no trust in other machines'
-clocks); the leader renews it every ``retry_period``; every write carries the observed
-``resourceVersion``, so of two candidates only one wins (the other gets 409).
+The protocol and Lease fields are client-go's (``tools/leaderelection``), so this elector and
+the official client's ``LeaseLock`` see each other's leases: a candidate takes the Lease when it
+is free, or when its record has not changed for ``leaseDurationSeconds`` on the candidate's own
+monotonic clock; the leader renews it every ``retry_period``; every write carries the observed
+``resourceVersion``. Unlike ``kubernetes.leaderelection`` it stops cleanly, releases the lease,
+and fences: :meth:`LeaseElector.may_send` is False from ``t0 + renew_deadline`` on (``t0``: just
+before the last successful acquire/renew was sent), at least ``lease_duration -
+renew_deadline`` before another replica can take the lease. Guarantees and limits: the "High
+availability" guide (``docs/high-availability.md``).
 
-Why not ``kubernetes.leaderelection`` (official client 37)? Read from its source:
-
-* ``LeaderElection.run()`` cannot be stopped: ``acquire()`` and ``renew_loop()`` are endless
-  ``while True`` loops around ``time.sleep``; there is no cancel, and no release of the lease
-  on a graceful shutdown (client-go's ``ReleaseOnCancel``).
-* It does not honour a renew deadline as a fence: the deadline is recomputed at the start of
-  each renew round (after a ``retry_period`` sleep), so it lands up to ``retry_period`` after
-  ``renew_deadline`` counted from the last successful renew; it is measured on the wall clock
-  (``time.time``), which can jump; lease requests have no timeout, so a hung renew blocks past
-  any deadline; and ``onstopped_leading`` runs only after the loop gives up, with no check a
-  sender could consult before each request.
-* ``LeaseLock`` builds its own ``CoordinationV1Api()`` on the global default configuration (no
-  injectable ``ApiClient``), and ``Config`` calls ``sys.exit`` on bad values and refuses a
-  ``retry_period`` below one second.
-
-So this module keeps the same protocol and Lease fields (the official ``LeaseLock`` and this
-elector see each other's leases; the tests check both directions) in a small elector that
-stops cleanly and fences: :meth:`LeaseElector.may_send` is False from ``t0 + renew_deadline``
-on, where ``t0`` is the monotonic time just *before* the last successful acquire/renew request
-was sent. Other candidates time the lease from when they observed that write, which is after
-``t0``, for ``lease_duration`` > ``renew_deadline``; so this replica's gate is closed at least
-``lease_duration - renew_deadline`` before anyone else can take the lease.
-
-What remains (Kubernetes has no fencing tokens): a request that passed the gate before the
-deadline and is still on the wire (or queued in a proxy) when another replica takes over can
-land after the new leader's first write. The window is bounded by the request timeout, and is
-empty whenever requests take less than ``lease_duration - renew_deadline`` (5 s by default).
-
-On losing the lease (someone else holds it, or no renew succeeded before the deadline) the
-elector calls ``on_lost`` once with a :class:`~kdispatch.LeadershipLost` — wire
-it to ``Dispatcher.revoke`` — and stops campaigning: like kube-scheduler, a replica that lost
-leadership exits and is restarted as a fresh candidate that rebuilds from list+watch.
-
-The gate can also be read without calling into this process: :meth:`LeaseElector.
-watch_send_deadline` registers an observer that is told the gate's deadline on the elector's
-clock (``t0 + renew_deadline``) after every successful acquire or renew, and ``0.0`` the moment
-this replica stops leading (lost, released, stopped). It is told inside the same critical
-section that changes :meth:`~LeaseElector.may_send`'s answer, so ``clock() < last value told``
-is True exactly when ``may_send()`` is; a reader that sees an older value sees an *earlier*
-deadline (every renew only moves it later, and leaving leadership tells ``0.0`` before anyone
-can make it later again). :class:`~kdispatch.ProcessDispatcher` keeps it in
-shared memory for its child process, whose executor compares it with ``CLOCK_MONOTONIC``
-(``time.monotonic``, the same clock in every process on Linux) before every request.
-
-Threads: :meth:`start` runs the election loop on ``kdispatch-leader-<lease>`` and the deadline
-watchdog on ``kdispatch-leader-watchdog-<lease>``; :meth:`may_send` is called by executor
-workers; every other method may be called from any thread. Tests drive :meth:`step` and
-:meth:`check_deadline` directly with a fake clock.
+Threads: :meth:`~LeaseElector.start` runs the election loop on ``kdispatch-leader-<lease>`` and
+the deadline watchdog on ``kdispatch-leader-watchdog-<lease>``; :meth:`~LeaseElector.may_send`
+is called by executor workers; every other method may be called from any thread. Tests drive
+:meth:`~LeaseElector.step` and :meth:`~LeaseElector.check_deadline` with a fake clock.
 """
 
 from __future__ import annotations
@@ -128,29 +87,27 @@ class ClientLeaseClient:
 
     def get(self, namespace: str, name: str, *, timeout: float) -> Json | None:
         what = f"get lease {namespace}/{name}"
+        read = self._api.read_namespaced_lease
         try:
-            with translate_errors(what):
-                resp = self._api.read_namespaced_lease(
-                    name, namespace, _preload_content=False, _request_timeout=timeout
-                )
-                return read_json_object(resp, what)
+            return self._call(what, read, name, namespace, timeout=timeout)
         except NotFoundError:
             return None
 
     def create(self, namespace: str, lease: Json, *, timeout: float) -> Json:
         what = f"create lease {namespace}"
-        with translate_errors(what):
-            resp = self._api.create_namespaced_lease(
-                namespace, lease, _preload_content=False, _request_timeout=timeout
-            )
-            return read_json_object(resp, what)
+        create = self._api.create_namespaced_lease
+        return self._call(what, create, namespace, lease, timeout=timeout)
 
     def update(self, namespace: str, name: str, lease: Json, *, timeout: float) -> Json:
         what = f"update lease {namespace}/{name}"
+        replace = self._api.replace_namespaced_lease
+        return self._call(what, replace, name, namespace, lease, timeout=timeout)
+
+    @staticmethod
+    def _call(what: str, method: Any, *args: object, timeout: float) -> Json:
+        """One request of the ``CoordinationV1Api``, its raw reply decoded. Calling thread."""
         with translate_errors(what):
-            resp = self._api.replace_namespaced_lease(
-                name, namespace, lease, _preload_content=False, _request_timeout=timeout
-            )
+            resp = method(*args, _preload_content=False, _request_timeout=timeout)
             return read_json_object(resp, what)
 
 
@@ -235,10 +192,9 @@ class LeaseElector:
 
     ``on_lost`` is called exactly once, with the :class:`LeadershipLost`, on whichever thread
     noticed the loss (election loop, watchdog, or an executor worker in :meth:`may_send`); it
-    must not block. ``clock`` is monotonic seconds (keep the default ``time.monotonic`` when a
-    :class:`~kdispatch.ProcessDispatcher` watches the send deadline: its
-    child compares the deadline with ``time.monotonic``); ``wall_clock`` only fills the
-    Lease's ``acquireTime``/``renewTime`` fields for humans and other clients.
+    must not block. ``clock`` is monotonic seconds (keep ``time.monotonic`` for a
+    :class:`~kdispatch.ProcessDispatcher`, whose child compares the deadline with it);
+    ``wall_clock`` only fills the Lease's ``acquireTime``/``renewTime``.
     """
 
     def __init__(
@@ -322,13 +278,11 @@ class LeaseElector:
         """Any thread. Tell ``observer`` the :attr:`send_deadline` now, and again whenever it
         changes: the new deadline after every successful acquire or renew, ``0.0`` the moment
         this replica stops leading (lost, released, stopped). It runs with the elector's lock
-        held, on the thread that made the change (election loop, watchdog, an executor worker
-        in :meth:`may_send`, or the caller of :meth:`release`/:meth:`stop`), in the critical
-        section that changes :meth:`may_send`'s answer. So the values arrive in order, the
-        observer holds :attr:`send_deadline` whenever that lock is free, and a reader of what
-        it recorded is never ahead of the truth: while this replica leads the deadline only
-        moves later, and ``0.0`` is told the moment it stops leading. It must only record the
-        value (e.g. store it in shared memory): never block, never call the elector. An
+        held, on the thread that made the change, in the critical section that changes
+        :meth:`may_send`'s answer: the values arrive in order, and a reader of what it
+        recorded is never ahead of the truth (``clock() < value`` exactly when
+        :meth:`may_send`; :class:`~kdispatch.ProcessDispatcher` keeps it in shared memory for
+        its child). It must only record the value: never block, never call the elector. An
         exception it raises is logged and ignored."""
         if not callable(observer):
             raise InvalidInputError("observer must be callable")
@@ -395,12 +349,10 @@ class LeaseElector:
         return released
 
     def release(self) -> bool:
-        """Any thread. Close the send gate and free the lease if this replica holds it: if the
-        last version it wrote or read names it as the holder. Past the renew deadline too (a
-        drain that used the whole window, or renewals starved on a loaded machine): the write
-        carries that version's resourceVersion, so it frees the lease only if nobody wrote it
-        since, and this replica sends nothing once its gate is closed, as client-go's release
-        does. On a 409 the lease is read once more: a newer version that still names this
+        """Any thread. Close the send gate and free the lease if the last version this replica
+        wrote or read names it as the holder, past the renew deadline too: the write carries
+        that version's resourceVersion, so it frees the lease only if nobody wrote it since.
+        On a 409 the lease is read once more, and a newer version that still names this
         replica (a renewal that landed as the election stopped) is released in its turn."""
         with self._cond:
             if self._leading:

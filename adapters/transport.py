@@ -1,29 +1,14 @@
-"""How requests reach the apiserver: two transports over one official-client ``ApiClient``.
+"""How requests reach the apiserver: two transports over one official-client ``ApiClient``,
+both keeping its ``Configuration`` (auth and token refresh, TLS, proxies) and its urllib3 pool:
+:class:`LeanTransport` (``"lean"``, the default: prebuilt JSON straight through the pool, raw
+JSON replies) and :class:`ClientTransport` (``"client"``: the official ``param_serialize`` +
+``call_api`` path, replies read raw too).
 
-Both keep the official client's :class:`kubernetes.client.Configuration` — host, bearer token
-(and its refresh through ``refresh_api_key_hook``, via ``Configuration.auth_settings()`` →
-``get_api_key_with_prefix``), client certificates, CA bundle, TLS verification, proxies — and its
-urllib3 pool (``api_client.rest_client.pool_manager``, built from that configuration):
-
-* :class:`LeanTransport` (``transport="lean"``, the default) serialises the JSON body once and
-  sends it straight through the client's pool; replies are read as raw JSON. No ``call_api``,
-  no parameter sanitising, no models.
-* :class:`ClientTransport` (``transport="client"``) goes through the official
-  ``ApiClient.param_serialize`` + ``ApiClient.call_api``, the path the generated API methods
-  take (header and auth handling, body sanitising, ``RESTClientObject.request``); replies are
-  read raw too.
-
-Failures are raised as :mod:`kdispatch.actors.model.errors` types (see :func:`error_from_status` and
-:func:`map_transport_error`): 401 → ``UnauthorizedError``, 403 → ``ForbiddenError`` (never
-retried), 429 → ``TooManyRequestsError`` (``DisruptionBudgetError`` for an eviction a
-PodDisruptionBudget forbids), 5xx → ``ServerError``, both with the server's ``Retry-After``;
-a 422 whose cause is ``metadata.uid`` (kube-apiserver's answer to a patch body whose UID is not
-the object's: "field is immutable") → ``ConflictError``, the failed UID precondition it is.
-Messages carry the operation, HTTP status, reason and the server's message, never request
-headers. urllib3's own retries are off (the executor owns the retry policy).
-
-Every method runs on the calling thread (an executor worker or an informer thread) and is safe
-to call from many threads at once (the pool is thread-safe).
+Failures become :mod:`kdispatch.actors.model.errors` types (:func:`error_from_status`,
+:func:`map_transport_error`; the table is in :mod:`kdispatch.actors.model.backend`), with the
+operation, HTTP status, reason and the server's message, never request headers. urllib3's own
+retries are off: the executor owns the retry policy. Every function runs on the calling thread
+and is safe from many threads at once.
 """
 
 from __future__ import annotations
@@ -61,7 +46,6 @@ from kdispatch.actors.model.errors import (
 )
 
 TransportName = Literal["lean", "client"]
-TRANSPORTS: frozenset[str] = frozenset({"lean", "client"})
 
 _MESSAGE_LIMIT = 300
 _JSON = "application/json"
@@ -107,13 +91,18 @@ def retry_after(headers: Mapping[str, str] | None, status: Mapping[str, Any]) ->
     return 0.0
 
 
-def _is_disruption_budget(status: Mapping[str, Any]) -> bool:
-    """Whether a 429 ``Status`` is the eviction subresource refusing for a PDB."""
+def _has_cause(status: Mapping[str, Any], key: str, value: str) -> bool:
+    """Whether one of the ``Status``'s ``details.causes`` has ``key`` equal to ``value``."""
     details = status.get("details")
     causes = details.get("causes") if isinstance(details, Mapping) else None
-    if isinstance(causes, list) and any(
-        isinstance(c, Mapping) and c.get("reason") == "DisruptionBudget" for c in causes
-    ):
+    return isinstance(causes, list) and any(
+        isinstance(c, Mapping) and c.get(key) == value for c in causes
+    )
+
+
+def _is_disruption_budget(status: Mapping[str, Any]) -> bool:
+    """Whether a 429 ``Status`` is the eviction subresource refusing for a PDB."""
+    if _has_cause(status, "reason", "DisruptionBudget"):
         return True
     message = status.get("message")
     return isinstance(message, str) and "disruption budget" in message
@@ -128,7 +117,8 @@ def error_from_status(
     http_reason: object = None,
 ) -> ApiError:
     """The :class:`ApiError` for HTTP ``code`` with its ``Status`` body (possibly empty), as
-    answered to a request or carried by a watch ``ERROR`` event."""
+    answered to a request or carried by a watch ``ERROR`` event. A 422 that rejects
+    ``metadata.uid`` (a patch body's UID precondition failing) is a ``ConflictError``."""
     reason = status.get("reason") if isinstance(status.get("reason"), str) else None
     server_msg = status.get("message") if isinstance(status.get("message"), str) else ""
     text = f"{what}: HTTP {code} {reason or http_reason or ''}".rstrip()
@@ -155,21 +145,11 @@ def error_from_status(
         return RequestTimeoutError(text, status=code, retry_after=retry_after(headers, status))
     if 500 <= code <= 599:
         return ServerError(text, status=code, retry_after=retry_after(headers, status))
-    if code == 422 and _uid_mismatch(status):
-        return ConflictError(text)
+    if code == 422 and _has_cause(status, "field", "metadata.uid"):
+        return ConflictError(text)  # the patch body's UID is not the object's
     if 400 <= code <= 499:
         return InvalidRequestError(text, status=code)
     return BadResponseError(text, status=code)
-
-
-def _uid_mismatch(status: Mapping[str, Any]) -> bool:
-    """Whether a 422 reply rejects the patch body's ``metadata.uid`` (the object's UID is not
-    the one the patch was meant for: the object was deleted and re-created)."""
-    details = status.get("details")
-    causes = details.get("causes") if isinstance(details, Mapping) else None
-    if not isinstance(causes, list):
-        return False
-    return any(isinstance(c, Mapping) and c.get("field") == "metadata.uid" for c in causes)
 
 
 def map_api_exception(exc: ApiException, what: str) -> ApiError:
@@ -198,7 +178,7 @@ def map_transport_error(exc: BaseException, what: str) -> ApiError:
 
 @contextmanager
 def translate_errors(what: str) -> Iterator[None]:
-    """Run client or urllib3 code, re-raising its failures as :mod:`actors.errors` types."""
+    """Run client or urllib3 code, re-raising its failures as :class:`ApiError` types."""
     try:
         yield
     except ApiError:
@@ -227,11 +207,7 @@ def decode_object(data: object, what: str, noun: str = "reply") -> dict[str, Any
 
 def read_json_object(resp: Any, what: str) -> dict[str, Any]:
     """Read a whole ``preload_content=False`` urllib3 reply and decode it as one JSON object."""
-    try:
-        data = resp.data
-    finally:
-        resp.release_conn()
-    return decode_object(data, what)
+    return decode_object(_read_all(resp), what)
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps would build one per call
@@ -267,10 +243,9 @@ def prepare_configuration(cfg: k8s.Configuration, workers: int) -> k8s.Configura
 
 
 def size_pool(api_client: k8s.ApiClient, workers: int) -> None:
-    """Make ``api_client``'s urllib3 pool keep at least ``workers`` connections per host, so
-    that ``workers`` threads never see "Connection pool is full". Pools already open are
-    closed and reopened at the new size (idle connections only; a request in flight finishes
-    on its own connection). Any thread; meant for setup."""
+    """Make ``api_client``'s urllib3 pool keep at least ``workers`` connections per host (so
+    ``workers`` threads never see "Connection pool is full"); open pools are reopened at the
+    new size (a request in flight finishes on its own connection). Any thread, at setup."""
     check_workers(workers)
     cfg: Any = api_client.configuration
     current = int(cfg.connection_pool_maxsize or 0)
@@ -307,10 +282,8 @@ Timeout = float | tuple[float, float]
 
 
 class Transport(ABC):
-    """Sends one request. Thread-safe; runs on the calling thread.
-
-    :meth:`request` and :meth:`stream` are the same for every transport; a transport only says
-    how a request is put on the wire (:meth:`_open`)."""
+    """Sends one request. Thread-safe; runs on the calling thread. A transport only says how
+    a request is put on the wire (:meth:`_open`)."""
 
     name: str
 
@@ -381,11 +354,9 @@ def _raise_for_status(status: int, headers: Mapping[str, str], data: bytes, what
 
 
 class LeanTransport(Transport):
-    """Prebuilt JSON through the official client's own urllib3 pool (see the module).
-
-    Without a proxy, requests go straight to the host's connection pool (looked up once, and
-    again after the pool manager was cleared); through a proxy, via the client's
-    ``ProxyManager``, which adds the proxy headers."""
+    """Prebuilt JSON through the official client's own urllib3 pool: straight to the host's
+    connection pool (looked up again after the pool manager was cleared), or through the
+    client's ``ProxyManager``, which adds the proxy headers."""
 
     name = "lean"
 

@@ -1,6 +1,12 @@
 """Shared fixtures. Every test is checked for leaked threads, pykka actors and child
 processes.
 
+The tests are in layers (docs/testing.md, "The project's own suite"): ``tests/unit`` (pure
+rules and data; a test there starts no thread and no process, ``tests/unit/conftest.py``),
+``tests/integration`` (actors, executor, dispatchers, in-memory apiserver, informers),
+``tests/e2e`` (HTTP, examples, docs, benchmarks, stress and chaos) and ``tests/realapi``. The
+helpers below live in ``tests/`` and serve every layer.
+
 Where the one helper for each need lives (reuse it rather than writing another):
 
 * objects: :func:`kdispatch.testing.make_pod` (rv, node, phase, conditions,

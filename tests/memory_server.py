@@ -1,5 +1,5 @@
-"""Shorthands of the in-memory apiserver's own tests (``tests/test_memory*.py``); their fixtures
-``pod`` and ``pod_watch`` are in ``tests/conftest.py``."""
+"""Shorthands of the in-memory apiserver's own tests (``tests/integration/test_memory*.py``);
+their fixtures ``pod`` and ``pod_watch`` are in ``tests/conftest.py``."""
 
 from __future__ import annotations
 

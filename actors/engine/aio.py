@@ -1,19 +1,8 @@
-"""asyncio bridges: a call's future and an object's view, awaited on the caller's event loop.
+"""asyncio bridges: a call's future and an object's view, awaited on the caller's event loop
+without blocking it or spending a thread (the docs' asyncio page tells the rest).
 
-Nothing here blocks the loop or spends a thread:
-
-* :func:`wrap_call_future` hands a :class:`~kdispatch.CallFuture` to the loop
-  with :func:`asyncio.wrap_future`: the object actor that resolves the call (on its pool worker)
-  schedules the result onto the loop with ``call_soon_threadsafe``.
-* :func:`await_future` awaits any ``concurrent.futures.Future`` resolved on another thread (an
-  actor's reply to a ``View``, a reply from a dispatcher's child process): its completion is
-  posted to the loop with one ``call_soon_threadsafe``, a loop timer bounds the wait, and the
-  future itself is never cancelled.
-
-Cancelling the task that awaits a call does **not** withdraw the call: the ``CallFuture`` stays
-with the dispatcher and is resolved exactly once whatever the awaiting side does
-(``CallFuture.cancel()`` always returns False). Withdraw a pending call with
-``Dispatcher.cancel(uid)``.
+Cancelling the task that awaits a call does **not** withdraw the call: its ``CallFuture`` is
+resolved exactly once whatever the awaiting side does; withdraw it with ``cancel(uid)``.
 """
 
 from __future__ import annotations
@@ -65,10 +54,8 @@ def check_timeout(timeout: object) -> float | None:
 def wrap_call_future(
     future: CallFuture, loop: asyncio.AbstractEventLoop
 ) -> asyncio.Future[Outcome]:
-    """An asyncio future on ``loop`` that settles when ``future`` does. Loop thread.
-
-    Cancelling the returned future (or the task awaiting it) leaves ``future`` and its call
-    untouched: ``CallFuture.cancel()`` refuses, so it still resolves exactly once."""
+    """An asyncio future on ``loop`` that settles when ``future`` does; cancelling it leaves
+    ``future`` untouched. Loop thread."""
     return asyncio.wrap_future(future, loop=loop)
 
 
@@ -83,11 +70,10 @@ def _settle(target: asyncio.Future[Any], value: Any, exc: BaseException | None) 
 
 
 async def await_future(future: concurrent.futures.Future[_T], timeout: float | None) -> _T:
-    """Loop thread. ``future``'s result, or its exception raised, awaited without blocking the
-    loop: whichever thread resolves ``future`` posts the completion to the loop with one
-    ``call_soon_threadsafe``. Raises :class:`TimeoutError` after ``timeout`` seconds (a timer
-    on the loop, no extra task). ``future`` is never cancelled (not on a timeout, not when the
-    awaiting task is cancelled); a completion arriving later is dropped."""
+    """Loop thread. ``future``'s result (or exception), posted to the loop with one
+    ``call_soon_threadsafe`` by whichever thread resolves it. :class:`TimeoutError` after
+    ``timeout`` seconds (a loop timer); ``future`` is never cancelled, and a completion
+    arriving later is dropped."""
     loop = asyncio.get_running_loop()
     target: asyncio.Future[_T] = loop.create_future()
 
@@ -103,14 +89,6 @@ async def await_future(future: concurrent.futures.Future[_T], timeout: float | N
             loop.call_soon_threadsafe(_settle, target, value, exc)
 
     future.add_done_callback(relay)
-    return await _settled(loop, target, timeout)
-
-
-async def _settled(
-    loop: asyncio.AbstractEventLoop, target: asyncio.Future[_T], timeout: float | None
-) -> _T:
-    """Loop thread. ``target``'s result, failed with :class:`TimeoutError` by a loop timer
-    after ``timeout`` seconds."""
     timer = None if timeout is None else loop.call_later(timeout, _expire, target, timeout)
     try:
         return await target

@@ -1,10 +1,5 @@
-"""The dispatcher's housekeeper: one long-lived pykka actor for the periodic control work.
-
-Object actors are the runtime's own (:mod:`.runtime`): thousands of them, each a slotted object
-on a shared pool. The dispatcher's few long-lived parts need no such thing, and the one that
-runs on a schedule, reaping idle object actors, is a plain ``pykka.ThreadingActor`` used through
-pykka's public API: it handles a ``Tick`` every ``interval`` seconds on its own thread, and is
-stopped with ``ActorRef.stop``. It is never on a call's path.
+"""The dispatcher's housekeeper: one ``pykka.ThreadingActor`` that reaps idle object actors
+every ``interval`` seconds on its own thread. It is never on a call's path.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The call's future, and the messages between the facade, the object actors and the executor.
 
-Messages are slotted dataclasses sent with ``Actor.tell``. The ones made for every call
-(:class:`Submit`) are immutable by type rather than frozen (``Final`` fields,
-which mypy enforces): a frozen dataclass's ``__init__`` sets every field through
-``object.__setattr__``. Object actors and the executor never block on each other: a call moves
-ready → grant → job → done (see :mod:`.executor`).
+Messages are slotted dataclasses (the per-call :class:`Submit`: a named tuple) sent with
+``Actor.tell``; a call moves ready → grant → job → done (see :mod:`.executor`).
 """
 
 from __future__ import annotations
@@ -62,31 +59,26 @@ class Uncancellable(Future[_T]):
 
 class CallFuture(Uncancellable[Outcome]):
     """What ``Dispatcher.submit`` returns: a standard ``concurrent.futures.Future`` whose
-    ``result()`` gives an :class:`Outcome` or raises a
-    :class:`~kdispatch.CallOutcomeError` or :class:`~kdispatch.DispatcherClosed`. It resolves
-    exactly once. ``cancel()`` always returns False: the call is in the dispatcher's hands
-    (withdraw a queued call with ``Dispatcher.cancel``; its future then resolves
-    ``CallCancelled``). Any thread."""
+    ``result()`` gives an :class:`Outcome` or raises a :class:`~kdispatch.CallOutcomeError`
+    or :class:`~kdispatch.DispatcherClosed`, resolved exactly once. ``cancel()`` always
+    returns False (withdraw a queued call with ``Dispatcher.cancel``). Any thread."""
 
-    # Set by the dispatcher that returned it, so ``after=`` can check and follow it; class
-    # defaults, so an untagged future costs nothing.
+    # Class defaults, so an untagged future costs nothing. Set by its dispatcher (after=):
     owner: object = None
     call: Call | None = None
     # Set before it resolves OVERWRITTEN: the newer call that carries its intent.
     successor: CallFuture | None = None
     # Set for a group's step before it can resolve: the group, told once it resolved.
     group: StepWatcher | None = None
-    # Set by the dispatcher that handed the future out, before anything can resolve it: the
-    # counter of unresolved calls of its lane (:class:`~.dispatcher_like.Backlog`), popped
-    # once by whoever resolves the future on the dispatcher's behalf.
+    # Set by its dispatcher before anything can resolve it: its lane's counter of unresolved
+    # calls (``Backlog``), popped once by whoever resolves it on the dispatcher's behalf.
     lane: deque[None] | None = None
 
 
 def settle(future: Future[Any], outcome: Outcome | BaseException) -> bool:
-    """Resolve ``future`` with ``outcome`` (a result, or an exception to raise), then tell its
-    group if it is a group's step: the one way a call's future resolves. False, with nothing
-    changed, if it was resolved already (a race the caller chose to tolerate). The resolving
-    thread."""
+    """The one way a call's future resolves: with ``outcome`` (a result, or an exception to
+    raise), then its group is told if it is a step. False, with nothing changed, if it was
+    resolved already. The resolving thread."""
     try:
         if isinstance(outcome, BaseException):
             future.set_exception(outcome)
@@ -107,11 +99,9 @@ def settle(future: Future[Any], outcome: Outcome | BaseException) -> bool:
 
 
 class Submit(NamedTuple):
-    """A new call for the object, with the caller's future. With ``holds`` (opaque tokens of
-    prerequisite calls), the call is admitted at once but not sent before a :class:`Release`
-    of every token, and never queued ahead of the calls of ``behind`` (futures of calls on
-    this object it waits for). A named tuple (built for every call: see the effects of
-    :mod:`.object_state`)."""
+    """A new call for the object, with the caller's future. With ``holds`` (tokens of
+    prerequisite calls), it is admitted at once but not sent before a :class:`Release` of
+    every token, and never queued ahead of the calls of ``behind`` (futures it waits for)."""
 
     call: Call
     future: CallFuture
@@ -192,8 +182,7 @@ class Reap:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """From the executor: a token and a worker slot are reserved for this object. The actor
-    answers with ``Executor.job`` (its head call, or the re-read it needs) or
-    ``Executor.refund`` (nothing to send)."""
+    """From the executor: a token and a worker slot are reserved for this object; the actor
+    answers with ``Executor.job`` or ``Executor.refund``."""
 
     now: float

@@ -1,24 +1,8 @@
-"""Prometheus metrics of one dispatcher.
-
-The three upstream names (KEP-5229) are kept so existing dashboards work; kdispatch adds actor,
-outcome, retry and limiter metrics. The registry is injectable: by default every dispatcher gets
-a private :class:`prometheus_client.CollectorRegistry` (so several dispatchers in one process do
-not clash); pass ``prometheus_client.REGISTRY`` to expose them with the default exporter.
-
-* **Prefix.** Upstream's names start with ``scheduler_``; a controller that is not a scheduler
-  passes ``prefix`` (``DispatcherConfig.metrics_prefix``) to get, say,
-  ``mycontroller_pending_async_api_calls``. The ``kdispatch_*`` names never change.
-* **Labels.** Where upstream has the metric its label values are upstream's: ``result`` is
-  ``success`` or ``error``. The finer result of an attempt (``success``, ``retry``,
-  ``conflict``, ``not_found``, ``failed``) is the ``outcome`` label of
-  ``<prefix>_async_api_call_execution_total``.
-* **One dispatcher per registry at a time.** A second ``Metrics`` on a registry whose metrics
-  belong to a dispatcher that has not been stopped raises :class:`MetricsRegistryInUse`
-  (so does a registry holding other collectors of the same names), and nothing is registered.
-  Once that dispatcher is stopped (:meth:`Metrics.release`), a new one takes the registry over:
-  the old collectors are unregistered and counting starts again from zero, as after a restart.
-
-Thread-safe: methods are called from pool threads, executor workers and callers.
+"""Prometheus metrics of one dispatcher (the names and labels are listed on the docs' page
+"Metrics and logs"): upstream's three names (KEP-5229) under ``prefix``, and kdispatch's own.
+The registry is injectable, private by default; one running dispatcher per registry
+(:class:`MetricsRegistryInUse`). Thread-safe: called from pool threads, executor workers and
+callers; the hot families keep per-thread numbers (``runtime.metric_families``).
 """
 
 from __future__ import annotations
@@ -28,7 +12,6 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.registry import Collector
@@ -45,6 +28,7 @@ from kdispatch.actors.runtime.metric_families import (
 )
 
 DURATION_BUCKETS = tuple(0.001 * 2**k for k in range(15))
+"""1 ms x 2^k, k = 0..14 (as upstream)."""
 
 
 def _result(outcome: str) -> str:
@@ -52,13 +36,9 @@ def _result(outcome: str) -> str:
     return "success" if outcome == "success" else "error"
 
 
-"""1 ms x 2^k, k = 0..14 (as upstream)."""
-
-
 class MetricsRegistryInUse(InvalidConfigError):
-    """The metrics registry already holds these metrics: those of a dispatcher that is still
-    running (stop it first, or give each dispatcher its own registry), or other
-    collectors with the same names."""
+    """The metrics registry already holds these metrics: a running dispatcher's (stop it, or
+    give each dispatcher its own registry), or other collectors of the same names."""
 
 
 # registry -> the Metrics whose collectors it holds
@@ -72,8 +52,8 @@ class Metrics:
     def __init__(
         self, registry: CollectorRegistry | None = None, *, prefix: str = UPSTREAM_METRICS_PREFIX
     ) -> None:
-        """Build the collectors and register them (see the module docstring). Raises
-        :class:`MetricsRegistryInUse` or :class:`InvalidConfigError` (bad ``prefix``)."""
+        """Build the collectors and register them. Raises :class:`MetricsRegistryInUse` or
+        :class:`InvalidConfigError` (bad ``prefix``)."""
         if registry is not None and not isinstance(registry, CollectorRegistry):
             raise InvalidConfigError(
                 f"metrics registry must be a prometheus_client CollectorRegistry, got "
@@ -82,8 +62,7 @@ class Metrics:
         self.prefix = check_metrics_prefix(prefix)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.executions_total_name = f"{prefix}_async_api_call_execution_total"
-        # The labelled families updated on every call keep numbers per thread, summed when
-        # scraped (see :mod:`.metric_families`); the rare ones stay prometheus_client metrics.
+        # per-thread numbers for the families updated on every call (see .metric_families)
         lock = self._shards = Shards()
         self._local = lock.local  # the calling thread's numbers, once it has some
         self.pending = GaugeFamily(
@@ -92,8 +71,7 @@ class Metrics:
             ["call_type"],
             lock,
         )
-        # One update per attempt, kept by (call_type, outcome): the duration histogram shows
-        # upstream's (call_type, result), the execution counter counts its observations.
+        # kept by (call_type, outcome); shown by (call_type, result); counted by executions
         self.duration = HistogramFamily(
             f"{prefix}_async_api_call_execution_duration_seconds",
             "Duration of attempts sent to the apiserver, by call type and result.",
@@ -234,23 +212,17 @@ class Metrics:
                 self.registry.unregister(collector)
 
     def release(self) -> None:
-        """Caller thread (``Dispatcher.stop``). The collectors stay registered (and readable)
-        until another dispatcher takes the registry over."""
+        """Caller thread (``Dispatcher.stop``). The collectors stay registered until another
+        dispatcher takes the registry over."""
         with _owners_lock:
             self._released = True
-
-    # No lock: each thread updates numbers of its own (:class:`.metric_families.Shards`).
-
-    def _mine(self) -> dict[Any, Any]:
-        """The calling thread's numbers (the hot methods read ``_local`` first, inline)."""
-        return self._shards.mine()
 
     def outcome(self, call_type: str, outcome: str, count: int = 1) -> None:
         """A call (or ``count`` calls) resolved."""
         try:
             numbers = self._local.numbers
         except AttributeError:
-            numbers = self._mine()
+            numbers = self._shards.mine()  # the thread's first update
         key = (self.outcomes, call_type, outcome)
         numbers[key] = numbers.get(key, 0) + count
 
@@ -283,18 +255,16 @@ class Metrics:
         self.requests.add((call_type, verb))
 
     def executed(self, call_type: str, outcome: str, seconds: float) -> None:
-        """An attempt finished with ``outcome`` (the executor's result: success, retry,
-        conflict, not_found, failed); upstream's ``result`` label is success or error."""
+        """An attempt finished with ``outcome`` (success, retry, conflict, not_found, failed)."""
         self.sent(call_type, None, outcome, seconds)
 
     def sent(self, call_type: str, verb: str | None, outcome: str, seconds: float | None) -> None:
-        """One request of ``verb`` ended (None: none was sent), and, with ``seconds``, it was
-        a call's attempt that ended with ``outcome``: the request, the execution and its
-        duration counted in one step (the executor's hot path)."""
+        """One request of ``verb`` ended (None: none was sent); with ``seconds``, a call's
+        attempt that ended with ``outcome``: request, execution and duration in one step."""
         try:
             numbers = self._local.numbers
         except AttributeError:
-            numbers = self._mine()
+            numbers = self._shards.mine()  # the thread's first update
         if verb is not None:
             request = (self.requests, call_type, verb)
             numbers[request] = numbers.get(request, 0) + 1
@@ -326,15 +296,13 @@ class Metrics:
 
     @staticmethod
     def samples(*collectors: Collector) -> Iterator[Sample]:
-        """Every sample of ``collectors``, read from the collectors themselves (so a dispatcher
-        reads its own figures even after another one took its registry over)."""
+        """Every sample of ``collectors``, read from the collectors, not the registry."""
         for collector in collectors:
             for family in collector.collect():
                 yield from family.samples
 
     def value(self, name: str, **labels: str) -> float:
-        """Current value of one sample of this dispatcher (0.0 if absent). For stats and
-        tests."""
+        """Current value of one sample of this dispatcher (0.0 if absent)."""
         for sample in self.samples(*self._collectors):
             if sample.name == name and sample.labels == labels:
                 return sample.value

@@ -1,17 +1,10 @@
 """One lightweight actor per object (Pod, ResourceClaim, ...), keyed by UID.
 
 The actor is a thin shell around the object's pure machine
-(:class:`~kdispatch.actors.model.object_state.ObjectState`), where every per-object rule lives: it
-feeds the machine one message at a time and carries out the effects it returns (resolve a
-future, tell the executor there is work, hand over a job or refund a grant, retire). Since one
-actor handles one message at a time the rules need no locks, and since only the actor resolves
-its futures (or, for calls that never reached it, the thread that refused them), each resolves
-exactly once.
-
-Every method but the constructor runs on the actor's turn, on a pool worker
-(:mod:`.runtime`), and never blocks: the executor and the actor talk in messages and
-non-blocking calls (with a non-blocking backend the executor runs the request on this thread
-and returns its ``Done`` at once: the whole call is one turn).
+(:class:`~kdispatch.actors.model.object_state.ObjectState`): it feeds it one message at a time
+and carries out the effects it returns. One message at a time means the rules need no locks;
+only the actor resolves its futures, so each resolves exactly once. Every method but the
+constructor runs on the actor's turn, on a pool worker, and never blocks.
 """
 
 from __future__ import annotations
@@ -287,8 +280,7 @@ class ObjectActor(Actor):
 
     def crashed(self, error: BaseException) -> None:
         """A bug (in a custom merger, say) crashed this actor: fail this object's futures with
-        the error and leave the registry, so the next message spawns a clean actor. Other
-        objects are untouched."""
+        the error and leave the registry; the next message spawns a clean actor."""
         ctx = self.ctx
         ctx.metrics.actor_failed()
         logger.opt(exception=error).error("object actor for {} crashed", self.uid)

@@ -1,28 +1,15 @@
 """UID → actor registry: spawn on demand, idle reaping, tombstones for deleted objects.
 
-One :class:`Registry` maps the UIDs of Kubernetes objects to their actors
-(:class:`~kdispatch.actors.runtime.pool.Actor`). It is the only way messages reach an object actor
-(:meth:`Registry.tell`), which keeps three promises:
+:meth:`Registry.tell` is the only way messages reach an object actor, and it keeps three
+promises. **One actor per live UID, no message lost to an actor that left**: an actor leaves
+only by closing its inbox atomically with every tell, so a message is either handled or refused
+and routed again to a fresh actor; racing spawns meet in one ``dict.setdefault``. **Idle actors
+leave**: :meth:`Registry.reap_idle` tells ``Reap`` to actors idle for ``idle_timeout``, and one
+still idle when it arrives leaves. **Deleted objects stay dead**: a tombstoned UID (a TTL
+cache) gets no new actor until the tombstone expires; its messages are dropped and counted.
 
-* **Exactly one actor per live UID, and no message lost to an actor that left.** An actor
-  leaves only by closing its inbox, which it does atomically with every tell (it closes only
-  when nothing is queued: ``Actor.close_if_empty``, or after its last turn). So a message is
-  either queued before the close, and handled, or refused (``tell`` returns False), and then
-  routed again to a fresh actor. Routing to a live actor takes no lock: one dict lookup and the
-  actor's own tell. Spawns race with one ``dict.setdefault`` (atomic under the interpreter
-  lock): exactly one actor is registered per UID, and a loser's actor, never told anything,
-  is simply dropped.
-* **Idle actors leave.** :meth:`Registry.reap_idle` tells ``Reap`` to actors idle for
-  ``idle_timeout``; an actor still idle when the message arrives closes its (empty) inbox and
-  leaves. A message told meanwhile either keeps it (it is queued before the close) or is
-  routed to a new actor.
-* **Deleted objects stay dead.** Tombstoned UIDs (a TTL cache) never get a new actor until
-  the tombstone expires: their messages are dropped and counted. A spawn checks the tombstone
-  again after it registered, and takes its actor back if no message reached it yet.
-
-Threads: every method runs on the calling thread (scheduling threads, informers, actors, the
-reaper). The slow paths (spawning, leaving, tombstoning) take one lock for O(1) work; routing
-to a live actor and dropping a message take none.
+Every method runs on the calling thread. Routing to a live actor and dropping a message take no
+lock; spawning, leaving and tombstoning take one lock for O(1) work.
 """
 
 from __future__ import annotations
@@ -84,10 +71,9 @@ class Registry:
     # ----------------------------------------------------------------- routing
 
     def tell(self, uid: str, message: object, spawn: Spawn | None = None) -> bool:
-        """Route ``message`` to the actor of ``uid``, spawning it with ``spawn(uid)`` if there is
-        none. False (the message counted as dropped) if ``uid`` is tombstoned, or has no actor
-        and no ``spawn`` was given. Raises :class:`ActorLimitExceeded` at ``max_live``, and
-        whatever ``spawn`` raises. Any thread."""
+        """Route ``message`` to the actor of ``uid``, spawned with ``spawn(uid)`` if there is
+        none. False (counted as dropped) if ``uid`` is tombstoned, or has no actor and no
+        ``spawn``. Raises :class:`ActorLimitExceeded` at ``max_live``. Any thread."""
         live = self._live
         actor = live.get(uid)
         if (
@@ -110,7 +96,7 @@ class Registry:
                     return False
         while True:
             if actor is None:
-                if spawn is None or (self._any_tombstone and self._is_tombstoned(uid)):
+                if spawn is None or (self._any_tombstone and self.is_tombstoned(uid)):
                     self._drop()
                     return False
                 actor = self._spawn(uid, spawn)
@@ -180,9 +166,6 @@ class Registry:
 
     def is_tombstoned(self, uid: str) -> bool:
         """Whether ``uid`` has an unexpired tombstone. Any thread."""
-        return self._is_tombstoned(uid)
-
-    def _is_tombstoned(self, uid: str) -> bool:
         if not self._any_tombstone:
             return False
         with self._lock:
@@ -196,11 +179,9 @@ class Registry:
     # ----------------------------------------------------------------- reaping
 
     def reap_idle(self) -> int:
-        """Tell ``Reap`` to every actor idle (``actor.idle_since``, set by the actor) for
-        ``idle_timeout``; how many were asked. A pass also notes when the least recently idle
-        actor it left alone can be due at the earliest, and passes before then return 0 at
-        once. O(live actors) on a snapshot; routing never waits for it. Any thread (the
-        reaper)."""
+        """Tell ``Reap`` to every actor idle (``actor.idle_since``) for ``idle_timeout``; how
+        many were asked. Passes before the earliest an actor it left alone can be due return 0
+        at once. O(live actors) on a snapshot, no lock. Any thread (the housekeeper)."""
         timeout = self._idle_timeout
         if timeout is None:
             return 0
@@ -256,8 +237,7 @@ _REGISTRIES: weakref.WeakSet[Registry] = weakref.WeakSet()
 
 
 def live_pooled_actors() -> int:
-    """Object actors registered in any registry of this process and not yet stopped (a
-    dispatcher's ``stop`` abandons its own), for leak checks. Any thread."""
+    """Object actors registered in any registry of this process, for leak checks. Any thread."""
     return sum(registry.live_count() for registry in list(_REGISTRIES))
 
 

@@ -1,18 +1,11 @@
 """Sending one request of a call and classifying how it ended: the executor's I/O half.
 
-:class:`Sender` carries out a ``Send`` (the call's request, or the re-read before it) through
-the backend as the call sees it (:class:`ChargedBackend`: every request passes the send gate,
-takes a rate-limiter token and is counted) and classifies the end as a ``Done``:
-
-* 409 → one GET of the object, then ``CONFLICT`` (the actor rebases, or the call landed);
-* 404 → ``NOT_FOUND``;
-* 429, 5xx, timeouts and connection errors → ``RETRY`` with the retry policy's delay
-  (Retry-After honoured on 429 and 5xx);
-* anything else → ``FAILED``.
-
-A verifying read (``Send.verify``: the call's retries ran out with no answer) comes back as
-read, whatever its UID, for the call to judge (``Call.landed``). Runs on an executor worker, or
-on the object actor's own turn for a non-blocking backend.
+:class:`Sender` carries out a ``Send`` through :class:`ChargedBackend` (every request passes
+the send gate, takes a token and is counted) and returns a ``Done``: 409 → one GET, then
+``CONFLICT``; 404 → ``NOT_FOUND``; 429, 5xx, timeouts and connection errors → ``RETRY`` with
+the retry policy's delay; anything else → ``FAILED``. A verifying read (``Send.verify``) comes
+back as read, for the call to judge. Runs on an executor worker, or on the object actor's turn
+with inline sends.
 """
 
 from __future__ import annotations

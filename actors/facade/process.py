@@ -1,61 +1,15 @@
-"""``ProcessDispatcher``: the dispatcher in a child process, so its threads do not share the
-caller's interpreter lock.
+"""``ProcessDispatcher``: a real :class:`~kdispatch.Dispatcher` in a child process, so its
+actors, executor workers and HTTP client do not compete with the caller's threads for the
+interpreter lock.
 
-A :class:`~kdispatch.Dispatcher` runs its object actors, its executor's
-workers and the backend's HTTP client as Python threads of the caller's process; every one of
-them competes with the scheduling threads for the one interpreter lock, and a submit waits for
-it. ``ProcessDispatcher`` starts a real ``Dispatcher`` in a child interpreter
-(``multiprocessing`` with the ``spawn`` context, never ``fork``: the caller has threads) and
-keeps in the caller only what a scheduler needs: ``submit`` pickles the call and queues it; one
-writer thread sends everything queued in one pipe write (so a child that reads slowly never
-blocks a caller), and one reader thread resolves the futures from the child's results, which
-arrive coalesced too (see :mod:`kdispatch.actors.facade.process_child`).
-
-What differs from the in-process dispatcher:
-
-* the backend is built **in the child** from ``backend_factory``, a picklable callable (e.g.
-  ``functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)``); an in-memory
-  apiserver of the caller cannot be shared with the child, so serve it over HTTP
-  (:class:`~kdispatch.testing.httpserver.ApiServerHTTP`) and point the factory at its URL;
-* calls, informer objects and results cross by pickle: a call whose fields do not pickle is
-  rejected at ``submit`` with :class:`~kdispatch.InvalidCallError`;
-* errors the child's ``submit`` raises (the actor cap, a revoked dispatcher) arrive on the
-  future instead of at ``submit``;
-* ``RuntimeConfig``'s garbage-collector settings (``gc_freeze``, ``gc_young_threshold``) are
-  process-wide, so they apply in both processes, from ``start`` to ``stop``, as they would to
-  the one process of an in-process dispatcher;
-* metrics live in the child's own registry; :meth:`ProcessDispatcher.stats` brings the
-  figures across;
-* a ``send_gate`` callable cannot cross, so leader election is wired with ``leader=`` (a
-  :class:`~kdispatch.adapters.leader.LeaseElector`): the elector tells this dispatcher its
-  send deadline (:meth:`~kdispatch.adapters.leader.LeaseElector.watch_send_deadline`) and it
-  is stored in a shared-memory ``double`` the child's executor compares with
-  ``time.monotonic()`` right before every request, with no pipe round trip. The gate starts
-  closed, opens while the elector leads, and closes at the renew deadline by the clock alone:
-  a parent that died or stalled stops renewing, so the child stops sending at the deadline.
-  As with the in-process dispatcher, the elector's ``on_lost`` should :meth:`revoke` it so
-  the calls not yet sent resolve at once instead of at their turn;
-* back-pressure: at most ``max_in_flight`` calls are sent to the child and not yet resolved
-  (:class:`~kdispatch.actors.facade.process_window.SendWindow`), of them at most twice as many
-  Events as the child's executor sends at once; beyond that, calls wait in this
-  process in lanes by relevance, so a binding or a deletion submitted behind thousands of
-  status patches overtakes them instead of queueing behind them in the pipe, and ``submit``
-  still never blocks. One object's calls keep their order. A call waiting here is not yet
-  known to the child: :meth:`~ProcessDispatcher.view` does not show it; ``cancel``,
-  ``on_delete``, ``revoke``, ``stop`` and the child's death resolve it here, as the child
-  would have. A caller that would rather hold back than pile calls up opts in with
-  :meth:`~ProcessDispatcher.wait_backlog` (woken by the reader thread as results arrive);
-* ``asubmit`` and ``aview`` are the asyncio forms, as on the in-process dispatcher (the
-  helpers of :mod:`kdispatch.actors.engine.aio`): the reader thread posts each result to the loop;
-* if the child dies, every pending future fails with :class:`DispatcherProcessDied` (a
-  :class:`~kdispatch.DispatcherClosed`) and ``submit`` raises it from then on;
-* calls held on prerequisites (``after=``) and call groups (``group(owner=...)``) are not
-  supported: they raise :class:`~kdispatch.GroupsNotSupported` (a
-  prerequisite's future lives in this process and its call in the child; chain the futures
-  in the caller, or use an in-process ``Dispatcher``).
-
-Scripts that use it must guard their entry point (``if __name__ == "__main__":``), as every
-``spawn`` user must: the child imports the main module.
+The child is started with ``spawn`` (never ``fork``: the caller has threads) and builds its
+backend from a picklable factory; calls, informer objects and results cross by pickle over two
+pipes (:mod:`~kdispatch.actors.facade.process_link`, :mod:`~kdispatch.actors.facade.process_child`).
+At most ``max_in_flight`` calls are in the child; the rest wait here by relevance
+(:mod:`~kdispatch.actors.facade.process_window`). With ``leader=``, the child's executor reads
+the send deadline from shared memory before every request. What differs from the in-process
+dispatcher is on the docs' page "The dispatcher in its own process". Scripts that use it must
+guard their entry point (``if __name__ == "__main__":``), as every ``spawn`` user must.
 """
 
 from __future__ import annotations
@@ -63,30 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import itertools
 import multiprocessing
-import pickle
-import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from concurrent.futures import Future
 from ctypes import c_double
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any, NoReturn, Protocol, Self, cast
 
 from loguru import logger
 
 from kdispatch.actors.engine.aio import await_future, check_timeout, running_loop, wrap_call_future
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherLike, lane_level
+from kdispatch.actors.facade.dispatcher_like import DispatcherLike, lane_level
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig
 from kdispatch.actors.model.errors import (
     CallCancelled,
-    CallFailed,
     DispatcherClosed,
     GroupsNotSupported,
     InvalidCallError,
@@ -100,34 +47,22 @@ from kdispatch.actors.runtime.gctuning import GcTuner
 from .process_child import (
     CANCEL,
     OBSERVE,
-    QUERY,
-    READY,
     REVOKE,
     STOP,
-    STOPPED,
     SUBMIT,
     BackendFactory,
-    Result,
     child_main,
     dumps,
 )
+from .process_link import ChildLink, DispatcherProcessDied
 from .process_window import SendWindow
 
-_MAX_WRITE = 1 << 20
-"""Bytes of queued messages the writer joins into one pipe write at most."""
-
 MAX_IN_FLIGHT = 256
-"""Default of ``ProcessDispatcher(max_in_flight=...)``: calls sent to the child and not yet
-resolved, at most. Enough to keep a few dozen executor workers busy while the child merges,
-few enough that the child takes in a binding within milliseconds."""
+"""Default of ``ProcessDispatcher(max_in_flight=...)``: calls in the child and not yet
+resolved, at most."""
 
 CONTEXTS = ("spawn", "forkserver")
 """Start methods that never fork a process with threads."""
-
-
-class DispatcherProcessDied(DispatcherClosed):
-    """The dispatcher's child process exited without being asked to (killed, crashed, out of
-    memory). Every call pending at that moment fails with it, and ``submit`` raises it."""
 
 
 class SendDeadlines(Protocol):
@@ -144,20 +79,14 @@ class SendDeadlines(Protocol):
         ...
 
 
-class ProcessDispatcher(DispatcherLike):
-    """A :class:`~kdispatch.Dispatcher` running in a child process; the same
-    caller API for what a scheduler uses. Every public method may be called from any thread.
-
-    Typical use::
+class ProcessDispatcher(ChildLink, DispatcherLike):
+    """A :class:`~kdispatch.Dispatcher` running in a child process, with the same caller API
+    for what a scheduler uses (see the module docstring). Every public method may be called
+    from any thread. Typical use::
 
         factory = functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)
         with ProcessDispatcher(factory, DispatcherConfig()) as dispatcher:
             future = dispatcher.submit(PodBinding.for_pod(pod, "node-1"))
-
-    With leader election, the elector gates the child's sends (see the module docstring)::
-
-        elector = LeaseElector(client, election, on_lost=lambda err: dispatcher.revoke(err))
-        dispatcher = ProcessDispatcher(factory, config, leader=elector).start()
     """
 
     def __init__(
@@ -172,11 +101,9 @@ class ProcessDispatcher(DispatcherLike):
         max_in_flight: int | None = MAX_IN_FLIGHT,
     ) -> None:
         """Caller thread. Checks the arguments (each must pickle); starts nothing. With
-        ``leader``, the child sends a request only while ``time.monotonic()`` is before the
-        send deadline ``leader`` last told (closed until it first leads); this registers the
-        observer on ``leader`` (:attr:`send_deadline` follows it from now on).
-        ``max_in_flight``: calls sent to the child and not yet resolved, at most (None: no
-        limit); the others wait here by relevance (see the module docstring). Raises
+        ``leader``, the child sends only while ``time.monotonic()`` is before the send deadline
+        ``leader`` last told (closed until it first leads). ``max_in_flight``: calls in the
+        child and not yet resolved, at most (None: no limit). Raises
         :class:`~kdispatch.InvalidConfigError`."""
         if not callable(backend_factory):
             raise InvalidConfigError("backend_factory must be a callable returning an ApiBackend")
@@ -203,35 +130,22 @@ class ProcessDispatcher(DispatcherLike):
         self.call_types = call_types if call_types is not None else default_call_types()
         self._child_call_types = call_types
         self._factory = backend_factory
-        self._start_timeout = float(start_timeout)
+        ChildLink.__init__(self, float(start_timeout))
+        self._window = SendWindow(
+            max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
+        )
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
-        self._ids = itertools.count()
-        self._calls: dict[int, CallFuture] = {}
-        # The futures of _calls counted per lane, and wait_backlog's waiters: whoever pops a
-        # future from _calls pops its lane too (_settled)
-        self._backlog = Backlog()
-        self._queries: dict[int, Future[Any]] = {}
         self._state_lock = threading.Lock()
         self._started = False
         self._closing = False
         self._stopped = False
-        self._gone: DispatcherClosed | None = None
         self._revoked: DispatcherClosed | None = None
-        self._final: tuple[bool, dict[str, Any]] | None = None
         self._last_stats: dict[str, Any] | None = None
-        self._proc: BaseProcess | None = None
         self._pid: int | None = None
-        self._requests: Connection | None = None
-        self._results: Connection | None = None
         self._reader: threading.Thread | None = None
         self._writer: threading.Thread | None = None
-        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._window = SendWindow(
-            max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
-        )
         self._gc = GcTuner(config.runtime)
-        # The send deadline on CLOCK_MONOTONIC, shared with the child (0.0: closed). Only
-        # the leader's observer stores into it, under the leader's lock.
+        # The send deadline shared with the child (0.0: closed); only the leader stores it
         self._send_until: c_double | None = None
         if leader is not None:
             self._send_until = cast("c_double", self._mp.RawValue("d", 0.0))
@@ -240,10 +154,9 @@ class ProcessDispatcher(DispatcherLike):
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> Self:
-        """Caller thread. Start the child, wait until its dispatcher runs (at most
-        ``start_timeout``), start the reader thread. Re-raises what stopped the child's start
-        (e.g. the backend factory's error). Raises :class:`InvalidInputError` if already
-        started, or once stopped (create a new ProcessDispatcher instead)."""
+        """Caller thread. Start the child and wait (at most ``start_timeout``) until its
+        dispatcher runs. Re-raises what stopped the child's start (e.g. the backend factory's
+        error); :class:`InvalidInputError` if already started or stopped."""
         with self._state_lock:
             if self._stopped:
                 raise InvalidInputError("dispatcher stopped: create a new ProcessDispatcher")
@@ -281,17 +194,6 @@ class ProcessDispatcher(DispatcherLike):
         logger.debug("dispatcher process {} started", proc.pid)
         return self
 
-    def _await_ready(self, results: Connection) -> Result:
-        try:
-            if results.poll(self._start_timeout):
-                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
-                if batch and batch[0][0] == READY:
-                    return batch[0]
-        except (EOFError, OSError):
-            pass
-        code = self._proc.exitcode if self._proc is not None else None
-        return (READY, False, DispatcherProcessDied(f"dispatcher process did not start ({code})"))
-
     def _abandon(self) -> None:
         """Caller thread: end a child that failed to start and close both pipes."""
         self._closing = self._stopped = True
@@ -305,11 +207,9 @@ class ProcessDispatcher(DispatcherLike):
         self.stop()
 
     def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
-        """Caller thread. Stop intake; the child stops its dispatcher (``drain``: pending calls
-        may finish until ``timeout``; what is left resolves ``DispatcherClosed``), sends the
-        last results and exits; the child is joined (killed if it does not exit within 10 s
-        after the deadline) and the reader thread ends. Returns True if every call finished
-        before the deadline. Idempotent."""
+        """Caller thread. :meth:`Dispatcher.stop <kdispatch.Dispatcher.stop>` in the child,
+        which then exits (killed if it has not 10 s after the deadline). True if every call
+        finished before the deadline. Idempotent."""
         with self._state_lock:
             if self._stopped or not self._started:
                 self._closing = self._stopped = True
@@ -334,31 +234,12 @@ class ProcessDispatcher(DispatcherLike):
         logger.debug("dispatcher process stopped")
         return self._final[0] if self._final is not None else False
 
-    def _end_child(self, *, timeout: float) -> None:
-        proc = self._proc
-        if proc is not None:
-            proc.join(timeout)
-            if proc.is_alive():
-                logger.warning("dispatcher process {} did not exit: killing it", proc.pid)
-                proc.kill()
-                proc.join()
-        for conn in (self._requests, self._results):
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.close()
-        if proc is not None:
-            with contextlib.suppress(ValueError):
-                proc.close()
-
     # ------------------------------------------------------------------ calls
 
     def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
-        """Any thread; returns after one pickle and one queue put (the writer thread sends it,
-        or the call waits here while ``max_in_flight`` calls are in the child), never waits
-        for the child.
-        Raises :class:`~kdispatch.InvalidInputError` subclasses for bad calls
-        (an unregistered type, a wrong kind, fields that do not pickle; any ``after``:
-        :class:`~kdispatch.GroupsNotSupported`) and
+        """Any thread; one pickle and one queue put, never a wait for the child. Raises
+        :class:`~kdispatch.InvalidInputError` subclasses for bad calls (fields that do not
+        pickle included; any ``after``: :class:`~kdispatch.GroupsNotSupported`) and
         :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
         the dispatcher is stopped, revoked or gone."""
         _refuse_after(after)
@@ -379,8 +260,7 @@ class ProcessDispatcher(DispatcherLike):
         if self._gone is None:
             self._window.submit(fid, call.ref.uid, call.call_type, relevance, data)
         if self._gone is not None and self._calls.pop(fid, None) is not None:
-            # The reader's sweep may have run before this future was registered: whoever
-            # pops a future resolves it, so it is resolved (here: raised) exactly once.
+            # the reader's sweep ran before it was registered: whoever pops it resolves it
             self._settled(future)
             self._window.discard(fid)
             raise copy.copy(self._gone)
@@ -388,19 +268,14 @@ class ProcessDispatcher(DispatcherLike):
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
         """Event-loop thread; never blocks it. :meth:`Dispatcher.asubmit
-        <kdispatch.Dispatcher.asubmit>`: the call is submitted now (bad input
-        and a closed dispatcher raise here, as from :meth:`submit`; outside a running loop
-        :class:`~kdispatch.NoEventLoopError`, and nothing is submitted); the
-        result is an ``asyncio.Future`` on the running loop, settled from the reader thread.
-        Cancelling it does not withdraw the call (use :meth:`cancel`). ``after``: refused
+        <kdispatch.Dispatcher.asubmit>`, settled from the reader thread; ``after`` is refused
         (:class:`~kdispatch.GroupsNotSupported`)."""
         _refuse_after(after)
         loop = running_loop("asubmit()")
         return wrap_call_future(self.submit(call), loop)
 
     def group(self, owner: object, *, kind: str | None = None, gang: int | None = None) -> NoReturn:
-        """Not supported here: raises :class:`~kdispatch.GroupsNotSupported`
-        (see the module docstring)."""
+        """Not supported here: raises :class:`~kdispatch.GroupsNotSupported`."""
         del owner, kind, gang
         raise GroupsNotSupported(
             "ProcessDispatcher does not build call groups: use an in-process Dispatcher"
@@ -420,8 +295,7 @@ class ProcessDispatcher(DispatcherLike):
         self._send(dumps((CANCEL, uid, call_type)))
 
     def revoke(self, error: DispatcherClosed) -> None:
-        """Any thread; never blocks. :meth:`Dispatcher.revoke`: ``submit`` raises ``error``
-        from now on and the child resolves every call not yet sent with it."""
+        """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child."""
         if not isinstance(error, DispatcherClosed):
             raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
         with self._state_lock:
@@ -449,18 +323,16 @@ class ProcessDispatcher(DispatcherLike):
         self._send_until.value = float(deadline)
 
     def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
-        """Caller thread (blocks for one round trip to the child). :meth:`Dispatcher.view`:
-        the object with its in-flight and pending mutations applied, or None if untracked.
-        Raises :class:`DispatcherClosed` when the child is not running, ``TimeoutError``."""
+        """Caller thread (one round trip to the child). :meth:`Dispatcher.view`; raises
+        :class:`DispatcherClosed` when the child is not running, ``TimeoutError``."""
         check_uid(uid)
         return cast("Obj | None", self._query("view", uid, timeout))
 
     def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
-        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code; the child's answer
-        is posted to the awaiting loop by the reader thread, so the loop is never blocked and
-        no thread waits. Bad input raises when ``aview`` is called; once awaited,
-        :class:`DispatcherClosed` when the child is not running, :class:`TimeoutError` after
-        ``timeout`` seconds (a later answer is dropped); None if the object is not tracked."""
+        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code, the answer posted
+        to the loop by the reader thread. Bad input raises when ``aview`` is called; once
+        awaited, :class:`DispatcherClosed` when the child is not running,
+        :class:`TimeoutError` after ``timeout`` seconds (a later answer is dropped)."""
         check_uid(uid)
         seconds = check_timeout(timeout)
         return self._aview(uid, seconds)
@@ -474,8 +346,7 @@ class ProcessDispatcher(DispatcherLike):
             self._queries.pop(qid, None)
 
     def freeze_gc(self) -> None:
-        """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in the child, and the
-        same freeze in the caller's process."""
+        """Caller thread (one round trip). :meth:`Dispatcher.freeze_gc` in both processes."""
         self._query("freeze_gc", None, 30.0)
         self._gc.freeze()
 
@@ -490,8 +361,7 @@ class ProcessDispatcher(DispatcherLike):
         self._observe(obj, kind, deleted=False)
 
     def on_delete(self, obj: object, kind: str | None = None) -> None:
-        """Informer thread; never blocks on the child. Cancels the object's pending calls
-        and tombstones its UID (in the child)."""
+        """Informer thread; never blocks. Cancels the object's pending calls, tombstones it."""
         self._observe(obj, kind, deleted=True)
 
     def _observe(self, obj: object, kind: str | None, *, deleted: bool) -> None:
@@ -516,21 +386,17 @@ class ProcessDispatcher(DispatcherLike):
 
     @property
     def backlog(self) -> int:
-        """Any thread; cheap. Calls submitted and not resolved, in the child or waiting here,
-        Events (best-effort calls) left out (see :attr:`DispatcherLike.backlog`)."""
+        """Any thread. :attr:`DispatcherLike.backlog`, counted in this process."""
         return self._backlog.count(lane_level(self.call_types, None))
 
     def backlog_at(self, call_type: str | None = None) -> int:
-        """Any thread; cheap. Calls not resolved (in the child or waiting here) in
-        ``call_type``'s lane and the lanes above it (see :meth:`DispatcherLike.backlog_at`)."""
+        """Any thread. :meth:`DispatcherLike.backlog_at`, counted in this process."""
         return self._backlog.count(lane_level(self.call_types, call_type))
 
     def wait_backlog(
         self, below: int, timeout: float | None = None, *, call_type: str | None = None
     ) -> bool:
-        """Calling thread (never the reader's). Block until :meth:`backlog_at`
-        ``(call_type)`` is below ``below``, woken by the reader thread as results arrive;
-        False after ``timeout`` seconds. See :meth:`DispatcherLike.wait_backlog`."""
+        """Calling thread. :meth:`DispatcherLike.wait_backlog`, woken by the reader thread."""
         return self._backlog.wait(below, timeout, lane_level(self.call_types, call_type))
 
     @property
@@ -549,10 +415,9 @@ class ProcessDispatcher(DispatcherLike):
         return self._pid
 
     def stats(self) -> dict[str, Any]:
-        """Caller thread (one round trip while the child runs; while it stops, the previous
-        answer; after ``stop``, the child's last figures). The child's
-        :meth:`Dispatcher.stats <kdispatch.Dispatcher.stats>`, with the same
-        keys, documented there; ``pid`` is the child's process id."""
+        """Caller thread (one round trip; while stopping, the previous answer; after
+        ``stop``, the child's last figures). The child's :meth:`Dispatcher.stats
+        <kdispatch.Dispatcher.stats>`, plus ``pid``, the child's process id."""
         if self._final is not None:
             out = dict(self._final[1])
         elif self._closing and self._last_stats is not None:
@@ -567,159 +432,6 @@ class ProcessDispatcher(DispatcherLike):
     def tokens_taken(self) -> int:
         """Rate-limiter tokens used so far (one round trip)."""
         return int(self.stats()["tokens_taken"])
-
-    # ------------------------------------------------------------------ internals
-
-    def _check_open(self) -> None:
-        if self._revoked is not None:
-            raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-        if self._gone is not None:
-            raise copy.copy(self._gone)
-        if self._closing or not self._started:
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closing else "dispatcher not started"
-            )
-
-    def _send(self, data: bytes) -> None:
-        """Any thread; never blocks. Queue one pickled message for the writer thread;
-        DispatcherClosed if the child is gone or was never started."""
-        if self._requests is None:
-            raise DispatcherClosed("dispatcher not started")
-        if self._gone is not None:
-            raise copy.copy(self._gone)
-        self._outbox.put(data)
-
-    def _write(self) -> None:
-        """Writer thread: send whatever is queued in one pipe write (the child unpickles the
-        concatenated messages in order), until the ``None`` that :meth:`stop` queues. Only this
-        thread writes to the pipe, so a child that reads slowly never blocks a caller."""
-        conn = self._requests
-        assert conn is not None
-        more = True
-        while more:
-            item = self._outbox.get()
-            batch: list[bytes] = []
-            size = 0
-            while item is not None:
-                batch.append(item)
-                size += len(item)
-                if size >= _MAX_WRITE:
-                    break
-                try:
-                    item = self._outbox.get_nowait()
-                except queue.Empty:
-                    break
-            more = item is not None
-            if not batch:
-                continue
-            try:
-                conn.send_bytes(b"".join(batch) if len(batch) > 1 else batch[0])
-            except (OSError, ValueError):  # the child is gone: the reader fails what is left
-                return
-
-    def _query(self, name: str, arg: Any, timeout: float) -> Any:
-        """Caller thread: ask the child and wait up to ``timeout`` for the answer."""
-        qid, future = self._ask(name, arg)
-        try:
-            return future.result(timeout)
-        finally:
-            self._queries.pop(qid, None)
-
-    def _ask(self, name: str, arg: Any) -> tuple[int, Future[Any]]:
-        """Any thread: send a query; its id and the future the reader resolves. The caller
-        pops the id when it stops waiting (so a late answer is dropped)."""
-        self._check_open()
-        qid = next(self._ids)
-        future: Future[Any] = Future()
-        self._queries[qid] = future
-        try:
-            self._send(dumps((QUERY, qid, name, arg)))
-        except DispatcherClosed:
-            self._queries.pop(qid, None)
-            raise
-        if self._gone is not None and self._queries.pop(qid, None) is not None:
-            raise copy.copy(self._gone)
-        return qid, future
-
-    def _read(self) -> None:
-        """Reader thread: resolve futures from the child's results until its pipe closes,
-        then fail whatever is left (exactly once: whoever pops a future resolves it)."""
-        results = self._results
-        assert results is not None
-        while True:
-            try:
-                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
-            except (EOFError, OSError):
-                break
-            except Exception:  # a reply that does not unpickle
-                logger.opt(exception=True).error("dispatcher process: unreadable results")
-                continue
-            self._window.resolved(*(r[0] for r in batch))  # room for the next waiting calls
-            for fid, ok, value in batch:
-                if fid == STOPPED:
-                    self._final = value
-                    continue
-                call = self._calls.pop(fid, None)
-                if call is not None:
-                    self._settled(call)
-                future = call or self._queries.pop(fid, None)
-                if future is None:
-                    continue
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(_restored(value))
-            self._backlog_changed()
-        self._fail_all(self._exit_error())
-
-    def _exit_error(self) -> DispatcherClosed:
-        if self._final is not None or self._closing:
-            return DispatcherClosed("dispatcher process stopped")
-        proc = self._proc
-        code = None
-        if proc is not None:
-            proc.join(1.0)
-            code = proc.exitcode
-        return DispatcherProcessDied(f"dispatcher process exited unexpectedly (exit code {code})")
-
-    def _resolve_waiting(
-        self, fids: list[tuple[int, str]], error: Callable[[str], BaseException]
-    ) -> None:
-        """Any thread: resolve calls taken out of the window with ``error(call_type)``
-        (whoever pops a future resolves it)."""
-        for fid, call_type in fids:
-            future = self._calls.pop(fid, None)
-            if future is not None:
-                self._settled(future)
-                future.set_exception(error(call_type))
-        self._backlog_changed()
-
-    def _fail_all(self, error: DispatcherClosed) -> None:
-        self._window.close()  # nothing more goes out; the waiting calls fail below
-        if self._gone is None:
-            self._gone = error
-        error = self._gone
-        for fid in list(self._calls):
-            call = self._calls.pop(fid, None)
-            if call is not None:
-                self._settled(call)
-                call.set_exception(copy.copy(error))
-        for fid in list(self._queries):
-            query = self._queries.pop(fid, None)
-            if query is not None:
-                query.set_exception(copy.copy(error))
-        self._backlog_changed()
-
-    @staticmethod
-    def _settled(future: CallFuture) -> None:
-        """Any thread, right after popping ``future`` from ``_calls`` (so once): it leaves
-        the backlog of its lane."""
-        future.lane.pop()  # type: ignore[union-attr]  # set by submit before it is registered
-
-    def _backlog_changed(self) -> None:
-        """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
-        if self._backlog.waiters:
-            self._backlog.wake()
 
 
 def _refuse_after(after: object) -> None:
@@ -738,17 +450,15 @@ def _check_max_in_flight(value: object) -> None:
 
 
 def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> int | None:
-    """Best-effort calls (Events) in flight to the child, at most: twice what its executor
-    sends at once (a quarter of its workers), so the next one is always there while they do
-    not hold the window's room through a burst of other calls (None without a window)."""
+    """Best-effort calls (Events) in the child, at most: twice what its executor sends at once
+    (a quarter of its workers); None without a window."""
     if max_in_flight is None:
         return None
     return min(max_in_flight, 2 * max(1, config.executor.workers // 4))
 
 
 def _check_leader(leader: object) -> None:
-    """``leader`` is None or offers the deadlines on ``time.monotonic``; InvalidConfigError
-    otherwise."""
+    """``leader`` is None or offers deadlines on ``time.monotonic``; else InvalidConfigError."""
     if leader is None:
         return
     if not callable(getattr(leader, "watch_send_deadline", None)):
@@ -758,15 +468,6 @@ def _check_leader(leader: object) -> None:
             "leader must measure its deadlines on time.monotonic: the child process compares "
             "them with its own CLOCK_MONOTONIC"
         )
-
-
-def _restored(value: object) -> BaseException:
-    """An exception as it came out of the pipe, with ``CallFailed.cause`` chained again."""
-    if not isinstance(value, BaseException):
-        return CallFailed(f"unexpected result from the dispatcher process: {value!r}")
-    if isinstance(value, CallFailed) and value.cause is not None:
-        value.__cause__ = value.cause
-    return value
 
 
 __all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher", "SendDeadlines"]

@@ -1,34 +1,13 @@
 """The child side of :class:`~kdispatch.ProcessDispatcher`: a real
 :class:`~kdispatch.Dispatcher` in its own interpreter, driven over two pipes.
 
-The wire (both directions pickled with the highest protocol):
-
-* parent → child, one pickled tuple per message (:data:`SUBMIT`, :data:`OBSERVE`, ...); the
-  parent's writer thread joins whatever is queued into one write, and the child's main thread
-  unpickles them one after the other and only hands them to the dispatcher
-  (``submit``/``on_*``/``cancel`` only tell actors; ``view`` and ``stats`` go to a small query
-  pool so they never hold up intake);
-* child → parent, a *list* of ``(id, ok, value)`` results per message: a call's outcome (an
-  :class:`~kdispatch.Outcome`) or its exception, a query's answer, or a control
-  reply (:data:`READY`, :data:`STOPPED`). Futures resolve on the child's actor threads and only
-  enqueue; one writer thread takes everything queued at that moment and sends it in one write,
-  so results coalesce by themselves when many arrive at once.
-
-Exceptions cross the boundary by pickle. One that does not survive the round trip (a
-third-party cause without a picklable constructor, say) is replaced by a
-:class:`~kdispatch.CallFailed` naming it, so the parent's future still fails
-with a typed error.
-
-With leader election the parent hands the child a shared-memory ``double`` (a
-``multiprocessing`` ``RawValue`` of the same start context): the send deadline on
-``CLOCK_MONOTONIC``. The child's dispatcher gets :class:`SharedDeadline` as its ``send_gate``,
-so an executor worker compares ``time.monotonic()`` with it right before every request, with no
-pipe round trip; the parent only ever stores into it (see
-:class:`~kdispatch.ProcessDispatcher`).
-
-The child ignores SIGINT (Ctrl-C in a terminal reaches the whole process group; the parent
-decides when to stop), and stops its dispatcher without draining when the parent goes away
-(end of file on its pipe).
+Parent → child: pickled tuples (:data:`SUBMIT`, :data:`OBSERVE`, ...), several per pipe write,
+handed to the dispatcher by the child's main thread (``view`` and ``stats`` go to a small query
+pool, so they never hold up intake). Child → parent: a *list* of ``(id, ok, value)`` results
+per write, coalesced by one writer thread. An exception that does not survive pickling is
+replaced by a typed :class:`~kdispatch.CallFailed` naming it (:func:`portable`). With leader
+election the child's ``send_gate`` is a :class:`SharedDeadline`. The child ignores SIGINT and
+stops without draining when the parent goes away (end of file on its pipe).
 """
 
 from __future__ import annotations
@@ -47,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from ctypes import c_double
 from multiprocessing.connection import Connection
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from loguru import logger
 from prometheus_client import CollectorRegistry
@@ -71,6 +50,8 @@ STOP: Final = "x"  # (STOP, drain, timeout)
 # child → parent control ids (call and query ids are >= 0)
 READY: Final = -1  # value: the child's pid, or the exception that stopped its start
 STOPPED: Final = -2  # value: (drained, final stats)
+
+_T = TypeVar("_T")
 
 Result = tuple[int, bool, Any]
 """``(id, ok, value)``: ``ok`` False means ``value`` is an exception."""
@@ -126,12 +107,8 @@ def portable(exc: BaseException) -> BaseException:
 
 class SharedDeadline:
     """A send gate read from shared memory: open while ``time.monotonic()`` is before the
-    deadline the parent stored (``CLOCK_MONOTONIC``, one clock for every process on Linux).
-
-    Called by the child's executor workers before every request; it reads one aligned
-    8-byte ``double`` (no lock, so a parent that died or stalled mid-store cannot hold the
-    gate up) and fails closed: ``0.0`` (the initial value), a deadline that passed or a NaN
-    all give False. A parent that stops renewing simply lets the deadline pass."""
+    deadline the parent stored. One aligned 8-byte read, no lock; fails closed (``0.0``, a
+    deadline that passed, NaN)."""
 
     __slots__ = ("_until",)
 
@@ -144,8 +121,8 @@ class SharedDeadline:
 
 
 class _Outbox:
-    """Results waiting for the writer thread. ``put`` runs on any thread (actor pool threads,
-    via future callbacks) and never blocks; the writer sends whatever is queued in one write."""
+    """Results waiting for the writer thread, which sends whatever is queued in one write.
+    ``put`` runs on any thread and never blocks."""
 
     def __init__(self, conn: Connection, batch: int = 1024) -> None:
         self._conn = conn
@@ -172,19 +149,9 @@ class _Outbox:
 
     def _run(self) -> None:
         """Writer thread."""
-        alive = True
-        while alive:
-            batch: list[Result] = []
-            item = self._queue.get()
-            while item is not None:
-                batch.append(item)
-                if len(batch) >= self._batch:
-                    break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            alive = item is not None
+        ended = False
+        while not ended:
+            batch, ended = take_batch(self._queue, self._batch)
             if batch and not self._send(batch):
                 return
 
@@ -198,6 +165,27 @@ class _Outbox:
         except OSError:  # the parent is gone: nobody is waiting
             return False
         return True
+
+
+def take_batch(
+    inbox: queue.SimpleQueue[_T | None], limit: int, weigh: Callable[[_T], int] | None = None
+) -> tuple[list[_T], bool]:
+    """Wait for the next item, then take what else is queued until ``limit`` (items, or the
+    sum of ``weigh``): the batch, and whether the ``None`` that ends the stream came. The
+    writer thread that owns ``inbox``."""
+    batch: list[_T] = []
+    size = 0
+    item = inbox.get()
+    while item is not None:
+        batch.append(item)
+        size += 1 if weigh is None else weigh(item)
+        if size >= limit:
+            return batch, False
+        try:
+            item = inbox.get_nowait()
+        except queue.Empty:
+            return batch, False
+    return batch, True
 
 
 def _safe(result: Result) -> Result:
@@ -267,8 +255,7 @@ class _Child:
         self.outbox.put((qid, True, value))
 
     def stop(self, *, drain: bool, timeout: float) -> None:
-        """Main thread. Stop the dispatcher (every future resolves), answer the queries still
-        running, then send the final figures last."""
+        """Main thread. Stop the dispatcher, finish the queries, then send the final figures."""
         drained = self.dispatcher.stop(drain=drain, timeout=timeout)
         self.queries.shutdown(wait=True)
         self.outbox.put((STOPPED, True, (drained, self.dispatcher.stats())))
@@ -283,10 +270,8 @@ def child_main(
     *,
     send_until: c_double | None = None,
 ) -> None:
-    """The child process's entry point (main thread): build the backend and the dispatcher
-    (gated by ``send_until`` through :class:`SharedDeadline` when given), report
-    :data:`READY`, then serve the parent's messages until :data:`STOP` or until the parent
-    goes away."""
+    """The child's entry point (main thread): build the backend and the dispatcher, report
+    :data:`READY`, then serve the parent's messages until :data:`STOP` or the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     outbox = _Outbox(results)
     outbox.start()
@@ -324,8 +309,7 @@ def child_main(
 
 
 def _handle_all(child: _Child, data: bytes) -> bool:
-    """Main thread. Carry out the concatenated messages of one write, in order; False once
-    one of them was :data:`STOP` (what follows it is ignored)."""
+    """Main thread. Carry out the messages of one write, in order; False after :data:`STOP`."""
     buf = io.BytesIO(data)
     while buf.tell() < len(data):
         try:

@@ -1,26 +1,13 @@
-"""The send window of :class:`~kdispatch.ProcessDispatcher`: at most ``limit``
-calls sent to the child and not yet resolved; the others wait in the parent, in lanes by
-relevance.
+"""The send window of :class:`~kdispatch.ProcessDispatcher`: at most ``limit`` calls in the
+child and not yet resolved; the others wait in the parent in lanes by relevance, first in first
+out within a lane, and leave highest lane first as results free room (see the docs' page "The
+dispatcher in its own process").
 
-Without it the parent pipes every call into the child as soon as it is submitted, and the child
-takes them in order: a binding submitted behind thousands of status patches waits for all of
-them to be unpickled and handed to their actors first. With it the child holds at most
-``limit`` calls; what waits in the parent leaves by relevance (a deletion or a binding before
-a status patch), first in first out within a lane, as results free room.
-
-One object's calls leave in the order they were submitted: a call joins the lane of its
-object's calls already waiting when that lane is higher than its own, and lifts them into its
-own lane when its own is higher (so a binding takes the object's earlier status patch along,
-ahead of it, as the child would have seen them).
-
-Best-effort calls (Events, lane ``BEST_EFFORT``) have a room of their own inside the window,
-``best_effort_limit``: the child's executor sends at most a quarter of its workers' worth at
-once, with workers the other lanes leave free, so without it the Events that went out in a
-lull sit in the child through the next burst and hold its room (measured in the main job: 108
-to 148 of 256 places, the whole binding phase long, before Events had a bucket of their own).
-
-Thread safety: one lock; ``send`` (a non-blocking queue put) runs under it, so what leaves the
-window reaches the writer's queue in the order it left.
+One object's calls leave in the order they were submitted: a call joins its object's waiting
+calls' lane when that is higher than its own, and lifts them into its own when its own is
+higher. Best-effort calls (Events) have a room of their own inside the window,
+``best_effort_limit``. One lock; ``send`` (a non-blocking queue put) runs under it, so calls
+reach the writer's queue in the order they left the window.
 """
 
 from __future__ import annotations
@@ -47,9 +34,9 @@ class Waiting:
 
 
 class SendWindow:
-    """Calls in flight to the child (at most ``limit``; None: no limit; of them best-effort
-    calls at most ``best_effort_limit``, None: no limit of their own) and the calls waiting
-    for room. Every method may be called from any thread and never blocks."""
+    """Calls in flight to the child (at most ``limit``, best-effort ones at most
+    ``best_effort_limit``; None: no limit) and the calls waiting for room. Every method may be
+    called from any thread and never blocks."""
 
     def __init__(
         self,
@@ -98,8 +85,7 @@ class SendWindow:
 
     def resolved(self, *fids: int) -> None:
         """Reader thread: the child resolved calls ``fids`` (ids it never got are ignored);
-        their room goes to the next waiting calls. One lock hold for a whole batch of
-        results, so a submitting thread meets the lock held once per batch, not per result."""
+        their room goes to the next waiting calls, in one lock hold per batch."""
         with self._lock:
             freed = False
             for fid in fids:
@@ -132,20 +118,17 @@ class SendWindow:
                 self._forget(entry)
 
     def withdraw_all(self) -> list[tuple[int, str]]:
-        """Any thread. Take every waiting call out of the window; their ids, for the caller to
-        resolve. Calls submitted later still enter it."""
+        """Any thread. Take every waiting call out (ids and types, for the caller to resolve)."""
         with self._lock:
             return self._clear()
 
     def flush(self) -> None:
-        """Any thread. Send every waiting call now, in lane order, whatever the limit (a
-        draining stop: the child drains them)."""
+        """Any thread. Send every waiting call now, in lane order, whatever the limit."""
         with self._lock:
             self._release(everything=True)
 
     def close(self) -> list[tuple[int, str]]:
-        """Any thread. Nothing is sent any more; the ids and types of the calls that were
-        waiting, for the caller to resolve."""
+        """Any thread. Nothing is sent any more; the waiting calls, as :meth:`withdraw_all`."""
         with self._lock:
             self._closed = True
             return self._clear()

@@ -1,12 +1,6 @@
-"""Garbage-collector settings of a dispatcher: freeze the survivors, young-generation threshold.
-
-CPython's cyclic collector stops every thread while it scans a generation; a full collection
-scans every tracked object, so its pause grows with the number of live object actors.
-``gc.freeze()`` moves the objects alive now into a permanent generation that no collection
-scans. Freezing right after each collection of generation 1 moves every object that survived
-the two young collections there at once, so generation 2 stays nearly empty and a full
-collection costs about as much as a young one. Both settings are process-wide (see
-:class:`~kdispatch.RuntimeConfig`).
+"""Garbage-collector settings of a dispatcher, process-wide (see
+:class:`~kdispatch.RuntimeConfig`): freeze the survivors of each generation-1 collection, so a
+full collection stays about as cheap as a young one, and the young-generation threshold.
 """
 
 from __future__ import annotations
@@ -19,19 +13,10 @@ from typing import Any
 from kdispatch.actors.model.config import RuntimeConfig
 
 
-def freeze_young() -> None:
-    """Any thread. Collect generations 0 and 1, then freeze everything alive. Cost: the young
-    collection (bounded by the young thresholds), never a full one."""
-    gc.collect(1)
-    gc.freeze()
-
-
 @contextlib.contextmanager
 def collections_paused() -> Iterator[None]:
     """Caller thread. No automatic collection runs inside the block (process-wide: keep it
-    short). A bulk teardown allocates and frees in a burst that would otherwise trigger full
-    collections over every live object (0.7 s measured with 20,000 pending calls). Re-enables
-    the collector on exit only if it was enabled on entry."""
+    short, e.g. a bulk teardown); the collector is re-enabled only if it was enabled."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -42,14 +27,10 @@ def collections_paused() -> Iterator[None]:
 
 
 class GcTuner:
-    """Applies a :class:`RuntimeConfig`'s GC settings between :meth:`start` and :meth:`stop`.
-
-    With ``gc_freeze``, :meth:`start` freezes once and installs a ``gc.callbacks`` hook that
-    freezes after every collection of generation 1; :meth:`stop` removes it and unfreezes (after
-    any freeze, explicit ones included). With ``gc_young_threshold``, the first threshold is set
-    at start and the previous ones restored at stop. Without either, every method but
-    :meth:`freeze` does nothing.
-    """
+    """Applies a :class:`RuntimeConfig`'s GC settings from :meth:`start` to :meth:`stop`:
+    ``gc_freeze`` freezes at start and after every collection of generation 1 (a
+    ``gc.callbacks`` hook), ``gc_young_threshold`` sets the first threshold; :meth:`stop`
+    unfreezes (after any freeze) and restores the thresholds."""
 
     def __init__(self, config: RuntimeConfig) -> None:
         self._config = config
@@ -71,13 +52,14 @@ class GcTuner:
             self._hooked = True
 
     def freeze(self) -> None:
-        """Any thread. Freeze now (see :func:`freeze_young`)."""
-        freeze_young()
+        """Any thread. Collect generations 0 and 1 (never a full collection), then freeze
+        everything alive."""
+        gc.collect(1)
+        gc.freeze()
         self.freezes += 1
 
     def _after_collection(self, phase: str, info: dict[str, Any]) -> None:
-        """``gc.callbacks`` hook, on whichever thread the collection ran: once a collection of
-        generation 1 finished, freeze its survivors (and whatever else is alive)."""
+        """``gc.callbacks`` hook, on the collecting thread: freeze after generation 1."""
         if phase == "stop" and info.get("generation") == 1:
             gc.freeze()
             self.freezes += 1

@@ -1,12 +1,9 @@
 """Labelled counters, gauges and histograms kept per thread and summed when scraped.
 
-A dispatched call updates several metrics on the threads that carry it (an actor's pool
-worker, an executor worker). prometheus_client's own metrics take a lock per update; here each
-thread adds to numbers of its own (:class:`Shards`: one dict per thread, written by that thread
-only, so no lock), and a scrape sums every thread's numbers. The families are exposed through
-prometheus_client's custom-collector interface: ``collect`` builds them on the scraping thread,
-and ``describe`` names them without samples, so a registry still refuses a second collector of
-the same name.
+prometheus_client's own metrics take a lock per update; here each thread adds to numbers of its
+own (:class:`Shards`), and a scrape sums them. The families are prometheus_client custom
+collectors: ``collect`` runs on the scraping thread, and ``describe`` names them without
+samples, so a registry still refuses a second collector of the same name.
 """
 
 from __future__ import annotations
@@ -38,11 +35,9 @@ Labels = tuple[str, ...]
 
 
 class Shards:
-    """Numbers keyed by anything hashable, one dict per thread. :meth:`mine` is the calling
-    thread's dict (also ``local.numbers`` once it exists): only that thread writes it (so
-    ``d[k] = d.get(k, 0) + n`` needs no lock); :meth:`snapshot` copies every thread's dict
-    (``dict.copy`` is atomic). A thread that ends leaves its numbers behind, so totals never
-    go back."""
+    """Numbers keyed by anything hashable, one dict per thread (:meth:`mine`, also
+    ``local.numbers``), written only by that thread, so with no lock. A thread that ends
+    leaves its numbers behind, so totals never go back."""
 
     def __init__(self) -> None:
         self.local = threading.local()
@@ -94,10 +89,10 @@ class _Family(Collector):
         yield self._family()
 
     def _rows(self, kept: _Family | None = None) -> dict[Labels, Any]:
-        """The numbers kept under ``kept`` (default: this family) summed over the threads:
-        labels, as samples show them, → value (or row)."""
+        """The numbers kept under ``kept`` (default: this family) summed over the threads, by
+        the labels this family's samples show: a value, or a histogram's row."""
         owner = self if kept is None else kept
-        relabel = owner.relabel
+        relabel = self.relabel
         out: dict[Labels, Any] = {}
         for numbers in self.shards.snapshot():
             for key, value in numbers.items():
@@ -173,14 +168,11 @@ class HistogramFamily(_Family):
         self._le = [floatToGoString(b) for b in bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
 
     def observe(self, labels: Labels, amount: float) -> None:
-        """Count one observation of ``amount`` (a bucket holds values <= its bound). The calling
-        thread's shard."""
-        self.observe_into(self.shards.mine(), (self, *labels), amount)
-
-    def observe_into(self, numbers: dict[Any, Any], key: tuple[Any, ...], amount: float) -> None:
-        """:meth:`observe` into ``numbers`` (the calling thread's shard) under ``key``
-        (``(self, *labels)``): a row of counts per bucket (not cumulative; the last is +Inf),
-        then the sum."""
+        """Count one observation of ``amount`` in the calling thread's shard: a row of counts
+        per bucket (a bucket holds values <= its bound; not cumulative; +Inf last), then the
+        sum."""
+        numbers = self.shards.mine()
+        key = (self, *labels)
         row = numbers.get(key)
         if row is None:
             row = numbers[key] = self.empty_row()
@@ -188,7 +180,7 @@ class HistogramFamily(_Family):
         row[-1] += amount
 
     def empty_row(self) -> list[float]:
-        """The row of a labels tuple not observed yet (see :meth:`observe_into`)."""
+        """The row of a labels tuple not observed yet (see :meth:`observe`)."""
         return [0.0] * (len(self.bounds) + 2)
 
     def _family(self) -> HistogramMetricFamily:
@@ -207,9 +199,8 @@ class HistogramFamily(_Family):
 
 
 class HistogramCounts(_ScalarFamily):
-    """A counter family read from a histogram's rows: each sample is the number of
-    observations kept under its labels (``relabel`` maps them to this family's), so one
-    update counts in both (upstream's execution counter and duration histogram)."""
+    """A counter family of a histogram's observation counts (``relabel`` maps the labels they
+    are kept under to this family's): one update counts in both."""
 
     def __init__(
         self,
@@ -231,14 +222,6 @@ class HistogramCounts(_ScalarFamily):
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        relabel = self.relabel
-        assert relabel is not None
-        counts: dict[Labels, float] = {}
-        for numbers in self.shards.snapshot():
-            for key, row in numbers.items():
-                if key[0] is self.histogram:
-                    labels = relabel(key[1:])
-                    counts[labels] = counts.get(labels, 0.0) + sum(row[:-1])
-        for labels, value in counts.items():
-            family.add_metric(list(labels), value)
+        for labels, row in self._rows(self.histogram).items():
+            family.add_metric(list(labels), sum(row[:-1]))
         yield family

@@ -1,34 +1,18 @@
 """Pooled actors: thousands of small actors, a few shared worker threads.
 
-An :class:`Actor` is a slotted object with an inbox. :meth:`Actor.tell` queues a message and,
-when the actor was idle, puts it on its :class:`ActorPool`'s ready queue; a worker thread then
-runs the actor's *turn*: it hands the queued messages to :meth:`Actor.receive` one at a time,
-in order, at most ``batch`` of them, and then puts the actor back at the end of the ready
-queue if more are waiting (so a flooded actor cannot starve the others). One actor's messages
-are never handled by two threads at once; different actors run concurrently, up to
-``workers`` at a time.
+An :class:`Actor` is a slotted object with an inbox (an object and a lock, not an OS thread).
+:meth:`Actor.tell` queues a message and, when the actor was idle, puts it on its
+:class:`ActorPool`'s ready queue; a worker then runs the actor's *turn*: the queued messages,
+one at a time, in order, at most ``batch``, then back to the end of the ready queue if more
+wait. One actor's messages are never handled by two threads at once.
 
-A thread-per-actor runtime (pykka's ``ThreadingActor``) costs an OS thread, tens of KiB and
-a context switch per message; an actor here costs an object, a lock and, while messages wait,
-a deque.
-
-Rules for subclasses:
-
-* :meth:`Actor.receive` runs on a pool worker and **must never block** (on a future, a lock
-  held across I/O, another actor): it would hold the worker and can deadlock the pool.
-  Replies travel as messages, or as futures the receiver resolves.
-* An actor leaves by closing its inbox: :meth:`Actor.stop` from its own turn, or
-  :meth:`Actor.close_if_empty`, which closes it only if nothing is queued, atomically with
-  every :meth:`Actor.tell`. A tell to a closed actor returns False and queues nothing, so a
-  sender always knows whether its message will be handled (the registry routes it again).
-  Messages still queued when an actor stops are handed to :meth:`Actor.dropped`.
-* An exception from :meth:`Actor.receive` calls :meth:`Actor.crashed` and stops that actor
-  only; the pool goes on.
-
-The inbox is guarded by the actor's lock except for one step: the worker running the turn
-pops messages without it (``deque.popleft`` is atomic under the interpreter lock, and only
-that worker pops), and takes it to go idle, so a message queued meanwhile is either popped or
-reschedules the actor.
+Rules for subclasses: :meth:`Actor.receive` runs on a pool worker and **must never block**
+(replies travel as messages or futures). An actor leaves by closing its inbox
+(:meth:`Actor.stop` on its turn, or :meth:`Actor.close_if_empty`, atomic with every tell); a
+tell to a closed actor returns False and queues nothing, and messages still queued at the stop
+go to :meth:`Actor.dropped`. An exception from :meth:`Actor.receive` calls
+:meth:`Actor.crashed` and stops that actor only. The worker running a turn pops messages
+without the lock (``deque.popleft`` is atomic, and only it pops) and takes it to go idle.
 """
 
 from __future__ import annotations
@@ -74,7 +58,7 @@ class Actor:
 
     def tell(self, message: object) -> bool:
         """Queue ``message``; False, with nothing queued, once the actor has stopped. Any
-        thread; never blocks beyond the actor's lock, which is only held for a few stores."""
+        thread; holds the actor's lock for a few stores."""
         lock = self._lock
         lock.acquire()
         state = self._state
@@ -131,21 +115,18 @@ class Actor:
             self._state = _CLOSED
 
     def dropped(self, message: Any) -> None:
-        """A message that was queued when the actor stopped. Default: log it. The turn's
-        thread (the actor's last turn)."""
+        """A message still queued when the actor stopped. Default: log it. Its last turn."""
         logger.debug("{} dropped {!r}", self, message)
 
     def crashed(self, error: BaseException) -> None:
-        """:meth:`receive` raised ``error``; the actor stops after this. Default: log it. The
-        turn's thread."""
+        """:meth:`receive` raised ``error``; the actor stops after this. Default: log it."""
         logger.opt(exception=error).error("actor {} crashed", self)
 
     def run_or_tell(self, message: object, batch: int = 16) -> bool:
-        """Handle ``message`` on the calling thread now, as a turn of this actor, if no turn
-        of it is running or queued (then whatever arrives meanwhile too, up to ``batch``
-        messages); else :meth:`tell` it. False, with nothing done, once the actor has stopped.
-        Any thread that may run the actor's code (it must not block: an executor worker that
-        has just answered a request saves the pool a wake-up)."""
+        """Handle ``message`` now, as a turn of this actor on the calling thread (up to
+        ``batch`` messages), if no turn of it is running or queued; else :meth:`tell` it.
+        False, with nothing done, once the actor has stopped. Any thread that may run the
+        actor's code (an executor worker with a result saves the pool a wake-up)."""
         lock = self._lock
         lock.acquire()
         state = self._state
@@ -162,13 +143,7 @@ class Actor:
         idle, requeue, or finish stopping. The thread running this turn (a pool worker, or
         :meth:`run_or_tell`'s caller): the only one running this actor now."""
         if first is not _NOTHING:
-            try:
-                self.receive(first)
-            except BaseException as exc:  # this actor only: the thread goes on
-                self._crash(exc)
-                return
-            if self._state == _CLOSED:
-                self._drain()
+            if not self._handle(first):
                 return
             batch -= 1
         items = self._items
@@ -184,16 +159,23 @@ class Actor:
                     lock.release()
                     return
                 lock.release()
-            message = items.popleft()  # only this worker pops: atomic against a tell's append
-            try:
-                self.receive(message)
-            except BaseException as exc:  # this actor only: the worker goes on
-                self._crash(exc)
-                return
-            if self._state == _CLOSED:
-                self._drain()
+            # only this worker pops: atomic against a tell's append
+            if not self._handle(items.popleft()):
                 return
         self._ready.put(self)  # batch used up: back of the queue (still scheduled)
+
+    def _handle(self, message: object) -> bool:
+        """The turn's thread: handle one message; False once the actor stopped (crashed or
+        closed) and its queue was drained."""
+        try:
+            self.receive(message)
+        except BaseException as exc:  # this actor only: the thread goes on
+            self._crash(exc)
+            return False
+        if self._state == _CLOSED:
+            self._drain()
+            return False
+        return True
 
     def _crash(self, error: BaseException) -> None:
         """The turn's thread, after :meth:`receive` raised: report, stop, drain."""
@@ -216,13 +198,8 @@ class Actor:
 
 
 class ActorPool:
-    """A fixed set of worker threads running actor turns.
-
-    ``start()``, then actors are told messages, then ``stop()``: no turn starts after it, the
-    turns running finish (within ``timeout``) and the workers exit. Actors are not tracked by
-    the pool: their owner keeps them (the registry) and abandons them after the stop. A stopped
-    pool cannot be restarted.
-    """
+    """A fixed set of worker threads running actor turns, from ``start()`` to ``stop()`` (not
+    restartable). Actors are not tracked by the pool: their owner (the registry) keeps them."""
 
     def __init__(self, workers: int = 1, batch: int = 16, name: str = "kdispatch-pool") -> None:
         """Validate; starts nothing. Any thread."""
@@ -258,9 +235,8 @@ class ActorPool:
 
     def stop(self, timeout: float | None = None) -> list[str]:
         """No further turn starts; wait up to ``timeout`` seconds (None: no limit) for the
-        turns running to end and the workers to exit. Returns the names of workers still
-        running then (a turn stuck in a request); they exit when it returns. Idempotent. Any
-        thread but the pool's own workers (:class:`PoolStateError`)."""
+        workers to exit; the names of those still running (a turn stuck in a request).
+        Idempotent. Any thread but the pool's own workers (:class:`PoolStateError`)."""
         if threading.current_thread() in self._threads:
             raise PoolStateError(f"{self.name}.stop() called from its own worker thread")
         with self._lock:

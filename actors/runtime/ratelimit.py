@@ -1,8 +1,6 @@
-"""Token bucket (QPS + burst) with an injectable clock.
-
-Not thread-safe by itself: the executor calls it under its own lock. A token taken for work that
-turned out to be pointless (the object had nothing to send any more) is given back with
-:meth:`TokenBucket.refund`, so merged and elided calls cost no budget.
+"""Token bucket (QPS + burst) with an injectable clock. Not thread-safe by itself: the
+executor calls it under its own lock. A token taken for nothing is given back
+(:meth:`TokenBucket.refund`), so merged and elided calls cost no budget.
 """
 
 from __future__ import annotations
@@ -13,10 +11,8 @@ from collections.abc import Callable
 
 
 class TokenBucket:
-    """``qps`` tokens per second, at most ``burst`` stored. ``qps=math.inf`` never throttles.
-
-    Runs on whichever thread holds the executor's lock.
-    """
+    """``qps`` tokens per second, at most ``burst`` stored (``math.inf``: never throttles).
+    Runs on whichever thread holds the executor's lock."""
 
     __slots__ = ("_burst", "_clock", "_last", "_qps", "_tokens", "taken", "unlimited")
 
@@ -30,11 +26,6 @@ class TokenBucket:
         """Tokens taken and not refunded, since creation."""
         self.unlimited = math.isinf(self._qps)
         """True when the bucket never throttles."""
-
-    @property
-    def qps(self) -> float:
-        """Refill rate, tokens per second."""
-        return self._qps
 
     def _refill(self) -> None:
         now = self._clock()

@@ -1,32 +1,52 @@
-"""Check a finished run: the apiserver's final state against the scheduler's intents.
+"""Check a finished run: the apiserver's final state against the scheduler's intents, judged by
+:mod:`kdispatch.testing.oracle` (the one oracle of the stress run and the chaos benchmark).
 
-* **duplicate bindings**: pods the apiserver bound more than once — bind requests its request
-  log shows as applied (``ok``), or a pod the informer saw move from one node to another
-  (:class:`BindingAudit`) — or that the scheduler saw bound successfully to two different nodes.
-  (A request logged ``apply_then_fail`` is not counted: the log writes that name even when the
-  apply itself was refused, e.g. the 409 of a retried binding.)
-* **lost intents**: calls whose future never resolved, and calls whose future succeeded but
-  whose effect the final state does not show. Per object and kind of intent only the last
-  successful one is checked (later ones supersede earlier ones). A call that succeeded only by
-  being merged into or skipped for another call (``overwritten``/``skipped``) is exempt when a
-  later call on the same object failed or was closed at shutdown: its effect rode on that call.
-  A PodGroup's ``PodGroupInitiallyScheduled`` intent is checked against the final PodGroups
-  when they were listed.
+Each recorded :class:`~examples.scheduler.tracker.Intent` becomes the oracle's intent: the
+fields its call promised (a binding: the node; a status patch: ``PodScheduled=False`` with its
+reason and the nomination, promised only until the pod is bound; a claim write: the allocated
+device and each reservation), its relevance (the call type's), whether a more relevant call of
+the same object was still open when it was submitted, and its future. A PodGroup status write
+promises its ``PodGroupInitiallyScheduled`` status and reason, checked against the final
+PodGroups when they were listed.
+
+* **duplicate bindings** (:func:`kdispatch.testing.oracle.duplicate_bindings`): pods the
+  apiserver bound more than once — bind requests its request log shows as applied (``ok``),
+  or a pod the informer saw move from one node to another (:class:`BindingAudit`) — or that the
+  scheduler saw bound successfully to two different nodes. (A request logged
+  ``apply_then_fail`` is not counted: the log writes that name even when the apply itself was
+  refused, e.g. the 409 of a retried binding.)
+* **lost intents** (:func:`kdispatch.testing.oracle.score`): calls whose future never
+  resolved, and calls whose future said success while the final state does not show what they
+  promised and no later call of the object changed that field (a preemption: its pod still
+  exists). A call merged into a later one shares that call's fate; one a more relevant call may
+  supersede is exempt.
 
 Pure functions over snapshots, run once at the end on the caller thread.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from examples.scheduler.claims import allocated_device, reserved_uids
 from examples.scheduler.podgroups import INITIALLY_SCHEDULED
 from examples.scheduler.tracker import BIND, CLAIM, GROUP, PREEMPT, STATUS, Intent
-from kdispatch import DispatcherClosed, Obj, Outcome, get_path, meta, pod_node_name
+from kdispatch import (
+    ClaimStatusPatch,
+    DispatcherClosed,
+    Obj,
+    PodBinding,
+    PodGroupStatusPatch,
+    PodPreemption,
+    PodStatusPatch,
+    meta,
+    pod_node_name,
+)
 from kdispatch.testing import RequestRecord
+from kdispatch.testing.oracle import ABSENT, Field, duplicate_bindings, score
+from kdispatch.testing.oracle import Intent as Promise
 
 
 class BindingAudit:
@@ -67,78 +87,76 @@ class Verification:
             self.problems.append(text)
 
 
-def _outcome(intent: Intent) -> Outcome | BaseException | None:
-    fut = intent.future
-    if not fut.done():
-        return None
-    exc = fut.exception()
-    return exc if exc is not None else fut.result()
+RELEVANCE = {
+    BIND: PodBinding.relevance,
+    STATUS: PodStatusPatch.relevance,
+    PREEMPT: PodPreemption.relevance,
+    CLAIM: ClaimStatusPatch.relevance,
+    GROUP: PodGroupStatusPatch.relevance,
+}
+"""The relevance of each kind of intent: its call type's."""
+
+SCHEDULED = "PodScheduled"
 
 
-def duplicate_bindings(
-    intents: Iterable[Intent], log: Iterable[RequestRecord] | None, audit: BindingAudit | None
-) -> set[str]:
-    """UIDs of pods bound more than once (request log, informer audit) or to two nodes
-    (successful intents)."""
-    dup: set[str] = set()
-    if log is not None:
-        applied = Counter(r.uid for r in log if r.op == "bind" and r.outcome == "ok")
-        dup.update(uid for uid, n in applied.items() if n > 1)
-    if audit is not None:
-        dup.update(audit.rebound())
-    nodes: dict[str, set[str]] = defaultdict(set)
-    for intent in intents:
-        if intent.kind == BIND and _outcome(intent) is Outcome.SUCCESS:
-            nodes[intent.uid].add(str(intent.expect["node"]))
-    dup.update(uid for uid, ns in nodes.items() if len(ns) > 1)
-    return dup
-
-
-def _reflected(
-    intent: Intent,
-    pods: Mapping[str, Obj],
-    claims: Mapping[str, Obj],
-    groups: Mapping[str, Obj] | None,
-) -> bool:
-    """Whether the final state shows the effect of a successful intent."""
+def _promised(intent: Intent) -> dict[Field, Any]:
+    """The oracle's fields ``intent`` promised (see the module docstring)."""
     expect = intent.expect
-    if intent.kind == GROUP:
-        group = None if groups is None else groups.get(intent.uid)
-        if group is None:  # not listed (not served), or deleted since
-            return True
-        conds = get_path(group, "status", "conditions") or []
-        found = next((c for c in conds if c.get("type") == INITIALLY_SCHEDULED), None)
-        return found is not None and all(found.get(k) == v for k, v in expect.items())
-    if intent.kind == PREEMPT:
-        return intent.uid not in pods
-    if intent.kind == CLAIM:
-        claim = claims.get(intent.key)
-        if claim is None or meta(claim).get("uid") != intent.uid:
-            return True  # deleted since
-        device = expect.get("device")
-        if allocated_device(claim) != (tuple(device) if device else None):
-            return False
-        reserved = reserved_uids(claim)
-        if "reserve" in expect and expect["reserve"] not in reserved:
-            return False
-        return not ("unreserve" in expect and expect["unreserve"] in reserved)
-    pod = pods.get(intent.uid)
-    if pod is None:
-        return True  # preempted or deleted since
     if intent.kind == BIND:
-        return bool(pod_node_name(pod) == expect["node"])
+        return {("node",): expect["node"]}
     if intent.kind == STATUS:
-        if pod_node_name(pod) is not None:
-            return True  # a later binding supersedes PodScheduled=False
-        conds = get_path(pod, "status", "conditions") or []
-        scheduled = next((c for c in conds if c.get("type") == "PodScheduled"), None)
-        if scheduled is None or scheduled.get("status") != "False":
-            return False
-        if scheduled.get("reason") != expect["reason"]:
-            return False
-        nominated = expect.get("nominated")
-        return not nominated or bool(get_path(pod, "status", "nominatedNodeName") == nominated)
-    return True
+        fields: dict[Field, Any] = {
+            ("cond", SCHEDULED, "status"): "False",
+            ("cond", SCHEDULED, "reason"): expect["reason"],
+        }
+        if expect.get("nominated"):
+            fields[("nnn",)] = expect["nominated"]
+        return fields
+    if intent.kind == GROUP:
+        return {
+            ("cond", INITIALLY_SCHEDULED, "status"): expect["status"],
+            ("cond", INITIALLY_SCHEDULED, "reason"): expect["reason"],
+        }
+    if intent.kind == CLAIM:
+        fields = {}
+        if "device" in expect:
+            device = expect["device"]
+            fields[("device",)] = tuple(device) if device else ABSENT
+        if "reserve" in expect:
+            fields[("reserved", expect["reserve"])] = True
+        if "unreserve" in expect:
+            fields[("reserved", expect["unreserve"])] = False
+        return fields
+    return {}  # a preemption promises its pod's absence (exclusive)
+
+
+def promises(intents: Iterable[Intent]) -> list[Promise]:
+    """The oracle's intents of the scheduler's ``intents`` (see the module docstring). A more
+    relevant call was open at submit when it was submitted earlier and resolved later."""
+    out: list[Promise] = []
+    earlier: dict[str, list[Intent]] = defaultdict(list)
+    for intent in sorted(intents, key=lambda i: i.seq):
+        relevance = RELEVANCE[intent.kind]
+        under_higher = any(
+            RELEVANCE[e.kind] > relevance and (e.resolved is None or e.resolved > intent.submitted)
+            for e in earlier[intent.uid]
+        )
+        earlier[intent.uid].append(intent)
+        out.append(
+            Promise(
+                intent.seq,
+                intent.uid,
+                intent.kind,
+                relevance,
+                _promised(intent),
+                future=intent.future,
+                exclusive=intent.kind == PREEMPT,
+                under_higher=under_higher,
+                binding_node=str(intent.expect["node"]) if intent.kind == BIND else None,
+                until_bound=intent.kind == STATUS,
+            )
+        )
+    return out
 
 
 def verify(
@@ -154,30 +172,22 @@ def verify(
     ``namespace/name``) and PodGroups (by uid; None when not served), the apiserver request
     ``log`` and the informer ``audit`` (either None when unavailable)."""
     out = Verification()
-    dups = duplicate_bindings(intents, log, audit)
+    judged = promises(intents)
+    applied = [r.uid for r in log or () if r.op == "bind" and r.outcome == "ok"]
+    dups = duplicate_bindings(applied, seen=audit.nodes if audit else None, intents=judged)
     out.duplicate_bindings = len(dups)
     for uid in sorted(dups)[:5]:
         out.note(f"pod {uid} bound more than once")
-    last_ok: dict[tuple[str, str], Intent] = {}
-    last_error: dict[str, int] = {}
-    for intent in intents:
-        result = _outcome(intent)
-        if result is None:
-            out.unresolved += 1
-            out.note(f"{intent.kind} {intent.key}: future never resolved")
-        elif isinstance(result, BaseException):
-            if isinstance(result, DispatcherClosed):
-                out.closed_at_stop += 1
-            last_error[intent.uid] = intent.seq
-        else:
-            last_ok[(intent.kind, intent.uid)] = intent
-    for intent in last_ok.values():
-        result = _outcome(intent)
-        if result is not Outcome.SUCCESS and last_error.get(intent.uid, -1) > intent.seq:
-            continue
-        out.checked += 1
-        if not _reflected(intent, pods, claims, groups):
-            out.lost_intents += 1
-            out.note(f"{intent.kind} {intent.key} {dict(intent.expect)}: not in the final state")
-    out.lost_intents += out.unresolved
+    final: dict[str, Obj | None] = {uid: pods.get(uid) for uid in {i.uid for i in intents}}
+    final.update({str(meta(c).get("uid")): c for c in claims.values()})
+    final.update(groups or {})
+    found = score(judged, final, initial={}, examples=15)
+    out.lost_intents = found.lost_intents
+    out.unresolved = found.unresolved_futures
+    out.checked = sum(1 for p in judged if p.future is not None and p.future.done())
+    out.closed_at_stop = sum(
+        1 for i in intents if i.future.done() and isinstance(i.future.exception(), DispatcherClosed)
+    )
+    for text in found.lost_examples:
+        out.note(text)
     return out

@@ -22,7 +22,17 @@ with the intents and their futures:
   or of any later intent that may or may not have (failed, superseded, unresolved).
 
 Field keys are tuples: ``("cond", type, key)`` for a pod condition's status/reason/message,
-``("nnn",)``, ``("node",)``, ``("alloc",)`` and ``("reserved", consumer uid)``.
+``("nnn",)``, ``("node",)``, ``("alloc",)``, ``("device",)`` (a claim's first allocated device
+as ``(pool, device)``) and ``("reserved", consumer uid)``.
+
+An intent recorded ``until_bound`` (a scheduler's status patch of a pod it could not place:
+``PodScheduled=False``, a nomination) promises nothing once the server shows its pod bound: a
+binding, by this scheduler or another, replaced the condition and ended the nomination.
+
+**duplicate bindings** — :func:`duplicate_bindings` names the pods bound more than once, from
+any of three witnesses: the bindings the server applied (its request log), the nodes an observer
+saw each pod on (a watch or an informer), and intents whose future said ``SUCCESS`` for two
+different nodes.
 
 Pure rules: no clocks, no pykka. :func:`score` runs on the caller's thread;
 :meth:`IntentLog.record` may be called from several threads (one thread per object keeps that
@@ -64,6 +74,7 @@ class Intent:
     exclusive: bool = False  # a preemption: the object must be gone if it says success
     under_higher: bool = False  # a more relevant intent of the object was open at submit
     binding_node: str | None = None
+    until_bound: bool = False  # promises nothing once the pod is bound (see the module docstring)
 
     def outcome(self) -> str:
         """``success``/``skipped``/``overwritten``, an exception type name, or ``unresolved``."""
@@ -108,10 +119,12 @@ class IntentLog:
         loose: dict[Field, Any] | None = None,
         exclusive: bool = False,
         node: str | None = None,
+        until_bound: bool = False,
     ) -> Intent:
         """Submit one call with ``submit()`` and record what it promised: ``strict`` and
-        ``loose`` fields, ``exclusive`` for a preemption, ``node`` for a binding. A submit that
-        raises a kdispatch error is recorded as rejected; any other exception propagates."""
+        ``loose`` fields, ``exclusive`` for a preemption, ``node`` for a binding,
+        ``until_bound`` for a promise a binding ends. A submit that raises a kdispatch error is
+        recorded as rejected; any other exception propagates."""
         with self._lock:
             opened = self._open_higher[uid]
             opened[:] = [(r, f) for r, f in opened if not f.done()]
@@ -126,6 +139,7 @@ class IntentLog:
             exclusive=exclusive,
             under_higher=under_higher,
             binding_node=node,
+            until_bound=until_bound,
         )
         try:
             intent.future = submit()
@@ -164,6 +178,12 @@ def actual(obj: Mapping[str, Any] | None, f: Field) -> Any:
         return get_path(obj, "spec", "nodeName") or ABSENT
     if head == "alloc":
         return get_path(obj, "status", "allocation") or ABSENT
+    if head == "device":
+        results = get_path(obj, "status", "allocation", "devices", "results")
+        first = results[0] if isinstance(results, list) and results else None
+        if isinstance(first, Mapping) and first.get("pool") and first.get("device"):
+            return (first["pool"], first["device"])
+        return ABSENT
     if head == "reserved":
         entries = get_path(obj, "status", "reservedFor")
         uids = {e.get("uid") for e in entries if isinstance(e, Mapping)} if entries else set()
@@ -239,7 +259,7 @@ def score(
                 out.lost_intents += 1
                 _note(out.lost_examples, examples, f"{uid}: preemption said success, pod alive")
                 continue
-            if _exempt(i, later_max[k]):
+            if _exempt(i, later_max[k]) or _ended_by_binding(i, obj):
                 continue
             for f, v in i.strict.items():
                 if last_touch[f] == i.seq and actual(obj, f) != v:
@@ -263,6 +283,34 @@ def score(
     out.live_objects_converged = converged
     out.converged = converged / checked if checked else 1.0
     return out
+
+
+def _ended_by_binding(i: Intent, obj: Mapping[str, Any] | None) -> bool:
+    """Whether ``i`` promised only until its pod is bound, and the pod is."""
+    return i.until_bound and actual(obj, ("node",)) != ABSENT
+
+
+def duplicate_bindings(
+    applied: Iterable[str] = (),
+    *,
+    seen: Mapping[str, Iterable[str]] | None = None,
+    intents: Iterable[Intent] = (),
+) -> set[str]:
+    """Pods bound more than once: keys that occur more than once in ``applied`` (one key per
+    binding the server applied, from its request log), keys ``seen`` on more than one node (an
+    observer's record: key → nodes), and uids of ``intents`` whose future said ``SUCCESS`` for
+    two different ``binding_node`` values."""
+    twice = {key for key, n in Counter(applied).items() if n > 1}
+    twice.update(key for key, nodes in (seen or {}).items() if len(set(nodes)) > 1)
+    promised: dict[str, set[str]] = defaultdict(set)
+    for i in intents:
+        fut = i.future
+        if i.binding_node is None or fut is None or not fut.done() or fut.exception():
+            continue
+        if fut.result() is Outcome.SUCCESS:
+            promised[i.uid].add(i.binding_node)
+    twice.update(uid for uid, nodes in promised.items() if len(nodes) > 1)
+    return twice
 
 
 def _fates(items: list[Intent]) -> list[bool]:
@@ -299,6 +347,8 @@ def _unconverged(
         for f in (*i.strict, *i.loose):
             last_touch[f] = i.seq
     for k, i in enumerate(items):
+        if _ended_by_binding(i, obj):
+            continue  # its fields were the binding's to change
         certain = fates[k] and not i.exclusive and not _exempt(i, later_max[k])
         # an overwritten intent shares the fate of the call it was merged into: it decides a
         # field only when no later intent touched that field

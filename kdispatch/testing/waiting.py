@@ -21,7 +21,7 @@ __all__ = ["poll", "until", "wait_for"]
 T = TypeVar("T")
 
 
-def poll(predicate: Callable[[], T], timeout: float, *, interval: float = 0.01) -> T | None:
+def poll(predicate: Callable[[], T | None], timeout: float, *, interval: float = 0.01) -> T | None:
     """The first truthy value of ``predicate()`` within ``timeout`` seconds, else None."""
     deadline = time.monotonic() + timeout
     while not (look := _look(predicate, deadline, time.monotonic)).done:
@@ -29,14 +29,16 @@ def poll(predicate: Callable[[], T], timeout: float, *, interval: float = 0.01) 
     return look.value
 
 
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, *, interval: float = 0.01) -> T:
+def wait_for(
+    predicate: Callable[[], T | None], timeout: float, what: str, *, interval: float = 0.01
+) -> T:
     """The first truthy value of ``predicate()``; :class:`TimeoutError` naming ``what`` when
     none comes within ``timeout`` seconds."""
     return _found(poll(predicate, timeout, interval=interval), timeout, what)
 
 
 async def until(
-    predicate: Callable[[], T], timeout: float, what: str, *, interval: float = 0.005
+    predicate: Callable[[], T | None], timeout: float, what: str, *, interval: float = 0.005
 ) -> T:
     """:func:`wait_for` on an asyncio loop: the loop runs between two looks."""
     loop = asyncio.get_running_loop()
@@ -51,7 +53,9 @@ class _Look(NamedTuple, Generic[T]):
     value: T | None
 
 
-def _look(predicate: Callable[[], T], deadline: float, clock: Callable[[], float]) -> _Look[T]:
+def _look(
+    predicate: Callable[[], T | None], deadline: float, clock: Callable[[], float]
+) -> _Look[T]:
     """One look: done with the value when it is truthy, done with None once ``clock()`` passed
     ``deadline``, else not done."""
     value = predicate()

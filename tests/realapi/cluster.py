@@ -24,10 +24,11 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from kdispatch.adapters.kubernetes import KubernetesBackend, prepare_configuration
-from kdispatch.testing.envtest import Binaries, ControlPlane, wait_for, write_kubeconfig
+from kdispatch.testing.envtest import Binaries, ControlPlane, write_kubeconfig
 from kdispatch.testing.envtest.processes import Process
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer
+from kdispatch.testing.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """The documentation's snippets that need the real control plane (``# requires: envtest``),
 run as written against the built binaries: the Python ones in this process, the shell ones
 with ``bash`` and this interpreter first on ``PATH`` as ``python``. The default test run skips
-them (tests/test_docs_snippets.py); a snippet that stops running fails here."""
+them (tests/e2e/test_docs_snippets.py); a snippet that stops running fails here."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ from kdispatch.testing.envtest import (
     ControlPlane,
     ControlPlaneError,
     find_binaries,
-    wait_for,
 )
+from kdispatch.testing.waiting import wait_for
 from tests.snippets import block, run
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,10 +11,10 @@ import pytest
 
 from examples.scheduler.resources import GPU_RESOURCE
 from examples.scheduler.runner import RunConfig, run
+from tests.e2e.test_scheduler_example import check_clean
 from tests.realapi.cluster import Admin, Target, condition
 from tests.realapi.conftest import create_node, node_body
 from tests.realapi.objects import new_claim, new_pod
-from tests.test_scheduler_example import check_clean
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -33,7 +33,6 @@ from .errors import (
     EnvtestError,
 )
 from .kubeconfig import write_kubeconfig
-from .processes import wait_for
 
 __all__ = [
     "ADMIN_USER",
@@ -49,6 +48,5 @@ __all__ = [
     "build_binaries",
     "cache_dir",
     "find_binaries",
-    "wait_for",
     "write_kubeconfig",
 ]

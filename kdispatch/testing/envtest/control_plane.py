@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from kdispatch.testing.waiting import wait_for
+
 from .apiserver import KubeAPIServer, User, write_token_file
 from .binaries import Binaries, find_binaries
 from .certs import write_pki
@@ -37,7 +39,7 @@ from .flags import (
     runtime_config_flags,
 )
 from .kubeconfig import write_kubeconfig
-from .processes import Process, seconds, wait_for
+from .processes import Process, seconds
 from .scheduler import SCHEDULER_USER, KubeScheduler
 
 _T = TypeVar("_T")

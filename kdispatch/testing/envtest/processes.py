@@ -18,14 +18,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+
+from kdispatch.testing.waiting import wait_for
 
 from .errors import ControlPlaneError
-
-T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -40,26 +38,6 @@ def seconds(value: float) -> str:
     """``value`` as a message shows seconds: ``0.5``, ``120``, ``0.497`` (milliseconds at
     most)."""
     return f"{value:.3f}".rstrip("0").rstrip(".")
-
-
-def wait_for(
-    predicate: Callable[[], T | bool | None],
-    timeout: float,
-    what: str,
-    *,
-    interval: float = 0.05,
-) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes
-    (``TimeoutError`` naming ``what``). For state that no event announces: a port that
-    starts answering, an object a server creates on its own."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value  # type: ignore[return-value]
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"timed out after {seconds(timeout)} s waiting for {what}")
-        time.sleep(interval)
 
 
 def with_parent_death_signal(args: list[str]) -> list[str]:

@@ -1,0 +1,243 @@
+"""The parent's end of the pipes to a :class:`~kdispatch.ProcessDispatcher`'s child.
+
+:class:`ChildLink` (a base of ``ProcessDispatcher``) queues pickled messages for one writer
+thread, which sends whatever is queued in one pipe write, so a child that reads slowly never
+blocks a caller; one reader thread resolves the futures of calls and queries from the child's
+coalesced results (see :mod:`~kdispatch.actors.facade.process_child` for the wire), and fails
+whatever is left when the pipe closes. Whoever pops a future from ``_calls`` or ``_queries``
+resolves it, so each resolves exactly once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+import pickle
+import queue
+from collections.abc import Callable
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, cast
+
+from loguru import logger
+
+from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.facade.dispatcher_like import Backlog
+from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
+
+from .process_child import QUERY, READY, STOPPED, Result, dumps, take_batch
+from .process_window import SendWindow
+
+_MAX_WRITE = 1 << 20
+"""Bytes of queued messages the writer joins into one pipe write at most."""
+
+
+class DispatcherProcessDied(DispatcherClosed):
+    """The dispatcher's child process exited without being asked to (killed, crashed, out of
+    memory). Every call pending at that moment fails with it, and ``submit`` raises it."""
+
+
+class ChildLink:
+    """Pipes, writer and reader threads, and the futures awaiting the child's answers. Set up by
+    ``ProcessDispatcher``; every method says which thread it runs on."""
+
+    _window: SendWindow  # set by the dispatcher: its send window
+    _started: bool
+    _closing: bool
+    _revoked: DispatcherClosed | None
+
+    def __init__(self, start_timeout: float) -> None:
+        """Caller thread; nothing runs until ``start`` sets the process and the pipes."""
+        self._start_timeout = start_timeout
+        self._ids = itertools.count()
+        self._calls: dict[int, CallFuture] = {}
+        # _calls counted per lane: whoever pops a future from _calls pops its lane (_settled)
+        self._backlog = Backlog()
+        self._queries: dict[int, Future[Any]] = {}
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._gone: DispatcherClosed | None = None
+        self._final: tuple[bool, dict[str, Any]] | None = None
+        self._proc: BaseProcess | None = None
+        self._requests: Connection | None = None
+        self._results: Connection | None = None
+
+    def _await_ready(self, results: Connection) -> Result:
+        """Caller thread (``start``): the child's READY result, or a failed one."""
+        try:
+            if results.poll(self._start_timeout):
+                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
+                if batch and batch[0][0] == READY:
+                    return batch[0]
+        except (EOFError, OSError):
+            pass
+        code = self._proc.exitcode if self._proc is not None else None
+        return (READY, False, DispatcherProcessDied(f"dispatcher process did not start ({code})"))
+
+    def _end_child(self, *, timeout: float) -> None:
+        """Caller thread: join the child (kill it after ``timeout``), close the pipes."""
+        proc = self._proc
+        if proc is not None:
+            proc.join(timeout)
+            if proc.is_alive():
+                logger.warning("dispatcher process {} did not exit: killing it", proc.pid)
+                proc.kill()
+                proc.join()
+        for conn in (self._requests, self._results):
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.close()
+        if proc is not None:
+            with contextlib.suppress(ValueError):
+                proc.close()
+
+    def _check_open(self) -> None:
+        """Any thread: raise what a submit or query meets once the dispatcher is not open."""
+        if self._revoked is not None:
+            raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
+        if self._gone is not None:
+            raise copy.copy(self._gone)
+        if self._closing or not self._started:
+            raise DispatcherClosed(
+                "dispatcher is stopped" if self._closing else "dispatcher not started"
+            )
+
+    def _send(self, data: bytes) -> None:
+        """Any thread; never blocks. Queue one pickled message for the writer thread;
+        DispatcherClosed if the child is gone or was never started."""
+        if self._requests is None:
+            raise DispatcherClosed("dispatcher not started")
+        if self._gone is not None:
+            raise copy.copy(self._gone)
+        self._outbox.put(data)
+
+    def _write(self) -> None:
+        """Writer thread, the pipe's only writer: send whatever is queued in one write (the
+        child unpickles the messages in order), until the ``None`` that ``stop`` queues."""
+        conn = self._requests
+        assert conn is not None
+        ended = False
+        while not ended:
+            batch, ended = take_batch(self._outbox, _MAX_WRITE, len)
+            if not batch:
+                continue
+            try:
+                conn.send_bytes(b"".join(batch))
+            except (OSError, ValueError):  # the child is gone: the reader fails what is left
+                return
+
+    def _query(self, name: str, arg: Any, timeout: float) -> Any:
+        """Caller thread: ask the child and wait up to ``timeout`` for the answer."""
+        qid, future = self._ask(name, arg)
+        try:
+            return future.result(timeout)
+        finally:
+            self._queries.pop(qid, None)
+
+    def _ask(self, name: str, arg: Any) -> tuple[int, Future[Any]]:
+        """Any thread: send a query; its id and the future the reader resolves. The caller
+        pops the id when it stops waiting (so a late answer is dropped)."""
+        self._check_open()
+        qid = next(self._ids)
+        future: Future[Any] = Future()
+        self._queries[qid] = future
+        try:
+            self._send(dumps((QUERY, qid, name, arg)))
+        except DispatcherClosed:
+            self._queries.pop(qid, None)
+            raise
+        if self._gone is not None and self._queries.pop(qid, None) is not None:
+            raise copy.copy(self._gone)
+        return qid, future
+
+    def _read(self) -> None:
+        """Reader thread: resolve futures from the child's results until its pipe closes,
+        then fail whatever is left (exactly once: whoever pops a future resolves it)."""
+        results = self._results
+        assert results is not None
+        while True:
+            try:
+                batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
+            except (EOFError, OSError):
+                break
+            except Exception:  # a reply that does not unpickle
+                logger.opt(exception=True).error("dispatcher process: unreadable results")
+                continue
+            self._window.resolved(*(r[0] for r in batch))  # room for the next waiting calls
+            for fid, ok, value in batch:
+                if fid == STOPPED:
+                    self._final = value
+                    continue
+                call = self._calls.pop(fid, None)
+                if call is not None:
+                    self._settled(call)
+                future = call or self._queries.pop(fid, None)
+                if future is None:
+                    continue
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(_restored(value))
+            self._backlog_changed()
+        self._fail_all(self._exit_error())
+
+    def _exit_error(self) -> DispatcherClosed:
+        """Reader thread: what the futures left when the pipe closed fail with."""
+        if self._final is not None or self._closing:
+            return DispatcherClosed("dispatcher process stopped")
+        proc = self._proc
+        code = None
+        if proc is not None:
+            proc.join(1.0)
+            code = proc.exitcode
+        return DispatcherProcessDied(f"dispatcher process exited unexpectedly (exit code {code})")
+
+    def _resolve_waiting(
+        self, fids: list[tuple[int, str]], error: Callable[[str], BaseException]
+    ) -> None:
+        """Any thread: resolve calls taken out of the window with ``error(call_type)``
+        (whoever pops a future resolves it)."""
+        for fid, call_type in fids:
+            future = self._calls.pop(fid, None)
+            if future is not None:
+                self._settled(future)
+                future.set_exception(error(call_type))
+        self._backlog_changed()
+
+    def _fail_all(self, error: DispatcherClosed) -> None:
+        """Any thread: the child is gone; fail every future left (the first error stays)."""
+        self._window.close()  # nothing more goes out; the waiting calls fail below
+        if self._gone is None:
+            self._gone = error
+        error = self._gone
+        for fid in list(self._calls):
+            call = self._calls.pop(fid, None)
+            if call is not None:
+                self._settled(call)
+                call.set_exception(copy.copy(error))
+        for fid in list(self._queries):
+            query = self._queries.pop(fid, None)
+            if query is not None:
+                query.set_exception(copy.copy(error))
+        self._backlog_changed()
+
+    @staticmethod
+    def _settled(future: CallFuture) -> None:
+        """Any thread, right after popping ``future`` from ``_calls`` (so once): it leaves
+        the backlog of its lane."""
+        future.lane.pop()  # type: ignore[union-attr]  # set by submit before it is registered
+
+    def _backlog_changed(self) -> None:
+        """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
+        if self._backlog.waiters:
+            self._backlog.wake()
+
+
+def _restored(value: object) -> BaseException:
+    """An exception as it came out of the pipe, with ``CallFailed.cause`` chained again."""
+    if not isinstance(value, BaseException):
+        return CallFailed(f"unexpected result from the dispatcher process: {value!r}")
+    if isinstance(value, CallFailed) and value.cause is not None:
+        value.__cause__ = value.cause
+    return value

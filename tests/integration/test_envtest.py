@@ -1,0 +1,623 @@
+"""kdispatch.testing.envtest without binaries: where the binaries are looked up and in which
+order, the error when there are none (from Python, the CLI and the pytest fixture), the build
+stamp (with a stand-in ``go``), the components' command lines (feature gates, runtime config),
+kubeconfigs and static-token users."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from kdispatch.actors.model.errors import InvalidInputError, KdispatchError
+from kdispatch.testing.envtest import (
+    Binaries,
+    BinariesNotFound,
+    BuildError,
+    ControlPlane,
+    ControlPlaneError,
+    ControlPlaneOptionError,
+    EnvtestError,
+    build_binaries,
+    cache_dir,
+    find_binaries,
+    write_kubeconfig,
+)
+from kdispatch.testing.envtest.apiserver import KubeAPIServer, User
+from kdispatch.testing.envtest.build import STAMP, read_stamp
+from kdispatch.testing.envtest.certs import write_pki
+from kdispatch.testing.envtest.flags import parse_assignments
+from kdispatch.testing.envtest.modules import ETCD, KUBERNETES, PinnedModule
+from kdispatch.testing.envtest.scheduler import KubeScheduler
+from kdispatch.testing.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _exe(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        path = folder / name
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    return folder
+
+
+def _no_binaries_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "KUBEBUILDER_ASSETS": str(tmp_path / "assets"),
+        "KDISPATCH_K8S_CACHE": str(tmp_path / "cache"),
+    }
+
+
+# --------------------------------------------------------------------------- lookup
+
+
+def test_kubebuilder_assets_come_before_the_cache(tmp_path: Path) -> None:
+    assets = _exe(tmp_path / "assets", "etcd", "kube-apiserver")
+    cache = _exe(tmp_path / "cache", "etcd", "kube-apiserver")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(cache)}
+    found = find_binaries(env=env)
+    assert (found.etcd, found.kube_apiserver, found.kube_scheduler) == (
+        assets / "etcd",
+        assets / "kube-apiserver",
+        None,
+    )
+    assert found.dir == assets
+
+
+def test_the_cache_serves_when_the_assets_lack_a_binary(tmp_path: Path) -> None:
+    assets = _exe(tmp_path / "assets", "kube-apiserver")  # no etcd
+    cache = _exe(tmp_path / "cache", "etcd", "kube-apiserver")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(cache)}
+    assert find_binaries(env=env).dir == cache
+
+
+def test_the_scheduler_is_looked_up_only_when_asked_for(tmp_path: Path) -> None:
+    assets = _exe(tmp_path / "assets", "etcd", "kube-apiserver")
+    cache = _exe(tmp_path / "cache", "etcd", "kube-apiserver", "kube-scheduler")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(cache)}
+    assert find_binaries(env=env).dir == assets
+    found = find_binaries(scheduler=True, env=env)
+    assert found.kube_scheduler == cache / "kube-scheduler"
+
+
+def test_a_file_that_is_not_executable_does_not_count(tmp_path: Path) -> None:
+    cache = _exe(tmp_path / "cache", "kube-apiserver")
+    (cache / "etcd").write_text("not executable")
+    with pytest.raises(BinariesNotFound, match="lacks etcd"):
+        find_binaries(env={"KDISPATCH_K8S_CACHE": str(cache)})
+
+
+def test_no_binaries_anywhere_is_a_typed_error_naming_places_and_the_build(
+    tmp_path: Path,
+) -> None:
+    assets = _exe(tmp_path / "assets", "etcd")
+    env = {"KUBEBUILDER_ASSETS": str(assets), "KDISPATCH_K8S_CACHE": str(tmp_path / "cache")}
+    with pytest.raises(BinariesNotFound) as caught:
+        find_binaries(env=env)
+    message = str(caught.value)
+    assert f"$KUBEBUILDER_ASSETS {assets} lacks kube-apiserver" in message
+    assert f"the cache {tmp_path / 'cache'} lacks etcd, kube-apiserver" in message
+    assert "`python -m kdispatch.testing.envtest build`" in message
+    assert isinstance(caught.value, EnvtestError)
+    assert isinstance(caught.value, KdispatchError)
+    with pytest.raises(BinariesNotFound, match="build --with-scheduler"):
+        find_binaries(scheduler=True, env=env)
+
+
+def test_cache_dir_follows_the_override_then_xdg_then_home() -> None:
+    version = KUBERNETES.version
+    assert version == "v1.37.2"
+    assert cache_dir({"KDISPATCH_K8S_CACHE": "/x/y"}) == Path("/x/y")
+    assert cache_dir({"XDG_CACHE_HOME": "/c"}) == Path(f"/c/kdispatch/k8s-{version}")
+    assert cache_dir({}) == Path.home() / ".cache" / "kdispatch" / f"k8s-{version}"
+    assert ETCD.version == "v3.7.3"
+
+
+def test_control_plane_start_without_binaries_raises_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in _no_binaries_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    plane = ControlPlane(workdir=tmp_path / "work")
+    with pytest.raises(BinariesNotFound):
+        plane.start()
+    assert plane.processes == []
+    assert not (tmp_path / "work").exists()
+
+
+def _silent_binaries(folder: Path) -> Binaries:
+    """Stand-ins that start and never answer (each sleeps): a start can only time out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("etcd", "kube-apiserver"):
+        path = folder / name
+        path.write_text("#!/bin/sh\nexec sleep 60\n")
+        path.chmod(0o755)
+    return Binaries(folder / "etcd", folder / "kube-apiserver")
+
+
+def test_wait_for_names_the_timeout_it_was_given() -> None:
+    with pytest.raises(TimeoutError, match=r"timed out after 0\.05 s waiting for nothing"):
+        wait_for(lambda: None, 0.05, "nothing", interval=0.01)
+
+
+def test_a_start_timeout_under_a_second_is_kept_and_reported(tmp_path: Path) -> None:
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / "work")
+    with pytest.raises(ControlPlaneError, match=r"^not ready within 0\.5 s: timed out after"):
+        plane.start(timeout=0.5)
+    assert all(not p.running() for p in plane.processes)
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), "5", True])
+def test_a_start_timeout_must_be_positive_seconds(timeout: object, tmp_path: Path) -> None:
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / "work")
+    with pytest.raises(EnvtestError, match="timeout must be"):
+        plane.start(timeout=timeout)  # type: ignore[arg-type]
+    assert plane.processes == []
+
+
+def test_cli_start_reports_the_timeout_it_was_given(tmp_path: Path) -> None:
+    binaries = _silent_binaries(tmp_path / "assets")
+    done = subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "0.5"],
+        cwd=REPO,
+        env={**os.environ, "KUBEBUILDER_ASSETS": str(binaries.dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "envtest: not ready within 0.5 s" in done.stderr
+
+
+def test_cli_start_without_binaries_exits_2_with_the_build_hint(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start"],
+        cwd=REPO,
+        env=_no_binaries_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert "python -m kdispatch.testing.envtest build" in done.stderr
+
+
+def test_the_fixture_skips_with_the_build_hint_when_there_are_no_binaries(
+    tmp_path: Path,
+) -> None:
+    test_file = tmp_path / "test_uses_envtest.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            def test_needs_a_cluster(envtest_control_plane):
+                raise AssertionError("must be skipped")
+            """
+        )
+    )
+    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)]
+    if not _plugin_installed():
+        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
+    env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 skipped" in done.stdout
+    assert "python -m kdispatch.testing.envtest build" in done.stdout
+
+
+def _test_extra_plugins() -> list[str]:
+    """The pytest plugins (``pytest11`` entry points) of kdispatch and of every distribution
+    its test extra brings, requirements of requirements included."""
+    wanted = {"kdispatch"}
+    todo = [Requirement(r) for r in metadata.requires("kdispatch") or []]
+    todo = [r for r in todo if r.marker is None or r.marker.evaluate({"extra": "test"})]
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in wanted:
+            continue
+        wanted.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue  # not for this platform
+        todo += [r for r in map(Requirement, requires) if r.marker is None or r.marker.evaluate()]
+    return [
+        ep.value
+        for ep in metadata.entry_points(group="pytest11")
+        if ep.dist is not None and canonicalize_name(ep.dist.name) in wanted
+    ]
+
+
+def test_a_project_of_its_own_sees_no_warning_from_what_the_test_extra_installs(
+    tmp_path: Path,
+) -> None:
+    """A user's project with no pytest setup of its own, in an environment holding kdispatch
+    and its test extra: the pytest plugins they install (kdispatch's envtest fixtures, those
+    of the extra's tools) add no warning to its run. Only those plugins are loaded, whatever
+    else this environment holds."""
+    plugins = _test_extra_plugins()
+    if not _plugin_installed():
+        plugins.append("kdispatch.testing.envtest.pytest_plugin")
+    (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "default"]
+    for plugin in plugins:
+        args += ["-p", plugin]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    done = subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "1 passed" in done.stdout and "warning" not in output.lower(), output
+
+
+def test_the_plugin_loads_no_kubernetes_client_module() -> None:
+    """pytest imports the plugin in every run: it must not pay for the official client."""
+    code = (
+        "import sys, kdispatch.testing.envtest.pytest_plugin\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] in ('kubernetes', 'urllib3')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_lazy_names_resolve_once_and_unknown_ones_raise() -> None:
+    import kdispatch
+    import kdispatch.testing
+    from kdispatch.adapters.kubernetes import KubernetesBackend
+    from kdispatch.testing.listwatch import MemoryListWatch
+
+    assert kdispatch.KubernetesBackend is KubernetesBackend
+    assert "KubernetesBackend" in vars(kdispatch)
+    assert kdispatch.testing.MemoryListWatch is MemoryListWatch
+    with pytest.raises(AttributeError, match="NoSuchName"):
+        _ = kdispatch.NoSuchName  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="NoSuchName"):
+        _ = kdispatch.testing.NoSuchName  # type: ignore[attr-defined]
+
+
+def _plugin_installed() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.name == "kdispatch_envtest" for ep in entry_points(group="pytest11"))
+
+
+# --------------------------------------------------------------------------- build stamp
+
+FAKE_GO = """#!/bin/sh
+echo "$*" >> "$FAKE_GO_LOG"
+case "$1" in
+env) printf 'go1.26.99\\nlinux\\namd64\\n' ;;
+build)
+    while [ "$#" -gt 0 ]; do
+        if [ "$1" = "-o" ]; then printf '#!/bin/sh\\n' > "$2"; chmod +x "$2"; fi
+        shift
+    done ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_go(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ``go`` on PATH that answers ``go env`` and 'builds' by writing the ``-o`` file;
+    every call is logged to the returned file."""
+    bindir = tmp_path / "gobin"
+    bindir.mkdir()
+    (bindir / "go").write_text(FAKE_GO)
+    (bindir / "go").chmod(0o755)
+    log = tmp_path / "go.log"
+    log.touch()
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_GO_LOG", str(log))
+    return log
+
+
+def _builds(log: Path) -> list[str]:
+    return [line.split()[-1] for line in log.read_text().splitlines() if line.startswith("build")]
+
+
+def test_build_builds_what_is_missing_then_nothing(fake_go: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert build_binaries(cache=cache, echo=None) == cache
+    assert _builds(fake_go) == ["go.etcd.io/etcd/server/v3", "k8s.io/kubernetes/cmd/kube-apiserver"]
+    assert set(read_stamp(cache)) == {"etcd", "kube-apiserver"}
+    assert find_binaries(env={"KDISPATCH_K8S_CACHE": str(cache)}).dir == cache
+
+    build_binaries(cache=cache, echo=None)  # current: no build
+    build_binaries(cache=cache, scheduler=True, echo=None)  # only the scheduler
+    assert _builds(fake_go)[2:] == ["k8s.io/kubernetes/cmd/kube-scheduler"]
+    stamp = read_stamp(cache)
+    assert stamp["kube-scheduler"] == stamp["kube-apiserver"] != stamp["etcd"]
+
+
+def test_a_changed_go_version_or_stamp_rebuilds(
+    fake_go: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    build_binaries(cache=cache, echo=None)
+    stamp = json.loads((cache / STAMP).read_text())
+    stamp["etcd"] = "0" * 64
+    (cache / STAMP).write_text(json.dumps(stamp))
+    build_binaries(cache=cache, echo=None)
+    assert _builds(fake_go)[2:] == ["go.etcd.io/etcd/server/v3"]
+
+    go = Path(fake_go.parent / "gobin" / "go")
+    go.write_text(FAKE_GO.replace("go1.26.99", "go1.27.0"))
+    build_binaries(cache=cache, echo=None)
+    assert len(_builds(fake_go)) == 5  # both again
+
+
+def test_a_failed_go_build_is_a_build_error_and_leaves_no_binary(
+    fake_go: Path, tmp_path: Path
+) -> None:
+    go = fake_go.parent / "gobin" / "go"
+    go.write_text(FAKE_GO.replace("build)", "build) echo 'missing go.sum entry'; exit 1 ;;\nx)"))
+    cache = tmp_path / "cache"
+    with pytest.raises(BuildError, match=r"missing go\.sum entry"):
+        build_binaries(cache=cache, echo=None)
+    assert not (cache / "etcd").exists()
+    assert read_stamp(cache) == {}
+
+
+def test_no_go_is_a_build_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BuildError, match="'go' not found"):
+        build_binaries(cache=tmp_path / "cache", echo=None)
+
+
+def test_the_module_digest_ignores_comments_only(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    mod, summ = tmp_path / "m" / "go.mod", tmp_path / "m" / "go.sum"
+    mod.write_text("// a wrapper\nmodule x\n\nrequire a.b/c v1.0.0 // indirect\n")
+    summ.write_text("a.b/c v1.0.0 h1:abc=\n")
+    module = PinnedModule("m", "a.b/c", root=tmp_path)
+    assert module.version == "v1.0.0"
+    before = module.digest("go1.26.8\nlinux\namd64\n")
+    mod.write_text("// reworded\nmodule x\nrequire a.b/c v1.0.0\n")
+    assert module.digest("go1.26.8\nlinux\namd64\n") == before
+    assert module.digest("go1.26.9\nlinux\namd64\n") != before
+    summ.write_text("a.b/c v1.0.0 h1:abd=\n")
+    assert module.digest("go1.26.8\nlinux\namd64\n") != before
+
+
+# --------------------------------------------------------------------------- small parts
+
+
+def test_the_kubeconfig_loads_in_the_official_client(tmp_path: Path) -> None:
+    from kubernetes import client, config
+
+    ca = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    path = write_kubeconfig(tmp_path / "kc", "https://127.0.0.1:6443", "t0ken", ca_pem=ca)
+    assert path.stat().st_mode & 0o777 == 0o600
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=cfg)  # type: ignore[no-untyped-call]
+    assert cfg.host == "https://127.0.0.1:6443"
+    assert "Bearer t0ken" in cfg.api_key.values()
+    assert Path(str(cfg.ssl_ca_cert)).read_bytes() == ca
+
+
+def test_users_get_their_own_tokens_and_bad_names_are_refused() -> None:
+    plane = ControlPlane(users={"alice": ["devs", "ops"]})
+    assert plane.token("alice") != plane.admin_token
+    with pytest.raises(EnvtestError, match="no user 'bob'"):
+        plane.token("bob")
+    with pytest.raises(EnvtestError, match="control plane's own"):
+        ControlPlane(users={"envtest-admin": []})
+    with pytest.raises(InvalidInputError, match="group"):
+        User.new("carol", ["a,b"])
+    with pytest.raises(EnvtestError, match="not started"):
+        _ = plane.url
+
+
+# --------------------------------------------------------------------------- command lines
+
+GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": False}
+APIS = {"scheduling.k8s.io/v1beta1": True}
+
+
+def _apiserver_args(plane: ControlPlane, folder: Path) -> list[str]:
+    server = KubeAPIServer(
+        Path("/bin/kube-apiserver"),
+        folder,
+        pki=write_pki(folder),
+        token_file=folder / "tokens.csv",
+        admin_token="t",
+        extra_args=plane.apiserver_extra_args,
+    )
+    return server.args("http://127.0.0.1:2379", 6443)
+
+
+def _scheduler_args(plane: ControlPlane, folder: Path) -> list[str]:
+    scheduler = KubeScheduler(
+        Path("/bin/kube-scheduler"), folder, folder / "kc", plane.scheduler_extra_args
+    )
+    return scheduler.args(10259)
+
+
+def test_gates_reach_both_components_and_the_runtime_config_only_the_apiserver(
+    tmp_path: Path,
+) -> None:
+    plane = ControlPlane(
+        scheduler=True,
+        feature_gates=GATES,
+        runtime_config=APIS,
+        apiserver_args=["--v=4"],
+        scheduler_args=["--v=5"],
+    )
+    gates = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=false"
+    apis = "--runtime-config=scheduling.k8s.io/v1beta1=true"
+    apiserver = _apiserver_args(plane, tmp_path)
+    assert apiserver[0] == "/bin/kube-apiserver"
+    assert apiserver[-3:] == [gates, apis, "--v=4"]  # the user's own flags last
+    assert apiserver.count(gates) == 1 and apiserver.count(apis) == 1
+    scheduler = _scheduler_args(plane, tmp_path)
+    assert scheduler[0] == "/bin/kube-scheduler"
+    assert scheduler[-2:] == [gates, "--v=5"]
+    assert not [a for a in scheduler if a.startswith("--runtime-config")]
+
+
+def test_without_gates_or_runtime_config_no_such_flag_is_passed(tmp_path: Path) -> None:
+    plane = ControlPlane(scheduler=True)
+    assert plane.feature_gates == {} and plane.runtime_config == {}
+    for args in (_apiserver_args(plane, tmp_path), _scheduler_args(plane, tmp_path)):
+        assert not [a for a in args if a.startswith(("--feature-gates", "--runtime-config"))]
+
+
+def test_the_command_line_spelling_of_a_switch_is_accepted() -> None:
+    plane = ControlPlane(
+        feature_gates={"GenericWorkload": "True"},  # type: ignore[dict-item]
+        runtime_config={"api/beta": "false", "v1": True},  # type: ignore[dict-item]
+    )
+    assert plane.feature_gates == {"GenericWorkload": True}
+    assert plane.runtime_config == {"api/beta": False, "v1": True}
+    assert plane.apiserver_extra_args == (
+        "--feature-gates=GenericWorkload=true",
+        "--runtime-config=api/beta=false,v1=true",
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"feature_gates": ["GenericWorkload"]}, "feature_gates must map gate names"),
+        ({"feature_gates": {"genericWorkload": True}}, "invalid feature gate name"),
+        ({"feature_gates": {"Generic=Workload": True}}, "invalid feature gate name"),
+        ({"feature_gates": {"A,B": True}}, "invalid feature gate name"),
+        ({"feature_gates": {"GenericWorkload": 1}}, "must be true or false"),
+        ({"feature_gates": {"GenericWorkload": "yes"}}, "must be true or false"),
+        ({"runtime_config": "scheduling.k8s.io/v1beta1=true"}, "runtime_config must map"),
+        ({"runtime_config": {"scheduling.k8s.io": True}}, "invalid runtime config key"),
+        ({"runtime_config": {"scheduling.k8s.io/v1beta1=true": True}}, "invalid runtime"),
+        ({"runtime_config": {"Scheduling.k8s.io/v1": True}}, "invalid runtime config key"),
+        ({"runtime_config": {"scheduling.k8s.io/v1beta1": None}}, "must be true or false"),
+    ],
+)
+def test_malformed_gates_and_runtime_config_are_refused_before_anything_starts(
+    options: dict[str, object], match: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ControlPlaneOptionError, match=match) as caught:
+        ControlPlane(workdir=tmp_path / "work", **options)  # type: ignore[arg-type]
+    assert isinstance(caught.value, EnvtestError)
+    assert isinstance(caught.value, InvalidInputError)
+    assert not (tmp_path / "work").exists()
+
+
+def test_command_line_assignments_merge_and_a_later_one_wins() -> None:
+    items = ["GenericWorkload=true,TopologyAwareWorkloadScheduling=true", " A = false "]
+    assert parse_assignments([*items, "GenericWorkload=false"], "--feature-gates") == {
+        "GenericWorkload": "false",
+        "TopologyAwareWorkloadScheduling": "true",
+        "A": "false",
+    }
+    with pytest.raises(ControlPlaneOptionError, match="expected NAME=true"):
+        parse_assignments(["GenericWorkload"], "--feature-gates")
+    with pytest.raises(ControlPlaneOptionError, match="expected NAME=true"):
+        parse_assignments(["=true"], "--feature-gates")
+
+
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--feature-gates", "GenericWorkload"],
+        ["--feature-gates", "GenericWorkload=maybe"],
+        ["--runtime-config", "scheduling.k8s.io=true"],
+    ],
+)
+def test_cli_start_refuses_malformed_gates_with_a_usage_error_before_looking_for_binaries(
+    flag: list[str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start", *flag],
+        cwd=REPO,
+        env=_no_binaries_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert "usage:" in done.stderr
+    assert "envtest build" not in done.stderr  # refused before the binaries were looked up
+
+
+def _run_pytest(test_file: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)]
+    if not _plugin_installed():
+        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
+    env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_the_fixture_options_are_validated_before_the_skip_for_missing_binaries(
+    tmp_path: Path,
+) -> None:
+    test_file = tmp_path / "test_options.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.fixture(scope="session")
+            def envtest_control_plane_options():
+                return {"feature_gates": {"GenericWorkload": True}, "kubelet": True}
+
+            def test_needs_a_cluster(envtest_control_plane):
+                raise AssertionError("must not run")
+            """
+        )
+    )
+    done = _run_pytest(test_file, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 error" in done.stdout
+    assert "ControlPlaneOptionError" in done.stdout and "unknown: ['kubelet']" in done.stdout
+
+
+def test_the_fixture_with_valid_options_skips_when_there_are_no_binaries(
+    tmp_path: Path,
+) -> None:
+    test_file = tmp_path / "test_options.py"
+    test_file.write_text(
+        textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.fixture(scope="session")
+            def envtest_control_plane_options():
+                return {"scheduler": True, "feature_gates": {"GenericWorkload": True}}
+
+            def test_needs_a_cluster(envtest_control_plane):
+                raise AssertionError("must be skipped")
+            """
+        )
+    )
+    done = _run_pytest(test_file, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 skipped" in done.stdout
+    assert "envtest build --with-scheduler" in done.stdout  # the scheduler was asked for

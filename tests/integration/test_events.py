@@ -1,0 +1,367 @@
+"""Events: the EventRecord call, the recorder's series and spam filter, and the executor's
+best-effort lane (Events never take a token a binding waits for; dropped ones are counted).
+Checked on the server: the stored Events and the in-memory apiserver's request log."""
+
+from __future__ import annotations
+
+from concurrent.futures import wait
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kdispatch.actors.facade.dispatcher import Dispatcher
+from kdispatch.actors.facade.event_recorder import EventRecorder
+from kdispatch.actors.model.call_types import default_call_types
+from kdispatch.actors.model.calls import BEST_EFFORT, CallTypeRegistry
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.model.errors import (
+    CallFailed,
+    CallTypeRegistrationError,
+    InvalidConfigError,
+    InvalidInputError,
+    Outcome,
+    RequestDropped,
+)
+from kdispatch.actors.model.event_calls import EventRecord
+from kdispatch.actors.model.kinds import DEFAULT_KINDS
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_node, make_pod
+from kdispatch.testing.waiting import wait_for
+from tests.clocks import ManualClock
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _events(server: InMemoryApiServer) -> list[dict[str, Any]]:
+    items = server.list("Event").items
+    return sorted(items, key=lambda e: e["metadata"]["name"])
+
+
+def _pod(server: InMemoryApiServer, name: str) -> dict[str, Any]:
+    return server.create(make_pod(name, uid=f"u-{name}"))
+
+
+def _failed(recorder: EventRecorder, pod: dict[str, Any], note: str) -> Any:
+    return recorder.event(
+        pod, type="Warning", reason="FailedScheduling", action="Scheduling", note=note
+    )
+
+
+def test_event_kind_is_events_k8s_io() -> None:
+    info = DEFAULT_KINDS.lookup("Event")
+    assert (info.api_version, info.plural, info.namespaced) == ("events.k8s.io/v1", "events", True)
+
+
+def test_repeats_become_one_event_with_a_series(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = _pod(server, "p1")
+    clock = ManualClock(1000.0)
+    rec = EventRecorder(
+        dispatcher, controller="my-scheduler", instance="my-scheduler-a", clock=clock
+    )
+    note = "0/3 nodes are available: 3 Insufficient cpu."
+    first = _failed(rec, pod, note)
+    assert first.result(5) is Outcome.SUCCESS  # created before the repeats arrive
+    repeats = [_failed(rec, pod, note) for _ in range(4)]
+    wait(repeats, timeout=5)
+    [event] = _events(server)
+    assert event["apiVersion"] == "events.k8s.io/v1"
+    assert event["metadata"]["name"].startswith("p1.")
+    assert event["series"]["count"] == 5
+    assert event["series"]["lastObservedTime"] >= event["eventTime"]
+    assert event["regarding"] == {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "namespace": "default",
+        "name": "p1",
+        "uid": "u-p1",
+        "resourceVersion": pod["metadata"]["resourceVersion"],
+    }
+    assert (event["reason"], event["action"], event["type"], event["note"]) == (
+        "FailedScheduling",
+        "Scheduling",
+        "Warning",
+        note,
+    )
+    assert (event["reportingController"], event["reportingInstance"]) == (
+        "my-scheduler",
+        "my-scheduler-a",
+    )
+    ops = [(r.op, r.kind) for r in server.request_log if r.kind == "Event"]
+    # one create, then the series patches (repeats that waited together merged into one)
+    assert ops[0] == ("create", "Event")
+    assert 2 <= len(ops) <= 5 and set(ops[1:]) == {("patch", "Event")}
+
+    # a new note is a new Event; after the window, the same note starts a new one too
+    _failed(rec, pod, "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity.")
+    clock.now += 361.0
+    last = _failed(rec, pod, note)
+    assert last.result(5) is Outcome.SUCCESS
+    events = _events(server)
+    assert len(events) == 3
+    assert sorted(e.get("series", {}).get("count", 1) for e in events) == [1, 1, 5]
+
+
+def test_spam_filter_per_regarding_object(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    a, b = _pod(server, "a"), _pod(server, "b")
+    rec = EventRecorder(dispatcher, controller="s", clock=ManualClock(1000.0))
+    futures = [_failed(rec, a, f"note {i}") for i in range(30)]  # 30 distinct Events
+    assert sum(f is None for f in futures) == 5  # burst 25, one more per 300 s
+    assert rec.spam_dropped == 5
+    other = _failed(rec, b, "note 0")  # another object has its own bucket
+    assert other is not None
+    wait([f for f in [*futures, other] if f is not None], timeout=10)
+    assert sum(e["regarding"]["name"] == "a" for e in _events(server)) == 25
+
+
+def test_recorder_rejects_bad_input(dispatcher: Dispatcher) -> None:
+    rec = EventRecorder(dispatcher, controller="s")
+    pod = make_pod("p", uid="u-p")
+    with pytest.raises(InvalidInputError):
+        rec.event(pod, type="Info", reason="R", action="A", note="n")
+    with pytest.raises(InvalidInputError):
+        rec.event(pod, reason="", action="A", note="n")
+    with pytest.raises(InvalidInputError):
+        EventRecorder(dispatcher, controller="")
+    with pytest.raises(InvalidInputError):
+        EventRecorder(object(), controller="s")  # type: ignore[arg-type]
+
+
+def test_a_patch_of_a_missing_event_creates_it(server: InMemoryApiServer) -> None:
+    pod = _pod(server, "p")
+    rec = EventRecorder(type("Sink", (), {"submit": lambda self, call: call})(), controller="s")
+    first = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+    second = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+    assert isinstance(first, EventRecord) and isinstance(second, EventRecord)
+    assert (second.create, second.count) == (False, 2)
+    second.send(server, None)  # the create was never sent: the patch answers 404
+    [event] = _events(server)
+    assert event["series"]["count"] == 2
+    assert [r.op for r in server.request_log] == ["patch", "create"]
+    assert first.merge(second).create and first.merge(second).count == 2
+
+
+def test_best_effort_registration_rules() -> None:
+    registry = CallTypeRegistry()
+
+    class Loud(EventRecord):
+        call_type = "loud"
+        relevance = 2
+
+    with pytest.raises(CallTypeRegistrationError):
+        registry.register(Loud)
+    assert default_call_types().spec("event_record").relevance == BEST_EFFORT
+
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+
+
+class Flood:
+    """A dispatcher on a fake clock under a load bound by QPS (8 qps, burst 4): status
+    patches for ``unfit`` pods, bindings for ``fit`` ones, and one Event per pod. The test
+    moves the clock by hand (:meth:`step`): one token of each bucket per step."""
+
+    def __init__(self, rate_limit: RateLimitConfig, unfit: int = 10, fit: int = 10) -> None:
+        self.clock = ManualClock(1000.0)
+        self.server = InMemoryApiServer()
+        self.server.create(make_node("n1", cpu_m=100_000, mem_mi=100_000))
+        self.pods = [self.server.create(make_pod(f"p{i}", uid=f"u-p{i}")) for i in range(20)]
+        config = DispatcherConfig(rate_limit=rate_limit, executor=ExecutorConfig(workers=4))
+        self.d = Dispatcher(
+            self.server, config, metrics_registry=CollectorRegistry(), clock=self.clock
+        ).start()
+        self.calls = [
+            self.d.submit(PodStatusPatch.for_pod(p, conditions=[UNSCHEDULABLE]))
+            for p in self.pods[:unfit]
+        ] + [self.d.submit(PodBinding.for_pod(p, "n1")) for p in self.pods[unfit : unfit + fit]]
+        rec = EventRecorder(self.d, controller="s")
+        self.events = [
+            rec.event(p, reason="Scheduled", action="Binding", note="bound") for p in self.pods
+        ]
+
+    def sent(self) -> tuple[int, int]:
+        """Requests the server saw: ``(calls, Events)``."""
+        log = self.server.request_log
+        return sum(r.kind == "Pod" for r in log), sum(r.kind == "Event" for r in log)
+
+    def wait_sent(self, calls: int, events: int) -> None:
+        """Wait until the server saw exactly ``calls`` calls and ``events`` Event requests."""
+        wait_for(lambda: self.sent() == (calls, events), 10, f"{calls} calls, {events} Events")
+
+    def step(self) -> None:
+        """0.125 s later (exact in binary): one more token in each bucket."""
+        self.clock.advance(0.125)
+        self.d._executor.wake()  # the timer waits in real time; tell the executor now
+
+    def stop(self) -> None:
+        self.d.stop(drain=False, timeout=5)
+
+
+def test_events_have_a_budget_of_their_own_under_a_qps_bound_load() -> None:
+    """Bindings and status patches use the calls' bucket at exactly its rate (burst 4, then
+    one per step) whatever the Events do, so no binding ever waits for an Event's token; the
+    Events use a bucket of their own at the same rate meanwhile, and every one is written."""
+    flood = Flood(RateLimitConfig(qps=8, burst=4))
+    try:
+        for step in range(17):
+            flood.wait_sent(min(20, 4 + step), min(20, 4 + step))
+            flood.step()
+        assert {f.result(10) for f in flood.calls} == {Outcome.SUCCESS}
+        assert all(f is not None and f.result(10) is Outcome.SUCCESS for f in flood.events)
+        stats = flood.d.stats()
+        assert stats["tokens_taken"] == 20  # the calls' bucket: calls only
+        assert stats["events"] == {"tokens_taken": 20, "waiting": 0, "dropped": {}}
+        assert stats["sent_total"] == 40
+    finally:
+        flood.stop()
+    events = _events(flood.server)
+    assert sorted(e["regarding"]["name"] for e in events) == sorted(
+        p["metadata"]["name"] for p in flood.pods
+    )
+    fit = [flood.server.get("Pod", "default", f"p{i}") for i in range(10, 20)]
+    assert {p["spec"].get("nodeName") for p in fit} == {"n1"}
+
+
+def test_a_shared_budget_gives_events_only_spare_tokens() -> None:
+    """``events_shared``: as before their own budget, Events take only a token of the calls'
+    bucket that no call waits for, so under the load none goes before the last call, and
+    then they go with the next tokens; none is dropped for waiting."""
+    flood = Flood(RateLimitConfig(qps=8, burst=4, events_shared=True))
+    try:
+        for step in range(37):
+            tokens = 4 + step
+            flood.wait_sent(min(20, tokens), min(20, max(0, tokens - 20)))
+            flood.step()
+        assert {f.result(10) for f in flood.calls} == {Outcome.SUCCESS}
+        assert all(f is not None and f.result(10) is Outcome.SUCCESS for f in flood.events)
+        stats = flood.d.stats()
+        assert stats["tokens_taken"] == 40  # one bucket for all
+        assert stats["events"] == {"tokens_taken": 0, "waiting": 0, "dropped": {}}
+    finally:
+        flood.stop()
+    assert len(_events(flood.server)) == 20
+
+
+def test_events_past_the_queue_bound_are_dropped_and_counted_never_those_that_wait() -> None:
+    """One Event takes the Events' only token, three wait (``events_max_pending=3``), the
+    other six are dropped unsent and counted; the three that wait are written as tokens
+    come, however long they waited."""
+    clock = ManualClock(1000.0)
+    server = InMemoryApiServer()
+    pods = [server.create(make_pod(f"p{i}", uid=f"u-p{i}")) for i in range(10)]
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=8, burst=1),
+        executor=ExecutorConfig(workers=8, events_max_pending=3),
+    )
+    with Dispatcher(server, config, metrics_registry=CollectorRegistry(), clock=clock) as d:
+        rec = EventRecorder(d, controller="s")
+        recorded = [rec.event(p, reason="Scheduled", action="Binding", note="n") for p in pods]
+        futures = [f for f in recorded if f is not None]
+        assert len(futures) == 10  # none caught by the spam filter
+        wait_for(lambda: sum(f.done() for f in futures) == 7, 10, "one written, six dropped")
+        dropped = [f for f in futures if f.done() and f.exception() is not None]
+        assert len(dropped) == 6
+        for f in dropped:
+            exc = f.exception()
+            assert isinstance(exc, CallFailed) and isinstance(exc.cause, RequestDropped)
+            assert "events_max_pending" not in str(exc) and "3 Events" in str(exc)
+        assert d.metrics.value("kdispatch_events_dropped_total", reason="queue_full") == 6
+        wait_for(lambda: len(_events(server)) == 1, 10, "the first Event written")
+        assert d.stats()["events"] == {
+            "tokens_taken": 1,
+            "waiting": 3,
+            "dropped": {"queue_full": 6},
+        }
+        clock.advance(100.0)  # long past the old 10 s: waiting is no reason to drop
+        for _ in range(3):
+            d._executor.wake()
+            clock.advance(0.125)  # one more token (exact in binary)
+        wait_for(lambda: len(_events(server)) == 4, 10, "the three that waited written")
+        kept = [f for f in futures if f not in dropped]
+        assert [f.result(10) for f in kept] == [Outcome.SUCCESS] * 4
+        assert d.stats()["events"]["dropped"] == {"queue_full": 6}
+
+
+def test_events_budget_config_is_validated() -> None:
+    assert RateLimitConfig(qps=20, burst=7).events_budget() == (20, 7)
+    assert RateLimitConfig(events_qps=5, events_burst=10).events_budget() == (5, 10)
+    assert RateLimitConfig(events_shared=True).events_budget() is None
+    for bad in (
+        {"events_qps": 0},
+        {"events_burst": 0},
+        {"events_burst": 1.5},
+        {"events_shared": "yes"},
+        {"events_shared": True, "events_qps": 5},
+    ):
+        with pytest.raises(InvalidConfigError):
+            RateLimitConfig(**bad)
+    with pytest.raises(InvalidConfigError):
+        ExecutorConfig(events_max_pending=0)
+
+
+def test_kubernetes_backend_records_events() -> None:
+    mem = InMemoryApiServer()
+    pod = mem.create(make_pod("p", uid="u-p"))
+    with (
+        ApiServerHTTP(mem) as srv,
+        KubernetesBackend.for_url(srv.url) as backend,
+        Dispatcher(backend, DispatcherConfig(), metrics_registry=CollectorRegistry()) as d,
+    ):
+        rec = EventRecorder(d, controller="s")
+        first = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+        assert first is not None and first.result(5) is Outcome.SUCCESS
+        again = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+        assert again is not None and again.result(5) is Outcome.SUCCESS
+        [event] = _events(mem)
+        assert event["series"]["count"] == 2
+        assert event["regarding"]["uid"] == "u-p"
+
+
+def test_events_stay_the_lowest_lane_for_workers() -> None:
+    """With two workers and a binding on the wire, an Event waits although its bucket has
+    tokens: it never takes the last free worker, which the next call may need. Once the
+    binding's worker is free again, it goes."""
+    from tests.integration.test_backlog import Turnstile
+
+    gate = Turnstile()
+    server = InMemoryApiServer(latency=Latency(fixed=1.0), sleep=gate)
+    pod = server.create(make_pod("p", uid="u-p"))
+    config = DispatcherConfig(executor=ExecutorConfig(workers=2))
+    try:
+        with Dispatcher(server, config, metrics_registry=CollectorRegistry()) as d:
+            binding = d.submit(PodBinding.for_pod(pod, "n1"))
+            gate.wait_arrived(1)
+            event = EventRecorder(d, controller="s").event(
+                pod, reason="Scheduled", action="Binding", note="n"
+            )
+            assert event is not None
+            wait_for(lambda: d.stats()["events"]["waiting"] == 1, 10, "the Event waiting")
+            assert gate.arrived == 1
+            gate.let(1)
+            assert binding.result(10) is Outcome.SUCCESS
+            gate.wait_arrived(2)
+            gate.let(1)
+            assert event.result(10) is Outcome.SUCCESS
+    finally:
+        gate.let(10)
+    assert [e["reason"] for e in _events(server)] == ["Scheduled"]
+
+
+def test_an_event_landed_when_it_is_there_with_its_occurrences() -> None:
+    """``Call.landed`` of an Event read back by name: there (any UID: the call does not know
+    the server's), and for a series patch, counting at least its occurrences."""
+    rec = EventRecorder(type("Sink", (), {"submit": lambda self, call: call})(), controller="s")
+    pod = make_pod("p", uid="u-p")
+    first = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+    second = rec.event(pod, reason="Scheduled", action="Binding", note="n")
+    assert isinstance(first, EventRecord) and isinstance(second, EventRecord)
+    stored = {**first.body, "metadata": {**first.body["metadata"], "uid": "server-uid"}}
+    assert first.landed(stored)
+    assert not second.landed(stored)  # count 2: the series is not there yet
+    assert second.landed({**stored, "series": {"count": 2, "lastObservedTime": "x"}})

@@ -1,0 +1,439 @@
+"""Informer: list+watch over the in-memory apiserver, directly and through HTTP + the client.
+
+Synchronisation is by a recorder whose handlers notify a Condition; tests wait for the events
+they expect with a timeout, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from kdispatch.actors.model.errors import (
+    ApiConnectionError,
+    GoneError,
+    InformerSyncTimeout,
+    InvalidInputError,
+    ServerError,
+)
+from kdispatch.adapters.informer import (
+    ClientListWatch,
+    Informer,
+    ListWatch,
+    WatchEvent,
+    WatchStream,
+)
+from kdispatch.adapters.kubernetes import prepare_configuration
+from kdispatch.testing import MemoryListWatch
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from tests.backends import nominate
+from tests.factories import pod
+from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, Recorder, running_informers
+
+pytestmark = pytest.mark.timeout(30)
+
+WAIT = 10.0
+
+
+@pytest.fixture
+def mem() -> InMemoryApiServer:
+    return InMemoryApiServer()
+
+
+@pytest.fixture
+def http_server(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
+    with ApiServerHTTP(mem, hang_seconds=5.0, watch_poll=0.05) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api_client(http_server: ApiServerHTTP) -> Iterator[k8s.ApiClient]:
+    cfg = prepare_configuration(k8s.Configuration(host=http_server.url), 4)
+    client = k8s.ApiClient(cfg)
+    yield client
+    client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(params=["memory", "http"])
+def source(request: pytest.FixtureRequest, mem: InMemoryApiServer) -> Callable[..., ListWatch]:
+    """A factory of ListWatch sources over ``mem``: direct, or through HTTP and the client."""
+    if request.param == "memory":
+        return lambda kind, namespace=None: MemoryListWatch(mem, kind, namespace)
+    client = request.getfixturevalue("api_client")
+    return lambda kind, namespace=None: ClientListWatch(
+        client, kind, namespace, request_timeout=5.0
+    )
+
+
+@pytest.fixture
+def run() -> Iterator[Callable[..., tuple[Informer, Recorder]]]:
+    """Start informers with a recorder attached; stop them all at the end."""
+    with running_informers(Recorder, "test", stop_timeout=5.0) as start:
+        yield start
+
+
+@pytest.fixture
+def synced(
+    source: Callable[..., ListWatch], run: Callable[..., tuple[Informer, Recorder]]
+) -> Callable[..., tuple[Informer, Recorder]]:
+    """Start an informer on ``source(kind, namespace)`` with a recorder and wait for its
+    first sync; returns both."""
+
+    def start(kind: str, namespace: str | None = None) -> tuple[Informer, Recorder]:
+        inf, rec = run(source(kind, namespace))
+        assert inf.wait_for_sync(WAIT)
+        return inf, rec
+
+    return start
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_add_update_delete(
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+) -> None:
+    a = mem.create(make_pod("a"))
+    inf, rec = synced("Pod")
+    assert inf.has_synced()
+    assert rec.names() == [("add", "a")]
+    assert rec.objects[0]["kind"] == "Pod" and rec.objects[0]["apiVersion"] == "v1"
+    b = mem.create(make_pod("b", "other"))
+    nominate(mem, "a", "n1", uid=a["metadata"]["uid"])
+    mem.delete("Pod", "other", "b", uid=b["metadata"]["uid"])
+    assert rec.wait_count(4)
+    assert rec.names() == [("add", "a"), ("add", "b"), ("update", "a"), ("delete", "b")]
+    assert rec.objects[2]["status"]["nominatedNodeName"] == "n1"
+    assert all(o["kind"] == "Pod" for o in rec.objects)
+    assert set(inf.cache) == {a["metadata"]["uid"]}
+    assert inf.cache[a["metadata"]["uid"]]["status"]["nominatedNodeName"] == "n1"
+    assert inf.snapshot() == dict(inf.cache)
+    assert inf.resource_version == mem.resource_version
+    assert inf.relists == 1
+
+
+def test_namespaced_source(
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+) -> None:
+    mem.create(make_pod("a", "ns1"))
+    mem.create(make_pod("b", "ns2"))
+    _, rec = synced("Pod", "ns1")
+    mem.create(make_pod("c", "ns2"))
+    mem.create(make_pod("d", "ns1"))
+    assert rec.wait_count(2)
+    assert rec.names() == [("add", "a"), ("add", "d")]
+
+
+def test_nodes_and_claims_have_their_kind(
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+) -> None:
+    mem.create(make_node("n1", 1000, 1024))
+    mem.create(make_claim("c1"))
+    _, node_rec = synced("Node")
+    _, claim_rec = synced("ResourceClaim")
+    mem.create(make_claim("c2"))
+    assert claim_rec.wait_count(2)
+    assert [(o["kind"], o["apiVersion"]) for o in node_rec.objects] == [("Node", "v1")]
+    assert [(o["kind"], o["apiVersion"]) for o in claim_rec.objects] == [
+        ("ResourceClaim", "resource.k8s.io/v1")
+    ] * 2
+
+
+def test_recreated_pod_is_delete_then_add(
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+) -> None:
+    old = mem.create(make_pod("a"))
+    inf, rec = synced("Pod")
+    mem.delete("Pod", "default", "a", uid=old["metadata"]["uid"])
+    new = mem.create(make_pod("a"))
+    assert rec.wait_count(3)
+    assert [(e[0], e[2]) for e in rec.events] == [
+        ("add", old["metadata"]["uid"]),
+        ("delete", old["metadata"]["uid"]),
+        ("add", new["metadata"]["uid"]),
+    ]
+    assert set(inf.cache) == {new["metadata"]["uid"]}
+
+
+# --------------------------------------------------------------------------- resumption
+
+
+def test_dropped_watches_resume_without_loss_or_duplicates(
+    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+) -> None:
+    # Start from a non-zero resourceVersion: an empty store lists at "0", and a watch from "0"
+    # means "any version" (the current state as synthetic adds), as on the real apiserver.
+    mem.create(make_node("n0", 1000, 1024))
+    inf, rec = synced("Pod")
+    expected: list[tuple[str, str]] = []
+    for round_ in range(4):
+        for i in range(5):
+            name = f"p{round_}-{i}"
+            pod = mem.create(make_pod(name))
+            nominate(mem, name, "n1", uid=pod["metadata"]["uid"])
+            expected += [("add", name), ("update", name)]
+        # once the round's first event arrived the watch is live: cut it while the rest of the
+        # round may still be queued (those events are lost with the connection)
+        assert rec.wait_name(f"p{round_}-0")
+        assert mem.drop_watches() == 1
+    mem.create(make_pod("last"))
+    expected.append(("add", "last"))
+    assert rec.wait_name("last")
+    assert rec.names() == expected
+    assert inf.relists == 1
+    assert inf.watches >= 5
+
+
+def test_gone_relists_with_synthetic_deletes_updates_and_adds(
+    mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
+) -> None:
+    a = mem.create(make_pod("a"))
+    b = mem.create(make_pod("b"))
+    c = mem.create(make_pod("c"))
+    mem.create(make_pod("d"))
+    gated = GatedListWatch(source("Pod"), timeout=WAIT)
+    inf, rec = run(gated)
+    assert inf.wait_for_sync(WAIT)
+    assert rec.wait_count(4)
+    # disconnect the informer and keep it away while the world changes and history is lost
+    assert gated.keep_away(mem.drop_watches) == 1
+    mem.delete("Pod", "default", "a", uid=a["metadata"]["uid"])
+    mem.delete("Pod", "default", "b", uid=b["metadata"]["uid"])
+    b2 = mem.create(make_pod("b"))
+    nominate(mem, "c", "n1", uid=c["metadata"]["uid"])
+    mem.create(make_pod("e"))
+    mem.compact()
+    gated.gate.set()
+    assert rec.wait_count(9)
+    assert rec.names()[4:] == RELISTED_WHILE_AWAY
+    assert rec.events[6][2] == b2["metadata"]["uid"]
+    assert rec.objects[7]["status"]["nominatedNodeName"] == "n1"
+    assert inf.relists == 2
+    mem.create(make_pod("f"))  # watching again after the re-list
+    assert rec.wait(lambda ev: ev[-1][1] == "f")
+    assert len(rec.events) == 10
+
+
+# --------------------------------------------------------------------------- robustness
+
+
+def test_handler_errors_are_contained(mem: InMemoryApiServer, run: Callable[..., Any]) -> None:
+    seen: list[str] = []
+
+    def bad_add(obj: dict[str, Any]) -> None:
+        seen.append(obj["metadata"]["name"])
+        raise RuntimeError("handler bug")
+
+    mem.create(make_pod("a"))
+    lw = MemoryListWatch(mem, "Pod")
+    rec = Recorder()
+    inf = Informer(lw, name="faulty")
+    inf.add_handler(on_add=bad_add)
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(WAIT)
+        mem.create(make_pod("b"))
+        assert rec.wait_count(2)
+        assert seen == ["a", "b"]
+    finally:
+        assert inf.stop()
+
+
+def test_attach_feeds_a_dispatcher(mem: InMemoryApiServer) -> None:
+    class Facade:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, str]] = []
+            self.done = threading.Event()
+
+        def on_add(self, obj: dict[str, Any]) -> None:
+            self.calls.append(("add", obj["metadata"]["name"]))
+
+        def on_update(self, obj: dict[str, Any]) -> None:
+            self.calls.append(("update", obj["metadata"]["name"]))
+
+        def on_delete(self, obj: dict[str, Any]) -> None:
+            self.calls.append(("delete", obj["metadata"]["name"]))
+            self.done.set()
+
+    facade = Facade()
+    inf = Informer(MemoryListWatch(mem, "Pod"), name="attached")
+    inf.attach(facade)
+    inf.start()
+    try:
+        pod = mem.create(make_pod("a"))
+        nominate(mem, "a", "n", uid=pod["metadata"]["uid"])
+        mem.delete("Pod", "default", "a", uid=pod["metadata"]["uid"])
+        assert facade.done.wait(WAIT)
+        assert facade.calls == [("add", "a"), ("update", "a"), ("delete", "a")]
+    finally:
+        assert inf.stop()
+
+
+def test_resync_replays_the_cache(mem: InMemoryApiServer, run: Callable[..., Any]) -> None:
+    mem.create(make_pod("a"))
+    _, rec = run(MemoryListWatch(mem, "Pod"), resync=0.1)
+    assert rec.wait(lambda ev: [e[0] for e in ev[:3]] == ["add", "update", "update"])
+    assert {e[1] for e in rec.events} == {"a"}
+    assert len({e[3] for e in rec.events}) == 1  # replays of the same state
+
+
+class ScriptedListWatch:
+    """A source playing scripted lists and watch streams (items are events, exceptions)."""
+
+    kind = "Pod"
+
+    def __init__(self, lists: list[Any], streams: list[list[Any]]) -> None:
+        self.lists = lists
+        self.streams = streams
+        self.list_calls = 0
+        self.watch_rvs: list[str] = []
+        self.exhausted = threading.Event()
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        self.list_calls += 1
+        item = self.lists.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item  # type: ignore[no-any-return]
+
+    def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
+        self.watch_rvs.append(resource_version)
+        if not self.streams:
+            self.exhausted.set()
+            raise ServerError("no more scripted streams")
+        return _Scripted(self.streams.pop(0))
+
+
+class _Scripted:
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        for item in self.items:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def stop(self) -> None:
+        pass
+
+
+def test_bookmarks_duplicates_and_errors(run: Callable[..., Any]) -> None:
+    lw = ScriptedListWatch(
+        lists=[ServerError("list failed once"), ([pod("a", "u-a", 5)], "5")],
+        streams=[
+            [
+                WatchEvent("MODIFIED", pod("a", "u-a", 5)),  # not newer than the list: dropped
+                WatchEvent("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "9"}}),
+                ApiConnectionError("cut"),
+            ],
+            [
+                WatchEvent("MODIFIED", pod("a", "u-a", 10)),
+                WatchEvent("DELETED", pod("zz", "u-unknown", 11)),  # never seen: ignored
+                WatchEvent("ADDED", pod("b", "u-b", 12)),
+                WatchEvent("MODIFIED", pod("b", "u-b", 11)),  # stale: dropped
+            ],
+        ],
+    )
+    inf, rec = run(lw, backoff_initial=0.001, backoff_max=0.002)
+    assert lw.exhausted.wait(WAIT)
+    assert rec.names() == [("add", "a"), ("update", "a"), ("add", "b")]
+    assert lw.list_calls == 2
+    assert lw.watch_rvs[:3] == ["5", "9", "12"]  # resumed from the bookmark, then the last event
+    assert inf.has_synced()
+
+
+def test_gone_from_watch_call_relists(run: Callable[..., Any]) -> None:
+    lw = ScriptedListWatch(
+        lists=[([pod("a", "u-a", 5)], "5"), ([pod("b", "u-b", 8)], "8")],
+        streams=[[GoneError("too old")]],
+    )
+    inf, rec = run(lw, backoff_initial=0.001, backoff_max=0.002)
+    assert lw.exhausted.wait(WAIT)
+    assert rec.names() == [("add", "a"), ("delete", "a"), ("add", "b")]
+    assert lw.watch_rvs[:2] == ["5", "8"]
+    assert inf.relists == 2
+
+
+def test_stop_interrupts_backoff_and_not_synced_without_a_list() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = prepare_configuration(k8s.Configuration(host=f"http://127.0.0.1:{port}"), 1)
+    client = k8s.ApiClient(cfg)
+    real = ClientListWatch(client, "Pod", request_timeout=1.0)
+    failed = threading.Event()
+
+    class Observed:
+        kind = "Pod"
+
+        def list(self) -> Any:
+            try:
+                return real.list()
+            finally:
+                failed.set()
+
+        def watch(self, rv: str, timeout: float) -> WatchStream:
+            raise AssertionError("never listed, so never watches")
+
+    inf = Informer(Observed(), name="unreachable", backoff_initial=60.0, backoff_max=60.0)
+    inf.start()
+    try:
+        assert failed.wait(WAIT)  # the list failed (connection refused); now in a 60 s backoff
+        with pytest.raises(InformerSyncTimeout, match=r"did not sync within 0\.01 s"):
+            inf.wait_for_sync(0.01)
+        assert not inf.has_synced()
+    finally:
+        assert inf.stop(timeout=5.0)
+        client.close()  # type: ignore[no-untyped-call]
+
+
+def test_stop_cuts_a_quiet_http_watch(
+    api_client: k8s.ApiClient, http_server: ApiServerHTTP
+) -> None:
+    inf = Informer(ClientListWatch(api_client, "Pod"), name="quiet", watch_timeout=600.0)
+    inf.start()
+    assert inf.wait_for_sync(WAIT)
+    assert http_server.wait_connections(1, timeout=WAIT)
+    assert inf.stop(timeout=5.0)
+    assert http_server.wait_connections(0, timeout=WAIT)
+
+
+def test_bad_arguments(mem: InMemoryApiServer) -> None:
+    lw = MemoryListWatch(mem, "Pod")
+    with pytest.raises(InvalidInputError):
+        MemoryListWatch(mem, "Widget")  # not in the kind table
+    with pytest.raises(InvalidInputError):
+        Informer(lw, name="")
+    with pytest.raises(InvalidInputError):
+        Informer(lw, name="x", backoff_initial=0)
+    with pytest.raises(InvalidInputError):
+        Informer(lw, name="x", backoff_initial=2.0, backoff_max=1.0)
+    with pytest.raises(InvalidInputError):
+        Informer(lw, name="x", resync=-1)
+    inf = Informer(lw, name="x").start()
+    try:
+        with pytest.raises(InvalidInputError):
+            inf.add_handler(on_add=lambda obj: None)
+        with pytest.raises(InvalidInputError):
+            inf.start()
+    finally:
+        assert inf.stop()
+
+
+def test_repeated_gone_keeps_relisting(run: Callable[..., Any]) -> None:
+    lists = [([pod("a", "u-a", rv)], str(rv)) for rv in (5, 6, 7, 8)]
+    lw = ScriptedListWatch(lists=list(lists), streams=[[GoneError("too old")]] * 3)
+    inf, rec = run(lw, backoff_initial=0.001, backoff_max=0.002)
+    assert lw.exhausted.wait(WAIT)
+    assert lw.list_calls == 4
+    assert lw.watch_rvs[:4] == ["5", "6", "7", "8"]
+    assert rec.names() == [("add", "a"), ("update", "a"), ("update", "a"), ("update", "a")]
+    assert inf.relists == 4

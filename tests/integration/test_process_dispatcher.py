@@ -1,0 +1,564 @@
+"""ProcessDispatcher: the dispatcher in a spawned child process, checked on the server.
+
+The in-memory apiserver is served over HTTP (``ApiServerHTTP``) in the test process; the child
+builds a ``KubernetesBackend`` for its URL. A server whose ``sleep`` waits on a gate holds
+requests in flight (on the server, outside the child), so pending calls can be merged or the
+child killed with requests outstanding. Synchronisation is by futures, Events and polling of
+observable state with deadlines; never by sleeping.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import pytest
+
+from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.facade.process import MAX_IN_FLIGHT, DispatcherProcessDied, ProcessDispatcher
+from kdispatch.actors.facade.process_child import dumps, portable
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RegistryConfig,
+    RetryConfig,
+    RuntimeConfig,
+)
+from kdispatch.actors.model.errors import (
+    ActorLimitExceeded,
+    CallCancelled,
+    CallFailed,
+    CallStale,
+    ConflictError,
+    DispatcherClosed,
+    InvalidCallError,
+    InvalidConfigError,
+    InvalidInputError,
+    LeadershipLost,
+    ObjectNotFound,
+    Outcome,
+    TooManyRequestsError,
+    UnknownCallTypeError,
+)
+from kdispatch.actors.model.objects import Obj, ObjectRef
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
+from kdispatch.actors.model.podgroup_calls import PodGroupStatusPatch
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.testing.httpserver import ApiServerHTTP
+from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod, make_podgroup
+from kdispatch.testing.waiting import wait_for
+from tests.factories import cond
+
+WAIT = 30.0
+"""Upper bound of any single wait."""
+
+
+class HeldSleep:
+    """The server's ``sleep``: requests with a latency wait on ``gate`` (open by default);
+    ``arrived`` counts them so a test can wait until N are in flight on the server."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.arrived = 0
+        self._cond = threading.Condition()
+
+    def __call__(self, _seconds: float) -> None:
+        with self._cond:
+            self.arrived += 1
+            self._cond.notify_all()
+        assert self.gate.wait(WAIT), "gate never opened"
+
+    def wait_arrived(self, n: int) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.arrived >= n, WAIT), self.arrived
+
+
+@dataclass
+class Cluster:
+    server: InMemoryApiServer
+    http: ApiServerHTTP
+    held: HeldSleep
+
+    def dispatcher(
+        self, workers: int = 4, max_in_flight: int | None = MAX_IN_FLIGHT
+    ) -> ProcessDispatcher:
+        factory = functools.partial(KubernetesBackend.for_url, self.http.url, workers=workers)
+        config = DispatcherConfig(
+            executor=ExecutorConfig(workers=workers), retry=RetryConfig(budget=5.0)
+        )
+        return ProcessDispatcher(factory, config, max_in_flight=max_in_flight)
+
+    def pod(self, name: str) -> Obj:
+        return self.server.create(make_pod(name))
+
+    def stored(self, name: str) -> Obj:
+        return self.server.get("Pod", "default", name)
+
+    def held_bindings(
+        self, pods: list[Obj], arrived: int, **executor: int
+    ) -> tuple[ProcessDispatcher, list[CallFuture]]:
+        """A started dispatcher binding every pod in ``pods`` to node-1 while the server holds
+        the requests; returns once ``arrived`` of them are in flight on the server."""
+        self.held.gate.clear()
+        d = self.dispatcher(**executor).start()
+        futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+        self.held.wait_arrived(arrived)
+        return d, futures
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """An apiserver whose patches and bindings wait on the gate (latency 1 s, via HeldSleep)."""
+    held = HeldSleep()
+    server = InMemoryApiServer(
+        latency=Latency(per_op={"patch_status": 1.0, "bind": 1.0}), sleep=held
+    )
+    with ApiServerHTTP(server) as http:
+        yield Cluster(server, http, held)
+        held.gate.set()  # release anything still held so the server's threads end
+
+
+def test_bindings_and_patches_land_on_the_server(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"p{i}") for i in range(40)]
+    with cluster.dispatcher() as d:
+        binds = [d.submit(PodBinding.for_pod(p, f"node-{i % 3}")) for i, p in enumerate(pods)]
+        patch = d.submit(PodStatusPatch.for_pod(cluster.pod("waiting"), conditions=[cond()]))
+        done, _ = wait([*binds, patch], timeout=WAIT)
+        assert len(done) == 41
+        assert {f.result() for f in binds} == {Outcome.SUCCESS}
+        assert patch.result() is Outcome.SUCCESS
+        stats = d.stats()
+    for i in range(40):
+        assert cluster.stored(f"p{i}")["spec"]["nodeName"] == f"node-{i % 3}"
+    conditions = cluster.stored("waiting")["status"]["conditions"]
+    assert [(c["type"], c["status"]) for c in conditions] == [("PodScheduled", "False")]
+    assert stats["sent"] == {"pod_binding": 40, "pod_status_patch": 1}
+    assert stats["pid"] is not None and stats["pid"] != os.getpid()
+
+
+def test_pending_patches_merge_in_the_child(cluster: Cluster) -> None:
+    pod = cluster.pod("merge-me")
+    cluster.held.gate.clear()
+    with cluster.dispatcher() as d:
+        d.on_add(pod)
+        first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond("First", "True", "A")]))
+        cluster.held.wait_arrived(1)  # the first patch is in flight on the server
+        second = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond("Second", "True", "B")]))
+        third = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="node-7"))
+        assert second.result(WAIT) is Outcome.OVERWRITTEN  # merged into the third, pending
+        seen = d.view(str(pod["metadata"]["uid"]))
+        assert seen is not None and seen["status"]["nominatedNodeName"] == "node-7"
+        cluster.held.gate.set()
+        assert first.result(WAIT) is Outcome.SUCCESS
+        assert third.result(WAIT) is Outcome.SUCCESS
+    status = cluster.stored("merge-me")["status"]
+    assert {c["type"] for c in status["conditions"]} == {"First", "Second"}
+    assert status["nominatedNodeName"] == "node-7"
+    patches = [r for r in cluster.server.request_log if r.op == "patch_status"]
+    assert len(patches) == 2  # the first, then the second and third merged into one
+
+
+def test_podgroup_conditions_cross_the_process_boundary(cluster: Cluster) -> None:
+    """A PodGroup status patch (read-only conditions with an int observedGeneration) is sent
+    by the child over HTTP; a regressing one comes back CallStale."""
+    pg = cluster.server.create(make_podgroup("g", min_count=2, generation=2))
+    with cluster.dispatcher() as d:
+        placed = d.submit(PodGroupStatusPatch.initially_scheduled(pg, True))
+        assert placed.result(WAIT) is Outcome.SUCCESS
+        late = d.submit(PodGroupStatusPatch.initially_scheduled(pg, False))
+        assert isinstance(late.exception(WAIT), CallStale)
+    stored = cluster.server.get("PodGroup", "default", "g")["status"]["conditions"]
+    assert [(c["type"], c["status"], c["observedGeneration"]) for c in stored] == [
+        ("PodGroupInitiallyScheduled", "True", 2)
+    ]
+
+
+def test_typed_outcomes_cross_the_process_boundary(cluster: Cluster) -> None:
+    ghost = make_pod("ghost", uid="uid-ghost")  # never created on the server
+    deleted = cluster.pod("deleted")
+    with cluster.dispatcher() as d:
+        missing = d.submit(PodBinding.for_pod(ghost, "node-1"))
+        d.on_delete(deleted)  # in pipe order: the child tombstones the UID first
+        cancelled = d.submit(PodBinding.for_pod(deleted, "node-1"))
+        with pytest.raises(ObjectNotFound) as not_found:
+            missing.result(WAIT)
+        with pytest.raises(CallCancelled) as gone:
+            cancelled.result(WAIT)
+    assert not_found.value.uid == "uid-ghost"
+    assert not_found.value.call_type == "pod_binding"
+    assert gone.value.uid == str(deleted["metadata"]["uid"])
+    assert "nodeName" not in cluster.stored("deleted")["spec"]
+
+
+def test_bad_input_raises_at_submit(cluster: Cluster) -> None:
+    pod = cluster.pod("p")
+    with pytest.raises(InvalidConfigError):
+        ProcessDispatcher(lambda: None)  # type: ignore[arg-type, return-value]  # no pickle
+    with cluster.dispatcher() as d:
+        with pytest.raises(InvalidCallError):
+            d.submit("bind p")  # type: ignore[arg-type]
+        unpicklable = PodBinding(ObjectRef.of(pod), "node-1", basis={**pod, "x": threading.Lock()})
+        with pytest.raises(InvalidCallError, match="does not pickle"):
+            d.submit(unpicklable)
+        with pytest.raises(UnknownCallTypeError):
+            d.cancel(str(pod["metadata"]["uid"]), "no_such_type")
+        assert d.outstanding == 0
+        assert d.submit(PodBinding.for_pod(pod, "node-1")).result(WAIT) is Outcome.SUCCESS
+    with pytest.raises(DispatcherClosed):
+        d.submit(PodBinding.for_pod(pod, "node-2"))
+
+
+def test_backend_factory_error_reaches_start() -> None:
+    factory = functools.partial(KubernetesBackend.for_url, "ftp://nowhere")
+    with pytest.raises(InvalidConfigError, match="http"):
+        ProcessDispatcher(factory).start()
+
+
+def _all_fail_with(futures: list[Any], error: type[BaseException]) -> None:
+    """Every one of ``futures`` resolves within ``WAIT``, each failing with ``error``."""
+    _done, pending = wait(futures, timeout=WAIT)
+    assert not pending
+    for f in futures:
+        with pytest.raises(error):
+            f.result()
+
+
+def _kill_child_and_expect_died(d: ProcessDispatcher, futures: list[Any]) -> None:
+    """SIGKILL the dispatcher's child; every one of ``futures`` then fails with
+    :class:`DispatcherProcessDied` within ``WAIT``."""
+    pid = d.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _all_fail_with(futures, DispatcherProcessDied)
+
+
+def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"k{i}") for i in range(6)]
+    # four bindings in flight on the server, two queued
+    d, futures = cluster.held_bindings(pods, 4)
+    _kill_child_and_expect_died(d, futures)
+    with pytest.raises(DispatcherProcessDied):
+        d.submit(PodBinding.for_pod(pods[0], "node-2"))
+    assert d.stop(timeout=5.0) is False
+    cluster.held.gate.set()
+
+
+def test_stop_drains_pending_calls(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"d{i}") for i in range(12)]
+    d, futures = cluster.held_bindings(pods, 2, workers=2)
+    result: list[bool] = []
+    stopper = threading.Thread(target=lambda: result.append(d.stop(drain=True, timeout=WAIT)))
+    stopper.start()
+    cluster.held.gate.set()  # the held requests and the ten queued ones finish during stop
+    stopper.join(WAIT + 15)
+    assert result == [True]
+    assert {f.result(0) for f in futures} == {Outcome.SUCCESS}
+    assert all(cluster.stored(f"d{i}")["spec"]["nodeName"] == "node-1" for i in range(12))
+    assert d.stats()["sent"] == {"pod_binding": 12}  # the child's last figures
+
+
+@pytest.mark.slow
+def test_stop_without_drain_closes_what_is_left(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"n{i}") for i in range(5)]
+    d, futures = cluster.held_bindings(pods, 1, workers=1)
+    stopper = threading.Thread(target=lambda: d.stop(drain=False, timeout=2.0))
+    stopper.start()
+    _all_fail_with(futures[1:], DispatcherClosed)  # queued behind the held one
+    cluster.held.gate.set()
+    stopper.join(WAIT)
+    assert not stopper.is_alive()
+    assert futures[0].done()  # in flight at stop: it finished or was closed, exactly once
+    assert all("nodeName" not in cluster.stored(f"n{i}")["spec"] for i in range(1, 5))
+
+
+def test_unpicklable_cause_becomes_a_typed_stand_in() -> None:
+    failed = CallFailed("boom", uid="u1", call_type="pod_binding", cause=_Unpicklable("x", 1))
+    out = portable(failed)
+    restored = pickle.loads(pickle.dumps(out))
+    assert isinstance(restored, CallFailed)
+    assert (restored.uid, restored.call_type) == ("u1", "pod_binding")
+    assert isinstance(restored.cause, CallFailed) and "_Unpicklable" in str(restored.cause)
+    closed = portable(DispatcherProcessDied("gone"))
+    assert isinstance(pickle.loads(pickle.dumps(closed)), DispatcherProcessDied)
+
+
+class _Unpicklable(Exception):
+    """An exception whose constructor pickle cannot call back (two required arguments)."""
+
+    def __init__(self, a: str, b: int) -> None:
+        super().__init__(f"{a}{b}")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        CallStale("pod was bound since", uid="u1", call_type="pod_status_patch"),
+        CallFailed("gave up", uid="u2", call_type="pod_binding", cause=ConflictError("409")),
+        CallFailed("throttled", uid="u3", cause=TooManyRequestsError("429", retry_after=2.5)),
+        LeadershipLost("lease lost"),
+        ActorLimitExceeded("cap"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_typed_errors_survive_the_pipe(error: Exception) -> None:
+    crossed = pickle.loads(dumps(portable(error)))
+    assert type(crossed) is type(error)
+    assert str(crossed) == str(error)
+    assert vars(crossed).keys() == vars(error).keys()
+    if isinstance(error, CallFailed) and error.cause is not None:
+        assert isinstance(crossed, CallFailed)
+        assert type(crossed.cause) is type(error.cause)
+        assert vars(crossed.cause) == vars(error.cause)  # status, retry_after
+
+
+def test_revoke_fails_pending_calls_and_later_submits(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"r{i}") for i in range(4)]
+    cluster.held.gate.clear()
+    with cluster.dispatcher(workers=1) as d:
+        futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+        cluster.held.wait_arrived(1)  # one in flight on the server, three queued in the child
+        d.revoke(LeadershipLost("lease lost"))
+        _all_fail_with(futures[1:], LeadershipLost)
+        with pytest.raises(LeadershipLost):
+            d.submit(PodBinding.for_pod(pods[0], "node-2"))
+        cluster.held.gate.set()
+        assert futures[0].result(WAIT) is Outcome.SUCCESS  # on the wire: it finishes
+    assert all("nodeName" not in cluster.stored(f"r{i}")["spec"] for i in range(1, 4))
+
+
+def test_child_side_submit_errors_arrive_on_the_future(cluster: Cluster) -> None:
+    first, second = cluster.pod("cap-1"), cluster.pod("cap-2")
+    factory = functools.partial(KubernetesBackend.for_url, cluster.http.url, workers=2)
+    config = DispatcherConfig(registry=RegistryConfig(max_live=1))
+    with ProcessDispatcher(factory, config) as d:
+        cluster.held.gate.clear()
+        held = d.submit(PodBinding.for_pod(first, "node-1"))
+        cluster.held.wait_arrived(1)  # the first actor stays alive while its call is held
+        refused = d.submit(PodBinding.for_pod(second, "node-1"))
+        with pytest.raises(ActorLimitExceeded):
+            refused.result(WAIT)
+        cluster.held.gate.set()
+        assert held.result(WAIT) is Outcome.SUCCESS
+    assert "nodeName" not in cluster.stored("cap-2")["spec"]
+
+
+def test_gc_settings_apply_in_the_callers_process_too(cluster: Cluster) -> None:
+    factory = functools.partial(KubernetesBackend.for_url, cluster.http.url, workers=2)
+    config = DispatcherConfig(runtime=RuntimeConfig(gc_freeze=True))
+    assert gc.get_freeze_count() == 0
+    with ProcessDispatcher(factory, config) as d:
+        assert gc.get_freeze_count() > 0  # frozen at start, like an in-process dispatcher
+        pod = cluster.pod("frozen")
+        assert d.submit(PodBinding.for_pod(pod, "node-1")).result(WAIT) is Outcome.SUCCESS
+    assert gc.get_freeze_count() == 0  # stop gives the objects back to the collector
+    assert cluster.stored("frozen")["spec"]["nodeName"] == "node-1"
+
+
+_ORPHAN_SCRIPT = """
+import functools, sys
+from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.actors.facade.process import ProcessDispatcher
+if __name__ == "__main__":
+    d = ProcessDispatcher(functools.partial(KubernetesBackend.for_url, sys.argv[1])).start()
+    print(d.pid, flush=True)
+    sys.stdin.read()  # until the test kills this process
+"""
+
+
+@pytest.mark.slow
+def test_child_exits_when_its_parent_is_killed(cluster: Cluster, tmp_path: Path) -> None:
+    script = tmp_path / "orphan.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script), cluster.http.url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child: psutil.Process | None = None
+    try:
+        assert parent.stdout is not None
+        child = psutil.Process(int(parent.stdout.readline()))
+        parent.kill()  # SIGKILL: no stop(), no atexit; the child sees its pipe close
+        parent.wait(WAIT)
+        wait_for(
+            lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE,
+            WAIT,
+            "the orphaned dispatcher process to exit",
+            interval=0.05,
+        )
+    finally:
+        if child is not None and child.is_running():
+            child.kill()  # only when the assertion above failed: leave nothing behind
+        parent.kill()
+        parent.wait(WAIT)
+        assert parent.stdin is not None and parent.stdout is not None
+        parent.stdin.close()
+        parent.stdout.close()
+
+
+def test_stats_have_the_keys_of_the_threaded_dispatcher(cluster: Cluster) -> None:
+    from tests.integration.test_dispatcher import STATS_KEYS
+
+    d = cluster.dispatcher()
+    with d:
+        assert set(d.stats()) == STATS_KEYS
+    assert set(d.stats()) == STATS_KEYS  # the child's last figures
+    with pytest.raises(InvalidInputError, match="stopped: create a new ProcessDispatcher"):
+        d.start()
+
+
+# --------------------------------------------------------------------------- back-pressure
+
+
+class Once:
+    """Counts how often each future resolved (done callbacks)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+
+    def track(self, futures: list[Any]) -> list[Any]:
+        for f in futures:
+            f.add_done_callback(self._done)
+        return futures
+
+    def _done(self, f: Any) -> None:
+        self.counts[id(f)] = self.counts.get(id(f), 0) + 1
+
+    def each_once(self, futures: list[Any]) -> bool:
+        return all(self.counts.get(id(f)) == 1 for f in futures)
+
+
+def _held_window(cluster: Cluster, d: ProcessDispatcher, names: list[str]) -> list[Any]:
+    """Status patches for fresh pods ``names``; the first two are held on the server (window
+    2, 2 workers), the rest wait in the parent."""
+    pods = [cluster.pod(n) for n in names]
+    cluster.held.gate.clear()
+    futures = [d.submit(PodStatusPatch.for_pod(p, conditions=[cond()])) for p in pods]
+    cluster.held.wait_arrived(2)
+    assert (d.in_flight, d.waiting) == (2, len(names) - 2)
+    return futures
+
+
+def test_window_bounds_calls_in_the_child_and_bindings_overtake(cluster: Cluster) -> None:
+    once = Once()
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        patches = once.track(_held_window(cluster, d, [f"w{i}" for i in range(8)]))
+        bind = once.track([d.submit(PodBinding.for_pod(cluster.pod("b"), "node-1"))])
+        assert d.waiting == 7  # six patches and the binding wait here, not in the child
+        cluster.held.gate.set()
+        _done, pending = wait([*patches, *bind], timeout=WAIT)
+        assert not pending
+        assert {f.result() for f in [*patches, *bind]} == {Outcome.SUCCESS}
+        assert (d.in_flight, d.waiting) == (0, 0)
+    ops = [(r.op, r.name) for r in cluster.server.request_log if r.op in ("patch_status", "bind")]
+    assert len(ops) == 9
+    assert ops.index(("bind", "b")) <= 3  # behind the two held patches, ahead of the rest
+    assert once.each_once([*patches, *bind])
+
+
+def test_window_keeps_one_objects_order(cluster: Cluster) -> None:
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        patches = _held_window(cluster, d, ["o0", "o1", "x"])
+        bind = d.submit(PodBinding.for_pod(cluster.stored("x"), "node-1"))
+        cluster.held.gate.set()
+        assert bind.result(WAIT) is Outcome.SUCCESS
+        assert {f.result(WAIT) for f in patches} == {Outcome.SUCCESS}
+    ops = [r.op for r in cluster.server.request_log if r.name == "x" and r.op != "get"]
+    assert ops == ["patch_status", "bind"]  # the binding took x's patch along, ahead of it
+
+
+def test_cancel_and_delete_resolve_waiting_calls_in_the_parent(cluster: Cluster) -> None:
+    once = Once()
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        futures = once.track(_held_window(cluster, d, ["c0", "c1", "c2", "c3", "c4"]))
+        d.cancel(str(cluster.stored("c2")["metadata"]["uid"]))
+        d.cancel(str(cluster.stored("c3")["metadata"]["uid"]), "pod_binding")  # other type
+        d.on_delete(cluster.stored("c4"))
+        for f, why in ((futures[2], "cancelled by caller"), (futures[4], "object deleted")):
+            with pytest.raises(CallCancelled, match=why) as err:
+                f.result(0)
+            assert err.value.call_type == "pod_status_patch"
+        assert d.waiting == 1
+        cluster.held.gate.set()
+        assert futures[3].result(WAIT) is Outcome.SUCCESS
+        assert {f.result(WAIT) for f in futures[:2]} == {Outcome.SUCCESS}
+    sent = {r.name for r in cluster.server.request_log if r.op == "patch_status"}
+    assert sent == {"c0", "c1", "c3"}
+    assert once.each_once(futures)
+
+
+def test_stop_resolves_waiting_calls(cluster: Cluster) -> None:
+    once = Once()
+    d = cluster.dispatcher(workers=2, max_in_flight=2).start()
+    futures = once.track(_held_window(cluster, d, [f"s{i}" for i in range(6)]))
+    stopper = threading.Thread(target=lambda: d.stop(drain=False, timeout=2.0))
+    stopper.start()
+    _all_fail_with(futures[2:], DispatcherClosed)  # waiting in the parent: closed at once
+    cluster.held.gate.set()
+    stopper.join(WAIT)
+    assert not stopper.is_alive()
+    assert all(f.done() for f in futures[:2])
+    sent = {r.name for r in cluster.server.request_log if r.op == "patch_status"}
+    assert sent <= {"s0", "s1"}
+    assert once.each_once(futures)
+
+
+def test_draining_stop_sends_the_waiting_calls(cluster: Cluster) -> None:
+    d = cluster.dispatcher(workers=2, max_in_flight=2).start()
+    futures = _held_window(cluster, d, [f"t{i}" for i in range(6)])
+    result: list[bool] = []
+    stopper = threading.Thread(target=lambda: result.append(d.stop(drain=True, timeout=WAIT)))
+    stopper.start()
+    cluster.held.gate.set()
+    stopper.join(WAIT + 15)
+    assert result == [True]
+    assert {f.result(0) for f in futures} == {Outcome.SUCCESS}
+    assert len([r for r in cluster.server.request_log if r.op == "patch_status"]) == 6
+
+
+def test_revoke_resolves_waiting_calls(cluster: Cluster) -> None:
+    once = Once()
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        futures = once.track(_held_window(cluster, d, [f"v{i}" for i in range(5)]))
+        d.revoke(LeadershipLost("lease lost"))
+        for f in futures[2:]:
+            with pytest.raises(LeadershipLost):
+                f.result(0)  # resolved in the parent, at once
+        assert d.waiting == 0
+        cluster.held.gate.set()
+        assert {f.result(WAIT) for f in futures[:2]} == {Outcome.SUCCESS}
+    sent = {r.name for r in cluster.server.request_log if r.op == "patch_status"}
+    assert sent == {"v0", "v1"}
+    assert once.each_once(futures)
+
+
+def test_child_death_resolves_waiting_calls(cluster: Cluster) -> None:
+    once = Once()
+    d = cluster.dispatcher(workers=2, max_in_flight=2).start()
+    futures = once.track(_held_window(cluster, d, [f"k{i}" for i in range(5)]))
+    _kill_child_and_expect_died(d, futures)
+    assert d.waiting == 0
+    assert d.stop(timeout=5.0) is False
+    cluster.held.gate.set()
+    assert once.each_once(futures)
+
+
+def test_max_in_flight_is_checked() -> None:
+    factory = functools.partial(KubernetesBackend.for_url, "http://127.0.0.1:1")
+    for bad in (0, -1, 1.5, True, "8"):
+        with pytest.raises(InvalidConfigError, match="max_in_flight"):
+            ProcessDispatcher(factory, max_in_flight=bad)  # type: ignore[arg-type]
