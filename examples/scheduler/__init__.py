@@ -7,12 +7,13 @@ patches and preemptions block the scheduling thread while binding threads bind, 
 did before KEP-5229; with ``--all-blocking``, every call blocks the calling thread).
 Modules, one concept each:
 
-``podinfo``/``resources``/``taints`` parsed pods, quantities and taints · ``queue`` the
-scheduling queue · ``cache`` the assume-cache · ``nominator`` nominations via ``view()`` ·
+``podinfo``/``resources``/``taints`` parsed pods, quantities and taints · ``podgroups``
+PodGroups and their members (gangs) · ``queue`` the scheduling queue · ``cache`` the
+assume-cache · ``nominator`` nominations via ``view()`` ·
 ``framework`` filter and score · ``preemption`` victims and the #134249 guard · ``claims`` DRA
 allocation · ``api``/``prekep``/``direct`` the three API layers (``limiter``: the pre-KEP
-client-side rate limit) · ``steps`` ordered operations (a call group, or done-callbacks where
-the API layer has none) · ``cycle`` the scheduler itself, with its Events ·
+client-side rate limit) · ``steps`` ordered operations (a call group or a gang, or
+done-callbacks where the API layer has none) · ``cycle`` the scheduler itself, with its Events ·
 ``tracker``/``verify`` intents and the end-of-run check ·
 ``workload``/``runner``/``progress``/``report``/``cli`` the main job.
 """

@@ -12,15 +12,30 @@ already resolved future. The scheduler code is the same in every mode.
 
 Operations of several calls in order (a binding cycle, a preemption) go through
 :meth:`SchedulerApi.group`: a kdispatch call group where the dispatcher runs in this process,
-else :class:`~examples.scheduler.steps.ChainedSteps`.
+else :class:`~examples.scheduler.steps.ChainedSteps`. A gang's bindings go through
+:meth:`SchedulerApi.gang`: a kdispatch gang where the dispatcher runs in this process, else
+:class:`~examples.scheduler.steps.PerPodGang` (one binding per pod, as kube-scheduler binds).
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
-from kdispatch import Call, DispatcherLike, GroupsNotSupported, Obj, ProcessDispatcher
+from examples.scheduler.steps import (
+    CallFuture,
+    ChainedSteps,
+    DispatcherGang,
+    GangSteps,
+    PerPodGang,
+    Steps,
+)
+from kdispatch import (
+    Call,
+    DispatcherLike,
+    GroupsNotSupported,
+    Obj,
+    ProcessDispatcher,
+)
 
 
 class SchedulerApi(Protocol):
@@ -40,6 +55,11 @@ class SchedulerApi(Protocol):
     def group(self, owner: Obj) -> Steps:
         """Steps of one operation on behalf of ``owner`` (a pod), sent in the order their
         ``after=`` asks; use it as a context manager."""
+        ...
+
+    def gang(self, owner: Obj, members: int) -> GangSteps:
+        """Steps binding the ``members`` pods of the PodGroup ``owner`` as one gang (see
+        :mod:`examples.scheduler.steps`); use it as a context manager."""
         ...
 
     def view(self, uid: str) -> Obj | None:
@@ -136,6 +156,18 @@ class DispatchedApi(ForwardedObjects):
             except GroupsNotSupported:
                 self._groups = False
         return ChainedSteps(self)
+
+    def gang(self, owner: Obj, members: int) -> GangSteps:
+        """Any thread; returns at once. A kdispatch gang owned by the PodGroup ``owner``
+        (``Dispatcher.group(owner=..., gang=members)``): the member bindings are sent together
+        once all were submitted, or not at all. :class:`PerPodGang` with a dispatcher that has
+        no groups (:class:`~kdispatch.ProcessDispatcher`)."""
+        if self._groups:
+            try:
+                return DispatcherGang(self.dispatcher.group(owner, gang=members), self.dispatcher)
+            except GroupsNotSupported:
+                self._groups = False
+        return PerPodGang(self)
 
     def stats(self) -> dict[str, Any]:
         """Any thread."""

@@ -124,6 +124,16 @@ def parser() -> argparse.ArgumentParser:
     add_config_options(
         p, d, *workload, helps={"fill": "share of the cluster's cpu wave 1 asks for"}
     )
+    add_config_options(
+        p,
+        d,
+        helps={
+            "gangs": "gang PodGroups to add to the workload (embedded; default %(default)s)",
+            "gang_size": "pods per gang, its minCount (default %(default)s)",
+            "infeasible_gang_share": "share of the gangs that cannot be placed as a whole: one "
+            "member asks for more cpu than any node has (default %(default)s)",
+        },
+    )
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="debug logs on stderr")

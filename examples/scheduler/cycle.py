@@ -28,6 +28,29 @@ un-assumed, the claims written for it deallocated, and it is requeued with backo
 Preemption: the preemptor's nomination and its victims' preemptions are one call group owned by
 the preemptor, each victim held until the nomination succeeded.
 
+PodGroups (Kubernetes 1.37, :mod:`examples.scheduler.podgroups`): a pod that names a ``gang``
+group (``spec.schedulingGroup.podGroupName``) is scheduled with its group, all or nothing. The
+cycle of any member takes every pending member of the group; with fewer than the gang still
+needs (``minCount`` less the members bound or binding), they wait (:attr:`Phase.WAITING`, no API
+call, as kube-scheduler holds them before its queue) until another member or the PodGroup
+arrives. Otherwise each member is filtered and assumed in turn, so the members compete for room
+with one another; if one fits nowhere, every member is un-assumed, gets ``PodScheduled=False``
+and a ``FailedScheduling`` Event with the gang's reason, the PodGroup gets
+``PodGroupInitiallyScheduled=False`` (reason ``Unschedulable``), and the members wait as unfit
+pods do. Gang members never preempt. If all fit, their bindings go through one gang
+(:meth:`SchedulerApi.gang <examples.scheduler.api.SchedulerApi.gang>`): held until every member
+was submitted, then released together; the PodGroup's ``PodGroupInitiallyScheduled=True``
+(reason ``Scheduled``) is submitted at once, held until every member was bound. Each member's
+binding has its own continuation, as a single pod's. A failure before the release withdraws
+every member: each is un-assumed and requeued with backoff, and the PodGroup's write is never
+sent. After the release (:class:`~kdispatch.GangPartiallyBound`), the members bound stay bound,
+the failed ones are requeued as usual, and their next cycle places the members the gang still
+needs, as a gang again; ``PodGroupInitiallyScheduled=True`` is written once that gang is bound
+(it never goes back to False, and the scheduler never sends a False over a True). A ``basic``
+group's pods are scheduled one by one, with no PodGroup status. None of these calls blocks the
+scheduling thread (with ``--pre-kep`` and ``--all-blocking``, the PodGroup status write blocks
+it, as kube-scheduler's synchronous write did).
+
 Pacing (``max_backlog``): ``submit`` never blocks, so a loop that decides faster than the
 apiserver answers piles up calls, and each binding waits for all decided before it. With
 ``max_backlog`` a scheduling thread takes its next item only once fewer calls than that are
@@ -48,6 +71,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -58,12 +82,13 @@ from examples.scheduler.api import Backlogged, SchedulerApi
 from examples.scheduler.cache import Allocation, SchedulerCache
 from examples.scheduler.claims import ClaimStore, allocation_for
 from examples.scheduler.framework import Filtered, Framework
-from examples.scheduler.nominator import Nominator
+from examples.scheduler.nominator import Nominator, Reservations
+from examples.scheduler.podgroups import GroupInfo, PodGroups, gang_message
 from examples.scheduler.podinfo import PodInfo
 from examples.scheduler.preemption import UNRESOLVABLE, Preemptions, select_victims
 from examples.scheduler.queue import SchedulingQueue
-from examples.scheduler.steps import CallFuture, Steps
-from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Tracker
+from examples.scheduler.steps import CallFuture, GangSteps, Steps
+from examples.scheduler.tracker import BIND, CLAIM, GROUP, PREEMPT, STATUS, Tracker
 from kdispatch import (
     UNSET,
     CallCancelled,
@@ -72,10 +97,12 @@ from kdispatch import (
     DependencyFailed,
     DispatcherClosed,
     EventRecorder,
+    GangPartiallyBound,
     InvalidInputError,
     Obj,
     ObjectNotFound,
     PodBinding,
+    PodGroupStatusPatch,
     PodStatusPatch,
     get_path,
     meta,
@@ -100,9 +127,12 @@ class Phase(enum.Enum):
     BOUND = "bound"
     UNSCHEDULABLE = "unschedulable"  # nothing fit at its last cycle: backing off, retried
     GONE = "gone"  # deleted (preempted or by someone else)
+    WAITING = "waiting"  # a gang member waiting for its PodGroup or for more members
 
 
-SETTLED = frozenset({Phase.BOUND, Phase.UNSCHEDULABLE, Phase.GONE})
+SETTLED = frozenset({Phase.BOUND, Phase.UNSCHEDULABLE, Phase.GONE, Phase.WAITING})
+_PENDING = (Phase.QUEUED, Phase.UNSCHEDULABLE, Phase.WAITING)
+"""Phases of a pod not placed and not in a cycle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +233,10 @@ class Scheduler:
         self.nominator = Nominator(api.view)
         self.preemptions = Preemptions()
         self.claims = ClaimStore()
+        self.podgroups = PodGroups()
+        self.gangs: Counter[str] = Counter()
+        """Gangs whose bindings resolved, by result: ``bound``, ``partially_bound``,
+        ``withdrawn``; and ``unschedulable`` gang cycles."""
         self.queue = SchedulingQueue(clock)
         self.events = EventRecorder(api, controller=self.config.scheduler_name)
         self._rng = random.Random(self.config.seed)
@@ -308,12 +342,14 @@ class Scheduler:
                 new = False
             phase = rec.phase
             rec.status_false = _scheduled_false(obj)
-            if node is not None and phase in (Phase.QUEUED, Phase.UNSCHEDULABLE):
+            if node is not None and phase in _PENDING:
                 self._set_phase(rec, Phase.BOUND)  # bound by someone else
+        if new and info.group_key is not None:
+            self.podgroups.join(info.group_key, info.uid)
         if node is not None:
             self.cache.confirm(info, node)
             self.nominator.remove(info.uid)
-            if phase in (Phase.QUEUED, Phase.UNSCHEDULABLE):
+            if phase in _PENDING:
                 self.queue.remove(info.uid)
             return
         if phase is Phase.GONE or info.terminating:
@@ -335,6 +371,8 @@ class Scheduler:
             if rec is not None:
                 rec.preempted = rec.preempted or victim
                 self._set_phase(rec, Phase.GONE)
+        if rec is not None and rec.info.group_key is not None:
+            self.podgroups.leave(rec.info.group_key, uid)
         self.queue.remove(uid)
         self.nominator.remove(uid)
         self.preemptions.forget(uid)
@@ -372,6 +410,27 @@ class Scheduler:
         """Informer thread."""
         self.claims.delete(obj)
 
+    def on_podgroup_add(self, obj: Obj) -> None:
+        """Informer thread (add and update). Keep the newest PodGroup; its members that wait
+        (for it, or for more members) get a cycle now."""
+        group = self.podgroups.put(obj)
+        with self._lock:
+            waiting = [
+                rec
+                for uid in self.podgroups.members(group.key)
+                if (rec := self._pods.get(uid)) is not None and rec.phase is Phase.WAITING
+            ]
+            for rec in waiting:
+                self._set_phase(rec, Phase.QUEUED)
+        for rec in waiting:
+            self.queue.add(rec.info.uid, rec.info.priority)
+
+    on_podgroup_update = on_podgroup_add
+
+    def on_podgroup_delete(self, obj: Obj) -> None:
+        """Informer thread. Its pods that are not placed yet wait for it to come back."""
+        self.podgroups.delete(obj)
+
     # ================================================================ scheduling cycle
 
     def _schedule(self, uid: str) -> None:
@@ -386,6 +445,13 @@ class Scheduler:
         if info.node is not None or info.terminating:
             self._finish_cycle(rec, Phase.BOUND if info.node else Phase.GONE)
             return
+        if info.group_key is not None and self.podgroups.served:
+            group = self.podgroups.get(info.group_key)
+            if group is None:  # kube-scheduler's pods wait for their PodGroup likewise
+                self._finish_cycle(rec, Phase.WAITING)
+                return
+            if group.is_gang and self._schedule_gang(rec, group):
+                return
         missing = [c for c in info.claim_keys() if self.claims.get(c) is None]
         if missing:
             msg = (
@@ -402,23 +468,34 @@ class Scheduler:
                 self._start_binding(rec, info, nominated, allocs)
                 return
         filtered = self.framework.filter(info, reservations)
-        best = filtered.best()
-        if best is not None:
-            allocs = self.cache.reserve(info, best.name, reservations.get(best.name, (0, 0)))
-            if allocs is not None:
-                self._start_binding(rec, info, best.name, allocs)
-                return
-            # a concurrent cycle took it first: the next best ones, re-checked the same way
-            for node in filtered.ranked():
-                if node is best:
-                    continue
-                allocs = self.cache.reserve(info, node.name, reservations.get(node.name, (0, 0)))
-                if allocs is not None:
-                    self._start_binding(rec, info, node.name, allocs)
-                    return
-            self._requeue(rec, 0.0)  # every candidate was taken by concurrent cycles
+        if filtered.feasible:
+            placed = self._reserve_best(info, filtered, reservations)
+            if placed is not None:
+                self._start_binding(rec, info, *placed)
+            else:
+                self._requeue(rec, 0.0)  # every candidate was taken by concurrent cycles
             return
         self._no_fit(rec, info, filtered)
+
+    def _reserve_best(
+        self, info: PodInfo, filtered: Filtered, reservations: Reservations
+    ) -> tuple[str, list[Allocation]] | None:
+        """Scheduling thread. Assume ``info`` on its best feasible node, else (a concurrent
+        cycle took it first) on the next best ones, re-checked the same way; the node and the
+        new allocations, or None when every candidate was taken."""
+        best = filtered.best()
+        if best is None:
+            return None
+        allocs = self.cache.reserve(info, best.name, reservations.get(best.name, (0, 0)))
+        if allocs is not None:
+            return best.name, allocs
+        for node in filtered.ranked():
+            if node is best:
+                continue
+            allocs = self.cache.reserve(info, node.name, reservations.get(node.name, (0, 0)))
+            if allocs is not None:
+                return node.name, allocs
+        return None
 
     def _finish_cycle(self, rec: PodRecord, phase: Phase) -> None:
         with self._lock:
@@ -519,6 +596,152 @@ class Scheduler:
     def _failed_scheduling(self, info: PodInfo, msg: str) -> None:
         """Scheduling thread. One ``FailedScheduling`` occurrence (a Warning)."""
         self._event(info.obj, "FailedScheduling", "Scheduling", msg, type_="Warning")
+
+    # ================================================================ gangs
+
+    def _schedule_gang(self, first: PodRecord, group: GroupInfo) -> bool:
+        """Scheduling thread (``first`` in a cycle). Take every pending member of the gang
+        into this cycle and place them all or none (see the module docstring); they wait when
+        fewer than the gang still needs are present. False when the gang has its
+        ``minCount`` members bound or binding already: ``first`` is scheduled on its own."""
+        assert group.min_count is not None
+        with self._lock:
+            pending, placed = [first], 0
+            for uid in self.podgroups.members(group.key):
+                rec = self._pods.get(uid)
+                if rec is None or rec is first:
+                    continue
+                if rec.phase in (Phase.BINDING, Phase.BOUND):
+                    placed += 1
+                elif rec.phase in _PENDING and rec.info.node is None and not rec.info.terminating:
+                    pending.append(rec)
+            needed = group.min_count - placed
+            if needed <= 0:
+                return False
+            complete = len(pending) >= needed
+            for rec in pending:
+                self._set_phase(rec, Phase.SCHEDULING if complete else Phase.WAITING)
+        for rec in pending[1:]:
+            self.queue.remove(rec.info.uid)
+        if not complete:
+            logger.bind(pod=first.info.key).debug(
+                "pod group {}: {} of {} pods needed", group.key, len(pending), needed
+            )
+            return True
+        with self._lock:
+            self.cycles += len(pending) - 1
+        try:
+            self._place_gang(group, pending)
+        except Exception:  # the other members leave the cycle too (step() retries the first)
+            for rec in pending[1:]:
+                self._retry_later(rec.info.uid)
+            raise
+        return True
+
+    def _place_gang(self, group: GroupInfo, recs: list[PodRecord]) -> None:
+        """Scheduling thread. Filter and assume each member in turn; bind them as one gang if
+        all fit, else un-assume them all."""
+        placements: list[tuple[PodRecord, str, list[Allocation]]] = []
+        unfit: list[Filtered] = []
+        raced = False
+        for rec in recs:
+            info = rec.info
+            reservations = self.nominator.reservations(info.priority, info.uid)
+            filtered = self.framework.filter(info, reservations)
+            placed = self._reserve_best(info, filtered, reservations)
+            if placed is not None:
+                placements.append((rec, *placed))
+            elif filtered.feasible:
+                raced = True  # concurrent cycles took every candidate
+            else:
+                unfit.append(filtered)
+        if not unfit and not raced:
+            self._bind_gang(group, placements)
+            return
+        for rec, _, _ in placements:
+            self.cache.forget(rec.info.uid)
+        if not unfit:
+            for rec in recs:
+                self._requeue(rec, 0.0)
+            return
+        self.gangs["unschedulable"] += 1
+        reason = Framework.failure_message(len(self.cache.nodes), unfit[0].reasons)
+        msg = gang_message(group.key, len(unfit), len(recs), reason)
+        resolvable = any(set(f.reasons) - UNRESOLVABLE for f in unfit)
+        if not group.shows("True") and not group.shows("False", UNSCHEDULABLE_REASON, msg):
+            self._podgroup_status(group, scheduled=False, message=msg)
+        for rec in recs:
+            self._unschedulable(rec, rec.info, msg, None, on_pod_delete=resolvable)
+
+    def _bind_gang(
+        self, group: GroupInfo, placements: list[tuple[PodRecord, str, list[Allocation]]]
+    ) -> None:
+        """Scheduling thread. Every member is assumed: bind them through one gang, and submit
+        ``PodGroupInitiallyScheduled=True`` held until all are bound. Nothing waits here."""
+        with self._lock:
+            gone = any(rec.phase is not Phase.SCHEDULING for rec, _, _ in placements)
+            if not gone:
+                for rec, _, _ in placements:
+                    self._set_phase(rec, Phase.BINDING)
+        if gone:  # a member was deleted meanwhile: the others try again
+            for rec, _, _ in placements:
+                self.cache.forget(rec.info.uid)
+                self._requeue(rec, 0.0)
+            return
+        started = self._clock()
+        try:
+            gang = self.api.gang(group.obj, len(placements))
+        except DispatcherClosed:
+            return
+        with gang as g:
+            for rec, node, allocs in placements:
+                info = rec.info
+                self.nominator.remove(info.uid)
+                self.preemptions.forget(info.uid)
+                task = BindTask(rec, info, node, allocs, started)
+                bind = self._bind_steps(task, g)
+                if bind is not None:
+                    bind.add_done_callback(partial(self._post_bound, task))
+            if not group.shows("True"):
+                self._podgroup_status(group, scheduled=True, steps=g)
+        g.future.add_done_callback(partial(self._post_gang_done, group, started))
+
+    def _podgroup_status(
+        self,
+        group: GroupInfo,
+        *,
+        scheduled: bool,
+        message: str = "",
+        steps: GangSteps | None = None,
+    ) -> None:
+        """Scheduling thread. Submit ``PodGroupInitiallyScheduled`` (``True``/``Scheduled`` or
+        ``False``/``Unschedulable``) without waiting: held until the gang of ``steps`` is
+        bound, if given."""
+        call = PodGroupStatusPatch.initially_scheduled(group.obj, scheduled, message=message)
+        send = partial(steps.then, call) if steps is not None else partial(self.api.submit, call)
+        status = "True" if scheduled else "False"
+        reason = "Scheduled" if scheduled else UNSCHEDULABLE_REASON
+        expect = {"status": status, "reason": reason}
+        self._submit(GROUP, group.uid, group.key, expect, send)
+
+    def _post_gang_done(self, group: GroupInfo, started: float, fut: Future[Any]) -> None:
+        """Future callback (resolving thread): hand over to a scheduling thread."""
+        self.queue.post(partial(self._gang_done, group, started, fut))
+
+    def _gang_done(self, group: GroupInfo, started: float, fut: Future[Any]) -> None:
+        """Continuation. The gang resolved. Each member's own continuation already handles
+        its binding (the failed ones are requeued); this counts the gang."""
+        exc = fut.exception()
+        if exc is None:
+            self.gangs["bound"] += 1
+            self.tracker.gang_done(group.key, self._clock() - started)
+        elif isinstance(exc, GangPartiallyBound):
+            self.gangs["partially_bound"] += 1
+            logger.bind(pod=group.key).debug(
+                "gang partially bound: {} bound, {} to place again", len(exc.bound), len(exc.failed)
+            )
+        else:
+            self.gangs["withdrawn"] += 1
 
     # ================================================================ preemption
 
@@ -622,50 +845,65 @@ class Scheduler:
         self.nominator.remove(info.uid)
         self.preemptions.forget(info.uid)
         task = BindTask(rec, info, node, allocs, self._clock())
+        bind = self._bind_steps(task, None)
+        if bind is not None:
+            bind.add_done_callback(partial(self._post_bound, task))
+
+    def _bind_steps(self, task: BindTask, gang: Steps | None) -> CallFuture | None:
+        """Scheduling thread. Submit the pod's claim writes and its binding, as steps of
+        ``gang`` (a gang member) or of a call group of its own; the binding's future (None
+        once the API layer is closed, or when a claim is gone: the binding failed)."""
+        info = task.info
         writes: list[tuple[str, Obj, Allocation]] = []
         for key in info.claim_keys():
             claim = self.claims.get(key)
             alloc = self.cache.allocation(key)
             if claim is None or alloc is None:  # deleted since the cycle looked
                 self._binding_failed(task, None)
-                return
+                return None
             writes.append((key, claim, alloc))
-        binding = PodBinding.for_pod(info.obj, node)
+        binding = PodBinding.for_pod(info.obj, task.node)
+        expect = {"node": task.node}
         if writes:
-            bind = self._claims_then_bind(task, writes, binding)
-        else:  # one call: nothing to order (the pod's deletion withdraws it all the same)
-            send = partial(self.api.submit, binding)
-            bind = self._submit(BIND, info.uid, info.key, {"node": node}, send)
-        if bind is not None:
-            bind.add_done_callback(partial(self._post_bound, task))
+            if gang is not None:
+                return self._claims_then_bind(task, writes, binding, gang)
+            steps = self._group(info.obj)
+            if steps is None:
+                return None
+            with steps as g:
+                return self._claims_then_bind(task, writes, binding, g)
+        # one call: nothing to order (the pod's deletion withdraws it all the same)
+        send = partial(gang.submit if gang is not None else self.api.submit, binding)
+        return self._submit(BIND, info.uid, info.key, expect, send)
 
     def _claims_then_bind(
-        self, task: BindTask, writes: list[tuple[str, Obj, Allocation]], binding: PodBinding
+        self,
+        task: BindTask,
+        writes: list[tuple[str, Obj, Allocation]],
+        binding: PodBinding,
+        g: Steps,
     ) -> CallFuture | None:
-        """Scheduling thread. The claim writes and the binding held on them, as one call group
-        owned by the pod; the binding's future (None once the API layer is closed)."""
+        """Scheduling thread. The claim writes and the binding held on them, as steps of
+        ``g`` (a call group owned by the pod, or the pod's gang); the binding's future (None
+        once the API layer is closed)."""
         info = task.info
-        steps = self._group(info.obj)
-        if steps is None:
-            return None
-        with steps as g:
-            for key, claim, alloc in writes:
-                new = alloc in task.allocations
-                call = ClaimStatusPatch.for_claim(
-                    claim,
-                    allocate=allocation_for(alloc.node, alloc.device) if new else UNSET,
-                    reserve=[info.consumer()],
-                )
-                expect = {"device": (alloc.node, alloc.device), "reserve": info.uid}
-                fut = self._submit(
-                    CLAIM, str(meta(claim).get("uid")), key, expect, partial(g.submit, call)
-                )
-                if fut is None:
-                    return None
-                task.claims[key] = fut
-            after = list(task.claims.values())
-            send = partial(g.submit, binding, after=after)
-            return self._submit(BIND, info.uid, info.key, {"node": task.node}, send)
+        for key, claim, alloc in writes:
+            new = alloc in task.allocations
+            call = ClaimStatusPatch.for_claim(
+                claim,
+                allocate=allocation_for(alloc.node, alloc.device) if new else UNSET,
+                reserve=[info.consumer()],
+            )
+            expect = {"device": (alloc.node, alloc.device), "reserve": info.uid}
+            fut = self._submit(
+                CLAIM, str(meta(claim).get("uid")), key, expect, partial(g.submit, call)
+            )
+            if fut is None:
+                return None
+            task.claims[key] = fut
+        after = list(task.claims.values())
+        send = partial(g.submit, binding, after=after)
+        return self._submit(BIND, info.uid, info.key, {"node": task.node}, send)
 
     def _post_bound(self, task: BindTask, fut: CallFuture) -> None:
         """Future callback (resolving thread): hand over to a scheduling thread."""

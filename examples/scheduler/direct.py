@@ -17,7 +17,7 @@ from collections import Counter
 from concurrent.futures import Future
 from typing import Any
 
-from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
+from examples.scheduler.steps import CallFuture, ChainedSteps, GangSteps, PerPodGang, Steps
 from kdispatch import (
     ApiBackend,
     ApiError,
@@ -78,6 +78,11 @@ class DirectApi:
         so a held call is sent at once, on the calling thread, after its prerequisites."""
         del owner
         return ChainedSteps(self)
+
+    def gang(self, owner: Obj, members: int) -> GangSteps:
+        """Any thread. :class:`PerPodGang`: one binding per member, sent as submitted."""
+        del owner, members
+        return PerPodGang(self)
 
     def _count(self, call: Call, label: str) -> None:
         with self._lock:

@@ -1,7 +1,7 @@
 """``PodInfo``: the scheduler's parsed, immutable view of one pod.
 
-Parsing (requests, priority, nodeSelector, claims) happens once per pod object so that the hot
-filter loop only touches ints and tuples. Pure module: no threads.
+Parsing (requests, priority, nodeSelector, claims, PodGroup) happens once per pod object so
+that the hot filter loop only touches ints and tuples. Pure module: no threads.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ class PodInfo:
     selector: tuple[tuple[str, str], ...]
     claims: tuple[str, ...]
     tolerations: tuple[Toleration, ...]
+    group: str | None
+    """``spec.schedulingGroup.podGroupName``: the PodGroup (same namespace) the pod belongs
+    to, or None."""
     obj: Obj
 
     @classmethod
@@ -52,6 +55,7 @@ class PodInfo:
             selector=tuple(sorted(selector.items())) if isinstance(selector, Mapping) else (),
             claims=_claim_names(spec),
             tolerations=pod_tolerations(pod),
+            group=_group_name(spec),
             obj=pod,
         )
 
@@ -67,6 +71,7 @@ class PodInfo:
             self.selector,
             self.claims,
             self.tolerations,
+            self.group,
             pod,
         )
 
@@ -91,6 +96,11 @@ class PodInfo:
         nnn = get_path(self.obj, "status", "nominatedNodeName")
         return nnn if isinstance(nnn, str) and nnn else None
 
+    @property
+    def group_key(self) -> str | None:
+        """``namespace/name`` of the pod's PodGroup, or None."""
+        return None if self.group is None else f"{self.namespace}/{self.group}"
+
     def claim_keys(self) -> tuple[str, ...]:
         """The referenced claims as ``namespace/name`` keys."""
         if not self.claims:
@@ -111,3 +121,10 @@ def _claim_names(spec: Mapping[str, Any]) -> tuple[str, ...]:
             if isinstance(name, str) and name:
                 names.append(name)
     return tuple(names)
+
+
+def _group_name(spec: Mapping[str, Any]) -> str | None:
+    """``spec.schedulingGroup.podGroupName`` (Kubernetes 1.37), or None."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, Mapping) else None
+    return name if isinstance(name, str) and name else None

@@ -36,7 +36,7 @@ from typing import Any, Final
 from examples.scheduler.api import ForwardedObjects
 from examples.scheduler.direct import DirectApi
 from examples.scheduler.limiter import ClientLimiter, ThrottledBackend
-from examples.scheduler.steps import CallFuture, ChainedSteps, Steps
+from examples.scheduler.steps import CallFuture, ChainedSteps, GangSteps, PerPodGang, Steps
 from kdispatch import (
     ApiBackend,
     Call,
@@ -122,6 +122,11 @@ class PreKepApi(ForwardedObjects):
         runs on the scheduling thread right after it."""
         del owner
         return ChainedSteps(self)
+
+    def gang(self, owner: Obj, members: int) -> GangSteps:
+        """Any thread. :class:`PerPodGang`: one binding per member, sent as submitted."""
+        del owner, members
+        return PerPodGang(self)
 
     def _check_open(self) -> None:
         with self._cond:

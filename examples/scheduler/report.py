@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,13 @@ def _ms(values: Sequence[float]) -> dict[str, float | None]:
         v = percentile(values, q)
         out[name] = None if v is None else round(v * 1000, 3)
     return out
+
+
+def gang_latency_ms(values: Iterable[float]) -> dict[str, float | int | None]:
+    """``gangs`` (how many) and ``p50``/``p99`` in milliseconds of gang completion times
+    (seconds from a gang's cycle to its last member bound)."""
+    samples = list(values)
+    return {"gangs": len(samples), **_ms(samples)}
 
 
 def _us(values: Sequence[float]) -> dict[str, float | int | None]:

@@ -6,6 +6,11 @@ and wave 1 of the pods is created; wave 2 (high priority) follows once wave 1 ha
 ``--kubeconfig`` mode: a real cluster; nothing is created, the scheduler places the pending pods
 that name it (``spec.schedulerName``).
 
+PodGroups (``scheduling.k8s.io/v1beta1``) are watched when the apiserver serves them (the first
+list answers; a 404 means the ``GenericWorkload`` gate or the API is off, and every pod is then
+scheduled on its own). ``--gangs N`` adds N gang PodGroups of ``--gang-size`` pods to the
+embedded workload (see :mod:`examples.scheduler.workload`).
+
 A run ends when every pod of this scheduler (its ``spec.schedulerName``) is bound or gone
 (preempted), or unschedulable with ``PodScheduled=False`` observed on the server (unschedulable
 pods are retried with backoff while the run lasts: there is no attempt limit), at the
@@ -46,7 +51,7 @@ from examples.scheduler.ha import (
 )
 from examples.scheduler.prekep import PreKepApi
 from examples.scheduler.progress import Monitor, budget_share, describe
-from examples.scheduler.report import figures
+from examples.scheduler.report import figures, gang_latency_ms
 from examples.scheduler.tracker import Tracker
 from examples.scheduler.verify import BindingAudit, verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
@@ -63,6 +68,7 @@ from kdispatch import (
     LeadershipLost,
     LeaseElector,
     ListWatch,
+    NotFoundError,
     Obj,
     ProcessDispatcher,
     RateLimitConfig,
@@ -137,9 +143,17 @@ class RunConfig:
     """The lane pacing counts: a built-in call type, its lane and the lanes above it (the
     default, the binding lane, never waits for status patches; ``pod_status_patch``: every
     lane but the Events')."""
+    gangs: int = 0
+    """Gang PodGroups added to the embedded workload (``minCount`` = ``gang_size``)."""
+    gang_size: int = 4
+    """Pods per gang."""
+    infeasible_gang_share: float = 0.2
+    """Share of the gangs that cannot be placed as a whole (one member asks for more cpu
+    than any node has)."""
 
     def __post_init__(self) -> None:
-        check_counts(self, "nodes", "pods", "burst", "threads", "workers")
+        check_counts(self, "nodes", "pods", "burst", "threads", "workers", "gang_size")
+        check_amounts(self, "gangs")
         check_amounts(
             self,
             "latency_ms",
@@ -164,6 +178,12 @@ class RunConfig:
             raise InvalidInputError("max_seconds must be > 0")
         if not isinstance(self.fill, int | float) or not 0 < self.fill <= 1:
             raise InvalidInputError(f"fill must be in (0, 1], got {self.fill!r}")
+        if not isinstance(self.infeasible_gang_share, int | float) or not (
+            0 <= self.infeasible_gang_share <= 1
+        ):
+            raise InvalidInputError(
+                f"infeasible_gang_share must be between 0 and 1, got {self.infeasible_gang_share!r}"
+            )
         for name in ("high_priority_share", "unschedulable_share", "claim_share"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 <= value <= 0.5:
@@ -285,18 +305,13 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
             request_log_limit=max(200_000, 40 * cfg.pods),
         )
         backend: ApiBackend = server
-        lists: dict[str, ListWatch] = {
-            kind: MemoryListWatch(server, kind) for kind in ("Node", "ResourceClaim", "Pod")
-        }
+        lists: dict[str, ListWatch] = {kind: MemoryListWatch(server, kind) for kind in KINDS}
     else:
         kube = KubernetesBackend.from_kubeconfig(cfg.kubeconfig, workers=cfg.workers)
         kube.api_client.user_agent = user_agent(cfg.identity or default_identity())
         backend = kube
         informer_client = k8s.ApiClient(kube.api_client.configuration)
-        lists = {
-            kind: ClientListWatch(informer_client, kind)
-            for kind in ("Node", "ResourceClaim", "Pod")
-        }
+        lists = {kind: ClientListWatch(informer_client, kind) for kind in KINDS}
     elector: LeaseElector | None = None
     revoke: list[Callable[[LeadershipLost], None]] = []
     if cfg.leader_elect is not None:
@@ -327,6 +342,19 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
     )
     s = scheduler
     audit = BindingAudit()
+    groups: list[Informer] = []
+    if serves(lists["PodGroup"]):  # before the pods: their cycles look their groups up
+        s.podgroups.serve()
+        groups.append(
+            _informer(
+                lists["PodGroup"],
+                "podgroups",
+                (api.on_add, api.on_update, api.on_delete),
+                (s.on_podgroup_add, s.on_podgroup_update, s.on_podgroup_delete),
+            )
+        )
+    else:
+        del lists["PodGroup"]
     informers = [
         _informer(lists["Node"], "nodes", (s.on_node_add, s.on_node_update, s.on_node_delete)),
         _informer(
@@ -335,6 +363,7 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
             (api.on_add, api.on_update, api.on_delete),
             (s.on_claim_add, s.on_claim_update, s.on_claim_delete),
         ),
+        *groups,
         _informer(
             lists["Pod"],
             "pods",
@@ -344,6 +373,24 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
         ),
     ]
     return _Env(api, scheduler, informers, server, backend, audit, lists, elector)
+
+
+KINDS = ("Node", "ResourceClaim", "PodGroup", "Pod")
+"""The kinds a run lists and watches (PodGroups only where served)."""
+
+
+def serves(lw: ListWatch) -> bool:
+    """Main thread. Whether the apiserver serves ``lw``'s kind: False only when a first list
+    meets a 404 (the API is off, e.g. PodGroups without the ``GenericWorkload`` gate). Any
+    other error (the apiserver unreachable, a 403) counts as served: the informer's sync then
+    says what is wrong."""
+    try:
+        lw.list()
+    except NotFoundError:
+        return False
+    except ApiError:
+        return True
+    return True
 
 
 def _placed(sched: Scheduler, created: int) -> bool:
@@ -420,10 +467,13 @@ def run(
                         claim_share=cfg.claim_share,
                         fill=cfg.fill,
                         seed=cfg.seed,
+                        gangs=cfg.gangs,
+                        gang_size=cfg.gang_size,
+                        infeasible_gang_share=cfg.infeasible_gang_share,
                     )
                 )
-                # nodes and claims first; informers deliver them before the pods that need them
-                for obj in workload.nodes + workload.claims:
+                # nodes, claims and PodGroups first; informers deliver them before the pods
+                for obj in workload.nodes + workload.claims + workload.podgroups:
                     env.server.create(obj)
                 waiter.until(lambda: len(sched.cache.nodes) >= cfg.nodes)
                 started = time.monotonic()
@@ -537,12 +587,15 @@ def _lost(elector: LeaseElector | None) -> bool:
     return elector is not None and elector.lost is not None
 
 
-def _final_state(env: _Env) -> tuple[dict[str, Obj], dict[str, Obj]]:
+def _final_state(env: _Env) -> tuple[dict[str, Obj], dict[str, Obj], dict[str, Obj]]:
+    """Pods and PodGroups by uid, claims by ``namespace/name``."""
     pods, _ = env.lists["Pod"].list()
     claims, _ = env.lists["ResourceClaim"].list()
+    groups, _ = env.lists["PodGroup"].list() if "PodGroup" in env.lists else ([], "")
     return (
         {str(meta(p).get("uid")): p for p in pods},
         {claim_key(c): c for c in claims},
+        {str(meta(g).get("uid")): g for g in groups},
     )
 
 
@@ -571,16 +624,16 @@ def _finish(
         env.elector.stop(release=stopped_by != "leadership_lost")
     monitor.stop()
     try:
-        pods, claims = _final_state(env)
+        pods, claims, groups = _final_state(env)
     except ApiError as exc:  # e.g. interrupted while the apiserver was unreachable
         print(f"cannot read the final state: {exc}", file=sys.stderr)
-        pods, claims = {}, {}
+        pods, claims, groups = {}, {}, {}
     for inf in env.informers:
         inf.stop()
     if isinstance(env.backend, KubernetesBackend):
         env.backend.close()
     log = env.server.request_log if env.server is not None else None
-    check = verify(tracker.snapshot(), pods, claims, log, env.audit)
+    check = verify(tracker.snapshot(), pods, claims, log, env.audit, groups=groups)
     victims = tracker.preempted
     extra: dict[str, Any] = {
         "stopped_by": stopped_by,
@@ -594,6 +647,9 @@ def _finish(
         "scheduler_errors": env.scheduler.errors,
         "faults_injected": env.server.fault_counts() if env.server is not None else {},
         "unschedulable_pods": env.scheduler.unschedulable()[:100],
+        "podgroups": len(env.scheduler.podgroups) if env.scheduler.podgroups.served else None,
+        "gangs": dict(sorted(env.scheduler.gangs.items())),
+        "gang_latency_ms": gang_latency_ms(tracker.gang_latencies.values()),
         "events_recorded": env.scheduler.events.recorded,
         "events_spam_dropped": env.scheduler.events.spam_dropped,
         "problems": check.problems,

@@ -12,6 +12,20 @@ preemptor and then deletes its victims. The scheduler builds both on :class:`Ste
   from the done-callback of the last of them to resolve, if all succeeded. No thread waits for
   it; pre-KEP kube-scheduler ordered its binding cycle the same way, in the binding goroutine,
   and did not cancel it when the pod went away (the binding then meets a 404).
+
+A gang (a PodGroup placed as a whole) binds its members through :class:`GangSteps`:
+
+* with the dispatcher in this process, :class:`DispatcherGang` over a kdispatch gang
+  (``Dispatcher.group(owner=podgroup, gang=n)``): the member bindings are held until all ``n``
+  were submitted, then released together; a failure before that withdraws them all and sends
+  nothing;
+* elsewhere (``--pre-kep``, ``--all-blocking``, ``--dispatcher-process``), :class:`PerPodGang`:
+  each member binding is sent as it is submitted, one by one, as kube-scheduler binds a gang's
+  members (a refused member does not hold back the others).
+
+Either way ``future`` resolves once every member resolved (the list of outcomes, or a
+:class:`~kdispatch.GroupFailed`), and :meth:`GangSteps.then` submits a call (the PodGroup's
+``PodGroupInitiallyScheduled=True``) once every member was bound, without anyone waiting.
 """
 
 from __future__ import annotations
@@ -21,17 +35,30 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from functools import partial
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Any, Final, Protocol, Self
 
-from kdispatch import Call, CallCancelled, DependencyFailed, Obj, ObjectRef, Outcome
+from kdispatch import (
+    Call,
+    CallCancelled,
+    CallGroup,
+    DependencyFailed,
+    DispatcherLike,
+    GangPartiallyBound,
+    GroupFailed,
+    Obj,
+    ObjectRef,
+    Outcome,
+)
 
 CallFuture = Future[Outcome]
+MEMBER: Final = "pod_binding"
+"""The call type of a gang's members."""
 
 
 class Steps(Protocol):
     """What the scheduler asks of a call group. Any thread."""
 
-    def submit(self, call: Call, *, after: Iterable[CallFuture] = ()) -> CallFuture:
+    def submit(self, call: Call, *, after: Iterable[Future[Any]] = ()) -> CallFuture:
         """Send ``call`` once every future in ``after`` succeeded; if one failed, the result
         raises :class:`~kdispatch.DependencyFailed` (``cause``: that failure) and nothing is
         sent."""
@@ -75,7 +102,7 @@ class ChainedSteps:
         self._lock = threading.Lock()
         self._cancelled: CallCancelled | None = None
 
-    def submit(self, call: Call, *, after: Iterable[CallFuture] = ()) -> CallFuture:
+    def submit(self, call: Call, *, after: Iterable[Future[Any]] = ()) -> CallFuture:
         """Any thread."""
         return self._held(list(after), partial(self._api.submit, call), call.call_type, call.ref)
 
@@ -102,7 +129,7 @@ class ChainedSteps:
 
     def _held(
         self,
-        after: list[CallFuture],
+        after: list[Future[Any]],
         send: Callable[[], CallFuture],
         call_type: str,
         ref: ObjectRef,
@@ -114,7 +141,7 @@ class ChainedSteps:
         left = [len(after)]
         lock = threading.Lock()
 
-        def one_done(_f: CallFuture) -> None:
+        def one_done(_f: Future[Any]) -> None:
             """Resolving thread of a prerequisite."""
             with lock:
                 left[0] -= 1
@@ -128,7 +155,7 @@ class ChainedSteps:
 
     def _release(
         self,
-        after: list[CallFuture],
+        after: list[Future[Any]],
         send: Callable[[], CallFuture],
         held: CallFuture,
         call_type: str,
@@ -168,4 +195,156 @@ def _relay(held: CallFuture, inner: CallFuture) -> None:
         held.set_result(inner.result())
 
 
-__all__ = ["CallFuture", "ChainedSteps", "Sender", "Steps"]
+class GangSteps(Steps, Protocol):
+    """What the scheduler asks of a gang's steps (see the module docstring). Any thread."""
+
+    @property
+    def future(self) -> Future[Any]:
+        """Resolves once every step resolved: the outcomes, or :class:`~kdispatch.GroupFailed`
+        (a :class:`~kdispatch.GangPartiallyBound` when some members landed and some not)."""
+        ...
+
+    def then(self, call: Call) -> CallFuture:
+        """Submit ``call`` once every step succeeded (never if one failed: its future raises
+        :class:`~kdispatch.DependencyFailed`). Returns at once."""
+        ...
+
+
+class DispatcherGang:
+    """:class:`GangSteps` over a kdispatch gang (a :class:`~kdispatch.CallGroup` built with
+    ``gang=``) of ``dispatcher``."""
+
+    def __init__(self, group: CallGroup, dispatcher: DispatcherLike) -> None:
+        self._group = group
+        self._dispatcher = dispatcher
+
+    def submit(self, call: Call, *, after: Iterable[Future[Any]] = ()) -> CallFuture:
+        """Any thread. A pod binding is a member: held until the gang is complete."""
+        return self._group.submit(call, after=after)
+
+    def preempt(
+        self, victim: Obj, *, preemptor: str, after: Iterable[CallFuture] = ()
+    ) -> CallFuture:
+        """Any thread."""
+        return self._group.preempt(victim, preemptor=preemptor, after=after)
+
+    @property
+    def future(self) -> Future[Any]:
+        """Any thread. The gang's future."""
+        return self._group.future
+
+    def then(self, call: Call) -> CallFuture:
+        """Any thread. ``call`` held by the dispatcher on the gang's future."""
+        return self._dispatcher.submit(call, after=[self._group.future])
+
+    def __enter__(self) -> Self:
+        self._group.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Seal the gang: the members submitted so far are released (or, if the block
+        raised, withdrawn)."""
+        self._group.__exit__(exc_type, exc, tb)
+
+
+class PerPodGang:
+    """:class:`GangSteps` over an API layer without gangs: :class:`ChainedSteps`, each member
+    binding sent as it is submitted; :attr:`future` resolves once the gang is sealed (the end
+    of the ``with`` block) and every member resolved."""
+
+    def __init__(self, api: Sender) -> None:
+        self._steps = ChainedSteps(api)
+        self._lock = threading.Lock()
+        self._members: list[tuple[ObjectRef, CallFuture]] = []
+        self._future: Future[list[Outcome]] = Future()
+        self._future.set_running_or_notify_cancel()
+
+    def submit(self, call: Call, *, after: Iterable[Future[Any]] = ()) -> CallFuture:
+        """Any thread."""
+        future = self._steps.submit(call, after=after)
+        if call.call_type == MEMBER:
+            with self._lock:
+                self._members.append((call.ref, future))
+        return future
+
+    def preempt(
+        self, victim: Obj, *, preemptor: str, after: Iterable[CallFuture] = ()
+    ) -> CallFuture:
+        """Any thread."""
+        return self._steps.preempt(victim, preemptor=preemptor, after=after)
+
+    @property
+    def future(self) -> Future[Any]:
+        """Any thread."""
+        return self._future
+
+    def then(self, call: Call) -> CallFuture:
+        """Any thread. Submitted from the done-callback of :attr:`future`, if it succeeded."""
+        return self._steps.submit(call, after=[self._future])
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Seal: :attr:`future` resolves once the members submitted so far resolved."""
+        self._steps.__exit__(exc_type, exc, tb)
+        with self._lock:
+            members = list(self._members)
+        if not members:
+            self._future.set_result([])
+            return
+        left = [len(members)]
+
+        def one_done(_f: CallFuture) -> None:
+            """Resolving thread of a member."""
+            with self._lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self._resolve(members)
+
+        for _, future in members:
+            future.add_done_callback(one_done)
+
+    def _resolve(self, members: list[tuple[ObjectRef, CallFuture]]) -> None:
+        """Resolving thread of the last member."""
+        results: list[Outcome | BaseException] = []
+        for _, future in members:
+            error = future.exception()
+            results.append(future.result() if error is None else error)
+        bound: list[ObjectRef] = []
+        failed: list[ObjectRef] = []
+        for (ref, _), result in zip(members, results, strict=True):
+            (failed if isinstance(result, BaseException) else bound).append(ref)
+        if not failed:
+            self._future.set_result([r for r in results if isinstance(r, Outcome)])
+            return
+        first = next(r for r in results if isinstance(r, BaseException))
+        message = f"{len(failed)} of {len(members)} members not bound: {first}"
+        error = (
+            GangPartiallyBound(message, error=first, results=results, bound=bound, failed=failed)
+            if bound
+            else GroupFailed(message, error=first, results=results)
+        )
+        self._future.set_exception(error)
+
+
+__all__ = [
+    "CallFuture",
+    "ChainedSteps",
+    "DispatcherGang",
+    "GangSteps",
+    "PerPodGang",
+    "Sender",
+    "Steps",
+]

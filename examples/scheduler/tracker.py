@@ -22,12 +22,14 @@ BIND: Final = "bind"
 STATUS: Final = "status"
 PREEMPT: Final = "preempt"
 CLAIM: Final = "claim"
+GROUP: Final = "podgroup"
 
 
 @dataclass(slots=True)
 class Intent:
     """One call the scheduler made. ``expect`` describes the state it asks for (per kind:
-    ``node``; ``reason``/``nominated``; nothing; ``allocation``/``reserve``/``unreserve``)."""
+    ``node``; ``reason``/``nominated``; nothing; ``allocation``/``reserve``/``unreserve``;
+    ``status``/``reason`` of ``PodGroupInitiallyScheduled``)."""
 
     kind: str
     uid: str
@@ -50,6 +52,9 @@ class Tracker:
     loop_submit_latencies: list[float] = field(default_factory=list)
     """The submits made on the scheduling threads (the scheduling loop) only."""
     binding_latencies: list[float] = field(default_factory=list)
+    gang_latencies: dict[str, float] = field(default_factory=dict)
+    """Seconds from a gang's cycle to its last member bound, by PodGroup (``namespace/name``;
+    the last gang of a group)."""
     preempted: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -89,6 +94,12 @@ class Tracker:
         """Binding continuation. A binding cycle finished successfully after ``seconds``."""
         with self._lock:
             self.binding_latencies.append(seconds)
+
+    def gang_done(self, group: str, seconds: float) -> None:
+        """Gang continuation. Every member of ``group``'s gang was bound ``seconds`` after its
+        cycle."""
+        with self._lock:
+            self.gang_latencies[group] = seconds
 
     def active_window(self) -> float:
         """Any thread. Seconds from the first call submitted (a binding, a status patch, a

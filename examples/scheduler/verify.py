@@ -5,7 +5,9 @@ Each recorded :class:`~examples.scheduler.tracker.Intent` becomes the oracle's i
 fields its call promised (a binding: the node; a status patch: ``PodScheduled=False`` with its
 reason and the nomination, promised only until the pod is bound; a claim write: the allocated
 device and each reservation), its relevance (the call type's), whether a more relevant call of
-the same object was still open when it was submitted, and its future.
+the same object was still open when it was submitted, and its future. A PodGroup status write
+promises its ``PodGroupInitiallyScheduled`` status and reason, checked against the final
+PodGroups when they were listed.
 
 * **duplicate bindings** (:func:`kdispatch.testing.oracle.duplicate_bindings`): pods the
   apiserver bound more than once — bind requests its request log shows as applied (``ok``),
@@ -29,12 +31,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from examples.scheduler.tracker import BIND, CLAIM, PREEMPT, STATUS, Intent
+from examples.scheduler.podgroups import INITIALLY_SCHEDULED
+from examples.scheduler.tracker import BIND, CLAIM, GROUP, PREEMPT, STATUS, Intent
 from kdispatch import (
     ClaimStatusPatch,
     DispatcherClosed,
     Obj,
     PodBinding,
+    PodGroupStatusPatch,
     PodPreemption,
     PodStatusPatch,
     meta,
@@ -88,6 +92,7 @@ RELEVANCE = {
     STATUS: PodStatusPatch.relevance,
     PREEMPT: PodPreemption.relevance,
     CLAIM: ClaimStatusPatch.relevance,
+    GROUP: PodGroupStatusPatch.relevance,
 }
 """The relevance of each kind of intent: its call type's."""
 
@@ -107,6 +112,11 @@ def _promised(intent: Intent) -> dict[Field, Any]:
         if expect.get("nominated"):
             fields[("nnn",)] = expect["nominated"]
         return fields
+    if intent.kind == GROUP:
+        return {
+            ("cond", INITIALLY_SCHEDULED, "status"): expect["status"],
+            ("cond", INITIALLY_SCHEDULED, "reason"): expect["reason"],
+        }
     if intent.kind == CLAIM:
         fields = {}
         if "device" in expect:
@@ -155,10 +165,12 @@ def verify(
     claims: Mapping[str, Obj],
     log: Iterable[RequestRecord] | None,
     audit: BindingAudit | None = None,
+    *,
+    groups: Mapping[str, Obj] | None = None,
 ) -> Verification:
-    """Check ``intents`` against the final ``pods`` (by uid) and ``claims`` (by
-    ``namespace/name``), the apiserver request ``log`` and the informer ``audit`` (either None
-    when unavailable)."""
+    """Check ``intents`` against the final ``pods`` (by uid), ``claims`` (by
+    ``namespace/name``) and PodGroups (by uid; None when not served), the apiserver request
+    ``log`` and the informer ``audit`` (either None when unavailable)."""
     out = Verification()
     judged = promises(intents)
     applied = [r.uid for r in log or () if r.op == "bind" and r.outcome == "ok"]
@@ -168,6 +180,7 @@ def verify(
         out.note(f"pod {uid} bound more than once")
     final: dict[str, Obj | None] = {uid: pods.get(uid) for uid in {i.uid for i in intents}}
     final.update({str(meta(c).get("uid")): c for c in claims.values()})
+    final.update(groups or {})
     found = score(judged, final, initial={}, examples=15)
     out.lost_intents = found.lost_intents
     out.unresolved = found.unresolved_futures

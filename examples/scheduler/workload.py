@@ -9,6 +9,11 @@
 * Wave 2 (priority 1000, created once wave 1 has been placed): pods of 2.5 times the average size
   (at least 1.5 times the free space wave 1 leaves per node), which mostly fit nowhere and must
   preempt.
+* Gangs (``gangs``, none by default): PodGroups ``gang-000``, ... (``scheduling.k8s.io/v1beta1``)
+  of ``gang_size`` pods each with ``minCount`` = ``gang_size``, their small pods (100m) shuffled
+  into wave 1. The first ``infeasible_gang_share`` of them cannot be placed as a whole: one
+  member asks for more cpu than any node has. Each PodGroup and pod is labelled
+  ``example.com/gang`` = ``feasible`` or ``infeasible``.
 
 Deterministic for a given seed. Pure module: builds dicts, creates nothing.
 """
@@ -20,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from examples.scheduler.resources import GPU_RESOURCE
-from kdispatch.testing import make_claim, make_node, make_pod
+from kdispatch.testing import make_claim, make_node, make_pod, make_podgroup
 
 NODE_CPU_M = 4000
 NODE_MEM_MI = 16384
@@ -30,6 +35,8 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 HIGH_PRIORITY = 1000
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+GANG_LABEL = "example.com/gang"
+GANG_POD_CPU_M = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,9 @@ class WorkloadSpec:
     fill: float = 0.9
     gpu_every: int = 10
     seed: int = 1
+    gangs: int = 0
+    gang_size: int = 4
+    infeasible_gang_share: float = 0.2
 
 
 @dataclass(slots=True)
@@ -53,6 +63,7 @@ class Workload:
 
     nodes: list[dict[str, Any]] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
+    podgroups: list[dict[str, Any]] = field(default_factory=list)
     waves: list[list[dict[str, Any]]] = field(default_factory=list)
 
     @property
@@ -105,6 +116,7 @@ def build_workload(spec: WorkloadSpec) -> Workload:
         else:
             pod = make_pod(name, cpu_m=NODE_CPU_M * 2, mem_mi=256)
         wave1.append(pod)
+    wave1 += _gangs(spec, out)
     rng.shuffle(wave1)
     # larger than the free space wave 1 leaves on a node, so they must preempt
     high_cpu = round(max(2.5 * avg, 1.5 * (1 - spec.fill) * NODE_CPU_M) / 10) * 10
@@ -114,3 +126,19 @@ def build_workload(spec: WorkloadSpec) -> Workload:
     ]
     out.waves = [wave1, wave2] if wave2 else [wave1]
     return out
+
+
+def _gangs(spec: WorkloadSpec, out: Workload) -> list[dict[str, Any]]:
+    """The gangs' PodGroups (into ``out``) and their pods (returned)."""
+    infeasible = round(spec.gangs * spec.infeasible_gang_share)
+    pods: list[dict[str, Any]] = []
+    for i in range(spec.gangs):
+        group = f"gang-{i:03d}"
+        labels = {GANG_LABEL: "infeasible" if i < infeasible else "feasible"}
+        out.podgroups.append(make_podgroup(group, min_count=spec.gang_size, labels=labels))
+        for j in range(spec.gang_size):
+            cpu = NODE_CPU_M * 2 if i < infeasible and j == 0 else GANG_POD_CPU_M
+            pods.append(
+                make_pod(f"{group}-{j}", cpu_m=cpu, mem_mi=128, labels=labels, pod_group=group)
+            )
+    return pods

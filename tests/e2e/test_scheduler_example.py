@@ -31,7 +31,7 @@ from examples.scheduler.queue import SchedulingQueue
 from examples.scheduler.report import write_json
 from examples.scheduler.resources import GPU_RESOURCE, cpu_millis, mem_bytes
 from examples.scheduler.runner import RunConfig, run
-from examples.scheduler.steps import ChainedSteps, Steps
+from examples.scheduler.steps import ChainedSteps, GangSteps, PerPodGang, Steps
 from examples.scheduler.tracker import BIND, Tracker
 from examples.scheduler.verify import verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
@@ -354,6 +354,9 @@ class FakeApi:
 
     def group(self, owner: Obj) -> Steps:
         return ChainedSteps(self)
+
+    def gang(self, owner: Obj, members: int) -> GangSteps:
+        return PerPodGang(self)
 
     def view(self, uid: str) -> Obj | None:
         obj = self.objects.get(uid)
