@@ -26,7 +26,6 @@ import pytest
 from benchmarks.peer_cluster import (
     NAMESPACE,
     Api,
-    PodWatch,
     condition,
     create_nodes,
     create_pods,
@@ -34,8 +33,9 @@ from benchmarks.peer_cluster import (
     node_body,
     pod_body,
 )
-from benchmarks.peer_run import percentile
 from benchmarks.peer_schedulers import EXAMPLE
+from benchmarks.peer_stats import percentile
+from benchmarks.peer_watch import PodWatch
 from examples.scheduler.runner import RunConfig, run
 from kdispatch.testing.envtest import Binaries, BinariesNotFound, ControlPlane, find_binaries
 
