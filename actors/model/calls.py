@@ -1,14 +1,8 @@
-"""The call model: what a call is, and the validated registry of call types.
+"""The call model: what a call is (an immutable intent for one object, see docs/concepts.md),
+and the validated registry of call types.
 
-A :class:`Call` is an immutable *intent* for one object (identified by :class:`ObjectRef`): "these
-conditions should hold", "this pod should be bound to that node". Intents merge, supersede each
-other as their types declare, turn into no-ops when the observed object already satisfies them,
-go stale when the object changed in a way that contradicts them, and are turned into an actual
-request only at send time, against the newest trusted object.
-
-Pure module: no threads, no pykka, no kubernetes. Every method of a call runs on whichever thread
-calls it and must not block, except :meth:`Call.send`, which performs the request(s) through
-the backend, on an executor worker thread (see :meth:`Call.send` for the one exception).
+Pure module: every method of a call runs on the calling thread and must not block, except
+:meth:`Call.send` (an executor worker thread, see there).
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, Literal, Self, TypeVar, cast
 from .backend import ApiBackend
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
 from .kinds import DEFAULT_KINDS, KindTable
-from .objects import Obj, ObjectRef, as_object
+from .objects import Obj, ObjectRef, as_object, is_mapping, is_newer, meta
 
 
 class Unset(enum.Enum):
@@ -47,7 +41,6 @@ BEST_EFFORT: Final = 0
 """The relevance (executor lane) of ``best_effort`` call types, below every other lane."""
 
 
-# Compiled (setup.py): a Python class, which users' own call classes subclass.
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
     first field is ``ref``.
@@ -170,9 +163,8 @@ CallT = TypeVar("CallT", bound=Call)
 
 
 def given(call: object, name: str) -> object:
-    """The field ``name`` of ``call`` as its caller gave it, for ``__post_init__`` to validate and
-    narrow. Compiled (setup.py), reading a field as its declared type checks that type first,
-    raising ``TypeError`` where validation promises :class:`InvalidCallError`. Any thread."""
+    """The field ``name`` of ``call`` typed ``object``, for ``__post_init__`` to validate and
+    narrow. Any thread."""
     return getattr(call, name)
 
 
@@ -182,6 +174,34 @@ def check_merge(newer: CallT, older: object) -> CallT:
     if type(older) is not type(newer) or given(older, "ref") != newer.ref:
         what = older.describe() if isinstance(older, Call) else type(older).__name__
         raise InvalidCallError(f"cannot merge {what} into {newer.describe()}")
+    return older
+
+
+def check_target(call: Call) -> None:
+    """Validate ``ref`` and ``basis`` of a call on one object of the call's kind: ``ref`` of
+    that kind, ``basis`` None or that object (same UID, no other kind). Raises
+    :class:`InvalidCallError`. Any thread."""
+    ref, basis = given(call, "ref"), call.basis
+    if not isinstance(ref, ObjectRef):
+        raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
+    if ref.kind != call.kind:
+        raise InvalidCallError(f"{call.call_type} applies to {call.kind}, not {ref.kind}")
+    if basis is not None:
+        if not is_mapping(basis):
+            raise InvalidCallError(f"{call.call_type}: basis must be an object mapping or None")
+        if meta(basis).get("uid") != ref.uid:
+            raise InvalidCallError(f"{call.call_type}: basis is not the object of {ref}")
+        if basis.get("kind") not in (None, call.kind):
+            raise InvalidCallError(f"{call.call_type}: basis is a {basis.get('kind')!r}")
+
+
+def newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
+    """The basis a merged call keeps: the newer of the two (by resourceVersion), either when
+    the other is None. Pure; any thread."""
+    if newer is None:
+        return older
+    if older is None or is_newer(newer, older):
+        return newer
     return older
 
 
@@ -325,8 +345,7 @@ _METHODS: Final = ("merge", "is_noop", "apply", "precheck", "revalidate", "send"
 
 
 _ABSTRACT: Final = ("apply", "is_noop", "send")
-"""The abstract methods of :class:`Call`. Compiled (setup.py), they lack the mark ``ABCMeta``
-looks for, so a class that does not override them is found by identity too."""
+"""The abstract methods of :class:`Call`, also found by identity when not overridden."""
 
 
 def _check_methods(cls: type[Call]) -> None:

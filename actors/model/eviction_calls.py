@@ -22,10 +22,10 @@ from typing import ClassVar, Self
 from loguru import logger
 
 from .backend import ApiBackend, EvictionBackend, check_grace_period
-from .calls import Call
+from .calls import Call, check_target
 from .errors import InvalidCallError, InvalidRequestError, NotFoundError
 from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
-from .pod_calls import check_pod_call, deleted_or_replaced
+from .pod_calls import deleted_or_replaced
 
 __all__ = ["PodEviction"]
 
@@ -52,7 +52,7 @@ class PodEviction(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_pod_call(self)
+        check_target(self)
         check_grace_period(self.grace_period_seconds, InvalidCallError)
 
     def __hash__(self) -> int:
