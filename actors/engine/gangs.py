@@ -1,24 +1,13 @@
-"""Gangs: a call group whose member bindings are sent all together or not at all.
+"""Gangs: a call group whose member bindings are sent all together or not at all
+(docs/groups.md, "all or nothing").
 
-``Dispatcher.group(owner=podgroup, gang=min_count)`` returns a :class:`Gang`, a
-:class:`~.groups.CallGroup` with one more rule for its *members*, the steps that are pod
-bindings (:class:`~kdispatch.actors.model.pod_calls.PodBinding`):
+``Dispatcher.group(owner=podgroup, gang=min_count)`` returns a :class:`Gang`: its members (the
+pod bindings) are held on the gang's gate until ``min_count`` were submitted or the gang is
+sealed; a failure before that withdraws them all (:class:`~kdispatch.GroupFailed`), one after
+it leaves the others bound (:class:`~kdispatch.GangPartiallyBound`).
 
-* a member is admitted and **held** on the gang's gate (one more prerequisite), so nothing of
-  it is sent while the gang is incomplete;
-* the gate opens once ``min_count`` members were submitted, or when the gang is sealed: every
-  held member is released at once (a member submitted later is sent as any step);
-* before the gate opens, any failure withdraws every member and nothing is sent: a member that
-  resolves with an error (deleted, refused as stale, a prerequisite failed), the owner deleted,
-  preempted or not found, or ``cancel()``. The gang's future raises
-  :class:`~kdispatch.GroupFailed` with ``cancelled="member_failed"`` (or the owner's cause);
-* after it opened, a member that fails does not undo the others: the future raises
-  :class:`~kdispatch.GangPartiallyBound`, naming the members bound and the members that failed,
-  and the caller decides (the example scheduler requeues the failed ones).
-
-Threads: as :class:`~.groups.CallGroup`: every public method from any thread; the gate opens on
-the thread that submits the ``min_count``-th member or seals the gang; step callbacks run on
-the thread that resolves a step.
+Threads: as :class:`~.groups.CallGroup`; the gate opens on the thread that submits the
+``min_count``-th member or seals the gang.
 """
 
 from __future__ import annotations

@@ -1,49 +1,16 @@
-"""Call groups: steps on any objects that live and die with one owner object (DESIGN §3).
+"""Call groups: steps on any objects that live and die with one owner object (DESIGN §3;
+docs/groups.md tells the rules).
 
-A preemption is one operation (nominate the preemptor, then delete the victims); a binding
-cycle's ResourceClaim writes must land before the binding and die with the pod.
-``Dispatcher.group(owner=pod)`` returns a :class:`CallGroup`:
-
-* ``g.submit(call, after=...)`` and ``g.preempt(victim, preemptor=..., after=...)`` add steps
-  (``after=`` as for ``Dispatcher.submit``: held until every prerequisite succeeded), and
-  ``g.asubmit``/``g.apreempt`` are their asyncio forms;
-* ``g.cancel()`` withdraws every step not yet landed: a held step resolves
-  :class:`~.errors.DependencyFailed` (a ``CallCancelled``) whose ``cause`` is the group's
-  ``CallCancelled``; a step admitted unheld resolves ``CallCancelled`` if it is still pending;
-  a request already sent finishes, and if it fails retryably or meets a 409 it resolves
-  ``CallCancelled`` instead of being sent again (a success stays a success);
-* the owner's deletion (``Dispatcher.on_delete``), its preemption or eviction (an exclusive
-  call submitted for it), or a step on the owner answered 404 (``ObjectNotFound``) or
-  withdrawn (``CallCancelled``) cancel the group the same way;
-* ``g.future`` (a :class:`~.holds.GroupFuture`) resolves once the group is sealed (``g.seal()``,
-  the end of a ``with`` block, or cancelled) and every step resolved: to the list of outcomes,
-  in step order, or raises :class:`~.errors.GroupFailed` carrying the first step error (in the
-  order they resolved) and every step's result. It can itself be a prerequisite.
-
-Steps are withdrawn exactly: a held step by its hold token, any other by its future
-(:meth:`.ObjectState.withdraw`), so a call of the same type submitted by someone else on the
-same object stays. Merges: a step merged into a newer call (resolved ``OVERWRITTEN``; its
-``successor`` is that call) is withdrawn from it too, and a merged call is withdrawn only
-once every call merged into it is: while it carries someone else's intent it is sent whole
-(a merged call is one value: the step's intent goes with it), so the other caller's intent
-is never lost. Two steps of one group merged together are withdrawn together.
-
-Groups live in memory, like every call: a process that restarts, or a new leader, has none.
-It rebuilds from the apiserver's state (list+watch), as kube-scheduler does: a pod that is
-bound is bound, a claim that is reserved is reserved, and a step that never landed is decided
-again by the next scheduling cycle.
+``Dispatcher.group(owner=pod)`` returns a :class:`CallGroup`: ``submit``/``preempt`` (and their
+asyncio forms) add steps, ``cancel()`` (or the owner's deletion, preemption, or a 404 on a step
+on it) withdraws every step not yet landed, and ``future`` resolves once the group is sealed and
+every step resolved. Steps are withdrawn exactly, by hold token or by future
+(:meth:`.ObjectState.withdraw`): another caller's intent merged with a step is never lost.
 
 Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
-running event loop); callbacks run on the thread that resolves a step (an object actor's turn).
-
-Cost (one group per pod at scale, see ``benchmarks.gc_pauses``): a group is a slotted object
-with its steps (one future alone, a tuple from the second on), shares its owner's
-:class:`~.objects.ObjectRef` with its first step on the owner, and is indexed by its owner's
-UID without a container of its own (:class:`OwnerIndex`). Its :class:`~.holds.GroupFuture` is
-created only when asked for (``g.future``) or when the group resolves. A step costs nothing
-beyond its call: its future is tagged with its group, which it tells when it resolves (no
-done-callback, so the future's condition is never created). A group has no lock of its own:
-it takes one of its dispatcher's 64 group locks, picked by its owner's UID.
+running event loop); callbacks run on the thread that resolves a step. A group has no lock of
+its own: it takes one of its dispatcher's group locks, picked by its owner's UID; it is indexed
+by its owner's UID without a container of its own (:class:`OwnerIndex`).
 """
 
 from __future__ import annotations

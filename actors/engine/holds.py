@@ -1,58 +1,19 @@
-"""Prerequisites of held calls: the dispatcher's side of DESIGN §3 "Call groups across objects".
+"""Prerequisites of held calls: the dispatcher's side of ``submit(call, after=...)`` (DESIGN §3
+"Call groups across objects"; docs/groups.md tells the rules).
 
-A call submitted with ``after=(f1, f2, ...)`` goes to its object's actor at once, with one
-opaque hold token (a :class:`Hold`): the actor admits it (merge, supersession, staleness as
-usual) but sends nothing of it while it holds the token (:meth:`.ObjectState.submit`). This
-module watches the prerequisites: once every one resolved as a success (``SUCCESS``,
-``SKIPPED``, ``OVERWRITTEN``) it tells the actor :class:`~.messages.Release`; at the first
-failure or cancellation, :class:`~.messages.FailDependency` with that error as the cause, and
-the held call resolves :class:`~.errors.DependencyFailed`. Prerequisites already resolved at
-submit need no message: all succeeded, the call is submitted unheld; one failed, the call
-resolves ``DependencyFailed`` at once and never reaches its actor.
+A held call goes to its object's actor at once with one opaque hold token (a :class:`Hold`): the
+actor admits it but sends nothing of it while it holds the token. This module watches the
+prerequisites (futures this dispatcher returned, or a :class:`GroupFuture`): once all succeeded
+it tells the actor :class:`~.messages.Release`; at the first failure,
+:class:`~.messages.FailDependency` with that error as the cause. A prerequisite resolved
+``OVERWRITTEN`` is followed to the call that carries its intent. :meth:`Dependencies.hold`
+refuses with :class:`~.errors.DependencyCycleError` a call that would wait for itself (its
+group, or a call on its own object it could not be kept behind: docs/groups.md, "Cycles"); the
+check and the registration happen under one lock.
 
-A prerequisite is a future this dispatcher returned (``submit``, ``preempt``, a group's step;
-the asyncio forms' futures too) or a :class:`GroupFuture` (``CallGroup.future``: every step of
-that group, once it is sealed).
-
-**Overwritten prerequisites.** ``OVERWRITTEN`` counts as a success, but a call merged into a
-newer one (or replaced by a call that supersedes it) has not landed yet: the newer call
-carries its intent. So a prerequisite that resolves ``OVERWRITTEN`` is *followed* to that
-newer call, and the held call waits for it instead (and fails if it fails). The object's
-machine says who overwrote a call (its ``Resolve`` names the surviving call's future) and the
-actor sets ``CallFuture.successor`` before it resolves the future, so the link exists however
-late the future becomes a prerequisite.
-
-**Cycles.** Futures are created by ``submit``, and ``after=`` can only name futures that
-exist, so explicit edges always point from a newer call to an older one. A cycle closes
-through three kinds of wait that can point the other way:
-
-* a *group* is open: its future waits for steps added later. A step whose prerequisites,
-  followed transitively, reach its own group would wait for itself;
-* one object's calls are sent in order, and a held call holds back the calls queued behind it
-  (the *queue edge*); a merge, a supersession or a call put back after a retry puts a call in
-  an older call's slot, ahead of calls queued before it. A held call whose prerequisites reach
-  a call not yet resolved on its *own* object could end up ahead of that call and wait for it
-  forever;
-* so every call not yet resolved on an object is taken to wait for every held call on that
-  object (conservative: the actor's queue order is not known here).
-
-:meth:`Dependencies.hold` follows prerequisites through held calls (their prerequisites),
-groups (their unresolved steps), queue edges and ``OVERWRITTEN`` futures (to their
-successors). The calls it reaches on the call's own object become the held call's
-``behind``: its actor never queues it ahead of a call carrying one of them, nor supersedes
-one (:meth:`.ObjectState.submit`), so that queue edge cannot close a cycle: a binding held
-``after=`` deletions that wait for a status patch of its own pod queues behind that patch. It
-refuses with :class:`~.errors.DependencyCycleError` what the actor cannot keep apart: a call
-whose prerequisites reach its group; one that reaches a call on its own object of its own type
-(it would merge with it and carry what it waits for); an exclusive call that reaches a call on
-its own object (it would cancel it); and a group step whose object holds a held call that
-reaches the group. Prerequisites already resolved
-wait for nothing and end the search. The check and the registration of the new call happen
-under one lock, so two submits cannot close a cycle between them.
-
-Threads: ``hold``/``arm``/``fail`` run on the submitting (or cancelling) thread; the
-callbacks run on whichever thread resolves a future (an object actor's turn). One lock guards
-the bookkeeping; messages are told outside it.
+Threads: ``hold``/``arm``/``fail`` run on the submitting (or cancelling) thread; the callbacks
+on whichever thread resolves a future (an object actor's turn). Messages are told outside the
+lock.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """The ``ApiBackend`` protocol: the only way kdispatch talks to an apiserver.
 
-Implementations live in ``adapters/``: ``memory.InMemoryApiServer``,
-``kubernetes.KubernetesBackend``.
-Every method is called from an executor worker thread, may block for the duration of one request
-(bounded by the backend's request timeout), must be safe to call from several threads at once, and
-reports failures only by raising :class:`~kdispatch.ApiError` subclasses:
-
-=========================  ==========================================================
-``NotFoundError``          404
-``ConflictError``          409 precondition / resourceVersion / already bound
-``AlreadyExistsError``     409 on create
-``TooManyRequestsError``   429, with ``retry_after`` seconds
-``DisruptionBudgetError``  429 on an eviction a PodDisruptionBudget forbids (retryable)
-``ServerError``            5xx
-``RequestTimeoutError``    client-side timeout or 504
-``ApiConnectionError``     connection refused / reset
-``UnauthorizedError``      401 (permanent, never retried)
-``ForbiddenError``         403 (permanent, never retried)
-``InvalidRequestError``    400 / 422 and other permanent 4xx
-``BadResponseError``       a reply that cannot be understood
-=========================  ==========================================================
-
-Objects go in and come out as JSON dicts (see :mod:`actors.objects`).
+Implementations live in ``adapters/`` (``memory.InMemoryApiServer``,
+``kubernetes.KubernetesBackend``). Every method is called from an executor worker thread, may
+block for one request (bounded by the backend's request timeout), must be safe to call from
+several threads at once, and reports failures only by raising the :class:`~kdispatch.ApiError`
+subclasses of :mod:`.errors` (each names its status). Objects go in and come out as JSON dicts.
 """
 
 from __future__ import annotations
@@ -54,15 +37,11 @@ class ApiBackend(Protocol):
         resource_version: str | None,
         patch_type: PatchType = "strategic",
     ) -> Obj:
-        """Patch the ``status`` subresource and return the updated object.
-
-        ``patch`` is the object-shaped body, e.g. ``{"status": {"conditions": [...]}}``; only
-        ``status`` may be set (backends add the ``metadata`` preconditions themselves).
-
-        ``uid`` and (when not None) ``resource_version`` are preconditions: a mismatch raises
-        ``ConflictError`` (``NotFoundError`` if the object is gone). ``strategic`` merges
-        ``status.conditions`` by ``type``; ``merge`` is RFC 7386 (lists replaced whole).
-        """
+        """Patch the ``status`` subresource and return the updated object. ``patch`` is the
+        object-shaped body (``{"status": {...}}``; only ``status``). ``uid`` and (when not None)
+        ``resource_version`` are preconditions: a mismatch raises ``ConflictError``
+        (``NotFoundError`` if the object is gone). ``strategic`` merges ``status.conditions``
+        by ``type``; ``merge`` is RFC 7386 (lists replaced whole)."""
         ...
 
     def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
@@ -110,10 +89,9 @@ def patch_status_guarded(
     basis: Obj | None,
     patch_type: PatchType,
 ) -> Obj | None:
-    """Patch ``status`` onto ``ref``'s ``status`` subresource with the object-shaped body
-    ``{"status": status}``, guarded by ``ref``'s UID and the resourceVersion of ``basis`` (the
-    trusted object the patch was computed against); the server's object. ``basis`` itself, and
-    no request, when ``status`` is None (nothing differs). Executor worker thread."""
+    """Patch ``{"status": status}`` onto ``ref``, guarded by its UID and the resourceVersion of
+    ``basis`` (the object the patch was computed on); the server's object, or ``basis`` with no
+    request when ``status`` is None. Executor worker thread."""
     if status is None:
         return basis
     return backend.patch_status(

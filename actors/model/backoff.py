@@ -1,14 +1,7 @@
-"""Capped exponential backoff with jitter: the one formula behind every retry delay.
+"""Capped exponential backoff with jitter: the one formula behind every retry delay (the
+executor's retries and the informers' reconnects; client-go's ``wait.Backoff``, ``Factor=2``).
 
-The executor's retries (:meth:`~kdispatch.RetryConfig.delay`) and both informers'
-reconnects (:class:`~kdispatch.adapters.informer.Informer`,
-:class:`~kdispatch.adapters.aio_informer.AioInformer`) wait ``initial * 2**(failures - 1)``
-seconds, capped at ``cap``, then stretched by a random factor in ``[1, 1 + jitter)`` — client-go's
-``wait.Backoff`` with ``Factor=2`` and its ``Jitter``. The cap applies before the jitter, so a
-delay may exceed ``cap`` by at most the jitter fraction.
-
-Pure module: the caller draws the random number (``random.random()`` in production, a constant
-in tests) and passes it in. No threads, no clocks.
+Pure: the caller draws the random number and passes it in. No threads, no clocks.
 """
 
 from __future__ import annotations

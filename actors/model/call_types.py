@@ -1,10 +1,6 @@
-"""The built-in call types and the default registry.
-
-=======================  =============  ====  ==========================  ======
-Users add their own call types (for any kind, e.g. a quota CRD) to a registry returned by
-:func:`default_call_types` with :meth:`~kdispatch.CallTypeRegistry.register`.
-
-Pure module: no threads, no pykka, no kubernetes.
+"""The built-in call types and the default registry; users add their own (for any kind) to a
+registry from :func:`default_call_types` with :meth:`~kdispatch.CallTypeRegistry.register`.
+Pure module.
 """
 
 from __future__ import annotations

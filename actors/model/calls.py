@@ -1,14 +1,8 @@
-"""The call model: what a call is, and the validated registry of call types.
+"""The call model: what a call is (an immutable intent for one object, see docs/concepts.md),
+and the validated registry of call types.
 
-A :class:`Call` is an immutable *intent* for one object (identified by :class:`ObjectRef`): "these
-conditions should hold", "this pod should be bound to that node". Intents merge, supersede each
-other as their types declare, turn into no-ops when the observed object already satisfies them,
-go stale when the object changed in a way that contradicts them, and are turned into an actual
-request only at send time, against the newest trusted object.
-
-Pure module: no threads, no pykka, no kubernetes. Every method of a call runs on whichever thread
-calls it and must not block, except :meth:`Call.send`, which performs the request(s) through
-the backend, on an executor worker thread (see :meth:`Call.send` for the one exception).
+Pure module: every method of a call runs on the calling thread and must not block, except
+:meth:`Call.send` (an executor worker thread, see there).
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, Literal, Self, TypeVar, cast
 from .backend import ApiBackend
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
 from .kinds import DEFAULT_KINDS, KindTable
-from .objects import Obj, ObjectRef, as_object
+from .objects import Obj, ObjectRef, as_object, is_mapping, is_newer, meta
 
 
 class Unset(enum.Enum):
@@ -47,7 +41,6 @@ BEST_EFFORT: Final = 0
 """The relevance (executor lane) of ``best_effort`` call types, below every other lane."""
 
 
-# Compiled (setup.py): a Python class, which users' own call classes subclass.
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
     first field is ``ref``.
@@ -60,26 +53,21 @@ class Call(ABC):
       go first (each lower lane keeps a minimum share). It orders *objects*, never calls of one
       object: that is what ``supersedes`` is for. :data:`BEST_EFFORT` (0) is the lane of
       ``best_effort`` types only;
-    * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT`, below every other
-      lane for workers and without a guaranteed share, with tokens of the Events' own bucket
-      (``RateLimitConfig.events_qps``); it is dropped unsent (``CallFailed`` caused by
-      :class:`~kdispatch.actors.model.errors.RequestDropped`) when its lane is full
-      (``ExecutorConfig.events_max_pending``);
+    * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT` with tokens of the
+      Events' own bucket, and is dropped unsent (:class:`~.errors.RequestDropped`) when its
+      lane is full (``ExecutorConfig.events_max_pending``);
     * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
       type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
-      type arriving while this one is tracked resolves ``SKIPPED``. A call of another type that
-      neither supersedes nor is superseded queues behind what is pending: both are sent, in
-      order. (A binding supersedes a status patch.)
+      type arriving while this one is tracked resolves ``SKIPPED``. Other types queue behind
+      what is pending, both sent in order. (A binding supersedes a status patch.)
     * ``exclusive`` — deletions, preemptions and evictions: the call *cancels* every pending
       call of the object, becomes the only pending call, and nothing may be queued behind it;
-    * ``reads_object`` — the request is computed from the object (a patch guarded by its
-      resourceVersion): before sending, the object actor makes sure it holds an object it can
-      trust, re-reading it after an ambiguous failure. False for requests that only carry
-      preconditions (a binding).
+    * ``reads_object`` — the request is computed from the object: the object actor sends it
+      only on an object it trusts, re-reading it after an ambiguous failure. False for
+      requests that only carry preconditions (a binding).
 
     Instance attributes: ``ref`` (the object) and ``basis`` (the object the caller decided on,
-    or None). The basis is kept with the call: :meth:`revalidate` compares it with the newer
-    object the call would be sent against.
+    or None), which :meth:`revalidate` compares with the newer object.
     """
 
     __slots__ = ()
@@ -122,21 +110,18 @@ class Call(ABC):
     def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
         """Staleness: a reason why the intent, decided on ``basis``, no longer applies to
         ``obj`` (the newest object the call would be sent against), or None to rebase on it.
-
-        Checked at submit, on every newer observed object, after a 409 and just before the
-        request is computed (unless the call already passed against these very objects: like
-        every rule here, it is pure). A reason resolves the call
-        :class:`~kdispatch.CallStale`; nothing is sent. Default: always rebase."""
+        Checked at submit, on every newer object, after a 409 and before the request is
+        computed. A reason resolves the call :class:`~kdispatch.CallStale`, nothing sent.
+        Default: always rebase."""
         del basis, obj
         return None
 
     def landed(self, fresh: Obj) -> bool:
         """Whether ``fresh``, the object of this call's name just read from the server, shows
-        that this call took effect: an attempt landed whose reply was lost. Asked after a 409
-        (``fresh`` then has this call's UID) and before a call whose last request ended
-        without an answer resolves ``CallFailed`` (``fresh`` as read: it may be another object
-        of the same name; a name not found is a 404, not asked). True resolves the call
-        ``SUCCESS``. Default: False (only a fresh attempt tells). Pure."""
+        that this call took effect (an attempt landed whose reply was lost). Asked after a 409
+        (``fresh`` has this call's UID) and before a call whose last request went unanswered
+        resolves ``CallFailed`` (``fresh`` may be another object of the name). True resolves
+        the call ``SUCCESS``. Default: False. Pure."""
         del fresh
         return False
 
@@ -146,19 +131,12 @@ class Call(ABC):
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Perform the request(s) for this intent against ``obj`` (newest observed object).
 
-        Where it runs: on an executor worker thread, where it may block for its requests.
-        One exception, for speed: when the backend declares itself non-blocking
-        (``non_blocking = True``: the in-memory apiserver without latency) and there is no QPS
-        limit, it runs on the object actor's own turn, on the actor pool's thread, and a
-        ``send`` that blocks there (a sleep, a lock, a future, another service) stalls every
-        object served by that thread. Such a ``send`` needs
-        ``ExecutorConfig(inline_sends=False)``, which keeps every send on the workers.
-
-        Every request it makes through ``backend`` takes a rate-limiter token. When
-        :attr:`reads_object` is True, ``obj`` is an object the actor trusts (never None); it
-        never re-reads the object itself (the actor does that, as a request of its own).
-        Returns the object the server answered with, if any. Raises
-        :class:`~kdispatch.ApiError` subclasses.
+        Runs on an executor worker thread, where it may block for its requests; with a
+        non-blocking backend and no QPS limit, on the object actor's own turn instead (a
+        ``send`` that may block outside the backend needs ``ExecutorConfig(inline_sends=False)``).
+        Every request through ``backend`` takes a rate-limiter token. With :attr:`reads_object`,
+        ``obj`` is an object the actor trusts (never None). Returns the object the server
+        answered with, if any. Raises :class:`~kdispatch.ApiError` subclasses.
         """
 
     def describe(self) -> str:
@@ -170,9 +148,8 @@ CallT = TypeVar("CallT", bound=Call)
 
 
 def given(call: object, name: str) -> object:
-    """The field ``name`` of ``call`` as its caller gave it, for ``__post_init__`` to validate and
-    narrow. Compiled (setup.py), reading a field as its declared type checks that type first,
-    raising ``TypeError`` where validation promises :class:`InvalidCallError`. Any thread."""
+    """The field ``name`` of ``call`` typed ``object``, for ``__post_init__`` to validate and
+    narrow. Any thread."""
     return getattr(call, name)
 
 
@@ -182,6 +159,34 @@ def check_merge(newer: CallT, older: object) -> CallT:
     if type(older) is not type(newer) or given(older, "ref") != newer.ref:
         what = older.describe() if isinstance(older, Call) else type(older).__name__
         raise InvalidCallError(f"cannot merge {what} into {newer.describe()}")
+    return older
+
+
+def check_target(call: Call) -> None:
+    """Validate ``ref`` and ``basis`` of a call on one object of the call's kind: ``ref`` of
+    that kind, ``basis`` None or that object (same UID, no other kind). Raises
+    :class:`InvalidCallError`. Any thread."""
+    ref, basis = given(call, "ref"), call.basis
+    if not isinstance(ref, ObjectRef):
+        raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
+    if ref.kind != call.kind:
+        raise InvalidCallError(f"{call.call_type} applies to {call.kind}, not {ref.kind}")
+    if basis is not None:
+        if not is_mapping(basis):
+            raise InvalidCallError(f"{call.call_type}: basis must be an object mapping or None")
+        if meta(basis).get("uid") != ref.uid:
+            raise InvalidCallError(f"{call.call_type}: basis is not the object of {ref}")
+        if basis.get("kind") not in (None, call.kind):
+            raise InvalidCallError(f"{call.call_type}: basis is a {basis.get('kind')!r}")
+
+
+def newest_basis(newer: Obj | None, older: Obj | None) -> Obj | None:
+    """The basis a merged call keeps: the newer of the two (by resourceVersion), either when
+    the other is None. Pure; any thread."""
+    if newer is None:
+        return older
+    if older is None or is_newer(newer, older):
+        return newer
     return older
 
 
@@ -201,13 +206,11 @@ class CallTypeRegistry:
     """Validated registry of call types. Thread-safe; registration is rare, lookup is a dict get.
 
     Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, a rule or
-    ``send`` still abstract (or set to something that is not callable), a kind that is not in
-    the kind table (``kinds``, the process-wide :data:`~kdispatch.DEFAULT_KINDS`
-    by default: register a CRD's kind first with ``kdispatch.register_kind``), missing or
-    non-positive relevance, a name already taken, or contradictory supersession: a type that
-    supersedes itself, an unregistered type, one of another kind or an exclusive one, or an
-    exclusive type that declares ``supersedes`` (it supersedes everything). Since a type can
-    only supersede types registered before it, supersession is acyclic by construction.
+    ``send`` still abstract or not callable, a kind not in the kind table (``kinds``, default
+    :data:`~kdispatch.DEFAULT_KINDS`), a missing or non-positive relevance, a name taken, or
+    contradictory supersession (itself, an unregistered type, one of another kind or an
+    exclusive one, or an exclusive type that declares ``supersedes``). A type supersedes only
+    types registered before it, so supersession is acyclic.
     """
 
     def __init__(
@@ -325,8 +328,7 @@ _METHODS: Final = ("merge", "is_noop", "apply", "precheck", "revalidate", "send"
 
 
 _ABSTRACT: Final = ("apply", "is_noop", "send")
-"""The abstract methods of :class:`Call`. Compiled (setup.py), they lack the mark ``ABCMeta``
-looks for, so a class that does not override them is found by identity too."""
+"""The abstract methods of :class:`Call`, also found by identity when not overridden."""
 
 
 def _check_methods(cls: type[Call]) -> None:
@@ -343,10 +345,8 @@ def _check_methods(cls: type[Call]) -> None:
 
 
 def plain_basis(call: Call) -> Call:
-    """``call`` with its ``basis`` as a plain dict. A basis that is another Mapping (kopf's
-    ``Body`` is a live view kopf may update in place) is snapshotted at submission, so the
-    object's actor never sees it change. Plain dicts (the usual case) pass untouched. Any
-    thread."""
+    """``call`` with its ``basis`` as a plain dict: another Mapping (kopf's live ``Body``) is
+    snapshotted at submission. Plain dicts pass untouched. Any thread."""
     basis = getattr(call, "basis", None)
     if basis is None or type(basis) is dict:
         return call

@@ -1,13 +1,7 @@
-"""ResourceClaim calls: allocation and consumer reservations (DRA).
+"""ResourceClaim calls (DRA): allocation and consumer reservations, :class:`ClaimStatusPatch`.
 
-:class:`ClaimStatusPatch` carries an allocation change (allocate or deallocate) and any number of
-reservation changes keyed by consumer UID (reserve or unreserve). Pending changes merge by
-consumer UID, newer wins. The request is a JSON merge patch of ``resourceclaims/status`` computed
-at send time against the newest observed claim (``reservedFor`` is a list, which a merge patch
-replaces whole, so it is always sent complete) and guarded by UID and resourceVersion.
-
-Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` runs on whichever
-thread calls it and never blocks; ``send`` runs on an executor worker.
+Pure module: every method but ``send`` runs on the calling thread and never blocks; ``send``
+runs on an executor worker.
 """
 
 from collections.abc import Iterable, Mapping
@@ -16,7 +10,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Final, Self
 
 from .backend import ApiBackend, patch_status_guarded
-from .calls import UNSET, Call, UnsetType, check_merge, given
+from .calls import UNSET, Call, UnsetType, check_merge, check_target, given, newest_basis
 from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
@@ -27,7 +21,6 @@ from .objects import (
     check_uid,
     get_path,
     is_mapping,
-    is_newer,
     meta,
     with_path,
 )
@@ -120,10 +113,12 @@ class ClaimStatusPatch(Call):
 
     ``allocation``: a mapping sets ``status.allocation``, None removes it (deallocate),
     :data:`UNSET` leaves it alone. ``reservations``: ``(consumer uid, ref)`` reserves,
-    ``(consumer uid, None)`` unreserves; one entry per consumer.
+    ``(consumer uid, None)`` unreserves; one entry per consumer. Pending changes merge by
+    consumer UID, newer wins. Sent as a JSON merge patch of ``resourceclaims/status`` computed
+    against the newest trusted claim (``reservedFor`` always complete: a merge patch replaces a
+    list whole), guarded by UID and resourceVersion.
     """
 
-    # Quoted ClassVars, and no __future__ annotations in this module: see Call.
     call_type: "ClassVar[str]" = "claim_status_patch"
     kind: "ClassVar[str]" = RESOURCE_CLAIM
     relevance: "ClassVar[int]" = 1
@@ -134,13 +129,7 @@ class ClaimStatusPatch(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        ref, basis = given(self, "ref"), self.basis
-        if not isinstance(ref, ObjectRef):
-            raise InvalidCallError(f"claim_status_patch: ref must be an ObjectRef, got {ref!r}")
-        if ref.kind != self.kind:
-            raise InvalidCallError(f"claim_status_patch applies to {self.kind}, not {ref.kind}")
-        if basis is not None and (not is_mapping(basis) or meta(basis).get("uid") != ref.uid):
-            raise InvalidCallError(f"claim_status_patch: basis is not the object of {ref}")
+        check_target(self)
         allocation = given(self, "allocation")
         if allocation is not UNSET and allocation is not None:
             if not isinstance(allocation, Mapping):
@@ -214,10 +203,7 @@ class ClaimStatusPatch(Call):
             r for r in self.reservations if r[0] not in older_uids
         )
         allocation = self.allocation if self.allocation is not UNSET else older.allocation
-        basis = self.basis
-        if basis is None or (older.basis is not None and not is_newer(basis, older.basis)):
-            basis = older.basis
-        return type(self)(self.ref, allocation, merged, basis=basis)
+        return type(self)(self.ref, allocation, merged, basis=newest_basis(self.basis, older.basis))
 
     def _allocation_differs(self, obj: Obj | None) -> bool:
         if self.allocation is UNSET:
@@ -247,8 +233,7 @@ class ClaimStatusPatch(Call):
         return not self._allocation_differs(obj) and self._new_reserved_for(obj) is None
 
     def landed(self, fresh: Obj) -> bool:
-        """``fresh`` is this claim with this patch's allocation and reservations
-        (:meth:`is_noop`)."""
+        """``fresh`` is this claim with this patch applied (:meth:`is_noop`)."""
         return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
 
     def apply(self, obj: Obj) -> Obj:
@@ -265,9 +250,8 @@ class ClaimStatusPatch(Call):
         return out
 
     def status_patch(self, obj: Obj | None) -> dict[str, Any] | None:
-        """The ``status`` part of the JSON merge patch against ``obj``: only the
-        keys that change (``reservedFor`` complete; None removes a key). None when nothing
-        changes."""
+        """The ``status`` of the JSON merge patch against ``obj``: the keys that change
+        (``reservedFor`` complete; None removes a key); None when nothing changes."""
         body: dict[str, Any] = {}
         if self._allocation_differs(obj):
             body["allocation"] = _thaw(self.allocation) if self.allocation is not None else None
@@ -277,9 +261,7 @@ class ClaimStatusPatch(Call):
         return body or None
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Merge-patch what changes against ``obj`` (the trusted claim: the complete
-        ``reservedFor`` must be known) with the object-shaped body
-        ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion. Returns the
-        server's claim, or ``obj`` when nothing changes (no request). Runs on an executor
-        worker thread."""
+        """Merge-patch :meth:`status_patch` of ``obj`` (the trusted claim), guarded by UID and
+        resourceVersion; the server's claim, or ``obj`` when nothing changes (no request).
+        Executor worker thread."""
         return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "merge")

@@ -49,11 +49,8 @@ def check_metrics_prefix(prefix: object) -> str:
 @dataclass(frozen=True, slots=True)
 class RateLimitConfig:
     """The client-side rate limit: a token bucket for the calls' requests, and one for the
-    Events' (best-effort calls), as kube-scheduler sends its Events through a clientset with a
-    token bucket of its own.
-
-    ``qps``: tokens per second (kube-scheduler's client default is 50); ``math.inf`` disables
-    the limit. ``burst``: bucket size (default 100).
+    Events' (best-effort calls). ``qps``: tokens per second (kube-scheduler's client default is
+    50); ``math.inf`` disables the limit. ``burst``: bucket size (default 100).
     """
 
     qps: float = 50.0
@@ -95,17 +92,14 @@ class RateLimitConfig:
 
 @dataclass(frozen=True, slots=True)
 class RetryConfig:
-    """Retry policy: a time budget per call, capped exponential backoff with jitter.
+    """Retry policy: a time budget per call, capped exponential backoff with jitter (see
+    docs/concepts.md, "Retries").
 
     A retryable error (429, 5xx, timeout, connection refused or reset) puts the call back on
-    its object with a delay of ``base_backoff * 2**(attempt-1)``, capped at ``max_backoff``,
-    stretched by up to ``jitter`` (a fraction, random per retry) and never shorter than the
-    server's Retry-After (on 429 and 5xx alike, itself capped at ``max_retry_after``). Only that
-    object waits; others go on. The call fails (``CallFailed``) once the next attempt would
-    start later than ``budget`` seconds after its first retryable failure (or after
-    ``max_attempts`` attempts, when set). A 409 is not retried against the budget: the object
-    actor re-reads the object once, re-validates or rebases, and tries again at most
-    ``max_conflict_retries`` times.
+    its object after :meth:`delay`; only that object waits. The call fails (``CallFailed``)
+    once the next attempt would start later than ``budget`` seconds after its first retryable
+    failure (or after ``max_attempts`` attempts). A 409 re-reads the object and rebases, at
+    most ``max_conflict_retries`` times.
     """
 
     budget: float = 60.0
@@ -165,20 +159,14 @@ class ExecutorConfig:
     events_max_pending: int = 10_000
     """Events (best-effort objects, one per Event: repeats merge) that may wait for a worker
     and a token at once; one more is dropped unsent (``CallFailed`` caused by
-    :class:`~kdispatch.actors.model.errors.RequestDropped`), counted in
-    ``kdispatch_events_dropped_total{reason="queue_full"}`` and ``Dispatcher.stats()
-    ["events"]["dropped"]``. An Event that waits is never dropped. A waiting Event holds about
-    4 KiB (its actor, call, future and the recorder's series entry). The default holds a flood
-    of a few thousand unschedulable pods' ``FailedScheduling`` Events while the Events' bucket
-    writes them at 50 per second."""
+    :class:`~kdispatch.actors.model.errors.RequestDropped`, counted in
+    ``kdispatch_events_dropped_total{reason="queue_full"}``). An Event that waits is never
+    dropped; each holds about 4 KiB."""
     inline_sends: bool = True
-    """Where a call's :meth:`~kdispatch.Call.send` runs when it can never wait:
-    with a backend that declares ``non_blocking = True`` (the in-memory apiserver without
-    latency) and no QPS limit, True (the default) runs it on the object actor's own turn, with
-    no hand-off to a worker thread: the fastest path, and the one the benchmarks measure.
-    Set False when a custom call's ``send`` may block outside the backend (a sleep, a lock, a
-    future, another service): every send then runs on one of the ``workers`` threads, so a
-    slow one delays only its own object. Other backends always use the workers."""
+    """With a backend that declares ``non_blocking = True`` and no QPS limit, True runs a call's
+    :meth:`~kdispatch.Call.send` on the object actor's own turn, with no hand-off to a worker.
+    Set False when a custom call's ``send`` may block outside the backend: every send then runs
+    on the ``workers``. Other backends always use the workers."""
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
@@ -193,29 +181,14 @@ class ExecutorConfig:
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """The pooled actor runtime: ``workers`` threads drain all object actors' inboxes, each
-    actor handling at most ``batch`` messages per turn before yielding. One thread is the
-    default: turns never block, so under the interpreter lock more threads only add hand-offs.
+    actor handling at most ``batch`` messages per turn before yielding.
 
-    Garbage collection (process-wide settings: they affect every thread of the process).
-    Every live object actor with a pending call holds a few dozen objects the cyclic collector
-    tracks; with 100,000 of them a full (generation 2) collection scans millions of objects and
-    stops every thread, ``submit()`` included, for seconds.
-
-    ``gc_freeze``: keep the collector off the long-lived objects. ``Dispatcher.start()`` and every
-    ``Dispatcher.freeze_gc()`` collect the young generations (0 and 1) and then ``gc.freeze()``
-    everything alive; while the dispatcher runs, every collection of generation 1 is followed by
-    a ``gc.freeze()``, so whatever survived the two young collections is never scanned again and
-    a full collection only scans what is younger. Frozen objects are still freed by reference
-    counting, but garbage *cycles* among them (e.g. an object actor reaped after it was frozen)
-    are reclaimed only after ``Dispatcher.stop()`` gives them back (``gc.unfreeze()``): memory
-    for pauses. Default off.
-
-    ``gc_young_threshold``: if set, ``gc.set_threshold()``'s first value (allocations between two
-    young collections; CPython's default is 700) while the dispatcher runs; ``stop()`` restores
-    the previous thresholds. Default 10,000: each call allocates dozens of short-lived objects;
-    with a larger young generation most die before a collection scans them, and full
-    collections, whose pause grows with the live actors, come 14 times less often (see
-    docs/benchmarks.md, "Instructions per call"). None leaves the thresholds alone.
+    Garbage collection (process-wide; docs/configuration.md): ``gc_freeze`` keeps the cyclic
+    collector off long-lived objects (``gc.freeze()`` at ``Dispatcher.start()``, at every
+    ``Dispatcher.freeze_gc()`` and after every collection of generation 1; cycles among frozen
+    objects are reclaimed only after ``Dispatcher.stop()``). ``gc_young_threshold``: if set,
+    ``gc.set_threshold()``'s first value while the dispatcher runs (None leaves it alone);
+    ``stop()`` restores both.
     """
 
     workers: int = 1
@@ -272,8 +245,7 @@ class DispatcherConfig:
     log_calls: bool = False
     """Also log a debug record for every attempt that succeeds and every call that resolves
     ``success``/``skipped``/``overwritten`` (retries, conflicts, failures and cancellations are
-    always logged). Off by default: even a disabled loguru call costs a few microseconds, about
-    5 % of an in-memory call for these two records."""
+    always logged). Off by default (even a disabled loguru call costs a few microseconds)."""
 
     def __post_init__(self) -> None:
         for name, typ in (

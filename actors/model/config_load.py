@@ -1,23 +1,10 @@
 """Build a configuration dataclass tree from mappings or environment variables.
 
-Generic over the tree: the fields and their types are read from the dataclasses themselves
-(``dataclasses.fields`` and their annotations), so a field added to any config class is picked up
-without touching this module. Values are checked field by field:
-
-* a field whose type is a dataclass takes a mapping (recursively) or an instance of it;
-* ``bool``: ``True``/``False`` or one of ``true false yes no on off 1 0`` (any case);
-* ``int``: an int (not a bool) or a decimal string; ``float``: an int, a float or a string
-  Python's ``float()`` reads (``"inf"`` included; NaN is refused);
-* ``str``: a string; ``X | None``: ``None``, or ``""``/``"none"``/``"null"`` as strings;
-* ``Literal[...]`` and enums: one of their values.
-
-Unknown keys, wrong types and unparsable strings raise
-:class:`~kdispatch.InvalidConfigError` naming the key (``retry.max_attempts``) or the
-variable; so do the dataclasses' own checks (``__post_init__``), with the key prepended.
-
-Environment variables are ``<prefix><PATH>``, upper case, the path's parts joined by ``_``:
-``KDISPATCH_RATE_LIMIT_QPS`` is ``rate_limit.qps``, ``KDISPATCH_REAP_INTERVAL`` is
-``reap_interval``. Pure module apart from reading the environment it is given.
+Generic over the tree: fields and types are read from the dataclasses themselves, so a field
+added to a config class is picked up here. The accepted values and variable names are in
+docs/configuration.md ("From files and the environment"); a bad one raises
+:class:`~kdispatch.InvalidConfigError` naming the key or the variable. Pure module apart from
+reading the environment it is given.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """What the per-object rules ask their actor to do (effects), and how a request ended
-(:class:`Done`).
-
-The effects made for every call (and ``Done``) are named tuples: immutable, equal by value, and
-built on the hot paths with ``tuple.__new__(Kind, fields)``, a C call, where a class's own
-``__init__`` or a named tuple's ``__new__`` runs Python code per object (:data:`new`). Pure.
+(:class:`Done`). The hot-path ones are named tuples built with :data:`new` (a C call). Pure.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Typed errors and call outcomes.
-
-Three families live here:
-
-* input errors raised synchronously at the API boundary (``InvalidInputError`` and subclasses);
-* call outcomes that a call's future resolves with (``Outcome`` for the successful ones,
-  ``CallOutcomeError`` subclasses raised from ``future.result()`` for the others);
-* backend errors raised by an :class:`~kdispatch.ApiBackend` (``ApiError`` and
-  subclasses), which the executor classifies into retries, rebases and failures.
-
-Pure module: no threads, no pykka, no kubernetes.
+"""Typed errors and call outcomes: input errors raised at the API boundary
+(``InvalidInputError``), call outcomes (``Outcome``, ``CallOutcomeError``) and backend errors
+(``ApiError``), which the executor classifies into retries, rebases and failures. Pure module.
 """
 
 from __future__ import annotations
@@ -179,15 +171,11 @@ class ApiErrorFacts(TypedDict, total=False):
 class ApiError(KdispatchError):
     """An error answered by (or on the way to) the apiserver.
 
-    ``retryable`` tells the executor whether the same request may succeed later;
-    ``retry_after`` is the server's Retry-After in seconds (0 when it gave none), honoured on
-    429 and 5xx alike. ``ambiguous``: no answer says whether the request was applied (the
-    client gave up waiting, the connection ended before a reply, the server's own 504): a
-    call whose last request ended so reads its object once before it fails (see
-    :meth:`~kdispatch.Call.landed`). A subclass states its ``status``,
-    ``reason``, ``retryable`` and ``ambiguous`` in its header (``class
-    NotFoundError(ApiError, status=404, reason="NotFound")``); what it leaves out it
-    inherits.
+    ``retryable``: the same request may succeed later; ``retry_after``: the server's
+    Retry-After in seconds (0 when none), honoured on 429 and 5xx. ``ambiguous``: no answer
+    says whether the request was applied; a call whose last request ended so reads its object
+    once before it fails (:meth:`~kdispatch.Call.landed`). A subclass states its facts in its
+    header (``class NotFoundError(ApiError, status=404, reason="NotFound")``).
     """
 
     status: int = 0

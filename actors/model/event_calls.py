@@ -1,26 +1,8 @@
-"""Events (``events.k8s.io/v1``): the :class:`EventRecord` call, and the rules by which
-:class:`~.event_recorder.EventRecorder` correlates occurrences into series, as client-go's
-recorder does.
+"""Events (``events.k8s.io/v1``): the :class:`EventRecord` call, the best-effort write of one
+Event or its series, which :class:`~.event_recorder.EventRecorder` builds.
 
-The recorder (client side, like client-go's ``eventBroadcasterImpl`` cache) keys each
-occurrence by its regarding (and related) object, type, reason, action, note and reporting
-controller/instance. The first occurrence of a key creates an Event named
-``<regarding name>.<hex nanoseconds>``; a later one within ``window`` seconds of the previous
-occurrence (client-go's ``finishTime``, 6 minutes) bumps that Event's ``series.count`` and
-``series.lastObservedTime``, sent as a strategic merge patch of ``series``; after the window a
-new Event starts. (client-go's ``tools/events`` leaves the note out of the key and lets a
-changed note join the series; the older ``tools/record`` correlator keys its log by message.
-Here a new note starts a new Event, so the note on the server is always what happened.) Before
-that, a spam filter per regarding object (a token bucket, client-go's defaults: burst 25,
-one token per 300 s) drops occurrences of objects that report too often.
-
-Each Event object has its own actor (the call's ref is the Event, with a UID derived from its
-name, so occurrences of one series merge while they wait: a pending create absorbs the series
-patches behind it). :class:`EventRecord` is best-effort: it rides the executor's lowest lane
-for workers, takes tokens of the Events' own bucket (``RateLimitConfig.events_qps``), and is
-dropped unsent only when ``ExecutorConfig.events_max_pending`` Events already wait
-(:class:`~kdispatch.actors.model.errors.RequestDropped`, counted in
-``kdispatch_events_dropped_total{reason}``).
+Correlation into series and the spam filter are the recorder's (docs/events.md). Each Event has
+its own actor (a UID derived from its name), so occurrences of one series merge while they wait.
 
 Pure module: no threads, no pykka, no kubernetes; ``send`` runs on an executor worker.
 """
@@ -87,11 +69,9 @@ class EventRecord(Call):
     :class:`EventRecorder`; :meth:`new` builds one by hand.
 
     ``body`` is the Event without ``series``; ``count`` the occurrences so far (a ``series`` is
-    sent from 2 on), ``last_observed`` the newest occurrence (MicroTime text). ``create``: the
-    Event may not exist yet. Two records of one Event merge: the higher count and the newer
-    time win, and a pending create stays a create. Sending a patch that answers 404 creates the
-    Event instead; a create that answers 409 (it exists) patches the series, or is done for a
-    single occurrence. Nothing is compared with an observed object: an Event is never read.
+    sent from 2 on), ``last_observed`` the newest (MicroTime text); ``create``: the Event may
+    not exist yet. A patch answered 404 creates the Event; a create answered 409 patches the
+    series (or is done, for one occurrence). An Event is never read.
     """
 
     call_type = "event_record"

@@ -1,17 +1,10 @@
 """The eviction call: ``pods/eviction`` (policy/v1), which honours PodDisruptionBudgets.
 
-An eviction is the polite deletion: the apiserver deletes the pod only if no
-PodDisruptionBudget covering it would be violated, and otherwise answers 429 "Cannot evict pod
-as it would violate the pod's disruption budget." The backend raises that as
-:class:`~kdispatch.DisruptionBudgetError`, a retryable ``TooManyRequestsError``:
-the executor retries it with its per-object backoff until the call's retry allowance is spent,
-and the call then fails with ``CallFailed`` whose ``cause`` is the ``DisruptionBudgetError``.
+A refusal is a retryable :class:`~kdispatch.DisruptionBudgetError` (429), retried within the
+call's retry budget (docs/call-types.md, "Eviction").
 
-Like a preemption, an eviction is exclusive: it cancels every other pending call of the pod and
-becomes its only pending call.
-
-Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` runs on whichever
-thread calls it and never blocks; ``send`` runs on an executor worker.
+Pure module: every method but ``send`` runs on the calling thread and never blocks; ``send``
+runs on an executor worker.
 """
 
 from __future__ import annotations
@@ -22,23 +15,20 @@ from typing import ClassVar, Self
 from loguru import logger
 
 from .backend import ApiBackend, EvictionBackend, check_grace_period
-from .calls import Call
+from .calls import Call, check_target
 from .errors import InvalidCallError, InvalidRequestError, NotFoundError
 from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
-from .pod_calls import check_pod_call, deleted_or_replaced
+from .pod_calls import deleted_or_replaced
 
 __all__ = ["PodEviction"]
 
 
 @dataclass(frozen=True, slots=True)
 class PodEviction(Call):
-    """Evict a pod through ``pods/eviction`` with a UID precondition (a re-created pod of the
-    same name is never hit). Build with :meth:`for_pod`.
+    """Evict a pod through ``pods/eviction`` with a UID precondition. Build with :meth:`for_pod`.
 
-    Exclusive: it cancels every other pending call of the pod. NotFound means the pod is already
-    gone, which is success. The backend must offer ``evict`` (the
-    :class:`~kdispatch.EvictionBackend` protocol: ``KubernetesBackend`` and the
-    in-memory apiserver do); with any other backend the call fails with ``CallFailed``.
+    Exclusive: it cancels every other pending call of the pod. NotFound is success. The backend
+    must be an :class:`~kdispatch.EvictionBackend`; with any other the call fails ``CallFailed``.
     """
 
     call_type = "pod_eviction"
@@ -52,7 +42,7 @@ class PodEviction(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_pod_call(self)
+        check_target(self)
         check_grace_period(self.grace_period_seconds, InvalidCallError)
 
     def __hash__(self) -> int:
@@ -76,8 +66,7 @@ class PodEviction(Call):
         return is_terminating(obj)
 
     def landed(self, fresh: Obj) -> bool:
-        """The eviction landed: ``fresh`` is this pod terminating, or another pod of its name
-        (:func:`~.pod_calls.deleted_or_replaced`)."""
+        """The eviction landed (:func:`~.pod_calls.deleted_or_replaced`)."""
         return deleted_or_replaced(self.ref, fresh)
 
     def apply(self, obj: Obj) -> Obj:

@@ -1,23 +1,12 @@
 """The kind table: kind → (group, version, plural, namespaced, status subresource, patch flavour).
 
-One source of truth for where a kind lives in the REST API. The backends, informers and the
-in-memory/HTTP apiservers look kinds up here; users add their own (a CRD) with
-:func:`register`, or fill a table from the apiserver's discovery documents
-(:func:`kdispatch.register_from_discovery`).
+One source of truth for where a kind lives in the REST API (docs/kinds.md): the backends,
+informers and apiservers look kinds up here; users add their own (a CRD) with :func:`register`,
+or fill a table from discovery (:func:`kdispatch.register_from_discovery`). Built-in kinds take
+strategic merge patches, CRDs JSON merge patches (RFC 7386).
 
-=========================  ===================  ========  ==========  ======  =========
-kind                       apiVersion           plural    namespaced  status  patch
-=========================  ===================  ========  ==========  ======  =========
-built-in kinds below       ``v1``, ``apps/v1``  ...       ...         ...     strategic
-a registered CRD           ``group/version``    given     given       given   merge
-=========================  ===================  ========  ==========  ======  =========
-
-``patch`` is the flavour of an object-shaped patch: the apiserver only understands strategic
-merge patches for its built-in types; custom resources take JSON merge patches (RFC 7386).
-
-Thread-safety: a :class:`KindTable` may be read and extended from any thread (registration
-swaps an immutable mapping under a lock; lookups are a dict get). Pure module: no threads of
-its own, no pykka, no kubernetes.
+Thread-safety: a :class:`KindTable` may be read and extended from any thread (registration swaps
+an immutable mapping under a lock; lookups are a dict get).
 """
 
 from __future__ import annotations
@@ -96,48 +85,53 @@ class KindInfo:
         return f"{base}/{subresource}" if subresource else base
 
 
+def _builtin(
+    kind: str, group: str, version: str, plural: str, *, cluster: bool = False, status: bool = True
+) -> KindInfo:
+    """A built-in kind (strategic merge patches); ``cluster``: not namespaced."""
+    return KindInfo(kind, group, version, plural, not cluster, status, "strategic")
+
+
 BUILTIN_KINDS: tuple[KindInfo, ...] = (
-    KindInfo("Pod", "", "v1", "pods", True, True, "strategic"),
-    KindInfo("Node", "", "v1", "nodes", False, True, "strategic"),
-    KindInfo("Namespace", "", "v1", "namespaces", False, True, "strategic"),
-    KindInfo("ConfigMap", "", "v1", "configmaps", True, False, "strategic"),
-    KindInfo("Secret", "", "v1", "secrets", True, False, "strategic"),
-    KindInfo("ServiceAccount", "", "v1", "serviceaccounts", True, False, "strategic"),
-    KindInfo("Service", "", "v1", "services", True, True, "strategic"),
+    _builtin("Pod", "", "v1", "pods"),
+    _builtin("Node", "", "v1", "nodes", cluster=True),
+    _builtin("Namespace", "", "v1", "namespaces", cluster=True),
+    _builtin("ConfigMap", "", "v1", "configmaps", status=False),
+    _builtin("Secret", "", "v1", "secrets", status=False),
+    _builtin("ServiceAccount", "", "v1", "serviceaccounts", status=False),
+    _builtin("Service", "", "v1", "services"),
     # One kind, one place: ``Event`` is the events.k8s.io/v1 resource (what a recorder
     # writes). The same objects are served as core v1 Events; to address them there instead,
     # re-register the kind: ``register_kind("Event", "", "v1", "events", status=False,
     # patch="strategic", replace=True)``.
-    KindInfo("Event", "events.k8s.io", "v1", "events", True, False, "strategic"),
-    KindInfo("PersistentVolume", "", "v1", "persistentvolumes", False, True, "strategic"),
-    KindInfo("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims", True, True, "strategic"),
-    KindInfo("Deployment", "apps", "v1", "deployments", True, True, "strategic"),
-    KindInfo("ReplicaSet", "apps", "v1", "replicasets", True, True, "strategic"),
-    KindInfo("StatefulSet", "apps", "v1", "statefulsets", True, True, "strategic"),
-    KindInfo("DaemonSet", "apps", "v1", "daemonsets", True, True, "strategic"),
-    KindInfo("Job", "batch", "v1", "jobs", True, True, "strategic"),
-    KindInfo("Lease", "coordination.k8s.io", "v1", "leases", True, False, "strategic"),
-    KindInfo(
-        "PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets", True, True, "strategic"
-    ),
-    KindInfo(
-        "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", False, False, "strategic"
+    _builtin("Event", "events.k8s.io", "v1", "events", status=False),
+    _builtin("PersistentVolume", "", "v1", "persistentvolumes", cluster=True),
+    _builtin("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims"),
+    _builtin("Deployment", "apps", "v1", "deployments"),
+    _builtin("ReplicaSet", "apps", "v1", "replicasets"),
+    _builtin("StatefulSet", "apps", "v1", "statefulsets"),
+    _builtin("DaemonSet", "apps", "v1", "daemonsets"),
+    _builtin("Job", "batch", "v1", "jobs"),
+    _builtin("Lease", "coordination.k8s.io", "v1", "leases", status=False),
+    _builtin("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets"),
+    _builtin(
+        "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", cluster=True, status=False
     ),
     # Kubernetes 1.37 serves it only with the GenericWorkload feature gate and
     # --runtime-config=scheduling.k8s.io/v1beta1=true (a beta API, off by default)
-    KindInfo("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups", True, True, "strategic"),
-    KindInfo("StorageClass", "storage.k8s.io", "v1", "storageclasses", False, False, "strategic"),
-    KindInfo("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True, True, "strategic"),
-    KindInfo("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", False, False, "strategic"),
-    KindInfo("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False, False, "strategic"),
-    KindInfo(
+    _builtin("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups"),
+    _builtin("StorageClass", "storage.k8s.io", "v1", "storageclasses", cluster=True, status=False),
+    _builtin("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"),
+    _builtin("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", cluster=True, status=False),
+    _builtin(
+        "ResourceSlice", "resource.k8s.io", "v1", "resourceslices", cluster=True, status=False
+    ),
+    _builtin(
         "CustomResourceDefinition",
         "apiextensions.k8s.io",
         "v1",
         "customresourcedefinitions",
-        False,
-        True,
-        "strategic",
+        cluster=True,
     ),
 )
 """The built-in kinds every table starts with."""

@@ -1,24 +1,14 @@
-"""What an object's actor knows of its object, and how far it trusts it.
+"""What an object's actor knows of its object, and how far it trusts it (docs/behaviour.md,
+"Trust").
 
-The *observed* object is the newest state the actor saw: from the informer, from a caller's
-``basis``, from a reply or a re-read. Two facts qualify it, each kept as one value with one
-rule:
+The *observed* object is the newest state the actor saw (informer, a caller's ``basis``, a reply
+or a re-read), qualified by two facts: ``landed``, a call that landed without a reply object
+(applied on top of every observed object until one shows it; the resourceVersion is then behind,
+``rv_stale``), and ``untrusted_rv``, a request computed on that resourceVersion may or may not
+have landed (no elision against the object, and a re-read before a request that reads it, until
+a strictly newer object or a fresh read comes).
 
-* ``landed``: a call that landed without a reply object (a binding). It is applied on top of
-  every observed object until one shows it (``Call.is_noop``). Until then, or until a fresh
-  read, the content is right but the resourceVersion is behind the server's (``rv_stale``), so
-  a request computed on the object needs a re-read first.
-* ``untrusted_rv``: a request computed on this resourceVersion may or may not have landed (a
-  retryable failure, a lost reply), or a 409's re-read failed. Until an object strictly newer
-  than it is observed (with preconditions, it either holds that request or proves it never
-  landed) or a fresh read comes, no call is elided against the object and every request that
-  reads the object re-reads it first.
-
-So no-op elision relies on the object unless it is untrusted (:attr:`elides`), and a request
-may be computed on it without a re-read only when neither fact holds (:attr:`trusted`).
-
-Pure: :class:`Knowledge` is the base of :class:`~.object_state.ObjectState` (one object per
-actor, for memory), fed by its inputs; no threads, no clocks.
+Pure: the base of :class:`~.object_state.ObjectState`; no threads, no clocks.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The lifecycle of one object's actor, the one automaton of the per-object rules.
 
-:data:`LIFECYCLE` maps ``(life, input)`` to the next life (a pair it lacks keeps the life), and
-one state-triggered rule completes it: an object that is ``RETIRING`` with nothing in flight is
-``RETIRED`` at once. ``LIVE`` objects apply the queue rules; once the object is gone a submit is
-refused (``CallCancelled``), a grant is refunded, a done ends the last request, and the rest
-changes nothing. Whether calls wait or one is in flight is not a state of its own: it is a view
-of the queue (:class:`State`). Pure.
+:data:`LIFECYCLE` maps ``(life, input)`` to the next life (a pair it lacks keeps the life); one
+state-triggered rule completes it: ``RETIRING`` with nothing in flight is ``RETIRED`` at once.
+Whether calls wait or one is in flight is a view of the queue (:class:`State`). Pure.
 """
 
 from __future__ import annotations

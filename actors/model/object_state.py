@@ -1,20 +1,12 @@
 """The per-object rules as a pure machine (DESIGN §3): inputs in, effects out.
 
-One :class:`ObjectState` per object UID. Its inputs are the events of an object's life
-(:meth:`~ObjectState.submit`, :meth:`~ObjectState.grant`, :meth:`~RequestEnds.done`,
-:meth:`~ObjectState.observed_event`, :meth:`~ObjectState.deleted`, ...); each returns the
-*effects* (:mod:`.effects`) for the actor shell (:mod:`~kdispatch.actors.engine.object_actor`) to
-carry out, in order. The machine is built in layers, one concept each: what is known of the
-object (:mod:`.knowledge`), the queue and the rules its inputs share (:mod:`.object_queue`), the
-end of a request (:mod:`.request_ends`), and here the caller's and the informer's inputs. The
-queue rules themselves (merge, supersede, place) are :mod:`.queue_policy`; the lifecycle is
-:mod:`.lifecycle`.
-
-**Withdrawing one call** (``withdraw(future)``; ``cancel`` withdraws by call type): a pending
-call resolves ``CallCancelled`` at once; a call in flight cannot be recalled, but when its
-request ends retryably (429, 5xx, a lost reply) or with a 409 it resolves ``CallCancelled``
-instead of going back to the queue (a success still resolves ``SUCCESS``: it landed). An entry
-that carries someone else's intent too is sent whole (see :mod:`.queue_policy`).
+One :class:`ObjectState` per object UID: each input (:meth:`~ObjectState.submit`,
+:meth:`~ObjectState.grant`, :meth:`~RequestEnds.done`, :meth:`~ObjectState.observed_event`,
+:meth:`~ObjectState.deleted`, ...) returns the *effects* (:mod:`.effects`) for the actor shell to
+carry out, in order. Built in layers, one concept each: :mod:`.knowledge` (what is known of the
+object), :mod:`.object_queue` (the queue and the rules its inputs share), :mod:`.request_ends`
+(the end of a request), and here the caller's and the informer's inputs; the queue rules are
+:mod:`.queue_policy`, the lifecycle :mod:`.lifecycle`. docs/behaviour.md tells the rules.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Kubernetes objects as plain JSON dicts, and their identity.
 
-Objects travel through kdispatch as the JSON form the apiserver speaks (``metadata.uid``,
-``status.conditions`` ...), never as client model classes. They are treated as immutable: code that
-derives a new object copies the path it changes (:func:`with_path`) and never mutates its input.
-
-At the boundary, :func:`as_object` turns what users hold into that form: a plain ``dict`` as it
-is, any other ``Mapping`` (kopf's ``Body``) deep-copied into dicts and lists, and an official
-client model (``V1Pod``, ``ResourceV1ResourceClaim`` ...) into exactly what the client's
-``ApiClient().sanitize_for_serialization`` would send.
-
-Pure module: no threads, no pykka, no kubernetes.
+Objects travel through kdispatch as the JSON form the apiserver speaks, treated as immutable:
+code that derives a new object copies the path it changes (:func:`with_path`). At the boundary,
+:func:`as_object` turns what users hold into that form (docs/clients.md). Pure module.
 """
 
 from __future__ import annotations
@@ -47,19 +40,11 @@ def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
 def as_object(obj: object) -> dict[str, Any]:
     """The JSON form of ``obj``, the form every object takes inside kdispatch. Any thread; pure.
 
-    * a plain ``dict`` is returned as it is (no copy: it is treated as immutable from now on);
-    * any other ``Mapping`` (kopf's ``Body``, a ``MappingProxyType`` ...) is copied into plain
-      dicts and lists, all the way down;
-    * an official-client model (anything with the generated ``openapi_types`` and
-      ``attribute_map``, such as ``kubernetes.client.V1Pod``) becomes the dict the client would
-      put on the wire: ``ApiClient().sanitize_for_serialization(model)``, i.e. JSON field names,
-      unset fields left out, datetimes as ISO 8601 strings;
-    * an object of another client is read from its JSON form: a ``.raw`` mapping (kr8s
-      objects) or what its ``to_dict()`` method returns (lightkube models), copied into plain
-      dicts and lists.
-
-    No client is ever imported (objects are recognised by their shape). Raises
-    :class:`InvalidObjectError` for anything else, naming where in the object it failed.
+    A plain ``dict`` as it is (treated as immutable from now on); any other ``Mapping`` copied
+    into plain dicts and lists; an official-client model (``V1Pod`` ...) as
+    ``ApiClient().sanitize_for_serialization(model)`` would put it on the wire; another client's
+    object from its ``.raw`` mapping (kr8s) or ``to_dict()`` (lightkube). No client is imported.
+    Raises :class:`InvalidObjectError` for anything else, naming where in the object it failed.
     """
     if type(obj) is dict:
         return obj
@@ -288,12 +273,8 @@ def is_newer(candidate: Obj, current: Obj | None, *, strict: bool = False) -> bo
 
 def rv_is_newer(new: str | None, current: str | None, *, strict: bool = False) -> bool:
     """Whether an object at resourceVersion ``new`` should replace one at ``current`` (None:
-    absent or empty, which never holds an object back).
-
-    resourceVersions are opaque to clients; like most controllers we compare them as integers
-    when both are numeric (the case on etcd-backed apiservers and on the embedded one) and
-    otherwise take the later arrival as newer. ``strict``: an equal resourceVersion is not
-    newer (the same server version again).
+    absent or empty, which never holds an object back). Compared as integers when both are
+    numeric, otherwise the later arrival is newer. ``strict``: an equal one is not newer.
     """
     if new is None or current is None:
         return True

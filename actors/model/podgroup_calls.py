@@ -1,41 +1,13 @@
 """PodGroup calls: the group's status conditions (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37).
 
-:class:`PodGroupStatusPatch` carries condition intents for one PodGroup, the way
-:class:`~kdispatch.PodStatusPatch` carries them for a pod, and shares its
-helpers: intents merge by type (newer fields win, the older call fills the gaps), a patch
-carries only the conditions that still differ from the newest trusted PodGroup (a new status
-stamps ``lastTransitionTime``), sent as a strategic-merge patch of ``podgroups/status``
-(``status.conditions`` is a list map keyed by ``type`` in the Go type) guarded by the UID and
-resourceVersion.
+:class:`PodGroupStatusPatch` carries condition intents for one PodGroup as
+:class:`~kdispatch.PodStatusPatch` does for a pod (:mod:`.conditions`), with upstream's rules for
+PodGroups (``metav1.Condition`` validation, ``observedGeneration`` per condition,
+``PodGroupInitiallyScheduled`` final once ``True``: :func:`regresses`); docs/call-types.md,
+"PodGroups", tells them.
 
-What is particular to PodGroups (``metav1.Condition``, and upstream's rules):
-
-* every condition needs a ``reason`` (``CamelCase``: a letter, then letters, digits, ``_``,
-  ``,`` or ``:``), its ``type`` is a qualified name, a ``message`` has at most 32 KiB: the
-  apiserver refuses anything else with 422, so the call refuses it at construction;
-* ``observedGeneration``: ``PodGroupStatus`` has no ``status.observedGeneration`` of its own;
-  the generation lives in each condition (``metav1.Condition.observedGeneration``, "the
-  ``.metadata.generation`` that the condition was set based upon"). The constructors stamp
-  every condition with the ``metadata.generation`` of the PodGroup the caller decided on (the
-  call's basis), as kube-scheduler stamps the generation of the PodGroup in its cache, not the
-  one the request happens to meet; none when that PodGroup has no generation. A stored
-  condition whose generation is newer satisfies an intent that only differs by an older one:
-  a call never writes a condition's generation backwards on its own;
-* ``PodGroupInitiallyScheduled`` is terminal once ``True`` (upstream: "it will never revert to
-  False"). A ``PodGroupInitiallyScheduled`` that is not ``True`` is never sent, nor shown by
-  ``apply``, while the newest PodGroup (or the one the caller decided on) has it ``True``; the
-  other conditions of the call are still sent. A patch computed on an older PodGroup carries
-  its resourceVersion, so a ``True`` written meanwhile makes the server refuse it (409) and the
-  re-read brings the ``True`` here: it never lands. A call that carries nothing else resolves
-  :class:`~kdispatch.CallStale`, as a stale ``PodScheduled=False`` for a bound
-  pod does (kubernetes#139602): the caller's view is older than the group's state, which it
-  should learn (upstream's scheduler drops such a write silently). The one rule is
-  :func:`regresses`;
-* :meth:`PodGroupStatusPatch.disruption_target` marks a group preempted as a whole
-  (``DisruptionTarget=True``, reason ``PreemptionByScheduler``).
-
-Pure module: no threads, no pykka, no kubernetes. Every method except ``send`` runs on whichever
-thread calls it and never blocks; ``send`` runs on an executor worker.
+Pure module: every method but ``send`` runs on the calling thread and never blocks; ``send``
+runs on an executor worker.
 """
 
 from __future__ import annotations
@@ -48,20 +20,18 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Final, Self
 
 from .backend import ApiBackend, patch_status_guarded
-from .calls import Call, check_merge, given
-from .errors import InvalidCallError
-from .objects import POD_GROUP, Obj, ObjectRef, as_object, is_dns_subdomain, is_mapping, meta
-from .pod_calls import (
+from .calls import Call, check_merge, check_target, given, newest_basis
+from .conditions import (
     CONDITION_STATUSES,
-    DISRUPTION_TARGET,
     apply_conditions,
     check_condition,
-    check_pod_call,
     condition_entries,
     merge_conditions,
-    newest_basis,
     pod_conditions,
 )
+from .errors import InvalidCallError
+from .objects import POD_GROUP, Obj, ObjectRef, as_object, is_dns_subdomain, is_mapping, meta
+from .pod_calls import DISRUPTION_TARGET
 
 __all__ = [
     "OBSERVED_GENERATION",
@@ -126,11 +96,10 @@ def _qualified_name_problem(value: str) -> str | None:
 
 def condition_problems(cond: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What kube-apiserver's ``metav1`` condition validation (``ValidateCondition``) refuses in
-    ``cond``, as ``(field, problem)`` pairs, except ``lastTransitionTime`` (which the patch
-    sets): ``type`` a qualified name, ``status`` one of ``True``/``False``/``Unknown``,
-    ``observedGeneration`` an int >= 0, ``reason`` required (letters, digits, ``_,:``; at most
-    1 KiB), ``message`` at most 32 KiB. The one copy of these rules: the call type checks its
-    intents with it, the in-memory apiserver the conditions it stores. Pure; any thread."""
+    ``cond``, as ``(field, problem)`` pairs, ``lastTransitionTime`` aside: ``type`` a qualified
+    name, ``status`` ``True``/``False``/``Unknown``, ``observedGeneration`` an int >= 0,
+    ``reason`` required (letters, digits, ``_,:``; at most 1 KiB), ``message`` at most 32 KiB.
+    The one copy of these rules (the call type and the in-memory apiserver use it). Pure."""
     problems: list[tuple[str, str]] = []
     ctype = cond.get("type")
     if not isinstance(ctype, str) or not ctype:
@@ -171,10 +140,9 @@ def condition_problems(cond: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def check_podgroup_condition(cond: object) -> Condition:
-    """Validate a PodGroup condition intent and return a read-only copy of it: ``type``,
-    ``status`` and ``reason`` (required), optionally ``message`` and ``observedGeneration``; the
-    rules of :func:`condition_problems`. ``lastTransitionTime`` is set at send time and any
-    other key is refused. Raises :class:`InvalidCallError`."""
+    """Validate a PodGroup condition intent (:func:`condition_problems`; any key but ``type``,
+    ``status``, ``reason``, ``message`` and ``observedGeneration`` is refused) and return a
+    read-only copy of it. Raises :class:`InvalidCallError`."""
     if not is_mapping(cond):
         raise InvalidCallError(f"a condition must be a mapping, got {type(cond).__name__}")
     unknown = set(cond) - _INTENT_KEYS
@@ -215,10 +183,9 @@ def _initially_scheduled(obj: Obj | None) -> bool:
 
 
 def regresses(intent: Condition, obj: Obj | None, basis: Obj | None) -> bool:
-    """Whether sending ``intent`` would take ``PodGroupInitiallyScheduled`` back from ``True``:
-    it sets that condition to anything but ``True`` while ``obj`` (the newest PodGroup) or
-    ``basis`` (the one the caller decided on) has it ``True``. Such an intent is never sent.
-    Pure; any thread."""
+    """Whether ``intent`` would take ``PodGroupInitiallyScheduled`` back from ``True`` (as ``obj``,
+    the newest PodGroup, or ``basis``, the one the caller decided on, has it): never sent.
+    Pure."""
     if intent["type"] != POD_GROUP_INITIALLY_SCHEDULED or intent["status"] == "True":
         return False
     return _initially_scheduled(obj) or (basis is not obj and _initially_scheduled(basis))
@@ -248,9 +215,8 @@ def _generation(obj: Obj) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class PodGroupStatusPatch(Call):
-    """Conditions of one PodGroup (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37). Build with
-    :meth:`for_podgroup`, :meth:`initially_scheduled` or :meth:`disruption_target`, which take
-    the PodGroup the caller decided on (the call's basis).
+    """Conditions of one PodGroup. Build with :meth:`for_podgroup`, :meth:`initially_scheduled`
+    or :meth:`disruption_target`, which take the PodGroup the caller decided on (the basis).
 
     * Conditions merge by type, as a pod's do: newer fields win, the older call fills the gaps.
     * Each condition's ``observedGeneration`` is the basis's ``metadata.generation`` (none when
@@ -258,8 +224,7 @@ class PodGroupStatusPatch(Call):
     * ``PodGroupInitiallyScheduled`` never goes back from ``True``: a ``False`` or ``Unknown``
       for it is never sent while the newest PodGroup or the basis has it ``True``; a call that
       carries nothing else resolves :class:`~kdispatch.CallStale`.
-    * A condition the apiserver would refuse (no ``reason``, a malformed one, a type that is
-      not a qualified name, a message over 32 KiB) raises
+    * A condition the apiserver would refuse (:func:`condition_problems`) raises
       :class:`~kdispatch.InvalidCallError` here.
 
     Sent as a strategic-merge patch of ``podgroups/status`` carrying only the conditions that
@@ -275,7 +240,7 @@ class PodGroupStatusPatch(Call):
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_pod_call(self)
+        check_target(self)
         object.__setattr__(self, "conditions", _check_conditions(given(self, "conditions")))
 
     def __hash__(self) -> int:
@@ -285,10 +250,9 @@ class PodGroupStatusPatch(Call):
 
     @classmethod
     def for_podgroup(cls, podgroup: object, *, conditions: Iterable[Mapping[str, Any]]) -> Self:
-        """A status patch for ``podgroup`` (also its basis) setting ``conditions`` (each with
-        ``type``, ``status``, ``reason`` and optionally ``message``; ``observedGeneration``
-        defaults to the PodGroup's ``metadata.generation``). Raises
-        :class:`~kdispatch.InvalidObjectError` /
+        """A status patch for ``podgroup`` (also its basis) setting ``conditions`` (``type``,
+        ``status``, ``reason``, optionally ``message``; ``observedGeneration`` defaults to the
+        PodGroup's ``metadata.generation``). Raises :class:`~kdispatch.InvalidObjectError` /
         :class:`~kdispatch.InvalidCallError`."""
         pg = as_object(podgroup)  # official-client models and any Mapping
         ref = ObjectRef.of(pg, POD_GROUP)
@@ -355,8 +319,8 @@ class PodGroupStatusPatch(Call):
     # ------------------------------------------------------------------ rules (pure)
 
     def merge(self, older: object) -> Self:
-        """Conditions merge by type (:func:`~kdispatch.actors.model.pod_calls.merge_conditions`):
-        this call's fields win, the older call fills the gaps; the newer basis is kept."""
+        """Conditions merge by type (:func:`~.conditions.merge_conditions`); the newer basis
+        is kept."""
         older = check_merge(self, older)
         conds = merge_conditions(self.conditions, older.conditions)
         return type(self)(self.ref, conds, basis=newest_basis(self.basis, older.basis))
@@ -371,9 +335,8 @@ class PodGroupStatusPatch(Call):
         )
 
     def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
-        """Stale when every condition of the call would take ``PodGroupInitiallyScheduled``
-        back from ``True`` (:func:`regresses`); a call with other conditions is sent without
-        it. Pure."""
+        """Stale when every condition of the call :func:`regresses`; a call with other
+        conditions is sent without those. Pure."""
         if all(regresses(c, obj, basis) for c in self.conditions):
             status = self.conditions[0]["status"]
             return (
@@ -391,28 +354,24 @@ class PodGroupStatusPatch(Call):
         return not self._changes(obj)
 
     def landed(self, fresh: Obj) -> bool:
-        """``fresh`` is this PodGroup with every condition of this patch that may be sent
-        (:meth:`is_noop`)."""
+        """``fresh`` is this PodGroup with this patch applied (:meth:`is_noop`)."""
         return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
 
     def apply(self, obj: Obj) -> Obj:
-        """The PodGroup once the patch is applied (copy-on-write; ``obj`` itself if a no-op):
-        the conditions :meth:`status_patch` would send, merged by type."""
+        """The PodGroup once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
         changes = self._changes(obj)
         return apply_conditions(obj, changes) if changes else obj
 
     def status_patch(self, obj: Obj | None, now: str | None = None) -> dict[str, Any] | None:
-        """The ``status`` part of the strategic-merge patch against ``obj``: the conditions that
-        differ (``lastTransitionTime = now`` where the condition is new or its status changes),
-        never a regressing ``PodGroupInitiallyScheduled``. None when nothing differs."""
+        """The ``status`` of the strategic-merge patch against ``obj``: the conditions that differ
+        (:func:`~.conditions.condition_entries`), none that regresses; None if nothing differs."""
         entries = condition_entries(self._changes(obj), pod_conditions(obj), now)
         return {"conditions": entries} if entries else None
 
     # ------------------------------------------------------------------ I/O (executor thread)
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Patch what still differs from ``obj`` (the trusted PodGroup) with the object-shaped
-        body ``{"status": status_patch(obj)}``, guarded by UID and resourceVersion; returns the
-        server's PodGroup, or ``obj`` when nothing differs (no request). Runs on an executor
-        worker thread."""
+        """Patch :meth:`status_patch` of ``obj`` (the trusted PodGroup), guarded by UID and
+        resourceVersion; the server's PodGroup, or ``obj`` when nothing differs (no request).
+        Executor worker thread."""
         return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "strategic")

@@ -1,27 +1,12 @@
 """The queue policy of one object: which of its calls wait, merged how, and in what order.
 
-An object's pending calls are a list of :class:`Entry` in send order, at most one per call
-type. A new call meets them through the rules its type declares (DESIGN §3):
+An object's pending calls are a list of :class:`Entry` in send order, at most one per call type,
+met by a new call through the rules its type declares: merge, supersede, exclusive, or queue
+behind (docs/behaviour.md, "The queue"). An entry carries the *intents* of every call merged
+into it, so one call can be withdrawn by its future (:meth:`Entry.cancelled`); a *held* entry
+(``after=``) is never placed ahead of a call it waits for (:func:`place`), nor supersedes one.
 
-* **merge** — a pending call of the same type absorbs into the new one (newer values win, the
-  older call fills the gaps: ``Call.merge``) and keeps its queue slot; the older future
-  resolves ``OVERWRITTEN``;
-* **supersede** — a call whose type ``supersedes`` a pending one takes the first such slot and
-  the pending ones resolve ``OVERWRITTEN``; a call arriving while a superseding call is tracked
-  resolves ``SKIPPED``;
-* **exclusive** — a deletion (preemption, eviction) cancels every pending call and becomes the
-  only one; nothing queues behind it;
-* anything else queues behind what waits (both are sent, in order).
-
-An entry carries the *intents* of every call merged into it (its own future and the futures it
-overwrote), so a caller can withdraw one call by its future: the entry goes only once every
-intent it carries is withdrawn (:meth:`Entry.cancelled`). A *held* entry (``after=``) has hold
-tokens and, while held, the futures of calls on this object it waits for (``behind``): it is
-never placed ahead of one of those (:func:`place`), and never supersedes one: the call it
-waits for stays and is sent first.
-
-Pure module: functions of their arguments and of the entries they are given; no threads, no
-clocks. The machine that applies them is :class:`~.object_state.ObjectState`.
+Pure module: no threads, no clocks; :class:`~.object_state.ObjectState` applies it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,178 @@
+"""A dispatcher's call groups: :meth:`GroupHostMixin.group` builds them, and the hooks of
+:class:`~kdispatch.actors.engine.groups.GroupHost` submit, refuse, withdraw and forget their
+steps.
+
+:class:`GroupHostMixin` is a base of :class:`~.dispatcher.Dispatcher`; the hooks are internal
+(called by the groups, never by a program). Any thread.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final, overload
+
+from kdispatch.actors.engine.gangs import Gang, check_min_count
+from kdispatch.actors.engine.groups import CallGroup, OwnerIndex
+from kdispatch.actors.engine.holds import Dependencies, Prerequisite
+from kdispatch.actors.engine.messages import CallFuture, Withdraw, settle
+from kdispatch.actors.engine.metrics import Metrics
+from kdispatch.actors.engine.registry import Registry
+from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
+from kdispatch.actors.model.errors import CallCancelled, DispatcherClosed, Outcome
+from kdispatch.actors.model.objects import ObjectRef, check_uid
+
+from .dispatcher_like import Backlog
+
+__all__ = ["GROUP_LOCK_STRIPES", "GroupHostMixin"]
+
+GROUP_LOCK_STRIPES: Final = 64  # locks shared by the call groups of one dispatcher
+
+
+class GroupHostMixin:
+    """The call groups of a :class:`~.dispatcher.Dispatcher` (its fields, declared here)."""
+
+    call_types: CallTypeRegistry
+    metrics: Metrics
+    _backlog: Backlog
+    _closed: bool
+    _deps: Dependencies
+    _group_locks: tuple[threading.Lock, ...]
+    _owners: OwnerIndex
+    _registry: Registry
+    _revoked: DispatcherClosed | None
+    _started: bool
+
+    if TYPE_CHECKING:
+
+        def _admit(
+            self, call: Call, prereqs: tuple[Prerequisite, ...], group: CallGroup | None
+        ) -> CallFuture: ...
+
+        def _on_resolved(self, future: CallFuture) -> None: ...
+
+    def _init_groups(self) -> None:
+        """Constructor: the prerequisites of held calls, and the call groups by owner UID (read
+        without a lock by on_delete and an exclusive call's submit). A group's own fields are
+        guarded by one of the dispatcher's group locks, picked by its owner's UID."""
+        self._deps = Dependencies(self, self._registry.tell, self.metrics)
+        self._owners = OwnerIndex()
+        self._group_locks = tuple(threading.Lock() for _ in range(GROUP_LOCK_STRIPES))
+
+    def _resolve_now(self, future: CallFuture, call: Call, error: CallCancelled) -> None:
+        """Submitting thread: resolve a call that never reached its actor."""
+        self.metrics.outcome(call.call_type, "cancelled")
+        settle(future, error)
+        self._on_resolved(future)
+
+    @overload
+    def group(self, owner: object, *, kind: str | None = None, gang: None = None) -> CallGroup: ...
+
+    @overload
+    def group(self, owner: object, *, kind: str | None = None, gang: int) -> Gang: ...
+
+    @overload
+    def group(
+        self, owner: object, *, kind: str | None = None, gang: int | None = None
+    ) -> CallGroup: ...
+
+    def group(
+        self, owner: object, *, kind: str | None = None, gang: int | None = None
+    ) -> CallGroup:
+        """Any thread. A :class:`~kdispatch.CallGroup` of steps that die with
+        ``owner`` (an object: a dict, a ``Mapping``, an official-client model, or an
+        :class:`ObjectRef`): its deletion (:meth:`on_delete`, or a 404 on a step on it) or
+        its preemption (an exclusive call submitted for it) cancels the group. With
+        ``gang=min_count``, a :class:`~kdispatch.Gang`: its pod bindings are held until
+        ``min_count`` of them were submitted (or it is sealed), then sent together; a failure
+        before that withdraws them all. Raises :class:`DispatcherClosed` once ``stop`` or
+        ``revoke`` was called, :class:`InvalidInputError` for a ``gang`` that is not an int
+        >= 1."""
+        ref = owner if isinstance(owner, ObjectRef) else ObjectRef.of(owner, kind)
+        check_uid(ref.uid)
+        min_count = None if gang is None else check_min_count(gang)
+        if self._revoked is not None:
+            raise copy.copy(self._revoked)
+        if self._closed or not self._started:
+            raise DispatcherClosed(
+                "dispatcher is stopped" if self._closed else "dispatcher not started"
+            )
+        lock = self._group_locks[hash(ref.uid) % GROUP_LOCK_STRIPES]
+        group = (
+            CallGroup(self, ref, lock) if min_count is None else Gang(self, ref, lock, min_count)
+        )
+        self._owners.add(group)
+        self.metrics.groups_open_delta(1)
+        if self._registry.is_tombstoned(ref.uid):  # deleted already
+            group.cancel_for("owner_deleted")
+        return group
+
+    @property
+    def open_groups(self) -> int:
+        """Call groups created and not yet resolved. Any thread."""
+        return self._owners.count
+
+    @property
+    def held_calls(self) -> int:
+        """Calls held on prerequisites that have not all resolved. Any thread."""
+        return self._deps.held
+
+    def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture:
+        """Caller thread (``CallGroup.submit``): :meth:`submit` as a step of ``group``."""
+        self.call_types.check(call)
+        call = plain_basis(call)
+        prereqs = self._deps.prerequisites(after) if after else ()
+        return self._admit(call, prereqs, group)
+
+    def refuse_step(self, call: Call, group: CallGroup) -> CallFuture:
+        """Caller thread: a step of a cancelled group, resolved at once and never sent."""
+        self.call_types.check(call)
+        future = CallFuture()
+        future.owner = self
+        future.call = call
+        lane = self._backlog.lane(call.relevance)
+        lane.append(None)
+        future.lane = lane
+        group.add_step(future)
+        refused = group._refusal(call, held=False)
+        assert refused is not None  # a group is never un-cancelled
+        self._resolve_now(future, call, refused)
+        return future
+
+    def withdraw(self, future: CallFuture, cause: CallCancelled) -> None:
+        """Any thread: withdraw one step, by its future (:meth:`.ObjectState.withdraw`). A
+        held step fails its hold (it resolves ``DependencyFailed`` with ``cause``); any other
+        is withdrawn exactly: pending, it resolves ``CallCancelled``; in flight, it is not
+        sent again. A step resolved ``OVERWRITTEN`` is withdrawn from the newer call that
+        carries its intent (which is sent anyway while it carries another intent)."""
+        call = future.call
+        if call is None:
+            return
+        if future.done():
+            if future.exception() is not None or future.result() is not Outcome.OVERWRITTEN:
+                return
+        elif self._deps.fail(future, cause):
+            return
+        self._registry.tell(call.ref.uid, Withdraw(future, cause))
+
+    def group_cancelled(self, group: CallGroup, cause: str) -> None:
+        """Any thread: ``group`` was cancelled (metrics)."""
+        self.metrics.group_cancelled(cause)
+
+    def group_resolved(self, group: CallGroup) -> None:
+        """Any thread: ``group``'s future resolved; forget it."""
+        if self._owners.remove(group):
+            self.metrics.groups_open_delta(-1)
+
+    def _cancel_owned(self, uid: str, cause: str, spare: CallGroup | None = None) -> None:
+        """Any thread: cancel the call groups ``uid`` owns (but ``spare``, whose own step
+        preempts its owner)."""
+        for group in self._owners.of(uid):
+            if group is not spare:
+                group.cancel_for(cause)
+
+    def _seal_groups(self) -> None:
+        """``stop``/``revoke``: no group takes more steps; each resolves with its last step."""
+        for group in self._owners.all():
+            group._seal(closing=True)
