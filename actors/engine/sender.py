@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ChargedBackend", "Sender"]
 
-_new: Final = tuple.__new__  # a Done built in C (see object_state's effects)
 
 _GONE: Final[Any] = object()
 _LABELS: Final = {result: result.value for result in Result}  # (an Enum's .value is slow)
@@ -189,7 +188,7 @@ class Sender:
                 result=label,
                 pod=ref.name,
             )
-        return _new(Done, (call, result, obj, error, delay)), backend.requests
+        return Done(call, result, obj, error, delay), backend.requests
 
     @staticmethod
     def _reread(backend: ChargedBackend, call: Any) -> Any:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from concurrent.futures import Future
 from functools import partial
-from typing import Any, Final, Self
+from typing import Any, Self
 
 import pykka
 from loguru import logger
@@ -66,7 +66,6 @@ from kdispatch.actors.runtime.pool import ActorPool
 from .dispatcher_like import Backlog, DispatcherLike, lane_level
 from .group_host import GroupHostMixin
 
-_new: Final = tuple.__new__
 _STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
 _TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 
@@ -283,7 +282,7 @@ class Dispatcher(GroupHostMixin, DispatcherLike):
                 "dispatcher is stopped" if self._closed else "dispatcher not started"
             )
         uid = call.ref.uid
-        message = _new(Submit, (call, future, NO_HOLDS, NO_HOLDS))  # built in C
+        message = Submit(call, future, NO_HOLDS, NO_HOLDS)
         hold: Hold | None = None
         # A group's step is registered before it is told (its group learns when it resolves:
         # no done-callback); most groups' futures do not exist, and those need no cycle check.

@@ -1,12 +1,12 @@
 """What the per-object rules ask their actor to do (effects), and how a request ended
-(:class:`Done`). The hot-path ones are named tuples built with :data:`new` (a C call). Pure.
+(:class:`Done`): named tuples, immutable and equal by value. Pure.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 from .calls import Call
 from .errors import CallOutcomeError, DependencyFailed, DispatcherClosed, Outcome
@@ -25,11 +25,7 @@ __all__ = [
     "Send",
     "about",
     "dependency_failed",
-    "new",
 ]
-
-new: Final = tuple.__new__
-"""Builds a named tuple from a tuple of its fields without running Python code."""
 
 
 class Resolve(NamedTuple):

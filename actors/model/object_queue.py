@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from .calls import Call
 from .config import RetryConfig
-from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about, new
+from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about
 from .errors import CallCancelled, CallConflict, CallOutcomeError, CallStale, Outcome
 from .knowledge import Knowledge
 from .lifecycle import LIFECYCLE, Input, Life, State
@@ -152,7 +152,7 @@ class ObjectQueue(Knowledge):
         else:
             retry = entry.retry = SENT_ONCE if retry is FRESH else retry.sent()
             entry.sent_rv = self.observed_rv
-            send = new(Send, (call, self.observed, retry.attempt, False, False))
+            send = Send(call, self.observed, retry.attempt, False, False)
         self.request = send
         return send
 

@@ -228,12 +228,14 @@ class PodGroupStatusPatch(Call):
       :class:`~kdispatch.InvalidCallError` here.
 
     Sent as a strategic-merge patch of ``podgroups/status`` carrying only the conditions that
-    still differ from the newest trusted PodGroup, guarded by its UID and resourceVersion.
+    still differ from the newest trusted PodGroup, guarded by its UID and resourceVersion. It
+    rides the bindings' lane (2): one write per gang, the group's own scheduling result, which
+    a backlog of pod status patches must not hold back.
     """
 
     call_type: ClassVar[str] = "podgroup_status_patch"
     kind: ClassVar[str] = POD_GROUP
-    relevance: ClassVar[int] = 1
+    relevance: ClassVar[int] = 2
 
     ref: ObjectRef
     conditions: tuple[Condition, ...]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Final
 
 from .calls import Call
-from .effects import Done, Effect, Rebased, Resolve, Result, Retire, about, new
+from .effects import Done, Effect, Rebased, Resolve, Result, Retire, about
 from .errors import (
     ApiError,
     CallCancelled,
@@ -62,7 +62,7 @@ class RequestEnds(ObjectQueue):
                 self.observe(obj)
             else:
                 self.land(call)
-            out.append(new(Resolve, (entry.future, call.call_type, _SUCCESS, None)))
+            out.append(Resolve(entry.future, call.call_type, _SUCCESS, None))
             if not self.queue:
                 return out  # nothing waits: nothing to ask for
         return self._ready(out)
@@ -76,7 +76,7 @@ class RequestEnds(ObjectQueue):
                 self.observe(done.obj)
             else:
                 self.land(call)
-            out.append(new(Resolve, (entry.future, call.call_type, _SUCCESS, None)))
+            out.append(Resolve(entry.future, call.call_type, _SUCCESS, None))
             if call.exclusive:
                 self._retire(out, Input.GONE, "deleted by " + call.call_type)
         elif result is Result.NOT_FOUND:

@@ -12,6 +12,7 @@ from kdispatch import (
     CallFailed,
     DependencyFailed,
     Dispatcher,
+    DispatcherConfig,
     ForbiddenError,
     Gang,
     GangPartiallyBound,
@@ -20,6 +21,8 @@ from kdispatch import (
     Outcome,
     PodBinding,
     PodGroupStatusPatch,
+    PodStatusPatch,
+    RateLimitConfig,
 )
 from kdispatch.testing import InMemoryApiServer, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
@@ -163,3 +166,25 @@ def test_a_gang_size_is_a_positive_int(
     with pytest.raises(InvalidInputError, match="gang must be a member count"):
         dispatcher.group(owner=group, gang=bad)  # type: ignore[call-overload]
     assert dispatcher.open_groups == 0
+
+
+def test_the_group_status_is_not_held_behind_a_backlog_of_pod_status_patches(
+    server: InMemoryApiServer,
+) -> None:
+    """#135900 for PodGroups: the status rides the bindings' lane, ahead of the pods' patches."""
+    group = server.create(make_podgroup("trainers", min_count=2))
+    unfit = [server.create(make_pod(f"unfit-{i}")) for i in range(30)]
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=50, burst=1))
+    with Dispatcher(server, config) as dispatcher:
+        patches = [
+            dispatcher.submit(PodStatusPatch.for_pod(p, nominated_node_name="n1")) for p in unfit
+        ]
+        with dispatcher.group(owner=group, gang=2) as gang:
+            for p in members(server, 2):
+                gang.submit(PodBinding.for_pod(p, "n1"))
+        scheduled = PodGroupStatusPatch.initially_scheduled(group, True, reason="Scheduled")
+        status = dispatcher.submit(scheduled, after=[gang.future])
+        assert status.result(timeout=30) is Outcome.SUCCESS
+        assert all(f.result(timeout=30) is Outcome.SUCCESS for f in patches)
+    order = [r.name for r in server.request_log if r.op in ("patch_status", "bind")]
+    assert order.index("trainers") < order.index("unfit-29") - 10, order

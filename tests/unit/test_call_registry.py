@@ -74,7 +74,7 @@ BUILTINS = [  # call type, class, kind, relevance (lane), exclusive; in registra
     ("claim_status_patch", ClaimStatusPatch, "ResourceClaim", 1, False),
     ("pod_eviction", PodEviction, "Pod", 3, True),  # eviction shares the deletion lane
     ("event_record", EventRecord, "Event", 0, False),  # Events ride the best-effort lane 0
-    ("podgroup_status_patch", PodGroupStatusPatch, "PodGroup", 1, False),
+    ("podgroup_status_patch", PodGroupStatusPatch, "PodGroup", 2, False),
 ]
 
 

@@ -69,7 +69,7 @@ def test_it_is_a_built_in_call_type_exported_from_kdispatch() -> None:
     assert spec.cls is PodGroupStatusPatch is kdispatch.PodGroupStatusPatch
     assert (spec.kind, spec.relevance, spec.exclusive, spec.supersedes) == (
         "PodGroup",
-        1,
+        2,  # the bindings' lane
         False,
         frozenset(),
     )
