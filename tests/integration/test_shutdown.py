@@ -232,16 +232,23 @@ def test_concurrent_and_repeated_stops_are_safe() -> None:
 @contextmanager
 def _example(*args: str) -> Iterator[subprocess.Popen[str]]:
     """The scheduler example run as ``python -m examples.scheduler *args`` with piped text
-    output; killed on exit if it is still running."""
+    output; killed on exit if it is still running. It starts with SIGINT's default action, as
+    from a terminal: a test run from a background job inherits SIGINT ignored, and so would
+    the example."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "examples.scheduler", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # a handled signal is reset to its default across exec, an ignored one stays ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "examples.scheduler", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         yield proc
     finally:
