@@ -7,9 +7,9 @@ and wave 1 of the pods is created; wave 2 (high priority) follows once wave 1 ha
 that name it (``spec.schedulerName``).
 
 PodGroups (``scheduling.k8s.io/v1beta1``) are watched when the apiserver serves them (the first
-list answers; a 404 means the ``GenericWorkload`` gate or the API is off, and every pod is then
-scheduled on its own). ``--gangs N`` adds N gang PodGroups of ``--gang-size`` pods to the
-embedded workload (see :mod:`examples.scheduler.workload`).
+list answers; a 404 means the ``GenericWorkload`` gate or the API is off, a 403 that the identity
+may not read them, and every pod is then scheduled on its own). ``--gangs N`` adds N gang
+PodGroups of ``--gang-size`` pods to the embedded workload (see :mod:`examples.scheduler.workload`).
 
 A run ends when every pod of this scheduler (its ``spec.schedulerName``) is bound or gone
 (preempted), or unschedulable with ``PodScheduled=False`` observed on the server (unschedulable
@@ -62,6 +62,7 @@ from kdispatch import (
     Dispatcher,
     DispatcherConfig,
     ExecutorConfig,
+    ForbiddenError,
     Informer,
     InvalidInputError,
     KubernetesBackend,
@@ -380,13 +381,17 @@ KINDS = ("Node", "ResourceClaim", "PodGroup", "Pod")
 
 
 def serves(lw: ListWatch) -> bool:
-    """Main thread. Whether the apiserver serves ``lw``'s kind: False only when a first list
-    meets a 404 (the API is off, e.g. PodGroups without the ``GenericWorkload`` gate). Any
-    other error (the apiserver unreachable, a 403) counts as served: the informer's sync then
-    says what is wrong."""
+    """Main thread. Whether the apiserver serves ``lw``'s kind to this identity: False when a
+    first list meets a 404 (the API is off, e.g. PodGroups without the ``GenericWorkload``
+    gate) or a 403 (the identity may not read it: PodGroups are optional in
+    ``examples/rbac.yaml``), with a line on stderr for the 403. Any other error (the
+    apiserver unreachable) counts as served: the informer's sync then says what is wrong."""
     try:
         lw.list()
     except NotFoundError:
+        return False
+    except ForbiddenError as exc:
+        print(f"not reading {lw.kind}s, every pod on its own: {exc}", file=sys.stderr)
         return False
     except ApiError:
         return True
