@@ -177,7 +177,7 @@ class Backlog:
     :meth:`~DispatcherLike.wait_backlog`.
 
     Counting takes no lock: each lane has a ``deque`` holding one entry per unresolved call
-    of that relevance (``append`` and ``pop`` are atomic, see :mod:`._compat`). The
+    of that relevance (``append`` and ``pop`` are atomic under the interpreter lock). The
     dispatcher appends to :meth:`lane` ``(relevance)`` when it hands out a future and keeps
     that deque on the future (``CallFuture.lane``, before anything can resolve it), so a
     resolution pops it with no lookup; then, when :attr:`waiters` is not 0, it calls

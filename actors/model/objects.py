@@ -225,15 +225,14 @@ class ObjectRef:
         return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"
 
     def __reduce__(self) -> tuple[type[ObjectRef], tuple[str, str, str, str]]:
-        """Pickled as its four fields (``ProcessDispatcher`` sends refs to its child process):
-        the compiled build's native class has no other pickle support. Any thread."""
+        """Pickled as its four fields (``ProcessDispatcher`` sends refs to its child process).
+        Any thread."""
         return (type(self), (self.kind, self.namespace, self.name, self.uid))
 
 
 def _check_ref(kind: object, namespace: object, name: object, uid: object) -> None:
-    """Validate an :class:`ObjectRef`'s fields: :class:`InvalidObjectError` for any wrong one.
-    Given as objects: compiled (setup.py), ``ObjectRef`` itself raises ``TypeError`` for a field
-    that is not a str."""
+    """Validate an :class:`ObjectRef`'s fields: :class:`InvalidObjectError` for any wrong one
+    (a field that is not a str included)."""
     if not isinstance(kind, str) or not _KIND.match(kind):
         raise InvalidObjectError(f"invalid kind {kind!r}")
     if not is_dns_label(namespace):  # checked inline first: no extra call when valid
