@@ -22,7 +22,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from queue import SimpleQueue
 from typing import Any
 
@@ -128,34 +128,37 @@ class Executor(LaneScheduler):
             if not_before and not_before > self._clock():
                 heapq.heappush(self._delayed, (not_before, next(self._seq), uid, actor, relevance))
                 self._timer_cond.notify()
-                return False
-            if (
-                not self._stopping
-                and not self._waiting
-                and self._busy < self._slots
-                and uid not in self._sending
-            ):
-                if relevance != BEST_EFFORT:
-                    calls = self._calls
-                    if calls.unlimited:  # no rate limit (TokenBucket.try_take, spelled out)
-                        calls.taken += 1
-                        taken = True
-                    else:
-                        taken = not self._followups and calls.try_take() == 0
-                    if taken:
-                        if not self._inline:  # a worker slot (inline sends run on the actor)
-                            self._busy += 1
-                            self._sending.add(uid)
-                        return True
-                elif (
-                    not self._lanes[BEST_EFFORT]
-                    and self._spare_slot(self._slots - self._busy)
-                    and self._take_event_token() == 0
+                if not (self._blocks.of and self._leave_block_locked(uid)):
+                    return False  # (a member backing off leaves its block: it would stall it)
+                grants = self._grant_locked()
+            else:
+                if (
+                    not self._stopping
+                    and not self._waiting
+                    and self._busy < self._slots
+                    and uid not in self._sending
                 ):
-                    self._take_slot(uid, True)
-                    return True
-            self._enqueue(uid, actor, relevance)
-            grants = self._grant_locked()
+                    if relevance != BEST_EFFORT:
+                        calls = self._calls
+                        if calls.unlimited:  # no rate limit (TokenBucket.try_take, spelled out)
+                            calls.taken += 1
+                            taken = True
+                        else:
+                            taken = not self._followups and calls.try_take() == 0
+                        if taken:
+                            if not self._inline:  # a worker slot (inline sends run on the actor)
+                                self._busy += 1
+                                self._sending.add(uid)
+                            return True
+                    elif (
+                        not self._lanes[BEST_EFFORT]
+                        and self._spare_slot(self._slots - self._busy)
+                        and self._take_event_token() == 0
+                    ):
+                        self._take_slot(uid, True)
+                        return True
+                self._enqueue(uid, actor, relevance)
+                grants = self._grant_locked()
         self._tell_grants(grants)
         return False
 
@@ -192,6 +195,29 @@ class Executor(LaneScheduler):
                 return
             self._bucket_of(uid).refund()
             self._free_slot(uid or "")
+            grants = self._grant_locked()
+        self._tell_grants(grants)
+
+    def reserve_block(self, uids: Collection[str]) -> None:
+        """Any thread (a gang's release, before its members are let go): book one token per
+        member of ``uids``, taken as one block ahead of every lane (:mod:`.blocks`). Nothing
+        to do without a rate limit."""
+        if self._calls.unlimited or len(uids) < 2:
+            return
+        with self._lock:
+            if self._stopping or not self._reserve_block_locked(uids):
+                return
+            grants = self._grant_locked()
+        self._tell_grants(grants)
+
+    def leave_block(self, uid: str) -> None:
+        """Any thread (a gang member's future resolved): ``uid`` leaves its token block if it
+        was not granted from it (:meth:`_leave_block_locked`)."""
+        if not self._blocks.of:  # no block: nothing to leave (read without the lock)
+            return
+        with self._lock:
+            if not self._leave_block_locked(uid):
+                return
             grants = self._grant_locked()
         self._tell_grants(grants)
 

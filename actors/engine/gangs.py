@@ -105,11 +105,21 @@ class Gang(CallGroup):
         return True
 
     def _release(self) -> None:
-        """Open the gate once: the held members are released together."""
+        """Open the gate once: the held members are released together, their tokens booked
+        as one block in the executor (taken before any other grant, then theirs alone)."""
         with self._lock:
             if self._open or self._cancelled is not None:
                 return
             self._open = True
+            members = {
+                step.call.ref.uid: step
+                for step in self.step_futures()
+                if step.call is not None and step.call.call_type == _MEMBER and not step.done()
+            }
+        self._host.reserve_block(members)
+        for uid, step in members.items():
+            if step.done():  # resolved (withdrawn) meanwhile: its _step_done found no block
+                self._host.leave_block(uid)
         self._gate.set_result([])
 
     def _close_gate(self) -> None:
@@ -124,10 +134,13 @@ class Gang(CallGroup):
     def _step_done(self, future: CallFuture) -> None:
         """Resolving thread of a step: a member that fails before the gate opened withdraws
         every member."""
-        if not self._open and future.exception() is not None:
-            call = future.call
-            if call is not None and call.call_type == _MEMBER:
-                self.cancel_for("member_failed")
+        call = future.call
+        if call is not None and call.call_type == _MEMBER:
+            if not self._open:
+                if future.exception() is not None:
+                    self.cancel_for("member_failed")
+            else:
+                self._host.leave_block(call.ref.uid)  # resolved before its grant: token back
         super()._step_done(future)
 
     def _failure(

@@ -16,7 +16,7 @@ by its owner's UID without a container of its own (:class:`OwnerIndex`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from threading import Lock
 from types import TracebackType
 from typing import Final, Protocol, Self, Unpack
@@ -70,6 +70,10 @@ class GroupHost(Protocol):
     def group_cancelled(self, group: CallGroup, cause: str) -> None: ...
 
     def group_resolved(self, group: CallGroup) -> None: ...
+
+    def reserve_block(self, uids: Collection[str]) -> None: ...
+
+    def leave_block(self, uid: str) -> None: ...
 
 
 _SEALED: Final = 1  # no more steps: the group resolves with its last step

@@ -5,8 +5,9 @@ not calls; so does this), a heap of objects backing off, the token buckets and t
 all under one lock. The highest non-empty lane goes first, but each lower lane with work earns
 ``lane_min_share`` of the grants; best-effort objects (Events, lane ``BEST_EFFORT``) get the
 slots the other lanes leave free, with tokens of their own bucket (see the Events page of the
-docs). Every method here runs with the lock held, on whichever thread granted (an actor, a
-worker, the timer), unless its docstring says otherwise.
+docs). A gang's bindings take their tokens as one block and go before every lane
+(:mod:`.blocks`). Every method here runs with the lock held, on whichever thread granted (an
+actor, a worker, the timer), unless its docstring says otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kdispatch.actors.model.calls import BEST_EFFORT
 from kdispatch.actors.model.config import ExecutorConfig, RateLimitConfig
 from kdispatch.actors.runtime.ratelimit import TokenBucket
 
+from .blocks import TokenBlocks
 from .metrics import Metrics
 
 __all__ = ["DROP", "GrantTo", "LaneScheduler"]
@@ -57,7 +59,10 @@ class LaneScheduler:
         self._credit: dict[int, float] = {}
         for r in relevances:
             self._add_lane(r)
-        self._waiting = 0  # objects in the lanes above the best-effort one
+        # Objects in the lanes above the best-effort one, plus one per token block with members
+        # still to grant: while it is non-zero, nothing is granted on the spot.
+        self._waiting = 0
+        self._blocks = TokenBlocks()
         self._delayed: list[tuple[float, int, str, Any, int]] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -84,7 +89,8 @@ class LaneScheduler:
     def backlog(self) -> int:
         """Any thread. Objects queued or backing off."""
         with self._lock:
-            return sum(len(lane) for lane in self._lanes.values()) + len(self._delayed)
+            queued = sum(len(lane) for lane in self._lanes.values())
+            return queued + len(self._blocks.lane) + len(self._delayed)
 
     @property
     def tokens_taken(self) -> int:
@@ -171,6 +177,12 @@ class LaneScheduler:
         a grant that reserves nothing, told with the next grants. Lock held."""
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
+        blocks = self._blocks
+        if blocks.of and uid in blocks.of and relevance != BEST_EFFORT:
+            in_block = blocks.lane.get(uid)
+            since = self._clock() if in_block is None else in_block[1]
+            blocks.lane[uid] = (actor, since, relevance)  # not counted in _waiting: its block is
+            return
         lane = self._lanes[relevance]
         queued = lane.get(uid)
         if queued is not None:
@@ -187,6 +199,65 @@ class LaneScheduler:
         else:
             self._waiting += 1
         lane[uid] = (actor, now)
+
+    def _reserve_block_locked(self, uids: Iterable[str]) -> bool:
+        """A token block for ``uids`` (:mod:`.blocks`); members queued already move to its
+        lane, members backing off stay out of it. False when no block was made. Lock held."""
+        delayed = {entry[2] for entry in self._delayed}
+        block = self._blocks.reserve(uid for uid in uids if uid not in delayed)
+        if block is None:
+            return False
+        self._waiting += 1  # until its last member is granted or leaves
+        for uid in block.members:
+            for relevance, lane in self._lanes.items():
+                queued = lane.pop(uid, None) if relevance != BEST_EFFORT else None
+                if queued is not None:
+                    self._waiting -= 1
+                    self._blocks.lane[uid] = (queued[0], queued[1], relevance)
+                    break
+        return True
+
+    def _leave_block_locked(self, uid: str) -> bool:
+        """``uid`` leaves its token block before its grant: the token it was owed is not
+        taken, or goes back to the bucket, and queued in the block's lane it moves to its own
+        lane. False when it was in no block. Lock held."""
+        left = self._blocks.leave(uid)
+        if left is None:
+            return False
+        refund, empty = left
+        if refund:
+            self._calls.refund()
+        if empty:
+            self._waiting -= 1
+        queued = self._blocks.lane.pop(uid, None)
+        if queued is not None:
+            self._enqueue(uid, queued[0], queued[2])
+        return True
+
+    def _grant_blocks(self, slots: float, grants: list[GrantTo]) -> float:
+        """Take the unpaid blocks' tokens, then grant ready members whose block has one, while
+        ``slots`` last; the slots left. Lock held."""
+        blocks = self._blocks
+        if blocks.unpaid and not self._followups:
+            wait = blocks.pay(self._calls)
+            if wait > 0:
+                self._token_at = min(self._token_at or math.inf, self._clock() + wait)
+                self._timer_cond.notify()
+        for uid in list(blocks.lane):
+            if slots <= 0:
+                break
+            if blocks.of[uid].paid == 0:
+                continue
+            actor, since, relevance = blocks.lane.pop(uid)
+            if uid in self._sending:
+                self._deferred[uid] = (actor, relevance)
+                continue
+            if blocks.granted(uid):
+                self._waiting -= 1
+            grants.append((uid, actor, since, relevance))
+            self._take_slot(uid, False)
+            slots -= 1
+        return slots
 
     def _pick(self, best_effort: bool) -> GrantTo | None:
         """The next object to grant from the lanes above the best-effort one (or from that
@@ -242,7 +313,9 @@ class LaneScheduler:
         elif not self._waiting and any(self._credit.values()):
             for r in self._credit:
                 self._credit[r] = 0.0
-        while slots > 0 and self._waiting and not self._followups:
+        if self._blocks.of:
+            slots = self._grant_blocks(slots, grants)
+        while slots > 0 and self._waiting and not self._followups and not self._blocks.of:
             wait = self._calls.try_take()
             if wait > 0:
                 self._token_at = min(self._token_at or math.inf, now + wait)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Final, overload
 
+from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.gangs import Gang, check_min_count
 from kdispatch.actors.engine.groups import CallGroup, OwnerIndex
 from kdispatch.actors.engine.holds import Dependencies, Prerequisite
@@ -38,6 +39,7 @@ class GroupHostMixin:
     _backlog: Backlog
     _closed: bool
     _deps: Dependencies
+    _executor: Executor
     _group_locks: tuple[threading.Lock, ...]
     _owners: OwnerIndex
     _registry: Registry
@@ -164,6 +166,15 @@ class GroupHostMixin:
         """Any thread: ``group``'s future resolved; forget it."""
         if self._owners.remove(group):
             self.metrics.groups_open_delta(-1)
+
+    def reserve_block(self, uids: Collection[str]) -> None:
+        """Any thread (a gang's release): its members' tokens as one block
+        (:meth:`~kdispatch.actors.engine.lanes.LaneScheduler.reserve_block`)."""
+        self._executor.reserve_block(uids)
+
+    def leave_block(self, uid: str) -> None:
+        """Any thread (a gang member resolved): it leaves its token block, if still in one."""
+        self._executor.leave_block(uid)
 
     def _cancel_owned(self, uid: str, cause: str, spare: CallGroup | None = None) -> None:
         """Any thread: cancel the call groups ``uid`` owns (but ``spare``, whose own step

@@ -47,6 +47,24 @@ class TokenBucket:
             return 0.0
         return (1.0 - self._tokens) / self._qps
 
+    def try_take_n(self, n: int) -> float:
+        """Take ``n`` tokens at once (``n`` <= the burst) if the bucket holds them and return
+        0.0; otherwise take nothing and return the seconds until it will hold them."""
+        if self.unlimited:
+            self.taken += n
+            return 0.0
+        self._refill()
+        if self._tokens >= n:
+            self._tokens -= n
+            self.taken += n
+            return 0.0
+        return (n - self._tokens) / self._qps
+
+    @property
+    def burst(self) -> int:
+        """The most tokens the bucket stores (for an unlimited bucket, a large number)."""
+        return 1 << 30 if math.isinf(self._burst) else int(self._burst)
+
     def refund(self) -> None:
         """Give back a token that was taken but not used."""
         self.taken -= 1

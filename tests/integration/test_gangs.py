@@ -188,3 +188,31 @@ def test_the_group_status_is_not_held_behind_a_backlog_of_pod_status_patches(
         assert all(f.result(timeout=30) is Outcome.SUCCESS for f in patches)
     order = [r.name for r in server.request_log if r.op in ("patch_status", "bind")]
     assert order.index("trainers") < order.index("unfit-29") - 10, order
+
+
+@pytest.mark.parametrize("burst", [10, 2])
+def test_a_gangs_bindings_go_out_as_one_block_amid_other_calls(
+    server: InMemoryApiServer, burst: int
+) -> None:
+    """The gang's tokens are taken as one block (all at once within the burst, else at the
+    bucket's rate): no other request reaches the server between its first and last member,
+    not even the pod status patches that earn a share of the grants ahead of bindings."""
+    group = server.create(make_podgroup("trainers", min_count=6))
+    singles = [server.create(make_pod(f"single-{i}")) for i in range(40)]
+    gang_pods = members(server, 6)
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=200, burst=burst))
+    with Dispatcher(server, config) as dispatcher:
+        futures = [dispatcher.submit(PodBinding.for_pod(p, "n1")) for p in singles[:20]]
+        futures += [
+            dispatcher.submit(PodStatusPatch.for_pod(p, nominated_node_name="n1"))
+            for p in singles[20:]
+        ]
+        with dispatcher.group(owner=group, gang=6) as gang:
+            for p in gang_pods:
+                gang.submit(PodBinding.for_pod(p, "n2"))
+        assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 6
+        assert all(f.result(timeout=30) is Outcome.SUCCESS for f in futures)
+    order = [r.name for r in server.request_log if r.op in ("bind", "patch_status")]
+    at = sorted(order.index(f"m{i}") for i in range(6))
+    assert at == list(range(at[0], at[0] + 6)), order
+    assert len(order) == 46

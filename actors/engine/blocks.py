@@ -1,0 +1,114 @@
+"""Token blocks: a gang's bindings take their tokens as one block (docs/gangs.md).
+
+When a gang's gate opens, :meth:`~.lanes.LaneScheduler.reserve_block` books one token per
+member that is still to be sent. The block takes its tokens before any new grant of the lanes
+(requests of jobs already started still go first): all at once when the bucket holds them, so
+the members go out back to back; a block larger than the burst takes the bucket whole, then
+each token as it refills. Members are granted from the block's own lane, each with a token the
+block paid for, and until every member was granted (or left), no lane takes a token: nothing
+interleaves with a gang's bindings.
+
+A member leaves its block when it is granted, or when its future resolves before (deleted,
+withdrawn, merged away): its token is then not taken, or given back. The invariant
+``len(members) == need + paid`` holds for every block.
+
+:class:`TokenBlocks` is bookkeeping only: the :class:`~.lanes.LaneScheduler` calls it with its
+lock held, on whichever thread granted.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from typing import Any
+
+from kdispatch.actors.runtime.ratelimit import TokenBucket
+
+__all__ = ["Block", "TokenBlocks"]
+
+
+class Block:
+    """The members of one gang still to be granted, and their tokens."""
+
+    __slots__ = ("members", "need", "paid", "started")
+
+    def __init__(self, members: set[str]) -> None:
+        self.members = members
+        """Members not yet granted (nor left)."""
+        self.need = len(members)
+        """Tokens still to take."""
+        self.paid = 0
+        """Tokens taken and not yet used by a member's grant."""
+        self.started = False
+        """Whether the block took its first tokens."""
+
+
+class TokenBlocks:
+    """The blocks of one executor (see the module docstring). Lock held by the caller."""
+
+    __slots__ = ("lane", "of", "unpaid")
+
+    def __init__(self) -> None:
+        self.of: dict[str, Block] = {}
+        """A member's UID -> its block, until the member is granted or leaves."""
+        self.unpaid: deque[Block] = deque()
+        """Blocks still taking tokens, oldest first."""
+        self.lane: OrderedDict[str, tuple[Any, float, int]] = OrderedDict()
+        """Members ready to send: UID -> (actor, ready since, relevance)."""
+
+    def reserve(self, uids: Iterable[str]) -> Block | None:
+        """A new block of ``uids`` (those in no other block), or None if fewer than two."""
+        members = {uid for uid in uids if uid not in self.of}
+        if len(members) < 2:
+            return None
+        block = Block(members)
+        for uid in members:
+            self.of[uid] = block
+        self.unpaid.append(block)
+        return block
+
+    def pay(self, bucket: TokenBucket) -> float:
+        """Take tokens for the unpaid blocks, oldest first: a block's first tokens as one take
+        of ``min(need, burst)``, the rest one by one. 0.0 when every block is paid, else the
+        seconds until the oldest unpaid one can take more."""
+        unpaid = self.unpaid
+        while unpaid:
+            block = unpaid[0]
+            if not block.started and block.need:
+                chunk = min(block.need, bucket.burst)
+                wait = bucket.try_take_n(chunk)
+                if wait > 0:
+                    return wait
+                block.started = True
+                block.need -= chunk
+                block.paid += chunk
+            while block.need:
+                wait = bucket.try_take()
+                if wait > 0:
+                    return wait
+                block.need -= 1
+                block.paid += 1
+            unpaid.popleft()
+        return 0.0
+
+    def granted(self, uid: str) -> bool:
+        """``uid`` is granted with its block's token. True when the block has no member left."""
+        block = self.of.pop(uid)
+        block.paid -= 1
+        block.members.discard(uid)
+        return not block.members
+
+    def leave(self, uid: str) -> tuple[bool, bool] | None:
+        """``uid`` leaves its block before its grant: None if it is in none; else (whether a
+        paid token goes back to the bucket, whether the block has no member left)."""
+        block = self.of.pop(uid, None)
+        if block is None:
+            return None
+        block.members.discard(uid)
+        if block.need:
+            block.need -= 1
+            refund = False
+        else:
+            block.paid -= 1
+            refund = True
+        return refund, not block.members
