@@ -123,7 +123,9 @@ class Executor(LaneScheduler):
     def ready(self, uid: str, actor: Any, relevance: int, not_before: float) -> bool:
         """Any thread (object actors). The object has a call to send in lane ``relevance``,
         not before ``not_before``. True when it is granted on the spot (nothing else waits, a
-        token and a slot are free): the caller then goes on as if told a ``Grant``."""
+        token and a slot are free, or its turn came among the grants this call made; a gang
+        member's token was paid by its block): the caller then goes on as if told a ``Grant``,
+        with no message and no wait for the actor's next turn."""
         with self._lock:
             if not_before and not_before > self._clock():
                 heapq.heappush(self._delayed, (not_before, next(self._seq), uid, actor, relevance))
@@ -159,6 +161,12 @@ class Executor(LaneScheduler):
                         return True
                 self._enqueue(uid, actor, relevance)
                 grants = self._grant_locked()
+        for i, grant in enumerate(grants):  # granted among others: on the spot all the same
+            if grant[0] == uid and grant[1] is actor and grant[3] != DROP:
+                del grants[i]
+                self.metrics.waited(grant[3], max(0.0, self._clock() - grant[2]))
+                self._tell_grants(grants)
+                return True
         self._tell_grants(grants)
         return False
 
