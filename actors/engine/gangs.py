@@ -116,7 +116,7 @@ class Gang(CallGroup):
                 for step in self.step_futures()
                 if step.call is not None and step.call.call_type == _MEMBER and not step.done()
             }
-        self._host.reserve_block(members)
+        self._host.reserve_block(list(members.values()))
         for uid, step in members.items():
             if step.done():  # resolved (withdrawn) meanwhile: its _step_done found no block
                 self._host.leave_block(uid)

@@ -288,6 +288,19 @@ class Dependencies:
             self._metrics.held_delta(call.call_type, 1)
         return hold
 
+    def held_on_one(self, futures: Iterable[CallFuture]) -> list[CallFuture]:
+        """Any thread: those of ``futures`` whose hold waits for one prerequisite only (a
+        gang's members held on nothing but its gate)."""
+        with self._lock:
+            holds = self._holds
+            return [
+                f
+                for f in futures
+                if (hold := holds.get(f)) is not None
+                and hold.state is HoldState.WAITING
+                and hold.waiting == 1
+            ]
+
     def arm(self, hold: Hold) -> None:
         """Submitting thread, right after the held call's ``Submit`` was told: watch its
         prerequisites (a callback of one already resolved runs here, after the Submit, so

@@ -167,10 +167,14 @@ class GroupHostMixin:
         if self._owners.remove(group):
             self.metrics.groups_open_delta(-1)
 
-    def reserve_block(self, uids: Collection[str]) -> None:
-        """Any thread (a gang's release): its members' tokens as one block
-        (:meth:`~kdispatch.actors.engine.lanes.LaneScheduler.reserve_block`)."""
-        self._executor.reserve_block(uids)
+    def reserve_block(self, members: Collection[CallFuture]) -> None:
+        """Any thread (a gang's release, before its gate opens): the tokens of the
+        ``members`` held on nothing but the gate, as one block
+        (:meth:`~kdispatch.actors.engine.executor.Executor.reserve_block`). A member still
+        waiting for another prerequisite stays out: the block would wait for it, and it may
+        wait for a token the block holds back."""
+        held = self._deps.held_on_one(members)
+        self._executor.reserve_block([f.call.ref.uid for f in held if f.call is not None])
 
     def leave_block(self, uid: str) -> None:
         """Any thread (a gang member resolved): it leaves its token block, if still in one."""

@@ -216,3 +216,28 @@ def test_a_gangs_bindings_go_out_as_one_block_amid_other_calls(
     at = sorted(order.index(f"m{i}") for i in range(6))
     assert at == list(range(at[0], at[0] + 6)), order
     assert len(order) == 46
+
+
+def test_a_member_also_waiting_for_another_step_stays_out_of_the_block(
+    server: InMemoryApiServer,
+) -> None:
+    """A member held on another prerequisite (say, its ResourceClaim's patch) as well as on
+    the gate is not in the token block: the block would wait for it while that prerequisite
+    waits for a token the block holds back. The gang still binds whole."""
+    group = server.create(make_podgroup("trainers", min_count=3))
+    claim_owner = server.create(make_pod("claim-owner"))
+    first = [server.create(make_pod(f"first-{i}")) for i in range(2)]
+    gang_pods = members(server, 3)
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=20, burst=2))
+    with Dispatcher(server, config) as dispatcher:
+        early = [dispatcher.submit(PodBinding.for_pod(p, "n1")) for p in first]  # the burst
+        with dispatcher.group(owner=group, gang=3) as gang:
+            claim = gang.submit(PodStatusPatch.for_pod(claim_owner, nominated_node_name="n2"))
+            gang.submit(PodBinding.for_pod(gang_pods[0], "n2"))
+            gang.submit(PodBinding.for_pod(gang_pods[1], "n2"))
+            gang.submit(PodBinding.for_pod(gang_pods[2], "n2"), after=[claim])
+        assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 4
+        assert all(f.result(timeout=30) is Outcome.SUCCESS for f in early)
+    order = [r.name for r in server.request_log if r.op in ("bind", "patch_status")]
+    assert order.index("claim-owner") < order.index("m2")
+    assert sorted(binds(server))[-3:] == [("m0", "ok"), ("m1", "ok"), ("m2", "ok")]
