@@ -13,6 +13,7 @@ from kdispatch import (
     DependencyFailed,
     Dispatcher,
     DispatcherConfig,
+    ExecutorConfig,
     ForbiddenError,
     Gang,
     GangPartiallyBound,
@@ -200,7 +201,10 @@ def test_a_gangs_bindings_go_out_as_one_block_amid_other_calls(
     group = server.create(make_podgroup("trainers", min_count=6))
     singles = [server.create(make_pod(f"single-{i}")) for i in range(40)]
     gang_pods = members(server, 6)
-    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=200, burst=burst))
+    config = DispatcherConfig(  # one worker: the server sees requests in the grants' order
+        rate_limit=RateLimitConfig(qps=200, burst=burst),
+        executor=ExecutorConfig(workers=1, lane_min_share=0.5),  # patches: every other grant
+    )
     with Dispatcher(server, config) as dispatcher:
         futures = [dispatcher.submit(PodBinding.for_pod(p, "n1")) for p in singles[:20]]
         futures += [
