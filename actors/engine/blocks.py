@@ -1,11 +1,13 @@
 """Token blocks: a gang's bindings take their tokens as one block (docs/gangs.md).
 
-When a gang's gate opens, :meth:`~.lanes.LaneScheduler.reserve_block` books one token per
-member that is still to be sent. The block takes its tokens before any new grant of the lanes
-(requests of jobs already started still go first): all at once when the bucket holds them, so
+When a gang's gate opens, :meth:`~.executor.Executor.reserve_block` books one token per
+member that is still to be sent, and the block takes one place in its members' lane, behind the
+objects queued there already (the lanes' order and the lower lanes' share hold for it as for an
+object). When its turn comes it becomes *active*: it takes its tokens before any other grant
+(requests of jobs already started still go first), all at once when the bucket holds them, so
 the members go out back to back; a block larger than the burst takes the bucket whole, then
-each token as it refills. Members are granted from the block's own lane, each with a token the
-block paid for, and until every member was granted (or left), no lane takes a token: nothing
+each token as it refills. Members are granted from the blocks' own lane, each with a token its
+block paid for, and while an active block has a member left, no lane takes a token: nothing
 interleaves with a gang's bindings.
 
 A member leaves its block when it is granted, or when its future resolves before (deleted,
@@ -30,7 +32,7 @@ __all__ = ["Block", "TokenBlocks"]
 class Block:
     """The members of one gang still to be granted, and their tokens."""
 
-    __slots__ = ("members", "need", "paid", "started")
+    __slots__ = ("active", "members", "need", "paid", "started")
 
     def __init__(self, members: set[str]) -> None:
         self.members = members
@@ -41,12 +43,14 @@ class Block:
         """Tokens taken and not yet used by a member's grant."""
         self.started = False
         """Whether the block took its first tokens."""
+        self.active = False
+        """Whether its turn in its lane came: it takes tokens, and no lane does meanwhile."""
 
 
 class TokenBlocks:
     """The blocks of one executor (see the module docstring). Lock held by the caller."""
 
-    __slots__ = ("lane", "of", "unpaid")
+    __slots__ = ("active", "lane", "of", "queued", "unpaid")
 
     def __init__(self) -> None:
         self.of: dict[str, Block] = {}
@@ -55,6 +59,10 @@ class TokenBlocks:
         """Blocks still taking tokens, oldest first."""
         self.lane: OrderedDict[str, tuple[Any, float, int]] = OrderedDict()
         """Members ready to send: UID -> (actor, ready since, relevance)."""
+        self.active = 0
+        """Active blocks with members left: while there is one, no lane takes a token."""
+        self.queued = 0
+        """Blocks waiting for their turn in a lane (one entry each there)."""
 
     def reserve(self, uids: Iterable[str]) -> Block | None:
         """A new block of ``uids`` (those in no other block), or None if fewer than two."""
@@ -64,8 +72,15 @@ class TokenBlocks:
         block = Block(members)
         for uid in members:
             self.of[uid] = block
-        self.unpaid.append(block)
         return block
+
+    def activate(self, block: Block) -> None:
+        """``block``'s turn in its lane came: it takes tokens from now on (unless no member
+        is left)."""
+        if block.members:
+            block.active = True
+            self.active += 1
+            self.unpaid.append(block)
 
     def pay(self, bucket: TokenBucket) -> float:
         """Take tokens for the unpaid blocks, oldest first: a block's first tokens as one take
@@ -96,7 +111,16 @@ class TokenBlocks:
         block = self.of.pop(uid)
         block.paid -= 1
         block.members.discard(uid)
-        return not block.members
+        return self._emptied(block)
+
+    def _emptied(self, block: Block) -> bool:
+        """Whether ``block`` has no member left (an active one then stops holding the lanes)."""
+        if block.members:
+            return False
+        if block.active:
+            block.active = False
+            self.active -= 1
+        return True
 
     def leave(self, uid: str) -> tuple[bool, bool] | None:
         """``uid`` leaves its block before its grant: None if it is in none; else (whether a
@@ -111,4 +135,4 @@ class TokenBlocks:
         else:
             block.paid -= 1
             refund = True
-        return refund, not block.members
+        return refund, self._emptied(block)

@@ -206,14 +206,14 @@ class Executor(LaneScheduler):
             grants = self._grant_locked()
         self._tell_grants(grants)
 
-    def reserve_block(self, uids: Collection[str]) -> None:
+    def reserve_block(self, uids: Collection[str], relevance: int) -> None:
         """Any thread (a gang's release, before its members are let go): book one token per
-        member of ``uids``, taken as one block ahead of every lane (:mod:`.blocks`). Nothing
-        to do without a rate limit."""
+        member of ``uids``, taken as one block when its turn in lane ``relevance`` comes
+        (:mod:`.blocks`). Nothing to do without a rate limit."""
         if self._calls.unlimited or len(uids) < 2:
             return
         with self._lock:
-            if self._stopping or not self._reserve_block_locked(uids):
+            if self._stopping or not self._reserve_block_locked(uids, relevance):
                 return
             grants = self._grant_locked()
         self._tell_grants(grants)

@@ -24,7 +24,7 @@ from kdispatch.actors.model.calls import BEST_EFFORT
 from kdispatch.actors.model.config import ExecutorConfig, RateLimitConfig
 from kdispatch.actors.runtime.ratelimit import TokenBucket
 
-from .blocks import TokenBlocks
+from .blocks import Block, TokenBlocks
 from .metrics import Metrics
 
 __all__ = ["DROP", "GrantTo", "LaneScheduler"]
@@ -90,7 +90,8 @@ class LaneScheduler:
         """Any thread. Objects queued or backing off."""
         with self._lock:
             queued = sum(len(lane) for lane in self._lanes.values())
-            return queued + len(self._blocks.lane) + len(self._delayed)
+            blocks = self._blocks
+            return queued - blocks.queued + len(blocks.lane) + len(self._delayed)
 
     @property
     def tokens_taken(self) -> int:
@@ -200,21 +201,27 @@ class LaneScheduler:
             self._waiting += 1
         lane[uid] = (actor, now)
 
-    def _reserve_block_locked(self, uids: Iterable[str]) -> bool:
-        """A token block for ``uids`` (:mod:`.blocks`); members queued already move to its
-        lane, members backing off stay out of it. False when no block was made. Lock held."""
+    def _reserve_block_locked(self, uids: Iterable[str], relevance: int) -> bool:
+        """A token block for ``uids`` (:mod:`.blocks`), queued in lane ``relevance`` as one
+        entry; members queued already move to the blocks' lane, members backing off stay out
+        of it. False when no block was made. Lock held."""
         delayed = {entry[2] for entry in self._delayed}
-        block = self._blocks.reserve(uid for uid in uids if uid not in delayed)
+        blocks = self._blocks
+        block = blocks.reserve(uid for uid in uids if uid not in delayed)
         if block is None:
             return False
-        self._waiting += 1  # until its last member is granted or leaves
         for uid in block.members:
-            for relevance, lane in self._lanes.items():
-                queued = lane.pop(uid, None) if relevance != BEST_EFFORT else None
+            for r, lane in self._lanes.items():
+                queued = lane.pop(uid, None) if r != BEST_EFFORT else None
                 if queued is not None:
                     self._waiting -= 1
-                    self._blocks.lane[uid] = (queued[0], queued[1], relevance)
+                    blocks.lane[uid] = (queued[0], queued[1], r)
                     break
+        if relevance not in self._lanes:
+            self._add_lane(relevance)
+        self._lanes[relevance][f"\0block-{next(self._seq)}"] = (block, self._clock())
+        blocks.queued += 1
+        self._waiting += 2  # its place in the lane, and the block until its last member goes
         return True
 
     def _leave_block_locked(self, uid: str) -> bool:
@@ -315,7 +322,7 @@ class LaneScheduler:
                 self._credit[r] = 0.0
         if self._blocks.of:
             slots = self._grant_blocks(slots, grants)
-        while slots > 0 and self._waiting and not self._followups and not self._blocks.of:
+        while slots > 0 and self._waiting and not self._followups and not self._blocks.active:
             wait = self._calls.try_take()
             if wait > 0:
                 self._token_at = min(self._token_at or math.inf, now + wait)
@@ -325,6 +332,12 @@ class LaneScheduler:
             if picked is None:
                 self._calls.refund()
                 break
+            if type(picked[1]) is Block:  # a block's turn: it takes its own tokens
+                self._calls.refund()
+                self._blocks.queued -= 1
+                self._blocks.activate(picked[1])
+                slots = self._grant_blocks(slots, grants)
+                continue
             grants.append(picked)
             self._take_slot(picked[0], False)
             slots -= 1

@@ -173,8 +173,9 @@ class GroupHostMixin:
         (:meth:`~kdispatch.actors.engine.executor.Executor.reserve_block`). A member still
         waiting for another prerequisite stays out: the block would wait for it, and it may
         wait for a token the block holds back."""
-        held = self._deps.held_on_one(members)
-        self._executor.reserve_block([f.call.ref.uid for f in held if f.call is not None])
+        calls = [f.call for f in self._deps.held_on_one(members) if f.call is not None]
+        if calls:
+            self._executor.reserve_block([c.ref.uid for c in calls], calls[0].relevance)
 
     def leave_block(self, uid: str) -> None:
         """Any thread (a gang member resolved): it leaves its token block, if still in one."""

@@ -523,34 +523,40 @@ def test_a_blocking_backend_never_runs_inline(started: list[Executor]) -> None:
     assert server.threads != [threading.current_thread().name]
 
 
-def test_a_block_takes_its_tokens_at_once_and_its_members_go_before_every_lane(
+def test_a_block_waits_for_its_turn_in_its_lane_then_takes_its_tokens_at_once(
     started: list[Executor],
 ) -> None:
-    """A gang's members (a block) wait for all their tokens, then are granted together; no
-    other object takes a token while the block is unpaid, whatever its lane."""
+    """A gang's members (a block) take one place in their lane; at its turn the block waits
+    for all its tokens, then its members are granted together, and no other object takes a
+    token meanwhile, whatever its lane."""
     clock = ManualClock()
-    ex = make(workers=8, qps=10, burst=4, clock=clock)
+    ex = make(workers=16, qps=10, burst=4, clock=clock)  # never started: slots stay taken
     log: list[str] = []
     for i in range(4):
         FakeRef(ex, probe(f"early{i}", log)).ready(1)  # the bucket is empty now
-    others = [FakeRef(ex, probe("deletion", log, 3)), FakeRef(ex, probe("binding", log, 2))]
-    for ref, lane in zip(others, (3, 2), strict=True):
+    ahead = [FakeRef(ex, probe("deletion", log, 3)), FakeRef(ex, probe("binding", log, 2))]
+    for ref, lane in zip(ahead, (3, 2), strict=True):
         ref.ready(lane)
     members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
-    ex.reserve_block([m.uid for m in members])
+    ex.reserve_block([m.uid for m in members], 2)  # behind "binding" in lane 2
     for m in members:
         m.ready(2)
     assert ex.backlog() == 5
-    clock.advance(0.2)  # two tokens: not enough for the block, and nobody else takes them
+    clock.advance(0.2)
     ex.wake()
-    assert [m.grants for m in members] == [0, 0, 0] and [o.grants for o in others] == [0, 0]
+    assert [a.grants for a in ahead] == [1, 1] and [m.grants for m in members] == [0, 0, 0]
+    late = FakeRef(ex, probe("late-deletion", log, 3))
+    clock.advance(0.2)  # two tokens: not enough for the block's three, and nobody else takes
+    ex.wake()
+    late.ready(3)
+    assert [m.grants for m in members] == [0, 0, 0] and late.grants == 0
     clock.advance(0.1)
     ex.wake()
-    assert [m.grants for m in members] == [1, 1, 1] and [o.grants for o in others] == [0, 0]
-    clock.advance(0.1)
+    assert [m.grants for m in members] == [1, 1, 1] and late.grants == 0
+    clock.advance(0.15)
     ex.wake()
-    assert [o.grants for o in others] == [1, 0]  # the lanes go on, highest first
-    assert ex.tokens_taken == 8
+    assert late.grants == 1 and ex.backlog() == 0
+    assert ex.tokens_taken == 10
 
 
 def test_a_block_larger_than_the_burst_is_granted_at_the_buckets_rate_uninterrupted(
@@ -560,9 +566,9 @@ def test_a_block_larger_than_the_burst_is_granted_at_the_buckets_rate_uninterrup
     ex = make(workers=8, qps=10, burst=2, clock=clock)
     log: list[str] = []
     members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(4)]
-    ex.reserve_block([m.uid for m in members])
+    ex.reserve_block([m.uid for m in members], 2)
     other = FakeRef(ex, probe("other", log, 2))
-    other.ready(2)  # queued before the members: the block's tokens still come first
+    other.ready(2)  # queued behind the block, which took its turn at once
     for m in members:
         m.ready(2)
     assert sum(m.grants for m in members) == 2 and other.grants == 0
@@ -584,7 +590,7 @@ def test_a_member_leaving_its_block_gives_its_token_to_the_others(
     ex = make(workers=8, qps=10, burst=3, clock=clock)
     log: list[str] = []
     members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
-    ex.reserve_block([m.uid for m in members])  # paid at once: the bucket held 3
+    ex.reserve_block([m.uid for m in members], 2)  # paid at once: the bucket held 3
     members[0].ready(2)
     assert members[0].grants == 1
     ex.leave_block(members[1].uid)  # resolved before its grant (withdrawn, deleted)
@@ -610,13 +616,17 @@ def test_a_member_queued_before_its_block_moves_to_the_block(started: list[Execu
     ahead.ready(2)
     members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(2)]
     members[0].ready(2)  # queued behind "ahead" before the block exists
-    ex.reserve_block([m.uid for m in members])
+    ex.reserve_block([m.uid for m in members], 2)
     members[1].ready(2)
+    assert ex.backlog() == 3
     clock.advance(0.1)
+    ex.wake()
+    assert ahead.grants == 1 and [m.grants for m in members] == [0, 0]
+    clock.advance(0.1)  # the block's turn: larger than the burst, a token at a time
     ex.wake()
     clock.advance(0.1)
     ex.wake()
-    assert [m.grants for m in members] == [1, 1] and ahead.grants == 0
+    assert [m.grants for m in members] == [1, 1] and ex.backlog() == 0
 
 
 def test_a_member_backing_off_leaves_its_block_so_it_stalls_nothing(
@@ -626,7 +636,7 @@ def test_a_member_backing_off_leaves_its_block_so_it_stalls_nothing(
     ex = make(workers=8, qps=10, burst=2, clock=clock)
     log: list[str] = []
     members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
-    ex.reserve_block([m.uid for m in members])  # takes the 2 tokens there
+    ex.reserve_block([m.uid for m in members], 2)  # takes the 2 tokens there
     members[0].ready(2)
     members[1].ready(2, not_before=5.0)  # its last try failed: it backs off, out of the block
     other = FakeRef(ex, probe("other", log, 1))

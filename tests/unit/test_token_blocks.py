@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from kdispatch.actors.engine.blocks import TokenBlocks
+from kdispatch.actors.engine.blocks import Block, TokenBlocks
 from kdispatch.actors.runtime.ratelimit import TokenBucket
 from tests.clocks import ManualClock
+
+
+def active(blocks: TokenBlocks, uids: list[str]) -> Block:
+    """A block of ``uids`` whose turn in its lane came."""
+    block = blocks.reserve(uids)
+    assert block is not None
+    blocks.activate(block)
+    return block
 
 
 def test_a_block_within_the_burst_takes_its_tokens_in_one_take() -> None:
@@ -16,8 +24,8 @@ def test_a_block_within_the_burst_takes_its_tokens_in_one_take() -> None:
     for _ in range(4):
         bucket.try_take()  # one token left
     blocks = TokenBlocks()
-    block = blocks.reserve(["a", "b", "c"])
-    assert block is not None and (block.need, block.paid) == (3, 0)
+    block = active(blocks, ["a", "b", "c"])
+    assert (block.need, block.paid) == (3, 0)
     assert blocks.pay(bucket) == pytest.approx(0.2)  # two more tokens to come
     assert bucket.available() == pytest.approx(1.0)  # nothing taken meanwhile
     clock.advance(0.1)
@@ -32,8 +40,7 @@ def test_a_block_larger_than_the_burst_takes_the_bucket_then_each_refill() -> No
     clock = ManualClock()
     bucket = TokenBucket(qps=10, burst=2, clock=clock)
     blocks = TokenBlocks()
-    block = blocks.reserve([f"m{i}" for i in range(5)])
-    assert block is not None
+    block = active(blocks, [f"m{i}" for i in range(5)])
     assert blocks.pay(bucket) == pytest.approx(0.1)
     assert (block.need, block.paid) == (3, 2)
     clock.advance(0.1)
@@ -48,9 +55,8 @@ def test_blocks_are_paid_oldest_first() -> None:
     clock = ManualClock()
     bucket = TokenBucket(qps=10, burst=4, clock=clock)
     blocks = TokenBlocks()
-    first = blocks.reserve(["a", "b", "c"])
-    second = blocks.reserve(["d", "e"])
-    assert first is not None and second is not None
+    first = active(blocks, ["a", "b", "c"])
+    second = active(blocks, ["d", "e"])
     assert blocks.pay(bucket) > 0  # the first took 3, the second waits for 2 with 1 there
     assert (first.paid, second.paid) == (3, 0)
     clock.advance(0.1)
@@ -62,8 +68,7 @@ def test_granting_and_leaving_keep_members_equal_to_tokens_owed() -> None:
     clock = ManualClock()
     bucket = TokenBucket(qps=10, burst=1, clock=clock)
     blocks = TokenBlocks()
-    block = blocks.reserve(["a", "b", "c"])
-    assert block is not None
+    block = active(blocks, ["a", "b", "c"])
     assert blocks.leave("a") == (False, False)  # before any token: one fewer to take
     assert block.need == 2
     assert blocks.pay(bucket) > 0  # took the one token there, waits for the next
@@ -71,7 +76,7 @@ def test_granting_and_leaving_keep_members_equal_to_tokens_owed() -> None:
     assert (block.need, block.paid) == (0, 1)
     assert blocks.leave("b") is None  # left already
     assert blocks.pay(bucket) == 0.0
-    assert blocks.reserve(["x", "y"]) is not None
+    active(blocks, ["x", "y"])
     assert blocks.pay(bucket) > 0
     assert blocks.leave("x") == (False, False) and blocks.leave("y") == (False, True)
     assert blocks.granted("c") is True  # the last member: the block is over
@@ -99,8 +104,26 @@ def test_try_take_n_takes_all_or_nothing() -> None:
 def test_a_member_leaving_a_paid_block_gives_its_token_back() -> None:
     bucket = TokenBucket(qps=10, burst=3, clock=ManualClock())
     blocks = TokenBlocks()
-    block = blocks.reserve(["a", "b"])
-    assert block is not None and blocks.pay(bucket) == 0.0
+    block = active(blocks, ["a", "b"])
+    assert blocks.pay(bucket) == 0.0
     assert blocks.leave("a") == (True, False)
     assert blocks.granted("b") is True
     assert (block.need, block.paid) == (0, 0)
+
+
+def test_a_block_takes_no_token_before_its_turn_and_an_active_one_counts_until_empty() -> None:
+    bucket = TokenBucket(qps=10, burst=5, clock=ManualClock())
+    blocks = TokenBlocks()
+    block = blocks.reserve(["a", "b"])
+    assert block is not None
+    assert blocks.pay(bucket) == 0.0 and bucket.taken == 0 and blocks.active == 0
+    blocks.activate(block)
+    assert blocks.active == 1 and blocks.pay(bucket) == 0.0 and bucket.taken == 2
+    assert blocks.granted("a") is False and blocks.active == 1
+    assert blocks.leave("b") == (True, True) and blocks.active == 0
+    gone = blocks.reserve(["c", "d"])
+    assert gone is not None
+    blocks.leave("c")
+    blocks.leave("d")
+    blocks.activate(gone)  # its turn came after every member left: nothing to take
+    assert blocks.active == 0 and not blocks.unpaid
