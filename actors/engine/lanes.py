@@ -5,7 +5,7 @@ not calls; so does this), a heap of objects backing off, the token buckets and t
 all under one lock. The highest non-empty lane goes first, but each lower lane with work earns
 ``lane_min_share`` of the grants; best-effort objects (Events, lane ``BEST_EFFORT``) get the
 slots the other lanes leave free, with tokens of their own bucket (see the Events page of the
-docs). A gang's bindings take their tokens as one block and go before every lane
+docs). A gang's bindings take one place in their lane and their tokens as one block
 (:mod:`.blocks`). Every method here runs with the lock held, on whichever thread granted (an
 actor, a worker, the timer), unless its docstring says otherwise.
 """
@@ -59,8 +59,9 @@ class LaneScheduler:
         self._credit: dict[int, float] = {}
         for r in relevances:
             self._add_lane(r)
-        # Objects in the lanes above the best-effort one, plus one per token block with members
-        # still to grant: while it is non-zero, nothing is granted on the spot.
+        # Entries of the lanes above the best-effort one (objects, and token blocks waiting for
+        # their turn), plus one per token block with members still to grant: while it is
+        # non-zero, nothing is granted on the spot.
         self._waiting = 0
         self._blocks = TokenBlocks()
         self._delayed: list[tuple[float, int, str, Any, int]] = []
