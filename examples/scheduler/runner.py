@@ -540,13 +540,13 @@ SYNC_REPORT_EVERY = 2.0
 
 def _sync_informers(env: _Env, gc_watch: GcWatch) -> None:
     """Main thread. Start the informers one by one and wait for each one's first list; when
-    one never comes, release everything set-up started and raise a ``TimeoutError`` naming
-    the cause."""
+    one never comes (a ``TimeoutError`` naming the cause) or is refused (``UnauthorizedError``,
+    ``ForbiddenError``), release everything set-up started and raise."""
     try:
         for inf in env.informers:
             inf.start()
             _wait_for_sync(inf, SYNC_TIMEOUT)
-    except TimeoutError:
+    except Exception:
         gc_watch.uninstall()
         _abort(env)
         raise

@@ -36,7 +36,13 @@ from examples.scheduler.tracker import BIND, Tracker
 from examples.scheduler.verify import verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
 from kdispatch.actors.model.calls import Call
-from kdispatch.actors.model.errors import CallFailed, InvalidInputError, InvalidObjectError, Outcome
+from kdispatch.actors.model.errors import (
+    CallFailed,
+    InvalidInputError,
+    InvalidObjectError,
+    Outcome,
+    UnauthorizedError,
+)
 from kdispatch.actors.model.objects import Obj
 from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
 from kdispatch.testing.httpserver import ApiServerHTTP
@@ -707,3 +713,17 @@ def test_the_report_gives_the_commands_wall_time_with_the_drain() -> None:
     assert fig["events_sent"] > 0 and fig["events_dropped"] == 0
     assert fig["command_s"] >= 3600.0 + fig["wall_s"] + fig["drain_s"]
     assert "command wall time, start to drained (s)" in summary_table(fig)
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_first_list_ends_the_run_with_the_error_and_nothing_left_running(
+    tmp_path: Path,
+) -> None:
+    """A wrong token: the informers' first list is refused (401), ``run`` raises
+    ``UnauthorizedError`` at once, and everything set-up started is stopped (the autouse
+    fixture finds no thread left)."""
+    mem = InMemoryApiServer()
+    _pending_pods(mem, 3)
+    with ApiServerHTTP(mem, token="right") as srv, pytest.raises(UnauthorizedError):
+        run(config_for(tmp_path, srv.url, token="wrong", max_seconds=30), stream=None)
+    assert not any(r.op == "bind" for r in mem.request_log)
