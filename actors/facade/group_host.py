@@ -1,9 +1,6 @@
-"""A dispatcher's call groups: :meth:`GroupHostMixin.group` builds them, and the hooks of
-:class:`~kdispatch.actors.engine.groups.GroupHost` submit, refuse, withdraw and forget their
-steps.
-
-:class:`GroupHostMixin` is a base of :class:`~.dispatcher.Dispatcher`; the hooks are internal
-(called by the groups, never by a program). Any thread.
+"""A dispatcher's call groups: :class:`GroupHostMixin` (a base of
+:class:`~.dispatcher.Dispatcher`) builds them, and its internal hooks (the groups', never a
+program's) submit, refuse, withdraw and forget their steps. Any thread.
 """
 
 from __future__ import annotations

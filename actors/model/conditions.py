@@ -1,9 +1,6 @@
-"""Status conditions: validating condition intents, reading, merging and applying them by type.
-
-The one home of the condition rules the pod and PodGroup status patches share, and of the wall
-clock that stamps ``lastTransitionTime`` at send time (:data:`WALL_CLOCK`).
-
-Pure module (but for the clock): no threads, no pykka, no kubernetes; any thread.
+"""Status conditions: validating, reading, merging and applying condition intents by type, the
+rules the pod and PodGroup status patches share, and the clock that stamps
+``lastTransitionTime`` at send time (:data:`WALL_CLOCK`). Pure (but for the clock); any thread.
 """
 
 import time

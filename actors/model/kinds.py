@@ -1,12 +1,7 @@
-"""The kind table: kind → (group, version, plural, namespaced, status subresource, patch flavour).
-
-One source of truth for where a kind lives in the REST API (docs/kinds.md): the backends,
-informers and apiservers look kinds up here; users add their own (a CRD) with :func:`register`,
-or fill a table from discovery (:func:`kdispatch.register_from_discovery`). Built-in kinds take
-strategic merge patches, CRDs JSON merge patches (RFC 7386).
-
-Thread-safety: a :class:`KindTable` may be read and extended from any thread (registration swaps
-an immutable mapping under a lock; lookups are a dict get).
+"""The kind table: kind → (group, version, plural, namespaced, status subresource, patch flavour),
+the one source of truth for where a kind lives in the REST API (docs/kinds.md). A
+:class:`KindTable` may be read and extended from any thread (registration swaps an immutable
+mapping under a lock; lookups are a dict get).
 """
 
 from __future__ import annotations
@@ -222,8 +217,3 @@ DEFAULT_KINDS = KindTable()
 register = DEFAULT_KINDS.register
 """Register a kind in :data:`DEFAULT_KINDS`: :meth:`KindTable.register` of the process-wide
 table (same arguments, same errors). Any thread."""
-
-
-def lookup(kind: object) -> KindInfo:
-    """``DEFAULT_KINDS.lookup(kind)``. Any thread."""
-    return DEFAULT_KINDS.lookup(kind)

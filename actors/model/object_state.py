@@ -1,12 +1,9 @@
-"""The per-object rules as a pure machine (DESIGN §3): inputs in, effects out.
+"""The per-object rules as a pure machine: each input returns the effects (:mod:`.effects`)
+for the actor shell to carry out, in order (docs/behaviour.md tells the rules).
 
-One :class:`ObjectState` per object UID: each input (:meth:`~ObjectState.submit`,
-:meth:`~ObjectState.grant`, :meth:`~RequestEnds.done`, :meth:`~ObjectState.observed_event`,
-:meth:`~ObjectState.deleted`, ...) returns the *effects* (:mod:`.effects`) for the actor shell to
-carry out, in order. Built in layers, one concept each: :mod:`.knowledge` (what is known of the
-object), :mod:`.object_queue` (the queue and the rules its inputs share), :mod:`.request_ends`
-(the end of a request), and here the caller's and the informer's inputs; the queue rules are
-:mod:`.queue_policy`, the lifecycle :mod:`.lifecycle`. docs/behaviour.md tells the rules.
+Built in layers, one concept each: :mod:`.knowledge` (what is known of the object),
+:mod:`.object_queue` (the queue and the rules its inputs share), :mod:`.request_ends` (the end
+of a request), and here the caller's and the informer's inputs.
 """
 
 from __future__ import annotations
