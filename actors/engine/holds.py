@@ -63,15 +63,10 @@ class GroupFuture(Uncancellable[list[Outcome]]):
     of: ObjectRef | None = None  # the group's owner object
     group: GroupSteps | None = None  # the group's steps (for the cycle checks)
 
-    @property
-    def label(self) -> str:
-        """The group's owner, for messages."""
-        ref = self.of
-        return "" if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
-
     def __repr__(self) -> str:
-        state = "finished" if self.done() else "pending"
-        return f"<GroupFuture {self.label} state={state}>"
+        ref = self.of
+        owner = "" if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
+        return f"<GroupFuture {owner} state={'finished' if self.done() else 'pending'}>"
 
 
 OneOrMore: TypeAlias = T | tuple[T, ...]

@@ -159,7 +159,7 @@ class EventRecorder:
                 return None
             series = self._series.get(key)
             if series is not None and now - series.last <= self._window:
-                record = series.record.observed(series.record.count + 1, self._micro_now())
+                record = series.record.observed(series.record.count + 1, micro_time(self._wall()))
                 series.record, series.last = record, now
                 self._series.move_to_end(key)
             else:
@@ -181,9 +181,6 @@ class EventRecorder:
                 self._buckets.popitem(last=False)
         self._buckets.move_to_end(obj_key)
         return bucket.try_take() == 0
-
-    def _micro_now(self) -> str:
-        return micro_time(self._wall())
 
     def _new(
         self,

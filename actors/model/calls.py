@@ -1,8 +1,6 @@
-"""The call model: what a call is (an immutable intent for one object, see docs/concepts.md),
-and the validated registry of call types.
-
-Pure module: every method of a call runs on the calling thread and must not block, except
-:meth:`Call.send` (an executor worker thread, see there).
+"""The call model: what a call is (an immutable intent for one object, docs/concepts.md), and
+the validated registry of call types. Pure module: every method of a call runs on the calling
+thread and must not block, except :meth:`Call.send`.
 """
 
 from __future__ import annotations
@@ -53,9 +51,8 @@ class Call(ABC):
       go first (each lower lane keeps a minimum share). It orders *objects*, never calls of one
       object: that is what ``supersedes`` is for. :data:`BEST_EFFORT` (0) is the lane of
       ``best_effort`` types only;
-    * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT` with tokens of the
-      Events' own bucket, and is dropped unsent (:class:`~.errors.RequestDropped`) when its
-      lane is full (``ExecutorConfig.events_max_pending``);
+    * ``best_effort`` — Events: lane :data:`BEST_EFFORT`, tokens of the Events' own bucket,
+      dropped unsent when that lane is full (``ExecutorConfig.events_max_pending``);
     * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
       type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
       type arriving while this one is tracked resolves ``SKIPPED``. Other types queue behind
@@ -130,14 +127,10 @@ class Call(ABC):
     @abstractmethod
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Perform the request(s) for this intent against ``obj`` (newest observed object).
-
-        Runs on an executor worker thread, where it may block for its requests; with a
-        non-blocking backend and no QPS limit, on the object actor's own turn instead (a
-        ``send`` that may block outside the backend needs ``ExecutorConfig(inline_sends=False)``).
-        Every request through ``backend`` takes a rate-limiter token. With :attr:`reads_object`,
-        ``obj`` is an object the actor trusts (never None). Returns the object the server
-        answered with, if any. Raises :class:`~kdispatch.ApiError` subclasses.
-        """
+        Executor worker thread, where it may block for its requests (or the actor's own turn:
+        ``ExecutorConfig.inline_sends``). Every request takes a rate-limiter token. With
+        :attr:`reads_object`, ``obj`` is an object the actor trusts (never None). Returns the
+        object the server answered with, if any. Raises :class:`~kdispatch.ApiError`."""
 
     def describe(self) -> str:
         """Short human description for logs."""
