@@ -173,7 +173,7 @@ class Hold:
         self.call_type = call_type
         self.future = future
         self.prereqs = prereqs
-        self.behind = behind  # calls on its object it waits for (ObjectState.submit's)
+        self.behind = behind  # calls on its object it waits for (transitively): never passed
         self.waiting = len(prereqs)
         self.state = HoldState.WAITING
         self.armed = False  # the Submit carrying this token was told to the actor

@@ -92,14 +92,11 @@ class RateLimitConfig:
 
 @dataclass(frozen=True, slots=True)
 class RetryConfig:
-    """Retry policy: a time budget per call, capped exponential backoff with jitter (see
-    docs/concepts.md, "Retries").
-
-    A retryable error (429, 5xx, timeout, connection refused or reset) puts the call back on
-    its object after :meth:`delay`; only that object waits. The call fails (``CallFailed``)
-    once the next attempt would start later than ``budget`` seconds after its first retryable
-    failure (or after ``max_attempts`` attempts). A 409 re-reads the object and rebases, at
-    most ``max_conflict_retries`` times.
+    """Retry policy: a time budget per call, capped exponential backoff with jitter
+    (docs/concepts.md, "Retries"). A retryable error (429, 5xx, timeout, connection lost) puts
+    the call back on its object after :meth:`delay`; it fails (``CallFailed``) once the next
+    attempt would start more than ``budget`` seconds after its first retryable failure (or
+    after ``max_attempts`` attempts). A 409 rebases, at most ``max_conflict_retries`` times.
     """
 
     budget: float = 60.0
