@@ -1,8 +1,6 @@
 """The :class:`EventRecorder`: Events correlated into series and spam-filtered per object, as
 client-go's recorder does, then handed to a dispatcher as :class:`~.event_calls.EventRecord`
-calls (see :mod:`.event_calls` for the rules).
-
-Thread-safe (one lock); :meth:`EventRecorder.event` never blocks.
+calls (docs/events.md). Thread-safe (one lock); :meth:`EventRecorder.event` never blocks.
 """
 
 from __future__ import annotations

@@ -208,8 +208,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
             if self._stopped or not self._started:
                 self._closing = self._stopped = True
                 return self._final[0] if self._final is not None else not self._calls
-            self._closing = True
-            self._stopped = True
+            self._closing = self._stopped = True
         if drain:
             self._window.flush()  # the child drains them with the rest
         stopped = DispatcherClosed("dispatcher process stopped")
