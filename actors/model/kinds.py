@@ -112,8 +112,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _builtin(
         "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", cluster=True, status=False
     ),
-    # Kubernetes 1.37 serves it only with the GenericWorkload feature gate and
-    # --runtime-config=scheduling.k8s.io/v1beta1=true (a beta API, off by default)
+    # beta, off by default in Kubernetes 1.37 (docs/kinds.md)
     _builtin("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups"),
     _builtin("StorageClass", "storage.k8s.io", "v1", "storageclasses", cluster=True, status=False),
     _builtin("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"),
