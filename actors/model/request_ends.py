@@ -1,6 +1,6 @@
 """How the end of a request changes an object's rules (:meth:`RequestEnds.done`): success,
 a retry within the budget, a 409 rebased on the object read back, a 404, a permanent failure,
-and the read-back of a call whose requests went unanswered (DESIGN §3, Executor). Pure.
+and the read-back of a call whose requests went unanswered (docs/behaviour.md). Pure.
 """
 
 from __future__ import annotations
