@@ -149,11 +149,9 @@ class ObjectState(RequestEnds):
         return self._ready(out)
 
     def withdraw(self, future: Any, cause: CallCancelled | None = None) -> list[Effect]:
-        """A caller withdraws the call of ``future`` (and no other): every entry carrying its
-        intent marks it; an entry whose intents are all withdrawn is withdrawn (pending: it
-        resolves ``CallCancelled`` now; in flight: instead of a retry). ``cause``: why, when
-        it is not the caller's own choice (a call group cancelled because its owner was
-        deleted): the ``CallCancelled`` says so and carries it."""
+        """A caller withdraws the call of ``future`` (and no other): an entry whose intents
+        are all withdrawn resolves ``CallCancelled`` (pending: now; in flight: instead of a
+        retry), carrying ``cause`` when it is not the caller's own choice (a group's)."""
         out: list[Effect] = []
         inflight = self.inflight
         if inflight is not None and inflight.carries(future):
