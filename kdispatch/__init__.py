@@ -1,15 +1,8 @@
 """kdispatch: non-blocking, merged, rate-limited Kubernetes API calls, one actor per object.
 
-This module is the one public face: everything a first program needs is importable from
-``kdispatch`` (the dispatcher, its call types and configuration, objects and kinds, the
-official-client backend, informers, leader election, the dispatcher in its own process, and the
-errors). The stand-ins for a cluster (the in-memory apiserver, object factories, the real
-control plane for tests) live in :mod:`kdispatch.testing`. Every module the API reference does
-not show is internal and may change.
-
-Logs go through loguru under the one name ``kdispatch`` and are disabled on import, as a
-library's should be: ``from loguru import logger; logger.enable("kdispatch")``, or
-``kdispatch.logs.to_stdlib()`` to hand them to the standard ``logging`` module.
+Everything a program needs is importable from ``kdispatch``; the stand-ins for a cluster live in
+:mod:`kdispatch.testing`. Every module the API reference does not show is internal. Logs
+(loguru, name ``kdispatch``) are disabled on import: see :mod:`kdispatch.logs`.
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -1,10 +1,6 @@
-"""Names a package exports from submodules that are imported on first use (PEP 562).
-
-``pytest`` imports the ``kdispatch_envtest`` plugin in every run where kdispatch is installed,
-and with it ``kdispatch`` and ``kdispatch.testing``; the names that need the dispatcher's runtime
-(pykka, prometheus_client) or the official Kubernetes client (about a second to import) are
-therefore resolved only when a program first uses them. mypy sees the real imports (under
-``TYPE_CHECKING``).
+"""Names a package exports from submodules imported on first use (PEP 562): pytest imports
+``kdispatch`` for the envtest plugin in every run, and the dispatcher's runtime and the
+Kubernetes client cost about a second. mypy sees the real imports (``TYPE_CHECKING``).
 """
 
 from __future__ import annotations

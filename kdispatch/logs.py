@@ -1,17 +1,6 @@
-"""The library's logs: loguru, under the one name ``kdispatch``, off until switched on.
-
-* The switch: ``from loguru import logger; logger.enable("kdispatch")`` (and
-  ``logger.disable("kdispatch")``). ``import kdispatch`` disables it, as a library should.
-* The bridge: :func:`to_stdlib` enables the logs and hands every ``kdispatch`` record to the
-  standard :mod:`logging` logger named after the module that wrote it (a child of the
-  ``kdispatch`` logger, so ``logging.getLogger("kdispatch")`` sets them all), so an
-  application that configures ``logging`` (kopf does) sees them with its own handlers, levels
-  and formats. It is loguru's documented "propagate to standard logging" recipe: a
-  ``logging.Handler`` used as a loguru sink.
-
-Bound fields (``pod``, ``uid``, ``call_type``, ``node``, ``result``, ``attempt``) arrive as
-``record.extra`` (a dict) and, where they do not clash with a ``LogRecord`` attribute, as
-attributes of their own (``%(uid)s`` in a format string).
+"""The library's logs: loguru, under the one name ``kdispatch``, off until switched on
+(``from loguru import logger; logger.enable("kdispatch")``), or handed to the standard
+:mod:`logging` module by :func:`to_stdlib` (docs: "Metrics and logs").
 """
 
 from __future__ import annotations
@@ -44,10 +33,11 @@ class _Propagate(logging.Handler):
 
 def to_stdlib(level: int | str = "DEBUG") -> int:
     """Any thread. Enable the ``kdispatch`` logs and forward those at ``level`` or above
-    (a loguru level name or number) to standard ``logging``; the stdlib loggers' own levels and
-    handlers then apply. Returns the loguru sink id: ``logger.remove(sink_id)`` stops the
-    forwarding. loguru's default stderr sink, if you kept it, prints them as well:
-    ``logger.remove(0)`` when ``logging`` is your only log path."""
+    (a loguru level name or number) to the standard ``logging`` logger named after the module
+    that wrote them (a child of ``kdispatch``), whose levels and handlers then apply. Bound
+    fields arrive in ``record.extra`` and, where they do not clash, as attributes
+    (``%(uid)s``). Returns the loguru sink id: ``logger.remove(sink_id)`` stops the
+    forwarding. Raises :class:`~kdispatch.InvalidInputError` for an unknown level."""
     if isinstance(level, bool) or not isinstance(level, int | str):
         raise InvalidInputError(f"level must be a loguru level name or number, got {level!r}")
     try:

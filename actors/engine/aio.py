@@ -1,8 +1,6 @@
 """asyncio bridges: a call's future and an object's view, awaited on the caller's event loop
-without blocking it or spending a thread (the docs' asyncio page tells the rest).
-
-Cancelling the task that awaits a call does **not** withdraw the call: its ``CallFuture`` is
-resolved exactly once whatever the awaiting side does; withdraw it with ``cancel(uid)``.
+without blocking it or spending a thread (docs/asyncio.md). Cancelling the awaiting task never
+withdraws the call: its ``CallFuture`` resolves exactly once whatever the awaiting side does.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """Gangs: a call group whose member bindings are sent all together or not at all
-(docs/groups.md, "all or nothing").
-
-``Dispatcher.group(owner=podgroup, gang=min_count)`` returns a :class:`Gang`: its members (the
-pod bindings) are held on the gang's gate until ``min_count`` were submitted or the gang is
-sealed; a failure before that withdraws them all (:class:`~kdispatch.GroupFailed`), one after
-it leaves the others bound (:class:`~kdispatch.GangPartiallyBound`).
-
-Threads: as :class:`~.groups.CallGroup`; the gate opens on the thread that submits the
-``min_count``-th member or seals the gang.
+(docs/gangs.md). Threads: as :class:`~.groups.CallGroup`; the gate opens on the thread that
+submits the ``min_count``-th member or seals the gang.
 """
 
 from __future__ import annotations
@@ -43,8 +36,11 @@ def check_min_count(gang: object) -> int:
 
 
 class Gang(CallGroup):
-    """A call group whose member bindings are released together (see the module docstring).
-    Build it with ``Dispatcher.group(owner=podgroup, gang=min_count)``::
+    """A call group whose members (its pod bindings) are held until ``min_count`` were
+    submitted or it is sealed, then released together. A failure before that withdraws them
+    all (:class:`~kdispatch.GroupFailed`), one after it leaves the others bound
+    (:class:`~kdispatch.GangPartiallyBound`). Build it with
+    ``Dispatcher.group(owner=podgroup, gang=min_count)``::
 
         with dispatcher.group(owner=podgroup, gang=len(placements)) as gang:
             for pod, node in placements:

@@ -1,16 +1,9 @@
-"""Call groups: steps on any objects that live and die with one owner object (DESIGN §3;
-docs/groups.md tells the rules).
-
-``Dispatcher.group(owner=pod)`` returns a :class:`CallGroup`: ``submit``/``preempt`` (and their
-asyncio forms) add steps, ``cancel()`` (or the owner's deletion, preemption, or a 404 on a step
-on it) withdraws every step not yet landed, and ``future`` resolves once the group is sealed and
-every step resolved. Steps are withdrawn exactly, by hold token or by future
-(:meth:`.ObjectState.withdraw`): another caller's intent merged with a step is never lost.
+"""Call groups: steps on any objects that live and die with one owner object
+(docs/groups.md tells the rules).
 
 Threads: every public method may be called from any thread (``asubmit``/``apreempt`` from a
-running event loop); callbacks run on the thread that resolves a step. A group has no lock of
-its own: it takes one of its dispatcher's group locks, picked by its owner's UID; it is indexed
-by its owner's UID without a container of its own (:class:`OwnerIndex`).
+running event loop); callbacks run on the thread that resolves a step. A group takes one of its
+dispatcher's group locks, picked by its owner's UID; :class:`OwnerIndex` finds it by that UID.
 """
 
 from __future__ import annotations
@@ -83,8 +76,11 @@ _OWNER_SHARED: Final = 8  # ``owner`` is the ObjectRef of a step's call (see ``_
 
 
 class CallGroup(GroupSteps):
-    """Steps on any objects that live and die with ``owner`` (see the module docstring).
-    Build it with ``Dispatcher.group(owner=obj)``; use it as a context manager to seal it::
+    """Steps on any objects that live and die with ``owner``. Build it with
+    ``Dispatcher.group(owner=obj)``. ``cancel()``, or the owner's deletion, preemption or a 404
+    on a step on it, withdraws every step not yet on the wire (exactly: another caller's intent
+    merged with a step is kept); :attr:`future` resolves once the group is sealed and every
+    step resolved. Use it as a context manager to seal it::
 
         with dispatcher.group(owner=pod) as g:
             claims = [g.submit(patch) for patch in claim_patches]
@@ -135,11 +131,8 @@ class CallGroup(GroupSteps):
         ``Dispatcher.submit`` raises, :class:`~.errors.DependencyCycleError` if ``after``
         waits for this group, and :class:`~.errors.GroupClosedError` once sealed. In a
         cancelled group the step is not sent: its future resolves ``CallCancelled`` at once."""
-        # Without the lock (reads atomic under the interpreter lock): cancel_for sets
-        # _cancelled before _flags, _seal sets _CLOSING with _SEALED. A cancellation that
-        # lands after these reads withdraws the step if it is registered by then; if not, or
-        # if its Withdraw reaches the actor before its Submit, the actor refuses the step
-        # (``_refusal``).
+        # No lock: cancel_for sets _cancelled before _flags. A cancellation after these reads
+        # withdraws the step once registered, or the actor refuses it (``_refusal``).
         flags = self._flags
         if flags & _SEALED and self._cancelled is None and not flags & _CLOSING:
             raise GroupClosedError(f"{self!r} is sealed: start another group")
@@ -196,8 +189,8 @@ class CallGroup(GroupSteps):
         self.seal()
 
     def cancel(self) -> bool:
-        """Any thread. Withdraw every step not yet on the wire (see the module docstring) and
-        seal the group. Returns False if it was already cancelled or resolved."""
+        """Any thread. Withdraw every step not yet on the wire and seal the group. Returns
+        False if it was already cancelled or resolved."""
         return self.cancel_for("caller")
 
     def cancel_for(self, cause: str) -> bool:
@@ -248,13 +241,9 @@ class CallGroup(GroupSteps):
     # ------------------------------------------------------------------ internals
 
     def _append(self, future: CallFuture) -> None:
-        """Under the lock, in :meth:`add_step` or :meth:`add_unwatched_step` (the host
-        registers the step before its future can resolve): ``future`` is the last step;
-        tag it with this group, which then waits for its resolution. A step on the owner
-        carries an :class:`ObjectRef` equal to
-        ``owner``: the group keeps that one rather than a copy of its own (a group's memory
-        counts at scale), once (``_OWNER_SHARED``). ``owner`` is read without the lock
-        elsewhere: the store of an equal value is atomic, readers see either."""
+        """Under the lock, before ``future`` can resolve: it is the last step, tagged with
+        this group. The first step on the owner lends its equal :class:`ObjectRef` to
+        ``owner`` (one ref less per group; ``_OWNER_SHARED``)."""
         steps = self._steps
         if isinstance(steps, tuple):  # none, or several
             self._steps = (*steps, future) if steps else future
@@ -265,16 +254,13 @@ class CallGroup(GroupSteps):
         if not self._flags & _OWNER_SHARED:
             call = future.call
             if call is not None and call.ref == self.owner:
-                self.owner = call.ref
+                self.owner = call.ref  # equal: readers without the lock see either
                 self._flags |= _OWNER_SHARED
 
     def _refusal(self, call: Call, held: bool) -> CallCancelled | None:
-        """The step's actor, when the step's ``Submit`` arrives: None while the group is not
-        cancelled; else the error the step resolves with instead of being admitted
-        (``DependencyFailed`` for a ``held`` step, ``CallCancelled`` for any other). A
-        cancellation withdraws the steps registered so far, but the ``Withdraw`` of one can
-        reach its actor before its ``Submit`` (told by the submitting thread after the
-        registration): this check makes that order harmless without a hand-over."""
+        """The step's actor, when its ``Submit`` arrives: None while the group is not
+        cancelled, else the error it resolves with instead (``DependencyFailed`` if
+        ``held``, else ``CallCancelled``): a ``Withdraw`` may overtake its ``Submit``."""
         cause = self._cause
         if cause is None:
             return None
@@ -283,9 +269,8 @@ class CallGroup(GroupSteps):
         return CallCancelled(str(cause), ref=call.ref, call_type=call.call_type)
 
     def _drop_step(self, future: CallFuture) -> None:
-        """Submitting thread (the host): the submit of the step ``future`` raises after it was
-        registered (and dropped from the steps, :meth:`drop_step`); it was never resolved and
-        is not a step."""
+        """Submitting thread: the step ``future``'s submit raised after registration
+        (:meth:`drop_step` dropped it); it is no step."""
         future.group = None
         with self._lock:
             self._unresolved -= 1
@@ -348,10 +333,8 @@ class CallGroup(GroupSteps):
 
 
 class OwnerIndex:
-    """A dispatcher's open call groups by their owner's UID. An owner has one group at a time
-    (rarely two), so an entry is the group itself, or a tuple of several
-    (:data:`~.holds.OneOrMore`): no container per group. Writes hold the index's lock;
-    :meth:`owns` reads without it (one dict lookup, atomic under the interpreter lock). Any
+    """A dispatcher's open call groups by their owner's UID (each entry
+    :data:`~.holds.OneOrMore`). Writes hold the lock; :meth:`owns` reads without it. Any
     thread."""
 
     def __init__(self) -> None:

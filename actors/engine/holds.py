@@ -1,19 +1,14 @@
-"""Prerequisites of held calls: the dispatcher's side of ``submit(call, after=...)`` (DESIGN §3
-"Call groups across objects"; docs/groups.md tells the rules).
+"""Prerequisites of held calls: the dispatcher's side of ``submit(call, after=...)``
+(docs/groups.md tells the rules, "Cycles" included).
 
-A held call goes to its object's actor at once with one opaque hold token (a :class:`Hold`): the
-actor admits it but sends nothing of it while it holds the token. This module watches the
-prerequisites (futures this dispatcher returned, or a :class:`GroupFuture`): once all succeeded
-it tells the actor :class:`~.messages.Release`; at the first failure,
-:class:`~.messages.FailDependency` with that error as the cause. A prerequisite resolved
-``OVERWRITTEN`` is followed to the call that carries its intent. :meth:`Dependencies.hold`
-refuses with :class:`~.errors.DependencyCycleError` a call that would wait for itself (its
-group, or a call on its own object it could not be kept behind: docs/groups.md, "Cycles"); the
-check and the registration happen under one lock.
+A held call goes to its actor at once with an opaque :class:`Hold` token, which keeps it unsent.
+Once every prerequisite (this dispatcher's futures, or a :class:`GroupFuture`) succeeded, the
+actor is told :class:`~.messages.Release`; at the first failure,
+:class:`~.messages.FailDependency`. An ``OVERWRITTEN`` prerequisite is followed to the call that
+carries its intent. :meth:`Dependencies.hold` checks for a cycle and registers under one lock.
 
-Threads: ``hold``/``arm``/``fail`` run on the submitting (or cancelling) thread; the callbacks
-on whichever thread resolves a future (an object actor's turn). Messages are told outside the
-lock.
+Threads: ``hold``/``arm``/``fail`` on the submitting (or cancelling) thread, the callbacks on the
+thread that resolves a future. Messages are told outside the lock.
 """
 
 from __future__ import annotations
@@ -68,15 +63,10 @@ class GroupFuture(Uncancellable[list[Outcome]]):
     of: ObjectRef | None = None  # the group's owner object
     group: GroupSteps | None = None  # the group's steps (for the cycle checks)
 
-    @property
-    def label(self) -> str:
-        """The group's owner, for messages."""
-        ref = self.of
-        return "" if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
-
     def __repr__(self) -> str:
-        state = "finished" if self.done() else "pending"
-        return f"<GroupFuture {self.label} state={state}>"
+        ref = self.of
+        owner = "" if ref is None else f"{ref.kind} {ref.namespace}/{ref.name}"
+        return f"<GroupFuture {owner} state={'finished' if self.done() else 'pending'}>"
 
 
 OneOrMore: TypeAlias = T | tuple[T, ...]
@@ -95,13 +85,10 @@ def packed(items: tuple[T, ...]) -> OneOrMore[T]:
 
 
 class GroupSteps:
-    """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one): its steps, in
-    the order they were registered (one future alone, or a tuple: most groups have one or
-    two steps), and the group's future once somebody asked for it (a group whose future does
-    not exist is nobody's prerequisite, so it can close no cycle). ``lock`` guards the
-    group's fields (a ``CallGroup`` is given its dispatcher's lock); :class:`Dependencies`
-    registers a step under its own lock and then this one, so a submit's cycle check and its
-    registration are one step for every other submit."""
+    """What :class:`Dependencies` keeps of a call group (a ``CallGroup`` is one): its steps in
+    registration order (:data:`OneOrMore`), and its future once somebody asked for it (until
+    then the group is nobody's prerequisite and closes no cycle). ``lock`` guards the fields;
+    :class:`Dependencies` takes its own lock, then this one."""
 
     __slots__ = ("_future", "_lock", "_steps")
 
@@ -122,11 +109,9 @@ class GroupSteps:
             self._append(future)
 
     def add_unwatched_step(self, future: CallFuture) -> bool:
-        """Any thread (the submitting one): :meth:`add_step` if this group's future does not
-        exist (True), else nothing (False). Without a future the group is nobody's
-        prerequisite, so the step closes no cycle; the future is created under the same
-        lock, so a call that waits for it sees this step. Else the step goes through
-        :meth:`Dependencies.hold`, which checks for a cycle first."""
+        """Submitting thread: :meth:`add_step` if this group's future does not exist yet
+        (True: the step closes no cycle); else nothing (False: the step goes through
+        :meth:`Dependencies.hold`, which checks for a cycle first)."""
         with self._lock:
             if self._future is not None:
                 return False
@@ -134,9 +119,7 @@ class GroupSteps:
         return True
 
     def _append(self, future: CallFuture) -> None:
-        """Under the lock: register ``future`` as the last step (in ``_steps``, see
-        :data:`OneOrMore`) with what the group keeps of a step. A ``CallGroup`` does it in one
-        call, on every step's submit."""
+        """Under the lock: register ``future`` as the last step (``CallGroup`` implements it)."""
         raise NotImplementedError
 
     def drop_step(self, future: CallFuture) -> None:
@@ -190,9 +173,7 @@ class Hold:
         self.call_type = call_type
         self.future = future
         self.prereqs = prereqs
-        # calls on the same object the held call waits for (transitively): its actor never
-        # queues it ahead of them (the ``behind`` of :meth:`.ObjectState.submit`)
-        self.behind = behind
+        self.behind = behind  # calls on its object it waits for (transitively): never passed
         self.waiting = len(prereqs)
         self.state = HoldState.WAITING
         self.armed = False  # the Submit carrying this token was told to the actor
@@ -255,12 +236,10 @@ class Dependencies:
         prereqs: tuple[Prerequisite, ...],
         group: GroupSteps | None = None,
     ) -> Hold | BaseException | None:
-        """Submitting thread, before the call goes to its actor. Check for a cycle
+        """Submitting thread, before the call goes to its actor: check for a cycle
         (:class:`DependencyCycleError`) and register ``future`` (as a step of ``group`` too).
-        Returns the :class:`Hold` to submit the call with, None when every prerequisite has
-        already succeeded (submit unheld), or the error of one that already failed (resolve
-        the call ``DependencyFailed``, do not submit it). Follow with :meth:`arm` once the
-        call's ``Submit`` was told."""
+        Returns the :class:`Hold` to submit with (then :meth:`arm`), None when every
+        prerequisite already succeeded, or the error of one that already failed."""
         uid = call.ref.uid
         with self._lock:
             waiting: list[Prerequisite] = []
@@ -303,8 +282,7 @@ class Dependencies:
 
     def arm(self, hold: Hold) -> None:
         """Submitting thread, right after the held call's ``Submit`` was told: watch its
-        prerequisites (a callback of one already resolved runs here, after the Submit, so
-        the actor always learns of the token before its release)."""
+        prerequisites (so the actor always learns of the token before its release)."""
         hold.future.add_done_callback(partial(self._held_done, hold))
         with self._lock:
             hold.armed = True
@@ -318,9 +296,8 @@ class Dependencies:
             fut.add_done_callback(partial(self._prereq_done, hold))
 
     def fail(self, future: CallFuture, cause: BaseException) -> bool:
-        """Any thread. If ``future`` is a held call still waiting, fail its hold with ``cause``
-        (the call resolves ``DependencyFailed``, nothing of it is sent) and return True; False
-        if it is not held (or no longer)."""
+        """Any thread: fail the hold of ``future`` with ``cause`` (it resolves
+        ``DependencyFailed``, unsent); False if it is not held (or no longer)."""
         with self._lock:
             hold = self._holds.get(future)
             if hold is None or hold.state is not HoldState.WAITING:
@@ -335,8 +312,7 @@ class Dependencies:
         return True
 
     def discard(self, future: CallFuture, group: GroupSteps | None = None) -> None:
-        """Submitting thread: the call of ``future`` never reached its actor (its submit
-        raised): forget it."""
+        """Submitting thread: forget ``future``, whose submit raised."""
         with self._lock:
             hold = self._holds.get(future)
             if hold is not None:
@@ -381,8 +357,7 @@ class Dependencies:
 
     def _held_done(self, hold: Hold, fut: CallFuture) -> None:
         """Resolving thread of the held call: forget it, unless it was merged into a newer
-        call (``OVERWRITTEN``) while it waited: that call now holds its token, which is
-        still to be released or failed (then it is forgotten)."""
+        call (``OVERWRITTEN``) that now holds its token."""
         overwritten = fut.exception() is None and fut.result() is _OVERWRITTEN
         with self._lock:
             if hold.state is HoldState.WAITING:

@@ -1,8 +1,7 @@
-"""``DispatcherLike``: what :class:`~kdispatch.Dispatcher` (in this process) and
-:class:`~kdispatch.ProcessDispatcher` (its executor in a child process) both offer, so a
-scheduler or controller can be written once against either. Both subclass it and inherit
-what is the same in both (:meth:`DispatcherLike.preempt`), and share :class:`Backlog`, the
-one home of :meth:`DispatcherLike.wait_backlog`'s counting and waiting."""
+"""``DispatcherLike``: what :class:`~kdispatch.Dispatcher` and
+:class:`~kdispatch.ProcessDispatcher` both offer (both subclass it and inherit
+:meth:`DispatcherLike.preempt`), and :class:`Backlog`, the one home of
+:meth:`DispatcherLike.wait_backlog`'s counting and waiting."""
 
 from __future__ import annotations
 
@@ -123,32 +122,21 @@ class DispatcherLike(Protocol):
 
     def backlog_at(self, call_type: str | None = None) -> int:
         """Any thread; cheap. Calls submitted and not yet resolved whose lane is at or above
-        ``call_type``'s (its relevance or more: ``"pod_binding"`` counts bindings,
-        preemptions and evictions, not status patches); None: every lane but the best-effort
-        one (Events), as :attr:`backlog`. Held calls and group steps count in their lane.
-        Raises :class:`~kdispatch.UnknownCallTypeError` for a call type that
-        is not registered."""
+        ``call_type``'s (``"pod_binding"`` counts bindings, preemptions and evictions, not
+        status patches); None: as :attr:`backlog`. Held calls and group steps count in their
+        lane. Raises :class:`~kdispatch.UnknownCallTypeError` for an unregistered type."""
         ...
 
     def wait_backlog(
         self, below: int, timeout: float | None = None, *, call_type: str | None = None
     ) -> bool:
         """Calling thread (blocks it; never an actor's or the reader's thread, nor an event
-        loop). Back-pressure a caller opts into, as ``submit`` never blocks: wait until
-        :meth:`backlog_at` ``(call_type)`` is below ``below``; True then (at once if it is
-        already), False when ``timeout`` seconds (None: no limit) passed first.
-
-        ``call_type``: the lane the caller is about to submit to. Only the calls in that lane
-        and the lanes above it count, so a caller that paces itself before a binding never
-        waits behind status patches (the executor sends the binding first anyway: waiting
-        for the patches would hold it back in the caller's loop, kubernetes#135900 again).
-        None: every lane but the best-effort one (Events, sent only when a worker is spare).
-
-        Woken by resolutions, never by polling: a resolution signals only while a thread
-        waits here, so ``submit`` and the resolving threads pay one attribute read otherwise.
-        Raises :class:`~kdispatch.InvalidInputError` for a ``below`` that is
-        not an int >= 1, a ``timeout`` that is not a positive number or None, or a call type
-        that is not registered."""
+        loop). Back-pressure a caller opts into: wait until :meth:`backlog_at`
+        ``(call_type)`` is below ``below``; True then (at once if it is already), False when
+        ``timeout`` seconds (None: no limit) passed first. Pace on the lane you are about to
+        submit to (docs: "Pacing the caller"). Woken by resolutions, never by polling.
+        Raises :class:`~kdispatch.InvalidInputError` for a ``below`` that is not an int >= 1,
+        a ``timeout`` that is not a positive number or None, or an unregistered call type."""
         ...
 
     @property
@@ -174,14 +162,12 @@ def lane_level(call_types: CallTypeRegistry, call_type: str | None) -> int:
 
 class Backlog:
     """A dispatcher's unresolved calls, counted per lane (relevance), and the threads in its
-    :meth:`~DispatcherLike.wait_backlog`.
+    :meth:`~DispatcherLike.wait_backlog`. Any thread.
 
-    Counting takes no lock: each lane has a ``deque`` holding one entry per unresolved call
-    of that relevance (``append`` and ``pop`` are atomic under the interpreter lock). The
-    dispatcher appends to :meth:`lane` ``(relevance)`` when it hands out a future and keeps
-    that deque on the future (``CallFuture.lane``, before anything can resolve it), so a
-    resolution pops it with no lookup; then, when :attr:`waiters` is not 0, it calls
-    :meth:`wake`: that read is all a resolution costs while nobody waits. Any thread."""
+    Counting takes no lock: a lane is a ``deque`` with one entry per unresolved call
+    (``append``/``pop`` are atomic). A future keeps its lane (``CallFuture.lane``, set before
+    anything can resolve it); a resolution pops it, then calls :meth:`wake` only while
+    :attr:`waiters` is not 0."""
 
     __slots__ = ("_cond", "_new_lane", "_waiting", "lanes", "waiters")
 

@@ -1,8 +1,6 @@
 """The :class:`EventRecorder`: Events correlated into series and spam-filtered per object, as
 client-go's recorder does, then handed to a dispatcher as :class:`~.event_calls.EventRecord`
-calls (see :mod:`.event_calls` for the rules).
-
-Thread-safe (one lock); :meth:`EventRecorder.event` never blocks.
+calls (docs/events.md). Thread-safe (one lock); :meth:`EventRecorder.event` never blocks.
 """
 
 from __future__ import annotations
@@ -159,7 +157,7 @@ class EventRecorder:
                 return None
             series = self._series.get(key)
             if series is not None and now - series.last <= self._window:
-                record = series.record.observed(series.record.count + 1, self._micro_now())
+                record = series.record.observed(series.record.count + 1, micro_time(self._wall()))
                 series.record, series.last = record, now
                 self._series.move_to_end(key)
             else:
@@ -181,9 +179,6 @@ class EventRecorder:
                 self._buckets.popitem(last=False)
         self._buckets.move_to_end(obj_key)
         return bucket.try_take() == 0
-
-    def _micro_now(self) -> str:
-        return micro_time(self._wall())
 
     def _new(
         self,

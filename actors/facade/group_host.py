@@ -1,9 +1,6 @@
-"""A dispatcher's call groups: :meth:`GroupHostMixin.group` builds them, and the hooks of
-:class:`~kdispatch.actors.engine.groups.GroupHost` submit, refuse, withdraw and forget their
-steps.
-
-:class:`GroupHostMixin` is a base of :class:`~.dispatcher.Dispatcher`; the hooks are internal
-(called by the groups, never by a program). Any thread.
+"""A dispatcher's call groups: :class:`GroupHostMixin` (a base of
+:class:`~.dispatcher.Dispatcher`) builds them, and its internal hooks (the groups', never a
+program's) submit, refuse, withdraw and forget their steps. Any thread.
 """
 
 from __future__ import annotations
@@ -55,9 +52,8 @@ class GroupHostMixin:
         def _on_resolved(self, future: CallFuture) -> None: ...
 
     def _init_groups(self) -> None:
-        """Constructor: the prerequisites of held calls, and the call groups by owner UID (read
-        without a lock by on_delete and an exclusive call's submit). A group's own fields are
-        guarded by one of the dispatcher's group locks, picked by its owner's UID."""
+        """Constructor: the prerequisites of held calls, the call groups by owner UID, and the
+        striped locks that guard the groups' fields."""
         self._deps = Dependencies(self, self._registry.tell, self.metrics)
         self._owners = OwnerIndex()
         self._group_locks = tuple(threading.Lock() for _ in range(GROUP_LOCK_STRIPES))
@@ -82,15 +78,12 @@ class GroupHostMixin:
     def group(
         self, owner: object, *, kind: str | None = None, gang: int | None = None
     ) -> CallGroup:
-        """Any thread. A :class:`~kdispatch.CallGroup` of steps that die with
-        ``owner`` (an object: a dict, a ``Mapping``, an official-client model, or an
-        :class:`ObjectRef`): its deletion (:meth:`on_delete`, or a 404 on a step on it) or
-        its preemption (an exclusive call submitted for it) cancels the group. With
-        ``gang=min_count``, a :class:`~kdispatch.Gang`: its pod bindings are held until
-        ``min_count`` of them were submitted (or it is sealed), then sent together; a failure
-        before that withdraws them all. Raises :class:`DispatcherClosed` once ``stop`` or
-        ``revoke`` was called, :class:`InvalidInputError` for a ``gang`` that is not an int
-        >= 1."""
+        """Any thread. A :class:`~kdispatch.CallGroup` of steps that die with ``owner`` (a
+        dict, a ``Mapping``, an official-client model, or an :class:`ObjectRef`): its deletion
+        (:meth:`on_delete`, or a 404 on a step on it) or its preemption cancels the group.
+        With ``gang=min_count``, a :class:`~kdispatch.Gang`. Raises :class:`DispatcherClosed`
+        once ``stop`` or ``revoke`` was called, :class:`InvalidInputError` for a ``gang`` that
+        is not an int >= 1."""
         ref = owner if isinstance(owner, ObjectRef) else ObjectRef.of(owner, kind)
         check_uid(ref.uid)
         min_count = None if gang is None else check_min_count(gang)

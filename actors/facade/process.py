@@ -1,15 +1,9 @@
-"""``ProcessDispatcher``: a real :class:`~kdispatch.Dispatcher` in a child process, so its
-actors, executor workers and HTTP client do not compete with the caller's threads for the
-interpreter lock.
+"""``ProcessDispatcher``: a real :class:`~kdispatch.Dispatcher` in a child process started
+with ``spawn`` (never ``fork``: the caller has threads), so its threads do not compete with the
+caller's for the interpreter lock; docs/process-dispatcher.md tells what differs.
 
-The child is started with ``spawn`` (never ``fork``: the caller has threads) and builds its
-backend from a picklable factory; calls, informer objects and results cross by pickle over two
-pipes (:mod:`~kdispatch.actors.facade.process_link`, :mod:`~kdispatch.actors.facade.process_child`).
-At most ``max_in_flight`` calls are in the child; the rest wait here by relevance
-(:mod:`~kdispatch.actors.facade.process_window`). With ``leader=``, the child's executor reads
-the send deadline from shared memory before every request. What differs from the in-process
-dispatcher is on the docs' page "The dispatcher in its own process". Scripts that use it must
-guard their entry point (``if __name__ == "__main__":``), as every ``spawn`` user must.
+Calls, informer objects and results cross by pickle over two pipes (:mod:`.process_link`,
+:mod:`.process_child`); calls beyond ``max_in_flight`` wait here (:mod:`.process_window`).
 """
 
 from __future__ import annotations
@@ -81,8 +75,8 @@ class SendDeadlines(Protocol):
 
 class ProcessDispatcher(ChildLink, DispatcherLike):
     """A :class:`~kdispatch.Dispatcher` running in a child process, with the same caller API
-    for what a scheduler uses (see the module docstring). Every public method may be called
-    from any thread. Typical use::
+    for what a scheduler uses. Every public method may be called from any thread. Scripts
+    must guard their entry point (``if __name__ == "__main__":``), as with any ``spawn``::
 
         factory = functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)
         with ProcessDispatcher(factory, DispatcherConfig()) as dispatcher:
@@ -214,8 +208,7 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
             if self._stopped or not self._started:
                 self._closing = self._stopped = True
                 return self._final[0] if self._final is not None else not self._calls
-            self._closing = True
-            self._stopped = True
+            self._closing = self._stopped = True
         if drain:
             self._window.flush()  # the child drains them with the rest
         stopped = DispatcherClosed("dispatcher process stopped")

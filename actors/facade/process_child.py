@@ -1,13 +1,10 @@
 """The child side of :class:`~kdispatch.ProcessDispatcher`: a real
 :class:`~kdispatch.Dispatcher` in its own interpreter, driven over two pipes.
 
-Parent → child: pickled tuples (:data:`SUBMIT`, :data:`OBSERVE`, ...), several per pipe write,
-handed to the dispatcher by the child's main thread (``view`` and ``stats`` go to a small query
-pool, so they never hold up intake). Child → parent: a *list* of ``(id, ok, value)`` results
-per write, coalesced by one writer thread. An exception that does not survive pickling is
-replaced by a typed :class:`~kdispatch.CallFailed` naming it (:func:`portable`). With leader
-election the child's ``send_gate`` is a :class:`SharedDeadline`. The child ignores SIGINT and
-stops without draining when the parent goes away (end of file on its pipe).
+Parent → child: pickled tuples (:data:`SUBMIT`, ...), several per write, handed on by the main
+thread (queries go to a small pool, never holding up intake). Child → parent: lists of
+``(id, ok, value)`` results, coalesced by one writer thread. The child ignores SIGINT and stops
+without draining when the parent goes away.
 """
 
 from __future__ import annotations

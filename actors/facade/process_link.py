@@ -1,11 +1,8 @@
-"""The parent's end of the pipes to a :class:`~kdispatch.ProcessDispatcher`'s child.
-
-:class:`ChildLink` (a base of ``ProcessDispatcher``) queues pickled messages for one writer
-thread, which sends whatever is queued in one pipe write, so a child that reads slowly never
-blocks a caller; one reader thread resolves the futures of calls and queries from the child's
-coalesced results (see :mod:`~kdispatch.actors.facade.process_child` for the wire), and fails
-whatever is left when the pipe closes. Whoever pops a future from ``_calls`` or ``_queries``
-resolves it, so each resolves exactly once.
+"""The parent's end of the pipes to a :class:`~kdispatch.ProcessDispatcher`'s child
+(:class:`ChildLink`): one writer thread sends whatever is queued in one pipe write, so a slow
+child never blocks a caller; one reader thread resolves the futures from the child's results
+(:mod:`.process_child` has the wire) and fails what is left when the pipe closes. Whoever pops
+a future from ``_calls`` or ``_queries`` resolves it, so each resolves exactly once.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The send window of :class:`~kdispatch.ProcessDispatcher`: at most ``limit`` calls in the
-child and not yet resolved; the others wait in the parent in lanes by relevance, first in first
-out within a lane, and leave highest lane first as results free room (see the docs' page "The
-dispatcher in its own process").
-
-One object's calls leave in the order they were submitted: a call joins its object's waiting
-calls' lane when that is higher than its own, and lifts them into its own when its own is
-higher. Best-effort calls (Events) have a room of their own inside the window,
-``best_effort_limit``. One lock; ``send`` (a non-blocking queue put) runs under it, so calls
-reach the writer's queue in the order they left the window.
+"""The send window of :class:`~kdispatch.ProcessDispatcher` (docs/process-dispatcher.md,
+"Back-pressure"): at most ``limit`` calls in the child; the others wait in lanes by relevance.
+One object's calls leave in submission order: a call joins its object's waiting calls' lane
+when that is higher, and lifts them into its own when its own is. One lock; ``send`` (a
+non-blocking queue put) runs under it, so calls reach the writer in the order they left.
 """
 
 from __future__ import annotations

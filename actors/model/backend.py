@@ -1,10 +1,5 @@
-"""The ``ApiBackend`` protocol: the only way kdispatch talks to an apiserver.
-
-Implementations live in ``adapters/`` (``memory.InMemoryApiServer``,
-``kubernetes.KubernetesBackend``). Every method is called from an executor worker thread, may
-block for one request (bounded by the backend's request timeout), must be safe to call from
-several threads at once, and reports failures only by raising the :class:`~kdispatch.ApiError`
-subclasses of :mod:`.errors` (each names its status). Objects go in and come out as JSON dicts.
+"""The ``ApiBackend`` protocol: the only way kdispatch talks to an apiserver (implemented by
+``KubernetesBackend`` and the in-memory apiserver), and the request rules backends share.
 """
 
 from __future__ import annotations
@@ -20,7 +15,10 @@ __all__ = ["ApiBackend", "EvictionBackend", "PatchType"]
 
 @runtime_checkable
 class ApiBackend(Protocol):
-    """What the dispatcher needs from an apiserver. Thread-safe; runs on executor workers."""
+    """What the dispatcher needs from an apiserver. Every method runs on an executor worker
+    thread (several at once), may block for one request (bounded by the backend's request
+    timeout), and reports failures only by raising :class:`~kdispatch.ApiError` subclasses.
+    Objects go in and come out as JSON dicts."""
 
     def get(self, kind: str, namespace: str, name: str) -> Obj:
         """Read one object (a fresh copy from the server, not a cache)."""

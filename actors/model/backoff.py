@@ -1,7 +1,6 @@
 """Capped exponential backoff with jitter: the one formula behind every retry delay (the
 executor's retries and the informers' reconnects; client-go's ``wait.Backoff``, ``Factor=2``).
-
-Pure: the caller draws the random number and passes it in. No threads, no clocks.
+Pure: the caller draws the random number.
 """
 
 from __future__ import annotations

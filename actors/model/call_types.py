@@ -1,7 +1,4 @@
-"""The built-in call types and the default registry; users add their own (for any kind) to a
-registry from :func:`default_call_types` with :meth:`~kdispatch.CallTypeRegistry.register`.
-Pure module.
-"""
+"""The built-in call types and the default registry (users register their own in it). Pure."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The call model: what a call is (an immutable intent for one object, see docs/concepts.md),
-and the validated registry of call types.
-
-Pure module: every method of a call runs on the calling thread and must not block, except
-:meth:`Call.send` (an executor worker thread, see there).
+"""The call model: what a call is (an immutable intent for one object, docs/concepts.md), and
+the validated registry of call types. Pure module: every method of a call runs on the calling
+thread and must not block, except :meth:`Call.send`.
 """
 
 from __future__ import annotations
@@ -43,31 +41,21 @@ BEST_EFFORT: Final = 0
 
 class Call(ABC):
     """An intent for one object. Immutable; subclasses are frozen (slotted) dataclasses whose
-    first field is ``ref``.
+    first field is ``ref`` (the object); ``basis`` is the object the caller decided on, or None.
 
-    Class attributes, validated by :class:`CallTypeRegistry`:
+    Class attributes, validated by :class:`CallTypeRegistry` (docs/call-types.md, "How types
+    interact"):
 
     * ``call_type`` — unique name, e.g. ``"pod_binding"`` (also the metrics label);
-    * ``kind`` — the object kind it applies to (``"Pod"``, ``"ResourceClaim"``, or a user kind);
-    * ``relevance`` — a positive int: the executor lane. When tokens are scarce, higher lanes
-      go first (each lower lane keeps a minimum share). It orders *objects*, never calls of one
-      object: that is what ``supersedes`` is for. :data:`BEST_EFFORT` (0) is the lane of
-      ``best_effort`` types only;
-    * ``best_effort`` — Events: the call rides lane :data:`BEST_EFFORT` with tokens of the
-      Events' own bucket, and is dropped unsent (:class:`~.errors.RequestDropped`) when its
-      lane is full (``ExecutorConfig.events_max_pending``);
-    * ``supersedes`` — call types of the same kind this one replaces: a pending call of such a
-      type resolves ``OVERWRITTEN`` and this call takes its queue slot, and a call of such a
-      type arriving while this one is tracked resolves ``SKIPPED``. Other types queue behind
-      what is pending, both sent in order. (A binding supersedes a status patch.)
-    * ``exclusive`` — deletions, preemptions and evictions: the call *cancels* every pending
-      call of the object, becomes the only pending call, and nothing may be queued behind it;
-    * ``reads_object`` — the request is computed from the object: the object actor sends it
-      only on an object it trusts, re-reading it after an ambiguous failure. False for
-      requests that only carry preconditions (a binding).
-
-    Instance attributes: ``ref`` (the object) and ``basis`` (the object the caller decided on,
-    or None), which :meth:`revalidate` compares with the newer object.
+    * ``kind`` — the object kind it applies to (``"Pod"``, or a registered kind);
+    * ``relevance`` — a positive int: the executor lane (orders objects, never calls of one
+      object); :data:`BEST_EFFORT` (0) is the lane of ``best_effort`` types only;
+    * ``best_effort`` — Events: their own lane and token bucket, dropped unsent when full;
+    * ``supersedes`` — call types of the same kind this one replaces (``OVERWRITTEN`` when
+      pending, ``SKIPPED`` when arriving later); other types queue behind, both sent in order;
+    * ``exclusive`` — preemptions and evictions: cancels every pending call, none queues behind;
+    * ``reads_object`` — the request is computed from the object (re-read after an ambiguous
+      failure); False for requests that only carry preconditions (a binding).
     """
 
     __slots__ = ()
@@ -130,14 +118,10 @@ class Call(ABC):
     @abstractmethod
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Perform the request(s) for this intent against ``obj`` (newest observed object).
-
-        Runs on an executor worker thread, where it may block for its requests; with a
-        non-blocking backend and no QPS limit, on the object actor's own turn instead (a
-        ``send`` that may block outside the backend needs ``ExecutorConfig(inline_sends=False)``).
-        Every request through ``backend`` takes a rate-limiter token. With :attr:`reads_object`,
-        ``obj`` is an object the actor trusts (never None). Returns the object the server
-        answered with, if any. Raises :class:`~kdispatch.ApiError` subclasses.
-        """
+        Executor worker thread, where it may block for its requests (or the actor's own turn:
+        ``ExecutorConfig.inline_sends``). Every request takes a rate-limiter token. With
+        :attr:`reads_object`, ``obj`` is an object the actor trusts (never None). Returns the
+        object the server answered with, if any. Raises :class:`~kdispatch.ApiError`."""
 
     def describe(self) -> str:
         """Short human description for logs."""
@@ -203,14 +187,12 @@ class CallTypeSpec:
 
 
 class CallTypeRegistry:
-    """Validated registry of call types. Thread-safe; registration is rare, lookup is a dict get.
+    """Validated registry of call types (kinds from ``kinds``, default
+    :data:`~kdispatch.DEFAULT_KINDS`). Thread-safe; lookup is a dict get.
 
-    Registration errors (:class:`CallTypeRegistrationError`): not a Call subclass, a rule or
-    ``send`` still abstract or not callable, a kind not in the kind table (``kinds``, default
-    :data:`~kdispatch.DEFAULT_KINDS`), a missing or non-positive relevance, a name taken, or
-    contradictory supersession (itself, an unregistered type, one of another kind or an
-    exclusive one, or an exclusive type that declares ``supersedes``). A type supersedes only
-    types registered before it, so supersession is acyclic.
+    Registration raises :class:`CallTypeRegistrationError` for anything but a complete Call
+    subclass of a known kind with a positive relevance and a free name, and for contradictory
+    supersession (docs/call-types.md). A type supersedes only types registered before it.
     """
 
     def __init__(

@@ -1,5 +1,4 @@
 """ResourceClaim calls (DRA): allocation and consumer reservations, :class:`ClaimStatusPatch`.
-
 Pure module: every method but ``send`` runs on the calling thread and never blocks; ``send``
 runs on an executor worker.
 """

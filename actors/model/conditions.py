@@ -1,9 +1,6 @@
-"""Status conditions: validating condition intents, reading, merging and applying them by type.
-
-The one home of the condition rules the pod and PodGroup status patches share, and of the wall
-clock that stamps ``lastTransitionTime`` at send time (:data:`WALL_CLOCK`).
-
-Pure module (but for the clock): no threads, no pykka, no kubernetes; any thread.
+"""Status conditions: validating, reading, merging and applying condition intents by type, the
+rules the pod and PodGroup status patches share, and the clock that stamps
+``lastTransitionTime`` at send time (:data:`WALL_CLOCK`). Pure (but for the clock); any thread.
 """
 
 import time
@@ -71,12 +68,9 @@ WALL_CLOCK: Final = WallClock()
 
 
 def check_condition(cond: object) -> Condition:
-    """Validate a condition intent and return a read-only copy of it.
-
-    It needs ``type`` (non-empty str) and ``status`` (``"True"``, ``"False"`` or ``"Unknown"``);
-    ``reason`` and ``message`` are optional strings. Timestamps are set at send time and any
-    other key is rejected. Raises :class:`InvalidCallError`.
-    """
+    """A read-only copy of the condition intent ``cond``: ``type`` (non-empty str), ``status``
+    (``"True"``, ``"False"`` or ``"Unknown"``), optional ``reason`` and ``message`` (str); any
+    other key (timestamps are set at send time) raises :class:`InvalidCallError`."""
     if type(cond) is not dict and not is_mapping(cond):
         raise InvalidCallError(f"a condition must be a mapping, got {type(cond).__name__}")
     unknown = set(cond) - _CONDITION_KEYS

@@ -92,14 +92,11 @@ class RateLimitConfig:
 
 @dataclass(frozen=True, slots=True)
 class RetryConfig:
-    """Retry policy: a time budget per call, capped exponential backoff with jitter (see
-    docs/concepts.md, "Retries").
-
-    A retryable error (429, 5xx, timeout, connection refused or reset) puts the call back on
-    its object after :meth:`delay`; only that object waits. The call fails (``CallFailed``)
-    once the next attempt would start later than ``budget`` seconds after its first retryable
-    failure (or after ``max_attempts`` attempts). A 409 re-reads the object and rebases, at
-    most ``max_conflict_retries`` times.
+    """Retry policy: a time budget per call, capped exponential backoff with jitter
+    (docs/concepts.md, "Retries"). A retryable error (429, 5xx, timeout, connection lost) puts
+    the call back on its object after :meth:`delay`; it fails (``CallFailed``) once the next
+    attempt would start more than ``budget`` seconds after its first retryable failure (or
+    after ``max_attempts`` attempts). A 409 rebases, at most ``max_conflict_retries`` times.
     """
 
     budget: float = 60.0
@@ -157,11 +154,9 @@ class ExecutorConfig:
     workers: int = 8
     lane_min_share: float = 0.1
     events_max_pending: int = 10_000
-    """Events (best-effort objects, one per Event: repeats merge) that may wait for a worker
-    and a token at once; one more is dropped unsent (``CallFailed`` caused by
-    :class:`~kdispatch.actors.model.errors.RequestDropped`, counted in
-    ``kdispatch_events_dropped_total{reason="queue_full"}``). An Event that waits is never
-    dropped; each holds about 4 KiB."""
+    """Events (one per Event object: repeats merge) that may wait for a worker and a token at
+    once; one more is dropped unsent (``CallFailed``, counted in
+    ``kdispatch_events_dropped_total{reason="queue_full"}``). Each holds about 4 KiB."""
     inline_sends: bool = True
     """With a backend that declares ``non_blocking = True`` and no QPS limit, True runs a call's
     :meth:`~kdispatch.Call.send` on the object actor's own turn, with no hand-off to a worker.
@@ -181,14 +176,9 @@ class ExecutorConfig:
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """The pooled actor runtime: ``workers`` threads drain all object actors' inboxes, each
-    actor handling at most ``batch`` messages per turn before yielding.
-
-    Garbage collection (process-wide; docs/configuration.md): ``gc_freeze`` keeps the cyclic
-    collector off long-lived objects (``gc.freeze()`` at ``Dispatcher.start()``, at every
-    ``Dispatcher.freeze_gc()`` and after every collection of generation 1; cycles among frozen
-    objects are reclaimed only after ``Dispatcher.stop()``). ``gc_young_threshold``: if set,
-    ``gc.set_threshold()``'s first value while the dispatcher runs (None leaves it alone);
-    ``stop()`` restores both.
+    actor handling at most ``batch`` messages per turn before yielding. ``gc_freeze`` and
+    ``gc_young_threshold`` tune the process-wide garbage collector while the dispatcher runs
+    (docs/configuration.md); ``stop()`` restores it.
     """
 
     workers: int = 1

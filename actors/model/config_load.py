@@ -1,10 +1,7 @@
-"""Build a configuration dataclass tree from mappings or environment variables.
-
-Generic over the tree: fields and types are read from the dataclasses themselves, so a field
-added to a config class is picked up here. The accepted values and variable names are in
-docs/configuration.md ("From files and the environment"); a bad one raises
-:class:`~kdispatch.InvalidConfigError` naming the key or the variable. Pure module apart from
-reading the environment it is given.
+"""Build a configuration dataclass tree from mappings or environment variables, generic over
+the tree (fields and types are read from the dataclasses). The accepted values and variable
+names are in docs/configuration.md; a bad one raises :class:`~kdispatch.InvalidConfigError`
+naming the key or the variable. Pure apart from reading the environment it is given.
 """
 
 from __future__ import annotations

@@ -253,13 +253,10 @@ class GoneError(ApiError, status=410, reason="Expired"):
 
 
 class InformerSyncTimeout(KdispatchError, TimeoutError):
-    """An informer's ``wait_for_sync(timeout)`` ran out before its first list arrived.
-
-    ``last_error`` is the newest list/watch failure (None if the server simply did not answer
-    in time), and the message names the cause, e.g. ``informer pods (Pod) did not sync within
-    2 s: cannot connect to http://127.0.0.1:1: list Pod: cannot connect
-    (NewConnectionError)``. A ``TimeoutError``, so ``except TimeoutError`` catches it too.
-    """
+    """An informer's ``wait_for_sync(timeout)`` ran out before its first list arrived (a
+    ``TimeoutError`` too). ``last_error`` is the newest list/watch failure (None if the server
+    simply did not answer in time); the message names the cause (``informer pods (Pod) did not
+    sync within 2 s: cannot connect to http://127.0.0.1:1: ...``)."""
 
     def __init__(
         self, message: str, *, last_error: BaseException | None = None, cause: str = ""

@@ -1,10 +1,7 @@
 """Events (``events.k8s.io/v1``): the :class:`EventRecord` call, the best-effort write of one
-Event or its series, which :class:`~.event_recorder.EventRecorder` builds.
-
-Correlation into series and the spam filter are the recorder's (docs/events.md). Each Event has
-its own actor (a UID derived from its name), so occurrences of one series merge while they wait.
-
-Pure module: no threads, no pykka, no kubernetes; ``send`` runs on an executor worker.
+Event or its series, which the recorder builds (docs/events.md). Each Event has its own actor (a
+UID derived from its name), so occurrences of one series merge while they wait. Pure module;
+``send`` runs on an executor worker.
 """
 
 from __future__ import annotations

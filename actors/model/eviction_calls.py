@@ -1,10 +1,6 @@
-"""The eviction call: ``pods/eviction`` (policy/v1), which honours PodDisruptionBudgets.
-
-A refusal is a retryable :class:`~kdispatch.DisruptionBudgetError` (429), retried within the
-call's retry budget (docs/call-types.md, "Eviction").
-
-Pure module: every method but ``send`` runs on the calling thread and never blocks; ``send``
-runs on an executor worker.
+"""The eviction call: ``pods/eviction`` (policy/v1), which honours PodDisruptionBudgets
+(docs/call-types.md, "Eviction"). Pure module: every method but ``send`` runs on the calling
+thread and never blocks; ``send`` runs on an executor worker.
 """
 
 from __future__ import annotations
@@ -26,10 +22,9 @@ __all__ = ["PodEviction"]
 @dataclass(frozen=True, slots=True)
 class PodEviction(Call):
     """Evict a pod through ``pods/eviction`` with a UID precondition. Build with :meth:`for_pod`.
-
-    Exclusive: it cancels every other pending call of the pod. NotFound is success. The backend
-    must be an :class:`~kdispatch.EvictionBackend`; with any other the call fails ``CallFailed``.
-    """
+    Exclusive: it cancels every other pending call of the pod. NotFound is success; a PDB
+    refusal is retried within the retry budget. The backend must be an
+    :class:`~kdispatch.EvictionBackend`; with any other the call fails ``CallFailed``."""
 
     call_type = "pod_eviction"
     kind = POD

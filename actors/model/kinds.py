@@ -1,12 +1,7 @@
-"""The kind table: kind → (group, version, plural, namespaced, status subresource, patch flavour).
-
-One source of truth for where a kind lives in the REST API (docs/kinds.md): the backends,
-informers and apiservers look kinds up here; users add their own (a CRD) with :func:`register`,
-or fill a table from discovery (:func:`kdispatch.register_from_discovery`). Built-in kinds take
-strategic merge patches, CRDs JSON merge patches (RFC 7386).
-
-Thread-safety: a :class:`KindTable` may be read and extended from any thread (registration swaps
-an immutable mapping under a lock; lookups are a dict get).
+"""The kind table: kind → (group, version, plural, namespaced, status subresource, patch flavour),
+the one source of truth for where a kind lives in the REST API (docs/kinds.md). A
+:class:`KindTable` may be read and extended from any thread (registration swaps an immutable
+mapping under a lock; lookups are a dict get).
 """
 
 from __future__ import annotations
@@ -117,8 +112,7 @@ BUILTIN_KINDS: tuple[KindInfo, ...] = (
     _builtin(
         "PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", cluster=True, status=False
     ),
-    # Kubernetes 1.37 serves it only with the GenericWorkload feature gate and
-    # --runtime-config=scheduling.k8s.io/v1beta1=true (a beta API, off by default)
+    # beta, off by default in Kubernetes 1.37 (docs/kinds.md)
     _builtin("PodGroup", "scheduling.k8s.io", "v1beta1", "podgroups"),
     _builtin("StorageClass", "storage.k8s.io", "v1", "storageclasses", cluster=True, status=False),
     _builtin("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims"),
@@ -222,8 +216,3 @@ DEFAULT_KINDS = KindTable()
 register = DEFAULT_KINDS.register
 """Register a kind in :data:`DEFAULT_KINDS`: :meth:`KindTable.register` of the process-wide
 table (same arguments, same errors). Any thread."""
-
-
-def lookup(kind: object) -> KindInfo:
-    """``DEFAULT_KINDS.lookup(kind)``. Any thread."""
-    return DEFAULT_KINDS.lookup(kind)

@@ -1,14 +1,5 @@
 """What an object's actor knows of its object, and how far it trusts it (docs/behaviour.md,
-"Trust").
-
-The *observed* object is the newest state the actor saw (informer, a caller's ``basis``, a reply
-or a re-read), qualified by two facts: ``landed``, a call that landed without a reply object
-(applied on top of every observed object until one shows it; the resourceVersion is then behind,
-``rv_stale``), and ``untrusted_rv``, a request computed on that resourceVersion may or may not
-have landed (no elision against the object, and a re-read before a request that reads it, until
-a strictly newer object or a fresh read comes).
-
-Pure: the base of :class:`~.object_state.ObjectState`; no threads, no clocks.
+"Trust"). Pure: the base of :class:`~.object_state.ObjectState`; no threads, no clocks.
 """
 
 from __future__ import annotations
@@ -22,7 +13,12 @@ __all__ = ["Knowledge"]
 
 
 class Knowledge:
-    """The observed object of one UID, and the two facts that qualify it (module docstring)."""
+    """The observed object of one UID (the newest state the actor saw: informer, a caller's
+    ``basis``, a reply or a re-read) and the two facts that qualify it: ``landed``, a call that
+    landed without a reply object, applied on top until an object shows it (the resourceVersion
+    is behind meanwhile: ``rv_stale``); ``untrusted_rv``, a request computed on that
+    resourceVersion may or may not have landed (no elision, a re-read before a request that
+    reads the object, until a strictly newer object or a fresh read)."""
 
     __slots__ = ("landed", "observed", "observed_rv", "rv_stale", "uid", "untrusted_rv")
 

@@ -41,20 +41,12 @@ class State(enum.Enum):
 
 
 class Input(enum.Enum):
-    """The machine's inputs."""
+    """The inputs that move the life (every other input keeps it)."""
 
-    SUBMIT = "submit"
-    GRANT = "grant"
     DONE = "done"
     GONE = "gone"  # a request found the object gone (404) or deleted it
-    OBSERVED = "observed"
     DELETED = "deleted"
-    CANCEL = "cancel"
-    WITHDRAW = "withdraw"
     CLOSE = "close"
-    REVOKE = "revoke"
-    RELEASE = "release"
-    DEPENDENCY_FAILED = "dependency_failed"
 
     __hash__ = object.__hash__
 

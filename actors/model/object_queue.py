@@ -1,11 +1,7 @@
-"""The state of one object's rules that every input reads: what is known of the object (its
-base, :class:`~.knowledge.Knowledge`), the pending calls in send order, the call in flight, and
-the rules every input shares: judging a pending call, going in flight, putting a call back,
-retiring, asking the executor for a grant.
-
-Rules applied once: a call that passed elision and staleness against the observed object (with
-nothing in flight) is not judged again until the object changes (``Entry.judged``). Pure: no
-threads, no clocks (time comes in as ``now``).
+"""What every input of one object's rules reads (its :class:`~.knowledge.Knowledge`, the
+pending calls in send order, the call in flight) and the rules the inputs share: judging a
+call (once per observed object: ``Entry.judged``), going in flight, putting a call back,
+retiring, asking for a grant. Pure: time comes in as ``now``.
 """
 
 from __future__ import annotations
@@ -99,10 +95,8 @@ class ObjectQueue(Knowledge):
         return True
 
     def _judge(self, entry: Entry) -> Resolve | None:
-        """How a pending call ends against the current object without being sent: elided
-        (``SKIPPED``), stale (``CallStale``) or failing its precheck (``CallConflict``); None
-        when it is still to be sent. Elision and staleness, being pure, are judged once per
-        observed object (with nothing in flight, while the object is trusted for elision)."""
+        """How a pending call ends unsent against the current object: ``SKIPPED``,
+        ``CallStale`` or ``CallConflict`` (precheck); None when it is still to be sent."""
         call = entry.call
         observed = self.observed
         settled = self.inflight is None and self.untrusted_rv is None
@@ -157,10 +151,9 @@ class ObjectQueue(Knowledge):
         return send
 
     def _requeue_front(self, out: list[Effect], entry: Entry) -> None:
-        """Put a call that was in flight back at the head, merged with what arrived meanwhile
-        (a call of its type), unless a superseding call that does not wait for it, or an
-        exclusive call, took over. It holds
-        nothing (it was sent). A call withdrawn while in flight resolves ``CallCancelled``."""
+        """Put a call that was in flight back at the head, merged with a call of its type that
+        arrived meanwhile, unless a superseding call that does not wait for it, or an
+        exclusive call, took over. A call withdrawn while in flight resolves ``CallCancelled``."""
         ctype = entry.call.call_type
         if entry.withdrawn is not None and entry.cancelled:
             out.append(Resolve(entry.future, ctype, self._withdrawn(entry, in_flight=True)))
@@ -200,9 +193,8 @@ class ObjectQueue(Knowledge):
         )
 
     def _ready(self, out: list[Effect]) -> list[Effect]:
-        """Ask the executor for a grant when the head call holds nothing, nothing is in flight,
-        and the executor does not hold a Ready in its lane or a higher one. The one place
-        that decides readiness."""
+        """The one place that decides readiness: ask for a grant when the head call holds
+        nothing, nothing is in flight, and no Ready is held in its lane or a higher one."""
         queue = self.queue
         if queue and self.inflight is None and self.life is _LIVE:
             head = queue[0]

@@ -1,12 +1,9 @@
-"""The per-object rules as a pure machine (DESIGN §3): inputs in, effects out.
+"""The per-object rules as a pure machine: each input returns the effects (:mod:`.effects`)
+for the actor shell to carry out, in order (docs/behaviour.md tells the rules).
 
-One :class:`ObjectState` per object UID: each input (:meth:`~ObjectState.submit`,
-:meth:`~ObjectState.grant`, :meth:`~RequestEnds.done`, :meth:`~ObjectState.observed_event`,
-:meth:`~ObjectState.deleted`, ...) returns the *effects* (:mod:`.effects`) for the actor shell to
-carry out, in order. Built in layers, one concept each: :mod:`.knowledge` (what is known of the
-object), :mod:`.object_queue` (the queue and the rules its inputs share), :mod:`.request_ends`
-(the end of a request), and here the caller's and the informer's inputs; the queue rules are
-:mod:`.queue_policy`, the lifecycle :mod:`.lifecycle`. docs/behaviour.md tells the rules.
+Built in layers, one concept each: :mod:`.knowledge` (what is known of the object),
+:mod:`.object_queue` (the queue and the rules its inputs share), :mod:`.request_ends` (the end
+of a request), and here the caller's and the informer's inputs.
 """
 
 from __future__ import annotations
@@ -152,11 +149,9 @@ class ObjectState(RequestEnds):
         return self._ready(out)
 
     def withdraw(self, future: Any, cause: CallCancelled | None = None) -> list[Effect]:
-        """A caller withdraws the call of ``future`` (and no other): every entry carrying its
-        intent marks it; an entry whose intents are all withdrawn is withdrawn (pending: it
-        resolves ``CallCancelled`` now; in flight: instead of a retry). ``cause``: why, when
-        it is not the caller's own choice (a call group cancelled because its owner was
-        deleted): the ``CallCancelled`` says so and carries it."""
+        """A caller withdraws the call of ``future`` (and no other): an entry whose intents
+        are all withdrawn resolves ``CallCancelled`` (pending: now; in flight: instead of a
+        retry), carrying ``cause`` when it is not the caller's own choice (a group's)."""
         out: list[Effect] = []
         inflight = self.inflight
         if inflight is not None and inflight.carries(future):

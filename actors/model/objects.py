@@ -1,8 +1,6 @@
-"""Kubernetes objects as plain JSON dicts, and their identity.
-
-Objects travel through kdispatch as the JSON form the apiserver speaks, treated as immutable:
-code that derives a new object copies the path it changes (:func:`with_path`). At the boundary,
-:func:`as_object` turns what users hold into that form (docs/clients.md). Pure module.
+"""Kubernetes objects as the JSON dicts the apiserver speaks, treated as immutable (a derived
+object copies the path it changes: :func:`with_path`), and their identity. :func:`as_object`
+turns what users hold into that form at the boundary (docs/clients.md). Pure module.
 """
 
 from __future__ import annotations

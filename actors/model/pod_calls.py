@@ -1,12 +1,6 @@
-"""Pod calls: status patch (conditions, nominatedNodeName), binding, preemption.
-
-Each call is an immutable intent whose rules are pure functions of the call and an observed
-pod; the request is computed in ``send`` against the newest trusted pod, so a patch carries only
-what still differs then, guarded by the pod's UID and resourceVersion. The condition rules are
-:mod:`.conditions`.
-
-Pure module: every method but ``send`` runs on the calling thread (caller or object actor) and
-never blocks; ``send`` runs on an executor worker.
+"""Pod calls: status patch (conditions, nominatedNodeName), binding, preemption; the condition
+rules are :mod:`.conditions`. Pure module: every method but ``send`` runs on the calling thread
+and never blocks; ``send`` runs on an executor worker.
 """
 
 from collections.abc import Iterable, Mapping

@@ -1,13 +1,6 @@
-"""PodGroup calls: the group's status conditions (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37).
-
-:class:`PodGroupStatusPatch` carries condition intents for one PodGroup as
-:class:`~kdispatch.PodStatusPatch` does for a pod (:mod:`.conditions`), with upstream's rules for
-PodGroups (``metav1.Condition`` validation, ``observedGeneration`` per condition,
-``PodGroupInitiallyScheduled`` final once ``True``: :func:`regresses`); docs/call-types.md,
-"PodGroups", tells them.
-
-Pure module: every method but ``send`` runs on the calling thread and never blocks; ``send``
-runs on an executor worker.
+"""PodGroup calls: the group's status conditions (``scheduling.k8s.io/v1beta1``, Kubernetes 1.37;
+docs/call-types.md, "PodGroups", tells the rules). Pure module: every method but ``send`` runs
+on the calling thread and never blocks; ``send`` runs on an executor worker.
 """
 
 from __future__ import annotations
@@ -215,22 +208,14 @@ def _generation(obj: Obj) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class PodGroupStatusPatch(Call):
-    """Conditions of one PodGroup. Build with :meth:`for_podgroup`, :meth:`initially_scheduled`
-    or :meth:`disruption_target`, which take the PodGroup the caller decided on (the basis).
-
-    * Conditions merge by type, as a pod's do: newer fields win, the older call fills the gaps.
-    * Each condition's ``observedGeneration`` is the basis's ``metadata.generation`` (none when
-      it has none); a stored condition with a newer one satisfies it.
-    * ``PodGroupInitiallyScheduled`` never goes back from ``True``: a ``False`` or ``Unknown``
-      for it is never sent while the newest PodGroup or the basis has it ``True``; a call that
-      carries nothing else resolves :class:`~kdispatch.CallStale`.
-    * A condition the apiserver would refuse (:func:`condition_problems`) raises
-      :class:`~kdispatch.InvalidCallError` here.
-
-    Sent as a strategic-merge patch of ``podgroups/status`` carrying only the conditions that
-    still differ from the newest trusted PodGroup, guarded by its UID and resourceVersion. It
-    rides the bindings' lane (2): one write per gang, the group's own scheduling result, which
-    a backlog of pod status patches must not hold back.
+    """Conditions of one PodGroup (docs/call-types.md, "PodGroups"). Build with
+    :meth:`for_podgroup`, :meth:`initially_scheduled` or :meth:`disruption_target`, which take
+    the PodGroup the caller decided on (the basis). Conditions merge by type, each stamped with
+    the basis's ``metadata.generation``; ``PodGroupInitiallyScheduled`` never goes back from
+    ``True`` (a call that carries nothing else resolves :class:`~kdispatch.CallStale`); a
+    condition the apiserver would refuse raises :class:`~kdispatch.InvalidCallError`. Sent as a
+    strategic-merge patch of what still differs, guarded by UID and resourceVersion, in the
+    bindings' lane (2).
     """
 
     call_type: ClassVar[str] = "podgroup_status_patch"

@@ -1,12 +1,7 @@
-"""The queue policy of one object: which of its calls wait, merged how, and in what order.
-
-An object's pending calls are a list of :class:`Entry` in send order, at most one per call type,
-met by a new call through the rules its type declares: merge, supersede, exclusive, or queue
-behind (docs/behaviour.md, "The queue"). An entry carries the *intents* of every call merged
-into it, so one call can be withdrawn by its future (:meth:`Entry.cancelled`); a *held* entry
-(``after=``) is never placed ahead of a call it waits for (:func:`place`), nor supersedes one.
-
-Pure module: no threads, no clocks; :class:`~.object_state.ObjectState` applies it.
+"""The queue policy of one object: which of its calls wait, merged how, and in what order
+(docs/behaviour.md, "The queue"). An :class:`Entry` carries the intents of every call merged
+into it, so one call can be withdrawn by its future; a held entry (``after=``) is never placed
+ahead of a call it waits for (:func:`place`), nor supersedes one. Pure.
 """
 
 from __future__ import annotations
@@ -27,14 +22,11 @@ _NOTHING: Final[tuple[Any, ...]] = ()
 
 @dataclass(frozen=True, slots=True)
 class RetryState:
-    """A call's retry bookkeeping as one value, with one rule for every merge.
+    """A call's retry bookkeeping as one value (docs/behaviour.md, "Retry bookkeeping").
 
-    ``attempt``: requests of the call sent so far (re-reads not counted); ``conflicts``: 409s
-    rebased on; ``failures``: retryable failures (sends and re-reads); ``not_before``: backoff
-    after the last failure; ``deadline``: end of the retry budget, which runs from the first
-    failure. :meth:`merged`: two calls merged into one describe one intent on one object, so
-    the result is as far along as the further of the two (larger counts and backoff, the
-    earlier deadline): a merge never resets or extends a budget.
+    ``attempt``: requests sent (re-reads not counted); ``conflicts``: 409s rebased on;
+    ``failures``: retryable failures (sends and re-reads); ``not_before``: backoff after the
+    last failure; ``deadline``: end of the retry budget, which runs from the first failure.
     """
 
     attempt: int = 0
@@ -44,7 +36,8 @@ class RetryState:
     deadline: float | None = None
 
     def merged(self, other: RetryState) -> RetryState:
-        """The bookkeeping of the merge of two calls."""
+        """The bookkeeping of the merge of two calls: as far along as the further of the two
+        (larger counts and backoff, the earlier deadline)."""
         if other is FRESH:
             return self
         if self is FRESH:
@@ -85,11 +78,8 @@ SENT_ONCE: Final = RetryState(attempt=1)
 
 class Entry:
     """A tracked call: the call (merged), the caller's future, and what the rules keep of it.
-
-    ``judged`` is the observed object (by identity) the call last passed elision and
-    staleness against, with nothing in flight and the object trusted: until the object
-    changes they cannot give another answer, so a call is judged once per object, not once
-    per input. The machine's thread."""
+    ``judged``: the observed object (by identity) it last passed elision and staleness
+    against, with nothing in flight and the object trusted. The machine's thread."""
 
     __slots__ = (
         "behind",

@@ -1,6 +1,6 @@
 """How the end of a request changes an object's rules (:meth:`RequestEnds.done`): success,
 a retry within the budget, a 409 rebased on the object read back, a 404, a permanent failure,
-and the read-back of a call whose requests went unanswered (DESIGN §3, Executor). Pure.
+and the read-back of a call whose requests went unanswered (docs/behaviour.md). Pure.
 """
 
 from __future__ import annotations
@@ -118,10 +118,8 @@ class RequestEnds(ObjectQueue):
             self._fail(out, entry, CallCancelled, "object deleted")
 
     def _verified(self, out: list[Effect], entry: Entry, done: Done) -> None:
-        """The read of a call whose retries ran out without an answer ended: the call resolves
-        ``SUCCESS`` if the object shows it landed (:meth:`~.calls.Call.landed`; a deletion
-        whose object is gone too), else ``CallFailed``, saying whether the object showed it
-        did not land or could not be read (the outcome is then unknown)."""
+        """The read of a call whose retries ran out unanswered ended: ``SUCCESS`` if the object
+        shows it landed (:meth:`~.calls.Call.landed`), else ``CallFailed`` saying why."""
         call = entry.call
         ctype = call.call_type
         assert entry.unanswered is not None  # _send sent this read for it
