@@ -102,7 +102,7 @@ class Gang(CallGroup):
 
     def _release(self) -> None:
         """Open the gate once: the held members are released together, their tokens booked
-        as one block in the executor (taken before any other grant, then theirs alone)."""
+        as one block in the bindings' lane (docs/gangs.md)."""
         with self._lock:
             if self._open or self._cancelled is not None:
                 return
