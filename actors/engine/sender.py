@@ -47,6 +47,7 @@ __all__ = ["ChargedBackend", "Sender"]
 
 _GONE: Final[Any] = object()
 _LABELS: Final = {result: result.value for result in Result}  # (an Enum's .value is slow)
+_OK: Final = Result.SUCCESS  # (so is reading a member off its Enum class)
 
 
 def retry_reason(err: ApiError) -> str:
@@ -173,7 +174,7 @@ class Sender:
             backend = self._charged[thread] = ChargedBackend(self._executor, self._backend)
         backend.begin(call)
         start = time.perf_counter()
-        result = Result.SUCCESS
+        result = _OK
         obj = None
         error: BaseException | None = None
         delay = 0.0
@@ -212,7 +213,7 @@ class Sender:
         seconds = None if send.read else time.perf_counter() - start
         label = _LABELS[result]
         self._metrics.sent(call.call_type, backend.first_verb, label, seconds)
-        if result is not Result.SUCCESS or self._log_calls:
+        if result is not _OK or self._log_calls:
             logger.debug(
                 "{call_type} {uid} attempt {attempt}: {result}",
                 uid=ref.uid,
