@@ -1,5 +1,7 @@
 """What the per-object rules ask their actor to do (effects), and how a request ended
-(:class:`Done`): named tuples, immutable and equal by value. Pure.
+(:class:`Done`): values, equal by value and never changed once built. The ones built for
+every call (:class:`Resolve`, :class:`Send`, :class:`Done`) are slotted dataclasses, not frozen:
+they build in two thirds of a named tuple's time, a frozen one in more than twice its time. Pure.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ __all__ = [
 ]
 
 
-class Resolve(NamedTuple):
+@dataclass(slots=True)
+class Resolve:
     """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names the
     ``successor``: the future of the newer call that carries the intent on."""
 
@@ -58,7 +61,8 @@ def ready_now(relevance: int) -> Ready:
     return ready
 
 
-class Send(NamedTuple):
+@dataclass(slots=True)
+class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
     object (one GET) so the call can be computed against a trusted object; with ``verify``
     too, the read is the last one of a call whose last requests went unanswered: the object
@@ -114,7 +118,8 @@ class Result(enum.Enum):
     __hash__ = object.__hash__
 
 
-class Done(NamedTuple):
+@dataclass(slots=True)
+class Done:
     """The end of the request in flight, as the executor classified it."""
 
     call: Call
