@@ -135,12 +135,13 @@ class ObjectActor(Actor):
         machine = self.machine
         kind = type(message)
         if kind is Submit:  # the hot messages first, the rest through _HANDLERS
-            call, future, holds, behind = message
+            call = message.call
+            future = message.future
             if self.ctx.closing or future.group is not None:
                 effects = self._submit_late_or_step(message)
             else:
                 self.open[future] = call
-                effects = machine.submit(call, future, holds, behind)
+                effects = machine.submit(call, future, message.holds, message.behind)
         elif kind is Grant:
             self.granted = True
             effects = machine.grant(message.now)
@@ -203,10 +204,11 @@ class ObjectActor(Actor):
         for effect in effects:  # grows while it is walked: a grant's or a result's effects
             kind = type(effect)
             if kind is Resolve:
-                future, call_type, outcome, successor = effect  # type: ignore[misc]
-                if successor is not None:  # OVERWRITTEN: who carries the intent on
-                    future.successor = successor
-                self._resolve(future, call_type, outcome)
+                resolve: Resolve = effect  # type: ignore[assignment]
+                future = resolve.future
+                if resolve.successor is not None:  # OVERWRITTEN: who carries the intent on
+                    future.successor = resolve.successor
+                self._resolve(future, resolve.call_type, resolve.outcome)
             elif kind is Ready:
                 relevance, not_before = effect  # type: ignore[misc]
                 if ctx.executor.ready(self.uid, self, relevance, not_before):

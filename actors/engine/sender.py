@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from threading import get_ident
 from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
@@ -33,6 +34,7 @@ from kdispatch.actors.model.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
+from kdispatch.actors.model.kinds import PatchType
 from kdispatch.actors.model.objects import get_path
 
 from .metrics import Metrics
@@ -45,6 +47,7 @@ __all__ = ["ChargedBackend", "Sender"]
 
 _GONE: Final[Any] = object()
 _LABELS: Final = {result: result.value for result in Result}  # (an Enum's .value is slow)
+_OK: Final = Result.SUCCESS  # (so is reading a member off its Enum class)
 
 
 def retry_reason(err: ApiError) -> str:
@@ -59,18 +62,25 @@ def retry_reason(err: ApiError) -> str:
 
 
 class ChargedBackend:
-    """The backend as one request of a call sees it: every request passes the send gate,
+    """The backend as the requests of one attempt see it: every request passes the send gate,
     takes a token (the grant's for the first one; later ones wait for theirs) and is counted.
-    The sending thread."""
+    One per sending thread, reused: :meth:`begin` starts each attempt (one thread sends one
+    attempt at a time). The sending thread."""
 
     __slots__ = ("_backend", "_call", "_executor", "first_verb", "requests")
 
-    def __init__(self, executor: Executor, backend: ApiBackend, call: Call) -> None:
+    def __init__(self, executor: Executor, backend: ApiBackend) -> None:
         self._executor = executor
         self._backend = backend
-        self._call = call
+        self._call: Call | None = None
         self.requests = 0
         self.first_verb: str | None = None  # counted with the attempt, once it ended
+
+    def begin(self, call: Call) -> None:
+        """A new attempt of ``call``: no request made yet."""
+        self._call = call
+        self.requests = 0
+        self.first_verb = None
 
     def _before(self, verb: str) -> None:
         ex = self._executor
@@ -79,6 +89,7 @@ class ChargedBackend:
             raise LeadershipLost("not sent: this replica may not write (leader lease)")
         if self.requests:
             call = self._call
+            assert call is not None  # begin() came first
             ex.take_followup_token(call.best_effort)
             ex.metrics.request(call.call_type, verb)
         else:
@@ -89,13 +100,31 @@ class ChargedBackend:
         self._before("get")
         return self._backend.get(kind, namespace, name)
 
-    def patch_status(self, *args: Any, **kwargs: Any) -> Any:
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        uid: str,
+        resource_version: str | None,
+        patch_type: PatchType = "strategic",
+    ) -> Any:
         self._before("patch")
-        return self._backend.patch_status(*args, **kwargs)
+        return self._backend.patch_status(
+            kind,
+            namespace,
+            name,
+            patch,
+            uid=uid,
+            resource_version=resource_version,
+            patch_type=patch_type,
+        )
 
-    def bind(self, *args: Any, **kwargs: Any) -> None:
+    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
         self._before("create")
-        self._backend.bind(*args, **kwargs)
+        self._backend.bind(namespace, name, uid=uid, node=node)
 
     def delete(self, *args: Any, **kwargs: Any) -> None:
         self._before("delete")
@@ -132,15 +161,20 @@ class Sender:
         self._metrics = metrics
         self._rand = rand
         self._log_calls = log_calls
+        self._charged: dict[int, ChargedBackend] = {}  # by sending thread (get_ident)
 
     def send(self, send: Send) -> tuple[Done, int]:
         """Send ``send`` and classify how it ended: the ``Done`` and the requests it made. The
         sending thread; blocks for the request(s)."""
         call = send.call
         ref = call.ref
-        backend = ChargedBackend(self._executor, self._backend, call)
+        thread = get_ident()
+        backend = self._charged.get(thread)
+        if backend is None:  # this thread's first attempt (threads write only their own key)
+            backend = self._charged[thread] = ChargedBackend(self._executor, self._backend)
+        backend.begin(call)
         start = time.perf_counter()
-        result = Result.SUCCESS
+        result = _OK
         obj = None
         error: BaseException | None = None
         delay = 0.0
@@ -179,7 +213,7 @@ class Sender:
         seconds = None if send.read else time.perf_counter() - start
         label = _LABELS[result]
         self._metrics.sent(call.call_type, backend.first_verb, label, seconds)
-        if result is not Result.SUCCESS or self._log_calls:
+        if result is not _OK or self._log_calls:
             logger.debug(
                 "{call_type} {uid} attempt {attempt}: {result}",
                 uid=ref.uid,

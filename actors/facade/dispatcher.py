@@ -271,7 +271,9 @@ class Dispatcher(GroupHostMixin, DispatcherLike):
         future.call = call
         # Counted before the checks: a stop() that starts now waits for this call (or sees it
         # withdrawn below), with no lock between the submitting threads and the actors.
-        lane = self._backlog.lanes.get(call.relevance) or self._backlog.lane(call.relevance)
+        lane = self._backlog.lanes.get(call.relevance)
+        if lane is None:  # the lane's first call
+            lane = self._backlog.lane(call.relevance)
         lane.append(None)
         future.lane = lane
         if not self._open:

@@ -1,5 +1,7 @@
 """What the per-object rules ask their actor to do (effects), and how a request ended
-(:class:`Done`): named tuples, immutable and equal by value. Pure.
+(:class:`Done`): values, equal by value and never changed once built. The ones built for
+every call (:class:`Resolve`, :class:`Send`, :class:`Done`) are slotted dataclasses, not frozen:
+they build in two thirds of a named tuple's time, a frozen one in more than twice its time. Pure.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ __all__ = [
     "Send",
     "about",
     "dependency_failed",
+    "ready_now",
 ]
 
 
-class Resolve(NamedTuple):
+@dataclass(slots=True)
+class Resolve:
     """Resolve ``future`` (exactly once) with ``outcome``. An ``OVERWRITTEN`` outcome names the
     ``successor``: the future of the newer call that carries the intent on."""
 
@@ -45,7 +49,20 @@ class Ready(NamedTuple):
     not_before: float
 
 
-class Send(NamedTuple):
+_READY_NOW: dict[int, Ready] = {}  # relevance -> Ready(relevance, 0.0)
+
+
+def ready_now(relevance: int) -> Ready:
+    """``Ready(relevance, 0.0)``, the usual request for a grant: one shared value per lane
+    (effects are values), not a new one per call. Any thread."""
+    ready = _READY_NOW.get(relevance)
+    if ready is None:
+        ready = _READY_NOW[relevance] = Ready(relevance, 0.0)
+    return ready
+
+
+@dataclass(slots=True)
+class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
     object (one GET) so the call can be computed against a trusted object; with ``verify``
     too, the read is the last one of a call whose last requests went unanswered: the object
@@ -101,7 +118,8 @@ class Result(enum.Enum):
     __hash__ = object.__hash__
 
 
-class Done(NamedTuple):
+@dataclass(slots=True)
+class Done:
     """The end of the request in flight, as the executor classified it."""
 
     call: Call

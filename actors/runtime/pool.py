@@ -140,42 +140,35 @@ class Actor:
 
     def _turn(self, batch: int, first: object = _NOTHING) -> None:
         """Handle ``first`` (if given) and the queued messages, up to ``batch`` in all, then go
-        idle, requeue, or finish stopping. The thread running this turn (a pool worker, or
-        :meth:`run_or_tell`'s caller): the only one running this actor now."""
-        if first is not _NOTHING:
-            if not self._handle(first):
-                return
-            batch -= 1
+        idle, requeue, or finish stopping (a crash or a stop ends the turn once the queue was
+        drained). The thread running this turn (a pool worker, or :meth:`run_or_tell`'s
+        caller): the only one running this actor now."""
+        message = first
         items = self._items
         for _ in range(batch):
-            if not items:
-                lock = self._lock
-                lock.acquire()
-                items = self._items
+            if message is _NOTHING:
                 if not items:
-                    if self._state == _SCHEDULED:
-                        self._items = None
-                        self._state = _IDLE
+                    lock = self._lock
+                    lock.acquire()
+                    items = self._items
+                    if not items:
+                        if self._state == _SCHEDULED:
+                            self._items = None
+                            self._state = _IDLE
+                        lock.release()
+                        return
                     lock.release()
-                    return
-                lock.release()
-            # only this worker pops: atomic against a tell's append
-            if not self._handle(items.popleft()):
+                message = items.popleft()  # only this thread pops: atomic against a tell's append
+            try:
+                self.receive(message)
+            except BaseException as exc:  # this actor only: the thread goes on
+                self._crash(exc)
                 return
+            if self._state == _CLOSED:
+                self._drain()
+                return
+            message = _NOTHING
         self._ready.put(self)  # batch used up: back of the queue (still scheduled)
-
-    def _handle(self, message: object) -> bool:
-        """The turn's thread: handle one message; False once the actor stopped (crashed or
-        closed) and its queue was drained."""
-        try:
-            self.receive(message)
-        except BaseException as exc:  # this actor only: the thread goes on
-            self._crash(exc)
-            return False
-        if self._state == _CLOSED:
-            self._drain()
-            return False
-        return True
 
     def _crash(self, error: BaseException) -> None:
         """The turn's thread, after :meth:`receive` raised: report, stop, drain."""
