@@ -523,6 +523,22 @@ def test_a_blocking_backend_never_runs_inline(started: list[Executor]) -> None:
     assert server.threads != [threading.current_thread().name]
 
 
+def _block(burst: int, size: int) -> tuple[ManualClock, Executor, list[FakeRef]]:
+    """An executor at 10 QPS with ``burst``, on a manual clock, and ``size`` objects of the
+    binding lane (2) reserved as one block, none ready yet."""
+    clock = ManualClock()
+    ex = make(workers=8, qps=10, burst=burst, clock=clock)
+    members = [FakeRef(ex, probe(f"m{i}", [], 2)) for i in range(size)]
+    ex.reserve_block([m.uid for m in members])
+    return clock, ex, members
+
+
+def _tick(clock: ManualClock, ex: Executor, seconds: float = 0.1) -> None:
+    """``seconds`` pass (0.1: one token at 10 QPS), then the executor grants what it can."""
+    clock.advance(seconds)
+    ex.wake()
+
+
 def test_a_block_takes_its_tokens_at_once_and_its_members_go_before_every_lane(
     started: list[Executor],
 ) -> None:
@@ -541,14 +557,11 @@ def test_a_block_takes_its_tokens_at_once_and_its_members_go_before_every_lane(
     for m in members:
         m.ready(2)
     assert ex.backlog() == 5
-    clock.advance(0.2)  # two tokens: not enough for the block, and nobody else takes them
-    ex.wake()
+    _tick(clock, ex, 0.2)  # two tokens: not enough for the block, and nobody else takes them
     assert [m.grants for m in members] == [0, 0, 0] and [o.grants for o in others] == [0, 0]
-    clock.advance(0.1)
-    ex.wake()
+    _tick(clock, ex)
     assert [m.grants for m in members] == [1, 1, 1] and [o.grants for o in others] == [0, 0]
-    clock.advance(0.1)
-    ex.wake()
+    _tick(clock, ex)
     assert [o.grants for o in others] == [1, 0]  # the lanes go on, highest first
     assert ex.tokens_taken == 8
 
@@ -556,47 +569,36 @@ def test_a_block_takes_its_tokens_at_once_and_its_members_go_before_every_lane(
 def test_a_block_larger_than_the_burst_is_granted_at_the_buckets_rate_uninterrupted(
     started: list[Executor],
 ) -> None:
-    clock = ManualClock()
-    ex = make(workers=8, qps=10, burst=2, clock=clock)
-    log: list[str] = []
-    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(4)]
-    ex.reserve_block([m.uid for m in members])
-    other = FakeRef(ex, probe("other", log, 2))
+    clock, ex, members = _block(burst=2, size=4)
+    other = FakeRef(ex, probe("other", [], 2))
     other.ready(2)  # queued before the members: the block's tokens still come first
     for m in members:
         m.ready(2)
     assert sum(m.grants for m in members) == 2 and other.grants == 0
-    clock.advance(0.1)
-    ex.wake()
+    _tick(clock, ex)
     assert sum(m.grants for m in members) == 3 and other.grants == 0
-    clock.advance(0.1)
-    ex.wake()
+    _tick(clock, ex)
     assert sum(m.grants for m in members) == 4 and other.grants == 0
-    clock.advance(0.1)
-    ex.wake()
+    _tick(clock, ex)
     assert other.grants == 1
 
 
 def test_a_member_leaving_its_block_gives_its_token_to_the_others(
     started: list[Executor],
 ) -> None:
-    clock = ManualClock()
-    ex = make(workers=8, qps=10, burst=3, clock=clock)
-    log: list[str] = []
-    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
-    ex.reserve_block([m.uid for m in members])  # paid at once: the bucket held 3
+    _, ex, members = _block(burst=3, size=3)  # paid at once: the bucket held 3
     members[0].ready(2)
     assert members[0].grants == 1
     ex.leave_block(members[1].uid)  # resolved before its grant (withdrawn, deleted)
     ex.leave_block(members[0].uid)  # granted already: nothing to give back
-    other = FakeRef(ex, probe("other", log, 1))
+    other = FakeRef(ex, probe("other", [], 1))
     other.ready(1)
     assert other.grants == 0  # a member is still to come: nothing interleaves
     members[2].ready(2)
     assert members[2].grants == 1
     assert other.grants == 1  # the left member's token
     assert ex.tokens_taken == 3 and ex.backlog() == 0
-    late = FakeRef(ex, probe("late", log, 1))
+    late = FakeRef(ex, probe("late", [], 1))
     late.ready(1)  # no block left: the bucket is empty, the object waits as before blocks
     assert late.grants == 0 and ex.backlog() == 1
 
@@ -612,28 +614,21 @@ def test_a_member_queued_before_its_block_moves_to_the_block(started: list[Execu
     members[0].ready(2)  # queued behind "ahead" before the block exists
     ex.reserve_block([m.uid for m in members])
     members[1].ready(2)
-    clock.advance(0.1)
-    ex.wake()
-    clock.advance(0.1)
-    ex.wake()
+    _tick(clock, ex)
+    _tick(clock, ex)
     assert [m.grants for m in members] == [1, 1] and ahead.grants == 0
 
 
 def test_a_member_backing_off_leaves_its_block_so_it_stalls_nothing(
     started: list[Executor],
 ) -> None:
-    clock = ManualClock()
-    ex = make(workers=8, qps=10, burst=2, clock=clock)
-    log: list[str] = []
-    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
-    ex.reserve_block([m.uid for m in members])  # takes the 2 tokens there
+    clock, ex, members = _block(burst=2, size=3)  # takes the 2 tokens there
     members[0].ready(2)
     members[1].ready(2, not_before=5.0)  # its last try failed: it backs off, out of the block
-    other = FakeRef(ex, probe("other", log, 1))
+    other = FakeRef(ex, probe("other", [], 1))
     other.ready(1)
     assert members[0].grants == 1 and other.grants == 0  # m2 is still to come
     members[2].ready(2)
     assert members[2].grants == 1 and other.grants == 0  # m1's token was never taken
-    clock.advance(0.1)
-    ex.wake()
+    _tick(clock, ex)
     assert other.grants == 1 and members[1].grants == 0 and ex.backlog() == 1
