@@ -404,6 +404,13 @@ def test_binding_that_landed_while_every_reply_was_lost_resolves_success(
     assert stored is not None and stored["spec"]["nodeName"] == "n1"
 
 
+def _failing_every_bind(server: InMemoryApiServer, fault: str) -> dict[str, Any]:
+    """Pod p1, every binding attempt of which the server answers with ``fault``."""
+    pod = server.create(make_pod("p1"))
+    server.script("bind", *[fault] * ATTEMPTS, name="p1")
+    return pod
+
+
 def _binding_error(backend: ApiBackend, pod: object) -> BaseException | None:
     """Bind ``pod`` to n1 through a dispatcher with :data:`CONFIG`: what the call raised."""
     with Dispatcher(backend, CONFIG) as d:
@@ -413,9 +420,7 @@ def _binding_error(backend: ApiBackend, pod: object) -> BaseException | None:
 def test_binding_that_never_landed_fails_saying_the_pod_shows_it(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("bind", *["timeout"] * ATTEMPTS, name="p1")
-    exc = _binding_error(backend, pod)
+    exc = _binding_error(backend, _failing_every_bind(server, "timeout"))
     assert isinstance(exc, CallFailed) and isinstance(exc.cause, RequestTimeoutError)
     assert "gave up after 6 failed requests" in str(exc)
     assert "read back, the object shows it did not land" in str(exc)
@@ -440,9 +445,7 @@ def test_binding_ending_on_an_answer_is_not_read_back(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
     """A 429 is an answer (the request was not applied): no read before ``CallFailed``."""
-    pod = server.create(make_pod("p1"))
-    server.script("bind", *["429"] * ATTEMPTS, name="p1")
-    exc = _binding_error(backend, pod)
+    exc = _binding_error(backend, _failing_every_bind(server, "429"))
     assert isinstance(exc, CallFailed) and "read back" not in str(exc)
     assert ops(server, "get") == []
 
