@@ -582,21 +582,27 @@ def test_cli_start_refuses_malformed_gates_with_a_usage_error_before_looking_for
     assert "envtest build" not in done.stderr  # refused before the binaries were looked up
 
 
-def test_the_fixture_options_are_validated_before_the_skip_for_missing_binaries(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("options", "returncode", "shown"),
+    [
+        pytest.param(
+            '{"feature_gates": {"GenericWorkload": True}, "kubelet": True}',
+            1,
+            ["1 error", "ControlPlaneOptionError", "unknown: ['kubelet']"],
+            id="invalid-options-are-refused-before-the-skip",
+        ),
+        pytest.param(
+            '{"scheduler": True, "feature_gates": {"GenericWorkload": True}}',
+            0,
+            # the scheduler was asked for: the build hint says so
+            ["1 skipped", "envtest build --with-scheduler"],
+            id="valid-options-skip",
+        ),
+    ],
+)
+def test_the_fixture_checks_its_options_before_the_skip_for_missing_binaries(
+    options: str, returncode: int, shown: list[str], tmp_path: Path
 ) -> None:
-    options = '{"feature_gates": {"GenericWorkload": True}, "kubelet": True}'
     done = _run_pytest_with_options(options, tmp_path)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "1 error" in done.stdout
-    assert "ControlPlaneOptionError" in done.stdout and "unknown: ['kubelet']" in done.stdout
-
-
-def test_the_fixture_with_valid_options_skips_when_there_are_no_binaries(
-    tmp_path: Path,
-) -> None:
-    options = '{"scheduler": True, "feature_gates": {"GenericWorkload": True}}'
-    done = _run_pytest_with_options(options, tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 skipped" in done.stdout
-    assert "envtest build --with-scheduler" in done.stdout  # the scheduler was asked for
+    assert done.returncode == returncode, done.stdout + done.stderr
+    assert all(text in done.stdout for text in shown), done.stdout
