@@ -63,14 +63,14 @@ from kdispatch.actors.model.queue_policy import NO_HOLDS
 from kdispatch.actors.runtime.gctuning import GcTuner, collections_paused
 from kdispatch.actors.runtime.pool import ActorPool
 
-from .dispatcher_like import Backlog, DispatcherLike, lane_level
+from .dispatcher_like import Backlog, DispatcherBase
 from .group_host import GroupHostMixin
 
 _STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
 _TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 
 
-class Dispatcher(GroupHostMixin, DispatcherLike):
+class Dispatcher(GroupHostMixin, DispatcherBase):
     """Non-blocking, merged, rate-limited API calls; one actor per object UID.
 
     Typical use::
@@ -163,12 +163,6 @@ class Dispatcher(GroupHostMixin, DispatcherLike):
         the young generations, then ``gc.freeze()``, process-wide), e.g. after warm-up.
         ``stop()`` unfreezes."""
         self._gc.freeze()
-
-    def __enter__(self) -> Self:
-        return self.start() if not self._started else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
         """Caller thread. Stop intake; with ``drain``, let pending calls finish until
@@ -339,11 +333,6 @@ class Dispatcher(GroupHostMixin, DispatcherLike):
         for actor in self._registry.live_actors():
             actor.tell(message)
 
-    @property
-    def revoked(self) -> DispatcherClosed | None:
-        """The error :meth:`revoke` was called with, or None."""
-        return self._revoked
-
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Any thread. Withdraw the object's pending call (of ``call_type``, or any); its future
         resolves :class:`CallCancelled`. A call already in flight cannot be recalled."""
@@ -413,21 +402,6 @@ class Dispatcher(GroupHostMixin, DispatcherLike):
     def outstanding(self) -> int:
         """Futures not yet resolved."""
         return self._backlog.outstanding
-
-    @property
-    def backlog(self) -> int:
-        """Any thread; cheap. :attr:`DispatcherLike.backlog`."""
-        return self._backlog.count(lane_level(self.call_types, None))
-
-    def backlog_at(self, call_type: str | None = None) -> int:
-        """Any thread; cheap. :meth:`DispatcherLike.backlog_at`."""
-        return self._backlog.count(lane_level(self.call_types, call_type))
-
-    def wait_backlog(
-        self, below: int, timeout: float | None = None, *, call_type: str | None = None
-    ) -> bool:
-        """Calling thread (never an actor's): :meth:`DispatcherLike.wait_backlog`."""
-        return self._backlog.wait(below, timeout, lane_level(self.call_types, call_type))
 
     @property
     def tokens_taken(self) -> int:

@@ -1,6 +1,7 @@
 """``DispatcherLike``: what :class:`~kdispatch.Dispatcher` and
-:class:`~kdispatch.ProcessDispatcher` both offer (both subclass it and inherit
-:meth:`DispatcherLike.preempt`), and :class:`Backlog`, the one home of
+:class:`~kdispatch.ProcessDispatcher` both offer. Both subclass :class:`DispatcherBase` and
+inherit what is the same in both (:meth:`DispatcherLike.preempt`, the backlog, the context
+manager), and share :class:`Backlog`, the one home of
 :meth:`DispatcherLike.wait_backlog`'s counting and waiting."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from kdispatch.actors.model.errors import DispatcherClosed, InvalidInputError, O
 from kdispatch.actors.model.objects import Obj
 from kdispatch.actors.model.pod_calls import PodPreemption, PreemptionOptions, preemption_options
 
-__all__ = ["Backlog", "DispatcherLike", "lane_level"]
+__all__ = ["Backlog", "DispatcherBase", "DispatcherLike", "lane_level"]
 
 
 @runtime_checkable
@@ -239,3 +240,40 @@ class Backlog:
                 with self._cond:
                     self._cond.notify_all()
                 return
+
+
+class DispatcherBase(DispatcherLike):
+    """What both dispatchers implement the same way, on their own ``_backlog`` (calls counted
+    in the caller's process), ``call_types``, ``_started`` and ``_revoked``."""
+
+    call_types: CallTypeRegistry
+    _backlog: Backlog
+    _started: bool
+    _revoked: DispatcherClosed | None
+
+    def __enter__(self) -> Self:
+        return self.start() if not self._started else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def revoked(self) -> DispatcherClosed | None:
+        """The error :meth:`revoke` was called with, or None."""
+        return self._revoked
+
+    @property
+    def backlog(self) -> int:
+        """Any thread; cheap. :attr:`DispatcherLike.backlog`."""
+        return self._backlog.count(lane_level(self.call_types, None))
+
+    def backlog_at(self, call_type: str | None = None) -> int:
+        """Any thread; cheap. :meth:`DispatcherLike.backlog_at`."""
+        return self._backlog.count(lane_level(self.call_types, call_type))
+
+    def wait_backlog(
+        self, below: int, timeout: float | None = None, *, call_type: str | None = None
+    ) -> bool:
+        """Calling thread (never an actor's or a reader's):
+        :meth:`DispatcherLike.wait_backlog`."""
+        return self._backlog.wait(below, timeout, lane_level(self.call_types, call_type))

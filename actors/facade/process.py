@@ -22,7 +22,7 @@ from loguru import logger
 
 from kdispatch.actors.engine.aio import await_future, check_timeout, running_loop, wrap_call_future
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import DispatcherLike, lane_level
+from kdispatch.actors.facade.dispatcher_like import DispatcherBase
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig
@@ -73,7 +73,7 @@ class SendDeadlines(Protocol):
         ...
 
 
-class ProcessDispatcher(ChildLink, DispatcherLike):
+class ProcessDispatcher(ChildLink, DispatcherBase):
     """A :class:`~kdispatch.Dispatcher` running in a child process, with the same caller API
     for what a scheduler uses. Every public method may be called from any thread. Scripts
     must guard their entry point (``if __name__ == "__main__":``), as with any ``spawn``::
@@ -194,12 +194,6 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
         self._gone = DispatcherClosed("dispatcher process did not start")
         self._end_child(timeout=5.0)
 
-    def __enter__(self) -> Self:
-        return self.start() if not self._started else self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
         """Caller thread. :meth:`Dispatcher.stop <kdispatch.Dispatcher.stop>` in the child,
         which then exits (killed if it has not 10 s after the deadline). True if every call
@@ -300,11 +294,6 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
             self._send(dumps((REVOKE, error)))
 
     @property
-    def revoked(self) -> DispatcherClosed | None:
-        """The error :meth:`revoke` was called with, or None."""
-        return self._revoked
-
-    @property
     def send_deadline(self) -> float | None:
         """Any thread. The send deadline the child reads (``time.monotonic`` seconds; 0.0 while
         the leader does not lead), or None without ``leader``."""
@@ -376,21 +365,6 @@ class ProcessDispatcher(ChildLink, DispatcherLike):
     def outstanding(self) -> int:
         """Futures not yet resolved (counted in this process)."""
         return len(self._calls)
-
-    @property
-    def backlog(self) -> int:
-        """Any thread. :attr:`DispatcherLike.backlog`, counted in this process."""
-        return self._backlog.count(lane_level(self.call_types, None))
-
-    def backlog_at(self, call_type: str | None = None) -> int:
-        """Any thread. :meth:`DispatcherLike.backlog_at`, counted in this process."""
-        return self._backlog.count(lane_level(self.call_types, call_type))
-
-    def wait_backlog(
-        self, below: int, timeout: float | None = None, *, call_type: str | None = None
-    ) -> bool:
-        """Calling thread. :meth:`DispatcherLike.wait_backlog`, woken by the reader thread."""
-        return self._backlog.wait(below, timeout, lane_level(self.call_types, call_type))
 
     @property
     def waiting(self) -> int:

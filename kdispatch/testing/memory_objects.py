@@ -107,6 +107,24 @@ def _labels(labels: Mapping[str, str] | None, what: str) -> dict[str, str]:
     return dict(labels)
 
 
+def _metadata(
+    name: str,
+    namespace: str,
+    uid: str | None,
+    labels: Mapping[str, str] | None,
+    rv: int | str | None,
+) -> dict[str, Any]:
+    """An object's ``metadata``: a generated UID when ``uid`` is None, ``labels`` and the
+    resourceVersion ``rv`` when given."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
+    checked = _labels(labels, "labels")
+    if checked:
+        meta["labels"] = checked
+    if rv is not None:
+        meta["resourceVersion"] = str(rv)
+    return meta
+
+
 def make_pod(
     name: str,
     namespace: str = "default",
@@ -165,12 +183,7 @@ def make_pod(
         spec["nodeName"] = check_subdomain(node, "node name")
     if pod_group is not None:
         spec["schedulingGroup"] = {"podGroupName": check_subdomain(pod_group, "pod_group")}
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
-    pod_labels = _labels(labels, "labels")
-    if pod_labels:
-        meta["labels"] = pod_labels
-    if rv is not None:
-        meta["resourceVersion"] = str(rv)
+    meta = _metadata(name, namespace, uid, labels, rv)
     if terminating:
         meta["deletionTimestamp"] = TERMINATING_SINCE
     status: dict[str, Any] = {"phase": phase}
@@ -224,12 +237,7 @@ def make_podgroup(
                 f"min_count must be an int >= 1 for a gang (or basic=True), got {min_count!r}"
             )
         policy = {"gang": {"minCount": min_count}}
-    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": _uid(uid)}
-    group_labels = _labels(labels, "labels")
-    if group_labels:
-        meta["labels"] = group_labels
-    if rv is not None:
-        meta["resourceVersion"] = str(rv)
+    meta = _metadata(name, namespace, uid, labels, rv)
     if generation is not None:
         meta["generation"] = _check_amount("generation", generation)
     status: dict[str, Any] = {}

@@ -26,14 +26,9 @@ CLAIMS = "/apis/resource.k8s.io/v1"
 
 
 @pytest.fixture
-def mem() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
-def srv(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
-    with ApiServerHTTP(mem, hang_seconds=10.0) as server:
-        yield server
+def srv(server: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
+    with ApiServerHTTP(server, hang_seconds=10.0) as http_server:
+        yield http_server
 
 
 def _conn(srv: ApiServerHTTP, timeout: float = 5.0) -> http.client.HTTPConnection:
@@ -64,17 +59,17 @@ def _call(
 # --------------------------------------------------------------------------- reads
 
 
-def test_list_shapes(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
-    mem.create(make_pod("a", "ns1"))
-    mem.create(make_pod("b", "ns2"))
-    mem.create(make_node("n1", 1000, 1024))
-    mem.create(make_claim("c1", "ns1"))
+def test_list_shapes(srv: ApiServerHTTP, server: InMemoryApiServer) -> None:
+    server.create(make_pod("a", "ns1"))
+    server.create(make_pod("b", "ns2"))
+    server.create(make_node("n1", 1000, 1024))
+    server.create(make_claim("c1", "ns1"))
     conn = _conn(srv)
     code, headers, pods = _call(conn, "GET", "/api/v1/pods")
     assert code == 200
     assert headers["Content-Type"] == "application/json"
     assert pods["kind"] == "PodList" and pods["apiVersion"] == "v1"
-    assert pods["metadata"]["resourceVersion"] == mem.resource_version
+    assert pods["metadata"]["resourceVersion"] == server.resource_version
     assert [p["metadata"]["name"] for p in pods["items"]] == ["a", "b"]
     assert all("kind" not in p and "apiVersion" not in p for p in pods["items"])
     _, _, ns1 = _call(conn, "GET", "/api/v1/namespaces/ns1/pods")
@@ -94,9 +89,9 @@ def test_list_shapes(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
 
 
 def test_keep_alive_reuses_one_connection_with_nodelay(
-    srv: ApiServerHTTP, mem: InMemoryApiServer
+    srv: ApiServerHTTP, server: InMemoryApiServer
 ) -> None:
-    mem.create(make_pod("a"))
+    server.create(make_pod("a"))
     conn = _conn(srv)
     for _ in range(5):
         code, headers, _ = _call(conn, "GET", "/api/v1/namespaces/default/pods/a")
@@ -109,7 +104,7 @@ def test_keep_alive_reuses_one_connection_with_nodelay(
     assert srv.wait_connections(0, timeout=5.0)
 
 
-def test_create_and_already_exists(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
+def test_create_and_already_exists(srv: ApiServerHTTP, server: InMemoryApiServer) -> None:
     conn = _conn(srv)
     pod = {"metadata": {"name": "x"}, "spec": {"containers": []}}
     code, _, created = _call(conn, "POST", "/api/v1/namespaces/ns1/pods", pod)
@@ -125,7 +120,7 @@ def test_create_and_already_exists(srv: ApiServerHTTP, mem: InMemoryApiServer) -
         conn, "POST", f"{CLAIMS}/namespaces/ns1/resourceclaims", make_claim("c1", "ns1")
     )
     assert code == 201
-    assert mem.get_object("ResourceClaim", "ns1", "c1") is not None
+    assert server.get_object("ResourceClaim", "ns1", "c1") is not None
     conn.close()
 
 
@@ -133,9 +128,9 @@ def test_create_and_already_exists(srv: ApiServerHTTP, mem: InMemoryApiServer) -
 
 
 def test_patch_status_preconditions_from_the_body(
-    srv: ApiServerHTTP, mem: InMemoryApiServer
+    srv: ApiServerHTTP, server: InMemoryApiServer
 ) -> None:
-    pod = mem.create(make_pod("a"))
+    pod = server.create(make_pod("a"))
     uid, rv = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
     conn = _conn(srv)
     path = "/api/v1/namespaces/default/pods/a/status"
@@ -164,8 +159,8 @@ def test_patch_status_preconditions_from_the_body(
     conn.close()
 
 
-def test_binding_and_delete(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
-    pod = mem.create(make_pod("a"))
+def test_binding_and_delete(srv: ApiServerHTTP, server: InMemoryApiServer) -> None:
+    pod = server.create(make_pod("a"))
     uid = pod["metadata"]["uid"]
     conn = _conn(srv)
     path = "/api/v1/namespaces/default/pods/a"
@@ -199,15 +194,15 @@ def test_binding_and_delete(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
     assert code == 404
     assert status["reason"] == "NotFound"
     assert status["details"] == {"name": "a", "kind": "pods"}
-    assert mem.get_object("Pod", "default", "a") is None
+    assert server.get_object("Pod", "default", "a") is None
     conn.close()
 
 
 # --------------------------------------------------------------------------- errors
 
 
-def test_error_statuses(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
-    mem.create(make_pod("a"))
+def test_error_statuses(srv: ApiServerHTTP, server: InMemoryApiServer) -> None:
+    server.create(make_pod("a"))
     conn = _conn(srv)
     code, _, status = _call(conn, "GET", "/api/v1/widgets")  # not in the kind table
     assert (code, status["reason"]) == (404, "NotFound")
@@ -215,22 +210,22 @@ def test_error_statuses(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
     assert (code, status["reason"]) == (405, "MethodNotAllowed")
     code, _, status = _call(conn, "GET", "/api/v1/pods?labelSelector=%28%28")
     assert code == 400
-    mem.script("get", "429")
+    server.script("get", "429")
     code, headers, status = _call(conn, "GET", "/api/v1/namespaces/default/pods/a")
     assert (code, status["reason"]) == (429, "TooManyRequests")
     assert headers["Retry-After"] == "0.05"
     assert status["details"]["retryAfterSeconds"] == 1
-    mem.script("get", "500")
+    server.script("get", "500")
     code, _, status = _call(conn, "GET", "/api/v1/namespaces/default/pods/a")
     assert (code, status["reason"]) == (500, "InternalError")
-    mem.script("get", "conn_reset")
+    server.script("get", "conn_reset")
     with pytest.raises((http.client.HTTPException, OSError)):
         _call(conn, "GET", "/api/v1/namespaces/default/pods/a")
     conn.close()
 
 
-def test_token_required_when_configured(mem: InMemoryApiServer) -> None:
-    with ApiServerHTTP(mem, token="t0k") as srv:
+def test_token_required_when_configured(server: InMemoryApiServer) -> None:
+    with ApiServerHTTP(server, token="t0k") as srv:
         conn = _conn(srv)
         code, _, status = _call(conn, "GET", "/api/v1/pods")
         assert (code, status["reason"]) == (401, "Unauthorized")
@@ -272,14 +267,14 @@ def _event(resp: http.client.HTTPResponse) -> dict[str, Any]:
 
 
 def test_watch_streams_events_from_a_resource_version(
-    srv: ApiServerHTTP, mem: InMemoryApiServer
+    srv: ApiServerHTTP, server: InMemoryApiServer
 ) -> None:
-    a = mem.create(make_pod("a"))
+    a = server.create(make_pod("a"))
     rv = a["metadata"]["resourceVersion"]
-    mem.create(make_pod("b", "other"))
+    server.create(make_pod("b", "other"))
     conn, resp = _watch(srv, f"/api/v1/namespaces/default/pods?watch=true&resourceVersion={rv}")
-    mem.create(make_pod("c"))
-    mem.remove("Pod", "default", "a")
+    server.create(make_pod("c"))
+    server.remove("Pod", "default", "a")
     first, second = _event(resp), _event(resp)
     assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "c")
     assert first["object"]["kind"] == "Pod"
@@ -290,20 +285,22 @@ def test_watch_streams_events_from_a_resource_version(
 
 
 def test_watch_without_resource_version_starts_with_the_current_state(
-    srv: ApiServerHTTP, mem: InMemoryApiServer
+    srv: ApiServerHTTP, server: InMemoryApiServer
 ) -> None:
-    mem.create(make_node("n1", 1000, 1024))
+    server.create(make_node("n1", 1000, 1024))
     conn, resp = _watch(srv, "/api/v1/nodes?watch=1&allowWatchBookmarks=true")
     first = _event(resp)
     assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "n1")
-    mem.create(make_node("n2", 1000, 1024))
+    server.create(make_node("n2", 1000, 1024))
     second = _event(resp)
     assert (second["type"], second["object"]["metadata"]["name"]) == ("ADDED", "n2")
     conn.close()
 
 
-def test_watch_timeout_ends_the_stream_cleanly(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
-    rv = mem.resource_version
+def test_watch_timeout_ends_the_stream_cleanly(
+    srv: ApiServerHTTP, server: InMemoryApiServer
+) -> None:
+    rv = server.resource_version
     conn, resp = _watch(
         srv, f"{CLAIMS}/resourceclaims?watch=true&resourceVersion={rv}&timeoutSeconds=1"
     )
@@ -312,11 +309,11 @@ def test_watch_timeout_ends_the_stream_cleanly(srv: ApiServerHTTP, mem: InMemory
 
 
 def test_watch_too_old_resource_version_is_an_expired_error_event(
-    srv: ApiServerHTTP, mem: InMemoryApiServer
+    srv: ApiServerHTTP, server: InMemoryApiServer
 ) -> None:
-    old = mem.create(make_pod("a"))["metadata"]["resourceVersion"]
-    mem.create(make_pod("b"))
-    mem.compact()
+    old = server.create(make_pod("a"))["metadata"]["resourceVersion"]
+    server.create(make_pod("b"))
+    server.compact()
     conn, resp = _watch(srv, f"/api/v1/pods?watch=true&resourceVersion={old}")
     event = _event(resp)
     assert event["type"] == "ERROR"
@@ -326,12 +323,12 @@ def test_watch_too_old_resource_version_is_an_expired_error_event(
     conn.close()
 
 
-def test_dropped_watch_cuts_the_connection(srv: ApiServerHTTP, mem: InMemoryApiServer) -> None:
-    rv = mem.resource_version
+def test_dropped_watch_cuts_the_connection(srv: ApiServerHTTP, server: InMemoryApiServer) -> None:
+    rv = server.resource_version
     conn, resp = _watch(srv, f"/api/v1/pods?watch=true&resourceVersion={rv}")
-    mem.create(make_pod("a"))
+    server.create(make_pod("a"))
     assert _event(resp)["type"] == "ADDED"
-    assert mem.drop_watches() == 1
+    assert server.drop_watches() == 1
     with pytest.raises((http.client.HTTPException, OSError)):
         resp.read()  # no terminating chunk: the stream is cut mid-way
     conn.close()
@@ -340,16 +337,16 @@ def test_dropped_watch_cuts_the_connection(srv: ApiServerHTTP, mem: InMemoryApiS
 # --------------------------------------------------------------------------- lifecycle
 
 
-def test_stop_ends_watches_hung_requests_and_idle_connections(mem: InMemoryApiServer) -> None:
-    mem.create(make_pod("a"))
-    srv = ApiServerHTTP(mem, hang_seconds=60.0).start()
+def test_stop_ends_watches_hung_requests_and_idle_connections(server: InMemoryApiServer) -> None:
+    server.create(make_pod("a"))
+    srv = ApiServerHTTP(server, hang_seconds=60.0).start()
     idle = _conn(srv)
     assert _call(idle, "GET", "/api/v1/pods")[0] == 200
     watch_conn, resp = _watch(
-        srv, f"/api/v1/pods?watch=true&resourceVersion={mem.resource_version}"
+        srv, f"/api/v1/pods?watch=true&resourceVersion={server.resource_version}"
     )
     hung = _conn(srv, timeout=30.0)
-    mem.script("get", "timeout")
+    server.script("get", "timeout")
     hung.request("GET", "/api/v1/namespaces/default/pods/a")
     assert srv.wait_connections(3, timeout=5.0)
     srv.stop()

@@ -64,13 +64,8 @@ def _for_url(url: str, **kwargs: Any) -> KubernetesBackend:
 
 
 @pytest.fixture
-def mem() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
-def http(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
-    with ApiServerHTTP(mem, token=TOKEN, hang_seconds=10.0) as srv:
+def http(server: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
+    with ApiServerHTTP(server, token=TOKEN, hang_seconds=10.0) as srv:
         yield srv
 
 
@@ -83,8 +78,8 @@ def backend(http: ApiServerHTTP) -> Iterator[KubernetesBackend]:
 E = TypeVar("E", bound=BaseException)
 
 
-def _pod(mem: InMemoryApiServer, name: str = "p1") -> tuple[str, str]:
-    obj = mem.create(make_pod(name))
+def _pod(server: InMemoryApiServer, name: str = "p1") -> tuple[str, str]:
+    obj = server.create(make_pod(name))
     return obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]
 
 
@@ -108,9 +103,9 @@ def test_bad_request_timeout_rejected(http: ApiServerHTTP, bad: object) -> None:
 
 
 def test_bad_arguments_rejected_before_sending(
-    backend: KubernetesBackend, mem: InMemoryApiServer
+    backend: KubernetesBackend, server: InMemoryApiServer
 ) -> None:
-    uid, _ = _pod(mem)
+    uid, _ = _pod(server)
     with pytest.raises(UnknownKindError):
         backend.get("Widget", "default", "p1")
     with pytest.raises(InvalidRequestError):
@@ -131,16 +126,16 @@ def test_bad_arguments_rejected_before_sending(
         )
     with pytest.raises(InvalidRequestError):
         backend.delete("Pod", "default", "p1", uid=uid, grace_period_seconds=-1)
-    assert mem.request_log == []
+    assert server.request_log == []
 
 
 # --------------------------------------------------------------------------- happy paths
 
 
-def test_get_pod_node_and_claim(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    uid, rv = _pod(mem)
-    mem.create(make_node("n1", 4000, 8192))
-    claim = mem.create(make_claim("c1"))
+def test_get_pod_node_and_claim(backend: KubernetesBackend, server: InMemoryApiServer) -> None:
+    uid, rv = _pod(server)
+    server.create(make_node("n1", 4000, 8192))
+    claim = server.create(make_claim("c1"))
     pod = backend.get("Pod", "default", "p1")
     assert pod["kind"] == "Pod"
     assert pod["metadata"]["uid"] == uid
@@ -152,9 +147,9 @@ def test_get_pod_node_and_claim(backend: KubernetesBackend, mem: InMemoryApiServ
 
 
 def test_strategic_patch_merges_conditions_by_type(
-    backend: KubernetesBackend, mem: InMemoryApiServer
+    backend: KubernetesBackend, server: InMemoryApiServer
 ) -> None:
-    uid, rv = _pod(mem)
+    uid, rv = _pod(server)
     first = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
     out = backend.patch_status("Pod", "default", "p1", first, uid=uid, resource_version=rv)
     second = {
@@ -169,7 +164,7 @@ def test_strategic_patch_merges_conditions_by_type(
     types = {c["type"]: c["status"] for c in out["status"]["conditions"]}
     assert types == {"Ready": "False", "PodScheduled": "False"}
     assert out["status"]["nominatedNodeName"] == "n1"
-    stored = mem.get_object("Pod", "default", "p1")
+    stored = server.get_object("Pod", "default", "p1")
     assert stored is not None and stored["status"] == out["status"]
     assert second == {  # the caller's patch is not mutated by adding preconditions
         "status": {
@@ -179,8 +174,8 @@ def test_strategic_patch_merges_conditions_by_type(
     }
 
 
-def test_claim_status_merge_patch(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    claim = mem.create(make_claim("c1"))
+def test_claim_status_merge_patch(backend: KubernetesBackend, server: InMemoryApiServer) -> None:
+    claim = server.create(make_claim("c1"))
     uid, rv = claim["metadata"]["uid"], claim["metadata"]["resourceVersion"]
     reserved = [{"resource": "pods", "name": "p1", "uid": "pod-uid-1"}]
     out = backend.patch_status(
@@ -204,28 +199,30 @@ def test_claim_status_merge_patch(backend: KubernetesBackend, mem: InMemoryApiSe
         resource_version=None,
         patch_type="merge",
     )
-    stored = mem.get_object("ResourceClaim", "default", "c1")
+    stored = server.get_object("ResourceClaim", "default", "c1")
     assert stored is not None
     assert "reservedFor" not in stored["status"]
     assert stored["status"]["allocation"] == {"devices": {"results": []}}
 
 
-def test_bind_checks_the_201_status(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    uid, _ = _pod(mem)
+def test_bind_checks_the_201_status(backend: KubernetesBackend, server: InMemoryApiServer) -> None:
+    uid, _ = _pod(server)
     backend.bind("default", "p1", uid=uid, node="n1")
-    stored = mem.get_object("Pod", "default", "p1")
+    stored = server.get_object("Pod", "default", "p1")
     assert stored is not None
     assert stored["spec"]["nodeName"] == "n1"
-    assert [(r.op, r.outcome) for r in mem.request_log] == [("bind", "ok")]
+    assert [(r.op, r.outcome) for r in server.request_log] == [("bind", "ok")]
 
 
-def test_delete_with_uid_precondition(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    uid, _ = _pod(mem)
-    claim = mem.create(make_claim("c1"))
+def test_delete_with_uid_precondition(
+    backend: KubernetesBackend, server: InMemoryApiServer
+) -> None:
+    uid, _ = _pod(server)
+    claim = server.create(make_claim("c1"))
     backend.delete("Pod", "default", "p1", uid=uid, grace_period_seconds=0)
     backend.delete("ResourceClaim", "default", "c1", uid=claim["metadata"]["uid"])
-    assert mem.get_object("Pod", "default", "p1") is None
-    assert mem.get_object("ResourceClaim", "default", "c1") is None
+    assert server.get_object("Pod", "default", "p1") is None
+    assert server.get_object("ResourceClaim", "default", "c1") is None
     with pytest.raises(NotFoundError):
         backend.delete("Pod", "default", "p1", uid=uid)
 
@@ -247,9 +244,9 @@ def test_not_found(backend: KubernetesBackend) -> None:
 
 
 def test_conflicts_on_uid_and_resource_version(
-    backend: KubernetesBackend, mem: InMemoryApiServer
+    backend: KubernetesBackend, server: InMemoryApiServer
 ) -> None:
-    uid, rv = _pod(mem)
+    uid, rv = _pod(server)
     patch = {"status": {"nominatedNodeName": "n1"}}
     with pytest.raises(ConflictError) as info:
         backend.patch_status("Pod", "default", "p1", patch, uid="other-uid", resource_version=None)
@@ -263,87 +260,88 @@ def test_conflicts_on_uid_and_resource_version(
         backend.bind("default", "p1", uid="other-uid", node="n1")
     with pytest.raises(ConflictError):
         backend.delete("Pod", "default", "p1", uid="other-uid")
-    stored = mem.get_object("Pod", "default", "p1")
+    stored = server.get_object("Pod", "default", "p1")
     assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
 
 
-def test_double_binding_conflicts(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    uid, _ = _pod(mem)
+def test_double_binding_conflicts(backend: KubernetesBackend, server: InMemoryApiServer) -> None:
+    uid, _ = _pod(server)
     backend.bind("default", "p1", uid=uid, node="n1")
     with pytest.raises(ConflictError) as info:
         backend.bind("default", "p1", uid=uid, node="n2")
     assert info.value.status == 409
     assert "already assigned" in str(info.value)
-    stored = mem.get_object("Pod", "default", "p1")
+    stored = server.get_object("Pod", "default", "p1")
     assert stored is not None and stored["spec"]["nodeName"] == "n1"
 
 
 def _scripted_bind_fails(
-    backend: KubernetesBackend, mem: InMemoryApiServer, uid: str, fault: Any, raises: type[E]
+    backend: KubernetesBackend, server: InMemoryApiServer, uid: str, fault: Any, raises: type[E]
 ) -> E:
-    """The server answers the next binding of p1 with ``fault`` (see ``mem.script``): the
+    """The server answers the next binding of p1 with ``fault`` (see ``server.script``): the
     backend raises ``raises``, which is returned."""
-    mem.script("bind", fault)
+    server.script("bind", fault)
     with pytest.raises(raises) as info:
         backend.bind("default", "p1", uid=uid, node="n1")
     return info.value
 
 
-def test_429_carries_retry_after(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    uid, _ = _pod(mem)
-    error = _scripted_bind_fails(backend, mem, uid, "429", TooManyRequestsError)
+def test_429_carries_retry_after(backend: KubernetesBackend, server: InMemoryApiServer) -> None:
+    uid, _ = _pod(server)
+    error = _scripted_bind_fails(backend, server, uid, "429", TooManyRequestsError)
     assert error.retryable
     assert error.retry_after == pytest.approx(0.05)
     slow_down = TooManyRequestsError("slow down", retry_after=3)
     assert (
-        _scripted_bind_fails(backend, mem, uid, slow_down, TooManyRequestsError).retry_after == 3.0
+        _scripted_bind_fails(backend, server, uid, slow_down, TooManyRequestsError).retry_after
+        == 3.0
     )
     backend.bind("default", "p1", uid=uid, node="n1")  # then it goes through
 
 
-def test_500_is_retryable(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    uid, _ = _pod(mem)
-    mem.script("patch_status", "500")
+def test_500_is_retryable(backend: KubernetesBackend, server: InMemoryApiServer) -> None:
+    uid, _ = _pod(server)
+    server.script("patch_status", "500")
     with pytest.raises(ServerError) as info:
         backend.patch_status("Pod", "default", "p1", {"status": {}}, uid=uid, resource_version=None)
     assert info.value.status == 500
     assert info.value.retryable
 
 
-def test_client_timeout_when_the_server_hangs(mem: InMemoryApiServer) -> None:
-    uid, _ = _pod(mem)
+def test_client_timeout_when_the_server_hangs(server: InMemoryApiServer) -> None:
+    uid, _ = _pod(server)
     with (
-        ApiServerHTTP(mem, hang_seconds=20.0) as srv,
+        ApiServerHTTP(server, hang_seconds=20.0) as srv,
         _for_url(srv.url, request_timeout=0.3) as b,
     ):
-        mem.script("get", "timeout")
+        server.script("get", "timeout")
         with pytest.raises(RequestTimeoutError) as info:
             b.get("Pod", "default", "p1")
         assert info.value.retryable
         # apply_then_fail: the change is applied, the reply never arrives
-        mem.script("patch_status", "apply_then_fail")
+        server.script("patch_status", "apply_then_fail")
         with pytest.raises(RequestTimeoutError):
             nominate(b, "p1", "n9", uid=uid)
-        stored = mem.get_object("Pod", "default", "p1")
+        stored = server.get_object("Pod", "default", "p1")
         assert stored is not None and stored["status"]["nominatedNodeName"] == "n9"
         assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"  # the pool recovers
 
 
-def test_504_reply_is_a_timeout(mem: InMemoryApiServer) -> None:
-    _pod(mem)
+def test_504_reply_is_a_timeout(server: InMemoryApiServer) -> None:
+    _pod(server)
     with (
-        ApiServerHTTP(mem, timeout_reply="504") as srv,
+        ApiServerHTTP(server, timeout_reply="504") as srv,
         _for_url(srv.url, request_timeout=2.0) as b,
     ):
-        mem.script("get", "timeout")
+        server.script("get", "timeout")
         with pytest.raises(RequestTimeoutError) as info:
             b.get("Pod", "default", "p1")
         assert info.value.status == 504
 
 
-def test_connection_reset(backend: KubernetesBackend, mem: InMemoryApiServer) -> None:
-    uid, _ = _pod(mem)
-    assert _scripted_bind_fails(backend, mem, uid, "conn_reset", ApiConnectionError).retryable
+def test_connection_reset(backend: KubernetesBackend, server: InMemoryApiServer) -> None:
+    uid, _ = _pod(server)
+    assert _scripted_bind_fails(backend, server, uid, "conn_reset", ApiConnectionError).retryable
     backend.bind("default", "p1", uid=uid, node="n1")
 
 
@@ -359,8 +357,8 @@ def test_connection_refused() -> None:
         b.get("Pod", "default", "p1")
 
 
-def test_unauthorized_is_permanent(http: ApiServerHTTP, mem: InMemoryApiServer) -> None:
-    _pod(mem)
+def test_unauthorized_is_permanent(http: ApiServerHTTP, server: InMemoryApiServer) -> None:
+    _pod(server)
     with (
         _for_url(http.url, token="wrong-token", request_timeout=2.0) as b,
         pytest.raises(UnauthorizedError) as info,
@@ -371,16 +369,16 @@ def test_unauthorized_is_permanent(http: ApiServerHTTP, mem: InMemoryApiServer) 
 
 
 def test_shared_client_under_parallel_workers(
-    http: ApiServerHTTP, mem: InMemoryApiServer, caplog: pytest.LogCaptureFixture
+    http: ApiServerHTTP, server: InMemoryApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     workers = 8
-    uids = [_pod(mem, f"p{i}")[0] for i in range(workers)]
+    uids = [_pod(server, f"p{i}")[0] for i in range(workers)]
     caplog.set_level(logging.WARNING, logger="urllib3")
     with _for_url(http.url, token=TOKEN, workers=workers) as b:
         errors = patch_from_threads(b, "default", uids, rounds=15)
     assert errors == []
     for i in range(workers):
-        stored = mem.get_object("Pod", "default", f"p{i}")
+        stored = server.get_object("Pod", "default", f"p{i}")
         assert stored is not None and stored["status"]["nominatedNodeName"] == "n14"
     assert "Connection pool is full" not in caplog.text
     assert http.open_connections <= workers
@@ -520,9 +518,9 @@ def _all_text(exc: BaseException) -> str:
 
 
 def test_bearer_token_never_in_errors_or_logs(
-    mem: InMemoryApiServer, caplog: pytest.LogCaptureFixture
+    server: InMemoryApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    uid, _ = _pod(mem)
+    uid, _ = _pod(server)
     caplog.set_level(logging.DEBUG)
     lines: list[str] = []
     logger.enable("kdispatch")
@@ -530,7 +528,7 @@ def test_bearer_token_never_in_errors_or_logs(
     texts: list[str] = []
     try:
         with (
-            ApiServerHTTP(mem, token=TOKEN, hang_seconds=20.0) as srv,
+            ApiServerHTTP(server, token=TOKEN, hang_seconds=20.0) as srv,
             _for_url(srv.url, token=TOKEN, request_timeout=0.3) as b,
         ):
             texts.append(repr(b))
@@ -541,7 +539,7 @@ def test_bearer_token_never_in_errors_or_logs(
                 ("get", "429"),
                 ("get", "500"),
             ):
-                mem.script(op, fault)
+                server.script(op, fault)
                 with pytest.raises(ApiError) as info:
                     b.get("Pod", "default", "p1")
                 texts.append(_all_text(info.value))
@@ -553,7 +551,7 @@ def test_bearer_token_never_in_errors_or_logs(
                     call()
                 texts.append(_all_text(info.value))
         with (
-            ApiServerHTTP(mem, token="another-token") as srv,
+            ApiServerHTTP(server, token="another-token") as srv,
             _for_url(srv.url, token=TOKEN, request_timeout=2.0) as b,
         ):
             with pytest.raises(InvalidRequestError) as info:
@@ -571,8 +569,10 @@ def test_bearer_token_never_in_errors_or_logs(
 # --------------------------------------------------------------------------- configuration
 
 
-def test_pool_resized_after_use_keeps_working(http: ApiServerHTTP, mem: InMemoryApiServer) -> None:
-    _pod(mem)
+def test_pool_resized_after_use_keeps_working(
+    http: ApiServerHTTP, server: InMemoryApiServer
+) -> None:
+    _pod(server)
     with _for_url(http.url, token=TOKEN, workers=2) as b:
         assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
         b.size_pool(64)  # closes the open pools; the next request opens a bigger one
@@ -581,9 +581,9 @@ def test_pool_resized_after_use_keeps_working(http: ApiServerHTTP, mem: InMemory
 
 
 def test_configuration_proxy_and_host_path_are_honoured(
-    http: ApiServerHTTP, mem: InMemoryApiServer
+    http: ApiServerHTTP, server: InMemoryApiServer
 ) -> None:
-    _pod(mem)
+    _pod(server)
     cfg = k8s.Configuration(host="http://apiserver.invalid")  # only the proxy can reach it
     cfg.proxy = http.url  # the emulator answers absolute-URI (proxy) requests too
     cfg.api_key = {"authorization": TOKEN}
@@ -597,9 +597,9 @@ def test_configuration_proxy_and_host_path_are_honoured(
 
 
 def test_token_refresh_hook_runs_for_every_request(
-    http: ApiServerHTTP, mem: InMemoryApiServer
+    http: ApiServerHTTP, server: InMemoryApiServer
 ) -> None:
-    _pod(mem)
+    _pod(server)
     refreshed: list[int] = []
     cfg = k8s.Configuration(host=http.url)
 

@@ -100,18 +100,13 @@ def assert_secret(texts: list[str]) -> None:
 # --------------------------------------------------------------------------- tokens
 
 
-@pytest.fixture
-def mem() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
 def test_a_rejected_token_appears_in_no_log_and_no_exception(
-    mem: InMemoryApiServer, captured: list[str]
+    server: InMemoryApiServer, captured: list[str]
 ) -> None:
-    pod = mem.create(make_pod("p1"))
+    pod = server.create(make_pod("p1"))
     texts: list[str] = []
     with (
-        ApiServerHTTP(mem, token=SERVER_TOKEN) as http,
+        ApiServerHTTP(server, token=SERVER_TOKEN) as http,
         KubernetesBackend.for_url(http.url, token=TOKEN, request_timeout=2.0) as backend,
     ):
         with pytest.raises(InvalidRequestError) as info:
@@ -149,14 +144,14 @@ def test_a_rejected_token_appears_in_no_log_and_no_exception(
     ids=["403", "500", "conn-reset", "timeout"],
 )
 def test_a_valid_token_stays_secret_through_server_and_transport_errors(
-    mem: InMemoryApiServer, captured: list[str], fault: Any
+    server: InMemoryApiServer, captured: list[str], fault: Any
 ) -> None:
-    pod = mem.create(make_pod("p1"))
+    pod = server.create(make_pod("p1"))
     for _ in range(2):  # max_attempts: every attempt fails
-        mem.script("patch_status", fault, name="p1")
+        server.script("patch_status", fault, name="p1")
     cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
     with (
-        ApiServerHTTP(mem, token=TOKEN, hang_seconds=5.0) as http,
+        ApiServerHTTP(server, token=TOKEN, hang_seconds=5.0) as http,
         KubernetesBackend.for_url(http.url, token=TOKEN, request_timeout=0.3) as backend,
         Dispatcher(backend, CONFIG) as d,
     ):
@@ -340,7 +335,7 @@ HOSTILE_NAMES = [
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
 def test_hostile_object_names_are_rejected_before_anything_is_sent(
-    mem: InMemoryApiServer, name: str
+    server: InMemoryApiServer, name: str
 ) -> None:
     pod = make_pod("p1")
     pod["metadata"]["name"] = name
@@ -356,12 +351,12 @@ def test_hostile_object_names_are_rejected_before_anything_is_sent(
             backend.patch_status(
                 "Pod", "default", name, {"status": {}}, uid="uid-1", resource_version=None
             )
-    assert mem.request_log == []
+    assert server.request_log == []
 
 
 @pytest.mark.parametrize("node", ['n1","x":"y', "n1/../n2", "N1", "n1 ", "n1\r\nHost: evil"])
-def test_hostile_node_names_are_rejected(mem: InMemoryApiServer, node: str) -> None:
-    pod = mem.create(make_pod("p1"))
+def test_hostile_node_names_are_rejected(server: InMemoryApiServer, node: str) -> None:
+    pod = server.create(make_pod("p1"))
     with pytest.raises(InvalidCallError):
         PodBinding.for_pod(pod, node)
     with pytest.raises(InvalidCallError):
@@ -380,9 +375,9 @@ HOSTILE_TEXTS = [
 
 
 @pytest.fixture
-def over_http(mem: InMemoryApiServer) -> Iterator[tuple[KubernetesBackend, Dispatcher]]:
+def over_http(server: InMemoryApiServer) -> Iterator[tuple[KubernetesBackend, Dispatcher]]:
     with (
-        ApiServerHTTP(mem, token=TOKEN) as http,
+        ApiServerHTTP(server, token=TOKEN) as http,
         KubernetesBackend.for_url(http.url, token=TOKEN) as backend,
         Dispatcher(backend, CONFIG) as d,
     ):
@@ -391,15 +386,15 @@ def over_http(mem: InMemoryApiServer) -> Iterator[tuple[KubernetesBackend, Dispa
 
 @pytest.mark.parametrize("text", HOSTILE_TEXTS, ids=range(len(HOSTILE_TEXTS)))
 def test_hostile_condition_texts_round_trip_verbatim_over_http(
-    mem: InMemoryApiServer, over_http: tuple[KubernetesBackend, Dispatcher], text: str
+    server: InMemoryApiServer, over_http: tuple[KubernetesBackend, Dispatcher], text: str
 ) -> None:
     backend, d = over_http
-    pod = mem.create(make_pod("p1"))
-    before = mem.get_object("Pod", "default", "p1")
+    pod = server.create(make_pod("p1"))
+    before = server.get_object("Pod", "default", "p1")
     cond = {"type": "example.com/Hostile", "status": "False", "reason": "Hostile", "message": text}
     patch = PodStatusPatch.for_pod(pod, conditions=[cond])
     assert d.submit(patch).result(timeout=10) is Outcome.SUCCESS
-    for stored in (mem.get_object("Pod", "default", "p1"), backend.get("Pod", "default", "p1")):
+    for stored in (server.get_object("Pod", "default", "p1"), backend.get("Pod", "default", "p1")):
         assert stored is not None and before is not None
         [written] = stored["status"]["conditions"]
         assert written["message"] == text
@@ -417,10 +412,10 @@ def test_hostile_condition_texts_round_trip_verbatim_over_http(
     "hostile_type", ['PodScheduled","status":"True', "Ready\n", "a\"b'c\\d", "ünï/cødé"]
 )
 def test_hostile_condition_types_and_reasons_are_data_not_structure(
-    mem: InMemoryApiServer, over_http: tuple[KubernetesBackend, Dispatcher], hostile_type: str
+    server: InMemoryApiServer, over_http: tuple[KubernetesBackend, Dispatcher], hostile_type: str
 ) -> None:
     backend, d = over_http
-    pod = mem.create(make_pod("p1"))
+    pod = server.create(make_pod("p1"))
     cond = {"type": hostile_type, "status": "Unknown", "reason": hostile_type}
     assert d.submit(PodStatusPatch.for_pod(pod, conditions=[cond])).result(10) is Outcome.SUCCESS
     stored = backend.get("Pod", "default", "p1")
@@ -431,16 +426,16 @@ def test_hostile_condition_types_and_reasons_are_data_not_structure(
 
 
 def test_hostile_preemption_message_is_sent_as_data(
-    mem: InMemoryApiServer, over_http: tuple[KubernetesBackend, Dispatcher]
+    server: InMemoryApiServer, over_http: tuple[KubernetesBackend, Dispatcher]
 ) -> None:
     _backend, d = over_http
-    victim = mem.create(make_pod("victim"))
+    victim = server.create(make_pod("victim"))
     message = HOSTILE_TEXTS[0] + HOSTILE_TEXTS[3]
     preemption = PodPreemption.for_pod(victim, message=message)
     assert preemption.condition is not None and preemption.condition["message"] == message
     assert d.submit(preemption).result(timeout=10) is Outcome.SUCCESS
-    assert mem.get_object("Pod", "default", "victim") is None
-    assert [r.outcome for r in mem.request_log if r.op in ("patch_status", "delete")] == [
+    assert server.get_object("Pod", "default", "victim") is None
+    assert [r.outcome for r in server.request_log if r.op in ("patch_status", "delete")] == [
         "ok",
         "ok",
     ]

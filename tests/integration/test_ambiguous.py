@@ -404,13 +404,23 @@ def test_binding_that_landed_while_every_reply_was_lost_resolves_success(
     assert stored is not None and stored["spec"]["nodeName"] == "n1"
 
 
+def _failing_every_bind(server: InMemoryApiServer, fault: str) -> dict[str, Any]:
+    """Pod p1, every binding attempt of which the server answers with ``fault``."""
+    pod = server.create(make_pod("p1"))
+    server.script("bind", *[fault] * ATTEMPTS, name="p1")
+    return pod
+
+
+def _binding_error(backend: ApiBackend, pod: object) -> BaseException | None:
+    """Bind ``pod`` to n1 through a dispatcher with :data:`CONFIG`: what the call raised."""
+    with Dispatcher(backend, CONFIG) as d:
+        return d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+
+
 def test_binding_that_never_landed_fails_saying_the_pod_shows_it(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
-    pod = server.create(make_pod("p1"))
-    server.script("bind", *["timeout"] * ATTEMPTS, name="p1")
-    with Dispatcher(backend, CONFIG) as d:
-        exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+    exc = _binding_error(backend, _failing_every_bind(server, "timeout"))
     assert isinstance(exc, CallFailed) and isinstance(exc.cause, RequestTimeoutError)
     assert "gave up after 6 failed requests" in str(exc)
     assert "read back, the object shows it did not land" in str(exc)
@@ -425,8 +435,7 @@ def test_binding_whose_read_back_fails_too_says_the_outcome_is_unknown(
     pod = _reply_lost(server, "bind", "p1")
     server.script("bind", *["timeout"] * UNANSWERED, name="p1")
     server.script("get", "timeout", name="p1")
-    with Dispatcher(backend, CONFIG) as d:
-        exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+    exc = _binding_error(backend, pod)
     assert isinstance(exc, CallFailed) and isinstance(exc.cause, RequestTimeoutError)
     assert "the outcome is unknown: reading the object back failed" in str(exc)
     assert ops(server, "get") == ["timeout"]  # read once, never retried
@@ -436,10 +445,7 @@ def test_binding_ending_on_an_answer_is_not_read_back(
     server: InMemoryApiServer, backend: ApiBackend
 ) -> None:
     """A 429 is an answer (the request was not applied): no read before ``CallFailed``."""
-    pod = server.create(make_pod("p1"))
-    server.script("bind", *["429"] * ATTEMPTS, name="p1")
-    with Dispatcher(backend, CONFIG) as d:
-        exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+    exc = _binding_error(backend, _failing_every_bind(server, "429"))
     assert isinstance(exc, CallFailed) and "read back" not in str(exc)
     assert ops(server, "get") == []
 

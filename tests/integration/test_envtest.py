@@ -59,6 +59,45 @@ def _no_binaries_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def _run_pytest(test_file: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``test_file`` in a child pytest with the envtest plugin and no binaries anywhere."""
+    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)]
+    if not _plugin_installed():
+        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
+    env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _run_pytest_with_options(options: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """:func:`_run_pytest` on a test that needs a cluster and whose
+    ``envtest_control_plane_options`` fixture returns ``options`` (a Python literal)."""
+    test_file = tmp_path / "test_options.py"
+    test_file.write_text(
+        "import pytest\n\n"
+        '@pytest.fixture(scope="session")\n'
+        "def envtest_control_plane_options():\n"
+        f"    return {options}\n\n"
+        "def test_needs_a_cluster(envtest_control_plane):\n"
+        '    raise AssertionError("must not run")\n'
+    )
+    return _run_pytest(test_file, tmp_path)
+
+
+def _cli_start_without_binaries(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``python -m kdispatch.testing.envtest start *flags`` with no binaries anywhere."""
+    return subprocess.run(
+        [sys.executable, "-m", "kdispatch.testing.envtest", "start", *flags],
+        cwd=REPO,
+        env=_no_binaries_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 # --------------------------------------------------------------------------- lookup
 
 
@@ -182,15 +221,7 @@ def test_cli_start_reports_the_timeout_it_was_given(tmp_path: Path) -> None:
 
 
 def test_cli_start_without_binaries_exits_2_with_the_build_hint(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "kdispatch.testing.envtest", "start"],
-        cwd=REPO,
-        env=_no_binaries_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _cli_start_without_binaries(tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert "python -m kdispatch.testing.envtest build" in done.stderr
@@ -208,13 +239,7 @@ def test_the_fixture_skips_with_the_build_hint_when_there_are_no_binaries(
             """
         )
     )
-    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)]
-    if not _plugin_installed():
-        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
-    env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    done = _run_pytest(test_file, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 skipped" in done.stdout
     assert "python -m kdispatch.testing.envtest build" in done.stdout
@@ -550,74 +575,34 @@ def test_command_line_assignments_merge_and_a_later_one_wins() -> None:
 def test_cli_start_refuses_malformed_gates_with_a_usage_error_before_looking_for_binaries(
     flag: list[str], tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "kdispatch.testing.envtest", "start", *flag],
-        cwd=REPO,
-        env=_no_binaries_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _cli_start_without_binaries(tmp_path, *flag)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert "usage:" in done.stderr
     assert "envtest build" not in done.stderr  # refused before the binaries were looked up
 
 
-def _run_pytest(test_file: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test_file)]
-    if not _plugin_installed():
-        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
-    env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-
-
-def test_the_fixture_options_are_validated_before_the_skip_for_missing_binaries(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("options", "returncode", "shown"),
+    [
+        pytest.param(
+            '{"feature_gates": {"GenericWorkload": True}, "kubelet": True}',
+            1,
+            ["1 error", "ControlPlaneOptionError", "unknown: ['kubelet']"],
+            id="invalid-options-are-refused-before-the-skip",
+        ),
+        pytest.param(
+            '{"scheduler": True, "feature_gates": {"GenericWorkload": True}}',
+            0,
+            # the scheduler was asked for: the build hint says so
+            ["1 skipped", "envtest build --with-scheduler"],
+            id="valid-options-skip",
+        ),
+    ],
+)
+def test_the_fixture_checks_its_options_before_the_skip_for_missing_binaries(
+    options: str, returncode: int, shown: list[str], tmp_path: Path
 ) -> None:
-    test_file = tmp_path / "test_options.py"
-    test_file.write_text(
-        textwrap.dedent(
-            """
-            import pytest
-
-            @pytest.fixture(scope="session")
-            def envtest_control_plane_options():
-                return {"feature_gates": {"GenericWorkload": True}, "kubelet": True}
-
-            def test_needs_a_cluster(envtest_control_plane):
-                raise AssertionError("must not run")
-            """
-        )
-    )
-    done = _run_pytest(test_file, tmp_path)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "1 error" in done.stdout
-    assert "ControlPlaneOptionError" in done.stdout and "unknown: ['kubelet']" in done.stdout
-
-
-def test_the_fixture_with_valid_options_skips_when_there_are_no_binaries(
-    tmp_path: Path,
-) -> None:
-    test_file = tmp_path / "test_options.py"
-    test_file.write_text(
-        textwrap.dedent(
-            """
-            import pytest
-
-            @pytest.fixture(scope="session")
-            def envtest_control_plane_options():
-                return {"scheduler": True, "feature_gates": {"GenericWorkload": True}}
-
-            def test_needs_a_cluster(envtest_control_plane):
-                raise AssertionError("must be skipped")
-            """
-        )
-    )
-    done = _run_pytest(test_file, tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 skipped" in done.stdout
-    assert "envtest build --with-scheduler" in done.stdout  # the scheduler was asked for
+    done = _run_pytest_with_options(options, tmp_path)
+    assert done.returncode == returncode, done.stdout + done.stderr
+    assert all(text in done.stdout for text in shown), done.stdout

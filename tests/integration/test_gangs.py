@@ -35,6 +35,14 @@ def members(server: InMemoryApiServer, n: int, prefix: str = "m") -> list[dict[s
     return [server.create(make_pod(f"{prefix}{i}")) for i in range(n)]
 
 
+def open_gang(
+    server: InMemoryApiServer, dispatcher: Dispatcher, size: int
+) -> tuple[list[dict[str, Any]], Gang]:
+    """``size`` member pods and the open gang of ``size`` owned by the "trainers" PodGroup."""
+    group = server.create(make_podgroup("trainers", min_count=size))
+    return members(server, size), dispatcher.group(owner=group, gang=size)
+
+
 def binds(server: InMemoryApiServer) -> list[tuple[str, str]]:
     """The binding requests the server answered: (pod name, outcome)."""
     return [(r.name, r.outcome) for r in server.request_log if r.op == "bind"]
@@ -53,9 +61,7 @@ def error(fut: Future[Any]) -> BaseException | None:
 def test_members_are_held_until_min_count_then_sent_together(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
-    group = server.create(make_podgroup("trainers", min_count=3))
-    pods = members(server, 3)
-    gang = dispatcher.group(owner=group, gang=3)
+    pods, gang = open_gang(server, dispatcher, 3)
     assert isinstance(gang, Gang) and gang.min_count == 3
     first = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods[:2]]
     assert dispatcher.held_calls == 2 and not gang.released
@@ -81,9 +87,7 @@ def test_sealing_releases_the_members_submitted(
 def test_a_member_deleted_before_the_release_withdraws_every_member(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
-    group = server.create(make_podgroup("trainers", min_count=3))
-    pods = members(server, 3)
-    gang = dispatcher.group(owner=group, gang=3)
+    pods, gang = open_gang(server, dispatcher, 3)
     futures = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods[:2]]
     dispatcher.on_delete(pods[1])  # a member goes while the gang is incomplete
     wait_for(lambda: gang.cancelled == "member_failed", 30, "the gang withdrawn")

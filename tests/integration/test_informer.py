@@ -42,13 +42,8 @@ WAIT = 10.0
 
 
 @pytest.fixture
-def mem() -> InMemoryApiServer:
-    return InMemoryApiServer()
-
-
-@pytest.fixture
-def http_server(mem: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
-    with ApiServerHTTP(mem, hang_seconds=5.0, watch_poll=0.05) as srv:
+def http_server(server: InMemoryApiServer) -> Iterator[ApiServerHTTP]:
+    with ApiServerHTTP(server, hang_seconds=5.0, watch_poll=0.05) as srv:
         yield srv
 
 
@@ -61,10 +56,10 @@ def api_client(http_server: ApiServerHTTP) -> Iterator[k8s.ApiClient]:
 
 
 @pytest.fixture(params=["memory", "http"])
-def source(request: pytest.FixtureRequest, mem: InMemoryApiServer) -> Callable[..., ListWatch]:
-    """A factory of ListWatch sources over ``mem``: direct, or through HTTP and the client."""
+def source(request: pytest.FixtureRequest, server: InMemoryApiServer) -> Callable[..., ListWatch]:
+    """A factory of ListWatch sources over ``server``: direct, or through HTTP and the client."""
     if request.param == "memory":
-        return lambda kind, namespace=None: MemoryListWatch(mem, kind, namespace)
+        return lambda kind, namespace=None: MemoryListWatch(server, kind, namespace)
     client = request.getfixturevalue("api_client")
     return lambda kind, namespace=None: ClientListWatch(
         client, kind, namespace, request_timeout=5.0
@@ -97,16 +92,16 @@ def synced(
 
 
 def test_add_update_delete(
-    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+    server: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
-    a = mem.create(make_pod("a"))
+    a = server.create(make_pod("a"))
     inf, rec = synced("Pod")
     assert inf.has_synced()
     assert rec.names() == [("add", "a")]
     assert rec.objects[0]["kind"] == "Pod" and rec.objects[0]["apiVersion"] == "v1"
-    b = mem.create(make_pod("b", "other"))
-    nominate(mem, "a", "n1", uid=a["metadata"]["uid"])
-    mem.delete("Pod", "other", "b", uid=b["metadata"]["uid"])
+    b = server.create(make_pod("b", "other"))
+    nominate(server, "a", "n1", uid=a["metadata"]["uid"])
+    server.delete("Pod", "other", "b", uid=b["metadata"]["uid"])
     assert rec.wait_count(4)
     assert rec.names() == [("add", "a"), ("add", "b"), ("update", "a"), ("delete", "b")]
     assert rec.objects[2]["status"]["nominatedNodeName"] == "n1"
@@ -114,30 +109,30 @@ def test_add_update_delete(
     assert set(inf.cache) == {a["metadata"]["uid"]}
     assert inf.cache[a["metadata"]["uid"]]["status"]["nominatedNodeName"] == "n1"
     assert inf.snapshot() == dict(inf.cache)
-    assert inf.resource_version == mem.resource_version
+    assert inf.resource_version == server.resource_version
     assert inf.relists == 1
 
 
 def test_namespaced_source(
-    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+    server: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
-    mem.create(make_pod("a", "ns1"))
-    mem.create(make_pod("b", "ns2"))
+    server.create(make_pod("a", "ns1"))
+    server.create(make_pod("b", "ns2"))
     _, rec = synced("Pod", "ns1")
-    mem.create(make_pod("c", "ns2"))
-    mem.create(make_pod("d", "ns1"))
+    server.create(make_pod("c", "ns2"))
+    server.create(make_pod("d", "ns1"))
     assert rec.wait_count(2)
     assert rec.names() == [("add", "a"), ("add", "d")]
 
 
 def test_nodes_and_claims_have_their_kind(
-    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+    server: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
-    mem.create(make_node("n1", 1000, 1024))
-    mem.create(make_claim("c1"))
+    server.create(make_node("n1", 1000, 1024))
+    server.create(make_claim("c1"))
     _, node_rec = synced("Node")
     _, claim_rec = synced("ResourceClaim")
-    mem.create(make_claim("c2"))
+    server.create(make_claim("c2"))
     assert claim_rec.wait_count(2)
     assert [(o["kind"], o["apiVersion"]) for o in node_rec.objects] == [("Node", "v1")]
     assert [(o["kind"], o["apiVersion"]) for o in claim_rec.objects] == [
@@ -146,12 +141,12 @@ def test_nodes_and_claims_have_their_kind(
 
 
 def test_recreated_pod_is_delete_then_add(
-    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+    server: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
-    old = mem.create(make_pod("a"))
+    old = server.create(make_pod("a"))
     inf, rec = synced("Pod")
-    mem.delete("Pod", "default", "a", uid=old["metadata"]["uid"])
-    new = mem.create(make_pod("a"))
+    server.delete("Pod", "default", "a", uid=old["metadata"]["uid"])
+    new = server.create(make_pod("a"))
     assert rec.wait_count(3)
     assert [(e[0], e[2]) for e in rec.events] == [
         ("add", old["metadata"]["uid"]),
@@ -165,24 +160,24 @@ def test_recreated_pod_is_delete_then_add(
 
 
 def test_dropped_watches_resume_without_loss_or_duplicates(
-    mem: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+    server: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:
     # Start from a non-zero resourceVersion: an empty store lists at "0", and a watch from "0"
     # means "any version" (the current state as synthetic adds), as on the real apiserver.
-    mem.create(make_node("n0", 1000, 1024))
+    server.create(make_node("n0", 1000, 1024))
     inf, rec = synced("Pod")
     expected: list[tuple[str, str]] = []
     for round_ in range(4):
         for i in range(5):
             name = f"p{round_}-{i}"
-            pod = mem.create(make_pod(name))
-            nominate(mem, name, "n1", uid=pod["metadata"]["uid"])
+            pod = server.create(make_pod(name))
+            nominate(server, name, "n1", uid=pod["metadata"]["uid"])
             expected += [("add", name), ("update", name)]
         # once the round's first event arrived the watch is live: cut it while the rest of the
         # round may still be queued (those events are lost with the connection)
         assert rec.wait_name(f"p{round_}-0")
-        assert mem.drop_watches() == 1
-    mem.create(make_pod("last"))
+        assert server.drop_watches() == 1
+    server.create(make_pod("last"))
     expected.append(("add", "last"))
     assert rec.wait_name("last")
     assert rec.names() == expected
@@ -191,31 +186,31 @@ def test_dropped_watches_resume_without_loss_or_duplicates(
 
 
 def test_gone_relists_with_synthetic_deletes_updates_and_adds(
-    mem: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
+    server: InMemoryApiServer, source: Callable[..., ListWatch], run: Callable[..., Any]
 ) -> None:
-    a = mem.create(make_pod("a"))
-    b = mem.create(make_pod("b"))
-    c = mem.create(make_pod("c"))
-    mem.create(make_pod("d"))
+    a = server.create(make_pod("a"))
+    b = server.create(make_pod("b"))
+    c = server.create(make_pod("c"))
+    server.create(make_pod("d"))
     gated = GatedListWatch(source("Pod"), timeout=WAIT)
     inf, rec = run(gated)
     assert inf.wait_for_sync(WAIT)
     assert rec.wait_count(4)
     # disconnect the informer and keep it away while the world changes and history is lost
-    assert gated.keep_away(mem.drop_watches) == 1
-    mem.delete("Pod", "default", "a", uid=a["metadata"]["uid"])
-    mem.delete("Pod", "default", "b", uid=b["metadata"]["uid"])
-    b2 = mem.create(make_pod("b"))
-    nominate(mem, "c", "n1", uid=c["metadata"]["uid"])
-    mem.create(make_pod("e"))
-    mem.compact()
+    assert gated.keep_away(server.drop_watches) == 1
+    server.delete("Pod", "default", "a", uid=a["metadata"]["uid"])
+    server.delete("Pod", "default", "b", uid=b["metadata"]["uid"])
+    b2 = server.create(make_pod("b"))
+    nominate(server, "c", "n1", uid=c["metadata"]["uid"])
+    server.create(make_pod("e"))
+    server.compact()
     gated.gate.set()
     assert rec.wait_count(9)
     assert rec.names()[4:] == RELISTED_WHILE_AWAY
     assert rec.events[6][2] == b2["metadata"]["uid"]
     assert rec.objects[7]["status"]["nominatedNodeName"] == "n1"
     assert inf.relists == 2
-    mem.create(make_pod("f"))  # watching again after the re-list
+    server.create(make_pod("f"))  # watching again after the re-list
     assert rec.wait(lambda ev: ev[-1][1] == "f")
     assert len(rec.events) == 10
 
@@ -223,15 +218,15 @@ def test_gone_relists_with_synthetic_deletes_updates_and_adds(
 # --------------------------------------------------------------------------- robustness
 
 
-def test_handler_errors_are_contained(mem: InMemoryApiServer, run: Callable[..., Any]) -> None:
+def test_handler_errors_are_contained(server: InMemoryApiServer, run: Callable[..., Any]) -> None:
     seen: list[str] = []
 
     def bad_add(obj: dict[str, Any]) -> None:
         seen.append(obj["metadata"]["name"])
         raise RuntimeError("handler bug")
 
-    mem.create(make_pod("a"))
-    lw = MemoryListWatch(mem, "Pod")
+    server.create(make_pod("a"))
+    lw = MemoryListWatch(server, "Pod")
     rec = Recorder()
     inf = Informer(lw, name="faulty")
     inf.add_handler(on_add=bad_add)
@@ -239,14 +234,14 @@ def test_handler_errors_are_contained(mem: InMemoryApiServer, run: Callable[...,
     inf.start()
     try:
         assert inf.wait_for_sync(WAIT)
-        mem.create(make_pod("b"))
+        server.create(make_pod("b"))
         assert rec.wait_count(2)
         assert seen == ["a", "b"]
     finally:
         assert inf.stop()
 
 
-def test_attach_feeds_a_dispatcher(mem: InMemoryApiServer) -> None:
+def test_attach_feeds_a_dispatcher(server: InMemoryApiServer) -> None:
     class Facade:
         def __init__(self) -> None:
             self.calls: list[tuple[str, str]] = []
@@ -263,22 +258,22 @@ def test_attach_feeds_a_dispatcher(mem: InMemoryApiServer) -> None:
             self.done.set()
 
     facade = Facade()
-    inf = Informer(MemoryListWatch(mem, "Pod"), name="attached")
+    inf = Informer(MemoryListWatch(server, "Pod"), name="attached")
     inf.attach(facade)
     inf.start()
     try:
-        pod = mem.create(make_pod("a"))
-        nominate(mem, "a", "n", uid=pod["metadata"]["uid"])
-        mem.delete("Pod", "default", "a", uid=pod["metadata"]["uid"])
+        pod = server.create(make_pod("a"))
+        nominate(server, "a", "n", uid=pod["metadata"]["uid"])
+        server.delete("Pod", "default", "a", uid=pod["metadata"]["uid"])
         assert facade.done.wait(WAIT)
         assert facade.calls == [("add", "a"), ("update", "a"), ("delete", "a")]
     finally:
         assert inf.stop()
 
 
-def test_resync_replays_the_cache(mem: InMemoryApiServer, run: Callable[..., Any]) -> None:
-    mem.create(make_pod("a"))
-    _, rec = run(MemoryListWatch(mem, "Pod"), resync=0.1)
+def test_resync_replays_the_cache(server: InMemoryApiServer, run: Callable[..., Any]) -> None:
+    server.create(make_pod("a"))
+    _, rec = run(MemoryListWatch(server, "Pod"), resync=0.1)
     assert rec.wait(lambda ev: [e[0] for e in ev[:3]] == ["add", "update", "update"])
     assert {e[1] for e in rec.events} == {"a"}
     assert len({e[3] for e in rec.events}) == 1  # replays of the same state
@@ -406,10 +401,10 @@ def test_stop_cuts_a_quiet_http_watch(
     assert http_server.wait_connections(0, timeout=WAIT)
 
 
-def test_bad_arguments(mem: InMemoryApiServer) -> None:
-    lw = MemoryListWatch(mem, "Pod")
+def test_bad_arguments(server: InMemoryApiServer) -> None:
+    lw = MemoryListWatch(server, "Pod")
     with pytest.raises(InvalidInputError):
-        MemoryListWatch(mem, "Widget")  # not in the kind table
+        MemoryListWatch(server, "Widget")  # not in the kind table
     with pytest.raises(InvalidInputError):
         Informer(lw, name="")
     with pytest.raises(InvalidInputError):

@@ -36,6 +36,11 @@ def patches(server: InMemoryApiServer) -> int:
     return sum(1 for r in server.request_log if r.op == "patch_status" and r.outcome == "ok")
 
 
+def gated_group(server: InMemoryApiServer) -> tuple[GatedBackend, dict[str, object]]:
+    """A backend holding PodGroup g's requests at its gate (closed), and g (a gang of 3)."""
+    return GatedBackend(server, hold="g"), server.create(make_podgroup("g", min_count=3))
+
+
 # --------------------------------------------------------------------------- the dispatcher
 
 
@@ -63,8 +68,7 @@ def test_the_condition_lands_with_its_generation_and_a_transition_time(
 
 
 def test_pending_calls_merge_by_type_into_one_request(server: InMemoryApiServer) -> None:
-    gated = GatedBackend(server, hold="g")
-    pg = server.create(make_podgroup("g", min_count=3))
+    gated, pg = gated_group(server)
     with Dispatcher(gated, FAST) as d:
         first = d.submit(PodGroupStatusPatch.initially_scheduled(pg, False, message="try 0"))
         gated.wait_calls(1)  # in flight, held at the gate
@@ -89,8 +93,7 @@ def test_a_false_decided_before_a_true_landed_is_stale_and_never_sent(
     """The gang was placed (True in flight) while an older cycle still reports it
     unschedulable: the False is pending behind the True and resolves CallStale once the True
     is the newest state; the server keeps True."""
-    gated = GatedBackend(server, hold="g")
-    pg = server.create(make_podgroup("g", min_count=3))
+    gated, pg = gated_group(server)
     with Dispatcher(gated, FAST) as d:
         placed = d.submit(PodGroupStatusPatch.initially_scheduled(pg, True))
         gated.wait_calls(1)
@@ -112,8 +115,7 @@ def test_an_informer_update_with_true_makes_a_pending_false_stale(
 ) -> None:
     """The True arrived by another writer (kube-scheduler, another leader), seen through the
     informer: the False never goes out."""
-    gated = GatedBackend(server, hold="g")
-    pg = server.create(make_podgroup("g", min_count=3))
+    gated, pg = gated_group(server)
     with Dispatcher(gated, FAST) as d:
         d.on_add(pg)
         first = d.submit(PodGroupStatusPatch.disruption_target(pg))

@@ -131,6 +131,41 @@ class Recorder(Actor):
         return ping.reply.result(WAIT)
 
 
+class Turns:
+    """Turns running now (``now``) and the most ever at once (``most``), across threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+class Counted(Recorder):
+    """A :class:`Recorder` whose turns count in ``turns``."""
+
+    __slots__ = ("turns",)
+
+    def __init__(self, pool: ActorPool, turns: Turns) -> None:
+        super().__init__(pool)
+        self.turns = turns
+
+    def receive(self, message: Any) -> None:
+        self.turns.enter()
+        try:
+            super().receive(message)
+        finally:
+            self.turns.leave()
+
+
 def hold_worker(pool: ActorPool, holder: Recorder | None = None) -> Hold:
     """Put a turn on one of ``pool``'s workers (``holder``'s, or a new actor's) that lasts
     until ``hold.release`` is set."""
@@ -140,21 +175,23 @@ def hold_worker(pool: ActorPool, holder: Recorder | None = None) -> Hold:
     return hold
 
 
-@pytest.fixture
-def pool() -> Iterator[ActorPool]:
-    p = ActorPool(workers=2, batch=16, name="test-pool")
+def _running(workers: int, name: str) -> Iterator[ActorPool]:
+    """A started pool (batch 16) for a fixture; stopped after the test, nothing stuck."""
+    p = ActorPool(workers=workers, batch=16, name=name)
     p.start()
     yield p
     assert p.stop(timeout=WAIT) == []
+
+
+@pytest.fixture
+def pool() -> Iterator[ActorPool]:
+    yield from _running(2, "test-pool")
 
 
 @pytest.fixture
 def single() -> Iterator[ActorPool]:
     """One worker: a held turn leaves every other actor's messages queued."""
-    p = ActorPool(workers=1, batch=16, name="single")
-    p.start()
-    yield p
-    assert p.stop(timeout=WAIT) == []
+    yield from _running(1, "single")
 
 
 @pytest.fixture
@@ -254,31 +291,16 @@ def test_two_actors_run_concurrently() -> None:
 def test_concurrency_is_bounded_by_the_workers() -> None:
     p = ActorPool(workers=2, name="bounded")
     p.start()
-    lock = threading.Lock()
-    running = [0, 0]  # turns now, most ever
-
-    class Counted(Recorder):
-        __slots__ = ()
-
-        def receive(self, message: Any) -> None:
-            with lock:
-                running[0] += 1
-                running[1] = max(running[1], running[0])
-            try:
-                super().receive(message)
-            finally:
-                with lock:
-                    running[0] -= 1
-
+    turns = Turns()
     hold_a, hold_b = Hold(threading.Event()), Hold(threading.Event())
     try:
-        a, b = Counted(p), Counted(p)
+        a, b = Counted(p, turns), Counted(p, turns)
         assert a.tell(hold_a) and hold_a.entered.wait(WAIT)
         assert b.tell(hold_b) and hold_b.entered.wait(WAIT)
         assert hold_a.worker != hold_b.worker  # both workers are held
-        c = Counted(p)
+        c = Counted(p, turns)
         assert c.tell(Run(hold_a.release.is_set))  # runs only once a worker is free
-        others = [Counted(p) for _ in range(8)]
+        others = [Counted(p, turns) for _ in range(8)]
         for actor in others:
             for i in range(20):
                 assert actor.tell(i)
@@ -291,7 +313,7 @@ def test_concurrency_is_bounded_by_the_workers() -> None:
         hold_a.release.set()
         hold_b.release.set()
         assert p.stop(timeout=WAIT) == []
-    assert running[1] == 2
+    assert turns.most == 2
 
 
 def test_one_turn_at_a_time_per_actor_with_many_workers_and_senders(
@@ -303,23 +325,8 @@ def test_one_turn_at_a_time_per_actor_with_many_workers_and_senders(
     messages)."""
     p = ActorPool(workers=4, batch=2, name="one-turn")
     p.start()
-    lock = threading.Lock()
-    active = [0, 0]  # now, most ever
-
-    class Guarded(Recorder):
-        __slots__ = ()
-
-        def receive(self, message: Any) -> None:
-            with lock:
-                active[0] += 1
-                active[1] = max(active[1], active[0])
-            try:
-                super().receive(message)
-            finally:
-                with lock:
-                    active[0] -= 1
-
-    actor = Guarded(p)
+    turns = Turns()
+    actor = Counted(p, turns)
     senders, per_sender = 4, 2000
     start = threading.Barrier(senders)
 
@@ -337,7 +344,7 @@ def test_one_turn_at_a_time_per_actor_with_many_workers_and_senders(
         log = actor.ping()
     finally:
         assert p.stop(timeout=WAIT) == []
-    assert active[1] == 1
+    assert turns.most == 1
     assert len(log) == senders * per_sender
     for sender in range(senders):
         assert [i for s, i in log if s == sender] == list(range(per_sender))

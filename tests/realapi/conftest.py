@@ -30,7 +30,7 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from kdispatch.testing import make_node
-from kdispatch.testing.envtest import BinariesNotFound, find_binaries
+from kdispatch.testing.envtest import Binaries, BinariesNotFound, find_binaries
 from tests.realapi.cluster import Admin, EmulatorTarget, RealCluster, Target
 
 REALAPI = "realapi"
@@ -100,12 +100,27 @@ def create_node(admin: Admin, body: dict[str, Any], *, real: bool) -> dict[str, 
 
 
 @pytest.fixture(scope="session")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    """The real etcd + kube-apiserver, for the whole session."""
+def binaries() -> Binaries:
+    """The built etcd + kube-apiserver. Asked for with ``-m realapi``, their absence is a
+    failure, not a skip."""
     try:
-        binaries = find_binaries()
-    except BinariesNotFound as exc:  # asked for with -m realapi: a failure, not a skip
+        return find_binaries()
+    except BinariesNotFound as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def scheduler_binaries() -> Binaries:
+    """The built binaries with kube-scheduler; without it, the test is skipped."""
+    try:
+        return find_binaries(scheduler=True)
+    except BinariesNotFound as exc:
+        pytest.skip(f"kube-scheduler is not built: {exc}")
+
+
+@pytest.fixture(scope="session")
+def real(tmp_path_factory: pytest.TempPathFactory, binaries: Binaries) -> Iterator[RealCluster]:
+    """The real etcd + kube-apiserver, for the whole session."""
     cluster = RealCluster(tmp_path_factory.mktemp("realapi"), binaries)
     try:
         cluster.start()

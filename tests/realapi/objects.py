@@ -17,8 +17,10 @@ def pod_body(
     scheduler: str | None = None,
     gates: tuple[str, ...] = (),
     claims: tuple[str, ...] = (),
+    node: str | None = None,
 ) -> dict[str, Any]:
-    """A Pending pod as a user would create it (no uid, no status: the server sets them)."""
+    """A Pending pod as a user would create it (no uid, no status: the server sets them);
+    with ``node``, one already running there (``spec.nodeName`` set at creation)."""
     resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": "64Mi"}}
     if claims:
         resources["claims"] = [{"name": c} for c in claims]
@@ -35,6 +37,8 @@ def pod_body(
         spec["schedulingGates"] = [{"name": g} for g in gates]
     if claims:
         spec["resourceClaims"] = [{"name": c, "resourceClaimName": c} for c in claims]
+    if node:
+        spec["nodeName"] = node
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
@@ -101,3 +105,10 @@ def remove_pod(admin: Admin, ns: str, name: str) -> None:
 
 def uid_rv(obj: dict[str, Any]) -> tuple[str, str]:
     return obj["metadata"]["uid"], obj["metadata"]["resourceVersion"]
+
+
+def assert_checks(checks: dict[str, bool], figures: str) -> None:
+    """Print ``figures`` (shown with -s or -rP), then fail naming every check that is False."""
+    print(figures)
+    failed = [name for name, ok in checks.items() if not ok]
+    assert not failed, f"{failed}: {figures}"

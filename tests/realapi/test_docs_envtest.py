@@ -12,21 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kdispatch.testing.envtest import BinariesNotFound, find_binaries
 from tests.snippets import Snippet, all_snippets, run
 
-pytestmark = [pytest.mark.realapi, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.realapi, pytest.mark.timeout(300), pytest.mark.usefixtures("binaries")]
 
 PYTHON = [s for s in all_snippets("python") if s.requires == "envtest"]
 SHELL = [s for s in all_snippets("sh") if s.requires == "envtest"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _binaries() -> None:
-    try:
-        find_binaries()
-    except BinariesNotFound as exc:  # asked for with -m realapi: a failure, not a skip
-        pytest.fail(str(exc), pytrace=False)
 
 
 def test_the_docs_have_envtest_snippets() -> None:

@@ -22,31 +22,35 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 from kubernetes import client, config
 
-from kdispatch.testing.envtest import (
-    BinariesNotFound,
-    ControlPlane,
-    ControlPlaneError,
-    find_binaries,
-)
+from kdispatch.testing.envtest import Binaries, ControlPlane, ControlPlaneError
 from kdispatch.testing.waiting import wait_for
 from tests.snippets import block, run
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 120.0
 
-pytestmark = [pytest.mark.realapi, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _binaries() -> None:
-    try:
-        find_binaries()
-    except BinariesNotFound as exc:  # asked for with -m realapi: a failure, not a skip
-        pytest.fail(str(exc), pytrace=False)
+pytestmark = [pytest.mark.realapi, pytest.mark.timeout(300), pytest.mark.usefixtures("binaries")]
 
 
 def _pod(name: str) -> dict[str, object]:
     return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def _create_ready_node(v1: Any, name: str) -> None:
+    """A Ready node with room for 10 pods and no taint: with no node lifecycle controller,
+    the not-ready taint that admission added is removed here."""
+    resources = {"cpu": "4", "memory": "8Gi", "pods": "10"}
+    v1.create_node(
+        {
+            "metadata": {"name": name},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
+    v1.patch_node(name, {"spec": {"taints": None}})
 
 
 def _read_line(proc: subprocess.Popen[str], timeout: float) -> str:
@@ -208,12 +212,17 @@ def test_the_fixture_gives_a_control_plane_a_pod_can_be_created_on(tmp_path: Pat
             """
         )
     )
+    _passes_with_the_plugin(test_file)
+
+
+def _passes_with_the_plugin(test_file: Path) -> None:
+    """Run ``test_file`` (one test) in a child pytest with the envtest plugin: it passes."""
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)]
     if not _plugin_installed():
         args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
     done = subprocess.run(
         args,
-        cwd=tmp_path,
+        cwd=test_file.parent,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
@@ -230,29 +239,13 @@ def _plugin_installed() -> bool:
     return any(ep.name == "kdispatch_envtest" for ep in entry_points(group="pytest11"))
 
 
-def test_with_the_scheduler_a_pod_gets_bound() -> None:
-    try:
-        binaries = find_binaries(scheduler=True)
-    except BinariesNotFound as exc:
-        pytest.skip(f"kube-scheduler not built: {exc}")
-    with ControlPlane(binaries, scheduler=True) as plane:
+def test_with_the_scheduler_a_pod_gets_bound(scheduler_binaries: Binaries) -> None:
+    with ControlPlane(scheduler_binaries, scheduler=True) as plane:
         assert [p.name for p in plane.processes] == ["etcd", "kube-apiserver", "kube-scheduler"]
         api: Any = plane.api_client()
         try:
             v1: Any = client.CoreV1Api(api)
-            resources = {"cpu": "4", "memory": "8Gi", "pods": "10"}
-            v1.create_node(
-                {
-                    "metadata": {"name": "n1"},
-                    "status": {
-                        "capacity": resources,
-                        "allocatable": resources,
-                        "conditions": [{"type": "Ready", "status": "True"}],
-                    },
-                }
-            )
-            # no node lifecycle controller: remove the not-ready taint admission added
-            v1.patch_node("n1", {"spec": {"taints": None}})
+            _create_ready_node(v1, "n1")
             v1.create_namespaced_pod("default", _pod("p"))
             began = time.monotonic()
             node = wait_for(
@@ -309,31 +302,16 @@ def test_the_fixture_takes_gates_and_runtime_config_from_its_options(tmp_path: P
             """
         )
     )
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)]
-    if not _plugin_installed():
-        args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
-    done = subprocess.run(
-        args,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout
+    _passes_with_the_plugin(test_file)
 
 
-def test_the_gate_reaches_kube_scheduler_which_then_schedules_a_gang() -> None:
+def test_the_gate_reaches_kube_scheduler_which_then_schedules_a_gang(
+    scheduler_binaries: Binaries,
+) -> None:
     """With ``GenericWorkload`` on in both components, kube-scheduler's gang scheduling binds
     the members of a PodGroup and writes its ``PodGroupInitiallyScheduled=True``."""
-    try:
-        binaries = find_binaries(scheduler=True)
-    except BinariesNotFound as exc:
-        pytest.skip(f"kube-scheduler not built: {exc}")
     plane = ControlPlane(
-        binaries,
+        scheduler_binaries,
         scheduler=True,
         feature_gates={"GenericWorkload": True},
         runtime_config={"scheduling.k8s.io/v1beta1": True},
@@ -344,18 +322,7 @@ def test_the_gate_reaches_kube_scheduler_which_then_schedules_a_gang() -> None:
         api: Any = plane.api_client()
         try:
             v1: Any = client.CoreV1Api(api)
-            resources = {"cpu": "4", "memory": "8Gi", "pods": "10"}
-            v1.create_node(
-                {
-                    "metadata": {"name": "n1"},
-                    "status": {
-                        "capacity": resources,
-                        "allocatable": resources,
-                        "conditions": [{"type": "Ready", "status": "True"}],
-                    },
-                }
-            )
-            v1.patch_node("n1", {"spec": {"taints": None}})  # no node lifecycle controller
+            _create_ready_node(v1, "n1")
             custom: Any = client.CustomObjectsApi(api)
             custom.create_namespaced_custom_object(*PODGROUPS, _gang("g1", 2))
             for i in range(2):

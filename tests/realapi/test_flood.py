@@ -27,7 +27,8 @@ import pytest
 from benchmarks.peer_cluster import NAMESPACE, Api
 from benchmarks.peer_run import Workload, run_one
 from benchmarks.peer_schedulers import BY_NAME
-from kdispatch.testing.envtest import Binaries, BinariesNotFound, find_binaries
+from kdispatch.testing.envtest import Binaries
+from tests.realapi.objects import assert_checks
 
 pytestmark = [pytest.mark.realapi, pytest.mark.timeout(300)]
 
@@ -43,14 +44,6 @@ FLOOD = Workload(
 )
 TOKEN_FLOOR_S = (FLOOD.fit - FLOOD.burst) / FLOOD.qps
 """Seconds the client-side token bucket alone needs for the fitting pods' bindings."""
-
-
-@pytest.fixture(scope="module")
-def binaries() -> Binaries:
-    try:
-        return find_binaries()
-    except BinariesNotFound as exc:
-        pytest.fail(f"the real kube-apiserver is needed: {exc}")
 
 
 def events_by_pod(api: Api) -> dict[str, set[str]]:
@@ -109,6 +102,4 @@ def test_the_flood_at_the_defaults_binds_at_the_token_floor_with_events(
         f"FailedScheduling {sum('FailedScheduling' in events.get(n, ()) for n in unfit)}/"
         f"{FLOOD.unfit}; Event writes {rec['event_requests_with_drain']}"
     )
-    print(figures)  # shown with -s or -rP
-    failed = [name for name, ok in checks.items() if not ok]
-    assert not failed, f"{failed}: {figures}"
+    assert_checks(checks, figures)

@@ -5,6 +5,8 @@ the gang workload's figures (3 PodGroups of 10 pods behind 10 unfit ones)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +23,11 @@ from benchmarks.peer_cluster import (
 )
 from benchmarks.peer_run import Workload, run_one
 from benchmarks.peer_schedulers import BY_NAME
-from kdispatch.testing.envtest import Binaries, BinariesNotFound, find_binaries
+from kdispatch.testing.envtest import Binaries
 
 pytestmark = [pytest.mark.realapi, pytest.mark.timeout(300)]
 
 SMOKE = Workload("smoke", "smoke", nodes=5, fit=40, unfit=10, late=True)
-
-
-@pytest.fixture(scope="module")
-def binaries() -> Binaries:
-    try:
-        return find_binaries(scheduler=True)
-    except BinariesNotFound as exc:
-        pytest.skip(f"kube-scheduler's binary is absent: {exc}")
 
 
 def check_against_server(api: Api, rec: dict[str, Any]) -> None:
@@ -68,21 +62,34 @@ def check_against_server(api: Api, rec: dict[str, Any]) -> None:
     assert server_bindings == 40
 
 
-@pytest.mark.parametrize("contender", ["kube-async", "example"])
-def test_peer_run_counts_match_the_server(
-    contender: str, binaries: Binaries, tmp_path: Path
-) -> None:
+def run_checked(
+    workload: Workload,
+    contender: str,
+    binaries: Binaries,
+    tmp_path: Path,
+    check: Callable[[Api, dict[str, Any]], None],
+) -> dict[str, Any]:
+    """One run of ``contender`` on ``workload``, its record passed to ``check`` while the
+    control plane still runs; the run's watch held. Returns the record."""
     checked: list[str] = []
 
     def on_end(api: Api, rec: dict[str, Any]) -> None:
-        check_against_server(api, rec)
+        check(api, rec)
         checked.append(rec["contender"])
 
     rec = run_one(
-        SMOKE, BY_NAME[contender], binaries, tmp_path / "run", deadline_s=120, on_end=on_end
+        workload, BY_NAME[contender], binaries, tmp_path / "run", deadline_s=120, on_end=on_end
     )
     assert checked == [contender]
     assert rec["watch_error"] == ""
+    return rec
+
+
+@pytest.mark.parametrize("contender", ["kube-async", "example"])
+def test_peer_run_counts_match_the_server(
+    contender: str, scheduler_binaries: Binaries, tmp_path: Path
+) -> None:
+    rec = run_checked(SMOKE, contender, scheduler_binaries, tmp_path, check_against_server)
     if contender == "example":
         assert rec["event_requests"] >= 0
     else:
@@ -159,16 +166,7 @@ def check_gangs_against_server(api: Api, rec: dict[str, Any], *, gang_aware: boo
 
 @pytest.mark.parametrize("contender", ["kube-async", "example"])
 def test_gang_run_counts_match_the_server(
-    contender: str, binaries: Binaries, tmp_path: Path
+    contender: str, scheduler_binaries: Binaries, tmp_path: Path
 ) -> None:
-    checked: list[str] = []
-
-    def on_end(api: Api, rec: dict[str, Any]) -> None:
-        check_gangs_against_server(api, rec, gang_aware=contender == "kube-async")
-        checked.append(rec["contender"])
-
-    rec = run_one(
-        GANGS, BY_NAME[contender], binaries, tmp_path / "run", deadline_s=120, on_end=on_end
-    )
-    assert checked == [contender]
-    assert rec["watch_error"] == ""
+    check = partial(check_gangs_against_server, gang_aware=contender == "kube-async")
+    run_checked(GANGS, contender, scheduler_binaries, tmp_path, check)

@@ -37,7 +37,8 @@ from benchmarks.peer_schedulers import EXAMPLE
 from benchmarks.peer_stats import percentile
 from benchmarks.peer_watch import PodWatch
 from examples.scheduler.runner import RunConfig, run
-from kdispatch.testing.envtest import Binaries, BinariesNotFound, ControlPlane, find_binaries
+from kdispatch.testing.envtest import Binaries, ControlPlane
+from tests.realapi.objects import assert_checks
 
 pytestmark = [pytest.mark.realapi, pytest.mark.timeout(240)]
 
@@ -58,14 +59,6 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def binaries() -> Binaries:
-    try:
-        return find_binaries()
-    except BinariesNotFound as exc:
-        pytest.fail(f"the real kube-apiserver is needed: {exc}")
 
 
 def _gang(i: int) -> str:
@@ -237,6 +230,4 @@ def test_gangs_are_bound_whole_or_never_on_the_real_apiserver(
         f"example: gangs {fig['gangs']}, lost {fig['lost_intents']}, duplicates "
         f"{fig['duplicate_bindings']}, calls {fig['calls_sent_by_type']}"
     )
-    print(figures)  # shown with -s or -rP
-    failed = [name for name, ok in checks.items() if not ok]
-    assert not failed, f"{failed}: {figures}"
+    assert_checks(checks, figures)

@@ -27,7 +27,7 @@ from kdispatch.actors.model.podgroup_calls import PodGroupStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.testing import make_podgroup
 from tests.realapi.cluster import Admin, Target, condition, wait_for
-from tests.realapi.objects import allocation, consumer, new_claim, new_pod, pod_body
+from tests.realapi.objects import allocation, consumer, new_claim, new_pod
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -154,13 +154,7 @@ def test_preemption_group(
 ) -> None:
     """The preemptor's nomination lands before every victim is touched."""
     pod_events(ns)
-    victims = []
-    for i in range(3):
-        body = pod_body(f"v{i}")
-        body["spec"]["nodeName"] = NODE
-        victim = admin.create(admin.pod_path(ns), body)
-        victim.setdefault("kind", "Pod")
-        victims.append(victim)
+    victims = [new_pod(admin, ns, f"v{i}", node=NODE) for i in range(3)]
     preemptor = new_pod(admin, ns, "pre")
     with dispatcher.group(owner=preemptor) as g:
         nomination = g.submit(PodStatusPatch.for_pod(preemptor, nominated_node_name=NODE))
@@ -191,13 +185,7 @@ def test_preemption_chain_ends_with_the_binding(
 ) -> None:
     """Nomination, then the victims, then the preemptor's binding, in one group with no
     blocking call: the binding lands after every victim was deleted."""
-    victims = []
-    for i in range(2):
-        body = pod_body(f"v{i}")
-        body["spec"]["nodeName"] = NODE
-        victim = admin.create(admin.pod_path(ns), body)
-        victim.setdefault("kind", "Pod")
-        victims.append(victim)
+    victims = [new_pod(admin, ns, f"v{i}", node=NODE) for i in range(2)]
     preemptor = new_pod(admin, ns, "pre")
     with dispatcher.group(owner=preemptor) as g:
         nomination = g.submit(PodStatusPatch.for_pod(preemptor, nominated_node_name=NODE))

@@ -46,24 +46,46 @@ def _switch(value: object, what: str) -> bool:
     raise ControlPlaneOptionError(f"{what} must be true or false, got {value!r}")
 
 
+def _switches(
+    value: object,
+    *,
+    option: str,
+    keys: str,
+    what: str,
+    noun: str,
+    pattern: re.Pattern[str],
+    want: str,
+) -> dict[str, bool]:
+    """``value`` (key → bool, or ``"true"``/``"false"``) as a plain dict; None is empty. The
+    ``option`` maps ``keys``: each must match ``pattern`` (else "invalid ``what`` ``noun``:
+    want ``want``"). Raises :class:`ControlPlaneOptionError`."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ControlPlaneOptionError(
+            f"{option} must map {keys} to true/false, got {type(value).__name__}"
+        )
+    out: dict[str, bool] = {}
+    for key, switch in value.items():
+        if not isinstance(key, str) or not pattern.match(key):
+            raise ControlPlaneOptionError(f"invalid {what} {noun} {key!r}: want {want}")
+        out[key] = _switch(switch, f"{what} {key}")
+    return out
+
+
 def check_feature_gates(gates: object) -> dict[str, bool]:
     """``gates`` (name → bool, or ``"true"``/``"false"``) as a plain dict; None is empty.
     A name must be a gate's spelling (``GenericWorkload``: a capital, then letters and digits).
     Raises :class:`ControlPlaneOptionError`."""
-    if gates is None:
-        return {}
-    if not isinstance(gates, Mapping):
-        raise ControlPlaneOptionError(
-            f"feature_gates must map gate names to true/false, got {type(gates).__name__}"
-        )
-    out: dict[str, bool] = {}
-    for name, value in gates.items():
-        if not isinstance(name, str) or not _GATE.match(name):
-            raise ControlPlaneOptionError(
-                f"invalid feature gate name {name!r}: want e.g. 'GenericWorkload'"
-            )
-        out[name] = _switch(value, f"feature gate {name}")
-    return out
+    return _switches(
+        gates,
+        option="feature_gates",
+        keys="gate names",
+        what="feature gate",
+        noun="name",
+        pattern=_GATE,
+        want="e.g. 'GenericWorkload'",
+    )
 
 
 def check_runtime_config(config: object) -> dict[str, bool]:
@@ -71,21 +93,16 @@ def check_runtime_config(config: object) -> dict[str, bool]:
     empty. A key is ``group/version`` (``scheduling.k8s.io/v1beta1``; ``v1`` for the core
     group), ``group/version/resource``, or ``api/all``, ``api/ga``, ``api/beta``,
     ``api/alpha``. Raises :class:`ControlPlaneOptionError`."""
-    if config is None:
-        return {}
-    if not isinstance(config, Mapping):
-        raise ControlPlaneOptionError(
-            f"runtime_config must map API group/versions to true/false, got {type(config).__name__}"
-        )
-    out: dict[str, bool] = {}
-    for key, value in config.items():
-        if not isinstance(key, str) or not _GROUP_VERSION.match(key):
-            raise ControlPlaneOptionError(
-                f"invalid runtime config key {key!r}: want a group/version such as "
-                "'scheduling.k8s.io/v1beta1', or 'api/all', 'api/ga', 'api/beta', 'api/alpha'"
-            )
-        out[key] = _switch(value, f"runtime config {key}")
-    return out
+    return _switches(
+        config,
+        option="runtime_config",
+        keys="API group/versions",
+        what="runtime config",
+        noun="key",
+        pattern=_GROUP_VERSION,
+        want="a group/version such as 'scheduling.k8s.io/v1beta1', "
+        "or 'api/all', 'api/ga', 'api/beta', 'api/alpha'",
+    )
 
 
 def _joined(items: Mapping[str, bool]) -> str:
