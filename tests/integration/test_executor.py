@@ -523,6 +523,25 @@ def test_a_blocking_backend_never_runs_inline(started: list[Executor]) -> None:
     assert server.threads != [threading.current_thread().name]
 
 
+def tick(ex: Executor, clock: ManualClock, seconds: float) -> None:
+    """Move the clock and let the executor see it (as its timer would)."""
+    clock.advance(seconds)
+    ex.wake()
+
+
+def reserved_block(
+    size: int, *, burst: int
+) -> tuple[Executor, ManualClock, list[str], list[FakeRef]]:
+    """An executor (qps 10, never started) with a token block reserved for ``size`` members
+    in lane 2, on a manual clock; the members are not ready yet."""
+    clock = ManualClock()
+    ex = make(workers=8, qps=10, burst=burst, clock=clock)
+    log: list[str] = []
+    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(size)]
+    ex.reserve_block([m.uid for m in members], 2)
+    return ex, clock, log, members
+
+
 def test_a_block_waits_for_its_turn_in_its_lane_then_takes_its_tokens_at_once(
     started: list[Executor],
 ) -> None:
@@ -542,19 +561,15 @@ def test_a_block_waits_for_its_turn_in_its_lane_then_takes_its_tokens_at_once(
     for m in members:
         m.ready(2)
     assert ex.backlog() == 5
-    clock.advance(0.2)
-    ex.wake()
+    tick(ex, clock, 0.2)
     assert [a.grants for a in ahead] == [1, 1] and [m.grants for m in members] == [0, 0, 0]
     late = FakeRef(ex, probe("late-deletion", log, 3))
-    clock.advance(0.2)  # two tokens: not enough for the block's three, and nobody else takes
-    ex.wake()
+    tick(ex, clock, 0.2)  # two tokens: not enough for the block's three, and nobody else takes
     late.ready(3)
     assert [m.grants for m in members] == [0, 0, 0] and late.grants == 0
-    clock.advance(0.1)
-    ex.wake()
+    tick(ex, clock, 0.1)
     assert [m.grants for m in members] == [1, 1, 1] and late.grants == 0
-    clock.advance(0.15)
-    ex.wake()
+    tick(ex, clock, 0.15)
     assert late.grants == 1 and ex.backlog() == 0
     assert ex.tokens_taken == 10
 
@@ -562,35 +577,24 @@ def test_a_block_waits_for_its_turn_in_its_lane_then_takes_its_tokens_at_once(
 def test_a_block_larger_than_the_burst_is_granted_at_the_buckets_rate_uninterrupted(
     started: list[Executor],
 ) -> None:
-    clock = ManualClock()
-    ex = make(workers=8, qps=10, burst=2, clock=clock)
-    log: list[str] = []
-    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(4)]
-    ex.reserve_block([m.uid for m in members], 2)
+    ex, clock, log, members = reserved_block(4, burst=2)
     other = FakeRef(ex, probe("other", log, 2))
     other.ready(2)  # queued behind the block, which took its turn at once
     for m in members:
         m.ready(2)
     assert sum(m.grants for m in members) == 2 and other.grants == 0
-    clock.advance(0.1)
-    ex.wake()
+    tick(ex, clock, 0.1)
     assert sum(m.grants for m in members) == 3 and other.grants == 0
-    clock.advance(0.1)
-    ex.wake()
+    tick(ex, clock, 0.1)
     assert sum(m.grants for m in members) == 4 and other.grants == 0
-    clock.advance(0.1)
-    ex.wake()
+    tick(ex, clock, 0.1)
     assert other.grants == 1
 
 
 def test_a_member_leaving_its_block_gives_its_token_to_the_others(
     started: list[Executor],
 ) -> None:
-    clock = ManualClock()
-    ex = make(workers=8, qps=10, burst=3, clock=clock)
-    log: list[str] = []
-    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
-    ex.reserve_block([m.uid for m in members], 2)  # paid at once: the bucket held 3
+    ex, _, log, members = reserved_block(3, burst=3)  # paid at once: the bucket held 3
     members[0].ready(2)
     assert members[0].grants == 1
     ex.leave_block(members[1].uid)  # resolved before its grant (withdrawn, deleted)
@@ -619,24 +623,17 @@ def test_a_member_queued_before_its_block_moves_to_the_block(started: list[Execu
     ex.reserve_block([m.uid for m in members], 2)
     members[1].ready(2)
     assert ex.backlog() == 3
-    clock.advance(0.1)
-    ex.wake()
+    tick(ex, clock, 0.1)
     assert ahead.grants == 1 and [m.grants for m in members] == [0, 0]
-    clock.advance(0.1)  # the block's turn: larger than the burst, a token at a time
-    ex.wake()
-    clock.advance(0.1)
-    ex.wake()
+    tick(ex, clock, 0.1)  # the block's turn: larger than the burst, a token at a time
+    tick(ex, clock, 0.1)
     assert [m.grants for m in members] == [1, 1] and ex.backlog() == 0
 
 
 def test_a_member_backing_off_leaves_its_block_so_it_stalls_nothing(
     started: list[Executor],
 ) -> None:
-    clock = ManualClock()
-    ex = make(workers=8, qps=10, burst=2, clock=clock)
-    log: list[str] = []
-    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
-    ex.reserve_block([m.uid for m in members], 2)  # takes the 2 tokens there
+    ex, clock, log, members = reserved_block(3, burst=2)  # takes the 2 tokens there
     members[0].ready(2)
     members[1].ready(2, not_before=5.0)  # its last try failed: it backs off, out of the block
     other = FakeRef(ex, probe("other", log, 1))
@@ -644,6 +641,5 @@ def test_a_member_backing_off_leaves_its_block_so_it_stalls_nothing(
     assert members[0].grants == 1 and other.grants == 0  # m2 is still to come
     members[2].ready(2)
     assert members[2].grants == 1 and other.grants == 0  # m1's token was never taken
-    clock.advance(0.1)
-    ex.wake()
+    tick(ex, clock, 0.1)
     assert other.grants == 1 and members[1].grants == 0 and ex.backlog() == 1

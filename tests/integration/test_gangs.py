@@ -10,6 +10,7 @@ import pytest
 
 from kdispatch import (
     CallFailed,
+    ClaimStatusPatch,
     DependencyFailed,
     Dispatcher,
     DispatcherConfig,
@@ -25,7 +26,7 @@ from kdispatch import (
     PodStatusPatch,
     RateLimitConfig,
 )
-from kdispatch.testing import InMemoryApiServer, make_pod, make_podgroup
+from kdispatch.testing import InMemoryApiServer, make_claim, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
@@ -226,26 +227,30 @@ def test_a_gangs_bindings_go_out_as_one_block_amid_other_calls(
     assert len(order) == 46
 
 
-def test_a_member_also_waiting_for_another_step_stays_out_of_the_block(
+def test_a_member_also_waiting_for_its_claim_stays_out_of_the_block(
     server: InMemoryApiServer,
 ) -> None:
-    """A member held on another prerequisite (say, its ResourceClaim's patch) as well as on
-    the gate is not in the token block: the block would wait for it while that prerequisite
-    waits for a token the block holds back. The gang still binds whole."""
+    """A member whose binding also waits for its ResourceClaim's reservation is not in the
+    token block: the block would wait for it while the claim's patch waits for a token the
+    block holds back. The gang still binds whole, that member after its claim."""
     group = server.create(make_podgroup("trainers", min_count=3))
-    claim_owner = server.create(make_pod("claim-owner"))
+    claim = server.create(make_claim("gpu-claim"))
     first = [server.create(make_pod(f"first-{i}")) for i in range(2)]
     gang_pods = members(server, 3)
+    meta = gang_pods[2]["metadata"]
+    consumer = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
     config = DispatcherConfig(rate_limit=RateLimitConfig(qps=20, burst=2))
     with Dispatcher(server, config) as dispatcher:
         early = [dispatcher.submit(PodBinding.for_pod(p, "n1")) for p in first]  # the burst
         with dispatcher.group(owner=group, gang=3) as gang:
-            claim = gang.submit(PodStatusPatch.for_pod(claim_owner, nominated_node_name="n2"))
+            reserved = gang.submit(ClaimStatusPatch.for_claim(claim, reserve=[consumer]))
             gang.submit(PodBinding.for_pod(gang_pods[0], "n2"))
             gang.submit(PodBinding.for_pod(gang_pods[1], "n2"))
-            gang.submit(PodBinding.for_pod(gang_pods[2], "n2"), after=[claim])
+            gang.submit(PodBinding.for_pod(gang_pods[2], "n2"), after=[reserved])
         assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 4
         assert all(f.result(timeout=30) is Outcome.SUCCESS for f in early)
     order = [r.name for r in server.request_log if r.op in ("bind", "patch_status")]
-    assert order.index("claim-owner") < order.index("m2")
+    assert order.index("gpu-claim") < order.index("m2")
     assert sorted(binds(server))[-3:] == [("m0", "ok"), ("m1", "ok"), ("m2", "ok")]
+    stored = server.get_object("ResourceClaim", "default", "gpu-claim") or {}
+    assert [c["uid"] for c in stored["status"]["reservedFor"]] == [meta["uid"]]
