@@ -15,7 +15,7 @@ import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from functools import partial
 from typing import Any, Self
@@ -24,7 +24,7 @@ import pykka
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.engine.aio import await_future, check_timeout, running_loop, wrap_call_future
+from kdispatch.actors.engine.aio import await_future, running_loop, wrap_call_future
 from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.groups import CallGroup
 from kdispatch.actors.engine.holds import (
@@ -348,14 +348,6 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         reply = self._ask_view(uid)
         return None if reply is None else reply.result(timeout)
 
-    def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
-        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code; the loop is never
-        blocked and no thread waits. Bad input raises when ``aview`` is called;
-        :class:`TimeoutError` after ``timeout`` seconds; None if the object is not tracked."""
-        check_uid(uid)
-        seconds = check_timeout(timeout)
-        return self._aview(uid, seconds)
-
     async def _aview(self, uid: str, timeout: float | None) -> Obj | None:
         reply = self._ask_view(uid)
         return None if reply is None else await await_future(reply, timeout)
@@ -397,11 +389,6 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
     def live_actors(self) -> int:
         """Object actors alive now."""
         return self._registry.live_count()
-
-    @property
-    def outstanding(self) -> int:
-        """Futures not yet resolved."""
-        return self._backlog.outstanding
 
     @property
     def tokens_taken(self) -> int:

@@ -11,14 +11,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Coroutine, Iterable
-from typing import Any, Protocol, Self, Unpack, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack, runtime_checkable
 
 from kdispatch.actors.engine.aio import check_timeout
 from kdispatch.actors.engine.groups import CallGroup
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.model.calls import BEST_EFFORT, Call, CallTypeRegistry
 from kdispatch.actors.model.errors import DispatcherClosed, InvalidInputError, Outcome
-from kdispatch.actors.model.objects import Obj
+from kdispatch.actors.model.objects import Obj, check_uid
 from kdispatch.actors.model.pod_calls import PodPreemption, PreemptionOptions, preemption_options
 
 __all__ = ["Backlog", "DispatcherBase", "DispatcherLike", "lane_level"]
@@ -256,6 +256,24 @@ class DispatcherBase(DispatcherLike):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    if TYPE_CHECKING:
+
+        async def _aview(self, uid: str, timeout: float | None) -> Obj | None: ...
+
+    def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
+        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code; the loop is never
+        blocked and no thread waits. Bad input raises when ``aview`` is called; once awaited,
+        :class:`TimeoutError` after ``timeout`` seconds (a later answer is dropped), None if the
+        object is not tracked (:class:`~kdispatch.ProcessDispatcher`: :class:`DispatcherClosed`
+        when its child is not running)."""
+        check_uid(uid)
+        return self._aview(uid, check_timeout(timeout))
+
+    @property
+    def outstanding(self) -> int:
+        """Any thread; cheap. Futures not yet resolved (counted in the caller's process)."""
+        return self._backlog.outstanding
 
     @property
     def revoked(self) -> DispatcherClosed | None:

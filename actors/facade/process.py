@@ -14,13 +14,13 @@ import copy
 import multiprocessing
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from ctypes import c_double
 from typing import Any, NoReturn, Protocol, Self, cast
 
 from loguru import logger
 
-from kdispatch.actors.engine.aio import await_future, check_timeout, running_loop, wrap_call_future
+from kdispatch.actors.engine.aio import await_future, running_loop, wrap_call_future
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.dispatcher_like import DispatcherBase
 from kdispatch.actors.model.call_types import default_call_types
@@ -310,17 +310,8 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         check_uid(uid)
         return cast("Obj | None", self._query("view", uid, timeout))
 
-    def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
-        """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code, the answer posted
-        to the loop by the reader thread. Bad input raises when ``aview`` is called; once
-        awaited, :class:`DispatcherClosed` when the child is not running,
-        :class:`TimeoutError` after ``timeout`` seconds (a later answer is dropped)."""
-        check_uid(uid)
-        seconds = check_timeout(timeout)
-        return self._aview(uid, seconds)
-
     async def _aview(self, uid: str, timeout: float | None) -> Obj | None:
-        """Event-loop thread."""
+        """Event-loop thread: :meth:`aview`'s answer, posted to the loop by the reader."""
         qid, future = self._ask("view", uid)
         try:
             return cast("Obj | None", await await_future(future, timeout))
@@ -360,11 +351,6 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
             self._send(dumps((OBSERVE, plain, kind, deleted)))
 
     # ------------------------------------------------------------------ introspection
-
-    @property
-    def outstanding(self) -> int:
-        """Futures not yet resolved (counted in this process)."""
-        return len(self._calls)
 
     @property
     def waiting(self) -> int:
