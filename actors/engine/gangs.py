@@ -14,7 +14,6 @@ from kdispatch.actors.model.errors import (
     GangPartiallyBound,
     GroupFailed,
     InvalidInputError,
-    Outcome,
 )
 from kdispatch.actors.model.objects import ObjectRef
 from kdispatch.actors.model.pod_calls import PodBinding
@@ -139,18 +138,12 @@ class Gang(CallGroup):
                 self._host.leave_block(call.ref.uid)  # resolved before its grant: token back
         super()._step_done(future)
 
-    def _failure(
-        self,
-        message: str,
-        first: BaseException,
-        results: list[Outcome | BaseException],
-        cancelled: str | None,
-    ) -> GroupFailed:
+    def _failure(self, error: GroupFailed) -> GroupFailed:
         """The gang's error: :class:`GangPartiallyBound` if some members landed and others
-        did not, else the group's."""
+        did not, else the group's ``error``."""
         bound: list[ObjectRef] = []
         failed: list[ObjectRef] = []
-        for step, result in zip(self.step_futures(), results, strict=True):
+        for step, result in zip(self.step_futures(), error.results, strict=True):
             call = step.call
             if call is None or call.call_type != _MEMBER:
                 continue
@@ -158,11 +151,11 @@ class Gang(CallGroup):
         if bound and failed:
             return GangPartiallyBound(
                 f"gang of {self.owner}: {len(bound)} of {len(bound) + len(failed)} members "
-                f"bound, {len(failed)} failed: {first}",
-                error=first,
-                results=results,
-                cancelled=cancelled,
+                f"bound, {len(failed)} failed: {error.error}",
+                error=error.error,
+                results=error.results,
+                cancelled=error.cancelled,
                 bound=bound,
                 failed=failed,
             )
-        return super()._failure(message, first, results, cancelled)
+        return error

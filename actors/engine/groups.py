@@ -318,18 +318,13 @@ class CallGroup(GroupSteps):
                 f"{failed} of {len(results)} steps of the call group of {self.owner} did "
                 f"not succeed: {first}"
             )
-            self.future.set_exception(self._failure(message, first, results, cancelled))
+            error = GroupFailed(message, error=first, results=results, cancelled=cancelled)
+            self.future.set_exception(self._failure(error))
         self._host.group_resolved(self)
 
-    def _failure(
-        self,
-        message: str,
-        first: BaseException,
-        results: list[Outcome | BaseException],
-        cancelled: str | None,
-    ) -> GroupFailed:
-        """The error the group's future raises when a step did not succeed."""
-        return GroupFailed(message, error=first, results=results, cancelled=cancelled)
+    def _failure(self, error: GroupFailed) -> GroupFailed:
+        """The error the group's future raises when a step did not succeed: ``error``."""
+        return error
 
 
 class OwnerIndex:
