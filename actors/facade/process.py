@@ -246,9 +246,8 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         self._calls[fid] = future
         if self._gone is None:
             self._window.submit(fid, call.ref.uid, call.call_type, relevance, data)
-        if self._gone is not None and self._calls.pop(fid, None) is not None:
+        if self._gone is not None and self._pop_call(fid) is not None:
             # the reader's sweep ran before it was registered: whoever pops it resolves it
-            self._settled(future)
             self._window.discard(fid)
             raise copy.copy(self._gone)
         return future

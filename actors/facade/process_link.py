@@ -50,7 +50,7 @@ class ChildLink:
         self._start_timeout = start_timeout
         self._ids = itertools.count()
         self._calls: dict[int, CallFuture] = {}
-        # _calls counted per lane: whoever pops a future from _calls pops its lane (_settled)
+        # _calls counted per lane: whoever pops a future from _calls pops its lane (_pop_call)
         self._backlog = Backlog()
         self._queries: dict[int, Future[Any]] = {}
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
@@ -166,10 +166,7 @@ class ChildLink:
                 if fid == STOPPED:
                     self._final = value
                     continue
-                call = self._calls.pop(fid, None)
-                if call is not None:
-                    self._settled(call)
-                future = call or self._queries.pop(fid, None)
+                future = self._pop_call(fid) or self._queries.pop(fid, None)
                 if future is None:
                     continue
                 if ok:
@@ -196,9 +193,8 @@ class ChildLink:
         """Any thread: resolve calls taken out of the window with ``error(call_type)``
         (whoever pops a future resolves it)."""
         for fid, call_type in fids:
-            future = self._calls.pop(fid, None)
+            future = self._pop_call(fid)
             if future is not None:
-                self._settled(future)
                 future.set_exception(error(call_type))
         self._backlog_changed()
 
@@ -209,9 +205,8 @@ class ChildLink:
             self._gone = error
         error = self._gone
         for fid in list(self._calls):
-            call = self._calls.pop(fid, None)
+            call = self._pop_call(fid)
             if call is not None:
-                self._settled(call)
                 call.set_exception(copy.copy(error))
         for fid in list(self._queries):
             query = self._queries.pop(fid, None)
@@ -219,11 +214,13 @@ class ChildLink:
                 query.set_exception(copy.copy(error))
         self._backlog_changed()
 
-    @staticmethod
-    def _settled(future: CallFuture) -> None:
-        """Any thread, right after popping ``future`` from ``_calls`` (so once): it leaves
-        the backlog of its lane."""
-        future.lane.pop()  # type: ignore[union-attr]  # set by submit before it is registered
+    def _pop_call(self, fid: int) -> CallFuture | None:
+        """Any thread: take call ``fid`` out of ``_calls`` and its lane's backlog; whoever gets
+        it (once) resolves it."""
+        future = self._calls.pop(fid, None)
+        if future is not None:
+            future.lane.pop()  # type: ignore[union-attr]  # set by submit before it is registered
+        return future
 
     def _backlog_changed(self) -> None:
         """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
