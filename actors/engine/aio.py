@@ -10,7 +10,7 @@ import concurrent.futures
 import contextlib
 import math
 from types import TracebackType
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 from kdispatch.actors.model.errors import InvalidInputError, KdispatchError, Outcome
 
@@ -18,6 +18,10 @@ from .messages import CallFuture
 
 _ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 _T = TypeVar("_T")
+
+ASYNC_SOURCE: Final = "_kdispatch_source"
+"""Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
+(so the asyncio future may be given as a prerequisite)."""
 
 
 class NoEventLoopError(KdispatchError, RuntimeError):
@@ -52,9 +56,11 @@ def check_timeout(timeout: object) -> float | None:
 def wrap_call_future(
     future: CallFuture, loop: asyncio.AbstractEventLoop
 ) -> asyncio.Future[Outcome]:
-    """An asyncio future on ``loop`` that settles when ``future`` does; cancelling it leaves
-    ``future`` untouched. Loop thread."""
-    return asyncio.wrap_future(future, loop=loop)
+    """An asyncio future on ``loop`` that settles when ``future`` does, tagged with it
+    (:data:`ASYNC_SOURCE`); cancelling it leaves ``future`` untouched. Loop thread."""
+    wrapped = asyncio.wrap_future(future, loop=loop)
+    setattr(wrapped, ASYNC_SOURCE, future)
+    return wrapped
 
 
 def _settle(target: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:

@@ -27,7 +27,6 @@ from kdispatch.actors.model.pod_calls import PodPreemption, PreemptionOptions, p
 
 from .aio import running_loop, wrap_call_future
 from .holds import (
-    ASYNC_SOURCE,
     GroupFuture,
     GroupSteps,
     OneOrMore,
@@ -152,14 +151,14 @@ class CallGroup(GroupSteps):
         """Event-loop thread. :meth:`submit` for asyncio code: the step's outcome as an
         ``asyncio.Future`` on the running loop (it may be given in ``after=`` too)."""
         loop = running_loop("CallGroup.asubmit()")
-        return _wrapped(self.submit(call, after=after), loop)
+        return wrap_call_future(self.submit(call, after=after), loop)
 
     def apreempt(
         self, victim: object, *, after: Iterable[object] = (), **options: Unpack[PreemptionOptions]
     ) -> asyncio.Future[Outcome]:
         """Event-loop thread. :meth:`preempt` for asyncio code."""
         loop = running_loop("CallGroup.apreempt()")
-        return _wrapped(self.preempt(victim, after=after, **options), loop)
+        return wrap_call_future(self.preempt(victim, after=after, **options), loop)
 
     # ------------------------------------------------------------------ life
 
@@ -382,10 +381,3 @@ def _withdrawable(future: CallFuture) -> bool:
     if not future.done():
         return True
     return future.exception() is None and future.result() is Outcome.OVERWRITTEN
-
-
-def _wrapped(future: CallFuture, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Outcome]:
-    """``future`` on ``loop``, tagged so that it can be given in ``after=``. Loop thread."""
-    wrapped = wrap_call_future(future, loop)
-    setattr(wrapped, ASYNC_SOURCE, future)
-    return wrapped

@@ -26,11 +26,11 @@ from kdispatch.actors.model.effects import dependency_failed
 from kdispatch.actors.model.errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
 from kdispatch.actors.model.objects import ObjectRef
 
+from .aio import ASYNC_SOURCE
 from .messages import CallFuture, FailDependency, Release, Uncancellable
 from .metrics import Metrics
 
 __all__ = [
-    "ASYNC_SOURCE",
     "Dependencies",
     "GroupFuture",
     "GroupSteps",
@@ -46,10 +46,6 @@ T = TypeVar("T")
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
 _NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
-
-ASYNC_SOURCE: Final = "_kdispatch_source"
-"""Attribute of an asyncio future returned by ``asubmit``: the call's :class:`CallFuture`
-(so the asyncio future may be given as a prerequisite)."""
 
 Prerequisite = Future[Any]
 

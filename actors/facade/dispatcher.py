@@ -9,7 +9,6 @@ blocks. Held calls (``after=``) and call groups are :mod:`kdispatch.actors.engin
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import os
@@ -24,11 +23,10 @@ import pykka
 from loguru import logger
 from prometheus_client import CollectorRegistry
 
-from kdispatch.actors.engine.aio import await_future, running_loop, wrap_call_future
+from kdispatch.actors.engine.aio import await_future
 from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.groups import CallGroup
 from kdispatch.actors.engine.holds import (
-    ASYNC_SOURCE,
     Hold,
     Prerequisite,
     dependency_failed,
@@ -241,20 +239,6 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
             call = plain_basis(call)
         prereqs = self._deps.prerequisites(after) if after else ()
         return self._admit(call, prereqs, None)
-
-    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
-        """Event-loop thread; never blocks it. ``await dispatcher.asubmit(call)`` gives the
-        call's :class:`Outcome` or raises what ``submit(call).result()`` would.
-
-        The call is submitted when ``asubmit`` is called, and bad input raises here (outside a
-        running loop: :class:`~kdispatch.NoEventLoopError`). The result is an
-        ``asyncio.Future`` on the running loop (it may be given in ``after=``). Cancelling it
-        does not withdraw the call (:meth:`cancel` does)."""
-        loop = running_loop("asubmit()")
-        future = self.submit(call, after=after)
-        wrapped = wrap_call_future(future, loop)
-        setattr(wrapped, ASYNC_SOURCE, future)
-        return wrapped
 
     def _admit(
         self, call: Call, prereqs: tuple[Prerequisite, ...], group: CallGroup | None

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack, runtime_checkable
 
-from kdispatch.actors.engine.aio import check_timeout
+from kdispatch.actors.engine.aio import check_timeout, running_loop, wrap_call_future
 from kdispatch.actors.engine.groups import CallGroup
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.model.calls import BEST_EFFORT, Call, CallTypeRegistry
@@ -256,6 +256,18 @@ class DispatcherBase(DispatcherLike):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
+        """Event-loop thread; never blocks it. ``await dispatcher.asubmit(call)`` gives the
+        call's :class:`Outcome` or raises what ``submit(call).result()`` would.
+
+        The call is submitted when ``asubmit`` is called, and bad input raises here (outside a
+        running loop: :class:`~kdispatch.NoEventLoopError`). The result is an
+        ``asyncio.Future`` on the running loop (it may be given in ``after=``), settled by the
+        thread that resolves the call. Cancelling it does not withdraw the call (:meth:`cancel`
+        does)."""
+        loop = running_loop("asubmit()")
+        return wrap_call_future(self.submit(call, after=after), loop)
 
     if TYPE_CHECKING:
 

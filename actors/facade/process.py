@@ -8,7 +8,6 @@ Calls, informer objects and results cross by pickle over two pipes (:mod:`.proce
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import multiprocessing
@@ -20,7 +19,7 @@ from typing import Any, NoReturn, Protocol, Self, cast
 
 from loguru import logger
 
-from kdispatch.actors.engine.aio import await_future, running_loop, wrap_call_future
+from kdispatch.actors.engine.aio import await_future
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.dispatcher_like import DispatcherBase
 from kdispatch.actors.model.call_types import default_call_types
@@ -33,7 +32,6 @@ from kdispatch.actors.model.errors import (
     InvalidCallError,
     InvalidConfigError,
     InvalidInputError,
-    Outcome,
 )
 from kdispatch.actors.model.objects import Obj, ObjectRef, as_object, check_uid
 from kdispatch.actors.runtime.gctuning import GcTuner
@@ -251,14 +249,6 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
             self._window.discard(fid)
             raise copy.copy(self._gone)
         return future
-
-    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
-        """Event-loop thread; never blocks it. :meth:`Dispatcher.asubmit
-        <kdispatch.Dispatcher.asubmit>`, settled from the reader thread; ``after`` is refused
-        (:class:`~kdispatch.GroupsNotSupported`)."""
-        _refuse_after(after)
-        loop = running_loop("asubmit()")
-        return wrap_call_future(self.submit(call), loop)
 
     def group(self, owner: object, *, kind: str | None = None, gang: int | None = None) -> NoReturn:
         """Not supported here: raises :class:`~kdispatch.GroupsNotSupported`."""
