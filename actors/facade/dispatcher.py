@@ -344,14 +344,6 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
             return None
         return reply
 
-    def on_add(self, obj: object, kind: str | None = None) -> None:
-        """Informer thread (or the event loop); only tells. A tracked object learns its state."""
-        self._observe(obj, kind)
-
-    def on_update(self, obj: object, kind: str | None = None) -> None:
-        """Informer thread (or the event loop); only tells. Untracked objects are ignored."""
-        self._observe(obj, kind)
-
     def on_delete(self, obj: object, kind: str | None = None) -> None:
         """Informer thread (or the event loop); only tells. Cancels every pending call of the
         object, stops its actor and tombstones the UID so late events cannot resurrect it."""

@@ -273,6 +273,8 @@ class DispatcherBase(DispatcherLike):
 
         async def _aview(self, uid: str, timeout: float | None) -> Obj | None: ...
 
+        def _observe(self, obj: object, kind: str | None) -> None: ...
+
     def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:
         """``await dispatcher.aview(uid)``: :meth:`view` for asyncio code; the loop is never
         blocked and no thread waits. Bad input raises when ``aview`` is called; once awaited,
@@ -286,6 +288,15 @@ class DispatcherBase(DispatcherLike):
     def outstanding(self) -> int:
         """Any thread; cheap. Futures not yet resolved (counted in the caller's process)."""
         return self._backlog.outstanding
+
+    def on_add(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread (or the event loop); only hands the object on, never blocks. A
+        tracked object's actor learns its newest state; untracked objects are ignored."""
+        self._observe(obj, kind)
+
+    def on_update(self, obj: object, kind: str | None = None) -> None:
+        """Informer thread (or the event loop): as :meth:`on_add`."""
+        self._observe(obj, kind)
 
     @property
     def revoked(self) -> DispatcherClosed | None:

@@ -314,19 +314,11 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
 
     # ------------------------------------------------------------------ informer callbacks
 
-    def on_add(self, obj: object, kind: str | None = None) -> None:
-        """Informer thread; never blocks on the child. The object goes to its actor."""
-        self._observe(obj, kind, deleted=False)
-
-    def on_update(self, obj: object, kind: str | None = None) -> None:
-        """Informer thread; never blocks on the child."""
-        self._observe(obj, kind, deleted=False)
-
     def on_delete(self, obj: object, kind: str | None = None) -> None:
         """Informer thread; never blocks. Cancels the object's pending calls, tombstones it."""
         self._observe(obj, kind, deleted=True)
 
-    def _observe(self, obj: object, kind: str | None, *, deleted: bool) -> None:
+    def _observe(self, obj: object, kind: str | None, *, deleted: bool = False) -> None:
         plain = as_object(obj)
         uid = ObjectRef.of(plain, kind).uid  # bad objects raise here, on the caller's thread
         if self._closing or self._gone is not None:
