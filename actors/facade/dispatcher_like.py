@@ -1,7 +1,7 @@
 """``DispatcherLike``: what :class:`~kdispatch.Dispatcher` and
 :class:`~kdispatch.ProcessDispatcher` both offer. Both subclass :class:`DispatcherBase` and
-inherit what is the same in both (:meth:`DispatcherLike.preempt`, the backlog, the context
-manager), and share :class:`Backlog`, the one home of
+inherit what is the same in both (``asubmit``, ``aview``, ``preempt``, ``on_add``/``on_update``,
+the backlog, the context manager), and share :class:`Backlog`, the one home of
 :meth:`DispatcherLike.wait_backlog`'s counting and waiting."""
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class DispatcherLike(Protocol):
     """The dispatcher's public surface. Every method may be called from any thread; the ones
     that only hand a message on (``submit``, ``preempt``, ``cancel``, ``on_*``) never block
     on the apiserver. See :class:`~kdispatch.Dispatcher` for each method's full contract
-    (:meth:`preempt`'s is here: both dispatchers inherit it)."""
+    (:meth:`asubmit`'s, :meth:`preempt`'s and :attr:`backlog`'s are here: both dispatchers
+    inherit them)."""
 
     def start(self) -> Self:
         """Start accepting calls; raises if it was started before."""
@@ -47,8 +48,16 @@ class DispatcherLike(Protocol):
         ...
 
     def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
-        """:meth:`submit` for asyncio code, awaited on the running loop."""
-        ...
+        """Event-loop thread; never blocks it. ``await dispatcher.asubmit(call)`` gives the
+        call's :class:`Outcome` or raises what ``submit(call).result()`` would.
+
+        The call is submitted when ``asubmit`` is called, and bad input raises here (outside a
+        running loop: :class:`~kdispatch.NoEventLoopError`). The result is an
+        ``asyncio.Future`` on the running loop (it may be given in ``after=``), settled by the
+        thread that resolves the call. Cancelling it does not withdraw the call (:meth:`cancel`
+        does)."""
+        loop = running_loop("asubmit()")
+        return wrap_call_future(self.submit(call, after=after), loop)
 
     def group(
         self, owner: object, *, kind: str | None = None, gang: int | None = None
@@ -119,7 +128,7 @@ class DispatcherLike(Protocol):
     def backlog(self) -> int:
         """Any thread; cheap. Calls submitted and not yet resolved, best-effort calls
         (Events) left out: :meth:`backlog_at` with no call type."""
-        ...
+        return self.backlog_at()
 
     def backlog_at(self, call_type: str | None = None) -> int:
         """Any thread; cheap. Calls submitted and not yet resolved whose lane is at or above
@@ -257,18 +266,6 @@ class DispatcherBase(DispatcherLike):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def asubmit(self, call: Call, *, after: Iterable[object] = ()) -> asyncio.Future[Outcome]:
-        """Event-loop thread; never blocks it. ``await dispatcher.asubmit(call)`` gives the
-        call's :class:`Outcome` or raises what ``submit(call).result()`` would.
-
-        The call is submitted when ``asubmit`` is called, and bad input raises here (outside a
-        running loop: :class:`~kdispatch.NoEventLoopError`). The result is an
-        ``asyncio.Future`` on the running loop (it may be given in ``after=``), settled by the
-        thread that resolves the call. Cancelling it does not withdraw the call (:meth:`cancel`
-        does)."""
-        loop = running_loop("asubmit()")
-        return wrap_call_future(self.submit(call, after=after), loop)
-
     if TYPE_CHECKING:
 
         async def _aview(self, uid: str, timeout: float | None) -> Obj | None: ...
@@ -302,11 +299,6 @@ class DispatcherBase(DispatcherLike):
     def revoked(self) -> DispatcherClosed | None:
         """The error :meth:`revoke` was called with, or None."""
         return self._revoked
-
-    @property
-    def backlog(self) -> int:
-        """Any thread; cheap. :attr:`DispatcherLike.backlog`."""
-        return self._backlog.count(lane_level(self.call_types, None))
 
     def backlog_at(self, call_type: str | None = None) -> int:
         """Any thread; cheap. :meth:`DispatcherLike.backlog_at`."""

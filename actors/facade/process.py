@@ -227,7 +227,11 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         pickle included; any ``after``: :class:`~kdispatch.GroupsNotSupported`) and
         :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
         the dispatcher is stopped, revoked or gone."""
-        _refuse_after(after)
+        if after is not None and not (isinstance(after, tuple | list) and not after):
+            raise GroupsNotSupported(
+                "ProcessDispatcher does not hold calls on prerequisites (after=): chain the "
+                "futures in the caller, or use an in-process Dispatcher"
+            )
         self.call_types.check(call)
         call = plain_basis(call)
         self._check_open()
@@ -366,15 +370,6 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
     def tokens_taken(self) -> int:
         """Rate-limiter tokens used so far (one round trip)."""
         return int(self.stats()["tokens_taken"])
-
-
-def _refuse_after(after: object) -> None:
-    """``after=`` is refused by a dispatcher in another process (any thread)."""
-    if after is not None and not (isinstance(after, tuple | list) and not after):
-        raise GroupsNotSupported(
-            "ProcessDispatcher does not hold calls on prerequisites (after=): chain the "
-            "futures in the caller, or use an in-process Dispatcher"
-        )
 
 
 def _check_max_in_flight(value: object) -> None:
