@@ -1,8 +1,7 @@
-"""Configuration: a tree of frozen dataclasses with documented, validated defaults.
-
-Every value is checked in ``__post_init__``; a bad value raises
-:class:`~kdispatch.InvalidConfigError` when the config is built, not when it is first
-used.
+"""Configuration: a tree of frozen dataclasses with validated defaults. Every value is checked
+in ``__post_init__``: a bad value raises :class:`~kdispatch.InvalidConfigError` when the config
+is built, not when it is first used. docs/configuration.md lists every field: its default, its
+environment variable and what it means.
 """
 
 from __future__ import annotations
@@ -49,22 +48,13 @@ def check_metrics_prefix(prefix: object) -> str:
 @dataclass(frozen=True, slots=True)
 class RateLimitConfig:
     """The client-side rate limit: a token bucket for the calls' requests, and one for the
-    Events' (best-effort calls). ``qps``: tokens per second (kube-scheduler's client default is
-    50); ``math.inf`` disables the limit. ``burst``: bucket size (default 100).
-    """
+    Events' (best-effort calls); docs/configuration.md, "RateLimitConfig", tells each field."""
 
     qps: float = 50.0
     burst: int = 100
     events_qps: float | None = None
-    """Tokens per second of the Events' own bucket; None: ``qps``. An Event never takes a token
-    of the calls' bucket, so a binding never waits for one, and Events keep flowing while the
-    calls' bucket is spent. ``math.inf``: no limit on Events."""
     events_burst: int | None = None
-    """Size of the Events' own bucket; None: ``burst``."""
     events_shared: bool = False
-    """True: Events have no bucket of their own and take only a token of the calls' bucket that
-    nothing else waits for (sent in lulls only: under a load bound by ``qps`` few of them go).
-    ``events_qps`` and ``events_burst`` must then be None."""
 
     def __post_init__(self) -> None:
         _positive("qps", self.qps)
@@ -97,21 +87,14 @@ class RetryConfig:
     the call back on its object after :meth:`delay`; it fails (``CallFailed``) once the next
     attempt would start more than ``budget`` seconds after its first retryable failure (or
     after ``max_attempts`` attempts). A 409 rebases, at most ``max_conflict_retries`` times.
-    """
+    docs/configuration.md, "RetryConfig", tells each field."""
 
     budget: float = 60.0
-    """Seconds of retrying per call, counted from its first retryable failure. The default
-    rides out an apiserver restart or a leader election of etcd."""
     base_backoff: float = 0.005
-    """First retry delay (client-go's 5 ms)."""
     max_backoff: float = 2.0
-    """Cap of the exponential delay (before jitter), so a recovered server is noticed fast."""
     jitter: float = 0.2
-    """Each delay is multiplied by a random factor in [1, 1 + jitter)."""
     max_retry_after: float = 30.0
-    """Cap on a server's Retry-After."""
     max_attempts: int | None = None
-    """Optional cap on attempts per call, on top of the budget (None: the budget alone)."""
     max_conflict_retries: int = 3
 
     def __post_init__(self) -> None:
@@ -144,24 +127,13 @@ class RetryConfig:
 
 @dataclass(frozen=True, slots=True)
 class ExecutorConfig:
-    """The shared executor.
-
-    ``workers``: request threads (bounded parallelism; size the client's connection pool to at
-    least this). ``lane_min_share``: the share of tokens guaranteed to lower-relevance lanes
-    while they have work, so status patches are delayed but never starved by bindings.
-    """
+    """The shared executor: its request workers and lanes; docs/configuration.md,
+    "ExecutorConfig", tells each field."""
 
     workers: int = 8
     lane_min_share: float = 0.1
     events_max_pending: int = 10_000
-    """Events (one per Event object: repeats merge) that may wait for a worker and a token at
-    once; one more is dropped unsent (``CallFailed``, counted in
-    ``kdispatch_events_dropped_total{reason="queue_full"}``). Each holds about 4 KiB."""
     inline_sends: bool = True
-    """With a backend that declares ``non_blocking = True`` and no QPS limit, True runs a call's
-    :meth:`~kdispatch.Call.send` on the object actor's own turn, with no hand-off to a worker.
-    Set False when a custom call's ``send`` may block outside the backend: every send then runs
-    on the ``workers``. Other backends always use the workers."""
 
     def __post_init__(self) -> None:
         _positive("workers", self.workers, integer=True)
@@ -177,9 +149,8 @@ class ExecutorConfig:
 class RuntimeConfig:
     """The pooled actor runtime: ``workers`` threads drain all object actors' inboxes, each
     actor handling at most ``batch`` messages per turn before yielding. ``gc_freeze`` and
-    ``gc_young_threshold`` tune the process-wide garbage collector while the dispatcher runs
-    (docs/configuration.md); ``stop()`` restores it.
-    """
+    ``gc_young_threshold`` tune the process-wide garbage collector while the dispatcher runs;
+    ``stop()`` restores it. docs/configuration.md, "RuntimeConfig", tells each field."""
 
     workers: int = 1
     batch: int = 16
@@ -197,13 +168,9 @@ class RuntimeConfig:
 
 @dataclass(frozen=True, slots=True)
 class RegistryConfig:
-    """The UID registry.
-
-    ``idle_timeout``: an object actor with nothing pending or in flight for this long is
-    stopped (it is re-spawned on demand). ``tombstone_ttl``/``tombstone_max``: how long and how
-    many deleted UIDs are remembered so late events cannot resurrect them. ``max_live``: cap on
-    live actors (None = unbounded); exceeding it raises ``ActorLimitExceeded``.
-    """
+    """The UID registry: how long idle actors live, how long and how many deleted UIDs are
+    remembered, the cap on live actors; docs/configuration.md, "RegistryConfig", tells each
+    field."""
 
     idle_timeout: float = 60.0
     tombstone_ttl: float = 300.0
@@ -220,7 +187,8 @@ class RegistryConfig:
 
 @dataclass(frozen=True, slots=True)
 class DispatcherConfig:
-    """Top-level configuration of a :class:`~kdispatch.Dispatcher`."""
+    """Top-level configuration of a :class:`~kdispatch.Dispatcher`; docs/configuration.md tells
+    each field."""
 
     rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
@@ -228,14 +196,8 @@ class DispatcherConfig:
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     reap_interval: float = 5.0
-    """How often idle actors are reaped."""
     metrics_prefix: str = UPSTREAM_METRICS_PREFIX
-    """Prefix of upstream's metric names (``scheduler_pending_async_api_calls`` ...); a
-    controller that is not a scheduler sets its own. The ``kdispatch_*`` names never change."""
     log_calls: bool = False
-    """Also log a debug record for every attempt that succeeds and every call that resolves
-    ``success``/``skipped``/``overwritten`` (retries, conflicts, failures and cancellations are
-    always logged). Off by default (even a disabled loguru call costs a few microseconds)."""
 
     def __post_init__(self) -> None:
         for name, typ in (
@@ -258,7 +220,7 @@ class DispatcherConfig:
         ``{"rate_limit": {"qps": 20}, "retry": {"max_attempts": 3}}``. Unset fields keep their
         defaults; strings are coerced to the field's type (``"20"``, ``"inf"``, ``"true"``,
         ``"none"``). Raises :class:`InvalidConfigError` naming the key for unknown keys and
-        bad values. The Configuration guide lists every key."""
+        bad values."""
         from .config_load import load_dataclass
 
         return load_dataclass(cls, data)
@@ -270,8 +232,8 @@ class DispatcherConfig:
         """A config from environment variables named ``KDISPATCH_<SECTION>_<FIELD>``, upper
         case (``KDISPATCH_RATE_LIMIT_QPS=20``, ``KDISPATCH_RETRY_MAX_ATTEMPTS=3``,
         ``KDISPATCH_REAP_INTERVAL=1``); ``environ`` defaults to ``os.environ``. Every variable
-        starting with ``prefix`` must name a field: a typo raises :class:`InvalidConfigError`.
-        The Configuration guide lists every variable."""
+        starting with ``prefix`` must name a field: a typo raises
+        :class:`InvalidConfigError`."""
         from .config_load import load_env
 
         return load_env(cls, environ, prefix=prefix)
