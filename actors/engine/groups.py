@@ -32,6 +32,7 @@ from .holds import (
     OneOrMore,
     as_tuple,
     dependency_failed,
+    overwritten,
     packed,
 )
 from .messages import CallFuture
@@ -111,16 +112,12 @@ class CallGroup(GroupSteps):
         self._cause: CallCancelled | None = None
 
     def __repr__(self) -> str:
-        flags = self._flags
-        state = (
-            "resolved"
-            if flags & _FINISHED
-            else f"cancelled={self._cancelled}"
-            if self._cancelled
-            else "sealed"
-            if flags & _SEALED
-            else "open"
-        )
+        if self._flags & _FINISHED:
+            state = "resolved"
+        elif self._cancelled:
+            state = f"cancelled={self._cancelled}"
+        else:
+            state = "sealed" if self._flags & _SEALED else "open"
         return f"<CallGroup of {self.owner} steps={len(self.step_futures())} {state}>"
 
     # ------------------------------------------------------------------ steps
@@ -204,7 +201,8 @@ class CallGroup(GroupSteps):
                 ref=self.owner,
             )
             self._cause = error
-            steps = [f for f in self.step_futures() if _withdrawable(f)]
+            # a step may still be sent while it is pending, or merged into a newer call
+            steps = [f for f in self.step_futures() if not f.done() or overwritten(f)]
         self._host.group_cancelled(self, cause)
         for step in steps:
             self._host.withdraw(step, error)
@@ -373,11 +371,3 @@ class OwnerIndex:
         """Every open group."""
         with self._lock:
             return [g for entry in self._by_uid.values() for g in as_tuple(entry)]
-
-
-def _withdrawable(future: CallFuture) -> bool:
-    """Whether ``future``'s intent may still be sent: not resolved, or merged into a newer
-    call (``OVERWRITTEN``). Any thread."""
-    if not future.done():
-        return True
-    return future.exception() is None and future.result() is Outcome.OVERWRITTEN

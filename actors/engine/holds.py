@@ -39,6 +39,7 @@ __all__ = [
     "OneOrMore",
     "as_tuple",
     "dependency_failed",
+    "overwritten",
     "packed",
 ]
 
@@ -354,10 +355,10 @@ class Dependencies:
     def _held_done(self, hold: Hold, fut: CallFuture) -> None:
         """Resolving thread of the held call: forget it, unless it was merged into a newer
         call (``OVERWRITTEN``) that now holds its token."""
-        overwritten = fut.exception() is None and fut.result() is _OVERWRITTEN
+        merged = overwritten(fut)
         with self._lock:
             if hold.state is HoldState.WAITING:
-                if overwritten:
+                if merged:
                     return
                 self._leave(hold, HoldState.DONE)
             self._forget(hold)
@@ -453,12 +454,12 @@ def _follow(fut: Prerequisite) -> Prerequisite:
     """The call that carries ``fut``'s intent now: ``fut`` itself, or, if it resolved
     ``OVERWRITTEN``, the newer call its actor named as its ``successor`` (transitively). Any
     thread."""
-    while (
-        isinstance(fut, CallFuture)
-        and fut.successor is not None
-        and fut.done()
-        and fut.exception() is None
-        and fut.result() is _OVERWRITTEN
-    ):
+    while isinstance(fut, CallFuture) and fut.successor is not None and overwritten(fut):
         fut = fut.successor
     return fut
+
+
+def overwritten(future: Future[Any]) -> bool:
+    """Whether ``future`` resolved ``OVERWRITTEN``: merged into a newer call, which carries its
+    intent. Any thread."""
+    return future.done() and future.exception() is None and future.result() is _OVERWRITTEN

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Final, overload
 from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.gangs import Gang, check_min_count
 from kdispatch.actors.engine.groups import CallGroup, OwnerIndex
-from kdispatch.actors.engine.holds import Dependencies, Prerequisite
+from kdispatch.actors.engine.holds import Dependencies, Prerequisite, overwritten
 from kdispatch.actors.engine.messages import CallFuture, Withdraw, settle
 from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.registry import Registry
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
-from kdispatch.actors.model.errors import CallCancelled, DispatcherClosed, Outcome
+from kdispatch.actors.model.errors import CallCancelled, DispatcherClosed
 from kdispatch.actors.model.objects import ObjectRef, check_uid
 
 from .dispatcher_like import Backlog
@@ -145,7 +145,7 @@ class GroupHostMixin:
         if call is None:
             return
         if future.done():
-            if future.exception() is not None or future.result() is not Outcome.OVERWRITTEN:
+            if not overwritten(future):
                 return
         elif self._deps.fail(future, cause):
             return
