@@ -39,13 +39,7 @@ class Gang(CallGroup):
     submitted or it is sealed, then released together. A failure before that withdraws them
     all (:class:`~kdispatch.GroupFailed`), one after it leaves the others bound
     (:class:`~kdispatch.GangPartiallyBound`). Build it with
-    ``Dispatcher.group(owner=podgroup, gang=min_count)``::
-
-        with dispatcher.group(owner=podgroup, gang=len(placements)) as gang:
-            for pod, node in placements:
-                gang.submit(PodBinding.for_pod(pod, node))
-        dispatcher.submit(status_true, after=[gang.future])  # once every member is bound
-    """
+    ``Dispatcher.group(owner=podgroup, gang=min_count)`` (docs/gangs.md has an example)."""
 
     __slots__ = ("_gate", "_members", "_open", "min_count")
 

@@ -80,13 +80,7 @@ class CallGroup(GroupSteps):
     ``Dispatcher.group(owner=obj)``. ``cancel()``, or the owner's deletion, preemption or a 404
     on a step on it, withdraws every step not yet on the wire (exactly: another caller's intent
     merged with a step is kept); :attr:`future` resolves once the group is sealed and every
-    step resolved. Use it as a context manager to seal it::
-
-        with dispatcher.group(owner=pod) as g:
-            claims = [g.submit(patch) for patch in claim_patches]
-            g.submit(PodBinding.for_pod(pod, node), after=claims)
-        g.future.result()  # [Outcome.SUCCESS, ...] or GroupFailed
-    """
+    step resolved. A ``with`` block seals it at its end (docs/groups.md has examples)."""
 
     __slots__ = (
         "_cancelled",

@@ -73,13 +73,9 @@ class SendDeadlines(Protocol):
 
 class ProcessDispatcher(ChildLink, DispatcherBase):
     """A :class:`~kdispatch.Dispatcher` running in a child process, with the same caller API
-    for what a scheduler uses. Every public method may be called from any thread. Scripts
-    must guard their entry point (``if __name__ == "__main__":``), as with any ``spawn``::
-
-        factory = functools.partial(KubernetesBackend.from_kubeconfig, path, workers=32)
-        with ProcessDispatcher(factory, DispatcherConfig()) as dispatcher:
-            future = dispatcher.submit(PodBinding.for_pod(pod, "node-1"))
-    """
+    for what a scheduler uses (docs/process-dispatcher.md has an example). Every public
+    method may be called from any thread. Scripts must guard their entry point
+    (``if __name__ == "__main__":``), as with any ``spawn``."""
 
     def __init__(
         self,
