@@ -40,9 +40,9 @@ from .informer_core import (
     OnUpdate,
     decode_event,
 )
-from .kubernetes import KubernetesBackend, translate_errors
+from .kubernetes import KubernetesBackend
 from .rest import with_type_meta
-from .transport import TransportName
+from .transport import TransportName, translate_errors
 
 _JITTER = 0.2  # reconnect delays are stretched by up to 20 % (backoff_delay)
 

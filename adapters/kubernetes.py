@@ -26,37 +26,18 @@ from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindTable, PatchType
 from . import rest
 from .kubeconfig import in_cluster_configuration, kubeconfig_configuration, url_configuration
 from .listing import ObjectList
-from .rest import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, AnyPatchType, ref
+from .rest import AnyPatchType, ref
 from .transport import (
     TransportName,
     check_timeout,
     check_workers,
     decode_object,
-    error_from_status,
     make_transport,
-    map_api_exception,
-    map_transport_error,
-    no_urllib3_retries,
     prepare_configuration,
-    read_json_object,
     size_pool,
-    translate_errors,
 )
 
-__all__ = [
-    "JSON_PATCH",
-    "MERGE_PATCH",
-    "STRATEGIC_MERGE_PATCH",
-    "KubernetesBackend",
-    "ObjectList",
-    "error_from_status",
-    "map_api_exception",
-    "map_transport_error",
-    "no_urllib3_retries",
-    "prepare_configuration",
-    "read_json_object",
-    "translate_errors",
-]
+__all__ = ["KubernetesBackend", "prepare_configuration"]
 
 
 class KubernetesBackend:

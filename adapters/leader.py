@@ -41,7 +41,7 @@ from kdispatch.actors.model.errors import (
 )
 from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
 
-from .kubernetes import read_json_object, translate_errors
+from .transport import read_json_object, translate_errors
 
 __all__ = [
     "ClientLeaseClient",
