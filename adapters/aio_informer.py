@@ -16,13 +16,11 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self
 
 from loguru import logger
 
-from kdispatch.actors.model.backoff import backoff_delay
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
@@ -32,12 +30,18 @@ from kdispatch.actors.model.errors import (
 )
 from kdispatch.actors.model.objects import get_path
 
-from .informer_core import Handler, InformerCore, InformerShell, Obj, decode_event
+from .informer_core import (
+    Handler,
+    InformerCore,
+    InformerShell,
+    Obj,
+    OnError,
+    check_settings,
+    decode_event,
+)
 from .transport import decode_object, error_from_status, status_body
 
 OnEvent = Callable[[Obj], None]
-OnError = Callable[[BaseException], None]
-_JITTER = 0.2  # failures back off like the threaded informer's and the executor's
 
 
 def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -112,18 +116,13 @@ class AioInformer(InformerShell):
             )
         if isinstance(watch_timeout, bool) or not isinstance(watch_timeout, int):
             raise InvalidInputError(f"watch_timeout must be an int, got {watch_timeout!r}")
-        for label, value in (
-            ("watch_timeout", watch_timeout),
-            ("request_timeout", request_timeout),
-            ("backoff_initial", backoff_initial),
-            ("backoff_max", backoff_max),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
-        if backoff_max < backoff_initial:
-            raise InvalidInputError("backoff_max must be >= backoff_initial")
-        if on_error is not None and not callable(on_error):
-            raise InvalidInputError("on_error must be callable")
+        backoff = check_settings(
+            on_error,
+            backoff_initial,
+            backoff_max,
+            watch_timeout=watch_timeout,
+            request_timeout=request_timeout,
+        )
         self.kind = kind
         self.name = name or kind.lower()
         self._api_version = api_version
@@ -131,12 +130,11 @@ class AioInformer(InformerShell):
         self._kwargs = dict(list_kwargs or {})
         self._watch_timeout = watch_timeout
         self._request_timeout = float(request_timeout)
-        self._backoff = (float(backoff_initial), float(backoff_max))
-        self._on_error = on_error
-        self._core = InformerCore(name=self.name, kind=kind, typed=self._typed)
+        self._core = InformerCore(
+            name=self.name, kind=kind, typed=self._typed, backoff=backoff, on_error=on_error
+        )
         self._changed: asyncio.Event | None = None  # set when synced or a failure comes
         self._task: asyncio.Task[None] | None = None
-        self._rng = random.Random()
         self._log = logger.bind(informer=self.name, kind=kind)
 
     def add_handler(
@@ -238,17 +236,8 @@ class AioInformer(InformerShell):
                 self._changed_event().set()
                 failures += 1
                 self._log.warning("list/watch of {} failed: {}", self.kind, exc)
-                if self._on_error is not None:
-                    try:
-                        self._on_error(exc)
-                    except Exception:
-                        self._log.opt(exception=True).error("on_error hook raised")
-            low, high = self._backoff
-            await asyncio.sleep(
-                backoff_delay(
-                    failures, initial=low, cap=high, jitter=_JITTER, rand=self._rng.random()
-                )
-            )
+                core.tell_error(exc)
+            await asyncio.sleep(core.retry_delay(failures))
 
     def _changed_event(self) -> asyncio.Event:
         if self._changed is None:

@@ -14,18 +14,16 @@ the source over the official client (through :class:`~kdispatch.KubernetesBacken
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
-from kdispatch.actors.model.backoff import backoff_delay
 from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError, ServerError
 from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
@@ -37,14 +35,14 @@ from .informer_core import (
     Obj,
     OnAdd,
     OnDelete,
+    OnError,
     OnUpdate,
+    check_settings,
     decode_event,
 )
 from .kubernetes import KubernetesBackend
 from .rest import with_type_meta
 from .transport import TransportName, translate_errors
-
-_JITTER = 0.2  # reconnect delays are stretched by up to 20 % (backoff_delay)
 
 
 class WatchEvent(NamedTuple):
@@ -225,8 +223,6 @@ class _HttpWatchStream:
 # --------------------------------------------------------------------------- the informer
 
 
-OnError = Callable[[BaseException], None]
-
 _ERRORS_NAME = "kdispatch_informer_errors_total"
 _error_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
@@ -275,20 +271,15 @@ class Informer(InformerShell):
         on_error: OnError | None = None,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
-        if on_error is not None and not callable(on_error):
-            raise InvalidInputError(f"on_error must be callable, got {on_error!r}")
+        backoff = check_settings(
+            on_error,
+            backoff_initial,
+            backoff_max,
+            watch_timeout=watch_timeout,
+            resync=1.0 if resync is None else resync,
+        )
         if metrics_registry is not None and not isinstance(metrics_registry, CollectorRegistry):
             raise InvalidInputError("metrics_registry must be a prometheus CollectorRegistry")
-        for label, value in (
-            ("backoff_initial", backoff_initial),
-            ("backoff_max", backoff_max),
-            ("watch_timeout", watch_timeout),
-            ("resync", 1.0 if resync is None else resync),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
-        if backoff_max < backoff_initial:
-            raise InvalidInputError("backoff_max must be >= backoff_initial")
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"name must be a non-empty str, got {name!r}")
         self._lw = list_watch
@@ -298,21 +289,19 @@ class Informer(InformerShell):
         self._kind = kind
         server = getattr(list_watch, "server", None)
         self._server = server if isinstance(server, str) else None
-        self._on_error = on_error
         self._errors = informer_errors(metrics_registry or CollectorRegistry()).labels
         self._state = threading.Condition(threading.Lock())  # synced / last_error changes
         self.name = name
         self._resync = resync
-        self._backoff_initial = float(backoff_initial)
-        self._backoff_max = float(backoff_max)
         self._watch_timeout = float(watch_timeout)
         self._lock = threading.Lock()  # guards cache writes, _stream, _thread
-        self._core = InformerCore(name=name, kind=kind, lock=self._lock)
+        self._core = InformerCore(
+            name=name, kind=kind, lock=self._lock, backoff=backoff, on_error=on_error
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
         self._progress = False  # the current watch delivered something
-        self._rng = random.Random()
         self._log = logger.bind(informer=name, kind=self._kind)
         self.watches = 0
 
@@ -446,7 +435,7 @@ class Informer(InformerShell):
                 failures = 1 if self._progress else failures + 1
                 self._log.exception("informer loop error")
                 self._report(exc, type(exc).__name__)
-            self._stop.wait(self._backoff(failures))
+            self._stop.wait(core.retry_delay(failures))
         self._log.debug("informer stopped")
 
     def _report(self, exc: BaseException, reason: str) -> None:
@@ -455,11 +444,7 @@ class Informer(InformerShell):
             self._core.failed(exc)
             self._state.notify_all()
         self._errors(self.name, self._kind, reason).inc()
-        if self._on_error is not None:
-            try:
-                self._on_error(exc)
-            except Exception:
-                self._log.exception("informer on_error hook raised")
+        self._core.tell_error(exc)
 
     def _run_watch(self, last_resync: float) -> bool:
         """One watch request. True when it made progress or ran its full course (renew at
@@ -491,15 +476,6 @@ class Informer(InformerShell):
             with self._lock:
                 self._stream = None
         return self._progress or time.monotonic() - started >= min(timeout, 1.0)
-
-    def _backoff(self, failures: int) -> float:
-        return backoff_delay(
-            failures,
-            initial=self._backoff_initial,
-            cap=self._backoff_max,
-            jitter=_JITTER,
-            rand=self._rng.random(),
-        )
 
 
 __all__ = [

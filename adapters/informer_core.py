@@ -18,17 +18,20 @@ asyncio.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from loguru import logger
 
+from kdispatch.actors.model.backoff import backoff_delay
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     BadResponseError,
     ForbiddenError,
     InformerSyncTimeout,
+    InvalidInputError,
     KdispatchError,
     UnauthorizedError,
 )
@@ -40,9 +43,11 @@ Obj = dict[str, Any]
 OnAdd = Callable[[Obj], None]
 OnUpdate = Callable[[Obj, Obj], None]
 OnDelete = Callable[[Obj], None]
+OnError = Callable[[BaseException], None]
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
 EVENT_TYPES = frozenset({ADDED, MODIFIED, DELETED, BOOKMARK})
+_JITTER = 0.2  # retry delays are stretched by up to 20 %, as the executor's
 
 PERMANENT_ERRORS = (UnauthorizedError, ForbiddenError)
 """Failures that ``wait_for_sync`` raises as they come instead of waiting out its timeout (a
@@ -79,6 +84,23 @@ def decode_event(line: bytes, what: str) -> tuple[str, Obj]:
     return event_type, obj
 
 
+def check_settings(
+    on_error: object, backoff_initial: float, backoff_max: float, **more: float
+) -> tuple[float, float]:
+    """Check the settings both informers share: ``on_error`` callable or None, the backoff and
+    the ``more`` numbers positive, ``backoff_max >= backoff_initial``; the backoff as a pair
+    of floats. Raises :class:`InvalidInputError`."""
+    if on_error is not None and not callable(on_error):
+        raise InvalidInputError(f"on_error must be callable, got {on_error!r}")
+    numbers = {"backoff_initial": backoff_initial, "backoff_max": backoff_max, **more}
+    for label, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
+    if backoff_max < backoff_initial:
+        raise InvalidInputError("backoff_max must be >= backoff_initial")
+    return float(backoff_initial), float(backoff_max)
+
+
 def describe_failure(error: BaseException, server: str | None) -> str:
     """A failure as a person reads it: a connection error names the server it could not reach
     (``cannot connect to http://...: <error>``). Pure."""
@@ -97,12 +119,18 @@ class InformerCore:
         kind: str,
         lock: contextlib.AbstractContextManager[Any] | None = None,
         typed: Callable[[Obj], Obj] | None = None,
+        backoff: tuple[float, float] = (0.05, 5.0),
+        on_error: OnError | None = None,
     ) -> None:
         """``lock`` guards cache writes against :meth:`snapshot` from other threads (none
         needed on an event loop); ``typed`` fills ``kind``/``apiVersion`` into objects as they
-        come in (list items lack them)."""
+        come in (list items lack them); ``backoff``: the first and the longest
+        :meth:`retry_delay`; ``on_error``: the hook :meth:`tell_error` calls."""
         self.name = name
         self.kind = kind
+        self._backoff = backoff
+        self._on_error = on_error
+        self._rng = random.Random()
         self._lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self._typed = typed
         self._items: dict[str, Obj] = {}
@@ -207,6 +235,22 @@ class InformerCore:
     def progressed(self) -> None:
         """A watch delivered something: the connection works again."""
         self.last_error = None
+
+    def retry_delay(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` failures in a row: the backoff doubling from its
+        first to its longest delay, with 20 % jitter (the executor's formula)."""
+        initial, cap = self._backoff
+        return backoff_delay(
+            failures, initial=initial, cap=cap, jitter=_JITTER, rand=self._rng.random()
+        )
+
+    def tell_error(self, error: BaseException) -> None:
+        """Call the ``on_error`` hook, if any (one that raises is logged)."""
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:
+                self._log.exception("informer on_error hook raised")
 
     def sync_failure(self, errors_before: int) -> BaseException | None:
         """What ``wait_for_sync`` should raise now instead of waiting on: a permanent failure
@@ -321,6 +365,8 @@ __all__ = [
     "Handler",
     "InformerCore",
     "InformerShell",
+    "OnError",
+    "check_settings",
     "decode_event",
     "describe_failure",
     "uid_of",
