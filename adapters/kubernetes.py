@@ -14,7 +14,8 @@ never request headers. See the "Any kind and CRDs" guide (``docs/kinds.md``).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
@@ -91,10 +92,8 @@ class KubernetesBackend:
         """A backend for an apiserver at ``url`` (tests, or a proxy such as ``kubectl proxy``).
         ``token``: a bearer token; ``ca_cert``: a CA bundle file for https. TLS verification
         stays on. Caller's thread."""
-        cfg = url_configuration(url, token, ca_cert)
-        check_workers(workers)
-        check_timeout(request_timeout)
-        return cls._owning(cfg, workers, request_timeout, transport, kinds)
+        configure = partial(url_configuration, url, token, ca_cert)
+        return cls._owning(configure, workers, request_timeout, transport, kinds)
 
     @classmethod
     def from_kubeconfig(
@@ -112,10 +111,8 @@ class KubernetesBackend:
         that is missing, unreadable or broken, an unknown context, or one that names a cluster
         or user the file lacks raises :class:`~kdispatch.InvalidConfigError` naming the file
         and the context (the original error is its ``__cause__``). Caller's thread."""
-        check_workers(workers)
-        check_timeout(request_timeout)
-        cfg = kubeconfig_configuration(path, context)
-        return cls._owning(cfg, workers, request_timeout, transport, kinds)
+        configure = partial(kubeconfig_configuration, path, context)
+        return cls._owning(configure, workers, request_timeout, transport, kinds)
 
     @classmethod
     def in_cluster(
@@ -128,23 +125,23 @@ class KubernetesBackend:
     ) -> KubernetesBackend:
         """A backend from the pod's service account (token and CA mounted by the kubelet).
         Runs on the caller's thread."""
-        check_workers(workers)
-        check_timeout(request_timeout)
-        return cls._owning(in_cluster_configuration(), workers, request_timeout, transport, kinds)
+        return cls._owning(in_cluster_configuration, workers, request_timeout, transport, kinds)
 
     @classmethod
     def _owning(
         cls,
-        cfg: Any,
+        configure: Callable[[], k8s.Configuration],
         workers: int,
         request_timeout: float,
         transport: TransportName,
         kinds: KindTable | None,
     ) -> KubernetesBackend:
-        """A backend owning a new ``ApiClient`` on ``cfg``, its pool sized for ``workers``."""
-        prepare_configuration(cfg, workers)
+        """Check the settings, then a backend owning a new ``ApiClient`` on ``configure()``,
+        its pool sized for ``workers``."""
+        check_workers(workers)
+        check_timeout(request_timeout)
         return cls(
-            k8s.ApiClient(cfg),
+            k8s.ApiClient(prepare_configuration(configure(), workers)),
             request_timeout=request_timeout,
             owns_client=True,
             transport=transport,
