@@ -182,7 +182,7 @@ class InformerCore:
         for uid, obj in [(u, o) for u, o in items_now.items() if u not in fresh]:
             with self._lock:
                 del items_now[uid]
-            self._fire_delete(obj)
+            self._fire("on_delete", obj)
         for uid, obj in fresh.items():
             self._upsert(uid, obj)
         self._rv = resource_version
@@ -208,15 +208,12 @@ class InformerCore:
             self._log.warning("{} event without a uid ignored", event_type)
             return False
         obj = self._type(obj)
-        changed = True
         if event_type == DELETED:
-            cur = self._items.get(uid)
-            if cur is not None:
+            changed = uid in self._items
+            if changed:
                 with self._lock:
                     del self._items[uid]
-                self._fire_delete(obj)
-            else:
-                changed = False
+                self._fire("on_delete", obj)
         else:
             changed = self._upsert(uid, obj)
         self._advance(rv)
@@ -225,7 +222,7 @@ class InformerCore:
     def replay(self) -> None:
         """Resync: every cached object to ``on_update(obj, obj)``."""
         for obj in list(self._items.values()):
-            self._fire_update(obj, obj)
+            self._fire("on_update", obj, obj)
 
     def failed(self, error: BaseException) -> None:
         """A list or watch failed."""
@@ -287,12 +284,12 @@ class InformerCore:
         if cur is None:
             with self._lock:
                 self._items[uid] = obj
-            self._fire_add(obj)
+            self._fire("on_add", obj)
             return True
         if is_newer(obj, cur, strict=True):
             with self._lock:
                 self._items[uid] = obj
-            self._fire_update(cur, obj)
+            self._fire("on_update", cur, obj)
             return True
         return False
 
@@ -301,26 +298,16 @@ class InformerCore:
         if rv is not None and rv_is_newer(rv, self._rv, strict=True):
             self._rv = rv
 
-    def _fire_add(self, obj: Obj) -> None:
-        for h in self._handlers:
-            if h.on_add is not None:
-                self._call(h.on_add, obj)
-
-    def _fire_update(self, old: Obj, new: Obj) -> None:
-        for h in self._handlers:
-            if h.on_update is not None:
-                self._call(h.on_update, old, new)
-
-    def _fire_delete(self, obj: Obj) -> None:
-        for h in self._handlers:
-            if h.on_delete is not None:
-                self._call(h.on_delete, obj)
-
-    def _call(self, fn: Callable[..., None], *args: Obj) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
+    def _fire(self, callback: str, *args: Obj) -> None:
+        """Call every handler's ``callback`` (``"on_add"``, ...); one that raises is logged."""
+        for handler in self._handlers:
+            fn = getattr(handler, callback)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:
+                self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
 
 
 class InformerShell:
