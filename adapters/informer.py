@@ -1,14 +1,12 @@
 """Informers: list+watch loops keeping a UID-keyed cache and calling handlers.
 
 An :class:`Informer` lists one kind through a :class:`ListWatch` source, then watches from the
-list's resourceVersion, on a thread of its own; the cache, ordering, re-list diffing and
-delivery are its :class:`~kdispatch.adapters.informer_core.InformerCore`. Watches resume from
-the last resourceVersion seen; 410 Gone re-lists; reconnects back off
-(:func:`~kdispatch.actors.model.backoff.backoff_delay`, the executor's formula) on an Event, so
-:meth:`Informer.stop` interrupts the wait and cuts an open watch. :class:`ClientListWatch` is
-the source over the official client (through :class:`~kdispatch.KubernetesBackend`'s
-``list_all``/``watch``, raw JSON lines). The behaviour, and why not the official client's
-``SharedInformer``: the "Informers" guide (``docs/informers.md``).
+list's resourceVersion, on a thread of its own, around an
+:class:`~kdispatch.adapters.informer_core.InformerCore`; it waits out a backoff on an Event,
+so :meth:`Informer.stop` interrupts the wait and cuts an open watch. :class:`ClientListWatch`
+is the source over the official client (:class:`~kdispatch.KubernetesBackend`'s
+``list_all``/``watch``). The behaviour, and why not the official client's ``SharedInformer``:
+the "Informers" guide (``docs/informers.md``).
 """
 
 from __future__ import annotations
@@ -86,14 +84,12 @@ class ListWatch(Protocol):
 
 class ClientListWatch:
     """:class:`ListWatch` over the official client, for any kind of the kind table, with
-    label/field selectors (the Informers guide shows it at work).
+    label/field selectors (see the Informers guide).
 
-    ``api``: an ``ApiClient`` or a :class:`KubernetesBackend` (its client is used); give
-    informers their own ``ApiClient``, since watches hold a pooled connection. Lists page
-    through the collection (``page_size`` objects per request); watches ask for bookmarks and
-    a server-side ``timeoutSeconds``, with a client read timeout a little longer; replies go
-    through the ``transport`` (as for :class:`KubernetesBackend`). Bad arguments raise
-    :class:`InvalidInputError` subclasses (an unknown kind ``UnknownKindError``).
+    ``api``: an ``ApiClient`` (give informers their own: watches hold a pooled connection) or
+    a :class:`KubernetesBackend` (its client is used). Lists fetch ``page_size`` objects per
+    request; watches ask for bookmarks. Bad arguments raise :class:`InvalidInputError`
+    subclasses (an unknown kind ``UnknownKindError``).
     """
 
     def __init__(
