@@ -1,13 +1,10 @@
 """An asyncio informer: list+watch through ``kubernetes.aio`` on the caller's event loop.
 
 :class:`AioInformer` is the asyncio counterpart of :class:`kdispatch.adapters.informer.Informer`
-(its cache, ordering and delivery are the same :class:`~kdispatch.adapters.informer_core.
-InformerCore`): one task lists a kind through a ``kubernetes.aio`` list method (any kind, CRDs
-through ``CustomObjectsApi``), reads the replies raw (the ``_without_preload_content``
-variants) as plain dicts, then watches and resumes; 410 Gone re-lists; failures back off with
-jitter and show in :attr:`~AioInformer.last_error`, the ``on_error`` hook and a WARNING log.
-See the "asyncio and kopf" guide (``docs/asyncio.md``). Every method runs on the event loop's
-thread.
+around the same :class:`~kdispatch.adapters.informer_core.InformerCore`; it reads the replies
+of a ``kubernetes.aio`` list method's ``_without_preload_content`` variant raw, and backs off
+with jitter after failures. Its behaviour: the "asyncio and kopf" guide (``docs/asyncio.md``).
+Every method runs on the event loop's thread.
 """
 
 from __future__ import annotations

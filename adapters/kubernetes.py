@@ -1,14 +1,10 @@
 """``KubernetesBackend``: the :class:`~kdispatch.ApiBackend` over the official client, for any
-kind of the kind table (:mod:`kdispatch.actors.model.kinds`), built-in or CRD, namespaced or
-cluster-scoped: ``get``, ``list``/``list_all`` (selectors, pages), ``watch``, ``create``,
-``patch`` (the object or a subresource), ``create_subresource`` and ``delete`` with
-preconditions, and the dispatcher's calls on top of them: ``patch_status``, ``bind``, ``evict``.
+kind of the kind table, built-in or CRD (the "Any kind and CRDs" guide, ``docs/kinds.md``).
 
-Requests go through one shared :class:`kubernetes.client.ApiClient` (its ``Configuration`` and
-its thread-safe urllib3 pool) with one of the transports of :mod:`kdispatch.adapters.transport`;
+Requests go through one shared :class:`kubernetes.client.ApiClient` with a transport of
+:mod:`kdispatch.adapters.transport` (which also turns failures into errors);
 :mod:`kdispatch.adapters.rest` builds them and checks the replies. Every request carries a
-client-side timeout. Messages carry the operation, HTTP status, reason and the server's message,
-never request headers. See the "Any kind and CRDs" guide (``docs/kinds.md``).
+client-side timeout.
 """
 
 from __future__ import annotations
