@@ -120,7 +120,6 @@ class AioInformer(InformerShell):
             watch_timeout=watch_timeout,
             request_timeout=request_timeout,
         )
-        self.kind = kind
         self.name = name or kind.lower()
         self._api_version = api_version
         self._server = _server_of(list_func)
@@ -199,11 +198,6 @@ class AioInformer(InformerShell):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), left)
         return True
-
-    @property
-    def last_error(self) -> BaseException | None:
-        """The most recent list/watch failure (None once a list or watch succeeds again)."""
-        return self._core.last_error
 
     async def run(self) -> None:
         """List, then watch and resume, until cancelled."""

@@ -282,7 +282,6 @@ class Informer(InformerShell):
         kind = getattr(list_watch, "kind", None)
         if not isinstance(kind, str) or not kind:
             raise InvalidInputError(f"list_watch must have a kind, got {kind!r}")
-        self._kind = kind
         server = getattr(list_watch, "server", None)
         self._server = server if isinstance(server, str) else None
         self._errors = informer_errors(metrics_registry or CollectorRegistry()).labels
@@ -298,7 +297,7 @@ class Informer(InformerShell):
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
         self._progress = False  # the current watch delivered something
-        self._log = logger.bind(informer=name, kind=self._kind)
+        self._log = logger.bind(informer=name, kind=kind)
         self.watches = 0
 
     # ----------------------------------------------------------------- public API
@@ -367,18 +366,6 @@ class Informer(InformerShell):
                 raise failure
             raise core.sync_timeout(timeout, self._server)
 
-    @property
-    def last_error(self) -> BaseException | None:
-        """The newest list/watch failure, or None when the last list (or a watch since)
-        succeeded. Any thread."""
-        with self._state:
-            return self._core.last_error
-
-    @property
-    def kind(self) -> str:
-        """The kind listed and watched."""
-        return self._kind
-
     # ----------------------------------------------------------------- the loop
 
     def _run(self) -> None:
@@ -409,7 +396,7 @@ class Informer(InformerShell):
                 failures += 1
             except GoneError as exc:
                 self._log.info("watch expired ({}); re-listing", exc)
-                self._errors(self.name, self._kind, exc.reason).inc()
+                self._errors(self.name, self.kind, exc.reason).inc()
                 need_list = True
                 # re-list at once, unless Gone keeps coming without any progress in between
                 gone_streak = 1 if self._progress else gone_streak + 1
@@ -439,7 +426,7 @@ class Informer(InformerShell):
         with self._state:
             self._core.failed(exc)
             self._state.notify_all()
-        self._errors(self.name, self._kind, reason).inc()
+        self._errors(self.name, self.kind, reason).inc()
         self._core.tell_error(exc)
 
     def _run_watch(self, last_resync: float) -> bool:

@@ -342,6 +342,16 @@ class InformerShell:
         """Lists delivered so far (the first one and every re-list)."""
         return self._core.relists
 
+    @property
+    def kind(self) -> str:
+        """The kind listed and watched."""
+        return self._core.kind
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The newest list/watch failure, or None once a list (or a watch since) succeeded."""
+        return self._core.last_error
+
 
 __all__ = [
     "ADDED",
