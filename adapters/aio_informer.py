@@ -175,13 +175,10 @@ class AioInformer(InformerShell):
             await task
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Wait until :meth:`has_synced`, then return True.
-
-        Raises :class:`~kdispatch.InformerSyncTimeout` (a ``TimeoutError``)
-        when ``timeout`` seconds pass first, naming the newest failure (``cannot connect to
-        http://...: ...``, also in its ``last_error``); raises ``UnauthorizedError`` /
-        ``ForbiddenError`` as soon as a list is refused for that reason while waiting (the
-        informer keeps retrying)."""
+        """Wait until :meth:`has_synced`, then return True. Raises as
+        :meth:`Informer.wait_for_sync <kdispatch.Informer.wait_for_sync>` does:
+        :class:`~kdispatch.InformerSyncTimeout` when ``timeout`` seconds pass first,
+        ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused with 401/403."""
         core = self._core
         seen = core.errors
         loop = asyncio.get_running_loop()
