@@ -137,15 +137,12 @@ class InformerCore:
         self._view = MappingProxyType(self._items)
         self._handlers: list[Handler] = []
         self._rv: str | None = None
+        # synced, last_error, relists: as InformerShell's has_synced, last_error, relists say
         self.synced = False
-        """True once a list has been delivered to the handlers."""
         self.last_error: BaseException | None = None
-        """The newest list/watch failure, or None after a good list or a watch that made
-        progress."""
+        self.relists = 0
         self.errors = 0
         """Failures reported so far (``wait_for_sync`` tells new ones from old ones)."""
-        self.relists = 0
-        """Lists delivered so far."""
         self._log = logger.bind(informer=name, kind=kind)
 
     def add_handler(self, handler: Handler) -> None:
