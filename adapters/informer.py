@@ -172,18 +172,11 @@ class _HttpWatchStream:
         self._closed = False
 
     def __iter__(self) -> Iterator[WatchEvent]:
-        buffer = bytearray()
         try:
             with translate_errors(self._what):
-                for chunk in self._resp.stream(None):
-                    buffer += chunk
-                    while (end := buffer.find(b"\n")) >= 0:
-                        line = bytes(buffer[:end])
-                        del buffer[: end + 1]
-                        if line.strip():
-                            yield self._decode(line)
-                if bytes(buffer).strip():
-                    yield self._decode(bytes(buffer))
+                for line in self._resp:  # urllib3 splits the chunks into lines
+                    if line.strip():
+                        yield self._decode(line)
         except ApiError:
             with self._lock:
                 if self._stopped:
