@@ -60,24 +60,8 @@ def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Await
 
 
 class AioInformer(InformerShell):
-    """List+watch of one kind on the running event loop (see the module docstring).
-
-    A custom resource (a CRD) is listed through ``CustomObjectsApi``: bind its group, version
-    and plural with ``functools.partial``, and put selectors in ``list_kwargs``::
-
-        from functools import partial
-        from kubernetes.aio import client
-
-        api = client.CustomObjectsApi(api_client)
-        quotas = AioInformer(
-            partial(api.list_cluster_custom_object, "example.io", "v1", "quotaclaims"),
-            kind="QuotaClaim",
-            api_version="example.io/v1",
-            list_kwargs={"label_selector": "team=a"},
-        ).attach(dispatcher)
-        quotas.start()
-        await quotas.wait_for_sync(timeout=30)
-    """
+    """List+watch of one kind on the running event loop (see the module docstring); a custom
+    resource through ``CustomObjectsApi`` (the "asyncio and kopf" guide shows how)."""
 
     def __init__(
         self,
