@@ -1,4 +1,4 @@
-"""The I/O-free core of an informer: cache, ordering, re-list diffing, delivery, sync state.
+"""The I/O-free core of an informer: cache, ordering, re-list diffing, delivery, sync, retries.
 
 The threaded :class:`~kdispatch.adapters.informer.Informer` and the asyncio
 :class:`~kdispatch.adapters.aio_informer.AioInformer` are shells around one
@@ -6,8 +6,9 @@ The threaded :class:`~kdispatch.adapters.informer.Informer` and the asyncio
 it read in. The core keeps the cache keyed by ``metadata.uid``; drops an update whose
 resourceVersion is not newer than the cached one (the resume point never moves back); turns a
 re-list into deletes (with the last known state) first, then adds and updates; calls every
-handler in order (one that raises is logged and skipped); and keeps the sync state and the
-failures ``wait_for_sync`` reports. The behaviour is the "Informers" guide's.
+handler in order (one that raises is logged and skipped); keeps the sync state and the
+failures ``wait_for_sync`` reports; and says how long to back off after failures. The
+behaviour is the "Informers" guide's.
 
 Driven by one thread (the informer's, or the event loop's). Cache writes happen under the
 ``lock`` it is given, so another thread may take a consistent :meth:`InformerCore.snapshot`;
