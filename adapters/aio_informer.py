@@ -1,13 +1,10 @@
 """An asyncio informer: list+watch through ``kubernetes.aio`` on the caller's event loop.
 
 :class:`AioInformer` is the asyncio counterpart of :class:`kdispatch.adapters.informer.Informer`
-(its cache, ordering and delivery are the same :class:`~kdispatch.adapters.informer_core.
-InformerCore`): one task lists a kind through a ``kubernetes.aio`` list method (any kind, CRDs
-through ``CustomObjectsApi``), reads the replies raw (the ``_without_preload_content``
-variants) as plain dicts, then watches and resumes; 410 Gone re-lists; failures back off with
-jitter and show in :attr:`~AioInformer.last_error`, the ``on_error`` hook and a WARNING log.
-See the "asyncio and kopf" guide (``docs/asyncio.md``). Every method runs on the event loop's
-thread.
+around the same :class:`~kdispatch.adapters.informer_core.InformerCore`; it reads the replies
+of a ``kubernetes.aio`` list method's ``_without_preload_content`` variant raw, and backs off
+with jitter after failures. Its behaviour: the "asyncio and kopf" guide (``docs/asyncio.md``).
+Every method runs on the event loop's thread.
 """
 
 from __future__ import annotations
@@ -16,13 +13,11 @@ import asyncio
 import contextlib
 import functools
 import inspect
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self
 
 from loguru import logger
 
-from kdispatch.actors.model.backoff import backoff_delay
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
@@ -32,12 +27,18 @@ from kdispatch.actors.model.errors import (
 )
 from kdispatch.actors.model.objects import get_path
 
-from .informer_core import Handler, InformerCore, InformerShell, Obj, decode_event
+from .informer_core import (
+    Handler,
+    InformerCore,
+    InformerShell,
+    Obj,
+    OnError,
+    check_settings,
+    decode_event,
+)
 from .transport import decode_object, error_from_status, status_body
 
 OnEvent = Callable[[Obj], None]
-OnError = Callable[[BaseException], None]
-_JITTER = 0.2  # failures back off like the threaded informer's and the executor's
 
 
 def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -59,24 +60,8 @@ def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Await
 
 
 class AioInformer(InformerShell):
-    """List+watch of one kind on the running event loop (see the module docstring).
-
-    A custom resource (a CRD) is listed through ``CustomObjectsApi``: bind its group, version
-    and plural with ``functools.partial``, and put selectors in ``list_kwargs``::
-
-        from functools import partial
-        from kubernetes.aio import client
-
-        api = client.CustomObjectsApi(api_client)
-        quotas = AioInformer(
-            partial(api.list_cluster_custom_object, "example.io", "v1", "quotaclaims"),
-            kind="QuotaClaim",
-            api_version="example.io/v1",
-            list_kwargs={"label_selector": "team=a"},
-        ).attach(dispatcher)
-        quotas.start()
-        await quotas.wait_for_sync(timeout=30)
-    """
+    """List+watch of one kind on the running event loop (see the module docstring); a custom
+    resource through ``CustomObjectsApi`` (the "asyncio and kopf" guide shows how)."""
 
     def __init__(
         self,
@@ -112,31 +97,24 @@ class AioInformer(InformerShell):
             )
         if isinstance(watch_timeout, bool) or not isinstance(watch_timeout, int):
             raise InvalidInputError(f"watch_timeout must be an int, got {watch_timeout!r}")
-        for label, value in (
-            ("watch_timeout", watch_timeout),
-            ("request_timeout", request_timeout),
-            ("backoff_initial", backoff_initial),
-            ("backoff_max", backoff_max),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
-        if backoff_max < backoff_initial:
-            raise InvalidInputError("backoff_max must be >= backoff_initial")
-        if on_error is not None and not callable(on_error):
-            raise InvalidInputError("on_error must be callable")
-        self.kind = kind
+        backoff = check_settings(
+            on_error,
+            backoff_initial,
+            backoff_max,
+            watch_timeout=watch_timeout,
+            request_timeout=request_timeout,
+        )
         self.name = name or kind.lower()
         self._api_version = api_version
         self._server = _server_of(list_func)
         self._kwargs = dict(list_kwargs or {})
         self._watch_timeout = watch_timeout
         self._request_timeout = float(request_timeout)
-        self._backoff = (float(backoff_initial), float(backoff_max))
-        self._on_error = on_error
-        self._core = InformerCore(name=self.name, kind=kind, typed=self._typed)
+        self._core = InformerCore(
+            name=self.name, kind=kind, typed=self._typed, backoff=backoff, on_error=on_error
+        )
         self._changed: asyncio.Event | None = None  # set when synced or a failure comes
         self._task: asyncio.Task[None] | None = None
-        self._rng = random.Random()
         self._log = logger.bind(informer=self.name, kind=kind)
 
     def add_handler(
@@ -181,13 +159,10 @@ class AioInformer(InformerShell):
             await task
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Wait until :meth:`has_synced`, then return True.
-
-        Raises :class:`~kdispatch.InformerSyncTimeout` (a ``TimeoutError``)
-        when ``timeout`` seconds pass first, naming the newest failure (``cannot connect to
-        http://...: ...``, also in its ``last_error``); raises ``UnauthorizedError`` /
-        ``ForbiddenError`` as soon as a list is refused for that reason while waiting (the
-        informer keeps retrying)."""
+        """Wait until :meth:`has_synced`, then return True. Raises as
+        :meth:`Informer.wait_for_sync <kdispatch.Informer.wait_for_sync>` does:
+        :class:`~kdispatch.InformerSyncTimeout` when ``timeout`` seconds pass first,
+        ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused with 401/403."""
         core = self._core
         seen = core.errors
         loop = asyncio.get_running_loop()
@@ -204,11 +179,6 @@ class AioInformer(InformerShell):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), left)
         return True
-
-    @property
-    def last_error(self) -> BaseException | None:
-        """The most recent list/watch failure (None once a list or watch succeeds again)."""
-        return self._core.last_error
 
     async def run(self) -> None:
         """List, then watch and resume, until cancelled."""
@@ -238,17 +208,8 @@ class AioInformer(InformerShell):
                 self._changed_event().set()
                 failures += 1
                 self._log.warning("list/watch of {} failed: {}", self.kind, exc)
-                if self._on_error is not None:
-                    try:
-                        self._on_error(exc)
-                    except Exception:
-                        self._log.opt(exception=True).error("on_error hook raised")
-            low, high = self._backoff
-            await asyncio.sleep(
-                backoff_delay(
-                    failures, initial=low, cap=high, jitter=_JITTER, rand=self._rng.random()
-                )
-            )
+                core.tell_error(exc)
+            await asyncio.sleep(core.retry_delay(failures))
 
     def _changed_event(self) -> asyncio.Event:
         if self._changed is None:

@@ -63,15 +63,10 @@ def register_from_discovery(
     *,
     groups: Iterable[str] | None = None,
 ) -> list[KindInfo]:
-    """Register the kinds the apiserver serves in ``table`` (default: the backend's table);
-    ``groups``: only these API groups (``""`` is the core group). Returns the kinds added.
-
-    Reads the core group and the preferred version of every API group (one request per group
-    version), and registers each kind it finds: plural, namespaced, whether a ``status``
-    subresource is served. Kinds already in the table keep their facts. Groups of the
-    Kubernetes project (the core group, unsuffixed groups such as ``apps``, every
-    ``*.k8s.io`` group) get strategic merge patches, every other group JSON merge patches, as
-    CRDs need. Calling thread."""
+    """Register the kinds the apiserver's discovery documents name in ``table`` (default: the
+    backend's table), as the "Any kind and CRDs" guide describes; ``groups``: only these API
+    groups (``""`` is the core group). Kinds already in the table keep their facts. Returns
+    the kinds added. Calling thread."""
     if not isinstance(backend, KubernetesBackend):
         raise InvalidInputError(f"backend must be a KubernetesBackend, got {backend!r}")
     target = table if table is not None else backend.kinds

@@ -1,31 +1,27 @@
 """Informers: list+watch loops keeping a UID-keyed cache and calling handlers.
 
 An :class:`Informer` lists one kind through a :class:`ListWatch` source, then watches from the
-list's resourceVersion, on a thread of its own; the cache, ordering, re-list diffing and
-delivery are its :class:`~kdispatch.adapters.informer_core.InformerCore`. Watches resume from
-the last resourceVersion seen; 410 Gone re-lists; reconnects back off
-(:func:`~kdispatch.actors.model.backoff.backoff_delay`, the executor's formula) on an Event, so
-:meth:`Informer.stop` interrupts the wait and cuts an open watch. :class:`ClientListWatch` is
-the source over the official client (through :class:`~kdispatch.KubernetesBackend`'s
-``list_all``/``watch``, raw JSON lines). The behaviour, and why not the official client's
-``SharedInformer``: the "Informers" guide (``docs/informers.md``).
+list's resourceVersion, on a thread of its own, around an
+:class:`~kdispatch.adapters.informer_core.InformerCore`; it waits out a backoff on an Event,
+so :meth:`Informer.stop` interrupts the wait and cuts an open watch. :class:`ClientListWatch`
+is the source over the official client (:class:`~kdispatch.KubernetesBackend`'s
+``list_all``/``watch``). The behaviour, and why not the official client's ``SharedInformer``:
+the "Informers" guide (``docs/informers.md``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
-from kdispatch.actors.model.backoff import backoff_delay
 from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError, ServerError
 from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
@@ -37,14 +33,14 @@ from .informer_core import (
     Obj,
     OnAdd,
     OnDelete,
+    OnError,
     OnUpdate,
+    check_settings,
     decode_event,
 )
-from .kubernetes import KubernetesBackend, translate_errors
+from .kubernetes import KubernetesBackend
 from .rest import with_type_meta
-from .transport import TransportName
-
-_JITTER = 0.2  # reconnect delays are stretched by up to 20 % (backoff_delay)
+from .transport import TransportName, translate_errors
 
 
 class WatchEvent(NamedTuple):
@@ -88,14 +84,12 @@ class ListWatch(Protocol):
 
 class ClientListWatch:
     """:class:`ListWatch` over the official client, for any kind of the kind table, with
-    label/field selectors (the Informers guide shows it at work).
+    label/field selectors (see the Informers guide).
 
-    ``api``: an ``ApiClient`` or a :class:`KubernetesBackend` (its client is used); give
-    informers their own ``ApiClient``, since watches hold a pooled connection. Lists page
-    through the collection (``page_size`` objects per request); watches ask for bookmarks and
-    a server-side ``timeoutSeconds``, with a client read timeout a little longer; replies go
-    through the ``transport`` (as for :class:`KubernetesBackend`). Bad arguments raise
-    :class:`InvalidInputError` subclasses (an unknown kind ``UnknownKindError``).
+    ``api``: an ``ApiClient`` (give informers their own: watches hold a pooled connection) or
+    a :class:`KubernetesBackend` (its client is used). Lists fetch ``page_size`` objects per
+    request; watches ask for bookmarks. Bad arguments raise :class:`InvalidInputError`
+    subclasses (an unknown kind ``UnknownKindError``).
     """
 
     def __init__(
@@ -178,18 +172,11 @@ class _HttpWatchStream:
         self._closed = False
 
     def __iter__(self) -> Iterator[WatchEvent]:
-        buffer = bytearray()
         try:
             with translate_errors(self._what):
-                for chunk in self._resp.stream(None):
-                    buffer += chunk
-                    while (end := buffer.find(b"\n")) >= 0:
-                        line = bytes(buffer[:end])
-                        del buffer[: end + 1]
-                        if line.strip():
-                            yield self._decode(line)
-                if bytes(buffer).strip():
-                    yield self._decode(bytes(buffer))
+                for line in self._resp:  # urllib3 splits the chunks into lines
+                    if line.strip():
+                        yield self._decode(line)
         except ApiError:
             with self._lock:
                 if self._stopped:
@@ -224,8 +211,6 @@ class _HttpWatchStream:
 
 # --------------------------------------------------------------------------- the informer
 
-
-OnError = Callable[[BaseException], None]
 
 _ERRORS_NAME = "kdispatch_informer_errors_total"
 _error_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
@@ -275,45 +260,37 @@ class Informer(InformerShell):
         on_error: OnError | None = None,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
-        if on_error is not None and not callable(on_error):
-            raise InvalidInputError(f"on_error must be callable, got {on_error!r}")
+        backoff = check_settings(
+            on_error,
+            backoff_initial,
+            backoff_max,
+            watch_timeout=watch_timeout,
+            resync=1.0 if resync is None else resync,
+        )
         if metrics_registry is not None and not isinstance(metrics_registry, CollectorRegistry):
             raise InvalidInputError("metrics_registry must be a prometheus CollectorRegistry")
-        for label, value in (
-            ("backoff_initial", backoff_initial),
-            ("backoff_max", backoff_max),
-            ("watch_timeout", watch_timeout),
-            ("resync", 1.0 if resync is None else resync),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
-        if backoff_max < backoff_initial:
-            raise InvalidInputError("backoff_max must be >= backoff_initial")
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"name must be a non-empty str, got {name!r}")
         self._lw = list_watch
         kind = getattr(list_watch, "kind", None)
         if not isinstance(kind, str) or not kind:
             raise InvalidInputError(f"list_watch must have a kind, got {kind!r}")
-        self._kind = kind
         server = getattr(list_watch, "server", None)
         self._server = server if isinstance(server, str) else None
-        self._on_error = on_error
         self._errors = informer_errors(metrics_registry or CollectorRegistry()).labels
         self._state = threading.Condition(threading.Lock())  # synced / last_error changes
         self.name = name
         self._resync = resync
-        self._backoff_initial = float(backoff_initial)
-        self._backoff_max = float(backoff_max)
         self._watch_timeout = float(watch_timeout)
         self._lock = threading.Lock()  # guards cache writes, _stream, _thread
-        self._core = InformerCore(name=name, kind=kind, lock=self._lock)
+        self._core = InformerCore(
+            name=name, kind=kind, lock=self._lock, backoff=backoff, on_error=on_error
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
         self._progress = False  # the current watch delivered something
-        self._rng = random.Random()
-        self._log = logger.bind(informer=name, kind=self._kind)
+        self._log = logger.bind(informer=name, kind=kind)
         self.watches = 0
 
     # ----------------------------------------------------------------- public API
@@ -382,18 +359,6 @@ class Informer(InformerShell):
                 raise failure
             raise core.sync_timeout(timeout, self._server)
 
-    @property
-    def last_error(self) -> BaseException | None:
-        """The newest list/watch failure, or None when the last list (or a watch since)
-        succeeded. Any thread."""
-        with self._state:
-            return self._core.last_error
-
-    @property
-    def kind(self) -> str:
-        """The kind listed and watched."""
-        return self._kind
-
     # ----------------------------------------------------------------- the loop
 
     def _run(self) -> None:
@@ -424,7 +389,7 @@ class Informer(InformerShell):
                 failures += 1
             except GoneError as exc:
                 self._log.info("watch expired ({}); re-listing", exc)
-                self._errors(self.name, self._kind, exc.reason).inc()
+                self._errors(self.name, self.kind, exc.reason).inc()
                 need_list = True
                 # re-list at once, unless Gone keeps coming without any progress in between
                 gone_streak = 1 if self._progress else gone_streak + 1
@@ -446,7 +411,7 @@ class Informer(InformerShell):
                 failures = 1 if self._progress else failures + 1
                 self._log.exception("informer loop error")
                 self._report(exc, type(exc).__name__)
-            self._stop.wait(self._backoff(failures))
+            self._stop.wait(core.retry_delay(failures))
         self._log.debug("informer stopped")
 
     def _report(self, exc: BaseException, reason: str) -> None:
@@ -454,12 +419,8 @@ class Informer(InformerShell):
         with self._state:
             self._core.failed(exc)
             self._state.notify_all()
-        self._errors(self.name, self._kind, reason).inc()
-        if self._on_error is not None:
-            try:
-                self._on_error(exc)
-            except Exception:
-                self._log.exception("informer on_error hook raised")
+        self._errors(self.name, self.kind, reason).inc()
+        self._core.tell_error(exc)
 
     def _run_watch(self, last_resync: float) -> bool:
         """One watch request. True when it made progress or ran its full course (renew at
@@ -491,15 +452,6 @@ class Informer(InformerShell):
             with self._lock:
                 self._stream = None
         return self._progress or time.monotonic() - started >= min(timeout, 1.0)
-
-    def _backoff(self, failures: int) -> float:
-        return backoff_delay(
-            failures,
-            initial=self._backoff_initial,
-            cap=self._backoff_max,
-            jitter=_JITTER,
-            rand=self._rng.random(),
-        )
 
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The I/O-free core of an informer: cache, ordering, re-list diffing, delivery, sync state.
+"""The I/O-free core of an informer: cache, ordering, re-list diffing, delivery, sync, retries.
 
 The threaded :class:`~kdispatch.adapters.informer.Informer` and the asyncio
 :class:`~kdispatch.adapters.aio_informer.AioInformer` are shells around one
@@ -6,8 +6,9 @@ The threaded :class:`~kdispatch.adapters.informer.Informer` and the asyncio
 it read in. The core keeps the cache keyed by ``metadata.uid``; drops an update whose
 resourceVersion is not newer than the cached one (the resume point never moves back); turns a
 re-list into deletes (with the last known state) first, then adds and updates; calls every
-handler in order (one that raises is logged and skipped); and keeps the sync state and the
-failures ``wait_for_sync`` reports. The behaviour is the "Informers" guide's.
+handler in order (one that raises is logged and skipped); keeps the sync state and the
+failures ``wait_for_sync`` reports; and says how long to back off after failures. The
+behaviour is the "Informers" guide's.
 
 Driven by one thread (the informer's, or the event loop's). Cache writes happen under the
 ``lock`` it is given, so another thread may take a consistent :meth:`InformerCore.snapshot`;
@@ -18,17 +19,20 @@ asyncio.
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from loguru import logger
 
+from kdispatch.actors.model.backoff import backoff_delay
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     BadResponseError,
     ForbiddenError,
     InformerSyncTimeout,
+    InvalidInputError,
     KdispatchError,
     UnauthorizedError,
 )
@@ -40,9 +44,11 @@ Obj = dict[str, Any]
 OnAdd = Callable[[Obj], None]
 OnUpdate = Callable[[Obj, Obj], None]
 OnDelete = Callable[[Obj], None]
+OnError = Callable[[BaseException], None]
 
 ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
 EVENT_TYPES = frozenset({ADDED, MODIFIED, DELETED, BOOKMARK})
+_JITTER = 0.2  # retry delays are stretched by up to 20 %, as the executor's
 
 PERMANENT_ERRORS = (UnauthorizedError, ForbiddenError)
 """Failures that ``wait_for_sync`` raises as they come instead of waiting out its timeout (a
@@ -79,6 +85,23 @@ def decode_event(line: bytes, what: str) -> tuple[str, Obj]:
     return event_type, obj
 
 
+def check_settings(
+    on_error: object, backoff_initial: float, backoff_max: float, **more: float
+) -> tuple[float, float]:
+    """Check the settings both informers share: ``on_error`` callable or None, the backoff and
+    the ``more`` numbers positive, ``backoff_max >= backoff_initial``; the backoff as a pair
+    of floats. Raises :class:`InvalidInputError`."""
+    if on_error is not None and not callable(on_error):
+        raise InvalidInputError(f"on_error must be callable, got {on_error!r}")
+    numbers = {"backoff_initial": backoff_initial, "backoff_max": backoff_max, **more}
+    for label, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
+    if backoff_max < backoff_initial:
+        raise InvalidInputError("backoff_max must be >= backoff_initial")
+    return float(backoff_initial), float(backoff_max)
+
+
 def describe_failure(error: BaseException, server: str | None) -> str:
     """A failure as a person reads it: a connection error names the server it could not reach
     (``cannot connect to http://...: <error>``). Pure."""
@@ -97,27 +120,30 @@ class InformerCore:
         kind: str,
         lock: contextlib.AbstractContextManager[Any] | None = None,
         typed: Callable[[Obj], Obj] | None = None,
+        backoff: tuple[float, float] = (0.05, 5.0),
+        on_error: OnError | None = None,
     ) -> None:
         """``lock`` guards cache writes against :meth:`snapshot` from other threads (none
         needed on an event loop); ``typed`` fills ``kind``/``apiVersion`` into objects as they
-        come in (list items lack them)."""
+        come in (list items lack them); ``backoff``: the first and the longest
+        :meth:`retry_delay`; ``on_error``: the hook :meth:`tell_error` calls."""
         self.name = name
         self.kind = kind
+        self._backoff = backoff
+        self._on_error = on_error
+        self._rng = random.Random()
         self._lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self._typed = typed
         self._items: dict[str, Obj] = {}
         self._view = MappingProxyType(self._items)
         self._handlers: list[Handler] = []
         self._rv: str | None = None
+        # synced, last_error, relists: as InformerShell's has_synced, last_error, relists say
         self.synced = False
-        """True once a list has been delivered to the handlers."""
         self.last_error: BaseException | None = None
-        """The newest list/watch failure, or None after a good list or a watch that made
-        progress."""
+        self.relists = 0
         self.errors = 0
         """Failures reported so far (``wait_for_sync`` tells new ones from old ones)."""
-        self.relists = 0
-        """Lists delivered so far."""
         self._log = logger.bind(informer=name, kind=kind)
 
     def add_handler(self, handler: Handler) -> None:
@@ -154,7 +180,7 @@ class InformerCore:
         for uid, obj in [(u, o) for u, o in items_now.items() if u not in fresh]:
             with self._lock:
                 del items_now[uid]
-            self._fire_delete(obj)
+            self._fire("on_delete", obj)
         for uid, obj in fresh.items():
             self._upsert(uid, obj)
         self._rv = resource_version
@@ -180,15 +206,12 @@ class InformerCore:
             self._log.warning("{} event without a uid ignored", event_type)
             return False
         obj = self._type(obj)
-        changed = True
         if event_type == DELETED:
-            cur = self._items.get(uid)
-            if cur is not None:
+            changed = uid in self._items
+            if changed:
                 with self._lock:
                     del self._items[uid]
-                self._fire_delete(obj)
-            else:
-                changed = False
+                self._fire("on_delete", obj)
         else:
             changed = self._upsert(uid, obj)
         self._advance(rv)
@@ -197,7 +220,7 @@ class InformerCore:
     def replay(self) -> None:
         """Resync: every cached object to ``on_update(obj, obj)``."""
         for obj in list(self._items.values()):
-            self._fire_update(obj, obj)
+            self._fire("on_update", obj, obj)
 
     def failed(self, error: BaseException) -> None:
         """A list or watch failed."""
@@ -207,6 +230,22 @@ class InformerCore:
     def progressed(self) -> None:
         """A watch delivered something: the connection works again."""
         self.last_error = None
+
+    def retry_delay(self, failures: int) -> float:
+        """Seconds to wait after ``failures`` failures in a row: the backoff doubling from its
+        first to its longest delay, with 20 % jitter (the executor's formula)."""
+        initial, cap = self._backoff
+        return backoff_delay(
+            failures, initial=initial, cap=cap, jitter=_JITTER, rand=self._rng.random()
+        )
+
+    def tell_error(self, error: BaseException) -> None:
+        """Call the ``on_error`` hook, if any (one that raises is logged)."""
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:
+                self._log.exception("informer on_error hook raised")
 
     def sync_failure(self, errors_before: int) -> BaseException | None:
         """What ``wait_for_sync`` should raise now instead of waiting on: a permanent failure
@@ -243,12 +282,12 @@ class InformerCore:
         if cur is None:
             with self._lock:
                 self._items[uid] = obj
-            self._fire_add(obj)
+            self._fire("on_add", obj)
             return True
         if is_newer(obj, cur, strict=True):
             with self._lock:
                 self._items[uid] = obj
-            self._fire_update(cur, obj)
+            self._fire("on_update", cur, obj)
             return True
         return False
 
@@ -257,26 +296,16 @@ class InformerCore:
         if rv is not None and rv_is_newer(rv, self._rv, strict=True):
             self._rv = rv
 
-    def _fire_add(self, obj: Obj) -> None:
-        for h in self._handlers:
-            if h.on_add is not None:
-                self._call(h.on_add, obj)
-
-    def _fire_update(self, old: Obj, new: Obj) -> None:
-        for h in self._handlers:
-            if h.on_update is not None:
-                self._call(h.on_update, old, new)
-
-    def _fire_delete(self, obj: Obj) -> None:
-        for h in self._handlers:
-            if h.on_delete is not None:
-                self._call(h.on_delete, obj)
-
-    def _call(self, fn: Callable[..., None], *args: Obj) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
+    def _fire(self, callback: str, *args: Obj) -> None:
+        """Call every handler's ``callback`` (``"on_add"``, ...); one that raises is logged."""
+        for handler in self._handlers:
+            fn = getattr(handler, callback)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:
+                self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
 
 
 class InformerShell:
@@ -311,6 +340,16 @@ class InformerShell:
         """Lists delivered so far (the first one and every re-list)."""
         return self._core.relists
 
+    @property
+    def kind(self) -> str:
+        """The kind listed and watched."""
+        return self._core.kind
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The newest list/watch failure, or None once a list (or a watch since) succeeded."""
+        return self._core.last_error
+
 
 __all__ = [
     "ADDED",
@@ -321,6 +360,8 @@ __all__ = [
     "Handler",
     "InformerCore",
     "InformerShell",
+    "OnError",
+    "check_settings",
     "decode_event",
     "describe_failure",
     "uid_of",

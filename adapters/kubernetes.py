@@ -1,20 +1,17 @@
 """``KubernetesBackend``: the :class:`~kdispatch.ApiBackend` over the official client, for any
-kind of the kind table (:mod:`kdispatch.actors.model.kinds`), built-in or CRD, namespaced or
-cluster-scoped: ``get``, ``list``/``list_all`` (selectors, pages), ``watch``, ``create``,
-``patch`` (the object or a subresource), ``create_subresource`` and ``delete`` with
-preconditions, and the dispatcher's calls on top of them: ``patch_status``, ``bind``, ``evict``.
+kind of the kind table, built-in or CRD (the "Any kind and CRDs" guide, ``docs/kinds.md``).
 
-Requests go through one shared :class:`kubernetes.client.ApiClient` (its ``Configuration`` and
-its thread-safe urllib3 pool) with one of the transports of :mod:`kdispatch.adapters.transport`;
+Requests go through one shared :class:`kubernetes.client.ApiClient` with a transport of
+:mod:`kdispatch.adapters.transport` (which also turns failures into errors);
 :mod:`kdispatch.adapters.rest` builds them and checks the replies. Every request carries a
-client-side timeout. Messages carry the operation, HTTP status, reason and the server's message,
-never request headers. See the "Any kind and CRDs" guide (``docs/kinds.md``).
+client-side timeout.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from kubernetes import client as k8s
@@ -26,37 +23,18 @@ from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindTable, PatchType
 from . import rest
 from .kubeconfig import in_cluster_configuration, kubeconfig_configuration, url_configuration
 from .listing import ObjectList
-from .rest import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, AnyPatchType, ref
+from .rest import AnyPatchType, ref
 from .transport import (
     TransportName,
     check_timeout,
     check_workers,
     decode_object,
-    error_from_status,
     make_transport,
-    map_api_exception,
-    map_transport_error,
-    no_urllib3_retries,
     prepare_configuration,
-    read_json_object,
     size_pool,
-    translate_errors,
 )
 
-__all__ = [
-    "JSON_PATCH",
-    "MERGE_PATCH",
-    "STRATEGIC_MERGE_PATCH",
-    "KubernetesBackend",
-    "ObjectList",
-    "error_from_status",
-    "map_api_exception",
-    "map_transport_error",
-    "no_urllib3_retries",
-    "prepare_configuration",
-    "read_json_object",
-    "translate_errors",
-]
+__all__ = ["KubernetesBackend", "prepare_configuration"]
 
 
 class KubernetesBackend:
@@ -110,10 +88,8 @@ class KubernetesBackend:
         """A backend for an apiserver at ``url`` (tests, or a proxy such as ``kubectl proxy``).
         ``token``: a bearer token; ``ca_cert``: a CA bundle file for https. TLS verification
         stays on. Caller's thread."""
-        cfg = url_configuration(url, token, ca_cert)
-        check_workers(workers)
-        check_timeout(request_timeout)
-        return cls._owning(cfg, workers, request_timeout, transport, kinds)
+        configure = partial(url_configuration, url, token, ca_cert)
+        return cls._owning(configure, workers, request_timeout, transport, kinds)
 
     @classmethod
     def from_kubeconfig(
@@ -131,10 +107,8 @@ class KubernetesBackend:
         that is missing, unreadable or broken, an unknown context, or one that names a cluster
         or user the file lacks raises :class:`~kdispatch.InvalidConfigError` naming the file
         and the context (the original error is its ``__cause__``). Caller's thread."""
-        check_workers(workers)
-        check_timeout(request_timeout)
-        cfg = kubeconfig_configuration(path, context)
-        return cls._owning(cfg, workers, request_timeout, transport, kinds)
+        configure = partial(kubeconfig_configuration, path, context)
+        return cls._owning(configure, workers, request_timeout, transport, kinds)
 
     @classmethod
     def in_cluster(
@@ -147,23 +121,23 @@ class KubernetesBackend:
     ) -> KubernetesBackend:
         """A backend from the pod's service account (token and CA mounted by the kubelet).
         Runs on the caller's thread."""
-        check_workers(workers)
-        check_timeout(request_timeout)
-        return cls._owning(in_cluster_configuration(), workers, request_timeout, transport, kinds)
+        return cls._owning(in_cluster_configuration, workers, request_timeout, transport, kinds)
 
     @classmethod
     def _owning(
         cls,
-        cfg: Any,
+        configure: Callable[[], k8s.Configuration],
         workers: int,
         request_timeout: float,
         transport: TransportName,
         kinds: KindTable | None,
     ) -> KubernetesBackend:
-        """A backend owning a new ``ApiClient`` on ``cfg``, its pool sized for ``workers``."""
-        prepare_configuration(cfg, workers)
+        """Check the settings, then a backend owning a new ``ApiClient`` on ``configure()``,
+        its pool sized for ``workers``."""
+        check_workers(workers)
+        check_timeout(request_timeout)
         return cls(
-            k8s.ApiClient(cfg),
+            k8s.ApiClient(prepare_configuration(configure(), workers)),
             request_timeout=request_timeout,
             owns_client=True,
             transport=transport,

@@ -2,13 +2,10 @@
 
 The protocol and Lease fields are client-go's (``tools/leaderelection``), so this elector and
 the official client's ``LeaseLock`` see each other's leases: a candidate takes the Lease when it
-is free, or when its record has not changed for ``leaseDurationSeconds`` on the candidate's own
-monotonic clock; the leader renews it every ``retry_period``; every write carries the observed
-``resourceVersion``. Unlike ``kubernetes.leaderelection`` it stops cleanly, releases the lease,
-and fences: :meth:`LeaseElector.may_send` is False from ``t0 + renew_deadline`` on (``t0``: just
-before the last successful acquire/renew was sent), at least ``lease_duration -
-renew_deadline`` before another replica can take the lease. Guarantees and limits: the "High
-availability" guide (``docs/high-availability.md``).
+is free, or when its record has not changed for ``leaseDurationSeconds`` on its own monotonic
+clock; every write carries the observed ``resourceVersion``. The fence, the guarantees and
+limits, and why not ``kubernetes.leaderelection``: the "High availability" guide
+(``docs/high-availability.md``).
 
 Threads: :meth:`~LeaseElector.start` runs the election loop on ``kdispatch-leader-<lease>`` and
 the deadline watchdog on ``kdispatch-leader-watchdog-<lease>``; :meth:`~LeaseElector.may_send`
@@ -41,7 +38,7 @@ from kdispatch.actors.model.errors import (
 )
 from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
 
-from .kubernetes import read_json_object, translate_errors
+from .transport import read_json_object, translate_errors
 
 __all__ = [
     "ClientLeaseClient",
@@ -359,30 +356,29 @@ class LeaseElector:
                 self._set_follower_locked()
             lease = self._lease
         cfg = self.config
-        for _ in range(2):
-            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != cfg.identity:
-                return False
-            spec = dict(lease.get("spec") or {})
-            now = _micro_time(self._wall())
-            spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now)
-            try:
-                written = self._client.update(
-                    cfg.namespace, cfg.name, {**lease, "spec": spec}, timeout=cfg.renew_deadline
-                )
-            except ConflictError:
-                try:
-                    lease = self._client.get(cfg.namespace, cfg.name, timeout=cfg.renew_deadline)
-                except ApiError as exc:
-                    logger.warning("releasing lease {} failed: {}", cfg.name, exc)
+        try:
+            for _ in range(2):
+                spec = dict((lease or {}).get("spec") or {})
+                if lease is None or spec.get("holderIdentity") != cfg.identity:
                     return False
-                continue
-            except ApiError as exc:
-                logger.warning("releasing lease {} failed: {}", cfg.name, exc)
-                return False
-            with self._cond:
-                self._lease = written
-            logger.info("{} released lease {}", cfg.identity, cfg.name)
-            return True
+                now = _micro_time(self._wall())
+                spec.update(
+                    holderIdentity="", leaseDurationSeconds=1, renewTime=now, acquireTime=now
+                )
+                try:
+                    written = self._client.update(
+                        cfg.namespace, cfg.name, {**lease, "spec": spec}, timeout=cfg.renew_deadline
+                    )
+                except ConflictError:
+                    lease = self._client.get(cfg.namespace, cfg.name, timeout=cfg.renew_deadline)
+                    continue
+                with self._cond:
+                    self._lease = written
+                logger.info("{} released lease {}", cfg.identity, cfg.name)
+                return True
+        except ApiError as exc:
+            logger.warning("releasing lease {} failed: {}", cfg.name, exc)
+            return False
         logger.warning("releasing lease {} failed: it kept changing", cfg.name)
         return False
 

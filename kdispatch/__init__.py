@@ -101,9 +101,7 @@ if TYPE_CHECKING:
     from .adapters.leader import ClientLeaseClient, ElectionConfig, LeaseClient, LeaseElector
     from .adapters.listing import ObjectList
     from .adapters.transport import prepare_configuration
-else:  # on first use: the dispatcher's runtime (pykka, asyncio, prometheus_client) and the
-    # adapters (the Kubernetes client) cost more than pytest itself, which imports this package
-    # for the envtest plugin in every run
+else:  # imported on first use: see kdispatch._lazy
     __getattr__ = lazy_exports(
         __name__,
         {
