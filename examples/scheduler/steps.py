@@ -138,40 +138,41 @@ class ChainedSteps:
             return send()
         held: CallFuture = Future()
         held.set_running_or_notify_cancel()
-        when_all_done(after, partial(self._release, after, send, held, call_type, ref))
+
+        def release() -> None:
+            """Resolving thread of the last prerequisite: submit the call, or fail it."""
+            failure = self._failure(after)
+            if failure is not None:
+                held.set_exception(
+                    DependencyFailed(
+                        f"{call_type} not sent: a prerequisite failed: {failure}",
+                        ref=ref,
+                        call_type=call_type,
+                        cause=failure,
+                    )
+                )
+                return
+            try:
+                inner = send()
+            except Exception as err:  # DispatcherClosed: the run is stopping
+                held.set_exception(err)
+                return
+            inner.add_done_callback(partial(_relay, held))
+
+        when_all_done(after, release)
         return held
 
-    def _release(
-        self,
-        after: list[Future[Any]],
-        send: Callable[[], CallFuture],
-        held: CallFuture,
-        call_type: str,
-        ref: ObjectRef,
-    ) -> None:
-        """Resolving thread of the last prerequisite: submit the call, or fail it."""
+    def _failure(self, after: list[Future[Any]]) -> BaseException | None:
+        """Why a held call must not be sent (None: send it): the cancellation, or the first
+        prerequisite that failed. Resolving thread of the last prerequisite."""
         with self._lock:
-            failure: BaseException | None = self._cancelled
+            if self._cancelled is not None:
+                return self._cancelled
         for prerequisite in after:
-            if failure is not None:
-                break
             failure = prerequisite.exception()
-        if failure is not None:
-            held.set_exception(
-                DependencyFailed(
-                    f"{call_type} not sent: a prerequisite failed: {failure}",
-                    ref=ref,
-                    call_type=call_type,
-                    cause=failure,
-                )
-            )
-            return
-        try:
-            inner = send()
-        except Exception as err:  # DispatcherClosed: the run is stopping
-            held.set_exception(err)
-            return
-        inner.add_done_callback(partial(_relay, held))
+            if failure is not None:
+                return failure
+        return None
 
 
 def when_all_done(futures: Sequence[Future[Any]], then: Callable[[], None]) -> None:
