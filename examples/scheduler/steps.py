@@ -159,7 +159,7 @@ class ChainedSteps:
                 return
             inner.add_done_callback(partial(_relay, held))
 
-        when_all_done(after, release)
+        _when_all_done(after, release)
         return held
 
     def _failure(self, after: list[Future[Any]]) -> BaseException | None:
@@ -175,7 +175,7 @@ class ChainedSteps:
         return None
 
 
-def when_all_done(futures: Sequence[Future[Any]], then: Callable[[], None]) -> None:
+def _when_all_done(futures: Sequence[Future[Any]], then: Callable[[], None]) -> None:
     """Call ``then()`` once every one of ``futures`` (at least one) resolved, on the thread
     that resolved the last of them (at once if all already did). Never waits."""
     left = [len(futures)]
@@ -291,7 +291,7 @@ class PerPodGang(ChainedSteps):
         if not members:
             self._future.set_result([])
             return
-        when_all_done([future for _, future in members], partial(self._resolve, members))
+        _when_all_done([future for _, future in members], partial(self._resolve, members))
 
     def _resolve(self, members: list[tuple[ObjectRef, CallFuture]]) -> None:
         """Resolving thread of the last member."""
