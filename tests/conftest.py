@@ -21,7 +21,9 @@ Where the one helper for each need lives (reuse it rather than writing another):
 * is the final state right: :mod:`kdispatch.testing.oracle` (``IntentLog``, ``score``);
 * a dispatcher configuration without rate limit or backoff: ``tests/configs.py``;
 * a dispatcher with informers and their teardown: ``tests/stacks.py``; a backend driven from
-  several threads: ``tests/concurrency.py``; a raw HTTP request read: ``tests/rawhttp.py``.
+  several threads: ``tests/concurrency.py``; a raw HTTP request read: ``tests/rawhttp.py``;
+* a command in a child process (a fresh interpreter, a CLI, a build), its output captured:
+  ``tests/subprocesses.py`` (``run_command``).
 
 Tests that take more than 5 s are marked ``slow`` (still part of the default run); the
 real-apiserver suite is marked ``realapi``.

@@ -155,23 +155,22 @@ def _built_by_calling(obj: type) -> bool:
 
 def _parameters(signature: str) -> dict[str, str]:
     """``name`` → its whole entry (``name: type = default``) of a rendered call signature."""
-    start = signature.find("(")
-    entries: list[str] = []
-    current: list[str] = []
+    start = signature.find("(") + 1
+    end = len(signature)
+    commas: list[int] = []  # where the top-level commas stand
     depth = 0
-    for ch in signature[start + 1 :]:
+    for at, ch in enumerate(signature[start:], start):
         if ch in "([{":
             depth += 1
         elif ch in ")]}":
             if depth == 0:
+                end = at  # the closing parenthesis
                 break
             depth -= 1
-        if ch == "," and depth == 0:
-            entries.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    entries.append("".join(current))
+        elif ch == "," and depth == 0:
+            commas.append(at)
+    bounds = zip([start - 1, *commas], [*commas, end], strict=True)
+    entries = [signature[left + 1 : right] for left, right in bounds]
     found = {}
     for entry in (e.strip() for e in entries):
         match = re.match(r"\**(\w+)", entry)

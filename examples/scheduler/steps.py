@@ -31,7 +31,7 @@ Either way ``future`` resolves once every member resolved (the list of outcomes,
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from functools import partial
 from types import TracebackType
@@ -138,52 +138,59 @@ class ChainedSteps:
             return send()
         held: CallFuture = Future()
         held.set_running_or_notify_cancel()
-        left = [len(after)]
-        lock = threading.Lock()
 
-        def one_done(_f: Future[Any]) -> None:
-            """Resolving thread of a prerequisite."""
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                self._release(after, send, held, call_type, ref)
+        def release() -> None:
+            """Resolving thread of the last prerequisite: submit the call, or fail it."""
+            failure = self._failure(after)
+            if failure is not None:
+                held.set_exception(
+                    DependencyFailed(
+                        f"{call_type} not sent: a prerequisite failed: {failure}",
+                        ref=ref,
+                        call_type=call_type,
+                        cause=failure,
+                    )
+                )
+                return
+            try:
+                inner = send()
+            except Exception as err:  # DispatcherClosed: the run is stopping
+                held.set_exception(err)
+                return
+            inner.add_done_callback(partial(_relay, held))
 
-        for prerequisite in after:
-            prerequisite.add_done_callback(one_done)
+        _when_all_done(after, release)
         return held
 
-    def _release(
-        self,
-        after: list[Future[Any]],
-        send: Callable[[], CallFuture],
-        held: CallFuture,
-        call_type: str,
-        ref: ObjectRef,
-    ) -> None:
-        """Resolving thread of the last prerequisite: submit the call, or fail it."""
+    def _failure(self, after: list[Future[Any]]) -> BaseException | None:
+        """Why a held call must not be sent (None: send it): the cancellation, or the first
+        prerequisite that failed. Resolving thread of the last prerequisite."""
         with self._lock:
-            failure: BaseException | None = self._cancelled
+            if self._cancelled is not None:
+                return self._cancelled
         for prerequisite in after:
-            if failure is not None:
-                break
             failure = prerequisite.exception()
-        if failure is not None:
-            held.set_exception(
-                DependencyFailed(
-                    f"{call_type} not sent: a prerequisite failed: {failure}",
-                    ref=ref,
-                    call_type=call_type,
-                    cause=failure,
-                )
-            )
-            return
-        try:
-            inner = send()
-        except Exception as err:  # DispatcherClosed: the run is stopping
-            held.set_exception(err)
-            return
-        inner.add_done_callback(partial(_relay, held))
+            if failure is not None:
+                return failure
+        return None
+
+
+def _when_all_done(futures: Sequence[Future[Any]], then: Callable[[], None]) -> None:
+    """Call ``then()`` once every one of ``futures`` (at least one) resolved, on the thread
+    that resolved the last of them (at once if all already did). Never waits."""
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_f: Future[Any]) -> None:
+        """Resolving thread of one of ``futures``."""
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            then()
+
+    for future in futures:
+        future.add_done_callback(one_done)
 
 
 def _relay(held: CallFuture, inner: CallFuture) -> None:
@@ -241,42 +248,31 @@ class DispatcherGang:
         self._group.__enter__()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         """Seal the gang: the members submitted so far are released (or, if the block
         raised, withdrawn)."""
-        self._group.__exit__(exc_type, exc, tb)
+        self._group.__exit__(*exc_info)
 
 
-class PerPodGang:
+class PerPodGang(ChainedSteps):
     """:class:`GangSteps` over an API layer without gangs: :class:`ChainedSteps`, each member
     binding sent as it is submitted; :attr:`future` resolves once the gang is sealed (the end
     of the ``with`` block) and every member resolved."""
 
     def __init__(self, api: Sender) -> None:
-        self._steps = ChainedSteps(api)
-        self._lock = threading.Lock()
+        super().__init__(api)
+        self._members_lock = threading.Lock()
         self._members: list[tuple[ObjectRef, CallFuture]] = []
         self._future: Future[list[Outcome]] = Future()
         self._future.set_running_or_notify_cancel()
 
     def submit(self, call: Call, *, after: Iterable[Future[Any]] = ()) -> CallFuture:
         """Any thread."""
-        future = self._steps.submit(call, after=after)
+        future = super().submit(call, after=after)
         if call.call_type == MEMBER:
-            with self._lock:
+            with self._members_lock:
                 self._members.append((call.ref, future))
         return future
-
-    def preempt(
-        self, victim: Obj, *, preemptor: str, after: Iterable[CallFuture] = ()
-    ) -> CallFuture:
-        """Any thread."""
-        return self._steps.preempt(victim, preemptor=preemptor, after=after)
 
     @property
     def future(self) -> Future[Any]:
@@ -285,36 +281,17 @@ class PerPodGang:
 
     def then(self, call: Call) -> CallFuture:
         """Any thread. Submitted from the done-callback of :attr:`future`, if it succeeded."""
-        return self._steps.submit(call, after=[self._future])
+        return super().submit(call, after=[self._future])
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         """Seal: :attr:`future` resolves once the members submitted so far resolved."""
-        self._steps.__exit__(exc_type, exc, tb)
-        with self._lock:
+        super().__exit__(exc_type, *rest)
+        with self._members_lock:
             members = list(self._members)
         if not members:
             self._future.set_result([])
             return
-        left = [len(members)]
-
-        def one_done(_f: CallFuture) -> None:
-            """Resolving thread of a member."""
-            with self._lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                self._resolve(members)
-
-        for _, future in members:
-            future.add_done_callback(one_done)
+        _when_all_done([future for _, future in members], partial(self._resolve, members))
 
     def _resolve(self, members: list[tuple[ObjectRef, CallFuture]]) -> None:
         """Resolving thread of the last member."""

@@ -6,8 +6,8 @@ accepted wherever kdispatch takes an object (``as_object`` reads their JSON form
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from kdispatch import (
 )
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_pod
 from kdispatch.testing.envtest import write_kubeconfig
+from tests.subprocesses import run_command
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -201,14 +202,15 @@ def test_a_foreign_object_without_json_is_a_typed_error(bad: object, match: str)
 
 def test_no_client_is_imported_to_read_them() -> None:
     """``as_object`` recognises them by shape: the core imports neither library."""
-    code = (
-        "import sys, kdispatch\n"
-        "class Obj:\n"
-        "    raw = {'kind': 'Pod', 'metadata': {'uid': 'u'}}\n"
-        "assert kdispatch.as_object(Obj())['metadata'] == {'uid': 'u'}\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'kr8s')))\n"
+    code = textwrap.dedent(
+        """
+        import sys, kdispatch
+        class Obj:
+            raw = {'kind': 'Pod', 'metadata': {'uid': 'u'}}
+        assert kdispatch.as_object(Obj())['metadata'] == {'uid': 'u'}
+        print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'kr8s')))
+        """
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    out = run_command([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -8,13 +8,8 @@ import time
 
 import pytest
 
+from kdispatch import DispatcherConfig, ExecutorConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.facade.dispatcher import Dispatcher
-from kdispatch.actors.model.config import (
-    DispatcherConfig,
-    ExecutorConfig,
-    RateLimitConfig,
-    RetryConfig,
-)
 from kdispatch.actors.model.errors import ApiConnectionError, CallFailed, Outcome, ServerError
 from kdispatch.actors.model.objects import get_path
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch

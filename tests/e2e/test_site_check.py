@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from kdispatch import Dispatcher
 from kdispatch.testing import Latency, make_pod
 from tests.site_check import check_site, read, reference_problems, text_problems
-from tests.snippets import ROOT
+from tests.subprocesses import run_command
 
 LATENCY = "Latency(fixed: float = 0.0, per_op: Mapping[str, float] = dict(), jitter: float = 0.0)"
 
@@ -130,14 +129,8 @@ def test_a_folder_that_is_no_site_is_a_problem(tmp_path: Path) -> None:
 def test_the_built_site_passes(tmp_path: Path) -> None:
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    built = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
-        cwd=ROOT,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=280,
+    built = run_command(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)], env=env, timeout=280
     )
     assert built.returncode == 0, built.stderr[-4000:]
     assert check_site(site) == []

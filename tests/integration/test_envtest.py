@@ -38,6 +38,7 @@ from kdispatch.testing.envtest.flags import parse_assignments
 from kdispatch.testing.envtest.modules import ETCD, KUBERNETES, PinnedModule
 from kdispatch.testing.envtest.scheduler import KubeScheduler
 from kdispatch.testing.waiting import wait_for
+from tests.subprocesses import run_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,9 +66,7 @@ def _run_pytest(test_file: Path, tmp_path: Path) -> subprocess.CompletedProcess[
     if not _plugin_installed():
         args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
     env = {**_no_binaries_env(tmp_path), "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    return run_command(args, cwd=tmp_path, env=env, timeout=120)
 
 
 def _run_pytest_with_options(options: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -87,15 +86,8 @@ def _run_pytest_with_options(options: str, tmp_path: Path) -> subprocess.Complet
 
 def _cli_start_without_binaries(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     """``python -m kdispatch.testing.envtest start *flags`` with no binaries anywhere."""
-    return subprocess.run(
-        [sys.executable, "-m", "kdispatch.testing.envtest", "start", *flags],
-        cwd=REPO,
-        env=_no_binaries_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start", *flags]
+    return run_command(args, env=_no_binaries_env(tmp_path))
 
 
 # --------------------------------------------------------------------------- lookup
@@ -207,15 +199,8 @@ def test_a_start_timeout_must_be_positive_seconds(timeout: object, tmp_path: Pat
 
 def test_cli_start_reports_the_timeout_it_was_given(tmp_path: Path) -> None:
     binaries = _silent_binaries(tmp_path / "assets")
-    done = subprocess.run(
-        [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "0.5"],
-        cwd=REPO,
-        env={**os.environ, "KUBEBUILDER_ASSETS": str(binaries.dir)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "0.5"]
+    done = run_command(args, env={**os.environ, "KUBEBUILDER_ASSETS": str(binaries.dir)})
     assert done.returncode == 1, done.stderr
     assert "envtest: not ready within 0.5 s" in done.stderr
 
@@ -284,9 +269,7 @@ def test_a_project_of_its_own_sees_no_warning_from_what_the_test_extra_installs(
     for plugin in plugins:
         args += ["-p", plugin]
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    done = subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    done = run_command(args, cwd=tmp_path, env=env, timeout=120)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "1 passed" in done.stdout and "warning" not in output.lower(), output
@@ -298,14 +281,7 @@ def test_the_plugin_loads_no_kubernetes_client_module() -> None:
         "import sys, kdispatch.testing.envtest.pytest_plugin\n"
         "print(sorted(n for n in sys.modules if n.split('.')[0] in ('kubernetes', 'urllib3')))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_command([sys.executable, "-c", code])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

@@ -11,7 +11,6 @@ does the whole ``import kdispatch`` in a child interpreter.
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from types import ModuleType
 import pytest
 
 import kdispatch.actors
+from tests.subprocesses import run_command
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -113,14 +113,7 @@ def test_import_kdispatch_fails_on_an_interpreter_without_the_lock() -> None:
         "else:\n"
         "    print('imported')\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=Path(__file__).parents[2],  # the project's root
-        capture_output=True,
-        text=True,
-        timeout=50,
-        check=False,
-    )
+    done = run_command([sys.executable, "-c", script], timeout=50)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("refused:") and "free-threaded" in lines[0], done.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from kdispatch.actors.model.config import DispatcherConfig
 from kdispatch.actors.model.errors import CallConflict, InvalidConfigError, InvalidInputError
 from kdispatch.actors.model.pod_calls import PodBinding
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from tests.subprocesses import run_command
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -141,9 +141,8 @@ def test_import_kdispatch_switches_its_logs_off() -> None:
         "    pass\n"
         "print(len(seen) > 0)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+    out = run_command([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "True"]
 
 

@@ -14,12 +14,7 @@ from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.config import DispatcherConfig
 from kdispatch.actors.model.errors import InvalidConfigError
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
-from kdispatch.actors.runtime.metric_families import (
-    CounterFamily,
-    GaugeFamily,
-    HistogramFamily,
-    Shards,
-)
+from kdispatch.actors.runtime import metric_families
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.configs import FAST
 from tests.factories import cond
@@ -136,11 +131,13 @@ def _samples(registry: CollectorRegistry) -> set[tuple[str, tuple[tuple[str, str
 
 def test_families_expose_the_samples_prometheus_clients_own_metrics_would() -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
-    shards = Shards()
+    shards = metric_families.Shards()
     buckets = (0.001, 0.01, 0.1)
-    counter = CounterFamily("x_total", "a counter", ["call_type", "verb"], shards)
-    gauge = GaugeFamily("x_pending", "a gauge", ["call_type"], shards)
-    histogram = HistogramFamily("x_seconds", "a histogram", ["call_type"], shards, buckets)
+    counter = metric_families.CounterFamily("x_total", "a counter", ["call_type", "verb"], shards)
+    gauge = metric_families.GaugeFamily("x_pending", "a gauge", ["call_type"], shards)
+    histogram = metric_families.HistogramFamily(
+        "x_seconds", "a histogram", ["call_type"], shards, buckets
+    )
     for collector in (counter, gauge, histogram):
         ours.register(collector)
     p_counter = Counter("x_total", "a counter", ["call_type", "verb"], registry=theirs)
@@ -173,7 +170,7 @@ def test_families_expose_the_samples_prometheus_clients_own_metrics_would() -> N
     assert ours.get_sample_value("x_seconds_bucket", {"call_type": "a", "le": "0.001"}) == 1
     assert ours.get_sample_value("x_seconds_bucket", {"call_type": "a", "le": "+Inf"}) == 3
     with pytest.raises(ValueError, match="Duplicated timeseries"):  # describe() names them
-        ours.register(CounterFamily("x_total", "again", ["call_type"], shards))
+        ours.register(metric_families.CounterFamily("x_total", "again", ["call_type"], shards))
 
 
 def on_another_thread(update: Callable[[], None]) -> None:

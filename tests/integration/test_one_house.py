@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,19 +11,11 @@ import kdispatch
 import kdispatch.testing
 from kdispatch import Dispatcher, DispatcherLike, ProcessDispatcher
 from kdispatch.testing import InMemoryApiServer
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.subprocesses import run_command
 
 
 def _run(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_command([sys.executable, "-c", code])
 
 
 @pytest.mark.parametrize("folder", ["actors", "adapters"])

@@ -32,6 +32,12 @@ def conditions(server: InMemoryApiServer, name: str = "g") -> dict[str, dict[str
     return {c["type"]: c for c in stored["status"].get("conditions", [])}
 
 
+def status_and_message(server: InMemoryApiServer, ctype: str) -> tuple[object, object]:
+    """The status and message of the stored PodGroup's condition ``ctype``."""
+    condition = conditions(server)[ctype]
+    return condition["status"], condition["message"]
+
+
 def patches(server: InMemoryApiServer) -> int:
     return sum(1 for r in server.request_log if r.op == "patch_status" and r.outcome == "ok")
 
@@ -82,9 +88,8 @@ def test_pending_calls_merge_by_type_into_one_request(server: InMemoryApiServer)
         outcomes = [f.result(timeout=10) for f in futs]
     assert outcomes == [Outcome.OVERWRITTEN] * 4 + [Outcome.SUCCESS]
     assert patches(server) == 2
-    stored = conditions(server)
-    assert (stored[PIS]["status"], stored[PIS]["message"]) == ("False", "try 4")
-    assert stored[DT]["message"] == "preempted to make room for pod ns/big"
+    assert status_and_message(server, PIS) == ("False", "try 4")
+    assert conditions(server)[DT]["message"] == "preempted to make room for pod ns/big"
 
 
 def test_a_false_decided_before_a_true_landed_is_stale_and_never_sent(
@@ -129,9 +134,8 @@ def test_an_informer_update_with_true_makes_a_pending_false_stale(
         assert isinstance(late.exception(timeout=10), CallStale)
         gated.gate.set()
         first.result(timeout=10)  # its resourceVersion is outdated: rebased and sent again
-    stored = conditions(server)
-    assert (stored[PIS]["status"], stored[PIS]["message"]) == ("True", "by another writer")
-    assert stored[DT]["status"] == "True"
+    assert status_and_message(server, PIS) == ("True", "by another writer")
+    assert conditions(server)[DT]["status"] == "True"
 
 
 def test_view_shows_the_pending_conditions_but_never_a_regression(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from kdispatch import Outcome
 from kdispatch.actors.engine.aio import NoEventLoopError
 from kdispatch.actors.facade.process import DispatcherProcessDied, ProcessDispatcher
 from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RetryConfig
@@ -31,7 +32,6 @@ from kdispatch.actors.model.errors import (
     InvalidInputError,
     InvalidObjectError,
     ObjectNotFound,
-    Outcome,
 )
 from kdispatch.actors.model.objects import Obj
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch

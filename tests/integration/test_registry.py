@@ -12,15 +12,16 @@ import queue
 import random
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, cast
+from functools import partial
+from typing import Any, Generic, TypeVar, cast
 
 import pytest
 
 from kdispatch.actors.engine.messages import Reap
-from kdispatch.actors.engine.registry import Registry, live_pooled_actors
+from kdispatch.actors.engine.registry import Registry, Spawn, live_pooled_actors
 from kdispatch.actors.model.errors import ActorLimitExceeded, InvalidConfigError
 from kdispatch.actors.runtime.pool import Actor, ActorPool
 from tests.clocks import ManualClock
@@ -81,33 +82,49 @@ class UidActor(Actor):
         self.idle_since = self.world.clock()
 
 
-class World:
+StandIn = TypeVar("StandIn")
+
+
+class StandIns(Generic[StandIn]):
+    """A registry on a manual clock that spawns ``kind`` stand-ins, made by ``make(uid)``, and
+    the stand-ins it spawned."""
+
+    def __init__(
+        self, kind: type[StandIn], make: Callable[[str], StandIn], **registry: Any
+    ) -> None:
+        self.kind = kind
+        self.make = make
+        self.clock = ManualClock(1000.0)
+        self.registry = Registry(clock=self.clock, **registry)
+        self.spawned: list[StandIn] = []
+
+    def spawn(self, uid: str) -> StandIn:
+        made = self.make(uid)
+        self.spawned.append(made)  # list.append: atomic under the interpreter lock
+        return made
+
+    def tell(self, uid: str, message: object) -> bool:
+        return self.registry.tell(uid, message, cast(Spawn, self.spawn))
+
+    def registered(self, uid: str) -> StandIn:
+        """The registered stand-in of ``uid`` (there must be one)."""
+        found = self.registry.get(uid)
+        assert isinstance(found, self.kind), f"no actor for {uid}"
+        return found
+
+
+class World(StandIns[UidActor]):
     """A pool, a registry on a manual clock, and the :class:`UidActor` each spawn made."""
 
     def __init__(self, pool: ActorPool, **registry: Any) -> None:
         self.pool = pool
-        self.clock = ManualClock(1000.0)
-        self.registry = Registry(clock=self.clock, **registry)
-        self.spawned: list[UidActor] = []
+        super().__init__(UidActor, partial(UidActor, self), **registry)
         self.left: queue.Queue[UidActor] = queue.Queue()  # actors that left, in order
-
-    def spawn(self, uid: str) -> UidActor:
-        actor = UidActor(self, uid)
-        self.spawned.append(actor)  # list.append: atomic under the interpreter lock
-        return actor
-
-    def tell(self, uid: str, message: object) -> bool:
-        return self.registry.tell(uid, message, self.spawn)
-
-    def actor(self, uid: str) -> UidActor:
-        actor = self.registry.get(uid)
-        assert isinstance(actor, UidActor), f"no actor for {uid}"
-        return actor
 
     def log_of(self, uid: str) -> list[Any]:
         """What the actor of ``uid`` handled, once everything told before was handled."""
         ping = Ping()
-        assert self.actor(uid).tell(ping)
+        assert self.registered(uid).tell(ping)
         return ping.reply.result(WAIT)
 
     def spawns_of(self, uid: str) -> list[UidActor]:
@@ -145,26 +162,11 @@ class Mailbox:
         return left
 
 
-class Mailboxes:
+class Mailboxes(StandIns[Mailbox]):
     """A registry of :class:`Mailbox` actors on a manual clock."""
 
     def __init__(self, **registry: Any) -> None:
-        self.clock = ManualClock(1000.0)
-        self.registry = Registry(clock=self.clock, **registry)
-        self.spawned: list[Mailbox] = []
-
-    def spawn(self, uid: str) -> Any:
-        box = Mailbox(uid)
-        self.spawned.append(box)
-        return box
-
-    def tell(self, uid: str, message: object) -> bool:
-        return self.registry.tell(uid, message, self.spawn)
-
-    def box(self, uid: str) -> Mailbox:
-        box = self.registry.get(uid)
-        assert isinstance(box, Mailbox), f"no actor for {uid}"
-        return box
+        super().__init__(Mailbox, Mailbox, **registry)
 
     def leave(self, uid: str, box: Mailbox, *, tombstone: bool = False) -> None:
         """``box`` leaves the registry (which only compares it with the registered one)."""
@@ -173,7 +175,7 @@ class Mailboxes:
     def idle(self, uid: str, since: float) -> Mailbox:
         """A registered mailbox for ``uid``, idle since ``since``."""
         assert self.tell(uid, "spawn")
-        box = self.box(uid)
+        box = self.registered(uid)
         box.inbox.clear()
         box.idle_since = since
         return box
@@ -232,7 +234,7 @@ def test_without_spawn_a_uid_with_no_actor_drops_and_counts(boxes: Mailboxes) ->
     assert boxes.registry.live_count() == 0 and boxes.registry.get("nobody") is None
     assert boxes.tell("u", "a")
     assert boxes.registry.tell("u", "b") is True  # registered: no spawn needed
-    assert boxes.box("u").inbox == ["a", "b"]
+    assert boxes.registered("u").inbox == ["a", "b"]
     assert boxes.registry.dropped == 1
 
 
@@ -250,11 +252,11 @@ def test_a_message_to_an_actor_that_closed_goes_to_a_fresh_actor(boxes: Mailboxe
     """An actor that closed (reaped, retired, crashed) but is still registered refuses the
     tell; the registry forgets it and routes the message to a fresh actor: never lost."""
     assert boxes.tell("u", "first")
-    old = boxes.box("u")
+    old = boxes.registered("u")
     old.inbox.clear()
     assert old.close_if_empty()  # it left, and has not unregistered yet
     assert boxes.tell("u", "second")
-    new = boxes.box("u")
+    new = boxes.registered("u")
     assert new is not old and new.inbox == ["second"] and old.inbox == []
     assert boxes.registry.live_count() == 1 and boxes.registry.dropped == 0
     boxes.leave("u", old)  # its late leave does not unregister the fresh one
@@ -265,7 +267,7 @@ def test_a_message_queued_behind_a_reap_keeps_the_actor(world: World) -> None:
     """The actor leaves only if its inbox is empty when the ``Reap`` is handled, atomically
     with every tell: a message routed after the ``Reap`` but before it was handled keeps it."""
     assert world.tell("u", "first")
-    old = world.actor("u")
+    old = world.registered("u")
     hold = Hold(threading.Event())
     assert old.tell(hold)
     assert hold.entered.wait(WAIT)  # the actor's turn is held: what follows is queued
@@ -275,7 +277,7 @@ def test_a_message_queued_behind_a_reap_keeps_the_actor(world: World) -> None:
     finally:
         hold.release.set()
     assert world.log_of("u") == ["first", hold, "second"]
-    assert world.actor("u") is old and not old.stopped and world.left.empty()
+    assert world.registered("u") is old and not old.stopped and world.left.empty()
     assert len(world.spawned) == 1 and world.registry.dropped == 0
 
 
@@ -300,7 +302,7 @@ def test_a_spawn_in_progress_does_not_hold_up_other_senders(world: World) -> Non
     finally:
         release.set()
         stuck.join(WAIT)
-    registered = world.actor("slow")
+    registered = world.registered("slow")
     assert world.log_of("slow") == ["second", "first"]
     loser = [a for a in world.spawns_of("slow") if a is not registered]
     assert len(loser) == 1 and loser[0].log == []
@@ -337,7 +339,7 @@ def test_racing_spawns_register_exactly_one_actor_per_uid(
         t.join(WAIT)
     assert not errors
     assert world.registry.live_count() == len(uids)
-    registered = {uid: world.actor(uid) for uid in uids}
+    registered = {uid: world.registered(uid) for uid in uids}
     for uid in uids:
         assert sorted(world.log_of(uid)) == list(range(senders))  # every sender's, once
     losers = [a for a in world.spawned if registered[a.uid] is not a]
@@ -496,7 +498,7 @@ def test_lock_free_routing_races_reaping_without_loss_reorder_or_overlap(
 
 def test_a_tombstoned_uid_drops_and_counts_messages_and_never_spawns(boxes: Mailboxes) -> None:
     assert boxes.tell("gone", "a")
-    actor = boxes.box("gone")
+    actor = boxes.registered("gone")
     actor.inbox.clear()
     assert actor.close_if_empty()
     boxes.leave("gone", actor, tombstone=True)  # retired: its object was deleted
@@ -511,13 +513,13 @@ def test_a_tombstoned_uid_drops_and_counts_messages_and_never_spawns(boxes: Mail
     boxes.clock.advance(2)  # the tombstone expired
     assert not boxes.registry.is_tombstoned("gone")
     assert boxes.tell("gone", "e")
-    assert len(boxes.spawned) == 2 and boxes.box("gone").inbox == ["e"]
+    assert len(boxes.spawned) == 2 and boxes.registered("gone").inbox == ["e"]
     assert boxes.registry.dropped == 3
 
 
 def test_a_closed_actor_of_a_tombstoned_uid_is_not_replaced(boxes: Mailboxes) -> None:
     assert boxes.tell("gone", "a")
-    actor = boxes.box("gone")
+    actor = boxes.registered("gone")
     boxes.registry.tombstone("gone")  # its object was deleted; it has not left yet
     assert boxes.tell("gone", "b")  # a live actor stays until it leaves
     actor.inbox.clear()
@@ -531,11 +533,11 @@ def test_leave_with_a_stale_actor_keeps_the_current_one_but_tombstones(
     boxes: Mailboxes,
 ) -> None:
     assert boxes.tell("u", "a")
-    stale = boxes.box("u")
+    stale = boxes.registered("u")
     boxes.leave("u", stale)
     assert boxes.registry.get("u") is None and not boxes.registry.is_tombstoned("u")
     assert boxes.tell("u", "b")
-    current = boxes.box("u")
+    current = boxes.registered("u")
     assert current is not stale
     boxes.leave("u", stale, tombstone=True)
     assert boxes.registry.get("u") is current
@@ -589,7 +591,7 @@ def test_a_spawn_whose_actor_got_a_message_first_keeps_it(boxes: Mailboxes) -> N
         return box
 
     assert boxes.registry.tell("racy", "mine", reached_while_building)
-    assert boxes.box("racy").inbox == ["racer", "mine"]
+    assert boxes.registered("racy").inbox == ["racer", "mine"]
     assert boxes.registry.dropped == 0
 
 
@@ -604,8 +606,8 @@ def test_max_live_raises_and_spawns_nothing() -> None:
             boxes.tell("c", 1)
         assert len(boxes.spawned) == 2  # refused before building
         assert boxes.tell("a", 2)  # existing actors are still reachable
-        assert boxes.box("a").inbox == [1, 2]
-        boxes.leave("a", boxes.box("a"))
+        assert boxes.registered("a").inbox == [1, 2]
+        boxes.leave("a", boxes.registered("a"))
         assert boxes.tell("c", 1)
         assert boxes.registry.live_count() == 2
     finally:
@@ -629,7 +631,7 @@ def test_a_spawn_over_the_cap_after_registering_takes_its_actor_back() -> None:
         assert boxes.registry.live_count() == 1 and boxes.registry.get("late") is None
         late = [box for box in boxes.spawned if box.uid == "late"]
         assert len(late) == 1 and late[0].closed and late[0].inbox == []
-        assert boxes.box("first").inbox == [1]
+        assert boxes.registered("first").inbox == [1]
     finally:
         boxes.registry.abandon_all()
 
@@ -698,13 +700,13 @@ def test_reap_idle_does_not_count_closed_actors_and_can_be_disabled(boxes: Mailb
 def test_an_idle_actor_reaped_leaves_and_a_later_message_spawns_afresh(world: World) -> None:
     assert world.tell("a", 1)
     assert world.log_of("a") == [1]
-    first = world.actor("a")
+    first = world.registered("a")
     world.clock.advance(61)
     assert world.registry.reap_idle() == 1
     assert world.left.get(timeout=WAIT) is first
     assert first.stopped and world.registry.get("a") is None
     assert world.tell("a", 2)
-    assert world.actor("a") is not first
+    assert world.registered("a") is not first
     assert world.log_of("a") == [2]
 
 
@@ -737,7 +739,7 @@ def test_live_pooled_actors_counts_registered_actors_across_registries() -> None
         for uid in ("a", "b"):
             assert two.tell(uid, 1)
         assert live_pooled_actors() == base + 5
-        two.leave("a", two.box("a"))
+        two.leave("a", two.registered("a"))
         assert live_pooled_actors() == base + 4
         assert len(one.registry.abandon_all()) == 3
         assert live_pooled_actors() == base + 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +175,34 @@ def hold_worker(pool: ActorPool, holder: Recorder | None = None) -> Hold:
     return hold
 
 
+def run_senders(senders: int, send: Callable[[int], None]) -> None:
+    """Run ``send(sender)`` for each of ``senders`` on its own thread; return once all ended."""
+    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+
+
+def assert_in_order_per_sender(log: list[Any], senders: int, per_sender: int) -> None:
+    """``log`` holds every ``(sender, i)`` message of each sender, each sender's in order."""
+    assert len(log) == senders * per_sender
+    for sender in range(senders):
+        assert [i for s, i in log if s == sender] == list(range(per_sender))
+
+
+def tell_while_held(pool: ActorPool, tells: Mapping[Actor, Sequence[Any]]) -> None:
+    """Tell each actor its messages while ``pool``'s only worker is held, so that all of them
+    are queued before the actors' next turn; then release the worker."""
+    hold = hold_worker(pool)
+    try:
+        for actor, messages in tells.items():
+            for message in messages:
+                assert actor.tell(message)
+    finally:
+        hold.release.set()
+
+
 def _running(workers: int, name: str) -> Iterator[ActorPool]:
     """A started pool (batch 16) for a fixture; stopped after the test, nothing stuck."""
     p = ActorPool(workers=workers, batch=16, name=name)
@@ -225,16 +253,9 @@ def test_order_per_sender_with_many_senders_and_actors(pool: ActorPool) -> None:
             for actor in actors:
                 assert actor.tell((sender, i))
 
-    threads = [threading.Thread(target=send, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(WAIT)
+    run_senders(4, send)
     for actor in actors:
-        log = actor.ping()
-        assert len(log) == 4 * 200
-        for sender in range(4):
-            assert [i for s, i in log if s == sender] == list(range(200))
+        assert_in_order_per_sender(actor.ping(), senders=4, per_sender=200)
 
 
 def test_pool_properties() -> None:
@@ -335,19 +356,13 @@ def test_one_turn_at_a_time_per_actor_with_many_workers_and_senders(
         for i in range(per_sender):
             assert actor.tell((sender, i))
 
-    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(WAIT)
+        run_senders(senders, send)
         log = actor.ping()
     finally:
         assert p.stop(timeout=WAIT) == []
     assert turns.most == 1
-    assert len(log) == senders * per_sender
-    for sender in range(senders):
-        assert [i for s, i in log if s == sender] == list(range(per_sender))
+    assert_in_order_per_sender(log, senders, per_sender)
 
 
 def _wake_up_round(pool: ActorPool, actors: int, senders: int, per_sender: int) -> None:
@@ -362,16 +377,9 @@ def _wake_up_round(pool: ActorPool, actors: int, senders: int, per_sender: int) 
             for actor in order:
                 assert actor.tell((sender, i))
 
-    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(WAIT)
+    run_senders(senders, send)
     for actor in targets:
-        log = actor.ping()
-        assert len(log) == senders * per_sender, f"{actor!r} lost messages"
-        for sender in range(senders):
-            assert [i for s, i in log if s == sender] == list(range(per_sender))
+        assert_in_order_per_sender(actor.ping(), senders, per_sender)
 
 
 def test_no_wake_up_is_lost_between_a_tell_and_a_turn_going_idle(busy_switching: None) -> None:
@@ -437,12 +445,8 @@ def test_a_tell_after_close_if_empty_is_refused_and_queues_nothing(pool: ActorPo
 
 def test_close_if_empty_keeps_an_actor_with_queued_messages(single: ActorPool) -> None:
     actor = Recorder(single)
-    hold = hold_worker(single)
-    try:
-        assert actor.tell(TryClose())
-        assert actor.tell("after")  # queued behind the TryClose: the close must fail
-    finally:
-        hold.release.set()
+    # "after" is queued behind the TryClose: the close must fail
+    tell_while_held(single, {actor: (TryClose(), "after")})
     assert actor.next_seen() == ("closed", False)
     actor.next_seen()  # the TryClose itself, received
     assert actor.next_seen() == ("received", "after")
@@ -484,11 +488,7 @@ def _closing_round(pool: ActorPool, senders: int, per_sender: int) -> None:
             else:
                 refused[sender] += 1
 
-    threads = [threading.Thread(target=send, args=(s,)) for s in range(senders)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(WAIT)
+    run_senders(senders, send)
     assert closed.wait(WAIT)  # the last message leaves the inbox empty at the latest
     assert actor.stopped and actor.tell("late") is False
     assert after_close == []
@@ -513,19 +513,10 @@ def test_close_if_empty_is_atomic_with_racing_tells(busy_switching: None) -> Non
 
 def test_stop_from_receive_hands_the_rest_to_dropped(single: ActorPool) -> None:
     actor = Recorder(single)
-    hold = hold_worker(single)
     stop = StopNow()
-    try:
-        for message in ("a", stop, "b", "c"):
-            assert actor.tell(message)
-    finally:
-        hold.release.set()
-    assert [actor.next_seen() for _ in range(4)] == [
-        ("received", "a"),
-        ("received", stop),
-        ("dropped", "b"),
-        ("dropped", "c"),
-    ]
+    tell_while_held(single, {actor: ("a", stop, "b", "c")})
+    seen = [actor.next_seen() for _ in range(4)]
+    assert seen == [("received", "a"), ("received", stop), ("dropped", "b"), ("dropped", "c")]
     assert actor.stopped
     assert actor.tell("d") is False
     assert actor.log == ["a", stop]
@@ -568,19 +559,9 @@ def test_close_if_empty_once_the_pool_stopped() -> None:
 def test_an_exception_in_receive_stops_only_that_actor(single: ActorPool) -> None:
     bad, good = Recorder(single, tag="bad"), Recorder(single, tag="good")
     boom = RuntimeError("boom")
-    hold = hold_worker(single)
-    try:
-        for message in ("m1", Raise(boom), "m2", "m3"):
-            assert bad.tell(message)
-        assert good.tell("g1")
-    finally:
-        hold.release.set()
-    assert [bad.next_seen() for _ in range(4)] == [
-        ("received", "m1"),
-        ("crashed", boom),
-        ("dropped", "m2"),
-        ("dropped", "m3"),
-    ]
+    tell_while_held(single, {bad: ("m1", Raise(boom), "m2", "m3"), good: ("g1",)})
+    seen = [bad.next_seen() for _ in range(4)]
+    assert seen == [("received", "m1"), ("crashed", boom), ("dropped", "m2"), ("dropped", "m3")]
     assert bad.stopped
     assert bad.tell("late") is False
     assert good.ping() == ["g1"]
@@ -624,12 +605,7 @@ def test_failing_crash_and_drop_hooks_still_stop_the_actor(single: ActorPool) ->
             raise RuntimeError("drop handler bug")
 
     actor = Clumsy(single)
-    hold = hold_worker(single)
-    try:
-        for message in ("first", "second", "third"):
-            assert actor.tell(message)
-    finally:
-        hold.release.set()
+    tell_while_held(single, {actor: ("first", "second", "third")})
     got = [seen.get(timeout=WAIT) for _ in range(3)]
     assert got[0][0] == "crashed" and str(got[0][1]) == "receive bug"
     assert got[1:] == [("dropped", "second"), ("dropped", "third")]

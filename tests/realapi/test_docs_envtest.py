@@ -6,13 +6,13 @@ them (tests/e2e/test_docs_snippets.py); a snippet that stops running fails here.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.snippets import Snippet, all_snippets, run
+from tests.subprocesses import run_command
 
 pytestmark = [pytest.mark.realapi, pytest.mark.timeout(300), pytest.mark.usefixtures("binaries")]
 
@@ -36,13 +36,7 @@ def test_shell_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
     python.chmod(0o755)
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", snippet.code],
-        cwd=tmp_path,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    done = run_command(
+        ["bash", "-euo", "pipefail", "-c", snippet.code], cwd=tmp_path, env=env, timeout=240
     )
     assert done.returncode == 0, f"{snippet.name}:\n{done.stdout}\n{done.stderr[-4000:]}"

@@ -25,6 +25,7 @@ from kubernetes import client, config
 from kdispatch.testing.envtest import Binaries, ControlPlane, ControlPlaneError
 from kdispatch.testing.waiting import wait_for
 from tests.snippets import block, run
+from tests.subprocesses import run_command
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 120.0
@@ -220,14 +221,8 @@ def _passes_with_the_plugin(test_file: Path) -> None:
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)]
     if not _plugin_installed():
         args[3:3] = ["-p", "kdispatch.testing.envtest.pytest_plugin"]
-    done = subprocess.run(
-        args,
-        cwd=test_file.parent,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    done = run_command(
+        args, cwd=test_file.parent, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=240
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout

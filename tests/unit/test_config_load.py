@@ -10,14 +10,9 @@ from typing import Any, Literal
 
 import pytest
 
-from kdispatch import (
-    DispatcherConfig,
-    ExecutorConfig,
-    InvalidConfigError,
-    RateLimitConfig,
-    RegistryConfig,
-)
+from kdispatch import DispatcherConfig, ExecutorConfig, RateLimitConfig, RegistryConfig
 from kdispatch.actors.model.config_load import env_variables, load_dataclass, load_env
+from kdispatch.actors.model.errors import InvalidConfigError
 
 pytestmark = pytest.mark.timeout(30)
 
