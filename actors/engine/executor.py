@@ -142,11 +142,7 @@ class Executor(LaneScheduler):
                 ):
                     if relevance != BEST_EFFORT:
                         calls = self._calls
-                        if calls.unlimited:  # no rate limit (TokenBucket.try_take, spelled out)
-                            calls.taken += 1
-                            taken = True
-                        else:
-                            taken = not self._followups and calls.try_take() == 0
+                        taken = not self._followups and calls.try_take() == 0
                         if taken:
                             if not self._inline:  # a worker slot (inline sends run on the actor)
                                 self._busy += 1

@@ -35,7 +35,6 @@ from kdispatch.actors.model.errors import (
     DispatcherClosed,
     Outcome,
 )
-from kdispatch.actors.model.lifecycle import Life
 from kdispatch.actors.model.object_state import ObjectState
 from kdispatch.actors.runtime.pool import Actor, ActorPool
 
@@ -99,16 +98,8 @@ class ActorContext:
         return ObjectActor(uid, self)
 
 
-_LIVE: Final = Life.LIVE
-
 _REROUTED: Final = (Observed, Cancel, Withdraw, Revoke, Release, FailDependency)
 """Messages a stopped actor hands back to the registry (a type tuple built once)."""
-
-_LABELS: Final = {
-    Outcome.SUCCESS: "success",
-    Outcome.SKIPPED: "skipped",
-    Outcome.OVERWRITTEN: "overwritten",
-}
 
 
 class ObjectActor(Actor):
@@ -118,7 +109,7 @@ class ObjectActor(Actor):
 
     def __init__(self, uid: str, ctx: ActorContext) -> None:
         """The spawning thread; nothing runs until the first message."""
-        Actor.__init__(self, ctx.pool)  # (no super() object per spawn)
+        super().__init__(ctx.pool)
         self.uid = uid
         self.ctx = ctx
         self.machine = ObjectState(uid, ctx.retry)
@@ -156,8 +147,7 @@ class ObjectActor(Actor):
             self._carry_out(effects)
         elif machine.queue or self.pending_types:  # admitted without an effect of its own
             self._update_pending()
-        if machine.queue or machine.inflight is not None or machine.life is not _LIVE:
-            # not idle (ObjectState.idle, spelled out on the hot path)
+        if not machine.idle:
             self.idle_since = None
         elif self.idle_since is None:
             self.idle_since = self.ctx.clock()
@@ -266,7 +256,7 @@ class ObjectActor(Actor):
             return
         ctx = self.ctx
         if isinstance(outcome, Outcome):
-            label = _LABELS[outcome]
+            label = outcome.value
             quiet = not ctx.log_calls
         else:
             quiet = False

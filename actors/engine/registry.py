@@ -76,24 +76,6 @@ class Registry:
         ``spawn``. Raises :class:`ActorLimitExceeded` at ``max_live``. Any thread."""
         live = self._live
         actor = live.get(uid)
-        if (
-            actor is None
-            and spawn is not None
-            and self._max_live is None
-            and not self._any_tombstone
-        ):
-            # the usual spawn (see _spawn): one registers among racing spawns, the others'
-            # actors, never told anything, are dropped
-            fresh = spawn(uid)
-            actor = live.setdefault(uid, fresh)
-            if actor is fresh and self._any_tombstone and uid in self._tombstones:
-                with self._lock:  # tombstoned: take it back unless a message reached it
-                    if live.get(uid) is fresh and fresh.close_if_empty():
-                        del live[uid]
-                        actor = None
-                if actor is None:
-                    self._drop()
-                    return False
         while True:
             if actor is None:
                 if spawn is None or (self._any_tombstone and self.is_tombstoned(uid)):

@@ -46,8 +46,6 @@ __all__ = ["ChargedBackend", "Sender"]
 
 
 _GONE: Final[Any] = object()
-_LABELS: Final = {result: result.value for result in Result}  # (an Enum's .value is slow)
-_OK: Final = Result.SUCCESS  # (so is reading a member off its Enum class)
 
 
 def retry_reason(err: ApiError) -> str:
@@ -174,7 +172,7 @@ class Sender:
             backend = self._charged[thread] = ChargedBackend(self._executor, self._backend)
         backend.begin(call)
         start = time.perf_counter()
-        result = _OK
+        result = Result.SUCCESS
         obj = None
         error: BaseException | None = None
         delay = 0.0
@@ -211,9 +209,9 @@ class Sender:
             logger.opt(exception=exc).error("{} send raised", call.call_type)
         # upstream's execution metrics count the call's own attempts, not its re-reads
         seconds = None if send.read else time.perf_counter() - start
-        label = _LABELS[result]
+        label = result.value
         self._metrics.sent(call.call_type, backend.first_verb, label, seconds)
-        if result is not _OK or self._log_calls:
+        if result is not Result.SUCCESS or self._log_calls:
             logger.debug(
                 "{call_type} {uid} attempt {attempt}: {result}",
                 uid=ref.uid,

@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from functools import partial
 from typing import Any, Self
 
 import pykka
@@ -43,7 +42,7 @@ from kdispatch.actors.engine.messages import (
     settle,
 )
 from kdispatch.actors.engine.metrics import Metrics
-from kdispatch.actors.engine.object_actor import ActorContext, ObjectActor
+from kdispatch.actors.engine.object_actor import ActorContext
 from kdispatch.actors.engine.registry import Registry
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.call_types import default_call_types
@@ -121,7 +120,6 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
             on_resolved=self._on_resolved,
             log_calls=config.log_calls,
         )
-        self._spawn = partial(ObjectActor, ctx=self._ctx)  # a C call per spawn, no frame
         self._state_lock = threading.Condition(threading.Lock())
         # The futures not resolved yet, counted per lane with no lock (see Backlog)
         self._backlog = Backlog()
@@ -282,7 +280,7 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
             # before the preemption reaches the owner: its groups go first, with this cause
             self._cancel_owned(uid, "owner_preempted", spare=group)
         try:
-            routed = self._registry.tell(uid, message, self._spawn)
+            routed = self._registry.tell(uid, message, self._ctx.spawn)
         except BaseException as exc:  # ActorLimitExceeded, or a spawn that failed: not pending
             if prereqs or group is not None:
                 self._deps.discard(future, group)

@@ -115,8 +115,6 @@ class Result(enum.Enum):
     NOT_FOUND = "not_found"
     FAILED = "failed"  # permanent
 
-    __hash__ = object.__hash__
-
 
 @dataclass(slots=True)
 class Done:

@@ -72,8 +72,6 @@ class Outcome(enum.Enum):
     SKIPPED = "skipped"  # no-op against the newest object, or less relevant than a tracked call
     OVERWRITTEN = "overwritten"  # merged into / replaced by a newer pending call
 
-    __hash__ = object.__hash__  # singletons compared by identity: a C hash for lookups
-
 
 class CallOutcomeError(KdispatchError):
     """A call did not (and will not) reach the server; ``future.result()`` raises it.

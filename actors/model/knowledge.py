@@ -46,17 +46,9 @@ class Knowledge:
         hold mutations applied on top of that version."""
         if obj is None:
             return False
-        m = obj.get("metadata")
-        if type(m) is dict:  # uid_and_version, spelled out for the usual case
-            if m.get("uid") != self.uid:
-                return False
-            rv = m.get("resourceVersion")
-            if type(rv) is not str or not rv:
-                rv = None
-        else:
-            uid, rv = uid_and_version(obj)
-            if uid != self.uid:
-                return False
+        uid, rv = uid_and_version(obj)
+        if uid != self.uid:
+            return False
         current = self.observed_rv
         if current is not None and not rv_is_newer(rv, current, strict=True):
             return False

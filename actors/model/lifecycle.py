@@ -25,8 +25,6 @@ class Life(enum.Enum):
     RETIRING = "retiring"  # gone; the request in flight has yet to end
     RETIRED = "retired"  # gone for good; the actor leaves
 
-    __hash__ = object.__hash__  # singletons: identity hashing for the table lookups
-
 
 class State(enum.Enum):
     """The coarse state of one object (:attr:`ObjectState.state`): not a machine of its own
@@ -47,8 +45,6 @@ class Input(enum.Enum):
     GONE = "gone"  # a request found the object gone (404) or deleted it
     DELETED = "deleted"
     CLOSE = "close"
-
-    __hash__ = object.__hash__
 
 
 _LIVE, _RETIRING, _RETIRED = Life.LIVE, Life.RETIRING, Life.RETIRED

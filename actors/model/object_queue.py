@@ -33,13 +33,7 @@ class ObjectQueue(Knowledge):
     __slots__ = ("inflight", "life", "queue", "ready_lane", "request", "retry")
 
     def __init__(self, uid: str, retry: RetryConfig) -> None:
-        # Knowledge's fields, set here rather than through its __init__ (one call per spawn)
-        self.uid = uid
-        self.observed: Obj | None = None
-        self.observed_rv: str | None = None
-        self.landed: Call | None = None
-        self.rv_stale = False
-        self.untrusted_rv: str | None = None
+        super().__init__(uid)
         self.retry = retry
         self.life = _LIVE
         self.queue: list[Entry] = []  # pending calls in send order, one per call type
@@ -139,9 +133,7 @@ class ObjectQueue(Knowledge):
         retry = entry.retry
         if entry.unanswered is not None:
             send = Send(call, None, retry.attempt, True, True)
-        elif call.reads_object and (
-            self.untrusted_rv is not None or self.rv_stale or self.observed is None
-        ):  # not trusted (Knowledge.trusted, spelled out on the hot path)
+        elif call.reads_object and not self.trusted:
             send = Send(call, None, retry.attempt, True)
         else:
             retry = entry.retry = SENT_ONCE if retry is FRESH else retry.sent()

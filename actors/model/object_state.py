@@ -51,18 +51,7 @@ class ObjectState(RequestEnds):
             return out
         basis = call.basis
         if basis is not None and basis is not self.observed:
-            meta = basis.get("metadata") if self.observed is None else None
-            if (
-                type(meta) is dict
-                and meta.get("uid") == self.uid
-                and self.landed is None
-                and self.untrusted_rv is None
-            ):
-                # a new actor's first object: observe() without what it needs no more
-                rv = meta.get("resourceVersion")
-                self.observed, self.observed_rv = basis, rv if type(rv) is str and rv else None
-            else:
-                self.observe(basis)
+            self.observe(basis)
         if call.exclusive:
             self._preempt(out, entry)
         elif self.queue or self.inflight is not None:
