@@ -237,6 +237,7 @@ class Scheduler:
         self.gangs: Counter[str] = Counter()
         """Gangs whose bindings resolved, by result: ``bound``, ``partially_bound``,
         ``withdrawn``; and ``unschedulable`` gang cycles."""
+        self._gangs_open = 0  # released gangs whose future's continuation has not run yet
         self.queue = SchedulingQueue(clock)
         self.events = EventRecorder(api, controller=self.config.scheduler_name)
         self._rng = random.Random(self.config.seed)
@@ -693,18 +694,22 @@ class Scheduler:
             gang = self.api.gang(group.obj, len(placements))
         except DispatcherClosed:
             return
-        with gang as g:
-            for rec, node, allocs in placements:
-                info = rec.info
-                self.nominator.remove(info.uid)
-                self.preemptions.forget(info.uid)
-                task = BindTask(rec, info, node, allocs, started)
-                bind = self._bind_steps(task, g)
-                if bind is not None:
-                    bind.add_done_callback(partial(self._post_bound, task))
-            if not group.shows("True"):
-                self._podgroup_status(group, scheduled=True, steps=g)
-        g.future.add_done_callback(partial(self._post_gang_done, group, started))
+        with self._lock:  # counted before any member can bind: settled() waits for it
+            self._gangs_open += 1
+        try:
+            with gang as g:
+                for rec, node, allocs in placements:
+                    info = rec.info
+                    self.nominator.remove(info.uid)
+                    self.preemptions.forget(info.uid)
+                    task = BindTask(rec, info, node, allocs, started)
+                    bind = self._bind_steps(task, g)
+                    if bind is not None:
+                        bind.add_done_callback(partial(self._post_bound, task))
+                if not group.shows("True"):
+                    self._podgroup_status(group, scheduled=True, steps=g)
+        finally:
+            gang.future.add_done_callback(partial(self._post_gang_done, group, started))
 
     def _podgroup_status(
         self,
@@ -731,6 +736,8 @@ class Scheduler:
     def _gang_done(self, group: GroupInfo, started: float, fut: Future[Any]) -> None:
         """Continuation. The gang resolved. Each member's own continuation already handles
         its binding (the failed ones are requeued); this counts the gang."""
+        with self._lock:
+            self._gangs_open -= 1
         exc = fut.exception()
         if exc is None:
             self.gangs["bound"] += 1
@@ -1052,10 +1059,14 @@ class Scheduler:
     def settled(self) -> bool:
         """Any thread. Every known pod is bound or gone, or unschedulable with
         ``PodScheduled=False`` observed on the server; nothing is due for a cycle now and no
-        continuation waits."""
+        continuation waits (a released gang's counts once its future resolved)."""
         with self._lock:
             unsettled = sum(self._phases[p] for p in Phase if p not in SETTLED)
-            if unsettled or not all(self._pods[u].status_false for u in self._unfit):
+            if (
+                unsettled
+                or self._gangs_open
+                or not all(self._pods[u].status_false for u in self._unfit)
+            ):
                 return False
         active, _, tasks = self.queue.counts()
         return active == 0 and tasks == 0
