@@ -20,7 +20,10 @@ _TICK: Final = "tick"
 class Housekeeper(pykka.ThreadingActor):
     """Reaps the idle object actors of one registry every ``interval`` seconds, until
     ``winding_down`` is set (then stop it: ``ActorRef.stop``). Its methods run on its own
-    thread (pykka's)."""
+    thread (pykka's), a daemon like every kdispatch thread: a program that ends without
+    ``stop()`` is not held up by it."""
+
+    use_daemon_thread = True
 
     def __init__(self, registry: Registry, interval: float, winding_down: threading.Event):
         super().__init__()
