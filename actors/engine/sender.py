@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from threading import get_ident
 from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
@@ -34,7 +33,6 @@ from kdispatch.actors.model.errors import (
     RequestTimeoutError,
     TooManyRequestsError,
 )
-from kdispatch.actors.model.kinds import PatchType
 from kdispatch.actors.model.objects import get_path
 
 from .metrics import Metrics
@@ -62,23 +60,16 @@ def retry_reason(err: ApiError) -> str:
 class ChargedBackend:
     """The backend as the requests of one attempt see it: every request passes the send gate,
     takes a token (the grant's for the first one; later ones wait for theirs) and is counted.
-    One per sending thread, reused: :meth:`begin` starts each attempt (one thread sends one
-    attempt at a time). The sending thread."""
+    The sending thread."""
 
     __slots__ = ("_backend", "_call", "_executor", "first_verb", "requests")
 
-    def __init__(self, executor: Executor, backend: ApiBackend) -> None:
+    def __init__(self, executor: Executor, backend: ApiBackend, call: Call) -> None:
         self._executor = executor
         self._backend = backend
-        self._call: Call | None = None
-        self.requests = 0
-        self.first_verb: str | None = None  # counted with the attempt, once it ended
-
-    def begin(self, call: Call) -> None:
-        """A new attempt of ``call``: no request made yet."""
         self._call = call
         self.requests = 0
-        self.first_verb = None
+        self.first_verb: str | None = None  # counted with the attempt, once it ended
 
     def _before(self, verb: str) -> None:
         ex = self._executor
@@ -87,7 +78,6 @@ class ChargedBackend:
             raise LeadershipLost("not sent: this replica may not write (leader lease)")
         if self.requests:
             call = self._call
-            assert call is not None  # begin() came first
             ex.take_followup_token(call.best_effort)
             ex.metrics.request(call.call_type, verb)
         else:
@@ -98,31 +88,13 @@ class ChargedBackend:
         self._before("get")
         return self._backend.get(kind, namespace, name)
 
-    def patch_status(
-        self,
-        kind: str,
-        namespace: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        uid: str,
-        resource_version: str | None,
-        patch_type: PatchType = "strategic",
-    ) -> Any:
+    def patch_status(self, *args: Any, **kwargs: Any) -> Any:
         self._before("patch")
-        return self._backend.patch_status(
-            kind,
-            namespace,
-            name,
-            patch,
-            uid=uid,
-            resource_version=resource_version,
-            patch_type=patch_type,
-        )
+        return self._backend.patch_status(*args, **kwargs)
 
-    def bind(self, namespace: str, name: str, *, uid: str, node: str) -> None:
+    def bind(self, *args: Any, **kwargs: Any) -> None:
         self._before("create")
-        self._backend.bind(namespace, name, uid=uid, node=node)
+        self._backend.bind(*args, **kwargs)
 
     def delete(self, *args: Any, **kwargs: Any) -> None:
         self._before("delete")
@@ -159,18 +131,13 @@ class Sender:
         self._metrics = metrics
         self._rand = rand
         self._log_calls = log_calls
-        self._charged: dict[int, ChargedBackend] = {}  # by sending thread (get_ident)
 
     def send(self, send: Send) -> tuple[Done, int]:
         """Send ``send`` and classify how it ended: the ``Done`` and the requests it made. The
         sending thread; blocks for the request(s)."""
         call = send.call
         ref = call.ref
-        thread = get_ident()
-        backend = self._charged.get(thread)
-        if backend is None:  # this thread's first attempt (threads write only their own key)
-            backend = self._charged[thread] = ChargedBackend(self._executor, self._backend)
-        backend.begin(call)
+        backend = ChargedBackend(self._executor, self._backend, call)
         start = time.perf_counter()
         result = Result.SUCCESS
         obj = None

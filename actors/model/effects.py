@@ -27,7 +27,6 @@ __all__ = [
     "Send",
     "about",
     "dependency_failed",
-    "ready_now",
 ]
 
 
@@ -47,18 +46,6 @@ class Ready(NamedTuple):
 
     relevance: int
     not_before: float
-
-
-_READY_NOW: dict[int, Ready] = {}  # relevance -> Ready(relevance, 0.0)
-
-
-def ready_now(relevance: int) -> Ready:
-    """``Ready(relevance, 0.0)``, the usual request for a grant: one shared value per lane
-    (effects are values), not a new one per call. Any thread."""
-    ready = _READY_NOW.get(relevance)
-    if ready is None:
-        ready = _READY_NOW[relevance] = Ready(relevance, 0.0)
-    return ready
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from .calls import Call
 from .config import RetryConfig
-from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about, ready_now
+from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about
 from .errors import CallCancelled, CallConflict, CallOutcomeError, CallStale, Outcome
 from .knowledge import Knowledge
 from .lifecycle import LIFECYCLE, Input, Life, State
@@ -195,8 +195,7 @@ class ObjectQueue(Knowledge):
                 lane = self.ready_lane
                 if lane is None or relevance > lane:
                     self.ready_lane = relevance
-                    not_before = head.retry.not_before
-                    out.append(Ready(relevance, not_before) if not_before else ready_now(relevance))
+                    out.append(Ready(relevance, head.retry.not_before))
         return out
 
     # ------------------------------------------------------------------ lifecycle

@@ -12,7 +12,7 @@ from collections.abc import Hashable
 from typing import Any, Final
 
 from .calls import Call
-from .effects import Effect, Merged, Refund, Resolve, Retire, dependency_failed, ready_now
+from .effects import Effect, Merged, Ready, Refund, Resolve, Retire, dependency_failed
 from .errors import CallCancelled, CallConflict, CallStale, DispatcherClosed, Outcome
 from .lifecycle import Input, Life
 from .objects import Obj
@@ -72,7 +72,7 @@ class ObjectState(RequestEnds):
                 lane = self.ready_lane  # None unless a Ready outlived what it was for
                 if not holds and (lane is None or relevance > lane):
                     self.ready_lane = relevance
-                    out.append(ready_now(relevance))
+                    out.append(Ready(relevance, 0.0))
                 return out
         return self._ready(out)
 
