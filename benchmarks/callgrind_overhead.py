@@ -109,8 +109,6 @@ def _thread_roles() -> list[str]:
 def client(url: str, path: str, calls: int) -> dict[str, Any]:
     """The measured process (under callgrind): ``WARMUP + calls`` sequential status patches
     over ``path``. Main thread (plus the dispatcher's threads)."""
-    from prometheus_client import CollectorRegistry
-
     from kdispatch import (
         Dispatcher,
         DispatcherConfig,
@@ -150,7 +148,7 @@ def client(url: str, path: str, calls: int) -> dict[str, Any]:
                 executor=ExecutorConfig(workers=WORKERS),
                 registry=RegistryConfig(idle_timeout=3600.0),  # no reaping while measured
             )
-            d = Dispatcher(backend, config, metrics_registry=CollectorRegistry()).start()
+            d = Dispatcher(backend, config).start()
             threads = _thread_roles()
             try:
                 state = [p.get("status", {}).get("nominatedNodeName") for p in current]
@@ -182,8 +180,6 @@ def w2_client(contender: str, calls: int, pods: int) -> dict[str, Any]:
     """The measured process of W2 (under callgrind): ``WARMUP`` warm-up calls, then ``calls``
     status patches on ``contender``, each for a pod of its own, submitted at once and awaited.
     Ends the process with ``os._exit`` once the result is printed. Main thread."""
-    from prometheus_client import CollectorRegistry
-
     from benchmarks.workloads.common import create_pods, freeze_setup, unschedulable
     from benchmarks.workloads.contenders import WORKERS, make_contender
     from kdispatch import (
@@ -208,7 +204,7 @@ def w2_client(contender: str, calls: int, pods: int) -> dict[str, Any]:
             registry=RegistryConfig(idle_timeout=3600.0),
             reap_interval=3600.0,
         )
-        d = Dispatcher(server, config, metrics_registry=CollectorRegistry()).start()
+        d = Dispatcher(server, config).start()
 
         def submit(pod: Any, cond: Any) -> Any:
             return d.submit(PodStatusPatch.for_pod(pod, conditions=[cond]))

@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
-from prometheus_client import CollectorRegistry
 
 from benchmarks.workloads.common import percentile, spread, unschedulable
 from examples.gcwatch import GcWatch
@@ -156,7 +155,6 @@ def measure(size: int, variant: str) -> dict[str, Any]:
             executor=ExecutorConfig(workers=WORKERS),
             runtime=VARIANTS[variant],
         ),
-        metrics_registry=CollectorRegistry(),
     )
     gc.collect()
     if variant == COLLECTOR_OFF:

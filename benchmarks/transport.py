@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
-from prometheus_client import CollectorRegistry
 
 from benchmarks.workloads.common import (
     http_server_process,
@@ -205,9 +204,7 @@ class DispatcherContender:
             rate_limit=RateLimitConfig(qps=math.inf, burst=workers),
             executor=ExecutorConfig(workers=workers),
         )
-        self.dispatcher = Dispatcher(
-            self.backend, config, metrics_registry=CollectorRegistry()
-        ).start()
+        self.dispatcher = Dispatcher(self.backend, config).start()
         self._made = 0
 
     def fresh_pods(self, n: int) -> list[dict[str, Any]]:

@@ -49,7 +49,6 @@ from pathlib import Path
 from typing import Any
 
 import pykka
-from prometheus_client import CollectorRegistry
 
 from examples.common import (
     add_config_options,
@@ -428,7 +427,6 @@ def _setup(cfg: StressConfig) -> tuple[_Env, list[_Obj]]:
             retry=RetryConfig(max_attempts=12, max_backoff=0.5),
             runtime=RuntimeConfig(gc_freeze=cfg.gc_freeze),
         ),
-        metrics_registry=CollectorRegistry(),
     )
     informers = {
         kind: Informer(MemoryListWatch(server, kind), name=f"stress-{kind.lower()}")

@@ -31,7 +31,6 @@ from functools import partial
 from typing import Any, TextIO
 
 from kubernetes import client as k8s
-from prometheus_client import CollectorRegistry
 
 from examples.common import check_amounts, check_counts, check_rate
 from examples.gcwatch import GcWatch
@@ -261,9 +260,7 @@ def _make_api(
         )
         return DispatchedApi(ProcessDispatcher(factory, config, leader=elector).start())
     send_gate = elector.may_send if elector is not None else None
-    dispatcher = Dispatcher(
-        backend, config, metrics_registry=CollectorRegistry(), send_gate=send_gate
-    )
+    dispatcher = Dispatcher(backend, config, send_gate=send_gate)
     return DispatchedApi(dispatcher.start())
 
 
