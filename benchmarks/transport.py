@@ -50,14 +50,11 @@ from benchmarks.workloads.common import (
     spread,
     thread_role,
 )
+from benchmarks.workloads.contenders import KdispatchContender
 from kdispatch import (
-    Dispatcher,
-    DispatcherConfig,
-    ExecutorConfig,
     KubernetesBackend,
     Outcome,
     PodStatusPatch,
-    RateLimitConfig,
     prepare_configuration,
 )
 from kdispatch.testing import make_pod
@@ -193,18 +190,16 @@ def _measure(
 
 
 class DispatcherContender:
-    """The ``dispatcher`` contender: a started :class:`Dispatcher` over a lean
-    ``KubernetesBackend`` and a second backend that creates the pods (outside the timing).
-    Benchmark thread."""
+    """The ``dispatcher`` contender: a started :class:`~kdispatch.Dispatcher` over a lean
+    ``KubernetesBackend``, built as every workload's kdispatch contender
+    (:class:`~benchmarks.workloads.contenders.KdispatchContender`, no QPS limit), and a second
+    backend that creates the pods (outside the timing). Benchmark thread."""
 
     def __init__(self, url: str, workers: int) -> None:
         self.backend = KubernetesBackend.for_url(url, workers=workers)
         self._setup = KubernetesBackend.for_url(url, workers=1)
-        config = DispatcherConfig(
-            rate_limit=RateLimitConfig(qps=math.inf, burst=workers),
-            executor=ExecutorConfig(workers=workers),
-        )
-        self.dispatcher = Dispatcher(self.backend, config).start()
+        kdispatch = KdispatchContender(self.backend, qps=math.inf, burst=workers, workers=workers)
+        self.dispatcher = kdispatch.dispatcher
         self._made = 0
 
     def fresh_pods(self, n: int) -> list[dict[str, Any]]:
