@@ -11,11 +11,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Final, Literal, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Self, TypeVar, cast
 
-from .backend import ApiBackend
+from .backend import ApiBackend, patch_status_guarded
 from .errors import CallTypeRegistrationError, InvalidCallError, UnknownCallTypeError
-from .kinds import DEFAULT_KINDS, KindTable
+from .kinds import DEFAULT_KINDS, KindTable, PatchType
 from .objects import Obj, ObjectRef, as_object, is_mapping, is_newer, meta
 
 
@@ -126,6 +126,30 @@ class Call(ABC):
     def describe(self) -> str:
         """Short human description for logs."""
         return f"{self.call_type} {self.ref.namespace}/{self.ref.name}"
+
+
+class StatusPatch(Call):
+    """A call sent as one patch of its object's ``status``: :meth:`status_patch` of the
+    trusted object, in the flavour ``patch_type``, guarded by UID and resourceVersion."""
+
+    __slots__ = ()
+
+    patch_type: ClassVar[PatchType] = "strategic"
+
+    @abstractmethod
+    def status_patch(self, obj: Obj | None) -> dict[str, Any] | None:
+        """The ``status`` of the patch against ``obj``; None when nothing differs. Pure."""
+
+    def landed(self, fresh: Obj) -> bool:
+        """``fresh`` is this object with this patch applied (:meth:`is_noop`)."""
+        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        """Patch :meth:`status_patch` of ``obj`` (the trusted object), guarded by UID and
+        resourceVersion; the server's object, or ``obj`` when nothing differs (no request).
+        Executor worker thread."""
+        status = self.status_patch(obj)
+        return patch_status_guarded(backend, self.ref, status, obj, self.patch_type)
 
 
 CallT = TypeVar("CallT", bound=Call)

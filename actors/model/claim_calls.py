@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Self
 
-from .backend import ApiBackend, patch_status_guarded
-from .calls import UNSET, Call, UnsetType, check_merge, check_target, given, newest_basis
+from .calls import UNSET, StatusPatch, UnsetType, check_merge, check_target, given, newest_basis
 from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
@@ -20,7 +19,6 @@ from .objects import (
     check_uid,
     get_path,
     is_mapping,
-    meta,
     with_path,
 )
 
@@ -107,7 +105,7 @@ def _entry_uid(entry: Any) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimStatusPatch(Call):
+class ClaimStatusPatch(StatusPatch):
     """Allocation and reservation changes for one ResourceClaim. Build with :meth:`for_claim`.
 
     ``allocation``: a mapping sets ``status.allocation``, None removes it (deallocate),
@@ -121,10 +119,11 @@ class ClaimStatusPatch(Call):
     call_type: "ClassVar[str]" = "claim_status_patch"
     kind: "ClassVar[str]" = RESOURCE_CLAIM
     relevance: "ClassVar[int]" = 1
+    patch_type = "merge"
 
     ref: ObjectRef
-    allocation: Mapping[str, Any] | UnsetType | None = UNSET
-    reservations: tuple[Reservation, ...] = ()
+    allocation: Mapping[str, Any] | UnsetType | None = field(default=UNSET, hash=False)
+    reservations: tuple[Reservation, ...] = field(default=(), hash=False)
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -139,9 +138,6 @@ class ClaimStatusPatch(Call):
         object.__setattr__(self, "reservations", _check_reservations(given(self, "reservations")))
         if allocation is UNSET and not self.reservations:
             raise InvalidCallError("claim_status_patch needs an allocation or reservation change")
-
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_claim(
@@ -231,10 +227,6 @@ class ClaimStatusPatch(Call):
             return False
         return not self._allocation_differs(obj) and self._new_reserved_for(obj) is None
 
-    def landed(self, fresh: Obj) -> bool:
-        """``fresh`` is this claim with this patch applied (:meth:`is_noop`)."""
-        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
-
     def apply(self, obj: Obj) -> Obj:
         """The claim once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
         out = obj
@@ -258,9 +250,3 @@ class ClaimStatusPatch(Call):
         if reserved_for is not None:
             body["reservedFor"] = _thaw(reserved_for) or None
         return body or None
-
-    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Merge-patch :meth:`status_patch` of ``obj`` (the trusted claim), guarded by UID and
-        resourceVersion; the server's claim, or ``obj`` when nothing changes (no request).
-        Executor worker thread."""
-        return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "merge")

@@ -99,9 +99,11 @@ _NOT_A_SEQUENCE = (Mapping, str, bytes)
 """Iterables that are not a sequence of conditions (a type tuple built once)."""
 
 
-def check_conditions(conds: object) -> tuple[Condition, ...]:
-    """Validate a sequence of condition intents (each :func:`check_condition`, no type twice);
-    read-only copies. Raises :class:`InvalidCallError`."""
+def check_conditions(
+    conds: object, check: Callable[[object], ConditionLike] = check_condition
+) -> tuple[Condition, ...]:
+    """Validate a sequence of condition intents (each by ``check``, no type twice); read-only
+    copies. Raises :class:`InvalidCallError`."""
     # exact tuples and lists first (the ABC checks cost ten times as much)
     if (
         type(conds) is not tuple
@@ -109,7 +111,7 @@ def check_conditions(conds: object) -> tuple[Condition, ...]:
         and (isinstance(conds, _NOT_A_SEQUENCE) or not isinstance(conds, Iterable))
     ):
         raise InvalidCallError("conditions must be a sequence of condition mappings")
-    out = tuple(check_condition(c) for c in conds)
+    out = tuple(check(c) for c in conds)
     seen: set[str] = set()
     for c in out:
         if c["type"] in seen:

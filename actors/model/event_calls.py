@@ -90,9 +90,6 @@ class EventRecord(Call):
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise InvalidInputError(f"count must be an int >= 1, got {self.count!r}")
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref, self.count))
-
     @classmethod
     def new(cls, body: Mapping[str, Any], *, count: int = 1, create: bool = True) -> Self:
         """A record of the Event ``body`` (``metadata.name`` and ``metadata.namespace`` set,

@@ -11,16 +11,16 @@ from typing import ClassVar, Self
 from loguru import logger
 
 from .backend import ApiBackend, EvictionBackend, check_grace_period
-from .calls import Call, check_target
+from .calls import check_target
 from .errors import InvalidCallError, InvalidRequestError, NotFoundError
-from .objects import POD, Obj, ObjectRef, as_object, is_terminating, with_path
-from .pod_calls import deleted_or_replaced
+from .objects import POD, Obj, ObjectRef, as_object
+from .pod_calls import DeletionRules
 
 __all__ = ["PodEviction"]
 
 
 @dataclass(frozen=True, slots=True)
-class PodEviction(Call):
+class PodEviction(DeletionRules):
     """Evict a pod through ``pods/eviction`` with a UID precondition. Build with :meth:`for_pod`.
     Exclusive: it cancels every other pending call of the pod. NotFound is success; a PDB
     refusal is retried within the retry budget. The backend must be an
@@ -40,9 +40,6 @@ class PodEviction(Call):
         check_target(self)
         check_grace_period(self.grace_period_seconds, InvalidCallError)
 
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
-
     @classmethod
     def for_pod(cls, pod: object, *, grace_period_seconds: int | None = None) -> Self:
         """An eviction of ``pod`` (also its basis; a dict, any Mapping or an official-client
@@ -55,20 +52,6 @@ class PodEviction(Call):
         if self.grace_period_seconds is None and older.grace_period_seconds is not None:
             return type(self)(self.ref, older.grace_period_seconds, basis=self.basis)
         return self
-
-    def is_noop(self, obj: Obj | None) -> bool:
-        """The pod is already terminating: its deletion is under way."""
-        return is_terminating(obj)
-
-    def landed(self, fresh: Obj) -> bool:
-        """The eviction landed (:func:`~.pod_calls.deleted_or_replaced`)."""
-        return deleted_or_replaced(self.ref, fresh)
-
-    def apply(self, obj: Obj) -> Obj:
-        """The pod marked terminating (``deletionTimestamp = "pending"`` unless already set)."""
-        if is_terminating(obj):
-            return obj
-        return with_path(obj, ("metadata", "deletionTimestamp"), "pending")
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Create the eviction (UID precondition). NotFound is success; a PDB refusal raises

@@ -56,8 +56,7 @@ LIFECYCLE: Final[dict[tuple[Life, Input], Life]] = {
     (_RETIRING, Input.DONE): _RETIRED,  # the last request ended
     (_RETIRING, Input.CLOSE): _RETIRED,
 }
-"""Event-triggered lifecycle transitions, keyed by input; every other pair keeps the life.
-State-triggered: ``RETIRING`` with nothing in flight is ``RETIRED`` at once."""
+"""The event-triggered transitions (the module tells the state-triggered rule)."""
 
 
 def lifecycle_markdown() -> str:

@@ -162,14 +162,18 @@ class ObjectQueue(Knowledge):
                 out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
                 return
             if pending.call.call_type == ctype:
-                out.append(Merged(ctype))
-                pending.call = pending.call.merge(entry.call)
-                pending.retry = pending.retry.merged(entry.retry)
-                pending.absorb(entry)
-                out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
+                self._merge(out, pending, entry)
                 place(queue, queue.pop(i), 0)
                 return
         queue.insert(0, entry)
+
+    @staticmethod
+    def _merge(out: list[Effect], entry: Entry, older: Entry) -> None:
+        """The newer ``entry`` absorbs ``older``, of its type (:meth:`Entry.merge_older`)."""
+        ctype = entry.call.call_type
+        out.append(Merged(ctype))
+        entry.merge_older(older)
+        out.append(Resolve(older.future, older.call.call_type, _OVERWRITTEN, entry.future))
 
     def _withdrawn(self, entry: Entry, *, in_flight: bool = False) -> CallCancelled:
         """The error of a withdrawn ``entry``: by its caller, or for the cause it was

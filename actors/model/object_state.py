@@ -12,7 +12,7 @@ from collections.abc import Hashable
 from typing import Any, Final
 
 from .calls import Call
-from .effects import Effect, Merged, Ready, Refund, Resolve, Retire, dependency_failed
+from .effects import Effect, Ready, Refund, Resolve, Retire, dependency_failed
 from .errors import CallCancelled, CallConflict, CallStale, DispatcherClosed, Outcome
 from .lifecycle import Input, Life
 from .objects import Obj
@@ -276,11 +276,3 @@ class ObjectState(RequestEnds):
             out.append(Resolve(entry.future, ctype, _SKIPPED))  # already on its way, or done
             return
         self.queue.append(entry)
-
-    @staticmethod
-    def _merge(out: list[Effect], entry: Entry, older: Entry) -> None:
-        """The new ``entry`` absorbs the pending ``older`` one of its type."""
-        ctype = entry.call.call_type
-        out.append(Merged(ctype))
-        entry.merge_older(older)
-        out.append(Resolve(older.future, older.call.call_type, _OVERWRITTEN, entry.future))

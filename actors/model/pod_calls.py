@@ -10,8 +10,17 @@ from typing import Any, ClassVar, Final, Self, TypedDict
 
 from loguru import logger
 
-from .backend import ApiBackend, check_grace_period, patch_status_guarded
-from .calls import UNSET, Call, UnsetType, check_merge, check_target, given, newest_basis
+from .backend import ApiBackend, check_grace_period
+from .calls import (
+    UNSET,
+    Call,
+    StatusPatch,
+    UnsetType,
+    check_merge,
+    check_target,
+    given,
+    newest_basis,
+)
 from .conditions import (
     LAST_TRANSITION_TIME,
     WALL_CLOCK,
@@ -103,12 +112,6 @@ def _check_nominated(nnn: object) -> str | UnsetType | None:
     return _check_node(nnn, "nominated_node_name")
 
 
-def deleted_or_replaced(ref: ObjectRef, fresh: Obj) -> bool:
-    """Whether ``fresh``, the object of ``ref``'s name on the server, shows ``ref``'s object
-    deleted (terminating, or another UID under its name): a deletion landed. Pure."""
-    return meta(fresh).get("uid") != ref.uid or is_terminating(fresh)
-
-
 def _norm_node(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -116,8 +119,31 @@ def _norm_node(value: object) -> str | None:
 # --------------------------------------------------------------------------- calls
 
 
+class DeletionRules(Call):
+    """The rules of a call that deletes its pod (:class:`PodPreemption`, ``PodEviction``).
+    Pure."""
+
+    __slots__ = ()
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        """The pod is already terminating: its deletion is under way."""
+        return is_terminating(obj)
+
+    def landed(self, fresh: Obj) -> bool:
+        """``fresh``, the object of this pod's name on the server, shows the pod deleted
+        (terminating, or another UID under its name)."""
+        return meta(fresh).get("uid") != self.ref.uid or is_terminating(fresh)
+
+    def apply(self, obj: Obj) -> Obj:
+        """The pod marked terminating (``deletionTimestamp = "pending"`` unless already set;
+        copy-on-write)."""
+        if is_terminating(obj):
+            return obj
+        return with_path(obj, ("metadata", "deletionTimestamp"), "pending")
+
+
 @dataclass(frozen=True, slots=True)
-class PodStatusPatch(Call):
+class PodStatusPatch(StatusPatch):
     """Pod conditions (merged by type) and/or ``status.nominatedNodeName`` (set or cleared).
     Build with :meth:`for_pod`.
 
@@ -133,7 +159,7 @@ class PodStatusPatch(Call):
     relevance: "ClassVar[int]" = 1
 
     ref: ObjectRef
-    conditions: tuple[Condition, ...] = ()
+    conditions: tuple[Condition, ...] = field(default=(), hash=False)
     nominated_node_name: str | UnsetType | None = UNSET
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
@@ -145,9 +171,6 @@ class PodStatusPatch(Call):
             raise InvalidCallError(
                 "pod_status_patch needs at least one condition or a nominated_node_name"
             )
-
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_pod(
@@ -212,10 +235,6 @@ class PodStatusPatch(Call):
             return False
         return self.nominated_node_name is UNSET or not self._nnn_differs(obj)
 
-    def landed(self, fresh: Obj) -> bool:
-        """``fresh`` is this pod with this patch applied (:meth:`is_noop`)."""
-        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
-
     def apply(self, obj: Obj) -> Obj:
         """The pod once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
         if self.is_noop(obj):
@@ -237,12 +256,6 @@ class PodStatusPatch(Call):
         if self._nnn_differs(obj):
             body["nominatedNodeName"] = self.nominated_node_name or None
         return body or None
-
-    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Patch :meth:`status_patch` of ``obj`` (the trusted pod), guarded by UID and
-        resourceVersion; the server's pod, or ``obj`` when nothing differs (no request).
-        Executor worker thread."""
-        return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "strategic")
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,9 +280,6 @@ class PodBinding(Call):
     def __post_init__(self) -> None:
         check_target(self)
         _check_node(given(self, "node"), "node")
-
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_pod(cls, pod: object, node: object) -> Self:
@@ -315,7 +325,7 @@ class PodBinding(Call):
 
 
 @dataclass(frozen=True, slots=True)
-class PodPreemption(Call):
+class PodPreemption(DeletionRules):
     """Preempt (delete) a victim pod, optionally marking it with a ``DisruptionTarget``
     condition first. Exclusive: it cancels every other pending call of the pod.
 
@@ -330,7 +340,7 @@ class PodPreemption(Call):
     exclusive: "ClassVar[bool]" = True
 
     ref: ObjectRef
-    condition: Condition | None = None
+    condition: Condition | None = field(default=None, hash=False)
     grace_period_seconds: int | None = None
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
@@ -344,9 +354,6 @@ class PodPreemption(Call):
                 )
             object.__setattr__(self, "condition", cond)
         check_grace_period(given(self, "grace_period_seconds"), InvalidCallError)
-
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
 
     @classmethod
     def for_pod(
@@ -379,23 +386,11 @@ class PodPreemption(Call):
             ref, condition, check_grace_period(grace_period_seconds, InvalidCallError), basis=pod
         )
 
-    def is_noop(self, obj: Obj | None) -> bool:
-        """The pod is already terminating: its deletion is under way."""
-        return is_terminating(obj)
-
-    def landed(self, fresh: Obj) -> bool:
-        """The deletion landed (:func:`deleted_or_replaced`)."""
-        return deleted_or_replaced(self.ref, fresh)
-
     def apply(self, obj: Obj) -> Obj:
-        """The pod marked terminating (``deletionTimestamp = "pending"`` unless already set)
-        with the condition applied (copy-on-write)."""
-        out = obj
+        """The pod with the condition applied, marked terminating (copy-on-write)."""
         if self.condition is not None:
-            out = apply_conditions(out, (self.condition,))
-        if not is_terminating(out):
-            out = with_path(out, ("metadata", "deletionTimestamp"), "pending")
-        return out
+            obj = apply_conditions(obj, (self.condition,))
+        return DeletionRules.apply(self, obj)
 
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Patch the condition (UID precondition) unless ``obj`` has it with that status, then

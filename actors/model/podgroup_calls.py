@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Self
 
-from .backend import ApiBackend, patch_status_guarded
-from .calls import Call, check_merge, check_target, given, newest_basis
+from .calls import StatusPatch, check_merge, check_target, given, newest_basis
 from .conditions import (
     CONDITION_STATUSES,
     apply_conditions,
     check_condition,
+    check_conditions,
     condition_entries,
     merge_conditions,
     pod_conditions,
@@ -155,15 +155,9 @@ def check_podgroup_condition(cond: object) -> Condition:
 
 
 def _check_conditions(conds: object) -> tuple[Condition, ...]:
-    if isinstance(conds, Mapping | str | bytes) or not isinstance(conds, Iterable):
-        raise InvalidCallError("conditions must be a sequence of condition mappings")
-    out = tuple(check_podgroup_condition(c) for c in conds)
+    out = check_conditions(conds, check_podgroup_condition)
     if not out:
         raise InvalidCallError("podgroup_status_patch needs at least one condition")
-    types = [c["type"] for c in out]
-    for ctype in types:
-        if types.count(ctype) > 1:
-            raise InvalidCallError(f"condition type {ctype!r} given twice")
     return out
 
 
@@ -207,7 +201,7 @@ def _generation(obj: Obj) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PodGroupStatusPatch(Call):
+class PodGroupStatusPatch(StatusPatch):
     """Conditions of one PodGroup (docs/call-types.md, "PodGroups"). Build with
     :meth:`for_podgroup`, :meth:`initially_scheduled` or :meth:`disruption_target`, which take
     the PodGroup the caller decided on (the basis). Conditions merge by type, each stamped with
@@ -223,15 +217,12 @@ class PodGroupStatusPatch(Call):
     relevance: ClassVar[int] = 2
 
     ref: ObjectRef
-    conditions: tuple[Condition, ...]
+    conditions: tuple[Condition, ...] = field(hash=False)
     basis: Obj | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_target(self)
         object.__setattr__(self, "conditions", _check_conditions(given(self, "conditions")))
-
-    def __hash__(self) -> int:
-        return hash((self.call_type, self.ref))
 
     # ------------------------------------------------------------------ constructors
 
@@ -340,10 +331,6 @@ class PodGroupStatusPatch(Call):
             return False
         return not self._changes(obj)
 
-    def landed(self, fresh: Obj) -> bool:
-        """``fresh`` is this PodGroup with this patch applied (:meth:`is_noop`)."""
-        return meta(fresh).get("uid") == self.ref.uid and self.is_noop(fresh)
-
     def apply(self, obj: Obj) -> Obj:
         """The PodGroup once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
         changes = self._changes(obj)
@@ -354,11 +341,3 @@ class PodGroupStatusPatch(Call):
         (:func:`~.conditions.condition_entries`), none that regresses; None if nothing differs."""
         entries = condition_entries(self._changes(obj), pod_conditions(obj), now)
         return {"conditions": entries} if entries else None
-
-    # ------------------------------------------------------------------ I/O (executor thread)
-
-    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
-        """Patch :meth:`status_patch` of ``obj`` (the trusted PodGroup), guarded by UID and
-        resourceVersion; the server's PodGroup, or ``obj`` when nothing differs (no request).
-        Executor worker thread."""
-        return patch_status_guarded(backend, self.ref, self.status_patch(obj), obj, "strategic")

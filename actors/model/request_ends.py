@@ -54,32 +54,25 @@ class RequestEnds(ObjectQueue):
                 self._verified(out, entry, done)
             else:
                 self._read_done(out, entry, done, now)
-        elif done.result is not _OK or call.exclusive:
-            self._send_done(out, entry, done, now)
-        else:  # the usual end: the call's own request succeeded (see _send_done)
+        elif done.result is _OK:  # the usual end: the call's own request succeeded
             obj = done.obj
             if obj is not None:
                 self.observe(obj)
             else:
                 self.land(call)
             out.append(Resolve(entry.future, call.call_type, _SUCCESS, None))
-            if not self.queue:
-                return out  # nothing waits: nothing to ask for
-        return self._ready(out)
-
-    def _send_done(self, out: list[Effect], entry: Entry, done: Done, now: float) -> None:
-        """The call's own request ended."""
-        call = entry.call
-        result = done.result
-        if result is Result.SUCCESS:
-            if done.obj is not None:
-                self.observe(done.obj)
-            else:
-                self.land(call)
-            out.append(Resolve(entry.future, call.call_type, _SUCCESS, None))
             if call.exclusive:
                 self._retire(out, Input.GONE, "deleted by " + call.call_type)
-        elif result is Result.NOT_FOUND:
+            elif not self.queue:
+                return out  # nothing waits: nothing to ask for
+        else:
+            self._send_failed(out, entry, done, now)
+        return self._ready(out)
+
+    def _send_failed(self, out: list[Effect], entry: Entry, done: Done, now: float) -> None:
+        """The call's own request ended without success."""
+        result = done.result
+        if result is Result.NOT_FOUND:
             self._not_found(out, entry)
         elif result is Result.CONFLICT:
             self._conflict(out, entry, done)
