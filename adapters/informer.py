@@ -1,12 +1,8 @@
-"""Informers: list+watch loops keeping a UID-keyed cache and calling handlers.
-
-An :class:`Informer` lists one kind through a :class:`ListWatch` source, then watches from the
-list's resourceVersion, on a thread of its own, around an
-:class:`~kdispatch.adapters.informer_core.InformerCore`; it waits out a backoff on an Event,
-so :meth:`Informer.stop` interrupts the wait and cuts an open watch. :class:`ClientListWatch`
-is the source over the official client (:class:`~kdispatch.KubernetesBackend`'s
-``list_all``/``watch``). The behaviour, and why not the official client's ``SharedInformer``:
-the "Informers" guide (``docs/informers.md``).
+"""The threaded informer: :class:`Informer` runs the list+watch loop of one kind on a thread of
+its own around an :class:`~kdispatch.adapters.informer_core.InformerCore`, fed by a
+:class:`ListWatch` source; :class:`ClientListWatch` is the source over the official client
+(:class:`~kdispatch.KubernetesBackend`'s ``list_all``/``watch``). The behaviour, and why not the
+official client's ``SharedInformer``: the "Informers" guide (``docs/informers.md``).
 """
 
 from __future__ import annotations
@@ -176,7 +172,10 @@ class _HttpWatchStream:
             with translate_errors(self._what):
                 for line in self._resp:  # urllib3 splits the chunks into lines
                     if line.strip():
-                        yield self._decode(line)
+                        event_type, obj = decode_event(line, self._what)
+                        if event_type != BOOKMARK:
+                            obj = with_type_meta(obj, self._info)
+                        yield WatchEvent(event_type, obj)
         except ApiError:
             with self._lock:
                 if self._stopped:
@@ -184,12 +183,6 @@ class _HttpWatchStream:
             raise
         finally:
             self._close()
-
-    def _decode(self, line: bytes) -> WatchEvent:
-        event_type, obj = decode_event(line, self._what)
-        if event_type == BOOKMARK:
-            return WatchEvent(BOOKMARK, obj)
-        return WatchEvent(event_type, with_type_meta(obj, self._info))
 
     def _close(self) -> None:
         with self._lock:
@@ -212,7 +205,6 @@ class _HttpWatchStream:
 # --------------------------------------------------------------------------- the informer
 
 
-_ERRORS_NAME = "kdispatch_informer_errors_total"
 _error_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
 
@@ -224,7 +216,7 @@ def informer_errors(registry: CollectorRegistry) -> Counter:
         counter = _error_counters.get(registry)
         if counter is None:
             counter = Counter(
-                _ERRORS_NAME,
+                "kdispatch_informer_errors_total",
                 "Informer list/watch failures, by informer, kind and error reason.",
                 ["informer", "kind", "reason"],
                 registry=registry,
