@@ -468,11 +468,10 @@ class LeaseElector:
             "leaseTransitions": transitions,
         }
         if current is None:
-            meta: Json = {"name": cfg.name, "namespace": cfg.namespace}
             return {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": meta,
+                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
                 "spec": spec,
             }
         return {**current, "spec": spec}
@@ -522,17 +521,15 @@ class LeaseElector:
         """Election thread: an attempt every ``retry_period`` until stopped or lost."""
         period = self.config.retry_period
         while True:
-            with self._cond:
-                if self._stopped or self._lost is not None:
-                    return
             started = self._clock()
             try:
-                self.step()
+                self.step()  # returns at once when stopped or lost
             except Exception:  # pragma: no cover - defensive: keep campaigning
                 logger.opt(exception=True).error("leader election step failed")
             with self._cond:
                 wait = max(0.0, started + period - self._clock())
-                self._cond.wait_for(lambda: self._stopped or self._lost is not None, wait)
+                if self._cond.wait_for(lambda: self._stopped or self._lost is not None, wait):
+                    return
 
     def _watchdog(self) -> None:
         """Watchdog thread: lose leadership at the renew deadline even while a renew request
@@ -541,9 +538,6 @@ class LeaseElector:
             with self._cond:
                 if self._stopped or self._lost is not None:
                     return
-                if self._leading:
-                    wait: float | None = max(0.0, self._deadline - self._clock())
-                else:
-                    wait = None
+                wait = max(0.0, self._deadline - self._clock()) if self._leading else None
                 self._cond.wait(wait)
             self.check_deadline()
