@@ -16,8 +16,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self
 
-from loguru import logger
-
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
@@ -115,7 +113,6 @@ class AioInformer(InformerShell):
         )
         self._changed = asyncio.Event()  # set when synced or a failure comes
         self._task: asyncio.Task[None] | None = None
-        self._log = logger.bind(informer=self.name, kind=kind)
 
     def add_handler(
         self,
@@ -196,7 +193,7 @@ class AioInformer(InformerShell):
                 core.progressed()
                 continue
             except GoneError as exc:
-                self._log.info("watch expired ({}); re-listing", exc)
+                self._core.log.info("watch expired ({}); re-listing", exc)
                 need_list = True
                 core.failed(exc)
                 failures += 1
@@ -206,7 +203,7 @@ class AioInformer(InformerShell):
                 core.failed(exc)
                 self._changed.set()
                 failures += 1
-                self._log.warning("list/watch of {} failed: {}", self.kind, exc)
+                self._core.log.warning("list/watch of {} failed: {}", self.kind, exc)
                 core.tell_error(exc)
             await asyncio.sleep(core.retry_delay(failures))
 

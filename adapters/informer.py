@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
-from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
 from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError, ServerError
@@ -282,7 +281,6 @@ class Informer(InformerShell):
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
         self._progress = False  # the current watch delivered something
-        self._log = logger.bind(informer=name, kind=kind)
         self.watches = 0
 
     # ----------------------------------------------------------------- public API
@@ -380,7 +378,7 @@ class Informer(InformerShell):
                     continue
                 failures += 1
             except GoneError as exc:
-                self._log.info("watch expired ({}); re-listing", exc)
+                self._core.log.info("watch expired ({}); re-listing", exc)
                 self._errors(self.name, self.kind, exc.reason).inc()
                 need_list = True
                 # re-list at once, unless Gone keeps coming without any progress in between
@@ -391,7 +389,7 @@ class Informer(InformerShell):
             except ApiError as exc:
                 # a watch that delivered events before failing starts the backoff afresh
                 failures = 1 if self._progress else failures + 1
-                self._log.warning("{} failed: {}", "list" if need_list else "watch", exc)
+                self._core.log.warning("{} failed: {}", "list" if need_list else "watch", exc)
                 self._report(exc, exc.reason)
                 if isinstance(exc, ServerError):
                     # like client-go's reflector: after an internal error of the server, list
@@ -401,10 +399,10 @@ class Informer(InformerShell):
                     need_list = True
             except Exception as exc:
                 failures = 1 if self._progress else failures + 1
-                self._log.exception("informer loop error")
+                self._core.log.exception("informer loop error")
                 self._report(exc, type(exc).__name__)
             self._stop.wait(core.retry_delay(failures))
-        self._log.debug("informer stopped")
+        self._core.log.debug("informer stopped")
 
     def _report(self, exc: BaseException, reason: str) -> None:
         """Record a failure: last_error, the metric, the hook. Informer thread."""

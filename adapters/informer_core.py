@@ -144,7 +144,7 @@ class InformerCore:
         self.relists = 0
         self.errors = 0
         """Failures reported so far (``wait_for_sync`` tells new ones from old ones)."""
-        self._log = logger.bind(informer=name, kind=kind)
+        self.log = logger.bind(informer=name, kind=kind)  # the shell logs here too
 
     def add_handler(self, handler: Handler) -> None:
         """Register callbacks (the shell checks them, and that it is not running yet)."""
@@ -173,7 +173,7 @@ class InformerCore:
         for obj in items:
             uid = uid_of(obj) if isinstance(obj, Mapping) else None
             if uid is None:
-                self._log.warning("listed object without a uid ignored")
+                self.log.warning("listed object without a uid ignored")
                 continue
             fresh[uid] = self._type(obj)
         items_now = self._items
@@ -195,7 +195,7 @@ class InformerCore:
         if event_type not in EVENT_TYPES:
             raise BadResponseError(f"watch {self.kind}: unknown event type {event_type!r}")
         if not isinstance(obj, Mapping):
-            self._log.warning("{} event without an object ignored", event_type)
+            self.log.warning("{} event without an object ignored", event_type)
             return False
         rv = resource_version(obj)
         if event_type == BOOKMARK:
@@ -203,7 +203,7 @@ class InformerCore:
             return True
         uid = uid_of(obj)
         if uid is None:
-            self._log.warning("{} event without a uid ignored", event_type)
+            self.log.warning("{} event without a uid ignored", event_type)
             return False
         obj = self._type(obj)
         if event_type == DELETED:
@@ -245,7 +245,7 @@ class InformerCore:
             try:
                 self._on_error(error)
             except Exception:
-                self._log.exception("informer on_error hook raised")
+                self.log.exception("informer on_error hook raised")
 
     def sync_failure(self, errors_before: int) -> BaseException | None:
         """What ``wait_for_sync`` should raise now instead of waiting on: a permanent failure
@@ -305,7 +305,7 @@ class InformerCore:
             try:
                 fn(*args)
             except Exception:
-                self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
+                self.log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
 
 
 class InformerShell:
