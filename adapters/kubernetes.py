@@ -404,7 +404,6 @@ class KubernetesBackend:
         """POST ``pods/binding`` (UID precondition in the Binding's metadata) and check that the
         server answered 200/201 with a success ``Status`` (or the Binding). Executor worker
         thread."""
-        rest.target(self._kinds, "Pod", namespace, name)
         body = rest.binding(namespace, name, uid, node)
         code, reply = self.create_subresource("Pod", namespace, name, "binding", body)
         rest.check_created(code, reply, "Binding", f"bind {ref(namespace, name)} to {node}")
@@ -422,7 +421,6 @@ class KubernetesBackend:
         ``deleteOptions``. A PodDisruptionBudget that forbids it raises
         :class:`~kdispatch.DisruptionBudgetError` (a retryable 429). Executor
         worker thread."""
-        rest.target(self._kinds, "Pod", namespace, name)
         body = rest.eviction(namespace, name, uid, grace_period_seconds)
         code, reply = self.create_subresource("Pod", namespace, name, "eviction", body)
         rest.check_created(code, reply, "Eviction", f"evict {ref(namespace, name)}")

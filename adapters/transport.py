@@ -270,10 +270,9 @@ def check_timeout(value: object) -> float:
 
 
 class Reply(NamedTuple):
-    """A 2xx reply: status code, headers and the whole body."""
+    """A 2xx reply: status code and the whole body."""
 
     status: int
-    headers: Mapping[str, str]
     data: bytes
 
 
@@ -305,7 +304,7 @@ class Transport(ABC):
             resp = self._open(_Request(method, path, query, body, ctype, timeout), preload=True)
             data = _read_all(resp)
         _raise_for_status(resp.status, resp.headers, data, what)
-        return Reply(resp.status, resp.headers, data)
+        return Reply(resp.status, data)
 
     def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
         """Calling thread. GET ``path`` without reading the body (a watch): the open urllib3
@@ -331,12 +330,6 @@ class _Request(NamedTuple):
     body: object
     content_type: str | None
     timeout: Timeout
-
-
-def _urllib3_timeout(timeout: Timeout) -> urllib3.Timeout:
-    if isinstance(timeout, tuple):
-        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
-    return urllib3.Timeout(total=timeout)
 
 
 def _read_all(resp: Any) -> bytes:
@@ -386,7 +379,11 @@ class LeanTransport(Transport):
     def _timeout(self, timeout: Timeout) -> urllib3.Timeout:
         cached = self._timeouts.get(timeout)
         if cached is None:
-            cached = self._timeouts[timeout] = _urllib3_timeout(timeout)
+            if isinstance(timeout, tuple):
+                cached = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            else:
+                cached = urllib3.Timeout(total=timeout)
+            self._timeouts[timeout] = cached
         return cached
 
     def _host_pool(self) -> Any:
