@@ -7,13 +7,11 @@ it read in. The core keeps the cache keyed by ``metadata.uid``; drops an update 
 resourceVersion is not newer than the cached one (the resume point never moves back); turns a
 re-list into deletes (with the last known state) first, then adds and updates; calls every
 handler in order (one that raises is logged and skipped); keeps the sync state and the
-failures ``wait_for_sync`` reports; and says how long to back off after failures. The
-behaviour is the "Informers" guide's.
+failures ``wait_for_sync`` reports; and says how long to back off after failures.
 
-Driven by one thread (the informer's, or the event loop's). Cache writes happen under the
-``lock`` it is given, so another thread may take a consistent :meth:`InformerCore.snapshot`;
-single lookups in :attr:`InformerCore.cache` need no lock. No threads, sockets, clocks or
-asyncio.
+Driven by one thread (the informer's, or the event loop's); other threads only read it (a
+single lookup in ``cache``, or :meth:`InformerCore.snapshot` under the lock it is given). No
+threads, sockets, clocks or asyncio.
 """
 
 from __future__ import annotations
@@ -135,10 +133,11 @@ class InformerCore:
         self._lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self._typed = typed
         self._items: dict[str, Obj] = {}
-        self._view = MappingProxyType(self._items)
         self._handlers: list[Handler] = []
-        self._rv: str | None = None
-        # synced, last_error, relists: as InformerShell's has_synced, last_error, relists say
+        # cache, resource_version, synced, last_error, relists: as the InformerShell members
+        # of the same names say (has_synced for synced); the shell only reads them
+        self.cache: Mapping[str, Obj] = MappingProxyType(self._items)
+        self.resource_version: str | None = None
         self.synced = False
         self.last_error: BaseException | None = None
         self.relists = 0
@@ -150,20 +149,10 @@ class InformerCore:
         """Register callbacks (the shell checks them, and that it is not running yet)."""
         self._handlers.append(handler)
 
-    @property
-    def cache(self) -> Mapping[str, Obj]:
-        """Live read-only view uid → newest object."""
-        return self._view
-
     def snapshot(self) -> dict[str, Obj]:
         """A consistent copy of the cache (under the lock). Any thread."""
         with self._lock:
             return dict(self._items)
-
-    @property
-    def resource_version(self) -> str | None:
-        """The resume point: the newest resourceVersion seen (list, event or bookmark)."""
-        return self._rv
 
     def listed(self, items: Iterable[Obj], resource_version: str) -> None:
         """A complete list arrived: make the cache equal to it and tell the handlers (deletes
@@ -183,7 +172,7 @@ class InformerCore:
             self._fire("on_delete", obj)
         for uid, obj in fresh.items():
             self._upsert(uid, obj)
-        self._rv = resource_version
+        self.resource_version = resource_version
         self.relists += 1
         self.synced = True
         self.last_error = None
@@ -293,8 +282,8 @@ class InformerCore:
 
     def _advance(self, rv: str | None) -> None:
         """Move the resume point forward to ``rv`` (never backwards on a stale event)."""
-        if rv is not None and rv_is_newer(rv, self._rv, strict=True):
-            self._rv = rv
+        if rv is not None and rv_is_newer(rv, self.resource_version, strict=True):
+            self.resource_version = rv
 
     def _fire(self, callback: str, *args: Obj) -> None:
         """Call every handler's ``callback`` (``"on_add"``, ...); one that raises is logged."""
