@@ -100,14 +100,6 @@ def _has_cause(status: Mapping[str, Any], key: str, value: str) -> bool:
     )
 
 
-def _is_disruption_budget(status: Mapping[str, Any]) -> bool:
-    """Whether a 429 ``Status`` is the eviction subresource refusing for a PDB."""
-    if _has_cause(status, "reason", "DisruptionBudget"):
-        return True
-    message = status.get("message")
-    return isinstance(message, str) and "disruption budget" in message
-
-
 def error_from_status(
     code: int,
     status: Mapping[str, Any],
@@ -120,7 +112,8 @@ def error_from_status(
     answered to a request or carried by a watch ``ERROR`` event. A 422 that rejects
     ``metadata.uid`` (a patch body's UID precondition failing) is a ``ConflictError``."""
     reason = status.get("reason") if isinstance(status.get("reason"), str) else None
-    server_msg = status.get("message") if isinstance(status.get("message"), str) else ""
+    message = status.get("message")
+    server_msg = message if isinstance(message, str) else ""
     text = f"{what}: HTTP {code} {reason or http_reason or ''}".rstrip()
     if server_msg:
         text += f": {server_msg[:_MESSAGE_LIMIT]}"
@@ -138,7 +131,8 @@ def error_from_status(
         return GoneError(text)
     if code == 429:
         wait = retry_after(headers, status)
-        if _is_disruption_budget(status):
+        # the eviction subresource refusing for a PodDisruptionBudget
+        if _has_cause(status, "reason", "DisruptionBudget") or "disruption budget" in server_msg:
             return DisruptionBudgetError(text, retry_after=wait)
         return TooManyRequestsError(text, retry_after=wait)
     if code in (408, 504):
