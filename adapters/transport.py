@@ -251,12 +251,13 @@ def size_pool(api_client: k8s.ApiClient, workers: int) -> None:
     manager.clear()
 
 
-def check_timeout(value: object) -> float:
-    """A positive finite request timeout, else :class:`InvalidConfigError`."""
+def positive_seconds(value: object, name: str = "request_timeout") -> float:
+    """``value`` as a float if it is a positive finite number, else :class:`InvalidConfigError`
+    naming the setting."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidConfigError(f"request_timeout must be a positive number, got {value!r}")
+        raise InvalidConfigError(f"{name} must be a positive number, got {value!r}")
     if not math.isfinite(value):
-        raise InvalidConfigError("request_timeout must be finite")
+        raise InvalidConfigError(f"{name} must be finite")
     return float(value)
 
 
