@@ -19,7 +19,7 @@ from typing import Any, Literal
 from kdispatch.actors.model.backend import check_grace_period, check_page_limit
 from kdispatch.actors.model.errors import BadResponseError, InvalidRequestError
 from kdispatch.actors.model.kinds import KindInfo, KindTable
-from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
+from kdispatch.actors.model.objects import get_path, is_dns_label, is_dns_subdomain
 
 from .listing import ObjectList
 from .transport import decode_object
@@ -297,9 +297,8 @@ def object_list(data: bytes, info: KindInfo, what: str) -> ObjectList:
     """The reply decoded as one page of a list."""
     body = decode_object(data, what)
     items = body.get("items")
-    meta = body.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    token = meta.get("continue") if isinstance(meta, Mapping) else None
+    rv = get_path(body, "metadata", "resourceVersion")
+    token = get_path(body, "metadata", "continue")
     if items is None:
         items = []
     if not isinstance(items, list) or not isinstance(rv, str) or not rv:
