@@ -16,8 +16,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self
 
-from loguru import logger
-
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
@@ -113,9 +111,8 @@ class AioInformer(InformerShell):
         self._core = InformerCore(
             name=self.name, kind=kind, typed=self._typed, backoff=backoff, on_error=on_error
         )
-        self._changed: asyncio.Event | None = None  # set when synced or a failure comes
+        self._changed = asyncio.Event()  # set when synced or a failure comes
         self._task: asyncio.Task[None] | None = None
-        self._log = logger.bind(informer=self.name, kind=kind)
 
     def add_handler(
         self,
@@ -171,13 +168,12 @@ class AioInformer(InformerShell):
             failure = core.sync_failure(seen)
             if failure is not None:
                 raise failure
-            changed = self._changed_event()
-            changed.clear()
+            self._changed.clear()
             left = None if until is None else until - loop.time()
             if left is not None and left <= 0:
                 raise core.sync_timeout(timeout, self._server)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+                await asyncio.wait_for(self._changed.wait(), left)
         return True
 
     async def run(self) -> None:
@@ -191,13 +187,13 @@ class AioInformer(InformerShell):
                 if need_list:
                     await self._list()
                     need_list, failures = False, 0
-                    self._changed_event().set()
+                    self._changed.set()
                 if await self._watch():
                     failures = 0
                 core.progressed()
                 continue
             except GoneError as exc:
-                self._log.info("watch expired ({}); re-listing", exc)
+                self._core.log.info("watch expired ({}); re-listing", exc)
                 need_list = True
                 core.failed(exc)
                 failures += 1
@@ -205,16 +201,11 @@ class AioInformer(InformerShell):
                     continue
             except (ApiError, OSError, TimeoutError) as exc:
                 core.failed(exc)
-                self._changed_event().set()
+                self._changed.set()
                 failures += 1
-                self._log.warning("list/watch of {} failed: {}", self.kind, exc)
+                self._core.log.warning("list/watch of {} failed: {}", self.kind, exc)
                 core.tell_error(exc)
             await asyncio.sleep(core.retry_delay(failures))
-
-    def _changed_event(self) -> asyncio.Event:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        return self._changed
 
     async def _request(self, what: str, **kwargs: Any) -> Any:
         """The raw aiohttp response, or the :class:`ApiError` of a non-2xx reply."""

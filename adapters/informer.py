@@ -1,12 +1,8 @@
-"""Informers: list+watch loops keeping a UID-keyed cache and calling handlers.
-
-An :class:`Informer` lists one kind through a :class:`ListWatch` source, then watches from the
-list's resourceVersion, on a thread of its own, around an
-:class:`~kdispatch.adapters.informer_core.InformerCore`; it waits out a backoff on an Event,
-so :meth:`Informer.stop` interrupts the wait and cuts an open watch. :class:`ClientListWatch`
-is the source over the official client (:class:`~kdispatch.KubernetesBackend`'s
-``list_all``/``watch``). The behaviour, and why not the official client's ``SharedInformer``:
-the "Informers" guide (``docs/informers.md``).
+"""The threaded informer: :class:`Informer` runs the list+watch loop of one kind on a thread of
+its own around an :class:`~kdispatch.adapters.informer_core.InformerCore`, fed by a
+:class:`ListWatch` source; :class:`ClientListWatch` is the source over the official client
+(:class:`~kdispatch.KubernetesBackend`'s ``list_all``/``watch``). The behaviour, and why not the
+official client's ``SharedInformer``: the "Informers" guide (``docs/informers.md``).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
-from loguru import logger
 from prometheus_client import CollectorRegistry, Counter
 
 from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError, ServerError
@@ -176,7 +171,10 @@ class _HttpWatchStream:
             with translate_errors(self._what):
                 for line in self._resp:  # urllib3 splits the chunks into lines
                     if line.strip():
-                        yield self._decode(line)
+                        event_type, obj = decode_event(line, self._what)
+                        if event_type != BOOKMARK:
+                            obj = with_type_meta(obj, self._info)
+                        yield WatchEvent(event_type, obj)
         except ApiError:
             with self._lock:
                 if self._stopped:
@@ -184,12 +182,6 @@ class _HttpWatchStream:
             raise
         finally:
             self._close()
-
-    def _decode(self, line: bytes) -> WatchEvent:
-        event_type, obj = decode_event(line, self._what)
-        if event_type == BOOKMARK:
-            return WatchEvent(BOOKMARK, obj)
-        return WatchEvent(event_type, with_type_meta(obj, self._info))
 
     def _close(self) -> None:
         with self._lock:
@@ -212,7 +204,6 @@ class _HttpWatchStream:
 # --------------------------------------------------------------------------- the informer
 
 
-_ERRORS_NAME = "kdispatch_informer_errors_total"
 _error_counters: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
 _counters_lock = threading.Lock()
 
@@ -224,7 +215,7 @@ def informer_errors(registry: CollectorRegistry) -> Counter:
         counter = _error_counters.get(registry)
         if counter is None:
             counter = Counter(
-                _ERRORS_NAME,
+                "kdispatch_informer_errors_total",
                 "Informer list/watch failures, by informer, kind and error reason.",
                 ["informer", "kind", "reason"],
                 registry=registry,
@@ -290,7 +281,6 @@ class Informer(InformerShell):
         self._thread: threading.Thread | None = None
         self._stream: WatchStream | None = None
         self._progress = False  # the current watch delivered something
-        self._log = logger.bind(informer=name, kind=kind)
         self.watches = 0
 
     # ----------------------------------------------------------------- public API
@@ -388,7 +378,7 @@ class Informer(InformerShell):
                     continue
                 failures += 1
             except GoneError as exc:
-                self._log.info("watch expired ({}); re-listing", exc)
+                self._core.log.info("watch expired ({}); re-listing", exc)
                 self._errors(self.name, self.kind, exc.reason).inc()
                 need_list = True
                 # re-list at once, unless Gone keeps coming without any progress in between
@@ -399,7 +389,7 @@ class Informer(InformerShell):
             except ApiError as exc:
                 # a watch that delivered events before failing starts the backoff afresh
                 failures = 1 if self._progress else failures + 1
-                self._log.warning("{} failed: {}", "list" if need_list else "watch", exc)
+                self._core.log.warning("{} failed: {}", "list" if need_list else "watch", exc)
                 self._report(exc, exc.reason)
                 if isinstance(exc, ServerError):
                     # like client-go's reflector: after an internal error of the server, list
@@ -409,10 +399,10 @@ class Informer(InformerShell):
                     need_list = True
             except Exception as exc:
                 failures = 1 if self._progress else failures + 1
-                self._log.exception("informer loop error")
+                self._core.log.exception("informer loop error")
                 self._report(exc, type(exc).__name__)
             self._stop.wait(core.retry_delay(failures))
-        self._log.debug("informer stopped")
+        self._core.log.debug("informer stopped")
 
     def _report(self, exc: BaseException, reason: str) -> None:
         """Record a failure: last_error, the metric, the hook. Informer thread."""

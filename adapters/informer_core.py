@@ -7,13 +7,11 @@ it read in. The core keeps the cache keyed by ``metadata.uid``; drops an update 
 resourceVersion is not newer than the cached one (the resume point never moves back); turns a
 re-list into deletes (with the last known state) first, then adds and updates; calls every
 handler in order (one that raises is logged and skipped); keeps the sync state and the
-failures ``wait_for_sync`` reports; and says how long to back off after failures. The
-behaviour is the "Informers" guide's.
+failures ``wait_for_sync`` reports; and says how long to back off after failures.
 
-Driven by one thread (the informer's, or the event loop's). Cache writes happen under the
-``lock`` it is given, so another thread may take a consistent :meth:`InformerCore.snapshot`;
-single lookups in :attr:`InformerCore.cache` need no lock. No threads, sockets, clocks or
-asyncio.
+Driven by one thread (the informer's, or the event loop's); other threads only read it (a
+single lookup in ``cache``, or :meth:`InformerCore.snapshot` under the lock it is given). No
+threads, sockets, clocks or asyncio.
 """
 
 from __future__ import annotations
@@ -135,35 +133,26 @@ class InformerCore:
         self._lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self._typed = typed
         self._items: dict[str, Obj] = {}
-        self._view = MappingProxyType(self._items)
         self._handlers: list[Handler] = []
-        self._rv: str | None = None
-        # synced, last_error, relists: as InformerShell's has_synced, last_error, relists say
+        # cache, resource_version, synced, last_error, relists: as the InformerShell members
+        # of the same names say (has_synced for synced); the shell only reads them
+        self.cache: Mapping[str, Obj] = MappingProxyType(self._items)
+        self.resource_version: str | None = None
         self.synced = False
         self.last_error: BaseException | None = None
         self.relists = 0
         self.errors = 0
         """Failures reported so far (``wait_for_sync`` tells new ones from old ones)."""
-        self._log = logger.bind(informer=name, kind=kind)
+        self.log = logger.bind(informer=name, kind=kind)  # the shell logs here too
 
     def add_handler(self, handler: Handler) -> None:
         """Register callbacks (the shell checks them, and that it is not running yet)."""
         self._handlers.append(handler)
 
-    @property
-    def cache(self) -> Mapping[str, Obj]:
-        """Live read-only view uid → newest object."""
-        return self._view
-
     def snapshot(self) -> dict[str, Obj]:
         """A consistent copy of the cache (under the lock). Any thread."""
         with self._lock:
             return dict(self._items)
-
-    @property
-    def resource_version(self) -> str | None:
-        """The resume point: the newest resourceVersion seen (list, event or bookmark)."""
-        return self._rv
 
     def listed(self, items: Iterable[Obj], resource_version: str) -> None:
         """A complete list arrived: make the cache equal to it and tell the handlers (deletes
@@ -173,7 +162,7 @@ class InformerCore:
         for obj in items:
             uid = uid_of(obj) if isinstance(obj, Mapping) else None
             if uid is None:
-                self._log.warning("listed object without a uid ignored")
+                self.log.warning("listed object without a uid ignored")
                 continue
             fresh[uid] = self._type(obj)
         items_now = self._items
@@ -183,7 +172,7 @@ class InformerCore:
             self._fire("on_delete", obj)
         for uid, obj in fresh.items():
             self._upsert(uid, obj)
-        self._rv = resource_version
+        self.resource_version = resource_version
         self.relists += 1
         self.synced = True
         self.last_error = None
@@ -195,7 +184,7 @@ class InformerCore:
         if event_type not in EVENT_TYPES:
             raise BadResponseError(f"watch {self.kind}: unknown event type {event_type!r}")
         if not isinstance(obj, Mapping):
-            self._log.warning("{} event without an object ignored", event_type)
+            self.log.warning("{} event without an object ignored", event_type)
             return False
         rv = resource_version(obj)
         if event_type == BOOKMARK:
@@ -203,7 +192,7 @@ class InformerCore:
             return True
         uid = uid_of(obj)
         if uid is None:
-            self._log.warning("{} event without a uid ignored", event_type)
+            self.log.warning("{} event without a uid ignored", event_type)
             return False
         obj = self._type(obj)
         if event_type == DELETED:
@@ -245,7 +234,7 @@ class InformerCore:
             try:
                 self._on_error(error)
             except Exception:
-                self._log.exception("informer on_error hook raised")
+                self.log.exception("informer on_error hook raised")
 
     def sync_failure(self, errors_before: int) -> BaseException | None:
         """What ``wait_for_sync`` should raise now instead of waiting on: a permanent failure
@@ -293,8 +282,8 @@ class InformerCore:
 
     def _advance(self, rv: str | None) -> None:
         """Move the resume point forward to ``rv`` (never backwards on a stale event)."""
-        if rv is not None and rv_is_newer(rv, self._rv, strict=True):
-            self._rv = rv
+        if rv is not None and rv_is_newer(rv, self.resource_version, strict=True):
+            self.resource_version = rv
 
     def _fire(self, callback: str, *args: Obj) -> None:
         """Call every handler's ``callback`` (``"on_add"``, ...); one that raises is logged."""
@@ -305,7 +294,7 @@ class InformerCore:
             try:
                 fn(*args)
             except Exception:
-                self._log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
+                self.log.exception("informer handler {!r} raised for {}", fn, uid_of(args[-1]))
 
 
 class InformerShell:

@@ -22,8 +22,6 @@ from kdispatch.actors.model.errors import InvalidConfigError
 __all__ = [
     "in_cluster_configuration",
     "kubeconfig_configuration",
-    "kubeconfig_files",
-    "load_kubeconfig",
     "url_configuration",
 ]
 
@@ -45,17 +43,6 @@ def url_configuration(url: object, token: str | None, ca_cert: str | None) -> k8
     return cfg
 
 
-def kubeconfig_configuration(path: object, context: object) -> k8s.Configuration:
-    """From the kubeconfig at ``path`` and ``context`` (see :func:`load_kubeconfig`)."""
-    if path is not None and not isinstance(path, str | os.PathLike):
-        raise InvalidConfigError(f"path must be a file path or None, got {path!r}")
-    if context is not None and (not isinstance(context, str) or not context):
-        raise InvalidConfigError(f"context must be a non-empty str or None, got {context!r}")
-    cfg = k8s.Configuration()
-    load_kubeconfig(cfg, path, context)
-    return cfg
-
-
 def in_cluster_configuration() -> k8s.Configuration:
     """From the pod's service account (token and CA mounted by the kubelet)."""
     cfg = k8s.Configuration()
@@ -64,26 +51,27 @@ def in_cluster_configuration() -> k8s.Configuration:
     return cfg
 
 
-def kubeconfig_files(path: str | os.PathLike[str] | None) -> list[str]:
-    """The files a kubeconfig ``path`` stands for: the path itself; None: each file of
-    ``$KUBECONFIG`` (separated by ``os.pathsep``), else ``~/.kube/config``; ``~`` expanded."""
+def kubeconfig_configuration(path: object, context: object) -> k8s.Configuration:
+    """From the kubeconfig at ``path`` (None: each file of ``$KUBECONFIG``, separated by
+    ``os.pathsep``, else ``~/.kube/config``; ``~`` expanded) and ``context`` (None: its
+    current context), never writing the file back. Raises :class:`InvalidConfigError` naming
+    the file and the context."""
+    if path is not None and not isinstance(path, str | os.PathLike):
+        raise InvalidConfigError(f"path must be a file path or None, got {path!r}")
+    if context is not None and (not isinstance(context, str) or not context):
+        raise InvalidConfigError(f"context must be a non-empty str or None, got {context!r}")
     if path is not None:
-        return [os.path.expanduser(os.fspath(path))]
-    listed = os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
-    return [os.path.expanduser(p) for p in listed.split(os.pathsep) if p]
-
-
-def load_kubeconfig(cfg: Any, path: str | os.PathLike[str] | None, context: str | None) -> None:
-    """Fill ``cfg`` (a ``kubernetes.client.Configuration``) from the kubeconfig at ``path``
-    (see :func:`kubeconfig_files`) and ``context`` (None: its current context), never writing
-    the file back. Raises :class:`InvalidConfigError` naming the file and the context."""
-    files = kubeconfig_files(path)
+        files = [os.path.expanduser(os.fspath(path))]
+    else:
+        listed = os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG
+        files = [os.path.expanduser(p) for p in listed.split(os.pathsep) if p]
     where = "kubeconfig " + os.pathsep.join(files)
     if context is not None:
         where += f" (context {context!r})"
     if not any(os.path.isfile(f) for f in files):
         missing = files[0] if len(files) == 1 else "none of these files"
         raise InvalidConfigError(f"{where}: no such file: {missing}")
+    cfg = k8s.Configuration()
     load: Any = k8s_config.load_kube_config
     config_file = None if path is None else files[0]
     try:
@@ -99,6 +87,7 @@ def load_kubeconfig(cfg: Any, path: str | os.PathLike[str] | None, context: str 
         raise InvalidConfigError(f"{where}: not valid YAML: {exc}") from exc
     except (OSError, TypeError, AttributeError, KeyError, ValueError) as exc:
         raise InvalidConfigError(f"{where}: cannot be read as a kubeconfig: {exc!r}") from exc
+    return cfg
 
 
 def _reason(exc: Exception, context: str | None) -> str:

@@ -26,10 +26,10 @@ from .listing import ObjectList
 from .rest import AnyPatchType, ref
 from .transport import (
     TransportName,
-    check_timeout,
     check_workers,
     decode_object,
     make_transport,
+    positive_seconds,
     prepare_configuration,
     size_pool,
 )
@@ -64,7 +64,7 @@ class KubernetesBackend:
         if kinds is not None and not isinstance(kinds, KindTable):
             raise InvalidConfigError(f"kinds must be a KindTable, got {kinds!r}")
         self._api_client = api_client
-        self._timeout = check_timeout(request_timeout)
+        self._timeout = positive_seconds(request_timeout)
         self._transport = make_transport(api_client, transport)
         self._owns_client = owns_client
         self._kinds = kinds if kinds is not None else DEFAULT_KINDS
@@ -135,7 +135,7 @@ class KubernetesBackend:
         """Check the settings, then a backend owning a new ``ApiClient`` on ``configure()``,
         its pool sized for ``workers``."""
         check_workers(workers)
-        check_timeout(request_timeout)
+        positive_seconds(request_timeout)
         return cls(
             k8s.ApiClient(prepare_configuration(configure(), workers)),
             request_timeout=request_timeout,
@@ -404,7 +404,6 @@ class KubernetesBackend:
         """POST ``pods/binding`` (UID precondition in the Binding's metadata) and check that the
         server answered 200/201 with a success ``Status`` (or the Binding). Executor worker
         thread."""
-        rest.target(self._kinds, "Pod", namespace, name)
         body = rest.binding(namespace, name, uid, node)
         code, reply = self.create_subresource("Pod", namespace, name, "binding", body)
         rest.check_created(code, reply, "Binding", f"bind {ref(namespace, name)} to {node}")
@@ -422,7 +421,6 @@ class KubernetesBackend:
         ``deleteOptions``. A PodDisruptionBudget that forbids it raises
         :class:`~kdispatch.DisruptionBudgetError` (a retryable 429). Executor
         worker thread."""
-        rest.target(self._kinds, "Pod", namespace, name)
         body = rest.eviction(namespace, name, uid, grace_period_seconds)
         code, reply = self.create_subresource("Pod", namespace, name, "eviction", body)
         rest.check_created(code, reply, "Eviction", f"evict {ref(namespace, name)}")

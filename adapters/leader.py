@@ -38,7 +38,7 @@ from kdispatch.actors.model.errors import (
 )
 from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
 
-from .transport import read_json_object, translate_errors
+from .transport import positive_seconds, read_json_object, translate_errors
 
 __all__ = [
     "ClientLeaseClient",
@@ -111,14 +111,6 @@ class ClientLeaseClient:
 # --------------------------------------------------------------------------- configuration
 
 
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidConfigError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidConfigError(f"{name} must be > 0, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True, slots=True)
 class ElectionConfig:
     """One election. Defaults are kube-scheduler's: a 15 s lease, renewed every 2 s, given up
@@ -142,9 +134,9 @@ class ElectionConfig:
             raise InvalidConfigError(f"invalid lease namespace {self.namespace!r}")
         if not isinstance(self.identity, str) or not self.identity:
             raise InvalidConfigError("identity must be a non-empty string")
-        lease = _positive("lease_duration", self.lease_duration)
-        renew = _positive("renew_deadline", self.renew_deadline)
-        retry = _positive("retry_period", self.retry_period)
+        lease = positive_seconds(self.lease_duration, "lease_duration")
+        renew = positive_seconds(self.renew_deadline, "renew_deadline")
+        retry = positive_seconds(self.retry_period, "retry_period")
         if not lease > renew:
             raise InvalidConfigError("lease_duration must be greater than renew_deadline")
         if not renew > retry:
@@ -468,11 +460,10 @@ class LeaseElector:
             "leaseTransitions": transitions,
         }
         if current is None:
-            meta: Json = {"name": cfg.name, "namespace": cfg.namespace}
             return {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": meta,
+                "metadata": {"name": cfg.name, "namespace": cfg.namespace},
                 "spec": spec,
             }
         return {**current, "spec": spec}
@@ -522,17 +513,15 @@ class LeaseElector:
         """Election thread: an attempt every ``retry_period`` until stopped or lost."""
         period = self.config.retry_period
         while True:
-            with self._cond:
-                if self._stopped or self._lost is not None:
-                    return
             started = self._clock()
             try:
-                self.step()
+                self.step()  # returns at once when stopped or lost
             except Exception:  # pragma: no cover - defensive: keep campaigning
                 logger.opt(exception=True).error("leader election step failed")
             with self._cond:
                 wait = max(0.0, started + period - self._clock())
-                self._cond.wait_for(lambda: self._stopped or self._lost is not None, wait)
+                if self._cond.wait_for(lambda: self._stopped or self._lost is not None, wait):
+                    return
 
     def _watchdog(self) -> None:
         """Watchdog thread: lose leadership at the renew deadline even while a renew request
@@ -541,9 +530,6 @@ class LeaseElector:
             with self._cond:
                 if self._stopped or self._lost is not None:
                     return
-                if self._leading:
-                    wait: float | None = max(0.0, self._deadline - self._clock())
-                else:
-                    wait = None
+                wait = max(0.0, self._deadline - self._clock()) if self._leading else None
                 self._cond.wait(wait)
             self.check_deadline()

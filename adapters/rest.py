@@ -19,20 +19,16 @@ from typing import Any, Literal
 from kdispatch.actors.model.backend import check_grace_period, check_page_limit
 from kdispatch.actors.model.errors import BadResponseError, InvalidRequestError
 from kdispatch.actors.model.kinds import KindInfo, KindTable
-from kdispatch.actors.model.objects import is_dns_label, is_dns_subdomain
+from kdispatch.actors.model.objects import get_path, is_dns_label, is_dns_subdomain
 
 from .listing import ObjectList
 from .transport import decode_object
 
-STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-
 AnyPatchType = Literal["strategic", "merge", "json"]
 CONTENT_TYPES: Mapping[str, str] = {
-    "strategic": STRATEGIC_MERGE_PATCH,
-    "merge": MERGE_PATCH,
-    "json": JSON_PATCH,
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
 }
 SUBRESOURCES = frozenset({"status", "scale", "binding", "eviction", "ephemeralcontainers"})
 
@@ -172,7 +168,7 @@ def patch_body(
     if flavour == "json":
         if isinstance(patch, Mapping | str | bytes) or not isinstance(patch, Sequence):
             raise InvalidRequestError("a JSON patch must be a list of operations")
-        return [*_tests(uid, resource_version), *(_op(op) for op in patch)], JSON_PATCH
+        return [*_tests(uid, resource_version), *(_op(op) for op in patch)], CONTENT_TYPES["json"]
     if not isinstance(patch, Mapping):
         raise InvalidRequestError(f"patch must be a dict, got {type(patch).__name__}")
     return _with_preconditions(patch, uid, resource_version), CONTENT_TYPES[flavour]
@@ -301,9 +297,8 @@ def object_list(data: bytes, info: KindInfo, what: str) -> ObjectList:
     """The reply decoded as one page of a list."""
     body = decode_object(data, what)
     items = body.get("items")
-    meta = body.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    token = meta.get("continue") if isinstance(meta, Mapping) else None
+    rv = get_path(body, "metadata", "resourceVersion")
+    token = get_path(body, "metadata", "continue")
     if items is None:
         items = []
     if not isinstance(items, list) or not isinstance(rv, str) or not rv:

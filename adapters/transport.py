@@ -100,14 +100,6 @@ def _has_cause(status: Mapping[str, Any], key: str, value: str) -> bool:
     )
 
 
-def _is_disruption_budget(status: Mapping[str, Any]) -> bool:
-    """Whether a 429 ``Status`` is the eviction subresource refusing for a PDB."""
-    if _has_cause(status, "reason", "DisruptionBudget"):
-        return True
-    message = status.get("message")
-    return isinstance(message, str) and "disruption budget" in message
-
-
 def error_from_status(
     code: int,
     status: Mapping[str, Any],
@@ -120,7 +112,8 @@ def error_from_status(
     answered to a request or carried by a watch ``ERROR`` event. A 422 that rejects
     ``metadata.uid`` (a patch body's UID precondition failing) is a ``ConflictError``."""
     reason = status.get("reason") if isinstance(status.get("reason"), str) else None
-    server_msg = status.get("message") if isinstance(status.get("message"), str) else ""
+    message = status.get("message")
+    server_msg = message if isinstance(message, str) else ""
     text = f"{what}: HTTP {code} {reason or http_reason or ''}".rstrip()
     if server_msg:
         text += f": {server_msg[:_MESSAGE_LIMIT]}"
@@ -138,7 +131,8 @@ def error_from_status(
         return GoneError(text)
     if code == 429:
         wait = retry_after(headers, status)
-        if _is_disruption_budget(status):
+        # the eviction subresource refusing for a PodDisruptionBudget
+        if _has_cause(status, "reason", "DisruptionBudget") or "disruption budget" in server_msg:
             return DisruptionBudgetError(text, retry_after=wait)
         return TooManyRequestsError(text, retry_after=wait)
     if code in (408, 504):
@@ -257,12 +251,13 @@ def size_pool(api_client: k8s.ApiClient, workers: int) -> None:
     manager.clear()
 
 
-def check_timeout(value: object) -> float:
-    """A positive finite request timeout, else :class:`InvalidConfigError`."""
+def positive_seconds(value: object, name: str = "request_timeout") -> float:
+    """``value`` as a float if it is a positive finite number, else :class:`InvalidConfigError`
+    naming the setting."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidConfigError(f"request_timeout must be a positive number, got {value!r}")
+        raise InvalidConfigError(f"{name} must be a positive number, got {value!r}")
     if not math.isfinite(value):
-        raise InvalidConfigError("request_timeout must be finite")
+        raise InvalidConfigError(f"{name} must be finite")
     return float(value)
 
 
@@ -270,10 +265,9 @@ def check_timeout(value: object) -> float:
 
 
 class Reply(NamedTuple):
-    """A 2xx reply: status code, headers and the whole body."""
+    """A 2xx reply: status code and the whole body."""
 
     status: int
-    headers: Mapping[str, str]
     data: bytes
 
 
@@ -305,7 +299,7 @@ class Transport(ABC):
             resp = self._open(_Request(method, path, query, body, ctype, timeout), preload=True)
             data = _read_all(resp)
         _raise_for_status(resp.status, resp.headers, data, what)
-        return Reply(resp.status, resp.headers, data)
+        return Reply(resp.status, data)
 
     def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
         """Calling thread. GET ``path`` without reading the body (a watch): the open urllib3
@@ -331,12 +325,6 @@ class _Request(NamedTuple):
     body: object
     content_type: str | None
     timeout: Timeout
-
-
-def _urllib3_timeout(timeout: Timeout) -> urllib3.Timeout:
-    if isinstance(timeout, tuple):
-        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
-    return urllib3.Timeout(total=timeout)
 
 
 def _read_all(resp: Any) -> bytes:
@@ -386,7 +374,11 @@ class LeanTransport(Transport):
     def _timeout(self, timeout: Timeout) -> urllib3.Timeout:
         cached = self._timeouts.get(timeout)
         if cached is None:
-            cached = self._timeouts[timeout] = _urllib3_timeout(timeout)
+            if isinstance(timeout, tuple):
+                cached = urllib3.Timeout(connect=timeout[0], read=timeout[1])
+            else:
+                cached = urllib3.Timeout(total=timeout)
+            self._timeouts[timeout] = cached
         return cached
 
     def _host_pool(self) -> Any:
