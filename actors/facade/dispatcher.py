@@ -9,7 +9,6 @@ blocks. Held calls (``after=``) and call groups are :mod:`kdispatch.actors.engin
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import threading
@@ -140,11 +139,7 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         """Caller thread. Start the actor pool, the executor and the idle reaper. Raises
         :class:`~kdispatch.InvalidInputError` if already started, or once stopped."""
         with self._state_lock:
-            if self._closed:
-                raise InvalidInputError("dispatcher stopped: create a new Dispatcher")
-            if self._started:
-                raise InvalidInputError("dispatcher already started")
-            self._started = True
+            self._mark_started()
             self._open = True
         self._pool.start()
         self._executor.start()
@@ -254,11 +249,7 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         future.lane = lane
         if not self._open:
             self._on_resolved(future)
-            if self._revoked is not None:
-                raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closed else "dispatcher not started"
-            )
+            raise self._closed_error()
         uid = call.ref.uid
         message = Submit(call, future, NO_HOLDS, NO_HOLDS)
         hold: Hold | None = None

@@ -7,6 +7,7 @@ the backlog, the context manager), and share :class:`Backlog`, the one home of
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import time
 from collections import deque
@@ -253,11 +254,12 @@ class Backlog:
 
 class DispatcherBase(DispatcherLike):
     """What both dispatchers implement the same way, on their own ``_backlog`` (calls counted
-    in the caller's process), ``call_types``, ``_started`` and ``_revoked``."""
+    in the caller's process), ``call_types``, ``_started``, ``_closed`` and ``_revoked``."""
 
     call_types: CallTypeRegistry
     _backlog: Backlog
     _started: bool
+    _closed: bool
     _revoked: DispatcherClosed | None
 
     def __enter__(self) -> Self:
@@ -265,6 +267,24 @@ class DispatcherBase(DispatcherLike):
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _mark_started(self) -> None:
+        """Caller thread (``start``, under its state lock). Raises
+        :class:`~kdispatch.InvalidInputError` if already started, or once stopped."""
+        if self._closed:
+            raise InvalidInputError(f"dispatcher stopped: create a new {type(self).__name__}")
+        if self._started:
+            raise InvalidInputError("dispatcher already started")
+        self._started = True
+
+    def _closed_error(self) -> DispatcherClosed:
+        """Any thread, once intake stopped: what a submit raises (a fresh exception, with its
+        own traceback, per caller)."""
+        if self._revoked is not None:
+            return copy.copy(self._revoked)
+        return DispatcherClosed(
+            "dispatcher is stopped" if self._closed else "dispatcher not started"
+        )
 
     if TYPE_CHECKING:
 

@@ -5,7 +5,6 @@ program's) submit, refuse, withdraw and forget their steps. Any thread.
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Final, overload
@@ -51,6 +50,8 @@ class GroupHostMixin:
 
         def _on_resolved(self, future: CallFuture) -> None: ...
 
+        def _closed_error(self) -> DispatcherClosed: ...
+
     def _init_groups(self) -> None:
         """Constructor: the prerequisites of held calls, the call groups by owner UID, and the
         striped locks that guard the groups' fields."""
@@ -87,12 +88,8 @@ class GroupHostMixin:
         ref = owner if isinstance(owner, ObjectRef) else ObjectRef.of(owner, kind)
         check_uid(ref.uid)
         min_count = None if gang is None else check_min_count(gang)
-        if self._revoked is not None:
-            raise copy.copy(self._revoked)
-        if self._closed or not self._started:
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closed else "dispatcher not started"
-            )
+        if self._revoked is not None or self._closed or not self._started:
+            raise self._closed_error()
         lock = self._group_locks[hash(ref.uid) % GROUP_LOCK_STRIPES]
         group = (
             CallGroup(self, ref, lock) if min_count is None else Gang(self, ref, lock, min_count)

@@ -21,7 +21,6 @@ from loguru import logger
 
 from kdispatch.actors.engine.aio import await_future
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import DispatcherBase
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig
@@ -71,7 +70,7 @@ class SendDeadlines(Protocol):
         ...
 
 
-class ProcessDispatcher(ChildLink, DispatcherBase):
+class ProcessDispatcher(ChildLink):
     """A :class:`~kdispatch.Dispatcher` running in a child process, with the same caller API
     for what a scheduler uses (docs/process-dispatcher.md has an example). Every public
     method may be called from any thread. Scripts must guard their entry point
@@ -125,8 +124,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
         self._state_lock = threading.Lock()
         self._started = False
-        self._closing = False
-        self._stopped = False
+        self._closed = False
         self._revoked: DispatcherClosed | None = None
         self._last_stats: dict[str, Any] | None = None
         self._pid: int | None = None
@@ -146,11 +144,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         dispatcher runs. Re-raises what stopped the child's start (e.g. the backend factory's
         error); :class:`InvalidInputError` if already started or stopped."""
         with self._state_lock:
-            if self._stopped:
-                raise InvalidInputError("dispatcher stopped: create a new ProcessDispatcher")
-            if self._started:
-                raise InvalidInputError("dispatcher already started")
-            self._started = True
+            self._mark_started()
         req_recv, req_send = self._mp.Pipe(duplex=False)
         res_recv, res_send = self._mp.Pipe(duplex=False)
         proc = self._mp.Process(
@@ -184,7 +178,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
 
     def _abandon(self) -> None:
         """Caller thread: end a child that failed to start and close both pipes."""
-        self._closing = self._stopped = True
+        self._closed = True
         self._gone = DispatcherClosed("dispatcher process did not start")
         self._end_child(timeout=5.0)
 
@@ -193,10 +187,10 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         which then exits (killed if it has not 10 s after the deadline). True if every call
         finished before the deadline. Idempotent."""
         with self._state_lock:
-            if self._stopped or not self._started:
-                self._closing = self._stopped = True
+            if self._closed or not self._started:
+                self._closed = True
                 return self._final[0] if self._final is not None else not self._calls
-            self._closing = self._stopped = True
+            self._closed = True
         if drain:
             self._window.flush()  # the child drains them with the rest
         stopped = DispatcherClosed("dispatcher process stopped")
@@ -321,7 +315,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
     def _observe(self, obj: object, kind: str | None, *, deleted: bool = False) -> None:
         plain = as_object(obj)
         uid = ObjectRef.of(plain, kind).uid  # bad objects raise here, on the caller's thread
-        if self._closing or self._gone is not None:
+        if self._closed or self._gone is not None:
             return  # nothing left to feed: every call has resolved or will
         if deleted:
             self._resolve_waiting(
@@ -354,7 +348,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         <kdispatch.Dispatcher.stats>`, plus ``pid``, the child's process id."""
         if self._final is not None:
             out = dict(self._final[1])
-        elif self._closing and self._last_stats is not None:
+        elif self._closed and self._last_stats is not None:
             out = dict(self._last_stats)  # stopping: the child answers no more queries
         else:
             out = dict(cast("dict[str, Any]", self._query("stats", None, 10.0)))

@@ -21,7 +21,7 @@ from typing import Any, cast
 from loguru import logger
 
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import Backlog
+from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherBase
 from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
 
 from .process_child import QUERY, READY, STOPPED, Result, dumps, take_batch
@@ -36,14 +36,11 @@ class DispatcherProcessDied(DispatcherClosed):
     memory). Every call pending at that moment fails with it, and ``submit`` raises it."""
 
 
-class ChildLink:
-    """Pipes, writer and reader threads, and the futures awaiting the child's answers. Set up by
-    ``ProcessDispatcher``; every method says which thread it runs on."""
+class ChildLink(DispatcherBase):
+    """Pipes, writer and reader threads, and the futures awaiting the child's answers: the base
+    of ``ProcessDispatcher``, which sets it up. Every method says which thread it runs on."""
 
     _window: SendWindow  # set by the dispatcher: its send window
-    _started: bool
-    _closing: bool
-    _revoked: DispatcherClosed | None
 
     def __init__(self, start_timeout: float) -> None:
         """Caller thread; nothing runs until ``start`` sets the process and the pipes."""
@@ -91,14 +88,10 @@ class ChildLink:
 
     def _check_open(self) -> None:
         """Any thread: raise what a submit or query meets once the dispatcher is not open."""
-        if self._revoked is not None:
-            raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-        if self._gone is not None:
-            raise copy.copy(self._gone)
-        if self._closing or not self._started:
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closing else "dispatcher not started"
-            )
+        if self._gone is not None and self._revoked is None:
+            raise copy.copy(self._gone)  # a fresh exception (traceback) per caller
+        if self._revoked is not None or self._closed or not self._started:
+            raise self._closed_error()
 
     def _send(self, data: bytes) -> None:
         """Any thread; never blocks. Queue one pickled message for the writer thread;
@@ -178,7 +171,7 @@ class ChildLink:
 
     def _exit_error(self) -> DispatcherClosed:
         """Reader thread: what the futures left when the pipe closed fail with."""
-        if self._final is not None or self._closing:
+        if self._final is not None or self._closed:
             return DispatcherClosed("dispatcher process stopped")
         proc = self._proc
         code = None
