@@ -242,11 +242,7 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         future.call = call
         # Counted before the checks: a stop() that starts now waits for this call (or sees it
         # withdrawn below), with no lock between the submitting threads and the actors.
-        lane = self._backlog.lanes.get(call.relevance)
-        if lane is None:  # the lane's first call
-            lane = self._backlog.lane(call.relevance)
-        lane.append(None)
-        future.lane = lane
+        self._backlog.add(future, call.relevance)
         if not self._open:
             self._on_resolved(future)
             raise self._closed_error()
@@ -465,34 +461,22 @@ def _stats(metrics: Metrics, registry: Registry, executor: Executor) -> dict[str
 def _settle(left: list[tuple[Any, list[Any]]], metrics: Metrics) -> int:
     """Stopping thread, once no actor turn runs: resolve every future the abandoned actors
     still held (open calls, and submissions still in their inboxes) with
-    :class:`DispatcherClosed`, counted in bulk; how many. A future resolved meanwhile keeps its
-    answer."""
+    :class:`DispatcherClosed`, counted in bulk; how many. A future resolved meanwhile (by a
+    late turn) keeps its answer."""
     closed: dict[str, int] = {}
     for actor, tells in left:
-        open_calls: dict[CallFuture, Call] | None = getattr(actor, "open", None)
-        if open_calls:
-            for future, call in open_calls.items():
-                if _close_future(future):
-                    future.lane.pop()  # type: ignore[union-attr]  # set at submit
-                    closed[call.call_type] = closed.get(call.call_type, 0) + 1
-            open_calls.clear()
-        for message in tells:
-            if type(message) is Submit and _close_future(message.future):
-                message.future.lane.pop()  # type: ignore[union-attr]
-                call_type = message.call.call_type
-                closed[call_type] = closed.get(call_type, 0) + 1
+        open_calls: dict[CallFuture, Call] = getattr(actor, "open", None) or {}
+        submitted = [(message.future, message.call) for message in tells if type(message) is Submit]
+        for future, call in [*open_calls.items(), *submitted]:
+            if not future.done() and settle(
+                future, DispatcherClosed("dispatcher stopped before the call completed")
+            ):
+                future.lane.pop()  # type: ignore[union-attr]  # set at submit
+                closed[call.call_type] = closed.get(call.call_type, 0) + 1
+        open_calls.clear()
     for call_type, count in closed.items():
         metrics.outcome(call_type, "closed", count)
     return sum(closed.values())
-
-
-def _close_future(future: CallFuture) -> bool:
-    """Resolve ``future`` with :class:`DispatcherClosed` unless it is resolved already; True if
-    this call resolved it. Any thread."""
-    if future.done():
-        return False
-    # resolved meanwhile by a late turn: that answer stands (False)
-    return settle(future, DispatcherClosed("dispatcher stopped before the call completed"))
 
 
 __all__ = ["CallGroup", "Dispatcher", "Outcome"]

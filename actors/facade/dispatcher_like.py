@@ -193,9 +193,9 @@ class Backlog:
         self.waiters = 0
         """Threads waiting in :meth:`wait` (0: none); read without the lock."""
 
-    def lane(self, relevance: int) -> deque[None]:
-        """Submitting thread: the counter of lane ``relevance`` (created on first use; the
-        hot path reads :attr:`lanes` first)."""
+    def add(self, future: CallFuture, relevance: int) -> None:
+        """Submitting thread: count ``future`` in lane ``relevance`` (created on first use),
+        before anything can resolve it; whoever resolves it pops ``future.lane``."""
         lane = self.lanes.get(relevance)
         if lane is None:
             with self._new_lane:
@@ -203,7 +203,8 @@ class Backlog:
                 if lane is None:
                     lane = deque()
                     self.lanes = {**self.lanes, relevance: lane}
-        return lane
+        lane.append(None)
+        future.lane = lane
 
     def count(self, level: int) -> int:
         """Any thread. Unresolved calls whose relevance is ``level`` or more."""

@@ -123,9 +123,7 @@ class GroupHostMixin:
         future = CallFuture()
         future.owner = self
         future.call = call
-        lane = self._backlog.lane(call.relevance)
-        lane.append(None)
-        future.lane = lane
+        self._backlog.add(future, call.relevance)
         group.add_step(future)
         refused = group._refusal(call, held=False)
         assert refused is not None  # a group is never un-cancelled

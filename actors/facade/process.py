@@ -232,9 +232,7 @@ class ProcessDispatcher(ChildLink):
             raise InvalidCallError(f"{call.call_type}: the call does not pickle: {err}") from err
         relevance = self.call_types.spec(call.call_type).relevance
         future = CallFuture()
-        lane = self._backlog.lane(relevance)
-        lane.append(None)  # counted before anyone can pop the future
-        future.lane = lane
+        self._backlog.add(future, relevance)
         self._calls[fid] = future
         if self._gone is None:
             self._window.submit(fid, call.ref.uid, call.call_type, relevance, data)
