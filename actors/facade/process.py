@@ -44,9 +44,13 @@ from .process_child import (
     BackendFactory,
     child_main,
     dumps,
+    write_batches,
 )
 from .process_link import ChildLink, DispatcherProcessDied
 from .process_window import SendWindow
+
+_MAX_WRITE = 1 << 20
+"""Bytes of queued messages the writer joins into one pipe write at most."""
 
 MAX_IN_FLIGHT = 256
 """Default of ``ProcessDispatcher(max_in_flight=...)``: calls in the child and not yet
@@ -168,7 +172,10 @@ class ProcessDispatcher(ChildLink):
             target=self._read, name="kdispatch-process-reader", daemon=True
         )
         self._writer = threading.Thread(
-            target=self._write, name="kdispatch-process-writer", daemon=True
+            target=write_batches,
+            args=(req_send, self._outbox, b"".join, _MAX_WRITE, len),
+            name="kdispatch-process-writer",
+            daemon=True,
         )
         self._reader.start()
         self._writer.start()

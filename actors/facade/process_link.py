@@ -24,11 +24,8 @@ from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherBase
 from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
 
-from .process_child import QUERY, READY, STOPPED, Result, dumps, take_batch
+from .process_child import QUERY, READY, STOPPED, Result, dumps
 from .process_window import SendWindow
-
-_MAX_WRITE = 1 << 20
-"""Bytes of queued messages the writer joins into one pipe write at most."""
 
 
 class DispatcherProcessDied(DispatcherClosed):
@@ -101,21 +98,6 @@ class ChildLink(DispatcherBase):
         if self._gone is not None:
             raise copy.copy(self._gone)
         self._outbox.put(data)
-
-    def _write(self) -> None:
-        """Writer thread, the pipe's only writer: send whatever is queued in one write (the
-        child unpickles the messages in order), until the ``None`` that ``stop`` queues."""
-        conn = self._requests
-        assert conn is not None
-        ended = False
-        while not ended:
-            batch, ended = take_batch(self._outbox, _MAX_WRITE, len)
-            if not batch:
-                continue
-            try:
-                conn.send_bytes(b"".join(batch))
-            except (OSError, ValueError):  # the child is gone: the reader fails what is left
-                return
 
     def _query(self, name: str, arg: Any, timeout: float) -> Any:
         """Caller thread: ask the child and wait up to ``timeout`` for the answer."""
