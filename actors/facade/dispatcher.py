@@ -26,7 +26,6 @@ from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.groups import CallGroup
 from kdispatch.actors.engine.holds import (
     Hold,
-    Prerequisite,
     dependency_failed,
 )
 from kdispatch.actors.engine.housekeeper import Housekeeper
@@ -93,7 +92,6 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
             size_pool(config.executor.workers)
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry, prefix=config.metrics_prefix)
-        self._clock = clock
         # RegistryConfig's fields are the Registry's parameters, by name
         self._registry = Registry(**dataclasses.asdict(config.registry), clock=clock)
         self.metrics.bind_live(self._registry.live_count, lambda: self._registry.dropped)
@@ -226,17 +224,15 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         behind it on its object wait for it (docs/groups.md). Raises
         :class:`~kdispatch.InvalidPrerequisiteError` for anything else in ``after`` and
         :class:`~kdispatch.DependencyCycleError` for a call that would wait for itself."""
+        return self._admit(call, after, None)
+
+    def _admit(self, call: Call, after: Iterable[object], group: CallGroup | None) -> CallFuture:
+        """Submitting thread: :meth:`submit`'s body, for the dispatcher and its groups."""
         self.call_types.check(call)
         basis = call.basis
         if basis is not None and type(basis) is not dict:  # most bases are dicts already
             call = plain_basis(call)
         prereqs = self._deps.prerequisites(after) if after else ()
-        return self._admit(call, prereqs, None)
-
-    def _admit(
-        self, call: Call, prereqs: tuple[Prerequisite, ...], group: CallGroup | None
-    ) -> CallFuture:
-        """Submitting thread: :meth:`submit`'s body, for the dispatcher and its groups."""
         future = CallFuture()
         future.owner = self
         future.call = call
@@ -384,7 +380,32 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         ``pid``
             The process the dispatcher runs in (for :class:`ProcessDispatcher`, the child).
         """
-        return _stats(self.metrics, self._registry, self._executor)
+        m = self.metrics
+        out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
+        dropped: dict[str, int] = {}
+        for sample in m.samples(m.requests, m.outcomes, m.retries, m.events_dropped):
+            if sample.name == "kdispatch_requests_total":
+                ct = sample.labels["call_type"]
+                out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
+            elif sample.name == "kdispatch_call_outcomes_total":
+                key = f"{sample.labels['call_type']}:{sample.labels['outcome']}"
+                out["outcomes"][key] = int(sample.value)
+            elif sample.name == "kdispatch_retries_total":
+                key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
+                out["retries"][key] = int(sample.value)
+            elif sample.name == "kdispatch_events_dropped_total":
+                dropped[sample.labels["reason"]] = int(sample.value)
+        out["sent_total"] = sum(out["sent"].values())
+        out["live_actors"] = self._registry.live_count()
+        out["events_without_actor"] = self._registry.dropped
+        out["tokens_taken"] = self._executor.tokens_taken
+        out["events"] = {
+            "tokens_taken": self._executor.event_tokens_taken,
+            "waiting": self._executor.events_waiting,
+            "dropped": dropped,
+        }
+        out["pid"] = os.getpid()
+        return out
 
     def _on_resolved(self, future: CallFuture) -> None:
         """Any thread (an actor resolving ``future``, or ``submit`` withdrawing it)."""
@@ -426,36 +447,6 @@ def _stop_housekeeper(
             ref.stop(block=True, timeout=max(0.1, end - time.monotonic()))
         except pykka.Timeout:  # a reaping pass over many actors: it ends on its own
             logger.warning("the housekeeper is still reaping at the stop deadline")
-
-
-def _stats(metrics: Metrics, registry: Registry, executor: Executor) -> dict[str, Any]:
-    """:meth:`Dispatcher.stats` from the counters. Any thread."""
-    m = metrics
-    out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
-    dropped: dict[str, int] = {}
-    for sample in m.samples(m.requests, m.outcomes, m.retries, m.events_dropped):
-        if sample.name == "kdispatch_requests_total":
-            ct = sample.labels["call_type"]
-            out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
-        elif sample.name == "kdispatch_call_outcomes_total":
-            key = f"{sample.labels['call_type']}:{sample.labels['outcome']}"
-            out["outcomes"][key] = int(sample.value)
-        elif sample.name == "kdispatch_retries_total":
-            key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
-            out["retries"][key] = int(sample.value)
-        elif sample.name == "kdispatch_events_dropped_total":
-            dropped[sample.labels["reason"]] = int(sample.value)
-    out["sent_total"] = sum(out["sent"].values())
-    out["live_actors"] = registry.live_count()
-    out["events_without_actor"] = registry.dropped
-    out["tokens_taken"] = executor.tokens_taken
-    out["events"] = {
-        "tokens_taken": executor.event_tokens_taken,
-        "waiting": executor.events_waiting,
-        "dropped": dropped,
-    }
-    out["pid"] = os.getpid()
-    return out
 
 
 def _settle(left: list[tuple[Any, list[Any]]], metrics: Metrics) -> int:

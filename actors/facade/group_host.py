@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Final, overload
 from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.gangs import Gang, check_min_count
 from kdispatch.actors.engine.groups import CallGroup, OwnerIndex
-from kdispatch.actors.engine.holds import Dependencies, Prerequisite, overwritten
+from kdispatch.actors.engine.holds import Dependencies, overwritten
 from kdispatch.actors.engine.messages import CallFuture, Withdraw, settle
 from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.registry import Registry
-from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
+from kdispatch.actors.model.calls import Call, CallTypeRegistry
 from kdispatch.actors.model.errors import CallCancelled, DispatcherClosed
 from kdispatch.actors.model.objects import ObjectRef, check_uid
 
@@ -45,7 +45,7 @@ class GroupHostMixin:
     if TYPE_CHECKING:
 
         def _admit(
-            self, call: Call, prereqs: tuple[Prerequisite, ...], group: CallGroup | None
+            self, call: Call, after: Iterable[object], group: CallGroup | None
         ) -> CallFuture: ...
 
         def _on_resolved(self, future: CallFuture) -> None: ...
@@ -112,10 +112,7 @@ class GroupHostMixin:
 
     def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture:
         """Caller thread (``CallGroup.submit``): :meth:`submit` as a step of ``group``."""
-        self.call_types.check(call)
-        call = plain_basis(call)
-        prereqs = self._deps.prerequisites(after) if after else ()
-        return self._admit(call, prereqs, group)
+        return self._admit(call, after, group)
 
     def refuse_step(self, call: Call, group: CallGroup) -> CallFuture:
         """Caller thread: a step of a cancelled group, resolved at once and never sent."""

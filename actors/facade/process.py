@@ -110,7 +110,13 @@ class ProcessDispatcher(ChildLink):
             raise InvalidConfigError(f"context must be one of {CONTEXTS}, got {context!r}")
         if not isinstance(start_timeout, int | float) or not start_timeout > 0:
             raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
-        _check_leader(leader)
+        if leader is not None and not callable(getattr(leader, "watch_send_deadline", None)):
+            raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
+        if leader is not None and getattr(leader, "clock", None) is not time.monotonic:
+            raise InvalidConfigError(
+                "leader must measure its deadlines on time.monotonic: the child process compares "
+                "them with its own CLOCK_MONOTONIC"
+            )
         _check_max_in_flight(max_in_flight)
         for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
             try:
@@ -379,19 +385,6 @@ def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> in
     if max_in_flight is None:
         return None
     return min(max_in_flight, 2 * max(1, config.executor.workers // 4))
-
-
-def _check_leader(leader: object) -> None:
-    """``leader`` is None or offers deadlines on ``time.monotonic``; else InvalidConfigError."""
-    if leader is None:
-        return
-    if not callable(getattr(leader, "watch_send_deadline", None)):
-        raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
-    if getattr(leader, "clock", None) is not time.monotonic:
-        raise InvalidConfigError(
-            "leader must measure its deadlines on time.monotonic: the child process compares "
-            "them with its own CLOCK_MONOTONIC"
-        )
 
 
 __all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher", "SendDeadlines"]
