@@ -58,14 +58,14 @@ from kdispatch.actors.model.queue_policy import NO_HOLDS
 from kdispatch.actors.runtime.gctuning import GcTuner, collections_paused
 from kdispatch.actors.runtime.pool import ActorPool
 
-from .dispatcher_like import Backlog, DispatcherBase
+from .dispatcher_like import Backlog
 from .group_host import GroupHostMixin
 
 _STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
 _TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 
 
-class Dispatcher(GroupHostMixin, DispatcherBase):
+class Dispatcher(GroupHostMixin):
     """Non-blocking, merged, rate-limited API calls; one actor per object UID.
 
     Typical use::

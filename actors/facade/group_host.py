@@ -16,31 +16,26 @@ from kdispatch.actors.engine.holds import Dependencies, overwritten
 from kdispatch.actors.engine.messages import CallFuture, Withdraw, settle
 from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.registry import Registry
-from kdispatch.actors.model.calls import Call, CallTypeRegistry
-from kdispatch.actors.model.errors import CallCancelled, DispatcherClosed
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.errors import CallCancelled
 from kdispatch.actors.model.objects import ObjectRef, check_uid
 
-from .dispatcher_like import Backlog
+from .dispatcher_like import DispatcherBase
 
 __all__ = ["GROUP_LOCK_STRIPES", "GroupHostMixin"]
 
 GROUP_LOCK_STRIPES: Final = 64  # locks shared by the call groups of one dispatcher
 
 
-class GroupHostMixin:
+class GroupHostMixin(DispatcherBase):
     """The call groups of a :class:`~.dispatcher.Dispatcher` (its fields, declared here)."""
 
-    call_types: CallTypeRegistry
     metrics: Metrics
-    _backlog: Backlog
-    _closed: bool
     _deps: Dependencies
     _executor: Executor
     _group_locks: tuple[threading.Lock, ...]
     _owners: OwnerIndex
     _registry: Registry
-    _revoked: DispatcherClosed | None
-    _started: bool
 
     if TYPE_CHECKING:
 
@@ -49,8 +44,6 @@ class GroupHostMixin:
         ) -> CallFuture: ...
 
         def _on_resolved(self, future: CallFuture) -> None: ...
-
-        def _closed_error(self) -> DispatcherClosed: ...
 
     def _init_groups(self) -> None:
         """Constructor: the prerequisites of held calls, the call groups by owner UID, and the
