@@ -170,8 +170,10 @@ class ProcessDispatcher(ChildLink):
         self._proc, self._requests, self._results = proc, req_send, res_recv
         self._pid = proc.pid
         ready = self._await_ready(res_recv)
-        if not ready[1]:
-            self._abandon()
+        if not ready[1]:  # end the child and close both pipes
+            self._closed = True
+            self._gone = DispatcherClosed("dispatcher process did not start")
+            self._end_child(timeout=5.0)
             error = ready[2]
             raise error if isinstance(error, BaseException) else DispatcherProcessDied(str(error))
         self._reader = threading.Thread(
@@ -188,12 +190,6 @@ class ProcessDispatcher(ChildLink):
         self._gc.start()
         logger.debug("dispatcher process {} started", proc.pid)
         return self
-
-    def _abandon(self) -> None:
-        """Caller thread: end a child that failed to start and close both pipes."""
-        self._closed = True
-        self._gone = DispatcherClosed("dispatcher process did not start")
-        self._end_child(timeout=5.0)
 
     def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
         """Caller thread. :meth:`Dispatcher.stop <kdispatch.Dispatcher.stop>` in the child,
