@@ -286,13 +286,9 @@ class Dispatcher(GroupHostMixin):
         """Any thread; never blocks. Stop intake at once (``submit`` raises ``error``) and resolve
         every call not yet sent with ``error`` (e.g. :class:`LeadershipLost`); a request on the
         wire finishes as usual. Pair it with a ``send_gate`` turned False."""
-        if not isinstance(error, DispatcherClosed):
-            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
-        with self._state_lock:
-            if self._revoked is not None:
-                return
-            self._revoked = error
-            self._open = False
+        if not self._mark_revoked(error):
+            return
+        self._open = False
         self._seal_groups()
         message = Revoke(error)
         for actor in self._registry.live_actors():

@@ -262,6 +262,7 @@ class DispatcherBase(DispatcherLike):
     _started: bool
     _closed: bool
     _revoked: DispatcherClosed | None
+    _state_lock: threading.Condition
 
     def __enter__(self) -> Self:
         return self.start() if not self._started else self
@@ -277,6 +278,17 @@ class DispatcherBase(DispatcherLike):
         if self._started:
             raise InvalidInputError("dispatcher already started")
         self._started = True
+
+    def _mark_revoked(self, error: DispatcherClosed) -> bool:
+        """Any thread (``revoke``): record ``error``; False if it was revoked before. Raises
+        :class:`~kdispatch.InvalidInputError` unless ``error`` is a :class:`DispatcherClosed`."""
+        if not isinstance(error, DispatcherClosed):
+            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
+        with self._state_lock:
+            if self._revoked is not None:
+                return False
+            self._revoked = error
+        return True
 
     def _closed_error(self) -> DispatcherClosed:
         """Any thread, once intake stopped: what a submit raises (a fresh exception, with its

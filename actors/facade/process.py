@@ -30,7 +30,6 @@ from kdispatch.actors.model.errors import (
     GroupsNotSupported,
     InvalidCallError,
     InvalidConfigError,
-    InvalidInputError,
 )
 from kdispatch.actors.model.objects import Obj, ObjectRef, as_object, check_uid
 from kdispatch.actors.runtime.gctuning import GcTuner
@@ -132,7 +131,7 @@ class ProcessDispatcher(ChildLink):
             max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
         )
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
-        self._state_lock = threading.Lock()
+        self._state_lock = threading.Condition(threading.Lock())
         self._started = False
         self._closed = False
         self._revoked: DispatcherClosed | None = None
@@ -273,12 +272,8 @@ class ProcessDispatcher(ChildLink):
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child."""
-        if not isinstance(error, DispatcherClosed):
-            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
-        with self._state_lock:
-            if self._revoked is not None:
-                return
-            self._revoked = error
+        if not self._mark_revoked(error):
+            return
         self._resolve_waiting(self._window.withdraw_all(), lambda _: copy.copy(error))
         with contextlib.suppress(DispatcherClosed):
             self._send(dumps((REVOKE, error)))
