@@ -446,10 +446,9 @@ def _stop_housekeeper(
 
 
 def _settle(left: list[tuple[Any, list[Any]]], metrics: Metrics) -> int:
-    """Stopping thread, once no actor turn runs: resolve every future the abandoned actors
-    still held (open calls, and submissions still in their inboxes) with
-    :class:`DispatcherClosed`, counted in bulk; how many. A future resolved meanwhile (by a
-    late turn) keeps its answer."""
+    """Stopping thread, once no actor turn runs: resolve the abandoned actors' open calls and
+    queued submissions with :class:`DispatcherClosed`, counted in bulk; how many. A future a
+    late turn resolved meanwhile keeps its answer."""
     closed: dict[str, int] = {}
     for actor, tells in left:
         open_calls: dict[CallFuture, Call] = getattr(actor, "open", None) or {}
