@@ -9,7 +9,6 @@ blocks. Held calls (``after=``) and call groups are :mod:`kdispatch.actors.engin
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 import threading
@@ -27,7 +26,6 @@ from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.groups import CallGroup
 from kdispatch.actors.engine.holds import (
     Hold,
-    Prerequisite,
     dependency_failed,
 )
 from kdispatch.actors.engine.housekeeper import Housekeeper
@@ -60,14 +58,14 @@ from kdispatch.actors.model.queue_policy import NO_HOLDS
 from kdispatch.actors.runtime.gctuning import GcTuner, collections_paused
 from kdispatch.actors.runtime.pool import ActorPool
 
-from .dispatcher_like import Backlog, DispatcherBase
+from .dispatcher_like import Backlog
 from .group_host import GroupHostMixin
 
 _STOP_GRACE = 0.25  # seconds stop() gives its threads after the drain deadline
 _TURN_GRACE = 0.1  # at least this for the actor pool's workers to finish their turn
 
 
-class Dispatcher(GroupHostMixin, DispatcherBase):
+class Dispatcher(GroupHostMixin):
     """Non-blocking, merged, rate-limited API calls; one actor per object UID.
 
     Typical use::
@@ -94,7 +92,6 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
             size_pool(config.executor.workers)
         self.call_types = call_types if call_types is not None else default_call_types()
         self.metrics = Metrics(metrics_registry, prefix=config.metrics_prefix)
-        self._clock = clock
         # RegistryConfig's fields are the Registry's parameters, by name
         self._registry = Registry(**dataclasses.asdict(config.registry), clock=clock)
         self.metrics.bind_live(self._registry.live_count, lambda: self._registry.dropped)
@@ -140,11 +137,7 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         """Caller thread. Start the actor pool, the executor and the idle reaper. Raises
         :class:`~kdispatch.InvalidInputError` if already started, or once stopped."""
         with self._state_lock:
-            if self._closed:
-                raise InvalidInputError("dispatcher stopped: create a new Dispatcher")
-            if self._started:
-                raise InvalidInputError("dispatcher already started")
-            self._started = True
+            self._mark_started()
             self._open = True
         self._pool.start()
         self._executor.start()
@@ -231,34 +224,24 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         behind it on its object wait for it (docs/groups.md). Raises
         :class:`~kdispatch.InvalidPrerequisiteError` for anything else in ``after`` and
         :class:`~kdispatch.DependencyCycleError` for a call that would wait for itself."""
+        return self._admit(call, after, None)
+
+    def _admit(self, call: Call, after: Iterable[object], group: CallGroup | None) -> CallFuture:
+        """Submitting thread: :meth:`submit`'s body, for the dispatcher and its groups."""
         self.call_types.check(call)
         basis = call.basis
         if basis is not None and type(basis) is not dict:  # most bases are dicts already
             call = plain_basis(call)
         prereqs = self._deps.prerequisites(after) if after else ()
-        return self._admit(call, prereqs, None)
-
-    def _admit(
-        self, call: Call, prereqs: tuple[Prerequisite, ...], group: CallGroup | None
-    ) -> CallFuture:
-        """Submitting thread: :meth:`submit`'s body, for the dispatcher and its groups."""
         future = CallFuture()
         future.owner = self
         future.call = call
         # Counted before the checks: a stop() that starts now waits for this call (or sees it
         # withdrawn below), with no lock between the submitting threads and the actors.
-        lane = self._backlog.lanes.get(call.relevance)
-        if lane is None:  # the lane's first call
-            lane = self._backlog.lane(call.relevance)
-        lane.append(None)
-        future.lane = lane
+        self._backlog.add(future, call.relevance)
         if not self._open:
             self._on_resolved(future)
-            if self._revoked is not None:
-                raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closed else "dispatcher not started"
-            )
+            raise self._closed_error()
         uid = call.ref.uid
         message = Submit(call, future, NO_HOLDS, NO_HOLDS)
         hold: Hold | None = None
@@ -303,13 +286,9 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         """Any thread; never blocks. Stop intake at once (``submit`` raises ``error``) and resolve
         every call not yet sent with ``error`` (e.g. :class:`LeadershipLost`); a request on the
         wire finishes as usual. Pair it with a ``send_gate`` turned False."""
-        if not isinstance(error, DispatcherClosed):
-            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
-        with self._state_lock:
-            if self._revoked is not None:
-                return
-            self._revoked = error
-            self._open = False
+        if not self._mark_revoked(error):
+            return
+        self._open = False
         self._seal_groups()
         message = Revoke(error)
         for actor in self._registry.live_actors():
@@ -397,7 +376,32 @@ class Dispatcher(GroupHostMixin, DispatcherBase):
         ``pid``
             The process the dispatcher runs in (for :class:`ProcessDispatcher`, the child).
         """
-        return _stats(self.metrics, self._registry, self._executor)
+        m = self.metrics
+        out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
+        dropped: dict[str, int] = {}
+        for sample in m.samples(m.requests, m.outcomes, m.retries, m.events_dropped):
+            if sample.name == "kdispatch_requests_total":
+                ct = sample.labels["call_type"]
+                out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
+            elif sample.name == "kdispatch_call_outcomes_total":
+                key = f"{sample.labels['call_type']}:{sample.labels['outcome']}"
+                out["outcomes"][key] = int(sample.value)
+            elif sample.name == "kdispatch_retries_total":
+                key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
+                out["retries"][key] = int(sample.value)
+            elif sample.name == "kdispatch_events_dropped_total":
+                dropped[sample.labels["reason"]] = int(sample.value)
+        out["sent_total"] = sum(out["sent"].values())
+        out["live_actors"] = self._registry.live_count()
+        out["events_without_actor"] = self._registry.dropped
+        out["tokens_taken"] = self._executor.tokens_taken
+        out["events"] = {
+            "tokens_taken": self._executor.event_tokens_taken,
+            "waiting": self._executor.events_waiting,
+            "dropped": dropped,
+        }
+        out["pid"] = os.getpid()
+        return out
 
     def _on_resolved(self, future: CallFuture) -> None:
         """Any thread (an actor resolving ``future``, or ``submit`` withdrawing it)."""
@@ -441,67 +445,24 @@ def _stop_housekeeper(
             logger.warning("the housekeeper is still reaping at the stop deadline")
 
 
-def _stats(metrics: Metrics, registry: Registry, executor: Executor) -> dict[str, Any]:
-    """:meth:`Dispatcher.stats` from the counters. Any thread."""
-    m = metrics
-    out: dict[str, Any] = {"sent": {}, "outcomes": {}, "retries": {}}
-    dropped: dict[str, int] = {}
-    for sample in m.samples(m.requests, m.outcomes, m.retries, m.events_dropped):
-        if sample.name == "kdispatch_requests_total":
-            ct = sample.labels["call_type"]
-            out["sent"][ct] = out["sent"].get(ct, 0) + int(sample.value)
-        elif sample.name == "kdispatch_call_outcomes_total":
-            key = f"{sample.labels['call_type']}:{sample.labels['outcome']}"
-            out["outcomes"][key] = int(sample.value)
-        elif sample.name == "kdispatch_retries_total":
-            key = f"{sample.labels['call_type']}:{sample.labels['reason']}"
-            out["retries"][key] = int(sample.value)
-        elif sample.name == "kdispatch_events_dropped_total":
-            dropped[sample.labels["reason"]] = int(sample.value)
-    out["sent_total"] = sum(out["sent"].values())
-    out["live_actors"] = registry.live_count()
-    out["events_without_actor"] = registry.dropped
-    out["tokens_taken"] = executor.tokens_taken
-    out["events"] = {
-        "tokens_taken": executor.event_tokens_taken,
-        "waiting": executor.events_waiting,
-        "dropped": dropped,
-    }
-    out["pid"] = os.getpid()
-    return out
-
-
 def _settle(left: list[tuple[Any, list[Any]]], metrics: Metrics) -> int:
-    """Stopping thread, once no actor turn runs: resolve every future the abandoned actors
-    still held (open calls, and submissions still in their inboxes) with
-    :class:`DispatcherClosed`, counted in bulk; how many. A future resolved meanwhile keeps its
-    answer."""
+    """Stopping thread, once no actor turn runs: resolve the abandoned actors' open calls and
+    queued submissions with :class:`DispatcherClosed`, counted in bulk; how many. A future a
+    late turn resolved meanwhile keeps its answer."""
     closed: dict[str, int] = {}
     for actor, tells in left:
-        open_calls: dict[CallFuture, Call] | None = getattr(actor, "open", None)
-        if open_calls:
-            for future, call in open_calls.items():
-                if _close_future(future):
-                    future.lane.pop()  # type: ignore[union-attr]  # set at submit
-                    closed[call.call_type] = closed.get(call.call_type, 0) + 1
-            open_calls.clear()
-        for message in tells:
-            if type(message) is Submit and _close_future(message.future):
-                message.future.lane.pop()  # type: ignore[union-attr]
-                call_type = message.call.call_type
-                closed[call_type] = closed.get(call_type, 0) + 1
+        open_calls: dict[CallFuture, Call] = getattr(actor, "open", None) or {}
+        submitted = [(message.future, message.call) for message in tells if type(message) is Submit]
+        for future, call in [*open_calls.items(), *submitted]:
+            if not future.done() and settle(
+                future, DispatcherClosed("dispatcher stopped before the call completed")
+            ):
+                future.lane.pop()  # type: ignore[union-attr]  # set at submit
+                closed[call.call_type] = closed.get(call.call_type, 0) + 1
+        open_calls.clear()
     for call_type, count in closed.items():
         metrics.outcome(call_type, "closed", count)
     return sum(closed.values())
-
-
-def _close_future(future: CallFuture) -> bool:
-    """Resolve ``future`` with :class:`DispatcherClosed` unless it is resolved already; True if
-    this call resolved it. Any thread."""
-    if future.done():
-        return False
-    # resolved meanwhile by a late turn: that answer stands (False)
-    return settle(future, DispatcherClosed("dispatcher stopped before the call completed"))
 
 
 __all__ = ["CallGroup", "Dispatcher", "Outcome"]

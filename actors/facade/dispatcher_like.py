@@ -7,6 +7,7 @@ the backlog, the context manager), and share :class:`Backlog`, the one home of
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import time
 from collections import deque
@@ -192,9 +193,9 @@ class Backlog:
         self.waiters = 0
         """Threads waiting in :meth:`wait` (0: none); read without the lock."""
 
-    def lane(self, relevance: int) -> deque[None]:
-        """Submitting thread: the counter of lane ``relevance`` (created on first use; the
-        hot path reads :attr:`lanes` first)."""
+    def add(self, future: CallFuture, relevance: int) -> None:
+        """Submitting thread: count ``future`` in lane ``relevance`` (created on first use),
+        before anything can resolve it; whoever resolves it pops ``future.lane``."""
         lane = self.lanes.get(relevance)
         if lane is None:
             with self._new_lane:
@@ -202,7 +203,8 @@ class Backlog:
                 if lane is None:
                     lane = deque()
                     self.lanes = {**self.lanes, relevance: lane}
-        return lane
+        lane.append(None)
+        future.lane = lane
 
     def count(self, level: int) -> int:
         """Any thread. Unresolved calls whose relevance is ``level`` or more."""
@@ -253,18 +255,49 @@ class Backlog:
 
 class DispatcherBase(DispatcherLike):
     """What both dispatchers implement the same way, on their own ``_backlog`` (calls counted
-    in the caller's process), ``call_types``, ``_started`` and ``_revoked``."""
+    in the caller's process), ``call_types``, ``_started``, ``_closed`` and ``_revoked``."""
 
     call_types: CallTypeRegistry
     _backlog: Backlog
     _started: bool
+    _closed: bool
     _revoked: DispatcherClosed | None
+    _state_lock: threading.Condition
 
     def __enter__(self) -> Self:
         return self.start() if not self._started else self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _mark_started(self) -> None:
+        """Caller thread (``start``, under its state lock). Raises
+        :class:`~kdispatch.InvalidInputError` if already started, or once stopped."""
+        if self._closed:
+            raise InvalidInputError(f"dispatcher stopped: create a new {type(self).__name__}")
+        if self._started:
+            raise InvalidInputError("dispatcher already started")
+        self._started = True
+
+    def _mark_revoked(self, error: DispatcherClosed) -> bool:
+        """Any thread (``revoke``): record ``error``; False if it was revoked before. Raises
+        :class:`~kdispatch.InvalidInputError` unless ``error`` is a :class:`DispatcherClosed`."""
+        if not isinstance(error, DispatcherClosed):
+            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
+        with self._state_lock:
+            if self._revoked is not None:
+                return False
+            self._revoked = error
+        return True
+
+    def _closed_error(self) -> DispatcherClosed:
+        """Any thread, once intake stopped: what a submit raises (a fresh exception, with its
+        own traceback, per caller)."""
+        if self._revoked is not None:
+            return copy.copy(self._revoked)
+        return DispatcherClosed(
+            "dispatcher is stopped" if self._closed else "dispatcher not started"
+        )
 
     if TYPE_CHECKING:
 

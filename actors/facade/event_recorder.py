@@ -161,7 +161,8 @@ class EventRecorder:
                 series.record, series.last = record, now
                 self._series.move_to_end(key)
             else:
-                record = self._new(about, rel, type_=type, reason=reason, action=action, note=note)
+                fields = {"action": action, "reason": reason, "type": type, "note": note}
+                record = self._new(about, rel, fields)
                 self._series[key] = _Series(record, now)
                 self._series.move_to_end(key)
                 while len(self._series) > self._cache_size:
@@ -181,16 +182,10 @@ class EventRecorder:
         return bucket.try_take() == 0
 
     def _new(
-        self,
-        about: dict[str, str],
-        related: dict[str, str] | None,
-        *,
-        type_: str,
-        reason: str,
-        action: str,
-        note: str,
+        self, about: dict[str, str], related: dict[str, str] | None, fields: dict[str, str]
     ) -> EventRecord:
-        """A new Event for a first occurrence. Lock held."""
+        """A new Event for a first occurrence (``fields``: its action, reason, type and
+        note). Lock held."""
         epoch = self._wall()
         nanos = max(int(epoch * 1e9), self._last_nanos + 1)  # unique names in a burst
         self._last_nanos = nanos
@@ -202,10 +197,7 @@ class EventRecorder:
             "eventTime": micro_time(epoch),
             "reportingController": self.controller,
             "reportingInstance": self.instance,
-            "action": action,
-            "reason": reason,
-            "type": type_,
-            "note": note,
+            **fields,
             "regarding": about,
         }
         if related is not None:

@@ -5,7 +5,6 @@ program's) submit, refuse, withdraw and forget their steps. Any thread.
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Final, overload
@@ -13,40 +12,35 @@ from typing import TYPE_CHECKING, Final, overload
 from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.gangs import Gang, check_min_count
 from kdispatch.actors.engine.groups import CallGroup, OwnerIndex
-from kdispatch.actors.engine.holds import Dependencies, Prerequisite, overwritten
+from kdispatch.actors.engine.holds import Dependencies, overwritten
 from kdispatch.actors.engine.messages import CallFuture, Withdraw, settle
 from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.registry import Registry
-from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
-from kdispatch.actors.model.errors import CallCancelled, DispatcherClosed
+from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.errors import CallCancelled
 from kdispatch.actors.model.objects import ObjectRef, check_uid
 
-from .dispatcher_like import Backlog
+from .dispatcher_like import DispatcherBase
 
 __all__ = ["GROUP_LOCK_STRIPES", "GroupHostMixin"]
 
 GROUP_LOCK_STRIPES: Final = 64  # locks shared by the call groups of one dispatcher
 
 
-class GroupHostMixin:
+class GroupHostMixin(DispatcherBase):
     """The call groups of a :class:`~.dispatcher.Dispatcher` (its fields, declared here)."""
 
-    call_types: CallTypeRegistry
     metrics: Metrics
-    _backlog: Backlog
-    _closed: bool
     _deps: Dependencies
     _executor: Executor
     _group_locks: tuple[threading.Lock, ...]
     _owners: OwnerIndex
     _registry: Registry
-    _revoked: DispatcherClosed | None
-    _started: bool
 
     if TYPE_CHECKING:
 
         def _admit(
-            self, call: Call, prereqs: tuple[Prerequisite, ...], group: CallGroup | None
+            self, call: Call, after: Iterable[object], group: CallGroup | None
         ) -> CallFuture: ...
 
         def _on_resolved(self, future: CallFuture) -> None: ...
@@ -87,12 +81,8 @@ class GroupHostMixin:
         ref = owner if isinstance(owner, ObjectRef) else ObjectRef.of(owner, kind)
         check_uid(ref.uid)
         min_count = None if gang is None else check_min_count(gang)
-        if self._revoked is not None:
-            raise copy.copy(self._revoked)
-        if self._closed or not self._started:
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closed else "dispatcher not started"
-            )
+        if self._revoked is not None or self._closed or not self._started:
+            raise self._closed_error()
         lock = self._group_locks[hash(ref.uid) % GROUP_LOCK_STRIPES]
         group = (
             CallGroup(self, ref, lock) if min_count is None else Gang(self, ref, lock, min_count)
@@ -115,10 +105,7 @@ class GroupHostMixin:
 
     def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture:
         """Caller thread (``CallGroup.submit``): :meth:`submit` as a step of ``group``."""
-        self.call_types.check(call)
-        call = plain_basis(call)
-        prereqs = self._deps.prerequisites(after) if after else ()
-        return self._admit(call, prereqs, group)
+        return self._admit(call, after, group)
 
     def refuse_step(self, call: Call, group: CallGroup) -> CallFuture:
         """Caller thread: a step of a cancelled group, resolved at once and never sent."""
@@ -126,9 +113,7 @@ class GroupHostMixin:
         future = CallFuture()
         future.owner = self
         future.call = call
-        lane = self._backlog.lane(call.relevance)
-        lane.append(None)
-        future.lane = lane
+        self._backlog.add(future, call.relevance)
         group.add_step(future)
         refused = group._refusal(call, held=False)
         assert refused is not None  # a group is never un-cancelled

@@ -21,7 +21,6 @@ from loguru import logger
 
 from kdispatch.actors.engine.aio import await_future
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import DispatcherBase
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig
@@ -31,7 +30,6 @@ from kdispatch.actors.model.errors import (
     GroupsNotSupported,
     InvalidCallError,
     InvalidConfigError,
-    InvalidInputError,
 )
 from kdispatch.actors.model.objects import Obj, ObjectRef, as_object, check_uid
 from kdispatch.actors.runtime.gctuning import GcTuner
@@ -45,9 +43,13 @@ from .process_child import (
     BackendFactory,
     child_main,
     dumps,
+    write_batches,
 )
 from .process_link import ChildLink, DispatcherProcessDied
 from .process_window import SendWindow
+
+_MAX_WRITE = 1 << 20
+"""Bytes of queued messages the writer joins into one pipe write at most."""
 
 MAX_IN_FLIGHT = 256
 """Default of ``ProcessDispatcher(max_in_flight=...)``: calls in the child and not yet
@@ -71,7 +73,7 @@ class SendDeadlines(Protocol):
         ...
 
 
-class ProcessDispatcher(ChildLink, DispatcherBase):
+class ProcessDispatcher(ChildLink):
     """A :class:`~kdispatch.Dispatcher` running in a child process, with the same caller API
     for what a scheduler uses (docs/process-dispatcher.md has an example). Every public
     method may be called from any thread. Scripts must guard their entry point
@@ -107,7 +109,13 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
             raise InvalidConfigError(f"context must be one of {CONTEXTS}, got {context!r}")
         if not isinstance(start_timeout, int | float) or not start_timeout > 0:
             raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
-        _check_leader(leader)
+        if leader is not None and not callable(getattr(leader, "watch_send_deadline", None)):
+            raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
+        if leader is not None and getattr(leader, "clock", None) is not time.monotonic:
+            raise InvalidConfigError(
+                "leader must measure its deadlines on time.monotonic: the child process compares "
+                "them with its own CLOCK_MONOTONIC"
+            )
         _check_max_in_flight(max_in_flight)
         for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
             try:
@@ -123,10 +131,9 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
             max_in_flight, self._outbox.put, _best_effort_room(config, max_in_flight)
         )
         self._mp: Any = multiprocessing.get_context(context)  # typeshed: a BaseContext
-        self._state_lock = threading.Lock()
+        self._state_lock = threading.Condition(threading.Lock())
         self._started = False
-        self._closing = False
-        self._stopped = False
+        self._closed = False
         self._revoked: DispatcherClosed | None = None
         self._last_stats: dict[str, Any] | None = None
         self._pid: int | None = None
@@ -146,11 +153,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         dispatcher runs. Re-raises what stopped the child's start (e.g. the backend factory's
         error); :class:`InvalidInputError` if already started or stopped."""
         with self._state_lock:
-            if self._stopped:
-                raise InvalidInputError("dispatcher stopped: create a new ProcessDispatcher")
-            if self._started:
-                raise InvalidInputError("dispatcher already started")
-            self._started = True
+            self._mark_started()
         req_recv, req_send = self._mp.Pipe(duplex=False)
         res_recv, res_send = self._mp.Pipe(duplex=False)
         proc = self._mp.Process(
@@ -166,15 +169,20 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         self._proc, self._requests, self._results = proc, req_send, res_recv
         self._pid = proc.pid
         ready = self._await_ready(res_recv)
-        if not ready[1]:
-            self._abandon()
+        if not ready[1]:  # end the child and close both pipes
+            self._closed = True
+            self._gone = DispatcherClosed("dispatcher process did not start")
+            self._end_child(timeout=5.0)
             error = ready[2]
             raise error if isinstance(error, BaseException) else DispatcherProcessDied(str(error))
         self._reader = threading.Thread(
             target=self._read, name="kdispatch-process-reader", daemon=True
         )
         self._writer = threading.Thread(
-            target=self._write, name="kdispatch-process-writer", daemon=True
+            target=write_batches,
+            args=(req_send, self._outbox, b"".join, _MAX_WRITE, len),
+            name="kdispatch-process-writer",
+            daemon=True,
         )
         self._reader.start()
         self._writer.start()
@@ -182,21 +190,15 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         logger.debug("dispatcher process {} started", proc.pid)
         return self
 
-    def _abandon(self) -> None:
-        """Caller thread: end a child that failed to start and close both pipes."""
-        self._closing = self._stopped = True
-        self._gone = DispatcherClosed("dispatcher process did not start")
-        self._end_child(timeout=5.0)
-
     def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
         """Caller thread. :meth:`Dispatcher.stop <kdispatch.Dispatcher.stop>` in the child,
         which then exits (killed if it has not 10 s after the deadline). True if every call
         finished before the deadline. Idempotent."""
         with self._state_lock:
-            if self._stopped or not self._started:
-                self._closing = self._stopped = True
+            if self._closed or not self._started:
+                self._closed = True
                 return self._final[0] if self._final is not None else not self._calls
-            self._closing = self._stopped = True
+            self._closed = True
         if drain:
             self._window.flush()  # the child drains them with the rest
         stopped = DispatcherClosed("dispatcher process stopped")
@@ -238,9 +240,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
             raise InvalidCallError(f"{call.call_type}: the call does not pickle: {err}") from err
         relevance = self.call_types.spec(call.call_type).relevance
         future = CallFuture()
-        lane = self._backlog.lane(relevance)
-        lane.append(None)  # counted before anyone can pop the future
-        future.lane = lane
+        self._backlog.add(future, relevance)
         self._calls[fid] = future
         if self._gone is None:
             self._window.submit(fid, call.ref.uid, call.call_type, relevance, data)
@@ -272,12 +272,8 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child."""
-        if not isinstance(error, DispatcherClosed):
-            raise InvalidInputError("revoke needs a DispatcherClosed (e.g. LeadershipLost)")
-        with self._state_lock:
-            if self._revoked is not None:
-                return
-            self._revoked = error
+        if not self._mark_revoked(error):
+            return
         self._resolve_waiting(self._window.withdraw_all(), lambda _: copy.copy(error))
         with contextlib.suppress(DispatcherClosed):
             self._send(dumps((REVOKE, error)))
@@ -321,7 +317,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
     def _observe(self, obj: object, kind: str | None, *, deleted: bool = False) -> None:
         plain = as_object(obj)
         uid = ObjectRef.of(plain, kind).uid  # bad objects raise here, on the caller's thread
-        if self._closing or self._gone is not None:
+        if self._closed or self._gone is not None:
             return  # nothing left to feed: every call has resolved or will
         if deleted:
             self._resolve_waiting(
@@ -354,7 +350,7 @@ class ProcessDispatcher(ChildLink, DispatcherBase):
         <kdispatch.Dispatcher.stats>`, plus ``pid``, the child's process id."""
         if self._final is not None:
             out = dict(self._final[1])
-        elif self._closing and self._last_stats is not None:
+        elif self._closed and self._last_stats is not None:
             out = dict(self._last_stats)  # stopping: the child answers no more queries
         else:
             out = dict(cast("dict[str, Any]", self._query("stats", None, 10.0)))
@@ -380,19 +376,6 @@ def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> in
     if max_in_flight is None:
         return None
     return min(max_in_flight, 2 * max(1, config.executor.workers // 4))
-
-
-def _check_leader(leader: object) -> None:
-    """``leader`` is None or offers deadlines on ``time.monotonic``; else InvalidConfigError."""
-    if leader is None:
-        return
-    if not callable(getattr(leader, "watch_send_deadline", None)):
-        raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
-    if getattr(leader, "clock", None) is not time.monotonic:
-        raise InvalidConfigError(
-            "leader must measure its deadlines on time.monotonic: the child process compares "
-            "them with its own CLOCK_MONOTONIC"
-        )
 
 
 __all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher", "SendDeadlines"]

@@ -55,6 +55,9 @@ Result = tuple[int, bool, Any]
 
 BackendFactory = Callable[[], ApiBackend]
 
+Outbox = queue.SimpleQueue[Result | None]
+"""The child's results waiting for its writer thread (:func:`write_batches`)."""
+
 
 def _proxy(data: dict[Any, Any]) -> MappingProxyType[Any, Any]:
     return MappingProxyType(data)
@@ -117,72 +120,52 @@ class SharedDeadline:
         return time.monotonic() < self._until.value
 
 
-class _Outbox:
-    """Results waiting for the writer thread, which sends whatever is queued in one write.
-    ``put`` runs on any thread and never blocks."""
-
-    def __init__(self, conn: Connection, batch: int = 1024) -> None:
-        self._conn = conn
-        self._batch = batch
-        self._queue: queue.SimpleQueue[Result | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="kdispatch-child-out", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def put(self, result: Result) -> None:
-        """Any thread; never blocks."""
-        self._queue.put(result)
-
-    def resolve(self, fid: int, future: Future[Any]) -> None:
-        """Future callback (the resolving thread): queue the future's result under ``fid``."""
-        exc = future.exception()
-        self._queue.put((fid, False, exc) if exc is not None else (fid, True, future.result()))
-
-    def close(self) -> None:
-        """Main thread. Send what is queued, then stop the writer."""
-        self._queue.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        """Writer thread."""
-        ended = False
-        while not ended:
-            batch, ended = take_batch(self._queue, self._batch)
-            if batch and not self._send(batch):
+def write_batches(
+    conn: Connection,
+    inbox: queue.SimpleQueue[_T | None],
+    encode: Callable[[list[_T]], bytes],
+    limit: int,
+    weigh: Callable[[_T], int] | None = None,
+) -> None:
+    """A pipe's only writer thread: send whatever is queued in ``inbox`` in one write (the
+    ``encode`` of at most ``limit`` items, or of items whose ``weigh`` sums to ``limit``),
+    so nobody waits for a slow reader; until the ``None`` that ends the stream, or until the
+    reader is gone."""
+    while True:
+        batch: list[_T] = []
+        size = 0
+        item = inbox.get()
+        while item is not None:
+            batch.append(item)
+            size += 1 if weigh is None else weigh(item)
+            if size >= limit:
+                break
+            try:
+                item = inbox.get_nowait()
+            except queue.Empty:
+                break
+        if batch:
+            data = encode(batch)
+            try:
+                conn.send_bytes(data)
+            except (OSError, ValueError):  # the reader is gone: nobody waits for the rest
                 return
-
-    def _send(self, batch: list[Result]) -> bool:
-        try:
-            data = dumps(batch)
-        except Exception:  # one result does not pickle: send them one by one
-            data = dumps([_safe(r) for r in batch])
-        try:
-            self._conn.send_bytes(data)
-        except OSError:  # the parent is gone: nobody is waiting
-            return False
-        return True
+        if item is None:
+            return
 
 
-def take_batch(
-    inbox: queue.SimpleQueue[_T | None], limit: int, weigh: Callable[[_T], int] | None = None
-) -> tuple[list[_T], bool]:
-    """Wait for the next item, then take what else is queued until ``limit`` (items, or the
-    sum of ``weigh``): the batch, and whether the ``None`` that ends the stream came. The
-    writer thread that owns ``inbox``."""
-    batch: list[_T] = []
-    size = 0
-    item = inbox.get()
-    while item is not None:
-        batch.append(item)
-        size += 1 if weigh is None else weigh(item)
-        if size >= limit:
-            return batch, False
-        try:
-            item = inbox.get_nowait()
-        except queue.Empty:
-            return batch, False
-    return batch, True
+def _dump_results(batch: list[Result]) -> bytes:
+    """Writer thread: ``batch`` pickled; a result that does not pickle is replaced."""
+    try:
+        return dumps(batch)
+    except Exception:  # one result does not pickle: check them one by one
+        return dumps([_safe(r) for r in batch])
+
+
+def _result(fid: int, future: Future[Any]) -> Result:
+    """The result of a resolved ``future``, under ``fid``. The resolving thread."""
+    exc = future.exception()
+    return (fid, False, exc) if exc is not None else (fid, True, future.result())
 
 
 def _safe(result: Result) -> Result:
@@ -199,7 +182,7 @@ def _safe(result: Result) -> Result:
 class _Child:
     """The child's state: the dispatcher, its outbox and the query pool. Main thread."""
 
-    def __init__(self, dispatcher: Dispatcher, outbox: _Outbox) -> None:
+    def __init__(self, dispatcher: Dispatcher, outbox: Outbox) -> None:
         self.dispatcher = dispatcher
         self.outbox = outbox
         self.queries = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kdispatch-child-q")
@@ -232,7 +215,7 @@ class _Child:
         except Exception as err:  # closed, revoked, actor limit, bad input
             self.outbox.put((fid, False, portable(err)))
             return
-        future.add_done_callback(lambda f: self.outbox.resolve(fid, f))
+        future.add_done_callback(lambda f: self.outbox.put(_result(fid, f)))
 
     def _query(self, qid: int, name: str, arg: Any) -> None:
         """Query pool thread."""
@@ -270,8 +253,14 @@ def child_main(
     """The child's entry point (main thread): build the backend and the dispatcher, report
     :data:`READY`, then serve the parent's messages until :data:`STOP` or the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    outbox = _Outbox(results)
-    outbox.start()
+    outbox: Outbox = queue.SimpleQueue()
+    writer = threading.Thread(
+        target=write_batches,
+        args=(results, outbox, _dump_results, 1024),
+        name="kdispatch-child-out",
+        daemon=True,
+    )
+    writer.start()
     backend: ApiBackend | None = None
     try:
         backend = backend_factory()
@@ -284,13 +273,10 @@ def child_main(
         ).start()
     except Exception as err:  # reported to the parent's start()
         outbox.put((READY, False, portable(err)))
-        outbox.close()
-        _close(backend)
-        return
-    outbox.put((READY, True, os.getpid()))
-    child = _Child(dispatcher, outbox)
-    serving = True
-    try:
+    else:
+        outbox.put((READY, True, os.getpid()))
+        child = _Child(dispatcher, outbox)
+        serving = True
         while serving:
             try:
                 data = requests.recv_bytes()
@@ -299,7 +285,8 @@ def child_main(
                 break
             serving = _handle_all(child, data)
     finally:
-        outbox.close()
+        outbox.put(None)  # the writer sends what is queued, then ends
+        writer.join()
         _close(backend)
         requests.close()
         results.close()

@@ -21,14 +21,11 @@ from typing import Any, cast
 from loguru import logger
 
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import Backlog
+from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherBase
 from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
 
-from .process_child import QUERY, READY, STOPPED, Result, dumps, take_batch
+from .process_child import QUERY, READY, STOPPED, Result, dumps
 from .process_window import SendWindow
-
-_MAX_WRITE = 1 << 20
-"""Bytes of queued messages the writer joins into one pipe write at most."""
 
 
 class DispatcherProcessDied(DispatcherClosed):
@@ -36,14 +33,11 @@ class DispatcherProcessDied(DispatcherClosed):
     memory). Every call pending at that moment fails with it, and ``submit`` raises it."""
 
 
-class ChildLink:
-    """Pipes, writer and reader threads, and the futures awaiting the child's answers. Set up by
-    ``ProcessDispatcher``; every method says which thread it runs on."""
+class ChildLink(DispatcherBase):
+    """Pipes, writer and reader threads, and the futures awaiting the child's answers: the base
+    of ``ProcessDispatcher``, which sets it up. Every method says which thread it runs on."""
 
     _window: SendWindow  # set by the dispatcher: its send window
-    _started: bool
-    _closing: bool
-    _revoked: DispatcherClosed | None
 
     def __init__(self, start_timeout: float) -> None:
         """Caller thread; nothing runs until ``start`` sets the process and the pipes."""
@@ -91,14 +85,10 @@ class ChildLink:
 
     def _check_open(self) -> None:
         """Any thread: raise what a submit or query meets once the dispatcher is not open."""
-        if self._revoked is not None:
-            raise copy.copy(self._revoked)  # a fresh exception (traceback) per caller
-        if self._gone is not None:
-            raise copy.copy(self._gone)
-        if self._closing or not self._started:
-            raise DispatcherClosed(
-                "dispatcher is stopped" if self._closing else "dispatcher not started"
-            )
+        if self._gone is not None and self._revoked is None:
+            raise copy.copy(self._gone)  # a fresh exception (traceback) per caller
+        if self._revoked is not None or self._closed or not self._started:
+            raise self._closed_error()
 
     def _send(self, data: bytes) -> None:
         """Any thread; never blocks. Queue one pickled message for the writer thread;
@@ -108,21 +98,6 @@ class ChildLink:
         if self._gone is not None:
             raise copy.copy(self._gone)
         self._outbox.put(data)
-
-    def _write(self) -> None:
-        """Writer thread, the pipe's only writer: send whatever is queued in one write (the
-        child unpickles the messages in order), until the ``None`` that ``stop`` queues."""
-        conn = self._requests
-        assert conn is not None
-        ended = False
-        while not ended:
-            batch, ended = take_batch(self._outbox, _MAX_WRITE, len)
-            if not batch:
-                continue
-            try:
-                conn.send_bytes(b"".join(batch))
-            except (OSError, ValueError):  # the child is gone: the reader fails what is left
-                return
 
     def _query(self, name: str, arg: Any, timeout: float) -> Any:
         """Caller thread: ask the child and wait up to ``timeout`` for the answer."""
@@ -178,7 +153,7 @@ class ChildLink:
 
     def _exit_error(self) -> DispatcherClosed:
         """Reader thread: what the futures left when the pipe closed fail with."""
-        if self._final is not None or self._closing:
+        if self._final is not None or self._closed:
             return DispatcherClosed("dispatcher process stopped")
         proc = self._proc
         code = None
