@@ -25,6 +25,7 @@ from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.effects import dependency_failed
 from kdispatch.actors.model.errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
 from kdispatch.actors.model.objects import ObjectRef
+from kdispatch.actors.model.queue_policy import NO_HOLDS
 
 from .aio import ASYNC_SOURCE
 from .messages import CallFuture, FailDependency, Release, Uncancellable
@@ -46,7 +47,6 @@ __all__ = [
 T = TypeVar("T")
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
-_NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
 
 Prerequisite = Future[Any]
 
@@ -164,7 +164,7 @@ class Hold:
         call_type: str,
         future: CallFuture,
         prereqs: tuple[Prerequisite, ...],
-        behind: frozenset[CallFuture] = _NOT_BEHIND,
+        behind: frozenset[CallFuture],
     ) -> None:
         self.uid = uid
         self.call_type = call_type
@@ -251,17 +251,15 @@ class Dependencies:
                     return exc
             if group is not None:
                 self._check_group_step(uid, group)
-            if not waiting:
-                if group is not None:
-                    group.add_step(future)
-                return None
-            behind = self._check_prereqs(call, waiting, group)
-            hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
-            self._holds[future] = hold
-            self._held_on.setdefault(uid, set()).add(future)
+            hold = None
+            if waiting:
+                behind = self._check_prereqs(call, waiting, group)
+                hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
+                self._holds[future] = hold
+                self._held_on.setdefault(uid, set()).add(future)
+                self._metrics.held_delta(call.call_type, 1)
             if group is not None:
                 group.add_step(future)
-            self._metrics.held_delta(call.call_type, 1)
         return hold
 
     def held_on_one(self, futures: Iterable[CallFuture]) -> list[CallFuture]:
@@ -409,7 +407,7 @@ class Dependencies:
                     "merge with and then wait for itself; submit one call with both changes"
                 )
             behind.append(fut)  # type: ignore[arg-type]
-        return frozenset(behind) if behind else _NOT_BEHIND
+        return frozenset(behind) if behind else NO_HOLDS
 
     def _check_group_step(self, uid: str, group: GroupSteps) -> None:
         gf = group._future
