@@ -283,14 +283,10 @@ class CallGroup(GroupSteps):
                 self.cancel_for("owner_withdrawn")
         self._maybe_finish()
 
-    def _finishable(self) -> bool:
-        """Under the lock: sealed, and every step registered and resolved."""
-        flags = self._flags
-        return flags & (_SEALED | _FINISHED) == _SEALED and self._unresolved == 0
-
     def _maybe_finish(self) -> None:
+        """Resolve the group's future once it is sealed and every step resolved."""
         with self._lock:
-            if not self._finishable():
+            if self._flags & (_SEALED | _FINISHED) != _SEALED or self._unresolved:
                 return
             self._flags |= _FINISHED
             steps = self.step_futures()
