@@ -141,12 +141,8 @@ class Executor(LaneScheduler):
                     and uid not in self._sending
                 ):
                     if relevance != BEST_EFFORT:
-                        calls = self._calls
-                        taken = not self._followups and calls.try_take() == 0
-                        if taken:
-                            if not self._inline:  # a worker slot (inline sends run on the actor)
-                                self._busy += 1
-                                self._sending.add(uid)
+                        if not self._followups and self._calls.try_take() == 0:
+                            self._take_slot(uid, False)
                             return True
                     elif (
                         not self._lanes[BEST_EFFORT]
