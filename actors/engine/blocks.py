@@ -85,7 +85,7 @@ class TokenBlocks:
             block = unpaid[0]
             if not block.started and block.need:
                 chunk = min(block.need, bucket.burst)
-                wait = bucket.try_take_n(chunk)
+                wait = bucket.try_take(chunk)
                 if wait > 0:
                     return wait
                 block.started = True
