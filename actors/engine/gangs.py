@@ -10,11 +10,7 @@ from threading import Lock
 from typing import Final
 
 from kdispatch.actors.model.calls import Call
-from kdispatch.actors.model.errors import (
-    GangPartiallyBound,
-    GroupFailed,
-    InvalidInputError,
-)
+from kdispatch.actors.model.errors import GangPartiallyBound, GroupFailed, InvalidInputError
 from kdispatch.actors.model.objects import ObjectRef
 from kdispatch.actors.model.pod_calls import PodBinding
 

@@ -82,15 +82,7 @@ class CallGroup(GroupSteps):
     merged with a step is kept); :attr:`future` resolves once the group is sealed and every
     step resolved. A ``with`` block seals it at its end (docs/groups.md has examples)."""
 
-    __slots__ = (
-        "_cancelled",
-        "_cause",
-        "_first",
-        "_flags",
-        "_host",
-        "_unresolved",
-        "owner",
-    )
+    __slots__ = ("_cancelled", "_cause", "_first", "_flags", "_host", "_unresolved", "owner")
 
     def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
         """``lock`` guards the group's fields: one of the dispatcher's group locks, which other
@@ -190,10 +182,7 @@ class CallGroup(GroupSteps):
                 return False
             self._cancelled = cause  # before _flags (see submit)
             self._flags |= _SEALED
-            error = CallCancelled(
-                f"call group of {self.owner} cancelled ({cause})",
-                ref=self.owner,
-            )
+            error = CallCancelled(f"call group of {self.owner} cancelled ({cause})", ref=self.owner)
             self._cause = error
             # a step may still be sent while it is pending, or merged into a newer call
             steps = [f for f in self.step_futures() if not f.done() or overwritten(f)]

@@ -23,14 +23,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = [
-    "CounterFamily",
-    "GaugeFamily",
-    "HistogramCounts",
-    "HistogramFamily",
-    "Labels",
-    "Shards",
-]
+__all__ = ["CounterFamily", "GaugeFamily", "HistogramCounts", "HistogramFamily", "Labels", "Shards"]
 
 Labels = tuple[str, ...]
 
