@@ -64,7 +64,6 @@ class Metrics:
         self.executions_total_name = f"{prefix}_async_api_call_execution_total"
         # per-thread numbers for the families updated on every call (see .metric_families)
         shards = self._shards = Shards()
-        self._local = shards.local  # the calling thread's numbers, once it has some
         self.pending = GaugeFamily(
             f"{prefix}_pending_async_api_calls",
             "Calls queued in the dispatcher and not yet sent, by call type.",
@@ -219,10 +218,7 @@ class Metrics:
 
     def outcome(self, call_type: str, outcome: str, count: int = 1) -> None:
         """A call (or ``count`` calls) resolved."""
-        try:
-            numbers = self._local.numbers
-        except AttributeError:
-            numbers = self._shards.mine()  # the thread's first update
+        numbers = self._shards.mine()
         key = (self.outcomes, call_type, outcome)
         numbers[key] = numbers.get(key, 0) + count
 
@@ -261,10 +257,7 @@ class Metrics:
     def sent(self, call_type: str, verb: str | None, outcome: str, seconds: float | None) -> None:
         """One request of ``verb`` ended (None: none was sent); with ``seconds``, a call's
         attempt that ended with ``outcome``: request, execution and duration in one step."""
-        try:
-            numbers = self._local.numbers
-        except AttributeError:
-            numbers = self._shards.mine()  # the thread's first update
+        numbers = self._shards.mine()
         if verb is not None:
             request = (self.requests, call_type, verb)
             numbers[request] = numbers.get(request, 0) + 1
