@@ -17,6 +17,7 @@ import asyncio
 import enum
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from functools import partial
 from threading import Lock
 from typing import Any, Final, TypeAlias, TypeVar
@@ -142,39 +143,23 @@ class HoldState(enum.Enum):
     DONE = "done"  # the held call resolved first (deleted, preempted, closed ...)
 
 
+@dataclass(slots=True, eq=False)
 class Hold:
     """The hold token of one held call (hashed by identity) and its bookkeeping. Fields are
     changed under :class:`Dependencies`' lock."""
 
-    __slots__ = (
-        "armed",
-        "behind",
-        "call_type",
-        "cause",
-        "future",
-        "prereqs",
-        "state",
-        "uid",
-        "waiting",
-    )
+    uid: str
+    call_type: str
+    future: CallFuture
+    prereqs: tuple[Prerequisite, ...]
+    behind: frozenset[CallFuture]  # calls on its object it waits for (transitively): never passed
+    waiting: int = field(init=False)  # prerequisites not resolved yet
+    state: HoldState = HoldState.WAITING
+    armed: bool = False  # the Submit carrying this token was told to the actor
+    cause: BaseException | None = None
 
-    def __init__(
-        self,
-        uid: str,
-        call_type: str,
-        future: CallFuture,
-        prereqs: tuple[Prerequisite, ...],
-        behind: frozenset[CallFuture],
-    ) -> None:
-        self.uid = uid
-        self.call_type = call_type
-        self.future = future
-        self.prereqs = prereqs
-        self.behind = behind  # calls on its object it waits for (transitively): never passed
-        self.waiting = len(prereqs)
-        self.state = HoldState.WAITING
-        self.armed = False  # the Submit carrying this token was told to the actor
-        self.cause: BaseException | None = None
+    def __post_init__(self) -> None:
+        self.waiting = len(self.prereqs)
 
     def __repr__(self) -> str:
         return f"<Hold {self.call_type} {self.uid} {self.state.value} waiting={self.waiting}>"
