@@ -215,8 +215,7 @@ class CallGroup(GroupSteps):
     @property
     def steps(self) -> list[CallFuture]:
         """The steps' futures, in the order they were submitted (a copy)."""
-        with self._lock:
-            return list(self.step_futures())
+        return list(self.step_futures())
 
     # ------------------------------------------------------------------ internals
 
