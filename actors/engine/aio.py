@@ -9,14 +9,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
-from types import TracebackType
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeVar
 
 from kdispatch.actors.model.errors import InvalidInputError, KdispatchError, Outcome
 
 from .messages import CallFuture
 
-_ExcInfo: TypeAlias = tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
 _T = TypeVar("_T")
 
 ASYNC_SOURCE: Final = "_kdispatch_source"

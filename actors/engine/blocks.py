@@ -1,18 +1,12 @@
-"""Token blocks: a gang's bindings take their tokens as one block (docs/gangs.md).
+"""Token blocks: a gang's bindings take their tokens as one block (docs/gangs.md tells the
+rules).
 
-When a gang's gate opens, :meth:`~.executor.Executor.reserve_block` books one token per
-member that is still to be sent, and the block takes one place in its members' lane, behind the
-objects queued there already (the lanes' order and the lower lanes' share hold for it as for an
-object). When its turn comes it becomes *active*: it takes its tokens before any other grant
-(requests of jobs already started still go first), all at once when the bucket holds them, so
-the members go out back to back; a block larger than the burst takes the bucket whole, then
-each token as it refills. Members are granted from the blocks' own lane, each with a token its
-block paid for, and while an active block has a member left, no lane takes a token: nothing
-interleaves with a gang's bindings.
-
-A member leaves its block when it is granted, or when its future resolves before (deleted,
-withdrawn, merged away): its token is then not taken, or given back. The invariant
-``len(members) == need + paid`` holds for every block.
+:meth:`~.executor.Executor.reserve_block` books one token per member still to be sent, and the
+block takes one place in its members' lane. At its turn it becomes *active* and takes its tokens
+before any other grant (requests of jobs already started still go first), at most the burst at
+once, then each as the bucket refills; its members are granted from the blocks' own lane, each
+with a token the block paid for. A member that leaves before its grant (its future resolved)
+costs no token, or gives its paid one back: ``len(members) == need + paid`` for every block.
 
 :class:`TokenBlocks` is bookkeeping only: the :class:`~.lanes.LaneScheduler` calls it with its
 lock held, on whichever thread granted.
@@ -91,7 +85,7 @@ class TokenBlocks:
             block = unpaid[0]
             if not block.started and block.need:
                 chunk = min(block.need, bucket.burst)
-                wait = bucket.try_take_n(chunk)
+                wait = bucket.try_take(chunk)
                 if wait > 0:
                     return wait
                 block.started = True

@@ -141,12 +141,8 @@ class Executor(LaneScheduler):
                     and uid not in self._sending
                 ):
                     if relevance != BEST_EFFORT:
-                        calls = self._calls
-                        taken = not self._followups and calls.try_take() == 0
-                        if taken:
-                            if not self._inline:  # a worker slot (inline sends run on the actor)
-                                self._busy += 1
-                                self._sending.add(uid)
+                        if not self._followups and self._calls.try_take() == 0:
+                            self._take_slot(uid, False)
                             return True
                     elif (
                         not self._lanes[BEST_EFFORT]
@@ -293,12 +289,10 @@ class Executor(LaneScheduler):
         """Timer thread: grant when tokens refill or backoffs expire."""
         with self._lock:
             while not self._stopping:
-                wake_at = [
-                    t
-                    for t in (self._token_at, self._delayed[0][0] if self._delayed else None)
-                    if t is not None
-                ]
-                timeout = max(0.0, min(wake_at) - self._clock()) if wake_at else None
+                wake_at = self._delayed[0][0] if self._delayed else math.inf
+                if self._token_at is not None:
+                    wake_at = min(wake_at, self._token_at)
+                timeout = max(0.0, wake_at - self._clock()) if wake_at < math.inf else None
                 self._timer_cond.wait(timeout)
                 self._token_at = None
                 grants = self._grant_locked()

@@ -10,11 +10,7 @@ from threading import Lock
 from typing import Final
 
 from kdispatch.actors.model.calls import Call
-from kdispatch.actors.model.errors import (
-    GangPartiallyBound,
-    GroupFailed,
-    InvalidInputError,
-)
+from kdispatch.actors.model.errors import GangPartiallyBound, GroupFailed, InvalidInputError
 from kdispatch.actors.model.objects import ObjectRef
 from kdispatch.actors.model.pod_calls import PodBinding
 
@@ -90,7 +86,10 @@ class Gang(CallGroup):
         resolve ``DependencyFailed`` and nothing of them is sent."""
         if not super().cancel_for(cause):
             return False
-        self._close_gate()
+        with self._lock:  # a gate not yet open fails (its waiters were withdrawn)
+            error = None if self._open or self._gate.done() else self._cause
+        if error is not None:
+            self._gate.set_exception(error)
         return True
 
     def _release(self) -> None:
@@ -110,15 +109,6 @@ class Gang(CallGroup):
             if step.done():  # resolved (withdrawn) meanwhile: its _step_done found no block
                 self._host.leave_block(uid)
         self._gate.set_result([])
-
-    def _close_gate(self) -> None:
-        """The gang was cancelled: a gate not yet open fails (its waiters were withdrawn)."""
-        with self._lock:
-            if self._open or self._gate.done():
-                return
-            cause = self._cause
-        if cause is not None:
-            self._gate.set_exception(cause)
 
     def _step_done(self, future: CallFuture) -> None:
         """Resolving thread of a step: a member that fails before the gate opened withdraws

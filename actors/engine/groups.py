@@ -82,15 +82,7 @@ class CallGroup(GroupSteps):
     merged with a step is kept); :attr:`future` resolves once the group is sealed and every
     step resolved. A ``with`` block seals it at its end (docs/groups.md has examples)."""
 
-    __slots__ = (
-        "_cancelled",
-        "_cause",
-        "_first",
-        "_flags",
-        "_host",
-        "_unresolved",
-        "owner",
-    )
+    __slots__ = ("_cancelled", "_cause", "_first", "_flags", "_host", "_unresolved", "owner")
 
     def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock) -> None:
         """``lock`` guards the group's fields: one of the dispatcher's group locks, which other
@@ -190,10 +182,7 @@ class CallGroup(GroupSteps):
                 return False
             self._cancelled = cause  # before _flags (see submit)
             self._flags |= _SEALED
-            error = CallCancelled(
-                f"call group of {self.owner} cancelled ({cause})",
-                ref=self.owner,
-            )
+            error = CallCancelled(f"call group of {self.owner} cancelled ({cause})", ref=self.owner)
             self._cause = error
             # a step may still be sent while it is pending, or merged into a newer call
             steps = [f for f in self.step_futures() if not f.done() or overwritten(f)]
@@ -226,8 +215,7 @@ class CallGroup(GroupSteps):
     @property
     def steps(self) -> list[CallFuture]:
         """The steps' futures, in the order they were submitted (a copy)."""
-        with self._lock:
-            return list(self.step_futures())
+        return list(self.step_futures())
 
     # ------------------------------------------------------------------ internals
 
@@ -283,14 +271,10 @@ class CallGroup(GroupSteps):
                 self.cancel_for("owner_withdrawn")
         self._maybe_finish()
 
-    def _finishable(self) -> bool:
-        """Under the lock: sealed, and every step registered and resolved."""
-        flags = self._flags
-        return flags & (_SEALED | _FINISHED) == _SEALED and self._unresolved == 0
-
     def _maybe_finish(self) -> None:
+        """Resolve the group's future once it is sealed and every step resolved."""
         with self._lock:
-            if not self._finishable():
+            if self._flags & (_SEALED | _FINISHED) != _SEALED or self._unresolved:
                 return
             self._flags |= _FINISHED
             steps = self.step_futures()

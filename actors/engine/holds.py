@@ -17,6 +17,7 @@ import asyncio
 import enum
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from functools import partial
 from threading import Lock
 from typing import Any, Final, TypeAlias, TypeVar
@@ -25,6 +26,7 @@ from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.effects import dependency_failed
 from kdispatch.actors.model.errors import DependencyCycleError, InvalidPrerequisiteError, Outcome
 from kdispatch.actors.model.objects import ObjectRef
+from kdispatch.actors.model.queue_policy import NO_HOLDS
 
 from .aio import ASYNC_SOURCE
 from .messages import CallFuture, FailDependency, Release, Uncancellable
@@ -46,7 +48,6 @@ __all__ = [
 T = TypeVar("T")
 
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
-_NOT_BEHIND: Final[frozenset[CallFuture]] = frozenset()  # shared: most held calls
 
 Prerequisite = Future[Any]
 
@@ -142,39 +143,23 @@ class HoldState(enum.Enum):
     DONE = "done"  # the held call resolved first (deleted, preempted, closed ...)
 
 
+@dataclass(slots=True, eq=False)
 class Hold:
     """The hold token of one held call (hashed by identity) and its bookkeeping. Fields are
     changed under :class:`Dependencies`' lock."""
 
-    __slots__ = (
-        "armed",
-        "behind",
-        "call_type",
-        "cause",
-        "future",
-        "prereqs",
-        "state",
-        "uid",
-        "waiting",
-    )
+    uid: str
+    call_type: str
+    future: CallFuture
+    prereqs: tuple[Prerequisite, ...]
+    behind: frozenset[CallFuture]  # calls on its object it waits for (transitively): never passed
+    waiting: int = field(init=False)  # prerequisites not resolved yet
+    state: HoldState = HoldState.WAITING
+    armed: bool = False  # the Submit carrying this token was told to the actor
+    cause: BaseException | None = None
 
-    def __init__(
-        self,
-        uid: str,
-        call_type: str,
-        future: CallFuture,
-        prereqs: tuple[Prerequisite, ...],
-        behind: frozenset[CallFuture] = _NOT_BEHIND,
-    ) -> None:
-        self.uid = uid
-        self.call_type = call_type
-        self.future = future
-        self.prereqs = prereqs
-        self.behind = behind  # calls on its object it waits for (transitively): never passed
-        self.waiting = len(prereqs)
-        self.state = HoldState.WAITING
-        self.armed = False  # the Submit carrying this token was told to the actor
-        self.cause: BaseException | None = None
+    def __post_init__(self) -> None:
+        self.waiting = len(self.prereqs)
 
     def __repr__(self) -> str:
         return f"<Hold {self.call_type} {self.uid} {self.state.value} waiting={self.waiting}>"
@@ -251,17 +236,15 @@ class Dependencies:
                     return exc
             if group is not None:
                 self._check_group_step(uid, group)
-            if not waiting:
-                if group is not None:
-                    group.add_step(future)
-                return None
-            behind = self._check_prereqs(call, waiting, group)
-            hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
-            self._holds[future] = hold
-            self._held_on.setdefault(uid, set()).add(future)
+            hold = None
+            if waiting:
+                behind = self._check_prereqs(call, waiting, group)
+                hold = Hold(uid, call.call_type, future, tuple(waiting), behind)
+                self._holds[future] = hold
+                self._held_on.setdefault(uid, set()).add(future)
+                self._metrics.held_delta(call.call_type, 1)
             if group is not None:
                 group.add_step(future)
-            self._metrics.held_delta(call.call_type, 1)
         return hold
 
     def held_on_one(self, futures: Iterable[CallFuture]) -> list[CallFuture]:
@@ -409,7 +392,7 @@ class Dependencies:
                     "merge with and then wait for itself; submit one call with both changes"
                 )
             behind.append(fut)  # type: ignore[arg-type]
-        return frozenset(behind) if behind else _NOT_BEHIND
+        return frozenset(behind) if behind else NO_HOLDS
 
     def _check_group_step(self, uid: str, group: GroupSteps) -> None:
         gf = group._future

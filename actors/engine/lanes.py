@@ -115,7 +115,7 @@ class LaneScheduler:
 
     def _take_slot(self, uid: str, best_effort: bool) -> None:
         """A grant: a worker slot and the object's one request under way (inline sends need
-        neither: they run on the actor's own turn). Lock held."""
+        neither: they run on the actor's own turn)."""
         if best_effort:
             self._best_effort.add(uid)  # which bucket a refund goes back to
         if not self._inline:
@@ -123,7 +123,7 @@ class LaneScheduler:
             self._sending.add(uid)
 
     def _free_slot(self, uid: str) -> None:
-        """A grant answered without a request, or a request ended. Lock held."""
+        """A grant answered without a request, or a request ended."""
         self._best_effort.discard(uid)
         if not self._inline:
             self._busy -= 1
@@ -142,7 +142,7 @@ class LaneScheduler:
 
     def _take_event_token(self) -> float:
         """A token for a new best-effort grant: the Events' bucket's, or, shared, the calls'
-        bucket's only when nothing else waits for one. Lock held."""
+        bucket's only when nothing else waits for one."""
         if self._events is None:
             if self._followups or self._waiting:
                 return math.inf
@@ -152,15 +152,14 @@ class LaneScheduler:
         return self._events.try_take()
 
     def _bucket_of(self, uid: str | None) -> TokenBucket:
-        """The bucket the grant of ``uid`` took its token from. Lock held."""
+        """The bucket the grant of ``uid`` took its token from."""
         if self._events is not None and uid is not None and uid in self._best_effort:
             return self._events
         return self._calls
 
     def _spare_slot(self, free: float) -> bool:
         """Whether a best-effort grant leaves a worker free for what comes next and keeps
-        best-effort requests under their share of the workers (inline sends use no worker).
-        Lock held."""
+        best-effort requests under their share of the workers (inline sends use no worker)."""
         if self._inline:
             return True
         if len(self._best_effort) >= self._best_effort_cap:
@@ -176,7 +175,7 @@ class LaneScheduler:
     def _enqueue(self, uid: str, actor: Any, relevance: int) -> None:
         """Queue ``uid`` in its lane; an object already queued keeps its place (with its new
         actor, if the old one crashed). A best-effort object finding its lane full is dropped:
-        a grant that reserves nothing, told with the next grants. Lock held."""
+        a grant that reserves nothing, told with the next grants."""
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         blocks = self._blocks
@@ -205,7 +204,7 @@ class LaneScheduler:
     def _reserve_block_locked(self, uids: Iterable[str], relevance: int) -> bool:
         """A token block for ``uids`` (:mod:`.blocks`), queued in lane ``relevance`` as one
         entry; members queued already move to the blocks' lane, members backing off stay out
-        of it. False when no block was made. Lock held."""
+        of it. False when no block was made."""
         delayed = {entry[2] for entry in self._delayed}
         blocks = self._blocks
         block = blocks.reserve(uid for uid in uids if uid not in delayed)
@@ -228,7 +227,7 @@ class LaneScheduler:
     def _leave_block_locked(self, uid: str) -> bool:
         """``uid`` leaves its token block before its grant: the token it was owed is not
         taken, or goes back to the bucket, and queued in the block's lane it moves to its own
-        lane. False when it was in no block. Lock held."""
+        lane. False when it was in no block."""
         left = self._blocks.leave(uid)
         if left is None:
             return False
@@ -244,7 +243,7 @@ class LaneScheduler:
 
     def _grant_blocks(self, slots: float, grants: list[GrantTo]) -> float:
         """Take the unpaid blocks' tokens, then grant ready members whose block has one, while
-        ``slots`` last; the slots left. Lock held."""
+        ``slots`` last; the slots left."""
         blocks = self._blocks
         if blocks.unpaid and not self._followups:
             wait = blocks.pay(self._calls)
@@ -269,9 +268,8 @@ class LaneScheduler:
 
     def _pick(self, best_effort: bool) -> GrantTo | None:
         """The next object to grant from the lanes above the best-effort one (or from that
-        lane alone): the highest lane first, but each lower lane with work earns
-        ``lane_min_share`` per grant. Objects with a request still under way are deferred.
-        None when nothing is sendable. Lock held."""
+        lane alone), in the order the module docstring gives; objects with a request still
+        under way are deferred. None when nothing is sendable."""
         while True:
             if best_effort:
                 nonempty = [BEST_EFFORT] if self._lanes[BEST_EFFORT] else []
@@ -300,7 +298,7 @@ class LaneScheduler:
     def _grant_locked(self) -> list[GrantTo]:
         """Reserve tokens and slots for as many queued objects as possible: the lanes above
         the best-effort one first, then that lane with the slots they leave (and the drops of
-        Events that found their lane full). Lock held."""
+        Events that found their lane full)."""
         grants: list[GrantTo] = []
         delayed = self._delayed
         if self._stopping or not (
@@ -351,7 +349,7 @@ class LaneScheduler:
 
     def _grant_best_effort(self, now: float, slots: float, grants: list[GrantTo]) -> None:
         """Grant best-effort objects the ``slots`` the other lanes left free, keeping one free
-        for what comes next and within their share of the workers. Lock held."""
+        for what comes next and within their share of the workers."""
         lane = self._lanes[BEST_EFFORT]
         while lane and slots > 0 and self._spare_slot(slots):
             wait = self._take_event_token()

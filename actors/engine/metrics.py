@@ -63,20 +63,19 @@ class Metrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.executions_total_name = f"{prefix}_async_api_call_execution_total"
         # per-thread numbers for the families updated on every call (see .metric_families)
-        lock = self._shards = Shards()
-        self._local = lock.local  # the calling thread's numbers, once it has some
+        shards = self._shards = Shards()
         self.pending = GaugeFamily(
             f"{prefix}_pending_async_api_calls",
             "Calls queued in the dispatcher and not yet sent, by call type.",
             ["call_type"],
-            lock,
+            shards,
         )
         # kept by (call_type, outcome); shown by (call_type, result); counted by executions
         self.duration = HistogramFamily(
             f"{prefix}_async_api_call_execution_duration_seconds",
             "Duration of attempts sent to the apiserver, by call type and result.",
             ["call_type", "result"],
-            lock,
+            shards,
             DURATION_BUCKETS,
             relabel=lambda kept: (kept[0], _result(kept[1])),
         )
@@ -93,25 +92,25 @@ class Metrics:
             "Calls resolved, by call type and outcome (success, skipped, overwritten, "
             "cancelled, conflict, not_found, failed, closed).",
             ["call_type", "outcome"],
-            lock,
+            shards,
         )
         self.merged = CounterFamily(
             "kdispatch_calls_merged_total",
             "Pending calls merged with a newer call of the same type.",
             ["call_type"],
-            lock,
+            shards,
         )
         self.retries = CounterFamily(
             "kdispatch_retries_total",
             "Attempts retried, by call type and reason (429, 5xx, timeout, connection, conflict).",
             ["call_type", "reason"],
-            lock,
+            shards,
         )
         self.limiter_wait = HistogramFamily(
             "kdispatch_rate_limiter_wait_seconds",
             "Time a ready object waited in the executor lanes before it was sent.",
             ["lane"],
-            lock,
+            shards,
             DURATION_BUCKETS,
         )
         self.live_actors = Gauge(
@@ -126,33 +125,33 @@ class Metrics:
             "kdispatch_object_actor_failures_total",
             "Object actors that crashed (their futures failed, the actor was restarted clean).",
             [],
-            lock,
+            shards,
         )
         self.requests = CounterFamily(
             "kdispatch_requests_total",
             "Requests sent to the apiserver (each took a rate-limiter token), by call type and "
             "verb; a call's follow-up GET, re-read or second request counts too.",
             ["call_type", "verb"],
-            lock,
+            shards,
         )
         self.held = GaugeFamily(
             "kdispatch_held_calls",
             "Calls admitted with prerequisites (after=) that are not released yet, by call type.",
             ["call_type"],
-            lock,
+            shards,
         )
         self.groups_open = GaugeFamily(
             "kdispatch_call_groups_open",
             "Call groups created and not yet resolved.",
             [],
-            lock,
+            shards,
         )
         self.groups_cancelled = CounterFamily(
             "kdispatch_call_groups_cancelled_total",
             "Call groups cancelled, by cause (caller, owner_deleted, owner_preempted, "
             "owner_not_found, owner_withdrawn).",
             ["cause"],
-            lock,
+            shards,
         )
         self.events_dropped = CounterFamily(
             "kdispatch_events_dropped_total",
@@ -160,7 +159,7 @@ class Metrics:
             "events_max_pending already waited; throttled: a follow-up request without a "
             "spare token of a shared bucket).",
             ["reason"],
-            lock,
+            shards,
         )
         self._collectors: tuple[Collector, ...] = (
             self.events_dropped,
@@ -219,10 +218,7 @@ class Metrics:
 
     def outcome(self, call_type: str, outcome: str, count: int = 1) -> None:
         """A call (or ``count`` calls) resolved."""
-        try:
-            numbers = self._local.numbers
-        except AttributeError:
-            numbers = self._shards.mine()  # the thread's first update
+        numbers = self._shards.mine()
         key = (self.outcomes, call_type, outcome)
         numbers[key] = numbers.get(key, 0) + count
 
@@ -261,10 +257,7 @@ class Metrics:
     def sent(self, call_type: str, verb: str | None, outcome: str, seconds: float | None) -> None:
         """One request of ``verb`` ended (None: none was sent); with ``seconds``, a call's
         attempt that ended with ``outcome``: request, execution and duration in one step."""
-        try:
-            numbers = self._local.numbers
-        except AttributeError:
-            numbers = self._shards.mine()  # the thread's first update
+        numbers = self._shards.mine()
         if verb is not None:
             request = (self.requests, call_type, verb)
             numbers[request] = numbers.get(request, 0) + 1

@@ -145,7 +145,7 @@ class ObjectActor(Actor):
             effects = handler(self, message)
         if effects:
             self._carry_out(effects)
-        elif machine.queue or self.pending_types:  # admitted without an effect of its own
+        if machine.queue or self.pending_types:
             self._update_pending()
         if not machine.idle:
             self.idle_since = None
@@ -223,9 +223,6 @@ class ObjectActor(Actor):
                 if retire.final:
                     self.stop()
                     ctx.registry.leave(self.uid, self)
-        queue = machine.queue
-        if queue or self.pending_types:
-            self._update_pending()
 
     def _update_pending(self) -> None:
         """Move the pending-calls gauge by what changed in the queue (at most one entry per

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from loguru import logger
@@ -112,32 +113,24 @@ class ChargedBackend:
         return charged
 
 
+@dataclass(slots=True)
 class Sender:
     """Sends one attempt and classifies it (see the module docstring)."""
 
-    def __init__(
-        self,
-        executor: Executor,
-        backend: ApiBackend,
-        retry: RetryConfig,
-        metrics: Metrics,
-        *,
-        rand: Callable[[], float] = random.random,
-        log_calls: bool = False,
-    ) -> None:
-        self._executor = executor
-        self._backend = backend
-        self._retry = retry
-        self._metrics = metrics
-        self._rand = rand
-        self._log_calls = log_calls
+    executor: Executor
+    backend: ApiBackend
+    retry: RetryConfig
+    metrics: Metrics
+    _: KW_ONLY
+    rand: Callable[[], float] = random.random
+    log_calls: bool = False
 
     def send(self, send: Send) -> tuple[Done, int]:
         """Send ``send`` and classify how it ended: the ``Done`` and the requests it made. The
         sending thread; blocks for the request(s)."""
         call = send.call
         ref = call.ref
-        backend = ChargedBackend(self._executor, self._backend, call)
+        backend = ChargedBackend(self.executor, self.backend, call)
         start = time.perf_counter()
         result = Result.SUCCESS
         obj = None
@@ -166,9 +159,9 @@ class Sender:
             error = exc
             if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
-                delay = self._retry.delay(send.attempt or 1, exc.retry_after, self._rand())
+                delay = self.retry.delay(send.attempt or 1, exc.retry_after, self.rand())
                 if not send.verify:  # a verifying read is never retried
-                    self._metrics.retry(call.call_type, retry_reason(exc))
+                    self.metrics.retry(call.call_type, retry_reason(exc))
             else:
                 result = Result.FAILED
         except Exception as exc:  # a bug in a call's send(): fail this call only
@@ -177,8 +170,8 @@ class Sender:
         # upstream's execution metrics count the call's own attempts, not its re-reads
         seconds = None if send.read else time.perf_counter() - start
         label = result.value
-        self._metrics.sent(call.call_type, backend.first_verb, label, seconds)
-        if result is not Result.SUCCESS or self._log_calls:
+        self.metrics.sent(call.call_type, backend.first_verb, label, seconds)
+        if result is not Result.SUCCESS or self.log_calls:
             logger.debug(
                 "{call_type} {uid} attempt {attempt}: {result}",
                 uid=ref.uid,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -22,14 +23,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-__all__ = [
-    "CounterFamily",
-    "GaugeFamily",
-    "HistogramCounts",
-    "HistogramFamily",
-    "Labels",
-    "Shards",
-]
+__all__ = ["CounterFamily", "GaugeFamily", "HistogramCounts", "HistogramFamily", "Labels", "Shards"]
 
 Labels = tuple[str, ...]
 
@@ -62,24 +56,17 @@ class Shards:
         return [d.copy() for d in dicts]
 
 
+@dataclass(eq=False)  # hashed by identity: a family is part of its numbers' keys
 class _Family(Collector):
     """A named family of samples, one per tuple of label values, kept in ``shards`` under
     keys ``(self, *labels)``."""
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        shards: Shards,
-        relabel: Callable[[Labels], Labels] | None = None,
-    ):
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self.shards = shards
-        # the labels samples show, from the labels they are kept under (None: the same)
-        self.relabel = relabel
+    name: str
+    documentation: str
+    labelnames: Sequence[str]
+    shards: Shards
+    relabel: Callable[[Labels], Labels] | None = field(default=None, kw_only=True)
+    """The labels samples show, from the labels they are kept under (None: the same)."""
 
     def _family(self) -> Metric:
         raise NotImplementedError
@@ -120,8 +107,10 @@ class _ScalarFamily(_Family):
         key = (self, *labels)
         numbers[key] = numbers.get(key, 0.0) + amount
 
+    metric: ClassVar[type[CounterMetricFamily] | type[GaugeMetricFamily]]
+
     def _family(self) -> CounterMetricFamily | GaugeMetricFamily:
-        raise NotImplementedError
+        return self.metric(self.name, self.documentation, labels=self.labelnames)
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
@@ -136,32 +125,24 @@ class _ScalarFamily(_Family):
 class CounterFamily(_ScalarFamily):
     """A counter family (``name`` may end in ``_total``; its samples do)."""
 
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    metric = CounterMetricFamily
 
 
 class GaugeFamily(_ScalarFamily):
     """A gauge family moved by deltas."""
 
-    def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    metric = GaugeMetricFamily
 
 
+@dataclass(eq=False)
 class HistogramFamily(_Family):
-    """A histogram family with fixed, increasing upper bounds (``+Inf`` is added)."""
+    """A histogram family with fixed, increasing upper bounds ``buckets`` (``+Inf`` is
+    added)."""
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        shards: Shards,
-        buckets: Sequence[float],
-        *,
-        relabel: Callable[[Labels], Labels] | None = None,
-    ) -> None:
-        super().__init__(name, documentation, labelnames, shards, relabel)
-        bounds = tuple(float(b) for b in buckets)
+    buckets: Sequence[float]
+
+    def __post_init__(self) -> None:
+        bounds = tuple(float(b) for b in self.buckets)
         if list(bounds) != sorted(set(bounds)) or bounds[-1] == float("inf"):
             raise ValueError("histogram buckets must be finite and strictly increasing")
         self.bounds = bounds  # the bucket bounds, +Inf left out
@@ -198,7 +179,7 @@ class HistogramFamily(_Family):
         yield family
 
 
-class HistogramCounts(_ScalarFamily):
+class HistogramCounts(CounterFamily):
     """A counter family of a histogram's observation counts (``relabel`` maps the labels they
     are kept under to this family's): one update counts in both."""
 
@@ -210,11 +191,8 @@ class HistogramCounts(_ScalarFamily):
         histogram: HistogramFamily,
         relabel: Callable[[Labels], Labels],
     ) -> None:
-        super().__init__(name, documentation, labelnames, histogram.shards, relabel)
+        super().__init__(name, documentation, labelnames, histogram.shards, relabel=relabel)
         self.histogram = histogram
-
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def add(self, labels: Labels, amount: float = 1.0) -> None:
         """Not counted directly: observe the histogram."""

@@ -34,22 +34,10 @@ class TokenBucket:
             self._tokens = min(self._burst, self._tokens + elapsed * self._qps)
         self._last = now
 
-    def try_take(self) -> float:
-        """Take one token if there is one and return 0.0; otherwise take nothing and return the
-        seconds until one will be available."""
-        if self.unlimited:
-            self.taken += 1
-            return 0.0
-        self._refill()
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            self.taken += 1
-            return 0.0
-        return (1.0 - self._tokens) / self._qps
-
-    def try_take_n(self, n: int) -> float:
-        """Take ``n`` tokens at once (``n`` <= the burst) if the bucket holds them and return
-        0.0; otherwise take nothing and return the seconds until it will hold them."""
+    def try_take(self, n: int = 1) -> float:
+        """Take ``n`` tokens at once (one by default; ``n`` <= the burst) if the bucket holds
+        them and return 0.0; otherwise take nothing and return the seconds until it will hold
+        them."""
         if self.unlimited:
             self.taken += n
             return 0.0
@@ -59,6 +47,10 @@ class TokenBucket:
             self.taken += n
             return 0.0
         return (n - self._tokens) / self._qps
+
+    def try_take_n(self, n: int) -> float:
+        """:meth:`try_take` of ``n`` tokens."""
+        return self.try_take(n)
 
     @property
     def burst(self) -> int:
