@@ -31,6 +31,7 @@ from .informer_core import (
     InformerShell,
     Obj,
     OnError,
+    WatchLoop,
     check_settings,
     decode_event,
 )
@@ -113,6 +114,7 @@ class AioInformer(InformerShell):
         )
         self._changed = asyncio.Event()  # set when synced or a failure comes
         self._task: asyncio.Task[None] | None = None
+        self._progress = False  # the current watch delivered something
 
     def add_handler(
         self,
@@ -177,35 +179,40 @@ class AioInformer(InformerShell):
         return True
 
     async def run(self) -> None:
-        """List, then watch and resume, until cancelled."""
+        """List, then watch and resume, until cancelled (the same :class:`WatchLoop` as the
+        threaded informer's)."""
         if self._task is None:
             self._task = asyncio.current_task()
         core = self._core
-        need_list, failures = True, 0
+        plan = WatchLoop()
+        loop = asyncio.get_running_loop()
         while True:
+            self._progress = False
             try:
-                if need_list:
+                if plan.need_list:
                     await self._list()
-                    need_list, failures = False, 0
+                    plan.listed()
                     self._changed.set()
-                if await self._watch():
-                    failures = 0
-                core.progressed()
-                continue
-            except GoneError as exc:
-                self._core.log.info("watch expired ({}); re-listing", exc)
-                need_list = True
-                core.failed(exc)
-                failures += 1
-                if failures <= 1:
+                started = loop.time()
+                await self._watch()
+                full_course = loop.time() - started >= min(self._watch_timeout, 1.0)
+                if plan.watched(self._progress, full_course):
+                    core.progressed()
                     continue
-            except (ApiError, OSError, TimeoutError) as exc:
+            except GoneError as exc:
+                core.log.info("watch expired ({}); re-listing", exc)
+                if plan.gone(self._progress):
+                    continue
+            except Exception as exc:  # cancellation is not an Exception: it ends the loop
+                if isinstance(exc, ApiError | OSError | TimeoutError):
+                    core.log.warning("list/watch of {} failed: {}", self.kind, exc)
+                else:
+                    core.log.exception("informer loop error")
+                plan.failed(exc, self._progress)
                 core.failed(exc)
                 self._changed.set()
-                failures += 1
-                self._core.log.warning("list/watch of {} failed: {}", self.kind, exc)
                 core.tell_error(exc)
-            await asyncio.sleep(core.retry_delay(failures))
+            await asyncio.sleep(core.retry_delay(plan.failures))
 
     async def _request(self, what: str, **kwargs: Any) -> Any:
         """The raw aiohttp response, or the :class:`ApiError` of a non-2xx reply."""
@@ -243,8 +250,8 @@ class AioInformer(InformerShell):
             raise BadResponseError(f"{what}: reply has no items or no resourceVersion")
         self._core.listed([item for item in items if isinstance(item, dict)], rv)
 
-    async def _watch(self) -> bool:
-        """One watch request; True if it delivered anything."""
+    async def _watch(self) -> None:
+        """One watch request, to its end (``_progress`` says whether it delivered anything)."""
         what = f"watch {self.kind}"
         resp = await self._request(
             what,
@@ -254,7 +261,6 @@ class AioInformer(InformerShell):
             allow_watch_bookmarks=True,
             _request_timeout=self._watch_timeout + self._request_timeout,
         )
-        progress = False
         try:
             while True:
                 try:
@@ -262,10 +268,10 @@ class AioInformer(InformerShell):
                 except Exception as exc:  # aiohttp.ClientPayloadError, connection reset
                     raise ApiConnectionError(f"{what}: {type(exc).__name__}: {exc}") from exc
                 if not line:
-                    return progress
+                    return
                 if line.strip():
                     self._core.event(*decode_event(line, what))
-                    progress = True
+                    self._progress = True
         finally:
             resp.release()
 

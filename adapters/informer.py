@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter
 
-from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError, ServerError
+from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError
 from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 
 from .informer_core import (
@@ -30,6 +30,7 @@ from .informer_core import (
     OnDelete,
     OnError,
     OnUpdate,
+    WatchLoop,
     check_settings,
     decode_event,
 )
@@ -352,57 +353,43 @@ class Informer(InformerShell):
     # ----------------------------------------------------------------- the loop
 
     def _run(self) -> None:
-        """Informer thread: list, then watch and resume until stopped."""
+        """Informer thread: list, then watch and resume until stopped (see :class:`WatchLoop`)."""
         core = self._core
-        need_list, failures, gone_streak = True, 0, 0
+        plan = WatchLoop()
         last_resync = time.monotonic()
         while not self._stop.is_set():
             self._progress = False
             try:
-                if need_list:
+                if plan.need_list:
                     items, rv = self._lw.list()
                     if self._stop.is_set():
                         break
                     core.listed(items, rv)
-                    need_list, failures = False, 0
+                    plan.listed()
                     with self._state:
                         self._state.notify_all()
                 if self._resync is not None and time.monotonic() - last_resync >= self._resync:
                     core.replay()
                     last_resync = time.monotonic()
-                if self._run_watch(last_resync):
-                    failures = gone_streak = 0
-                    if self._progress:
-                        with self._state:
-                            core.progressed()
+                if plan.watched(self._progress, self._run_watch(last_resync)):
+                    with self._state:
+                        core.progressed()
                     continue
-                failures += 1
             except GoneError as exc:
-                self._core.log.info("watch expired ({}); re-listing", exc)
+                core.log.info("watch expired ({}); re-listing", exc)
                 self._errors(self.name, self.kind, exc.reason).inc()
-                need_list = True
-                # re-list at once, unless Gone keeps coming without any progress in between
-                gone_streak = 1 if self._progress else gone_streak + 1
-                if gone_streak <= 1:
+                if plan.gone(self._progress):
                     continue
-                failures = gone_streak - 1
             except ApiError as exc:
-                # a watch that delivered events before failing starts the backoff afresh
-                failures = 1 if self._progress else failures + 1
-                self._core.log.warning("{} failed: {}", "list" if need_list else "watch", exc)
+                core.log.warning("{} failed: {}", "list" if plan.need_list else "watch", exc)
+                plan.failed(exc, self._progress)
                 self._report(exc, exc.reason)
-                if isinstance(exc, ServerError):
-                    # like client-go's reflector: after an internal error of the server, list
-                    # again rather than resume from a resourceVersion it may never serve (a
-                    # 500 "PrevKv=nil" right below a compaction repeats forever); dropped
-                    # connections and 429s resume the watch
-                    need_list = True
             except Exception as exc:
-                failures = 1 if self._progress else failures + 1
-                self._core.log.exception("informer loop error")
+                core.log.exception("informer loop error")
+                plan.failed(exc, self._progress)
                 self._report(exc, type(exc).__name__)
-            self._stop.wait(core.retry_delay(failures))
-        self._core.log.debug("informer stopped")
+            self._stop.wait(core.retry_delay(plan.failures))
+        core.log.debug("informer stopped")
 
     def _report(self, exc: BaseException, reason: str) -> None:
         """Record a failure: last_error, the metric, the hook. Informer thread."""
@@ -413,8 +400,8 @@ class Informer(InformerShell):
         self._core.tell_error(exc)
 
     def _run_watch(self, last_resync: float) -> bool:
-        """One watch request. True when it made progress or ran its full course (renew at
-        once), False when it ended early with nothing (back off before the next)."""
+        """One watch request (``_progress`` says whether it delivered anything); whether it
+        ran its full course."""
         timeout = self._watch_timeout
         if self._resync is not None:
             timeout = max(0.05, min(timeout, last_resync + self._resync - time.monotonic()))
@@ -441,7 +428,7 @@ class Informer(InformerShell):
                 close()
             with self._lock:
                 self._stream = None
-        return self._progress or time.monotonic() - started >= min(timeout, 1.0)
+        return time.monotonic() - started >= min(timeout, 1.0)
 
 
 __all__ = [

@@ -32,6 +32,7 @@ from kdispatch.actors.model.errors import (
     InformerSyncTimeout,
     InvalidInputError,
     KdispatchError,
+    ServerError,
     UnauthorizedError,
 )
 from kdispatch.actors.model.objects import get_path, is_newer, resource_version, rv_is_newer
@@ -106,6 +107,53 @@ def describe_failure(error: BaseException, server: str | None) -> str:
     if isinstance(error, ApiConnectionError | ConnectionError) and server:
         return f"cannot connect to {server}: {error}"
     return f"{type(error).__name__}: {error}" if isinstance(error, KdispatchError) else repr(error)
+
+
+class WatchLoop:
+    """What an informer's list/watch loop does next, as client-go's reflector does: list when
+    :attr:`need_list`, else resume the watch; after an input that returns False, wait
+    ``InformerCore.retry_delay(failures)`` first. Both informers drive one; pure (no I/O, no
+    clock)."""
+
+    __slots__ = ("failures", "gone_streak", "need_list")
+
+    def __init__(self) -> None:
+        self.need_list = True
+        self.failures = 0  # failures in a row: the backoff's exponent
+        self.gone_streak = 0  # 410s in a row with no event in between
+
+    def listed(self) -> None:
+        """A list succeeded: watch from its resourceVersion, at once."""
+        self.need_list, self.failures = False, 0
+
+    def watched(self, progress: bool, full_course: bool) -> bool:
+        """A watch ended without an error: renew it at once (True) when it delivered something
+        or ran its course; back off first (False) when it ended early with nothing."""
+        if progress or full_course:
+            self.failures = self.gone_streak = 0
+            return True
+        self.failures += 1
+        return False
+
+    def gone(self, progress: bool) -> bool:
+        """410 Gone: list again, at once (True) unless 410s keep coming with no event in
+        between (False: back off)."""
+        self.need_list = True
+        self.gone_streak = 1 if progress else self.gone_streak + 1
+        if self.gone_streak <= 1:
+            return True
+        self.failures = self.gone_streak - 1
+        return False
+
+    def failed(self, error: BaseException, progress: bool) -> bool:
+        """A list or watch failed: back off (False; a watch that delivered events first starts
+        the backoff afresh). After a server's internal error, list again rather than resume
+        from a resourceVersion it may never serve (a 500 "PrevKv=nil" below a compaction
+        repeats forever); dropped connections and 429s resume the watch."""
+        self.failures = 1 if progress else self.failures + 1
+        if isinstance(error, ServerError):
+            self.need_list = True
+        return False
 
 
 class InformerCore:
@@ -217,7 +265,7 @@ class InformerCore:
         self.errors += 1
 
     def progressed(self) -> None:
-        """A watch delivered something: the connection works again."""
+        """A watch delivered something or ran its course: the connection works again."""
         self.last_error = None
 
     def retry_delay(self, failures: int) -> float:

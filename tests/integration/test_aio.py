@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import threading
 from collections.abc import AsyncIterator
@@ -334,6 +335,94 @@ async def test_aio_informer_reports_errors_and_recovers() -> None:
             await informer.stop()
     finally:
         http.stop()
+
+
+class _Reply:
+    """An aiohttp-shaped reply: ``status``, ``headers``, ``read()``, ``content.readline()``."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.headers: dict[str, str] = {}
+        self._body = body
+        self._lines = body.splitlines(keepends=True)
+        self.content = self
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def readline(self) -> bytes:
+        return self._lines.pop(0) if self._lines else b""
+
+    def release(self) -> None:
+        pass
+
+
+class _ScriptedPods:
+    """A ``kubernetes.aio``-shaped pod API: each list returns one pod; each watch gets the
+    next of ``watches`` (an empty stream once they run out). Records the requests."""
+
+    def __init__(self, watches: list[_Reply]) -> None:
+        self.requests: list[str] = []
+        self.changed = asyncio.Event()
+        self._watches = watches
+
+    async def list_pod_for_all_namespaces(self, **kwargs: Any) -> Any:
+        raise AssertionError("the informer reads the raw variant")
+
+    async def list_pod_for_all_namespaces_without_preload_content(self, **kwargs: Any) -> Any:
+        self.requests.append("watch" if kwargs.get("watch") else "list")
+        self.changed.set()
+        if kwargs.get("watch"):
+            return self._watches.pop(0) if self._watches else _Reply(200, b"")
+        listed = {"metadata": {"resourceVersion": "5"}, "items": [make_pod("p0")]}
+        return _Reply(200, json.dumps(listed).encode())
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.requests) < count:
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), WAIT)
+
+
+@async_test
+async def test_aio_informer_backs_off_after_a_watch_that_ended_early_with_nothing() -> None:
+    """A watch the server ends at once, empty, is not renewed in a busy loop: the informer
+    waits its backoff first, as the threaded one does."""
+    api = _ScriptedPods([])
+    informer = AioInformer(
+        api.list_pod_for_all_namespaces, kind="Pod", backoff_initial=60.0, backoff_max=60.0
+    )
+    informer.start()
+    try:
+        await api.wait_for(2)
+        for _ in range(50):  # every turn of the loop the informer could use for another watch
+            await asyncio.sleep(0)
+        assert api.requests == ["list", "watch"]
+        assert informer.has_synced()
+    finally:
+        await informer.stop()
+
+
+@async_test
+async def test_aio_informer_lists_again_after_a_server_error_on_the_watch() -> None:
+    """A 500 on the watch (a "PrevKv=nil" below a compaction repeats forever if resumed):
+    the next request is a list, as client-go's reflector and the threaded informer do."""
+    failure = {"kind": "Status", "code": 500, "reason": "InternalError", "message": "PrevKv=nil"}
+    api = _ScriptedPods([_Reply(500, json.dumps(failure).encode())])
+    errors: list[BaseException] = []
+    informer = AioInformer(
+        api.list_pod_for_all_namespaces,
+        kind="Pod",
+        backoff_initial=0.001,
+        backoff_max=0.001,
+        on_error=errors.append,
+    )
+    informer.start()
+    try:
+        await api.wait_for(3)
+        assert api.requests[:3] == ["list", "watch", "list"]
+        assert [type(e).__name__ for e in errors] == ["ServerError"]
+    finally:
+        await informer.stop()
 
 
 def test_aio_informer_bad_input_is_typed() -> None:
