@@ -135,10 +135,11 @@ class Dispatcher(GroupHostMixin):
 
     def start(self) -> Self:
         """Caller thread. Start the actor pool, the executor and the idle reaper. Raises
-        :class:`~kdispatch.InvalidInputError` if already started, or once stopped."""
+        :class:`~kdispatch.InvalidInputError` if already started, or once stopped. A dispatcher
+        revoked before it started keeps its intake shut (``submit`` raises the revoking error)."""
         with self._state_lock:
             self._mark_started()
-            self._open = True
+            self._open = self._revoked is None  # _revoked is set under this lock
         self._pool.start()
         self._executor.start()
         self._housekeeper = Housekeeper.start(
