@@ -259,16 +259,20 @@ class ProcessDispatcher(ChildLink):
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Any thread; never blocks. Withdraw the object's pending call (of ``call_type``, or
-        any); its future resolves ``CallCancelled``."""
+        any); its future resolves ``CallCancelled``. Before ``start``, after ``stop`` or once
+        the child is gone there is nothing to withdraw: nothing happens, as on a
+        :class:`~kdispatch.Dispatcher`."""
         check_uid(uid)
         if call_type is not None:
             self.call_types.spec(call_type)
-        self._check_open()
+        if self._closed or not self._started or self._gone is not None:
+            return  # every call has resolved or will
         self._resolve_waiting(
             self._window.withdraw(uid, call_type),
             lambda t: CallCancelled(f"cancelled by caller: uid {uid}", uid=uid, call_type=t),
         )
-        self._send(dumps((CANCEL, uid, call_type)))
+        with contextlib.suppress(DispatcherClosed):  # the child went meanwhile
+            self._send(dumps((CANCEL, uid, call_type)))
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child."""

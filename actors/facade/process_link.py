@@ -84,10 +84,19 @@ class ChildLink(DispatcherBase):
                 proc.close()
 
     def _check_open(self) -> None:
-        """Any thread: raise what a submit or query meets once the dispatcher is not open."""
+        """Any thread: raise what a submit meets once the dispatcher is not open."""
         if self._gone is not None and self._revoked is None:
             raise copy.copy(self._gone)  # a fresh exception (traceback) per caller
         if self._revoked is not None or self._closed or not self._started:
+            raise self._closed_error()
+
+    def _check_running(self) -> None:
+        """Any thread: raise what a query meets once the child is not running (not started,
+        stopped or gone). A revoked dispatcher's child still answers, as a revoked
+        :class:`~kdispatch.Dispatcher` does."""
+        if self._gone is not None:
+            raise copy.copy(self._gone)
+        if self._closed or not self._started:
             raise self._closed_error()
 
     def _send(self, data: bytes) -> None:
@@ -110,7 +119,7 @@ class ChildLink(DispatcherBase):
     def _ask(self, name: str, arg: Any) -> tuple[int, Future[Any]]:
         """Any thread: send a query; its id and the future the reader resolves. The caller
         pops the id when it stops waiting (so a late answer is dropped)."""
-        self._check_open()
+        self._check_running()
         qid = next(self._ids)
         future: Future[Any] = Future()
         self._queries[qid] = future

@@ -12,13 +12,17 @@ import pytest
 
 from kdispatch import (
     Dispatcher,
+    InvalidObjectError,
     KubernetesBackend,
     LeadershipLost,
+    Outcome,
     PodBinding,
     ProcessDispatcher,
+    UnknownCallTypeError,
 )
 from kdispatch.actors.model.objects import Obj
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_pod
+from tests.aio import async_test
 
 WAIT = 30.0
 """Upper bound of any single wait."""
@@ -61,4 +65,51 @@ def test_revoked_before_start_the_intake_stays_shut(twin: Twin) -> None:
         with pytest.raises(LeadershipLost, match="lease lost before start"):
             d.submit(PodBinding.for_pod(pod, "node-1"))
         assert d.revoked is not None
+    assert twin.node_of("p1") is None
+
+
+def test_a_revoked_dispatcher_still_answers_queries(twin: Twin) -> None:
+    pod = twin.pod("p1")
+    uid = pod["metadata"]["uid"]
+    with twin.make().start() as d:
+        d.on_add(pod)
+        assert d.submit(PodBinding.for_pod(pod, "node-1")).result(WAIT) is Outcome.SUCCESS
+        d.revoke(LeadershipLost("lease lost"))
+        assert d.stats()["sent"] == {"pod_binding": 1}
+        assert d.tokens_taken == 1
+        seen = d.view(uid, timeout=WAIT)  # its actor still tracks it
+        assert seen is not None and seen["spec"]["nodeName"] == "node-1"
+    assert twin.node_of("p1") == "node-1"
+
+
+@async_test
+async def test_a_revoked_dispatcher_still_answers_aview(twin: Twin) -> None:
+    pod = twin.pod("p1")
+    uid = pod["metadata"]["uid"]
+    with twin.make().start() as d:
+        d.on_add(pod)
+        assert await d.asubmit(PodBinding.for_pod(pod, "node-1")) is Outcome.SUCCESS
+        d.revoke(LeadershipLost("lease lost"))
+        seen = await d.aview(uid, timeout=WAIT)  # its actor still tracks it
+        assert seen is not None and seen["spec"]["nodeName"] == "node-1"
+
+
+def test_cancel_with_nothing_running_does_nothing(twin: Twin) -> None:
+    pod = twin.pod("p1")
+    uid = pod["metadata"]["uid"]
+    d = twin.make()
+
+    def cancel_checks() -> None:
+        assert d.cancel(uid) is None
+        assert d.cancel(uid, "pod_binding") is None
+        with pytest.raises(InvalidObjectError):
+            d.cancel("")
+        with pytest.raises(UnknownCallTypeError):
+            d.cancel(uid, "no_such_call_type")
+
+    cancel_checks()  # before start
+    with d.start():
+        d.revoke(LeadershipLost("lease lost"))
+        cancel_checks()  # revoked: nothing left to withdraw
+    cancel_checks()  # stopped
     assert twin.node_of("p1") is None
