@@ -90,7 +90,7 @@ from .audit import RequestRecord, request_writer
 from .memory import InMemoryApiServer
 from .memory_leases import LeasePath, LeaseWrite
 from .memory_leases import serve_http as serve_lease
-from .memory_patch import JsonPatchTestFailed
+from .memory_patch import JsonPatchTestFailed, check_patch_flavour
 from .memory_pdb import PDB_MESSAGE
 
 _STATUS_ONLY_KINDS = frozenset({"Pod", "ResourceClaim"})
@@ -737,14 +737,7 @@ class ApiServerHTTP:
                 "UnsupportedMediaType",
                 f"the body of the request was in an unknown format: {content_type}",
             )
-        if patch_type == "strategic" and route.info.patch != "strategic":
-            raise _HttpError(
-                415,
-                "UnsupportedMediaType",
-                f"the body of the request was in an unknown format: {content_type}, accepted "
-                "media types include: application/json-patch+json, "
-                "application/merge-patch+json",
-            )
+        check_patch_flavour(patch_type, route.info.patch)  # before the body is looked at
         store = self._store(route.kind)
         ns, name = route.namespace or "", route.name or ""
         if patch_type != "json":

@@ -77,6 +77,7 @@ from .memory_objects import (
     to_json,
 )
 from .memory_patch import (
+    check_patch_flavour,
     json_merge,
     json_patch,
     status_merge_keys,
@@ -243,9 +244,14 @@ class InMemoryApiServer:
         hold ``status`` and, like the real apiserver's optimistic-concurrency fields, a
         ``metadata`` with only ``uid``/``resourceVersion`` (extra preconditions). ``uid=None``
         (no precondition) is accepted for HTTP front ends; the dispatcher always passes one.
+        A strategic patch of a kind without that flavour (a CRD) answers 415 as upstream.
         Request thread."""
 
+        info = self._kinds.get(kind)
+        kind_flavour = info.patch if info is not None else "merge"
+
         def apply() -> Json:
+            check_patch_flavour(patch_type, kind_flavour)
             status_patch, extra_uid, extra_rv = self._parse_status_patch(patch, patch_type)
             cur = self._lookup(kind, namespace, name)
             for expected in (uid, extra_uid):
@@ -354,10 +360,11 @@ class InMemoryApiServer:
     ) -> Json:
         """Patch any object, or its ``status`` (``subresource="status"``), and return it.
 
-        ``patch_type``: ``strategic``, ``merge`` (RFC 7386) or ``json`` (RFC 6902, a list of
-        operations; a failed ``test`` answers 422 as upstream does); None: the kind's flavour
-        from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version`` and a
-        ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions
+        ``patch_type``: ``strategic`` (kinds whose flavour is strategic: a CRD answers 415,
+        ``InvalidRequestError``, as upstream), ``merge`` (RFC 7386) or ``json`` (RFC 6902, a
+        list of operations; a failed ``test`` answers 422 as upstream does); None: the kind's
+        flavour from the kind table (``merge`` for unknown kinds). ``uid``/``resource_version``
+        and a ``metadata.uid``/``metadata.resourceVersion`` in a merge patch are preconditions
         (``ConflictError``; over HTTP, :class:`~kdispatch.testing.ApiServerHTTP` answers a
         wrong body UID with kube-apiserver's 422 instead).
         As on the apiserver, a patch of the object leaves ``status`` alone for kinds with a
@@ -374,6 +381,7 @@ class InMemoryApiServer:
                 raise InvalidRequestError(f"unsupported subresource {subresource!r}")
             if flavour not in ("strategic", "merge", "json"):
                 raise InvalidRequestError(f"unsupported patch type {flavour!r}")
+            check_patch_flavour(flavour, info.patch if info is not None else "merge")
             try:
                 body = to_json(patch, "patch")
             except InvalidObjectError as err:

@@ -31,6 +31,20 @@ from kdispatch.actors.model.objects import POD, POD_GROUP, RESOURCE_CLAIM
 
 Path = tuple[str, ...]
 
+STRATEGIC_REFUSED = (
+    "the body of the request was in an unknown format: application/strategic-merge-patch+json, "
+    "accepted media types include: application/json-patch+json, application/merge-patch+json"
+)
+"""kube-apiserver's 415 message for a strategic merge patch of a kind that has none (a CRD)."""
+
+
+def check_patch_flavour(flavour: object, kind_flavour: str) -> None:
+    """A strategic merge patch of a kind whose flavour is not strategic (a CRD) is refused
+    as kube-apiserver refuses it: :class:`InvalidRequestError` with status 415. Pure."""
+    if flavour == "strategic" and kind_flavour != "strategic":
+        raise InvalidRequestError(STRATEGIC_REFUSED, status=415)
+
+
 STATUS_MERGE_KEYS: Mapping[str, Mapping[Path, str]] = {
     POD: {
         ("conditions",): "type",

@@ -1,0 +1,70 @@
+"""The in-memory apiserver called directly (what most tests run against) answers as it does
+behind :class:`ApiServerHTTP` through either transport of :class:`KubernetesBackend`: the same
+error type for the same request, the same state left on the server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kdispatch import InvalidRequestError, KubernetesBackend
+from kdispatch.actors.model.kinds import KindTable
+from kdispatch.testing import ApiServerHTTP, InMemoryApiServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def kinds() -> KindTable:
+    table = KindTable()
+    table.register("QuotaClaim", "example.io", "v1", "quotaclaims")  # a CRD: merge patches
+    return table
+
+
+@pytest.fixture
+def server(kinds: KindTable) -> InMemoryApiServer:
+    return InMemoryApiServer(kinds=kinds)
+
+
+@pytest.fixture(params=["memory", "lean", "client"])
+def backend(
+    request: pytest.FixtureRequest, server: InMemoryApiServer, kinds: KindTable
+) -> Iterator[Any]:
+    """The server itself, or a KubernetesBackend reaching it over HTTP with one transport."""
+    if request.param == "memory":
+        yield server
+        return
+    with (
+        ApiServerHTTP(server, kinds=kinds) as http,
+        KubernetesBackend.for_url(http.url, transport=request.param, kinds=kinds) as b,
+    ):
+        yield b
+
+
+def test_a_crd_refuses_strategic_merge_patches(server: InMemoryApiServer, backend: Any) -> None:
+    claim = server.create(
+        {"apiVersion": "example.io/v1", "kind": "QuotaClaim",
+         "metadata": {"name": "q1", "namespace": "default"},
+         "spec": {"cpuM": 500}, "status": {"heldCpuM": 0}}
+    )  # fmt: skip
+    uid = claim["metadata"]["uid"]
+    with pytest.raises(InvalidRequestError) as refused:
+        backend.patch_status(
+            "QuotaClaim", "default", "q1", {"status": {"heldCpuM": 100}},
+            uid=uid, resource_version=None, patch_type="strategic",
+        )  # fmt: skip
+    assert refused.value.status == 415
+    with pytest.raises(InvalidRequestError) as refused:
+        backend.patch(
+            "QuotaClaim", "default", "q1", {"spec": {"cpuM": 1}}, uid=uid, patch_type="strategic"
+        )
+    assert refused.value.status == 415
+    stored = server.get("QuotaClaim", "default", "q1")
+    assert (stored["spec"], stored["status"]) == ({"cpuM": 500}, {"heldCpuM": 0})
+    out = backend.patch_status(
+        "QuotaClaim", "default", "q1", {"status": {"heldCpuM": 100}},
+        uid=uid, resource_version=None, patch_type="merge",
+    )  # fmt: skip
+    assert out["status"] == {"heldCpuM": 100}
