@@ -163,6 +163,9 @@ def map_transport_error(exc: BaseException, what: str) -> ApiError:
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
         exc = exc.reason
     name = type(exc).__name__
+    if isinstance(exc, urllib3.exceptions.ResponseError):
+        # a reply came (a redirect: not followed, as the lean transport sends with redirect off)
+        return BadResponseError(f"{what}: reply not followed ({exc})")
     if isinstance(exc, urllib3.exceptions.NewConnectionError):
         return ApiConnectionError(f"{what}: cannot connect ({name})")
     if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):

@@ -452,6 +452,14 @@ def test_binding_reply_variants() -> None:
                 b.bind("default", "p1", uid="u1", node="n1")
 
 
+def test_a_redirect_is_a_bad_response_and_is_not_followed() -> None:
+    pod = b'{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p1","uid":"u1"}}'
+    with canned(_reply(307, b"", "Location: /moved"), _reply(200, pod)) as b:
+        with pytest.raises(BadResponseError) as info:
+            b.get("Pod", "default", "p1")
+        assert not info.value.retryable and not info.value.ambiguous
+
+
 def test_garbage_and_wrong_kind_replies() -> None:
     with canned(
         _reply(200, b"{truncated"),
