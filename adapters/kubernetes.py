@@ -53,8 +53,9 @@ class KubernetesBackend:
         workers: int | None = None,
         kinds: KindTable | None = None,
     ) -> None:
-        """Wrap ``api_client`` (its configuration is used as is). ``owns_client``: close it in
-        :meth:`close`. ``transport``: ``"lean"`` or ``"client"``. ``workers``: size the pool
+        """Wrap ``api_client`` (its configuration is used as is; either transport sends
+        without urllib3's own retries). ``owns_client``: close it in :meth:`close`.
+        ``transport``: ``"lean"`` or ``"client"``. ``workers``: size the pool
         for that many threads now (see :meth:`size_pool`). ``kinds``: the kind table (default:
         the process-wide one). Runs on the caller's thread; raises ``InvalidConfigError``."""
         if not isinstance(api_client, k8s.ApiClient):

@@ -239,6 +239,20 @@ def prepare_configuration(cfg: k8s.Configuration, workers: int) -> k8s.Configura
     return cfg
 
 
+def pool_without_retries(api_client: k8s.ApiClient) -> None:
+    """Switch urllib3's own retries (and redirects) off in ``api_client``'s pool, as
+    :func:`prepare_configuration` does for a ``Configuration``: ``call_api`` takes no retries
+    per request. Open pools are reopened when that changes anything. Any thread, at setup."""
+    manager: Any = api_client.rest_client.pool_manager
+    current = manager.connection_pool_kw.get("retries")
+    if isinstance(current, urllib3.Retry) and all(
+        getattr(current, field) == 0 for field in ("total", "connect", "read", "redirect")
+    ):
+        return  # e.g. a Configuration from prepare_configuration
+    manager.connection_pool_kw["retries"] = no_urllib3_retries()
+    manager.clear()
+
+
 def size_pool(api_client: k8s.ApiClient, workers: int) -> None:
     """Make ``api_client``'s urllib3 pool keep at least ``workers`` connections per host (so
     ``workers`` threads never see "Connection pool is full"); open pools are reopened at the
@@ -418,12 +432,14 @@ class LeanTransport(Transport):
 
 
 class ClientTransport(Transport):
-    """The official ``param_serialize`` + ``call_api`` path (see the module)."""
+    """The official ``param_serialize`` + ``call_api`` path (see the module), on a pool with
+    urllib3's own retries off (:func:`pool_without_retries`)."""
 
     name = "client"
 
     def __init__(self, api_client: k8s.ApiClient) -> None:
         self._client: Any = api_client
+        pool_without_retries(api_client)
 
     def _open(self, req: _Request, *, preload: bool) -> Any:
         del preload  # call_api never preloads: the body is read from the urllib3 response

@@ -392,6 +392,7 @@ class CannedServer:
 
     def __init__(self, replies: list[bytes]) -> None:
         self._replies = list(replies)
+        self.served = 0  # connections accepted (one request each)
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, name="canned-http")
@@ -404,8 +405,9 @@ class CannedServer:
             except OSError:
                 return
             with conn:
+                self.served += 1
                 read_request(conn)
-                conn.sendall(reply)
+                conn.sendall(reply)  # b"": closed without a reply
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -458,6 +460,22 @@ def test_a_redirect_is_a_bad_response_and_is_not_followed() -> None:
         with pytest.raises(BadResponseError) as info:
             b.get("Pod", "default", "p1")
         assert not info.value.retryable and not info.value.ambiguous
+
+
+def test_a_callers_own_api_client_is_sent_without_urllib3_retries() -> None:
+    srv = CannedServer([b""] * 4)  # each connection closed without a reply
+    try:
+        api_client = k8s.ApiClient(k8s.Configuration(host=srv.url))  # retries not switched off
+        with (
+            KubernetesBackend(
+                api_client, transport=_TRANSPORT[0], request_timeout=2.0, owns_client=True
+            ) as b,
+            pytest.raises(ApiConnectionError),
+        ):
+            b.delete("Pod", "default", "p1", uid="u1")
+    finally:
+        srv.close()
+    assert srv.served == 1  # the executor owns the retries: one request per attempt
 
 
 def test_garbage_and_wrong_kind_replies() -> None:
