@@ -123,6 +123,7 @@ class Dispatcher(GroupHostMixin):
         self._drain_waiters = 0  # stop() calls waiting for the last future (under the lock)
         self._started = False
         self._closed = False
+        self._drained: bool | None = None  # what the first stop() returned
         self._revoked: DispatcherClosed | None = None
         self._open = False  # started, not closed, not revoked: what submit checks (one read)
         self._housekeeper: pykka.ActorRef[Housekeeper] | None = None
@@ -158,7 +159,8 @@ class Dispatcher(GroupHostMixin):
         """Caller thread. Stop intake; with ``drain``, let pending calls finish until
         ``timeout``; then resolve everything left with :class:`DispatcherClosed`, stop this
         dispatcher's actors and threads (never pykka's global ``stop_all``). Returns True if
-        every call finished before the deadline. Idempotent.
+        every call finished before the deadline. Idempotent: a later call returns the first
+        one's answer.
 
         Returns within ``timeout`` + about 0.5 s whatever the backlog (one short grace period
         after the drain, the rest settled in bulk). A request still on the wire then is not
@@ -166,8 +168,8 @@ class Dispatcher(GroupHostMixin):
         unknown) and its worker thread ends when the request returns."""
         deadline = time.monotonic() + timeout
         with self._state_lock:
-            if self._closed:
-                return not self._backlog.outstanding
+            if self._closed:  # the first stop's answer, or where it stands while it runs
+                return self._drained if self._drained is not None else not self._backlog.outstanding
             self._closed = True
             self._open = False
             self._ctx.closing = not drain
@@ -208,6 +210,7 @@ class Dispatcher(GroupHostMixin):
         if closed:
             logger.debug("{} calls left at the deadline resolved DispatcherClosed", closed)
         logger.debug("dispatcher stopped (drained={})", drained)
+        self._drained = drained
         return drained
 
     # ------------------------------------------------------------------ calls

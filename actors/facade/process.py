@@ -193,7 +193,7 @@ class ProcessDispatcher(ChildLink):
     def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
         """Caller thread. :meth:`Dispatcher.stop <kdispatch.Dispatcher.stop>` in the child,
         which then exits (killed if it has not 10 s after the deadline). True if every call
-        finished before the deadline. Idempotent."""
+        finished before the deadline. Idempotent: a later call returns the first one's answer."""
         with self._state_lock:
             if self._closed or not self._started:
                 self._closed = True

@@ -12,12 +12,15 @@ import pytest
 
 from kdispatch import (
     Dispatcher,
+    DispatcherClosed,
+    DispatcherConfig,
     InvalidObjectError,
     KubernetesBackend,
     LeadershipLost,
     Outcome,
     PodBinding,
     ProcessDispatcher,
+    RateLimitConfig,
     UnknownCallTypeError,
 )
 from kdispatch.actors.model.objects import Obj
@@ -33,7 +36,7 @@ pytestmark = pytest.mark.timeout(120)
 @dataclass
 class Twin:
     server: InMemoryApiServer
-    make: Callable[[], Dispatcher | ProcessDispatcher]
+    make: Callable[..., Dispatcher | ProcessDispatcher]
 
     def pod(self, name: str) -> Obj:
         return self.server.create(make_pod(name))
@@ -47,7 +50,7 @@ def twin(request: pytest.FixtureRequest) -> Iterator[Twin]:
     """A way to build each kind of dispatcher (not started) against one in-memory server."""
     server = InMemoryApiServer()
     with ApiServerHTTP(server) as http:
-        make: Callable[[], Dispatcher | ProcessDispatcher]
+        make: Callable[..., Dispatcher | ProcessDispatcher]
         if request.param == "inprocess":
             make = functools.partial(Dispatcher, server)
         else:
@@ -113,3 +116,18 @@ def test_cancel_with_nothing_running_does_nothing(twin: Twin) -> None:
         cancel_checks()  # revoked: nothing left to withdraw
     cancel_checks()  # stopped
     assert twin.node_of("p1") is None
+
+
+def test_a_second_stop_returns_the_first_ones_answer(twin: Twin) -> None:
+    """A stop whose deadline left a call unsent returns False, and so does every later stop:
+    that call did not finish, however settled the dispatcher is now."""
+    first, second = twin.pod("p1"), twin.pod("p2")
+    one_token = DispatcherConfig(rate_limit=RateLimitConfig(qps=0.001, burst=1))
+    d = twin.make(one_token).start()
+    assert d.submit(PodBinding.for_pod(first, "node-1")).result(WAIT) is Outcome.SUCCESS
+    stuck = d.submit(PodBinding.for_pod(second, "node-1"))  # no token for 1,000 s
+    assert d.stop(drain=True, timeout=0.2) is False
+    with pytest.raises(DispatcherClosed):
+        stuck.result(WAIT)
+    assert d.stop() is False
+    assert twin.node_of("p2") is None
