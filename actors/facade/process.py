@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from ctypes import c_double
-from typing import Any, NoReturn, Protocol, Self, cast
+from typing import Any, Final, NoReturn, Protocol, Self, cast
 
 from loguru import logger
 
@@ -222,10 +222,10 @@ class ProcessDispatcher(ChildLink):
     def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
         """Any thread; one pickle and one queue put, never a wait for the child. Raises
         :class:`~kdispatch.InvalidInputError` subclasses for bad calls (fields that do not
-        pickle included; any ``after``: :class:`~kdispatch.GroupsNotSupported`) and
+        pickle included; a prerequisite in ``after``: :class:`~kdispatch.GroupsNotSupported`) and
         :class:`DispatcherClosed` (:class:`DispatcherProcessDied`, the revoking error) once
         the dispatcher is stopped, revoked or gone."""
-        if after is not None and not (isinstance(after, tuple | list) and not after):
+        if after and _names_any(after):  # an empty collection or iterator names none
             raise GroupsNotSupported(
                 "ProcessDispatcher does not hold calls on prerequisites (after=): chain the "
                 "futures in the caller, or use an in-process Dispatcher"
@@ -380,6 +380,18 @@ def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> in
     if max_in_flight is None:
         return None
     return min(max_in_flight, 2 * max(1, config.executor.workers // 4))
+
+
+def _names_any(after: Iterable[object]) -> bool:
+    """Whether ``after`` (an iterator, or anything else that is not an empty collection) names
+    a prerequisite; what is not iterable counts as one, to be refused. Caller thread."""
+    try:
+        return next(iter(after), _NONE) is not _NONE
+    except TypeError:
+        return True
+
+
+_NONE: Final = object()
 
 
 __all__ = ["CONTEXTS", "DispatcherProcessDied", "ProcessDispatcher", "SendDeadlines"]

@@ -131,3 +131,17 @@ def test_a_second_stop_returns_the_first_ones_answer(twin: Twin) -> None:
         stuck.result(WAIT)
     assert d.stop() is False
     assert twin.node_of("p2") is None
+
+
+@pytest.mark.parametrize(
+    "empty", [(), [], set(), frozenset(), None, "iterator"], ids=lambda e: type(e).__name__
+)
+def test_an_empty_after_holds_nothing(twin: Twin, empty: object) -> None:
+    """Any empty ``after`` (a collection, ``None`` or an exhausted iterator) names no
+    prerequisite: the call is sent as if it had none."""
+    pod = twin.pod("p1")
+    after = iter(()) if empty == "iterator" else empty
+    with twin.make().start() as d:
+        future = d.submit(PodBinding.for_pod(pod, "node-1"), after=after)  # type: ignore[arg-type]
+        assert future.result(WAIT) is Outcome.SUCCESS
+    assert twin.node_of("p1") == "node-1"
