@@ -247,8 +247,7 @@ class InMemoryApiServer:
         A strategic patch of a kind without that flavour (a CRD) answers 415 as upstream.
         Request thread."""
 
-        info = self._kinds.get(kind)
-        kind_flavour = info.patch if info is not None else "merge"
+        kind_flavour = self._patch_flavour(kind)
 
         def apply() -> Json:
             check_patch_flavour(patch_type, kind_flavour)
@@ -373,7 +372,8 @@ class InMemoryApiServer:
         merge merges the lists of a pod's and a claim's status by their upstream merge keys
         (conditions by ``type``, and so on); other lists are replaced whole. Request thread."""
         info = self._kinds.get(kind)
-        flavour = patch_type or (info.patch if info is not None else "merge")
+        kind_flavour = self._patch_flavour(kind)
+        flavour = patch_type or kind_flavour
         has_status = info.status if info is not None else True
 
         def apply() -> Json:
@@ -381,7 +381,7 @@ class InMemoryApiServer:
                 raise InvalidRequestError(f"unsupported subresource {subresource!r}")
             if flavour not in ("strategic", "merge", "json"):
                 raise InvalidRequestError(f"unsupported patch type {flavour!r}")
-            check_patch_flavour(flavour, info.patch if info is not None else "merge")
+            check_patch_flavour(flavour, kind_flavour)
             try:
                 body = to_json(patch, "patch")
             except InvalidObjectError as err:
@@ -874,6 +874,11 @@ class InMemoryApiServer:
     def _in_namespace(self, kind: str, namespace: str) -> builtins.list[Json]:
         """Stored objects of ``kind`` in ``namespace`` (snapshots). Lock held."""
         return [o for (k, ns, _), o in self._objects.items() if k == kind and ns == namespace]
+
+    def _patch_flavour(self, kind: str) -> str:
+        """The patch flavour ``kind`` takes (its kind table row; ``merge`` for unknown kinds)."""
+        info = self._kinds.get(kind)
+        return info.patch if info is not None else "merge"
 
     def _scoped(self, kind: str) -> bool:
         """Whether ``kind`` is cluster-scoped (stored under namespace ``""``)."""
