@@ -84,18 +84,18 @@ class ChildLink(DispatcherBase):
                 proc.close()
 
     def _check_open(self) -> None:
-        """Any thread: raise what a submit meets once the dispatcher is not open."""
-        if self._gone is not None and self._revoked is None:
-            raise copy.copy(self._gone)  # a fresh exception (traceback) per caller
-        if self._revoked is not None or self._closed or not self._started:
+        """Any thread: raise what a submit meets once the dispatcher is not open: the revoking
+        error first, else what :meth:`_check_running` raises."""
+        if self._revoked is not None:
             raise self._closed_error()
+        self._check_running()
 
     def _check_running(self) -> None:
         """Any thread: raise what a query meets once the child is not running (not started,
         stopped or gone). A revoked dispatcher's child still answers, as a revoked
         :class:`~kdispatch.Dispatcher` does."""
         if self._gone is not None:
-            raise copy.copy(self._gone)
+            raise copy.copy(self._gone)  # a fresh exception (traceback) per caller
         if self._closed or not self._started:
             raise self._closed_error()
 
