@@ -37,9 +37,11 @@ a watch without a resourceVersion starts with synthetic ``ADDED`` events; ``meta
 ``preconditions.uid`` in DeleteOptions are preconditions; errors are ``Status`` objects with
 the upstream code and reason, and a 429 carries ``Retry-After``.
 
-Faults injected by the in-memory server become transport behaviour: ``TooManyRequestsError``
-→ 429, ``ServerError`` → 500, ``ApiConnectionError`` (``conn_reset``) → the connection is reset
-without a reply, ``RequestTimeoutError`` (``timeout``, and ``apply_then_fail`` after applying)
+Faults injected by the in-memory server become transport behaviour, so that the client raises
+the error the server raised directly (with the same ``retry_after``): ``TooManyRequestsError``
+→ 429, ``ServerError`` → its 5xx code (500 by default), ``BadResponseError`` → a 200 reply that
+is not JSON, ``ApiConnectionError`` (``conn_reset``) → the connection is reset without a reply,
+``RequestTimeoutError`` (``timeout``, and ``apply_then_fail`` after applying)
 → the reply is withheld for ``hang_seconds`` (or until :meth:`stop`) and the connection then
 closed, which exercises the client's read timeout (``timeout_reply="504"`` answers 504
 instead). :meth:`InMemoryApiServer.drop_watches` cuts open watch connections mid-stream.
@@ -74,6 +76,7 @@ from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ApiConnectionError,
     ApiError,
+    BadResponseError,
     ConflictError,
     DisruptionBudgetError,
     GoneError,
@@ -131,6 +134,19 @@ class _Abort(Exception):
     def __init__(self, *, reset: bool) -> None:
         super().__init__("connection aborted")
         self.reset = reset
+
+
+class _Garbled(Exception):
+    """Answer 200 with a body that is not JSON (a reply the client cannot understand)."""
+
+
+def _retry_after_header(seconds: float) -> dict[str, str]:
+    """``Retry-After`` carrying ``seconds`` as given (delta-seconds; a fraction as a decimal
+    fraction, which the clients read), or no header for 0."""
+    if not seconds:
+        return {}
+    value = float(seconds)
+    return {"Retry-After": str(int(value)) if value.is_integer() else repr(value)}
 
 
 class _HttpError(Exception):
@@ -315,6 +331,8 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _HttpError(400, "BadRequest", str(exc)) from None
         except _HttpError as err:
             self._reply_error(err)
+        except _Garbled as garbled:
+            self._reply(200, f"garbled: {garbled}".encode())
         except _Abort as abort:
             self.close_connection = True
             api._abort_connection(self.connection, reset=abort.reset)
@@ -572,14 +590,12 @@ class ApiServerHTTP:
                 },
             )
         if isinstance(exc, TooManyRequestsError):
-            wait = exc.retry_after
-            header = str(int(wait)) if float(wait).is_integer() else repr(float(wait))
             return _HttpError(
                 429,
                 "TooManyRequests",
                 str(exc),
-                details={**route.details(), "retryAfterSeconds": math.ceil(wait)},
-                headers={"Retry-After": header},
+                details={**route.details(), "retryAfterSeconds": math.ceil(exc.retry_after)},
+                headers=_retry_after_header(exc.retry_after) or {"Retry-After": "0"},
             )
         if isinstance(exc, NotFoundError):
             return _HttpError(404, "NotFound", str(exc), details=route.details())
@@ -597,9 +613,12 @@ class ApiServerHTTP:
             known = code != 422 and code in HTTPStatus._value2member_map_
             reason = HTTPStatus(code).phrase.replace(" ", "") if known else "Invalid"
             return _HttpError(code, reason, str(exc), details=route.details())
+        if isinstance(exc, BadResponseError):
+            return _Garbled(str(exc))
         code = exc.status if 500 <= exc.status <= 599 else 500
-        headers = {"Retry-After": str(math.ceil(exc.retry_after))} if exc.retry_after else None
-        return _HttpError(code, "InternalError", str(exc), headers=headers)
+        return _HttpError(
+            code, "InternalError", str(exc), headers=_retry_after_header(exc.retry_after)
+        )
 
     # ----------------------------------------------------------------- requests
 

@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from kdispatch import InvalidRequestError, KubernetesBackend
+from kdispatch import (
+    ApiError,
+    BadResponseError,
+    InvalidRequestError,
+    KubernetesBackend,
+    ServerError,
+    TooManyRequestsError,
+)
 from kdispatch.actors.model.kinds import KindTable
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer
 
@@ -68,3 +75,44 @@ def test_a_crd_refuses_strategic_merge_patches(server: InMemoryApiServer, backen
         uid=uid, resource_version=None, patch_type="merge",
     )  # fmt: skip
     assert out["status"] == {"heldCpuM": 100}
+
+
+_SCRIPTED = {
+    "429": None,
+    "500": None,
+    "404": None,
+    "409": None,
+    "conn_reset": None,
+    "a 503 asking for 0.25 s": lambda: ServerError("overloaded", status=503, retry_after=0.25),
+    "a 429 asking for 0.5 s": lambda: TooManyRequestsError("slow down", retry_after=0.5),
+    "a garbled reply": lambda: BadResponseError("garbled reply"),
+    "a 422": lambda: InvalidRequestError("bad field", status=422),
+}
+
+
+@pytest.mark.parametrize("fault", list(_SCRIPTED))
+def test_a_scripted_fault_reaches_the_caller_as_the_same_error(
+    server: InMemoryApiServer, backend: Any, fault: str
+) -> None:
+    """A fault scripted on the server fails the request with the same error type (and the same
+    Retry-After) whether the server is called directly or over HTTP, and nothing is applied."""
+    pod = server.create(
+        {"kind": "Pod", "metadata": {"name": "p1", "namespace": "default"}, "spec": {}}
+    )
+    make = _SCRIPTED[fault]
+    server.script("patch_status", make() if make is not None else fault)
+    with pytest.raises(ApiError) as failed:
+        backend.patch_status(
+            "Pod", "default", "p1", {"status": {"phase": "Running"}},
+            uid=pod["metadata"]["uid"], resource_version=None,
+        )  # fmt: skip
+    with pytest.raises(ApiError) as direct:  # the same fault, raised by the server itself
+        server.script("patch_status", make() if make is not None else fault)
+        server.patch_status(
+            "Pod", "default", "p1", {"status": {"phase": "Running"}},
+            uid=pod["metadata"]["uid"], resource_version=None,
+        )  # fmt: skip
+    assert type(failed.value) is type(direct.value)
+    assert failed.value.retryable == direct.value.retryable
+    assert failed.value.retry_after == direct.value.retry_after
+    assert server.get("Pod", "default", "p1").get("status", {}).get("phase") is None
