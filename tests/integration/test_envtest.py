@@ -197,6 +197,15 @@ def test_a_start_timeout_must_be_positive_seconds(timeout: object, tmp_path: Pat
     assert plane.processes == []
 
 
+def test_an_outage_needs_a_started_control_plane_and_a_positive_timeout(tmp_path: Path) -> None:
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / "work")
+    with pytest.raises(EnvtestError, match="not started"), plane.apiserver_down():
+        pytest.fail("the body of an outage that cannot happen ran")
+    with pytest.raises(EnvtestError, match="timeout must be"), plane.apiserver_down(timeout=0):
+        pytest.fail("the body of an outage that cannot happen ran")
+    assert plane.processes == []
+
+
 def test_cli_start_reports_the_timeout_it_was_given(tmp_path: Path) -> None:
     binaries = _silent_binaries(tmp_path / "assets")
     args = [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "0.5"]

@@ -41,6 +41,7 @@ from tests.backends import T, WrappedBackend
 from tests.realapi.cluster import REPO, Admin, RealCluster, condition, wait_for
 from tests.realapi.conftest import clear_namespace, create_namespace
 from tests.realapi.objects import new_pod, remove_pod, uid_rv
+from tests.realapi.test_real_dispatcher import unschedulable
 from tests.realapi.test_real_scheduler import schedule_namespace
 
 pytestmark = [pytest.mark.realapi, pytest.mark.timeout(180)]
@@ -530,3 +531,68 @@ def test_bindings_ride_out_a_frozen_apiserver(real: RealCluster, radmin: Admin, 
         assert pod["spec"]["nodeName"] == f"n{i % 3}"
         sched = condition(pod, "PodScheduled")
         assert sched is not None and sched["status"] == "True"
+
+
+def test_an_apiserver_crash_is_ridden_out(real: RealCluster, radmin: Admin, rns: str) -> None:
+    """kube-apiserver crashes (SIGKILL) and comes back at the same address: the bindings and
+    status patches submitted while it is down land once it is back, each once, and the
+    informer that feeds the dispatcher carries on (it sees those bindings and a pod created
+    after the restart) without being restarted itself."""
+    pods = [new_pod(radmin, rns, f"p{i}") for i in range(6)]
+    seen: dict[str, str | None] = {}  # pod name -> the node the informer last saw it on
+    cond = threading.Condition()
+
+    def record(obj: dict[str, Any]) -> None:
+        with cond:
+            seen[obj["metadata"]["name"]] = obj["spec"].get("nodeName")
+            cond.notify_all()
+
+    def informer_sees(expected: dict[str, str | None]) -> bool:
+        with cond:
+            return cond.wait_for(lambda: expected.items() <= seen.items(), WAIT)
+
+    client = real.api_client()
+    backend = real.backend(request_timeout=2.0)
+    registry = CollectorRegistry()
+    d = Dispatcher(
+        backend, DispatcherConfig(retry=RetryConfig(budget=90.0)), metrics_registry=registry
+    ).start()
+    informer = Informer(
+        ClientListWatch(client, "Pod", rns, request_timeout=5.0),
+        name="crash",
+        backoff_initial=0.05,
+        backoff_max=1.0,
+    )
+    informer.attach(d)
+    informer.add_handler(record, lambda _old, new: record(new), None)
+    try:
+        informer.start()
+        assert informer.wait_for_sync(WAIT)
+        assert informer_sees({f"p{i}": None for i in range(6)})
+        with real.plane.apiserver_down():
+            bindings = [d.submit(PodBinding.for_pod(p, "n1")) for p in pods[:3]]
+            patches = [
+                d.submit(PodStatusPatch.for_pod(p, conditions=[unschedulable("no fit")]))
+                for p in pods[3:]
+            ]
+            wait_for(
+                lambda: metric_value(registry, "kdispatch_retries_total") >= 6,
+                WAIT,
+                "every call to fail once on the outage and wait for a retry",
+            )
+        assert [f.result(WAIT) for f in bindings + patches] == [Outcome.SUCCESS] * 6
+        new_pod(radmin, rns, "after")
+        assert informer_sees({"p0": "n1", "p1": "n1", "p2": "n1", "after": None})
+    finally:
+        informer.stop(10.0)
+        d.stop(timeout=10.0)
+        backend.close()
+        client.close()  # type: ignore[no-untyped-call]
+    for i in range(6):
+        pod = radmin.get_pod(rns, f"p{i}")
+        scheduled = condition(pod, "PodScheduled")
+        assert scheduled is not None
+        if i < 3:
+            assert (pod["spec"]["nodeName"], scheduled["status"]) == ("n1", "True")
+        else:
+            assert (pod["spec"].get("nodeName"), scheduled["status"]) == (None, "False")

@@ -89,9 +89,10 @@ class KubeAPIServer:
             *self.extra_args,  # last: a repeated flag's last value wins
         ]
 
-    def start(self, etcd_url: str, timeout: float) -> None:
-        """Start it and block until ``/readyz`` answers 200, or :class:`ControlPlaneError`."""
-        port = free_port()
+    def start(self, etcd_url: str, timeout: float, *, port: int | None = None) -> None:
+        """Start it on ``port`` (default a free one) and block until ``/readyz`` answers 200,
+        or :class:`ControlPlaneError`."""
+        port = port or free_port()
         self.url = f"https://127.0.0.1:{port}"
         proc = self.process = Process(
             "kube-apiserver", self.args(etcd_url, port), self.folder / "kube-apiserver.log"

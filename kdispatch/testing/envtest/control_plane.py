@@ -18,12 +18,14 @@ such as the main thread), stop sends SIGTERM and then SIGKILL to each child's gr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
 
 from kdispatch.testing.waiting import wait_for
 
@@ -131,8 +133,7 @@ class ControlPlane:
         is stopped again). Returns ``self``."""
         if self._started:
             raise EnvtestError("this control plane was started already")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise EnvtestError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+        _check_timeout(timeout)
         began = time.monotonic()
         deadline = began + timeout
         binaries = self._binaries or find_binaries(scheduler=self.scheduler)
@@ -187,6 +188,25 @@ class ControlPlane:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._own_dir = False
         atexit.unregister(self.stop)
+
+    @contextlib.contextmanager
+    def apiserver_down(self, timeout: float = 60.0) -> Iterator[None]:
+        """An outage of kube-apiserver for the body of a ``with``: it is killed on entry
+        (SIGKILL, as a crash: open connections drop, new ones are refused) and started again
+        on exit, at the same URL, blocking until ``/readyz`` answers (at most ``timeout``
+        seconds, else :class:`ControlPlaneError`). etcd, its data and kube-scheduler keep
+        running; clients need nothing new (same URL, CA and tokens). The caller's thread."""
+        _check_timeout(timeout)
+        apiserver = _started(self.apiserver if self._started else None)
+        etcd = _started(self.etcd)
+        if apiserver.process is None or not apiserver.process.running():
+            raise EnvtestError("kube-apiserver is not running")
+        port = urlsplit(apiserver.url).port
+        apiserver.process.kill()
+        try:
+            yield
+        finally:
+            apiserver.start(etcd.url, timeout, port=port)
 
     def __enter__(self) -> ControlPlane:
         return self if self._started else self.start()
@@ -288,6 +308,12 @@ class ControlPlane:
 
     def _api(self) -> KubeAPIServer:
         return _started(self.apiserver if self.apiserver and self.apiserver.url else None)
+
+
+def _check_timeout(timeout: object) -> None:
+    """Raise :class:`EnvtestError` unless ``timeout`` is a number of seconds > 0."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise EnvtestError(f"timeout must be a number of seconds > 0, got {timeout!r}")
 
 
 def _left(deadline: float) -> float:

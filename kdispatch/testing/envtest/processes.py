@@ -93,6 +93,12 @@ class Process:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(5.0)
 
+    def kill(self) -> None:
+        """SIGKILL to the group (a crash: no shutdown of its own), and reap the child."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
     def wait_ready(
         self, ready: Callable[[], bool], timeout: float, what: str, *, interval: float
     ) -> None:
