@@ -195,7 +195,10 @@ class ControlPlane:
         (SIGKILL, as a crash: open connections drop, new ones are refused) and started again
         on exit, at the same URL, blocking until ``/readyz`` answers (at most ``timeout``
         seconds, else :class:`ControlPlaneError`). etcd, its data and kube-scheduler keep
-        running; clients need nothing new (same URL, CA and tokens). The caller's thread."""
+        running; clients need nothing new (same URL, CA and tokens). The caller's thread,
+        which must outlive the control plane, as for :meth:`start`: the restarted
+        kube-apiserver gets the parent-death signal when the thread that leaves the ``with``
+        exits."""
         _check_timeout(timeout)
         apiserver = _started(self.apiserver if self._started else None)
         etcd = _started(self.etcd)
