@@ -20,6 +20,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry
 
+from examples.scheduler.ha import LeaderElect
 from examples.scheduler.runner import RunConfig, run
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.config import (
@@ -621,8 +622,7 @@ def run_through(
     rns: str,
     tmp_path: Path,
     outage: Callable[[], AbstractContextManager[None]],
-    *,
-    dispatcher_process: bool = False,
+    **settings: Any,
 ) -> None:
     """Run the main job over ``rns``'s pods with ``outage`` (a context manager, entered and
     left on this thread) once it has bound some, and check that the outage cost retries and
@@ -641,7 +641,7 @@ def run_through(
         qps=20.0,
         burst=10,
         max_seconds=120,
-        dispatcher_process=dispatcher_process,
+        **settings,
     )
 
     def bound() -> int:
@@ -667,15 +667,19 @@ def run_through(
     assert bound() == n_pods
 
 
-@pytest.mark.parametrize("dispatcher_process", [False, True], ids=["thread", "process"])
+@pytest.mark.parametrize("mode", ["thread", "process", "leader"])
 def test_the_main_job_rides_out_an_apiserver_crash(
-    real: RealCluster, radmin: Admin, rns: str, tmp_path: Path, dispatcher_process: bool
+    real: RealCluster, radmin: Admin, rns: str, tmp_path: Path, mode: str
 ) -> None:
     """kube-apiserver crashes (SIGKILL) while the main job is binding, and comes back at the
     same address a few seconds later (``apiserver_down``): the run still ends clean without
-    being restarted itself, with the dispatcher in the scheduler's process or in a child."""
-    outage = real.plane.apiserver_down
-    run_through(real, radmin, rns, tmp_path, outage, dispatcher_process=dispatcher_process)
+    being restarted itself, with the dispatcher in the scheduler's process, in a child, or
+    behind ``--leader-elect`` (the outage is shorter than the renew deadline: the replica
+    keeps its lease, as kube-scheduler does)."""
+    settings: dict[str, Any] = {"dispatcher_process": mode == "process"}
+    if mode == "leader":
+        settings["leader_elect"] = LeaderElect(lease_name="crash", lease_namespace=rns)
+    run_through(real, radmin, rns, tmp_path, real.plane.apiserver_down, **settings)
 
 
 def test_the_main_job_rides_out_an_etcd_outage_longer_than_its_request_timeout(
