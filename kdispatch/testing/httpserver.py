@@ -25,7 +25,7 @@ namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}`
 
 A kind-specific store (for example for Leases) plugs in with ``stores={"Lease": store}``: the
 requests for that kind go to ``store``, which offers the same generic methods as
-:class:`InMemoryApiServer` (``get``, ``list_page``, ``watch``, ``create``, ``update``,
+:class:`InMemoryApiServer` (``get``, ``list``, ``watch``, ``create``, ``update``,
 ``patch``, ``patch_status``, ``delete``, ``get_object``).
 
 Behaviour follows the real apiserver where the client can see it: lists answer ``<Kind>List``
@@ -387,7 +387,7 @@ class ApiServerHTTP:
     ``token``: when set, requests must carry ``Authorization: Bearer <token>`` (else 401).
     ``kinds``: the kind table whose kinds are served (default: the process-wide one).
     ``stores``: kind → a kind-specific store answering that kind's requests instead of
-    ``server`` (with the same generic methods: ``get``, ``list_page``, ``watch``, ``create``,
+    ``server`` (with the same generic methods: ``get``, ``list``, ``watch``, ``create``,
     ``update``, ``patch``, ``patch_status``, ``delete``, ``get_object``).
     ``hang_seconds``: how long an injected timeout withholds the reply. ``timeout_reply``:
     ``"hang"`` (default) or ``"504"``. ``start``/``stop`` run on the caller's thread; request
@@ -685,7 +685,7 @@ class ApiServerHTTP:
 
     def _list(self, h: _Handler, route: _Route, query: Mapping[str, str]) -> None:
         limit = _int_query(query, "limit")
-        items, rv, token = self._store(route.kind).list_page(
+        items, rv, token = self._store(route.kind).list(
             route.kind,
             namespace=route.namespace or None,
             label_selector=query.get("labelSelector") or None,
@@ -885,7 +885,7 @@ class ApiServerHTTP:
                 raise _HttpError(400, "BadRequest", "bad timeoutSeconds") from None
         initial: list[dict[str, Any]] = []
         if rv in (None, "0"):
-            initial, list_rv, _ = store.list_page(
+            initial, list_rv, _ = store.list(
                 route.kind, namespace=route.namespace or None, **selectors
             )
             rv = str(list_rv)

@@ -630,27 +630,6 @@ class InMemoryApiServer:
         ``continue_token``, and the token of the next page (None on the last). Unlike etcd,
         later pages see the current objects, not a snapshot at the first page's
         resourceVersion. Any thread."""
-        return self.list_page(
-            kind,
-            namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            limit=limit,
-            continue_token=continue_token,
-        )
-
-    def list_page(
-        self,
-        kind: str,
-        namespace: str | None = None,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        limit: int | None = None,
-        continue_token: str | None = None,
-    ) -> ObjectList:
-        """:meth:`list`, under the name :class:`~kdispatch.testing.ApiServerHTTP` asks the
-        stores it serves for. Any thread."""
         _check_str("kind", kind)
         if namespace is not None:
             _check_str("namespace", namespace)
