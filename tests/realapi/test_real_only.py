@@ -3,6 +3,7 @@ Priority and Fairness, and the server's own view of what kdispatch sent."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import signal
@@ -10,7 +11,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
+from kubernetes.aio import client as aclient
 from prometheus_client import CollectorRegistry
 
 from examples.scheduler.ha import LeaderElect
@@ -38,6 +40,7 @@ from kdispatch.actors.model.errors import (
 )
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.actors.model.podgroup_calls import PodGroupStatusPatch
+from kdispatch.adapters.aio_informer import AioInformer
 from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing import make_podgroup
@@ -690,3 +693,52 @@ def test_the_main_job_rides_out_an_etcd_outage_longer_than_its_request_timeout(
     dispatcher cannot know. The run still ends clean: every binding resolves as what the
     server holds, none twice, none lost."""
     run_through(real, radmin, rns, tmp_path, lambda: etcd_frozen(real, 12.0))
+
+
+def test_the_asyncio_informer_rides_out_an_apiserver_crash(
+    real: RealCluster, radmin: Admin, rns: str
+) -> None:
+    """The asyncio informer (``kubernetes.aio``) on a loop of its own, through a kube-apiserver
+    crash: afterwards it delivers the changes made after the crash, without being restarted,
+    and its cache holds the objects as they are."""
+    crashed = threading.Event()
+    new_pod(radmin, rns, "before")
+
+    async def watch_through_the_crash() -> list[str]:
+        config = aclient.Configuration(host=real.url)
+        config.api_key = {"authorization": real.admin_token}
+        config.api_key_prefix = {"authorization": "Bearer"}
+        config.ssl_ca_cert = real.ca_cert
+        added = asyncio.Event()
+
+        def on_add(pod: dict[str, Any]) -> None:
+            if pod["metadata"]["name"] == "after":
+                added.set()
+
+        async with aclient.ApiClient(config) as api:
+            informer = AioInformer(
+                aclient.CoreV1Api(api).list_namespaced_pod,
+                kind="Pod",
+                list_kwargs={"namespace": rns},
+                backoff_max=1.0,
+            )
+            informer.add_handler(on_add, None, None).start()
+            try:
+                assert await informer.wait_for_sync(WAIT)
+                ready.set_result(None)  # the crash may start
+                loop = asyncio.get_running_loop()
+                assert await loop.run_in_executor(None, crashed.wait, WAIT)
+                new_pod(radmin, rns, "after")
+                await asyncio.wait_for(added.wait(), WAIT)
+                return sorted(p["metadata"]["name"] for p in informer.cache.values())
+            finally:
+                await informer.stop()
+
+    ready: Future[None] = Future()
+    with ThreadPoolExecutor(1, thread_name_prefix="loop") as pool:
+        watching = pool.submit(asyncio.run, watch_through_the_crash())
+        ready.result(WAIT)
+        with real.plane.apiserver_down():
+            pass
+        crashed.set()
+        assert watching.result(WAIT) == ["after", "before"]
