@@ -16,7 +16,8 @@ namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}`
     PUT    .../{plural}/{name}                replace (resourceVersion precondition)
     PATCH  .../{plural}/{name}[/status]       strategic-merge, merge or JSON patch
     DELETE .../{plural}/{name}                delete (DeleteOptions: preconditions uid and
-                                              resourceVersion, gracePeriodSeconds)
+                                              resourceVersion, gracePeriodSeconds); an object
+                                              with finalizers is marked, not removed
     POST   .../pods/{name}/binding            v1 Binding → Status 201
     POST   .../pods/{name}/eviction           policy/v1 Eviction → Status 201, or 429 when a
                                               PodDisruptionBudget forbids it

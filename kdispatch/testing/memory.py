@@ -56,6 +56,13 @@ from kdispatch.actors.model.objects import (
 from kdispatch.adapters.listing import ObjectList
 
 from .audit import RequestRecord, request_writer
+from .memory_deletion import (
+    check_finalizers,
+    finalized,
+    held,
+    keep_deletion_marks,
+    mark_deleting,
+)
 from .memory_faults import (
     APPLY_THEN_FAIL,
     FAULTS,
@@ -326,8 +333,10 @@ class InMemoryApiServer:
         resource_version: str | None = None,
     ) -> None:
         """Delete with a UID (and optional resourceVersion) precondition; the object is removed
-        at once (the grace period is validated, not waited). ``uid=None``: no precondition
-        (HTTP front ends). Request thread."""
+        at once (the grace period is validated, not waited) unless it has finalizers: then it
+        is marked deleted and stays until they are removed
+        (:mod:`~kdispatch.testing.memory_deletion`). ``uid=None``: no precondition (HTTP
+        front ends). Request thread."""
 
         def apply() -> Json:
             check_grace_period(grace_period_seconds)
@@ -341,7 +350,7 @@ class InMemoryApiServer:
                 raise self._delete_conflict(
                     cur, "ResourceVersion", resource_version, rv, "modified"
                 )
-            return self._remove(cur)
+            return self._delete_object(cur, grace_period_seconds)
 
         self._request(_Req("delete", kind, namespace, name, _uid(uid)), apply)
 
@@ -399,7 +408,7 @@ class InMemoryApiServer:
                     self._check_rv(cur, expected)
             if not isinstance(patched, dict):
                 raise InvalidRequestError("the patched object is not a JSON object")
-            new = _keep_identity(cur, patched)
+            new = keep_deletion_marks(cur, _keep_identity(cur, patched))
             if subresource == "status":
                 new = {**cur, "status": new.get("status") or {}}
             elif has_status:
@@ -414,7 +423,7 @@ class InMemoryApiServer:
                 new = admit_podgroup(new, cur)
             if new == cur:
                 return cur
-            return self._replace(cur, new)
+            return self._write(cur, new)
 
         op = "patch_status" if subresource == "status" else "patch"
         return clone(self._request(_Req(op, kind, namespace, name, _uid(uid)), apply))
@@ -445,7 +454,7 @@ class InMemoryApiServer:
             check_eviction(
                 cur, self._in_namespace(PDB, namespace), self._in_namespace(POD, namespace)
             )
-            return self._remove(cur)
+            return self._delete_object(cur, grace_period_seconds)
 
         self._request(_Req("evict", POD, namespace, name, _uid(uid)), apply)
 
@@ -559,14 +568,15 @@ class InMemoryApiServer:
                 self._check_uid(cur, meta["uid"])
             if "resourceVersion" in meta:
                 self._check_rv(cur, meta["resourceVersion"])
-            for field in ("uid", "creationTimestamp", "deletionTimestamp", "resourceVersion"):
+            for field in ("uid", "creationTimestamp", "resourceVersion"):
                 if field in cur["metadata"]:
                     meta[field] = cur["metadata"][field]
+            data = keep_deletion_marks(cur, data)
             if data["kind"] == POD_GROUP:
                 data = admit_podgroup(data, cur)
             if data == cur:
                 return clone(cur)
-            result = self._replace(cur, data)
+            result = self._write(cur, data)
         return clone(result)
 
     def remove(
@@ -939,15 +949,18 @@ class InMemoryApiServer:
     ) -> ConflictError:
         """A deletion's failed precondition, worded as kube-apiserver's ``BeforeDelete`` words
         it: on the kind (``Pod``, ``ResourceClaim.resource.k8s.io``), not the resource."""
-        info = self._kinds.get(cur["kind"])
-        qualified = (
-            f"{cur['kind']}.{info.group}" if info is not None and info.group else cur["kind"]
-        )
         return ConflictError(
-            f'Operation cannot be fulfilled on {qualified} "{cur["metadata"]["name"]}": the '
+            f"Operation cannot be fulfilled on {self._qualified(cur['kind'])} "
+            f'"{cur["metadata"]["name"]}": the '
             f"{field} in the precondition ({expected}) does not match the {field} in record "
             f"({actual}). The object might have been {why}"
         )
+
+    def _qualified(self, kind: str) -> str:
+        """``Pod``, ``ResourceClaim.resource.k8s.io``: how kube-apiserver names a kind in a
+        precondition conflict or a 422 message."""
+        info = self._kinds.get(kind)
+        return f"{kind}.{info.group}" if info is not None and info.group else kind
 
     def _check_rv(self, cur: Json, rv: object) -> None:
         if rv != cur["metadata"].get("resourceVersion"):
@@ -1004,6 +1017,24 @@ class InMemoryApiServer:
         self._objects[self._key_of(cur)] = new
         self._emit("MODIFIED", new, cur)
         return new
+
+    def _write(self, cur: Json, new: Json) -> Json:
+        """Store a patched or replaced ``new``: refused when it adds a finalizer to an object
+        being deleted; removes the object when it drops the last finalizer its deletion waited
+        for (the reply is ``new`` at ``cur``'s resourceVersion). Lock held."""
+        check_finalizers(cur, new, self._qualified(cur["kind"]))
+        if finalized(cur, new):
+            self._remove(cur)
+            return new
+        return self._replace(cur, new)
+
+    def _delete_object(self, cur: Json, grace_period_seconds: int | None) -> Json:
+        """Remove ``cur``, or mark it deleted while finalizers hold it; returns its state after
+        the deletion. Lock held."""
+        if not held(cur):
+            return self._remove(cur)
+        marked = mark_deleting(cur, grace_period_seconds)
+        return cur if marked is None else self._replace(cur, marked)
 
     def _remove(self, cur: Json) -> Json:
         """Delete ``cur``; DELETED with the last state at a fresh rv. Lock held."""

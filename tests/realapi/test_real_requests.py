@@ -1,0 +1,135 @@
+"""Requests a kdispatch user makes whose answers differ in the details: deletion of an object
+that finalizers hold, ``generateName``, the eviction's preconditions, bookmarks and Events.
+
+Every test runs against both targets (``target`` fixture); what each pins is a row of
+docs/apiserver-differences.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kdispatch.actors.model.errors import ConflictError
+from tests.realapi.cluster import Admin, Target
+from tests.realapi.objects import claim_body, pod_body, uid_rv, watch_once
+
+pytestmark = pytest.mark.timeout(60)
+
+HOLD = "kdispatch.test/hold"
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+def held_pod(admin: Admin, ns: str, name: str, **kw: Any) -> dict[str, Any]:
+    """A pod created with the finalizer ``HOLD``."""
+    body = pod_body(name, **kw)
+    body["metadata"]["finalizers"] = [HOLD]
+    return admin.create(admin.pod_path(ns), body)
+
+
+def release(admin: Admin, path: str) -> dict[str, Any]:
+    """Remove every finalizer of the object at ``path``; the reply's object."""
+    return admin.ok("PATCH", path, {"metadata": {"finalizers": None}}, content_type=MERGE)
+
+
+def deletion_marks(obj: dict[str, Any]) -> tuple[bool, object, object]:
+    meta = obj["metadata"]
+    return (
+        bool(meta.get("deletionTimestamp")),
+        meta.get("deletionGracePeriodSeconds"),
+        meta.get("finalizers"),
+    )
+
+
+# --------------------------------------------------------------------------- finalizers
+
+
+def test_a_finalizer_keeps_a_deleted_pod_until_it_is_removed(
+    target: Target, admin: Admin, ns: str
+) -> None:
+    uid, rv = uid_rv(held_pod(admin, ns, "p1"))
+    path = admin.pod_path(ns, "p1")
+    marked = admin.ok("DELETE", path, {"gracePeriodSeconds": 0})
+    assert deletion_marks(marked) == (True, 0, [HOLD])
+    assert admin.get_pod(ns, "p1") == marked
+    # a second deletion changes nothing
+    assert admin.ok("DELETE", path, {"gracePeriodSeconds": 0}) == marked
+    # a terminating pod cannot be bound ...
+    with target.backend() as backend, pytest.raises(ConflictError) as info:
+        backend.bind(ns, "p1", uid=uid, node="n1")
+    assert str(info.value).endswith(
+        'Operation cannot be fulfilled on pods/binding "p1": '
+        "pod p1 is being deleted, cannot be assigned to a host"
+    )
+    # ... but its status can be patched, and the deletion preconditions are still checked
+    waiting = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    patched = admin.ok(
+        "PATCH", path + "/status", {"status": {"conditions": [waiting]}}, content_type=STRATEGIC
+    )
+    assert deletion_marks(patched) == (True, 0, [HOLD])
+    reply = admin.request("DELETE", path, {"preconditions": {"uid": "0000-x"}})
+    assert (reply.status, reply.reason) == (409, "Conflict")
+    assert reply.body["message"].startswith('Operation cannot be fulfilled on Pod "p1": the UID')
+    # no finalizer can be added now
+    reply = admin.request(
+        "PATCH",
+        path,
+        {"metadata": {"finalizers": [HOLD, "example.com/other"]}},
+        content_type=MERGE,
+    )
+    assert (reply.status, reply.reason) == (422, "Invalid")
+    assert reply.body["message"] == (
+        'Pod "p1" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added '
+        'if the object is being deleted, found new finalizers []string{"example.com/other"}'
+    )
+    # the last finalizer removed: gone; the reply is the object without it
+    last = release(admin, path)
+    assert deletion_marks(last) == (True, 0, None)
+    assert not admin.pod_exists(ns, "p1")
+    events = watch_once(admin, admin.pod_path(ns), rv)
+    assert [e["type"] for e in events] == ["MODIFIED", "MODIFIED", "DELETED"]
+    # the DELETED event carries the last stored state, finalizer included
+    assert [deletion_marks(e["object"]) for e in events] == [(True, 0, [HOLD])] * 3
+
+
+def test_the_grace_period_of_a_held_deletion(admin: Admin, ns: str) -> None:
+    """An unbound pod is marked with grace period 0 whatever the request says, a bound one
+    with the request's or its own (30 s); a later deletion may shorten it. A ResourceClaim:
+    0."""
+    held_pod(admin, ns, "unbound")
+    marked = admin.ok("DELETE", admin.pod_path(ns, "unbound"), {"gracePeriodSeconds": 20})
+    assert deletion_marks(marked) == (True, 0, [HOLD])
+    release(admin, admin.pod_path(ns, "unbound"))
+    assert not admin.pod_exists(ns, "unbound")
+
+    held_pod(admin, ns, "bound", node="n1")
+    path = admin.pod_path(ns, "bound")
+    assert deletion_marks(admin.ok("DELETE", path, {})) == (True, 30, [HOLD])
+    assert deletion_marks(admin.ok("DELETE", path, {"gracePeriodSeconds": 40})) == (
+        True,
+        30,
+        [HOLD],
+    )
+    assert deletion_marks(admin.ok("DELETE", path, {"gracePeriodSeconds": 0})) == (True, 0, [HOLD])
+    release(admin, path)
+    assert not admin.pod_exists(ns, "bound")
+
+    body = claim_body("c1")
+    body["metadata"]["finalizers"] = [HOLD]
+    admin.create(admin.claim_path(ns), body)
+    marked = admin.ok("DELETE", admin.claim_path(ns, "c1"), {})
+    assert deletion_marks(marked) == (True, 0, [HOLD])
+    release(admin, admin.claim_path(ns, "c1"))
+    assert admin.request("GET", admin.claim_path(ns, "c1")).status == 404
+
+
+def test_eviction_of_a_held_pod_marks_it(target: Target, admin: Admin, ns: str) -> None:
+    uid, _ = uid_rv(held_pod(admin, ns, "p1"))
+    with target.backend() as backend:
+        backend.evict(ns, "p1", uid=uid)
+        assert deletion_marks(admin.get_pod(ns, "p1")) == (True, 0, [HOLD])
+        backend.evict(ns, "p1", uid=uid)  # being deleted already: accepted, nothing changes
+    release(admin, admin.pod_path(ns, "p1"))
+    assert not admin.pod_exists(ns, "p1")
