@@ -9,9 +9,10 @@ namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}`
 
     GET    .../{plural}                       list (labelSelector, fieldSelector, limit,
                                               continue) / watch (?watch=true, same selectors)
-    POST   .../{plural}                       create (the server sets uid; a pod gets a
-                                              Pending status and the default schedulerName,
-                                              a ResourceClaim an empty status)
+    POST   .../{plural}                       create (the server sets uid, and the name from
+                                              metadata.generateName when there is none; a pod
+                                              gets a Pending status and the default
+                                              schedulerName, a ResourceClaim an empty status)
     GET    .../{plural}/{name}[/status]       get
     PUT    .../{plural}/{name}                replace (resourceVersion precondition)
     PATCH  .../{plural}/{name}[/status]       strategic-merge, merge or JSON patch
@@ -738,10 +739,14 @@ class ApiServerHTTP:
         elif route.kind == "ResourceClaim":
             obj["status"] = {}
         store = self._store(route.kind)
-        if store is self.server:  # a request of its own: logged (and faultable), like a patch
-            h._reply_json(201, store.create(route.kind, route.namespace or "", obj))
-        else:
-            h._reply_json(201, store.create(obj))
+        try:
+            if store is self.server:  # a request of its own: logged (and faultable), like a patch
+                h._reply_json(201, store.create(route.kind, route.namespace or "", obj))
+            else:
+                h._reply_json(201, store.create(obj))
+        except AlreadyExistsError as exc:  # the details name the object, as on a GET
+            details = {"name": obj["metadata"].get("name"), "kind": route.plural}
+            raise _HttpError(409, "AlreadyExists", str(exc), details=details) from None
 
     def _replace(self, h: _Handler, route: _Route, body: Any) -> None:
         obj = self._owned_body(route, body)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import builtins
 import json
+import secrets
 import threading
 import time
 import uuid
@@ -506,7 +507,7 @@ class InMemoryApiServer:
         return clone(data)
 
     def _new_object(self, obj: Mapping[str, Any]) -> Json:
-        data = self._admin_object(obj)
+        data = self._admin_object(_generated_name(obj))
         meta = data["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", _now())
@@ -530,8 +531,6 @@ class InMemoryApiServer:
         _check_str("namespace", namespace)
         if not isinstance(body, Mapping):
             raise InvalidRequestError(f"obj must be a mapping, got {type(body).__name__}")
-        meta = body.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
         try:
             data = to_json(body, "obj")
             data["kind"] = kind
@@ -550,7 +549,8 @@ class InMemoryApiServer:
                 return self._insert(admit_podgroup(prepare_podgroup_create(data), None))
             return self._insert(data)
 
-        req = _Req("create", kind, namespace, str(name or ""), "")
+        name = data["metadata"]["name"]  # generated from generateName, if it had none
+        req = _Req("create", kind, namespace, str(name), "")
         return clone(self._request(req, apply))
 
     def update(self, obj: Mapping[str, Any]) -> Json:
@@ -925,6 +925,11 @@ class InMemoryApiServer:
         meta = data.get("metadata")
         if not isinstance(meta, dict):
             raise InvalidObjectError("object has no metadata")
+        if not meta.get("name"):
+            raise InvalidObjectError(
+                f'{self._qualified(kind)} "" is invalid: metadata.name: Required value: name or '
+                "generateName is required"
+            )
         if not is_dns_subdomain(meta.get("name")):
             raise InvalidObjectError(f"invalid name {meta.get('name')!r}")
         if self._scoped(kind):
@@ -1071,6 +1076,23 @@ class InMemoryApiServer:
             watches = self._watches.get(w.kind)
             if watches is not None:
                 watches.discard(w)
+
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+"""The characters of a generated name's suffix (apimachinery's ``util/rand``)."""
+
+
+def _generated_name(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj`` named as kube-apiserver names an object created with ``metadata.generateName``
+    and no name: the prefix (cut to 58 characters) and five random characters."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping) or meta.get("name"):
+        return obj
+    prefix = meta.get("generateName")
+    if not isinstance(prefix, str) or not prefix:
+        return obj
+    suffix = "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
+    return {**obj, "metadata": {**meta, "name": prefix[:58] + suffix}}
 
 
 def _bound(pod: Json, node: str) -> Json:

@@ -7,6 +7,7 @@ docs/apiserver-differences.md.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -133,3 +134,31 @@ def test_eviction_of_a_held_pod_marks_it(target: Target, admin: Admin, ns: str) 
         backend.evict(ns, "p1", uid=uid)  # being deleted already: accepted, nothing changes
     release(admin, admin.pod_path(ns, "p1"))
     assert not admin.pod_exists(ns, "p1")
+
+
+# --------------------------------------------------------------------------- creation
+
+
+def test_create_with_generate_name(admin: Admin, ns: str) -> None:
+    body = pod_body("unused")
+    del body["metadata"]["name"]
+    body["metadata"]["generateName"] = "web-"
+    first, second = admin.create(admin.pod_path(ns), body), admin.create(admin.pod_path(ns), body)
+    names = [first["metadata"]["name"], second["metadata"]["name"]]
+    assert all(re.fullmatch(r"web-[bcdfghjklmnpqrstvwxz2456789]{5}", n) for n in names), names
+    assert names[0] != names[1] and first["metadata"]["generateName"] == "web-"
+    assert uid_rv(admin.get_pod(ns, names[0])) == uid_rv(first)
+    del body["metadata"]["generateName"]
+    reply = admin.request("POST", admin.pod_path(ns), body)
+    assert (reply.status, reply.reason) == (422, "Invalid")
+    assert reply.body["message"] == (
+        'Pod "" is invalid: metadata.name: Required value: name or generateName is required'
+    )
+    admin.create(admin.pod_path(ns), pod_body("a"))
+    reply = admin.request("POST", admin.pod_path(ns), pod_body("a"))
+    assert (reply.status, reply.reason, reply.body["message"]) == (
+        409,
+        "AlreadyExists",
+        'pods "a" already exists',
+    )
+    assert reply.body["details"] == {"name": "a", "kind": "pods"}
