@@ -849,13 +849,16 @@ class ApiServerHTTP:
         if isinstance(meta, dict) and meta.get("name", route.name) != route.name:
             raise _HttpError(400, "BadRequest", "name in URL does not match name in Eviction")
         uid, rv, grace = _delete_options(body.get("deleteOptions"), {})
-        self.server.evict(
-            route.namespace or "",
-            route.name or "",
-            uid=uid,
-            resource_version=rv,
-            grace_period_seconds=grace,
-        )
+        try:
+            self.server.evict(
+                route.namespace or "",
+                route.name or "",
+                uid=uid,
+                resource_version=rv,
+                grace_period_seconds=grace,
+            )
+        except ConflictError as exc:  # a failed precondition, reported as a deletion's
+            raise _HttpError(409, "Conflict", str(exc), details=_kind_details(route)) from None
         h._reply_json(201, status_object(201, "", ""))
 
     def _delete(self, h: _Handler, route: _Route, query: Mapping[str, str], body: Any) -> None:

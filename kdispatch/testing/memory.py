@@ -342,15 +342,7 @@ class InMemoryApiServer:
         def apply() -> Json:
             check_grace_period(grace_period_seconds)
             cur = self._lookup(kind, namespace, name)
-            if uid is not None and uid != cur["metadata"].get("uid"):
-                raise self._delete_conflict(
-                    cur, "UID", uid, cur["metadata"].get("uid"), "deleted and then recreated"
-                )
-            rv = cur["metadata"].get("resourceVersion")
-            if resource_version is not None and resource_version != rv:
-                raise self._delete_conflict(
-                    cur, "ResourceVersion", resource_version, rv, "modified"
-                )
+            self._check_delete_preconditions(cur, uid, resource_version)
             return self._delete_object(cur, grace_period_seconds)
 
         self._request(_Req("delete", kind, namespace, name, _uid(uid)), apply)
@@ -448,10 +440,7 @@ class InMemoryApiServer:
         def apply() -> Json:
             check_grace_period(grace_period_seconds)
             cur = self._lookup(POD, namespace, name)
-            if uid is not None:
-                self._check_uid(cur, uid)
-            if resource_version is not None:
-                self._check_rv(cur, resource_version)
+            self._check_delete_preconditions(cur, uid, resource_version)
             check_eviction(
                 cur, self._in_namespace(PDB, namespace), self._in_namespace(POD, namespace)
             )
@@ -948,6 +937,18 @@ class InMemoryApiServer:
             raise ConflictError(
                 f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
             )
+
+    def _check_delete_preconditions(
+        self, cur: Json, uid: str | None, resource_version: str | None
+    ) -> None:
+        """A deletion's (or an eviction's) ``preconditions``. Lock held."""
+        if uid is not None and uid != cur["metadata"].get("uid"):
+            raise self._delete_conflict(
+                cur, "UID", uid, cur["metadata"].get("uid"), "deleted and then recreated"
+            )
+        rv = cur["metadata"].get("resourceVersion")
+        if resource_version is not None and resource_version != rv:
+            raise self._delete_conflict(cur, "ResourceVersion", resource_version, rv, "modified")
 
     def _delete_conflict(
         self, cur: Json, field: str, expected: object, actual: object, why: str

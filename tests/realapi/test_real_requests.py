@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kdispatch.actors.model.errors import ConflictError
-from tests.realapi.cluster import Admin, Target
-from tests.realapi.objects import claim_body, pod_body, uid_rv, watch_once
+from tests.realapi.cluster import Admin, Reply, Target
+from tests.realapi.objects import claim_body, new_pod, pod_body, uid_rv, watch_once
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -162,3 +162,45 @@ def test_create_with_generate_name(admin: Admin, ns: str) -> None:
         'pods "a" already exists',
     )
     assert reply.body["details"] == {"name": "a", "kind": "pods"}
+
+
+# --------------------------------------------------------------------------- eviction
+
+
+def evict(admin: Admin, ns: str, name: str, **preconditions: str) -> Reply:
+    """POST a policy/v1 Eviction of ``name`` with ``preconditions`` in its deleteOptions."""
+    body: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": ns},
+        "deleteOptions": {"preconditions": preconditions},
+    }
+    return admin.request("POST", admin.pod_path(ns, name) + "/eviction", body)
+
+
+def test_eviction_preconditions_fail_as_a_deletion_does(admin: Admin, ns: str) -> None:
+    uid, rv = uid_rv(new_pod(admin, ns, "p1"))
+    reply = evict(admin, ns, "p1", uid="0000-x")
+    assert (reply.status, reply.reason) == (409, "Conflict")
+    assert reply.body["message"] == (
+        'Operation cannot be fulfilled on Pod "p1": the UID in the precondition (0000-x) does '
+        f"not match the UID in record ({uid}). The object might have been deleted and then "
+        "recreated"
+    )
+    assert reply.body["details"] == {"name": "p1", "kind": "Pod"}
+    reply = evict(admin, ns, "p1", resourceVersion="99999999")
+    assert (reply.status, reply.reason) == (409, "Conflict")
+    assert reply.body["message"] == (
+        'Operation cannot be fulfilled on Pod "p1": the ResourceVersion in the precondition '
+        f"(99999999) does not match the ResourceVersion in record ({rv}). The object might "
+        "have been modified"
+    )
+    assert admin.pod_exists(ns, "p1")
+    reply = evict(admin, ns, "nope")
+    assert (reply.status, reply.reason, reply.body["message"]) == (
+        404,
+        "NotFound",
+        'pods "nope" not found',
+    )
+    assert evict(admin, ns, "p1", uid=uid).status == 201
+    assert not admin.pod_exists(ns, "p1")
