@@ -34,7 +34,9 @@ Behaviour follows the real apiserver where the client can see it: lists answer `
 with ``metadata.resourceVersion`` and items without ``kind``/``apiVersion``; watches
 (``?watch=true``, ``resourceVersion``, ``timeoutSeconds``) stream chunked JSON lines and report
 a too-old resourceVersion as an ``ERROR`` event carrying ``Status{code: 410, reason: Expired}``;
-a watch without a resourceVersion starts with synthetic ``ADDED`` events; ``metadata.uid`` and
+a watch without a resourceVersion (or from ``0``) starts with synthetic ``ADDED`` events, and
+with ``allowWatchBookmarks=true`` a ``BOOKMARK`` annotated ``k8s.io/initial-events-end`` after
+them; ``metadata.uid`` and
 ``metadata.resourceVersion`` in a patch body, ``metadata.uid`` in a Binding and
 ``preconditions.uid`` in DeleteOptions are preconditions; errors are ``Status`` objects with
 the upstream code and reason, and a 429 carries ``Retry-After``.
@@ -893,7 +895,10 @@ class ApiServerHTTP:
             except ValueError:
                 raise _HttpError(400, "BadRequest", "bad timeoutSeconds") from None
         initial: list[dict[str, Any]] = []
+        initial_end = False
         if rv in (None, "0"):
+            # kube-apiserver ends the initial ADDED events with a BOOKMARK when asked for them
+            initial_end = query.get("allowWatchBookmarks") == "true"
             initial, list_rv, _ = store.list_page(
                 route.kind, namespace=route.namespace or None, **selectors
             )
@@ -921,6 +926,8 @@ class ApiServerHTTP:
             self._start_stream(h)
             for obj in initial:
                 h.wfile.write(_chunk({"type": "ADDED", "object": obj}))
+            if initial_end:
+                h.wfile.write(_chunk({"type": "BOOKMARK", "object": _initial_end(route, rv)}))
             if self._stream(h, w, time.monotonic() + timeout):
                 h.wfile.write(b"0\r\n\r\n")
         finally:
@@ -1044,6 +1051,19 @@ def _invalid_details(route: _Route, field: str, message: str) -> dict[str, Any]:
     details = _kind_details(route)
     details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": field}]
     return details
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def _initial_end(route: _Route, rv: str) -> dict[str, Any]:
+    """The BOOKMARK object that ends a watch's initial events: an empty object of the kind at
+    the resourceVersion they were listed at, annotated ``k8s.io/initial-events-end``."""
+    return {
+        "kind": route.kind,
+        "apiVersion": route.info.api_version,
+        "metadata": {"resourceVersion": rv, "annotations": {INITIAL_EVENTS_END: "true"}},
+    }
 
 
 def _chunk(event: Mapping[str, Any]) -> bytes:

@@ -204,3 +204,24 @@ def test_eviction_preconditions_fail_as_a_deletion_does(admin: Admin, ns: str) -
     )
     assert evict(admin, ns, "p1", uid=uid).status == 201
     assert not admin.pod_exists(ns, "p1")
+
+
+# --------------------------------------------------------------------------- watch
+
+
+def test_initial_watch_events_end_with_a_bookmark_when_asked(admin: Admin, ns: str) -> None:
+    """A watch without a resourceVersion, or from ``0``, starts with the current objects as
+    ``ADDED``; with ``allowWatchBookmarks=true`` a ``BOOKMARK`` annotated
+    ``k8s.io/initial-events-end`` follows them, also when there are none."""
+    _, rv = uid_rv(new_pod(admin, ns, "a"))
+    path = admin.pod_path(ns)
+    for since in ("", "0"):
+        events = watch_once(admin, path, since, allowWatchBookmarks="true")
+        assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"], events
+        mark = events[1]["object"]
+        assert (mark["kind"], mark["apiVersion"]) == ("Pod", "v1")
+        assert mark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+        assert int(mark["metadata"]["resourceVersion"]) >= int(rv)
+        assert [e["type"] for e in watch_once(admin, path, since)] == ["ADDED"]
+    empty = watch_once(admin, admin.claim_path(ns), "0", allowWatchBookmarks="true")
+    assert [(e["type"], e["object"]["kind"]) for e in empty] == [("BOOKMARK", "ResourceClaim")]
