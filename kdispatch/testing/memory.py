@@ -56,6 +56,7 @@ from kdispatch.actors.model.objects import (
 )
 from kdispatch.adapters.listing import ObjectList
 
+from . import memory_events
 from .audit import RequestRecord, request_writer
 from .memory_deletion import (
     check_finalizers,
@@ -414,6 +415,8 @@ class InMemoryApiServer:
                     _validate_claim_status(name, cur.get("status") or {}, new["status"])
             if kind == POD_GROUP:
                 new = admit_podgroup(new, cur)
+            if memory_events.applies(cur):
+                memory_events.validate_update(cur, new)
             if new == cur:
                 return cur
             return self._write(cur, new)
@@ -536,6 +539,8 @@ class InMemoryApiServer:
         def apply() -> Json:
             if kind == POD_GROUP:  # status reset, defaults, validation
                 return self._insert(admit_podgroup(prepare_podgroup_create(data), None))
+            if memory_events.applies(data):
+                memory_events.validate_create(data)
             return self._insert(data)
 
         name = data["metadata"]["name"]  # generated from generateName, if it had none

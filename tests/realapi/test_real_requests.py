@@ -225,3 +225,96 @@ def test_initial_watch_events_end_with_a_bookmark_when_asked(admin: Admin, ns: s
         assert [e["type"] for e in watch_once(admin, path, since)] == ["ADDED"]
     empty = watch_once(admin, admin.claim_path(ns), "0", allowWatchBookmarks="true")
     assert [(e["type"], e["object"]["kind"]) for e in empty] == [("BOOKMARK", "ResourceClaim")]
+
+
+# --------------------------------------------------------------------------- events
+
+
+def event_body(ns: str, name: str, **fields: Any) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event as kdispatch's recorder writes it, with ``fields`` replaced
+    (None: left out)."""
+    body: dict[str, Any] = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": ns},
+        "eventTime": "2026-01-01T00:00:00.000000Z",
+        "reportingController": "example.com/scheduler",
+        "reportingInstance": "scheduler-host1",
+        "action": "Binding",
+        "reason": "Scheduled",
+        "type": "Normal",
+        "note": "bound to n1",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": "p1"},
+    }
+    body.update(fields)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "message"),
+    [
+        ({"action": None}, 422, 'Event "e1" is invalid: action: Required value'),
+        ({"reason": None}, 422, 'Event "e1" is invalid: reason: Required value'),
+        ({"eventTime": None}, 422, 'Event "e1" is invalid: eventTime: Required value'),
+        (
+            {"reportingInstance": None},
+            422,
+            'Event "e1" is invalid: reportingInstance: Required value',
+        ),
+        (
+            {"type": "Bogus"},
+            422,
+            'Event "e1" is invalid: type: Invalid value: "": has invalid value: Bogus',
+        ),
+        (
+            {"reportingController": None, "action": None},
+            422,
+            'Event "e1" is invalid: [reportingController: Required value, '
+            'reportingController: Invalid value: "": name part must be non-empty, '
+            'reportingController: Invalid value: "": name part must consist of alphanumeric '
+            "characters, '-', '_' or '.', and must start and end with an alphanumeric character "
+            "(e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+            "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'), action: Required value]",
+        ),
+        (
+            {"eventTime": "2026-01-01T00:00:00Z"},
+            400,
+            'Event in version "v1" cannot be handled as a Event: parsing time '
+            '"2026-01-01T00:00:00Z" as "2006-01-02T15:04:05.000000Z07:00": cannot parse "Z" '
+            'as ".000000"',
+        ),
+    ],
+)
+def test_an_event_the_server_refuses(
+    admin: Admin, ns: str, fields: dict[str, Any], code: int, message: str
+) -> None:
+    path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+    reply = admin.request("POST", path, event_body(ns, "e1", **fields))
+    assert (reply.status, reply.reason) == (code, "Invalid" if code == 422 else "BadRequest")
+    assert reply.body["message"] == message
+    assert admin.request("GET", f"{path}/e1").status == 404
+
+
+def test_an_event_series_patch_and_what_it_may_not_change(admin: Admin, ns: str) -> None:
+    path = f"/apis/events.k8s.io/v1/namespaces/{ns}/events"
+    admin.create(path, event_body(ns, "e1"))
+    series = {"count": 2, "lastObservedTime": "2026-01-01T00:00:01.000000Z"}
+    out = admin.ok("PATCH", f"{path}/e1", {"series": series}, content_type=STRATEGIC)
+    assert out["series"] == series
+    for patch, message in [
+        (
+            {"series": {"count": 1}},
+            'Event "e1" is invalid: series.count: Invalid value: "": should be at least 2',
+        ),
+        (
+            {"note": "changed"},
+            'Event "e1" is invalid: message: Invalid value: "changed": field is immutable',
+        ),
+        (
+            {"reason": "Other"},
+            'Event "e1" is invalid: reason: Invalid value: "Other": field is immutable',
+        ),
+    ]:
+        reply = admin.request("PATCH", f"{path}/e1", patch, content_type=STRATEGIC)
+        assert (reply.status, reply.reason, reply.body["message"]) == (422, "Invalid", message)
+    assert admin.ok("GET", f"{path}/e1")["series"] == series
