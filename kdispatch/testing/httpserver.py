@@ -688,6 +688,11 @@ class ApiServerHTTP:
         return str(obj["metadata"]["uid"])
 
     def _list(self, h: _Handler, route: _Route, query: Mapping[str, str]) -> None:
+        if query.get("continue") and query.get("resourceVersion"):
+            # the token carries the resourceVersion of the list it continues
+            raise _HttpError(
+                400, "BadRequest", "specifying resource version is not allowed when using continue"
+            )
         limit = _int_query(query, "limit")
         items, rv, token = self._store(route.kind).list_page(
             route.kind,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.model.errors import ConflictError
+from kdispatch.actors.model.errors import ConflictError, InvalidRequestError
 from tests.realapi.cluster import Admin, Reply, Target
 from tests.realapi.objects import claim_body, new_pod, pod_body, uid_rv, watch_once
 
@@ -318,3 +318,29 @@ def test_an_event_series_patch_and_what_it_may_not_change(admin: Admin, ns: str)
         reply = admin.request("PATCH", f"{path}/e1", patch, content_type=STRATEGIC)
         assert (reply.status, reply.reason, reply.body["message"]) == (422, "Invalid", message)
     assert admin.ok("GET", f"{path}/e1")["series"] == series
+
+
+# --------------------------------------------------------------------------- lists
+
+
+def test_a_continued_list_takes_no_resource_version(target: Target, admin: Admin, ns: str) -> None:
+    for name in ("a", "b", "c"):
+        new_pod(admin, ns, name)
+    with target.backend() as backend:
+        first = backend.list("Pod", ns, limit=2)
+        assert [p["metadata"]["name"] for p in first.items] == ["a", "b"]
+        assert first.continue_token
+        with pytest.raises(InvalidRequestError) as info:
+            backend.list(
+                "Pod",
+                ns,
+                limit=2,
+                continue_token=first.continue_token,
+                resource_version=first.resource_version,
+            )
+        assert str(info.value).endswith(
+            "HTTP 400 BadRequest: specifying resource version is not allowed when using continue"
+        )
+        rest = backend.list("Pod", ns, limit=2, continue_token=first.continue_token)
+        assert [p["metadata"]["name"] for p in rest.items] == ["c"]
+        assert rest.continue_token is None
