@@ -9,14 +9,16 @@ namespaced (``.../namespaces/{ns}/{plural}``) or cluster-scoped (``.../{plural}`
 
     GET    .../{plural}                       list (labelSelector, fieldSelector, limit,
                                               continue) / watch (?watch=true, same selectors)
-    POST   .../{plural}                       create (the server sets uid; a pod gets a
-                                              Pending status and the default schedulerName,
-                                              a ResourceClaim an empty status)
+    POST   .../{plural}                       create (the server sets uid, and the name from
+                                              metadata.generateName when there is none; a pod
+                                              gets a Pending status and the default
+                                              schedulerName, a ResourceClaim an empty status)
     GET    .../{plural}/{name}[/status]       get
     PUT    .../{plural}/{name}                replace (resourceVersion precondition)
     PATCH  .../{plural}/{name}[/status]       strategic-merge, merge or JSON patch
     DELETE .../{plural}/{name}                delete (DeleteOptions: preconditions uid and
-                                              resourceVersion, gracePeriodSeconds)
+                                              resourceVersion, gracePeriodSeconds); an object
+                                              with finalizers is marked, not removed
     POST   .../pods/{name}/binding            v1 Binding → Status 201
     POST   .../pods/{name}/eviction           policy/v1 Eviction → Status 201, or 429 when a
                                               PodDisruptionBudget forbids it
@@ -32,7 +34,9 @@ Behaviour follows the real apiserver where the client can see it: lists answer `
 with ``metadata.resourceVersion`` and items without ``kind``/``apiVersion``; watches
 (``?watch=true``, ``resourceVersion``, ``timeoutSeconds``) stream chunked JSON lines and report
 a too-old resourceVersion as an ``ERROR`` event carrying ``Status{code: 410, reason: Expired}``;
-a watch without a resourceVersion starts with synthetic ``ADDED`` events; ``metadata.uid`` and
+a watch without a resourceVersion (or from ``0``) starts with synthetic ``ADDED`` events, and
+with ``allowWatchBookmarks=true`` a ``BOOKMARK`` annotated ``k8s.io/initial-events-end`` after
+them; ``metadata.uid`` and
 ``metadata.resourceVersion`` in a patch body, ``metadata.uid`` in a Binding and
 ``preconditions.uid`` in DeleteOptions are preconditions; errors are ``Status`` objects with
 the upstream code and reason, and a 429 carries ``Retry-After``.
@@ -684,6 +688,11 @@ class ApiServerHTTP:
         return str(obj["metadata"]["uid"])
 
     def _list(self, h: _Handler, route: _Route, query: Mapping[str, str]) -> None:
+        if query.get("continue") and query.get("resourceVersion"):
+            # the token carries the resourceVersion of the list it continues
+            raise _HttpError(
+                400, "BadRequest", "specifying resource version is not allowed when using continue"
+            )
         limit = _int_query(query, "limit")
         items, rv, token = self._store(route.kind).list(
             route.kind,
@@ -737,10 +746,14 @@ class ApiServerHTTP:
         elif route.kind == "ResourceClaim":
             obj["status"] = {}
         store = self._store(route.kind)
-        if store is self.server:  # a request of its own: logged (and faultable), like a patch
-            h._reply_json(201, store.create(route.kind, route.namespace or "", obj))
-        else:
-            h._reply_json(201, store.create(obj))
+        try:
+            if store is self.server:  # a request of its own: logged (and faultable), like a patch
+                h._reply_json(201, store.create(route.kind, route.namespace or "", obj))
+            else:
+                h._reply_json(201, store.create(obj))
+        except AlreadyExistsError as exc:  # the details name the object, as on a GET
+            details = {"name": obj["metadata"].get("name"), "kind": route.plural}
+            raise _HttpError(409, "AlreadyExists", str(exc), details=details) from None
 
     def _replace(self, h: _Handler, route: _Route, body: Any) -> None:
         obj = self._owned_body(route, body)
@@ -843,13 +856,16 @@ class ApiServerHTTP:
         if isinstance(meta, dict) and meta.get("name", route.name) != route.name:
             raise _HttpError(400, "BadRequest", "name in URL does not match name in Eviction")
         uid, rv, grace = _delete_options(body.get("deleteOptions"), {})
-        self.server.evict(
-            route.namespace or "",
-            route.name or "",
-            uid=uid,
-            resource_version=rv,
-            grace_period_seconds=grace,
-        )
+        try:
+            self.server.evict(
+                route.namespace or "",
+                route.name or "",
+                uid=uid,
+                resource_version=rv,
+                grace_period_seconds=grace,
+            )
+        except ConflictError as exc:  # a failed precondition, reported as a deletion's
+            raise _HttpError(409, "Conflict", str(exc), details=_kind_details(route)) from None
         h._reply_json(201, status_object(201, "", ""))
 
     def _delete(self, h: _Handler, route: _Route, query: Mapping[str, str], body: Any) -> None:
@@ -884,7 +900,10 @@ class ApiServerHTTP:
             except ValueError:
                 raise _HttpError(400, "BadRequest", "bad timeoutSeconds") from None
         initial: list[dict[str, Any]] = []
+        initial_end = False
         if rv in (None, "0"):
+            # kube-apiserver ends the initial ADDED events with a BOOKMARK when asked for them
+            initial_end = query.get("allowWatchBookmarks") == "true"
             initial, list_rv, _ = store.list(
                 route.kind, namespace=route.namespace or None, **selectors
             )
@@ -912,6 +931,8 @@ class ApiServerHTTP:
             self._start_stream(h)
             for obj in initial:
                 h.wfile.write(_chunk({"type": "ADDED", "object": obj}))
+            if initial_end:
+                h.wfile.write(_chunk({"type": "BOOKMARK", "object": _initial_end(route, rv)}))
             if self._stream(h, w, time.monotonic() + timeout):
                 h.wfile.write(b"0\r\n\r\n")
         finally:
@@ -1035,6 +1056,19 @@ def _invalid_details(route: _Route, field: str, message: str) -> dict[str, Any]:
     details = _kind_details(route)
     details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": field}]
     return details
+
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def _initial_end(route: _Route, rv: str) -> dict[str, Any]:
+    """The BOOKMARK object that ends a watch's initial events: an empty object of the kind at
+    the resourceVersion they were listed at, annotated ``k8s.io/initial-events-end``."""
+    return {
+        "kind": route.kind,
+        "apiVersion": route.info.api_version,
+        "metadata": {"resourceVersion": rv, "annotations": {INITIAL_EVENTS_END: "true"}},
+    }
 
 
 def _chunk(event: Mapping[str, Any]) -> bytes:

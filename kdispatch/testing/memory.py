@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import builtins
 import json
+import secrets
 import threading
 import time
 import uuid
@@ -55,7 +56,15 @@ from kdispatch.actors.model.objects import (
 )
 from kdispatch.adapters.listing import ObjectList
 
+from . import memory_events
 from .audit import RequestRecord, request_writer
+from .memory_deletion import (
+    check_finalizers,
+    finalized,
+    held,
+    keep_deletion_marks,
+    mark_deleting,
+)
 from .memory_faults import (
     APPLY_THEN_FAIL,
     FAULTS,
@@ -326,22 +335,16 @@ class InMemoryApiServer:
         resource_version: str | None = None,
     ) -> None:
         """Delete with a UID (and optional resourceVersion) precondition; the object is removed
-        at once (the grace period is validated, not waited). ``uid=None``: no precondition
-        (HTTP front ends). Request thread."""
+        at once (the grace period is validated, not waited) unless it has finalizers: then it
+        is marked deleted and stays until they are removed
+        (:mod:`~kdispatch.testing.memory_deletion`). ``uid=None``: no precondition (HTTP
+        front ends). Request thread."""
 
         def apply() -> Json:
             check_grace_period(grace_period_seconds)
             cur = self._lookup(kind, namespace, name)
-            if uid is not None and uid != cur["metadata"].get("uid"):
-                raise self._delete_conflict(
-                    cur, "UID", uid, cur["metadata"].get("uid"), "deleted and then recreated"
-                )
-            rv = cur["metadata"].get("resourceVersion")
-            if resource_version is not None and resource_version != rv:
-                raise self._delete_conflict(
-                    cur, "ResourceVersion", resource_version, rv, "modified"
-                )
-            return self._remove(cur)
+            self._check_delete_preconditions(cur, uid, resource_version)
+            return self._delete_object(cur, grace_period_seconds)
 
         self._request(_Req("delete", kind, namespace, name, _uid(uid)), apply)
 
@@ -399,7 +402,7 @@ class InMemoryApiServer:
                     self._check_rv(cur, expected)
             if not isinstance(patched, dict):
                 raise InvalidRequestError("the patched object is not a JSON object")
-            new = _keep_identity(cur, patched)
+            new = keep_deletion_marks(cur, _keep_identity(cur, patched))
             if subresource == "status":
                 new = {**cur, "status": new.get("status") or {}}
             elif has_status:
@@ -412,9 +415,11 @@ class InMemoryApiServer:
                     _validate_claim_status(name, cur.get("status") or {}, new["status"])
             if kind == POD_GROUP:
                 new = admit_podgroup(new, cur)
+            if memory_events.applies(cur):
+                memory_events.validate_update(cur, new)
             if new == cur:
                 return cur
-            return self._replace(cur, new)
+            return self._write(cur, new)
 
         op = "patch_status" if subresource == "status" else "patch"
         return clone(self._request(_Req(op, kind, namespace, name, _uid(uid)), apply))
@@ -438,14 +443,11 @@ class InMemoryApiServer:
         def apply() -> Json:
             check_grace_period(grace_period_seconds)
             cur = self._lookup(POD, namespace, name)
-            if uid is not None:
-                self._check_uid(cur, uid)
-            if resource_version is not None:
-                self._check_rv(cur, resource_version)
+            self._check_delete_preconditions(cur, uid, resource_version)
             check_eviction(
                 cur, self._in_namespace(PDB, namespace), self._in_namespace(POD, namespace)
             )
-            return self._remove(cur)
+            return self._delete_object(cur, grace_period_seconds)
 
         self._request(_Req("evict", POD, namespace, name, _uid(uid)), apply)
 
@@ -497,7 +499,7 @@ class InMemoryApiServer:
         return clone(data)
 
     def _new_object(self, obj: Mapping[str, Any]) -> Json:
-        data = self._admin_object(obj)
+        data = self._admin_object(_generated_name(obj))
         meta = data["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", _now())
@@ -521,8 +523,6 @@ class InMemoryApiServer:
         _check_str("namespace", namespace)
         if not isinstance(body, Mapping):
             raise InvalidRequestError(f"obj must be a mapping, got {type(body).__name__}")
-        meta = body.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
         try:
             data = to_json(body, "obj")
             data["kind"] = kind
@@ -539,9 +539,12 @@ class InMemoryApiServer:
         def apply() -> Json:
             if kind == POD_GROUP:  # status reset, defaults, validation
                 return self._insert(admit_podgroup(prepare_podgroup_create(data), None))
+            if memory_events.applies(data):
+                memory_events.validate_create(data)
             return self._insert(data)
 
-        req = _Req("create", kind, namespace, str(name or ""), "")
+        name = data["metadata"]["name"]  # generated from generateName, if it had none
+        req = _Req("create", kind, namespace, str(name), "")
         return clone(self._request(req, apply))
 
     def update(self, obj: Mapping[str, Any]) -> Json:
@@ -559,14 +562,15 @@ class InMemoryApiServer:
                 self._check_uid(cur, meta["uid"])
             if "resourceVersion" in meta:
                 self._check_rv(cur, meta["resourceVersion"])
-            for field in ("uid", "creationTimestamp", "deletionTimestamp", "resourceVersion"):
+            for field in ("uid", "creationTimestamp", "resourceVersion"):
                 if field in cur["metadata"]:
                     meta[field] = cur["metadata"][field]
+            data = keep_deletion_marks(cur, data)
             if data["kind"] == POD_GROUP:
                 data = admit_podgroup(data, cur)
             if data == cur:
                 return clone(cur)
-            result = self._replace(cur, data)
+            result = self._write(cur, data)
         return clone(result)
 
     def remove(
@@ -894,6 +898,11 @@ class InMemoryApiServer:
         meta = data.get("metadata")
         if not isinstance(meta, dict):
             raise InvalidObjectError("object has no metadata")
+        if not meta.get("name"):
+            raise InvalidObjectError(
+                f'{self._qualified(kind)} "" is invalid: metadata.name: Required value: name or '
+                "generateName is required"
+            )
         if not is_dns_subdomain(meta.get("name")):
             raise InvalidObjectError(f"invalid name {meta.get('name')!r}")
         if self._scoped(kind):
@@ -913,20 +922,35 @@ class InMemoryApiServer:
                 f"Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
             )
 
+    def _check_delete_preconditions(
+        self, cur: Json, uid: str | None, resource_version: str | None
+    ) -> None:
+        """A deletion's (or an eviction's) ``preconditions``. Lock held."""
+        if uid is not None and uid != cur["metadata"].get("uid"):
+            raise self._delete_conflict(
+                cur, "UID", uid, cur["metadata"].get("uid"), "deleted and then recreated"
+            )
+        rv = cur["metadata"].get("resourceVersion")
+        if resource_version is not None and resource_version != rv:
+            raise self._delete_conflict(cur, "ResourceVersion", resource_version, rv, "modified")
+
     def _delete_conflict(
         self, cur: Json, field: str, expected: object, actual: object, why: str
     ) -> ConflictError:
         """A deletion's failed precondition, worded as kube-apiserver's ``BeforeDelete`` words
         it: on the kind (``Pod``, ``ResourceClaim.resource.k8s.io``), not the resource."""
-        info = self._kinds.get(cur["kind"])
-        qualified = (
-            f"{cur['kind']}.{info.group}" if info is not None and info.group else cur["kind"]
-        )
         return ConflictError(
-            f'Operation cannot be fulfilled on {qualified} "{cur["metadata"]["name"]}": the '
+            f"Operation cannot be fulfilled on {self._qualified(cur['kind'])} "
+            f'"{cur["metadata"]["name"]}": the '
             f"{field} in the precondition ({expected}) does not match the {field} in record "
             f"({actual}). The object might have been {why}"
         )
+
+    def _qualified(self, kind: str) -> str:
+        """``Pod``, ``ResourceClaim.resource.k8s.io``: how kube-apiserver names a kind in a
+        precondition conflict or a 422 message."""
+        info = self._kinds.get(kind)
+        return f"{kind}.{info.group}" if info is not None and info.group else kind
 
     def _check_rv(self, cur: Json, rv: object) -> None:
         if rv != cur["metadata"].get("resourceVersion"):
@@ -984,6 +1008,24 @@ class InMemoryApiServer:
         self._emit("MODIFIED", new, cur)
         return new
 
+    def _write(self, cur: Json, new: Json) -> Json:
+        """Store a patched or replaced ``new``: refused when it adds a finalizer to an object
+        being deleted; removes the object when it drops the last finalizer its deletion waited
+        for (the reply is ``new`` at ``cur``'s resourceVersion). Lock held."""
+        check_finalizers(cur, new, self._qualified(cur["kind"]))
+        if finalized(cur, new):
+            self._remove(cur)
+            return new
+        return self._replace(cur, new)
+
+    def _delete_object(self, cur: Json, grace_period_seconds: int | None) -> Json:
+        """Remove ``cur``, or mark it deleted while finalizers hold it; returns its state after
+        the deletion. Lock held."""
+        if not held(cur):
+            return self._remove(cur)
+        marked = mark_deleting(cur, grace_period_seconds)
+        return cur if marked is None else self._replace(cur, marked)
+
     def _remove(self, cur: Json) -> Json:
         """Delete ``cur``; DELETED with the last state at a fresh rv. Lock held."""
         del self._objects[self._key_of(cur)]
@@ -1019,6 +1061,23 @@ class InMemoryApiServer:
             watches = self._watches.get(w.kind)
             if watches is not None:
                 watches.discard(w)
+
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+"""The characters of a generated name's suffix (apimachinery's ``util/rand``)."""
+
+
+def _generated_name(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj`` named as kube-apiserver names an object created with ``metadata.generateName``
+    and no name: the prefix (cut to 58 characters) and five random characters."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping) or meta.get("name"):
+        return obj
+    prefix = meta.get("generateName")
+    if not isinstance(prefix, str) or not prefix:
+        return obj
+    suffix = "".join(secrets.choice(_NAME_ALPHABET) for _ in range(5))
+    return {**obj, "metadata": {**meta, "name": prefix[:58] + suffix}}
 
 
 def _bound(pod: Json, node: str) -> Json:

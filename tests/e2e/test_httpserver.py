@@ -291,6 +291,12 @@ def test_watch_without_resource_version_starts_with_the_current_state(
     conn, resp = _watch(srv, "/api/v1/nodes?watch=1&allowWatchBookmarks=true")
     first = _event(resp)
     assert (first["type"], first["object"]["metadata"]["name"]) == ("ADDED", "n1")
+    end = _event(resp)  # asked for bookmarks: the end of the initial events is marked
+    assert end["type"] == "BOOKMARK"
+    assert end["object"]["metadata"] == {
+        "resourceVersion": first["object"]["metadata"]["resourceVersion"],
+        "annotations": {"k8s.io/initial-events-end": "true"},
+    }
     server.create(make_node("n2", 1000, 1024))
     second = _event(resp)
     assert (second["type"], second["object"]["metadata"]["name"]) == ("ADDED", "n2")

@@ -454,6 +454,29 @@ def test_mark_terminating_and_remove(
     assert server.request_log == []
 
 
+def test_finalizers_hold_a_deletion_until_an_update_removes_them(
+    server: InMemoryApiServer, pod_watch: Watch
+) -> None:
+    """The in-process API as over HTTP (tests/realapi/test_real_requests.py): a held deletion
+    marks the pod, an update cannot move the marks, and dropping the last finalizer removes
+    it."""
+    body = make_pod("p1")
+    body["metadata"]["finalizers"] = ["example.com/hold"]
+    created = server.create(body)
+    server.delete("Pod", "default", "p1", uid=uid(created), grace_period_seconds=0)
+    marked = server.get_object("Pod", "default", "p1")
+    assert marked is not None and marked["metadata"]["deletionGracePeriodSeconds"] == 0
+    stamp = marked["metadata"]["deletionTimestamp"]
+    moved = {**marked, "metadata": {**marked["metadata"], "deletionTimestamp": None}}
+    del moved["metadata"]["resourceVersion"]
+    server.update(moved)  # nothing else changed: the marks stay, no write
+    kept = server.get_object("Pod", "default", "p1")
+    assert kept is not None and kept["metadata"]["deletionTimestamp"] == stamp
+    server.update({**kept, "metadata": {**kept["metadata"], "finalizers": []}})
+    assert server.get_object("Pod", "default", "p1") is None
+    assert [e.type for e in drain(pod_watch)] == ["ADDED", "MODIFIED", "DELETED"]
+
+
 # ----------------------------------------------------------------------------- builders
 
 

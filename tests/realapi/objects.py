@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.realapi.cluster import Admin
@@ -112,3 +113,18 @@ def assert_checks(checks: dict[str, bool], figures: str) -> None:
     print(figures)
     failed = [name for name, ok in checks.items() if not ok]
     assert not failed, f"{failed}: {figures}"
+
+
+def watch_once(admin: Admin, path: str, rv: str, **query: str) -> list[dict[str, Any]]:
+    """The events of a 2 s watch from ``rv`` (the raw JSON lines); ``query``: more
+    parameters (``allowWatchBookmarks="true"``)."""
+    reply = admin.request(
+        "GET",
+        path,
+        query={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "2", **query},
+    )
+    assert reply.status == 200, reply
+    raw = reply.body.get("_raw")
+    if raw is None:  # no event, or exactly one: the body parsed as one JSON object
+        return [reply.body] if reply.body else []
+    return [json.loads(line) for line in str(raw).splitlines() if line.strip()]

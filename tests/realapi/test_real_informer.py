@@ -6,7 +6,6 @@ they expect with a deadline, never by sleeping.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +15,14 @@ from kubernetes import client as k8s
 from kdispatch.adapters.informer import ClientListWatch, Informer, ListWatch
 from tests.realapi.cluster import Admin, RealCluster, Target
 from tests.realapi.conftest import clear_namespace, create_namespace
-from tests.realapi.objects import allocation, new_claim, new_pod, remove_pod, uid_rv
+from tests.realapi.objects import (
+    allocation,
+    new_claim,
+    new_pod,
+    remove_pod,
+    uid_rv,
+    watch_once,
+)
 from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, running_informers
 from tests.recorders import Recorder as BaseRecorder
 
@@ -183,18 +189,6 @@ def test_gone_after_compaction_relists(
     new_claim(admin, ns, "f")  # watching again after the re-list
     assert rec.wait(lambda ev: ev[-1][1] == "f")
     assert len(rec.events) == 10
-
-
-def watch_once(admin: Admin, path: str, rv: str) -> list[dict[str, Any]]:
-    """The events of a 2 s watch from ``rv`` (the raw JSON lines)."""
-    reply = admin.request(
-        "GET", path, query={"watch": "true", "resourceVersion": rv, "timeoutSeconds": "2"}
-    )
-    assert reply.status == 200, reply
-    raw = reply.body.get("_raw")
-    if raw is None:  # exactly one event: the body parsed as one JSON object
-        return [reply.body]
-    return [json.loads(line) for line in str(raw).splitlines() if line.strip()]
 
 
 def test_watch_from_a_compacted_resource_version_is_410_expired(

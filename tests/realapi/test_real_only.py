@@ -33,7 +33,6 @@ from kdispatch.actors.model.config import (
 )
 from kdispatch.actors.model.errors import (
     CallFailed,
-    ConflictError,
     InvalidRequestError,
     Outcome,
     TooManyRequestsError,
@@ -90,31 +89,8 @@ def rbackend(real: RealCluster) -> Iterator[KubernetesBackend]:
 
 
 # --------------------------------------------------------------------------- no kubelet
-# The emulator acts as apiserver and kubelet in one: it has no finalizers, and it removes a
-# deleted pod at once whatever its grace period (docs/apiserver-differences.md).
-
-
-def test_binding_a_terminating_pod_is_refused(
-    rbackend: KubernetesBackend, radmin: Admin, rns: str
-) -> None:
-    # a pod with a finalizer stays (Terminating) after a delete, even unbound
-    body = {"metadata": {"finalizers": ["example.com/hold"]}}
-    uid, _ = uid_rv(new_pod(radmin, rns, "p1"))
-    radmin.ok(
-        "PATCH", radmin.pod_path(rns, "p1"), body, content_type="application/merge-patch+json"
-    )
-    radmin.ok("DELETE", radmin.pod_path(rns, "p1"))
-    assert radmin.get_pod(rns, "p1")["metadata"].get("deletionTimestamp")
-    with pytest.raises(ConflictError) as info:
-        rbackend.bind(rns, "p1", uid=uid, node="n1")
-    assert "being deleted" in str(info.value)
-    radmin.ok(
-        "PATCH",
-        radmin.pod_path(rns, "p1"),
-        {"metadata": {"finalizers": None}},
-        content_type="application/merge-patch+json",
-    )
-    assert not radmin.pod_exists(rns, "p1")
+# The emulator acts as apiserver and kubelet in one: it removes a deleted pod that no finalizer
+# holds at once, whatever its grace period (docs/apiserver-differences.md).
 
 
 def test_graceful_delete_of_a_bound_pod_leaves_it_terminating(
