@@ -4,7 +4,8 @@ The actor is a thin shell around the object's pure machine
 (:class:`~kdispatch.actors.model.object_state.ObjectState`): it feeds it one message at a time
 and carries out the effects it returns. One message at a time means the rules need no locks;
 only the actor resolves its futures, so each resolves exactly once. Every method but the
-constructor runs on the actor's turn, on a pool worker, and never blocks.
+constructor runs on the actor's turn, on a pool worker (or on the executor worker that brings a
+request's result to an idle actor), and never blocks.
 """
 
 from __future__ import annotations

@@ -356,6 +356,41 @@ def test_future_cancel_never_breaks_exactly_once(server: InMemoryApiServer) -> N
         assert fut.result(timeout=10) is Outcome.SUCCESS
 
 
+def test_done_callbacks_run_on_the_pool_or_the_worker_never_the_submitter(
+    server: InMemoryApiServer,
+) -> None:
+    """A future a turn resolves runs its callbacks on a ``kdispatch-pool`` thread, or on the
+    ``kdispatch-executor`` worker that ran the turn taking its request's result; never on the
+    submitting thread. A call that never reaches an actor (its object deleted) is resolved
+    before ``submit`` returns."""
+    gated = GatedBackend(server, hold="p1")
+    pod = server.create(make_pod("p1"))
+    gone = server.create(make_pod("gone"))
+    ran_on: dict[str, str] = {}
+
+    def record(name: str) -> Any:
+        return lambda _f: ran_on.__setitem__(name, threading.current_thread().name)
+
+    with Dispatcher(gated, FAST) as d:
+        first = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="a")]))
+        gated.wait_calls(1)  # on the wire, held by the gate
+        queued = d.submit(PodStatusPatch.for_pod(pod, conditions=[cond(message="b")]))
+        first.add_done_callback(record("first"))
+        queued.add_done_callback(record("queued"))
+        d.cancel(pod["metadata"]["uid"])  # a message to the actor: resolved on its turn
+        assert result(queued) is CallCancelled
+        gated.gate.set()
+        assert first.result(timeout=10) is Outcome.SUCCESS
+        d.on_delete(gone)
+        refused = d.submit(PodBinding.for_pod(gone, "n1"))
+        assert refused.done() and result(refused) is CallCancelled
+    assert ran_on["queued"].startswith("kdispatch-pool-"), ran_on
+    assert ran_on["first"].startswith(("kdispatch-pool-", "kdispatch-executor-")), ran_on
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None
+    assert [c.get("message") for c in stored["status"]["conditions"]] == ["a"]
+
+
 STATS_KEYS = {
     "sent",
     "sent_total",
