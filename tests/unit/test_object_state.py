@@ -365,6 +365,46 @@ def test_informer_event_that_is_not_newer_is_ignored(d: Driver, event: Obj) -> N
     assert s.obj is p
 
 
+@dataclass(frozen=True, slots=True)
+class JudgedNote(InertCall):
+    """A user call type that counts how often elision and staleness judge it."""
+
+    call_type: ClassVar[str] = "judged_note"
+    relevance: ClassVar[int] = 1
+    judged: ClassVar[list[str]] = []
+
+    def is_noop(self, obj: Obj | None) -> bool:
+        self.judged.append("is_noop")
+        return False
+
+    def revalidate(self, basis: Obj | None, obj: Obj | None) -> str | None:
+        self.judged.append("revalidate")
+        return None
+
+
+def test_a_call_is_judged_once_per_observed_object(d: Driver) -> None:
+    """Elision and staleness judge a call at submit; the grant, an informer event that is not
+    newer, and the request do not judge it again; a newer object does, once."""
+    JudgedNote.judged.clear()
+    p = pod("a", rv=4)
+    first = d.submit(JudgedNote(ObjectRef.of(p), basis=p))
+    assert JudgedNote.judged == ["revalidate", "is_noop"]
+    assert d.observed(pod("a", rv=4)) == []  # not newer: nothing judged
+    s = d.send()  # judged against this very object already: not again at the grant
+    assert s.obj is p and len(JudgedNote.judged) == 2
+    d.done_succeeds(s, first)
+    JudgedNote.judged.clear()
+    d = Driver()  # a fresh object
+    second = d.submit(JudgedNote(ObjectRef.of(p), basis=p))
+    newer = pod("a", rv=5)
+    d.observed(newer)  # newer: judged once more
+    assert JudgedNote.judged == ["revalidate", "is_noop", "is_noop", "revalidate"]
+    s = d.send()
+    assert s.obj is newer and len(JudgedNote.judged) == 4
+    d.done_succeeds(s, second)
+    assert len(JudgedNote.judged) == 4
+
+
 def test_informer_event_older_than_a_landed_binding_does_not_undo_it(d: Driver) -> None:
     p = pod("a", rv=2, conditions=(cond(),))
     d.submit(PodBinding.for_pod(p, "n1"))
