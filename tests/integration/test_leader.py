@@ -30,7 +30,7 @@ from kdispatch.actors.model.errors import (
     NotFoundError,
     Outcome,
 )
-from kdispatch.actors.model.pod_calls import PodBinding
+from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.leader import (
     ClientLeaseClient,
     ElectionConfig,
@@ -427,6 +427,48 @@ def test_closed_gate_sends_nothing_and_resolves_leadership_lost() -> None:
         d.stop(timeout=10)
     assert server.counts()["bind"] == 0
     assert [r for r in server.request_log if r.op == "bind"] == []
+
+
+class OneRequestGate:
+    """A send gate that lets ``opens`` requests through, then stays closed."""
+
+    def __init__(self, opens: int = 1) -> None:
+        self.opens = opens
+
+    def __call__(self) -> bool:
+        self.opens -= 1
+        return self.opens >= 0
+
+
+def test_the_gate_is_checked_before_a_follow_up_get() -> None:
+    """The gate closes between a status patch's 409 and the GET that would follow it: the GET
+    is never sent and the call resolves ``LeadershipLost``."""
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p"))
+    server.script("patch_status", "409", name="p")
+    d = _dispatcher(server, OneRequestGate())
+    try:
+        late = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+        future = d.submit(PodStatusPatch.for_pod(pod, conditions=[late]))
+        assert isinstance(future.exception(timeout=10), LeadershipLost)
+    finally:
+        d.stop(timeout=10)
+    assert [(r.op, r.outcome) for r in server.request_log] == [("patch_status", "409")]
+
+
+def test_the_gate_is_checked_before_a_preemptions_delete() -> None:
+    """The gate closes after a preemption's ``DisruptionTarget`` patch: its DELETE is never
+    sent, the pod stays, and the call resolves ``LeadershipLost``."""
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("victim"))
+    d = _dispatcher(server, OneRequestGate())
+    try:
+        future = d.preempt(pod, preemptor="default/vip")
+        assert isinstance(future.exception(timeout=10), LeadershipLost)
+    finally:
+        d.stop(timeout=10)
+    assert [r.op for r in server.request_log] == ["patch_status"]
+    assert server.get_object("Pod", "default", "victim") is not None
 
 
 def test_elector_gate_on_a_dispatcher_sends_nothing_after_the_deadline() -> None:
