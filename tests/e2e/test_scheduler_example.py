@@ -656,15 +656,20 @@ def test_dispatcher_process_with_leader_election_leads_then_binds_every_pod(
 def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path: Path) -> None:
     """Another replica takes the lease mid-run: the elector sees it at its next retry, the
     child's gate closes and the process dispatcher is revoked; the run ends
-    ``leadership_lost`` with pods left unbound, the lease is left to its new holder, and
-    nothing of the replica (its child process included) binds anything once the run
-    returned."""
+    ``leadership_lost`` with pods left unbound and the command exits with status 3 (like
+    kube-scheduler), the lease is left to its new holder, and nothing of the replica (its
+    child process included) binds anything once the run returned."""
     mem = InMemoryApiServer()
     _pending_pods(mem, 200)
-    figures: list[dict[str, Any]] = []
+    statuses: list[int] = []
+    path = tmp_path / "lost.json"
     with ApiServerHTTP(mem) as srv:
-        cfg = _replica_a(tmp_path, srv.url, retry_period=0.2, workers=2, qps=20.0, burst=1)
-        runner = threading.Thread(target=lambda: figures.append(run(cfg, stream=None)))
+        args = ["--kubeconfig", kubeconfig_file(tmp_path, srv.url), "--dispatcher-process"]
+        args += ["--scheduler-name", "kdispatch-example", "--identity", "a", "--leader-elect"]
+        args += ["--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.2"]
+        args += ["--max-seconds", "60", "--workers", "2", "--qps", "20", "--burst", "1"]
+        args += ["--json", str(path), "--no-progress"]
+        runner = threading.Thread(target=lambda: statuses.append(main(args)))
         runner.start()
         try:
             wait_for(  # poll the server: wait until binding is under way
@@ -680,7 +685,8 @@ def test_dispatcher_process_replica_that_loses_its_lease_stops_binding(tmp_path:
             runner.join(80)
         assert not runner.is_alive()
         binds_at_end = sum(1 for r in mem.request_log if r.op == "bind")
-    (fig,) = figures
+    assert statuses == [3]
+    fig = json.loads(path.read_text())
     assert fig["stopped_by"] == "leadership_lost"
     assert fig["mode"] == "async-process"
     assert 0 < fig["pods_bound"] < 200  # qps 20: most were still to be sent
