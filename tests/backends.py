@@ -14,24 +14,29 @@ from typing import Any, TypeVar
 
 from kdispatch.actors.model.backend import ApiBackend, EvictionBackend
 from kdispatch.actors.model.errors import ApiError, NotFoundError
+from kdispatch.actors.model.event_calls import EventSink
 from kdispatch.actors.model.objects import Obj
 from kdispatch.testing.memory import InMemoryApiServer
 
 T = TypeVar("T")
 
+_PROTOCOLS: dict[str, Any] = {"evict": EvictionBackend, "create": EventSink, "patch": EventSink}
 _SIGNATURES = {
-    op: inspect.signature(getattr(EvictionBackend if op == "evict" else ApiBackend, op))
-    for op in ("get", "patch_status", "bind", "delete", "evict")
+    op: inspect.signature(getattr(_PROTOCOLS.get(op, ApiBackend), op))
+    for op in ("get", "patch_status", "bind", "delete", "evict", "create", "patch")
 }
 
 
 def request_fields(op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     """The arguments of one backend request by their names in the :class:`ApiBackend` protocol
-    (defaults filled in), e.g. ``{"namespace": ..., "name": ..., "uid": ..., "node": ...}``."""
+    (defaults filled in), e.g. ``{"namespace": ..., "name": ..., "uid": ..., "node": ...}``; a
+    ``create`` (of an Event) is named by its object's ``metadata.name``."""
     bound = _SIGNATURES[op].bind(None, *args, **kwargs)
     bound.apply_defaults()
     fields = dict(bound.arguments)
     del fields["self"]
+    if op == "create":  # the object's name, as every other request names it
+        fields["name"] = fields["obj"]["metadata"]["name"]
     return fields
 
 
@@ -90,6 +95,14 @@ class WrappedBackend:
 
     def evict(self, *args: Any, **kwargs: Any) -> None:
         self._forward("evict", args, kwargs)
+
+    def create(self, *args: Any, **kwargs: Any) -> Obj:
+        obj: Obj = self._forward("create", args, kwargs)
+        return obj
+
+    def patch(self, *args: Any, **kwargs: Any) -> Obj:
+        obj: Obj = self._forward("patch", args, kwargs)
+        return obj
 
 
 class GatedBackend(WrappedBackend):
