@@ -30,7 +30,9 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_node, make_pod
 from kdispatch.testing.waiting import wait_for
+from tests.backends import GatedBackend
 from tests.clocks import ManualClock
+from tests.configs import FAST
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -118,6 +120,51 @@ def test_spam_filter_per_regarding_object(
     assert other is not None
     wait([f for f in [*futures, other] if f is not None], timeout=10)
     assert sum(e["regarding"]["name"] == "a" for e in _events(server)) == 25
+
+
+def test_the_window_runs_from_the_previous_occurrence_and_the_bucket_refills(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """Occurrences 300 s apart stay one Event however long the series runs (6 minutes from
+    the previous occurrence, not the first); the spam filter gives one more Event per 300 s
+    once its burst of 25 is spent."""
+    a, b = _pod(server, "a"), _pod(server, "b")
+    clock = ManualClock(1000.0)
+    rec = EventRecorder(dispatcher, controller="s", clock=clock)
+    for _ in range(3):
+        assert _failed(rec, a, "same").result(5) is Outcome.SUCCESS
+        clock.advance(300.0)
+    [event] = _events(server)
+    assert event["series"]["count"] == 3
+    recorded = [_failed(rec, b, f"note {i}") for i in range(26)]
+    assert sum(f is None for f in recorded) == 1  # the burst: 25
+    clock.advance(299.0)
+    assert _failed(rec, b, "too early") is None
+    clock.advance(1.0)
+    refilled = [_failed(rec, b, "one more"), _failed(rec, b, "and another")]
+    assert refilled[0] is not None and refilled[1] is None
+    wait([f for f in [*recorded, refilled[0]] if f is not None], timeout=10)
+    notes = {e["note"] for e in _events(server) if e["regarding"]["name"] == "b"}
+    assert len(notes) == 26 and "one more" in notes and "too early" not in notes
+
+
+def test_occurrences_waiting_together_merge_into_one_request(server: InMemoryApiServer) -> None:
+    """Repeats that arrive while the Event's create is on the wire wait together on its
+    actor and go out as one series patch."""
+    pod = _pod(server, "p")
+    gated = GatedBackend(server)
+    gated.gate.clear()  # every request waits
+    with Dispatcher(gated, FAST, metrics_registry=CollectorRegistry()) as d:
+        rec = EventRecorder(d, controller="s", clock=ManualClock(1000.0))
+        first = _failed(rec, pod, "n")
+        gated.wait_calls(1)  # the create, on the wire
+        repeats = [_failed(rec, pod, "n") for _ in range(4)]
+        gated.gate.set()
+        outcomes = [f.result(10) for f in [first, *repeats]]
+    assert outcomes == [Outcome.SUCCESS, *[Outcome.OVERWRITTEN] * 3, Outcome.SUCCESS]
+    assert [r.op for r in server.request_log if r.kind == "Event"] == ["create", "patch"]
+    [event] = _events(server)
+    assert event["series"]["count"] == 5
 
 
 def test_recorder_rejects_bad_input(dispatcher: Dispatcher) -> None:
@@ -286,6 +333,49 @@ def test_events_past_the_queue_bound_are_dropped_and_counted_never_those_that_wa
         kept = [f for f in futures if f not in dropped]
         assert [f.result(10) for f in kept] == [Outcome.SUCCESS] * 4
         assert d.stats()["events"]["dropped"] == {"queue_full": 6}
+
+
+def test_events_take_at_most_a_quarter_of_the_workers() -> None:
+    """Eight workers: two Events on the wire at most, the others wait although workers and
+    tokens are free; a binding submitted meanwhile still gets a worker at once."""
+    server = InMemoryApiServer()
+    pods = [_pod(server, f"p{i}") for i in range(5)]
+    gated = GatedBackend(server)
+    gated.gate.clear()  # every request waits
+    config = DispatcherConfig(executor=ExecutorConfig(workers=8))
+    with Dispatcher(gated, config, metrics_registry=CollectorRegistry()) as d:
+        rec = EventRecorder(d, controller="s")
+        events = [rec.event(p, reason="Scheduled", action="Binding", note="n") for p in pods[:4]]
+        wait_for(lambda: d.stats()["events"]["waiting"] == 2, 10, "two Events waiting")
+        binding = d.submit(PodBinding.for_pod(pods[4], "n1"))  # a grant pass: no third Event
+        calls = gated.wait_calls(3)
+        assert sorted(op for op, _ in calls) == ["bind", "create", "create"]
+        assert d.stats()["events"]["waiting"] == 2
+        gated.gate.set()
+        assert binding.result(10) is Outcome.SUCCESS
+        assert [f.result(10) for f in events if f is not None] == [Outcome.SUCCESS] * 4
+    assert len(_events(server)) == 4
+
+
+def test_a_shared_budget_drops_a_follow_up_without_a_spare_token() -> None:
+    """``events_shared``: a series patch whose Event is gone is answered 404, and the create
+    that would follow finds no spare token in the calls' bucket: dropped unsent, counted
+    ``throttled``, the call fails ``CallFailed`` caused by ``RequestDropped``."""
+    server = InMemoryApiServer()
+    pod = _pod(server, "p")
+    sink = EventRecorder(type("Sink", (), {"submit": lambda self, call: call})(), controller="s")
+    sink.event(pod, reason="Scheduled", action="Binding", note="n")  # its create never sent
+    patch = sink.event(pod, reason="Scheduled", action="Binding", note="n")
+    assert isinstance(patch, EventRecord) and not patch.create
+    clock = ManualClock(1000.0)  # no token comes back while the test runs
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=1, burst=1, events_shared=True))
+    with Dispatcher(server, config, metrics_registry=CollectorRegistry(), clock=clock) as d:
+        error = d.submit(patch).exception(timeout=10)
+        assert isinstance(error, CallFailed) and isinstance(error.cause, RequestDropped)
+        assert d.metrics.value("kdispatch_events_dropped_total", reason="throttled") == 1
+        assert d.stats()["events"]["dropped"] == {"throttled": 1}
+    assert [r.op for r in server.request_log] == ["patch"]
+    assert _events(server) == []
 
 
 def test_events_budget_config_is_validated() -> None:
