@@ -103,6 +103,39 @@ def test_a_member_deleted_before_the_release_withdraws_every_member(
     assert binds(server) == []  # all or nothing: nothing was sent
 
 
+def test_a_member_refused_before_the_release_withdraws_every_member(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """A member the rules refuse (a binding for a pod bound elsewhere meanwhile) fails the
+    gang before its release: the other members are withdrawn, nothing is sent."""
+    pods, gang = open_gang(server, dispatcher, 3)
+    held = gang.submit(PodBinding.for_pod(pods[0], "n1"))
+    server.bind("default", "m1", uid=pods[1]["metadata"]["uid"], node="n2")
+    elsewhere = server.get_object("Pod", "default", "m1")  # what the caller decided on
+    refused = gang.submit(PodBinding.for_pod(elsewhere, "n1"))
+    assert error(refused) is not None
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and failed.cancelled == "member_failed"
+    assert isinstance(error(held), DependencyFailed)
+    assert dispatcher.held_calls == 0
+    assert binds(server) == [("m1", "ok")]  # the test's own binding: none of the gang's
+    assert node_of(server, "m0") is None
+
+
+def test_cancel_before_the_release_withdraws_every_member(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pods, gang = open_gang(server, dispatcher, 3)
+    held = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods[:2]]
+    assert gang.cancel()
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and failed.cancelled == "caller"
+    assert all(isinstance(error(f), DependencyFailed) for f in held)
+    assert dispatcher.held_calls == 0
+    assert binds(server) == []
+    assert [node_of(server, p["metadata"]["name"]) for p in pods] == [None] * 3
+
+
 def test_the_owner_deleted_before_the_release_sends_nothing(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
