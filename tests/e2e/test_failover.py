@@ -3,8 +3,9 @@
 The apiserver is its own process; scheduler replicas are processes talking to it over HTTP.
 Every check reads the apiserver's audit (writes in the order applied, with the writer's
 ``User-Agent``; lease writes). Synchronisation polls that observable state with deadlines.
-Lease values are short (2 s / 1.5 s / 0.25 s). The takeover bound is checked with a tolerance
-of one second for process scheduling on a loaded machine (the bound itself is the protocol's).
+Lease values are short (2 s / 1.5 s / 0.25 s). How long a takeover takes is a benchmark
+figure (``python -m benchmarks.failover``), not checked here: a test checks that it happens
+and what the server holds after it, never a wall-clock time.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from benchmarks.failover import Scenario, run_failover, run_restart
-
-TOLERANCE_S = 1.0
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -55,10 +54,8 @@ def test_sigkill_of_the_leader_mid_run(tmp_path: Path, dispatcher_process: bool)
     # so no leak check sees them) exit by themselves
     assert (r["old_leader_descendants"] > 0) == dispatcher_process
     assert r["old_leader_descendants_gone"]
-    t = scenario.timing
     assert r["new_leader"] not in ("", r["old_leader"])
     assert r["takeover_s"] is not None
-    assert r["takeover_s"] <= t.lease_duration + t.retry_period + TOLERANCE_S
     assert r["exit_codes"][r["old_leader"]] == -signal.SIGKILL
     assert r["replicas_finished"]
     others = [code for i, code in r["exit_codes"].items() if i != r["old_leader"]]
@@ -73,13 +70,10 @@ def test_sigterm_hands_over_gracefully(tmp_path: Path, dispatcher_process: bool)
     r = run_failover(scenario, tmp_path, signal.SIGTERM)
     _common_checks(r)
     assert r["old_leader_descendants_gone"]
-    t = scenario.timing
     assert r["released"], "the old leader released the lease"
     assert r["exit_codes"][r["old_leader"]] == 0, "a graceful stop verifies clean"
     assert r["old_writes_after_signal"] > 0, "it had pending calls and drained them"
     assert r["takeover_s"] is not None
-    # the old leader drains for at most the renew deadline, then releases
-    assert r["takeover_s"] <= t.renew_deadline + t.retry_period + TOLERANCE_S
     assert all(code == 0 for code in r["exit_codes"].values()), r["exit_codes"]
 
 
