@@ -602,10 +602,11 @@ def run_through(
     tmp_path: Path,
     outage: Callable[[], AbstractContextManager[None]],
     **settings: Any,
-) -> None:
+) -> dict[str, Any]:
     """Run the main job over ``rns``'s pods with ``outage`` (a context manager, entered and
     left on this thread) once it has bound some, and check that the outage cost retries and
-    the run still ended clean: every pod bound once, nothing lost or left unresolved."""
+    the run still ended clean: every pod bound once, nothing lost or left unresolved. Returns
+    the run's figures."""
     n_pods = 160
     scheduler = f"kd-{rns}"[:63]
     nodes = [f"{rns}-n{i}" for i in range(4)]
@@ -644,6 +645,7 @@ def run_through(
     check_clean(fig)
     assert (fig["pods_total"], fig["pods_bound"]) == (n_pods, n_pods)
     assert bound() == n_pods
+    return fig
 
 
 @pytest.mark.parametrize("mode", ["thread", "process", "leader"])
@@ -659,6 +661,24 @@ def test_the_main_job_rides_out_an_apiserver_crash(
     if mode == "leader":
         settings["leader_elect"] = LeaderElect(lease_name="crash", lease_namespace=rns)
     run_through(real, radmin, rns, tmp_path, real.plane.apiserver_down, **settings)
+
+
+@contextmanager
+def apiserver_down_for(real: RealCluster, seconds: float) -> Iterator[None]:
+    """kube-apiserver down (``apiserver_down``) for ``seconds`` after the body ran."""
+    with real.plane.apiserver_down():
+        yield
+        time.sleep(seconds)  # the outage's length, not a synchronisation
+
+
+def test_the_main_job_rides_out_an_apiserver_outage_longer_than_its_retries(
+    real: RealCluster, radmin: Admin, rns: str, tmp_path: Path
+) -> None:
+    """kube-apiserver is down for 8 s, far longer than the example scheduler's eight attempts
+    per call take against refused connections: calls fail (``CallFailed``), the scheduler
+    takes their pods up again, and the run still ends clean once the server is back."""
+    fig = run_through(real, radmin, rns, tmp_path, lambda: apiserver_down_for(real, 8.0))
+    assert fig["calls_failed"] > 0
 
 
 def test_the_main_job_rides_out_an_etcd_outage_longer_than_its_request_timeout(
