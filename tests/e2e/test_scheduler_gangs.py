@@ -142,6 +142,30 @@ def test_a_member_refused_after_the_release_is_placed_again_and_the_group_then_i
     assert list(mem.request_log).index(writes[0]) > last_bind
 
 
+def test_gang_members_never_preempt(tmp_path: Path) -> None:
+    """A gang of high-priority pods that fits only if a low-priority pod went: alone, such a
+    pod preempts it; as a gang, nothing is nominated or deleted and the gang is unschedulable."""
+    mem = InMemoryApiServer()
+    mem.create(node("n0", cpu=1000))
+    mem.create(_pod("low", cpu=800, node="n0"))  # a victim a single preemptor would take
+    mem.create(make_podgroup("g", min_count=2))
+    names = ["g-0", "g-1"]
+    for name in names:
+        mem.create(_pod(name, cpu=400, priority=100, pod_group="g"))
+    with ApiServerHTTP(mem) as srv:
+        fig = run(config_for(tmp_path, srv.url, workers=4), stream=None)
+    assert fig["stopped_by"] == "done" and fig["verdict_ok"], (fig["verdict"], fig["problems"])
+    assert fig["gangs"]["unschedulable"] >= 1
+    assert mem.get_object("Pod", "default", "low") is not None
+    assert [r for r in mem.request_log if r.op in ("delete", "evict", "bind")] == []
+    for name in names:
+        pod = mem.get_object("Pod", "default", name)
+        assert pod is not None and not pod["status"].get("nominatedNodeName")
+        assert not _bound(mem, name)
+    cond = _condition(mem.get_object("PodGroup", "default", "g"), PIS)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+
+
 @pytest.fixture
 def stack() -> Iterator[tuple[InMemoryApiServer, Scheduler]]:
     """A scheduler on a dispatcher over the in-memory apiserver, its two scheduling threads
