@@ -114,6 +114,11 @@ def test_discovery_fills_a_table(backend: KubernetesBackend) -> None:
     )
     assert table.lookup("Node").namespaced is False
     assert table.lookup("Pod").status and table.lookup("Pod").patch == "strategic"
+    # the Kubernetes project's groups: the core one, unsuffixed ones, every *.k8s.io one
+    assert table.lookup("Deployment").api_version == "apps/v1"
+    assert table.lookup("Deployment").patch == "strategic"
+    assert table.lookup("Lease").api_version == "coordination.k8s.io/v1"
+    assert table.lookup("Lease").patch == "strategic"
     assert not table.lookup("ConfigMap").status
     assert register_from_discovery(backend, table) == []  # known kinds are left alone
 

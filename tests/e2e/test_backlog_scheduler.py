@@ -110,6 +110,16 @@ def test_bad_bounds_are_refused() -> None:
     assert RunConfig().max_backlog == MAX_BACKLOG
 
 
+def test_the_main_job_paces_on_the_binding_lane_at_192_by_default() -> None:
+    """The defaults the process-dispatcher page names: ``--max-backlog 192`` on the binding
+    lane (``--pace-on pod_binding``)."""
+    from examples.scheduler.cli import parser
+
+    args = parser().parse_args([])
+    assert (args.max_backlog, args.pace_on) == (192, "pod_binding")
+    assert (RunConfig().max_backlog, RunConfig().pace_on) == (192, "pod_binding")
+
+
 def test_pacing_needs_an_api_layer_that_can_wait() -> None:
     with pytest.raises(InvalidInputError, match="wait_backlog"):
         Scheduler(FakeApi(), SchedulerConfig(max_backlog=1))

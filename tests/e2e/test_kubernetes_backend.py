@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pytest
+import urllib3
 from kubernetes import client as k8s
 from loguru import logger
 
@@ -476,6 +477,20 @@ def test_a_callers_own_api_client_is_sent_without_urllib3_retries() -> None:
     finally:
         srv.close()
     assert srv.served == 1  # the executor owns the retries: one request per attempt
+
+
+def test_prepare_configuration_sizes_the_pool_and_switches_urllib3_retries_off() -> None:
+    """A Configuration built by hand and prepared: the official client's own call through it
+    is sent once (the executor owns the retries), and its pool holds a connection per worker."""
+    srv = CannedServer([b""] * 4)  # each connection closed without a reply
+    try:
+        cfg = prepare_configuration(k8s.Configuration(host=srv.url), 16)
+        assert cfg.connection_pool_maxsize >= 16
+        with k8s.ApiClient(cfg) as api_client, pytest.raises(urllib3.exceptions.HTTPError):
+            k8s.CoreV1Api(api_client).read_namespaced_pod("p1", "default", _request_timeout=2)
+    finally:
+        srv.close()
+    assert srv.served == 1
 
 
 def test_garbage_and_wrong_kind_replies() -> None:

@@ -142,6 +142,30 @@ def test_a_member_refused_after_the_release_is_placed_again_and_the_group_then_i
     assert list(mem.request_log).index(writes[0]) > last_bind
 
 
+def test_gang_members_never_preempt(tmp_path: Path) -> None:
+    """A gang of high-priority pods that fits only if a low-priority pod went: alone, such a
+    pod preempts it; as a gang, nothing is nominated or deleted and the gang is unschedulable."""
+    mem = InMemoryApiServer()
+    mem.create(node("n0", cpu=1000))
+    mem.create(_pod("low", cpu=800, node="n0"))  # a victim a single preemptor would take
+    mem.create(make_podgroup("g", min_count=2))
+    names = ["g-0", "g-1"]
+    for name in names:
+        mem.create(_pod(name, cpu=400, priority=100, pod_group="g"))
+    with ApiServerHTTP(mem) as srv:
+        fig = run(config_for(tmp_path, srv.url, workers=4), stream=None)
+    assert fig["stopped_by"] == "done" and fig["verdict_ok"], (fig["verdict"], fig["problems"])
+    assert fig["gangs"]["unschedulable"] >= 1
+    assert mem.get_object("Pod", "default", "low") is not None
+    assert [r for r in mem.request_log if r.op in ("delete", "evict", "bind")] == []
+    for name in names:
+        pod = mem.get_object("Pod", "default", name)
+        assert pod is not None and not pod["status"].get("nominatedNodeName")
+        assert not _bound(mem, name)
+    cond = _condition(mem.get_object("PodGroup", "default", "g"), PIS)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+
+
 @pytest.fixture
 def stack() -> Iterator[tuple[InMemoryApiServer, Scheduler]]:
     """A scheduler on a dispatcher over the in-memory apiserver, its two scheduling threads
@@ -193,6 +217,39 @@ def test_members_wait_for_their_podgroup_and_for_min_count(
     cond = _condition(mem.get_object("PodGroup", "default", "g"), PIS)
     assert cond is not None and cond["status"] == "True"
     assert sched.gangs["bound"] == 1 and sched.errors == 0
+
+
+def test_a_gang_withdrawn_before_its_release_sends_nothing_and_is_placed_again(
+    stack: tuple[InMemoryApiServer, Scheduler],
+) -> None:
+    """A member's binding is refused at once (the dispatcher already saw the pod deleted, the
+    scheduler not yet): the gang is withdrawn before its release, nothing is bound and the
+    PodGroup's status is not sent. Once the scheduler sees the deletion and a new member
+    comes, the next cycle places the gang again."""
+    mem, sched = stack
+    sched.podgroups.serve()
+    _deliver(sched, mem.create(node("n0")))
+    _deliver(sched, mem.create(make_podgroup("g", min_count=2)))
+    pods = [mem.create(_pod(f"g-{i}", cpu=100, pod_group="g")) for i in range(2)]
+    api = sched.api
+    assert isinstance(api, DispatchedApi)
+    _deliver(sched, pods[0])
+    api.on_delete(pods[1])  # the dispatcher's informer event came first
+    sched.on_pod_add(pods[1])
+    wait_for(lambda: sched.gangs.get("withdrawn", 0) >= 1, 10, "the gang withdrawn")
+    assert [r for r in mem.request_log if r.op in ("bind", "patch_status")] == []
+    sched.on_pod_delete(mem.remove("Pod", "default", "g-1"))
+    _deliver(sched, mem.create(_pod("g-2", cpu=100, pod_group="g")))
+    wait_for(lambda: _bound(mem, "g-0") and _bound(mem, "g-2"), 10, "the gang placed again")
+    wait_for(
+        lambda: _condition(mem.get_object("PodGroup", "default", "g"), PIS), 10, "the condition"
+    )
+    cond = _condition(mem.get_object("PodGroup", "default", "g"), PIS)
+    assert cond is not None and cond["status"] == "True"
+    writes = [r for r in mem.request_log if r.name == "g" and r.op == "patch_status"]
+    assert [r.outcome for r in writes] == ["ok"]  # only the placed gang's status
+    assert [r.name for r in mem.request_log if r.op == "bind"] in (["g-0", "g-2"], ["g-2", "g-0"])
+    assert sched.gangs["bound"] == 1
 
 
 def test_without_the_podgroup_api_every_pod_is_scheduled_on_its_own(

@@ -425,6 +425,66 @@ async def test_aio_informer_lists_again_after_a_server_error_on_the_watch() -> N
         await informer.stop()
 
 
+class _ShrinkingPods(_ScriptedPods):
+    """:class:`_ScriptedPods` whose first list holds pods p0 and p1, and every later one p1
+    only (p0 was deleted while the watch was expired)."""
+
+    async def list_pod_for_all_namespaces_without_preload_content(self, **kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            return await super().list_pod_for_all_namespaces_without_preload_content(**kwargs)
+        self.requests.append("list")
+        self.changed.set()
+        names = ["p0", "p1"] if self.requests.count("list") == 1 else ["p1"]
+        items = [make_pod(n, uid=f"u-{n}") for n in names]
+        listed = {"metadata": {"resourceVersion": str(5 + len(self.requests))}, "items": items}
+        return _Reply(200, json.dumps(listed).encode())
+
+
+@async_test
+async def test_aio_informer_relists_on_410_with_a_synthetic_delete_for_what_vanished() -> None:
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    api = _ShrinkingPods([_Reply(410, json.dumps(gone).encode())])
+    deleted: list[str] = []
+    informer = AioInformer(api.list_pod_for_all_namespaces, kind="Pod")
+    informer.add_handler(on_delete=lambda obj: deleted.append(obj["metadata"]["name"]))
+    informer.start()
+    try:
+        await until(lambda: deleted == ["p0"], WAIT, "the synthetic delete of p0")
+        assert api.requests[:3] == ["list", "watch", "list"]
+        assert [o["metadata"]["name"] for o in informer.cache.values()] == ["p1"]
+        assert informer.last_error is None  # a 410 is a re-list, not a failure
+    finally:
+        await informer.stop()
+
+
+class _RecordingPods(_ScriptedPods):
+    """:class:`_ScriptedPods` that keeps each request's keyword arguments."""
+
+    def __init__(self, watches: list[_Reply]) -> None:
+        super().__init__(watches)
+        self.kwargs: list[dict[str, Any]] = []
+
+    async def list_pod_for_all_namespaces_without_preload_content(self, **kwargs: Any) -> Any:
+        self.kwargs.append(kwargs)
+        return await super().list_pod_for_all_namespaces_without_preload_content(**kwargs)
+
+
+@async_test
+async def test_aio_informer_list_kwargs_go_to_every_list_and_watch() -> None:
+    gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+    api = _RecordingPods([_Reply(410, json.dumps(gone).encode())])  # a second list follows
+    selectors = {"label_selector": "team=a", "field_selector": "spec.nodeName="}
+    informer = AioInformer(api.list_pod_for_all_namespaces, kind="Pod", list_kwargs=selectors)
+    informer.start()
+    try:
+        await api.wait_for(4)
+    finally:
+        await informer.stop()
+    assert api.requests[:4] == ["list", "watch", "list", "watch"]
+    for kwargs in api.kwargs:
+        assert {k: kwargs.get(k) for k in selectors} == selectors
+
+
 def test_aio_informer_bad_input_is_typed() -> None:
     with pytest.raises(InvalidInputError, match="list method"):
         AioInformer(lambda: None, kind="Pod")  # type: ignore[arg-type,return-value]

@@ -25,6 +25,7 @@ from kdispatch import (
     PodGroupStatusPatch,
     PodStatusPatch,
     RateLimitConfig,
+    TooManyRequestsError,
 )
 from kdispatch.testing import InMemoryApiServer, make_claim, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
@@ -101,6 +102,10 @@ def test_a_member_deleted_before_the_release_withdraws_every_member(
     assert error(late) is not None
     assert dispatcher.held_calls == 0
     assert binds(server) == []  # all or nothing: nothing was sent
+    counted = dispatcher.metrics.value(
+        "kdispatch_call_groups_cancelled_total", cause="member_failed"
+    )
+    assert counted == 1
 
 
 def test_a_member_refused_before_the_release_withdraws_every_member(
@@ -195,6 +200,7 @@ def test_stop_withdraws_a_gang_still_held(server: InMemoryApiServer) -> None:
     failed = error(gang.future)
     assert isinstance(failed, GroupFailed) and failed.cancelled == "stopped"
     assert binds(server) == []
+    assert d.metrics.value("kdispatch_call_groups_cancelled_total", cause="stopped") == 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])
@@ -287,3 +293,31 @@ def test_a_member_also_waiting_for_its_claim_stays_out_of_the_block(
     assert sorted(binds(server))[-3:] == [("m0", "ok"), ("m1", "ok"), ("m2", "ok")]
     stored = server.get_object("ResourceClaim", "default", "gpu-claim") or {}
     assert [c["uid"] for c in stored["status"]["reservedFor"]] == [meta["uid"]]
+
+
+def test_a_member_backing_off_at_the_release_goes_on_its_own(
+    server: InMemoryApiServer,
+) -> None:
+    """A member whose pod waits out a Retry-After when the gang is released stays out of the
+    token block: the other members and the calls after them are not held back for it."""
+    group = server.create(make_podgroup("trainers", min_count=3))
+    gang_pods = members(server, 3)
+    later = server.create(make_pod("later"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=20.0), name="m1")
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=50, burst=10))
+    with Dispatcher(server, config) as dispatcher:
+        dispatcher.submit(PodStatusPatch.for_pod(gang_pods[1], nominated_node_name="n1"))
+        server.wait_for_request("patch_status", name="m1")  # its 429: m1 backs off for 20 s
+        with dispatcher.group(owner=group, gang=3) as gang:
+            steps = [gang.submit(PodBinding.for_pod(p, "n1")) for p in gang_pods]
+        assert steps[0].result(timeout=30) is Outcome.SUCCESS
+        assert steps[2].result(timeout=30) is Outcome.SUCCESS
+        after = dispatcher.submit(PodBinding.for_pod(later, "n2"))
+        assert after.result(timeout=30) is Outcome.SUCCESS
+        assert not steps[1].done()  # still backing off: nothing waited for it
+        dispatcher.cancel(gang_pods[1]["metadata"]["uid"])
+        partial = error(gang.future)
+    assert isinstance(partial, GangPartiallyBound)
+    assert [r.name for r in partial.failed] == ["m1"]
+    assert sorted(binds(server)) == [("later", "ok"), ("m0", "ok"), ("m2", "ok")]
+    assert node_of(server, "m1") is None

@@ -36,6 +36,7 @@ from kdispatch.actors.model.errors import (
     Outcome,
     TooManyRequestsError,
 )
+from kdispatch.actors.model.eviction_calls import PodEviction
 from kdispatch.actors.model.objects import Obj, ObjectRef
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.audit import RequestRecord
@@ -406,6 +407,112 @@ def test_a_404_on_the_owner_cancels_the_group(
         "kdispatch_call_groups_cancelled_total", cause="owner_not_found"
     )
     assert cancelled == 1
+
+
+def test_a_step_on_the_owner_withdrawn_cancels_the_group(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """The caller withdraws the group's step on its owner (``cancel``): the group goes with it,
+    and the claim patch waiting out its backoff is never sent again."""
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    server.script("patch_status", slow_429(), name="p1")
+    g = caller.group(owner=pod)
+    claim = g.submit(reserve(c1, pod))
+    nomination = g.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+    attempted(server, "patch_status", "c1")
+    attempted(server, "patch_status", "p1")  # both wait out their Retry-After
+    caller.cancel(pod["metadata"]["uid"])
+    assert type(outcome(nomination)) is CallCancelled
+    assert type(outcome(claim)) is CallCancelled
+    assert g.cancelled == "owner_withdrawn"
+    err = outcome(g.future)
+    assert isinstance(err, GroupFailed) and err.cancelled == "owner_withdrawn"
+    assert [r.outcome for r in server.request_log] == ["TooManyRequests"] * 2
+    assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
+    assert "nominatedNodeName" not in server.get_object("Pod", "default", "p1")["status"]  # type: ignore[index]
+    cancelled = caller.metrics.value(
+        "kdispatch_call_groups_cancelled_total", cause="owner_withdrawn"
+    )
+    assert cancelled == 1
+
+
+def test_owner_eviction_cancels_its_group(server: InMemoryApiServer, caller: Dispatcher) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    g = caller.group(owner=pod)
+    claim = g.submit(reserve(c1, pod))
+    bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    attempted(server, "patch_status", "c1")  # its 429: it waits out its Retry-After
+    assert outcome(caller.submit(PodEviction.for_pod(pod))) is Outcome.SUCCESS
+    assert isinstance(outcome(claim), CallCancelled)
+    assert isinstance(outcome(bind), CallCancelled)
+    assert g.cancelled == "owner_preempted"
+    log = server.request_log
+    assert requests(log, "bind", "p1") == [] and len(requests(log, "patch_status", "c1")) == 1
+    assert server.get_object("Pod", "default", "p1") is None
+    assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
+    cancelled = caller.metrics.value(
+        "kdispatch_call_groups_cancelled_total", cause="owner_preempted"
+    )
+    assert cancelled == 1
+
+
+def test_a_nomination_that_fails_for_good_sends_nothing_else(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """The preemption chain: the victims wait for the nomination and the binding for the
+    victims; the nomination refused (422), no victim is deleted and the preemptor not bound."""
+    preemptor = server.create(make_pod("pre"))
+    victims = [server.create(make_pod(f"v{i}")) for i in range(3)]
+    server.script("patch_status", InvalidRequestError("nomination refused"), name="pre")
+    with dispatcher.group(owner=preemptor) as g:
+        nomination = g.submit(PodStatusPatch.for_pod(preemptor, nominated_node_name="n1"))
+        evicted = [g.preempt(v, preemptor="default/pre", after=[nomination]) for v in victims]
+        bind = g.submit(PodBinding.for_pod(preemptor, "n1"), after=evicted)
+    err = outcome(g.future)
+    assert isinstance(err, GroupFailed) and err.error is outcome(nomination)
+    assert isinstance(outcome(nomination), CallFailed)
+    assert all(isinstance(outcome(f), DependencyFailed) for f in (*evicted, bind))
+    assert [(r.op, r.name) for r in server.request_log] == [("patch_status", "pre")]
+    assert all(server.get_object("Pod", "default", f"v{i}") is not None for i in range(3))
+    assert "nodeName" not in server.get_object("Pod", "default", "pre")["spec"]  # type: ignore[index]
+
+
+def test_a_held_call_is_admitted_at_once_and_view_shows_it(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    claim = caller.submit(reserve(c1, pod))
+    attempted(server, "patch_status", "c1")
+    bind = caller.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    seen = caller.view(pod["metadata"]["uid"])  # the actor admitted the held binding
+    assert seen is not None and seen["spec"]["nodeName"] == "n1"
+    assert not bind.done() and requests(server.request_log, "bind", "p1") == []
+    assert "nodeName" not in server.get_object("Pod", "default", "p1")["spec"]  # type: ignore[index]
+
+
+def test_group_failed_names_the_first_step_error_as_resolved_and_results_in_step_order(
+    server: InMemoryApiServer,
+) -> None:
+    gated = GatedBackend(server, hold="c1")  # c1's request waits for the gate
+    pod = server.create(make_pod("p1"))
+    c1, c2 = server.create(make_claim("c1")), server.create(make_claim("c2"))
+    server.script("patch_status", InvalidRequestError("c1 refused"), name="c1")
+    server.script("patch_status", InvalidRequestError("c2 refused"), name="c2")
+    with Dispatcher(gated, FAST) as d:
+        with d.group(owner=pod) as g:
+            first = g.submit(reserve(c1, pod))  # held at the gate
+            second = g.submit(reserve(c2, pod))
+        assert isinstance(outcome(second), CallFailed)  # resolved first
+        assert not first.done()
+        gated.gate.set()
+        assert isinstance(outcome(first), CallFailed)
+        err = outcome(g.future)
+    assert isinstance(err, GroupFailed) and err.error is outcome(second)
+    assert err.results == [outcome(first), outcome(second)]
+    assert "c2 refused" in str(err)
 
 
 def test_preemption_group_nominates_before_every_victim_is_deleted(

@@ -113,6 +113,25 @@ def test_add_update_delete(
     assert inf.relists == 1
 
 
+def test_cache_is_a_read_only_view_and_snapshot_a_copy(
+    server: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
+) -> None:
+    a = server.create(make_pod("a"))
+    inf, rec = synced("Pod")
+    uid = a["metadata"]["uid"]
+    before = inf.snapshot()
+    with pytest.raises(TypeError):
+        inf.cache[uid] = {}  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del inf.cache[uid]  # type: ignore[attr-defined]
+    b = server.create(make_pod("b"))
+    assert rec.wait_count(2)
+    assert set(inf.cache) == {uid, b["metadata"]["uid"]}  # the view follows the informer
+    assert set(before) == {uid}  # the copy does not
+    before.clear()
+    assert len(inf.cache) == 2
+
+
 def test_namespaced_source(
     server: InMemoryApiServer, synced: Callable[..., tuple[Informer, Recorder]]
 ) -> None:

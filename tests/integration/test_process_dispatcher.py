@@ -501,6 +501,50 @@ def test_cancel_and_delete_resolve_waiting_calls_in_the_parent(cluster: Cluster)
     assert once.each_once(futures)
 
 
+def test_view_does_not_show_a_call_still_waiting_in_the_parent(cluster: Cluster) -> None:
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        bound = d.submit(PodBinding.for_pod(cluster.pod("late"), "node-1"))
+        assert bound.result(WAIT) is Outcome.SUCCESS  # the child tracks it
+        futures = _held_window(cluster, d, ["v0", "v1"])
+        note = cond("DisruptionTarget", "True", "Waiting")
+        waiting = d.submit(PodStatusPatch.for_pod(cluster.stored("late"), conditions=[note]))
+        assert d.waiting == 1
+        in_child = d.view(str(cluster.stored("v0")["metadata"]["uid"]), timeout=WAIT)
+        assert in_child is not None and in_child["status"]["conditions"]  # in flight: shown
+        seen = d.view(str(cluster.stored("late")["metadata"]["uid"]), timeout=WAIT)
+        assert seen is not None and seen["spec"]["nodeName"] == "node-1"
+        shown = {c["type"] for c in seen["status"]["conditions"]}
+        assert "DisruptionTarget" not in shown  # waiting in the parent: not shown
+        cluster.held.gate.set()
+        assert {f.result(WAIT) for f in [*futures, waiting]} == {Outcome.SUCCESS}
+    stored = {c["type"] for c in cluster.stored("late")["status"]["conditions"]}
+    assert "DisruptionTarget" in stored
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_the_child_ignores_sigint(cluster: Cluster) -> None:
+    """The caller decides when the child stops: a Ctrl-C (SIGINT to the process group) leaves
+    it running, and it still binds what it is given."""
+    pods = [cluster.pod(f"i{i}") for i in range(2)]
+    d = cluster.dispatcher().start()
+    try:
+        pid = d.pid
+        assert pid is not None
+        status = Path(f"/proc/{pid}/status").read_text()
+        ignored = int(
+            next(ln for ln in status.splitlines() if ln.startswith("SigIgn:")).split()[1], 16
+        )
+        assert ignored & (1 << (signal.SIGINT - 1)), "SIGINT is not ignored in the child"
+        os.kill(pid, signal.SIGINT)
+        assert d.submit(PodBinding.for_pod(pods[0], "node-1")).result(WAIT) is Outcome.SUCCESS
+        assert d.submit(PodBinding.for_pod(pods[1], "node-1")).result(WAIT) is Outcome.SUCCESS
+    finally:
+        assert d.stop(timeout=WAIT) is True
+    assert [cluster.stored(p["metadata"]["name"])["spec"]["nodeName"] for p in pods] == [
+        "node-1"
+    ] * 2
+
+
 def test_stop_resolves_waiting_calls(cluster: Cluster) -> None:
     once = Once()
     d = cluster.dispatcher(workers=2, max_in_flight=2).start()

@@ -80,6 +80,47 @@ def test_from_env_reads_documented_names() -> None:
     assert DispatcherConfig.from_env({}) == DispatcherConfig()
 
 
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        *[(t, True) for t in ("true", "True", "YES", "yes", "on", "ON", "1")],
+        *[(t, False) for t in ("false", "FALSE", "no", "No", "off", "Off", "0")],
+    ],
+)
+def test_from_env_reads_every_documented_bool_spelling(text: str, value: bool) -> None:
+    config = DispatcherConfig.from_env(
+        {"KDISPATCH_LOG_CALLS": text, "KDISPATCH_RUNTIME_GC_FREEZE": text}
+    )
+    assert config.log_calls is value and config.runtime.gc_freeze is value
+
+
+@pytest.mark.parametrize("text", ["", "none", "None", "null", "NULL"])
+def test_from_env_leaves_an_optional_field_unset(text: str) -> None:
+    env = {
+        "KDISPATCH_REGISTRY_MAX_LIVE": text,
+        "KDISPATCH_RETRY_MAX_ATTEMPTS": text,
+        "KDISPATCH_RATE_LIMIT_EVENTS_QPS": text,
+    }
+    config = DispatcherConfig.from_env(env)
+    assert config.registry.max_live is None and config.retry.max_attempts is None
+    assert config.rate_limit.events_qps is None
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"KDISPATCH_RETRY_BUDGET": "nan"}, "NaN"),
+        ({"KDISPATCH_LOG_CALLS": "maybe"}, "log_calls must be a bool"),
+        ({"KDISPATCH_EXECUTOR_WORKERS": "8.5"}, "executor.workers"),
+        ({"KDISPATCH_RATE_LIMIT_EVENTS_SHARED": "true", "KDISPATCH_RATE_LIMIT_EVENTS_QPS": "5"},
+         "events_shared"),
+    ],
+)  # fmt: skip
+def test_from_env_refuses_what_the_page_refuses(env: dict[str, str], match: str) -> None:
+    with pytest.raises(InvalidConfigError, match=match):
+        DispatcherConfig.from_env(env)
+
+
 def test_from_env_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KDISPATCH_EXECUTOR_WORKERS", "3")
     assert DispatcherConfig.from_env().executor.workers == 3
