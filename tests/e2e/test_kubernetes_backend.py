@@ -39,6 +39,7 @@ from kdispatch import (
     UnknownKindError,
     prepare_configuration,
 )
+from kdispatch.adapters.informer import ClientListWatch
 from kdispatch.adapters.transport import TransportName
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_claim, make_node, make_pod
 from tests.backends import nominate
@@ -394,6 +395,7 @@ class CannedServer:
     def __init__(self, replies: list[bytes]) -> None:
         self._replies = list(replies)
         self.served = 0  # connections accepted (one request each)
+        self.requests: list[bytes] = []  # each request's head and body, as read
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, name="canned-http")
@@ -407,7 +409,7 @@ class CannedServer:
                 return
             with conn:
                 self.served += 1
-                read_request(conn)
+                self.requests.append(read_request(conn))
                 conn.sendall(reply)  # b"": closed without a reply
 
     def close(self) -> None:
@@ -432,6 +434,23 @@ def canned(*replies: bytes) -> Iterator[KubernetesBackend]:
             yield b
     finally:
         srv.close()
+
+
+def test_a_client_list_watch_asks_for_bookmarks_from_its_resource_version() -> None:
+    """An informer's watch asks for bookmarks (``allowWatchBookmarks=true``: kube-apiserver
+    then moves the resourceVersion it resumes from along while nothing changes) and resumes
+    from the resourceVersion it is given."""
+    srv = CannedServer([_reply(200, b"")])
+    try:
+        with _for_url(srv.url, request_timeout=2.0) as backend:
+            assert list(ClientListWatch(backend, "Pod", "ns1").watch("57", 30)) == []
+    finally:
+        srv.close()
+    line = srv.requests[0].split(b"\r\n")[0].decode()
+    method, target, _ = line.split(" ")
+    path, _, query = target.partition("?")
+    assert (method, path) == ("GET", "/api/v1/namespaces/ns1/pods")
+    assert {"allowWatchBookmarks=true", "resourceVersion=57"} <= set(query.split("&"))
 
 
 def test_binding_reply_variants() -> None:
