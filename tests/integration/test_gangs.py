@@ -29,6 +29,7 @@ from kdispatch import (
 )
 from kdispatch.testing import InMemoryApiServer, make_claim, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
+from tests.integration.test_groups import groups_cancelled
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -102,10 +103,7 @@ def test_a_member_deleted_before_the_release_withdraws_every_member(
     assert error(late) is not None
     assert dispatcher.held_calls == 0
     assert binds(server) == []  # all or nothing: nothing was sent
-    counted = dispatcher.metrics.value(
-        "kdispatch_call_groups_cancelled_total", cause="member_failed"
-    )
-    assert counted == 1
+    assert groups_cancelled(dispatcher, "member_failed") == 1
 
 
 def test_a_member_refused_before_the_release_withdraws_every_member(
@@ -200,7 +198,7 @@ def test_stop_withdraws_a_gang_still_held(server: InMemoryApiServer) -> None:
     failed = error(gang.future)
     assert isinstance(failed, GroupFailed) and failed.cancelled == "stopped"
     assert binds(server) == []
-    assert d.metrics.value("kdispatch_call_groups_cancelled_total", cause="stopped") == 1
+    assert groups_cancelled(d, "stopped") == 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])

@@ -91,6 +91,11 @@ def applied(log: list[RequestRecord], op: str, name: str) -> int:
     return hits[0]
 
 
+def groups_cancelled(dispatcher: Dispatcher, cause: str) -> float:
+    """How many call groups ``dispatcher`` cancelled for ``cause`` (the metric)."""
+    return dispatcher.metrics.value("kdispatch_call_groups_cancelled_total", cause=cause)
+
+
 def requests(log: list[RequestRecord], op: str, name: str) -> list[int]:
     return [i for i, r in enumerate(log) if r.op == op and r.name == name]
 
@@ -370,17 +375,26 @@ def test_owner_deletion_cancels_a_retrying_claim_patch_and_the_held_binding(
     assert [r.outcome for r in server.request_log] == ["TooManyRequests"]
     assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
     assert caller.open_groups == 0
-    assert caller.metrics.value("kdispatch_call_groups_cancelled_total", cause="owner_deleted") == 1
+    assert groups_cancelled(caller, "owner_deleted") == 1
 
 
-def test_owner_preemption_cancels_its_group(server: InMemoryApiServer, caller: Dispatcher) -> None:
+@pytest.mark.parametrize("how", ["preemption", "eviction"])
+def test_owner_preemption_or_eviction_cancels_its_group(
+    server: InMemoryApiServer, caller: Dispatcher, how: str
+) -> None:
+    """The owner preempted (deleted) or evicted: its group is cancelled (``owner_preempted``
+    either way), its held binding and its claim patch waiting out a backoff are never sent."""
     pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
     server.script("patch_status", slow_429(), name="c1")
     g = caller.group(owner=pod)
     claim = g.submit(reserve(c1, pod))
     bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
     attempted(server, "patch_status", "c1")  # its 429: it waits out its Retry-After
-    assert outcome(caller.preempt(pod)) is Outcome.SUCCESS
+    if how == "preemption":
+        removed = caller.preempt(pod)
+    else:
+        removed = caller.submit(PodEviction.for_pod(pod))
+    assert outcome(removed) is Outcome.SUCCESS
     assert isinstance(outcome(claim), CallCancelled)
     assert isinstance(outcome(bind), CallCancelled)
     assert g.cancelled == "owner_preempted"
@@ -388,6 +402,8 @@ def test_owner_preemption_cancels_its_group(server: InMemoryApiServer, caller: D
     log = server.request_log
     assert requests(log, "bind", "p1") == [] and len(requests(log, "patch_status", "c1")) == 1
     assert server.get_object("Pod", "default", "p1") is None
+    assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
+    assert groups_cancelled(caller, "owner_preempted") == 1
 
 
 def test_a_404_on_the_owner_cancels_the_group(
@@ -403,10 +419,7 @@ def test_a_404_on_the_owner_cancels_the_group(
     assert type(outcome(claim)) is CallCancelled
     assert g.cancelled == "owner_not_found"
     assert len(requests(server.request_log, "patch_status", "c1")) == 1
-    cancelled = caller.metrics.value(
-        "kdispatch_call_groups_cancelled_total", cause="owner_not_found"
-    )
-    assert cancelled == 1
+    assert groups_cancelled(caller, "owner_not_found") == 1
 
 
 def test_a_step_on_the_owner_withdrawn_cancels_the_group(
@@ -431,31 +444,7 @@ def test_a_step_on_the_owner_withdrawn_cancels_the_group(
     assert [r.outcome for r in server.request_log] == ["TooManyRequests"] * 2
     assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
     assert "nominatedNodeName" not in server.get_object("Pod", "default", "p1")["status"]  # type: ignore[index]
-    cancelled = caller.metrics.value(
-        "kdispatch_call_groups_cancelled_total", cause="owner_withdrawn"
-    )
-    assert cancelled == 1
-
-
-def test_owner_eviction_cancels_its_group(server: InMemoryApiServer, caller: Dispatcher) -> None:
-    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
-    server.script("patch_status", slow_429(), name="c1")
-    g = caller.group(owner=pod)
-    claim = g.submit(reserve(c1, pod))
-    bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
-    attempted(server, "patch_status", "c1")  # its 429: it waits out its Retry-After
-    assert outcome(caller.submit(PodEviction.for_pod(pod))) is Outcome.SUCCESS
-    assert isinstance(outcome(claim), CallCancelled)
-    assert isinstance(outcome(bind), CallCancelled)
-    assert g.cancelled == "owner_preempted"
-    log = server.request_log
-    assert requests(log, "bind", "p1") == [] and len(requests(log, "patch_status", "c1")) == 1
-    assert server.get_object("Pod", "default", "p1") is None
-    assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
-    cancelled = caller.metrics.value(
-        "kdispatch_call_groups_cancelled_total", cause="owner_preempted"
-    )
-    assert cancelled == 1
+    assert groups_cancelled(caller, "owner_withdrawn") == 1
 
 
 def test_a_nomination_that_fails_for_good_sends_nothing_else(
@@ -564,7 +553,7 @@ def test_cancel_withdraws_pending_and_held_steps_only(server: InMemoryApiServer)
     assert requests(log, "bind", "p1") == []
     assert len(requests(log, "patch_status", "c2")) == 1
     assert len(requests(log, "patch_status", "c1")) == 1
-    assert d.metrics.value("kdispatch_call_groups_cancelled_total", cause="caller") == 1
+    assert groups_cancelled(d, "caller") == 1
 
 
 def reserved(server: InMemoryApiServer, claim: str) -> set[str]:
