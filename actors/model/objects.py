@@ -25,6 +25,7 @@ POD_GROUP = "PodGroup"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _UID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.:]{0,127}$")
 _KIND = re.compile(r"^[A-Z][A-Za-z0-9]{0,62}$")
 
@@ -138,6 +139,13 @@ def is_dns_subdomain(value: object) -> TypeGuard[str]:
 def is_dns_label(value: object) -> TypeGuard[str]:
     """True for a valid RFC 1123 label (namespaces): ≤63 chars, lowercase alphanumerics and '-'."""
     return isinstance(value, str) and 0 < len(value) <= 63 and bool(_DNS_LABEL.match(value))
+
+
+def is_name_part(value: str) -> bool:
+    """True when ``value`` is made as the name part of a qualified name (a condition type, an
+    Event's reporting controller): alphanumerics, '-', '_' or '.', starting and ending with an
+    alphanumeric. Its length is the caller's rule."""
+    return bool(_NAME_PART.match(value))
 
 
 def check_uid(uid: object) -> str:

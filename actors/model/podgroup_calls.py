@@ -23,7 +23,16 @@ from .conditions import (
     pod_conditions,
 )
 from .errors import InvalidCallError
-from .objects import POD_GROUP, Obj, ObjectRef, as_object, is_dns_subdomain, is_mapping, meta
+from .objects import (
+    POD_GROUP,
+    Obj,
+    ObjectRef,
+    as_object,
+    is_dns_subdomain,
+    is_mapping,
+    is_name_part,
+    meta,
+)
 from .pod_calls import DISRUPTION_TARGET
 
 __all__ = [
@@ -54,7 +63,6 @@ Condition = Mapping[str, Any]
 
 _INTENT_KEYS: Final = frozenset({"type", "status", "reason", "message", OBSERVED_GENERATION})
 _REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 MAX_REASON_BYTES: Final = 1024
 MAX_MESSAGE_BYTES: Final = 32 * 1024
 
@@ -79,7 +87,7 @@ def _qualified_name_problem(value: str) -> str | None:
     if len(parts) == 2 and not is_dns_subdomain(parts[0]):
         return "the prefix of a qualified name must be a DNS subdomain"
     name = parts[-1]
-    if not 0 < len(name) <= 63 or not _NAME_PART.match(name):
+    if not 0 < len(name) <= 63 or not is_name_part(name):
         return (
             "the name part of a qualified name must be 1-63 characters: alphanumerics, '-', "
             "'_' or '.', starting and ending with an alphanumeric"

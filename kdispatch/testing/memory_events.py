@@ -21,12 +21,12 @@ import re
 from typing import Any
 
 from kdispatch.actors.model.errors import InvalidRequestError
+from kdispatch.actors.model.objects import is_name_part
 
 Json = dict[str, Any]
 
 API_VERSION = "events.k8s.io/v1"
 MICRO_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"
-_NAME_PART = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _NAME_PART_MESSAGE = (
     "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and "
     "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex "
@@ -122,7 +122,7 @@ def validate_create(obj: Json) -> None:
             'reportingController: Invalid value: "": name part must be non-empty',
         ]
     name_part = str(controller).rpartition("/")[2]
-    if not _NAME_PART.fullmatch(name_part):
+    if not is_name_part(name_part):
         errors.append(
             f"reportingController: Invalid value: {json.dumps(controller)}: " + _NAME_PART_MESSAGE
         )
