@@ -144,13 +144,11 @@ class _Garbled(Exception):
     """Answer 200 with a body that is not JSON (a reply the client cannot understand)."""
 
 
-def _retry_after_header(seconds: float) -> dict[str, str]:
-    """``Retry-After`` carrying ``seconds`` as given (delta-seconds; a fraction as a decimal
-    fraction, which the clients read), or no header for 0."""
-    if not seconds:
-        return {}
+def _delta_seconds(seconds: float) -> str:
+    """``seconds`` as a ``Retry-After`` value, as given (a fraction as a decimal fraction,
+    which the clients read)."""
     value = float(seconds)
-    return {"Retry-After": str(int(value)) if value.is_integer() else repr(value)}
+    return str(int(value)) if value.is_integer() else repr(value)
 
 
 class _HttpError(Exception):
@@ -599,7 +597,7 @@ class ApiServerHTTP:
                 "TooManyRequests",
                 str(exc),
                 details={**route.details(), "retryAfterSeconds": math.ceil(exc.retry_after)},
-                headers=_retry_after_header(exc.retry_after) or {"Retry-After": "0"},
+                headers={"Retry-After": _delta_seconds(exc.retry_after)},
             )
         if isinstance(exc, NotFoundError):
             return _HttpError(404, "NotFound", str(exc), details=route.details())
@@ -620,9 +618,9 @@ class ApiServerHTTP:
         if isinstance(exc, BadResponseError):
             return _Garbled(str(exc))
         code = exc.status if 500 <= exc.status <= 599 else 500
-        return _HttpError(
-            code, "InternalError", str(exc), headers=_retry_after_header(exc.retry_after)
-        )
+        wait = exc.retry_after
+        headers = {"Retry-After": _delta_seconds(wait)} if wait else None
+        return _HttpError(code, "InternalError", str(exc), headers=headers)
 
     # ----------------------------------------------------------------- requests
 
@@ -865,7 +863,7 @@ class ApiServerHTTP:
                 grace_period_seconds=grace,
             )
         except ConflictError as exc:  # a failed precondition, reported as a deletion's
-            raise _HttpError(409, "Conflict", str(exc), details=_kind_details(route)) from None
+            raise _deletion_conflict(exc, route) from None
         h._reply_json(201, status_object(201, "", ""))
 
     def _delete(self, h: _Handler, route: _Route, query: Mapping[str, str], body: Any) -> None:
@@ -879,8 +877,8 @@ class ApiServerHTTP:
             store.delete(
                 route.kind, ns, name, uid=uid, resource_version=rv, grace_period_seconds=grace
             )
-        except ConflictError as exc:  # the apiserver names the kind here, not the resource
-            raise _HttpError(409, "Conflict", str(exc), details=_kind_details(route)) from None
+        except ConflictError as exc:
+            raise _deletion_conflict(exc, route) from None
         after = store.get_object(route.kind, ns, name)
         h._reply_json(200, after or before or status_object(200, "", ""))
 
@@ -1041,6 +1039,12 @@ def _qualified_kind(route: _Route) -> str:
     """``Pod``, ``ResourceClaim.resource.k8s.io``: how the apiserver names a kind in a 422
     message and in a deletion's precondition conflict."""
     return f"{route.kind}.{route.info.group}" if route.info.group else route.kind
+
+
+def _deletion_conflict(exc: ConflictError, route: _Route) -> _HttpError:
+    """The 409 of a deletion's (or an eviction's) failed precondition: kube-apiserver names
+    the kind in its details here, not the resource."""
+    return _HttpError(409, "Conflict", str(exc), details=_kind_details(route))
 
 
 def _kind_details(route: _Route) -> dict[str, Any]:
