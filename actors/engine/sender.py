@@ -33,6 +33,7 @@ from kdispatch.actors.model.errors import (
     RequestDropped,
     RequestTimeoutError,
     TooManyRequestsError,
+    without_tracebacks,
 )
 from kdispatch.actors.model.objects import get_path
 
@@ -146,17 +147,20 @@ class Sender:
                     result, obj = Result.NOT_FOUND, None  # same name, another object
             else:
                 obj = call.send(backend, send.obj)
+        # An expected error travels on as a value, without the frames it passed through
+        # (without_tracebacks); a bug's keeps them, for whoever reads the call's cause.
         except NotFoundError as exc:
-            result, error = Result.NOT_FOUND, exc
+            result, error = Result.NOT_FOUND, without_tracebacks(exc)
         except ConflictError as exc:
-            result, error = Result.CONFLICT, exc
+            result, error = Result.CONFLICT, without_tracebacks(exc)
             obj = self._reread(backend, call)
             if obj is _GONE:
                 result, obj = Result.NOT_FOUND, None
         except (DispatcherClosed, RequestDropped) as exc:
-            result, error = Result.FAILED, exc  # the send gate closed, or stopping mid-call
+            # the send gate closed, or stopping mid-call
+            result, error = Result.FAILED, without_tracebacks(exc)
         except ApiError as exc:
-            error = exc
+            error = without_tracebacks(exc)
             if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
                 delay = self.retry.delay(send.attempt or 1, exc.retry_after, self.rand())
@@ -192,6 +196,7 @@ class Sender:
         except NotFoundError:
             return _GONE
         except (ApiError, DispatcherClosed) as exc:
+            without_tracebacks(exc)  # dropped here: it leaves no cycle behind
             logger.debug("re-read after conflict failed: {}", exc)
             return None
         uid = get_path(fresh, "metadata", "uid")

@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack
 
 if TYPE_CHECKING:  # objects.py imports this module: the type only, never at run time
     from .objects import ObjectRef
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 class KdispatchError(Exception):
@@ -142,7 +144,8 @@ class ObjectNotFound(CallOutcomeError):
 
 class CallFailed(CallOutcomeError):
     """The call failed for good (permanent error, retries exhausted, or a bug in a merger);
-    ``cause`` holds the underlying exception."""
+    ``cause`` holds the underlying exception (a request's ``ApiError`` comes without its
+    traceback, so it holds no frames)."""
 
     result_label = "failed"
 
@@ -155,6 +158,24 @@ class RequestDropped(KdispatchError):
 
 
 # --------------------------------------------------------------------------- backend errors
+
+
+def without_tracebacks(error: _E) -> _E:
+    """``error`` itself, with its traceback and those of its causes and contexts dropped, for an
+    error kept as a value (a request's error carried to a call's future). A traceback holds the
+    frames it passed through and, through them, whatever their callers held, the error among it:
+    a reference cycle that only the garbage collector frees, and never once ``gc_freeze`` froze
+    it. Any thread."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [error]
+    while todo:
+        link = todo.pop()
+        if id(link) in seen:
+            continue
+        seen.add(id(link))
+        link.__traceback__ = None
+        todo.extend(e for e in (link.__cause__, link.__context__) if e is not None)
+    return error
 
 
 class ApiErrorFacts(TypedDict, total=False):
