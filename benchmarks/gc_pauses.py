@@ -19,7 +19,7 @@ every call stays pending: ``workers`` of them in flight, the rest queued in the 
 
 Full (generation 2) collections are timed through ``gc.callbacks`` in both phases. Variants:
 ``default`` (``RuntimeConfig()``), ``gc_freeze`` (``RuntimeConfig(gc_freeze=True)``: freeze at
-start and after every generation-1 collection, plus one ``freeze_gc()`` once the fill is done),
+start and after every collection, plus one ``freeze_gc()`` once the fill is done),
 ``young_50k`` (``gc_young_threshold=50_000`` alone), ``gc_freeze_groups`` (``gc_freeze`` with every
 call submitted through its pod's open call group: ``size`` live groups),
 ``gc_freeze_live_groups`` (the same groups, filled the same way, but the steady submits are plain

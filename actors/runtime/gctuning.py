@@ -1,6 +1,6 @@
 """Garbage-collector settings of a dispatcher, process-wide (see
-:class:`~kdispatch.RuntimeConfig`): freeze the survivors of each generation-1 collection, so a
-full collection stays about as cheap as a young one, and the young-generation threshold.
+:class:`~kdispatch.RuntimeConfig`): freeze the survivors of every collection, so no collection
+scans more than the objects allocated since the last one, and the young-generation threshold.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ def collections_paused() -> Iterator[None]:
 
 class GcTuner:
     """Applies a :class:`RuntimeConfig`'s GC settings from :meth:`start` to :meth:`stop`:
-    ``gc_freeze`` freezes at start and after every collection of generation 1 (a
-    ``gc.callbacks`` hook), ``gc_young_threshold`` sets the first threshold; :meth:`stop`
-    unfreezes (after any freeze) and restores the thresholds."""
+    ``gc_freeze`` freezes at start and after every collection (a ``gc.callbacks`` hook),
+    ``gc_young_threshold`` sets the first threshold; :meth:`stop` unfreezes (after any freeze)
+    and restores the thresholds."""
 
     def __init__(self, config: RuntimeConfig) -> None:
         self._config = config
         self._saved: tuple[int, int, int] | None = None
         self._hooked = False
         self.freezes = 0
-        """Freezes done so far (start, explicit and after generation-1 collections)."""
+        """Freezes done so far (start, explicit and after collections)."""
 
     def start(self) -> None:
         """Caller thread (``Dispatcher.start``)."""
@@ -59,8 +59,11 @@ class GcTuner:
         self.freezes += 1
 
     def _after_collection(self, phase: str, info: dict[str, Any]) -> None:
-        """``gc.callbacks`` hook, on the collecting thread: freeze after generation 1."""
-        if phase == "stop" and info.get("generation") == 1:
+        """``gc.callbacks`` hook, on the collecting thread: freeze what survived, so the next
+        collection scans only what was allocated since (survivors left in generation 1 made its
+        collections the longest pauses: docs/benchmarks.md, "GC pauses at scale")."""
+        del info
+        if phase == "stop":
             gc.freeze()
             self.freezes += 1
 

@@ -31,15 +31,17 @@ def _dispatcher(runtime: RuntimeConfig) -> Dispatcher:
 
 
 @pytest.mark.timeout(10)
-def test_gc_freeze_freezes_at_start_and_after_each_young_collection() -> None:
+@pytest.mark.parametrize("generation", [0, 1, 2])
+def test_gc_freeze_freezes_at_start_and_after_every_collection(generation: int) -> None:
     callbacks = len(gc.callbacks)
     d = _dispatcher(RuntimeConfig(gc_freeze=True)).start()
     try:
         at_start = gc.get_freeze_count()
         assert at_start > 0  # what was alive at start is out of the scans
         survivors = [[i] for i in range(5000)]  # new tracked objects, alive
-        gc.collect(1)  # a generation-1 collection: its survivors get frozen right after
+        gc.collect(generation)  # any collection: its survivors get frozen right after
         assert gc.get_freeze_count() >= at_start + len(survivors)
+        assert not gc.get_objects(generation=1)  # nothing waits there for a longer scan
         assert len(gc.callbacks) == callbacks + 1
     finally:
         d.stop()
