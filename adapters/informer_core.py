@@ -27,6 +27,7 @@ from loguru import logger
 from kdispatch.actors.model.backoff import backoff_delay
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
+    ApiError,
     BadResponseError,
     ForbiddenError,
     InformerSyncTimeout,
@@ -34,6 +35,7 @@ from kdispatch.actors.model.errors import (
     KdispatchError,
     ServerError,
     UnauthorizedError,
+    without_tracebacks,
 )
 from kdispatch.actors.model.objects import get_path, is_newer, resource_version, rv_is_newer
 
@@ -260,8 +262,10 @@ class InformerCore:
             self._fire("on_update", obj, obj)
 
     def failed(self, error: BaseException) -> None:
-        """A list or watch failed."""
-        self.last_error = error
+        """A list or watch failed. An ``ApiError`` is kept without its traceback, whose
+        frames would hold it in a reference cycle (docs/behaviour.md); another error (a bug)
+        keeps it."""
+        self.last_error = without_tracebacks(error) if isinstance(error, ApiError) else error
         self.errors += 1
 
     def progressed(self) -> None:

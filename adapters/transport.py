@@ -43,6 +43,7 @@ from kdispatch.actors.model.errors import (
     ServerError,
     TooManyRequestsError,
     UnauthorizedError,
+    without_tracebacks,
 )
 
 TransportName = Literal["lean", "client"]
@@ -175,15 +176,17 @@ def map_transport_error(exc: BaseException, what: str) -> ApiError:
 
 @contextmanager
 def translate_errors(what: str) -> Iterator[None]:
-    """Run client or urllib3 code, re-raising its failures as :class:`ApiError` types."""
+    """Run client or urllib3 code, re-raising its failures as :class:`ApiError` types. The
+    cause comes without its traceback: its frames would hold it (urllib3's do, in locals) in
+    reference cycles the cyclic collector alone frees."""
     try:
         yield
     except ApiError:
         raise
     except ApiException as exc:
-        raise map_api_exception(exc, what) from exc
+        raise map_api_exception(exc, what) from without_tracebacks(exc)
     except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
-        raise map_transport_error(exc, what) from exc
+        raise map_transport_error(exc, what) from without_tracebacks(exc)
 
 
 def decode_object(data: object, what: str, noun: str = "reply") -> dict[str, Any]:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import gc
 import math
+import threading
 from collections.abc import Iterator
 from concurrent.futures import wait
 from contextlib import ExitStack
 from typing import Any, Literal
 
 import pytest
+from kubernetes import client as k8s
 
 from kdispatch import (
     DispatcherConfig,
@@ -26,6 +28,9 @@ from kdispatch import (
 )
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.errors import ServerError, without_tracebacks
+from kdispatch.adapters.informer import ClientListWatch, Informer
+from kdispatch.adapters.kubernetes import prepare_configuration
+from kdispatch.adapters.leader import ClientLeaseClient, ElectionConfig, LeaseElector
 from kdispatch.testing import ApiServerHTTP, FaultPlan, InMemoryApiServer, make_node, make_pod
 
 FAULTS = {"429": 1.0, "500": 1.0, "timeout": 1.0, "conn_reset": 1.0, "apply_then_fail": 1.0}
@@ -128,3 +133,56 @@ def test_without_tracebacks_drops_the_whole_chain() -> None:
     assert error.__traceback__ is None
     assert error.__cause__.__traceback__ is None
     assert str(error) == "500" and str(error.__cause__) == "connection reset"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["lean", "client"])
+def test_failed_lists_and_watches_leave_no_reference_cycles(
+    transport: Literal["lean", "client"], no_collector: None
+) -> None:
+    mem = InMemoryApiServer()
+    mem.create(make_pod("p-0"))
+    errors: list[str] = []
+    enough = threading.Event()
+
+    def on_error(error: BaseException) -> None:
+        errors.append(type(error).__name__)
+        if len(errors) >= 3:
+            enough.set()
+
+    with ExitStack() as stack:
+        srv = stack.enter_context(ApiServerHTTP(mem, watch_poll=0.05))
+        backend = KubernetesBackend.for_url(srv.url, transport=transport, request_timeout=1.0)
+        stack.callback(backend.close)
+        informer = Informer(
+            ClientListWatch(backend, "Pod"),
+            name="cycles",
+            on_error=on_error,
+            backoff_initial=0.01,
+            backoff_max=0.05,
+        )
+        informer.start()
+        stack.callback(informer.stop)
+        assert informer.wait_for_sync(10)
+        srv.stop()  # the server goes: the watch breaks, lists are refused
+        assert enough.wait(30), errors
+    del informer
+    assert _ours_in_garbage() == []
+
+
+@pytest.mark.timeout(60)
+def test_failed_lease_requests_leave_no_reference_cycles(no_collector: None) -> None:
+    mem = InMemoryApiServer()
+    with ApiServerHTTP(mem) as srv:
+        url = srv.url
+    # the server is gone: every request of the election is refused, logged and dropped
+    api = k8s.ApiClient(prepare_configuration(k8s.Configuration(host=url), 1))
+    try:
+        elector = LeaseElector(ClientLeaseClient(api), ElectionConfig("sched", identity="me"))
+        for _ in range(3):
+            elector.step()
+        assert not elector.is_leader
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    del elector
+    assert _ours_in_garbage() == []
