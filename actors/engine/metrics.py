@@ -250,10 +250,6 @@ class Metrics:
         """One request is being sent."""
         self.requests.add((call_type, verb))
 
-    def executed(self, call_type: str, outcome: str, seconds: float) -> None:
-        """An attempt finished with ``outcome`` (success, retry, conflict, not_found, failed)."""
-        self.sent(call_type, None, outcome, seconds)
-
     def sent(self, call_type: str, verb: str | None, outcome: str, seconds: float | None) -> None:
         """One request of ``verb`` ended (None: none was sent); with ``seconds``, a call's
         attempt that ended with ``outcome``: request, execution and duration in one step."""

@@ -48,10 +48,6 @@ class TokenBucket:
             return 0.0
         return (n - self._tokens) / self._qps
 
-    def try_take_n(self, n: int) -> float:
-        """:meth:`try_take` of ``n`` tokens."""
-        return self.try_take(n)
-
     @property
     def burst(self) -> int:
         """The most tokens the bucket stores (for an unlimited bucket, a large number)."""

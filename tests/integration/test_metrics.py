@@ -189,7 +189,7 @@ def test_metric_updates_from_many_threads_are_all_counted() -> None:
         start.wait()
         for _ in range(per_thread):
             m.request("pod_binding", "POST")
-            m.executed("pod_binding", "success", 0.002)
+            m.sent("pod_binding", None, "success", 0.002)
 
     workers = [threading.Thread(target=hammer) for _ in range(threads)]
     for t in workers:

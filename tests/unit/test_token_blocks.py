@@ -91,14 +91,14 @@ def test_fewer_than_two_members_or_members_of_another_block_make_no_block() -> N
     assert set(blocks.of) == {"a", "b"}
 
 
-def test_try_take_n_takes_all_or_nothing() -> None:
+def test_try_take_of_n_takes_all_or_nothing() -> None:
     clock = ManualClock()
     bucket = TokenBucket(qps=10, burst=5, clock=clock)
-    assert bucket.try_take_n(3) == 0.0
-    assert bucket.try_take_n(3) == pytest.approx(0.1)
+    assert bucket.try_take(3) == 0.0
+    assert bucket.try_take(3) == pytest.approx(0.1)
     assert bucket.available() == pytest.approx(2.0) and bucket.taken == 3
     unlimited = TokenBucket(qps=float("inf"), burst=1, clock=clock)
-    assert unlimited.try_take_n(7) == 0.0 and unlimited.taken == 7
+    assert unlimited.try_take(7) == 0.0 and unlimited.taken == 7
 
 
 def test_a_member_leaving_a_paid_block_gives_its_token_back() -> None:
