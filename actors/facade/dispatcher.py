@@ -42,7 +42,7 @@ from kdispatch.actors.engine.messages import (
 from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.object_actor import ActorContext
 from kdispatch.actors.engine.registry import Registry
-from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.backend import ApiBackend, missing_methods
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig
@@ -424,8 +424,12 @@ def _checked(
     send_gate: Callable[[], bool] | None,
 ) -> DispatcherConfig:
     """The constructor's arguments checked (:class:`InvalidInputError`); the config. Any thread."""
-    if not isinstance(backend, ApiBackend):
-        raise InvalidInputError(f"backend must implement ApiBackend, got {type(backend).__name__}")
+    missing = missing_methods(backend, ApiBackend)
+    if missing:
+        raise InvalidInputError(
+            f"backend must implement ApiBackend, got {type(backend).__name__} "
+            f"(no {', '.join(missing)})"
+        )
     if config is None:
         config = DispatcherConfig()
     if not isinstance(config, DispatcherConfig):

@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import InvalidRequestError, KdispatchError
 from .kinds import PatchType
 from .objects import Obj, ObjectRef, resource_version
 
-__all__ = ["ApiBackend", "EvictionBackend", "PatchType"]
+__all__ = ["ApiBackend", "EvictionBackend", "PatchType", "missing_methods"]
 
 
 @runtime_checkable
@@ -78,6 +79,21 @@ class EvictionBackend(Protocol):
         :class:`~kdispatch.DisruptionBudgetError`; a missing pod
         ``NotFoundError``."""
         ...
+
+
+@cache
+def _methods(protocol: type) -> tuple[str, ...]:
+    """The public methods a protocol class declares."""
+    return tuple(n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_"))
+
+
+def missing_methods(obj: object, protocol: type) -> list[str]:
+    """The methods of ``protocol`` (a backend protocol of this module, or ``EventSink``) that
+    ``obj`` lacks, looked up as a call looks them up: [] when it has them all. Unlike
+    ``isinstance`` against the protocol, which from Python 3.12 on ignores ``__getattr__``,
+    this finds what a wrapper delegates, the charged backend a call's ``send`` is given among
+    them. Any thread."""
+    return [name for name in _methods(protocol) if not callable(getattr(obj, name, None))]
 
 
 def patch_status_guarded(

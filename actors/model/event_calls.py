@@ -10,9 +10,9 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Final, Protocol, Self, cast, runtime_checkable
 
-from .backend import ApiBackend
+from .backend import ApiBackend, missing_methods
 from .calls import BEST_EFFORT, Call
 from .errors import AlreadyExistsError, InvalidInputError, InvalidRequestError, NotFoundError
 from .objects import Obj, ObjectRef, as_object, is_dns_label, is_dns_subdomain
@@ -149,23 +149,24 @@ class EventRecord(Call):
     def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
         """Create the Event, or patch its series (see the class). Executor worker thread."""
         del obj
-        if not isinstance(backend, EventSink):
+        if missing_methods(backend, EventSink):
             raise InvalidRequestError(
                 f"{type(backend).__name__} cannot record Events (no create/patch methods)"
             )
+        sink = cast(EventSink, backend)
         ref = self.ref
         if self.create or self.count < 2:
             try:
-                return backend.create(EVENT, ref.namespace, self._full())
+                return sink.create(EVENT, ref.namespace, self._full())
             except AlreadyExistsError:
                 if self.count < 2:
                     return None  # recorded already (a retry whose reply was lost)
         try:
-            return backend.patch(
+            return sink.patch(
                 EVENT, ref.namespace, ref.name, {"series": self._series()}, patch_type="strategic"
             )
         except NotFoundError:  # expired, or its create was dropped: start it again
-            return backend.create(EVENT, ref.namespace, self._full())
+            return sink.create(EVENT, ref.namespace, self._full())
 
     def describe(self) -> str:
         """Short human description for logs."""

@@ -6,11 +6,11 @@ thread and never blocks; ``send`` runs on an executor worker.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Self
+from typing import ClassVar, Self, cast
 
 from loguru import logger
 
-from .backend import ApiBackend, EvictionBackend, check_grace_period
+from .backend import ApiBackend, EvictionBackend, check_grace_period, missing_methods
 from .calls import check_target
 from .errors import InvalidCallError, InvalidRequestError, NotFoundError
 from .objects import POD, Obj, ObjectRef, as_object
@@ -57,13 +57,13 @@ class PodEviction(DeletionRules):
         """Create the eviction (UID precondition). NotFound is success; a PDB refusal raises
         ``DisruptionBudgetError`` for the executor to retry. Executor worker thread."""
         del obj
-        if not isinstance(backend, EvictionBackend):
+        if missing_methods(backend, EvictionBackend):
             raise InvalidRequestError(
                 f"{type(backend).__name__} cannot evict pods (it has no evict method)"
             )
         ref = self.ref
         try:
-            backend.evict(
+            cast(EvictionBackend, backend).evict(
                 ref.namespace, ref.name, uid=ref.uid, grace_period_seconds=self.grace_period_seconds
             )
         except NotFoundError:

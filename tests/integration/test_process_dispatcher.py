@@ -358,9 +358,9 @@ def test_child_side_submit_errors_arrive_on_the_future(cluster: Cluster) -> None
 def test_gc_settings_apply_in_the_callers_process_too(cluster: Cluster) -> None:
     factory = functools.partial(KubernetesBackend.for_url, cluster.http.url, workers=2)
     config = DispatcherConfig(runtime=RuntimeConfig(gc_freeze=True))
-    assert gc.get_freeze_count() == 0
+    before = gc.get_freeze_count()  # 0, or what the interpreter froze at start (3.12)
     with ProcessDispatcher(factory, config) as d:
-        assert gc.get_freeze_count() > 0  # frozen at start, like an in-process dispatcher
+        assert gc.get_freeze_count() > before  # frozen at start, like an in-process dispatcher
         pod = cluster.pod("frozen")
         assert d.submit(PodBinding.for_pod(pod, "node-1")).result(WAIT) is Outcome.SUCCESS
     assert gc.get_freeze_count() == 0  # stop gives the objects back to the collector
