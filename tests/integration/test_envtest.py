@@ -5,11 +5,15 @@ kubeconfigs and static-token users."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+import ssl
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -591,3 +595,28 @@ def test_the_fixture_checks_its_options_before_the_skip_for_missing_binaries(
     done = _run_pytest_with_options(options, tmp_path)
     assert done.returncode == returncode, done.stdout + done.stderr
     assert all(text in done.stdout for text in shown), done.stdout
+
+
+def test_the_serving_certificate_passes_strict_verification(tmp_path: Path) -> None:
+    # Python 3.13 verifies with VERIFY_X509_STRICT by default: the key identifiers must be there
+    pki = write_pki(tmp_path)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(pki.cert, pki.key)
+    client = ssl.create_default_context(cafile=str(pki.ca))
+    client.verify_flags |= ssl.VERIFY_X509_STRICT
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        with ThreadPoolExecutor(1) as pool:
+
+            def accept() -> None:
+                conn, _ = listener.accept()
+                with conn, contextlib.suppress(ssl.SSLError):  # the client's refusal, if any
+                    server.wrap_socket(conn, server_side=True).close()
+
+            accepted = pool.submit(accept)
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+                client.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+            ):
+                assert tls.version() is not None  # the handshake verified the chain
+            accepted.result(timeout=10)

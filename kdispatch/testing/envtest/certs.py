@@ -1,8 +1,9 @@
 """The control plane's keys and certificates, made at start in its folder.
 
 A CA, a serving certificate for ``127.0.0.1``/``localhost`` signed by it, and an EC key pair
-that signs and verifies service-account tokens. ``cryptography`` is imported when called, so
-importing this module costs nothing. Runs on the caller's thread.
+that signs and verifies service-account tokens. The certificates carry the key identifiers
+that strict X.509 verification (Python 3.13's default) requires. ``cryptography`` is imported
+when called, so importing this module costs nothing. Runs on the caller's thread.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def write_pki(folder: Path, *, valid_for: dt.timedelta = dt.timedelta(days=7)) -
             ),
             critical=True,
         )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
@@ -96,6 +98,9 @@ def write_pki(folder: Path, *, valid_for: dt.timedelta = dt.timedelta(days=7)) -
             critical=False,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     sa_key = ec.generate_private_key(ec.SECP256R1())
