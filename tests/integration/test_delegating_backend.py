@@ -5,15 +5,27 @@ included, on every supported Python (``isinstance`` against a protocol ignores
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from kdispatch import EventRecorder, Outcome, PodBinding, PodEviction
+from kdispatch import (
+    ApiBackend,
+    EventRecorder,
+    Obj,
+    ObjectRef,
+    Outcome,
+    PodBinding,
+    PodEviction,
+    default_call_types,
+)
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.errors import InvalidInputError
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.configs import FAST
+from tests.factories import InertCall
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -60,3 +72,31 @@ def test_a_backend_without_the_protocol_methods_is_refused_by_name() -> None:
 
     with pytest.raises(InvalidInputError, match=r"Partial \(no patch_status, delete\)"):
         Dispatcher(Partial())  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class LabelCount(InertCall):
+    """Lists the pods of its object's namespace through a method outside the protocol."""
+
+    call_type: ClassVar[str] = "label_count"
+    relevance: ClassVar[int] = 1
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        assert not isinstance(backend, InMemoryApiServer)  # the charging wrapper around it
+        pods = backend.list("Pod", self.ref.namespace)  # type: ignore[attr-defined]
+        return {"count": len(pods.items)}
+
+
+def test_a_call_reaches_any_method_of_the_backend_each_call_a_counted_request(
+    server: InMemoryApiServer,
+) -> None:
+    pod = server.create(make_pod("a"))
+    server.create(make_pod("b"))
+    call_types = default_call_types()
+    call_types.register(LabelCount)
+    metrics = CollectorRegistry()
+    with Dispatcher(server, FAST, call_types=call_types, metrics_registry=metrics) as d:
+        call = LabelCount(ObjectRef.of(pod), basis=pod)
+        assert d.submit(call).result(timeout=10) is Outcome.SUCCESS
+    counted = {"call_type": "label_count", "verb": "list"}
+    assert metrics.get_sample_value("kdispatch_requests_total", counted) == 1
