@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 from kubernetes.aio import client as aclient
+from loguru import logger
 from prometheus_client import CollectorRegistry
 
 from examples.scheduler.ha import LeaderElect
@@ -664,20 +665,34 @@ def test_the_main_job_rides_out_an_apiserver_crash(
 
 
 @contextmanager
-def apiserver_down_for(real: RealCluster, seconds: float) -> Iterator[None]:
-    """kube-apiserver down (``apiserver_down``) for ``seconds`` after the body ran."""
-    with real.plane.apiserver_down():
-        yield
-        time.sleep(seconds)  # the outage's length, not a synchronisation
+def apiserver_down_until_a_call_failed(real: RealCluster) -> Iterator[None]:
+    """kube-apiserver down (``apiserver_down``) until the dispatcher has resolved a call
+    failed, as its log says (at most ``WAIT`` s): longer than that call's eight attempts took,
+    however the rate limiter spread them among the other calls waiting."""
+    failed = threading.Event()
+
+    def sink(message: Any) -> None:
+        if message.record["extra"].get("result") == "failed":
+            failed.set()
+
+    sink_id = logger.add(sink, level="DEBUG", filter="kdispatch")
+    logger.enable("kdispatch")
+    try:
+        with real.plane.apiserver_down():
+            yield
+            assert failed.wait(WAIT), f"no call failed in {WAIT:.0f} s of outage"
+    finally:
+        logger.disable("kdispatch")
+        logger.remove(sink_id)
 
 
 def test_the_main_job_rides_out_an_apiserver_outage_longer_than_its_retries(
     real: RealCluster, radmin: Admin, rns: str, tmp_path: Path
 ) -> None:
-    """kube-apiserver is down for 8 s, far longer than the example scheduler's eight attempts
-    per call take against refused connections: calls fail (``CallFailed``), the scheduler
-    takes their pods up again, and the run still ends clean once the server is back."""
-    fig = run_through(real, radmin, rns, tmp_path, lambda: apiserver_down_for(real, 8.0))
+    """kube-apiserver stays down until a call has failed (``CallFailed``: the example
+    scheduler's eight attempts all refused): the scheduler takes the pods of failed calls up
+    again, and the run still ends clean once the server is back."""
+    fig = run_through(real, radmin, rns, tmp_path, lambda: apiserver_down_until_a_call_failed(real))
     assert fig["calls_failed"] > 0
 
 
