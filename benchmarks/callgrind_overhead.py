@@ -35,7 +35,11 @@ apiserver's work, which is the same for every contender. Contenders: ``kdispatch
 while measured, and no reaper pass either: a pass walks every live actor and comes every
 ``reap_interval`` seconds of wall clock, which callgrind and the machine's load stretch, so
 their count would follow the load), ``upstream_fifo`` (the model of kube-scheduler's
-``APIDispatcher``) and ``blocking`` (inline calls on the submitting thread). Start-up is
+``APIDispatcher``), ``blocking`` (inline calls on the submitting thread, the floor: the
+apiserver's and the call's own work) and, on request, ``kdispatch-no-metrics``,
+``kdispatch-no-charging``, ``kdispatch-no-lanes`` and ``kdispatch-no-backlog``: the
+``kdispatch`` contender with that feature's per-call work switched off
+(:mod:`benchmarks.ablations`), so that the difference is what the feature costs. Start-up is
 subtracted the same way: each contender runs once with ``--w2-base`` and once with
 ``--w2-calls`` calls; both runs create the same ``WARMUP + --w2-calls`` pods, send ``WARMUP``
 warm-up calls (awaited), freeze the set-up out of the collector's reach (as W2 does), then
@@ -62,6 +66,7 @@ from concurrent.futures import wait
 from pathlib import Path
 from typing import Any
 
+from benchmarks.ablations import ABLATIONS, switch_off
 from benchmarks.workloads.common import (
     http_server_process,
     publish,
@@ -76,6 +81,8 @@ WARMUP = 50
 PATHS = ("direct", "dispatcher")
 VALGRIND = "valgrind"
 W2_CONTENDERS = ("kdispatch", "upstream_fifo", "blocking")
+W2_ABLATED = tuple(f"kdispatch-no-{feature}" for feature in ABLATIONS)
+"""The ``kdispatch`` contender with one feature switched off (:mod:`benchmarks.ablations`)."""
 W2_RATIOS = {"w2_kdispatch_vs_upstream": "upstream_fifo", "w2_kdispatch_vs_inline": "blocking"}
 """Summary key → the contender kdispatch's instructions per call are divided by."""
 
@@ -197,7 +204,9 @@ def w2_client(contender: str, calls: int, pods: int) -> dict[str, Any]:
     objs = create_pods(server, WARMUP + pods, "w2")
     conds = [unschedulable(f"attempt 1 of pod {i}") for i in range(len(objs))]
     submit: Any
-    if contender == "kdispatch":  # as W2's contender builds it, never reaping while measured
+    if contender.startswith("kdispatch-no-"):
+        switch_off({contender.removeprefix("kdispatch-no-")})
+    if contender.startswith("kdispatch"):  # as W2's contender builds it, never reaping
         config = DispatcherConfig(
             rate_limit=RateLimitConfig(qps=math.inf, burst=100),
             executor=ExecutorConfig(workers=WORKERS),
@@ -366,7 +375,7 @@ def run_w2(calls: int, base: int, rounds: int, contenders: list[str]) -> dict[st
 def _w2_round_line(r: int, entry: dict[str, Any]) -> str:
     parts = [
         f"{name} {entry[name]['instructions_per_call'] / 1e3:,.0f}k"
-        for name in W2_CONTENDERS
+        for name in (*W2_CONTENDERS, *W2_ABLATED)
         if name in entry
     ]
     ratios = [f"{key} {entry[key]:.3f}" for key in W2_RATIOS if key in entry]
@@ -399,8 +408,8 @@ def _table(result: dict[str, Any]) -> str:
     if "w2" in s:
         lines.append("W2 on the in-memory apiserver, instructions per call, median (min-max)")
         for name, v in s["w2"].items():
-            if name in W2_CONTENDERS:
-                lines.append(f"  {name:14s} {_k(v)}")
+            if name in W2_CONTENDERS or name in W2_ABLATED:
+                lines.append(f"  {name:22s} {_k(v)}")
         for key in W2_RATIOS:
             if key in s["w2"]:
                 v = s["w2"][key]
@@ -425,7 +434,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--path", choices=PATHS, default="direct", help=argparse.SUPPRESS)
-    parser.add_argument("--w2-client", choices=W2_CONTENDERS, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--w2-client", choices=W2_CONTENDERS + W2_ABLATED, default=None, help=argparse.SUPPRESS
+    )
     parser.add_argument("--pods", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -441,8 +452,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     contenders = [c for c in args.w2_contenders.split(",") if c]
     if not 1 <= args.base < args.calls or not 1 <= args.w2_base < args.w2_calls:
         parser.error("need 1 <= --base < --calls and 1 <= --w2-base < --w2-calls")
-    if args.rounds < 1 or not contenders or not set(contenders) <= set(W2_CONTENDERS):
-        parser.error(f"need --rounds >= 1 and --w2-contenders among {W2_CONTENDERS}")
+    known = W2_CONTENDERS + W2_ABLATED
+    if args.rounds < 1 or not contenders or not set(contenders) <= set(known):
+        parser.error(f"need --rounds >= 1 and --w2-contenders among {known}")
     load_start = list(os.getloadavg())
     result: dict[str, Any] = {"rounds": [], "summary": {}}
     if args.only != "w2":

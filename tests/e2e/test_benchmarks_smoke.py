@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 
 from benchmarks.__main__ import _parse, run
+from benchmarks.ablations import ABLATIONS, switch_off
 from benchmarks.baselines import ClientRateLimiter, UpstreamFifoContender
 from benchmarks.workloads import WORKLOADS
 from benchmarks.workloads.common import unschedulable
 from benchmarks.workloads.contenders import CONTENDERS
 from kdispatch.actors.model.errors import Outcome
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from tests.subprocesses import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -300,6 +302,45 @@ def test_callgrind_overhead_clients_patch_the_server_and_the_driver_subtracts_st
     assert "+50.0%" in cg._table(result)
     match = cg._SUMMARY.search("events: Ir\nsummary: 1878827748\ntotals: 1878827748\n")
     assert match is not None and match.group(1) == "1878827748"
+
+
+_ABLATION_PROBE = """
+import json, sys
+from benchmarks.ablations import switch_off
+from kdispatch import Dispatcher, Outcome, PodStatusPatch
+from kdispatch.actors.engine import sender
+from kdispatch.testing import InMemoryApiServer, make_pod
+switch_off(set(sys.argv[1:]))
+server = InMemoryApiServer()
+pod = server.create(make_pod("p", uid="u-p"))
+d = Dispatcher(server).start()
+outcome = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1")).result(10)
+stats = d.stats()
+print(json.dumps({
+    "success": outcome is Outcome.SUCCESS,
+    "on_server": server.get("Pod", "default", "p")["status"].get("nominatedNodeName"),
+    "metrics": bool(stats["outcomes"]) and bool(stats["sent"]),
+    "charging": sender.ChargedBackend(None, server, None).patch_status != server.patch_status,
+    "lanes": d.tokens_taken == 1,
+    "backlog": bool(d._backlog.lanes),
+}))
+d.stop()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("feature", ["", *ABLATIONS])
+def test_each_ablation_switches_off_its_feature_only_and_calls_still_land(feature: str) -> None:
+    """The W2 diagnostic contenders (``kdispatch-no-<feature>``): with one feature switched off
+    (in a child process: it patches classes), a status patch still lands on the server, that
+    feature's trace is gone and every other feature's is there."""
+    proc = run_command([sys.executable, "-c", _ABLATION_PROBE, *([feature] if feature else [])])
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen.pop("success") is True and seen.pop("on_server") == "n1"
+    assert seen == {name: name != feature for name in ABLATIONS}
+    with pytest.raises(ValueError, match="unknown ablations"):
+        switch_off({"everything"})
 
 
 def test_process_executor_benchmark_ratios_are_taken_within_a_round() -> None:
