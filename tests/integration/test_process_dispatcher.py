@@ -65,21 +65,54 @@ WAIT = 30.0
 """Upper bound of any single wait."""
 
 
+class Gate:
+    """Where held requests wait: open (the default) lets every one through; closed, only as
+    many as :meth:`let_through` allowed."""
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self._cond = cond
+        self._open = True
+        self._passes = 0
+
+    def set(self) -> None:
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
+
+    def clear(self) -> None:
+        with self._cond:
+            self._open = False
+
+    def let_through(self, n: int) -> None:
+        """The next ``n`` requests that wait (or wait already) pass; the gate stays closed."""
+        with self._cond:
+            self._passes += n
+            self._cond.notify_all()
+
+    def pass_one(self) -> bool:
+        """Caller holds the condition: whether a waiting request may go now."""
+        if self._open:
+            return True
+        if self._passes:
+            self._passes -= 1
+            return True
+        return False
+
+
 class HeldSleep:
-    """The server's ``sleep``: requests with a latency wait on ``gate`` (open by default);
-    ``arrived`` counts them so a test can wait until N are in flight on the server."""
+    """The server's ``sleep``: requests with a latency wait at ``gate``; ``arrived`` counts
+    them so a test can wait until N are in flight on the server."""
 
     def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.gate.set()
-        self.arrived = 0
         self._cond = threading.Condition()
+        self.gate = Gate(self._cond)
+        self.arrived = 0
 
     def __call__(self, _seconds: float) -> None:
         with self._cond:
             self.arrived += 1
             self._cond.notify_all()
-        assert self.gate.wait(WAIT), "gate never opened"
+            assert self._cond.wait_for(self.gate.pass_one, WAIT), "gate never opened"
 
     def wait_arrived(self, n: int) -> None:
         with self._cond:
@@ -459,6 +492,12 @@ def test_window_bounds_calls_in_the_child_and_bindings_overtake(cluster: Cluster
         patches = once.track(_held_window(cluster, d, [f"w{i}" for i in range(8)]))
         bind = once.track([d.submit(PodBinding.for_pod(cluster.pod("b"), "node-1"))])
         assert d.waiting == 7  # six patches and the binding wait here, not in the child
+        # The two held patches end; the two calls that take their room are held in turn, so
+        # nothing else can leave the parent before them (requests of two workers that run
+        # at once may reach the server's log in either order).
+        cluster.held.gate.let_through(2)
+        cluster.held.wait_arrived(4)
+        assert (d.in_flight, d.waiting) == (2, 5)
         cluster.held.gate.set()
         _done, pending = wait([*patches, *bind], timeout=WAIT)
         assert not pending
