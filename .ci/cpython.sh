@@ -8,7 +8,8 @@ version="$1"
 minor="${version%.*}"
 prefix="${XDG_CACHE_HOME:-$HOME/.cache}/kdispatch/cpython-$version"
 py="$prefix/bin/python$minor"
-if [ -x "$py" ] && "$py" -c "import ssl, sqlite3, zlib, ctypes" 2>/dev/null; then
+usable() { [ -x "$py" ] && "$py" -c "import ssl, sqlite3, zlib, ctypes" 2>/dev/null; }
+if usable; then
     echo "$py"
     exit 0
 fi
@@ -26,7 +27,7 @@ if ! (cd "$work"/Python-"$version" && ./configure -q --prefix="$prefix" >/dev/nu
     rm -rf "$prefix"
     exit 0
 fi
-if "$py" -c "import ssl, sqlite3, zlib, ctypes" 2>/dev/null; then
+if usable; then
     echo "$py"
 else
     echo "CPython $version built without ssl, sqlite3, zlib or ctypes" >&2

@@ -83,6 +83,8 @@ VALGRIND = "valgrind"
 W2_CONTENDERS = ("kdispatch", "upstream_fifo", "blocking")
 W2_ABLATED = tuple(f"kdispatch-no-{feature}" for feature in ABLATIONS)
 """The ``kdispatch`` contender with one feature switched off (:mod:`benchmarks.ablations`)."""
+W2_KNOWN = W2_CONTENDERS + W2_ABLATED
+"""Every W2 contender, in the order they are reported."""
 W2_RATIOS = {"w2_kdispatch_vs_upstream": "upstream_fifo", "w2_kdispatch_vs_inline": "blocking"}
 """Summary key → the contender kdispatch's instructions per call are divided by."""
 
@@ -375,7 +377,7 @@ def run_w2(calls: int, base: int, rounds: int, contenders: list[str]) -> dict[st
 def _w2_round_line(r: int, entry: dict[str, Any]) -> str:
     parts = [
         f"{name} {entry[name]['instructions_per_call'] / 1e3:,.0f}k"
-        for name in (*W2_CONTENDERS, *W2_ABLATED)
+        for name in W2_KNOWN
         if name in entry
     ]
     ratios = [f"{key} {entry[key]:.3f}" for key in W2_RATIOS if key in entry]
@@ -408,7 +410,7 @@ def _table(result: dict[str, Any]) -> str:
     if "w2" in s:
         lines.append("W2 on the in-memory apiserver, instructions per call, median (min-max)")
         for name, v in s["w2"].items():
-            if name in W2_CONTENDERS or name in W2_ABLATED:
+            if name in W2_KNOWN:
                 lines.append(f"  {name:22s} {_k(v)}")
         for key in W2_RATIOS:
             if key in s["w2"]:
@@ -434,9 +436,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--path", choices=PATHS, default="direct", help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--w2-client", choices=W2_CONTENDERS + W2_ABLATED, default=None, help=argparse.SUPPRESS
-    )
+    parser.add_argument("--w2-client", choices=W2_KNOWN, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--pods", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
@@ -452,9 +452,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     contenders = [c for c in args.w2_contenders.split(",") if c]
     if not 1 <= args.base < args.calls or not 1 <= args.w2_base < args.w2_calls:
         parser.error("need 1 <= --base < --calls and 1 <= --w2-base < --w2-calls")
-    known = W2_CONTENDERS + W2_ABLATED
-    if args.rounds < 1 or not contenders or not set(contenders) <= set(known):
-        parser.error(f"need --rounds >= 1 and --w2-contenders among {known}")
+    if args.rounds < 1 or not contenders or not set(contenders) <= set(W2_KNOWN):
+        parser.error(f"need --rounds >= 1 and --w2-contenders among {W2_KNOWN}")
     load_start = list(os.getloadavg())
     result: dict[str, Any] = {"rounds": [], "summary": {}}
     if args.only != "w2":
