@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import math
 from typing import Any, Final, TypeVar
 
-from kdispatch.actors.model.errors import InvalidInputError, KdispatchError, Outcome
+from kdispatch.actors.model.errors import KdispatchError, Outcome
 
 from .messages import CallFuture
 
@@ -35,20 +34,6 @@ def running_loop(what: str) -> asyncio.AbstractEventLoop:
         raise NoEventLoopError(
             f"{what} must be called from a coroutine on a running event loop"
         ) from None
-
-
-def check_timeout(timeout: object) -> float | None:
-    """``timeout`` as a positive float or None; :class:`InvalidInputError` otherwise."""
-    if timeout is None:
-        return None
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not timeout > 0  # also refuses NaN
-        or math.isinf(timeout)
-    ):
-        raise InvalidInputError(f"timeout must be a positive number or None, got {timeout!r}")
-    return float(timeout)
 
 
 def wrap_call_future(

@@ -30,7 +30,7 @@ from loguru import logger
 
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.calls import BEST_EFFORT
-from kdispatch.actors.model.config import ExecutorConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.config import MAX_WAIT, ExecutorConfig, RateLimitConfig, RetryConfig
 from kdispatch.actors.model.effects import Done, Result, Send
 from kdispatch.actors.model.errors import DispatcherClosed, RequestDropped
 
@@ -292,7 +292,9 @@ class Executor(LaneScheduler):
                 wake_at = self._delayed[0][0] if self._delayed else math.inf
                 if self._token_at is not None:
                     wake_at = min(wake_at, self._token_at)
-                timeout = max(0.0, wake_at - self._clock()) if wake_at < math.inf else None
+                timeout = None
+                if wake_at < math.inf:  # far off (a tiny QPS): wait what a lock can, then again
+                    timeout = min(max(0.0, wake_at - self._clock()), MAX_WAIT)
                 self._timer_cond.wait(timeout)
                 self._token_at = None
                 grants = self._grant_locked()

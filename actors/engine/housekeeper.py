@@ -10,6 +10,8 @@ from typing import Any, Final
 import pykka
 from loguru import logger
 
+from kdispatch.actors.model.config import MAX_WAIT
+
 from .registry import Registry
 
 __all__ = ["Housekeeper"]
@@ -28,7 +30,7 @@ class Housekeeper(pykka.ThreadingActor):
     def __init__(self, registry: Registry, interval: float, winding_down: threading.Event):
         super().__init__()
         self._registry = registry
-        self._interval = interval
+        self._interval = min(interval, MAX_WAIT)  # longer: as long as an event can wait
         self._winding_down = winding_down
 
     def on_start(self) -> None:

@@ -45,7 +45,7 @@ from kdispatch.actors.engine.registry import Registry
 from kdispatch.actors.model.backend import ApiBackend, missing_methods
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
-from kdispatch.actors.model.config import DispatcherConfig
+from kdispatch.actors.model.config import DispatcherConfig, check_timeout
 from kdispatch.actors.model.errors import (
     CallCancelled,
     CallFailed,
@@ -155,18 +155,20 @@ class Dispatcher(GroupHostMixin):
         ``stop()`` unfreezes."""
         self._gc.freeze()
 
-    def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
+    def stop(self, drain: bool = True, timeout: float | None = 30.0) -> bool:
         """Caller thread. Stop intake; with ``drain``, let pending calls finish until
-        ``timeout``; then resolve everything left with :class:`DispatcherClosed`, stop this
-        dispatcher's actors and threads (never pykka's global ``stop_all``). Returns True if
-        every call finished before the deadline. Idempotent: a later call returns the first
-        one's answer.
+        ``timeout`` seconds passed (None: until they all finished); then resolve everything left
+        with :class:`DispatcherClosed`, stop this dispatcher's actors and threads (never pykka's
+        global ``stop_all``). Returns True if every call finished before the deadline.
+        Idempotent: a later call returns the first one's answer. A ``timeout`` that is not a
+        number >= 0 or None raises :class:`~kdispatch.InvalidInputError`, and stops nothing.
 
         Returns within ``timeout`` + about 0.5 s whatever the backlog (one short grace period
         after the drain, the rest settled in bulk). A request still on the wire then is not
         waited for: its future resolves :class:`DispatcherClosed` (whether it landed is
         unknown) and its worker thread ends when the request returns."""
-        deadline = time.monotonic() + timeout
+        seconds = check_timeout(timeout, allow_zero=True)
+        deadline = None if seconds is None else time.monotonic() + seconds
         with self._state_lock:
             if self._closed:  # the first stop's answer, or where it stands while it runs
                 return self._drained if self._drained is not None else not self._backlog.outstanding
@@ -180,8 +182,8 @@ class Dispatcher(GroupHostMixin):
                 self._drain_waiters += 1
                 try:
                     while self._backlog.outstanding:
-                        left = deadline - time.monotonic()
-                        if left <= 0:
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
                             break
                         self._state_lock.wait(left)
                 finally:
@@ -189,7 +191,7 @@ class Dispatcher(GroupHostMixin):
             drained = not self._backlog.outstanding if drain else idle
             self._ctx.closing = True
         # One deadline for every phase from here on.
-        end = max(deadline, time.monotonic()) + _STOP_GRACE
+        end = max(deadline or 0.0, time.monotonic()) + _STOP_GRACE
         _stop_housekeeper(self._housekeeper, self._winding_down, end)
         # no request starts any more; a request on the wire ends first (until the grace period)
         self._executor.stop(timeout=max(0.0, end - time.monotonic()))
@@ -310,8 +312,9 @@ class Dispatcher(GroupHostMixin):
         """Caller thread (blocks for one actor round trip; never from an actor). The object as
         last observed with in-flight and pending mutations applied, or None if untracked."""
         check_uid(uid)
+        seconds = check_timeout(timeout)
         reply = self._ask_view(uid)
-        return None if reply is None else reply.result(timeout)
+        return None if reply is None else reply.result(seconds)
 
     async def _aview(self, uid: str, timeout: float | None) -> Obj | None:
         reply = self._ask_view(uid)

@@ -14,10 +14,11 @@ from collections import deque
 from collections.abc import Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack, runtime_checkable
 
-from kdispatch.actors.engine.aio import check_timeout, running_loop, wrap_call_future
+from kdispatch.actors.engine.aio import running_loop, wrap_call_future
 from kdispatch.actors.engine.groups import CallGroup
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.model.calls import BEST_EFFORT, Call, CallTypeRegistry
+from kdispatch.actors.model.config import check_timeout
 from kdispatch.actors.model.errors import DispatcherClosed, InvalidInputError, Outcome
 from kdispatch.actors.model.objects import Obj, check_uid
 from kdispatch.actors.model.pod_calls import PodPreemption, PreemptionOptions, preemption_options

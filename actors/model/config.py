@@ -8,12 +8,34 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Final, Self
 
 from .backoff import backoff_delay
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, InvalidInputError
+
+MAX_WAIT: Final = threading.TIMEOUT_MAX
+"""The longest wait, in seconds, a lock or an event can do (about 292 years): a longer one is
+no limit."""
+
+
+def check_timeout(timeout: object, *, allow_zero: bool = False) -> float | None:
+    """A method's ``timeout`` argument as seconds, or None for no limit (None, or longer than
+    :data:`MAX_WAIT`). :class:`~kdispatch.InvalidInputError` for anything else: not an int or
+    float, NaN, infinite, negative, or 0 unless ``allow_zero``."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not (timeout >= 0 if allow_zero else timeout > 0)  # also refuses NaN
+        or math.isinf(timeout)
+    ):
+        least = "a number >= 0" if allow_zero else "a positive number"
+        raise InvalidInputError(f"timeout must be {least} or None, got {timeout!r}")
+    return None if timeout > MAX_WAIT else float(timeout)
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False, integer: bool = False) -> None:

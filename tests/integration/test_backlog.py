@@ -200,6 +200,17 @@ def test_bad_timeout_is_refused(setup: Setup, timeout: object) -> None:
         setup.make().wait_backlog(1, timeout=timeout)  # type: ignore[arg-type]
 
 
+def test_a_timeout_longer_than_any_lock_can_wait_is_no_limit(setup: Setup) -> None:
+    """A finite timeout above ``threading.TIMEOUT_MAX`` waits like None."""
+    with setup.make().start() as d:
+        futures = held_bindings(setup, d, 2)
+        answer = waiter(d, 1, timeout=1e12)
+        wait_for(lambda: waiting_threads(d) == 1, WAIT, "the waiter waits")
+        setup.gate.let(2)
+        assert answer.result(WAIT) is True
+        assert {f.result(WAIT) for f in futures} == {Outcome.SUCCESS}
+
+
 class TwoTurnstiles:
     """The server's ``sleep`` with one turnstile for bindings (latency 1.0) and one for status
     patches (latency 2.0), so a test lets each kind through on its own."""

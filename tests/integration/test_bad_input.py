@@ -335,6 +335,8 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("over-the-actor-cap", _over_the_actor_cap, ActorLimitExceeded),
     # identities at the facade and informer callbacks
     ("view-malformed-uid", lambda e: e.d.view("not a uid!"), InvalidObjectError),
+    ("view-timeout-a-str", lambda e: e.d.view(e.pod["metadata"]["uid"], "1"), InvalidInputError),  # type: ignore[arg-type]
+    ("view-timeout-nan", lambda e: e.d.view(e.pod["metadata"]["uid"], math.nan), InvalidInputError),
     ("cancel-int-uid", lambda e: e.d.cancel(42), InvalidObjectError),  # type: ignore[arg-type]
     ("on-add-without-metadata", lambda e: e.d.on_add({"kind": "Pod"}), InvalidObjectError),
     ("on-update-not-a-mapping", lambda e: e.d.on_update("pod"), InvalidObjectError),

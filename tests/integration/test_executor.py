@@ -643,3 +643,54 @@ def test_a_member_backing_off_leaves_its_block_so_it_stalls_nothing(
     assert members[2].grants == 1 and other.grants == 0  # m1's token was never taken
     tick(ex, clock, 0.1)
     assert other.grants == 1 and members[1].grants == 0 and ex.backlog() == 1
+
+
+class TimerWatch(ManualClock):
+    """A :class:`ManualClock` that counts the reads of the executor's timer thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer_reads = 0
+
+    def __call__(self) -> float:
+        if threading.current_thread().name.endswith("-timer"):
+            self.timer_reads += 1
+        return self.now
+
+
+class Reader(FakeRef):
+    """A :class:`FakeRef` whose job reads its object: one request, so its token is spent."""
+
+    def on_grant(self) -> None:
+        self.grants += 1
+        assert self.call is not None
+        done = self.executor.job(self, Send(self.call, None, 1, True))
+        if done is not None:
+            self.tell(done)
+
+
+def test_a_token_centuries_away_keeps_the_timer_alive(
+    started: list[Executor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a QPS so low that the next token is further off than a lock can wait, the timer waits
+    what it can and looks again, rather than dying on the wait (it grants every backoff and
+    refill after that)."""
+    died: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    clock = TimerWatch()
+    backend = NullBackend()
+    ex = make(qps=1e-12, burst=1, clock=clock, backend=backend)  # a token every 31,000 years
+    ex.start()
+    started.append(ex)
+    log: list[str] = []
+    first = Reader(ex, probe("first", log))
+    first.ready(1)  # takes the one token
+    first.finished.wait(5.0)
+    reads = clock.timer_reads
+    second = Reader(ex, probe("second", log))
+    second.ready(1)
+    wait_for(lambda: clock.timer_reads > reads, 5.0, "the timer read the next token's time")
+    # stop() takes the lock the timer holds until its wait begins (or until it died)
+    ex.stop(timeout=5)
+    assert died == []
+    assert (first.grants, second.grants, backend.gets) == (1, 0, 1)

@@ -33,7 +33,7 @@ from kdispatch.actors.model.config import (
     RateLimitConfig,
     RetryConfig,
 )
-from kdispatch.actors.model.errors import DispatcherClosed, Outcome
+from kdispatch.actors.model.errors import DispatcherClosed, InvalidInputError, Outcome
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod
 from tests.backends import GatedBackend
@@ -204,6 +204,36 @@ def test_submits_racing_with_stop_never_hang() -> None:
     assert {_outcome(f) for f in every} <= {Outcome.SUCCESS, DispatcherClosed}
     assert isinstance(stopped, bool)
     assert d.outstanding == 0
+
+
+@pytest.mark.parametrize("timeout", [math.nan, math.inf, -1.0, "30", True])
+def test_a_bad_stop_timeout_is_refused_and_stops_nothing(timeout: object) -> None:
+    """``stop()`` checks its timeout before it closes anything: the dispatcher still serves,
+    and a later ``stop()`` drains it."""
+    server = InMemoryApiServer()
+    pods = [server.create(make_pod(f"p{i}")) for i in range(2)]
+    d = Dispatcher(server).start()
+    with pytest.raises(InvalidInputError, match="timeout"):
+        d.stop(timeout=timeout)  # type: ignore[arg-type]
+    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+    assert d.stop(drain=True, timeout=30) is True
+    assert {_outcome(f) for f in futures} == {Outcome.SUCCESS}
+    assert [server.get("Pod", "default", f"p{i}")["spec"]["nodeName"] for i in range(2)] == [
+        "node-1",
+        "node-1",
+    ]
+
+
+def test_stop_without_a_timeout_drains_everything() -> None:
+    """``stop(timeout=None)``: no deadline, every call is sent and resolves with its outcome."""
+    server = InMemoryApiServer(latency=Latency(fixed=0.002))
+    pods = [server.create(make_pod(f"p{i}")) for i in range(100)]
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=2000, burst=1))
+    d = Dispatcher(server, config).start()
+    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+    assert d.stop(drain=True, timeout=None) is True
+    assert {_outcome(f) for f in futures} == {Outcome.SUCCESS}
+    assert server.counts()["bind"] == 100
 
 
 def test_concurrent_and_repeated_stops_are_safe() -> None:
