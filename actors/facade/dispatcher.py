@@ -459,11 +459,15 @@ def _stop_housekeeper(
 def _settle(left: list[tuple[Any, list[Any]]], metrics: Metrics) -> int:
     """Stopping thread, once no actor turn runs: resolve the abandoned actors' open calls and
     queued submissions with :class:`DispatcherClosed`, counted in bulk; how many. A future a
-    late turn resolved meanwhile keeps its answer."""
+    late turn resolved meanwhile keeps its answer. A queued view is answered None, as for an
+    object no longer tracked."""
     closed: dict[str, int] = {}
     for actor, tells in left:
         open_calls: dict[CallFuture, Call] = getattr(actor, "open", None) or {}
         submitted = [(message.future, message.call) for message in tells if type(message) is Submit]
+        for message in tells:
+            if type(message) is View and not message.reply.done():
+                message.reply.set_result(None)
         for future, call in [*open_calls.items(), *submitted]:
             if not future.done() and settle(
                 future, DispatcherClosed("dispatcher stopped before the call completed")

@@ -236,6 +236,48 @@ def test_stop_without_a_timeout_drains_everything() -> None:
     assert server.counts()["bind"] == 100
 
 
+class BlockingOnTheTurn(InMemoryApiServer):
+    """Says it never blocks, so requests run on the actors' own turn; its bindings then set
+    ``arrived`` and wait for ``gate`` (a turn held by a request)."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__(latency=Latency(per_op={"bind": 1.0}), sleep=self._hold)
+        self.gate = gate
+        self.arrived = threading.Event()
+
+    def _hold(self, _seconds: float) -> None:
+        self.arrived.set()
+        self.gate.wait(30)
+
+    @property
+    def non_blocking(self) -> bool:
+        return True
+
+
+def test_a_view_still_queued_when_stop_ends_the_pool_is_answered() -> None:
+    """A view told to an actor whose turn never came (the one pool worker is held) is answered
+    at ``stop()``: None, as for an object no longer tracked, never left waiting."""
+    gate = threading.Event()
+    server = BlockingOnTheTurn(gate)
+    held, viewed = (server.create(make_pod(name)) for name in ("held", "viewed"))
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=math.inf, burst=1))
+    d = Dispatcher(server, config).start()
+    try:
+        cond = {"type": "Example", "status": "True"}
+        assert d.submit(PodStatusPatch.for_pod(viewed, conditions=[cond])).result(30) is (
+            Outcome.SUCCESS
+        )  # the viewed pod has an actor
+        binding = d.submit(PodBinding.for_pod(held, "node-1"))  # holds the one pool worker
+        assert server.arrived.wait(30)
+        reply = d._ask_view(viewed["metadata"]["uid"])  # told, queued behind the held turn
+        assert reply is not None and not reply.done()
+        d.stop(drain=False, timeout=0)
+        assert reply.result(timeout=0) is None
+    finally:
+        gate.set()
+    assert isinstance(binding.exception(30), DispatcherClosed)
+
+
 def test_concurrent_and_repeated_stops_are_safe() -> None:
     server = InMemoryApiServer(latency=Latency(fixed=0.005))
     pods = [server.create(make_pod(f"p{i}")) for i in range(300)]
