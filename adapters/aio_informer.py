@@ -149,13 +149,18 @@ class AioInformer(InformerShell):
         return self
 
     async def stop(self) -> None:
-        """Cancel the task started by :meth:`start` and wait for it to end."""
+        """Cancel the task started by :meth:`start` and wait for it to end. A cancellation of
+        the calling task while it waits is its own: raised, not swallowed."""
         task = self._task
         if task is None:
             return
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Wait until :meth:`has_synced`, then return True. Raises as

@@ -457,6 +457,31 @@ async def test_aio_informer_relists_on_410_with_a_synthetic_delete_for_what_vani
         await informer.stop()
 
 
+@async_test
+async def test_aio_informer_stop_lets_the_callers_own_cancellation_through() -> None:
+    """A task cancelled while it waits in ``stop()`` is cancelled: ``stop()`` swallows only the
+    informer's own cancellation."""
+    api = _ShrinkingPods([])
+    informer = AioInformer(api.list_pod_for_all_namespaces, kind="Pod")
+    informer.start()
+    after: list[str] = []
+
+    async def shutdown() -> None:
+        await informer.stop()
+        after.append("went on")
+
+    try:
+        await informer.wait_for_sync(timeout=WAIT)
+        stopping = asyncio.ensure_future(shutdown())
+        await asyncio.sleep(0)  # now waiting in stop() for the informer's task
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+        assert after == []
+    finally:
+        await informer.stop()
+
+
 class _RecordingPods(_ScriptedPods):
     """:class:`_ScriptedPods` that keeps each request's keyword arguments."""
 
