@@ -60,9 +60,9 @@ def retry_reason(err: ApiError) -> str:
 
 
 class ChargedBackend:
-    """The backend as the requests of one attempt see it: every request passes the send gate,
-    takes a token (the grant's for the first one; later ones wait for theirs) and is counted.
-    The sending thread."""
+    """The backend as the requests of one attempt see it: every request takes a token (the
+    grant's for the first one; later ones wait for theirs), then passes the send gate, checked
+    after any wait and right before the request, and is counted. The sending thread."""
 
     __slots__ = ("_backend", "_call", "_executor", "first_verb", "requests")
 
@@ -74,14 +74,20 @@ class ChargedBackend:
         self.first_verb: str | None = None  # counted with the attempt, once it ended
 
     def _before(self, verb: str) -> None:
+        """Admit one request: a follow-up one waits for its token, and the send gate is
+        checked last, right before the request goes out (a wait for a token can outlast the
+        lease). Raises ``LeadershipLost`` when the gate is closed. The sending thread."""
         ex = self._executor
         gate = ex.send_gate
+        if self.requests:
+            if gate is not None and not gate():  # closed already: wait for no token
+                raise LeadershipLost("not sent: this replica may not write (leader lease)")
+            call = self._call
+            ex.take_followup_token(call.best_effort)
         if gate is not None and not gate():
             raise LeadershipLost("not sent: this replica may not write (leader lease)")
         if self.requests:
-            call = self._call
-            ex.take_followup_token(call.best_effort)
-            ex.metrics.request(call.call_type, verb)
+            ex.metrics.request(self._call.call_type, verb)
         else:
             self.first_verb = verb
         self.requests += 1

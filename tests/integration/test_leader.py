@@ -7,6 +7,7 @@ fence is tested end to end on a dispatcher whose backend holds a request in flig
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from kubernetes.leaderelection.resourcelock import leaselock as _leaselock
 from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.facade.dispatcher import Dispatcher
-from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig
+from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
 from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ConflictError,
@@ -46,6 +47,8 @@ from tests.clocks import ManualClock
 electionconfig: Any = _electionconfig
 leaderelection: Any = _leaderelection
 LeaseLock: Any = _leaselock.LeaseLock
+
+pytestmark = pytest.mark.timeout(60)
 
 
 def lease_body(holder: str = "a", rv: str | None = None) -> dict[str, Any]:
@@ -468,6 +471,49 @@ def test_the_gate_is_checked_before_a_preemptions_delete() -> None:
     finally:
         d.stop(timeout=10)
     assert [r.op for r in server.request_log] == ["patch_status"]
+    assert server.get_object("Pod", "default", "victim") is not None
+
+
+def test_a_follow_up_request_that_waited_for_its_token_past_the_deadline_is_not_sent() -> None:
+    """A preemption's DELETE waits for its rate-limit token after the patch took the only one;
+    the lease's renew deadline passes (``on_lost`` revokes the dispatcher) and only then the
+    token comes: the gate is checked after the wait, so the DELETE is never sent and the pod
+    stays."""
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
+    victim = server.create(make_pod("victim"))
+    elector, lost = _elector(server, "a", clock)
+    elector.step()  # leads; the send deadline is 1010
+    delete_checked = threading.Event()
+    checks = [0]
+
+    def gate() -> bool:
+        checks[0] += 1
+        if checks[0] == 2:  # the DELETE's first look at the gate, before its token wait
+            delete_checked.set()
+        return elector.may_send()
+
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=1.0, burst=1), executor=ExecutorConfig(workers=1)
+    )
+    d = Dispatcher(
+        server, config, metrics_registry=CollectorRegistry(), clock=clock, send_gate=gate
+    ).start()
+    try:
+
+        def on_lost(err: LeadershipLost) -> None:
+            lost.append(err)
+            d.revoke(err)
+
+        elector._on_lost = on_lost
+        future = d.preempt(victim, preemptor="default/vip")
+        assert delete_checked.wait(10), "the DELETE never came to the gate"
+        clock.now = 1010.0  # the deadline passes; the DELETE's token is due by now as well
+        assert elector.check_deadline() and len(lost) == 1  # on_lost ran: leadership is lost
+        d._executor.wake()  # the token wait sees the new time
+        assert isinstance(future.exception(timeout=10), LeadershipLost)
+    finally:
+        d.stop(timeout=10)
+    assert [(r.op, r.name) for r in server.request_log] == [("patch_status", "victim")]
     assert server.get_object("Pod", "default", "victim") is not None
 
 
