@@ -138,7 +138,7 @@ class _Event(NamedTuple):
     namespace: str
     type: EventType
     obj: Json
-    old: Json | None  # the state before a MODIFIED (watches with selectors need it)
+    old: Json | None  # the state before a MODIFIED or DELETED (selectors, list snapshots)
 
 
 ObjectPatchType = Literal["strategic", "merge", "json"]
@@ -631,23 +631,31 @@ class InMemoryApiServer:
         <kdispatch.KubernetesBackend.list>` returns them: an :class:`~kdispatch.ObjectList`
         of the items, the resourceVersion to watch from and the next page's token. Every
         object unless ``limit`` asks for a page: at most ``limit`` objects after
-        ``continue_token``, and the token of the next page (None on the last). Unlike etcd,
-        later pages see the current objects, not a snapshot at the first page's
-        resourceVersion. Any thread."""
+        ``continue_token``, and the token of the next page (None on the last). As with etcd,
+        every page is a snapshot at the first page's resourceVersion (the token carries it)
+        and reports that resourceVersion; ``GoneError`` (410 Expired) when the event history
+        no longer reaches back to it (after :meth:`compact`, or ``history`` events later).
+        Any thread."""
         _check_str("kind", kind)
         if namespace is not None:
             _check_str("namespace", namespace)
         check_page_limit(limit)
-        after = _decode_continue(continue_token)
+        page = _decode_continue(continue_token)
         matches = _predicate(label_selector, field_selector)
         scoped = self._scoped(kind)
+        after: tuple[str, str] | None = None
         with self._lock:
+            if page is None:
+                at, stored = self._rv, self._objects.items()
+            else:
+                at, after = page
+                stored = self._objects_at(kind, at).items()
             snapshots = [
                 obj
-                for (k, ns, _), obj in self._objects.items()
+                for (k, ns, _), obj in stored
                 if k == kind and (namespace is None or scoped or ns == namespace)
             ]
-            rv = str(self._rv)
+        rv = str(at)
         snapshots.sort(key=_sort_key)
         if after is not None:
             snapshots = [o for o in snapshots if _sort_key(o) > after]
@@ -656,7 +664,7 @@ class InMemoryApiServer:
         token = None
         if limit is not None and len(snapshots) > limit:
             snapshots = snapshots[:limit]
-            token = _encode_continue(_sort_key(snapshots[-1]))
+            token = _encode_continue(at, _sort_key(snapshots[-1]))
         return ObjectList([clone(o) for o in snapshots], rv, token)
 
     def watch(
@@ -726,7 +734,8 @@ class InMemoryApiServer:
 
     def compact(self) -> None:
         """Forget the event history (like an etcd compaction): a watch from any resourceVersion
-        older than the current one gets 410 Gone. Any thread."""
+        older than the current one gets 410 Gone, and so does the next page of a list begun
+        before. Any thread."""
         with self._lock:
             self._history.clear()
             self._floor = self._rv
@@ -887,6 +896,32 @@ class InMemoryApiServer:
         meta = data["metadata"]
         return (data["kind"], meta.get("namespace", ""), meta["name"])
 
+    def _objects_at(self, kind: str, rv: int) -> dict[Key, Json]:
+        """The objects of ``kind`` as they were at resourceVersion ``rv``, by key: the stored
+        ones with every later event undone, newest first. ``GoneError`` (410 Expired, as etcd
+        answers a compacted continue token) when the history no longer reaches back to ``rv``.
+        Lock held."""
+        if rv > self._rv:
+            raise InvalidRequestError("invalid continue token", status=400)
+        if rv < self._floor:
+            raise GoneError(
+                "The provided continue parameter is too old to display a consistent list "
+                "result. You can start a new list without the continue parameter."
+            )
+        objects = {key: obj for key, obj in self._objects.items() if key[0] == kind}
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.kind != kind:
+                continue
+            key = self._key_of(event.obj)
+            if event.type == "ADDED":
+                del objects[key]
+            else:
+                assert event.old is not None, "MODIFIED and DELETED keep the state before"
+                objects[key] = event.old
+        return objects
+
     def _admin_object(self, obj: Mapping[str, Any]) -> Json:
         """Validated owned copy of an object given to create/update, namespace normalised."""
         if not isinstance(obj, Mapping):
@@ -1031,7 +1066,7 @@ class InMemoryApiServer:
         del self._objects[self._key_of(cur)]
         self._rv += 1
         last = {**cur, "metadata": {**cur["metadata"], "resourceVersion": str(self._rv)}}
-        self._emit("DELETED", last)
+        self._emit("DELETED", last, cur)
         return last
 
     def _emit(self, event_type: EventType, obj: Json, old: Json | None = None) -> None:
@@ -1110,23 +1145,34 @@ def _sort_key(obj: Json) -> tuple[str, str]:
     return (meta.get("namespace", ""), meta["name"])
 
 
-def _encode_continue(key: tuple[str, str]) -> str:
-    raw = json.dumps(list(key), separators=(",", ":")).encode("utf-8")
+def _encode_continue(rv: int, key: tuple[str, str]) -> str:
+    """The next page's token, as etcd's: the list's resourceVersion and the last key served."""
+    body = {"v": "meta.k8s.io/v1", "rv": rv, "start": list(key)}
+    raw = json.dumps(body, separators=(",", ":")).encode("utf-8")
     return base64.urlsafe_b64encode(raw).decode("ascii")
 
 
-def _decode_continue(token: object) -> tuple[str, str] | None:
+def _decode_continue(token: object) -> tuple[int, tuple[str, str]] | None:
+    """The resourceVersion and the last key of a token from :func:`_encode_continue`; None
+    for no token, 400 ``invalid continue token`` for anything else."""
     if token is None or token == "":
         return None
     if not isinstance(token, str):
         raise InvalidRequestError(f"continue must be a string, got {token!r}")
     try:
-        key = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+        body = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
     except (ValueError, UnicodeError):
         raise InvalidRequestError("invalid continue token", status=400) from None
-    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+    rv = body.get("rv") if isinstance(body, dict) else None
+    key = body.get("start") if isinstance(body, dict) else None
+    if (
+        isinstance(rv, bool)
+        or not isinstance(rv, int)
+        or rv < 1
+        or not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key))
+    ):
         raise InvalidRequestError("invalid continue token", status=400)
-    return (key[0], key[1])
+    return rv, (key[0], key[1])
 
 
 def _predicate(label_selector: str | None, field_selector: str | None) -> Predicate | None:

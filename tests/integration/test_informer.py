@@ -409,6 +409,38 @@ def test_stop_interrupts_backoff_and_not_synced_without_a_list() -> None:
         client.close()  # type: ignore[no-untyped-call]
 
 
+def test_an_object_created_between_two_list_pages_reaches_the_cache(
+    server: InMemoryApiServer,
+    api_client: k8s.ApiClient,
+    run: Callable[..., tuple[Informer, Recorder]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pod ``a`` is created after the first page of the informer's paged list was served and
+    sorts before its continue key: it is in no page (they are a snapshot), and the watch,
+    started from the list's resourceVersion, delivers its ADDED."""
+    for name in ("b", "c", "d"):
+        server.create(make_pod(name))
+    list_pods = server.list
+    pages: list[str] = []
+
+    def list_and_create_between_pages(kind: str, *args: Any, **kwargs: Any) -> Any:
+        page = list_pods(kind, *args, **kwargs)
+        if kind == "Pod" and kwargs.get("limit"):
+            pages.append(page.resource_version)
+            if len(pages) == 1:
+                server.create(make_pod("a"))
+        return page
+
+    monkeypatch.setattr(server, "list", list_and_create_between_pages)
+    inf, rec = run(ClientListWatch(api_client, "Pod", page_size=2, request_timeout=5.0))
+    assert inf.wait_for_sync(WAIT)
+    assert pages == ["3", "3"]  # the second page reports the first one's resourceVersion
+    assert rec.wait_name("a")
+    assert rec.names() == [("add", "b"), ("add", "c"), ("add", "d"), ("add", "a")]
+    stored = {p["metadata"]["uid"] for p in list_pods("Pod").items}
+    assert set(inf.cache) == stored
+
+
 def test_stop_cuts_a_quiet_http_watch(
     api_client: k8s.ApiClient, http_server: ApiServerHTTP
 ) -> None:

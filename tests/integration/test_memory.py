@@ -14,6 +14,7 @@ from kdispatch import (
     AlreadyExistsError,
     ApiBackend,
     ConflictError,
+    GoneError,
     InvalidObjectError,
     InvalidRequestError,
     NotFoundError,
@@ -21,7 +22,10 @@ from kdispatch import (
 )
 from kdispatch.testing import InMemoryApiServer, make_claim, make_node, make_pod
 from kdispatch.testing.memory import Watch
+from tests.backends import nominate
 from tests.memory_server import conditions, drain, patch, rv, uid
+
+pytestmark = pytest.mark.timeout(30)
 
 
 def test_is_an_api_backend(server: InMemoryApiServer) -> None:
@@ -124,6 +128,64 @@ def test_list_sorted_filtered_with_rv(server: InMemoryApiServer) -> None:
     ]
     assert list_rv == "4"
     assert [i["metadata"]["name"] for i in server.list("Pod", namespace="a").items] == ["y", "z"]
+
+
+def _names(items: list[dict[str, Any]]) -> list[str]:
+    return [i["metadata"]["name"] for i in items]
+
+
+def test_later_pages_of_a_list_are_a_snapshot_at_the_first_pages_resource_version(
+    server: InMemoryApiServer,
+) -> None:
+    """As etcd serves them: whatever changes between two pages, the next page shows the objects
+    as they were when the first page was served, and reports its resourceVersion."""
+    for name in ("b", "c", "d", "f"):
+        server.create(make_pod(name))
+    server.create(make_pod("b", namespace="other"))
+    first = server.list("Pod", "default", limit=2)
+    assert _names(first.items) == ["b", "c"] and first.resource_version == "5"
+    server.create(make_pod("a"))  # sorts before the continue key
+    server.create(make_pod("e"))  # sorts after it
+    d = server.get_object("Pod", "default", "d")
+    assert d is not None
+    nominate(server, "d", "n1", uid=uid(d))
+    server.remove("Pod", "default", "f")
+    server.create(make_pod("g"))  # created and deleted between the pages
+    server.remove("Pod", "default", "g")
+    rest = server.list("Pod", "default", limit=2, continue_token=first.continue_token)
+    assert _names(rest.items) == ["d", "f"]  # not a, e or g; f as it was before its deletion
+    assert rest.items[0] == d  # d before the patch
+    assert rest.resource_version == first.resource_version
+    assert rest.continue_token is None
+    assert _names(server.list("Pod", "default").items) == ["a", "b", "c", "d", "e"]
+
+
+def test_a_continue_token_the_history_no_longer_reaches_is_expired() -> None:
+    """The 410 Expired etcd answers for a continue token older than a compaction: after
+    ``compact``, or once ``history`` events were written since the first page."""
+    server = InMemoryApiServer(history=2)
+    for name in ("a", "b", "c"):
+        server.create(make_pod(name))
+    first = server.list("Pod", limit=1)
+    server.create(make_pod("d"))
+    server.create(make_pod("e"))  # the history still reaches back to the first page
+    assert _names(server.list("Pod", limit=9, continue_token=first.continue_token).items) == [
+        "b",
+        "c",
+    ]
+    server.create(make_pod("f"))  # now it does not
+    with pytest.raises(GoneError, match="continue parameter is too old"):
+        server.list("Pod", limit=9, continue_token=first.continue_token)
+    first = server.list("Pod", limit=1)
+    server.compact()  # nothing was written since the first page: it is still served
+    rest = server.list("Pod", limit=9, continue_token=first.continue_token)
+    assert _names(rest.items) == ["b", "c", "d", "e", "f"]
+    server.create(make_pod("g"))
+    server.compact()
+    with pytest.raises(GoneError):
+        server.list("Pod", limit=9, continue_token=first.continue_token)
+    with pytest.raises(InvalidRequestError, match="invalid continue token"):
+        server.list("Pod", limit=1, continue_token="bm90LWpzb24=")
 
 
 # ----------------------------------------------------------------------------- patch_status

@@ -12,9 +12,17 @@ from typing import Any
 
 import pytest
 
-from kdispatch.actors.model.errors import ConflictError, InvalidRequestError
+from kdispatch.actors.model.errors import ConflictError, GoneError, InvalidRequestError
 from tests.realapi.cluster import Admin, Reply, Target
-from tests.realapi.objects import claim_body, new_pod, pod_body, uid_rv, watch_once
+from tests.realapi.objects import (
+    claim_body,
+    new_claim,
+    new_pod,
+    pod_body,
+    remove_pod,
+    uid_rv,
+    watch_once,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -344,3 +352,46 @@ def test_a_continued_list_takes_no_resource_version(target: Target, admin: Admin
         rest = backend.list("Pod", ns, limit=2, continue_token=first.continue_token)
         assert [p["metadata"]["name"] for p in rest.items] == ["c"]
         assert rest.continue_token is None
+
+
+def test_later_pages_of_a_list_are_a_snapshot_of_the_first(
+    target: Target, admin: Admin, ns: str
+) -> None:
+    """Whatever changes between two pages, the next one shows the objects as they were when
+    the first was served, and reports the first page's resourceVersion."""
+    for name in ("b", "c", "d", "f"):
+        new_pod(admin, ns, name)
+    with target.backend() as backend:
+        first = backend.list("Pod", ns, limit=2)
+        assert [p["metadata"]["name"] for p in first.items] == ["b", "c"]
+        d = admin.get_pod(ns, "d")
+        new_pod(admin, ns, "a")  # sorts before the continue key
+        new_pod(admin, ns, "e")
+        admin.ok("PATCH", admin.pod_path(ns, "d"), {"metadata": {"labels": {"x": "y"}}},
+                 content_type=MERGE)  # fmt: skip
+        remove_pod(admin, ns, "f")
+        rest = backend.list("Pod", ns, limit=2, continue_token=first.continue_token)
+        assert [p["metadata"]["name"] for p in rest.items] == ["d", "f"]
+        assert rest.items[0]["metadata"]["resourceVersion"] == d["metadata"]["resourceVersion"]
+        assert rest.resource_version == first.resource_version
+        assert rest.continue_token is None
+
+
+def test_a_continue_token_older_than_a_compaction_is_expired(
+    target: Target, admin: Admin, ns: str
+) -> None:
+    """ResourceClaims are listed from etcd on both targets (no watch cache, cluster.py): a
+    continue token whose resourceVersion was compacted away is 410 Expired."""
+    for name in ("c1", "c2"):
+        new_claim(admin, ns, name)
+    with target.backend() as backend:
+        first = backend.list("ResourceClaim", ns, limit=1)
+        assert first.continue_token
+        new_claim(admin, ns, "c3")
+        target.compact()
+        with pytest.raises(GoneError) as info:
+            backend.list("ResourceClaim", ns, limit=1, continue_token=first.continue_token)
+        assert info.value.status == 410 and info.value.reason == "Expired"
+        assert "The provided continue parameter is too old to display a consistent list" in str(
+            info.value
+        )
