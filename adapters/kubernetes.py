@@ -240,9 +240,13 @@ class KubernetesBackend:
         page_size: int = 500,
     ) -> tuple[builtins.list[dict[str, Any]], str]:
         """Every object of ``kind``, following ``continue`` tokens page by page, and the
-        resourceVersion of the list (to watch from). Calling thread."""
+        resourceVersion of the list (to watch from): the first page's, as client-go's pager
+        takes it. kube-apiserver serves every page from that snapshot; a server whose later
+        pages see newer objects still loses no change to a watch from there (it replays what
+        changed while the pages were read). Calling thread."""
         items: builtins.list[dict[str, Any]] = []
         token: str | None = None
+        resource_version: str | None = None
         while True:
             page = self.list(
                 kind,
@@ -253,8 +257,10 @@ class KubernetesBackend:
                 continue_token=token,
             )
             items.extend(page.items)
+            if resource_version is None:
+                resource_version = page.resource_version
             if not page.continue_token:
-                return items, page.resource_version
+                return items, resource_version
             token = page.continue_token
 
     def watch(

@@ -34,6 +34,7 @@ from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
 from tests.backends import nominate
 from tests.factories import pod
+from tests.memory_server import drain
 from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, Recorder, running_informers
 
 pytestmark = pytest.mark.timeout(30)
@@ -439,6 +440,35 @@ def test_an_object_created_between_two_list_pages_reaches_the_cache(
     assert rec.names() == [("add", "b"), ("add", "c"), ("add", "d"), ("add", "a")]
     stored = {p["metadata"]["uid"] for p in list_pods("Pod").items}
     assert set(inf.cache) == stored
+
+
+def test_a_paged_list_is_watched_from_its_first_pages_resource_version(
+    server: InMemoryApiServer, api_client: k8s.ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose later pages are not a snapshot (they report a newer resourceVersion):
+    the list's resourceVersion is the first page's, as client-go's pager takes it, so a watch
+    from it replays the pod created between the pages."""
+    for name in ("b", "c", "d"):
+        server.create(make_pod(name))
+    list_pods = server.list
+
+    def later_pages_see_now(kind: str, *args: Any, **kwargs: Any) -> Any:
+        page = list_pods(kind, *args, **kwargs)
+        if not kwargs.get("continue_token"):
+            server.create(make_pod("a"))  # after the first page, before the second
+            return page
+        now = list_pods(kind, *args, **{**kwargs, "continue_token": None, "limit": None})
+        return page._replace(resource_version=now.resource_version)
+
+    monkeypatch.setattr(server, "list", later_pages_see_now)
+    items, rv = ClientListWatch(api_client, "Pod", page_size=2, request_timeout=5.0).list()
+    assert [i["metadata"]["name"] for i in items] == ["b", "c", "d"]
+    assert rv == "3"
+    w = server.watch("Pod", resource_version=rv)
+    try:
+        assert [(e.type, e.object["metadata"]["name"]) for e in drain(w)] == [("ADDED", "a")]
+    finally:
+        w.stop()
 
 
 def test_stop_cuts_a_quiet_http_watch(
