@@ -208,6 +208,10 @@ class LeaseElector:
         self.metrics = LeaderMetrics(metrics_registry)
         self.metrics.is_leader.labels(config.name).set(0)
         self._cond = threading.Condition(threading.Lock())
+        # Held for a whole acquire-or-renew attempt (its requests included): release() takes
+        # it after ending the campaign, so no attempt writes the lease once it was freed.
+        # Reentrant: on_lost may release from inside an attempt.
+        self._attempt = threading.RLock()
         self._leading = False
         self._deadline = -math.inf
         self._lost: LeadershipLost | None = None
@@ -321,10 +325,11 @@ class LeaseElector:
         return self
 
     def stop(self, *, release: bool = True, timeout: float = 10.0) -> bool:
-        """Caller thread. Stop campaigning; with ``release``, give the lease up if held (the
-        send gate closes first, then the Lease is written free with a 1 s duration, as
-        client-go's ``ReleaseOnCancel`` does, so a follower takes over at its next retry).
-        Call it after the dispatcher drained. Returns True if the lease was released.
+        """Caller thread. Stop campaigning and join the elector's threads; with ``release``,
+        give the lease up if held (:meth:`release`: the send gate closes first, then the Lease
+        is written free with a 1 s duration, as client-go's ``ReleaseOnCancel`` does, so a
+        follower takes over at its next retry). Call it after the dispatcher drained. Returns
+        True if the lease was released now (False if :meth:`release` already freed it).
         Idempotent."""
         with self._cond:
             self._stopped = True
@@ -338,14 +343,22 @@ class LeaseElector:
         return released
 
     def release(self) -> bool:
-        """Any thread. Close the send gate and free the lease if the last version this replica
-        wrote or read names it as the holder, past the renew deadline too: the write carries
-        that version's resourceVersion, so it frees the lease only if nobody wrote it since.
-        On a 409 the lease is read once more, and a newer version that still names this
-        replica (a renewal that landed as the election stopped) is released in its turn."""
+        """Any thread. End the campaign (this elector never takes the lease again, so a
+        follower takes over at its next retry; its threads end by themselves, :meth:`stop`
+        joins them), close the send gate, wait for an attempt in flight to end (bounded by
+        its request timeout), and free the lease if the last version this replica wrote or
+        read names it as the holder, past the renew deadline too: the write carries that
+        version's resourceVersion, so it frees the lease only if nobody wrote it since. On a
+        409 the lease is read once more, and a newer version that still names this replica
+        (a renewal that landed as the election stopped) is released in its turn. Returns
+        True if the lease was freed now."""
         with self._cond:
+            self._stopped = True
             if self._leading:
                 self._set_follower_locked()
+            self._cond.notify_all()
+        # after an attempt in flight ended, none writes again (each sees _stopped)
+        with self._attempt, self._cond:
             lease = self._lease
         cfg = self.config
         try:
@@ -378,7 +391,12 @@ class LeaseElector:
 
     def step(self) -> None:
         """Election thread (or a test). One acquire-or-renew attempt, as client-go's
-        ``tryAcquireOrRenew``."""
+        ``tryAcquireOrRenew``; none once stopped, released or lost."""
+        with self._attempt:
+            self._step()
+
+    def _step(self) -> None:
+        """:meth:`step` with the attempt lock held. Election thread (or a test)."""
         cfg = self.config
         with self._cond:
             if self._lost is not None or self._stopped:

@@ -317,6 +317,53 @@ def test_release_hands_over_at_the_next_retry() -> None:
     assert _holder(server) == "b"
 
 
+def test_a_released_elector_never_takes_the_lease_back() -> None:
+    """``release`` ends the campaign: later attempts write nothing, even to a free lease."""
+    server, clock, a, lost = _a_leads()
+    assert a.release()
+    for _ in range(3):
+        clock.now += 2
+        a.step()
+    assert _holder(server) == "" and not a.may_send() and not lost
+    assert [w.op for w in server.leases.writes] == ["create", "update"]
+    assert not a.wait_for_leadership(timeout=0)
+
+
+def test_release_on_a_running_elector_hands_over_to_the_follower() -> None:
+    """Threads on the real clock: after ``release`` the leader's election loop ends by itself
+    and the follower takes the lease at its next retry."""
+    server = InMemoryApiServer()
+
+    def start(identity: str) -> LeaseElector:
+        cfg = ElectionConfig(
+            "sched", identity=identity, lease_duration=1.5, renew_deadline=1.0, retry_period=0.1
+        )
+        return LeaseElector(MemoryLeaseClient(server, writer=identity), cfg).start()
+
+    a = start("a")
+    a_threads = [t for t in threading.enumerate() if t.name.startswith("kdispatch-leader-")]
+    b: LeaseElector | None = None
+    try:
+        assert a.wait_for_leadership(5.0)
+        b = start("b")
+        assert a.release()
+        assert not a.may_send()
+        assert len(a_threads) == 2  # the election loop and the watchdog
+        for t in a_threads:
+            t.join(5.0)
+            assert not t.is_alive(), f"{t.name} still runs after release"
+        assert b.wait_for_leadership(5.0)
+        assert _holder(server) == "b"
+        a_writes = [w for w in server.leases.writes if w.writer == "a"]
+        assert a_writes[-1].holder == ""  # a's last write freed the lease
+        assert not a.is_leader and a.lost is None
+    finally:
+        if b is not None:
+            b.stop(release=True)
+        a.stop(release=True)
+    assert _holder(server) == ""
+
+
 def test_release_after_the_renew_deadline_still_frees_an_untouched_lease() -> None:
     """A drain that used the whole renew window (or renewals starved on a loaded machine):
     the lease still names this replica and nobody wrote it since, so releasing it is safe."""
@@ -616,10 +663,16 @@ def test_send_deadline_closes_at_once_when_another_holder_is_seen_or_on_release(
     assert b.release()
     assert b_told == [0.0, 1011.0, 0.0] and not b_lost
     clock.now += 5
-    b.step()  # released, not lost: it may lead again
-    assert b_told[-1] == 1016.0
-    b.stop(release=False)
-    assert b_told[-1] == 0.0
+    b.step()  # released, not lost; but the campaign is over: it never leads again
+    assert b_told == [0.0, 1011.0, 0.0] and not b.is_leader
+
+    server3 = InMemoryApiServer()
+    c, _ = _elector(server3, "c", clock)
+    c_told: list[float] = []
+    c.watch_send_deadline(c_told.append)
+    c.step()
+    c.stop(release=False)
+    assert c_told == [0.0, 1016.0, 0.0]
 
 
 def test_an_observer_that_raises_is_logged_and_the_others_are_still_told() -> None:
