@@ -318,7 +318,9 @@ class Informer(InformerShell):
 
     def stop(self, timeout: float = 5.0) -> bool:
         """Stop the loop: interrupts a backoff wait and cuts the open watch. True once the
-        thread has ended within ``timeout``."""
+        thread has ended within ``timeout``. Any thread; on the informer's own (a handler or
+        an ``on_error`` hook) it cannot wait for itself: it returns False at once and the
+        loop ends when the hook returns."""
         self._stop.set()
         with self._lock:
             stream, thread = self._stream, self._thread
@@ -326,6 +328,8 @@ class Informer(InformerShell):
             stream.stop()
         if thread is None:
             return True
+        if thread is threading.current_thread():
+            return False
         thread.join(timeout)
         return not thread.is_alive()
 

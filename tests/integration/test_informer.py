@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from kubernetes import client as k8s
 
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
+    ForbiddenError,
     GoneError,
     InformerSyncTimeout,
     InvalidInputError,
@@ -469,6 +471,37 @@ def test_a_paged_list_is_watched_from_its_first_pages_resource_version(
         assert [(e.type, e.object["metadata"]["name"]) for e in drain(w)] == [("ADDED", "a")]
     finally:
         w.stop()
+
+
+def test_stop_on_the_informers_own_thread_ends_the_loop_after_the_hook(
+    server: InMemoryApiServer,
+) -> None:
+    """An ``on_error`` hook that gives up calls ``stop()`` on the informer's thread: it
+    returns False without joining itself, and the loop ends once the hook returned (no list
+    is tried again)."""
+    lists: list[int] = []
+
+    class Refused(MemoryListWatch):
+        def list(self) -> tuple[list[dict[str, Any]], str]:
+            lists.append(1)
+            raise ForbiddenError("pods is forbidden")
+
+    stopped: Future[bool] = Future()
+
+    def give_up(error: BaseException) -> None:
+        try:
+            stopped.set_result(inf.stop(timeout=1.0))
+        except BaseException as exc:
+            stopped.set_exception(exc)
+
+    inf = Informer(Refused(server, "Pod"), name="gives-up", on_error=give_up, backoff_initial=0.01)
+    inf.start()
+    try:
+        assert stopped.result(timeout=WAIT) is False
+    finally:
+        assert inf.stop(timeout=5.0)  # the loop has ended
+    assert len(lists) == 1
+    assert not inf.has_synced()
 
 
 def test_stop_cuts_a_quiet_http_watch(
