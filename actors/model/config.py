@@ -38,7 +38,12 @@ def check_timeout(timeout: object, *, allow_zero: bool = False) -> float | None:
     return None if timeout > MAX_WAIT else float(timeout)
 
 
-def _positive(name: str, value: object, *, allow_zero: bool = False, integer: bool = False) -> None:
+def check_positive(
+    name: str, value: object, *, allow_zero: bool = False, integer: bool = False
+) -> None:
+    """:class:`InvalidConfigError` naming ``name`` unless ``value`` is a number (an int if
+    ``integer``; never a bool) that is > 0 (>= 0 if ``allow_zero``): NaN is refused, infinity
+    is not."""
     ok_type = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_type):
         raise InvalidConfigError(
@@ -79,12 +84,12 @@ class RateLimitConfig:
     events_shared: bool = False
 
     def __post_init__(self) -> None:
-        _positive("qps", self.qps)
-        _positive("burst", self.burst, integer=True)
+        check_positive("qps", self.qps)
+        check_positive("burst", self.burst, integer=True)
         if self.events_qps is not None:
-            _positive("events_qps", self.events_qps)
+            check_positive("events_qps", self.events_qps)
         if self.events_burst is not None:
-            _positive("events_burst", self.events_burst, integer=True)
+            check_positive("events_burst", self.events_burst, integer=True)
         if not isinstance(self.events_shared, bool):
             raise InvalidConfigError(f"events_shared must be a bool, got {self.events_shared!r}")
         if self.events_shared and (self.events_qps is not None or self.events_burst is not None):
@@ -120,14 +125,16 @@ class RetryConfig:
     max_conflict_retries: int = 3
 
     def __post_init__(self) -> None:
-        _positive("budget", self.budget, allow_zero=True)
-        _positive("base_backoff", self.base_backoff, allow_zero=True)
-        _positive("max_backoff", self.max_backoff, allow_zero=True)
-        _positive("jitter", self.jitter, allow_zero=True)
-        _positive("max_retry_after", self.max_retry_after, allow_zero=True)
+        check_positive("budget", self.budget, allow_zero=True)
+        check_positive("base_backoff", self.base_backoff, allow_zero=True)
+        check_positive("max_backoff", self.max_backoff, allow_zero=True)
+        check_positive("jitter", self.jitter, allow_zero=True)
+        check_positive("max_retry_after", self.max_retry_after, allow_zero=True)
         if self.max_attempts is not None:
-            _positive("max_attempts", self.max_attempts, integer=True)
-        _positive("max_conflict_retries", self.max_conflict_retries, allow_zero=True, integer=True)
+            check_positive("max_attempts", self.max_attempts, integer=True)
+        check_positive(
+            "max_conflict_retries", self.max_conflict_retries, allow_zero=True, integer=True
+        )
         if self.max_backoff < self.base_backoff:
             raise InvalidConfigError("max_backoff must be >= base_backoff")
         if math.isinf(self.budget):
@@ -158,11 +165,11 @@ class ExecutorConfig:
     inline_sends: bool = True
 
     def __post_init__(self) -> None:
-        _positive("workers", self.workers, integer=True)
-        _positive("events_max_pending", self.events_max_pending, integer=True)
+        check_positive("workers", self.workers, integer=True)
+        check_positive("events_max_pending", self.events_max_pending, integer=True)
         if not isinstance(self.inline_sends, bool):
             raise InvalidConfigError(f"inline_sends must be a bool, got {self.inline_sends!r}")
-        _positive("lane_min_share", self.lane_min_share, allow_zero=True)
+        check_positive("lane_min_share", self.lane_min_share, allow_zero=True)
         if self.lane_min_share >= 1:
             raise InvalidConfigError("lane_min_share must be < 1")
 
@@ -180,12 +187,12 @@ class RuntimeConfig:
     gc_young_threshold: int | None = 10_000
 
     def __post_init__(self) -> None:
-        _positive("workers", self.workers, integer=True)
-        _positive("batch", self.batch, integer=True)
+        check_positive("workers", self.workers, integer=True)
+        check_positive("batch", self.batch, integer=True)
         if not isinstance(self.gc_freeze, bool):
             raise InvalidConfigError(f"gc_freeze must be a bool, got {self.gc_freeze!r}")
         if self.gc_young_threshold is not None:
-            _positive("gc_young_threshold", self.gc_young_threshold, integer=True)
+            check_positive("gc_young_threshold", self.gc_young_threshold, integer=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +207,11 @@ class RegistryConfig:
     max_live: int | None = None
 
     def __post_init__(self) -> None:
-        _positive("idle_timeout", self.idle_timeout)
-        _positive("tombstone_ttl", self.tombstone_ttl)
-        _positive("tombstone_max", self.tombstone_max, integer=True)
+        check_positive("idle_timeout", self.idle_timeout)
+        check_positive("tombstone_ttl", self.tombstone_ttl)
+        check_positive("tombstone_max", self.tombstone_max, integer=True)
         if self.max_live is not None:
-            _positive("max_live", self.max_live, integer=True)
+            check_positive("max_live", self.max_live, integer=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +238,7 @@ class DispatcherConfig:
         ):
             if not isinstance(getattr(self, name), typ):
                 raise InvalidConfigError(f"{name} must be a {typ.__name__}")
-        _positive("reap_interval", self.reap_interval)
+        check_positive("reap_interval", self.reap_interval)
         check_metrics_prefix(self.metrics_prefix)
         if not isinstance(self.log_calls, bool):
             raise InvalidConfigError(f"log_calls must be a bool, got {self.log_calls!r}")
