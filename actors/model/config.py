@@ -42,8 +42,8 @@ def check_positive(
     name: str, value: object, *, allow_zero: bool = False, integer: bool = False
 ) -> None:
     """:class:`InvalidConfigError` naming ``name`` unless ``value`` is a number (an int if
-    ``integer``; never a bool) that is > 0 (>= 0 if ``allow_zero``): NaN is refused, infinity
-    is not."""
+    ``integer``; never a bool) that is > 0 (>= 0 if ``allow_zero``): NaN and ints too large for
+    a float are refused, infinity is not."""
     ok_type = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_type):
         raise InvalidConfigError(
@@ -53,6 +53,17 @@ def check_positive(
         raise InvalidConfigError(f"{name} must not be NaN")
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if isinstance(value, int):
+        as_float(name, value)  # rate limits and timers compute in floats
+
+
+def as_float(name: str, value: int | float) -> float:
+    """``float(value)``, or :class:`InvalidConfigError` naming ``name`` for an int too large
+    for a float (beyond about 1.8e308), instead of Python's ``OverflowError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidConfigError(f"{name} is too large: want at most about 1.8e308") from None
 
 
 UPSTREAM_METRICS_PREFIX = "scheduler"

@@ -15,6 +15,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from .config import as_float
 from .errors import InvalidConfigError
 
 T = TypeVar("T")
@@ -177,7 +178,7 @@ def _int(value: Any, path: str) -> int:
 
 def _float(value: Any, path: str) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        out = float(value)
+        out = as_float(path, value)
     elif isinstance(value, str):
         try:
             out = float(value.strip())

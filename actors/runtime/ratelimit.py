@@ -9,14 +9,19 @@ import math
 import time
 from collections.abc import Callable
 
+from kdispatch.actors.model.config import check_positive
+
 
 class TokenBucket:
-    """``qps`` tokens per second, at most ``burst`` stored (``math.inf``: never throttles).
+    """``qps`` tokens per second (a number > 0; ``math.inf``: never throttles), at most
+    ``burst`` (an int >= 1) stored; anything else raises :class:`~kdispatch.InvalidConfigError`.
     Runs on whichever thread holds the executor's lock."""
 
     __slots__ = ("_burst", "_clock", "_last", "_qps", "_tokens", "taken", "unlimited")
 
     def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        check_positive("qps", qps)
+        check_positive("burst", burst, integer=True)
         self._qps = float(qps)
         self._burst = float(burst)
         self._clock = clock

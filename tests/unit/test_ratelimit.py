@@ -6,8 +6,11 @@ import math
 
 import pytest
 
+from kdispatch.actors.model.errors import InvalidConfigError
 from kdispatch.actors.runtime.ratelimit import TokenBucket
 from tests.clocks import ManualClock
+
+pytestmark = pytest.mark.timeout(30)
 
 
 def test_burst_then_throttled() -> None:
@@ -48,3 +51,24 @@ def test_unlimited_never_waits() -> None:
     assert all(bucket.try_take() == 0.0 for _ in range(1000))
     assert bucket.unlimited
     assert bucket.taken == 1000
+
+
+@pytest.mark.parametrize(
+    ("qps", "burst", "match"),
+    [
+        (math.nan, 1, "qps must not be NaN"),
+        (-1, 1, "qps must be > 0"),
+        (0, 1, "qps must be > 0"),
+        ("10", 1, "qps must be a number"),
+        (10**400, 1, "qps is too large"),
+        (1, -1, "burst must be > 0"),
+        (1, 1.5, "burst must be a int"),
+        (1, 10**400, "burst is too large"),
+    ],
+)
+def test_a_bad_rate_or_burst_is_refused_when_the_bucket_is_built(
+    qps: object, burst: object, match: str
+) -> None:
+    """A NaN rate would refill the bucket to full on every take: no limit at all."""
+    with pytest.raises(InvalidConfigError, match=match):
+        TokenBucket(qps, burst, clock=ManualClock())  # type: ignore[arg-type]
