@@ -148,6 +148,24 @@ def is_name_part(value: str) -> bool:
     return bool(_NAME_PART.match(value))
 
 
+def qualified_name_problem(value: str) -> str | None:
+    """What apimachinery's ``IsQualifiedName`` refuses in ``value`` (a condition type, an
+    Event's reporting controller), or None: an optional DNS-subdomain prefix and ``/``, then a
+    name part (:func:`is_name_part`) of 1-63 characters."""
+    parts = value.split("/")
+    if len(parts) > 2:
+        return "a qualified name has at most one '/'"
+    if len(parts) == 2 and not is_dns_subdomain(parts[0]):
+        return "the prefix of a qualified name must be a DNS subdomain"
+    name = parts[-1]
+    if not 0 < len(name) <= 63 or not is_name_part(name):
+        return (
+            "the name part of a qualified name must be 1-63 characters: alphanumerics, '-', "
+            "'_' or '.', starting and ending with an alphanumeric"
+        )
+    return None
+
+
 def check_uid(uid: object) -> str:
     """Return ``uid`` if it is a plausible object UID, else raise :class:`InvalidObjectError`
     (a short message: an object given where its UID belongs is named by its type, not

@@ -28,10 +28,9 @@ from .objects import (
     Obj,
     ObjectRef,
     as_object,
-    is_dns_subdomain,
     is_mapping,
-    is_name_part,
     meta,
+    qualified_name_problem,
 )
 from .pod_calls import DISRUPTION_TARGET
 
@@ -78,23 +77,6 @@ def _shown(value: object) -> str:
         return repr(value)
 
 
-def _qualified_name_problem(value: str) -> str | None:
-    """What apimachinery's ``IsQualifiedName`` refuses in ``value`` (a condition type), or
-    None: an optional DNS-subdomain prefix and ``/``, then a name of at most 63 characters."""
-    parts = value.split("/")
-    if len(parts) > 2:
-        return "a qualified name has at most one '/'"
-    if len(parts) == 2 and not is_dns_subdomain(parts[0]):
-        return "the prefix of a qualified name must be a DNS subdomain"
-    name = parts[-1]
-    if not 0 < len(name) <= 63 or not is_name_part(name):
-        return (
-            "the name part of a qualified name must be 1-63 characters: alphanumerics, '-', "
-            "'_' or '.', starting and ending with an alphanumeric"
-        )
-    return None
-
-
 def condition_problems(cond: Mapping[str, Any]) -> list[tuple[str, str]]:
     """What kube-apiserver's ``metav1`` condition validation (``ValidateCondition``) refuses in
     ``cond``, as ``(field, problem)`` pairs, ``lastTransitionTime`` aside: ``type`` a qualified
@@ -105,7 +87,7 @@ def condition_problems(cond: Mapping[str, Any]) -> list[tuple[str, str]]:
     ctype = cond.get("type")
     if not isinstance(ctype, str) or not ctype:
         problems.append(("type", "Required value"))
-    elif (why := _qualified_name_problem(ctype)) is not None:
+    elif (why := qualified_name_problem(ctype)) is not None:
         problems.append(("type", f"Invalid value: {_shown(ctype)}: {why}"))
     status = cond.get("status")
     if not isinstance(status, str) or status not in CONDITION_STATUSES:
