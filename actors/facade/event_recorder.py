@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kdispatch.actors.model.calls import Call
+from kdispatch.actors.model.config import check_positive
 from kdispatch.actors.model.errors import InvalidInputError
 from kdispatch.actors.model.event_calls import (
     EVENT,
@@ -24,7 +25,7 @@ from kdispatch.actors.model.event_calls import (
     EventRecord,
     micro_time,
 )
-from kdispatch.actors.model.objects import as_object
+from kdispatch.actors.model.objects import as_object, qualified_name_problem
 from kdispatch.actors.runtime.ratelimit import TokenBucket
 
 __all__ = ["CallSubmitter", "EventRecorder"]
@@ -65,7 +66,12 @@ def _reference(obj: object) -> dict[str, str]:
 
 
 def _truncate(text: str, limit: int) -> str:
-    raw = text.encode()
+    try:
+        raw = text.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"text cannot be encoded as UTF-8: {exc.reason} at position {exc.start}"
+        ) from None
     if len(raw) <= limit:
         return text
     return raw[:limit].decode(errors="ignore")
@@ -81,6 +87,11 @@ class EventRecorder:
     token bucket. ``cache_size``: series and spam buckets kept (least recently used dropped).
     ``clock`` (monotonic) drives windows and buckets, ``wall`` (epoch) the Event times and names.
     Thread-safe; :meth:`event` never blocks.
+
+    Raises :class:`~kdispatch.InvalidInputError` for a bad setting, when built: ``controller``
+    not a qualified name (``my-scheduler``, ``example.com/my-scheduler``: kube-apiserver refuses
+    every Event of any other), ``instance`` not a non-empty str (longer than 128 bytes, it is
+    cut), a number that is not > 0 or is NaN (:class:`~kdispatch.InvalidConfigError`).
     """
 
     def __init__(
@@ -100,14 +111,22 @@ class EventRecorder:
             raise InvalidInputError(f"{dispatcher!r} has no submit method")
         if not isinstance(controller, str) or not controller:
             raise InvalidInputError(f"controller must be a non-empty str, got {controller!r}")
+        if (problem := qualified_name_problem(controller)) is not None:
+            raise InvalidInputError(
+                f"controller {controller!r} is not a qualified name, which kube-apiserver "
+                f"requires of reportingController: {problem}"
+            )
         if instance is None:
             instance = f"{controller}-{socket.gethostname()}"
-        for name, value in (("window", window), ("spam_qps", spam_qps)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise InvalidInputError(f"{name} must be a number > 0, got {value!r}")
-        for name, value in (("spam_burst", spam_burst), ("cache_size", cache_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"{name} must be an int >= 1, got {value!r}")
+        elif not isinstance(instance, str) or not instance:
+            raise InvalidInputError(f"instance must be a non-empty str or None, got {instance!r}")
+        check_positive("window", window)
+        check_positive("spam_qps", spam_qps)
+        check_positive("spam_burst", spam_burst, integer=True)
+        check_positive("cache_size", cache_size, integer=True)
+        for name, value in (("clock", clock), ("wall", wall)):
+            if not callable(value):
+                raise InvalidInputError(f"{name} must be callable, got {value!r}")
         self._dispatcher = dispatcher
         self.controller = controller
         self.instance = _truncate(instance, FIELD_LIMIT)
@@ -136,7 +155,8 @@ class EventRecorder:
         related: object | None = None,
     ) -> Future[Any] | None:
         """Any thread. Record one occurrence; returns the call's future, or None when the spam
-        filter dropped it. Raises ``InvalidInputError`` for a bad type, reason or action."""
+        filter dropped it. Raises ``InvalidInputError`` for a bad type, reason or action, or a
+        note that is not UTF-8 text."""
         if type not in EVENT_TYPES:
             raise InvalidInputError(f"type must be Normal or Warning, got {type!r}")
         for name, value in (("reason", reason), ("action", action)):

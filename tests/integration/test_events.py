@@ -4,6 +4,7 @@ Checked on the server: the stored Events and the in-memory apiserver's request l
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import wait
 from typing import Any
 
@@ -178,6 +179,53 @@ def test_recorder_rejects_bad_input(dispatcher: Dispatcher) -> None:
         EventRecorder(dispatcher, controller="")
     with pytest.raises(InvalidInputError):
         EventRecorder(object(), controller="s")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("setting", "match"),
+    [
+        ({"controller": "my scheduler"}, "not a qualified name"),
+        ({"controller": "a/b/c"}, "at most one '/'"),
+        ({"controller": "Example.com/sched"}, "prefix of a qualified name"),
+        ({"controller": "s" * 64}, "1-63 characters"),
+        ({"instance": ""}, "instance must be a non-empty str"),
+        ({"instance": 5}, "instance must be a non-empty str"),
+        ({"window": math.nan}, "window must not be NaN"),
+        ({"window": 0}, "window must be > 0"),
+        ({"spam_qps": math.nan}, "spam_qps must not be NaN"),
+        ({"spam_burst": 10**400}, "spam_burst is too large"),
+        ({"cache_size": 1.5}, "cache_size must be a int"),
+        ({"clock": 5}, "clock must be callable"),
+    ],
+)
+def test_a_recorder_setting_that_would_break_its_events_is_refused_when_built(
+    server: InMemoryApiServer, dispatcher: Dispatcher, setting: dict[str, Any], match: str
+) -> None:
+    """kube-apiserver refuses every Event of a controller that is not a qualified name or of an
+    empty instance; a NaN window never joins a series, a NaN rate never drops spam."""
+    with pytest.raises(InvalidInputError, match=match):
+        EventRecorder(dispatcher, **{"controller": "sched", **setting})
+    assert not [r for r in server.request_log if r.kind == "Event"]
+
+
+def test_a_prefixed_controller_and_an_unlimited_window_are_taken(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pod = _pod(server, "p")
+    rec = EventRecorder(
+        dispatcher, controller="example.com/my-scheduler", window=math.inf, spam_qps=math.inf
+    )
+    futures = [_failed(rec, pod, "n") for _ in range(3)]
+    assert all(f is not None and f.result(10) for f in futures)
+    [event] = _events(server)
+    assert event["reportingController"] == "example.com/my-scheduler"
+
+
+def test_a_note_that_is_not_utf8_is_refused(dispatcher: Dispatcher) -> None:
+    rec = EventRecorder(dispatcher, controller="s")
+    with pytest.raises(InvalidInputError, match="UTF-8"):
+        rec.event(make_pod("p", uid="u-p"), reason="R", action="A", note="\ud800")
+    assert rec.recorded == 0
 
 
 def test_a_patch_of_a_missing_event_creates_it(server: InMemoryApiServer) -> None:
