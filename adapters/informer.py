@@ -233,7 +233,9 @@ class Informer(InformerShell):
     ``name`` labels the thread and the logs. ``resync``: every this many seconds, replay every
     cached object to ``on_update(obj, obj)`` (None: never). ``watch_timeout``: the longest
     single watch request (server-side timeout) before it is renewed. Reconnects wait
-    ``backoff_initial`` doubling to ``backoff_max``, with 20 % jitter.
+    ``backoff_initial`` doubling to ``backoff_max``, with 20 % jitter. Each of these numbers
+    must be > 0 and at most :data:`~kdispatch.adapters.informer_core.LONGEST_SETTING` seconds;
+    anything else (NaN, infinity) raises :class:`~kdispatch.InvalidInputError` here.
 
     Handlers are added before :meth:`start` and run on the informer thread; they must be quick
     (the dispatcher's only ``tell``). ``start``/``stop``/``has_synced``/``wait_for_sync``,

@@ -20,11 +20,12 @@ import contextlib
 import random
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from loguru import logger
 
 from kdispatch.actors.model.backoff import backoff_delay
+from kdispatch.actors.model.config import check_positive
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
@@ -86,18 +87,27 @@ def decode_event(line: bytes, what: str) -> tuple[str, Obj]:
     return event_type, obj
 
 
+LONGEST_SETTING: Final = 1e9
+"""Seconds (about 31 years): the most an informer's backoff, resync or timeout may be. A
+longer one is no setting anyone means, and overflows the socket and lock waits it becomes."""
+
+
 def check_settings(
     on_error: object, backoff_initial: float, backoff_max: float, **more: float
 ) -> tuple[float, float]:
     """Check the settings both informers share: ``on_error`` callable or None, the backoff and
-    the ``more`` numbers positive, ``backoff_max >= backoff_initial``; the backoff as a pair
-    of floats. Raises :class:`InvalidInputError`."""
+    the ``more`` numbers positive and at most :data:`LONGEST_SETTING` (NaN and infinity
+    refused), ``backoff_max >= backoff_initial``; the backoff as a pair of floats. Raises
+    :class:`InvalidInputError`."""
     if on_error is not None and not callable(on_error):
         raise InvalidInputError(f"on_error must be callable, got {on_error!r}")
     numbers = {"backoff_initial": backoff_initial, "backoff_max": backoff_max, **more}
     for label, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise InvalidInputError(f"{label} must be a positive number, got {value!r}")
+        check_positive(label, value)
+        if value > LONGEST_SETTING:
+            raise InvalidInputError(
+                f"{label} must be at most {LONGEST_SETTING:.0e} seconds, got {value!r}"
+            )
     if backoff_max < backoff_initial:
         raise InvalidInputError("backoff_max must be >= backoff_initial")
     return float(backoff_initial), float(backoff_max)

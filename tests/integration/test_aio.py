@@ -518,6 +518,10 @@ def test_aio_informer_bad_input_is_typed() -> None:
         AioInformer(api.list_pod_for_all_namespaces, kind="pod")
     with pytest.raises(InvalidInputError, match="watch_timeout"):
         AioInformer(api.list_pod_for_all_namespaces, kind="Pod", watch_timeout=0)
+    with pytest.raises(InvalidInputError, match="watch_timeout must be at most"):
+        AioInformer(api.list_pod_for_all_namespaces, kind="Pod", watch_timeout=10**10)
+    with pytest.raises(InvalidInputError, match="request_timeout must not be NaN"):
+        AioInformer(api.list_pod_for_all_namespaces, kind="Pod", request_timeout=float("nan"))
     with pytest.raises(InvalidInputError, match="may not set"):
         AioInformer(api.list_pod_for_all_namespaces, kind="Pod", list_kwargs={"watch": True})
     with pytest.raises(InvalidInputError, match="on_add"):

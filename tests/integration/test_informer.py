@@ -6,6 +6,7 @@ they expect with a timeout, never by sleeping.
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -535,6 +536,27 @@ def test_bad_arguments(server: InMemoryApiServer) -> None:
             inf.start()
     finally:
         assert inf.stop()
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"watch_timeout": math.inf},
+        {"watch_timeout": math.nan},
+        {"watch_timeout": 10**400},
+        {"watch_timeout": 2e9},
+        {"backoff_max": math.inf},
+        {"resync": math.inf},
+    ],
+)
+def test_a_setting_every_watch_or_wait_would_fail_on_is_refused_when_built(
+    server: InMemoryApiServer, setting: dict[str, Any]
+) -> None:
+    """watch_timeout=inf used to be accepted, then every watch failed on the informer thread
+    with OverflowError (int(inf) for the request, a lock wait of inf)."""
+    with pytest.raises(InvalidInputError, match=next(iter(setting))):
+        Informer(MemoryListWatch(server, "Pod"), name="x", **setting)
+    assert not server.request_log
 
 
 def test_repeated_gone_keeps_relisting(run: Callable[..., Any]) -> None:
