@@ -32,6 +32,8 @@ from .informer_core import (
     Obj,
     OnError,
     WatchLoop,
+    check_dispatcher,
+    check_handlers,
     check_settings,
     decode_event,
 )
@@ -126,17 +128,13 @@ class AioInformer(InformerShell):
         before :meth:`run`/:meth:`start`."""
         if self._task is not None:
             raise InvalidInputError("add handlers before starting the informer")
-        for fn in (on_add, on_update, on_delete):
-            if fn is not None and not callable(fn):
-                raise InvalidInputError(f"handlers must be callable, got {fn!r}")
+        check_handlers(on_add, on_update, on_delete)
         self._core.add_handler(Handler(on_add, _newest_only(on_update), on_delete))
         return self
 
     def attach(self, dispatcher: Any) -> Self:
         """Feed ``dispatcher.on_add/on_update/on_delete`` (they only tell; the loop goes on)."""
-        for method in ("on_add", "on_update", "on_delete"):
-            if not callable(getattr(dispatcher, method, None)):
-                raise InvalidInputError(f"dispatcher has no {method}(obj)")
+        check_dispatcher(dispatcher)
         return self.add_handler(dispatcher.on_add, dispatcher.on_update, dispatcher.on_delete)
 
     def start(self) -> Self:

@@ -31,6 +31,8 @@ from .informer_core import (
     OnError,
     OnUpdate,
     WatchLoop,
+    check_dispatcher,
+    check_handlers,
     check_settings,
     decode_event,
 )
@@ -294,14 +296,18 @@ class Informer(InformerShell):
         on_update: OnUpdate | None = None,
         on_delete: OnDelete | None = None,
     ) -> None:
-        """Register callbacks (any may be None). Only before :meth:`start`."""
+        """Register callbacks (any may be None). Only before :meth:`start`. Raises
+        :class:`~kdispatch.InvalidInputError` for one that is not callable, or once started."""
+        check_handlers(on_add, on_update, on_delete)
         with self._lock:
             if self._thread is not None:
                 raise InvalidInputError("add handlers before starting the informer")
             self._core.add_handler(Handler(on_add, on_update, on_delete))
 
     def attach(self, dispatcher: Any) -> None:
-        """Feed ``dispatcher.on_add/on_update/on_delete(obj)`` (the dispatcher facade)."""
+        """Feed ``dispatcher.on_add/on_update/on_delete(obj)`` (the dispatcher facade). Raises
+        :class:`~kdispatch.InvalidInputError` when it lacks one of them."""
+        check_dispatcher(dispatcher)
         self.add_handler(
             dispatcher.on_add, lambda _old, new: dispatcher.on_update(new), dispatcher.on_delete
         )

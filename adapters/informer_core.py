@@ -65,6 +65,22 @@ class Handler(NamedTuple):
     on_delete: OnDelete | None
 
 
+def check_handlers(*handlers: object) -> None:
+    """:class:`InvalidInputError` unless each of ``handlers`` is callable or None (both
+    informers' ``add_handler``). Pure."""
+    for fn in handlers:
+        if fn is not None and not callable(fn):
+            raise InvalidInputError(f"handlers must be callable, got {fn!r}")
+
+
+def check_dispatcher(dispatcher: object) -> None:
+    """:class:`InvalidInputError` unless ``dispatcher`` has callable ``on_add``, ``on_update``
+    and ``on_delete`` (both informers' ``attach``). Pure."""
+    for method in ("on_add", "on_update", "on_delete"):
+        if not callable(getattr(dispatcher, method, None)):
+            raise InvalidInputError(f"dispatcher has no {method}(obj)")
+
+
 def uid_of(obj: Mapping[str, Any]) -> str | None:
     """``metadata.uid`` or None. Pure."""
     uid = get_path(obj, "metadata", "uid")
@@ -412,6 +428,8 @@ __all__ = [
     "InformerCore",
     "InformerShell",
     "OnError",
+    "check_dispatcher",
+    "check_handlers",
     "check_settings",
     "decode_event",
     "describe_failure",

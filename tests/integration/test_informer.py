@@ -559,6 +559,26 @@ def test_a_setting_every_watch_or_wait_would_fail_on_is_refused_when_built(
     assert not server.request_log
 
 
+def test_a_handler_that_is_not_callable_is_refused_when_added(server: InMemoryApiServer) -> None:
+    """As AioInformer does: a non-callable handler used to be taken and fail on the informer
+    thread for every event; attach(None) raised AttributeError."""
+    server.create(make_pod("a"))
+    inf = Informer(MemoryListWatch(server, "Pod"), name="x")
+    with pytest.raises(InvalidInputError, match="handlers must be callable"):
+        inf.add_handler(on_add="not callable")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="on_add"):
+        inf.attach(None)
+    with pytest.raises(InvalidInputError, match="on_delete"):
+        inf.attach(type("NoDelete", (), {"on_add": print, "on_update": print})())
+    added: list[Any] = []
+    inf.add_handler(on_add=added.append)  # the refused ones left nothing behind
+    try:
+        assert inf.start().wait_for_sync(timeout=10)
+        assert [p["metadata"]["name"] for p in added] == ["a"]
+    finally:
+        assert inf.stop()
+
+
 def test_repeated_gone_keeps_relisting(run: Callable[..., Any]) -> None:
     lists = [([pod("a", "u-a", rv)], str(rv)) for rv in (5, 6, 7, 8)]
     lw = ScriptedListWatch(lists=list(lists), streams=[[GoneError("too old")]] * 3)
