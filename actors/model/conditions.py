@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from .errors import InvalidCallError
-from .objects import Obj, get_path, is_mapping, with_path
+from .objects import Obj, get_path, is_collection, is_mapping, with_path
 
 __all__ = [
     "CONDITION_STATUSES",
@@ -95,8 +95,18 @@ def check_condition(cond: object) -> Condition:
     )
 
 
-_NOT_A_SEQUENCE = (Mapping, str, bytes)
-"""Iterables that are not a sequence of conditions (a type tuple built once)."""
+def condition_sequence(conds: object) -> Iterable[Any]:
+    """``conds`` if it is a collection of conditions (a list, tuple, generator ...), else
+    :class:`InvalidCallError` (one condition mapping, a str, None ...)."""
+    if is_collection(conds):
+        return conds
+    if is_mapping(conds):
+        raise InvalidCallError(
+            "conditions must be a sequence of condition mappings, not one mapping"
+        )
+    raise InvalidCallError(
+        f"conditions must be a sequence of condition mappings, got {type(conds).__name__}"
+    )
 
 
 def check_conditions(
@@ -104,13 +114,9 @@ def check_conditions(
 ) -> tuple[Condition, ...]:
     """Validate a sequence of condition intents (each by ``check``, no type twice); read-only
     copies. Raises :class:`InvalidCallError`."""
-    # exact tuples and lists first (the ABC checks cost ten times as much)
-    if (
-        type(conds) is not tuple
-        and type(conds) is not list
-        and (isinstance(conds, _NOT_A_SEQUENCE) or not isinstance(conds, Iterable))
-    ):
-        raise InvalidCallError("conditions must be a sequence of condition mappings")
+    # exact tuples and lists inline: no extra call on the hot path
+    if type(conds) is not tuple and type(conds) is not list:
+        conds = condition_sequence(conds)
     out = tuple(check(c) for c in conds)
     seen: set[str] = set()
     for c in out:

@@ -10,7 +10,7 @@ import decimal
 import enum
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -34,6 +34,21 @@ def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
     """``isinstance(value, Mapping)``, with exact dicts first: the check against the ABC is
     about ten times slower, and it runs several times per call on the hot path."""
     return type(value) is dict or isinstance(value, Mapping)
+
+
+_NOT_A_COLLECTION = (Mapping, str, bytes)
+"""Iterables that are one value, not a collection of items (a type tuple built once)."""
+
+
+def is_collection(value: object) -> TypeGuard[Iterable[Any]]:
+    """True for an iterable of items (a list, tuple, set, generator ...), False for anything
+    else, a mapping, str or bytes included: they iterate, but are one value. Exact lists and
+    tuples first (the ABC checks cost ten times as much)."""
+    return (
+        type(value) is list
+        or type(value) is tuple
+        or (not isinstance(value, _NOT_A_COLLECTION) and isinstance(value, Iterable))
+    )
 
 
 def as_object(obj: object) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from .conditions import (
     check_condition,
     check_conditions,
     condition_entries,
+    condition_sequence,
     conditions_satisfied,
     merge_conditions,
     pod_conditions,
@@ -92,10 +93,6 @@ def preemption_options(options: PreemptionOptions) -> PreemptionOptions:
             f"{', '.join(_PREEMPTION_OPTIONS)}"
         )
     return options
-
-
-_PLAIN_SEQUENCES = (list, tuple)
-"""The usual sequences of conditions, recognised by exact type before the ABC checks."""
 
 
 def _check_node(node: object, what: str) -> str:
@@ -184,10 +181,8 @@ class PodStatusPatch(StatusPatch):
         Raises :class:`InvalidObjectError` / :class:`InvalidCallError`."""
         pod = as_object(pod)  # official-client models and any Mapping
         ref = ObjectRef.of(pod, POD)
-        if type(conditions) not in _PLAIN_SEQUENCES and isinstance(conditions, Mapping):
-            raise InvalidCallError("conditions must be a sequence of conditions, not one mapping")
         nnn = _check_nominated(nominated_node_name)
-        return cls(ref, tuple(conditions), nnn, basis=pod)
+        return cls(ref, tuple(condition_sequence(conditions)), nnn, basis=pod)
 
     def merge(self, older: object) -> Self:
         """Conditions merge by type as if both calls were sent in order (:func:`merge_conditions`);

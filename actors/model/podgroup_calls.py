@@ -19,6 +19,7 @@ from .conditions import (
     check_condition,
     check_conditions,
     condition_entries,
+    condition_sequence,
     merge_conditions,
     pod_conditions,
 )
@@ -224,14 +225,12 @@ class PodGroupStatusPatch(StatusPatch):
         :class:`~kdispatch.InvalidCallError`."""
         pg = as_object(podgroup)  # official-client models and any Mapping
         ref = ObjectRef.of(pg, POD_GROUP)
-        if isinstance(conditions, Mapping | str | bytes) or not isinstance(conditions, Iterable):
-            raise InvalidCallError("conditions must be a sequence of conditions, not one mapping")
         generation = _generation(pg)
         stamped = tuple(
             {**c, OBSERVED_GENERATION: generation}
             if generation is not None and is_mapping(c) and OBSERVED_GENERATION not in c
             else c
-            for c in conditions
+            for c in condition_sequence(conditions)
         )
         return cls(ref, stamped, basis=pg)
 

@@ -164,6 +164,16 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
         InvalidCallError,
     ),
     (
+        "conditions-none",
+        lambda e: PodStatusPatch.for_pod(e.pod, conditions=None, nominated_node_name="n1"),  # type: ignore[arg-type]
+        InvalidCallError,
+    ),
+    (
+        "conditions-an-int",
+        lambda e: PodStatusPatch.for_pod(e.pod, conditions=5),  # type: ignore[arg-type]
+        InvalidCallError,
+    ),
+    (
         "conditions-one-mapping",
         lambda e: PodStatusPatch.for_pod(e.pod, conditions=COND),  # type: ignore[arg-type]
         InvalidCallError,

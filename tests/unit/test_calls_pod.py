@@ -145,8 +145,9 @@ class TestValidation:
         assert [dict(c) for c in direct.conditions] == [cond("B", "False")]
         with pytest.raises(InvalidCallError, match="not one mapping"):
             PodStatusPatch.for_pod(make_pod(), conditions=proxy)  # type: ignore[arg-type]
-        with pytest.raises(InvalidCallError, match="must be a mapping, got str"):
-            PodStatusPatch.for_pod(make_pod(), conditions="AB")  # type: ignore[arg-type]
+        for wrong in ("AB", None, 5):  # None and 5 raised a bare TypeError from tuple()
+            with pytest.raises(InvalidCallError, match="sequence of condition mappings, got"):
+                PodStatusPatch.for_pod(make_pod(), conditions=wrong)  # type: ignore[arg-type]
         for bad in ("AB", b"AB", 5, proxy):
             with pytest.raises(InvalidCallError, match="sequence of condition mappings"):
                 PodStatusPatch(REF, bad)  # type: ignore[arg-type]
