@@ -16,8 +16,10 @@ from .objects import (
     Obj,
     ObjectRef,
     as_object,
+    check_json,
     check_uid,
     get_path,
+    is_collection,
     is_mapping,
     with_path,
 )
@@ -75,8 +77,21 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+def _check_allocation(allocation: object) -> Mapping[str, Any]:
+    """A plain-JSON copy of ``allocation``, a mapping. Raises :class:`InvalidCallError`."""
+    if not is_mapping(allocation):
+        raise InvalidCallError(
+            f"allocation must be a mapping, None or UNSET, got {type(allocation).__name__}"
+        )
+    try:
+        copy: Mapping[str, Any] = check_json(allocation, "allocation")
+    except InvalidObjectError as exc:
+        raise InvalidCallError(str(exc)) from None
+    return copy
+
+
 def _check_reservations(reservations: object) -> tuple[Reservation, ...]:
-    if isinstance(reservations, Mapping | str | bytes) or not isinstance(reservations, Iterable):
+    if not is_collection(reservations):
         raise InvalidCallError("reservations must be a sequence of (consumer uid, ref|None) pairs")
     out: list[Reservation] = []
     seen: set[str] = set()
@@ -130,11 +145,7 @@ class ClaimStatusPatch(StatusPatch):
         check_target(self)
         allocation = given(self, "allocation")
         if allocation is not UNSET and allocation is not None:
-            if not isinstance(allocation, Mapping):
-                raise InvalidCallError(
-                    f"allocation must be a mapping, None or UNSET, got {type(allocation).__name__}"
-                )
-            object.__setattr__(self, "allocation", _thaw(allocation))
+            object.__setattr__(self, "allocation", _check_allocation(allocation))
         object.__setattr__(self, "reservations", _check_reservations(given(self, "reservations")))
         if allocation is UNSET and not self.reservations:
             raise InvalidCallError("claim_status_patch needs an allocation or reservation change")
@@ -151,7 +162,9 @@ class ClaimStatusPatch(StatusPatch):
     ) -> Self:
         """A status patch for ``claim`` (also its basis).
 
-        ``allocate``: the allocation to set; ``deallocate=True`` removes it (not both).
+        ``allocate``: the allocation to set, a mapping of plain JSON (str keys; dicts, lists,
+        str, int, finite float, bool, None; a tuple is sent as a list); ``deallocate=True``
+        removes it (not both).
         ``reserve``: consumer refs to add to ``reservedFor``; ``unreserve``: consumer uids to
         remove (a uid may not be in both). Raises :class:`InvalidCallError` /
         :class:`InvalidObjectError`.
@@ -162,23 +175,26 @@ class ClaimStatusPatch(StatusPatch):
             raise InvalidCallError("deallocate must be a bool")
         allocation: Mapping[str, Any] | UnsetType | None = None if deallocate else UNSET
         if allocate is not UNSET:
-            if not isinstance(allocate, Mapping):
+            if not is_mapping(allocate):
                 raise InvalidCallError(
                     "allocate must be an allocation mapping (use deallocate=True to remove one)"
                 )
             if deallocate:
                 raise InvalidCallError("allocate and deallocate are mutually exclusive")
             allocation = allocate
-        if isinstance(reserve, Mapping | str | bytes):
+        if not is_collection(reserve):
             raise InvalidCallError("reserve takes an iterable of consumer references")
-        if isinstance(unreserve, Mapping | str | bytes):
+        if not is_collection(unreserve):
             raise InvalidCallError("unreserve takes an iterable of consumer uids")
         reservations: list[Reservation] = []
         for consumer in reserve:
             checked = check_consumer(consumer)
             reservations.append((checked["uid"], checked))
         reserved = {uid for uid, _ in reservations}
-        for uid in unreserve:
+        for item in unreserve:
+            if is_mapping(item):
+                raise InvalidCallError("unreserve takes consumer uids, not consumer references")
+            uid = _check_consumer_uid(item)
             if uid in reserved:
                 raise InvalidCallError(f"consumer {uid!r} is both reserved and unreserved")
             reservations.append((uid, None))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import enum
+import math
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -144,6 +145,30 @@ def _json(value: Any, where: str) -> Any:
     if foreign is not None:
         return _json(foreign, where)
     raise InvalidObjectError(f"{where}: cannot convert a {type(value).__name__} to JSON")
+
+
+def check_json(value: object, where: str) -> Any:
+    """A deep copy of ``value`` as plain JSON: dicts with str keys, lists (from lists or
+    tuples), str, int, finite float, bool and None. Anything else (a set, a non-str key, NaN,
+    an object) raises :class:`InvalidObjectError` naming where in ``value`` it is, instead of
+    failing when the value is serialized or being rewritten on the way (``{1: x}`` stored as
+    ``{"1": x}``)."""
+    if value is None or isinstance(value, str | int):  # bool is an int
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        raise InvalidObjectError(f"{where}: {value!r} is not a JSON number")
+    if is_mapping(value):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidObjectError(f"{where}: key {key!r} is not a str")
+            out[key] = check_json(item, f"{where}.{key}")
+        return out
+    if isinstance(value, _SEQUENCES):
+        return [check_json(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    raise InvalidObjectError(f"{where}: {type(value).__name__!r} is not a JSON type")
 
 
 def is_dns_subdomain(value: object) -> TypeGuard[str]:

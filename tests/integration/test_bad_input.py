@@ -298,6 +298,22 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
         lambda e: ClaimStatusPatch.for_claim(e.claim, reserve=[{"resource": "pods", "name": "p"}]),
         InvalidCallError,
     ),
+    (
+        "allocation-with-a-set",
+        lambda e: ClaimStatusPatch.for_claim(e.claim, allocate={"devices": {"results": {"d0"}}}),
+        InvalidCallError,
+    ),
+    (
+        "allocation-int-key",
+        lambda e: ClaimStatusPatch.for_claim(e.claim, allocate={1: "x"}),
+        InvalidCallError,
+    ),
+    (
+        "unreserve-a-consumer-ref",
+        lambda e: ClaimStatusPatch.for_claim(e.claim, unreserve=[{"resource": "pods", "uid": "u"}]),  # type: ignore[list-item]
+        InvalidCallError,
+    ),
+    ("reserve-an-int", lambda e: ClaimStatusPatch.for_claim(e.claim, reserve=5), InvalidCallError),  # type: ignore[arg-type]
     ("claim-patch-asks-nothing", lambda e: ClaimStatusPatch.for_claim(e.claim), InvalidCallError),
     (
         "allocation-a-string",

@@ -132,6 +132,24 @@ class TestValidation:
         with pytest.raises(InvalidCallError, match="uid"):
             ClaimStatusPatch.for_claim(make_claim(), unreserve=[""])
 
+    @pytest.mark.parametrize(
+        ("kwargs", "match"),
+        [
+            ({"unreserve": [consumer("u1")]}, "uids, not consumer references"),
+            ({"unreserve": [["u1"]]}, "invalid uid: got a list"),
+            ({"unreserve": [None]}, "invalid uid None"),
+            ({"reserve": 5}, "iterable of consumer references"),
+            ({"unreserve": 5}, "iterable of consumer uids"),
+            ({"reserve": None}, "iterable of consumer references"),
+        ],
+    )
+    def test_wrong_element_or_container_types_are_typed(
+        self, kwargs: dict[str, Any], match: str
+    ) -> None:
+        """These raised a bare TypeError (unhashable, not iterable) before the uid check."""
+        with pytest.raises(InvalidCallError, match=match):
+            ClaimStatusPatch.for_claim(make_claim(), **kwargs)
+
     def test_reservation_key_must_match_ref_uid(self) -> None:
         with pytest.raises(InvalidCallError, match="differs"):
             ClaimStatusPatch(REF, reservations=(("u1", consumer("u2")),))
@@ -143,6 +161,35 @@ class TestValidation:
             ClaimStatusPatch(REF, allocation=["x"])  # type: ignore[arg-type]
         with pytest.raises(InvalidCallError, match="allocate must be"):
             ClaimStatusPatch.for_claim(make_claim(), allocate="x")
+
+    @pytest.mark.parametrize(
+        ("allocation", "match"),
+        [
+            (
+                {"devices": {"results": {"gpu-0"}}},
+                r"allocation\.devices\.results: 'set' is not a JSON type",
+            ),
+            ({1: "x"}, "allocation: key 1 is not a str"),
+            (
+                {"devices": {"count": float("nan")}},
+                r"allocation\.devices\.count: nan is not a JSON",
+            ),
+            ({"devices": [object()]}, r"allocation\.devices\[0\]: 'object' is not a JSON type"),
+        ],
+    )
+    def test_an_allocation_that_is_not_plain_json_is_refused_up_front(
+        self, allocation: Any, match: str
+    ) -> None:
+        """It used to fail on an executor worker when serialized, or to be stored rewritten
+        ({1: ...} as {"1": ...}, never equal to the call's own allocation again)."""
+        with pytest.raises(InvalidCallError, match=match):
+            ClaimStatusPatch.for_claim(make_claim(), allocate=allocation)
+        with pytest.raises(InvalidCallError, match=match):
+            ClaimStatusPatch(REF, allocation=allocation)
+
+    def test_a_tuple_in_the_allocation_is_sent_as_a_list(self) -> None:
+        call = ClaimStatusPatch.for_claim(make_claim(), allocate={"devices": {"results": ()}})
+        assert call.allocation == {"devices": {"results": []}}
 
     def test_wrong_kind_and_malformed_objects(self) -> None:
         pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
