@@ -15,7 +15,7 @@ from kdispatch.actors.model.objects import ObjectRef
 from kdispatch.actors.model.pod_calls import PodBinding
 
 from .groups import CallGroup, GroupHost
-from .holds import GroupFuture
+from .holds import GroupFuture, check_after
 from .messages import CallFuture
 
 __all__ = ["Gang", "check_min_count"]
@@ -59,11 +59,12 @@ class Gang(CallGroup):
         return self._open
 
     def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
-        """Any thread. Add a step (as :meth:`CallGroup.submit`); a pod binding is a member,
-        held until the gate opens."""
-        if call.call_type != _MEMBER or self._open:
-            return super().submit(call, after=after)
-        future = super().submit(call, after=(*after, self._gate))
+        """Any thread. Add a step (as :meth:`CallGroup.submit`, which raises the same errors); a
+        pod binding is a member, held until the gate opens."""
+        if getattr(call, "call_type", None) != _MEMBER or self._open:
+            return super().submit(call, after=after)  # a non-call: its InvalidCallError
+        gated = (*(check_after(after) if after else ()), self._gate)  # as _admit reads after
+        future = super().submit(call, after=gated)
         with self._lock:
             self._members += 1
             ready = self._members >= self.min_count

@@ -168,6 +168,16 @@ class Hold:
 Tell = Callable[[str, object], object]
 
 
+def check_after(after: object) -> Iterable[object]:
+    """Caller thread. ``after`` (of a ``submit``) if it is an iterable (its items are checked
+    as they are read), else :class:`InvalidPrerequisiteError`: one future, a str ... ."""
+    if isinstance(after, str | bytes | Future | asyncio.Future) or not isinstance(after, Iterable):
+        raise InvalidPrerequisiteError(
+            f"after must be an iterable of futures, got {type(after).__name__}"
+        )
+    return after
+
+
 class Dependencies:
     """The ``after=`` edges of one dispatcher: held calls, their prerequisites, the open call
     groups' steps, and the messages that release or fail held calls. Any thread."""
@@ -185,14 +195,8 @@ class Dependencies:
     def prerequisites(self, after: object) -> tuple[Prerequisite, ...]:
         """Caller thread. ``after`` as a tuple of this dispatcher's futures (asyncio futures of
         ``asubmit`` unwrapped); :class:`InvalidPrerequisiteError` otherwise."""
-        if isinstance(after, str | bytes | Future | asyncio.Future) or not isinstance(
-            after, Iterable
-        ):
-            raise InvalidPrerequisiteError(
-                f"after must be an iterable of futures, got {type(after).__name__}"
-            )
         out: list[Prerequisite] = []
-        for item in after:
+        for item in check_after(after):
             fut = getattr(item, ASYNC_SOURCE, item) if isinstance(item, asyncio.Future) else item
             if isinstance(fut, CallFuture | GroupFuture):
                 if fut.owner is self._owner:

@@ -19,7 +19,9 @@ from kdispatch import (
     Gang,
     GangPartiallyBound,
     GroupFailed,
+    InvalidCallError,
     InvalidInputError,
+    InvalidPrerequisiteError,
     Outcome,
     PodBinding,
     PodGroupStatusPatch,
@@ -209,6 +211,44 @@ def test_a_gang_size_is_a_positive_int(
     with pytest.raises(InvalidInputError, match="gang must be a member count"):
         dispatcher.group(owner=group, gang=bad)  # type: ignore[call-overload]
     assert dispatcher.open_groups == 0
+
+
+@pytest.mark.parametrize("case", ["not-a-call", "after-one-future", "after-a-str", "after-[5]"])
+def test_a_gang_refuses_what_a_call_group_refuses_and_holds_nothing_of_it(
+    server: InMemoryApiServer, dispatcher: Dispatcher, case: str
+) -> None:
+    """Gang.submit read call.call_type and unpacked after before any check: a bare
+    AttributeError or TypeError where CallGroup.submit raises the library's errors."""
+    pods, gang = open_gang(server, dispatcher, 2)
+    nomination = dispatcher.submit(PodStatusPatch.for_pod(pods[0], nominated_node_name="n1"))
+    group = dispatcher.group(owner=pods[0])
+    binding = PodBinding.for_pod(pods[1], "n1")
+    after: Any = {"after-one-future": nomination, "after-a-str": "f", "after-[5]": [5]}.get(case)
+    for g in (group, gang):
+        if case == "not-a-call":
+            with pytest.raises(InvalidCallError):
+                g.submit(None)  # type: ignore[arg-type]
+        else:
+            with pytest.raises(InvalidPrerequisiteError):
+                g.submit(binding, after=after)
+    assert nomination.result(timeout=30) is Outcome.SUCCESS
+    assert dispatcher.held_calls == 0 and not gang.released
+    gang.submit(PodBinding.for_pod(pods[0], "n1"))
+    assert not gang.released  # the refused submits counted no member
+    gang.submit(PodBinding.for_pod(pods[1], "n1"))
+    assert gang.released
+    gang.seal()
+    assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 2
+    assert sorted(binds(server)) == [("m0", "ok"), ("m1", "ok")]
+    group.cancel()
+
+
+def test_a_gang_takes_after_none_as_a_call_group_does(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    pods, gang = open_gang(server, dispatcher, 1)
+    step = gang.submit(PodBinding.for_pod(pods[0], "n1"), after=None)  # type: ignore[arg-type]
+    assert gang.released and step.result(timeout=30) is Outcome.SUCCESS
 
 
 def test_the_group_status_is_not_held_behind_a_backlog_of_pod_status_patches(
