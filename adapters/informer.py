@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter
 
 from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError
-from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
+from kdispatch.actors.model.kinds import KindInfo, KindTable
 
 from .informer_core import (
     BOOKMARK,
@@ -117,8 +117,11 @@ class ClientListWatch:
                 raise InvalidInputError(f"{label} must be a non-empty str or None, got {value!r}")
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
             raise InvalidInputError(f"page_size must be a positive int, got {page_size!r}")
-        table = kinds or DEFAULT_KINDS
-        self._info = table.lookup(kind)
+        # first: it checks kinds, request_timeout and transport (InvalidConfigError)
+        self._backend = KubernetesBackend(
+            api, request_timeout=request_timeout, transport=transport, kinds=kinds
+        )
+        self._info = self._backend.kinds.lookup(kind)
         self.kind = self._info.kind
         if namespace is not None and not self._info.namespaced:
             raise InvalidInputError(f"{kind} is cluster-scoped, got namespace {namespace!r}")
@@ -126,9 +129,6 @@ class ClientListWatch:
         self._labels = label_selector
         self._fields = field_selector
         self._page_size = page_size
-        self._backend = KubernetesBackend(
-            api, request_timeout=request_timeout, transport=transport, kinds=table
-        )
         host = getattr(api.configuration, "host", None)
         self.server: str | None = host if isinstance(host, str) and host else None
         """The apiserver's URL (named by ``wait_for_sync`` when it cannot connect)."""

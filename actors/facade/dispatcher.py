@@ -86,7 +86,7 @@ class Dispatcher(GroupHostMixin):
         clock: Callable[[], float] = time.monotonic,
         send_gate: Callable[[], bool] | None = None,
     ) -> None:
-        self.config = config = _checked(backend, config, call_types, send_gate)
+        self.config = config = _checked(backend, config, call_types, clock, send_gate)
         size_pool = getattr(backend, "size_pool", None)
         if callable(size_pool):  # e.g. KubernetesBackend: a connection per executor worker
             size_pool(config.executor.workers)
@@ -424,6 +424,7 @@ def _checked(
     backend: object,
     config: DispatcherConfig | None,
     call_types: CallTypeRegistry | None,
+    clock: Callable[[], float],
     send_gate: Callable[[], bool] | None,
 ) -> DispatcherConfig:
     """The constructor's arguments checked (:class:`InvalidInputError`); the config. Any thread."""
@@ -439,6 +440,8 @@ def _checked(
         raise InvalidInputError(f"config must be a DispatcherConfig, got {type(config).__name__}")
     if call_types is not None and not isinstance(call_types, CallTypeRegistry):
         raise InvalidInputError("call_types must be a CallTypeRegistry")
+    if not callable(clock):
+        raise InvalidInputError(f"clock must be a callable returning seconds, got {clock!r}")
     if send_gate is not None and not callable(send_gate):
         raise InvalidInputError("send_gate must be a callable returning bool, or None")
     return config

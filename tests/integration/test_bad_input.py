@@ -353,6 +353,7 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("max-live-zero", lambda e: RegistryConfig(max_live=0), InvalidConfigError),
     ("config-a-dict", lambda e: Dispatcher(e.server, {"qps": 5}), InvalidInputError),  # type: ignore[arg-type]
     ("backend-not-a-backend", lambda e: Dispatcher(object()), InvalidInputError),  # type: ignore[arg-type]
+    ("clock-not-callable", lambda e: Dispatcher(e.server, clock=5), InvalidInputError),  # type: ignore[arg-type]
     # lifecycle
     (
         "submit-before-start",

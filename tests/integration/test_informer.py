@@ -559,6 +559,15 @@ def test_a_setting_every_watch_or_wait_would_fail_on_is_refused_when_built(
     assert not server.request_log
 
 
+def test_a_kind_table_that_is_not_one_is_refused_when_built() -> None:
+    """ClientListWatch(kinds=5) raised AttributeError ('int' has no 'lookup')."""
+    with (
+        k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:1")) as client,
+        pytest.raises(InvalidInputError, match="kinds must be a KindTable"),
+    ):
+        ClientListWatch(client, "Pod", kinds=5)  # type: ignore[arg-type]
+
+
 def test_a_handler_that_is_not_callable_is_refused_when_added(server: InMemoryApiServer) -> None:
     """As AioInformer does: a non-callable handler used to be taken and fail on the informer
     thread for every event; attach(None) raised AttributeError."""
