@@ -159,7 +159,11 @@ class Sender:
             result, error = Result.NOT_FOUND, without_tracebacks(exc)
         except ConflictError as exc:
             result, error = Result.CONFLICT, without_tracebacks(exc)
-            obj = self._reread(backend, call)
+            try:
+                obj = self._reread(backend, call)
+            except ApiError as read_error:  # throttled or down: judge the 409 after a backoff
+                result, error, obj = Result.RETRY, without_tracebacks(read_error), None
+                delay = self._backoff(send, read_error)
             if obj is _GONE:
                 result, obj = Result.NOT_FOUND, None
         except (DispatcherClosed, RequestDropped) as exc:
@@ -169,9 +173,7 @@ class Sender:
             error = without_tracebacks(exc)
             if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
-                delay = self.retry.delay(send.attempt or 1, exc.retry_after, self.rand())
-                if not send.verify:  # a verifying read is never retried
-                    self.metrics.retry(call.call_type, retry_reason(exc))
+                delay = self._backoff(send, exc)
             else:
                 result = Result.FAILED
         except Exception as exc:  # a bug in a call's send(): fail this call only
@@ -192,18 +194,36 @@ class Sender:
             )
         return Done(call, result, obj, error, delay), backend.requests
 
+    def _backoff(self, send: Send, exc: ApiError) -> float:
+        """The delay before ``send``'s call goes again after the retryable ``exc``: doubled by
+        each failure of the call so far, never shorter than the server's Retry-After; the
+        retry is counted (not a verifying read's: it is never retried)."""
+        if not send.verify:
+            self.metrics.retry(send.call.call_type, retry_reason(exc))
+        return self.retry.delay(send.failures + 1, exc.retry_after, self.rand())
+
     @staticmethod
     def _reread(backend: ChargedBackend, call: Any) -> Any:
         """The one GET after a 409: the fresh object, ``_GONE`` if the name now holds another
-        object (or none), None if the read failed (the actor re-reads later)."""
+        object (or none), None if the read failed for good (the actor re-reads later). A
+        retryable failure (429, 5xx, timeout) raises: the call backs off, as after its own."""
         ref = call.ref
         try:
             fresh = backend.get(ref.kind, ref.namespace, ref.name)
         except NotFoundError:
             return _GONE
-        except (ApiError, DispatcherClosed) as exc:
+        except ApiError as exc:
+            if exc.retryable:
+                raise
             without_tracebacks(exc)  # dropped here: it leaves no cycle behind
             logger.debug("re-read after conflict failed: {}", exc)
+            return None
+        except (DispatcherClosed, RequestDropped) as exc:  # stopping, or no token to spare
+            without_tracebacks(exc)
+            logger.debug("re-read after conflict failed: {}", exc)
+            return None
+        except Exception:  # a bug in the backend's get(): the 409 stands, without an object
+            logger.opt(exception=True).error("re-read after conflict raised")
             return None
         uid = get_path(fresh, "metadata", "uid")
         if not isinstance(uid, str):

@@ -107,7 +107,7 @@ class Call(ABC):
     def landed(self, fresh: Obj) -> bool:
         """Whether ``fresh``, the object of this call's name just read from the server, shows
         that this call took effect (an attempt landed whose reply was lost). Asked after a 409
-        (``fresh`` has this call's UID) and before a call whose last request went unanswered
+        (``fresh`` has this call's UID) and before a call one of whose requests went unanswered
         resolves ``CallFailed`` (``fresh`` may be another object of the name). True resolves
         the call ``SUCCESS``. Default: False. Pure."""
         del fresh

@@ -124,8 +124,8 @@ class RetryConfig:
     (docs/concepts.md, "Retries"). A retryable error (429, 5xx, timeout, connection lost) puts
     the call back on its object after :meth:`delay`; it fails (``CallFailed``) once the next
     attempt would start more than ``budget`` seconds after its first retryable failure (or
-    after ``max_attempts`` attempts). A 409 rebases, at most ``max_conflict_retries`` times.
-    docs/configuration.md, "RetryConfig", tells each field."""
+    after ``max_attempts`` failed requests, re-reads included). A 409 rebases, at most
+    ``max_conflict_retries`` times. docs/configuration.md, "RetryConfig", tells each field."""
 
     budget: float = 60.0
     base_backoff: float = 0.005

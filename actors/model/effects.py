@@ -51,7 +51,7 @@ class Ready(NamedTuple):
 class Send:
     """Answer to a grant: perform ``call`` against ``obj``; with ``read``, only re-read the
     object (one GET) so the call can be computed against a trusted object; with ``verify``
-    too, the read is the last one of a call whose last requests went unanswered: the object
+    too, the read is the last one of a call one of whose requests went unanswered: the object
     comes back as read (whatever its UID), for :meth:`~.calls.Call.landed` to judge."""
 
     call: Call
@@ -59,6 +59,7 @@ class Send:
     attempt: int
     read: bool = False
     verify: bool = False
+    failures: int = 0  # the call's retryable failures so far: the next backoff doubles them
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,13 +132,13 @@ class ObjectQueue(Knowledge):
         call = entry.call
         retry = entry.retry
         if entry.unanswered is not None:
-            send = Send(call, None, retry.attempt, True, True)
+            send = Send(call, None, retry.attempt, True, True, retry.failures)
         elif call.reads_object and not self.trusted:
-            send = Send(call, None, retry.attempt, True)
+            send = Send(call, None, retry.attempt, True, False, retry.failures)
         else:
             retry = entry.retry = SENT_ONCE if retry is FRESH else retry.sent()
             entry.sent_rv = self.observed_rv
-            send = Send(call, self.observed, retry.attempt, False, False)
+            send = Send(call, self.observed, retry.attempt, False, False, retry.failures)
         self.request = send
         return send
 
@@ -158,7 +158,7 @@ class ObjectQueue(Knowledge):
             if ctype in pending.call.supersedes and not (
                 pending.holds and pending.behind and entry.carries_any(pending.behind)
             ):  # (a held call that waits for this one leaves it alone: it goes first)
-                pending.absorb(entry)
+                pending.supersede(entry)
                 out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
                 return
             if pending.call.call_type == ctype:

@@ -16,7 +16,7 @@ from .effects import Effect, Ready, Refund, Resolve, Retire, dependency_failed
 from .errors import CallCancelled, CallConflict, CallStale, DispatcherClosed, Outcome
 from .lifecycle import Input, Life
 from .objects import Obj
-from .queue_policy import NO_HOLDS, Entry, RetryState, exclusive_tracked, place, superseded_by
+from .queue_policy import NO_HOLDS, Entry, exclusive_tracked, place, superseded_by
 from .request_ends import RequestEnds
 
 __all__ = ["ObjectState"]
@@ -240,13 +240,10 @@ class ObjectState(RequestEnds):
             if pending.call.call_type in call.supersedes and not (
                 behind and pending.carries_any(behind)
             ):  # a call this one waits for is never replaced: it queues ahead
-                # superseded: this call takes the first such slot and waits out its backoff
-                # (nothing else of its history: it is another call)
+                # superseded: this call takes the first such slot
                 if slot is None:
                     slot = len(keep)
-                    if pending.retry.not_before > entry.retry.not_before:
-                        entry.retry = RetryState(not_before=pending.retry.not_before)
-                entry.absorb(pending)
+                entry.supersede(pending)
                 out.append(
                     Resolve(pending.future, pending.call.call_type, _OVERWRITTEN, entry.future)
                 )

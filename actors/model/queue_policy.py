@@ -25,8 +25,10 @@ class RetryState:
     """A call's retry bookkeeping as one value (docs/behaviour.md, "Retry bookkeeping").
 
     ``attempt``: requests sent (re-reads not counted); ``conflicts``: 409s rebased on;
-    ``failures``: retryable failures (sends and re-reads); ``not_before``: backoff after the
-    last failure; ``deadline``: end of the retry budget, which runs from the first failure.
+    ``failures``: retryable failures (sends and re-reads; the backoff doubles with each);
+    ``not_before``: backoff after the last failure; ``deadline``: end of the retry budget,
+    which runs from the first failure; ``unanswered``: a request of the call went unanswered
+    (it may have landed), so it reads the object back before it fails.
     """
 
     attempt: int = 0
@@ -34,6 +36,7 @@ class RetryState:
     failures: int = 0
     not_before: float = 0.0
     deadline: float | None = None
+    unanswered: bool = False
 
     def merged(self, other: RetryState) -> RetryState:
         """The bookkeeping of the merge of two calls: as far along as the further of the two
@@ -49,6 +52,7 @@ class RetryState:
             max(self.failures, other.failures),
             max(self.not_before, other.not_before),
             min(deadlines) if deadlines else None,
+            self.unanswered or other.unanswered,
         )
 
     def sent(self) -> RetryState:
@@ -56,18 +60,44 @@ class RetryState:
         if self is FRESH:
             return SENT_ONCE  # most calls: no new object
         return RetryState(
-            self.attempt + 1, self.conflicts, self.failures, self.not_before, self.deadline
+            self.attempt + 1,
+            self.conflicts,
+            self.failures,
+            self.not_before,
+            self.deadline,
+            self.unanswered,
         )
 
     def conflicted(self) -> RetryState:
         """One more 409 to rebase on."""
         return RetryState(
-            self.attempt, self.conflicts + 1, self.failures, self.not_before, self.deadline
+            self.attempt,
+            self.conflicts + 1,
+            self.failures,
+            self.not_before,
+            self.deadline,
+            self.unanswered,
         )
 
-    def failed(self, at: float, deadline: float) -> RetryState:
-        """One more retryable failure: back off until ``at``, within ``deadline``."""
-        return RetryState(self.attempt, self.conflicts, self.failures + 1, at, deadline)
+    def waiting_until(self, at: float) -> RetryState:
+        """The same bookkeeping, backing off until ``at`` at least."""
+        if at <= self.not_before:
+            return self
+        return RetryState(
+            self.attempt, self.conflicts, self.failures, at, self.deadline, self.unanswered
+        )
+
+    def failed(self, at: float, deadline: float, *, unanswered: bool = False) -> RetryState:
+        """One more retryable failure: back off until ``at``, within ``deadline``;
+        ``unanswered``: it was a request of the call that went unanswered."""
+        return RetryState(
+            self.attempt,
+            self.conflicts,
+            self.failures + 1,
+            at,
+            deadline,
+            self.unanswered or unanswered,
+        )
 
 
 FRESH: Final = RetryState()
@@ -109,7 +139,7 @@ class Entry:
         self.carried: tuple[Any, ...] = _NOTHING  # futures of the calls merged into it
         self.withdrawn: frozenset[Any] | None = None  # which intents were withdrawn
         self.withdrawn_for: BaseException | None = None  # why, when not by its caller
-        # Set when the retries ran out and the last request went unanswered: why it gave up,
+        # Set when the retries ran out and a request went unanswered: why it gave up,
         # and the last error; the object is read once (verify) before the call resolves.
         self.unanswered: tuple[str, BaseException | None] | None = None
         self.retry = FRESH
@@ -151,6 +181,12 @@ class Entry:
             self.withdrawn = older.withdrawn | (self.withdrawn or frozenset())
             if self.withdrawn_for is None:
                 self.withdrawn_for = older.withdrawn_for
+
+    def supersede(self, older: Entry) -> None:
+        """This entry replaces ``older``, a call of a type it supersedes: it carries ``older``'s
+        intents and waits out its backoff (nothing else of its history: it is another call)."""
+        self.retry = self.retry.waiting_until(older.retry.not_before)
+        self.absorb(older)
 
     def merge_older(self, older: Entry) -> None:
         """Absorb ``older``, a pending entry of the same type: the newer values win, the older

@@ -78,7 +78,9 @@ class RequestEnds(ObjectQueue):
             self._conflict(out, entry, done)
         elif result is Result.RETRY:
             self.ambiguous(entry.sent_rv)  # the request may have been applied
-            self._retry_or_fail(out, entry, done, now)
+            error = done.error
+            unanswered = isinstance(error, ApiError) and error.ambiguous
+            self._retry_or_fail(out, entry, done, now, unanswered=unanswered)
         else:
             self._failed(out, entry, done)
 
@@ -178,8 +180,12 @@ class RequestEnds(ObjectQueue):
         out.append(Resolve(entry.future, call.call_type, self._not_found_outcome(call)))
         self._retire(out, Input.GONE, "object not found")
 
-    def _retry_or_fail(self, out: list[Effect], entry: Entry, done: Done, now: float) -> None:
-        """A retryable failure: back off and go again, within the budget and attempts."""
+    def _retry_or_fail(
+        self, out: list[Effect], entry: Entry, done: Done, now: float, *, unanswered: bool = False
+    ) -> None:
+        """A retryable failure: back off and go again, within the budget and ``max_attempts``
+        failed requests (re-reads included). ``unanswered``: the call's own request went
+        unanswered, so it may have landed."""
         if entry.withdrawn is not None and entry.cancelled:
             out.append(
                 Resolve(entry.future, entry.call.call_type, self._withdrawn(entry, in_flight=True))
@@ -189,7 +195,7 @@ class RequestEnds(ObjectQueue):
         retry = entry.retry
         deadline = retry.deadline if retry.deadline is not None else now + config.budget
         at = now + done.delay
-        retry = entry.retry = retry.failed(at, deadline)
+        retry = entry.retry = retry.failed(at, deadline, unanswered=unanswered)
         attempts = config.max_attempts
         if at > deadline or (attempts is not None and retry.failures >= attempts):
             call = entry.call
@@ -198,7 +204,9 @@ class RequestEnds(ObjectQueue):
                 f"({config.budget:g} s retry budget): {done.error}"
             )
             last = done.error
-            if retry.attempt > 0 and isinstance(last, ApiError) and last.ambiguous:
+            if retry.attempt > 0 and (
+                retry.unanswered or (isinstance(last, ApiError) and last.ambiguous)
+            ):
                 # no answer says whether an attempt landed: read the object once first
                 entry.unanswered = (why, last)
                 self._requeue_front(out, entry)

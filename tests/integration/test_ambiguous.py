@@ -35,6 +35,7 @@ from kdispatch.actors.model.errors import (
     ObjectNotFound,
     Outcome,
     RequestTimeoutError,
+    TooManyRequestsError,
 )
 from kdispatch.actors.model.objects import Obj
 from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatusPatch
@@ -109,6 +110,44 @@ def test_lost_binding_reply_is_recognised_by_already_bound_to_the_same_node(
     assert stored is not None and stored["spec"]["nodeName"] == "n1"
     assert stats["retries"] == {"pod_binding:timeout": 1}
     assert stats["outcomes"] == {"pod_binding:success": 1}
+
+
+def test_a_throttled_read_after_the_409_is_waited_out_and_the_landed_binding_succeeds(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    """The first binding lands, its reply lost; the retry meets "already bound" (409), and
+    the GET after it is throttled (429 with a Retry-After) twice: the call backs off as after a
+    failure of its own and goes again, until a read shows the pod bound to this node. It used
+    to go again at once, count each throttled read as a conflict and resolve ``CallConflict``
+    for a binding that had landed."""
+    pod = _reply_lost(server, "bind", "p1")
+    throttled = [TooManyRequestsError("throttled", retry_after=0.02) for _ in range(2)]
+    server.script("get", *throttled, name="p1")
+    with Dispatcher(backend, CONFIG) as d:
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
+        stats = d.stats()
+    assert ops(server, "bind") == ["apply_then_fail", "Conflict", "Conflict", "Conflict"]
+    assert ops(server, "get") == ["TooManyRequests", "TooManyRequests", "ok"]
+    assert stats["retries"] == {"pod_binding:timeout": 1, "pod_binding:429": 2}
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
+
+
+def test_a_binding_that_landed_then_met_5xx_until_its_retries_ran_out_resolves_success(
+    server: InMemoryApiServer, backend: ApiBackend
+) -> None:
+    """The first binding lands, its reply lost; every retry is answered 500 until the
+    retries run out. An answer on the last attempts does not say the first did not land: the
+    pod is read once, bound to this node, so the binding succeeded (it used to resolve
+    ``CallFailed``)."""
+    pod = _reply_lost(server, "bind", "p1")
+    server.script("bind", *["500"] * (ATTEMPTS - 1), name="p1")
+    with Dispatcher(backend, CONFIG) as d:
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
+    assert ops(server, "bind") == ["apply_then_fail", *["500"] * (ATTEMPTS - 1)]
+    assert ops(server, "get") == ["ok"]
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["spec"]["nodeName"] == "n1"
 
 
 class _FirstReplyLost(GatedBackend):

@@ -304,6 +304,41 @@ def test_execute_classifies_results(error: BaseException | None, result: Result)
         assert done.obj is not None and done.obj["metadata"]["resourceVersion"] == "9"
 
 
+@pytest.mark.parametrize("read", [False, True])
+def test_the_backoff_doubles_with_each_failure_of_the_call_its_rereads_included(
+    read: bool,
+) -> None:
+    """The delay after a 500 is ``base_backoff * 2**failures``: a call whose re-reads keep
+    failing (an apiserver restarting) backs off further each time, as one whose own requests
+    fail does (it used to wait the first delay before every re-read)."""
+    ex = make()  # base_backoff 5 ms, max_backoff 1 s, no jitter
+    call = probe("a", [], raises=ServerError("down"))
+
+    class Down(NullBackend):
+        def get(self, kind: str, namespace: str, name: str) -> Obj:
+            raise ServerError("down")
+
+    ex.sender.backend = Down()
+    for failures, delay in ((0, 0.005), (3, 0.04), (20, 1.0)):
+        done = ex.sender.send(Send(call, None, 1, read, False, failures))[0]
+        assert (done.result, done.delay) == (Result.RETRY, delay)
+
+
+def test_a_throttled_read_after_a_conflict_is_a_retry_after_its_retry_after() -> None:
+    """The GET after a 409 answered 429: the attempt is retried, not taken for a conflict
+    without an object, and never sooner than the GET's Retry-After."""
+
+    class Throttled(NullBackend):
+        def get(self, kind: str, namespace: str, name: str) -> Obj:
+            raise TooManyRequestsError("throttled", retry_after=7.0)
+
+    ex = make(backend=Throttled())
+    done, requests = ex.sender.send(Send(probe("a", [], raises=ConflictError()), None, 1))
+    assert (done.result, done.delay, requests) == (Result.RETRY, 7.0, 1)  # the GET (the probe
+    # answers 409 without a request)
+    assert isinstance(done.error, TooManyRequestsError) and done.obj is None
+
+
 def test_conflict_refetch_of_recreated_object_is_not_found() -> None:
     class Recreated(NullBackend):
         def get(self, kind: str, namespace: str, name: str) -> Obj:

@@ -879,12 +879,50 @@ def test_retries_run_out_unanswered_then_one_read_decides(landed: bool) -> None:
     assert d.grant() is None  # nothing left to send
 
 
-def test_retries_ending_on_an_answer_fail_without_a_read() -> None:
+def test_retries_that_were_all_answered_fail_without_a_read() -> None:
+    d = Driver(RetryConfig(max_attempts=2))
+    fut = d.submit(PodBinding.for_pod(pod("a"), "n1"))
+    d.done(d.send(), Result.RETRY, error=TooManyRequestsError("an answer: not applied"))
+    d.done(d.send(), Result.RETRY, error=ServerError("an answer: not applied"))
+    assert isinstance(d.error(fut), CallFailed)
+    assert d.grant() is None  # no read: nothing was left unanswered
+
+
+def test_an_earlier_unanswered_attempt_is_read_back_though_the_last_was_answered() -> None:
+    """The first attempt went unanswered (it may have landed, its reply lost), the next got
+    500s until the retries ran out: the object is read back before ``CallFailed``."""
     d = Driver(RetryConfig(max_attempts=2))
     fut = d.submit(PodBinding.for_pod(pod("a"), "n1"))
     d.done(d.send(), Result.RETRY, error=RequestTimeoutError("no answer"))
-    d.done(d.send(), Result.RETRY, error=ServerError("an answer: not applied"))
-    assert isinstance(d.error(fut), CallFailed)
+    d.done(d.send(), Result.RETRY, error=ServerError("an answer"))
+    assert d.outcome(fut) is None
+    read = d.send()
+    assert (read.read, read.verify) == (True, True)
+    d.done(read, Result.SUCCESS, obj=pod("a", rv=9, node="n1"))  # the first one landed
+    assert d.outcome(fut) is Outcome.SUCCESS
+
+
+def test_failed_rereads_count_towards_max_attempts_and_double_the_backoff() -> None:
+    """A status patch re-reads its object after a failure: ``max_attempts`` caps the call's
+    failed requests, re-reads included, and each failure doubles the next backoff
+    (``Send.failures``), whichever request failed."""
+    d = Driver(RetryConfig(max_attempts=4))
+    fut = d.submit(gate(pod("a")))
+    s = d.send()
+    assert (s.read, s.failures) == (False, 0)
+    d.done(s, Result.RETRY, error=ServerError(), delay=1.0)
+    for failures in (1, 2):
+        d.now += 10.0
+        read = d.send()
+        assert read.read and read.failures == failures
+        d.done(read, Result.RETRY, error=ServerError(), delay=1.0)
+    d.now += 10.0
+    d.done(d.send(), Result.SUCCESS, obj=pod("a", rv=5))  # the re-read, at last
+    s = d.send()
+    assert (s.read, s.attempt, s.failures) == (False, 2, 3)
+    d.done(s, Result.RETRY, error=ServerError(), delay=1.0)  # the fourth failed request
+    err = d.error(fut)
+    assert isinstance(err, CallFailed) and "gave up after 4 failed requests" in str(err)
 
 
 def test_retry_after_is_waited_for_via_done_delay() -> None:
@@ -907,6 +945,21 @@ def test_merge_keeps_the_backoff_of_the_call_it_replaces() -> None:
     assert d.grant() is None  # still backing off
     d.now += 3.0
     assert d.send().attempt == 2
+
+
+def test_a_call_that_supersedes_one_backing_off_waits_its_backoff_out(d: Driver) -> None:
+    """A binding arrives while a status patch is in flight; the patch then meets a 429 (its
+    ``Retry-After`` in ``done.delay``): the binding takes over and waits it out, as when it
+    arrives after the 429 (it used to go at once)."""
+    p = pod("a")
+    patch = d.submit(unsched(p))
+    s = d.send()
+    binding = d.submit(PodBinding.for_pod(p, "n1"))
+    d.done(s, Result.RETRY, error=TooManyRequestsError(retry_after=5.0), delay=5.0)
+    assert d.outcome(patch) is Outcome.OVERWRITTEN
+    assert d.grant() is None  # still within the patch's Retry-After
+    d.now += 5.0
+    d.send_succeeds(binding)
 
 
 def test_retry_merges_with_call_that_arrived_meanwhile(d: Driver) -> None:
