@@ -90,6 +90,23 @@ class InertCall(InertRules):
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class UserBinding(InertRules):
+    """A user call type of the tests that binds its pod to ``node`` (one ``pods/binding``,
+    none of :class:`~kdispatch.PodBinding`'s rules). At module level, so a
+    ``ProcessDispatcher``'s child can load it."""
+
+    call_type: ClassVar[str] = "user_binding"
+    relevance: ClassVar[int] = 2
+
+    node: str
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        del obj
+        backend.bind(self.ref.namespace, self.ref.name, uid=self.ref.uid, node=self.node)
+        return None
+
+
 def user_call(name: str, *, kind: str = "Widget", relevance: Any = 1) -> type[Call]:
     """A minimal call class with the given class attributes (``relevance=None``: none)."""
 

@@ -299,6 +299,22 @@ class CallTypeRegistry:
             self._classes = self._classes | {cls}
         return spec
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle support (a :class:`~kdispatch.ProcessDispatcher` sends the registry to its
+        child): the registered types without the lock. The process-wide
+        :data:`~kdispatch.DEFAULT_KINDS` crosses as a reference to the receiving process's own
+        table; the call classes cross by reference, so they must be importable there."""
+        kinds = None if self._kinds is DEFAULT_KINDS else self._kinds
+        return {"kinds": kinds, "by_type": self._by_type, "classes": self._classes}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle: a fresh lock, the same registered types."""
+        kinds = state["kinds"]
+        self._kinds = kinds if kinds is not None else DEFAULT_KINDS
+        self._lock = threading.Lock()
+        self._by_type = state["by_type"]
+        self._classes = state["classes"]
+
     def spec(self, call_type: str) -> CallTypeSpec:
         """The spec of a registered call type; :class:`UnknownCallTypeError` otherwise."""
         try:

@@ -140,6 +140,16 @@ class KindTable:
         for info in kinds:
             self.add(info)
 
+    def __getstate__(self) -> dict[str, list[KindInfo]]:
+        """Pickle support (e.g. within a :class:`~kdispatch.CallTypeRegistry` sent to a
+        :class:`~kdispatch.ProcessDispatcher`'s child): the kinds, without the lock."""
+        return {"kinds": list(self._by_kind.values())}  # never empty: __setstate__ runs
+
+    def __setstate__(self, state: dict[str, list[KindInfo]]) -> None:
+        """Unpickle: a fresh lock, the same kinds."""
+        self._lock = threading.Lock()
+        self._by_kind = MappingProxyType({info.kind: info for info in state["kinds"]})
+
     def add(self, info: KindInfo, *, replace: bool = False) -> KindInfo:
         """Add ``info``. A kind already present with different facts raises
         :class:`InvalidInputError` unless ``replace``; the same facts again are a no-op."""

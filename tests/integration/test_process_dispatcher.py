@@ -29,6 +29,7 @@ import pytest
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.process import MAX_IN_FLIGHT, DispatcherProcessDied, ProcessDispatcher
 from kdispatch.actors.facade.process_child import dumps, portable
+from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.config import (
     DispatcherConfig,
     ExecutorConfig,
@@ -59,7 +60,7 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
-from tests.factories import cond
+from tests.factories import UserBinding, cond
 
 WAIT = 30.0
 """Upper bound of any single wait."""
@@ -645,3 +646,23 @@ def test_max_in_flight_is_checked() -> None:
     for bad in (0, -1, 1.5, True, "8"):
         with pytest.raises(InvalidConfigError, match="max_in_flight"):
             ProcessDispatcher(factory, max_in_flight=bad)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- what crosses
+
+
+def test_custom_call_types_cross_to_the_child(cluster: Cluster) -> None:
+    """A registry with a user call type (importable in the child) is sent to the child, and
+    the call lands on the server."""
+    call_types = default_call_types()
+    call_types.register(UserBinding)
+    pod = cluster.pod("custom")
+    factory = functools.partial(KubernetesBackend.for_url, cluster.http.url, workers=2)
+    with ProcessDispatcher(factory, call_types=call_types) as d:
+        future = d.submit(UserBinding(ObjectRef.of(pod), "node-3", basis=pod))
+        assert future.result(WAIT) is Outcome.SUCCESS
+        assert d.backlog_at("user_binding") == 0
+        stats = d.stats()
+    assert stats["sent"] == {"user_binding": 1}
+    assert cluster.stored("custom")["spec"]["nodeName"] == "node-3"
+    assert [r.op for r in cluster.server.request_log if r.name == "custom"].count("bind") == 1

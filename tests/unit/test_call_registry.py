@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,9 @@ from kdispatch import (
     default_call_types,
     get_path,
 )
+from kdispatch.actors.model.kinds import DEFAULT_KINDS
 from kdispatch.actors.model.objects import with_path
-from tests.factories import InertCall, InertRules, call_types_with, user_call
+from tests.factories import InertCall, InertRules, UserBinding, call_types_with, user_call
 
 POD_REF = ObjectRef("Pod", "ns", "p", "uid-1")
 
@@ -234,3 +236,23 @@ class TestRegistration:
         call = widget(ObjectRef("Pod", "ns", "p", "u"))  # type: ignore[call-arg]
         with pytest.raises(InvalidCallError, match="applies to Widget"):
             registry.check(call)
+
+
+def test_a_registry_pickles_with_its_types_and_kinds() -> None:
+    """A ProcessDispatcher sends its registry to the child: it crosses without its lock, with
+    its call types (by reference: importable classes), and keeps taking registrations; the
+    process-wide kind table stays the receiving process's own, another table crosses whole."""
+    shared = default_call_types()
+    shared.register(UserBinding)
+    crossed = pickle.loads(pickle.dumps(shared))
+    assert crossed.types() == shared.types()
+    assert crossed.spec("user_binding") == shared.spec("user_binding")
+    assert crossed._kinds is DEFAULT_KINDS
+    own = call_types_with("QuotaReservation")
+    own.register(QuotaReservation)  # known to this registry's kind table only
+    copy = pickle.loads(pickle.dumps(own))
+    assert copy.spec("quota_reservation").cls is QuotaReservation
+    assert "QuotaReservation" in copy._kinds and "QuotaReservation" not in DEFAULT_KINDS
+    copy.register(UserBinding)  # a fresh lock; the original is untouched
+    assert "user_binding" in copy.types() and "user_binding" not in own.types()
+    assert copy.check(UserBinding(POD_REF, "node-1")) is not None
