@@ -16,6 +16,7 @@ from kdispatch.actors.model.backend import ApiBackend, EvictionBackend
 from kdispatch.actors.model.errors import ApiError, NotFoundError
 from kdispatch.actors.model.event_calls import EventSink
 from kdispatch.actors.model.objects import Obj
+from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.memory import InMemoryApiServer
 
 T = TypeVar("T")
@@ -103,6 +104,33 @@ class WrappedBackend:
     def patch(self, *args: Any, **kwargs: Any) -> Obj:
         obj: Obj = self._forward("patch", args, kwargs)
         return obj
+
+
+class Unloadable(Exception):
+    """An exception that pickles but does not unpickle: pickle calls the constructor back with
+    the one message, and it takes two arguments."""
+
+    def __init__(self, what: str, code: int) -> None:
+        super().__init__(f"{what} {code}")
+
+
+class RefusingBackend(WrappedBackend):
+    """A :class:`~kdispatch.KubernetesBackend` for ``url`` whose bindings of pods named
+    ``refuse...`` land, then raise :class:`Unloadable` (a reply lost in a way that does not
+    cross a pipe). Importable, so ``functools.partial(RefusingBackend, url)`` is a
+    ``ProcessDispatcher`` backend factory."""
+
+    def __init__(self, url: str, workers: int = 4) -> None:
+        super().__init__(KubernetesBackend.for_url(url, workers=workers))
+
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        answer = send()
+        if op == "bind" and request["name"].startswith("refuse"):
+            raise Unloadable("binding refused", 42)
+        return answer
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 class GatedBackend(WrappedBackend):

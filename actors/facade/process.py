@@ -43,6 +43,7 @@ from .process_child import (
     BackendFactory,
     child_main,
     dumps,
+    encode,
     write_batches,
 )
 from .process_link import ChildLink, DispatcherProcessDied
@@ -204,7 +205,7 @@ class ProcessDispatcher(ChildLink):
         stopped = DispatcherClosed("dispatcher process stopped")
         self._resolve_waiting(self._window.close(), lambda _: copy.copy(stopped))
         with contextlib.suppress(DispatcherClosed):
-            self._send(dumps((STOP, bool(drain), float(timeout))))
+            self._send(encode((STOP, bool(drain), float(timeout))))
         self._outbox.put(None)  # the writer sends what is queued, then ends
         if self._reader is not None:
             self._reader.join(timeout + 10.0)
@@ -235,7 +236,7 @@ class ProcessDispatcher(ChildLink):
         self._check_open()
         fid = next(self._ids)
         try:
-            data = dumps((SUBMIT, fid, call))
+            data = encode((SUBMIT, fid, call), fid)
         except Exception as err:
             raise InvalidCallError(f"{call.call_type}: the call does not pickle: {err}") from err
         relevance = self.call_types.spec(call.call_type).relevance
@@ -272,7 +273,7 @@ class ProcessDispatcher(ChildLink):
             lambda t: CallCancelled(f"cancelled by caller: uid {uid}", uid=uid, call_type=t),
         )
         with contextlib.suppress(DispatcherClosed):  # the child went meanwhile
-            self._send(dumps((CANCEL, uid, call_type)))
+            self._send(encode((CANCEL, uid, call_type)))
 
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child."""
@@ -280,7 +281,7 @@ class ProcessDispatcher(ChildLink):
             return
         self._resolve_waiting(self._window.withdraw_all(), lambda _: copy.copy(error))
         with contextlib.suppress(DispatcherClosed):
-            self._send(dumps((REVOKE, error)))
+            self._send(encode((REVOKE, error)))
 
     @property
     def send_deadline(self) -> float | None:
@@ -329,7 +330,7 @@ class ProcessDispatcher(ChildLink):
                 lambda t: CallCancelled(f"object deleted: uid {uid}", uid=uid, call_type=t),
             )
         with contextlib.suppress(DispatcherClosed):
-            self._send(dumps((OBSERVE, plain, kind, deleted)))
+            self._send(encode((OBSERVE, plain, kind, deleted)))
 
     # ------------------------------------------------------------------ introspection
 

@@ -1,10 +1,16 @@
 """The child side of :class:`~kdispatch.ProcessDispatcher`: a real
 :class:`~kdispatch.Dispatcher` in its own interpreter, driven over two pipes.
 
-Parent → child: pickled tuples (:data:`SUBMIT`, ...), several per write, handed on by the main
-thread (queries go to a small pool, never holding up intake). Child → parent: lists of
-``(id, ok, value)`` results, coalesced by one writer thread. The child ignores SIGINT and stops
-without draining when the parent goes away.
+Parent → child: pickled tuples (:data:`SUBMIT`, ...), several per write, each framed by
+:func:`encode` with its length and its call or query id, so each is loaded on its own: one the
+child cannot load fails only its own future (:class:`CallFailed` naming why) and the rest of the
+write is carried out. The main thread hands them on (queries go to a small pool, never holding
+up intake). Child → parent: lists of ``(id, ok, value)`` results, coalesced by one writer
+thread; a value other than an :class:`Outcome` crosses as a pickle of its own
+(:func:`load_result`), so one the parent cannot load fails only its own future. An exception
+is checked to load again before it is sent, and replaced by a typed stand-in if it does not
+(:func:`portable`). The child ignores SIGINT and stops without draining when the parent goes
+away.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import pickle
 import queue
 import signal
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +51,15 @@ REVOKE: Final = "r"  # (REVOKE, error)
 QUERY: Final = "q"  # (QUERY, id, name, arg): "view" (uid), "stats", "freeze_gc"
 STOP: Final = "x"  # (STOP, drain, timeout)
 
+NO_ID: Final = -1
+"""The id in the frame of a message that awaits no answer (:func:`encode`)."""
+
+_FRAME: Final = struct.Struct("<Iq")
+"""The header of each parent → child message: its pickle's length, and the id of the call or
+query it carries (:data:`NO_ID`: none)."""
+
+_NO_FRAME: Final = bytes(_FRAME.size)
+
 # child → parent control ids (call and query ids are >= 0)
 READY: Final = -1  # value: the child's pid, or the exception that stopped its start
 STOPPED: Final = -2  # value: (drained, final stats)
@@ -51,7 +67,8 @@ STOPPED: Final = -2  # value: (drained, final stats)
 _T = TypeVar("_T")
 
 Result = tuple[int, bool, Any]
-"""``(id, ok, value)``: ``ok`` False means ``value`` is an exception."""
+"""``(id, ok, value)``: ``ok`` False means ``value`` is an exception. On the wire ``value`` is
+an :class:`Outcome` or its own pickle (:func:`load_result`)."""
 
 BackendFactory = Callable[[], ApiBackend]
 
@@ -82,6 +99,35 @@ def dumps(obj: object) -> bytes:
     return buf.getvalue()
 
 
+def encode(msg: tuple[Any, ...], mid: int = NO_ID) -> bytes:
+    """A parent → child message: ``msg`` pickled (:func:`dumps`) behind a frame holding its
+    length and ``mid``, the id of the call or query it carries, so the child can load it on its
+    own and answer ``mid`` if it cannot. Any thread; raises what pickle raises."""
+    buf = io.BytesIO()
+    buf.write(_NO_FRAME)
+    pickler = pickle.Pickler(buf, PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(msg)
+    with buf.getbuffer() as view:
+        _FRAME.pack_into(view, 0, len(view) - _FRAME.size, mid)
+    return buf.getvalue()
+
+
+def load_result(ok: bool, value: Any) -> tuple[bool, Any]:
+    """A result's ``(ok, value)`` as sent by the child's writer (an :class:`Outcome`, or the
+    pickle of the value), loaded; ``(False, CallFailed)`` naming why if it does not load. The
+    parent's reader thread."""
+    if isinstance(value, Outcome):
+        return ok, value
+    try:
+        return ok, pickle.loads(value)
+    except Exception as err:  # a class this process cannot load, a constructor that fails
+        return False, CallFailed(
+            f"a result of the dispatcher process does not unpickle here: {type(err).__name__}: "
+            f"{err}"
+        )
+
+
 def portable(exc: BaseException) -> BaseException:
     """``exc`` if it survives a pickle round trip, else a typed stand-in: the same
     :class:`CallOutcomeError` with an unpicklable ``cause`` replaced by a
@@ -90,7 +136,11 @@ def portable(exc: BaseException) -> BaseException:
         pickle.loads(dumps(exc))
         return exc
     except Exception:  # any pickling failure means: substitute
-        pass
+        return _stand_in(exc)
+
+
+def _stand_in(exc: BaseException) -> BaseException:
+    """:func:`portable`'s typed stand-in for ``exc``, which does not survive a round trip."""
     described = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, CallFailed) and exc.cause is not None:
         cause = CallFailed(f"{type(exc.cause).__name__}: {exc.cause}")
@@ -155,28 +205,43 @@ def write_batches(
 
 
 def _dump_results(batch: list[Result]) -> bytes:
-    """Writer thread: ``batch`` pickled; a result that does not pickle is replaced."""
+    """Writer thread: ``batch`` pickled, each value but an :class:`Outcome` in a pickle of its
+    own (:func:`load_result`), so the list itself always loads and one value the parent cannot
+    load fails only its own future."""
+    return dumps([_wire(r) for r in batch])
+
+
+def _wire(result: Result) -> Result:
+    """Writer thread: ``result`` as it crosses. An exception that does not load again here is
+    replaced by its typed stand-in (:func:`portable`), a value that does not pickle by a
+    :class:`CallFailed` naming why."""
+    fid, ok, value = result
+    if ok and isinstance(value, Outcome):  # the hot path: a call's outcome, always loadable
+        return result
+    if not ok:
+        return fid, False, _dump_error(value)
     try:
-        return dumps(batch)
-    except Exception:  # one result does not pickle: check them one by one
-        return dumps([_safe(r) for r in batch])
+        return fid, True, dumps(value)
+    except Exception as err:
+        return fid, False, _dump_error(CallFailed(f"result does not pickle: {err}"))
+
+
+def _dump_error(exc: object) -> bytes:
+    """Writer thread: ``exc`` pickled once it loaded again (a round trip), else its stand-in."""
+    if not isinstance(exc, BaseException):
+        exc = CallFailed(f"unexpected result from the dispatcher process: {exc!r}")
+    try:
+        data = dumps(exc)
+        pickle.loads(data)  # e.g. a constructor with two required arguments fails only here
+    except Exception:
+        return dumps(_stand_in(exc))
+    return data
 
 
 def _result(fid: int, future: Future[Any]) -> Result:
     """The result of a resolved ``future``, under ``fid``. The resolving thread."""
     exc = future.exception()
     return (fid, False, exc) if exc is not None else (fid, True, future.result())
-
-
-def _safe(result: Result) -> Result:
-    fid, ok, value = result
-    if not ok and isinstance(value, BaseException):
-        return fid, False, portable(value)
-    try:
-        dumps(value)
-    except Exception as err:
-        return fid, False, CallFailed(f"result does not pickle: {err}")
-    return result
 
 
 class _Child:
@@ -213,7 +278,7 @@ class _Child:
         try:
             future = self.dispatcher.submit(call)
         except Exception as err:  # closed, revoked, actor limit, bad input
-            self.outbox.put((fid, False, portable(err)))
+            self.outbox.put((fid, False, err))  # the writer checks that it crosses
             return
         future.add_done_callback(lambda f: self.outbox.put(_result(fid, f)))
 
@@ -230,9 +295,21 @@ class _Child:
             else:
                 raise KdispatchError(f"unknown query {name!r}")
         except Exception as err:  # the parent's future carries it
-            self.outbox.put((qid, False, portable(err)))
+            self.outbox.put((qid, False, err))
             return
         self.outbox.put((qid, True, value))
+
+    def unreadable(self, mid: int, err: Exception) -> None:
+        """Main thread: a message that did not unpickle here. A call or query fails with a
+        :class:`CallFailed` naming why; a message that awaits no answer is logged."""
+        why = (
+            f"the dispatcher process cannot unpickle the message: {type(err).__name__}: {err} "
+            "(its classes must be importable in the child, which is started with spawn)"
+        )
+        if mid == NO_ID:
+            logger.error("dispatcher process: {}", why)
+        else:
+            self.outbox.put((mid, False, CallFailed(why)))
 
     def stop(self, *, drain: bool, timeout: float) -> None:
         """Main thread. Stop the dispatcher, finish the queries, then send the final figures."""
@@ -272,7 +349,7 @@ def child_main(
             send_gate=SharedDeadline(send_until) if send_until is not None else None,
         ).start()
     except Exception as err:  # reported to the parent's start()
-        outbox.put((READY, False, portable(err)))
+        outbox.put((READY, False, err))
     else:
         outbox.put((READY, True, os.getpid()))
         child = _Child(dispatcher, outbox)
@@ -293,14 +370,18 @@ def child_main(
 
 
 def _handle_all(child: _Child, data: bytes) -> bool:
-    """Main thread. Carry out the messages of one write, in order; False after :data:`STOP`."""
-    buf = io.BytesIO(data)
-    while buf.tell() < len(data):
+    """Main thread. Carry out the messages of one write (framed by :func:`encode`), in order;
+    False after :data:`STOP`. Each loads on its own: one that does not fails alone."""
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        size, mid = _FRAME.unpack_from(view, pos)
+        pos += _FRAME.size + size
         try:
-            msg = pickle.load(buf)  # a fresh unpickler each time: memos are per message
-        except Exception:  # a torn write cannot happen (one writer); be loud anyway
-            logger.opt(exception=True).error("dispatcher process: unreadable message")
-            return True
+            msg = pickle.loads(view[pos - size : pos])
+        except Exception as err:  # e.g. a class only the parent has
+            child.unreadable(mid, err)
+            continue
         try:
             if not child.handle(msg):
                 return False

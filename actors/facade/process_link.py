@@ -24,7 +24,7 @@ from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherBase
 from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
 
-from .process_child import QUERY, READY, STOPPED, Result, dumps
+from .process_child import QUERY, READY, STOPPED, Result, encode, load_result
 from .process_window import SendWindow
 
 
@@ -60,7 +60,7 @@ class ChildLink(DispatcherBase):
             if results.poll(self._start_timeout):
                 batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
                 if batch and batch[0][0] == READY:
-                    return batch[0]
+                    return (READY, *load_result(batch[0][1], batch[0][2]))
         except (EOFError, OSError):
             pass
         code = self._proc.exitcode if self._proc is not None else None
@@ -124,7 +124,7 @@ class ChildLink(DispatcherBase):
         future: Future[Any] = Future()
         self._queries[qid] = future
         try:
-            self._send(dumps((QUERY, qid, name, arg)))
+            self._send(encode((QUERY, qid, name, arg), qid))
         except DispatcherClosed:
             self._queries.pop(qid, None)
             raise
@@ -134,7 +134,8 @@ class ChildLink(DispatcherBase):
 
     def _read(self) -> None:
         """Reader thread: resolve futures from the child's results until its pipe closes,
-        then fail whatever is left (exactly once: whoever pops a future resolves it)."""
+        then fail whatever is left (exactly once: whoever pops a future resolves it). Each
+        value loads on its own: one that does not fails only its own future."""
         results = self._results
         assert results is not None
         while True:
@@ -142,17 +143,18 @@ class ChildLink(DispatcherBase):
                 batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
             except (EOFError, OSError):
                 break
-            except Exception:  # a reply that does not unpickle
+            except Exception:  # ids, flags, Outcomes and bytes only: never expected
                 logger.opt(exception=True).error("dispatcher process: unreadable results")
                 continue
             self._window.resolved(*(r[0] for r in batch))  # room for the next waiting calls
-            for fid, ok, value in batch:
+            for fid, sent_ok, sent in batch:
                 if fid == STOPPED:
-                    self._final = value
+                    self._final = _final_figures(*load_result(sent_ok, sent))
                     continue
                 future = self._pop_call(fid) or self._queries.pop(fid, None)
                 if future is None:
                     continue
+                ok, value = load_result(sent_ok, sent)
                 if ok:
                     future.set_result(value)
                 else:
@@ -210,6 +212,14 @@ class ChildLink(DispatcherBase):
         """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
         if self._backlog.waiters:
             self._backlog.wake()
+
+
+def _final_figures(ok: bool, value: Any) -> tuple[bool, dict[str, Any]]:
+    """Reader thread: the child's :data:`STOPPED` value, ``(drained, stats)``."""
+    if ok:
+        return cast("tuple[bool, dict[str, Any]]", value)
+    logger.error("dispatcher process: its final figures do not load: {}", value)
+    return False, {}
 
 
 def _restored(value: object) -> BaseException:

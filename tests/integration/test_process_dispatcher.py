@@ -9,6 +9,7 @@ observable state with deadlines; never by sleeping.
 
 from __future__ import annotations
 
+import enum
 import functools
 import gc
 import os
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from concurrent.futures import wait
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ import pytest
 
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.process import MAX_IN_FLIGHT, DispatcherProcessDied, ProcessDispatcher
-from kdispatch.actors.facade.process_child import dumps, portable
+from kdispatch.actors.facade.process_child import dumps, encode, load_result, portable
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.config import (
     DispatcherConfig,
@@ -60,6 +62,7 @@ from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, Latency, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
+from tests.backends import RefusingBackend
 from tests.factories import UserBinding, cond
 
 WAIT = 30.0
@@ -649,6 +652,95 @@ def test_max_in_flight_is_checked() -> None:
 
 
 # --------------------------------------------------------------------------- what crosses
+
+
+def test_a_result_that_does_not_unpickle_fails_only_its_own_call(cluster: Cluster) -> None:
+    """A binding whose error pickles but does not unpickle (two constructor arguments) fails
+    with a CallFailed naming it; the results sent with it still reach their futures."""
+    pods = [cluster.pod(f"refuse-{i}" if i % 10 == 5 else f"g{i}") for i in range(30)]
+    factory = functools.partial(RefusingBackend, cluster.http.url, workers=4)
+    config = DispatcherConfig(executor=ExecutorConfig(workers=4), retry=RetryConfig(budget=5.0))
+    once = Once()
+    cluster.held.gate.clear()
+    with ProcessDispatcher(factory, config) as d:
+        futures = once.track([d.submit(PodBinding.for_pod(p, "node-1")) for p in pods])
+        cluster.held.wait_arrived(4)
+        cluster.held.gate.set()  # the held bindings answer together, in the same batches
+        _done, pending = wait(futures, timeout=WAIT)
+        assert not pending
+        assert (d.in_flight, d.backlog) == (0, 0)
+    for pod, future in zip(pods, futures, strict=True):
+        name = pod["metadata"]["name"]
+        assert cluster.stored(name)["spec"]["nodeName"] == "node-1"  # every binding landed
+        if name.startswith("refuse"):
+            with pytest.raises(CallFailed) as err:
+                future.result(0)
+            assert err.value.uid == pod["metadata"]["uid"]
+            assert isinstance(err.value.cause, CallFailed)
+            assert "Unloadable: binding refused 42" in str(err.value.cause)
+        else:
+            assert future.result(0) is Outcome.SUCCESS
+    assert once.each_once(futures)
+
+
+def test_a_result_value_the_parent_cannot_load_fails_only_itself() -> None:
+    """Each value crosses in a pickle of its own: one the parent cannot load (here: a class
+    of a module it does not have) becomes a CallFailed naming why."""
+    module = types.ModuleType("kdispatch_test_child_only")
+    opaque = enum.Enum("opaque", {"X": 1}, module=module.__name__)
+    module.opaque = opaque  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        data = dumps(opaque.X)
+    finally:
+        del sys.modules[module.__name__]
+    ok, value = load_result(True, data)
+    assert not ok and isinstance(value, CallFailed)
+    assert "kdispatch_test_child_only" in str(value)
+    assert load_result(True, Outcome.SUCCESS) == (True, Outcome.SUCCESS)
+    assert load_result(True, dumps({"a": 1})) == (True, {"a": 1})
+
+
+def test_a_call_the_child_cannot_unpickle_fails_alone(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that pickles here but does not load in the child (a class of a module only the
+    parent has) fails with a CallFailed naming why; the calls sent in the same pipe write
+    still land, and so do later ones."""
+    module = types.ModuleType("kdispatch_test_parent_only")
+    team = enum.StrEnum("team", {"A": "a"}, module=module.__name__)
+    module.team = team  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    pods = [cluster.pod(f"u{i}") for i in range(30)]
+    odd = pods[15]
+    odd = {**odd, "metadata": {**odd["metadata"], "labels": {"team": team.A}}}
+    once = Once()
+    with cluster.dispatcher() as d:
+        d.on_add(odd)  # nothing to answer: the child logs it and goes on
+        calls = [PodBinding.for_pod(odd if i == 15 else p, "node-1") for i, p in enumerate(pods)]
+        futures = once.track([d.submit(c) for c in calls])
+        _done, pending = wait(futures, timeout=WAIT)
+        assert not pending
+        with pytest.raises(CallFailed, match=r"cannot unpickle.*kdispatch_test_parent_only"):
+            futures[15].result(0)
+        assert all(f.result(0) is Outcome.SUCCESS for i, f in enumerate(futures) if i != 15)
+        late = d.submit(PodBinding.for_pod(cluster.pod("late"), "node-2"))
+        assert late.result(WAIT) is Outcome.SUCCESS
+        assert (d.in_flight, d.backlog) == (0, 0)
+    for i in range(30):
+        assert cluster.stored(f"u{i}")["spec"].get("nodeName") == (None if i == 15 else "node-1")
+    assert cluster.stored("late")["spec"]["nodeName"] == "node-2"
+    assert once.each_once(futures)
+
+
+def test_each_message_is_framed_with_its_id() -> None:
+    data = encode(("s", 7, "call"), 7) + encode(("c", "uid-1", None))
+    size = int.from_bytes(data[:4], "little")
+    assert int.from_bytes(data[4:12], "little", signed=True) == 7
+    assert pickle.loads(data[12 : 12 + size]) == ("s", 7, "call")
+    rest = data[12 + size :]
+    assert int.from_bytes(rest[4:12], "little", signed=True) == -1
+    assert pickle.loads(rest[12:]) == ("c", "uid-1", None)
 
 
 def test_custom_call_types_cross_to_the_child(cluster: Cluster) -> None:
