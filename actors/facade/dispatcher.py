@@ -308,9 +308,10 @@ class Dispatcher(GroupHostMixin):
             self.call_types.spec(call_type)
         self._registry.tell(uid, Cancel(call_type))
 
-    def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
+    def view(self, uid: str, timeout: float | None = 5.0) -> Obj | None:
         """Caller thread (blocks for one actor round trip; never from an actor). The object as
-        last observed with in-flight and pending mutations applied, or None if untracked."""
+        last observed with in-flight and pending mutations applied, or None if untracked;
+        ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
         check_uid(uid)
         seconds = check_timeout(timeout)
         reply = self._ask_view(uid)

@@ -38,9 +38,10 @@ class DispatcherLike(Protocol):
         """Start accepting calls; raises if it was started before."""
         ...
 
-    def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
-        """Stop intake, drain until ``timeout``, resolve the rest with ``DispatcherClosed``;
-        True if every call finished in time."""
+    def stop(self, drain: bool = True, timeout: float | None = 30.0) -> bool:
+        """Stop intake, drain until ``timeout`` (None: no deadline), resolve the rest with
+        ``DispatcherClosed``; True if every call finished in time. A ``timeout`` that is not a
+        number >= 0 or None raises :class:`~kdispatch.InvalidInputError` and stops nothing."""
         ...
 
     def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
@@ -97,8 +98,9 @@ class DispatcherLike(Protocol):
         """The error :meth:`revoke` was called with, or None."""
         ...
 
-    def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
-        """The object with pending mutations applied (read-your-writes), or None."""
+    def view(self, uid: str, timeout: float | None = 5.0) -> Obj | None:
+        """The object with pending mutations applied (read-your-writes), or None;
+        ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
         ...
 
     def aview(self, uid: str, timeout: float | None = 5.0) -> Coroutine[Any, Any, Obj | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import multiprocessing
 import threading
 import time
@@ -23,7 +24,7 @@ from kdispatch.actors.engine.aio import await_future
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
-from kdispatch.actors.model.config import DispatcherConfig
+from kdispatch.actors.model.config import MAX_WAIT, DispatcherConfig, check_timeout
 from kdispatch.actors.model.errors import (
     CallCancelled,
     DispatcherClosed,
@@ -108,8 +109,7 @@ class ProcessDispatcher(ChildLink):
             raise InvalidConfigError("call_types must be a CallTypeRegistry")
         if context not in CONTEXTS:
             raise InvalidConfigError(f"context must be one of {CONTEXTS}, got {context!r}")
-        if not isinstance(start_timeout, int | float) or not start_timeout > 0:
-            raise InvalidConfigError(f"start_timeout must be > 0, got {start_timeout!r}")
+        _check_start_timeout(start_timeout)
         if leader is not None and not callable(getattr(leader, "watch_send_deadline", None)):
             raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
         if leader is not None and getattr(leader, "clock", None) is not time.monotonic:
@@ -191,10 +191,14 @@ class ProcessDispatcher(ChildLink):
         logger.debug("dispatcher process {} started", proc.pid)
         return self
 
-    def stop(self, drain: bool = True, timeout: float = 30.0) -> bool:
+    def stop(self, drain: bool = True, timeout: float | None = 30.0) -> bool:
         """Caller thread. :meth:`Dispatcher.stop <kdispatch.Dispatcher.stop>` in the child,
-        which then exits (killed if it has not 10 s after the deadline). True if every call
-        finished before the deadline. Idempotent: a later call returns the first one's answer."""
+        which then exits (killed if it has not 10 s after the deadline; ``timeout`` None: no
+        deadline, and this waits for the child without a limit). True if every call finished
+        before the deadline. Idempotent: a later call returns the first one's answer. A
+        ``timeout`` that is not a number >= 0 or None raises
+        :class:`~kdispatch.InvalidInputError`, and stops nothing."""
+        seconds = check_timeout(timeout, allow_zero=True)
         with self._state_lock:
             if self._closed or not self._started:
                 self._closed = True
@@ -205,10 +209,10 @@ class ProcessDispatcher(ChildLink):
         stopped = DispatcherClosed("dispatcher process stopped")
         self._resolve_waiting(self._window.close(), lambda _: copy.copy(stopped))
         with contextlib.suppress(DispatcherClosed):
-            self._send(encode((STOP, bool(drain), float(timeout))))
+            self._send(encode((STOP, bool(drain), seconds)))
         self._outbox.put(None)  # the writer sends what is queued, then ends
         if self._reader is not None:
-            self._reader.join(timeout + 10.0)
+            self._reader.join(None if seconds is None else min(seconds + 10.0, MAX_WAIT))
         self._end_child(timeout=5.0)
         for thread in (self._reader, self._writer):
             if thread is not None:
@@ -294,11 +298,14 @@ class ProcessDispatcher(ChildLink):
         assert self._send_until is not None
         self._send_until.value = float(deadline)
 
-    def view(self, uid: str, timeout: float = 5.0) -> Obj | None:
+    def view(self, uid: str, timeout: float | None = 5.0) -> Obj | None:
         """Caller thread (one round trip to the child). :meth:`Dispatcher.view`; raises
-        :class:`DispatcherClosed` when the child is not running, ``TimeoutError``."""
+        :class:`DispatcherClosed` when the child is not running, ``TimeoutError`` after
+        ``timeout`` seconds, :class:`~kdispatch.InvalidInputError` for a ``timeout`` that is
+        not a positive number or None."""
         check_uid(uid)
-        return cast("Obj | None", self._query("view", uid, timeout))
+        seconds = check_timeout(timeout)
+        return cast("Obj | None", self._query("view", uid, seconds))
 
     async def _aview(self, uid: str, timeout: float | None) -> Obj | None:
         """Event-loop thread: :meth:`aview`'s answer, posted to the loop by the reader."""
@@ -367,6 +374,17 @@ class ProcessDispatcher(ChildLink):
     def tokens_taken(self) -> int:
         """Rate-limiter tokens used so far (one round trip)."""
         return int(self.stats()["tokens_taken"])
+
+
+def _check_start_timeout(value: object) -> None:
+    """``value`` is a finite number > 0; InvalidConfigError otherwise."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not value > 0  # also refuses NaN
+        or math.isinf(value)
+    ):
+        raise InvalidConfigError(f"start_timeout must be a finite number > 0, got {value!r}")
 
 
 def _check_max_in_flight(value: object) -> None:

@@ -49,7 +49,7 @@ OBSERVE: Final = "o"  # (OBSERVE, obj, kind, deleted: bool)
 CANCEL: Final = "c"  # (CANCEL, uid, call_type)
 REVOKE: Final = "r"  # (REVOKE, error)
 QUERY: Final = "q"  # (QUERY, id, name, arg): "view" (uid), "stats", "freeze_gc"
-STOP: Final = "x"  # (STOP, drain, timeout)
+STOP: Final = "x"  # (STOP, drain, timeout: seconds or None)
 
 NO_ID: Final = -1
 """The id in the frame of a message that awaits no answer (:func:`encode`)."""
@@ -311,7 +311,7 @@ class _Child:
         else:
             self.outbox.put((mid, False, CallFailed(why)))
 
-    def stop(self, *, drain: bool, timeout: float) -> None:
+    def stop(self, *, drain: bool, timeout: float | None) -> None:
         """Main thread. Stop the dispatcher, finish the queries, then send the final figures."""
         drained = self.dispatcher.stop(drain=drain, timeout=timeout)
         self.queries.shutdown(wait=True)

@@ -12,6 +12,7 @@ import copy
 import itertools
 import pickle
 import queue
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
@@ -57,7 +58,7 @@ class ChildLink(DispatcherBase):
     def _await_ready(self, results: Connection) -> Result:
         """Caller thread (``start``): the child's READY result, or a failed one."""
         try:
-            if results.poll(self._start_timeout):
+            if _poll(results, self._start_timeout):
                 batch = cast("list[Result]", pickle.loads(results.recv_bytes()))
                 if batch and batch[0][0] == READY:
                     return (READY, *load_result(batch[0][1], batch[0][2]))
@@ -108,8 +109,9 @@ class ChildLink(DispatcherBase):
             raise copy.copy(self._gone)
         self._outbox.put(data)
 
-    def _query(self, name: str, arg: Any, timeout: float) -> Any:
-        """Caller thread: ask the child and wait up to ``timeout`` for the answer."""
+    def _query(self, name: str, arg: Any, timeout: float | None) -> Any:
+        """Caller thread: ask the child and wait up to ``timeout`` (None: no limit) for the
+        answer."""
         qid, future = self._ask(name, arg)
         try:
             return future.result(timeout)
@@ -212,6 +214,21 @@ class ChildLink(DispatcherBase):
         """Any thread, after resolving futures: wake the threads in :meth:`wait_backlog`."""
         if self._backlog.waiters:
             self._backlog.wake()
+
+
+_MAX_POLL = 86_400.0
+"""The longest single ``Connection.poll`` (it takes at most about 24 days)."""
+
+
+def _poll(conn: Connection, timeout: float) -> bool:
+    """Caller thread: ``conn.poll(timeout)`` for any finite ``timeout``, in slices it takes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if conn.poll(max(0.0, min(left, _MAX_POLL))):
+            return True
+        if left <= _MAX_POLL:
+            return False
 
 
 def _final_figures(ok: bool, value: Any) -> tuple[bool, dict[str, Any]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import functools
 import gc
+import math
 import os
 import pickle
 import signal
@@ -758,3 +759,44 @@ def test_custom_call_types_cross_to_the_child(cluster: Cluster) -> None:
     assert stats["sent"] == {"user_binding": 1}
     assert cluster.stored("custom")["spec"]["nodeName"] == "node-3"
     assert [r.op for r in cluster.server.request_log if r.name == "custom"].count("bind") == 1
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_start_timeout_is_checked() -> None:
+    factory = functools.partial(KubernetesBackend.for_url, "http://127.0.0.1:1")
+    for bad in (0, -1, math.inf, math.nan, True, "5", None):
+        with pytest.raises(InvalidConfigError, match="start_timeout"):
+            ProcessDispatcher(factory, start_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_a_bad_timeout_changes_nothing_and_none_drains(cluster: Cluster) -> None:
+    """stop() and view() refuse a bad timeout before anything changes: the dispatcher still
+    serves and stops. stop(timeout=None) drains without a deadline."""
+    pods = [cluster.pod(f"t{i}") for i in range(6)]
+    d, futures = cluster.held_bindings(pods[:4], 2, workers=2)
+    uid = str(pods[0]["metadata"]["uid"])
+    for bad in (-1, math.inf, -math.inf, math.nan, "5", True):
+        with pytest.raises(InvalidInputError, match="timeout"):
+            d.stop(timeout=bad)  # type: ignore[arg-type]
+    for bad in (0, -1, math.inf, math.nan, "5", True):
+        with pytest.raises(InvalidInputError, match="timeout"):
+            d.view(uid, timeout=bad)  # type: ignore[arg-type]
+    seen = d.view(uid, timeout=None)  # no limit
+    assert seen is not None and seen["spec"]["nodeName"] == "node-1"  # pending, applied
+    futures.append(d.submit(PodBinding.for_pod(pods[4], "node-2")))  # still open
+    result: list[bool] = []
+    stopper = threading.Thread(target=lambda: result.append(d.stop(timeout=None)))
+    stopper.start()
+    cluster.held.gate.set()
+    stopper.join(WAIT + 15)
+    assert result == [True]
+    assert {f.result(0) for f in futures} == {Outcome.SUCCESS}
+    assert [cluster.stored(f"t{i}")["spec"].get("nodeName") for i in range(6)] == [
+        *["node-1"] * 4,
+        "node-2",
+        None,
+    ]
+    with pytest.raises(DispatcherClosed):
+        d.submit(PodBinding.for_pod(pods[5], "node-1"))
