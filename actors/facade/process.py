@@ -31,6 +31,7 @@ from kdispatch.actors.model.errors import (
     GroupsNotSupported,
     InvalidCallError,
     InvalidConfigError,
+    InvalidObjectError,
 )
 from kdispatch.actors.model.objects import Obj, ObjectRef, as_object, check_uid
 from kdispatch.actors.runtime.gctuning import GcTuner
@@ -327,17 +328,23 @@ class ProcessDispatcher(ChildLink):
         self._observe(obj, kind, deleted=True)
 
     def _observe(self, obj: object, kind: str | None, *, deleted: bool = False) -> None:
+        """Informer thread. Bad objects raise here, on the caller's thread, before anything
+        changes: :class:`~kdispatch.InvalidObjectError` (one that does not pickle included)."""
         plain = as_object(obj)
-        uid = ObjectRef.of(plain, kind).uid  # bad objects raise here, on the caller's thread
+        uid = ObjectRef.of(plain, kind).uid
         if self._closed or self._gone is not None:
             return  # nothing left to feed: every call has resolved or will
+        try:
+            data = encode((OBSERVE, plain, kind, deleted))
+        except Exception as err:
+            raise InvalidObjectError(f"{uid}: the object does not pickle: {err}") from err
         if deleted:
             self._resolve_waiting(
                 self._window.withdraw(uid),
                 lambda t: CallCancelled(f"object deleted: uid {uid}", uid=uid, call_type=t),
             )
         with contextlib.suppress(DispatcherClosed):
-            self._send(encode((OBSERVE, plain, kind, deleted)))
+            self._send(data)
 
     # ------------------------------------------------------------------ introspection
 

@@ -50,6 +50,7 @@ from kdispatch.actors.model.errors import (
     InvalidCallError,
     InvalidConfigError,
     InvalidInputError,
+    InvalidObjectError,
     LeadershipLost,
     ObjectNotFound,
     Outcome,
@@ -800,3 +801,22 @@ def test_a_bad_timeout_changes_nothing_and_none_drains(cluster: Cluster) -> None
     ]
     with pytest.raises(DispatcherClosed):
         d.submit(PodBinding.for_pod(pods[5], "node-1"))
+
+
+def test_an_object_that_does_not_pickle_is_refused_before_anything_changes(
+    cluster: Cluster,
+) -> None:
+    """on_add, on_update and on_delete raise InvalidObjectError for an object that does not
+    pickle, as submit raises for such a call; on_delete leaves the waiting calls alone."""
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        futures = _held_window(cluster, d, ["x0", "x1", "x2"])
+        stored = cluster.stored("x2")
+        odd = {**stored, "metadata": {**stored["metadata"], "annotations": {"h": threading.Lock()}}}
+        for observe in (d.on_add, d.on_update, d.on_delete):
+            with pytest.raises(InvalidObjectError, match="does not pickle"):
+                observe(odd)
+        assert (d.in_flight, d.waiting) == (2, 1)  # x2's patch still waits in the parent
+        cluster.held.gate.set()
+        assert {f.result(WAIT) for f in futures} == {Outcome.SUCCESS}
+    sent = {r.name for r in cluster.server.request_log if r.op == "patch_status"}
+    assert sent == {"x0", "x1", "x2"}
