@@ -302,8 +302,9 @@ class ProcessDispatcher(ChildLink):
     def view(self, uid: str, timeout: float | None = 5.0) -> Obj | None:
         """Caller thread (one round trip to the child). :meth:`Dispatcher.view`; raises
         :class:`DispatcherClosed` when the child is not running, ``TimeoutError`` after
-        ``timeout`` seconds, :class:`~kdispatch.InvalidInputError` for a ``timeout`` that is
-        not a positive number or None."""
+        ``timeout`` seconds (the only limit: the child waits for the object's actor without
+        one), :class:`~kdispatch.InvalidInputError` for a ``timeout`` that is not a positive
+        number or None."""
         check_uid(uid)
         seconds = check_timeout(timeout)
         return cast("Obj | None", self._query("view", uid, seconds))

@@ -267,6 +267,8 @@ class _Child:
             self.dispatcher.cancel(msg[1], msg[2])
         elif tag == REVOKE:
             self.dispatcher.revoke(msg[1])
+        elif tag == QUERY and msg[2] == "view":
+            self._view(msg[1], msg[3])
         elif tag == QUERY:
             self.queries.submit(self._query, msg[1], msg[2], msg[3])
         elif tag == STOP:
@@ -282,13 +284,26 @@ class _Child:
             return
         future.add_done_callback(lambda f: self.outbox.put(_result(fid, f)))
 
-    def _query(self, qid: int, name: str, arg: Any) -> None:
-        """Query pool thread."""
+    def _view(self, qid: int, uid: str) -> None:
+        """Main thread; never waits. Ask the object's actor for its view: the actor's thread
+        sends the answer. No timeout here: the caller's (``view``, ``aview``) is the only
+        one, and an answer it stopped waiting for is dropped in the parent."""
         try:
-            if name == "view":
-                value: Any = self.dispatcher.view(arg)
-            elif name == "stats":
-                value = self.dispatcher.stats()
+            reply = self.dispatcher._ask_view(uid)
+        except Exception as err:  # the parent's future carries it
+            self.outbox.put((qid, False, err))
+            return
+        if reply is None:  # not tracked
+            self.outbox.put((qid, True, None))
+        else:
+            reply.add_done_callback(lambda f: self.outbox.put(_result(qid, f)))
+
+    def _query(self, qid: int, name: str, arg: Any) -> None:
+        """Query pool thread: ``stats`` and ``freeze_gc``."""
+        del arg
+        try:
+            if name == "stats":
+                value: Any = self.dispatcher.stats()
             elif name == "freeze_gc":
                 self.dispatcher.freeze_gc()
                 value = None
