@@ -184,8 +184,10 @@ class Entry:
 
     def supersede(self, older: Entry) -> None:
         """This entry replaces ``older``, a call of a type it supersedes: it carries ``older``'s
-        intents and waits out its backoff (nothing else of its history: it is another call)."""
+        intents, holds what ``older`` held and waits out its backoff (nothing else of its
+        history: it is another call)."""
         self.retry = self.retry.waiting_until(older.retry.not_before)
+        self._hold_as(older)
         self.absorb(older)
 
     def merge_older(self, older: Entry) -> None:
@@ -194,11 +196,16 @@ class Entry:
         the entry holds what either held."""
         self.call = self.call.merge(older.call)
         self.retry = self.retry.merged(older.retry)
+        self._hold_as(older)
+        self.absorb(older)
+
+    def _hold_as(self, older: Entry) -> None:
+        """Hold what ``older`` held too: a call that carries a held call's intent is never sent
+        before that call's prerequisites succeeded (docs/groups.md, "Merges")."""
         if older.holds:
             self.holds = self.holds | older.holds
             if older.behind:
                 self.behind = self.behind | older.behind
-        self.absorb(older)
 
     def release(self, token: Hashable) -> None:
         """A prerequisite of ``token`` succeeded: the entry no longer holds it."""

@@ -184,6 +184,29 @@ def test_a_held_call_merged_into_a_newer_one_passes_its_hold_on(
     assert caller.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
 
 
+def test_a_call_that_supersedes_a_held_step_fails_with_its_prerequisite(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """Another caller's binding supersedes a nomination held on a claim reservation: the
+    binding carries the nomination's hold, so when the reservation fails, nothing of the chain
+    is sent (the binding used to go at once, and a call held on the nomination after it)."""
+    pod, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    c1 = server.create(make_claim("c1"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.2), "404", name="c1")
+    reserved = caller.submit(reserve(c1, pod))
+    nominated = caller.submit(
+        PodStatusPatch.for_pod(pod, nominated_node_name="n1"), after=[reserved]
+    )
+    follower = caller.submit(PodBinding.for_pod(p2, "n2"), after=[nominated])
+    attempted(server, "patch_status", "c1")
+    binding = caller.submit(PodBinding.for_pod(pod, "n1"))  # supersedes the nomination
+    assert isinstance(outcome(reserved), ObjectNotFound)
+    assert isinstance(outcome(binding), DependencyFailed)
+    assert isinstance(outcome(follower), DependencyFailed)
+    assert requests(server.request_log, "bind", "p1") == []
+    assert requests(server.request_log, "bind", "p2") == []
+
+
 def test_prerequisites_resolved_before_submit_need_no_hold(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:

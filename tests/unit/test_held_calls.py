@@ -99,6 +99,18 @@ def test_merge_holds_the_union_of_both_entries_holds(d: HeldDriver) -> None:
     d.done_succeeds(s, f2)
 
 
+def test_a_call_that_supersedes_a_held_one_holds_its_holds(d: HeldDriver) -> None:
+    """A held call is superseded as any call is, and the binding superseding it carries its
+    intent, so it waits for the patch's prerequisite too (it used to be sent at once)."""
+    p = pod("a")
+    f_patch = d.submit_held(PodStatusPatch.for_pod(p, nominated_node_name="n1"), "t1")
+    f_bind = d.submit(PodBinding.for_pod(p, "n1"))
+    assert d.outcome(f_patch) is Outcome.OVERWRITTEN
+    assert d.readies() == [] and d.grant() is None  # held by the patch's t1
+    d.release("t1")
+    d.send_succeeds(f_bind, "pod_binding")
+
+
 def test_unheld_call_merged_into_a_held_one_waits_with_it(d: HeldDriver) -> None:
     p = pod("a")
     d.submit_held(PodStatusPatch.for_pod(p, conditions=[cond(reason="A")]), "t1")
@@ -119,15 +131,6 @@ def test_held_call_made_a_noop_by_the_informer_is_skipped(d: HeldDriver) -> None
     d.observed(pod("a", rv=2, conditions=(cond(),)))
     assert d.outcome(fut) is Outcome.SKIPPED
     assert d.release("t1") == [] and d.state() is State.IDLE
-
-
-def test_held_call_is_superseded_as_any_call(d: HeldDriver) -> None:
-    p = pod("a")
-    f_patch = d.submit_held(unsched(p), "t1")
-    f_bind = d.submit(PodBinding.for_pod(p, "n1"))  # supersedes the held patch
-    assert d.outcome(f_patch) is Outcome.OVERWRITTEN
-    assert d.readies() == [Ready(2, 0.0)]  # the binding holds nothing of its own
-    d.send_succeeds(f_bind)
 
 
 def test_held_call_that_goes_stale_resolves_before_its_release(d: HeldDriver) -> None:
