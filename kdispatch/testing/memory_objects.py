@@ -11,7 +11,6 @@ Pure module: no threads, no pykka, no kubernetes.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -22,6 +21,7 @@ from kdispatch.actors.model.kinds import BUILTIN_KINDS
 from kdispatch.actors.model.objects import (
     POD_GROUP,
     RESOURCE_CLAIM,
+    check_json,
     check_label,
     check_subdomain,
     check_uid,
@@ -39,30 +39,14 @@ API_VERSIONS: Mapping[str, str] = MappingProxyType(
 
 
 # Type tuples built once: ``isinstance(v, A | B)`` builds a union object on every call.
-_JSON_SCALARS = (str, bool, int)
-_SEQUENCES = (list, tuple)
 _CONTAINERS = (dict, list)
 
 
 def to_json(value: object, path: str = "object") -> Any:
     """A fresh JSON copy of ``value`` (mappings → dict, lists/tuples → list). Raises
-    :class:`InvalidObjectError` naming the path of anything that is not JSON."""
-    if value is None or isinstance(value, _JSON_SCALARS):
-        return value
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            raise InvalidObjectError(f"{path}: {value!r} is not a JSON number")
-        return value
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidObjectError(f"{path}: key {key!r} is not a string")
-            out[key] = to_json(item, f"{path}.{key}")
-        return out
-    if isinstance(value, _SEQUENCES):
-        return [to_json(item, f"{path}[{i}]") for i, item in enumerate(value)]
-    raise InvalidObjectError(f"{path}: {type(value).__name__} is not JSON")
+    :class:`InvalidObjectError` naming the path of anything that is not JSON
+    (:func:`kdispatch.actors.model.objects.check_json`)."""
+    return check_json(value, path)
 
 
 J = TypeVar("J")
