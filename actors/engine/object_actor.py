@@ -67,6 +67,8 @@ class ExecutorPort(Protocol):
 
     def refund(self, uid: str | None = None) -> None: ...
 
+    def leave_block(self, uid: str) -> None: ...
+
 
 class RegistryPort(Protocol):
     """What an object actor needs of the registry (see :class:`~.registry.Registry`)."""
@@ -178,6 +180,17 @@ class ObjectActor(Actor):
             message.reply.set_exception(exc)
         else:
             message.reply.set_result(view)
+
+    def _release(self, message: Release) -> list[Effect]:
+        """A prerequisite succeeded. If the next call to send still holds another token, the
+        object cannot be granted until that prerequisite resolves: it leaves the token block
+        of a gang it is in (the block would hold every lane while waiting for it, and that
+        prerequisite may need a token itself)."""
+        effects = self.machine.release(message.token)
+        queue = self.machine.queue
+        if queue and queue[0].holds:
+            self.ctx.executor.leave_block(self.uid)
+        return effects
 
     def _reap(self, message: Reap) -> None:
         """Leave if idle, atomically with every tell (a message queued meanwhile keeps it)."""
@@ -333,7 +346,7 @@ _HANDLERS: Final[dict[type, Callable[[ObjectActor, Any], list[Effect] | None]]] 
     Reap: ObjectActor._reap,
     Close: lambda actor, m: actor.machine.close(),
     Revoke: lambda actor, m: actor.machine.revoke(m.error),
-    Release: lambda actor, m: actor.machine.release(m.token),
+    Release: ObjectActor._release,
     FailDependency: lambda actor, m: actor.machine.dependency_failed(m.token, m.cause),
 }
 """What each of the other messages feeds the machine (or does itself)."""

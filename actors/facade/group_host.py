@@ -150,7 +150,9 @@ class GroupHostMixin(DispatcherBase):
         ``members`` held on nothing but the gate, as one block
         (:meth:`~kdispatch.actors.engine.executor.Executor.reserve_block`). A member still
         waiting for another prerequisite stays out: the block would wait for it, and it may
-        wait for a token the block holds back."""
+        wait for a token the block holds back. A member whose object's next call still
+        holds another token once the gate released it (another caller's held call merged
+        with it, or queued ahead of it) leaves the block on its actor's turn."""
         calls = [f.call for f in self._deps.held_on_one(members) if f.call is not None]
         if calls:
             self._executor.reserve_block([c.ref.uid for c in calls], calls[0].relevance)

@@ -29,7 +29,7 @@ from kdispatch import (
     RateLimitConfig,
     TooManyRequestsError,
 )
-from kdispatch.testing import InMemoryApiServer, make_claim, make_pod, make_podgroup
+from kdispatch.testing import FaultPlan, InMemoryApiServer, make_claim, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
 from tests.integration.test_groups import groups_cancelled
 
@@ -359,3 +359,38 @@ def test_a_member_backing_off_at_the_release_goes_on_its_own(
     assert [r.name for r in partial.failed] == ["m1"]
     assert sorted(binds(server)) == [("later", "ok"), ("m0", "ok"), ("m2", "ok")]
     assert node_of(server, "m1") is None
+
+
+def test_a_member_merged_with_another_callers_held_binding_does_not_stall_the_block() -> None:
+    """Another caller's binding of m0 waits for a claim's patch that met a 429; the gang's
+    binding of m0 merges with it and holds its hold too. The gate's release leaves it held,
+    so it leaves the token block: m1 and m2 are bound, the claim's retry gets its token, m0
+    follows it, and a binding submitted afterwards lands too (no deadlock)."""
+    server = InMemoryApiServer(faults=FaultPlan(retry_after=0.2))
+    group = server.create(make_podgroup("trainers", min_count=3))
+    pods = members(server, 3)
+    bystander = server.create(make_pod("bystander"))
+    claim = server.create(make_claim("gpu-claim"))
+    consumer = {"resource": "pods", "name": "m0", "uid": pods[0]["metadata"]["uid"]}
+    server.script("patch_status", "429", name="gpu-claim")
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=100, burst=10))
+    with Dispatcher(server, config) as dispatcher:
+        reserved = dispatcher.submit(ClaimStatusPatch.for_claim(claim, reserve=[consumer]))
+        server.wait_for_request("patch_status", name="gpu-claim")  # met its 429
+        other = dispatcher.submit(PodBinding.for_pod(pods[0], "n0"), after=[reserved])
+        with dispatcher.group(owner=group, gang=3) as gang:
+            steps = [gang.submit(PodBinding.for_pod(p, f"n{i}")) for i, p in enumerate(pods)]
+        assert steps[1].result(timeout=10) is Outcome.SUCCESS
+        assert steps[2].result(timeout=10) is Outcome.SUCCESS
+        later = dispatcher.submit(PodBinding.for_pod(bystander, "n9"))
+        assert later.result(timeout=10) is Outcome.SUCCESS
+        assert reserved.result(timeout=10) is Outcome.SUCCESS
+        assert gang.future.result(timeout=10) == [Outcome.SUCCESS] * 3
+        assert other.result(timeout=10) is Outcome.OVERWRITTEN  # carried by the member
+        assert dispatcher.held_calls == 0
+    log = [(r.op, r.name, r.outcome) for r in server.request_log]
+    assert log.index(("patch_status", "gpu-claim", "ok")) < log.index(("bind", "m0", "ok"))
+    assert sorted(binds(server)) == [("bystander", "ok"), ("m0", "ok"), ("m1", "ok"), ("m2", "ok")]
+    assert [node_of(server, n) for n in ("m0", "m1", "m2", "bystander")] == ["n0", "n1", "n2", "n9"]
+    stored = server.get_object("ResourceClaim", "default", "gpu-claim") or {}
+    assert [c["uid"] for c in stored["status"]["reservedFor"]] == [consumer["uid"]]

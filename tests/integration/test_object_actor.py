@@ -71,6 +71,7 @@ class FakeExecutor:
         self.readies: queue.Queue[tuple[str, int, float]] = queue.Queue()
         self.answers: queue.Queue[Job | None] = queue.Queue()  # None: a refund
         self.refunds = 0
+        self.left_blocks: queue.Queue[str] = queue.Queue()  # leave_block's uids
         self.on_spot = False
         self.inline: Result | None = None
 
@@ -87,6 +88,9 @@ class FakeExecutor:
     def refund(self, uid: str | None = None) -> None:
         self.refunds += 1
         self.answers.put(None)
+
+    def leave_block(self, uid: str) -> None:
+        self.left_blocks.put(uid)
 
 
 class LeaveLog(Registry):
@@ -744,3 +748,26 @@ def test_a_call_admitted_while_a_ready_is_held_counts_as_pending(h: Harness) -> 
     h.sync("uid-a")
     assert not patch.done()
     assert h.pending("pod_status_patch") == 1
+
+
+def test_a_release_that_leaves_the_next_call_held_takes_the_object_out_of_its_token_block(
+    h: Harness,
+) -> None:
+    """A gang member's binding merged with another caller's held binding holds both tokens:
+    the gate's release leaves it held, so the object leaves its gang's token block (which
+    would hold every lane waiting for it); the last release sends it."""
+    a = pod("a")
+    other = h.submit(PodBinding.for_pod(a, "n1"), frozenset({"claim"}))
+    member = h.submit(PodBinding.for_pod(a, "n1"), frozenset({"gate"}))
+    assert outcome(other) is Outcome.OVERWRITTEN  # merged into the member's entry
+    h.tell("uid-a", msg.Release("gate"))
+    h.sync("uid-a")
+    assert h.executor.left_blocks.get_nowait() == "uid-a"
+    assert h.readies() == []
+    h.tell("uid-a", msg.Release("claim"))
+    h.sync("uid-a")
+    assert h.executor.left_blocks.empty()  # nothing held any more: granted as usual
+    job = h.take("uid-a")
+    assert job is not None and job.send.call == PodBinding.for_pod(a, "n1")
+    h.done(job)
+    assert outcome(member) is Outcome.SUCCESS

@@ -201,6 +201,9 @@ class FakeExecutor:
     def refund(self, uid: str | None = None) -> None:
         self.refunds += 1
 
+    def leave_block(self, uid: str) -> None:
+        """No token blocks here: nothing to leave."""
+
 
 class World:
     """One object's actor with the test as its registry and executor (see the module
