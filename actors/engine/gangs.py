@@ -1,11 +1,14 @@
 """Gangs: a call group whose member bindings are sent all together or not at all
-(docs/gangs.md). Threads: as :class:`~.groups.CallGroup`; the gate opens on the thread that
-submits the ``min_count``-th member or seals the gang.
+(docs/gangs.md). Threads: as :class:`~.groups.CallGroup`. Once ``min_count`` members were
+submitted (or the gang is sealed), each member's actor is asked to confirm, in order with what
+it was told before; the gate opens on the turn of the last to answer, if no member failed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import InvalidStateError
+from contextlib import suppress
 from threading import Lock
 from typing import Final
 
@@ -32,25 +35,45 @@ def check_min_count(gang: object) -> int:
 
 class Gang(CallGroup):
     """A call group whose members (its pod bindings) are held until ``min_count`` were
-    submitted or it is sealed, then released together. A failure before that withdraws them
-    all (:class:`~kdispatch.GroupFailed`), one after it leaves the others bound
-    (:class:`~kdispatch.GangPartiallyBound`). Build it with
+    submitted or it is sealed, and every member's actor admitted its binding, then released
+    together. A failure before that withdraws them all (:class:`~kdispatch.GroupFailed`), one
+    after it leaves the others bound (:class:`~kdispatch.GangPartiallyBound`). Build it with
     ``Dispatcher.group(owner=podgroup, gang=min_count)`` (docs/gangs.md has an example)."""
 
-    __slots__ = ("_gate", "_members", "_open", "min_count")
+    __slots__ = (
+        "_asked",
+        "_due",
+        "_entering",
+        "_gate",
+        "_members",
+        "_open",
+        "_shut",
+        "_unasked",
+        "min_count",
+    )
 
     def __init__(self, host: GroupHost, owner: ObjectRef, lock: Lock, min_count: int) -> None:
         super().__init__(host, owner, lock)
         self.min_count = min_count
-        self._members = 0  # member bindings submitted
+        self._members = 0  # member bindings submitted (told to their actors)
+        self._entering = 0  # member bindings being submitted (perhaps not told yet)
+        self._unasked: list[CallFuture] = []  # members told, not yet asked to confirm
+        self._asked = 0  # confirmations asked and not answered yet
+        self._due = False  # min_count members submitted, or sealed: release once confirmed
         self._open = False  # the gate opened: members are sent
+        self._shut = False  # the gate never opens: a member failed first
         gate = GroupFuture()
         gate.owner = host
         gate.of = owner
         self._gate = gate
 
     def __repr__(self) -> str:
-        state = "released" if self._open else f"{self._members}/{self.min_count} held"
+        if self._open:
+            state = "released"
+        elif self._due:
+            state = f"{self._members} held, releasing"
+        else:
+            state = f"{self._members}/{self.min_count} held"
         return f"<Gang of {self.owner} {state}>"
 
     @property
@@ -61,25 +84,43 @@ class Gang(CallGroup):
     def submit(self, call: Call, *, after: Iterable[object] = ()) -> CallFuture:
         """Any thread. Add a step (as :meth:`CallGroup.submit`, which raises the same errors); a
         pod binding is a member, held until the gate opens."""
-        if getattr(call, "call_type", None) != _MEMBER or self._open:
+        if getattr(call, "call_type", None) != _MEMBER:
             return super().submit(call, after=after)  # a non-call: its InvalidCallError
-        gated = (*(check_after(after) if after else ()), self._gate)  # as _admit reads after
-        future = super().submit(call, after=gated)
         with self._lock:
+            gated = not self._open
+            if gated:  # the gate waits until it is told (or refused)
+                self._entering += 1
+        if not gated:
+            return super().submit(call, after=after)
+        try:
+            gated_after = (*(check_after(after) if after else ()), self._gate)  # as _admit reads
+            future = super().submit(call, after=gated_after)
+        except BaseException:
+            with self._lock:
+                self._entering -= 1
+            self._advance()
+            raise
+        with self._lock:
+            self._entering -= 1
             self._members += 1
-            ready = self._members >= self.min_count
-        if ready:
-            self._release()
+            if self._members >= self.min_count:
+                self._due = True
+            self._unasked.append(future)
+        self._advance()
         return future
 
     def _seal(self, *, closing: bool) -> None:
-        """Seal, and open the gate for the members submitted so far. When the dispatcher
-        stops (``closing``), a gang whose gate is still shut is cancelled instead: all or
-        nothing."""
-        if closing and not self._open:
+        """Seal, and release the members submitted so far. When the dispatcher stops
+        (``closing``), a gang not yet due for release is cancelled instead: all or nothing."""
+        with self._lock:
+            held = not self._open and self._cancelled is None
+            stopped = held and closing and not self._due
+            if not closing:
+                self._due = True
+        if stopped:
             self.cancel_for("stopped")
         else:
-            self._release()
+            self._advance()
         super()._seal(closing=closing)
 
     def cancel_for(self, cause: str) -> bool:
@@ -88,23 +129,53 @@ class Gang(CallGroup):
         if not super().cancel_for(cause):
             return False
         with self._lock:  # a gate not yet open fails (its waiters were withdrawn)
-            error = None if self._open or self._gate.done() else self._cause
+            self._shut = not self._open
+            error = self._cause if self._shut else None
         if error is not None:
-            self._gate.set_exception(error)
+            self._fail_gate(error)
         return True
 
-    def _release(self) -> None:
-        """Open the gate once: the held members are released together, their tokens booked
-        as one block in the bindings' lane (docs/gangs.md)."""
+    def _fail_gate(self, error: BaseException) -> None:
+        """The gate never opens: the members still held on it resolve ``DependencyFailed``
+        (the first failure wins)."""
+        with suppress(InvalidStateError):
+            self._gate.set_exception(error)
+
+    def _advance(self) -> None:
+        """Any thread. Once the gang is due: ask each member's actor to confirm it handled
+        what it was told before (the member's admission or refusal, the pod's deletion), and
+        when every confirmation came, with no member failed meanwhile (that cancelled the
+        gang), open the gate."""
         with self._lock:
-            if self._open or self._cancelled is not None:
+            if self._open or self._shut or self._cancelled is not None or not self._due:
                 return
-            self._open = True
-            members = {
-                step.call.ref.uid: step
-                for step in self.step_futures()
-                if step.call is not None and step.call.call_type == _MEMBER and not step.done()
-            }
+            # a member resolved as a success (skipped, merged away) needs no answer; one that
+            # failed does: its actor answers after the failure withdrew the gang
+            ask = [f for f in self._unasked if not (f.done() and f.exception() is None)]
+            self._unasked = []
+            self._asked += len(ask)
+            release = not self._asked and not self._entering
+            if release:
+                self._open = True
+        for future in ask:
+            self._host.confirm_member(future, self._confirmed)
+        if release:
+            self._release()
+
+    def _confirmed(self) -> None:
+        """A member's actor's turn (:meth:`_advance` asked it): one confirmation came."""
+        with self._lock:
+            self._asked -= 1
+        self._advance()
+
+    def _release(self) -> None:
+        """Once, right after :meth:`_advance` opened the gang: the held members are released
+        together, their tokens booked as one block in the bindings' lane (docs/gangs.md)."""
+        members = {
+            step.call.ref.uid: step
+            for step in self.step_futures()
+            if step.call is not None and step.call.call_type == _MEMBER and not step.done()
+        }
         self._host.reserve_block(list(members.values()))
         for uid, step in members.items():
             if step.done():  # resolved (withdrawn) meanwhile: its _step_done found no block
@@ -116,11 +187,16 @@ class Gang(CallGroup):
         every member."""
         call = future.call
         if call is not None and call.call_type == _MEMBER:
-            if not self._open:
-                if future.exception() is not None:
-                    self.cancel_for("member_failed")
-            else:
+            failed = future.exception() is not None
+            with self._lock:  # either the gate opened first, or it never opens
+                released = self._open
+                withdraw = failed and not released and not self._shut
+                if withdraw:
+                    self._shut = True
+            if released:
                 self._host.leave_block(call.ref.uid)  # resolved before its grant: token back
+            elif withdraw:
+                self.cancel_for("member_failed")
         super()._step_done(future)
 
     def _failure(self, error: GroupFailed) -> GroupFailed:

@@ -9,7 +9,7 @@ dispatcher's group locks, picked by its owner's UID; :class:`OwnerIndex` finds i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from threading import Lock
 from types import TracebackType
 from typing import Final, Protocol, Self, Unpack
@@ -63,6 +63,8 @@ class GroupHost(Protocol):
     def group_cancelled(self, group: CallGroup, cause: str) -> None: ...
 
     def group_resolved(self, group: CallGroup) -> None: ...
+
+    def confirm_member(self, future: CallFuture, answer: Callable[[], None]) -> None: ...
 
     def reserve_block(self, members: Collection[CallFuture]) -> None: ...
 

@@ -8,7 +8,7 @@ moves ready → grant → job → done (see :mod:`.executor`).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -26,6 +26,7 @@ __all__ = [
     "CallFuture",
     "Cancel",
     "Close",
+    "Confirm",
     "Deleted",
     "FailDependency",
     "Grant",
@@ -125,6 +126,15 @@ class FailDependency:
 
     token: Hashable
     cause: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """A gang's release asks a member's actor to call ``answer()`` on its turn: every message
+    told to the actor before this one (the member's ``Submit``, the pod's deletion ...) was
+    handled, so a member refused or deleted by then has resolved."""
+
+    answer: Callable[[], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from .messages import (
     CallFuture,
     Cancel,
     Close,
+    Confirm,
     Deleted,
     FailDependency,
     Grant,
@@ -192,6 +193,13 @@ class ObjectActor(Actor):
             self.ctx.executor.leave_block(self.uid)
         return effects
 
+    def _confirm(self, message: Confirm) -> None:
+        """A gang asks: everything told before was handled (:class:`Confirm`)."""
+        try:
+            message.answer()
+        except Exception:  # the gang's bookkeeping failing must not crash this object
+            logger.opt(exception=True).error("a gang failed to take a confirmation")
+
     def _reap(self, message: Reap) -> None:
         """Leave if idle, atomically with every tell (a message queued meanwhile keeps it)."""
         del message
@@ -331,6 +339,9 @@ class ObjectActor(Actor):
                 self._resolve(message.future, call.call_type, cancelled)
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
+        elif isinstance(message, Confirm):  # no actor left: the member has resolved
+            if not ctx.registry.tell(self.uid, message):
+                self._confirm(message)
         elif isinstance(message, Grant):
             ctx.executor.refund(self.uid)
         elif isinstance(message, View):
@@ -347,6 +358,7 @@ _HANDLERS: Final[dict[type, Callable[[ObjectActor, Any], list[Effect] | None]]] 
     Close: lambda actor, m: actor.machine.close(),
     Revoke: lambda actor, m: actor.machine.revoke(m.error),
     Release: ObjectActor._release,
+    Confirm: ObjectActor._confirm,
     FailDependency: lambda actor, m: actor.machine.dependency_failed(m.token, m.cause),
 }
 """What each of the other messages feeds the machine (or does itself)."""

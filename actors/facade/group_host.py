@@ -6,14 +6,14 @@ program's) submit, refuse, withdraw and forget their steps. Any thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Final, overload
 
 from kdispatch.actors.engine.executor import Executor
 from kdispatch.actors.engine.gangs import Gang, check_min_count
 from kdispatch.actors.engine.groups import CallGroup, OwnerIndex
 from kdispatch.actors.engine.holds import Dependencies, overwritten
-from kdispatch.actors.engine.messages import CallFuture, Withdraw, settle
+from kdispatch.actors.engine.messages import CallFuture, Confirm, Withdraw, settle
 from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.registry import Registry
 from kdispatch.actors.model.calls import Call
@@ -144,6 +144,14 @@ class GroupHostMixin(DispatcherBase):
         """Any thread: ``group``'s future resolved; forget it."""
         if self._owners.remove(group):
             self.metrics.groups_open_delta(-1)
+
+    def confirm_member(self, future: CallFuture, answer: Callable[[], None]) -> None:
+        """Any thread (a gang about to release): have the actor of ``future``'s object call
+        ``answer()`` once it handled what it was told before (:class:`Confirm`); at once if
+        the object has no actor (its calls have resolved)."""
+        call = future.call
+        if call is None or not self._registry.tell(call.ref.uid, Confirm(answer)):
+            answer()
 
     def reserve_block(self, members: Collection[CallFuture]) -> None:
         """Any thread (a gang's release, before its gate opens): the tokens of the

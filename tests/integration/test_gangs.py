@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from kdispatch import (
+    CallCancelled,
+    CallConflict,
     CallFailed,
     ClaimStatusPatch,
     DependencyFailed,
@@ -71,8 +73,8 @@ def test_members_are_held_until_min_count_then_sent_together(
     first = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods[:2]]
     assert dispatcher.held_calls == 2 and not gang.released
     assert not any(f.done() for f in first) and binds(server) == []
-    gang.submit(PodBinding.for_pod(pods[2], "n1"))  # the min_count-th member opens the gate
-    assert gang.released
+    gang.submit(PodBinding.for_pod(pods[2], "n1"))  # the min_count-th member: due
+    wait_for(lambda: gang.released, 30, "the gate open once the members' actors confirmed")
     gang.seal()
     assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 3
     assert sorted(binds(server)) == [("m0", "ok"), ("m1", "ok"), ("m2", "ok")]
@@ -236,7 +238,7 @@ def test_a_gang_refuses_what_a_call_group_refuses_and_holds_nothing_of_it(
     gang.submit(PodBinding.for_pod(pods[0], "n1"))
     assert not gang.released  # the refused submits counted no member
     gang.submit(PodBinding.for_pod(pods[1], "n1"))
-    assert gang.released
+    wait_for(lambda: gang.released, 30, "the gate open")
     gang.seal()
     assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 2
     assert sorted(binds(server)) == [("m0", "ok"), ("m1", "ok")]
@@ -248,7 +250,7 @@ def test_a_gang_takes_after_none_as_a_call_group_does(
 ) -> None:
     pods, gang = open_gang(server, dispatcher, 1)
     step = gang.submit(PodBinding.for_pod(pods[0], "n1"), after=None)  # type: ignore[arg-type]
-    assert gang.released and step.result(timeout=30) is Outcome.SUCCESS
+    assert step.result(timeout=30) is Outcome.SUCCESS and gang.released
 
 
 def test_the_group_status_is_not_held_behind_a_backlog_of_pod_status_patches(
@@ -361,6 +363,52 @@ def test_a_member_backing_off_at_the_release_goes_on_its_own(
     assert node_of(server, "m1") is None
 
 
+def test_a_member_deleted_just_before_the_gang_is_complete_withdraws_every_member(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """docs/gangs.md's example, with the last member submitted right after the informer's
+    delete event: the gate opens only once every member's actor confirmed it, after the
+    deletion it was told first, so nothing is sent."""
+    pods, gang = open_gang(server, dispatcher, 3)
+    held = [gang.submit(PodBinding.for_pod(p, f"n{i}")) for i, p in enumerate(pods[:2])]
+    dispatcher.on_delete(server.remove("Pod", "default", "m1"))  # the informer's event
+    held.append(gang.submit(PodBinding.for_pod(pods[2], "n2")))  # the gang is complete
+    gang.seal()
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and not isinstance(failed, GangPartiallyBound)
+    assert failed.cancelled == "member_failed"
+    assert all(isinstance(error(f), CallCancelled) for f in held)
+    assert isinstance(error(held[0]), DependencyFailed)
+    assert not gang.released and dispatcher.held_calls == 0
+    assert binds(server) == []
+    assert [node_of(server, n) for n in ("m0", "m2")] == [None, None]
+
+
+@pytest.mark.parametrize("refused", [0, 2])
+def test_a_member_refused_by_its_actor_withdraws_every_member_first_or_last(
+    server: InMemoryApiServer, dispatcher: Dispatcher, refused: int
+) -> None:
+    """A member its actor refuses (its pod was bound elsewhere meanwhile), submitted first or
+    as the min_count-th, fails the gang before the release: nothing is bound."""
+    pods, gang = open_gang(server, dispatcher, 3)
+    bound = dict(pods[refused])
+    bound["spec"] = {**bound["spec"], "nodeName": "elsewhere"}
+    pods[refused] = server.update(bound)  # what the caller decided on
+    futures = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+    gang.seal()
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and not isinstance(failed, GangPartiallyBound)
+    assert failed.cancelled == "member_failed"
+    assert isinstance(error(futures[refused]), CallConflict)
+    others = [f for i, f in enumerate(futures) if i != refused]
+    assert all(isinstance(error(f), CallCancelled) for f in others)
+    assert not gang.released and dispatcher.held_calls == 0
+    assert binds(server) == []
+    assert [node_of(server, f"m{i}") for i in range(3)] == [
+        "elsewhere" if i == refused else None for i in range(3)
+    ]
+
+
 def test_a_member_merged_with_another_callers_held_binding_does_not_stall_the_block() -> None:
     """Another caller's binding of m0 waits for a claim's patch that met a 429; the gang's
     binding of m0 merges with it and holds its hold too. The gate's release leaves it held,
@@ -394,3 +442,16 @@ def test_a_member_merged_with_another_callers_held_binding_does_not_stall_the_bl
     assert [node_of(server, n) for n in ("m0", "m1", "m2", "bystander")] == ["n0", "n1", "n2", "n9"]
     stored = server.get_object("ResourceClaim", "default", "gpu-claim") or {}
     assert [c["uid"] for c in stored["status"]["reservedFor"]] == [consumer["uid"]]
+
+
+def test_stop_drains_a_gang_due_for_release(server: InMemoryApiServer) -> None:
+    """A gang complete when ``stop()`` starts, its members' confirmations perhaps still on
+    their way, is released and drained as any other call, not withdrawn."""
+    group = server.create(make_podgroup("trainers", min_count=2))
+    d = Dispatcher(server).start()
+    gang = d.group(owner=group, gang=2)
+    futures = [gang.submit(PodBinding.for_pod(p, "n1")) for p in members(server, 2)]
+    assert d.stop(timeout=10)
+    assert [f.result(timeout=10) for f in futures] == [Outcome.SUCCESS] * 2
+    assert gang.future.result(timeout=10) == [Outcome.SUCCESS] * 2
+    assert sorted(binds(server)) == [("m0", "ok"), ("m1", "ok")]

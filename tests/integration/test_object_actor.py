@@ -771,3 +771,18 @@ def test_a_release_that_leaves_the_next_call_held_takes_the_object_out_of_its_to
     assert job is not None and job.send.call == PodBinding.for_pod(a, "n1")
     h.done(job)
     assert outcome(member) is Outcome.SUCCESS
+
+
+def test_a_confirm_is_answered_once_everything_told_before_was_handled(h1: Harness) -> None:
+    """A gang's Confirm comes after what its actor was told before (a deletion), even when
+    that actor stopped: then the message is answered for it."""
+    h = h1
+    b = pod("b")
+    answered: list[bool] = []
+    with h.held():  # the Submit, the Deleted and the Confirm wait in b's inbox
+        member = h.submit(PodBinding.for_pod(b, "n1"), frozenset({"gate"}))
+        h.tell("uid-b", msg.Deleted(b))
+        h.tell("uid-b", msg.Confirm(lambda: answered.append(member.done())))
+    assert h.left()[0] == "uid-b"  # retired: the Confirm went to its dropped()
+    assert outcome(member) is CallCancelled
+    assert wait_for(lambda: answered, WAIT, "the confirmation") == [True]
