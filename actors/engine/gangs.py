@@ -61,7 +61,7 @@ class Gang(CallGroup):
         self._asked = 0  # confirmations asked and not answered yet
         self._due = False  # min_count members submitted, or sealed: release once confirmed
         self._open = False  # the gate opened: members are sent
-        self._shut = False  # the gate never opens: a member failed first
+        self._shut = False  # the gate never opens: a member failed first, or revoked
         gate = GroupFuture()
         gate.owner = host
         gate.of = owner
@@ -109,12 +109,16 @@ class Gang(CallGroup):
         self._advance()
         return future
 
-    def _seal(self, *, closing: bool) -> None:
+    def _seal(self, *, closing: bool, revoking: bool = False) -> None:
         """Seal, and release the members submitted so far. When the dispatcher stops
-        (``closing``), a gang not yet due for release is cancelled instead: all or nothing."""
+        (``closing``), a gang not yet due for release is cancelled instead: all or nothing.
+        When it is revoked, a gang not released never is: its members' actors resolve them
+        with the revocation's error, as every held call."""
         with self._lock:
             held = not self._open and self._cancelled is None
-            stopped = held and closing and not self._due
+            if held and revoking:
+                self._shut = True
+            stopped = held and closing and not revoking and not self._due
             if not closing:
                 self._due = True
         if stopped:
@@ -122,6 +126,12 @@ class Gang(CallGroup):
         else:
             self._advance()
         super()._seal(closing=closing)
+
+    def _revoked(self, error: BaseException) -> None:
+        """``revoke``, after every actor was told: a gate that never opened fails, so a member
+        told to its actor after the revocation (a racing submit) is not held forever."""
+        if self._shut:
+            self._fail_gate(error)
 
     def cancel_for(self, cause: str) -> bool:
         """Any thread. As :meth:`CallGroup.cancel_for`; before the gate opened, the members
@@ -184,7 +194,7 @@ class Gang(CallGroup):
 
     def _step_done(self, future: CallFuture) -> None:
         """Resolving thread of a step: a member that fails before the gate opened withdraws
-        every member."""
+        every member (but after a revocation, which resolves each with its error)."""
         call = future.call
         if call is not None and call.call_type == _MEMBER:
             failed = future.exception() is not None

@@ -151,12 +151,17 @@ class CallGroup(GroupSteps):
         """Any thread. No more steps: ``future`` resolves once every step has. Idempotent."""
         self._seal(closing=False)
 
-    def _seal(self, *, closing: bool) -> None:
-        """Seal; with ``closing`` (the dispatcher stops or is revoked), a later ``submit``
-        raises the dispatcher's error instead of :class:`GroupClosedError`."""
+    def _seal(self, *, closing: bool, revoking: bool = False) -> None:
+        """Seal; with ``closing`` (the dispatcher stops, or is revoked: ``revoking``), a later
+        ``submit`` raises the dispatcher's error instead of :class:`GroupClosedError`."""
+        del revoking  # the steps' actors resolve them with the revocation's error
         with self._lock:
             self._flags |= (_SEALED | _CLOSING) if closing else _SEALED
         self._maybe_finish()
+
+    def _revoked(self, error: BaseException) -> None:
+        """``revoke``, once every actor was told the revocation: nothing more to do (a
+        gang's gate fails)."""
 
     def __enter__(self) -> Self:
         return self

@@ -295,10 +295,12 @@ class Dispatcher(GroupHostMixin):
         if not self._mark_revoked(error):
             return
         self._open = False
-        self._seal_groups()
+        groups = self._seal_groups(revoking=True)
         message = Revoke(error)
         for actor in self._registry.live_actors():
             actor.tell(message)
+        for group in groups:  # after every actor was told: their Revoke comes first
+            group._revoked(error)
 
     def cancel(self, uid: str, call_type: str | None = None) -> None:
         """Any thread. Withdraw the object's pending call (of ``call_type``, or any); its future

@@ -176,7 +176,10 @@ class GroupHostMixin(DispatcherBase):
             if group is not spare:
                 group.cancel_for(cause)
 
-    def _seal_groups(self) -> None:
-        """``stop``/``revoke``: no group takes more steps; each resolves with its last step."""
-        for group in self._owners.all():
-            group._seal(closing=True)
+    def _seal_groups(self, *, revoking: bool = False) -> list[CallGroup]:
+        """``stop``/``revoke``: no group takes more steps; each resolves with its last step.
+        The groups sealed."""
+        groups = self._owners.all()
+        for group in groups:
+            group._seal(closing=True, revoking=revoking)
+        return groups

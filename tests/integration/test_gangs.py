@@ -24,6 +24,7 @@ from kdispatch import (
     InvalidCallError,
     InvalidInputError,
     InvalidPrerequisiteError,
+    LeadershipLost,
     Outcome,
     PodBinding,
     PodGroupStatusPatch,
@@ -455,3 +456,21 @@ def test_stop_drains_a_gang_due_for_release(server: InMemoryApiServer) -> None:
     assert [f.result(timeout=10) for f in futures] == [Outcome.SUCCESS] * 2
     assert gang.future.result(timeout=10) == [Outcome.SUCCESS] * 2
     assert sorted(binds(server)) == [("m0", "ok"), ("m1", "ok")]
+
+
+def test_revoke_resolves_the_members_of_a_gang_still_held_with_its_error(
+    server: InMemoryApiServer,
+) -> None:
+    """docs/groups.md: revoke resolves every step not yet on the wire with its error, held
+    steps included; a gang's members too, and nothing of them is sent."""
+    group = server.create(make_podgroup("trainers", min_count=3))
+    with Dispatcher(server) as d:
+        gang = d.group(owner=group, gang=3)
+        held = [gang.submit(PodBinding.for_pod(p, "n1")) for p in members(server, 2)]
+        d.revoke(LeadershipLost("lease lost"))
+        assert all(isinstance(error(f), LeadershipLost) for f in held)
+        failed = error(gang.future)
+        assert isinstance(failed, GroupFailed) and isinstance(failed.error, LeadershipLost)
+        assert failed.cancelled is None and not gang.released
+        assert d.held_calls == 0
+    assert binds(server) == []
