@@ -140,8 +140,9 @@ def test_queue_move_unschedulable_only_moves_what_the_event_may_help() -> None:
 
 
 def test_pre_kep_sends_every_request_through_one_client_side_limiter(tmp_path: Path) -> None:
-    """--pre-kep with --qps 40 --burst 5: the server never sees more than qps + burst
-    requests in any second, bindings, status patches and Events together."""
+    """--pre-kep with --qps 40 --burst 5: bindings, status patches and Events together go
+    through one limiter: about qps + burst requests in any second at most, and the run lasts
+    as long as the bucket makes it."""
     mem = InMemoryApiServer()
     for i in range(3):
         mem.create(make_node(f"n{i}", 4000, 16384))
@@ -158,7 +159,10 @@ def test_pre_kep_sends_every_request_through_one_client_side_limiter(tmp_path: P
     assert ops["bind"] == 50 and ops["create"] >= 50 and ops["patch_status"] >= 1
     times = sorted(r.t for r in log)
     busiest = max(sum(1 for t in times[i:] if t - start < 1.0) for i, start in enumerate(times))
-    assert busiest <= qps + burst + 1, busiest  # +1: a token refilled at the window's edge
+    # A token bucket bounds when requests may leave, not when the server logs them: a thread
+    # woken late by a loaded machine sends its request into the next second (seen: 47 of 46).
+    # +4 absorbs that; requests through a second limiter (Events, say) would add up to qps.
+    assert busiest <= qps + burst + 4, busiest
     assert times[-1] - times[0] >= (len(times) - burst) / qps - 0.2
 
 
