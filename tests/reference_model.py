@@ -397,6 +397,7 @@ class Model:
             assert i.call_type == BINDING and server is not None, f"{i} landed on a 409"
             assert pod_node_name(server) == i.merged["nodeName"], f"{i} landed, but {server}"
             want[i] = "success"
+            self._revisited(want, got, server)  # the pod read after the 409 judges the pending
         else:
             requeue = True
         if requeue:

@@ -1085,6 +1085,20 @@ def test_binding_409_that_shows_it_landed_is_success(d: Driver) -> None:
     assert d.outcome(fut) is Outcome.SUCCESS
 
 
+def test_binding_409_that_shows_it_landed_skips_the_same_binding_queued_behind(
+    d: Driver,
+) -> None:
+    """The pod read after the 409 shows the binding landed: it succeeds, and the same
+    binding submitted meanwhile, queued behind it, is judged against that pod: a no-op."""
+    p = pod("a")
+    first = d.submit(PodBinding.for_pod(p, "n1"))
+    s = d.send()
+    again = d.submit(PodBinding.for_pod(p, "n1"))  # waits behind the one in flight
+    d.done(s, Result.CONFLICT, obj=bound(p, "n1", rv=5), error=ConflictError())
+    assert d.outcome(first) is Outcome.SUCCESS
+    assert d.outcome(again) is Outcome.SKIPPED
+
+
 def test_binding_409_that_shows_another_node_fails_fast(d: Driver) -> None:
     p = pod("a")
     fut = d.submit(PodBinding.for_pod(p, "n1"))
