@@ -16,6 +16,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Self
 
+from kdispatch.actors.model.config import check_timeout
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
     ApiError,
@@ -164,7 +165,10 @@ class AioInformer(InformerShell):
         """Wait until :meth:`has_synced`, then return True. Raises as
         :meth:`Informer.wait_for_sync <kdispatch.Informer.wait_for_sync>` does:
         :class:`~kdispatch.InformerSyncTimeout` when ``timeout`` seconds pass first,
-        ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused with 401/403."""
+        ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused with 401/403, and
+        :class:`~kdispatch.InvalidInputError` for a ``timeout`` that is not seconds >= 0 or
+        None."""
+        timeout = check_timeout(timeout, allow_zero=True)
         core = self._core
         seen = core.errors
         loop = asyncio.get_running_loop()

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter
 
+from kdispatch.actors.model.config import check_timeout
 from kdispatch.actors.model.errors import ApiError, GoneError, InvalidInputError
 from kdispatch.actors.model.kinds import KindInfo, KindTable
 
@@ -37,7 +38,7 @@ from .informer_core import (
     decode_event,
 )
 from .kubernetes import KubernetesBackend
-from .rest import with_type_meta
+from .rest import check_scope, with_type_meta
 from .transport import TransportName, translate_errors
 
 
@@ -123,9 +124,7 @@ class ClientListWatch:
         )
         self._info = self._backend.kinds.lookup(kind)
         self.kind = self._info.kind
-        if namespace is not None and not self._info.namespaced:
-            raise InvalidInputError(f"{kind} is cluster-scoped, got namespace {namespace!r}")
-        self._namespace = namespace
+        self._namespace = check_scope(self._info, namespace)
         self._labels = label_selector
         self._fields = field_selector
         self._page_size = page_size
@@ -324,11 +323,13 @@ class Informer(InformerShell):
         thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> bool:
+    def stop(self, timeout: float | None = 5.0) -> bool:
         """Stop the loop: interrupts a backoff wait and cuts the open watch. True once the
         thread has ended within ``timeout``. Any thread; on the informer's own (a handler or
         an ``on_error`` hook) it cannot wait for itself: it returns False at once and the
-        loop ends when the hook returns."""
+        loop ends when the hook returns. ``timeout``: seconds >= 0, or None for no limit
+        (:class:`~kdispatch.InvalidInputError` otherwise, before anything stops)."""
+        seconds = check_timeout(timeout, allow_zero=True)
         self._stop.set()
         with self._lock:
             stream, thread = self._stream, self._thread
@@ -338,7 +339,7 @@ class Informer(InformerShell):
             return True
         if thread is threading.current_thread():
             return False
-        thread.join(timeout)
+        thread.join(seconds)
         return not thread.is_alive()
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
@@ -348,7 +349,10 @@ class Informer(InformerShell):
         when ``timeout`` seconds pass first: its ``last_error`` is the newest failure and its
         message names it (``cannot connect to http://...: ...``). Raises
         ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused for that reason
-        while waiting (the informer keeps retrying: a refreshed token fixes it)."""
+        while waiting (the informer keeps retrying: a refreshed token fixes it).
+        ``timeout``: seconds >= 0, or None for no limit (:class:`~kdispatch.InvalidInputError`
+        otherwise)."""
+        timeout = check_timeout(timeout, allow_zero=True)
         core = self._core
         with self._state:
             seen = core.errors

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from kdispatch.actors.model.backend import check_grace_period, check_page_limit
-from kdispatch.actors.model.errors import BadResponseError, InvalidRequestError
+from kdispatch.actors.model.errors import BadResponseError, InvalidInputError, InvalidRequestError
 from kdispatch.actors.model.kinds import KindInfo, KindTable
 from kdispatch.actors.model.objects import get_path, is_dns_label, is_dns_subdomain
 
@@ -58,6 +58,18 @@ def target(kinds: KindTable, kind: object, namespace: object, name: object) -> K
     if not is_dns_subdomain(name):
         raise InvalidRequestError(f"invalid name {name!r}")
     return info
+
+
+def check_scope(info: KindInfo, namespace: object) -> str | None:
+    """A list-watch's ``namespace`` (None: every namespace), or :class:`InvalidInputError`: not
+    an RFC 1123 label, or given for a cluster-scoped kind."""
+    if namespace is None:
+        return None
+    if not info.namespaced:
+        raise InvalidInputError(f"{info.kind} is cluster-scoped, got namespace {namespace!r}")
+    if not is_dns_label(namespace):
+        raise InvalidInputError(f"namespace must be an RFC 1123 label or None, got {namespace!r}")
+    return namespace
 
 
 def collection(info: KindInfo, namespace: str | None) -> str:

@@ -59,6 +59,11 @@ def retry_reason(err: ApiError) -> str:
     return "5xx"
 
 
+def _gate_closed() -> LeadershipLost:
+    """The error of a request the send gate refused."""
+    return LeadershipLost("not sent: this replica may not write (leader lease)")
+
+
 class ChargedBackend:
     """The backend as the requests of one attempt see it: every request takes a token (the
     grant's for the first one; later ones wait for theirs), then passes the send gate, checked
@@ -74,23 +79,28 @@ class ChargedBackend:
         self.first_verb: str | None = None  # counted with the attempt, once it ended
 
     def _before(self, verb: str) -> None:
-        """Admit one request: a follow-up one waits for its token, and the send gate is
-        checked last, right before the request goes out (a wait for a token can outlast the
-        lease). Raises ``LeadershipLost`` when the gate is closed. The sending thread."""
-        ex = self._executor
-        gate = ex.send_gate
+        """Admit one request, or raise ``LeadershipLost`` when the send gate is closed. The
+        first request's token was the grant's. The sending thread."""
+        gate = self._executor.send_gate
         if self.requests:
-            if gate is not None and not gate():  # closed already: wait for no token
-                raise LeadershipLost("not sent: this replica may not write (leader lease)")
-            call = self._call
-            ex.take_followup_token(call.best_effort)
-        if gate is not None and not gate():
-            raise LeadershipLost("not sent: this replica may not write (leader lease)")
-        if self.requests:
-            ex.metrics.request(self._call.call_type, verb)
+            self._follow_up(verb, gate)
+        elif gate is not None and not gate():
+            raise _gate_closed()
         else:
             self.first_verb = verb
         self.requests += 1
+
+    def _follow_up(self, verb: str, gate: Callable[[], bool] | None) -> None:
+        """A request after the first waits for a token of its own (none if the gate is closed
+        already); the gate is checked again after that wait, right before the request goes
+        out, since the wait can outlast the lease. The sending thread."""
+        if gate is not None and not gate():
+            raise _gate_closed()
+        ex = self._executor
+        ex.take_followup_token(self._call.best_effort)
+        if gate is not None and not gate():
+            raise _gate_closed()
+        ex.metrics.request(self._call.call_type, verb)
 
     def get(self, kind: str, namespace: str, name: str) -> Any:
         self._before("get")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import multiprocessing
 import threading
 import time
@@ -24,7 +23,7 @@ from kdispatch.actors.engine.aio import await_future
 from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
-from kdispatch.actors.model.config import MAX_WAIT, DispatcherConfig, check_timeout
+from kdispatch.actors.model.config import MAX_WAIT, DispatcherConfig, check_positive, check_timeout
 from kdispatch.actors.model.errors import (
     CallCancelled,
     DispatcherClosed,
@@ -110,7 +109,7 @@ class ProcessDispatcher(ChildLink):
             raise InvalidConfigError("call_types must be a CallTypeRegistry")
         if context not in CONTEXTS:
             raise InvalidConfigError(f"context must be one of {CONTEXTS}, got {context!r}")
-        _check_start_timeout(start_timeout)
+        check_positive("start_timeout", start_timeout, finite=True)
         if leader is not None and not callable(getattr(leader, "watch_send_deadline", None)):
             raise InvalidConfigError("leader must offer watch_send_deadline (e.g. a LeaseElector)")
         if leader is not None and getattr(leader, "clock", None) is not time.monotonic:
@@ -118,7 +117,8 @@ class ProcessDispatcher(ChildLink):
                 "leader must measure its deadlines on time.monotonic: the child process compares "
                 "them with its own CLOCK_MONOTONIC"
             )
-        _check_max_in_flight(max_in_flight)
+        if max_in_flight is not None:
+            check_positive("max_in_flight", max_in_flight, integer=True)
         for name, value in (("backend_factory", backend_factory), ("call_types", call_types)):
             try:
                 dumps(value)
@@ -382,23 +382,6 @@ class ProcessDispatcher(ChildLink):
     def tokens_taken(self) -> int:
         """Rate-limiter tokens used so far (one round trip)."""
         return int(self.stats()["tokens_taken"])
-
-
-def _check_start_timeout(value: object) -> None:
-    """``value`` is a finite number > 0; InvalidConfigError otherwise."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not value > 0  # also refuses NaN
-        or math.isinf(value)
-    ):
-        raise InvalidConfigError(f"start_timeout must be a finite number > 0, got {value!r}")
-
-
-def _check_max_in_flight(value: object) -> None:
-    """``value`` is a positive int or None; InvalidConfigError otherwise."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InvalidConfigError(f"max_in_flight must be a positive int or None, got {value!r}")
 
 
 def _best_effort_room(config: DispatcherConfig, max_in_flight: int | None) -> int | None:

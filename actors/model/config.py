@@ -39,11 +39,16 @@ def check_timeout(timeout: object, *, allow_zero: bool = False) -> float | None:
 
 
 def check_positive(
-    name: str, value: object, *, allow_zero: bool = False, integer: bool = False
+    name: str,
+    value: object,
+    *,
+    allow_zero: bool = False,
+    integer: bool = False,
+    finite: bool = False,
 ) -> None:
     """:class:`InvalidConfigError` naming ``name`` unless ``value`` is a number (an int if
     ``integer``; never a bool) that is > 0 (>= 0 if ``allow_zero``): NaN and ints too large for
-    a float are refused, infinity is not."""
+    a float are refused, infinity only if ``finite``."""
     ok_type = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_type):
         raise InvalidConfigError(
@@ -53,6 +58,8 @@ def check_positive(
         raise InvalidConfigError(f"{name} must not be NaN")
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidConfigError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    if finite and math.isinf(value):
+        raise InvalidConfigError(f"{name} must be finite, got {value!r}")
     if isinstance(value, int):
         as_float(name, value)  # rate limits and timers compute in floats
 

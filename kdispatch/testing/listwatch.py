@@ -11,6 +11,7 @@ from typing import Any
 from kdispatch.actors.model.errors import ApiConnectionError, InvalidInputError
 from kdispatch.actors.model.kinds import DEFAULT_KINDS, KindInfo, KindTable
 from kdispatch.adapters.informer import Obj, WatchEvent, WatchStream, with_type_meta
+from kdispatch.adapters.rest import check_scope
 
 from .memory import InMemoryApiServer
 
@@ -37,7 +38,7 @@ class MemoryListWatch:
         self._info = (kinds or DEFAULT_KINDS).lookup(kind)
         self.kind = self._info.kind
         self._server = server
-        self._namespace = namespace
+        self._namespace = check_scope(self._info, namespace)
         self._selector = label_selector
 
     def list(self) -> tuple[list[Obj], str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
+from kubernetes import client as k8s
 
 from kdispatch import (
     ActorLimitExceeded,
@@ -25,6 +26,7 @@ from kdispatch import (
     CallTypeRegistrationError,
     CallTypeRegistry,
     ClaimStatusPatch,
+    ClientListWatch,
     Dispatcher,
     DispatcherClosed,
     DispatcherConfig,
@@ -51,7 +53,7 @@ from kdispatch import (
     WatchEvent,
     default_call_types,
 )
-from kdispatch.testing import InMemoryApiServer, make_claim, make_pod
+from kdispatch.testing import InMemoryApiServer, MemoryListWatch, make_claim, make_pod
 from tests.backends import GatedBackend, T
 from tests.configs import fast
 from tests.factories import user_call
@@ -381,7 +383,30 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
         InvalidObjectError,
     ),
     ("on-add-without-kind", lambda e: e.d.on_add(pod_without_kind()), InvalidObjectError),
+    # informers and their list-watches
+    ("sync-timeout-a-str", lambda e: informer(e).wait_for_sync("1"), InvalidInputError),  # type: ignore[arg-type]
+    ("informer-stop-timeout-nan", lambda e: informer(e).stop(math.nan), InvalidInputError),
+    (
+        "list-watch-namespace-an-int",
+        lambda e: MemoryListWatch(e.server, "Pod", 5),
+        InvalidInputError,
+    ),  # type: ignore[arg-type]
+    (
+        "list-watch-namespace-malformed",
+        lambda e: ClientListWatch(k8s.ApiClient(), "Pod", "Not A Label"),
+        InvalidInputError,
+    ),
+    (
+        "list-watch-namespace-of-a-node",
+        lambda e: MemoryListWatch(e.server, "Node", "default"),
+        InvalidInputError,
+    ),
 ]
+
+
+def informer(env: Env) -> Informer:
+    """An informer never started (nothing to stop after the test)."""
+    return Informer(MemoryListWatch(env.server, "Pod"), name="bad-input")
 
 
 def pod_with_str_meta() -> dict[str, Any]:

@@ -765,11 +765,14 @@ def test_custom_call_types_cross_to_the_child(cluster: Cluster) -> None:
 # --------------------------------------------------------------------------- bad input
 
 
-def test_start_timeout_is_checked() -> None:
+def test_start_timeout_and_max_in_flight_are_checked() -> None:
     factory = functools.partial(KubernetesBackend.for_url, "http://127.0.0.1:1")
     for bad in (0, -1, math.inf, math.nan, True, "5", None):
         with pytest.raises(InvalidConfigError, match="start_timeout"):
             ProcessDispatcher(factory, start_timeout=bad)  # type: ignore[arg-type]
+    for bad in (0, -1, 1.5, True, "5"):
+        with pytest.raises(InvalidConfigError, match="max_in_flight"):
+            ProcessDispatcher(factory, max_in_flight=bad)  # type: ignore[arg-type]
 
 
 def test_a_bad_timeout_changes_nothing_and_none_drains(cluster: Cluster) -> None:
