@@ -52,7 +52,7 @@ def check_positive(
     ok_type = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_type):
         raise InvalidConfigError(
-            f"{name} must be a {'int' if integer else 'number'}, got {value!r}"
+            f"{name} must be {'an int' if integer else 'a number'}, got {value!r}"
         )
     if isinstance(value, float) and math.isnan(value):
         raise InvalidConfigError(f"{name} must not be NaN")

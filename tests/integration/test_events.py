@@ -194,7 +194,7 @@ def test_recorder_rejects_bad_input(dispatcher: Dispatcher) -> None:
         ({"window": 0}, "window must be > 0"),
         ({"spam_qps": math.nan}, "spam_qps must not be NaN"),
         ({"spam_burst": 10**400}, "spam_burst is too large"),
-        ({"cache_size": 1.5}, "cache_size must be a int"),
+        ({"cache_size": 1.5}, "cache_size must be an int"),
         ({"clock": 5}, "clock must be callable"),
     ],
 )

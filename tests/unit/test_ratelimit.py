@@ -62,7 +62,7 @@ def test_unlimited_never_waits() -> None:
         ("10", 1, "qps must be a number"),
         (10**400, 1, "qps is too large"),
         (1, -1, "burst must be > 0"),
-        (1, 1.5, "burst must be a int"),
+        (1, 1.5, "burst must be an int"),
         (1, 10**400, "burst is too large"),
     ],
 )
