@@ -388,9 +388,9 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("informer-stop-timeout-nan", lambda e: informer(e).stop(math.nan), InvalidInputError),
     (
         "list-watch-namespace-an-int",
-        lambda e: MemoryListWatch(e.server, "Pod", 5),
+        lambda e: MemoryListWatch(e.server, "Pod", 5),  # type: ignore[arg-type]
         InvalidInputError,
-    ),  # type: ignore[arg-type]
+    ),
     (
         "list-watch-namespace-malformed",
         lambda e: ClientListWatch(k8s.ApiClient(), "Pod", "Not A Label"),
