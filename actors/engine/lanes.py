@@ -130,7 +130,7 @@ class LaneScheduler:
             self._sending.discard(uid)
             deferred = self._deferred.pop(uid, None)
             if deferred is not None:
-                self._enqueue(uid, deferred[0], deferred[1])
+                self._enqueue(uid, deferred[0], deferred[1], admitted=True)
 
     def _refund_token(self, best_effort: bool) -> None:
         """An inline send's grant that sent nothing: its token goes back. Any thread."""
@@ -172,10 +172,12 @@ class LaneScheduler:
         self._lanes = dict(sorted(lanes.items(), reverse=True))
         self._credit.setdefault(relevance, 0.0)
 
-    def _enqueue(self, uid: str, actor: Any, relevance: int) -> None:
+    def _enqueue(self, uid: str, actor: Any, relevance: int, *, admitted: bool = False) -> None:
         """Queue ``uid`` in its lane; an object already queued keeps its place (with its new
         actor, if the old one crashed). A best-effort object finding its lane full is dropped:
-        a grant that reserves nothing, told with the next grants."""
+        a grant that reserves nothing, told with the next grants; unless it was ``admitted``
+        already (back from a backoff, or its turn deferred behind its own request under way:
+        an Event that waits is never dropped)."""
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         blocks = self._blocks
@@ -192,7 +194,7 @@ class LaneScheduler:
             return
         now = self._clock()
         if relevance == BEST_EFFORT:
-            if len(lane) >= self._config.events_max_pending:
+            if not admitted and len(lane) >= self._config.events_max_pending:
                 self._dropping.add(uid)
                 self._overflow.append((uid, actor, now, DROP))
                 self.metrics.event_dropped("queue_full")
@@ -312,7 +314,7 @@ class LaneScheduler:
         now = self._clock()
         while delayed and delayed[0][0] <= now:
             _, _, uid, actor, relevance = heapq.heappop(delayed)
-            self._enqueue(uid, actor, relevance)
+            self._enqueue(uid, actor, relevance, admitted=True)
         slots = self._slots - self._busy
         if self._followups:  # started jobs take the next tokens
             self._token_cond.notify_all()

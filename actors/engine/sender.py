@@ -214,14 +214,16 @@ class Sender:
 
     @staticmethod
     def _reread(backend: ChargedBackend, call: Any) -> Any:
-        """The one GET after a 409: the fresh object, ``_GONE`` if the name now holds another
-        object (or none), None if the read failed for good (the actor re-reads later). A
-        retryable failure (429, 5xx, timeout) raises: the call backs off, as after its own."""
+        """The one GET after a 409: the fresh object; ``_GONE`` if the name now holds another
+        object or none (for a call keyed by name, another UID is its own object, and none is
+        None: its next attempt makes it again); None if the read failed for good (the actor
+        re-reads later). A retryable failure (429, 5xx, timeout) raises: the call backs off,
+        as after its own."""
         ref = call.ref
         try:
             fresh = backend.get(ref.kind, ref.namespace, ref.name)
-        except NotFoundError:
-            return _GONE
+        except NotFoundError:  # gone; one keyed by name is made again by its next attempt
+            return None if call.keyed_by_name else _GONE
         except ApiError as exc:
             if exc.retryable:
                 raise
@@ -238,6 +240,6 @@ class Sender:
         uid = get_path(fresh, "metadata", "uid")
         if not isinstance(uid, str):
             return None  # garbage: retry the conflict without a fresh basis (bounded)
-        if uid != ref.uid:
+        if uid != ref.uid and not call.keyed_by_name:
             return _GONE  # same name, another object: ours was deleted and re-created
         return fresh

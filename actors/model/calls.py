@@ -55,7 +55,9 @@ class Call(ABC):
       pending, ``SKIPPED`` when arriving later); other types queue behind, both sent in order;
     * ``exclusive`` — preemptions and evictions: cancels every pending call, none queues behind;
     * ``reads_object`` — the request is computed from the object (re-read after an ambiguous
-      failure); False for requests that only carry preconditions (a binding).
+      failure); False for requests that only carry preconditions (a binding);
+    * ``keyed_by_name`` — ``ref.uid`` is only the actor's key, made from the name, never the
+      server's UID (Events): the object read back under the call's name is the call's own.
     """
 
     __slots__ = ()
@@ -67,6 +69,7 @@ class Call(ABC):
     exclusive: ClassVar[bool] = False
     reads_object: ClassVar[bool] = True
     best_effort: ClassVar[bool] = False
+    keyed_by_name: ClassVar[bool] = False
 
     ref: ObjectRef
     basis: Obj | None = None
@@ -107,9 +110,9 @@ class Call(ABC):
     def landed(self, fresh: Obj) -> bool:
         """Whether ``fresh``, the object of this call's name just read from the server, shows
         that this call took effect (an attempt landed whose reply was lost). Asked after a 409
-        (``fresh`` has this call's UID) and before a call one of whose requests went unanswered
-        resolves ``CallFailed`` (``fresh`` may be another object of the name). True resolves
-        the call ``SUCCESS``. Default: False. Pure."""
+        (``fresh`` has this call's UID, unless the call is keyed by name: an Event) and before
+        a call one of whose requests went unanswered resolves ``CallFailed`` (``fresh`` may be
+        another object of the name). True resolves the call ``SUCCESS``. Default: False. Pure."""
         del fresh
         return False
 

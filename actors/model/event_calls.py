@@ -68,7 +68,9 @@ class EventRecord(Call):
     ``body`` is the Event without ``series``; ``count`` the occurrences so far (a ``series`` is
     sent from 2 on), ``last_observed`` the newest (MicroTime text); ``create``: the Event may
     not exist yet. A patch answered 404 creates the Event; a create answered 409 patches the
-    series (or is done, for one occurrence). An Event is never read.
+    series (or is done, for one occurrence). An Event is read only by name (its server UID is
+    never known): after another 409, as any call is, and to see whether an unanswered request
+    landed.
     """
 
     call_type = "event_record"
@@ -76,6 +78,7 @@ class EventRecord(Call):
     relevance = BEST_EFFORT
     best_effort: ClassVar[bool] = True
     reads_object: ClassVar[bool] = False
+    keyed_by_name: ClassVar[bool] = True  # the actor's UID is a digest of the name
 
     ref: ObjectRef
     body: Mapping[str, Any] = field(compare=False, repr=False)

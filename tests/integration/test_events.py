@@ -15,7 +15,12 @@ from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.facade.event_recorder import EventRecorder
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import BEST_EFFORT, CallTypeRegistry
-from kdispatch.actors.model.config import DispatcherConfig, ExecutorConfig, RateLimitConfig
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
 from kdispatch.actors.model.errors import (
     CallFailed,
     CallTypeRegistrationError,
@@ -503,3 +508,72 @@ def test_an_event_landed_when_it_is_there_with_its_occurrences() -> None:
     assert first.landed(stored)
     assert not second.landed(stored)  # count 2: the series is not there yet
     assert second.landed({**stored, "series": {"count": 2, "lastObservedTime": "x"}})
+
+
+@pytest.mark.parametrize("fault", ["409", "404"])
+def test_a_series_patch_answered_409_or_404_keeps_its_event(
+    server: InMemoryApiServer, dispatcher: Dispatcher, fault: str
+) -> None:
+    """A 409 on the series patch (or a 404 whose create then finds the Event there) reads the
+    Event back by name, as any call after a 409, and patches again: the Event's actor is not
+    taken for deleted, so the later occurrences reach it too."""
+    pod = _pod(server, "p")
+    rec = EventRecorder(dispatcher, controller="s", clock=ManualClock(1000.0))
+    assert _failed(rec, pod, "n").result(10) is Outcome.SUCCESS
+    [event] = _events(server)
+    server.script("patch", fault, name=event["metadata"]["name"])
+    assert [_failed(rec, pod, "n").result(10) for _ in range(3)] == [Outcome.SUCCESS] * 3
+    [event] = _events(server)
+    assert event["series"]["count"] == 4
+    ops = [(r.op, r.outcome) for r in server.request_log if r.kind == "Event"]
+    assert ("get", "ok") in ops and ops[-3:] == [("patch", "ok")] * 3
+
+
+def test_an_event_found_gone_after_a_409_is_made_again(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """The GET after a series patch's 409 answers 404 (the Event expired meanwhile): the next
+    attempt makes it again, and the Event's actor is not taken for deleted."""
+    pod = _pod(server, "p")
+    rec = EventRecorder(dispatcher, controller="s", clock=ManualClock(1000.0))
+    assert _failed(rec, pod, "n").result(10) is Outcome.SUCCESS
+    [event] = _events(server)
+    name = event["metadata"]["name"]
+    server.script("patch", "409", name=name)
+    server.script("get", "404", name=name)
+    assert _failed(rec, pod, "n").result(10) is Outcome.SUCCESS
+    assert _failed(rec, pod, "n").result(10) is Outcome.SUCCESS
+    [event] = _events(server)
+    assert event["series"]["count"] == 3
+
+
+def test_an_event_back_from_a_backoff_is_not_dropped_for_a_full_lane() -> None:
+    """An Event that backs off after a 500 was admitted already: when its backoff ends while
+    ``events_max_pending`` Events wait, it waits too, and is written."""
+    clock = ManualClock(1000.0)
+    server = InMemoryApiServer()
+    pods = [server.create(make_pod(f"p{i}", uid=f"u-p{i}")) for i in range(3)]
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=8, burst=2),
+        retry=RetryConfig(base_backoff=1.0, max_backoff=1.0, jitter=0.0),
+        executor=ExecutorConfig(workers=8, events_max_pending=2),
+    )
+    with Dispatcher(server, config, metrics_registry=CollectorRegistry(), clock=clock) as d:
+        rec = EventRecorder(d, controller="s")
+        server.script("create", "500")
+        retried = _failed(rec, pods[0], "a")
+        wait_for(lambda: any(r.outcome == "500" for r in server.request_log), 10, "the 500")
+        first = _failed(rec, pods[1], "b")  # the bucket's second token
+        assert first.result(10) is Outcome.SUCCESS
+        waiting = [_failed(rec, pods[2], note) for note in ("c1", "c2")]
+        wait_for(lambda: d.stats()["events"]["waiting"] == 2, 10, "two Events waiting")
+        clock.advance(1.5)  # the backoff is over; the bucket holds two tokens again
+        futures = [retried, first, *waiting]
+        for _ in range(40):  # one more token per step, until every Event resolved
+            d._executor.wake()
+            if not wait(futures, timeout=0.25).not_done:
+                break
+            clock.advance(0.125)
+        assert [f.result(10) for f in futures] == [Outcome.SUCCESS] * 4
+        assert d.stats()["events"]["dropped"] == {}
+    assert len(_events(server)) == 4
