@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.config import check_positive
@@ -155,13 +155,16 @@ class EventRecorder:
         related: object | None = None,
     ) -> Future[Any] | None:
         """Any thread. Record one occurrence; returns the call's future, or None when the spam
-        filter dropped it. Raises ``InvalidInputError`` for a bad type, reason or action, or a
-        note that is not UTF-8 text."""
+        filter dropped it. Raises ``InvalidInputError`` for a bad type, a reason or action
+        that is not 1-128 bytes of UTF-8 (kube-apiserver's limit), or a note that is not a str.
+        The Event's name is the regarding object's, cut to leave room for a unique suffix."""
         if type not in EVENT_TYPES:
             raise InvalidInputError(f"type must be Normal or Warning, got {type!r}")
         for name, value in (("reason", reason), ("action", action)):
-            if not isinstance(value, str) or not value or len(value) > FIELD_LIMIT:
-                raise InvalidInputError(f"{name} must be 1-{FIELD_LIMIT} chars, got {value!r}")
+            if not isinstance(value, str) or not value or len(value.encode()) > FIELD_LIMIT:
+                raise InvalidInputError(
+                    f"{name} must be a str of 1-{FIELD_LIMIT} bytes (UTF-8), got {value!r}"
+                )
         if not isinstance(note, str):
             raise InvalidInputError(f"note must be a str, got {note!r}")
         about = _reference(regarding)
@@ -213,7 +216,10 @@ class EventRecorder:
         body: dict[str, Any] = {
             "apiVersion": "events.k8s.io/v1",
             "kind": EVENT,
-            "metadata": {"name": f"{about['name']}.{nanos:x}", "namespace": namespace},
+            "metadata": {
+                "name": f"{_name_prefix(about['name'])}.{nanos:x}",
+                "namespace": namespace,
+            },
             "eventTime": micro_time(epoch),
             "reportingController": self.controller,
             "reportingInstance": self.instance,
@@ -223,3 +229,14 @@ class EventRecorder:
         if related is not None:
             body["related"] = related
         return EventRecord.new(body)
+
+
+_NAME_ROOM: Final = 253 - 1 - 16
+"""What an Event's name keeps of the regarding object's name: room for ``.`` and 16 hex digits
+within the 253 characters of an object name."""
+
+
+def _name_prefix(name: str) -> str:
+    """The start of an Event's name: the regarding object's name, cut to fit (then without a
+    trailing ``.`` or ``-``, which no name part may end with)."""
+    return name if len(name) <= _NAME_ROOM else name[:_NAME_ROOM].rstrip(".-")

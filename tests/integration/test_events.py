@@ -577,3 +577,33 @@ def test_an_event_back_from_a_backoff_is_not_dropped_for_a_full_lane() -> None:
         assert [f.result(10) for f in futures] == [Outcome.SUCCESS] * 4
         assert d.stats()["events"]["dropped"] == {}
     assert len(_events(server)) == 4
+
+
+def test_reason_and_action_are_limited_in_bytes_as_the_apiserver_counts(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """kube-apiserver refuses a reason or action over 128 bytes: 128 two-byte characters are
+    refused at the call, 64 are recorded."""
+    pod = _pod(server, "p")
+    rec = EventRecorder(dispatcher, controller="s")
+    for field_name in ("reason", "action"):
+        fields = {"reason": "R", "action": "A", field_name: "é" * 128}
+        with pytest.raises(InvalidInputError, match="bytes"):
+            rec.event(pod, note="n", **fields)
+    fields = {"reason": "é" * 64, "action": "é" * 64}
+    assert rec.event(pod, note="n", **fields).result(10) is Outcome.SUCCESS  # type: ignore[union-attr]
+
+
+def test_an_object_with_the_longest_name_gets_its_events(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """An Event's name is the regarding object's name and a unique suffix; a name too long
+    to leave room for the suffix is cut (the full name stays in ``regarding``)."""
+    name = "a" * 200 + "." + "b" * 52  # 253 characters: the longest object name
+    pod = server.create(make_pod(name, uid="u-long"))
+    rec = EventRecorder(dispatcher, controller="s")
+    assert _failed(rec, pod, "n").result(10) is Outcome.SUCCESS
+    [event] = _events(server)
+    assert len(event["metadata"]["name"]) <= 253
+    assert event["metadata"]["name"].startswith("a" * 200 + ".")
+    assert event["regarding"]["name"] == name
