@@ -10,16 +10,18 @@ interrupted. SIGTERM ends the run gracefully (drain, then release the lease).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 
 from examples.common import add_config_options, config_from_args, configure
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
-from kdispatch import InvalidConfigError
+from kdispatch import ApiError, InvalidConfigError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -179,6 +181,9 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     cfg = configure(partial(_run_config, args), verbose=args.verbose)
     if isinstance(cfg, int):
         return cfg
+    if args.json and not _writable(args.json):  # say so now, not after the whole run
+        print(f"error: --json {args.json}: cannot write there", file=sys.stderr)
+        return 2
     try:
         fig = run(cfg, stream=None if args.no_progress else sys.stderr, command_started=started)
     except KeyboardInterrupt:  # during set-up, before the run could summarise itself
@@ -190,13 +195,28 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     except InvalidConfigError as err:  # e.g. a kubeconfig that is missing or broken
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ApiError as err:  # the first list refused (a 401, a 403): set-up stopped it all
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     print(summary_table(fig))
     for problem in fig.get("problems", []):
         print(f"problem: {problem}")
     if args.json:
-        write_json(args.json, fig)
+        try:
+            write_json(args.json, fig)
+        except OSError as err:
+            print(f"error: --json {args.json}: {err}", file=sys.stderr)
+            return 1
     if fig["stopped_by"] == "interrupt":
         return 130
     if fig["stopped_by"] == "leadership_lost":
         return LOST_EXIT_STATUS
     return 0 if fig["verdict_ok"] else 1
+
+
+def _writable(path: str) -> bool:
+    """Whether ``--json``'s file can be written: its directory exists and is writable, and
+    the path is not a directory."""
+    target = Path(path)
+    parent = target.parent
+    return not target.is_dir() and parent.is_dir() and os.access(parent, os.W_OK)

@@ -48,6 +48,7 @@ from examples.scheduler.ha import (
     sigterm_while_finishing,
     user_agent,
 )
+from examples.scheduler.limiter import ClientLimiter, ThrottledBackend
 from examples.scheduler.prekep import PreKepApi
 from examples.scheduler.progress import Monitor, budget_share, describe
 from examples.scheduler.report import figures, gang_latency_ms
@@ -235,8 +236,9 @@ def _make_api(
     (in-process: ``send_gate=elector.may_send``; in a child process: ``leader=elector``, the
     send deadline in shared memory)."""
     retry = RetryConfig(max_attempts=8)
-    if cfg.api == "all-blocking":
-        return DirectApi(backend, retry)
+    if cfg.api == "all-blocking":  # --qps: one client-side limiter, as --pre-kep's
+        limited = ThrottledBackend(backend, ClientLimiter(cfg.qps, cfg.burst)) if cfg.qps else None
+        return DirectApi(limited or backend, retry)
     if cfg.api == "pre-kep":
         return PreKepApi(
             backend,
@@ -483,7 +485,7 @@ def run(
                     if i and not waiter.until(partial(_placed, sched, pods_total)):
                         break
                     for pod in wave:
-                        env.server.create(pod)
+                        env.server.create(_naming(pod, sched.config.scheduler_name))
                         pods_total += 1
             done = waiter.until(
                 lambda: (sched.known() >= pods_total and sched.settled()) or _lost(elector)
@@ -513,6 +515,13 @@ def run(
         gc_pauses=gc_watch.summary(),
         command_started=command_started,
     )
+
+
+def _naming(pod: Obj, scheduler_name: str) -> Obj:
+    """``pod`` (of the embedded workload) naming this scheduler in ``spec.schedulerName``
+    (``--scheduler-name``), so that it is one of the run's own pods."""
+    pod["spec"]["schedulerName"] = scheduler_name
+    return pod
 
 
 def _tokens_taken(api: SchedulerApi) -> int:

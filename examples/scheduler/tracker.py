@@ -104,8 +104,8 @@ class Tracker:
     def active_window(self) -> float:
         """Any thread. Seconds from the first call submitted (a binding, a status patch, a
         claim write or a preemption) to the last one that resolved having changed something
-        (``Outcome.SUCCESS``: a retried patch found to be a no-op does not stretch it); 0.0
-        before any did."""
+        (``Outcome.SUCCESS``, or a binding found applied on its retry: a retried patch found
+        to be a no-op does not stretch it); 0.0 before any did."""
         with self._lock:
             start = min((i.submitted for i in self.intents), default=None)
             end = max(
@@ -128,6 +128,12 @@ class Tracker:
 
 
 def _changed(intent: Intent) -> bool:
-    """Whether the intent's call resolved ``Outcome.SUCCESS`` (it was sent and applied)."""
+    """Whether the intent's call resolved ``Outcome.SUCCESS`` (it was sent and applied), or
+    is a binding that resolved ``Outcome.SKIPPED``: a retry found the pod already bound to
+    its node (the attempt before was applied, its answer lost), a pod this scheduler placed
+    (``pods_bound`` counts it)."""
     fut = intent.future
-    return fut.done() and fut.exception() is None and fut.result() is Outcome.SUCCESS
+    if not fut.done() or fut.exception() is not None:
+        return False
+    outcome = fut.result()
+    return outcome is Outcome.SUCCESS or (intent.kind == BIND and outcome is Outcome.SKIPPED)

@@ -32,7 +32,7 @@ from examples.scheduler.report import write_json
 from examples.scheduler.resources import GPU_RESOURCE, cpu_millis, mem_bytes
 from examples.scheduler.runner import RunConfig, run
 from examples.scheduler.steps import ChainedSteps, GangSteps, PerPodGang, Steps
-from examples.scheduler.tracker import BIND, Tracker
+from examples.scheduler.tracker import BIND, STATUS, Tracker
 from examples.scheduler.verify import verify
 from examples.scheduler.workload import WorkloadSpec, build_workload
 from kdispatch.actors.model.calls import Call
@@ -733,3 +733,80 @@ def test_a_refused_first_list_ends_the_run_with_the_error_and_nothing_left_runni
     with ApiServerHTTP(mem, token="right") as srv, pytest.raises(UnauthorizedError):
         run(config_for(tmp_path, srv.url, token="wrong", max_seconds=30), stream=None)
     assert not any(r.op == "bind" for r in mem.request_log)
+
+
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--json`` into a directory that does not exist: exit 2 with an ``error:`` line, at
+    once (not a traceback after the whole run, with the exit status of a failed check)."""
+    path = tmp_path / "missing" / "run.json"
+    assert main(["--nodes", "2", "--pods", "4", "--no-progress", "--json", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "error: --json" in captured.err and captured.out == ""
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_first_list_gives_an_error_line_and_exit_status_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wrong token in the kubeconfig: the command says why on stderr, no traceback."""
+    mem = InMemoryApiServer()
+    _pending_pods(mem, 1)
+    with ApiServerHTTP(mem, token="right") as srv:
+        kubeconfig = kubeconfig_file(tmp_path, srv.url, token="wrong")
+        args = ["--kubeconfig", kubeconfig, "--no-progress", "--max-seconds", "30"]
+        assert main(args) == 1
+    assert "error: list" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(90)
+def test_all_blocking_keeps_the_client_side_rate_limit() -> None:
+    """``--qps`` with ``--all-blocking``: every request waits for one token bucket, as with
+    ``--pre-kep``, instead of the rate being recorded in the settings and ignored."""
+    config = RunConfig(
+        nodes=10, pods=40, latency_ms=0.0, fill=0.8, api="all-blocking", qps=40, burst=1
+    )
+    fig = run(config, stream=None)
+    _check_clean(fig)
+    binds = fig["requests_by_op"]["bind"]
+    assert binds >= 30 and fig["wall_s"] >= 0.8 * (binds - 1) / 40
+
+
+@pytest.mark.timeout(90)
+def test_the_embedded_workload_names_the_scheduler_of_scheduler_name() -> None:
+    """``--scheduler-name`` on the embedded apiserver: the pods it creates name that
+    scheduler, so the run schedules them (before, none was its own: nothing bound, the run
+    waited for its deadline and said OK)."""
+    config = RunConfig(nodes=10, pods=40, latency_ms=0.0, fill=0.8, scheduler_name="mine")
+    fig = run(config, stream=None)
+    _check_clean(fig)
+    assert fig["stopped_by"] == "done" and fig["pods_bound"] > 0
+    assert fig["pods_unsettled"] == 0
+
+
+def test_the_active_window_ends_with_a_binding_found_applied_on_its_retry() -> None:
+    """A binding that resolved SKIPPED (its first attempt applied, the answer lost, the retry
+    found the pod on its node) placed the pod, and ``pods_bound`` counts it: it ends the
+    active window as a SUCCESS does, so ``pods_per_s`` is not 0 when every binding did that;
+    a status patch found to be a no-op still does not stretch it."""
+    clock = ManualClock()
+    tracker = Tracker(clock=clock)
+    binding: Future[Outcome] = Future()
+    patch: Future[Outcome] = Future()
+    tracker.record(
+        BIND, "u1", "default/p1", expect={"node": "n1"}, future=binding, submit_seconds=0.0
+    )
+    tracker.record(
+        STATUS,
+        "u2",
+        "default/p2",
+        expect={"reason": "Unschedulable"},
+        future=patch,
+        submit_seconds=0.0,
+    )
+    clock.advance(2.0)
+    binding.set_result(Outcome.SKIPPED)
+    clock.advance(3.0)
+    patch.set_result(Outcome.SKIPPED)
+    assert tracker.active_window() == 2.0
