@@ -109,9 +109,10 @@ class LaneScheduler:
 
     @property
     def events_waiting(self) -> int:
-        """Best-effort objects (Events) waiting in their lane for a slot and a token."""
+        """Best-effort objects (Events) waiting in their lane for a slot and a token (none
+        once stopping: what waited resolves closed)."""
         with self._lock:
-            return len(self._lanes[BEST_EFFORT])
+            return 0 if self._stopping else len(self._lanes[BEST_EFFORT])
 
     def _take_slot(self, uid: str, best_effort: bool) -> None:
         """A grant: a worker slot and the object's one request under way (inline sends need

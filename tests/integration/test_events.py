@@ -24,6 +24,7 @@ from kdispatch.actors.model.config import (
 from kdispatch.actors.model.errors import (
     CallFailed,
     CallTypeRegistrationError,
+    DispatcherClosed,
     InvalidConfigError,
     InvalidInputError,
     Outcome,
@@ -607,3 +608,20 @@ def test_an_object_with_the_longest_name_gets_its_events(
     assert len(event["metadata"]["name"]) <= 253
     assert event["metadata"]["name"].startswith("a" * 200 + ".")
     assert event["regarding"]["name"] == name
+
+
+def test_after_stop_no_event_is_reported_waiting() -> None:
+    """Events waiting for a token when the dispatcher stops resolve ``DispatcherClosed``, and
+    ``stats()`` no longer counts them as waiting."""
+    clock = ManualClock(1000.0)
+    server = InMemoryApiServer()
+    pods = [_pod(server, f"p{i}") for i in range(4)]
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=1, burst=1))
+    d = Dispatcher(server, config, metrics_registry=CollectorRegistry(), clock=clock).start()
+    rec = EventRecorder(d, controller="s")
+    futures = [rec.event(p, reason="Scheduled", action="Binding", note="n") for p in pods]
+    wait_for(lambda: d.stats()["events"]["waiting"] == 3, 10, "three Events waiting")
+    d.stop(drain=False, timeout=5)
+    outcomes = [f.exception(10) for f in futures if f is not None]
+    assert sum(isinstance(e, DispatcherClosed) for e in outcomes) == 3
+    assert d.stats()["events"]["waiting"] == 0
