@@ -176,6 +176,18 @@ class SchedulerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise InvalidInputError(f"{name} must be a number >= 0, got {value!r}")
+        check_backoffs(self.backoff_initial, self.backoff_max)
+
+
+def check_backoffs(initial: float, longest: float) -> None:
+    """As kube-scheduler's configuration validation: the first backoff is > 0 and the longest
+    one no shorter. ``InvalidInputError`` otherwise. Numbers >= 0 already."""
+    if not initial > 0:
+        raise InvalidInputError(f"backoff_initial must be > 0, got {initial!r}")
+    if longest < initial:
+        raise InvalidInputError(
+            f"backoff_max ({longest!r}) must be >= backoff_initial ({initial!r})"
+        )
 
 
 @dataclass(slots=True)

@@ -36,7 +36,7 @@ from examples.common import check_amounts, check_counts, check_rate
 from examples.gcwatch import GcWatch
 from examples.scheduler.api import DispatchedApi, SchedulerApi
 from examples.scheduler.claims import claim_key
-from examples.scheduler.cycle import Scheduler, SchedulerConfig
+from examples.scheduler.cycle import Scheduler, SchedulerConfig, check_backoffs
 from examples.scheduler.direct import DirectApi
 from examples.scheduler.ha import (
     LeaderElect,
@@ -166,6 +166,7 @@ class RunConfig:
             "unschedulable_max",
         )
         check_rate("faults", self.faults)
+        check_backoffs(self.backoff_initial, self.backoff_max)
         check_amounts(self, "max_backlog")
         if self.max_backlog:
             check_counts(self, "max_backlog")

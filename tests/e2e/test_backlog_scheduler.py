@@ -168,7 +168,9 @@ def test_default_pacing_never_holds_a_binding_behind_status_patches(pace_on: str
     gate = Turnstile()
     server = InMemoryApiServer(latency=Latency(per_op={"patch_status": 1.0}), sleep=gate)
     dispatcher = Dispatcher(server, DispatcherConfig(executor=ExecutorConfig(workers=8))).start()
-    config = SchedulerConfig(threads=1, max_backlog=1, pace_on=pace_on, backoff_initial=60.0)
+    config = SchedulerConfig(
+        threads=1, max_backlog=1, pace_on=pace_on, backoff_initial=60.0, backoff_max=60.0
+    )
     scheduler = Scheduler(DispatchedApi(dispatcher), config)
     try:
         scheduler.on_node_add(server.create(make_node("n1", 4000, 8192)))

@@ -337,6 +337,13 @@ def test_run_config_rejects_bad_values() -> None:
         with pytest.raises(InvalidInputError):
             RunConfig(**bad)
     assert main(["--nodes", "0", "--no-progress"]) == 2
+    # backoffs as kube-scheduler validates them: a first one, and a longest one no shorter
+    for backoffs in ({"backoff_initial": 0}, {"backoff_initial": 5.0, "backoff_max": 2.0}):
+        with pytest.raises(InvalidInputError, match="backoff"):
+            RunConfig(**backoffs)
+        with pytest.raises(InvalidInputError, match="backoff"):
+            SchedulerConfig(**backoffs)
+    assert main(["--pod-initial-backoff-seconds", "20", "--no-progress"]) == 2
 
 
 class FakeApi:
