@@ -90,7 +90,7 @@ class Metrics:
         self.outcomes = CounterFamily(
             "kdispatch_call_outcomes_total",
             "Calls resolved, by call type and outcome (success, skipped, overwritten, "
-            "cancelled, conflict, not_found, failed, closed).",
+            "cancelled, conflict, stale, not_found, failed, closed).",
             ["call_type", "outcome"],
             shards,
         )

@@ -371,7 +371,8 @@ class Dispatcher(GroupHostMixin):
             ``stale``, ``not_found``, ``failed``, ``closed``).
         ``retries``
             ``{"call_type:reason": n}``: retries scheduled after a retryable failure, per call
-            type and reason (``429``, ``5xx``, ``timeout``, ``connection``).
+            type and reason (``429``, ``5xx``, ``timeout``, ``connection``, ``conflict``: a 409
+            rebased).
         ``live_actors``
             Object actors alive now.
         ``events_without_actor``
@@ -469,6 +470,11 @@ def _settle(left: list[tuple[Any, list[Any]]], metrics: Metrics) -> int:
     object no longer tracked."""
     closed: dict[str, int] = {}
     for actor, tells in left:
+        pending = getattr(actor, "pending_types", ())  # settled here: no longer pending
+        if pending:
+            actor.pending_types = ()
+            for call_type in pending:
+                metrics.pending_delta(call_type, -1)
         open_calls: dict[CallFuture, Call] = getattr(actor, "open", None) or {}
         submitted = [(message.future, message.call) for message in tells if type(message) is Submit]
         for message in tells:

@@ -73,6 +73,9 @@ def as_float(name: str, value: int | float) -> float:
         raise InvalidConfigError(f"{name} is too large: want at most about 1.8e308") from None
 
 
+GC_THRESHOLD_MAX: Final = 2**31 - 1
+"""The largest threshold ``gc.set_threshold()`` takes (a C int)."""
+
 UPSTREAM_METRICS_PREFIX = "scheduler"
 """The prefix of upstream's metric names (kube-scheduler's ``scheduler_...``)."""
 
@@ -144,9 +147,10 @@ class RetryConfig:
 
     def __post_init__(self) -> None:
         check_positive("budget", self.budget, allow_zero=True)
-        check_positive("base_backoff", self.base_backoff, allow_zero=True)
+        # an infinite first delay or jitter would give up at the first retryable failure
+        check_positive("base_backoff", self.base_backoff, allow_zero=True, finite=True)
         check_positive("max_backoff", self.max_backoff, allow_zero=True)
-        check_positive("jitter", self.jitter, allow_zero=True)
+        check_positive("jitter", self.jitter, allow_zero=True, finite=True)
         check_positive("max_retry_after", self.max_retry_after, allow_zero=True)
         if self.max_attempts is not None:
             check_positive("max_attempts", self.max_attempts, integer=True)
@@ -211,6 +215,11 @@ class RuntimeConfig:
             raise InvalidConfigError(f"gc_freeze must be a bool, got {self.gc_freeze!r}")
         if self.gc_young_threshold is not None:
             check_positive("gc_young_threshold", self.gc_young_threshold, integer=True)
+            if self.gc_young_threshold > GC_THRESHOLD_MAX:
+                raise InvalidConfigError(
+                    f"gc_young_threshold must be at most {GC_THRESHOLD_MAX} (gc.set_threshold "
+                    f"takes a C int), got {self.gc_young_threshold!r}"
+                )
 
 
 @dataclass(frozen=True, slots=True)

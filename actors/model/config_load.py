@@ -24,6 +24,10 @@ _TRUE = frozenset({"true", "yes", "on", "1"})
 _FALSE = frozenset({"false", "no", "off", "0"})
 _NONE = frozenset({"", "none", "null"})
 
+OTHER_VARIABLES = frozenset({"KDISPATCH_K8S_CACHE"})
+"""Variables with the default prefix that kdispatch reads elsewhere (``kdispatch.testing.envtest``'s
+cache directory), not configuration: :func:`load_env` leaves them alone."""
+
 
 def load_dataclass(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     """An instance of the dataclass ``cls`` from ``data`` (missing keys keep their defaults).
@@ -88,7 +92,7 @@ def load_env(
     known = env_variables(cls, prefix)
     data: dict[str, Any] = {}
     for name, value in env.items():
-        if not name.startswith(prefix):
+        if not isinstance(name, str) or not name.startswith(prefix) or name in OTHER_VARIABLES:
             continue
         path = known.get(name)
         if path is None:

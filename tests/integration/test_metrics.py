@@ -11,11 +11,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from kdispatch.actors.engine.metrics import Metrics, MetricsRegistryInUse
 from kdispatch.actors.facade.dispatcher import Dispatcher
-from kdispatch.actors.model.config import DispatcherConfig
-from kdispatch.actors.model.errors import InvalidConfigError
+from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig
+from kdispatch.actors.model.errors import CallStale, DispatcherClosed, InvalidConfigError
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.actors.runtime import metric_families
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.waiting import wait_for
+from tests.clocks import ManualClock
 from tests.configs import FAST
 from tests.factories import cond
 
@@ -112,6 +114,42 @@ def test_foreign_collectors_of_the_same_name_leave_nothing_half_registered() -> 
     with pytest.raises(MetricsRegistryInUse, match="conflict"):
         Metrics(registry)
     assert {family.name for family in registry.collect()} == before
+
+
+def test_stop_takes_the_calls_it_closes_out_of_the_pending_gauge() -> None:
+    """stop(drain=False) resolves the queued calls DispatcherClosed: none is pending after it."""
+    server = InMemoryApiServer()
+    registry = CollectorRegistry()
+    pods = [server.create(make_pod(f"p{i}")) for i in range(20)]
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=1.0, burst=2))
+    clock = ManualClock(1000.0)  # stands still: no token after the burst
+    d = Dispatcher(server, config, metrics_registry=registry, clock=clock).start()
+    futures = [d.submit(PodBinding.for_pod(pod, "n1")) for pod in pods]
+    labels = {"call_type": "pod_binding"}
+    wait_for(  # two sent (the burst), the rest queued on their actors
+        lambda: registry.get_sample_value("scheduler_pending_async_api_calls", labels) == 18.0,
+        10,
+        "18 bindings pending",
+    )
+    d.stop(drain=False)
+    closed = sum(isinstance(f.exception(timeout=10), DispatcherClosed) for f in futures)
+    assert closed > 0
+    assert d.stats()["outcomes"]["pod_binding:closed"] == closed
+    assert registry.get_sample_value("scheduler_pending_async_api_calls", labels) == 0.0
+
+
+def test_a_stale_call_is_counted_with_the_outcome_its_help_names() -> None:
+    server = InMemoryApiServer()
+    registry = CollectorRegistry()
+    pod = server.create(make_pod("p1"))
+    server.bind("default", "p1", uid=pod["metadata"]["uid"], node="n1")
+    late = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    with Dispatcher(server, FAST, metrics_registry=registry) as d, pytest.raises(CallStale):
+        d.submit(PodStatusPatch.for_pod(pod, conditions=[late])).result(timeout=10)
+    labels = {"call_type": "pod_status_patch", "outcome": "stale"}
+    assert registry.get_sample_value("kdispatch_call_outcomes_total", labels) == 1.0
+    [family] = [f for f in registry.collect() if f.name == "kdispatch_call_outcomes"]
+    assert "stale" in family.documentation
 
 
 def test_bad_registry_is_a_config_error() -> None:

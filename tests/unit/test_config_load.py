@@ -11,8 +11,14 @@ from typing import Any, Literal
 import pytest
 
 from kdispatch import DispatcherConfig, ExecutorConfig, RateLimitConfig, RegistryConfig
-from kdispatch.actors.model.config_load import env_variables, load_dataclass, load_env
+from kdispatch.actors.model.config_load import (
+    OTHER_VARIABLES,
+    env_variables,
+    load_dataclass,
+    load_env,
+)
 from kdispatch.actors.model.errors import InvalidConfigError
+from kdispatch.testing.envtest.binaries import CACHE_ENV
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -55,6 +61,9 @@ def test_from_dict_takes_config_instances_too() -> None:
         ({"registry": {"max_live": "lots"}}, "registry.max_live"),
         ({"metrics_prefix": 3}, "metrics_prefix must be a str"),
         ({"metrics_prefix": "a b"}, "metrics_prefix must match"),
+        ({"retry": {"jitter": "inf"}}, "retry: jitter must be finite"),
+        ({"retry": {"base_backoff": "inf", "max_backoff": "inf"}}, "base_backoff must be finite"),
+        ({"runtime": {"gc_young_threshold": 2**31}}, "gc_young_threshold must be at most"),
         ("rate_limit=5", "config must be a mapping"),
     ],
 )
@@ -155,6 +164,13 @@ def test_every_field_of_the_tree_has_a_variable() -> None:
 def test_from_env_bad_input_is_typed(env: Any, match: str) -> None:
     with pytest.raises(InvalidConfigError, match=match):
         DispatcherConfig.from_env(env)
+
+
+def test_from_env_leaves_kdispatchs_other_variables_alone() -> None:
+    """The envtest cache directory shares the prefix; it is no typo of a config field."""
+    assert CACHE_ENV in OTHER_VARIABLES
+    env = {CACHE_ENV: "/tmp/k8s", "KDISPATCH_RUNTIME_GC_YOUNG_THRESHOLD": str(2**31 - 1)}
+    assert DispatcherConfig.from_env(env).runtime.gc_young_threshold == 2**31 - 1
 
 
 def test_from_env_bad_arguments() -> None:
