@@ -326,7 +326,8 @@ class CallTypeRegistry:
             raise UnknownCallTypeError(f"unknown call type {call_type!r}") from None
 
     def check(self, call: object) -> Call:
-        """Validate a submitted call: a registered type whose ref matches its kind."""
+        """Validate a submitted call: a registered type whose ref is an :class:`ObjectRef` of
+        its kind. Raises :class:`InvalidCallError` / :class:`UnknownCallTypeError`."""
         # a registered class is a Call subclass: only other types meet the ABC check (~10x)
         if type(call) not in self._classes and not isinstance(call, Call):
             raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
@@ -335,8 +336,11 @@ class CallTypeRegistry:
         spec = self._by_type.get(call.call_type)
         if spec is None or spec.cls is not type(call):
             raise UnknownCallTypeError(f"call type {call.call_type!r} is not registered")
-        if call.ref.kind != spec.kind:
-            raise InvalidCallError(f"{call.call_type} applies to {spec.kind}, not {call.ref.kind}")
+        ref = getattr(call, "ref", None)
+        if type(ref) is not ObjectRef and not isinstance(ref, ObjectRef):
+            raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
+        if ref.kind != spec.kind:
+            raise InvalidCallError(f"{call.call_type} applies to {spec.kind}, not {ref.kind}")
         return call
 
     def relevances(self) -> list[int]:

@@ -152,12 +152,19 @@ def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
     return by_type
 
 
+_OMITTED_WHEN_EMPTY: Final = frozenset({"reason", "message"})
+"""Condition fields a server may leave out when empty (core/v1 PodCondition's are
+``omitempty``): an empty one in an intent is satisfied by an absent one."""
+
+
 def condition_satisfied(existing: Mapping[str, Any] | None, intent: ConditionLike) -> bool:
-    """Whether ``existing`` already has every field the intent specifies."""
+    """Whether ``existing`` already has every field the intent specifies (an empty ``reason``
+    or ``message`` ≡ absent)."""
     if existing is None:
         return False
     for key, value in intent.items():
-        if existing.get(key) != value:
+        stored = existing.get(key)
+        if stored != value and not (value == "" and stored is None and key in _OMITTED_WHEN_EMPTY):
             return False
     return True
 

@@ -54,7 +54,7 @@ class KindInfo:
         for name in ("namespaced", "status"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInputError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.patch not in PATCH_TYPES:
+        if not isinstance(self.patch, str) or self.patch not in PATCH_TYPES:
             raise InvalidInputError(f"patch must be 'strategic' or 'merge', got {self.patch!r}")
 
     @property

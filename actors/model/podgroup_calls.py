@@ -155,6 +155,11 @@ def _check_conditions(conds: object) -> tuple[Condition, ...]:
 # --------------------------------------------------------------------------- rules
 
 
+def _final(intent: Condition) -> bool:
+    """Whether ``intent`` is ``PodGroupInitiallyScheduled=True``, which nothing takes back."""
+    return bool(intent["type"] == POD_GROUP_INITIALLY_SCHEDULED and intent["status"] == "True")
+
+
 def _initially_scheduled(obj: Obj | None) -> bool:
     current = pod_conditions(obj).get(POD_GROUP_INITIALLY_SCHEDULED)
     return current is not None and current.get("status") == "True"
@@ -286,10 +291,19 @@ class PodGroupStatusPatch(StatusPatch):
     # ------------------------------------------------------------------ rules (pure)
 
     def merge(self, older: object) -> Self:
-        """Conditions merge by type (:func:`~.conditions.merge_conditions`); the newer basis
-        is kept."""
+        """Conditions merge by type (:func:`~.conditions.merge_conditions`) as if both calls
+        were sent in order, so a ``PodGroupInitiallyScheduled=True`` of the older call is final:
+        the newer call's ``False`` (or ``Unknown``) for it is dropped, as it would be refused
+        once the ``True`` landed. The newer basis is kept."""
         older = check_merge(self, older)
-        conds = merge_conditions(self.conditions, older.conditions)
+        newer = self.conditions
+        if any(_final(c) for c in older.conditions):
+            newer = tuple(
+                c
+                for c in newer
+                if c["type"] != POD_GROUP_INITIALLY_SCHEDULED or c["status"] == "True"
+            )
+        conds = merge_conditions(newer, older.conditions)
         return type(self)(self.ref, conds, basis=newest_basis(self.basis, older.basis))
 
     def _changes(self, obj: Obj | None) -> tuple[Condition, ...]:

@@ -115,6 +115,28 @@ def test_a_false_decided_before_a_true_landed_is_stale_and_never_sent(
     assert patches(server) == 1
 
 
+def test_a_false_merged_into_a_pending_true_never_replaces_it(server: InMemoryApiServer) -> None:
+    """The True waits unsent (behind a request in flight) when an older cycle's False arrives:
+    they merge as if sent in order, so the True is sent and the False is dropped."""
+    gated, pg = gated_group(server)
+    uid = str(pg["metadata"]["uid"])  # type: ignore[index]
+    with Dispatcher(gated, FAST) as d:
+        first = d.submit(PodGroupStatusPatch.disruption_target(pg, preemptor="pod ns/big"))
+        gated.wait_calls(1)  # in flight, held at the gate
+        placed = d.submit(PodGroupStatusPatch.initially_scheduled(pg, True))
+        late = d.submit(PodGroupStatusPatch.initially_scheduled(pg, False, message="late"))
+        view = d.view(uid)
+        assert view is not None
+        shown = {c["type"]: c["status"] for c in view["status"]["conditions"]}
+        assert shown[PIS] == "True"
+        gated.gate.set()
+        assert first.result(timeout=10) is Outcome.SUCCESS
+        assert placed.result(timeout=10) is Outcome.OVERWRITTEN
+        assert late.result(timeout=10) is Outcome.SUCCESS
+    assert status_and_message(server, PIS) == ("True", "")
+    assert patches(server) == 2
+
+
 def test_an_informer_update_with_true_makes_a_pending_false_stale(
     server: InMemoryApiServer,
 ) -> None:

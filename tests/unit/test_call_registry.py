@@ -17,6 +17,8 @@ from kdispatch import (
     ClaimStatusPatch,
     EventRecord,
     InvalidCallError,
+    InvalidInputError,
+    KindTable,
     Obj,
     ObjectRef,
     PodBinding,
@@ -236,6 +238,22 @@ class TestRegistration:
         call = widget(ObjectRef("Pod", "ns", "p", "u"))  # type: ignore[call-arg]
         with pytest.raises(InvalidCallError, match="applies to Widget"):
             registry.check(call)
+
+    @pytest.mark.parametrize("ref", ["ns/p", None, ("Widget", "ns", "p", "u")])
+    def test_a_ref_that_is_not_an_object_ref_is_refused(self, ref: Any) -> None:
+        """A user call type need not validate its fields (docs/call-types.md's example does
+        not): the registry's check refuses the ref at submit, never an AttributeError."""
+        registry = user_types()
+        widget = user_call("widget_patch")
+        registry.register(widget)
+        with pytest.raises(InvalidCallError, match="ref must be an ObjectRef"):
+            registry.check(widget(ref))  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("patch", [["merge"], {"merge": 1}, "json", None])
+def test_a_kind_with_a_malformed_patch_flavour_is_refused(patch: Any) -> None:
+    with pytest.raises(InvalidInputError, match="patch must be 'strategic' or 'merge'"):
+        KindTable(()).register("QuotaClaim", "example.io", "v1", "quotaclaims", patch=patch)
 
 
 def test_a_registry_pickles_with_its_types_and_kinds() -> None:

@@ -308,6 +308,18 @@ class TestStatusPatchNoop:
         assert not patch(cond("A", "False", message="other")).is_noop(pod)
         assert not patch(cond("A", "False"), cond("B", "True")).is_noop(pod)
 
+    def test_an_empty_reason_or_message_is_satisfied_by_an_absent_one(self) -> None:
+        """core/v1 PodCondition's reason and message are ``omitempty``: kube-apiserver serves
+        a condition patched with ``message: ""`` without the key."""
+        pod = make_pod(conditions=[{**cond("A", "True"), LTT: "x"}])
+        call = patch(cond("A", "True", reason="", message=""))
+        assert call.is_noop(pod)
+        assert call.landed(pod)
+        assert call.status_patch(pod) is None
+        assert not patch(cond("A", "True", message="m")).is_noop(pod)
+        stored = make_pod(conditions=[cond("A", "True", message="m")])
+        assert not call.is_noop(stored)  # an empty message clears a stored one
+
     def test_nominated_node_name(self) -> None:
         assert patch(nnn=None).is_noop(make_pod())
         assert not patch(nnn=None).is_noop(make_pod(nominated_node_name="n1"))

@@ -261,6 +261,22 @@ class TestMerge:
         assert merged.basis is newer.basis
         assert older.merge(newer).basis is newer.basis  # the newest basis, whichever is newer
 
+    def test_a_pending_true_is_final_a_newer_false_merged_into_it_is_dropped(self) -> None:
+        placed = PodGroupStatusPatch.initially_scheduled(group(rv=7), True)
+        late = PodGroupStatusPatch.for_podgroup(
+            group(rv=7),
+            conditions=[cond(PIS, "False", "Unschedulable"), cond(DT, "True", "Preempted")],
+        )
+        merged = late.merge(placed)
+        assert {c["type"]: c["status"] for c in merged.conditions} == {PIS: "True", DT: "True"}
+        assert dict(merged.conditions[0])["reason"] == "Scheduled"
+        only_false = PodGroupStatusPatch.initially_scheduled(group(rv=7), False, message="late")
+        assert [dict(c) for c in only_false.merge(placed).conditions] == [
+            dict(c) for c in placed.conditions
+        ]
+        # the other way round (False pending, True newer) the True wins as usual
+        assert placed.merge(only_false).conditions[0]["status"] == "True"
+
     def test_only_a_call_of_the_same_type_and_object_merges(self) -> None:
         call = PodGroupStatusPatch.initially_scheduled(group(), True)
         other = PodGroupStatusPatch.initially_scheduled(
