@@ -279,6 +279,8 @@ class InMemoryApiServer:
                 merged = json_merge(cur.get("status"), status_patch)
                 status = merged if isinstance(merged, dict) else {}
             self._validate_status(status)
+            if kind == POD:
+                status = _omit_empty_condition_fields(status)
             if kind == RESOURCE_CLAIM and self._strict_claims:
                 _validate_claim_status(name, cur.get("status") or {}, status)
             if status == cur.get("status", {}):
@@ -1240,3 +1242,18 @@ def _validate_claim_status(name: str, old: Json, new: Json) -> None:
         raise InvalidRequestError(
             prefix + "allocation: Invalid value: null: field cannot be modified once set"
         )
+
+
+def _omit_empty_condition_fields(status: Json) -> Json:
+    """``status`` with each condition's empty ``reason`` and ``message`` left out, as
+    kube-apiserver serves core/v1 conditions (the fields are ``omitempty``)."""
+    conditions = status.get("conditions")
+    if not conditions or not any(
+        c.get("reason") == "" or c.get("message") == "" for c in conditions
+    ):
+        return status
+    kept = [
+        {k: v for k, v in c.items() if not (k in ("reason", "message") and v == "")}
+        for c in conditions
+    ]
+    return {**status, "conditions": kept}

@@ -114,6 +114,25 @@ def test_strategic_patch_merges_conditions_by_type_on_the_real_types(
     assert sched.get("message") == "0/3 nodes are available"
 
 
+def test_empty_reason_and_message_of_a_pod_condition_are_left_out(
+    backend: KubernetesBackend, admin: Admin, ns: str
+) -> None:
+    """core/v1 conditions' ``reason`` and ``message`` are ``omitempty``: patched as ``""``,
+    they are not served; a stored message patched to ``""`` is gone."""
+    uid, _ = uid_rv(new_pod(admin, ns, "p1"))
+    with_message = {"type": "example.com/Ready", "status": "True", "message": "m"}
+    backend.patch_status(
+        "Pod", ns, "p1", {"status": {"conditions": [with_message]}}, uid=uid, resource_version=None
+    )
+    empty = {"type": "example.com/Ready", "status": "True", "reason": "", "message": ""}
+    backend.patch_status(
+        "Pod", ns, "p1", {"status": {"conditions": [empty]}}, uid=uid, resource_version=None
+    )
+    stored = condition(admin.get_pod(ns, "p1"), "example.com/Ready")
+    assert stored is not None and stored["status"] == "True"
+    assert "reason" not in stored and "message" not in stored
+
+
 def test_status_patch_cannot_change_the_spec(
     backend: KubernetesBackend, admin: Admin, ns: str
 ) -> None:
