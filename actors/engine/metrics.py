@@ -102,7 +102,8 @@ class Metrics:
         )
         self.retries = CounterFamily(
             "kdispatch_retries_total",
-            "Attempts retried, by call type and reason (429, 5xx, timeout, connection, conflict).",
+            "Attempts retried, by call type and reason (429, 5xx, timeout, connection, "
+            "bad_response, conflict).",
             ["call_type", "reason"],
             shards,
         )
@@ -149,7 +150,7 @@ class Metrics:
         self.groups_cancelled = CounterFamily(
             "kdispatch_call_groups_cancelled_total",
             "Call groups cancelled, by cause (caller, owner_deleted, owner_preempted, "
-            "owner_not_found, owner_withdrawn).",
+            "owner_not_found, owner_withdrawn, member_failed, stopped).",
             ["cause"],
             shards,
         )

@@ -56,6 +56,8 @@ def retry_reason(err: ApiError) -> str:
         return "timeout"
     if isinstance(err, ApiConnectionError):
         return "connection"
+    if isinstance(err, BadResponseError):  # a re-read answered with garbage
+        return "bad_response"
     return "5xx"
 
 

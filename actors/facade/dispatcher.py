@@ -371,8 +371,8 @@ class Dispatcher(GroupHostMixin):
             ``stale``, ``not_found``, ``failed``, ``closed``).
         ``retries``
             ``{"call_type:reason": n}``: retries scheduled after a retryable failure, per call
-            type and reason (``429``, ``5xx``, ``timeout``, ``connection``, ``conflict``: a 409
-            rebased).
+            type and reason (``429``, ``5xx``, ``timeout``, ``connection``, ``bad_response``: a
+            re-read answered with garbage, ``conflict``: a 409 rebased).
         ``live_actors``
             Object actors alive now.
         ``events_without_actor``

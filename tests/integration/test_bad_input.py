@@ -568,6 +568,21 @@ def test_garbage_refetch_after_a_conflict_does_not_condemn_the_object() -> None:
         assert d.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10) is Outcome.SUCCESS
 
 
+def test_a_reread_answered_with_garbage_is_retried_and_counted_as_such() -> None:
+    """An unanswered patch leads to a re-read before the next attempt; a re-read answered
+    with garbage is retried (until ``max_attempts``), each retry counted with reason
+    ``bad_response``, not ``5xx``."""
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p1"))
+    server.script("patch_status", "timeout", name="p1")
+    with Dispatcher(GarbageRefetch(server), FAST) as d:
+        future = d.submit(PodStatusPatch.for_pod(pod, conditions=[COND]))
+        assert isinstance(future.exception(timeout=10), CallFailed)
+        retries = d.stats()["retries"]
+    assert retries.get("pod_status_patch:bad_response", 0) >= 1
+    assert "pod_status_patch:5xx" not in retries
+
+
 # --------------------------------------------------------------------------- informers
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -238,3 +239,17 @@ def test_metric_updates_from_many_threads_are_all_counted() -> None:
     assert m.value("kdispatch_requests_total", call_type="pod_binding", verb="POST") == total
     name = "scheduler_async_api_call_execution_duration_seconds_count"
     assert m.value(name, call_type="pod_binding", result="success") == total
+
+
+def test_the_metrics_page_names_every_metric_a_dispatcher_registers() -> None:
+    """docs/metrics-and-logs.md is the list a user builds dashboards from: every family a
+    dispatcher registers is in its table (the upstream-named ones as ``<prefix>_...``)."""
+    page = (Path(__file__).parents[2] / "docs" / "metrics-and-logs.md").read_text()
+    registry = CollectorRegistry()
+    d = Dispatcher(InMemoryApiServer(), metrics_registry=registry).start()
+    try:
+        names = [f.name + ("_total" if f.type == "counter" else "") for f in registry.collect()]
+    finally:
+        d.stop()
+    shown = [name.replace("scheduler_", "<prefix>_", 1) for name in sorted(names)]
+    assert [name for name in shown if f"`{name}`" not in page] == []
