@@ -837,6 +837,8 @@ class ApiServerHTTP:
                 422, "Invalid", "Binding.target.name: Required value", details=route.details()
             )
         meta = body.get("metadata")
+        if isinstance(meta, dict) and meta.get("name", route.name) != route.name:
+            raise _HttpError(400, "BadRequest", "name in URL does not match name in Binding object")
         uid = (meta.get("uid") if isinstance(meta, dict) else None) or self._current_uid(route)
         try:
             self.server.bind(route.namespace or "", route.name or "", uid=str(uid), node=node)
@@ -852,7 +854,9 @@ class ApiServerHTTP:
             raise _HttpError(400, "BadRequest", "body must be a policy/v1 Eviction")
         meta = body.get("metadata")
         if isinstance(meta, dict) and meta.get("name", route.name) != route.name:
-            raise _HttpError(400, "BadRequest", "name in URL does not match name in Eviction")
+            raise _HttpError(
+                400, "BadRequest", "name in URL does not match name in Eviction object"
+            )
         uid, rv, grace = _delete_options(body.get("deleteOptions"), {})
         try:
             self.server.evict(

@@ -268,9 +268,11 @@ class InMemoryApiServer:
             for expected_rv in (resource_version, extra_rv):
                 if expected_rv is not None:
                     self._check_rv(cur, expected_rv)
-            if patch_type == "strategic":
+            if "status" not in patch:  # nothing to apply: the status stays as stored
+                status: Json = cur.get("status") or {}
+            elif patch_type == "strategic":
                 if status_patch is None:
-                    status: Json = {}
+                    status = {}
                 else:
                     status = strategic_merge(
                         cur.get("status"), status_patch, status_merge_keys(cur["kind"])
@@ -1245,8 +1247,11 @@ def _validate_claim_status(name: str, old: Json, new: Json) -> None:
 
 
 def _omit_empty_condition_fields(status: Json) -> Json:
-    """``status`` with each condition's empty ``reason`` and ``message`` left out, as
-    kube-apiserver serves core/v1 conditions (the fields are ``omitempty``)."""
+    """``status`` with its empty strings (``nominatedNodeName: ""``, ...) and each condition's
+    empty ``reason`` and ``message`` left out, as kube-apiserver serves a core/v1 PodStatus
+    (the fields are ``omitempty``)."""
+    if any(v == "" for v in status.values()):
+        status = {k: v for k, v in status.items() if v != ""}
     conditions = status.get("conditions")
     if not conditions or not any(
         c.get("reason") == "" or c.get("message") == "" for c in conditions

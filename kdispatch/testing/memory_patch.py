@@ -13,7 +13,8 @@ come from the upstream Go types (``patchMergeKey``): ``Pod.status.conditions`` b
 ``ResourceClaim.status.reservedFor`` by ``uid``, ``PodGroup.status.conditions`` by ``type``
 and its ``resourceClaimStatuses`` by ``name``; ``status.conditions`` of any other kind merges
 by ``type``. Directives: ``$patch: replace|delete`` on a map or list element, ``$retainKeys`` on a
-map; ``$setElementOrder/<field>`` is accepted and ignored. A merged list is ordered as the
+map; ``$setElementOrder/<field>`` of a list with a merge key puts the elements it names in
+its order (those it does not name keep their places among them). A merged list is ordered as the
 apiserver orders it (apimachinery's ``normalizeElementOrder``): the patch's elements in patch
 order, interleaved with the elements only the original has, in their original order, by their
 positions in the original; an element new to the list goes before any original-only one it
@@ -109,6 +110,11 @@ def _merge_map(
             out[key] = _merge_list(out.get(key), value, keys[sub], keys, sub)
         else:
             out[key] = value
+    for key, order in patch.items():
+        field = key.removeprefix("$setElementOrder/")
+        if field != key and (*path, field) in keys and isinstance(out.get(field), list):
+            before = original.get(field) if isinstance(original, dict) else None
+            out[field] = _set_element_order(out[field], order, before, keys[(*path, field)])
     retain = patch.get("$retainKeys")
     if retain is not None:
         if not isinstance(retain, list) or not all(isinstance(k, str) for k in retain):
@@ -143,6 +149,22 @@ def _merge_list(
             patched.append(merged)
     server_only = [cur for cur in server if not (isinstance(cur, dict) and cur.get(key) in touched)]
     return _interleave(patched, server_only, position, key)
+
+
+def _set_element_order(merged: list[Any], order: Any, original: Any, key: str) -> list[Any]:
+    """apimachinery's ``$setElementOrder/<field>``: the merged elements it names, in its
+    order, interleaved (by their positions in the original) with those it does not name."""
+    if not isinstance(order, list):
+        raise InvalidRequestError(f"$setElementOrder must be a list, got {order!r}")
+    rank = {e.get(key): i for i, e in enumerate(order) if isinstance(e, dict)}
+    named = sorted(
+        (m for m in merged if isinstance(m, dict) and m.get(key) in rank),
+        key=lambda m: rank[m.get(key)],
+    )
+    others = [m for m in merged if not (isinstance(m, dict) and m.get(key) in rank)]
+    before = original if isinstance(original, list) else []
+    position = {e.get(key): i for i, e in enumerate(before) if isinstance(e, dict)}
+    return _interleave(named, others, position, key)
 
 
 def _interleave(

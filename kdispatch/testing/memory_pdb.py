@@ -17,8 +17,9 @@ pods it stores at the moment of the eviction, in this simple documented way:
 
 An eviction of a pod is then decided like upstream's eviction REST handler:
 
-* a pod that is unbound, already terminating, or in phase ``Succeeded``/``Failed`` is deleted
-  without looking at budgets;
+* a pod that is unbound, already terminating, or in phase ``Pending``, ``Succeeded`` or
+  ``Failed`` is deleted without looking at budgets (upstream's ``canIgnorePDB``: a bound pod
+  that no kubelet has started yet is still ``Pending``);
 * a pod matched by more than one PDB is refused with 500 (upstream does not support that);
 * a healthy pod needs ``disruptions allowed >= 1`` from its PDB, else 429
   "Cannot evict pod as it would violate the pod's disruption budget.";
@@ -122,7 +123,7 @@ def check_eviction(pod: Json, pdbs: Iterable[Json], pods: Iterable[Json]) -> Non
     if (
         not (pod.get("spec") or {}).get("nodeName")
         or _terminating(pod)
-        or _phase(pod) in ("Succeeded", "Failed")
+        or _phase(pod) in ("Pending", "Succeeded", "Failed")
     ):
         return
     matching = [pdb for pdb in pdbs if selects(pdb, pod)]
