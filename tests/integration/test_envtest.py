@@ -540,6 +540,86 @@ def test_malformed_gates_and_runtime_config_are_refused_before_anything_starts(
     assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"users": {"bob": "ops"}}, "groups of user 'bob' must be a list of str"),
+        ({"users": ["alice"]}, "users must map user names"),
+        ({"users": {"alice": None}}, "groups of user 'alice'"),
+        ({"users": {"alice": [1]}}, "groups of user 'alice'"),
+        ({"users": {1: []}}, "a user name must be a str"),
+        ({"users": {"a,b": []}}, "without commas"),
+        ({"users": {"envtest-admin": []}}, "control plane's own"),
+        ({"apiserver_args": "--v=4"}, "apiserver_args must be a list of str"),
+        ({"etcd_args": "--log-level=debug"}, "etcd_args must be a list of str"),
+        ({"scheduler_args": "--v=4"}, "scheduler_args must be a list of str"),
+        ({"apiserver_args": ["--v", 4]}, "apiserver_args must be a list of str"),
+    ],
+)
+def test_malformed_users_and_flags_are_refused_before_anything_starts(
+    options: dict[str, object], match: str, tmp_path: Path
+) -> None:
+    """One string where a list is expected would be split into characters: groups 'o', 'p',
+    's' for ``{"bob": "ops"}``, flags '-', '-', 'v', ... for ``"--v=4"``."""
+    with pytest.raises(ControlPlaneOptionError, match=match):
+        ControlPlane(workdir=tmp_path / "work", **options)  # type: ignore[arg-type]
+    assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["a-file", "a-file/sub"])
+def test_a_workdir_that_cannot_be_made_is_a_typed_error_and_starts_nothing(
+    where: str, tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder\n")
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=tmp_path / where)
+    with pytest.raises(EnvtestError, match="cannot start a control plane in"):
+        plane.start(timeout=30)
+    assert plane.processes == []
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start"]
+    done = run_command(
+        [*args, "--workdir", str(tmp_path / where)],
+        env={**os.environ, "KUBEBUILDER_ASSETS": str(tmp_path / "bin")},
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("envtest: cannot start a control plane in"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_workdir_an_earlier_control_plane_used_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """Its certificates and tokens may serve a control plane still running: a start must not
+    overwrite them (nor die on etcd-data with a raw FileExistsError)."""
+    used = tmp_path / "work"
+    (used / "etcd-data").mkdir(parents=True)
+    for name in ("ca.crt", "tokens.csv"):
+        (used / name).write_text("the earlier one's\n")
+    plane = ControlPlane(_silent_binaries(tmp_path / "bin"), workdir=used)
+    with pytest.raises(EnvtestError, match=r"holds an earlier control plane's ca\.crt"):
+        plane.start(timeout=30)
+    assert plane.processes == []
+    assert {p.read_text() for p in used.iterdir() if p.is_file()} == {"the earlier one's\n"}
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--workdir", str(used)]
+    done = run_command(args, env={**os.environ, "KUBEBUILDER_ASSETS": str(tmp_path / "bin")})
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("envtest: the workdir"), done.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan"])
+def test_cli_start_refuses_a_timeout_that_is_not_positive_with_a_usage_error(
+    timeout: str, tmp_path: Path
+) -> None:
+    binaries = _silent_binaries(tmp_path / "assets")
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", timeout]
+    done = run_command(args, env={**os.environ, "KUBEBUILDER_ASSETS": str(binaries.dir)})
+    assert done.returncode == 2, done.stderr
+    assert "usage:" in done.stderr and "--timeout must be" in done.stderr
+
+
 def test_command_line_assignments_merge_and_a_later_one_wins() -> None:
     items = ["GenericWorkload=true,TopologyAwareWorkloadScheduling=true", " A = false "]
     assert parse_assignments([*items, "GenericWorkload=false"], "--feature-gates") == {

@@ -173,6 +173,30 @@ def test_start_writes_a_kubeconfig_for_a_first_pod_and_sigterm_leaves_nothing(
     assert not stragglers, stragglers
 
 
+def test_a_kubeconfig_that_cannot_be_written_is_an_error_that_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder\n")
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start"]
+    args += ["--workdir", str(tmp_path / "work")]
+    args += ["--write-kubeconfig", str(tmp_path / "a-file" / "kubeconfig")]
+    done = run_command(args, cwd=REPO, timeout=START_TIMEOUT + 60)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines()[-1].startswith("envtest: cannot write --write-kubeconfig")
+    assert "Traceback" not in done.stderr
+    work = str(tmp_path / "work")
+    assert not [p.pid for p in psutil.process_iter() if work in " ".join(_cmdline(p))]
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        line: list[str] = proc.cmdline()
+    except psutil.Error:
+        return []
+    return line
+
+
 def test_a_killed_launcher_takes_its_children_down(
     launcher: tuple[subprocess.Popen[str], Path],
 ) -> None:

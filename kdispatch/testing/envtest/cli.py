@@ -10,8 +10,9 @@
     it started. ``--feature-gates`` go to kube-apiserver and kube-scheduler,
     ``--runtime-config`` to kube-apiserver (both repeatable, comma-separated as the components
     take them; see :class:`~kdispatch.testing.envtest.ControlPlane`). Exit status: 0 after a
-    signal, 1 when a component failed, 2 when there are no binaries or the command line is
-    wrong (a malformed gate or runtime config included).
+    signal, 1 when a component failed (or the workdir or kubeconfig cannot be written, or the
+    workdir holds an earlier control plane's files), 2 when there are no binaries or the command
+    line is wrong (a malformed gate or runtime config, or a timeout that is not > 0, included).
 
 Runs on the main thread (it installs signal handlers).
 """
@@ -78,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "start":
+        if not args.timeout > 0:  # nan too
+            parser.error(f"--timeout must be a number of seconds > 0, got {args.timeout}")
         try:
             args.gates = check_feature_gates(
                 parse_assignments(args.feature_gates, "--feature-gates")
@@ -125,7 +128,12 @@ def _start(args: argparse.Namespace) -> int:
         plane.start(timeout=args.timeout)
         kubeconfig = plane.kubeconfig_path
         if args.write_kubeconfig is not None:
-            kubeconfig = plane.write_kubeconfig(args.write_kubeconfig)
+            try:
+                kubeconfig = plane.write_kubeconfig(args.write_kubeconfig)
+            except OSError as exc:
+                raise EnvtestError(
+                    f"cannot write --write-kubeconfig {args.write_kubeconfig}: {exc}"
+                ) from exc
         print(plane.url, flush=True)
         names = ", ".join(f"{p.name} (pid {p.pid})" for p in plane.processes)
         print(

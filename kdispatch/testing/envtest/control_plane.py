@@ -22,17 +22,18 @@ import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
+from kdispatch.actors.model.errors import InvalidInputError
 from kdispatch.testing.waiting import wait_for
 
 from .apiserver import KubeAPIServer, User, write_token_file
 from .binaries import Binaries, find_binaries
 from .certs import write_pki
-from .errors import ControlPlaneError, EnvtestError
+from .errors import ControlPlaneError, ControlPlaneOptionError, EnvtestError
 from .etcd import Etcd
 from .flags import (
     check_feature_gates,
@@ -52,6 +53,18 @@ if TYPE_CHECKING:
 ADMIN_USER = "envtest-admin"
 """The static-token user in ``system:masters`` that every control plane has."""
 
+OWN_FILES = (
+    "ca.crt",
+    "apiserver.crt",
+    "apiserver.key",
+    "sa.key",
+    "sa.pub",
+    "tokens.csv",
+    "etcd-data",
+    "kubeconfig",
+)
+"""What a start writes in its folder: a ``workdir`` that holds any of them is refused."""
+
 
 class ControlPlane:
     """etcd + kube-apiserver (+ kube-scheduler when ``scheduler``) as child processes.
@@ -65,7 +78,11 @@ class ControlPlane:
     passed to kube-apiserver as ``--runtime-config`` (a beta API such as PodGroups needs both).
     Malformed ones raise :class:`ControlPlaneOptionError` here, before anything starts.
     ``apiserver_args`` / ``etcd_args`` / ``scheduler_args``: extra flags, appended after those
-    (a repeated flag's last value wins; repeated ``--feature-gates`` merge).
+    (a repeated flag's last value wins; repeated ``--feature-gates`` merge). Malformed
+    ``users`` (groups given as one string included) or flags (one string instead of a list
+    included) raise :class:`ControlPlaneOptionError` here too. A ``workdir`` that holds an
+    earlier control plane's files is refused by :meth:`start` with :class:`EnvtestError`,
+    before anything is written.
 
     Not thread-safe: start and stop it from one thread.
     """
@@ -90,16 +107,12 @@ class ControlPlane:
         self._own_dir = False
         self.scheduler = scheduler
         admin = User.new(ADMIN_USER, ["system:masters"])
-        self._users: dict[str, User] = {ADMIN_USER: admin}
-        for name, groups in (users or {}).items():
-            if name in (ADMIN_USER, SCHEDULER_USER):
-                raise EnvtestError(f"the user name {name!r} is the control plane's own")
-            self._users[name] = User.new(name, groups)
+        self._users: dict[str, User] = {ADMIN_USER: admin, **_check_users(users)}
         if scheduler:
             self._users[SCHEDULER_USER] = User.new(SCHEDULER_USER)
-        self.apiserver_args = tuple(apiserver_args)
-        self.etcd_args = tuple(etcd_args)
-        self.scheduler_args = tuple(scheduler_args)
+        self.apiserver_args = _check_flags(apiserver_args, "apiserver_args")
+        self.etcd_args = _check_flags(etcd_args, "etcd_args")
+        self.scheduler_args = _check_flags(scheduler_args, "scheduler_args")
         self.etcd: Etcd | None = None
         self.apiserver: KubeAPIServer | None = None
         self.kube_scheduler: KubeScheduler | None = None
@@ -171,6 +184,9 @@ class ControlPlane:
             if time.monotonic() < deadline:
                 raise
             raise ControlPlaneError(f"not ready within {seconds(timeout)} s: {exc}") from None
+        except OSError as exc:  # the folder cannot be made or written, or a binary not run
+            self.stop()
+            raise EnvtestError(f"cannot start a control plane in {self._workdir}: {exc}") from exc
         except BaseException:
             self.stop()
             raise
@@ -222,6 +238,12 @@ class ControlPlane:
             self._workdir = Path(tempfile.mkdtemp(prefix="kdispatch-envtest-"))
             self._own_dir = True
         self._workdir.mkdir(parents=True, exist_ok=True)
+        used = [name for name in OWN_FILES if (self._workdir / name).exists()]
+        if used:  # its certificates and tokens may serve a control plane still running
+            raise EnvtestError(
+                f"the workdir {self._workdir} holds an earlier control plane's"
+                f" {', '.join(used)}: give a new or empty folder"
+            )
         return self._workdir
 
     def _prepare_default_namespace(self, deadline: float) -> None:
@@ -311,6 +333,48 @@ class ControlPlane:
 
     def _api(self) -> KubeAPIServer:
         return _started(self.apiserver if self.apiserver and self.apiserver.url else None)
+
+
+def _check_users(users: object) -> dict[str, User]:
+    """``users`` (name → a list of groups; None is none) as :class:`User` s with fresh
+    tokens, or :class:`ControlPlaneOptionError`."""
+    if users is None:
+        return {}
+    if not isinstance(users, Mapping):
+        raise ControlPlaneOptionError(
+            f"users must map user names to lists of groups, got {type(users).__name__}"
+        )
+    out: dict[str, User] = {}
+    for name, groups in users.items():
+        if not isinstance(name, str):
+            raise ControlPlaneOptionError(f"a user name must be a str, got {name!r}")
+        if name in (ADMIN_USER, SCHEDULER_USER):
+            raise ControlPlaneOptionError(f"the user name {name!r} is the control plane's own")
+        if isinstance(groups, str | bytes) or not isinstance(groups, Iterable):
+            raise ControlPlaneOptionError(
+                f"the groups of user {name!r} must be a list of str, got {groups!r}"
+            )
+        listed = list(groups)
+        if not all(isinstance(g, str) for g in listed):
+            raise ControlPlaneOptionError(
+                f"the groups of user {name!r} must be a list of str, got {listed!r}"
+            )
+        try:
+            out[name] = User.new(name, listed)
+        except InvalidInputError as exc:
+            raise ControlPlaneOptionError(str(exc)) from None
+    return out
+
+
+def _check_flags(flags: object, option: str) -> tuple[str, ...]:
+    """``flags`` (a list of command-line arguments) as a tuple, or
+    :class:`ControlPlaneOptionError`: one string would be split into characters."""
+    if isinstance(flags, str | bytes) or not isinstance(flags, Iterable):
+        raise ControlPlaneOptionError(f"{option} must be a list of str, got {flags!r}")
+    out = tuple(flags)
+    if not all(isinstance(f, str) for f in out):
+        raise ControlPlaneOptionError(f"{option} must be a list of str, got {list(out)!r}")
+    return out
 
 
 def _check_timeout(timeout: object) -> None:

@@ -30,5 +30,6 @@ class ControlPlaneError(EnvtestError):
 
 class ControlPlaneOptionError(EnvtestError, InvalidInputError):
     """A control plane option that can never make a flag: a feature gate or runtime config
-    that is not a name mapped to true/false. Raised by the constructor (or the command line),
-    before anything starts."""
+    that is not a name mapped to true/false, ``users`` that are not names mapped to lists of
+    groups, extra flags that are not a list of str. Raised by the constructor (or the command
+    line), before anything starts."""
