@@ -73,10 +73,11 @@ def kubeconfig_configuration(path: object, context: object) -> k8s.Configuration
         raise InvalidConfigError(f"{where}: no such file: {missing}")
     cfg = k8s.Configuration()
     load: Any = k8s_config.load_kube_config
-    config_file = None if path is None else files[0]
     try:
         load(
-            config_file=config_file,
+            # always the files named here: given None, the official client reads the
+            # $KUBECONFIG it saw when it was imported, not the one checked above
+            config_file=os.pathsep.join(files),
             context=context,
             client_configuration=cfg,
             persist_config=False,

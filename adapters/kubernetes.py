@@ -40,8 +40,10 @@ __all__ = ["KubernetesBackend", "prepare_configuration"]
 class KubernetesBackend:
     """:class:`~kdispatch.ApiBackend` over the official ``kubernetes`` client. Thread-safe:
     any number of executor worker threads may call it at once, sharing one ``ApiClient`` and
-    its pool. Each method blocks for at most one request (``list_all``: one per page), bounded
-    by ``request_timeout`` seconds."""
+    its pool. Each method blocks for at most one request (``list_all``: one per page).
+    ``request_timeout`` bounds the connection and each wait for data of the reply (urllib3's
+    ``Timeout(total=...)``), not the whole request: a server that keeps trickling its reply
+    can hold a request longer."""
 
     def __init__(
         self,
@@ -154,7 +156,8 @@ class KubernetesBackend:
 
     @property
     def request_timeout(self) -> float:
-        """The client-side timeout of every request, in seconds."""
+        """The client-side timeout of every request, in seconds: of its connection and of each
+        wait for data from the server, not of the whole reply (see the class)."""
         return self._timeout
 
     @property

@@ -178,7 +178,8 @@ def map_transport_error(exc: BaseException, what: str) -> ApiError:
 def translate_errors(what: str) -> Iterator[None]:
     """Run client or urllib3 code, re-raising its failures as :class:`ApiError` types. The
     cause comes without its traceback: its frames would hold it (urllib3's do, in locals) in
-    reference cycles the cyclic collector alone frees."""
+    reference cycles the cyclic collector alone frees. A header value that cannot be sent (a
+    token with a line break) is an :class:`InvalidConfigError` that does not quote it."""
     try:
         yield
     except ApiError:
@@ -187,6 +188,16 @@ def translate_errors(what: str) -> Iterator[None]:
         raise map_api_exception(exc, what) from without_tracebacks(exc)
     except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
         raise map_transport_error(exc, what) from without_tracebacks(exc)
+    except ValueError as exc:
+        if "header" not in str(exc):
+            raise
+        # http.client refuses a header value with a line break and quotes the value in its
+        # message (its frames hold it too): that value may be the bearer token
+        exc.args = ("invalid header value (withheld)",)
+        raise InvalidConfigError(
+            f"{what}: not sent: a request header is not a valid HTTP header value "
+            "(a bearer token or header with a line break?)"
+        ) from without_tracebacks(exc)
 
 
 def decode_object(data: object, what: str, noun: str = "reply") -> dict[str, Any]:
@@ -356,6 +367,17 @@ def _read_all(resp: Any) -> bytes:
     return data or b""
 
 
+_AUTHORIZATION = "authorization"
+"""The header the official client's ``BearerToken`` auth setting names."""
+
+
+def _trimmed(value: str) -> str:
+    """An auth header's value without surrounding whitespace: the official client sends a
+    kubeconfig's ``tokenFile`` as read, where client-go trims it, and the newline ending a file
+    written by ``echo`` or ``kubectl create token`` is in no header's value."""
+    return value.strip()
+
+
 def _raise_for_status(status: int, headers: Mapping[str, str], data: bytes, what: str) -> None:
     if not 200 <= status <= 299:
         raise error_from_status(status, status_body(data), what, headers)
@@ -388,7 +410,7 @@ class LeanTransport(Transport):
         # auth_settings() calls get_api_key_with_prefix, which runs refresh_api_key_hook
         for auth in self._cfg.auth_settings().values():
             if auth.get("in") == "header" and auth.get("value"):
-                headers[auth["key"]] = auth["value"]
+                headers[auth["key"]] = _trimmed(auth["value"])
         return headers
 
     def _timeout(self, timeout: Timeout) -> urllib3.Timeout:
@@ -457,7 +479,12 @@ class ClientTransport(Transport):
             body=req.body,
             auth_settings=["BearerToken"],
         )
-        return self._client.call_api(*request, _request_timeout=req.timeout).response
+        method, url, header_params, *rest = request
+        if isinstance(header_params.get(_AUTHORIZATION), str):
+            header_params[_AUTHORIZATION] = _trimmed(header_params[_AUTHORIZATION])
+        return self._client.call_api(
+            method, url, header_params, *rest, _request_timeout=req.timeout
+        ).response
 
 
 def make_transport(api_client: k8s.ApiClient, transport: object) -> Transport:

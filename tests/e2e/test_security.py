@@ -34,6 +34,7 @@ from kdispatch.actors.model.errors import (
     ApiError,
     CallFailed,
     InvalidCallError,
+    InvalidConfigError,
     InvalidObjectError,
     InvalidRequestError,
     NotFoundError,
@@ -162,6 +163,31 @@ def test_a_valid_token_stays_secret_through_server_and_transport_errors(
     assert_secret(exception_texts(exc))
     assert_secret(captured)
     assert any("bound" in line for line in captured)  # the library's debug logs were captured
+
+
+@pytest.mark.parametrize("transport", ["lean", "client"])
+def test_a_token_no_header_may_carry_is_refused_without_revealing_it(
+    server: InMemoryApiServer, captured: list[str], transport: Any
+) -> None:
+    """A token with a line break inside (the one ending a file is trimmed): http.client
+    refuses the header and quotes it; the backend's error, its causes, the call's failure and
+    the logs do not."""
+    pod = server.create(make_pod("p1"))
+    with (
+        ApiServerHTTP(server, token=TOKEN) as http,
+        KubernetesBackend.for_url(
+            http.url, token=f"{TOKEN}\r\nX-Injected: 1", request_timeout=2.0, transport=transport
+        ) as backend,
+    ):
+        with pytest.raises(InvalidConfigError, match="not a valid HTTP header value") as info:
+            backend.get("Pod", "default", "p1")
+        texts = exception_texts(info.value)
+        with Dispatcher(backend, CONFIG) as d:
+            exc = d.submit(PodBinding.for_pod(pod, "n1")).exception(timeout=10)
+            assert isinstance(exc, CallFailed)
+            texts += exception_texts(exc)
+    assert_secret(texts)
+    assert_secret(captured)
 
 
 def test_a_refused_connection_does_not_reveal_the_token(captured: list[str]) -> None:

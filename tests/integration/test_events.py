@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import wait
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # type: ignore[import-untyped]
 from prometheus_client import CollectorRegistry
 
 from kdispatch.actors.facade.dispatcher import Dispatcher
@@ -62,6 +64,20 @@ def _failed(recorder: EventRecorder, pod: dict[str, Any], note: str) -> Any:
 def test_event_kind_is_events_k8s_io() -> None:
     info = DEFAULT_KINDS.lookup("Event")
     assert (info.api_version, info.plural, info.namespaced) == ("events.k8s.io/v1", "events", True)
+
+
+def test_the_example_rbac_grants_every_verb_events_are_sent_with() -> None:
+    """An Event is created, its series patched, and read back by name (after a 409, and to see
+    whether a request whose reply was lost landed): ``examples/rbac.yaml`` grants all three."""
+    docs = yaml.safe_load_all((Path(__file__).parents[2] / "examples" / "rbac.yaml").read_text())
+    [role] = [d for d in docs if d and d["kind"] == "ClusterRole"]
+    verbs = {
+        verb
+        for rule in role["rules"]
+        if "events.k8s.io" in rule["apiGroups"] and "events" in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert verbs == {"get", "create", "patch"}
 
 
 def test_repeats_become_one_event_with_a_series(

@@ -6,6 +6,7 @@ official client's ``ConfigException`` or a YAML error; the example scheduler's
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,42 @@ def test_a_good_kubeconfig_and_context_reach_the_cluster(tmp_path: Path) -> None
     with ApiServerHTTP(mem) as http:
         path = write_kubeconfig(tmp_path / "kc", http.url, "t0ken", name="local")
         with KubernetesBackend.from_kubeconfig(str(path), "local") as backend:
+            assert backend.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+
+
+def test_kubeconfig_set_after_import_is_the_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$KUBECONFIG`` as it is when the backend is built, not as the official client saw it
+    when it was imported."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    mem = InMemoryApiServer()
+    mem.create(make_pod("p1"))
+    with ApiServerHTTP(mem, token="t0ken") as http:
+        first = write_kubeconfig(tmp_path / "a" / "kc", http.url, "t0ken", name="a")
+        other = write_kubeconfig(tmp_path / "b" / "kc", http.url, "t0ken", name="b")
+        monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(tmp_path / "none"), str(first)]))
+        with KubernetesBackend.from_kubeconfig() as backend:
+            assert backend.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+        monkeypatch.setenv("KUBECONFIG", f"{first}{os.pathsep}{other}")
+        with KubernetesBackend.from_kubeconfig(context="b") as backend:
+            assert backend.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
+
+
+@pytest.mark.parametrize("transport", ["lean", "client"])
+def test_a_token_file_ending_with_a_newline_is_trimmed(tmp_path: Path, transport: str) -> None:
+    """As client-go reads a ``tokenFile``: a file written by ``echo`` ends with a newline, which
+    no HTTP header may carry; the token is read again before every request."""
+    mem = InMemoryApiServer()
+    mem.create(make_pod("p1"))
+    with ApiServerHTTP(mem, token="t0ken") as http:
+        path = write_kubeconfig(tmp_path / "kc", http.url, "unused", name="local")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        (tmp_path / "token").write_text("t0ken\n", encoding="utf-8")
+        data["users"][0]["user"] = {"tokenFile": str(tmp_path / "token")}
+        path.write_text(json.dumps(data), encoding="utf-8")
+        with KubernetesBackend.from_kubeconfig(str(path), transport=transport) as backend:  # type: ignore[arg-type]
+            assert backend.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
             assert backend.get("Pod", "default", "p1")["metadata"]["name"] == "p1"
 
 
