@@ -85,11 +85,16 @@ class Knowledge:
 
     def land(self, call: Call) -> None:
         """``call`` landed without a reply object: the server now holds it, at a
-        resourceVersion not known yet."""
+        resourceVersion not known yet; unless the observed object (a server's, nothing
+        applied on top) shows it already, as when the informer's event came before the reply:
+        then its resourceVersion is not behind."""
         observed = self.observed
         if observed is None:
             return
-        self.observed = observed = call.apply(observed)
+        applied = call.apply(observed)
+        if applied is observed and self.landed is None:
+            return  # it changes nothing (apply returns the object itself): shown already
+        self.observed = observed = applied
         self.observed_rv = resource_version(observed)
         self.landed = call
         self.rv_stale = True

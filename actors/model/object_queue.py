@@ -152,7 +152,8 @@ class ObjectQueue(Knowledge):
             return
         queue = self.queue
         for i, pending in enumerate(queue):
-            if pending.call.exclusive:
+            if pending.call.exclusive:  # it replaces this call: it waits out its backoff
+                pending.retry = pending.retry.waiting_until(entry.retry.not_before)
                 self._fail(out, entry, CallCancelled, "object is being deleted")
                 return
             if ctype in pending.call.supersedes and not (

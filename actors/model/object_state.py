@@ -256,7 +256,8 @@ class ObjectState(RequestEnds):
         self.queue = keep
 
     def _preempt(self, out: list[Effect], entry: Entry) -> None:
-        """An exclusive call cancels everything pending and becomes the only pending call."""
+        """An exclusive call cancels everything pending and becomes the only pending call; it
+        waits out the backoff of the calls it replaces, as a superseding call does."""
         call = entry.call
         ctype = call.call_type
         same = None
@@ -264,6 +265,7 @@ class ObjectState(RequestEnds):
             if other.call.call_type == ctype and same is None:
                 same = other
             else:
+                entry.retry = entry.retry.waiting_until(other.retry.not_before)
                 self._fail(out, other, CallCancelled, f"preempted by {ctype}", other.call.call_type)
         self.queue = []
         if same is not None:

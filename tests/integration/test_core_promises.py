@@ -24,7 +24,7 @@ from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
-from kdispatch.actors.model.errors import CallStale, Outcome, TooManyRequestsError
+from kdispatch.actors.model.errors import CallCancelled, CallStale, Outcome, TooManyRequestsError
 from kdispatch.actors.model.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
@@ -178,6 +178,43 @@ def test_patch_after_own_binding_rereads_instead_of_walking_into_a_409(
     assert requests(server) == [("bind", "ok"), ("get", "ok"), ("patch_status", "ok")]
     stored = server.get_object("Pod", "default", "p1")
     assert condition(stored, "Ready") == {**ready, "lastTransitionTime": ANY_TIME}
+    assert_bound_and_scheduled(server)
+
+
+class _WatchBeatsReply(GatedBackend):
+    """Delivers the bound pod to the dispatcher's informer hook once a binding landed, and
+    returns the binding's reply only after the actor took that event."""
+
+    dispatcher: Dispatcher | None = None
+
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        answer = super().around(op, request, send)
+        if op == "bind" and self.dispatcher is not None:
+            bound = self.inner.get_object("Pod", request["namespace"], request["name"])
+            self.dispatcher.on_update(bound)
+            self.dispatcher.view(request["uid"])  # answered once the event was taken
+        return answer
+
+
+def test_patch_after_own_binding_the_informer_showed_first_does_not_reread(
+    server: InMemoryApiServer,
+) -> None:
+    """The watch event of the bound pod beats the binding's reply: the observed pod shows
+    the binding at its own resourceVersion, so the next patch needs no re-read."""
+    pod = server.create(make_pod("p1"))
+    backend = _WatchBeatsReply(server)
+    ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+    with Dispatcher(backend, CONFIG) as d:
+        backend.dispatcher = d
+        assert d.submit(PodBinding.for_pod(pod, "n1")).result(10) is Outcome.SUCCESS
+        assert d.submit(PodStatusPatch.for_pod(pod, conditions=[ready])).result(10) is (
+            Outcome.SUCCESS
+        )
+    assert requests(server) == [("bind", "ok"), ("patch_status", "ok")]
+    assert condition(server.get_object("Pod", "default", "p1"), "Ready") == {
+        **ready,
+        "lastTransitionTime": ANY_TIME,
+    }
     assert_bound_and_scheduled(server)
 
 
@@ -364,3 +401,22 @@ def test_retry_after_on_429_is_honoured_per_object(server: InMemoryApiServer) ->
     first, retry = [r.t for r in log if r.name == "slow"]
     assert retry - first >= 0.5
     assert all(r.t < retry for r in log if r.name != "slow")
+
+
+def test_a_preemption_that_replaces_a_call_backing_off_waits_out_its_retry_after(
+    server: InMemoryApiServer,
+) -> None:
+    """A status patch meets a 429 (Retry-After 0.5 s); the preemption that cancels it and
+    takes its place sends nothing before the Retry-After passed, as a binding would."""
+    pod = server.create(make_pod("p1"))
+    server.script("patch_status", TooManyRequestsError("slow down", retry_after=0.5), name="p1")
+    with Dispatcher(server, CONFIG) as d:
+        patch = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+        server.wait_for_request("patch_status")  # its 429 came back, or is on its way
+        preemption = d.preempt(pod, add_condition=False)
+        assert preemption.result(10) is Outcome.SUCCESS
+        assert isinstance(patch.exception(10), CallCancelled)
+    first, *rest = server.request_log
+    assert (first.op, first.outcome) == ("patch_status", "TooManyRequests")
+    assert rest and all(r.t - first.t >= 0.5 for r in rest), [(r.op, r.t - first.t) for r in rest]
+    assert server.get_object("Pod", "default", "p1") is None

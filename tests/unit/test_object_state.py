@@ -587,6 +587,27 @@ def test_landed_binding_makes_the_next_patch_reread_instead_of_walking_into_a_40
     d.done_succeeds(s, f_patch)
 
 
+def test_binding_the_informer_showed_before_its_reply_leaves_the_version_trusted(
+    d: Driver,
+) -> None:
+    """The watch event of the bound pod comes before the binding's reply: the observed pod
+    shows the binding at its own resourceVersion, so it is not behind and the next patch is
+    computed on it without a re-read."""
+    p = pod("a")
+    f_bind = d.submit(PodBinding.for_pod(p, "n1"))
+    s = d.send()
+    shown = bound(p, rv=3)
+    d.observed(shown)
+    d.done(s)  # 201, no object
+    assert d.outcome(f_bind) is Outcome.SUCCESS
+    assert not d.m.rv_stale and d.m.observed is shown
+    call = gate(p)
+    f_patch = d.submit(call)
+    s = d.send()
+    assert s.call is call and not s.read and s.obj is shown
+    d.done_succeeds(s, f_patch)
+
+
 # ============================================================ deletion and preemption
 
 
@@ -960,6 +981,29 @@ def test_a_call_that_supersedes_one_backing_off_waits_its_backoff_out(d: Driver)
     assert d.grant() is None  # still within the patch's Retry-After
     d.now += 5.0
     d.send_succeeds(binding)
+
+
+@pytest.mark.parametrize("arrives", ["after the 429", "while in flight"])
+def test_a_preemption_that_replaces_a_call_backing_off_waits_its_backoff_out(
+    d: Driver, arrives: str
+) -> None:
+    """A preemption cancels a status patch backing off after a 429 (its ``Retry-After`` in
+    ``done.delay``) and takes its place: it waits the backoff out, as a superseding call
+    does, whether it arrives after the 429 or while the patch is in flight."""
+    p = pod("a")
+    patch = d.submit(gate(p))
+    s = d.send()
+    if arrives == "after the 429":
+        d.done(s, Result.RETRY, error=TooManyRequestsError(retry_after=5.0), delay=5.0)
+        preemption = d.submit(PodPreemption.for_pod(p))
+    else:
+        preemption = d.submit(PodPreemption.for_pod(p))
+        d.done(s, Result.RETRY, error=TooManyRequestsError(retry_after=5.0), delay=5.0)
+    assert d.outcome(patch) is CallCancelled
+    assert d.grant() is None  # still within the patch's Retry-After
+    d.now += 5.0
+    assert d.send().call.call_type == "pod_preemption"
+    assert d.outcome(preemption) is None
 
 
 def test_retry_merges_with_call_that_arrived_meanwhile(d: Driver) -> None:
