@@ -11,7 +11,8 @@ against the rules below. Between steps, the open futures must be exactly those o
 
 1. the object is gone → C ``cancelled``;
 2. C is exclusive (preemption): P ``overwritten`` (merged into C) if it is a preemption, else
-   ``cancelled``; C ``skipped`` if I is a preemption (C rides on it), else C becomes pending;
+   ``cancelled``; C becomes pending (behind a preemption in flight too: sent if that one
+   fails);
 3. P or I is exclusive → C ``cancelled``;
 4. C is stale (a patch setting ``PodScheduled`` to anything but ``True`` on a bound pod) → C
    ``stale``, nothing else changes;
@@ -298,11 +299,7 @@ class Model:
                 else:
                     want[p] = "cancelled"
                 self.pending = None
-            if i is not None and i.call_type == c.call_type:
-                want[c] = "skipped"  # the same deletion is on its way
-                c.carried_by = i
-            else:
-                self.pending = c
+            self.pending = c
         elif any(e.call.exclusive for e in tracked):
             want[c] = "cancelled"
         elif got.get(c) == "stale":
@@ -379,7 +376,8 @@ class Model:
             requeue = True
         elif result == "success":
             want[i] = "success"
-            self.gone = self.gone or i.call.exclusive
+            if i.call.exclusive:
+                self._deleted(want)
         elif result == "not_found":
             want[i] = _gone_outcome(i, "not_found")
             if p is not None:
@@ -411,6 +409,13 @@ class Model:
             self._revisited(want, got, server)
         what = "read" if read else "done"
         self._settle(want, got, f"{what} {result} of {i}")
+
+    def _deleted(self, want: dict[Intent, str]) -> None:
+        """A deletion landed: the object is gone, and a deletion waiting behind it got its
+        way."""
+        if self.pending is not None:
+            want[self.pending] = _gone_outcome(self.pending, "cancelled")
+        self.pending, self.gone = None, True
 
     def on_observed(self, got: dict[Intent, str], server: Obj | None) -> None:
         """An informer update reached the actor."""

@@ -152,6 +152,10 @@ class ObjectQueue(Knowledge):
             return
         queue = self.queue
         for i, pending in enumerate(queue):
+            if pending.call.call_type == ctype:  # (a deletion behind its own type's too)
+                self._merge(out, pending, entry)
+                place(queue, queue.pop(i), 0)
+                return
             if pending.call.exclusive:  # it replaces this call: it waits out its backoff
                 pending.retry = pending.retry.waiting_until(entry.retry.not_before)
                 self._fail(out, entry, CallCancelled, "object is being deleted")
@@ -161,10 +165,6 @@ class ObjectQueue(Knowledge):
             ):  # (a held call that waits for this one leaves it alone: it goes first)
                 pending.supersede(entry)
                 out.append(Resolve(entry.future, ctype, _OVERWRITTEN, pending.future))
-                return
-            if pending.call.call_type == ctype:
-                self._merge(out, pending, entry)
-                place(queue, queue.pop(i), 0)
                 return
         queue.insert(0, entry)
 

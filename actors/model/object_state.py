@@ -270,8 +270,9 @@ class ObjectState(RequestEnds):
         self.queue = []
         if same is not None:
             self._merge(out, entry, same)
-        inflight = self.inflight
-        if (inflight is not None and inflight.call.call_type == ctype) or self._is_noop(call):
-            out.append(Resolve(entry.future, ctype, _SKIPPED))  # already on its way, or done
+        if self._is_noop(call):
+            out.append(Resolve(entry.future, ctype, _SKIPPED))  # done already
             return
+        # behind a deletion of its type in flight too: sent if that one fails, SUCCESS if the
+        # object goes (a pending deletion got its way)
         self.queue.append(entry)

@@ -694,14 +694,30 @@ def test_preemption_of_terminating_pod_is_skipped(d: Driver) -> None:
     )
 
 
-def test_repeated_preemption_merges_or_rides_on_the_one_in_flight(d: Driver) -> None:
+def test_repeated_preemption_merges_or_waits_behind_the_one_in_flight(d: Driver) -> None:
+    """A second preemption while the first is on the wire waits: the pod's deletion is what
+    it asked for (SUCCESS), and if the first fails it is sent itself, never SKIPPED on a
+    deletion that may not happen."""
     p = pod("a")
     f1 = d.submit(PodPreemption.for_pod(p))
     f2 = d.submit(PodPreemption.for_pod(p, reason="Again"))
     assert d.outcome(f1) is Outcome.OVERWRITTEN
     s = d.send()
-    assert d.outcome(d.submit(PodPreemption.for_pod(p))) is Outcome.SKIPPED
+    f3 = d.submit(PodPreemption.for_pod(p))
+    assert d.outcome(f3) is None
     d.done_succeeds(s, f2)
+    assert d.outcome(f3) is Outcome.SUCCESS  # the pod is gone, as it wanted
+
+
+def test_a_preemption_waiting_behind_a_failed_one_is_sent(d: Driver) -> None:
+    p = pod("a")
+    f1 = d.submit(PodPreemption.for_pod(p))
+    s = d.send()
+    f2 = d.submit(PodPreemption.for_pod(p, reason="Again"))
+    d.done(s, Result.FAILED, error=ServerError())
+    assert d.outcome(f1) is CallFailed
+    assert d.outcome(f2) is None
+    d.done_succeeds(d.send(), f2)
 
 
 def test_pending_preemption_of_a_deleted_pod_succeeds(d: Driver) -> None:
