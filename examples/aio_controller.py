@@ -24,12 +24,14 @@ from typing import Any
 
 from kubernetes.aio import client as aclient
 
-from examples.common import check_counts, enable_verbose_logs
+from examples.common import check_amounts, check_counts, enable_verbose_logs
 from kdispatch import (
     AioInformer,
     CallOutcomeError,
     Dispatcher,
     DispatcherConfig,
+    InformerSyncTimeout,
+    InvalidInputError,
     KubernetesBackend,
     PodBinding,
 )
@@ -111,7 +113,7 @@ async def run(url: str, *, token: str | None, expect: int | None, duration: floa
                 await pods.stop()
                 await nodes.stop()
     finally:
-        dispatcher.stop(drain=True, timeout=10)
+        await asyncio.to_thread(dispatcher.stop, drain=True, timeout=10)  # stop() blocks
         backend.close()
     print(f"bound={binder.bound} failed={binder.failed} nodes={len(binder.nodes)}")
     return 0 if binder.failed == 0 and (expect is None or binder.bound == expect) else 1
@@ -154,7 +156,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=None, help="--url: stop after seconds")
     p.add_argument("-v", "--verbose", action="store_true", help="library debug logs")
     args = p.parse_args(argv)
-    check_counts(args, "pods", "nodes")
+    try:
+        check_counts(args, "pods", "nodes")
+        if args.duration is not None:
+            check_amounts(args, "duration")
+    except InvalidInputError as err:
+        p.error(str(err))  # exit status 2
     return args
 
 
@@ -168,6 +175,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run(args.url, token=args.token, expect=None, duration=args.duration))
     except KeyboardInterrupt:
         return 0
+    except InvalidInputError as err:  # a malformed --url
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except InformerSyncTimeout as err:  # says why: cannot connect, refused...
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -25,11 +26,12 @@ from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, Latency
 
 
 def kubeconfig(url: str, token: str | None = None) -> str:
-    """A kubeconfig (YAML) for ``url`` with an optional bearer token."""
-    user = f"    token: {token}\n" if token else "    {}\n"
+    """A kubeconfig (YAML) for ``url`` with an optional bearer token (both quoted: a JSON
+    string is a YAML one)."""
+    user = f"    token: {json.dumps(token)}\n" if token else "    {}\n"
     return (
         "apiVersion: v1\nkind: Config\n"
-        f"clusters:\n- name: local\n  cluster:\n    server: {url}\n"
+        f"clusters:\n- name: local\n  cluster:\n    server: {json.dumps(url)}\n"
         f"users:\n- name: local\n  user:\n{user}"
         "contexts:\n- name: local\n  context:\n    cluster: local\n    user: local\n"
         "current-context: local\n"
@@ -47,6 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--write-kubeconfig", metavar="PATH")
     args = p.parse_args(argv)
+    for name in ("nodes", "pods"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name} must be >= 0, got {getattr(args, name)}")  # exit status 2
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port must be between 0 and 65535, got {args.port}")
+    if not (math.isfinite(args.latency_ms) and args.latency_ms >= 0):
+        p.error(f"--latency-ms must be a number >= 0, got {args.latency_ms!r}")
     server = InMemoryApiServer(
         latency=Latency(fixed=args.latency_ms / 1000.0), request_log_limit=1_000_000
     )
@@ -74,14 +83,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with ApiServerHTTP(server, port=args.port, token=args.token) as http:
-        if args.write_kubeconfig:
-            with open(args.write_kubeconfig, "w", encoding="utf-8") as f:
-                f.write(kubeconfig(http.url, args.token))
-        print(json.dumps({"url": http.url, "pods": pods, "nodes": len(workload.nodes)}))
-        sys.stdout.flush()
-        while not stop.wait(0.5):
-            pass
+    try:
+        with ApiServerHTTP(server, port=args.port, token=args.token) as http:
+            if args.write_kubeconfig:
+                with open(args.write_kubeconfig, "w", encoding="utf-8") as f:
+                    f.write(kubeconfig(http.url, args.token))
+            print(json.dumps({"url": http.url, "pods": pods, "nodes": len(workload.nodes)}))
+            sys.stdout.flush()
+            while not stop.wait(0.5):
+                pass
+    except OSError as err:  # the port is taken, the kubeconfig cannot be written
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import queue
 import signal
 import sys
@@ -35,6 +36,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.config import ConfigException
 from loguru import logger
 
 from kdispatch import (
@@ -68,7 +70,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--claims", action="store_true", help="also inform ResourceClaims (k8s ≥ 1.34)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run (0: until Ctrl-C)")
     p.add_argument("--verbose", action="store_true", help="library debug logs on stderr")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not (math.isfinite(args.duration) and args.duration >= 0):
+        p.error(f"--duration must be a number >= 0, got {args.duration!r}")  # exit status 2
+    return args
 
 
 _print_lock = threading.Lock()
@@ -177,27 +182,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.verbose:
         logger.enable("kdispatch")
-    if args.in_cluster:
-        backend = KubernetesBackend.in_cluster(
-            workers=args.workers, request_timeout=args.request_timeout
+    try:
+        config = DispatcherConfig(
+            rate_limit=RateLimitConfig(qps=args.qps, burst=args.burst),
+            executor=ExecutorConfig(workers=args.workers),
         )
-    else:
-        try:
+        if args.in_cluster:
+            backend = KubernetesBackend.in_cluster(
+                workers=args.workers, request_timeout=args.request_timeout
+            )
+        else:
             backend = KubernetesBackend.from_kubeconfig(
                 args.kubeconfig,
                 args.context,
                 workers=args.workers,
                 request_timeout=args.request_timeout,
             )
-        except InvalidConfigError as err:  # names the file and the context
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+    except (InvalidConfigError, ConfigException) as err:  # names the file and the context
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     # Watches hold a connection each for minutes: give the informers their own pool.
     informer_client: Any = k8s.ApiClient(backend.api_client.configuration)
-    config = DispatcherConfig(
-        rate_limit=RateLimitConfig(qps=args.qps, burst=args.burst),
-        executor=ExecutorConfig(workers=args.workers),
-    )
     dispatcher = Dispatcher(backend, config)
     nodes = Informer(ClientListWatch(informer_client, "Node"), name="nodes")
     pods = Informer(ClientListWatch(informer_client, "Pod"), name="pods")

@@ -7,10 +7,15 @@ so it is known to catch a lost update.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from pathlib import Path
+
 import pytest
 
 from examples.stress import StressConfig, main, run_stress
-from kdispatch.actors.model.errors import CallFailed, InvalidInputError, Outcome
+from kdispatch.actors.engine import object_actor
+from kdispatch.actors.engine.messages import settle
+from kdispatch.actors.model.errors import CallConflict, CallFailed, InvalidInputError, Outcome
 from kdispatch.testing.memory_objects import make_pod
 from kdispatch.testing.oracle import Intent, score
 from tests.factories import settled
@@ -69,3 +74,41 @@ def test_stress_cli_rejects_bad_options() -> None:
     assert main(["--objects", "0"]) == 2
     with pytest.raises(InvalidInputError):
         StressConfig(faults=1.5)
+
+
+@pytest.mark.timeout(60)
+def test_stress_json_to_a_missing_directory_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--objects", "1", "--json", str(tmp_path / "no" / "run.json")]) == 2
+    assert capsys.readouterr().err.startswith("error: --json")
+
+
+@pytest.mark.timeout(60)
+def test_the_exactly_once_check_sees_a_second_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A future resolved twice: the Future refuses the second silently and runs its
+    done-callbacks once; the run must still see it."""
+
+    def settle_twice(future: Future[Outcome], outcome: Outcome | BaseException) -> bool:
+        first = settle(future, outcome)
+        settle(future, outcome)
+        return first
+
+    monkeypatch.setattr(object_actor, "settle", settle_twice)
+    result = run_stress(StressConfig(objects=50, seconds=0.3, threads=1, faults=0.0))
+    assert not result.ok and result.resolved_more_than_once > 0
+
+
+@pytest.mark.timeout(60)
+def test_the_double_binding_check_sees_a_refused_binding_said_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The in-memory apiserver never binds a bound pod; the dispatcher's word is what can be
+    wrong: SUCCESS for bindings of one pod to two nodes."""
+
+    def conflict_as_success(future: Future[Outcome], outcome: Outcome | BaseException) -> bool:
+        return settle(future, Outcome.SUCCESS if isinstance(outcome, CallConflict) else outcome)
+
+    monkeypatch.setattr(object_actor, "settle", conflict_as_success)
+    result = run_stress(StressConfig(objects=200, seconds=1.0, threads=2, faults=0.0))
+    assert result.double_bindings > 0 and not result.ok

@@ -1,0 +1,78 @@
+"""The small examples' command lines (``examples.real_cluster``, ``examples.apiserver``): a bad
+value is one ``error:`` line and exit status 2, never a traceback; the kubeconfig the apiserver
+writes is one the other examples read, whatever its token."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from examples import apiserver, real_cluster
+from kdispatch import KubernetesBackend
+from tests.subprocesses import run_command
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--qps", "0"],
+        ["--burst", "0"],
+        ["--workers", "0"],
+        ["--duration", "-1"],
+        ["--duration", "nan"],
+    ],
+)
+def test_real_cluster_bad_values_are_an_error_line(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(apiserver.kubeconfig("http://127.0.0.1:1"))
+    try:
+        status = real_cluster.main(["--kubeconfig", str(path), *argv])
+    except SystemExit as exit_:  # argparse's own check
+        status = exit_.code  # type: ignore[assignment]
+    assert status == 2
+    assert "error: " in capsys.readouterr().err
+
+
+def test_real_cluster_outside_a_cluster_is_an_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert real_cluster.main(["--in-cluster"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--nodes", "-1"], ["--pods", "-1"], ["--port", "70000"], ["--latency-ms", "nan"]],
+)
+def test_apiserver_bad_values_are_an_error_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        apiserver.main(argv)
+    assert exit_.value.code == 2
+    assert "error: " in capsys.readouterr().err
+
+
+def test_apiserver_unwritable_kubeconfig_is_an_error_line(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "kubeconfig"
+    argv = ["--nodes", "1", "--pods", "1", "--write-kubeconfig", str(missing)]
+    done = run_command([sys.executable, "-m", "examples.apiserver", *argv], timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("token", ["plain.token-123", "s3cr#t: x", "'quoted\" \\\\"])
+def test_apiserver_kubeconfig_keeps_any_token(token: str, tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(apiserver.kubeconfig("http://127.0.0.1:8080", token))
+    with KubernetesBackend.from_kubeconfig(str(path)) as backend:
+        configuration = backend.api_client.configuration
+        assert configuration.host == "http://127.0.0.1:8080"
+        assert configuration.api_key == {"BearerToken": f"Bearer {token}"}
