@@ -15,6 +15,7 @@ from .objects import Obj, get_path, is_collection, is_mapping, with_path
 __all__ = [
     "CONDITION_STATUSES",
     "LAST_TRANSITION_TIME",
+    "OMITTED_WHEN_EMPTY",
     "WALL_CLOCK",
     "WallClock",
     "check_condition",
@@ -152,9 +153,9 @@ def pod_conditions(obj: Obj | None) -> Mapping[str, Mapping[str, Any]]:
     return by_type
 
 
-_OMITTED_WHEN_EMPTY: Final = frozenset({"reason", "message"})
-"""Condition fields a server may leave out when empty (core/v1 PodCondition's are
-``omitempty``): an empty one in an intent is satisfied by an absent one."""
+OMITTED_WHEN_EMPTY: Final = frozenset({"reason", "message"})
+"""Condition fields a server leaves out when empty (core/v1 PodCondition's are ``omitempty``):
+an empty one in an intent is satisfied by an absent one."""
 
 
 def condition_satisfied(existing: Mapping[str, Any] | None, intent: ConditionLike) -> bool:
@@ -164,7 +165,7 @@ def condition_satisfied(existing: Mapping[str, Any] | None, intent: ConditionLik
         return False
     for key, value in intent.items():
         stored = existing.get(key)
-        if stored != value and not (value == "" and stored is None and key in _OMITTED_WHEN_EMPTY):
+        if stored != value and not (value == "" and stored is None and key in OMITTED_WHEN_EMPTY):
             return False
     return True
 

@@ -34,6 +34,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 from loguru import logger
 
 from kdispatch.actors.model.backend import PatchType, check_grace_period, check_page_limit
+from kdispatch.actors.model.conditions import OMITTED_WHEN_EMPTY
 from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ApiError,
@@ -282,7 +283,7 @@ class InMemoryApiServer:
                 status = merged if isinstance(merged, dict) else {}
             self._validate_status(status)
             if kind == POD:
-                status = _omit_empty_condition_fields(status)
+                status = _omit_empty_fields(status)
             if kind == RESOURCE_CLAIM and self._strict_claims:
                 _validate_claim_status(name, cur.get("status") or {}, status)
             if status == cur.get("status", {}):
@@ -1246,19 +1247,17 @@ def _validate_claim_status(name: str, old: Json, new: Json) -> None:
         )
 
 
-def _omit_empty_condition_fields(status: Json) -> Json:
+def _omit_empty_fields(status: Json) -> Json:
     """``status`` with its empty strings (``nominatedNodeName: ""``, ...) and each condition's
     empty ``reason`` and ``message`` left out, as kube-apiserver serves a core/v1 PodStatus
     (the fields are ``omitempty``)."""
     if any(v == "" for v in status.values()):
         status = {k: v for k, v in status.items() if v != ""}
     conditions = status.get("conditions")
-    if not conditions or not any(
-        c.get("reason") == "" or c.get("message") == "" for c in conditions
-    ):
+    if not conditions or not any(c.get(k) == "" for c in conditions for k in OMITTED_WHEN_EMPTY):
         return status
     kept = [
-        {k: v for k, v in c.items() if not (k in ("reason", "message") and v == "")}
+        {k: v for k, v in c.items() if not (k in OMITTED_WHEN_EMPTY and v == "")}
         for c in conditions
     ]
     return {**status, "conditions": kept}
