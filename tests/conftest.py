@@ -19,6 +19,7 @@ Where the one helper for each need lives (reuse it rather than writing another):
 * wrapping a backend (gate, record, fail, delay requests): ``tests/backends.py``
   (``WrappedBackend`` and its one hook ``around``; ``GatedBackend``, ``RecordingBackend``);
 * is the final state right: :mod:`kdispatch.testing.oracle` (``IntentLog``, ``score``);
+* custom resources (a namespaced CRD and a cluster-scoped one): the ``kinds`` fixture below;
 * a dispatcher configuration without rate limit or backoff: ``tests/configs.py``;
 * a dispatcher with informers and their teardown: ``tests/stacks.py``; a backend driven from
   several threads: ``tests/concurrency.py``; a raw HTTP request read: ``tests/rawhttp.py``;
@@ -78,6 +79,18 @@ def server() -> Any:
     from kdispatch.testing.memory import InMemoryApiServer
 
     return InMemoryApiServer()
+
+
+@pytest.fixture
+def kinds() -> Any:
+    """The built-in kinds plus two custom resources: ``QuotaClaim`` (namespaced, merge
+    patches, as a CRD) and ``ClusterQuota`` (cluster-scoped)."""
+    from kdispatch.actors.model.kinds import KindTable
+
+    table = KindTable()
+    table.register("QuotaClaim", "example.io", "v1", "quotaclaims")
+    table.register("ClusterQuota", "example.io", "v1", "clusterquotas", namespaced=False)
+    return table
 
 
 @pytest.fixture

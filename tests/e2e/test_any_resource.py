@@ -37,14 +37,6 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def kinds() -> KindTable:
-    table = KindTable()
-    table.register("QuotaClaim", "example.io", "v1", "quotaclaims")
-    table.register("ClusterQuota", "example.io", "v1", "clusterquotas", namespaced=False)
-    return table
-
-
-@pytest.fixture
 def mem(kinds: KindTable) -> InMemoryApiServer:
     return InMemoryApiServer(kinds=kinds)
 

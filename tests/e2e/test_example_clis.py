@@ -1,15 +1,17 @@
-"""The small examples' command lines (``examples.real_cluster``, ``examples.apiserver``): a bad
-value is one ``error:`` line and exit status 2, never a traceback; the kubeconfig the apiserver
-writes is one the other examples read, whatever its token."""
+"""The small examples' command lines (``examples.real_cluster``, ``examples.apiserver``,
+``examples.aio_controller``): a bad value is one ``error:`` line and exit status 2, never a
+traceback; the kubeconfig the apiserver writes is one the other examples read, whatever its
+token."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from examples import apiserver, real_cluster
+from examples import aio_controller, apiserver, real_cluster
 from kdispatch import KubernetesBackend
 from tests.subprocesses import run_command
 
@@ -48,16 +50,32 @@ def test_real_cluster_outside_a_cluster_is_an_error_line(
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [["--nodes", "-1"], ["--pods", "-1"], ["--port", "70000"], ["--latency-ms", "nan"]],
+    ("main", "argv"),
+    [
+        (apiserver.main, ["--nodes", "-1"]),
+        (apiserver.main, ["--pods", "-1"]),
+        (apiserver.main, ["--port", "70000"]),
+        (apiserver.main, ["--latency-ms", "nan"]),
+        (aio_controller.main, ["--demo", "--pods", "0"]),
+        (aio_controller.main, ["--demo", "--nodes", "-1"]),
+        (aio_controller.main, ["--url", "http://127.0.0.1:1", "--duration", "nan"]),
+        (aio_controller.main, ["--url", "http://127.0.0.1:1", "--duration", "-1"]),
+    ],
 )
-def test_apiserver_bad_values_are_an_error_line(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
+def test_bad_values_are_an_error_line(
+    main: Callable[[list[str]], int], argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
-        apiserver.main(argv)
+        main(argv)
     assert exit_.value.code == 2
     assert "error: " in capsys.readouterr().err
+
+
+def test_aio_controller_malformed_url_is_an_error_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert aio_controller.main(["--url", "notaurl"]) == 2
+    assert capsys.readouterr().err.startswith("error: url must be an http(s) URL")
 
 
 def test_apiserver_unwritable_kubeconfig_is_an_error_line(tmp_path: Path) -> None:

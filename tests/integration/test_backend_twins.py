@@ -24,13 +24,6 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def kinds() -> KindTable:
-    table = KindTable()
-    table.register("QuotaClaim", "example.io", "v1", "quotaclaims")  # a CRD: merge patches
-    return table
-
-
-@pytest.fixture
 def server(kinds: KindTable) -> InMemoryApiServer:
     return InMemoryApiServer(kinds=kinds)
 

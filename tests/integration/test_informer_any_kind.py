@@ -29,13 +29,6 @@ WAIT = 10.0
 
 
 @pytest.fixture
-def kinds() -> KindTable:
-    table = KindTable()
-    table.register("QuotaClaim", "example.io", "v1", "quotaclaims")
-    return table
-
-
-@pytest.fixture
 def mem(kinds: KindTable) -> InMemoryApiServer:
     return InMemoryApiServer(kinds=kinds)
 
