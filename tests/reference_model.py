@@ -39,6 +39,15 @@ pod bound to its node has landed: ``success``. **Informer delete** → P ``cance
 **Caller cancel** → P ``cancelled`` (if of the given type). Whenever the object disappears, a
 tracked preemption resolves ``success`` instead: its object is gone, as intended.
 
+**Unanswered** (a timeout): when the retries of I run out and one of its requests went
+unanswered (or the last one, a read, did, once I was sent), I is not ``failed`` yet: it stays in
+flight, *reading back*, and the next grant reads its object (a *verify* read). Nothing merges
+with it or supersedes it meanwhile: calls submitted meanwhile are judged as behind any call in
+flight. The verify read decides I: ``success`` if the object shows I applied, ``failed``
+otherwise (or when the read fails; a preemption whose pod is not found: ``success``, gone);
+then P is judged against the object read. While I waits for that grant, an informer delete or
+a caller cancel (of its type, or all) resolves it as it does P.
+
 **Choices left to the machine.** Whether a call is a *no-op*, whether a binding *fails fast*
 and whether a patch is *stale* depend on the machine's view of the object, which the model does
 not keep. The model accepts the machine's choice (C, or the merged C, resolves
@@ -155,6 +164,8 @@ class Intent:
     carried_by: Intent | None = None  # the newer call it was merged into
     label: str | None = None  # its outcome, once resolved
     failures: int = 0  # retryable failures of its requests (sends and re-reads)
+    sent: bool = False  # a request of it (or of an intent merged into it) went out
+    unanswered: bool = False  # ... and went unanswered (it may have landed)
 
     def __post_init__(self) -> None:
         self.merged = call_fields(self.call)
@@ -179,6 +190,8 @@ def _merge_into(older: Intent, newer: Intent) -> None:
     other calls replace the older one."""
     older.carried_by = newer
     newer.failures = max(newer.failures, older.failures)
+    newer.sent |= older.sent
+    newer.unanswered |= older.unanswered
     if newer.call_type == PATCH:
         newer.merged = {**older.merged, **newer.merged}
 
@@ -197,6 +210,7 @@ class Model:
         self.intents: list[Intent] = []
         self.pending: Intent | None = None
         self.inflight: Intent | None = None
+        self.reading = False  # the in-flight intent waits for the grant of its verify read
         self.gone = False  # the actor learnt that the object is deleted
         self.deleted = False  # someone else deleted the object on the server
         self.kubelet: Fields = {}  # fields written by the kubelet (never by our calls)
@@ -242,6 +256,17 @@ class Model:
         want = {"nodeName": intent.merged["nodeName"]} if intent.call_type == BINDING else None
         diff = differences(want or intent.merged, server)
         assert not diff, f"{intent} skipped as a no-op, but the server has {diff} (want, have)"
+
+    @staticmethod
+    def _check_landed(intent: Intent, server: Obj | None) -> None:
+        """``intent`` resolved ``success`` by its verify read: the server shows it."""
+        if intent.call_type == PREEMPTION:
+            assert server is None or is_terminating(server), f"{intent} landed, but {server}"
+            return
+        assert server is not None, f"{intent} landed, but the pod is gone"
+        want = {"nodeName": intent.merged["nodeName"]} if intent.call_type == BINDING else None
+        diff = differences(want or intent.merged, server)
+        assert not diff, f"{intent} landed, but the server has {diff} (want, have)"
 
     @staticmethod
     def _check_failed_fast(intent: Intent, server: Obj | None) -> None:
@@ -328,11 +353,30 @@ class Model:
             self.pending = c
         self._settle(want, got, f"submit {c}")
 
-    def on_grant(self, sent: Call | None, got: dict[Intent, str], server: Obj | None) -> None:
-        """The executor granted a token; the actor sent ``sent`` (None: it refunded)."""
+    def on_grant(
+        self,
+        sent: Call | None,
+        got: dict[Intent, str],
+        server: Obj | None,
+        *,
+        read: bool = False,
+        verify: bool = False,
+    ) -> None:
+        """The executor granted a token; the actor sent ``sent`` (None: it refunded), a read
+        with ``read``, the verify read of the call in flight with ``verify``."""
         p = self.pending
         want: dict[Intent, str] = {}
-        if sent is not None:
+        if verify:
+            assert not self.gone, f"{sent} read back after the object was deleted"
+            i = self.inflight
+            assert self.reading and i is not None, "a verify read with nothing reading back"
+            assert sent is not None and call_fields(sent) == i.merged, (
+                f"read back for {sent}, but the call reading back is {i}"
+            )
+            self.reading = False
+        elif self.reading:
+            raise AssertionError(f"{sent} granted while {self.inflight} waits to read back")
+        elif sent is not None:
             assert not self.gone, f"{sent.describe()} sent after the object was deleted"
             assert self.inflight is None, "two calls in flight"
             assert p is not None, f"{sent.describe()} sent with nothing pending"
@@ -340,6 +384,7 @@ class Model:
                 f"sent {call_fields(sent)}, but the merged intent is {p.merged}"
             )
             self.pending, self.inflight = None, p
+            p.sent |= not read
         elif p is not None and self.inflight is None and not self.gone:
             label = got.get(p)  # a refund: the pending call became a no-op, fails fast or stale
             if label not in ("skipped", "conflict", "stale"):
@@ -357,21 +402,29 @@ class Model:
         server: Obj | None,
         *,
         read: bool = False,
+        verify: bool = False,
+        unanswered: bool = False,
     ) -> None:
-        """The in-flight attempt (or, with ``read``, the re-read before it) ended with
-        ``result`` (a :class:`~kdispatch.actors.model.object_state.Result` value)."""
+        """The in-flight attempt (or, with ``read``, the re-read before it; with ``verify``
+        too, its read-back) ended with ``result`` (a
+        :class:`~kdispatch.actors.model.object_state.Result` value); ``unanswered``: it
+        went unanswered (a timeout)."""
         i, p = self.inflight, self.pending
-        assert i is not None
+        assert i is not None and not self.reading
         self.inflight = None
         want: dict[Intent, str] = {}
         requeue = False
         del attempt  # the retry budget counts failed requests, re-reads included
         if result == "retry":
             i.failures += 1
-        if read and self.gone and result != "not_found":  # deleted while the read was out
+            i.unanswered |= unanswered and not read
+        out_of_retries = result == "retry" and i.failures >= self.max_attempts
+        if verify and not self.gone:
+            self._read_back(i, result, want, got, server)
+        elif read and self.gone and result != "not_found":  # deleted while the read was out
             want[i] = _gone_outcome(i, "cancelled")
-        elif read and result == "retry" and i.failures >= self.max_attempts:
-            want[i] = "failed"
+        elif read and out_of_retries:
+            self._out_of_retries(i, want, unanswered=unanswered)
         elif read and result in ("success", "retry"):
             requeue = True
         elif result == "success":
@@ -386,7 +439,9 @@ class Model:
         elif self.gone and result in ("retry", "conflict"):  # deleted meanwhile: no retry
             label = got.get(i)
             want[i] = _gone_outcome(i, label if label in ("cancelled", "failed") else "cancelled")
-        elif result == "failed" or (result == "retry" and i.failures >= self.max_attempts):
+        elif out_of_retries:
+            self._out_of_retries(i, want, unanswered=unanswered)
+        elif result == "failed":
             want[i] = "failed"
         elif result == "retry" and got.get(i) == "skipped":  # a newer object shows it applied
             self._check_noop(i, server)
@@ -399,16 +454,57 @@ class Model:
         else:
             requeue = True
         if requeue:
-            if p is None:
-                self.pending = i  # retried as the pending call
-            elif p.call_type == i.call_type:
-                want[i] = "overwritten"
-                _merge_into(i, p)
-            else:
-                want[i] = "cancelled" if p.call.exclusive else "overwritten"
-            self._revisited(want, got, server)
+            self._put_back(i, want, got, server)
         what = "read" if read else "done"
         self._settle(want, got, f"{what} {result} of {i}")
+
+    def _put_back(
+        self, i: Intent, want: dict[Intent, str], got: dict[Intent, str], server: Obj | None
+    ) -> None:
+        """``i`` goes back as the pending call: alone, merged into a pending call of its type,
+        or replaced by a superseding (or exclusive) pending call; then the pending call is
+        judged."""
+        p = self.pending
+        if p is None:
+            self.pending = i  # retried as the pending call
+        elif p.call_type == i.call_type:
+            want[i] = "overwritten"
+            _merge_into(i, p)
+        else:
+            want[i] = "cancelled" if p.call.exclusive else "overwritten"
+        self._revisited(want, got, server)
+
+    def _out_of_retries(self, i: Intent, want: dict[Intent, str], *, unanswered: bool) -> None:
+        """The retries of ``i`` in flight ran out: ``failed``, unless one of its requests went
+        unanswered (or the last one did: ``unanswered``) once it was sent; then it stays in
+        flight to read its object back."""
+        if i.sent and (i.unanswered or unanswered):
+            self.inflight, self.reading = i, True
+        else:
+            want[i] = "failed"
+
+    def _read_back(
+        self,
+        i: Intent,
+        result: str,
+        want: dict[Intent, str],
+        got: dict[Intent, str],
+        server: Obj | None,
+    ) -> None:
+        """The verify read of ``i`` ended with ``result`` (the object not known to be gone): it
+        decides ``i``; then the object read judges the pending call."""
+        if result == "not_found" and i.call.exclusive:
+            want[i] = "success"  # gone, as intended
+            self._deleted(want)
+            return
+        if result == "success" and got.get(i) == "success":
+            self._check_landed(i, server)
+            want[i] = "success"
+            if i.call.exclusive:
+                self._deleted(want)
+        else:
+            want[i] = "failed"
+        self._revisited(want, got, server)
 
     def _deleted(self, want: dict[Intent, str]) -> None:
         """A deletion landed: the object is gone, and a deletion waiting behind it got its
@@ -427,6 +523,10 @@ class Model:
         """An informer delete reached the actor (or the registry, when there is no actor)."""
         p = self.pending
         want = {p: _gone_outcome(p, "cancelled")} if p is not None else {}
+        if self.reading:  # its read-back was not on the wire: withdrawn too
+            assert self.inflight is not None
+            want[self.inflight] = _gone_outcome(self.inflight, "cancelled")
+            self.inflight, self.reading = None, False
         self.pending, self.gone = None, True
         self._settle(want, got, "informer delete")
 
@@ -437,6 +537,10 @@ class Model:
         if p is not None and call_type in (None, p.call_type):
             want[p] = "cancelled"
             self.pending = None
+        i = self.inflight
+        if self.reading and i is not None and call_type in (None, i.call_type):
+            want[i] = "cancelled"  # its read-back was not on the wire
+            self.inflight, self.reading = None, False
         self._settle(want, got, f"cancel {call_type}")
 
     # ------------------------------------------------------------------ expectations

@@ -37,8 +37,11 @@ class ObjectQueue(Knowledge):
         self.retry = retry
         self.life = _LIVE
         self.queue: list[Entry] = []  # pending calls in send order, one per call type
-        self.inflight: Entry | None = None  # the call whose request is on the wire
-        self.request: Send | None = None  # that request (the call, or the re-read before it)
+        # the call whose request is on the wire, or whose read-back waits for a grant
+        self.inflight: Entry | None = None
+        # that request (the call, the re-read before it, or its read-back); None while the
+        # read-back waits for a grant (_reading_back)
+        self.request: Send | None = None
         # The lane of the Ready the executor holds for this object, if any: a Ready is only
         # repeated for a more urgent head.
         self.ready_lane: int | None = None
@@ -191,17 +194,41 @@ class ObjectQueue(Knowledge):
 
     def _ready(self, out: list[Effect]) -> list[Effect]:
         """The one place that decides readiness: ask for a grant when the head call holds
-        nothing, nothing is in flight, and no Ready is held in its lane or a higher one."""
+        nothing and nothing is in flight, or when the call in flight waits to read its object
+        back (:meth:`_reading_back`; in the lane of the most urgent call behind it), and no
+        Ready is held in its lane or a higher one."""
+        inflight = self.inflight
         queue = self.queue
-        if queue and self.inflight is None and self.life is _LIVE:
+        if inflight is None:
+            if not queue:
+                return out
             head = queue[0]
-            if not head.holds:
-                relevance = head.call.relevance
-                lane = self.ready_lane
-                if lane is None or relevance > lane:
-                    self.ready_lane = relevance
-                    out.append(Ready(relevance, head.retry.not_before))
+            if head.holds:
+                return out
+            relevance = head.call.relevance
+        elif self.request is None:  # its read-back waits for a grant
+            head = inflight
+            # in the lane of the most urgent call waiting behind it, if more urgent (a
+            # preemption must not wait for a status patch's lane)
+            relevance = max([head.call.relevance, *[e.call.relevance for e in queue]])
+        else:
+            return out
+        if self.life is _LIVE:
+            lane = self.ready_lane
+            if lane is None or relevance > lane:
+                self.ready_lane = relevance
+                out.append(Ready(relevance, head.retry.not_before))
         return out
+
+    def _reading_back(self) -> Entry | None:
+        """The call in flight whose retries ran out with a request unanswered while its
+        read-back waits for a grant (no request on the wire), if any. Such a call is not
+        pending: nothing merges with it or supersedes it, and calls that arrive meanwhile
+        queue behind it as behind any call in flight; but it is not on the wire either, so
+        whatever withdraws pending calls (a cancellation, the loss of leadership, the object
+        gone) withdraws it too."""
+        inflight = self.inflight
+        return inflight if inflight is not None and self.request is None else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -213,8 +240,14 @@ class ObjectQueue(Knowledge):
         self.life = life
 
     def _retire(self, out: list[Effect], event: Input, why: str) -> None:
-        """The object is gone: cancel what waits (a pending deletion succeeded) and retire."""
-        for entry in self.queue:
+        """The object is gone: cancel what waits (a pending deletion succeeded), a read-back
+        that waits for its grant included, and retire."""
+        waiting = self.queue
+        reading = self._reading_back()
+        if reading is not None:
+            self.inflight = None
+            waiting = [reading, *waiting]
+        for entry in waiting:
             if entry.call.exclusive:  # a pending deletion: the object is gone, as intended
                 out.append(Resolve(entry.future, entry.call.call_type, _SUCCESS))
             else:

@@ -78,8 +78,8 @@ class ObjectState(RequestEnds):
 
     def grant(self, now: float) -> list[Effect]:
         """The executor reserved a token and a worker: send the head call (or the re-read it
-        needs), or refund. Calls found elided, stale or failing their precheck on the way
-        resolve."""
+        needs), or the read-back of the call in flight whose retries ran out unanswered, or
+        refund. Calls found elided, stale or failing their precheck on the way resolve."""
         self.ready_lane = None
         out: list[Effect] = []
         if self.life is _LIVE and self.inflight is None:
@@ -105,6 +105,13 @@ class ObjectState(RequestEnds):
                     continue
                 out.append(self._send(entry))
                 return out  # one in flight: nothing else is ready until it ends
+        elif (
+            (reading := self._reading_back()) is not None
+            and self.life is _LIVE
+            and reading.retry.not_before <= now
+        ):
+            out.append(self._send(reading))  # its read-back (Send.verify)
+            return out
         out.append(_REFUND)
         return self._ready(out)
 
@@ -125,9 +132,13 @@ class ObjectState(RequestEnds):
         return out
 
     def cancel(self, call_type: str | None) -> list[Effect]:
-        """A caller withdraws the pending calls (of ``call_type``, or all). A call in flight
-        cannot be recalled."""
+        """A caller withdraws the pending calls (of ``call_type``, or all), and a read-back
+        that waits for its grant. A call on the wire cannot be recalled."""
         out: list[Effect] = []
+        reading = self._reading_back()
+        if reading is not None and call_type in (None, reading.call.call_type):
+            self.inflight = None
+            self._fail(out, reading, CallCancelled, "cancelled by caller")
         keep: list[Entry] = []
         for entry in self.queue:
             if call_type is None or entry.call.call_type == call_type:
@@ -145,6 +156,10 @@ class ObjectState(RequestEnds):
         inflight = self.inflight
         if inflight is not None and inflight.carries(future):
             inflight.withdraw(future, cause)
+            if self.request is None and inflight.cancelled:  # its read-back had not gone out
+                self.inflight = None
+                withdrawn = self._withdrawn(inflight, in_flight=True)
+                out.append(Resolve(inflight.future, inflight.call.call_type, withdrawn))
         queue = self.queue
         for i, entry in enumerate(queue):
             if entry.carries(future):
@@ -171,9 +186,14 @@ class ObjectState(RequestEnds):
         return out
 
     def revoke(self, error: DispatcherClosed) -> list[Effect]:
-        """Leadership lost: every call not on the wire resolves with ``error``; the call in
-        flight finishes and reports as usual."""
-        out: list[Effect] = [Resolve(e.future, e.call.call_type, error) for e in self.queue]
+        """Leadership lost: every call not on the wire resolves with ``error`` (a read-back
+        that waits for its grant too); the request in flight finishes and reports as usual."""
+        out: list[Effect] = []
+        reading = self._reading_back()
+        if reading is not None:
+            self.inflight = None
+            out.append(Resolve(reading.future, reading.call.call_type, error))
+        out.extend(Resolve(e.future, e.call.call_type, error) for e in self.queue)
         self.queue = []
         return out
 

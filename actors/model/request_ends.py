@@ -207,9 +207,11 @@ class RequestEnds(ObjectQueue):
             if retry.attempt > 0 and (
                 retry.unanswered or (isinstance(last, ApiError) and last.ambiguous)
             ):
-                # no answer says whether an attempt landed: read the object once first
+                # no answer says whether an attempt landed: the call stays in flight for one
+                # more request, a read of its object, and is never merged meanwhile (a call of
+                # its type waits behind it, to go on its own budget)
                 entry.unanswered = (why, last)
-                self._requeue_front(out, entry)
+                self.inflight = entry  # with no request: the read waits for a grant (_ready)
                 return
             error = CallFailed(
                 about(call.ref, why), uid=self.uid, call_type=call.call_type, cause=done.error

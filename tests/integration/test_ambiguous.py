@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from kdispatch.actors.engine.messages import CallFuture
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.facade.event_recorder import EventRecorder
 from kdispatch.actors.model.backend import ApiBackend
@@ -42,7 +43,7 @@ from kdispatch.actors.model.pod_calls import PodBinding, PodPreemption, PodStatu
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
-from tests.backends import GatedBackend, T
+from tests.backends import GatedBackend, T, WrappedBackend
 from tests.configs import fast
 
 pytestmark = pytest.mark.timeout(30)
@@ -478,6 +479,68 @@ def test_binding_whose_read_back_fails_too_says_the_outcome_is_unknown(
     assert isinstance(exc, CallFailed) and isinstance(exc.cause, RequestTimeoutError)
     assert "the outcome is unknown: reading the object back failed" in str(exc)
     assert ops(server, "get") == ["timeout"]  # read once, never retried
+
+
+class _RebindDuringLastAttempt(WrappedBackend):
+    """On the last binding attempt of the first call, the scheduler binds the pod to the
+    same node again, before that attempt's reply (here: its timeout) reaches the actor. The
+    requests run on executor worker threads; the test thread reads ``again`` once the first
+    call resolved."""
+
+    def __init__(self, inner: ApiBackend, pod: Obj) -> None:
+        super().__init__(inner)
+        self.pod = pod
+        self.binds = 0
+        self.dispatcher: Dispatcher | None = None
+        self.again: CallFuture | None = None
+
+    def around(self, op: str, request: dict[str, Any], send: Callable[[], T]) -> T:
+        if op == "bind":
+            self.binds += 1
+            if self.binds == ATTEMPTS and self.dispatcher is not None:
+                self.again = self.dispatcher.submit(PodBinding.for_pod(self.pod, "n1"))
+        return send()
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not_landed", "landed"])
+def test_a_binding_submitted_during_the_last_unanswered_attempt_waits_for_the_read_back(
+    server: InMemoryApiServer, backend: ApiBackend, landed: bool
+) -> None:
+    """Every binding request goes unanswered (the first one lands, with ``landed``); during
+    the first call's last attempt the pod is bound to the same node again. The first call is
+    read back and resolves by that read (``SUCCESS`` or ``CallFailed``), never past
+    ``max_attempts``; the second is not merged into it: it resolves ``SKIPPED`` once the read
+    shows the pod bound, or is sent on its own budget. (It used to resolve the first call
+    ``OVERWRITTEN`` unread and send the merged binding once more: 7 of 6 attempts.)"""
+    pod = server.create(make_pod("p1"))
+    if landed:
+        server.script("bind", "apply_then_fail", *["timeout"] * (ATTEMPTS - 1), name="p1")
+    else:
+        server.script("bind", *["timeout"] * (2 * ATTEMPTS), name="p1")
+    rebinding = _RebindDuringLastAttempt(backend, pod)
+    with Dispatcher(rebinding, CONFIG) as d:
+        rebinding.dispatcher = d
+        first = d.submit(PodBinding.for_pod(pod, "n1"))
+        first_error = first.exception(timeout=10)
+        assert rebinding.again is not None
+        again_error = rebinding.again.exception(timeout=10)
+        again = None if again_error else rebinding.again.result(timeout=0)
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None
+    if landed:
+        assert first_error is None and first.result(timeout=0) is Outcome.SUCCESS
+        assert again is Outcome.SKIPPED  # the read shows the pod bound to n1
+        assert ops(server, "bind") == ["apply_then_fail", *["timeout"] * (ATTEMPTS - 1)]
+        assert ops(server, "get") == ["ok"]
+        assert stored["spec"]["nodeName"] == "n1"
+        return
+    for error in (first_error, again_error):  # each on its own budget, each read back
+        assert isinstance(error, CallFailed) and isinstance(error.cause, RequestTimeoutError)
+        assert f"gave up after {ATTEMPTS} failed requests" in str(error)
+        assert "read back, the object shows it did not land" in str(error)
+    assert ops(server, "bind") == ["timeout"] * (2 * ATTEMPTS)
+    assert ops(server, "get") == ["ok", "ok"]
+    assert not stored["spec"].get("nodeName")
 
 
 def test_binding_ending_on_an_answer_is_not_read_back(

@@ -11,12 +11,13 @@ leave, and refuses what a stopped actor hands back for a deleted object). It is 
 it notes the actor's ``ready``, grants (``Grant``) while it holds one, and answers the job
 with ``Done`` — after sending the call for real (``call.send``) to an
 :class:`InMemoryApiServer` holding the pod (a read ``Send`` performs the GET), or with an
-injected retryable error (delay 0), conflict (with the fresh pod), permanent error, or after
-someone deleted the pod. It is the *server* (the kubelet updates an unrelated condition,
-someone deletes the pod), the *informer* (server changes reach the actor in order, but only
-when the informer rule runs, so its view lags) and the *scheduler* (status patches — new ones
-and re-sent earlier ones —, bindings and preemptions built from its informer cache, and caller
-cancellations).
+injected retryable error (delay 0), a request that goes unanswered (a timeout: it did not
+land, but the actor cannot tell, so a call out of retries reads its object back), conflict
+(with the fresh pod), permanent error, or after someone deleted the pod. It is the *server*
+(the kubelet updates an unrelated condition, someone deletes the pod), the *informer* (server
+changes reach the actor in order, but only when the informer rule runs, so its view lags) and
+the *scheduler* (status patches — new ones and re-sent earlier ones —, bindings and preemptions
+built from its informer cache, and caller cancellations).
 
 Checked after every step: the outcomes the step produced follow the model's rules; the open
 futures are exactly the model's pending and in-flight calls (never two in flight, nothing sent
@@ -39,7 +40,7 @@ import functools
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, NamedTuple, ParamSpec, TypeVar
+from typing import Any, ClassVar, NamedTuple, ParamSpec, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -71,6 +72,7 @@ from kdispatch.actors.model.errors import (
     InvalidRequestError,
     NotFoundError,
     Outcome,
+    RequestTimeoutError,
     ServerError,
 )
 from kdispatch.actors.model.lifecycle import State
@@ -308,7 +310,9 @@ _CONDITION = st.one_of(
 )
 CONDITIONS = st.lists(_CONDITION, max_size=2, unique_by=lambda c: c["type"])
 NOMINATION = st.sampled_from([UNSET, None, *NODES])
-WORKER_FAILURES = st.sampled_from(["retryable", "conflict", "permanent", "pod_deleted"])
+WORKER_FAILURES = st.sampled_from(
+    ["retryable", "unanswered", "conflict", "permanent", "pod_deleted"]
+)
 KILL_AFTER = 4
 """Preemptions and deletions only come once this many calls were submitted: an early kill
 would cancel everything and leave the rest of the example with nothing to explore."""
@@ -341,6 +345,8 @@ class ObjectStateMachine(RuleBasedStateMachine):
     """One pod, its state machine, the in-memory apiserver, a lagging informer, and the
     model."""
 
+    max_attempts: ClassVar[int] = MAX_ATTEMPTS
+
     def __init__(self) -> None:
         super().__init__()
         self.unfinished = 0  # rules and invariants that started and did not return
@@ -350,11 +356,12 @@ class ObjectStateMachine(RuleBasedStateMachine):
         self.watch = self.server.watch(POD)
         self.events: deque[WatchEvent] = deque()  # server changes the informer has not delivered
         self.cache: Obj = created  # the scheduler's informer cache: basis of its calls
+        attempts = self.max_attempts
         retry = RetryConfig(
-            max_attempts=MAX_ATTEMPTS, max_conflict_retries=1000, base_backoff=0, max_backoff=0
+            max_attempts=attempts, max_conflict_retries=1000, base_backoff=0, max_backoff=0
         )
         self.world = World(self.uid, retry)
-        self.model = Model(created, MAX_ATTEMPTS)
+        self.model = Model(created, attempts)
         self.view: Obj | None = None
 
     # ------------------------------------------------------------------ plumbing
@@ -379,7 +386,13 @@ class ObjectStateMachine(RuleBasedStateMachine):
     def _done(self, job: Send, done: Done) -> None:
         self.world.done(done)
         self.model.on_done(
-            done.result.value, job.attempt, self._settle(), self.server_pod(), read=job.read
+            done.result.value,
+            job.attempt,
+            self._settle(),
+            self.server_pod(),
+            read=job.read,
+            verify=job.verify,
+            unanswered=isinstance(done.error, RequestTimeoutError),
         )
 
     def _send(self, job: Send) -> Done:
@@ -438,7 +451,7 @@ class ObjectStateMachine(RuleBasedStateMachine):
             PodPreemption.for_pod(self.cache, preemptor=preemptor, grace_period_seconds=grace)
         )
 
-    @precondition(lambda self: self.model.pending is not None)
+    @precondition(lambda self: self.model.pending is not None or self.model.reading)
     @rule(call_type=st.sampled_from([None, PATCH, BINDING, PREEMPTION]))
     @step
     def caller_cancels(self, call_type: str | None) -> None:
@@ -507,7 +520,14 @@ class ObjectStateMachine(RuleBasedStateMachine):
         if job is not None:
             assert job.read or job.attempt >= 1
             assert job.read or not job.call.reads_object or job.obj is not None
-        self.model.on_grant(job.call if job else None, self._settle(), self.server_pod())
+            assert job.read or not job.verify
+        self.model.on_grant(
+            job.call if job else None,
+            self._settle(),
+            self.server_pod(),
+            read=job is not None and job.read,
+            verify=job is not None and job.verify,
+        )
 
     @precondition(lambda self: self.world.job is not None)
     @rule()
@@ -521,14 +541,18 @@ class ObjectStateMachine(RuleBasedStateMachine):
     @rule(failure=WORKER_FAILURES)
     @step
     def worker_fails(self, failure: str) -> None:
-        """The request fails: a retryable error (delay 0), a conflict (with the fresh pod; a
-        read never gets one), a permanent error, or the pod was deleted just before the
-        request reached the server."""
+        """The request fails: a retryable error (delay 0), no answer (a timeout; the request
+        did not reach the server), a conflict (with the fresh pod; a read never gets one), a
+        permanent error, or the pod was deleted just before the request reached the
+        server."""
         job = self.world.job
         assert job is not None
         fresh = self.server_pod()
         if failure == "retryable" or (failure == "conflict" and job.read):
             self._done(job, Done(job.call, Result.RETRY, error=ServerError("boom")))
+        elif failure == "unanswered":
+            timeout = RequestTimeoutError("no answer")
+            self._done(job, Done(job.call, Result.RETRY, error=timeout))
         elif failure == "conflict" and fresh is not None:
             self._done(job, Done(job.call, Result.CONFLICT, fresh, ConflictError()))
         elif failure == "permanent":
@@ -551,14 +575,14 @@ class ObjectStateMachine(RuleBasedStateMachine):
         assert open_futures == self.model.unresolved(), (
             f"open futures {open_futures} != pending/in flight {self.model.unresolved()}"
         )
-        assert (self.world.job is None) == (self.model.inflight is None)
+        assert (self.world.job is None) == (self.model.inflight is None or self.model.reading)
         machine = self.world.machine
         assert machine.state is shape_of(machine), (
             f"the table says {machine.state}, what is tracked says {shape_of(machine)}"
         )
         assert (machine.state is State.RETIRED) == self.world.retired
-        if self.model.pending is not None and self.world.job is None:
-            assert self.world.ready is not None, "a call is pending but the executor was not told"
+        if (self.model.pending is not None or self.model.reading) and self.world.job is None:
+            assert self.world.ready is not None, "a call waits but the executor was not told"
         actor = self.world.actor
         assert set(actor.open) == {i.future for i in open_futures}, "the actor's open futures"
         assert not actor.granted, "a grant was neither used nor refunded"
@@ -602,13 +626,24 @@ class ObjectStateMachine(RuleBasedStateMachine):
             self.watch.stop()
 
 
-ObjectStateMachine.TestCase.settings = settings(
+class OneAttemptMachine(ObjectStateMachine):
+    """The same with ``max_attempts=1``: every retryable failure is the last, so calls out of
+    retries come often, and so does the read-back of those whose request went unanswered, with
+    calls arriving while it waits or is on the wire."""
+
+    max_attempts = 1
+
+
+STATEFUL = settings(
     max_examples=200,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+ObjectStateMachine.TestCase.settings = STATEFUL
+OneAttemptMachine.TestCase.settings = STATEFUL
 TestObjectStateStateful = ObjectStateMachine.TestCase
+TestObjectStateOneAttemptStateful = OneAttemptMachine.TestCase
 
 
 # --------------------------------------------------------------------------- regressions

@@ -939,6 +939,162 @@ def test_an_earlier_unanswered_attempt_is_read_back_though_the_last_was_answered
     assert d.outcome(fut) is Outcome.SUCCESS
 
 
+def _last_attempt_unanswered(d: Driver, call: Call) -> tuple[str, Send]:
+    """``call`` submitted with ``max_attempts=2``; its first attempt goes unanswered (a
+    timeout) and its last one is on the wire (after the re-read a call that reads its object
+    needs): its future, and that last request."""
+    fut = d.submit(call)
+    d.done(d.send(), Result.RETRY, error=RequestTimeoutError("no answer"))
+    last = d.request(pod("a", rv=2))
+    assert (last.read, last.attempt) == (False, 2)
+    return fut, last
+
+
+def _drain_unanswered(d: Driver, read_back: Obj) -> list[tuple[bool, int]]:
+    """Grant until nothing is left: every call request goes unanswered, every read shows
+    ``read_back``. The requests sent, as ``(read, attempt)``."""
+    sent: list[tuple[bool, int]] = []
+    while (s := d.grant()) is not None:
+        sent.append((s.read, s.attempt))
+        if s.read:
+            d.done(s, obj=read_back)
+        else:
+            d.done(s, Result.RETRY, error=RequestTimeoutError("no answer"))
+    return sent
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not_landed", "landed"])
+@pytest.mark.parametrize("when", ["last_attempt_on_the_wire", "read_back_waiting"])
+def test_a_call_of_its_type_waits_for_the_read_back_of_a_call_out_of_retries(
+    when: str, landed: bool
+) -> None:
+    """Both attempts of a binding go unanswered (``max_attempts=2``), and the scheduler binds
+    the pod to the same node again meanwhile: while the last attempt is on the wire, or while
+    the read-back waits for its grant. The first call is never merged: its read-back is its
+    next request and decides it; the second waits behind it, then resolves ``SKIPPED`` when
+    the read shows the pod bound, or is sent on its own budget. Never a third binding request
+    for the first call. (It used to be merged into the second: the first resolved
+    ``OVERWRITTEN`` without the read, the merged call was sent a third time.)"""
+    d = Driver(RetryConfig(max_attempts=2))
+    p = pod("a")
+    first, last = _last_attempt_unanswered(d, PodBinding.for_pod(p, "n1"))
+    second = d.submit(PodBinding.for_pod(p, "n1")) if when == "last_attempt_on_the_wire" else ""
+    d.done(last, Result.RETRY, error=RequestTimeoutError("no answer"))
+    if when == "read_back_waiting":
+        assert [r.relevance for r in d.readies()] == [PodBinding.relevance]
+        second = d.submit(PodBinding.for_pod(p, "n1"))
+    assert d.outcome(first) is None and d.outcome(second) is None
+    assert d.state() is State.IN_FLIGHT_PENDING  # the first to read back, the second behind
+    read = d.send()
+    assert (read.read, read.verify, read.attempt) == (True, True, 2) and read.call is last.call
+    assert d.m.queue[0].future == second and d.m.queue[0].retry.attempt == 0  # not merged
+    d.done(read, obj=pod("a", rv=9, node="n1" if landed else None))
+    if landed:
+        assert d.outcome(first) is Outcome.SUCCESS
+        assert d.outcome(second) is Outcome.SKIPPED  # the read shows it done: nothing sent
+        assert d.grant() is None
+        return
+    err = d.error(first)
+    assert isinstance(err, CallFailed) and isinstance(err.cause, RequestTimeoutError)
+    assert "gave up after 2 failed requests" in str(err) and "did not land" in str(err)
+    assert d.outcome(second) is None
+    # the second call goes on its own budget: two attempts, then its own read-back
+    assert _drain_unanswered(d, pod("a", rv=9)) == [(False, 1), (False, 2), (True, 2)]
+    err = d.error(second)
+    assert isinstance(err, CallFailed) and "gave up after 2 failed requests" in str(err)
+    assert d.state() is State.IDLE
+
+
+def test_a_patch_of_its_type_is_not_merged_into_a_patch_reading_back() -> None:
+    """The same for status patches, whose merge would mix the two: the second patch (another
+    condition) is sent as it is, on its own budget, after the first one's read-back."""
+    d = Driver(RetryConfig(max_attempts=2))
+    p = pod("a")
+    first, last = _last_attempt_unanswered(d, unsched(p))
+    d.done(last, Result.RETRY, error=RequestTimeoutError("no answer"))
+    second = d.submit(gate(p))
+    read = d.send()
+    assert read.verify and read.call is last.call
+    d.done(read, obj=pod("a", rv=9))  # the first did not land
+    assert isinstance(d.error(first), CallFailed)
+    s = d.request(pod("a", rv=9))
+    assert (s.read, s.attempt, s.call) == (False, 1, gate(p))
+    d.done_succeeds(s, second)
+
+
+@pytest.mark.parametrize("how", ["deleted", "cancel", "withdraw", "revoke"])
+def test_a_read_back_waiting_for_its_grant_is_withdrawn_with_what_waits(how: str) -> None:
+    """Whatever withdraws the calls not on the wire withdraws a read-back that waits for its
+    grant (no request of it is on the wire): the object gone (the actor retires at once, with
+    nothing in flight left), the caller's cancellation or withdrawal (a call of another type
+    behind it goes next), the loss of leadership."""
+    d = Driver(RetryConfig(max_attempts=2))
+    p = pod("a")
+    first, last = _last_attempt_unanswered(d, PodBinding.for_pod(p, "n1"))
+    d.done(last, Result.RETRY, error=RequestTimeoutError("no answer"))
+    behind = d.submit(label(p))
+    assert d.state() is State.IN_FLIGHT_PENDING
+    if how == "deleted":
+        d.deleted()
+        assert d.outcome(first) is CallCancelled and d.outcome(behind) is CallCancelled
+        assert d.retires() == [Retire(tombstone=True, final=True)]
+        assert d.state() is State.RETIRED
+        return
+    if how == "revoke":
+        lost = LeadershipLost("lease lost")
+        d._take(d.m.revoke(lost))
+        assert d.results[first] is lost and d.results[behind] is lost
+        assert d.state() is State.IDLE and d.grant() is None
+        return
+    if how == "cancel":
+        d.cancel(PodBinding.call_type)
+    else:
+        d._take(d.m.withdraw(first))
+    err = d.error(first)
+    assert isinstance(err, CallCancelled) and d.outcome(behind) is None
+    assert d.state() is State.PENDING
+    s = d.request(pod("a", rv=9))  # after a re-read: the unanswered attempts left it untrusted
+    assert s.call.call_type == LabelPatch.call_type
+    d.done_succeeds(s, behind)
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not_landed", "landed"])
+def test_a_preemption_waits_for_the_read_back_of_a_call_out_of_retries(landed: bool) -> None:
+    """A preemption that arrives while a binding out of retries waits for its read-back does
+    not cancel it: the read decides the binding, then the preemption is sent."""
+    d = Driver(RetryConfig(max_attempts=2))
+    p = pod("a")
+    binding, last = _last_attempt_unanswered(d, PodBinding.for_pod(p, "n1"))
+    d.done(last, Result.RETRY, error=RequestTimeoutError("no answer"))
+    preemption = d.submit(PodPreemption.for_pod(p))
+    assert d.outcome(binding) is None
+    read = d.send()
+    assert read.verify and read.call is last.call
+    d.done(read, obj=pod("a", rv=9, node="n1" if landed else None))
+    assert d.outcome(binding) is (Outcome.SUCCESS if landed else CallFailed)
+    s = d.request(pod("a", rv=9))
+    assert s.call.call_type == PodPreemption.call_type
+    d.done_succeeds(s, preemption)
+
+
+def test_a_read_back_is_asked_for_in_the_lane_of_what_waits_behind_it() -> None:
+    """A status patch out of retries waits for its read-back in the status patches' lane; a
+    preemption arriving behind it lifts that Ready into the preemptions' lane (the executor
+    would otherwise keep the preemption behind every status patch)."""
+    d = Driver(RetryConfig(max_attempts=2))
+    p = pod("a")
+    patch, last = _last_attempt_unanswered(d, gate(p))
+    d.done(last, Result.RETRY, error=RequestTimeoutError("no answer"))
+    assert [r.relevance for r in d.readies()] == [PodStatusPatch.relevance]
+    preemption = d.submit(PodPreemption.for_pod(p))
+    assert [r.relevance for r in d.readies()] == [PodPreemption.relevance]
+    read = d.send()
+    assert read.verify and read.call is last.call
+    d.done(read, obj=pod("a", rv=9))
+    assert d.outcome(patch) is CallFailed
+    d.done_succeeds(d.request(pod("a", rv=9)), preemption)
+
+
 def test_failed_rereads_count_towards_max_attempts_and_double_the_backoff() -> None:
     """A status patch re-reads its object after a failure: ``max_attempts`` caps the call's
     failed requests, re-reads included, and each failure doubles the next backoff
