@@ -27,6 +27,7 @@ from kubernetes import client as k8s
 from loguru import logger
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from kdispatch.actors.model.config import check_timeout
 from kdispatch.actors.model.errors import (
     AlreadyExistsError,
     ApiError,
@@ -180,10 +181,12 @@ class LeaseElector:
     """Campaigns for one Lease and fences sends to it (see the module docstring).
 
     ``on_lost`` is called exactly once, with the :class:`LeadershipLost`, on whichever thread
-    noticed the loss (election loop, watchdog, or an executor worker in :meth:`may_send`); it
-    must not block. ``clock`` is monotonic seconds (keep ``time.monotonic`` for a
-    :class:`~kdispatch.ProcessDispatcher`, whose child compares the deadline with it);
-    ``wall_clock`` only fills the Lease's ``acquireTime``/``renewTime``.
+    noticed the loss (election loop, watchdog, an executor worker in :meth:`may_send`, or any
+    thread that reads :attr:`is_leader` or calls :meth:`check_deadline`); it must not block.
+    ``client`` is a :class:`LeaseClient`. ``clock`` is monotonic seconds (keep
+    ``time.monotonic`` for a :class:`~kdispatch.ProcessDispatcher`, whose child compares the
+    deadline with it); ``wall_clock`` only fills the Lease's ``acquireTime``/``renewTime``.
+    Bad arguments raise :class:`~kdispatch.InvalidInputError` here.
     """
 
     def __init__(
@@ -200,6 +203,15 @@ class LeaseElector:
             raise InvalidInputError(f"config must be an ElectionConfig, got {config!r}")
         if on_lost is not None and not callable(on_lost):
             raise InvalidInputError("on_lost must be callable")
+        for method in ("get", "create", "update"):
+            if not callable(getattr(client, method, None)):
+                raise InvalidInputError(
+                    f"client must be a LeaseClient (get, create, update), got {client!r}"
+                )
+        if not callable(clock) or not callable(wall_clock):
+            raise InvalidInputError("clock and wall_clock must be callables returning seconds")
+        if metrics_registry is not None and not isinstance(metrics_registry, CollectorRegistry):
+            raise InvalidInputError("metrics_registry must be a prometheus CollectorRegistry")
         self.config = config
         self._client = client
         self._on_lost = on_lost
@@ -227,7 +239,9 @@ class LeaseElector:
 
     @property
     def is_leader(self) -> bool:
-        """Any thread. True while the lease is held and the renew deadline has not passed."""
+        """Any thread. True while the lease is held and the renew deadline has not passed (as
+        :meth:`may_send`: past the deadline, leadership is lost here, ``on_lost`` on this
+        thread)."""
         return self.may_send()
 
     @property
@@ -299,7 +313,9 @@ class LeaseElector:
 
     def wait_for_leadership(self, timeout: float | None = None) -> bool:
         """Caller thread. Block until this replica leads (True), or it lost, was stopped, or
-        ``timeout`` passed (False)."""
+        ``timeout`` passed (False). ``timeout``: seconds >= 0, or None for no limit
+        (:class:`~kdispatch.InvalidInputError` otherwise)."""
+        timeout = check_timeout(timeout, allow_zero=True)
         with self._cond:
             self._cond.wait_for(
                 lambda: self._leading or self._lost is not None or self._stopped, timeout
@@ -324,13 +340,15 @@ class LeaseElector:
             t.start()
         return self
 
-    def stop(self, *, release: bool = True, timeout: float = 10.0) -> bool:
+    def stop(self, *, release: bool = True, timeout: float | None = 10.0) -> bool:
         """Caller thread. Stop campaigning and join the elector's threads; with ``release``,
         give the lease up if held (:meth:`release`: the send gate closes first, then the Lease
         is written free with a 1 s duration, as client-go's ``ReleaseOnCancel`` does, so a
         follower takes over at its next retry). Call it after the dispatcher drained. Returns
         True if the lease was released now (False if :meth:`release` already freed it).
-        Idempotent."""
+        Idempotent. ``timeout``: how long to wait for each thread, seconds >= 0 or None for no
+        limit (:class:`~kdispatch.InvalidInputError` otherwise, before anything stops)."""
+        timeout = check_timeout(timeout, allow_zero=True)
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
@@ -487,23 +505,31 @@ class LeaseElector:
         return {**current, "spec": spec}
 
     def _won(self, t0: float, lease: Json) -> None:
+        """Election thread: an acquire or renew that began at ``t0`` was written; the gate is
+        open until ``t0 + renew_deadline``. A renewal whose reply came after the deadline it
+        was renewing never reopens the gate: leadership was lost at that deadline."""
         cfg = self.config
         with self._cond:
             self._lease = lease  # the server's newest version, even if this replica now stops
             if self._lost is not None or self._stopped:
                 return
-            self._deadline = t0 + cfg.renew_deadline
-            self._observed_rv = str((lease.get("metadata") or {}).get("resourceVersion", ""))
-            self._observed_at = self._clock()
-            became = not self._leading
-            if became:
-                self._leading = True
-                self._became_leader_at = self._clock()
-                self.metrics.is_leader.labels(cfg.name).set(1)
-                self.metrics.transitions.labels(cfg.name, "leader").inc()
-            self._publish_locked()
-            self._cond.notify_all()
-        if became:
+            expired = self._leading and self._clock() >= self._deadline
+            became = False
+            if not expired:
+                self._deadline = t0 + cfg.renew_deadline
+                self._observed_rv = str((lease.get("metadata") or {}).get("resourceVersion", ""))
+                self._observed_at = self._clock()
+                became = not self._leading
+                if became:
+                    self._leading = True
+                    self._became_leader_at = self._clock()
+                    self.metrics.is_leader.labels(cfg.name).set(1)
+                    self.metrics.transitions.labels(cfg.name, "leader").inc()
+                self._publish_locked()
+                self._cond.notify_all()
+        if expired:
+            self._lose(f"lease {cfg.name} renewed only after the renew deadline")
+        elif became:
             logger.info("{} became leader of lease {}", cfg.identity, cfg.name)
 
     def _set_follower_locked(self) -> None:

@@ -228,6 +228,53 @@ def test_config_is_checked() -> None:
     assert (d.lease_duration, d.renew_deadline, d.retry_period) == (15, 10, 2)
 
 
+def test_bad_elector_arguments_are_refused_when_given() -> None:
+    """A typed error at the call, never an AttributeError on the election thread later, nor a
+    wait that never ends (a NaN timeout)."""
+    server = InMemoryApiServer()
+    cfg = ElectionConfig("sched", identity="a")
+    lease_client = MemoryLeaseClient(server)
+    bad: list[dict[str, Any]] = [
+        {"client": None},
+        {"clock": 5},
+        {"wall_clock": "now"},
+        {"metrics_registry": 5},
+    ]
+    for kwargs in bad:
+        with pytest.raises(InvalidInputError):
+            LeaseElector(**{"client": lease_client, "config": cfg, **kwargs})
+    elector = LeaseElector(lease_client, cfg)
+    for timeout in ("1", float("nan"), -1, float("inf")):
+        with pytest.raises(InvalidInputError, match="timeout"):
+            elector.wait_for_leadership(timeout)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="timeout"):
+            elector.stop(timeout=timeout)  # type: ignore[arg-type]
+    assert not elector.wait_for_leadership(0)
+    assert elector.stop(timeout=None) is False  # nothing held, nothing released
+
+
+def test_a_renewal_whose_reply_comes_after_the_deadline_never_reopens_the_gate() -> None:
+    """The gate closed at the deadline (1010) while the renewal begun at 1008 was on the wire:
+    leadership was lost then, and the late reply does not lead on until 1018."""
+    _server, clock, a, lost = _a_leads()
+    told: list[float] = []
+    a.watch_send_deadline(told.append)
+    real_update = a._client.update
+
+    def late_update(*args: Any, **kw: Any) -> Any:
+        written = real_update(*args, **kw)
+        clock.now = 1011.0  # the reply arrives after the deadline
+        return written
+
+    a._client.update = late_update  # type: ignore[method-assign]
+    clock.now = 1008.0
+    a.step()
+    assert not a.may_send() and not a.is_leader
+    assert len(lost) == 1 and "after the renew deadline" in str(lost[0])
+    assert told == [1010.0, 0.0]
+    assert a.send_deadline == 0.0
+
+
 def test_gate_closes_at_renew_deadline_from_the_last_successful_renew() -> None:
     registry = CollectorRegistry()
     server, clock, a, lost = _a_leads(registry=registry)
