@@ -14,8 +14,9 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Self
+from typing import Any, Final, Self
 
+from kdispatch.actors.engine.aio import running_loop
 from kdispatch.actors.model.config import check_timeout
 from kdispatch.actors.model.errors import (
     ApiConnectionError,
@@ -42,6 +43,21 @@ from .transport import decode_object, error_from_status, status_body
 
 OnEvent = Callable[[Obj], None]
 
+_RESERVED_KWARGS: Final = frozenset(
+    {
+        "watch",
+        "resource_version",
+        "timeout_seconds",
+        "allow_watch_bookmarks",
+        "_continue",
+        "limit",
+        "_request_timeout",
+        "_preload_content",
+    }
+)
+"""Arguments of the list method that :class:`AioInformer` sets itself: ``list_kwargs`` may not
+set them."""
+
 
 def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """The ``_without_preload_content`` variant of a ``kubernetes.aio`` API method (also inside
@@ -59,6 +75,19 @@ def raw_variant(list_func: Callable[..., Awaitable[Any]]) -> Callable[..., Await
             f"one), got {list_func!r}"
         )
     return raw  # type: ignore[no-any-return]
+
+
+def _check_arguments(raw: Callable[..., Awaitable[Any]], kwargs: Mapping[str, Any]) -> None:
+    """:class:`InvalidInputError` when the list method ``raw`` takes no argument of one of the
+    names in ``kwargs`` (when its signature can be read). Any thread."""
+    try:
+        signature = inspect.signature(raw)
+    except (TypeError, ValueError):  # no signature to read: the requests will tell
+        return
+    try:
+        signature.bind_partial(**kwargs)
+    except TypeError as exc:
+        raise InvalidInputError(f"list_kwargs do not fit the list method: {exc}") from None
 
 
 class AioInformer(InformerShell):
@@ -83,8 +112,10 @@ class AioInformer(InformerShell):
 
         ``list_kwargs`` go to every list and watch request: selectors
         (``label_selector``, ``field_selector``), a namespace for a namespaced list method,
-        and so on; ``watch``, ``resource_version``, ``timeout_seconds``, ``_continue`` and
-        ``limit`` are the informer's own."""
+        and so on. The list method must take each of them (:class:`InvalidInputError`
+        otherwise); ``watch``, ``resource_version``, ``timeout_seconds``,
+        ``allow_watch_bookmarks``, ``_continue``, ``limit``, ``_request_timeout`` (set by
+        ``request_timeout``) and ``_preload_content`` are the informer's own."""
         self._raw = raw_variant(list_func)
         if not isinstance(kind, str) or not kind[:1].isupper():
             raise InvalidInputError(f"kind must be a Kubernetes kind like 'Pod', got {kind!r}")
@@ -92,11 +123,11 @@ class AioInformer(InformerShell):
             raise InvalidInputError(f"api_version must be a non-empty str, got {api_version!r}")
         if list_kwargs is not None and not isinstance(list_kwargs, Mapping):
             raise InvalidInputError("list_kwargs must be a mapping of the list method's arguments")
-        reserved = {"watch", "resource_version", "timeout_seconds", "_continue", "limit"}
-        if list_kwargs and reserved & set(list_kwargs):
+        if list_kwargs and _RESERVED_KWARGS & set(list_kwargs):
             raise InvalidInputError(
-                f"list_kwargs may not set {sorted(reserved & set(list_kwargs))}"
+                f"list_kwargs may not set {sorted(_RESERVED_KWARGS & set(list_kwargs))}"
             )
+        _check_arguments(self._raw, list_kwargs or {})
         if isinstance(watch_timeout, bool) or not isinstance(watch_timeout, int):
             raise InvalidInputError(f"watch_timeout must be an int, got {watch_timeout!r}")
         backoff = check_settings(
@@ -117,6 +148,7 @@ class AioInformer(InformerShell):
         )
         self._changed = asyncio.Event()  # set when synced or a failure comes
         self._task: asyncio.Task[None] | None = None
+        self._stopped = False  # stop() was called: wait_for_sync returns False
         self._progress = False  # the current watch delivered something
 
     def add_handler(
@@ -139,17 +171,22 @@ class AioInformer(InformerShell):
         return self.add_handler(dispatcher.on_add, dispatcher.on_update, dispatcher.on_delete)
 
     def start(self) -> Self:
-        """Run :meth:`run` in a task of the running loop."""
+        """Run :meth:`run` in a task of the running loop (outside one:
+        :class:`~kdispatch.NoEventLoopError`); once only, and never after :meth:`stop`
+        (:class:`~kdispatch.InvalidInputError`)."""
+        loop = running_loop("AioInformer.start()")
+        if self._stopped:
+            raise InvalidInputError(f"informer {self.name} was stopped: build a new one")
         if self._task is not None:
             raise InvalidInputError(f"informer {self.name} already started")
-        self._task = asyncio.get_running_loop().create_task(
-            self.run(), name=f"aio-informer-{self.name}"
-        )
+        self._task = loop.create_task(self.run(), name=f"aio-informer-{self.name}")
         return self
 
     async def stop(self) -> None:
         """Cancel the task started by :meth:`start` and wait for it to end. A cancellation of
         the calling task while it waits is its own: raised, not swallowed."""
+        self._stopped = True
+        self._changed.set()  # wakes wait_for_sync
         task = self._task
         if task is None:
             return
@@ -162,7 +199,8 @@ class AioInformer(InformerShell):
                 raise
 
     async def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Wait until :meth:`has_synced`, then return True. Raises as
+        """Wait until :meth:`has_synced`, then return True; False if the informer is (or gets)
+        stopped before it synced. Raises as
         :meth:`Informer.wait_for_sync <kdispatch.Informer.wait_for_sync>` does:
         :class:`~kdispatch.InformerSyncTimeout` when ``timeout`` seconds pass first,
         ``UnauthorizedError``/``ForbiddenError`` as soon as a list is refused with 401/403, and
@@ -177,6 +215,8 @@ class AioInformer(InformerShell):
             failure = core.sync_failure(seen)
             if failure is not None:
                 raise failure
+            if self._stopped:
+                return False
             self._changed.clear()
             left = None if until is None else until - loop.time()
             if left is not None and left <= 0:

@@ -236,7 +236,8 @@ class Informer(InformerShell):
     single watch request (server-side timeout) before it is renewed. Reconnects wait
     ``backoff_initial`` doubling to ``backoff_max``, with 20 % jitter. Each of these numbers
     must be > 0 and at most :data:`~kdispatch.adapters.informer_core.LONGEST_SETTING` seconds;
-    anything else (NaN, infinity) raises :class:`~kdispatch.InvalidInputError` here.
+    anything else (NaN, infinity) raises :class:`~kdispatch.InvalidInputError` here, and so
+    does a ``list_watch`` without a ``kind``, ``list()`` or ``watch()``.
 
     Handlers are added before :meth:`start` and run on the informer thread; they must be quick
     (the dispatcher's only ``tell``). ``start``/``stop``/``has_synced``/``wait_for_sync``,
@@ -270,6 +271,9 @@ class Informer(InformerShell):
         kind = getattr(list_watch, "kind", None)
         if not isinstance(kind, str) or not kind:
             raise InvalidInputError(f"list_watch must have a kind, got {kind!r}")
+        for method in ("list", "watch"):
+            if not callable(getattr(list_watch, method, None)):
+                raise InvalidInputError(f"list_watch must be a ListWatch: it has no {method}()")
         server = getattr(list_watch, "server", None)
         self._server = server if isinstance(server, str) else None
         self._errors = informer_errors(metrics_registry or CollectorRegistry()).labels
@@ -312,10 +316,14 @@ class Informer(InformerShell):
         )
 
     def start(self) -> Informer:
-        """Start the list+watch thread (once)."""
+        """Start the list+watch thread (once). Any thread. Raises
+        :class:`~kdispatch.InvalidInputError` when it was started before, or stopped (a stopped
+        informer never runs again: build a new one)."""
         with self._lock:
             if self._thread is not None:
                 raise InvalidInputError(f"informer {self.name} already started")
+            if self._stop.is_set():
+                raise InvalidInputError(f"informer {self.name} was stopped: build a new one")
             self._thread = threading.Thread(
                 target=self._run, name=f"informer-{self.name}", daemon=True
             )
@@ -324,13 +332,17 @@ class Informer(InformerShell):
         return self
 
     def stop(self, timeout: float | None = 5.0) -> bool:
-        """Stop the loop: interrupts a backoff wait and cuts the open watch. True once the
+        """Stop the loop: interrupts a backoff wait and cuts the open watch; no further event
+        reaches the handlers (not even the rest of a list being delivered). True once the
         thread has ended within ``timeout``. Any thread; on the informer's own (a handler or
         an ``on_error`` hook) it cannot wait for itself: it returns False at once and the
         loop ends when the hook returns. ``timeout``: seconds >= 0, or None for no limit
         (:class:`~kdispatch.InvalidInputError` otherwise, before anything stops)."""
         seconds = check_timeout(timeout, allow_zero=True)
         self._stop.set()
+        self._core.halt()
+        with self._state:  # wakes wait_for_sync
+            self._state.notify_all()
         with self._lock:
             stream, thread = self._stream, self._thread
         if stream is not None:
@@ -343,7 +355,8 @@ class Informer(InformerShell):
         return not thread.is_alive()
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
-        """Block until :meth:`has_synced`, then return True. Any thread.
+        """Block until :meth:`has_synced`, then return True; False if the informer is (or
+        gets) stopped before it synced, as client-go's ``WaitForCacheSync``. Any thread.
 
         Raises :class:`~kdispatch.InformerSyncTimeout` (a ``TimeoutError``)
         when ``timeout`` seconds pass first: its ``last_error`` is the newest failure and its
@@ -357,13 +370,16 @@ class Informer(InformerShell):
         with self._state:
             seen = core.errors
             self._state.wait_for(
-                lambda: core.synced or core.sync_failure(seen) is not None, timeout
+                lambda: core.synced or self._stop.is_set() or core.sync_failure(seen) is not None,
+                timeout,
             )
             if core.synced:
                 return True
             failure = core.sync_failure(seen)
             if failure is not None:
                 raise failure
+            if self._stop.is_set():
+                return False
             raise core.sync_timeout(timeout, self._server)
 
     # ----------------------------------------------------------------- the loop

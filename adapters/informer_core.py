@@ -10,8 +10,8 @@ handler in order (one that raises is logged and skipped); keeps the sync state a
 failures ``wait_for_sync`` reports; and says how long to back off after failures.
 
 Driven by one thread (the informer's, or the event loop's); other threads only read it (a
-single lookup in ``cache``, or :meth:`InformerCore.snapshot` under the lock it is given). No
-threads, sockets, clocks or asyncio.
+single lookup in ``cache``, or :meth:`InformerCore.snapshot` under the lock it is given) or
+:meth:`~InformerCore.halt` it. No threads, sockets, clocks or asyncio.
 """
 
 from __future__ import annotations
@@ -219,11 +219,17 @@ class InformerCore:
         self.relists = 0
         self.errors = 0
         """Failures reported so far (``wait_for_sync`` tells new ones from old ones)."""
+        self._halted = False
         self.log = logger.bind(informer=name, kind=kind)  # the shell logs here too
 
     def add_handler(self, handler: Handler) -> None:
         """Register callbacks (the shell checks them, and that it is not running yet)."""
         self._handlers.append(handler)
+
+    def halt(self) -> None:
+        """The shell stopped: from now on no handler is called (not even for the rest of a
+        list being delivered). Any thread."""
+        self._halted = True
 
     def snapshot(self) -> dict[str, Obj]:
         """A consistent copy of the cache (under the lock). Any thread."""
@@ -364,7 +370,10 @@ class InformerCore:
             self.resource_version = rv
 
     def _fire(self, callback: str, *args: Obj) -> None:
-        """Call every handler's ``callback`` (``"on_add"``, ...); one that raises is logged."""
+        """Call every handler's ``callback`` (``"on_add"``, ...); one that raises is logged.
+        Nothing once halted."""
+        if self._halted:
+            return
         for handler in self._handlers:
             fn = getattr(handler, callback)
             if fn is None:

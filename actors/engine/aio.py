@@ -22,8 +22,10 @@ ASYNC_SOURCE: Final = "_kdispatch_source"
 
 
 class NoEventLoopError(KdispatchError, RuntimeError):
-    """An asyncio method (``asubmit``, ``aview``) was called outside a running event loop: call
-    it from a coroutine, or use the threaded ``submit``/``view``."""
+    """An asyncio method that starts work at once (a dispatcher's or a call group's
+    ``asubmit``, a call group's ``apreempt``, ``AioInformer.start``) was called outside a
+    running event loop: call it from a coroutine, or use the threaded ``submit`` (or
+    ``Informer``). (``aview`` returns a coroutine: it needs a loop only to be awaited.)"""
 
 
 def running_loop(what: str) -> asyncio.AbstractEventLoop:

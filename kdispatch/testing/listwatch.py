@@ -22,7 +22,10 @@ class MemoryListWatch:
     """:class:`ListWatch` directly over an :class:`InMemoryApiServer` (no HTTP), for any kind
     of the kind table. ``label_selector``: only objects whose labels match (equality-based and
     set-based selectors, as the apiserver parses them). A watch the server drops raises
-    :class:`ApiConnectionError`, like a cut connection."""
+    :class:`ApiConnectionError`, like a cut connection. Bad arguments (an unknown kind, a
+    namespace for a cluster-scoped kind, a ``label_selector`` that is not a non-empty str, a
+    ``kinds`` that is not a :class:`~kdispatch.KindTable`) raise
+    :class:`~kdispatch.InvalidInputError` here."""
 
     def __init__(
         self,
@@ -35,6 +38,14 @@ class MemoryListWatch:
     ):
         if not isinstance(server, InMemoryApiServer):
             raise InvalidInputError(f"server must be an InMemoryApiServer, got {server!r}")
+        if kinds is not None and not isinstance(kinds, KindTable):
+            raise InvalidInputError(f"kinds must be a KindTable, got {kinds!r}")
+        if label_selector is not None and (
+            not isinstance(label_selector, str) or not label_selector
+        ):
+            raise InvalidInputError(
+                f"label_selector must be a non-empty str or None, got {label_selector!r}"
+            )
         self._info = (kinds or DEFAULT_KINDS).lookup(kind)
         self.kind = self._info.kind
         self._server = server

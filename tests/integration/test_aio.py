@@ -9,6 +9,7 @@ import math
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Self, cast
 
 import kopf
@@ -526,6 +527,52 @@ def test_aio_informer_bad_input_is_typed() -> None:
         AioInformer(api.list_pod_for_all_namespaces, kind="Pod", list_kwargs={"watch": True})
     with pytest.raises(InvalidInputError, match="on_add"):
         AioInformer(api.list_pod_for_all_namespaces, kind="Pod").attach(object())
+
+
+def test_aio_informer_refuses_list_kwargs_it_cannot_send_and_a_start_outside_a_loop() -> None:
+    """Each of these made every request fail (reported as "cannot connect"), so the informer
+    never synced: refused when built instead. ``start()`` needs the running loop it runs on."""
+    api: Any = aclient.CoreV1Api(aclient.ApiClient(aclient.Configuration(host="http://x")))
+    for taken in ("_request_timeout", "allow_watch_bookmarks", "_preload_content"):
+        with pytest.raises(InvalidInputError, match=f"may not set.*{taken}"):
+            AioInformer(api.list_pod_for_all_namespaces, kind="Pod", list_kwargs={taken: 1})
+    with pytest.raises(InvalidInputError, match="label_selectr"):
+        AioInformer(
+            api.list_pod_for_all_namespaces, kind="Pod", list_kwargs={"label_selectr": "a=b"}
+        )
+    crds: Any = aclient.CustomObjectsApi(aclient.ApiClient(aclient.Configuration(host="http://x")))
+    plural = partial(crds.list_cluster_custom_object, "example.io", "v1", "quotaclaims")
+    AioInformer(plural, kind="QuotaClaim", list_kwargs={"label_selector": "team=a"})
+    informer = AioInformer(api.list_pod_for_all_namespaces, kind="Pod")
+    with pytest.raises(NoEventLoopError, match=r"AioInformer\.start"):
+        informer.start()
+
+    async def started_on_a_loop() -> None:
+        informer.start()  # the refused start() left nothing behind
+        await informer.stop()
+
+    asyncio.run(started_on_a_loop())
+
+
+@async_test
+async def test_a_stopped_aio_informer_wakes_its_sync_waiters_and_never_starts_again() -> None:
+    """An informer whose apiserver is down: a ``wait_for_sync()`` without a timeout returns
+    False once it is stopped (it used to wait for ever), and a stopped informer refuses to
+    start, as the threaded one does, whether it ran or not."""
+    async with aclient.ApiClient(aclient.Configuration(host="http://127.0.0.1:1")) as client:
+        api: Any = aclient.CoreV1Api(client)
+        informer = AioInformer(
+            api.list_pod_for_all_namespaces, kind="Pod", backoff_initial=0.01, backoff_max=0.05
+        ).start()
+        waiter = asyncio.ensure_future(informer.wait_for_sync(None))
+        await asyncio.sleep(0)  # let the waiter wait first (it must end False either way)
+        await informer.stop()
+        assert await asyncio.wait_for(waiter, 10) is False
+        never_started = AioInformer(api.list_pod_for_all_namespaces, kind="Pod")
+        await never_started.stop()
+        for stopped in (informer, never_started):
+            with pytest.raises(InvalidInputError, match="was stopped"):
+                stopped.start()
 
 
 # ------------------------------------------------------------------ the README's kopf recipe

@@ -311,6 +311,8 @@ class ScriptedListWatch:
         self.lists = lists
         self.streams = streams
         self.list_calls = 0
+        self.lists_when_exhausted = 0  # list_calls when the streams ran out (the informer
+        # keeps retrying after that, so list_calls itself goes on growing)
         self.watch_rvs: list[str] = []
         self.exhausted = threading.Event()
 
@@ -324,6 +326,8 @@ class ScriptedListWatch:
     def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
         self.watch_rvs.append(resource_version)
         if not self.streams:
+            if not self.exhausted.is_set():
+                self.lists_when_exhausted = self.list_calls
             self.exhausted.set()
             raise ServerError("no more scripted streams")
         return _Scripted(self.streams.pop(0))
@@ -363,7 +367,7 @@ def test_bookmarks_duplicates_and_errors(run: Callable[..., Any]) -> None:
     inf, rec = run(lw, backoff_initial=0.001, backoff_max=0.002)
     assert lw.exhausted.wait(WAIT)
     assert rec.names() == [("add", "a"), ("update", "a"), ("add", "b")]
-    assert lw.list_calls == 2
+    assert lw.lists_when_exhausted == 2
     assert lw.watch_rvs[:3] == ["5", "9", "12"]  # resumed from the bookmark, then the last event
     assert inf.has_synced()
 
@@ -505,6 +509,32 @@ def test_stop_on_the_informers_own_thread_ends_the_loop_after_the_hook(
     assert not inf.has_synced()
 
 
+def test_a_handler_that_stops_the_informer_mid_list_is_called_no_more(
+    server: InMemoryApiServer,
+) -> None:
+    """A handler gives up at the first of five listed pods: the rest of the list used to be
+    delivered after its stop()."""
+    for i in range(5):
+        server.create(make_pod(f"p{i}"))
+    seen: list[str] = []
+    stopped: Future[bool] = Future()
+
+    def on_add(obj: dict[str, Any]) -> None:
+        seen.append(obj["metadata"]["name"])
+        if not stopped.done():
+            stopped.set_result(inf.stop(timeout=1.0))
+
+    inf = Informer(MemoryListWatch(server, "Pod"), name="gives-up")
+    inf.add_handler(on_add=on_add)
+    inf.start()
+    try:
+        assert stopped.result(timeout=WAIT) is False  # it cannot join its own thread
+    finally:
+        assert inf.stop(timeout=5.0)
+    assert seen == ["p0"]
+    assert len(inf.cache) == 5  # the cache still holds the list; only the handlers stop
+
+
 def test_stop_cuts_a_quiet_http_watch(
     api_client: k8s.ApiClient, http_server: ApiServerHTTP
 ) -> None:
@@ -588,12 +618,85 @@ def test_a_handler_that_is_not_callable_is_refused_when_added(server: InMemoryAp
         assert inf.stop()
 
 
+def test_a_source_without_list_or_watch_is_refused_when_built(server: InMemoryApiServer) -> None:
+    """It used to be taken, then every attempt failed with AttributeError on the informer
+    thread and wait_for_sync only timed out."""
+    partial: list[dict[str, Any]] = [
+        {},
+        {"list": lambda self: ([], "1")},
+        {"watch": lambda self, rv, t: None},
+    ]
+    for methods in partial:
+        source = type("Partial", (), {"kind": "Pod", **methods})()
+        with pytest.raises(InvalidInputError, match="must be a ListWatch"):
+            Informer(source, name="x")
+    assert not server.request_log
+
+
+def test_memory_list_watch_refuses_a_bad_kind_table_or_selector_when_built(
+    server: InMemoryApiServer,
+) -> None:
+    """As ClientListWatch does: kinds={} raised AttributeError, label_selector=5 failed every
+    list on the informer thread."""
+    bad_arguments: list[dict[str, Any]] = [
+        {"kinds": {"Pod": 1}},
+        {"kinds": 5},
+        {"label_selector": 5},
+        {"label_selector": ""},
+    ]
+    for bad in bad_arguments:
+        with pytest.raises(InvalidInputError, match=next(iter(bad))):
+            MemoryListWatch(server, "Pod", **bad)
+    assert not server.request_log
+
+
+def test_a_stopped_informer_refuses_to_start_again(server: InMemoryApiServer) -> None:
+    """start() after stop() used to return as if started while its thread ended at once: the
+    informer never listed and nothing said so."""
+    server.create(make_pod("a"))
+    never_started = Informer(MemoryListWatch(server, "Pod"), name="x")
+    assert never_started.stop()
+    with pytest.raises(InvalidInputError, match="was stopped"):
+        never_started.start()
+    assert not never_started.has_synced()
+    ran = Informer(MemoryListWatch(server, "Pod"), name="y").start()
+    assert ran.wait_for_sync(timeout=WAIT)
+    assert ran.stop()
+    with pytest.raises(InvalidInputError, match="already started"):
+        ran.start()
+
+
+def test_wait_for_sync_returns_false_once_stopped_before_it_synced() -> None:
+    """A waiter with no timeout on an informer that never lists (the apiserver is down) is
+    woken by stop(): False, as client-go's WaitForCacheSync; it used to block for ever."""
+
+    class Down:
+        kind = "Pod"
+
+        def list(self) -> Any:
+            raise ApiConnectionError("connection refused")
+
+        def watch(self, resource_version: str, timeout_seconds: float) -> Any:
+            raise AssertionError("never listed, never watched")
+
+    informer = Informer(Down(), name="down", backoff_initial=0.01, backoff_max=0.05).start()
+    waited: Future[bool] = Future()
+    waiter = threading.Thread(
+        target=lambda: waited.set_result(informer.wait_for_sync(None)), daemon=True
+    )
+    waiter.start()
+    assert informer.stop(timeout=WAIT)
+    assert waited.result(timeout=WAIT) is False
+    waiter.join(WAIT)
+    assert informer.wait_for_sync(0) is False  # and at once, afterwards
+
+
 def test_repeated_gone_keeps_relisting(run: Callable[..., Any]) -> None:
     lists = [([pod("a", "u-a", rv)], str(rv)) for rv in (5, 6, 7, 8)]
     lw = ScriptedListWatch(lists=list(lists), streams=[[GoneError("too old")]] * 3)
     inf, rec = run(lw, backoff_initial=0.001, backoff_max=0.002)
     assert lw.exhausted.wait(WAIT)
-    assert lw.list_calls == 4
+    assert lw.lists_when_exhausted == 4
     assert lw.watch_rvs[:4] == ["5", "6", "7", "8"]
     assert rec.names() == [("add", "a"), ("update", "a"), ("update", "a"), ("update", "a")]
     assert inf.relists == 4
