@@ -1,22 +1,27 @@
 """kdispatch.testing.envtest without binaries: where the binaries are looked up and in which
 order, the error when there are none (from Python, the CLI and the pytest fixture), the build
-stamp (with a stand-in ``go``), the components' command lines (feature gates, runtime config),
-kubeconfigs and static-token users."""
+stamp (with a stand-in ``go``), the components' command lines (feature gates, runtime config,
+the flags the control plane keeps for itself), kubeconfigs and static-token users, and what a
+launcher killed outright leaves behind (with stand-in components)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -38,7 +43,7 @@ from kdispatch.testing.envtest import (
 from kdispatch.testing.envtest.apiserver import KubeAPIServer, User
 from kdispatch.testing.envtest.build import STAMP, read_stamp
 from kdispatch.testing.envtest.certs import write_pki
-from kdispatch.testing.envtest.flags import parse_assignments
+from kdispatch.testing.envtest.flags import flag_values, parse_assignments, secure_port
 from kdispatch.testing.envtest.modules import ETCD, KUBERNETES, PinnedModule
 from kdispatch.testing.envtest.scheduler import KubeScheduler
 from kdispatch.testing.waiting import wait_for
@@ -555,6 +560,27 @@ def test_malformed_gates_and_runtime_config_are_refused_before_anything_starts(
         ({"etcd_args": "--log-level=debug"}, "etcd_args must be a list of str"),
         ({"scheduler_args": "--v=4"}, "scheduler_args must be a list of str"),
         ({"apiserver_args": ["--v", 4]}, "apiserver_args must be a list of str"),
+        # the flags through which the control plane reaches what it started are its own
+        (
+            {"apiserver_args": ["--etcd-servers=http://127.0.0.1:1"]},
+            "apiserver_args may not set --etcd-servers",
+        ),
+        ({"apiserver_args": ["--token-auth-file", "t.csv"]}, "may not set --token-auth-file"),
+        ({"apiserver_args": ["--tls-cert-file=c.pem"]}, "may not set --tls-cert-file"),
+        ({"apiserver_args": ["--tls-private-key-file=k.pem"]}, "may not set --tls-private-key"),
+        (
+            {"etcd_args": ["-listen-client-urls=http://127.0.0.1:1"]},
+            "etcd_args may not set --listen-client-urls",
+        ),
+        ({"etcd_args": ["--advertise-client-urls", "http://x"]}, "--advertise-client-urls"),
+        # a --secure-port is followed, so it must be one
+        (
+            {"apiserver_args": ["--secure-port=0"]},
+            r"apiserver_args: --secure-port must be a port from 1 to 65535, got '0'",
+        ),
+        ({"apiserver_args": ["--secure-port", "65536"]}, "got '65536'"),
+        ({"apiserver_args": ["--v=1", "--secure-port"]}, "got None"),
+        ({"scheduler_args": ["--secure-port=https"]}, "scheduler_args: --secure-port must be"),
     ],
 )
 def test_malformed_users_and_flags_are_refused_before_anything_starts(
@@ -618,6 +644,22 @@ def test_cli_start_refuses_a_timeout_that_is_not_positive_with_a_usage_error(
     done = run_command(args, env={**os.environ, "KUBEBUILDER_ASSETS": str(binaries.dir)})
     assert done.returncode == 2, done.stderr
     assert "usage:" in done.stderr and "--timeout must be" in done.stderr
+
+
+def test_a_secure_port_among_the_extra_flags_is_the_port_the_control_plane_follows(
+    tmp_path: Path,
+) -> None:
+    """Both spellings, the last one winning as in the binary; the component's command line
+    then says that port once more, in the control plane's own flags (the user's stay last)."""
+    plane = ControlPlane(
+        scheduler=True,
+        apiserver_args=["--secure-port=7001", "--v=2", "--secure-port", "7443"],
+        scheduler_args=["--secure-port", "7259"],
+    )
+    assert secure_port(plane.apiserver_args, "apiserver_args") == 7443
+    assert secure_port(plane.scheduler_args, "scheduler_args") == 7259
+    assert secure_port(ControlPlane().apiserver_args, "apiserver_args") is None
+    assert flag_values(["--a=1", "-a", "2", "--ab=3", "--a"], "--a") == ["1", "2", None]
 
 
 def test_command_line_assignments_merge_and_a_later_one_wins() -> None:
@@ -700,3 +742,115 @@ def test_the_serving_certificate_passes_strict_verification(tmp_path: Path) -> N
             ):
                 assert tls.version() is not None  # the handshake verified the chain
             accepted.result(timeout=10)
+
+
+# --------------------------------------------------------------------------- a killed launcher
+
+
+def _sleeping_binaries(folder: Path) -> Binaries:
+    """etcd and kube-apiserver stand-ins that never answer: each is ``sleep``, named by its
+    absolute path so that they run with any ``PATH``."""
+    sleep = shutil.which("sleep")
+    assert sleep is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("etcd", "kube-apiserver"):
+        path = folder / name
+        path.write_text(f"#!/bin/sh\nexec {sleep} 300\n")
+        path.chmod(0o755)
+    return Binaries(folder / "etcd", folder / "kube-apiserver")
+
+
+@pytest.fixture
+def launcher_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a ``start`` with stand-in components, its temporary folders in
+    ``tmp_path/tmp``, and a ``PATH`` with nothing on it (no ``setpriv`` either)."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "empty").mkdir()
+    return {
+        **os.environ,
+        "KUBEBUILDER_ASSETS": str(_sleeping_binaries(tmp_path / "bin").dir),
+        "TMPDIR": str(tmp_path / "tmp"),
+        "PATH": str(tmp_path / "empty"),
+    }
+
+
+@pytest.fixture
+def launchers(launcher_env: dict[str, str]) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Launchers the test starts (``start --timeout 100``, waiting on an etcd that never
+    answers); at the end, each that still runs is killed, and so is every process of theirs
+    that is left, whatever the test did."""
+    started: list[subprocess.Popen[bytes]] = []
+    seen: list[psutil.Process] = []
+    yield started
+    for proc in started:
+        with contextlib.suppress(psutil.Error):
+            seen += psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait(30)
+    for kid in seen:
+        with contextlib.suppress(psutil.Error):
+            kid.kill()
+
+
+def _launch(env: dict[str, str], started: list[subprocess.Popen[bytes]]) -> psutil.Process:
+    """Start a launcher; return its etcd (the stand-in) once it runs."""
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "100"]
+    proc = subprocess.Popen(
+        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO
+    )
+    started.append(proc)
+
+    def stand_in() -> psutil.Process | None:
+        kids = psutil.Process(proc.pid).children()
+        return next((k for k in kids if k.name() == "sleep"), None)
+
+    found: psutil.Process = wait_for(stand_in, 60, "the launcher's etcd", interval=0.05)
+    return found
+
+
+def _folders(env: dict[str, str]) -> list[Path]:
+    return sorted(Path(env["TMPDIR"]).glob("kdispatch-envtest-*"))
+
+
+def _start_briefly(env: dict[str, str]) -> None:
+    """A ``start`` that gives up after half a second (its etcd never answers)."""
+    args = [sys.executable, "-m", "kdispatch.testing.envtest", "start", "--timeout", "0.5"]
+    done = run_command(args, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "envtest: not ready within 0.5 s" in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_launcher_leaves_no_process_and_the_next_start_removes_its_folder(
+    launcher_env: dict[str, str], launchers: list[subprocess.Popen[bytes]]
+) -> None:
+    """SIGKILL runs no cleanup: the kernel's parent-death signal takes the components down,
+    without ``setpriv`` too, and the folder the launcher made is removed by the next start."""
+    etcd = _launch(launcher_env, launchers)
+    [folder] = _folders(launcher_env)
+    launchers[0].send_signal(signal.SIGKILL)
+    launchers[0].wait(30)
+    _, alive = psutil.wait_procs([etcd], timeout=30)
+    assert not alive, f"the killed launcher's etcd still runs: {alive}"
+    assert _folders(launcher_env) == [folder]  # nothing removed it yet
+
+    _start_briefly(launcher_env)
+    assert _folders(launcher_env) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_start_leaves_the_folders_of_running_control_planes_alone(
+    launcher_env: dict[str, str], launchers: list[subprocess.Popen[bytes]]
+) -> None:
+    """A folder whose owner runs is kept, and so is one a start did not make (no owner's
+    lock in it); the owner removes its own when it stops."""
+    _launch(launcher_env, launchers)
+    [running] = _folders(launcher_env)
+    other = Path(launcher_env["TMPDIR"]) / "kdispatch-envtest-someone-elses"
+    other.mkdir()
+
+    _start_briefly(launcher_env)
+    assert _folders(launcher_env) == sorted([running, other])
+    launchers[0].send_signal(signal.SIGTERM)
+    assert launchers[0].wait(30) == 0
+    assert _folders(launcher_env) == [other]

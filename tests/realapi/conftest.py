@@ -132,7 +132,7 @@ def real(tmp_path_factory: pytest.TempPathFactory, binaries: Binaries) -> Iterat
         leaked = [
             f"{p.pid} {p.name()}"
             for p in psutil.Process().children(recursive=True)
-            if p.name() in ("etcd", "kube-apiserver", "kube-scheduler", "setpriv")
+            if p.name() in ("etcd", "kube-apiserver", "kube-scheduler")
         ]
         assert not leaked, f"leaked cluster processes: {leaked}"
 

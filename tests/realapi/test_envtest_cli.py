@@ -3,17 +3,21 @@ against the real binaries: a first pod in ``default`` is admitted through the wr
 kubeconfig, and stopping the launcher (SIGTERM, or SIGKILL and the parent-death signal)
 leaves no process behind. Feature gates and runtime config (from the command line, the
 fixture's options and ``ControlPlane``) turn on PodGroups in kube-apiserver and gang
-scheduling in kube-scheduler; the docs' example runs as written."""
+scheduling in kube-scheduler; the docs' example runs as written. A ``--secure-port`` among the
+extra flags is where kube-apiserver and kube-scheduler serve, and what the control plane
+follows."""
 
 from __future__ import annotations
 
 import os
 import selectors
 import signal
+import ssl
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ import pytest
 from kubernetes import client, config
 
 from kdispatch.testing.envtest import Binaries, ControlPlane, ControlPlaneError
+from kdispatch.testing.envtest.processes import free_port
 from kdispatch.testing.waiting import wait_for
 from tests.snippets import block, run
 from tests.subprocesses import run_command
@@ -379,3 +384,27 @@ def test_a_gate_the_binary_does_not_know_fails_the_start_with_its_log() -> None:
     with pytest.raises(ControlPlaneError, match="NoSuchGateInKubernetes"):
         plane.start(timeout=60)
     assert not [p for p in plane.processes if p.running()]
+
+
+def test_a_secure_port_among_the_extra_flags_is_where_the_components_serve(
+    scheduler_binaries: Binaries,
+) -> None:
+    """The user's ``--secure-port`` wins on the command line, and the control plane waits on
+    that port, serves its URL and kubeconfig from it (a pod is created through it), and finds
+    kube-scheduler ready there."""
+    port, scheduler_port = free_port(), free_port()
+    plane = ControlPlane(
+        scheduler_binaries,
+        scheduler=True,
+        apiserver_args=["--secure-port", str(port)],
+        scheduler_args=[f"--secure-port={scheduler_port}"],
+    )
+    with plane:
+        assert plane.url == f"https://127.0.0.1:{port}"
+        _create_pod_through(plane.kubeconfig_path, plane.url)
+        insecure = ssl.create_default_context()  # kube-scheduler's certificate is self-signed
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        readyz = f"https://127.0.0.1:{scheduler_port}/readyz"
+        with urllib.request.urlopen(readyz, timeout=10, context=insecure) as resp:
+            assert resp.status == 200

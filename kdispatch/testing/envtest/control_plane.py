@@ -12,15 +12,16 @@ and a namespace you create gets its ``default`` ServiceAccount from :meth:`creat
 Process hygiene: every child runs in its own session with a parent-death signal (sent when the
 *thread* that started it exits: start and stop from a thread that outlives the control plane,
 such as the main thread), stop sends SIGTERM and then SIGKILL to each child's group, and an
-``atexit`` hook stops whatever is still running if the interpreter exits first.
+``atexit`` hook stops whatever is still running if the interpreter exits first. A process killed
+outright (SIGKILL) runs no cleanup: its children get SIGKILL from the kernel, and the temporary
+folder it made is removed by the next start on the machine (a lock the owner holds tells a
+folder whose owner is gone).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import shutil
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,12 +39,15 @@ from .etcd import Etcd
 from .flags import (
     check_feature_gates,
     check_runtime_config,
+    check_wiring,
     feature_gate_flags,
     runtime_config_flags,
+    secure_port,
 )
 from .kubeconfig import write_kubeconfig
 from .processes import Process, seconds
 from .scheduler import SCHEDULER_USER, KubeScheduler
+from .tempdirs import OwnedDir, remove_stale_dirs
 
 _T = TypeVar("_T")
 
@@ -71,16 +75,23 @@ class ControlPlane:
 
     ``binaries``: default :func:`find_binaries` (``KUBEBUILDER_ASSETS``, then the cache).
     ``workdir``: where certificates, data and logs go; default a temporary folder, removed at
-    :meth:`stop`. ``users``: extra static-token users, name → groups (their tokens:
-    :meth:`token`). ``feature_gates``: gate name → bool (``{"GenericWorkload": True}``),
-    passed to kube-apiserver and, with ``scheduler``, to kube-scheduler as ``--feature-gates``.
+    :meth:`stop` (or, when the process was killed before a stop could run, by a later start).
+    ``users``: extra static-token users, name → groups (their tokens: :meth:`token`).
+    ``feature_gates``: gate name → bool (``{"GenericWorkload": True}``), passed to
+    kube-apiserver and, with ``scheduler``, to kube-scheduler as ``--feature-gates``.
     ``runtime_config``: API group/version → bool (``{"scheduling.k8s.io/v1beta1": True}``),
     passed to kube-apiserver as ``--runtime-config`` (a beta API such as PodGroups needs both).
     Malformed ones raise :class:`ControlPlaneOptionError` here, before anything starts.
     ``apiserver_args`` / ``etcd_args`` / ``scheduler_args``: extra flags, appended after those
-    (a repeated flag's last value wins; repeated ``--feature-gates`` merge). Malformed
-    ``users`` (groups given as one string included) or flags (one string instead of a list
-    included) raise :class:`ControlPlaneOptionError` here too. A ``workdir`` that holds an
+    (a repeated flag's last value wins; repeated ``--feature-gates`` merge). A
+    ``--secure-port=N`` among ``apiserver_args`` puts kube-apiserver on port N, and :attr:`url`,
+    the kubeconfigs and the wait for ``/readyz`` follow it (likewise kube-scheduler's among
+    ``scheduler_args``); the flags through which the control plane reaches its components
+    (kube-apiserver's ``--etcd-servers``, ``--tls-cert-file``, ``--tls-private-key-file``,
+    ``--token-auth-file``; etcd's ``--listen-client-urls``, ``--advertise-client-urls``) are
+    its own. Malformed ``users`` (groups given as one string included) or flags (one string
+    instead of a list, one of those flags, or a ``--secure-port`` that is not a port from 1 to
+    65535 included) raise :class:`ControlPlaneOptionError` here too. A ``workdir`` that holds an
     earlier control plane's files is refused by :meth:`start` with :class:`EnvtestError`,
     before anything is written.
 
@@ -104,7 +115,7 @@ class ControlPlane:
         self.runtime_config = check_runtime_config(runtime_config)
         self._binaries = binaries
         self._workdir = workdir
-        self._own_dir = False
+        self._own_dir: OwnedDir | None = None
         self.scheduler = scheduler
         admin = User.new(ADMIN_USER, ["system:masters"])
         self._users: dict[str, User] = {ADMIN_USER: admin, **_check_users(users)}
@@ -169,7 +180,8 @@ class ControlPlane:
                 admin_token=self.admin_token,
                 extra_args=self.apiserver_extra_args,
             )
-            self.apiserver.start(self.etcd.url, _left(deadline))
+            port = secure_port(self.apiserver_args, "apiserver_args")
+            self.apiserver.start(self.etcd.url, _left(deadline), port=port)
             self._prepare_default_namespace(deadline)
             self._kubeconfig = self.write_kubeconfig(folder / "kubeconfig")
             if self.scheduler:
@@ -178,7 +190,9 @@ class ControlPlane:
                 self.kube_scheduler = KubeScheduler(
                     binaries.kube_scheduler, folder, kubeconfig, self.scheduler_extra_args
                 )
-                self.kube_scheduler.start(_left(deadline))
+                self.kube_scheduler.start(
+                    _left(deadline), port=secure_port(self.scheduler_args, "scheduler_args")
+                )
         except ControlPlaneError as exc:
             self.stop()
             if time.monotonic() < deadline:
@@ -200,9 +214,9 @@ class ControlPlane:
         for component in (self.kube_scheduler, self.apiserver, self.etcd):
             if component is not None:
                 component.stop()
-        if self._own_dir and self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._own_dir = False
+        if self._own_dir is not None:
+            self._own_dir.remove()
+            self._own_dir = None
         atexit.unregister(self.stop)
 
     @contextlib.contextmanager
@@ -234,9 +248,10 @@ class ControlPlane:
         self.stop()
 
     def _folder(self) -> Path:
+        remove_stale_dirs()  # those of control planes whose process died without a stop
         if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="kdispatch-envtest-"))
-            self._own_dir = True
+            self._own_dir = OwnedDir()
+            self._workdir = self._own_dir.path
         self._workdir.mkdir(parents=True, exist_ok=True)
         used = [name for name in OWN_FILES if (self._workdir / name).exists()]
         if used:  # its certificates and tokens may serve a control plane still running
@@ -368,12 +383,14 @@ def _check_users(users: object) -> dict[str, User]:
 
 def _check_flags(flags: object, option: str) -> tuple[str, ...]:
     """``flags`` (a list of command-line arguments) as a tuple, or
-    :class:`ControlPlaneOptionError`: one string would be split into characters."""
+    :class:`ControlPlaneOptionError`: one string would be split into characters, and a flag the
+    control plane reaches the component through is its own (:func:`~.flags.check_wiring`)."""
     if isinstance(flags, str | bytes) or not isinstance(flags, Iterable):
         raise ControlPlaneOptionError(f"{option} must be a list of str, got {flags!r}")
     out = tuple(flags)
     if not all(isinstance(f, str) for f in out):
         raise ControlPlaneOptionError(f"{option} must be a list of str, got {list(out)!r}")
+    check_wiring(out, option)
     return out
 
 

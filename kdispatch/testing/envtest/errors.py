@@ -31,5 +31,7 @@ class ControlPlaneError(EnvtestError):
 class ControlPlaneOptionError(EnvtestError, InvalidInputError):
     """A control plane option that can never make a flag: a feature gate or runtime config
     that is not a name mapped to true/false, ``users`` that are not names mapped to lists of
-    groups, extra flags that are not a list of str. Raised by the constructor (or the command
-    line), before anything starts."""
+    groups, extra flags that are not a list of str or that set a flag through which the control
+    plane reaches its components (``--etcd-servers``, ``--token-auth-file``, ...), a
+    ``--secure-port`` that is not a port. Raised by the constructor (or the command line),
+    before anything starts."""

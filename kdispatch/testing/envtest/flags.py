@@ -16,13 +16,22 @@ log says so and start fails with :class:`ControlPlaneError`); what can never be 
 refused here with :class:`ControlPlaneOptionError`. The command line's spelling
 (``GenericWorkload=true``) parses with :func:`parse_assignments`.
 
+The extra flags (``apiserver_args``, ``etcd_args``, ``scheduler_args``) come after the control
+plane's own, so a repeated flag's value is the user's. Where the control plane itself reaches a
+component through a flag, it follows the user's value or refuses it (:func:`check_wiring`):
+``--secure-port=N`` of kube-apiserver or kube-scheduler is the port the control plane waits on
+and writes into kubeconfigs (:func:`secure_port`); the flags that point at the files, keys and
+addresses it made (kube-apiserver's ``--etcd-servers``, ``--tls-cert-file``,
+``--tls-private-key-file``, ``--token-auth-file``; etcd's ``--listen-client-urls``,
+``--advertise-client-urls``) are refused with :class:`ControlPlaneOptionError`.
+
 Pure module: no processes, no I/O.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from .errors import ControlPlaneOptionError
 
@@ -133,3 +142,67 @@ def parse_assignments(items: Iterable[str], what: str) -> dict[str, str]:
                 raise ControlPlaneOptionError(f"{what}: expected NAME=true|false, got {part!r}")
             out[name.strip()] = value.strip()
     return out
+
+
+WIRING: Mapping[str, tuple[str, ...]] = {
+    "apiserver_args": (
+        "--etcd-servers",
+        "--tls-cert-file",
+        "--tls-private-key-file",
+        "--token-auth-file",
+    ),
+    "etcd_args": ("--listen-client-urls", "--advertise-client-urls"),
+    "scheduler_args": (),
+}
+"""The flags of each option that the control plane sets to reach or trust a component and
+cannot take from the user: the etcd it started, the certificate its clients trust, the tokens it
+authenticates with, the URL it polls."""
+
+
+def flag_values(args: Sequence[str], flag: str) -> list[str | None]:
+    """The values ``args`` give ``flag`` (``--name``), in order: ``--name=V`` and ``--name V``,
+    also spelled with one dash (etcd's flag package takes both); None for a ``--name`` that ends
+    the list. Pure."""
+    name = flag.lstrip("-")
+    out: list[str | None] = []
+    for i, arg in enumerate(args):
+        head, sep, value = arg.partition("=")
+        if head not in (f"-{name}", f"--{name}"):
+            continue
+        if sep:
+            out.append(value)
+        else:
+            out.append(args[i + 1] if i + 1 < len(args) else None)
+    return out
+
+
+def check_wiring(args: Sequence[str], option: str) -> None:
+    """Refuse, with :class:`ControlPlaneOptionError`, a flag of :data:`WIRING` in ``args``
+    (the extra flags of ``option``), and a ``--secure-port`` that is not a port
+    (:func:`secure_port`). Pure."""
+    for flag in WIRING.get(option, ()):
+        if flag_values(args, flag):
+            raise ControlPlaneOptionError(
+                f"{option} may not set {flag}: the control plane sets it to reach the"
+                " component it starts"
+            )
+    if option != "etcd_args":
+        secure_port(args, option)
+
+
+def secure_port(args: Sequence[str], option: str) -> int | None:
+    """The port the last ``--secure-port`` of ``args`` (the extra flags of ``option``) gives,
+    or None when there is none. The binary takes the last one, and so does the control plane:
+    it waits for that port and writes it into kubeconfigs. Raises
+    :class:`ControlPlaneOptionError` for a value that is not a port from 1 to 65535 (0 would
+    turn HTTPS off). Pure."""
+    values = flag_values(args, "--secure-port")
+    if not values:
+        return None
+    value = values[-1]
+    port = int(value) if value is not None and re.fullmatch(r"[0-9]{1,5}", value) else 0
+    if not 1 <= port <= 65535:
+        raise ControlPlaneOptionError(
+            f"{option}: --secure-port must be a port from 1 to 65535, got {value!r}"
+        )
+    return port

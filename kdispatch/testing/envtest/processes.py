@@ -1,9 +1,18 @@
 """Child processes that cannot outlive their parent, and the polling that waits for them.
 
 Every child runs in its own session (so its process group is its own and a signal to the
-parent's group does not reach it), under ``setpriv --pdeathsig KILL`` where util-linux has it
-(the kernel sends SIGKILL when the thread that started it dies, even by SIGKILL), and is
-stopped with SIGTERM and then SIGKILL to its whole group. Runs on the caller's thread.
+parent's group does not reach it), with a parent-death signal on Linux (the kernel sends
+SIGKILL when the thread that started it dies, even by SIGKILL), and is stopped with SIGTERM and
+then SIGKILL to its whole group. Runs on the caller's thread.
+
+The parent-death signal is set by a few lines of Python run with this interpreter
+(:data:`PDEATHSIG_SHIM`) between the fork and the component's ``exec``: ``prctl(PR_SET_PDEATHSIG,
+SIGKILL)`` through ``ctypes``, then a check that the parent is still the one that started it
+(a parent killed before the ``prctl`` would leave the child to run for good: it exits
+instead), then ``exec`` (the setting survives it, so the pid is the component's own). It needs
+no other program (``setpriv`` is not on every machine) and no ``preexec_fn``, which is unsafe
+in a process with threads. Elsewhere than Linux, the owner's ``atexit`` hook is the only
+fallback.
 
 Why KILL on the parent's death: every component gets it at once, and a kube-apiserver told to
 terminate while its etcd goes away waits on etcd for good (measured: still running minutes
@@ -14,10 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,12 +49,28 @@ def seconds(value: float) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
+PDEATHSIG_SHIM = """\
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
+    sys.exit("cannot set the parent-death signal: errno %d" % ctypes.get_errno())
+if os.getppid() != int(sys.argv[1]):  # the parent died before the prctl
+    sys.exit(0)
+try:
+    os.execv(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    sys.exit("cannot run %s: %s" % (sys.argv[2], exc))
+"""
+"""What runs between the fork and the component's ``exec`` (``argv``: the parent's pid, then
+the component's command line)."""
+
+
 def with_parent_death_signal(args: list[str]) -> list[str]:
-    """``args`` under ``setpriv --pdeathsig KILL`` when available (the setting survives
-    ``exec``, so the pid is the program's own). Without ``setpriv`` the owner's ``atexit``
-    hook is the only fallback."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *args] if setpriv else args
+    """``args`` behind :data:`PDEATHSIG_SHIM` on Linux (with this interpreter, isolated and
+    without ``site``); unchanged elsewhere, or when the interpreter is unknown."""
+    if not sys.platform.startswith("linux") or not sys.executable:
+        return args
+    shim = [sys.executable, "-I", "-S", "-c", PDEATHSIG_SHIM, str(os.getpid())]
+    return [*shim, *args]
 
 
 class Process:

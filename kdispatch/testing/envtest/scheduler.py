@@ -42,9 +42,10 @@ class KubeScheduler:
             *self.extra_args,  # last: a repeated flag's last value wins
         ]
 
-    def start(self, timeout: float) -> None:
-        """Start it and block until ``/readyz`` answers 200, or :class:`ControlPlaneError`."""
-        port = free_port()
+    def start(self, timeout: float, *, port: int | None = None) -> None:
+        """Start it serving on ``port`` (default a free one) and block until ``/readyz``
+        answers 200, or :class:`ControlPlaneError`."""
+        port = port or free_port()
         proc = self.process = Process(
             "kube-scheduler", self.args(port), self.folder / "kube-scheduler.log"
         )
