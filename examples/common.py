@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import TypeVar
@@ -70,14 +71,41 @@ def config_from_args(make: Callable[..., C], args: argparse.Namespace, **given: 
     return make(**{n: options[n] for n in names}, **given)
 
 
-def configure(build: Callable[[], C], *, verbose: bool) -> C | int:
+def option_names(p: argparse.ArgumentParser, **fields: str) -> dict[str, str]:
+    """What the user types for each config field: the destination of every option that is the
+    only one to set it → its long spelling (``max_seconds`` → ``--max-seconds``), and
+    ``fields``, the fields set from an option of another name
+    (``backoff_initial="--pod-initial-backoff-seconds"``). Pure."""
+    spellings: dict[str, list[str]] = {}
+    for action in p._actions:
+        long = [o for o in action.option_strings if o.startswith("--")]
+        if long and action.dest not in (argparse.SUPPRESS, "help"):
+            spellings.setdefault(action.dest, []).append(long[0])
+    return {**{d: s[0] for d, s in spellings.items() if len(s) == 1}, **fields}
+
+
+def in_option_names(message: str, options: Mapping[str, str]) -> str:
+    """``message`` with every config field it names (a whole word: ``backoff_initial``, not
+    part of ``'pod_binding'`` or of ``--dispatcher-process``) spelled as the option that sets
+    it (``--pod-initial-backoff-seconds``). Pure."""
+    if not options:
+        return message
+    names = "|".join(sorted(map(re.escape, options), key=len, reverse=True))
+    pattern = re.compile(rf"(?<![\w'\"-])({names})(?![\w'\"-])")
+    return pattern.sub(lambda m: options[m.group(1)], message)
+
+
+def configure(
+    build: Callable[[], C], *, verbose: bool, options: Mapping[str, str] | None = None
+) -> C | int:
     """The run's config from ``build()``, or exit status 2 after saying on stderr why the
-    options are invalid (:class:`InvalidInputError`); turns on :func:`enable_verbose_logs` when
-    ``verbose``."""
+    options are invalid (:class:`InvalidInputError`), each config field the reason names
+    spelled as the option in ``options`` (field → option, :func:`option_names`) that sets it;
+    turns on :func:`enable_verbose_logs` when ``verbose``."""
     try:
         cfg = build()
     except InvalidInputError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {in_option_names(str(err), options or {})}", file=sys.stderr)
         return 2
     if verbose:
         enable_verbose_logs()

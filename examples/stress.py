@@ -59,6 +59,7 @@ from examples.common import (
     check_rate,
     config_from_args,
     configure,
+    option_names,
 )
 from examples.gcwatch import GcWatch
 from examples.scheduler.claims import allocation_for
@@ -620,7 +621,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args(argv)
-    cfg = configure(partial(config_from_args, StressConfig, args), verbose=args.verbose)
+    build = partial(config_from_args, StressConfig, args)
+    cfg = configure(build, verbose=args.verbose, options=option_names(p))
     if isinstance(cfg, int):
         return cfg
     if args.json and not Path(args.json).resolve().parent.is_dir():

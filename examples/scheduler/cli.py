@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from examples.common import add_config_options, config_from_args, configure
+from examples.common import add_config_options, config_from_args, configure, option_names
 from examples.scheduler.ha import LOST_EXIT_STATUS, LeaderElect
 from examples.scheduler.report import summary_table, write_json
 from examples.scheduler.runner import RunConfig, run
-from kdispatch import ApiError, InvalidConfigError
+from kdispatch import ApiError, InvalidInputError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -160,8 +160,17 @@ def _ha_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--identity", default="", help="replica name (default: host_pid)")
 
 
+RENAMED = {
+    "backoff_initial": "--pod-initial-backoff-seconds",
+    "backoff_max": "--pod-max-backoff-seconds",
+    "unschedulable_max": "--pod-max-in-unschedulable-pods-duration",
+}
+"""The :class:`RunConfig` fields set from an option of another name (kube-scheduler's)."""
+
+
 def _run_config(args: argparse.Namespace) -> RunConfig:
-    """The options as a :class:`RunConfig` (most options carry a field's name)."""
+    """The options as a :class:`RunConfig` (most options carry a field's name; the others are
+    :data:`RENAMED`)."""
     return config_from_args(
         RunConfig,
         args,
@@ -177,8 +186,10 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     """Run the main job; returns the exit status. ``started``: when the command started
     (``time.monotonic()``; default: now), the start of the report's ``command_s``."""
     started = time.monotonic() if started is None else started
-    args = parser().parse_args(argv)
-    cfg = configure(partial(_run_config, args), verbose=args.verbose)
+    p = parser()
+    args = p.parse_args(argv)
+    options = option_names(p, **RENAMED)
+    cfg = configure(partial(_run_config, args), verbose=args.verbose, options=options)
     if isinstance(cfg, int):
         return cfg
     if args.json and not _writable(args.json):  # say so now, not after the whole run
@@ -192,7 +203,7 @@ def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> 
     except TimeoutError as err:  # an informer never synced (InformerSyncTimeout): say why
         print(f"error: {err}", file=sys.stderr)
         return 1
-    except InvalidConfigError as err:  # e.g. a kubeconfig that is missing or broken
+    except InvalidInputError as err:  # set-up refused: a broken kubeconfig, a bad scheduler name
         print(f"error: {err}", file=sys.stderr)
         return 2
     except ApiError as err:  # the first list refused (a 401, a 403): set-up stopped it all

@@ -327,20 +327,24 @@ def _setup(cfg: RunConfig, tracker: Tracker) -> _Env:
     if isinstance(api, DispatchedApi):
         revoke.append(api.dispatcher.revoke)
     name = cfg.scheduler_name or ("default-scheduler" if cfg.embedded else "kdispatch-example")
-    scheduler = Scheduler(
-        api,
-        SchedulerConfig(
-            threads=cfg.threads,
-            scheduler_name=name,
-            backoff_initial=cfg.backoff_initial,
-            backoff_max=cfg.backoff_max,
-            unschedulable_max=cfg.unschedulable_max,
-            seed=cfg.seed,
-            max_backlog=(cfg.max_backlog or None) if cfg.api == "async" else None,
-            pace_on=cfg.pace_on,
-        ),
-        tracker=tracker,
-    )
+    try:  # refused (a scheduler name no Event can carry): the dispatcher started above stops
+        scheduler = Scheduler(
+            api,
+            SchedulerConfig(
+                threads=cfg.threads,
+                scheduler_name=name,
+                backoff_initial=cfg.backoff_initial,
+                backoff_max=cfg.backoff_max,
+                unschedulable_max=cfg.unschedulable_max,
+                seed=cfg.seed,
+                max_backlog=(cfg.max_backlog or None) if cfg.api == "async" else None,
+                pace_on=cfg.pace_on,
+            ),
+            tracker=tracker,
+        )
+    except BaseException:
+        api.close(drain=False, timeout=10.0)
+        raise
     s = scheduler
     audit = BindingAudit()
     groups: list[Informer] = []

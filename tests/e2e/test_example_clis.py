@@ -1,7 +1,8 @@
-"""The small examples' command lines (``examples.real_cluster``, ``examples.apiserver``,
-``examples.aio_controller``): a bad value is one ``error:`` line and exit status 2, never a
-traceback; the kubeconfig the apiserver writes is one the other examples read, whatever its
-token."""
+"""The examples' command lines (``examples.real_cluster``, ``examples.apiserver``,
+``examples.aio_controller``, and the bad values of ``examples.scheduler`` and
+``examples.stress``): a bad value is one ``error:`` line and exit status 2, never a traceback,
+and the line names the option the user typed, not the config field behind it; the kubeconfig
+the apiserver writes is one the other examples read, whatever its token."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from examples import aio_controller, apiserver, real_cluster
+from examples import aio_controller, apiserver, real_cluster, stress
+from examples.scheduler import cli as scheduler_cli
 from kdispatch import KubernetesBackend
 from tests.subprocesses import run_command
 
@@ -94,3 +96,76 @@ def test_apiserver_kubeconfig_keeps_any_token(token: str, tmp_path: Path) -> Non
         configuration = backend.api_client.configuration
         assert configuration.host == "http://127.0.0.1:8080"
         assert configuration.api_key == {"BearerToken": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--nodes", "0"], "error: --nodes must be an int >= 1, got 0"),
+        (
+            ["--pod-initial-backoff-seconds", "0"],
+            "error: --pod-initial-backoff-seconds must be > 0, got 0.0",
+        ),
+        (
+            ["--pod-initial-backoff-seconds", "20"],
+            "error: --pod-max-backoff-seconds (10.0) must be >= "
+            "--pod-initial-backoff-seconds (20.0)",
+        ),
+        (
+            ["--pod-max-in-unschedulable-pods-duration", "-1"],
+            "error: --pod-max-in-unschedulable-pods-duration must be a number >= 0, got -1.0",
+        ),
+        (["--faults", "2"], "error: --faults is a rate between 0 and 1"),
+        (
+            ["--claim-share", "0.9"],
+            "error: --claim-share must be between 0 and 0.5, got 0.9",
+        ),
+        (
+            ["--pace-on", "pod_bindings"],  # the value is the user's: kept as typed
+            "error: --pace-on must be one of ('pod_preemption', 'pod_binding', "
+            "'pod_status_patch'), got 'pod_bindings'",
+        ),
+        (
+            ["--leader-elect", "--lease-duration", "5"],
+            "error: --lease-duration must be greater than --renew-deadline",
+        ),
+        (
+            ["--dispatcher-process"],
+            "error: --dispatcher-process needs the dispatcher and --kubeconfig (an embedded "
+            "apiserver cannot be shared with the child process)",
+        ),
+    ],
+)
+def test_scheduler_bad_values_name_the_option_typed(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert scheduler_cli.main([*argv, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [line]
+    assert captured.out == ""
+
+
+def test_scheduler_name_no_event_can_carry_is_an_error_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused when the scheduler is built, after the dispatcher started: an error line, and
+    that dispatcher stopped (the leak check)."""
+    argv = ["--scheduler-name", "BAD_", "--pods", "4", "--nodes", "2", "--no-progress"]
+    assert scheduler_cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: controller 'BAD_' is not a qualified name")
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--threads", "0"], "error: --threads must be an int >= 1, got 0"),
+        (["--latency-ms", "-1"], "error: --latency-ms must be a number >= 0, got -1.0"),
+    ],
+)
+def test_stress_bad_values_name_the_option_typed(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert stress.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [line]
