@@ -283,7 +283,7 @@ class InMemoryApiServer:
                 status = merged if isinstance(merged, dict) else {}
             self._validate_status(status)
             if kind == POD:
-                status = _omit_empty_fields(status)
+                status = _served_pod_status(status)
             if kind == RESOURCE_CLAIM and self._strict_claims:
                 _validate_claim_status(name, cur.get("status") or {}, status)
             if status == cur.get("status", {}):
@@ -409,7 +409,10 @@ class InMemoryApiServer:
                 raise InvalidRequestError("the patched object is not a JSON object")
             new = keep_deletion_marks(cur, _keep_identity(cur, patched))
             if subresource == "status":
-                new = {**cur, "status": new.get("status") or {}}
+                status = new.get("status") or {}
+                if kind == POD and isinstance(status, dict):
+                    status = _served_pod_status(status)
+                new = {**cur, "status": status}
             elif has_status:
                 new = {k: v for k, v in new.items() if k != "status"}
                 if "status" in cur:
@@ -1247,17 +1250,89 @@ def _validate_claim_status(name: str, old: Json, new: Json) -> None:
         )
 
 
-def _omit_empty_fields(status: Json) -> Json:
-    """``status`` with its empty strings (``nominatedNodeName: ""``, ...) and each condition's
-    empty ``reason`` and ``message`` left out, as kube-apiserver serves a core/v1 PodStatus
-    (the fields are ``omitempty``)."""
-    if any(v == "" for v in status.values()):
-        status = {k: v for k, v in status.items() if v != ""}
-    conditions = status.get("conditions")
-    if not conditions or not any(c.get(k) == "" for c in conditions for k in OMITTED_WHEN_EMPTY):
-        return status
-    kept = [
-        {k: v for k, v in c.items() if not (k in OMITTED_WHEN_EMPTY and v == "")}
-        for c in conditions
-    ]
-    return {**status, "conditions": kept}
+POD_STATUS_FIELDS = frozenset(
+    {
+        "observedGeneration",
+        "phase",
+        "conditions",
+        "message",
+        "reason",
+        "nominatedNodeName",
+        "hostIP",
+        "hostIPs",
+        "podIP",
+        "podIPs",
+        "startTime",
+        "initContainerStatuses",
+        "containerStatuses",
+        "qosClass",
+        "ephemeralContainerStatuses",
+        "resize",
+        "resourceClaimStatuses",
+        "extendedResourceClaimStatus",
+        "allocatedResources",
+        "resources",
+        "nodeAllocatableResourceClaimStatuses",
+        "volumeHealth",
+    }
+)
+"""The fields of a core/v1 ``PodStatus`` (Kubernetes v1.37). kube-apiserver decodes a pod's
+status into that type, so it drops any other field a status patch sets (and answers with a
+``Warning: 299 - "unknown field \"status.…\""`` header)."""
+
+POD_STATUS_ELEMENT_FIELDS: tuple[tuple[str, frozenset[str]], ...] = (
+    (
+        "conditions",
+        frozenset(
+            {
+                "type",
+                "observedGeneration",
+                "status",
+                "lastProbeTime",
+                "lastTransitionTime",
+                "reason",
+                "message",
+            }
+        ),
+    ),
+    ("podIPs", frozenset({"ip"})),
+    ("hostIPs", frozenset({"ip"})),
+    ("resourceClaimStatuses", frozenset({"name", "resourceClaimName"})),
+)
+"""The lists of a ``PodStatus`` whose elements are pruned too, with their type's fields
+(``PodCondition``, ``PodIP``, ``HostIP``, ``PodResourceClaimStatus``). The elements of the
+other lists (``containerStatuses`` ...) and the objects under ``status`` keep what they are
+given."""
+
+
+_NO_FIELDS: frozenset[str] = frozenset()
+
+
+def _served_pod_status(status: Json) -> Json:
+    """``status`` as kube-apiserver serves a core/v1 ``PodStatus``: the fields that type lacks
+    dropped (:data:`POD_STATUS_FIELDS`, :data:`POD_STATUS_ELEMENT_FIELDS`), and its empty
+    strings (``nominatedNodeName: ""``, ...) and each condition's empty ``reason`` and
+    ``message`` left out (the fields are ``omitempty``). Pure; returns ``status`` itself when
+    it is served as it is."""
+    if "" in status.values() or not POD_STATUS_FIELDS.issuperset(status):
+        status = {k: v for k, v in status.items() if v != "" and k in POD_STATUS_FIELDS}
+    for field, known in POD_STATUS_ELEMENT_FIELDS:
+        items = status.get(field)
+        if not items or not isinstance(items, list):
+            continue
+        omitted = OMITTED_WHEN_EMPTY if field == "conditions" else _NO_FIELDS
+        for item in items:
+            if isinstance(item, dict) and (
+                not known.issuperset(item) or (omitted and "" in item.values())
+            ):
+                break
+        else:
+            continue  # every element served as it is
+        kept = [
+            {k: v for k, v in item.items() if k in known and not (v == "" and k in omitted)}
+            if isinstance(item, dict)
+            else item
+            for item in items
+        ]
+        status = {**status, field: kept}
+    return status

@@ -14,8 +14,12 @@ come from the upstream Go types (``patchMergeKey``): ``Pod.status.conditions`` b
 and its ``resourceClaimStatuses`` by ``name``; ``status.conditions`` of any other kind merges
 by ``type``. Directives: ``$patch: replace|delete`` on a map or list element, ``$retainKeys`` on a
 map; ``$setElementOrder/<field>`` of a list with a merge key puts the elements it names in
-its order (those it does not name keep their places among them). A merged list is ordered as the
-apiserver orders it (apimachinery's ``normalizeElementOrder``): the patch's elements in patch
+its order (those it does not name keep their places among them);
+``$deleteFromPrimitiveList/<field>`` takes the scalars it lists out of that list (``null``
+removes the field, as any ``null``; a list left empty is left out; no list, no change). A list
+of scalars is replaced whole: ``metadata.finalizers``, which the apiserver merges, too. A
+merged list is ordered as the apiserver orders it (apimachinery's ``normalizeElementOrder``):
+the patch's elements in patch
 order, interleaved with the elements only the original has, in their original order, by their
 positions in the original; an element new to the list goes before any original-only one it
 meets. So a patch ``[C, A]`` on ``[A, B]`` gives ``[C, A, B]``, and ``[B]`` on ``[A, B]`` keeps
@@ -92,11 +96,14 @@ def _merge_map(
     if directive is not None:
         raise InvalidRequestError(f"{_where(path)}: unknown $patch directive {directive!r}")
     out: dict[str, Any] = dict(original) if isinstance(original, dict) else {}
+    listed = False  # a $setElementOrder or $deleteFromPrimitiveList: applied once merged
     for key, value in patch.items():
         if key.startswith("$"):
-            if key == "$retainKeys" or key.startswith("$setElementOrder/"):
-                continue
-            raise InvalidRequestError(f"{_where(path)}: unsupported directive {key!r}")
+            if key.startswith(_LIST_DIRECTIVES):
+                listed = True
+            elif key != "$retainKeys":
+                raise InvalidRequestError(f"{_where(path)}: unsupported directive {key!r}")
+            continue
         sub = (*path, key)
         if value is None:
             out.pop(key, None)
@@ -110,17 +117,45 @@ def _merge_map(
             out[key] = _merge_list(out.get(key), value, keys[sub], keys, sub)
         else:
             out[key] = value
-    for key, order in patch.items():
-        field = key.removeprefix("$setElementOrder/")
-        if field != key and (*path, field) in keys and isinstance(out.get(field), list):
-            before = original.get(field) if isinstance(original, dict) else None
-            out[field] = _set_element_order(out[field], order, before, keys[(*path, field)])
+    if listed:
+        for key, value in patch.items():
+            if key.startswith(_DELETE_FROM):
+                _delete_from_list(out, key.removeprefix(_DELETE_FROM), value)
+                continue
+            field = key.removeprefix(_SET_ORDER)
+            if field != key and (*path, field) in keys and isinstance(out.get(field), list):
+                before = original.get(field) if isinstance(original, dict) else None
+                out[field] = _set_element_order(out[field], value, before, keys[(*path, field)])
     retain = patch.get("$retainKeys")
     if retain is not None:
         if not isinstance(retain, list) or not all(isinstance(k, str) for k in retain):
             raise InvalidRequestError(f"{_where(path)}: $retainKeys must be a list of strings")
         out = {k: v for k, v in out.items() if k in retain}
     return out
+
+
+_SET_ORDER = "$setElementOrder/"
+_DELETE_FROM = "$deleteFromPrimitiveList/"
+_LIST_DIRECTIVES = (_SET_ORDER, _DELETE_FROM)
+
+
+def _delete_from_list(out: dict[str, Any], field: str, values: Any) -> None:
+    """apimachinery's ``$deleteFromPrimitiveList/<field>``: the scalars ``values`` lists are
+    taken out of ``out[field]`` (every occurrence), whatever the field's patch strategy, and a
+    list left empty is left out. As there: ``null`` removes the field; a field that is absent
+    or not a list, or values that are not a list, change nothing (200, no error)."""
+    if values is None:
+        out.pop(field, None)
+        return
+    current = out.get(field)
+    if not isinstance(current, list) or not isinstance(values, list):
+        return
+    gone = {(type(v), v) for v in values if isinstance(v, str | int | float | bool)}
+    kept = [v for v in current if isinstance(v, dict | list) or (type(v), v) not in gone]
+    if not kept:  # an empty list is served as none (the fields are omitempty)
+        out.pop(field, None)
+    elif len(kept) != len(current):
+        out[field] = kept
 
 
 def _merge_list(

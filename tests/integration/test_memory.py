@@ -274,10 +274,13 @@ def test_strategic_conditions_merge_by_type(server: InMemoryApiServer, pod: dict
 def test_strategic_none_deletes_and_clears_nominated_node(
     server: InMemoryApiServer, pod: dict[str, Any]
 ) -> None:
-    patch(server, pod, {"nominatedNodeName": "n1", "extra": {"a": 1, "b": 2}})
-    out = patch(server, pod, {"nominatedNodeName": None, "extra": {"a": None, "c": 3}})
+    resources = {"cpu": "1", "memory": "1Gi"}
+    patch(server, pod, {"nominatedNodeName": "n1", "allocatedResources": resources})
+    out = patch(
+        server, pod, {"nominatedNodeName": None, "allocatedResources": {"cpu": None, "pods": "1"}}
+    )
     assert "nominatedNodeName" not in out["status"]
-    assert out["status"]["extra"] == {"b": 2, "c": 3}
+    assert out["status"]["allocatedResources"] == {"memory": "1Gi", "pods": "1"}
     assert out["status"]["phase"] == "Pending"
 
 
@@ -306,8 +309,8 @@ def test_strategic_directives(server: InMemoryApiServer, pod: dict[str, Any]) ->
         server, pod, {"conditions": [{"$patch": "replace"}, {"type": "C", "status": "True"}]}
     )
     assert [c["type"] for c in out["status"]["conditions"]] == ["C"]
-    with pytest.raises(InvalidRequestError):
-        patch(server, pod, {"$deleteFromPrimitiveList/x": ["a"]})
+    with pytest.raises(InvalidRequestError, match=r"unsupported directive '\$deleteFrom/x'"):
+        patch(server, pod, {"$deleteFrom/x": ["a"]})
     with pytest.raises(InvalidRequestError, match="merge key"):
         patch(server, pod, {"conditions": [{"status": "True"}]})
 
@@ -355,12 +358,16 @@ def test_merge_patch_is_rfc7386(server: InMemoryApiServer, pod: dict[str, Any]) 
     out = patch(
         server,
         pod,
-        {"conditions": [{"type": "B", "status": "True"}], "nominatedNodeName": None, "x": {"y": 1}},
+        {
+            "conditions": [{"type": "B", "status": "True"}],
+            "nominatedNodeName": None,
+            "allocatedResources": {"cpu": "1"},
+        },
         patch_type="merge",
     )
     assert out["status"]["conditions"] == [{"type": "B", "status": "True"}]
     assert "nominatedNodeName" not in out["status"]
-    assert out["status"]["x"] == {"y": 1}
+    assert out["status"]["allocatedResources"] == {"cpu": "1"}
 
 
 @pytest.mark.parametrize(

@@ -146,12 +146,12 @@ def test_watch_order_across_threads_and_no_lost_updates() -> None:
     def write(i: int) -> None:
         own = pods[i]
         for n in range(per_writer):
-            patch(server, own, {"n": n})
+            patch(server, own, {"observedGeneration": n + 1})
             while True:  # optimistic concurrency on the shared pod: get, patch with rv, retry
                 cur = dict(server.get("Pod", "default", "shared"))
-                count = cur["status"].get("count", 0)
+                count = cur["status"].get("observedGeneration", 0)
                 try:
-                    patch(server, cur, {"count": count + 1}, resource_version=rv(cur))
+                    patch(server, cur, {"observedGeneration": count + 1}, resource_version=rv(cur))
                     break
                 except ConflictError:
                     continue
@@ -167,12 +167,14 @@ def test_watch_order_across_threads_and_no_lost_updates() -> None:
     watch.stop()
     assert not consumer.is_alive()
     final = server.get_object("Pod", "default", "shared")
-    assert final is not None and final["status"]["count"] == writers * per_writer
+    assert final is not None and final["status"]["observedGeneration"] == writers * per_writer
     assert uid(final) == uid(shared)
     rvs = [int(e.resource_version) for e in received]
     assert rvs == list(range(base + 1, base + total + 1)), "strictly increasing, none lost"
     counts = [
-        e.object["status"]["count"] for e in received if e.object["metadata"]["name"] == "shared"
+        e.object["status"]["observedGeneration"]
+        for e in received
+        if e.object["metadata"]["name"] == "shared"
     ]
     assert counts == list(range(1, writers * per_writer + 1))
     assert server.counts()["patch_status"] == total
