@@ -18,8 +18,8 @@ PodGroups when they were listed.
 * **lost intents** (:func:`kdispatch.testing.oracle.score`): calls whose future never
   resolved, and calls whose future said success while the final state does not show what they
   promised and no later call of the object changed that field (a preemption: its pod still
-  exists). A call merged into a later one shares that call's fate; one a more relevant call may
-  supersede is exempt.
+  exists). A call merged into a later one shares that call's fate; one a more relevant call
+  superseded (answered ``OVERWRITTEN`` before it, or ``SKIPPED`` while it was open) is exempt.
 
 Pure functions over snapshots, run once at the end on the caller thread.
 """

@@ -15,8 +15,9 @@ with the intents and their futures:
   of its strict fields does not hold the promised value and no later intent touched that field;
   or a preemption that said success while its pod is still alive; or
   a future that never resolved. Intents that the design lets a more relevant call supersede are
-  exempt: one followed by a more relevant intent (a binding overwrites a pending status patch),
-  and one answered ``SKIPPED`` while a more relevant intent of the object was still open.
+  exempt: one answered ``OVERWRITTEN`` and followed by a more relevant intent (a binding
+  overwrites a pending status patch), and one answered ``SKIPPED`` while a more relevant intent
+  of the object was still open. One answered ``SUCCESS`` landed, and is never exempt.
 * **converged** — for each live object with intents, every touched field holds a value some
   intent may legitimately have left there: the value of the last intent that certainly applied,
   or of any later intent that may or may not have (failed, superseded, unresolved).
@@ -210,11 +211,15 @@ class Score:
 
 
 def _exempt(i: Intent, later_max_relevance: int) -> bool:
-    """Whether the design lets ``i`` go unapplied although it said success."""
-    if later_max_relevance > i.relevance:
-        return True  # a more relevant intent came later and may have overwritten it
+    """Whether the design lets ``i`` go unapplied although it said success (docs/behaviour.md):
+    ``OVERWRITTEN`` with a more relevant intent after it (a binding supersedes a pending status
+    patch), or ``SKIPPED`` while a more relevant one was open. A call that said ``SUCCESS``
+    landed: a later call changes only the fields it touches."""
     fut = i.future
-    return i.under_higher and fut is not None and fut.result() is Outcome.SKIPPED
+    outcome = fut.result() if fut is not None else None
+    if outcome is Outcome.OVERWRITTEN:
+        return later_max_relevance > i.relevance
+    return i.under_higher and outcome is Outcome.SKIPPED
 
 
 def score(

@@ -53,6 +53,15 @@ def test_oracle_exempts_a_skip_under_a_more_relevant_open_call() -> None:
     assert score([plain], {"u1": _pod()}, {"u1": _pod()}).lost_intents == 1
 
 
+def test_oracle_counts_a_landed_patch_lost_although_a_binding_came_later() -> None:
+    binding = Intent(1, "u1", "pod_binding", 2, {("node",): "n1"}, future=settled(Outcome.SUCCESS))
+    bound = make_pod("p1", uid="u1", node="n1")  # the patch's nomination is not there
+    landed = [_intent(0, "n2", Outcome.SUCCESS), binding]
+    assert (score(landed, {"u1": bound}, {"u1": _pod()}).lost_intents) == 1
+    superseded = [_intent(0, "n2", Outcome.OVERWRITTEN), binding]  # the binding took its slot
+    assert score(superseded, {"u1": bound}, {"u1": _pod()}).lost_intents == 0
+
+
 def test_oracle_counts_unresolved_futures_and_live_preempted_pods() -> None:
     result = score([_intent(0, "n1", None)], {"u1": _pod()}, {"u1": _pod()})
     assert (result.unresolved_futures, result.lost_intents) == (1, 1)
