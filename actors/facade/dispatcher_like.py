@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Coroutine, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, Self, Unpack, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, Unpack, runtime_checkable
 
 from kdispatch.actors.engine.aio import running_loop, wrap_call_future
 from kdispatch.actors.engine.groups import CallGroup
@@ -23,7 +23,9 @@ from kdispatch.actors.model.errors import DispatcherClosed, InvalidInputError, O
 from kdispatch.actors.model.objects import Obj, check_uid
 from kdispatch.actors.model.pod_calls import PodPreemption, PreemptionOptions, preemption_options
 
-__all__ = ["Backlog", "DispatcherBase", "DispatcherLike", "lane_level"]
+_E = TypeVar("_E", bound=BaseException)
+
+__all__ = ["Backlog", "DispatcherBase", "DispatcherLike", "fresh", "lane_level"]
 
 
 @runtime_checkable
@@ -163,6 +165,15 @@ class DispatcherLike(Protocol):
         ...
 
 
+def fresh(error: _E) -> _E:
+    """Any thread: a copy of ``error`` to raise (a traceback of its own per caller), or
+    ``error`` itself if it does not copy (a constructor that takes other arguments)."""
+    try:
+        return copy.copy(error)
+    except Exception:
+        return error
+
+
 def lane_level(call_types: CallTypeRegistry, call_type: str | None) -> int:
     """The lowest relevance :meth:`DispatcherLike.backlog_at` counts for ``call_type``: its
     relevance, or 1 (every lane but :data:`~.calls.BEST_EFFORT`) for None. Any thread.
@@ -297,7 +308,7 @@ class DispatcherBase(DispatcherLike):
         """Any thread, once intake stopped: what a submit raises (a fresh exception, with its
         own traceback, per caller)."""
         if self._revoked is not None:
-            return copy.copy(self._revoked)
+            return fresh(self._revoked)
         return DispatcherClosed(
             "dispatcher is stopped" if self._closed else "dispatcher not started"
         )

@@ -21,6 +21,7 @@ from loguru import logger
 
 from kdispatch.actors.engine.aio import await_future
 from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.facade.dispatcher_like import fresh
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import MAX_WAIT, DispatcherConfig, check_positive, check_timeout
@@ -52,6 +53,9 @@ from .process_window import SendWindow
 
 _MAX_WRITE = 1 << 20
 """Bytes of queued messages the writer joins into one pipe write at most."""
+
+_KILL_AFTER = 10.0
+"""Seconds after ``stop``'s deadline at which a child that has not closed its pipe is killed."""
 
 MAX_IN_FLIGHT = 256
 """Default of ``ProcessDispatcher(max_in_flight=...)``: calls in the child and not yet
@@ -213,8 +217,11 @@ class ProcessDispatcher(ChildLink):
             self._send(encode((STOP, bool(drain), seconds)))
         self._outbox.put(None)  # the writer sends what is queued, then ends
         if self._reader is not None:
-            self._reader.join(None if seconds is None else min(seconds + 10.0, MAX_WAIT))
-        self._end_child(timeout=5.0)
+            self._reader.join(None if seconds is None else min(seconds + _KILL_AFTER, MAX_WAIT))
+        self._ending = True
+        # the child closed its pipe (it is exiting): a moment to exit; else kill it now
+        hung = self._reader is not None and self._reader.is_alive()
+        self._end_child(timeout=0.0 if hung else 5.0)
         for thread in (self._reader, self._writer):
             if thread is not None:
                 thread.join()
@@ -281,12 +288,20 @@ class ProcessDispatcher(ChildLink):
             self._send(encode((CANCEL, uid, call_type)))
 
     def revoke(self, error: DispatcherClosed) -> None:
-        """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child."""
+        """Any thread; never blocks. :meth:`Dispatcher.revoke`, here and in the child. The
+        child revokes even when ``error`` does not cross (it does not pickle, or its class is
+        the caller's only), and the futures it fails still resolve with ``error``. The child
+        revokes when it reads the message: a request its executor starts before then still
+        goes out, so pair it with ``leader=``, whose send deadline closes at once."""
         if not self._mark_revoked(error):
             return
-        self._resolve_waiting(self._window.withdraw_all(), lambda _: copy.copy(error))
+        self._resolve_waiting(self._window.withdraw_all(), lambda _: fresh(error))
+        try:
+            data: bytes | None = dumps(error)
+        except Exception:  # the child revokes with a stand-in (revoking_error)
+            data = None
         with contextlib.suppress(DispatcherClosed):
-            self._send(encode((REVOKE, error)))
+            self._send(encode((REVOKE, data, f"{type(error).__name__}: {error}")))
 
     @property
     def send_deadline(self) -> float | None:
@@ -367,11 +382,13 @@ class ProcessDispatcher(ChildLink):
     def stats(self) -> dict[str, Any]:
         """Caller thread (one round trip; while stopping, the previous answer; after
         ``stop``, the child's last figures). The child's :meth:`Dispatcher.stats
-        <kdispatch.Dispatcher.stats>`, plus ``pid``, the child's process id."""
+        <kdispatch.Dispatcher.stats>`, plus ``pid``, the child's process id. Raises
+        :class:`DispatcherClosed` when there are no figures to give: before ``start``, or once
+        the child died before this process had any of its figures."""
         if self._final is not None:
             out = dict(self._final[1])
-        elif self._closed and self._last_stats is not None:
-            out = dict(self._last_stats)  # stopping: the child answers no more queries
+        elif (self._closed or self._gone is not None) and self._last_stats is not None:
+            out = dict(self._last_stats)  # stopping or gone: the child answers no more queries
         else:
             out = dict(cast("dict[str, Any]", self._query("stats", None, 10.0)))
             self._last_stats = out

@@ -39,7 +39,13 @@ from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.calls import CallTypeRegistry
 from kdispatch.actors.model.config import DispatcherConfig
-from kdispatch.actors.model.errors import CallFailed, CallOutcomeError, KdispatchError, Outcome
+from kdispatch.actors.model.errors import (
+    CallFailed,
+    CallOutcomeError,
+    DispatcherClosed,
+    KdispatchError,
+    Outcome,
+)
 
 PROTOCOL: Final = pickle.HIGHEST_PROTOCOL
 
@@ -47,7 +53,7 @@ PROTOCOL: Final = pickle.HIGHEST_PROTOCOL
 SUBMIT: Final = "s"  # (SUBMIT, id, call)
 OBSERVE: Final = "o"  # (OBSERVE, obj, kind, deleted: bool)
 CANCEL: Final = "c"  # (CANCEL, uid, call_type)
-REVOKE: Final = "r"  # (REVOKE, error)
+REVOKE: Final = "r"  # (REVOKE, error pickled or None, its description): see revoking_error
 QUERY: Final = "q"  # (QUERY, id, name, arg): "view" (uid), "stats", "freeze_gc"
 STOP: Final = "x"  # (STOP, drain, timeout: seconds or None)
 
@@ -153,6 +159,24 @@ def _stand_in(exc: BaseException) -> BaseException:
     if isinstance(exc, CallOutcomeError):
         return CallFailed(described, uid=exc.uid, call_type=exc.call_type, ref=exc.ref)
     return CallFailed(described)
+
+
+class RevokedStandIn(DispatcherClosed):
+    """The child's revoking error when the caller's does not load there (it does not pickle,
+    does not unpickle, or its class is the caller's only): the caller's reader resolves a
+    future failed with it with the caller's own error (:func:`revoking_error`)."""
+
+
+def revoking_error(data: bytes | None, described: str) -> DispatcherClosed:
+    """Main thread of the child: the error a :data:`REVOKE` carries (``data``: its pickle, None
+    if it did not pickle), or a :class:`RevokedStandIn` named ``described`` if it does not load
+    as a :class:`DispatcherClosed`, so the child revokes whatever the error."""
+    if data is not None:
+        with contextlib.suppress(Exception):  # a class the child lacks, a failing constructor
+            error = pickle.loads(data)
+            if isinstance(error, DispatcherClosed):
+                return error
+    return RevokedStandIn(described)
 
 
 class SharedDeadline:
@@ -266,7 +290,7 @@ class _Child:
         elif tag == CANCEL:
             self.dispatcher.cancel(msg[1], msg[2])
         elif tag == REVOKE:
-            self.dispatcher.revoke(msg[1])
+            self.dispatcher.revoke(revoking_error(msg[1], msg[2]))
         elif tag == QUERY and msg[2] == "view":
             self._view(msg[1], msg[3])
         elif tag == QUERY:
@@ -412,4 +436,13 @@ def _close(backend: object) -> None:
             close()
 
 
-__all__ = ["BackendFactory", "Outcome", "SharedDeadline", "child_main", "dumps", "portable"]
+__all__ = [
+    "BackendFactory",
+    "Outcome",
+    "RevokedStandIn",
+    "SharedDeadline",
+    "child_main",
+    "dumps",
+    "portable",
+    "revoking_error",
+]

@@ -22,10 +22,10 @@ from typing import Any, cast
 from loguru import logger
 
 from kdispatch.actors.engine.messages import CallFuture
-from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherBase
+from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherBase, fresh
 from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
 
-from .process_child import QUERY, READY, STOPPED, Result, encode, load_result
+from .process_child import QUERY, READY, STOPPED, Result, RevokedStandIn, encode, load_result
 from .process_window import SendWindow
 
 
@@ -50,6 +50,7 @@ class ChildLink(DispatcherBase):
         self._queries: dict[int, Future[Any]] = {}
         self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._gone: DispatcherClosed | None = None
+        self._ending = False  # stop() ends the child now (joins it, kills it if it must)
         self._final: tuple[bool, dict[str, Any]] | None = None
         self._proc: BaseProcess | None = None
         self._requests: Connection | None = None
@@ -159,20 +160,25 @@ class ChildLink(DispatcherBase):
                 ok, value = load_result(sent_ok, sent)
                 if ok:
                     future.set_result(value)
+                elif isinstance(value, RevokedStandIn) and self._revoked is not None:
+                    future.set_exception(fresh(self._revoked))  # the caller's own error
                 else:
                     future.set_exception(_restored(value))
             self._backlog_changed()
         self._fail_all(self._exit_error())
 
     def _exit_error(self) -> DispatcherClosed:
-        """Reader thread: what the futures left when the pipe closed fail with."""
-        if self._final is not None or self._closed:
+        """Reader thread: what the futures left when the pipe closed fail with:
+        :class:`DispatcherClosed` once the child reported its stop (or ``stop`` ended it at
+        its deadline), else :class:`DispatcherProcessDied`, during a ``stop`` too."""
+        if self._final is not None or self._ending:
             return DispatcherClosed("dispatcher process stopped")
         proc = self._proc
         code = None
         if proc is not None:
-            proc.join(1.0)
-            code = proc.exitcode
+            with contextlib.suppress(ValueError):  # closed by stop() meanwhile
+                proc.join(1.0)
+                code = proc.exitcode
         return DispatcherProcessDied(f"dispatcher process exited unexpectedly (exit code {code})")
 
     def _resolve_waiting(
@@ -188,7 +194,7 @@ class ChildLink(DispatcherBase):
 
     def _fail_all(self, error: DispatcherClosed) -> None:
         """Any thread: the child is gone; fail every future left (the first error stays)."""
-        self._window.close()  # nothing more goes out; the waiting calls fail below
+        self._window.abandon()  # nothing more goes out or answers; the calls fail below
         if self._gone is None:
             self._gone = error
         error = self._gone

@@ -128,6 +128,15 @@ class SendWindow:
             self._closed = True
             return self._clear()
 
+    def abandon(self) -> list[tuple[int, str]]:
+        """Any thread, once the child is gone: as :meth:`close`, and the calls sent are no
+        longer in flight (nothing will answer them)."""
+        with self._lock:
+            self._closed = True
+            self._sent.clear()
+            self._best_effort.clear()
+            return self._clear()
+
     # ------------------------------------------------------------------ lock held
 
     def _full(self, lane: int) -> bool:

@@ -378,6 +378,43 @@ def test_revoke_fails_pending_calls_and_later_submits(cluster: Cluster) -> None:
     assert all("nodeName" not in cluster.stored(f"r{i}")["spec"] for i in range(1, 4))
 
 
+class _TwoArgumentsLost(LeadershipLost):
+    """Pickles, but does not unpickle: its constructor takes two arguments."""
+
+    def __init__(self, reason: str, since: float) -> None:
+        super().__init__(f"{reason} since {since}")
+
+
+def _unpicklable_lost() -> LeadershipLost:
+    error = LeadershipLost("lease lost")
+    error.hook = lambda: None  # type: ignore[attr-defined]  # does not pickle
+    return error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [_TwoArgumentsLost("lease lost", 1.0), _unpicklable_lost()],
+    ids=["does-not-unpickle", "does-not-pickle"],
+)
+def test_revoke_with_an_error_that_does_not_cross_still_revokes_the_child(
+    cluster: Cluster, error: LeadershipLost
+) -> None:
+    pods = [cluster.pod(f"rx{i}") for i in range(4)]
+    cluster.held.gate.clear()
+    with cluster.dispatcher(workers=1) as d:
+        futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+        cluster.held.wait_arrived(1)  # one in flight on the server, three queued in the child
+        d.revoke(error)
+        # answered once the child carried out the revoke sent before it (one pipe, one mailbox)
+        d.view(pods[-1]["metadata"]["uid"], timeout=WAIT)
+        cluster.held.gate.set()
+        _all_fail_with(futures[1:], type(error))
+        with pytest.raises(type(error)):
+            d.submit(PodBinding.for_pod(pods[0], "node-2"))
+        assert futures[0].result(WAIT) is Outcome.SUCCESS
+    assert all("nodeName" not in cluster.stored(f"rx{i}")["spec"] for i in range(1, 4))
+
+
 def test_child_side_submit_errors_arrive_on_the_future(cluster: Cluster) -> None:
     first, second = cluster.pod("cap-1"), cluster.pod("cap-2")
     factory = functools.partial(KubernetesBackend.for_url, cluster.http.url, workers=2)
@@ -639,11 +676,42 @@ def test_child_death_resolves_waiting_calls(cluster: Cluster) -> None:
     once = Once()
     d = cluster.dispatcher(workers=2, max_in_flight=2).start()
     futures = once.track(_held_window(cluster, d, [f"k{i}" for i in range(5)]))
+    seen = d.stats()
     _kill_child_and_expect_died(d, futures)
-    assert d.waiting == 0
+    assert (d.waiting, d.in_flight) == (0, 0)  # nothing will answer the calls it had
+    assert d.stats() == seen  # the last figures brought across
     assert d.stop(timeout=5.0) is False
     cluster.held.gate.set()
     assert once.each_once(futures)
+
+
+def test_child_killed_during_a_draining_stop_fails_the_calls_as_died(cluster: Cluster) -> None:
+    pods = [cluster.pod(f"ks{i}") for i in range(4)]
+    d, futures = cluster.held_bindings(pods, 2, workers=2)
+    answer: list[bool] = []
+    stopper = threading.Thread(target=lambda: answer.append(d.stop(timeout=WAIT)))
+    stopper.start()
+    wait_for(lambda: d._closed, WAIT, "stop() to begin")  # the child drains the held calls
+    pid = d.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    _all_fail_with(futures, DispatcherProcessDied)
+    stopper.join(WAIT)
+    assert answer == [False]
+    cluster.held.gate.set()
+
+
+def test_stop_kills_a_hung_child_after_its_deadline(cluster: Cluster) -> None:
+    d = cluster.dispatcher(workers=2).start()
+    pid = d.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # answers nothing, as a hung interpreter
+    future = d.submit(PodBinding.for_pod(cluster.pod("hung"), "node-1"))
+    assert d.stop(timeout=0.5) is False  # ends (the test's timeout bounds it) ...
+    # ... with the hung child killed
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(DispatcherClosed):
+        future.result(0)
 
 
 def test_max_in_flight_is_checked() -> None:
