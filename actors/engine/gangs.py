@@ -36,9 +36,11 @@ def check_min_count(gang: object) -> int:
 class Gang(CallGroup):
     """A call group whose members (its pod bindings) are held until ``min_count`` were
     submitted or it is sealed, and every member's actor admitted its binding, then released
-    together. A failure before that withdraws them all (:class:`~kdispatch.GroupFailed`), one
-    after it leaves the others bound (:class:`~kdispatch.GangPartiallyBound`). Build it with
-    ``Dispatcher.group(owner=podgroup, gang=min_count)`` (docs/gangs.md has an example)."""
+    together. A member's failure before that withdraws them all
+    (:class:`~kdispatch.GroupFailed`), one after it leaves the others bound
+    (:class:`~kdispatch.GangPartiallyBound`); its other steps follow the call group's rules.
+    Build it with ``Dispatcher.group(owner=podgroup, gang=min_count)`` (docs/gangs.md has an
+    example)."""
 
     __slots__ = (
         "_asked",
@@ -109,16 +111,17 @@ class Gang(CallGroup):
         self._advance()
         return future
 
-    def _seal(self, *, closing: bool, revoking: bool = False) -> None:
+    def _seal(self, *, closing: bool, revoking: bool = False, draining: bool = True) -> None:
         """Seal, and release the members submitted so far. When the dispatcher stops
-        (``closing``), a gang not yet due for release is cancelled instead: all or nothing.
-        When it is revoked, a gang not released never is: its members' actors resolve them
-        with the revocation's error, as every held call."""
+        (``closing``), a gang not yet due for release is cancelled instead: all or nothing;
+        without ``draining``, so is one due but not released yet (nothing of it would be
+        drained). When it is revoked, a gang not released never is: its members' actors
+        resolve them with the revocation's error, as every held call."""
         with self._lock:
             held = not self._open and self._cancelled is None
             if held and revoking:
                 self._shut = True
-            stopped = held and closing and not revoking and not self._due
+            stopped = held and closing and not revoking and not (self._due and draining)
             if not closing:
                 self._due = True
         if stopped:

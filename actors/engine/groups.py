@@ -56,7 +56,7 @@ class GroupHost(Protocol):
 
     def submit_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture: ...
 
-    def refuse_step(self, call: Call, group: CallGroup) -> CallFuture: ...
+    def refuse_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture: ...
 
     def withdraw(self, future: CallFuture, cause: CallCancelled) -> None: ...
 
@@ -121,7 +121,7 @@ class CallGroup(GroupSteps):
         if flags & _SEALED and self._cancelled is None and not flags & _CLOSING:
             raise GroupClosedError(f"{self!r} is sealed: start another group")
         if self._cause is not None:
-            return self._host.refuse_step(call, self)
+            return self._host.refuse_step(call, after, self)
         return self._host.submit_step(call, after, self)
 
     def preempt(
@@ -151,10 +151,11 @@ class CallGroup(GroupSteps):
         """Any thread. No more steps: ``future`` resolves once every step has. Idempotent."""
         self._seal(closing=False)
 
-    def _seal(self, *, closing: bool, revoking: bool = False) -> None:
-        """Seal; with ``closing`` (the dispatcher stops, or is revoked: ``revoking``), a later
-        ``submit`` raises the dispatcher's error instead of :class:`GroupClosedError`."""
-        del revoking  # the steps' actors resolve them with the revocation's error
+    def _seal(self, *, closing: bool, revoking: bool = False, draining: bool = True) -> None:
+        """Seal; with ``closing`` (the dispatcher stops, ``draining`` its calls or not, or is
+        revoked: ``revoking``), a later ``submit`` raises the dispatcher's error instead of
+        :class:`GroupClosedError`."""
+        del revoking, draining  # the steps' actors resolve them with the dispatcher's error
         with self._lock:
             self._flags |= (_SEALED | _CLOSING) if closing else _SEALED
         self._maybe_finish()

@@ -55,7 +55,8 @@ Prerequisite = Future[Any]
 class GroupFuture(Uncancellable[list[Outcome]]):
     """``CallGroup.future``: resolves once the group is sealed and every step resolved, to the
     list of outcomes (in step order), or raises :class:`~.errors.GroupFailed`. It may be given
-    as a prerequisite (``after=[group.future]``) of this dispatcher's calls. Never cancelled."""
+    as a prerequisite (``after=[group.future]``) of this dispatcher's calls, which then also
+    wait for the calls its ``OVERWRITTEN`` steps were merged into. Never cancelled."""
 
     owner: object = None  # the dispatcher of the group
     of: ObjectRef | None = None  # the group's owner object
@@ -128,10 +129,6 @@ class GroupSteps:
     def step_futures(self) -> tuple[CallFuture, ...]:
         """Any thread: the steps, in order (one atomic read)."""
         return as_tuple(self._steps)
-
-    def pending_steps(self) -> list[CallFuture]:
-        """Any thread: the steps not resolved yet (what the group's future waits for)."""
-        return [step for step in self.step_futures() if not step.done()]
 
 
 class HoldState(enum.Enum):
@@ -231,13 +228,14 @@ class Dependencies:
             waiting: list[Prerequisite] = []
             for prereq in prereqs:
                 fut = _follow(prereq)
-                if not fut.done():
-                    if fut not in waiting:
-                        waiting.append(fut)
-                elif (exc := fut.exception()) is not None:
-                    if group is not None:  # a step all the same, resolved at once
-                        group.add_step(future)
-                    return exc
+                for carrier in _carried(fut) or (fut,):  # a group's merged steps: their calls
+                    if not carrier.done():
+                        if carrier not in waiting:
+                            waiting.append(carrier)
+                    elif (exc := carrier.exception()) is not None:
+                        if group is not None:  # a step all the same, resolved at once
+                            group.add_step(future)
+                        return exc
             if group is not None:
                 self._check_group_step(uid, group)
             hold = None
@@ -319,6 +317,15 @@ class Dependencies:
         nxt = _follow(fut)
         if nxt is not fut:  # overwritten by a newer call: wait for that one instead
             nxt.add_done_callback(partial(self._prereq_done, hold))
+            return
+        carried = _carried(fut)
+        if carried:  # a group whose steps were merged away: wait for the calls that carry them
+            with self._lock:
+                if hold.state is not HoldState.WAITING:
+                    return
+                hold.waiting += len(carried) - 1
+            for carrier in carried:
+                carrier.add_done_callback(partial(self._prereq_done, hold))
             return
         message: Release | FailDependency
         with self._lock:
@@ -422,12 +429,13 @@ class Dependencies:
                 nxt = _follow(fut)  # overwritten: its intent waits in the newer call
                 if nxt is not fut:
                     stack.append(nxt)
+                stack.extend(_carried(fut))  # a group's steps merged into newer calls
                 continue
             seen.add(id(fut))
             yield fut
             if isinstance(fut, GroupFuture):
-                if fut.group is not None:
-                    stack.extend(fut.group.pending_steps())
+                if fut.group is not None:  # resolved steps: followed if merged away
+                    stack.extend(fut.group.step_futures())
                 continue
             hold = self._holds.get(fut) if isinstance(fut, CallFuture) else None
             if hold is not None:
@@ -444,6 +452,25 @@ def _follow(fut: Prerequisite) -> Prerequisite:
     while isinstance(fut, CallFuture) and fut.successor is not None and overwritten(fut):
         fut = fut.successor
     return fut
+
+
+def _carried(fut: Prerequisite) -> list[Prerequisite]:
+    """For a call group's future resolved as a success: the calls that carry the intents of
+    its steps merged into newer calls (``OVERWRITTEN``, followed as :func:`_follow` does) and
+    have not succeeded yet; else none. What a call held on that future still waits for, as it
+    would for each step given in ``after=``. Any thread."""
+    group = fut.group if isinstance(fut, GroupFuture) else None
+    if group is None or not fut.done() or fut.exception() is not None:
+        return []
+    out: list[Prerequisite] = []
+    for step in group.step_futures():
+        if overwritten(step):
+            carrier = _follow(step)
+            if carrier is step or (carrier.done() and carrier.exception() is None):
+                continue
+            if all(carrier is not c for c in out):
+                out.append(carrier)
+    return out
 
 
 def overwritten(future: Future[Any]) -> bool:

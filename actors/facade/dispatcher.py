@@ -176,7 +176,7 @@ class Dispatcher(GroupHostMixin):
             self._open = False
             self._ctx.closing = not drain
             idle = not self._backlog.outstanding
-        self._seal_groups()  # no more steps: each group resolves with its last step
+        self._seal_groups(draining=drain)  # no more steps: each resolves with its last step
         with self._state_lock:
             if drain and self._started:
                 self._drain_waiters += 1
@@ -336,10 +336,12 @@ class Dispatcher(GroupHostMixin):
         object, stops its actor and tombstones the UID so late events cannot resurrect it."""
         plain = as_object(obj)
         ref = ObjectRef.of(plain, kind)
-        if not self._registry.tell(ref.uid, Deleted(plain)):
-            self._registry.tombstone(ref.uid)
+        # Its groups first: a step on it that the deletion resolves must find its group
+        # cancelled for this cause already (not "owner_withdrawn").
         if self._owners.owns(ref.uid):  # no lock unless it owns a call group
             self._cancel_owned(ref.uid, "owner_deleted")
+        if not self._registry.tell(ref.uid, Deleted(plain)):
+            self._registry.tombstone(ref.uid)
 
     def _observe(self, obj: object, kind: str | None) -> None:
         plain = as_object(obj)

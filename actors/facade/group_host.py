@@ -89,6 +89,9 @@ class GroupHostMixin(DispatcherBase):
         )
         self._owners.add(group)
         self.metrics.groups_open_delta(1)
+        if self._revoked is not None or self._closed:  # stop/revoke sealed the groups meanwhile
+            self.group_resolved(group)
+            raise self._closed_error()
         if self._registry.is_tombstoned(ref.uid):  # deleted already
             group.cancel_for("owner_deleted")
         return group
@@ -107,9 +110,12 @@ class GroupHostMixin(DispatcherBase):
         """Caller thread (``CallGroup.submit``): :meth:`submit` as a step of ``group``."""
         return self._admit(call, after, group)
 
-    def refuse_step(self, call: Call, group: CallGroup) -> CallFuture:
-        """Caller thread: a step of a cancelled group, resolved at once and never sent."""
+    def refuse_step(self, call: Call, after: Iterable[object], group: CallGroup) -> CallFuture:
+        """Caller thread: a step of a cancelled group, resolved at once and never sent. Its
+        ``call`` and ``after`` are checked as :meth:`submit` checks them."""
         self.call_types.check(call)
+        if after:
+            self._deps.prerequisites(after)
         future = CallFuture()
         future.owner = self
         future.call = call
@@ -176,10 +182,10 @@ class GroupHostMixin(DispatcherBase):
             if group is not spare:
                 group.cancel_for(cause)
 
-    def _seal_groups(self, *, revoking: bool = False) -> list[CallGroup]:
-        """``stop``/``revoke``: no group takes more steps; each resolves with its last step.
-        The groups sealed."""
+    def _seal_groups(self, *, revoking: bool = False, draining: bool = True) -> list[CallGroup]:
+        """The thread in ``stop`` (``draining`` unless ``drain=False``) or ``revoke``: no group
+        takes more steps; each resolves with its last step. The groups sealed."""
         groups = self._owners.all()
         for group in groups:
-            group._seal(closing=True, revoking=revoking)
+            group._seal(closing=True, revoking=revoking, draining=draining)
         return groups

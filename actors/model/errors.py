@@ -349,9 +349,11 @@ class GroupFailed(KdispatchError):
 
 class GangPartiallyBound(GroupFailed):
     """A gang's ``future`` raises this when its members were released and some did not land:
-    ``bound`` and ``failed`` name the member pods (:class:`~kdispatch.ObjectRef`) that were
-    bound and those that were not, in submission order. The bound ones stay bound: the caller
-    decides what to do with the others (for example, schedule them again)."""
+    ``bound`` and ``failed`` name the member pods (:class:`~kdispatch.ObjectRef`) whose binding
+    succeeded and those whose binding did not, in submission order. The bound ones stay bound:
+    the caller decides what to do with the others (for example, schedule them again). A member
+    withdrawn after its request's reply was lost is in ``failed`` even if that request landed
+    (docs/gangs.md): the pod's watch event tells."""
 
     def __init__(
         self,

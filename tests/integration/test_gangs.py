@@ -15,6 +15,7 @@ from kdispatch import (
     ClaimStatusPatch,
     DependencyFailed,
     Dispatcher,
+    DispatcherClosed,
     DispatcherConfig,
     ExecutorConfig,
     ForbiddenError,
@@ -24,12 +25,14 @@ from kdispatch import (
     InvalidCallError,
     InvalidInputError,
     InvalidPrerequisiteError,
+    InvalidRequestError,
     LeadershipLost,
     Outcome,
     PodBinding,
     PodGroupStatusPatch,
     PodStatusPatch,
     RateLimitConfig,
+    RetryConfig,
     TooManyRequestsError,
 )
 from kdispatch.testing import FaultPlan, InMemoryApiServer, make_claim, make_pod, make_podgroup
@@ -175,6 +178,54 @@ def test_a_member_failing_after_the_release_leaves_the_gang_partially_bound(
     assert node_of(server, "m1") is None
 
 
+def test_a_member_withdrawn_after_a_lost_reply_is_failed_whatever_the_server_applied(
+    server: InMemoryApiServer,
+) -> None:
+    """docs/gangs.md: ``failed`` lists the members by their futures. m1's binding landed but
+    its reply was lost; withdrawn while it waits to retry (its PodGroup deleted), it resolves
+    CallCancelled and is in ``failed``, though its pod is bound: the pod's watch event tells."""
+    group = server.create(make_podgroup("trainers", min_count=3))
+    pods = members(server, 3)
+    server.script("bind", "apply_then_fail", name="m1")
+    config = DispatcherConfig(retry=RetryConfig(base_backoff=20.0, max_backoff=20.0))
+    with Dispatcher(server, config) as dispatcher:
+        with dispatcher.group(owner=group, gang=3) as gang:
+            steps = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+        server.wait_for_request("bind", name="m1")  # applied, reply lost: m1 backs off
+        assert steps[0].result(timeout=30) is steps[2].result(timeout=30) is Outcome.SUCCESS
+        dispatcher.on_delete(server.remove("PodGroup", "default", "trainers"))
+        partial = error(gang.future)
+        assert type(error(steps[1])) is CallCancelled
+    assert isinstance(partial, GangPartiallyBound) and partial.cancelled == "owner_deleted"
+    assert [r.name for r in partial.bound] == ["m0", "m2"]
+    assert [r.name for r in partial.failed] == ["m1"]
+    assert [node_of(server, f"m{i}") for i in range(3)] == ["n1"] * 3
+    assert sorted(binds(server)) == [("m0", "ok"), ("m1", "apply_then_fail"), ("m2", "ok")]
+
+
+def test_another_step_failing_before_the_release_withdraws_no_member(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """docs/gangs.md: a gang's other steps are a call group's steps. A claim's reservation
+    that fails before the release withdraws no member (none waits for it): the members are
+    bound, and gang.future raises GroupFailed (not cancelled) whose results say so."""
+    pods, gang = open_gang(server, dispatcher, 2)
+    claim = server.create(make_claim("gpu"))
+    server.script("patch_status", InvalidRequestError("refused"), name="gpu")
+    meta = pods[0]["metadata"]
+    consumer = {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+    reserved = gang.submit(ClaimStatusPatch.for_claim(claim, reserve=[consumer]))
+    assert isinstance(error(reserved), CallFailed) and not gang.released
+    members_ = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+    gang.seal()
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and not isinstance(failed, GangPartiallyBound)
+    assert failed.cancelled is None and failed.error is error(reserved)
+    assert failed.results == [error(reserved), Outcome.SUCCESS, Outcome.SUCCESS]
+    assert [f.result(timeout=30) for f in members_] == [Outcome.SUCCESS] * 2
+    assert sorted(binds(server)) == [("m0", "ok"), ("m1", "ok")]
+
+
 def test_the_group_status_waits_for_the_gang_without_blocking(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
@@ -204,6 +255,26 @@ def test_stop_withdraws_a_gang_still_held(server: InMemoryApiServer) -> None:
     assert isinstance(failed, GroupFailed) and failed.cancelled == "stopped"
     assert binds(server) == []
     assert groups_cancelled(d, "stopped") == 1
+
+
+def test_stop_without_drain_withdraws_a_complete_gang_not_yet_released(
+    server: InMemoryApiServer,
+) -> None:
+    """``stop(drain=False)`` drains nothing, so a gang complete but not released when it began
+    is withdrawn as one still incomplete is: ``cancelled == "stopped"`` (counted so, never as a
+    member failing), and nothing of it is sent."""
+    group = server.create(make_podgroup("trainers", min_count=3))
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=5, burst=2))
+    d = Dispatcher(server, config).start()
+    gang = d.group(owner=group, gang=3)
+    held = [gang.submit(PodBinding.for_pod(p, "n1")) for p in members(server, 3)]
+    d.stop(drain=False, timeout=10)
+    failed = error(gang.future)
+    assert isinstance(failed, GroupFailed) and not isinstance(failed, GangPartiallyBound)
+    assert failed.cancelled == "stopped" and gang.cancelled == "stopped"
+    assert all(isinstance(error(f), DependencyFailed | DispatcherClosed) for f in held)
+    assert not gang.released and binds(server) == []
+    assert groups_cancelled(d, "stopped") == 1 and groups_cancelled(d, "member_failed") == 0
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.0, "3"])

@@ -8,12 +8,13 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import pytest
 
 from kdispatch.actors.engine.groups import CallGroup
-from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.engine.messages import CallFuture, Deleted
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.call_types import default_call_types
@@ -254,6 +255,24 @@ def test_bad_prerequisites_are_refused(server: InMemoryApiServer, dispatcher: Di
     assert dispatcher.outstanding == 0 and server.request_log == []
 
 
+@pytest.mark.parametrize("gang", [None, 2])
+def test_a_cancelled_group_refuses_bad_prerequisites_as_an_open_one_does(
+    server: InMemoryApiServer, dispatcher: Dispatcher, gang: int | None
+) -> None:
+    """A step's ``after=`` is checked whether or not its group was cancelled (by its caller
+    or, on another thread, by its owner's deletion): the same bad call always raises."""
+    owner, pod = server.create(make_pod("owner")), server.create(make_pod("p1"))
+    group = dispatcher.group(owner=owner, gang=gang)
+    assert group.cancel()
+    bad: object
+    for bad in ("abc", 3, [object()], [Future()], [None]):
+        with pytest.raises(InvalidPrerequisiteError):
+            group.submit(PodBinding.for_pod(pod, "n1"), after=bad)  # type: ignore[arg-type]
+    refused = group.submit(PodBinding.for_pod(pod, "n1"))
+    assert isinstance(outcome(refused), CallCancelled)
+    assert dispatcher.outstanding == 0 and server.request_log == []
+
+
 # --------------------------------------------------------------------------- cycles
 
 
@@ -399,6 +418,38 @@ def test_owner_deletion_cancels_a_retrying_claim_patch_and_the_held_binding(
     assert server.get_object("ResourceClaim", "default", "c1")["status"] == c1["status"]  # type: ignore[index]
     assert caller.open_groups == 0
     assert groups_cancelled(caller, "owner_deleted") == 1
+
+
+def test_the_owners_deletion_is_the_cause_even_when_its_actor_resolves_a_step_first(
+    server: InMemoryApiServer, caller: Dispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """on_delete: the owner's actor may resolve the held binding on the owner (the object
+    deleted) before the informer's thread goes on. The group is cancelled for the deletion
+    (``owner_deleted``), never for that step (``owner_withdrawn``): here the actor's turn ends
+    before ``on_delete`` returns from telling it."""
+    pod, c1 = server.create(make_pod("p1")), server.create(make_claim("c1"))
+    server.script("patch_status", slow_429(), name="c1")
+    g = caller.group(owner=pod)
+    claim = g.submit(reserve(c1, pod))
+    bind = g.submit(PodBinding.for_pod(pod, "n1"), after=[claim])
+    attempted(server, "patch_status", "c1")
+    registry = caller._registry
+    tell = registry.tell
+
+    def tell_then_wait_for_the_actor(uid: str, message: object, spawn: Any = None) -> bool:
+        told = tell(uid, message, spawn)
+        if type(message) is Deleted:
+            assert isinstance(outcome(bind), CallCancelled)  # the actor handled the deletion
+        return told
+
+    monkeypatch.setattr(registry, "tell", tell_then_wait_for_the_actor)
+    caller.on_delete(server.remove("Pod", "default", "p1"))
+    err = outcome(g.future)
+    assert isinstance(err, GroupFailed) and err.cancelled == "owner_deleted"
+    assert g.cancelled == "owner_deleted"
+    assert groups_cancelled(caller, "owner_deleted") == 1
+    assert groups_cancelled(caller, "owner_withdrawn") == 0
+    assert [r.outcome for r in server.request_log] == ["TooManyRequests"]
 
 
 @pytest.mark.parametrize("how", ["preemption", "eviction"])
@@ -679,6 +730,54 @@ def test_a_plain_future_merged_before_it_became_a_prerequisite_is_followed(
     assert reserved(server, "shared") == {"p1", "p2"}
 
 
+def test_a_group_future_whose_step_was_merged_away_is_followed_to_the_merged_call(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """p1's group reserves the shared claim; its step merges into p2's reservation (the step
+    resolves OVERWRITTEN, the group with it). A binding held on the group's future waits for
+    the merged reservation to land, as it would for the step itself."""
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    shared = server.create(make_claim("shared"))
+    server.script("patch_status", TooManyRequestsError("later", retry_after=0.5), name="shared")
+    with caller.group(owner=p1) as claims:
+        mine = claims.submit(reserve(shared, p1))
+    attempted(server, "patch_status", "shared")
+    theirs = caller.submit(reserve(shared, p2))  # merges mine in
+    assert outcome(mine) is Outcome.OVERWRITTEN and mine.successor is theirs
+    assert outcome(claims.future) == [Outcome.OVERWRITTEN]
+    bind = caller.submit(PodBinding.for_pod(p1, "n1"), after=[claims.future])
+    assert outcome(bind) is Outcome.SUCCESS and outcome(theirs) is Outcome.SUCCESS
+    log = server.request_log
+    assert applied(log, "bind", "p1") > applied(log, "patch_status", "shared")
+    assert reserved(server, "shared") == {"p1", "p2"}
+    assert caller.held_calls == 0
+
+
+def test_a_group_future_whose_merged_step_fails_fails_the_held_call(
+    server: InMemoryApiServer, caller: Dispatcher
+) -> None:
+    """The call that carries the group's merged step fails for good: the call held on the
+    group's future resolves DependencyFailed with that error, and is not sent."""
+    p1, p2 = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    shared = server.create(make_claim("shared"))
+    server.script(
+        "patch_status",
+        TooManyRequestsError("later", retry_after=0.5),
+        InvalidRequestError("refused"),
+        name="shared",
+    )
+    with caller.group(owner=p1) as claims:
+        mine = claims.submit(reserve(shared, p1))
+    attempted(server, "patch_status", "shared")
+    theirs = caller.submit(reserve(shared, p2))  # merges mine in
+    assert outcome(mine) is Outcome.OVERWRITTEN
+    bind = caller.submit(PodBinding.for_pod(p1, "n1"), after=[claims.future])
+    failed = outcome(bind)
+    assert isinstance(failed, DependencyFailed) and failed.cause is outcome(theirs)
+    assert requests(server.request_log, "bind", "p1") == []
+    assert caller.held_calls == 0
+
+
 def test_group_future_lists_outcomes_and_is_a_prerequisite(
     server: InMemoryApiServer, dispatcher: Dispatcher
 ) -> None:
@@ -792,6 +891,36 @@ def test_stop_resolves_a_group_cut_short(server: InMemoryApiServer) -> None:
     assert isinstance(outcome(g.future), GroupFailed)
     assert [r.outcome for r in server.request_log] == ["TooManyRequests"]
     assert d.outstanding == 0 and d.open_groups == 0 and d.held_calls == 0
+
+
+@pytest.mark.parametrize("closing", ["stop", "revoke"])
+def test_a_group_built_while_the_dispatcher_closes_is_refused_not_left_open(
+    server: InMemoryApiServer, monkeypatch: pytest.MonkeyPatch, closing: str
+) -> None:
+    """``stop()``/``revoke()`` runs between ``group()``'s check that the dispatcher is open and
+    the group's indexing (where ``stop`` seals the open groups): ``group()`` raises, and no
+    group is left open for good (its future unresolved, the gauge at 1)."""
+    owner = server.create(make_pod("owner"))
+    d = Dispatcher(server, FAST).start()
+    index = d._owners
+    add = index.add
+
+    def add_once_closed(group: CallGroup) -> None:
+        closer = threading.Thread(
+            target=d.stop if closing == "stop" else partial(d.revoke, LeadershipLost("lost"))
+        )
+        closer.start()
+        closer.join(timeout=10)
+        add(group)
+
+    monkeypatch.setattr(index, "add", add_once_closed)
+    try:
+        with pytest.raises(DispatcherClosed):
+            d.group(owner=owner)
+        assert d.open_groups == 0
+        assert d.metrics.value("kdispatch_call_groups_open") == 0
+    finally:
+        d.stop(timeout=5)
 
 
 # --------------------------------------------------------------------------- under load

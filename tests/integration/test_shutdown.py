@@ -163,11 +163,11 @@ def test_stop_without_drain_reports_the_calls_it_closed_even_when_the_actors_clo
     queued = [d.submit(PodStatusPatch.for_pod(p, conditions=[cond])) for p in pods[1:]]
     seal = d._seal_groups
 
-    def let_the_actors_close_everything_first() -> None:
+    def let_the_actors_close_everything_first(**how: bool) -> None:
         backend.gate.set()
         _done, not_done = wait([held, *queued], timeout=10)
         assert not not_done
-        seal()
+        seal(**how)
 
     monkeypatch.setattr(d, "_seal_groups", let_the_actors_close_everything_first)
     assert d.stop(drain=False, timeout=5) is False
