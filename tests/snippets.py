@@ -31,6 +31,7 @@ _FENCES = {
     for language in ("python", "sh")
 }
 _REQUIRES = re.compile(r"#\s*requires:\s*(\S+)")
+_MAIN_GUARD = re.compile(r"^if __name__ == .__main__.:", re.M)
 
 
 @dataclass(frozen=True)
@@ -76,16 +77,25 @@ def block(page: str, heading: str) -> Snippet:
 
 
 def run(snippet: Snippet, **scope: Any) -> dict[str, Any]:
-    """Execute ``snippet`` in a fresh registered module holding ``scope``; its namespace."""
-    module = types.ModuleType("docs_snippet")
-    sys.modules[module.__name__] = module
+    """Execute ``snippet`` in a fresh registered module holding ``scope``; its namespace.
+
+    A snippet written as a script (one with an ``if __name__ == "__main__":`` guard, as a
+    ``spawn`` child process needs) runs as ``__main__``, guarded part included; the module has no
+    file, so a child process started with ``spawn`` does not run it again."""
+    name = "__main__" if _MAIN_GUARD.search(snippet.code) else "docs_snippet"
+    module = types.ModuleType(name)
+    previous = sys.modules.get(name)
+    sys.modules[name] = module
     module.__dict__.update(scope)
     lines = snippet.code.splitlines(keepends=True)
     linecache.cache[snippet.name] = (len(snippet.code), None, lines, snippet.name)  # tracebacks
     try:
         exec(compile(snippet.code, snippet.name, "exec"), module.__dict__)
     finally:
-        del sys.modules[module.__name__]
+        if previous is None:
+            del sys.modules[name]
+        else:
+            sys.modules[name] = previous
     return module.__dict__
 
 

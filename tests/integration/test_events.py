@@ -641,3 +641,12 @@ def test_after_stop_no_event_is_reported_waiting() -> None:
     outcomes = [f.exception(10) for f in futures if f is not None]
     assert sum(isinstance(e, DispatcherClosed) for e in outcomes) == 3
     assert d.stats()["events"]["waiting"] == 0
+
+
+def test_the_cause_of_a_dropped_event_is_importable_from_kdispatch() -> None:
+    """The Events page tells a program to recognise a dropped Event by its ``CallFailed``'s
+    ``cause``: that type is part of the public face."""
+    import kdispatch
+
+    assert kdispatch.RequestDropped is RequestDropped
+    assert "RequestDropped" in kdispatch.__all__
