@@ -7,8 +7,8 @@ call (``job``), or ``refund`` if nothing is left → a worker sends it (:class:`
 → ``Done`` to the actor. When nothing waits and a token and a slot are free, ``ready`` grants
 on the spot (no ``Grant`` message); otherwise whichever thread frees a slot or brings work
 grants, and a timer thread covers token refills and backoff expiries. With a non-blocking
-backend and no QPS limit (*inline sends*), ``job`` sends on the actor's own turn and returns
-its ``Done``: no worker threads at all.
+backend and no QPS limit on either bucket (*inline sends*), ``job`` sends on the actor's own
+turn and returns its ``Done``: no worker threads at all.
 
 Every request the apiserver sees takes a token (see the docs' concepts page): a grant reserves
 the first; a job's further requests wait for theirs ahead of new grants; a job that sent
@@ -66,12 +66,15 @@ class Executor(LaneScheduler):
         log_calls: bool = False,
     ) -> None:
         # Requests run on the actors' threads only when they can never wait: the backend never
-        # blocks, no token is ever waited for, and the calls' sends do not block either
-        # (ExecutorConfig.inline_sends: the user's promise for custom sends).
+        # blocks, no token is ever waited for (neither bucket limits: an Event's follow-up
+        # request waits for a token of the Events' own bucket), and the calls' sends do not
+        # block either (ExecutorConfig.inline_sends: the user's promise for custom sends).
+        events = rate_limit.events_budget()
         inline = (
             config.inline_sends
             and getattr(backend, "non_blocking", False) is True
             and rate_limit.qps == math.inf
+            and (events is None or events[0] == math.inf)
         )
         LaneScheduler.__init__(self, relevances, rate_limit, config, metrics, clock, inline=inline)
         self._name = name
@@ -177,11 +180,11 @@ class Executor(LaneScheduler):
             self._jobs.put((actor, send))
             return None
         if self._stopping:
-            self._refund_token(call.best_effort)
+            self.refund_token(call.best_effort)
             return None
         done, requests = self.sender.send(send)
         if not requests:  # nothing was sent: the grant's token goes back
-            self._refund_token(call.best_effort)
+            self.refund_token(call.best_effort)
         if call.best_effort:
             self._best_effort.discard(call.ref.uid)  # atomic under the interpreter lock
         return done

@@ -133,8 +133,10 @@ class LaneScheduler:
             if deferred is not None:
                 self._enqueue(uid, deferred[0], deferred[1], admitted=True)
 
-    def _refund_token(self, best_effort: bool) -> None:
-        """An inline send's grant that sent nothing: its token goes back. Any thread."""
+    def refund_token(self, best_effort: bool) -> None:
+        """A token taken for a request that was not sent (an inline send's grant that sent
+        nothing, a follow-up request the send gate refused after its wait) goes back to the
+        bucket it came from. Any thread (the sending one)."""
         with self._lock:  # the set entry goes with the job's end
             if best_effort and self._events is not None:
                 self._events.refund()

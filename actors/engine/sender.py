@@ -95,12 +95,15 @@ class ChargedBackend:
     def _follow_up(self, verb: str, gate: Callable[[], bool] | None) -> None:
         """A request after the first waits for a token of its own (none if the gate is closed
         already); the gate is checked again after that wait, right before the request goes
-        out, since the wait can outlast the lease. The sending thread."""
+        out, since the wait can outlast the lease (then the token goes back: nothing is sent).
+        The sending thread."""
         if gate is not None and not gate():
             raise _gate_closed()
         ex = self._executor
-        ex.take_followup_token(self._call.best_effort)
+        best_effort = self._call.best_effort
+        ex.take_followup_token(best_effort)
         if gate is not None and not gate():
+            ex.refund_token(best_effort)
             raise _gate_closed()
         ex.metrics.request(self._call.call_type, verb)
 

@@ -152,7 +152,8 @@ class DispatcherLike(Protocol):
         ``timeout`` seconds (None: no limit) passed first. Pace on the lane you are about to
         submit to (docs: "Pacing the caller"). Woken by resolutions, never by polling.
         Raises :class:`~kdispatch.InvalidInputError` for a ``below`` that is not an int >= 1,
-        a ``timeout`` that is not a positive number or None, or an unregistered call type."""
+        a ``timeout`` that is not a positive finite number or None, or an unregistered call
+        type."""
         ...
 
     @property

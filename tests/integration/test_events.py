@@ -650,3 +650,34 @@ def test_the_cause_of_a_dropped_event_is_importable_from_kdispatch() -> None:
 
     assert kdispatch.RequestDropped is RequestDropped
     assert "RequestDropped" in kdispatch.__all__
+
+
+def test_an_events_follow_up_waiting_for_a_token_never_holds_an_actor_thread() -> None:
+    """No limit on the calls, a finite one on the Events: the Events' follow-up requests may
+    wait for a token, so requests go through the workers, never on the actors' turns. An
+    Event's create answered 409 waits for a token for its GET (the clock stands still) while a
+    binding of another pod is sent; the GET goes once a token comes."""
+    clock = ManualClock(1000.0)
+    server = InMemoryApiServer()
+    a, b = _pod(server, "a"), _pod(server, "b")
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=math.inf, burst=1, events_qps=0.5, events_burst=1)
+    )
+    server.script("create", "409")
+    with Dispatcher(server, config, metrics_registry=CollectorRegistry(), clock=clock) as d:
+        event = EventRecorder(d, controller="s").event(
+            a, reason="Scheduled", action="Binding", note="n"
+        )
+        assert event is not None
+        server.wait_for_request("create")
+        assert d.submit(PodBinding.for_pod(b, "n1")).result(10) is Outcome.SUCCESS
+        assert [r.op for r in server.request_log] == ["create", "bind"]  # the GET still waits
+        assert not event.done()
+        clock.advance(2.0)  # the Events' bucket holds a token again: the GET goes
+        d._executor.wake()
+        server.wait_for_request("get")
+        clock.advance(2.0)  # and one more, for the create again (the GET found no Event)
+        d._executor.wake()
+        assert event.result(10) is Outcome.SUCCESS
+    assert [r.op for r in server.request_log] == ["create", "bind", "get", "create"]
+    assert len(_events(server)) == 1

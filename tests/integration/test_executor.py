@@ -511,6 +511,31 @@ def test_followup_requests_take_tokens_before_new_grants(started: list[Executor]
     assert ex.tokens_taken == 3
 
 
+def test_a_follow_up_the_gate_refuses_after_its_token_wait_gives_its_token_back(
+    started: list[Executor],
+) -> None:
+    """The lease is lost while a call's second request waits for its token: that request is
+    not sent, the call fails ``LeadershipLost``, and its token goes back to the bucket, so
+    the tokens taken still equal the requests the server saw."""
+    clock = ManualClock()
+    server = Server()
+    lease = threading.Event()
+    lease.set()
+    ex = make(workers=2, qps=1, burst=1, clock=clock, backend=server, send_gate=lease.is_set)
+    ex.start()
+    started.append(ex)
+    a = FakeRef(ex, TwoStep(_ref("a")))
+    a.ready(3)  # granted on the spot: the only token; its DELETE waits for the next one
+    wait_for(lambda: ex._followups == 1, 5.0, "the follow-up request to wait for a token")
+    lease.clear()
+    clock.now += 1.0  # a token refills: the follow-up takes it, then finds the gate closed
+    ex.wake()
+    assert a.finished.wait(10)
+    assert isinstance(a.done[0].error, LeadershipLost)
+    assert server.requests == [("patch", "a")]
+    assert ex.tokens_taken == 1
+
+
 @pytest.mark.parametrize(
     "error", [ServerError(retry_after=3.0), TooManyRequestsError(retry_after=3.0)], ids=str
 )
