@@ -9,7 +9,6 @@ Calls, informer objects and results cross by pickle over two pipes (:mod:`.proce
 from __future__ import annotations
 
 import contextlib
-import copy
 import multiprocessing
 import threading
 import time
@@ -212,7 +211,7 @@ class ProcessDispatcher(ChildLink):
         if drain:
             self._window.flush()  # the child drains them with the rest
         stopped = DispatcherClosed("dispatcher process stopped")
-        self._resolve_waiting(self._window.close(), lambda _: copy.copy(stopped))
+        self._resolve_waiting(self._window.close(), lambda _: fresh(stopped))
         with contextlib.suppress(DispatcherClosed):
             self._send(encode((STOP, bool(drain), seconds)))
         self._outbox.put(None)  # the writer sends what is queued, then ends
@@ -260,7 +259,7 @@ class ProcessDispatcher(ChildLink):
         if self._gone is not None and self._pop_call(fid) is not None:
             # the reader's sweep ran before it was registered: whoever pops it resolves it
             self._window.discard(fid)
-            raise copy.copy(self._gone)
+            raise fresh(self._gone)
         return future
 
     def group(self, owner: object, *, kind: str | None = None, gang: int | None = None) -> NoReturn:

@@ -8,7 +8,6 @@ a future from ``_calls`` or ``_queries`` resolves it, so each resolves exactly o
 from __future__ import annotations
 
 import contextlib
-import copy
 import itertools
 import pickle
 import queue
@@ -97,7 +96,7 @@ class ChildLink(DispatcherBase):
         stopped or gone). A revoked dispatcher's child still answers, as a revoked
         :class:`~kdispatch.Dispatcher` does."""
         if self._gone is not None:
-            raise copy.copy(self._gone)  # a fresh exception (traceback) per caller
+            raise fresh(self._gone)  # a fresh exception (traceback) per caller
         if self._closed or not self._started:
             raise self._closed_error()
 
@@ -107,7 +106,7 @@ class ChildLink(DispatcherBase):
         if self._requests is None:
             raise DispatcherClosed("dispatcher not started")
         if self._gone is not None:
-            raise copy.copy(self._gone)
+            raise fresh(self._gone)
         self._outbox.put(data)
 
     def _query(self, name: str, arg: Any, timeout: float | None) -> Any:
@@ -132,7 +131,7 @@ class ChildLink(DispatcherBase):
             self._queries.pop(qid, None)
             raise
         if self._gone is not None and self._queries.pop(qid, None) is not None:
-            raise copy.copy(self._gone)
+            raise fresh(self._gone)
         return qid, future
 
     def _read(self) -> None:
@@ -201,11 +200,11 @@ class ChildLink(DispatcherBase):
         for fid in list(self._calls):
             call = self._pop_call(fid)
             if call is not None:
-                call.set_exception(copy.copy(error))
+                call.set_exception(fresh(error))
         for fid in list(self._queries):
             query = self._queries.pop(fid, None)
             if query is not None:
-                query.set_exception(copy.copy(error))
+                query.set_exception(fresh(error))
         self._backlog_changed()
 
     def _pop_call(self, fid: int) -> CallFuture | None:
