@@ -175,12 +175,17 @@ class AioInformer(InformerShell):
         :class:`~kdispatch.NoEventLoopError`); once only, and never after :meth:`stop`
         (:class:`~kdispatch.InvalidInputError`)."""
         loop = running_loop("AioInformer.start()")
-        if self._stopped:
-            raise InvalidInputError(f"informer {self.name} was stopped: build a new one")
-        if self._task is not None:
-            raise InvalidInputError(f"informer {self.name} already started")
+        self._check_startable(None)
         self._task = loop.create_task(self.run(), name=f"aio-informer-{self.name}")
         return self
+
+    def _check_startable(self, task: asyncio.Task[Any] | None) -> None:
+        """Refuse a start once stopped, or once started by another task than ``task`` (the
+        one running :meth:`run`; None: none runs yet). The loop's thread."""
+        if self._stopped:
+            raise InvalidInputError(f"informer {self.name} was stopped: build a new one")
+        if self._task is not None and self._task is not task:
+            raise InvalidInputError(f"informer {self.name} already started")
 
     async def stop(self) -> None:
         """Cancel the task started by :meth:`start` and wait for it to end. A cancellation of
@@ -227,9 +232,11 @@ class AioInformer(InformerShell):
 
     async def run(self) -> None:
         """List, then watch and resume, until cancelled (the same :class:`WatchLoop` as the
-        threaded informer's)."""
-        if self._task is None:
-            self._task = asyncio.current_task()
+        threaded informer's). Once only, and never after :meth:`stop`
+        (:class:`~kdispatch.InvalidInputError`), as :meth:`start`."""
+        current = asyncio.current_task()
+        self._check_startable(current)
+        self._task = current
         core = self._core
         plan = WatchLoop()
         loop = asyncio.get_running_loop()

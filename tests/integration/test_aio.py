@@ -573,6 +573,35 @@ async def test_a_stopped_aio_informer_wakes_its_sync_waiters_and_never_starts_ag
         for stopped in (informer, never_started):
             with pytest.raises(InvalidInputError, match="was stopped"):
                 stopped.start()
+            with pytest.raises(InvalidInputError, match="was stopped"):
+                await stopped.run()  # run() directly, as a user's own task would
+
+
+@async_test
+async def test_an_aio_informer_runs_once_whether_started_or_run() -> None:
+    """``run()`` beside ``start()`` (or a second ``run()``) is refused: two loops would feed
+    the handlers every event twice."""
+    informer = AioInformer(_ScriptedPods([]).list_pod_for_all_namespaces, kind="Pod").start()
+    try:
+        with pytest.raises(InvalidInputError, match="already started"):
+            await informer.run()
+    finally:
+        await informer.stop()
+    api = _ScriptedPods([])
+    running = AioInformer(
+        api.list_pod_for_all_namespaces, kind="Pod", backoff_initial=60.0, backoff_max=60.0
+    )
+    task = asyncio.ensure_future(running.run())
+    try:
+        assert await running.wait_for_sync(WAIT) is True
+        with pytest.raises(InvalidInputError, match="already started"):
+            await running.run()
+        with pytest.raises(InvalidInputError, match="already started"):
+            running.start()
+    finally:
+        await running.stop()
+    assert task.cancelled()
+    assert api.requests.count("list") == 1  # one loop ran
 
 
 # ------------------------------------------------------------------ the README's kopf recipe
