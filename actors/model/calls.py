@@ -159,8 +159,8 @@ CallT = TypeVar("CallT", bound=Call)
 
 
 def given(call: object, name: str) -> object:
-    """The field ``name`` of ``call`` typed ``object``, for ``__post_init__`` to validate and
-    narrow. Any thread."""
+    """The field ``name`` of ``call`` typed ``object``, to validate and narrow (a call of a type
+    not known yet, as :func:`check_merge`'s ``older``). Any thread."""
     return getattr(call, name)
 
 
@@ -177,13 +177,14 @@ def check_target(call: Call) -> None:
     """Validate ``ref`` and ``basis`` of a call on one object of the call's kind: ``ref`` of
     that kind, ``basis`` None or that object (same UID, no other kind). Raises
     :class:`InvalidCallError`. Any thread."""
-    ref, basis = given(call, "ref"), call.basis
+    ref: object = call.ref
     if not isinstance(ref, ObjectRef):
         raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
     if ref.kind != call.kind:
         raise InvalidCallError(f"{call.call_type} applies to {call.kind}, not {ref.kind}")
+    basis = call.basis
     if basis is not None:
-        if not is_mapping(basis):
+        if type(basis) is not dict and not is_mapping(basis):
             raise InvalidCallError(f"{call.call_type}: basis must be an object mapping or None")
         if meta(basis).get("uid") != ref.uid:
             raise InvalidCallError(f"{call.call_type}: basis is not the object of {ref}")
@@ -230,7 +231,7 @@ class CallTypeRegistry:
         self._kinds = kinds if kinds is not None else DEFAULT_KINDS
         self._lock = threading.Lock()
         self._by_type: dict[str, CallTypeSpec] = {}
-        self._classes: frozenset[type[Call]] = frozenset()  # the registered classes
+        self._by_class: dict[type[object], CallTypeSpec] = {}  # the same specs, by class
         for cls in call_classes:
             self.register(cls)
 
@@ -299,7 +300,7 @@ class CallTypeRegistry:
                         f"{call_type!r} cannot supersede {name!r}: it is exclusive"
                     )
             self._by_type = {**self._by_type, call_type: spec}
-            self._classes = self._classes | {cls}
+            self._by_class = {**self._by_class, cls: spec}
         return spec
 
     def __getstate__(self) -> dict[str, object]:
@@ -308,7 +309,7 @@ class CallTypeRegistry:
         :data:`~kdispatch.DEFAULT_KINDS` crosses as a reference to the receiving process's own
         table; the call classes cross by reference, so they must be importable there."""
         kinds = None if self._kinds is DEFAULT_KINDS else self._kinds
-        return {"kinds": kinds, "by_type": self._by_type, "classes": self._classes}
+        return {"kinds": kinds, "by_type": self._by_type, "by_class": self._by_class}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Unpickle: a fresh lock, the same registered types."""
@@ -316,7 +317,7 @@ class CallTypeRegistry:
         self._kinds = kinds if kinds is not None else DEFAULT_KINDS
         self._lock = threading.Lock()
         self._by_type = state["by_type"]
-        self._classes = state["classes"]
+        self._by_class = state["by_class"]
 
     def spec(self, call_type: str) -> CallTypeSpec:
         """The spec of a registered call type; :class:`UnknownCallTypeError` otherwise."""
@@ -328,19 +329,18 @@ class CallTypeRegistry:
     def check(self, call: object) -> Call:
         """Validate a submitted call: a registered type whose ref is an :class:`ObjectRef` of
         its kind. Raises :class:`InvalidCallError` / :class:`UnknownCallTypeError`."""
-        # a registered class is a Call subclass: only other types meet the ABC check (~10x)
-        if type(call) not in self._classes and not isinstance(call, Call):
-            raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
-        if TYPE_CHECKING:  # narrowed above; no cast() call on the hot path
-            assert isinstance(call, Call)
-        spec = self._by_type.get(call.call_type)
-        if spec is None or spec.cls is not type(call):
+        spec = self._by_class.get(type(call))
+        if spec is None:  # not a registered class: only now the ABC check (~10x a dict get)
+            if not isinstance(call, Call):
+                raise InvalidCallError(f"expected a Call, got {type(call).__name__}")
             raise UnknownCallTypeError(f"call type {call.call_type!r} is not registered")
+        if TYPE_CHECKING:  # a registered class is a Call subclass; no cast() call on the hot path
+            assert isinstance(call, Call)
         ref = getattr(call, "ref", None)
-        if type(ref) is not ObjectRef and not isinstance(ref, ObjectRef):
-            raise InvalidCallError(f"{call.call_type}: ref must be an ObjectRef, got {ref!r}")
+        if not isinstance(ref, ObjectRef):
+            raise InvalidCallError(f"{spec.call_type}: ref must be an ObjectRef, got {ref!r}")
         if ref.kind != spec.kind:
-            raise InvalidCallError(f"{call.call_type} applies to {spec.kind}, not {ref.kind}")
+            raise InvalidCallError(f"{spec.call_type} applies to {spec.kind}, not {ref.kind}")
         return call
 
     def relevances(self) -> list[int]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Self
 
-from .calls import UNSET, StatusPatch, UnsetType, check_merge, check_target, given, newest_basis
+from .calls import UNSET, StatusPatch, UnsetType, check_merge, check_target, newest_basis
 from .errors import InvalidCallError, InvalidObjectError
 from .objects import (
     DELETE,
@@ -143,10 +143,10 @@ class ClaimStatusPatch(StatusPatch):
 
     def __post_init__(self) -> None:
         check_target(self)
-        allocation = given(self, "allocation")
+        allocation = self.allocation
         if allocation is not UNSET and allocation is not None:
             object.__setattr__(self, "allocation", _check_allocation(allocation))
-        object.__setattr__(self, "reservations", _check_reservations(given(self, "reservations")))
+        object.__setattr__(self, "reservations", _check_reservations(self.reservations))
         if allocation is UNSET and not self.reservations:
             raise InvalidCallError("claim_status_patch needs an allocation or reservation change")
 

@@ -118,7 +118,7 @@ def check_conditions(
     # exact tuples and lists inline: no extra call on the hot path
     if type(conds) is not tuple and type(conds) is not list:
         conds = condition_sequence(conds)
-    out = tuple(check(c) for c in conds)
+    out = tuple(map(check, conds))
     seen: set[str] = set()
     for c in out:
         if c["type"] in seen:

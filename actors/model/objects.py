@@ -258,14 +258,24 @@ class ObjectRef:
     uid: str
 
     def __post_init__(self) -> None:
-        _check_ref(self.kind, self.namespace, self.name, self.uid)
+        """Validate the fields: :class:`InvalidObjectError` for any wrong one (a field that is
+        not a str included)."""
+        kind, namespace, name = self.kind, self.namespace, self.name
+        if not isinstance(kind, str) or not _KIND.match(kind):
+            raise InvalidObjectError(f"invalid kind {kind!r}")
+        if not is_dns_label(namespace):  # checked inline first: no extra call when valid
+            check_label(namespace)
+        if not is_dns_subdomain(name):
+            check_subdomain(name)
+        check_uid(self.uid)
 
     @classmethod
     def of(cls, obj: object, kind: str | None = None) -> ObjectRef:
         """Identity of ``obj`` (a dict, any ``Mapping`` or an official-client model: see
         :func:`as_object`). ``kind`` defaults to ``obj['kind']``; when both are given they must
         agree. Raises :class:`InvalidObjectError` for anything malformed."""
-        obj = as_object(obj)
+        if type(obj) is not dict:  # most objects are dicts already: no extra call
+            obj = as_object(obj)
         meta = obj.get("metadata")
         if type(meta) is not dict and not is_mapping(meta):
             raise InvalidObjectError("object has no metadata")
@@ -276,14 +286,10 @@ class ObjectRef:
             kind = obj_kind
         elif obj_kind is not None and obj_kind != kind:
             raise InvalidObjectError(f"expected a {kind}, got a {obj_kind!r}")
-        namespace, name, uid = (
-            meta.get("namespace", "default"),
-            meta.get("name", ""),
-            meta.get("uid", ""),
+        # the fields as found: __post_init__ validates them
+        return cls(
+            kind, meta.get("namespace", "default"), meta.get("name", ""), meta.get("uid", "")
         )
-        if type(namespace) is not str or type(name) is not str or type(uid) is not str:
-            _check_ref(kind, namespace, name, uid)  # the error, not a compiled TypeError
-        return cls(kind, namespace, name, uid)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"
@@ -292,18 +298,6 @@ class ObjectRef:
         """Pickled as its four fields (``ProcessDispatcher`` sends refs to its child process).
         Any thread."""
         return (type(self), (self.kind, self.namespace, self.name, self.uid))
-
-
-def _check_ref(kind: object, namespace: object, name: object, uid: object) -> None:
-    """Validate an :class:`ObjectRef`'s fields: :class:`InvalidObjectError` for any wrong one
-    (a field that is not a str included)."""
-    if not isinstance(kind, str) or not _KIND.match(kind):
-        raise InvalidObjectError(f"invalid kind {kind!r}")
-    if not is_dns_label(namespace):  # checked inline first: no extra call when valid
-        check_label(namespace)
-    if not is_dns_subdomain(name):
-        check_subdomain(name)
-    check_uid(uid)
 
 
 def meta(obj: Obj) -> Mapping[str, Any]:

@@ -6,7 +6,7 @@ and never blocks; ``send`` runs on an executor worker.
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Self, TypedDict
+from typing import Any, ClassVar, Final, Self, TypedDict, cast
 
 from loguru import logger
 
@@ -18,7 +18,6 @@ from .calls import (
     UnsetType,
     check_merge,
     check_target,
-    given,
     newest_basis,
 )
 from .conditions import (
@@ -45,6 +44,7 @@ from .objects import (
     as_object,
     check_node_name,
     get_path,
+    is_dns_subdomain,
     is_terminating,
     meta,
     pod_node_name,
@@ -96,8 +96,10 @@ def preemption_options(options: PreemptionOptions) -> PreemptionOptions:
 
 
 def _check_node(node: object, what: str) -> str:
+    if is_dns_subdomain(node):  # valid: no extra call
+        return node
     try:
-        return check_node_name(node)
+        return check_node_name(node)  # raises, naming the node
     except InvalidObjectError as exc:
         raise InvalidCallError(f"{what}: {exc}") from None
 
@@ -109,8 +111,10 @@ def _check_nominated(nnn: object) -> str | UnsetType | None:
     return _check_node(nnn, "nominated_node_name")
 
 
-def _norm_node(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+def _nominated_node(pod: Obj | None) -> str | None:
+    """``status.nominatedNodeName`` of a pod, or None when absent or empty."""
+    node = get_path(pod, "status", "nominatedNodeName")
+    return node if isinstance(node, str) and node else None
 
 
 # --------------------------------------------------------------------------- calls
@@ -162,9 +166,9 @@ class PodStatusPatch(StatusPatch):
 
     def __post_init__(self) -> None:
         check_target(self)
-        object.__setattr__(self, "conditions", check_conditions(given(self, "conditions")))
-        nnn = _check_nominated(given(self, "nominated_node_name"))
-        if not self.conditions and nnn is UNSET:
+        conditions = check_conditions(self.conditions)
+        object.__setattr__(self, "conditions", conditions)
+        if _check_nominated(self.nominated_node_name) is UNSET and not conditions:
             raise InvalidCallError(
                 "pod_status_patch needs at least one condition or a nominated_node_name"
             )
@@ -181,7 +185,7 @@ class PodStatusPatch(StatusPatch):
         Raises :class:`InvalidObjectError` / :class:`InvalidCallError`."""
         pod = as_object(pod)  # official-client models and any Mapping
         ref = ObjectRef.of(pod, POD)
-        nnn = _check_nominated(nominated_node_name)
+        nnn = cast("str | UnsetType | None", nominated_node_name)  # __post_init__ checks it
         return cls(ref, tuple(condition_sequence(conditions)), nnn, basis=pod)
 
     def merge(self, older: object) -> Self:
@@ -218,17 +222,15 @@ class PodStatusPatch(StatusPatch):
         return None
 
     def _nnn_differs(self, obj: Obj | None) -> bool:
-        nnn = self.nominated_node_name
-        if nnn is UNSET:
-            return False
-        return _norm_node(nnn) != _norm_node(get_path(obj, "status", "nominatedNodeName"))
+        nnn = self.nominated_node_name  # a node name, None or UNSET (__post_init__)
+        return nnn is not UNSET and nnn != _nominated_node(obj)
 
     def is_noop(self, obj: Obj | None) -> bool:
         """Every condition already has the intended status/reason/message (timestamps ignored)
         and nominatedNodeName (if set) already has the intended value (None ≡ absent)."""
-        if obj is None or not conditions_satisfied(obj, self.conditions):
+        if obj is None or (self.conditions and not conditions_satisfied(obj, self.conditions)):
             return False
-        return self.nominated_node_name is UNSET or not self._nnn_differs(obj)
+        return not self._nnn_differs(obj)
 
     def apply(self, obj: Obj) -> Obj:
         """The pod once the patch is applied (copy-on-write; ``obj`` itself if a no-op)."""
@@ -244,10 +246,11 @@ class PodStatusPatch(StatusPatch):
         """The ``status`` of the strategic-merge patch against ``obj``: the conditions that differ
         (:func:`condition_entries`) and ``nominatedNodeName`` if it differs (None clears it);
         None when nothing differs."""
-        conds = condition_entries(self.conditions, pod_conditions(obj), now)
         body: dict[str, Any] = {}
-        if conds:
-            body["conditions"] = conds
+        if self.conditions:
+            conds = condition_entries(self.conditions, pod_conditions(obj), now)
+            if conds:
+                body["conditions"] = conds
         if self._nnn_differs(obj):
             body["nominatedNodeName"] = self.nominated_node_name or None
         return body or None
@@ -274,13 +277,13 @@ class PodBinding(Call):
 
     def __post_init__(self) -> None:
         check_target(self)
-        _check_node(given(self, "node"), "node")
+        _check_node(self.node, "node")
 
     @classmethod
     def for_pod(cls, pod: object, node: object) -> Self:
         """A binding of ``pod`` (also its basis) to ``node`` (a node name)."""
         pod = as_object(pod)  # official-client models and any Mapping
-        return cls(ObjectRef.of(pod, POD), _check_node(node, "node"), basis=pod)
+        return cls(ObjectRef.of(pod, POD), cast("str", node), basis=pod)  # __post_init__ checks it
 
     def precheck(self, obj: Obj | None) -> str | None:
         """Fail fast for a terminating pod or a pod bound to another node."""
@@ -348,7 +351,7 @@ class PodPreemption(DeletionRules):
                     f"pod_preemption condition must be {DISRUPTION_TARGET!r}, got {cond['type']!r}"
                 )
             object.__setattr__(self, "condition", cond)
-        check_grace_period(given(self, "grace_period_seconds"), InvalidCallError)
+        check_grace_period(self.grace_period_seconds, InvalidCallError)
 
     @classmethod
     def for_pod(

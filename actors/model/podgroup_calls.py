@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Final, Self
 
-from .calls import StatusPatch, check_merge, check_target, given, newest_basis
+from .calls import StatusPatch, check_merge, check_target, newest_basis
 from .conditions import (
     CONDITION_STATUSES,
     apply_conditions,
@@ -218,7 +218,7 @@ class PodGroupStatusPatch(StatusPatch):
 
     def __post_init__(self) -> None:
         check_target(self)
-        object.__setattr__(self, "conditions", _check_conditions(given(self, "conditions")))
+        object.__setattr__(self, "conditions", _check_conditions(self.conditions))
 
     # ------------------------------------------------------------------ constructors
 
