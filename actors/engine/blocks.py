@@ -7,6 +7,9 @@ before any other grant (requests of jobs already started still go first), at mos
 once, then each as the bucket refills; its members are granted from the blocks' own lane, each
 with a token the block paid for. A member that leaves before its grant (its future resolved)
 costs no token, or gives its paid one back: ``len(members) == need + paid`` for every block.
+A member is granted from its block only for a Ready in the block's lane (its binding's): one
+queued for another call of its pod when the block was made waits *parked* until its actor tells
+(a Ready in that lane, or it leaves the block: its binding is not its next request).
 
 :class:`TokenBlocks` is bookkeeping only: the :class:`~.lanes.LaneScheduler` calls it with its
 lock held, on whichever thread granted.
@@ -26,11 +29,13 @@ __all__ = ["Block", "TokenBlocks"]
 class Block:
     """The members of one gang still to be granted, and their tokens."""
 
-    __slots__ = ("active", "members", "need", "paid", "started")
+    __slots__ = ("active", "lane", "members", "need", "paid", "started")
 
-    def __init__(self, members: set[str]) -> None:
+    def __init__(self, members: set[str], lane: int) -> None:
         self.members = members
         """Members not yet granted (nor left)."""
+        self.lane = lane
+        """The lane of its place, its members' bindings' lane."""
         self.need = len(members)
         """Tokens still to take."""
         self.paid = 0
@@ -52,18 +57,20 @@ class TokenBlocks:
         self.unpaid: deque[Block] = deque()
         """Blocks still taking tokens, oldest first."""
         self.lane: OrderedDict[str, tuple[Any, float, int]] = OrderedDict()
-        """Members ready to send: UID -> (actor, ready since, relevance)."""
+        """Members ready to send: UID -> (actor, ready since, relevance); parked while the
+        relevance is not their block's lane (see the module docstring)."""
         self.active = 0
         """Active blocks with members left: while there is one, no lane takes a token."""
         self.queued = 0
         """Blocks waiting for their turn in a lane (one entry each there)."""
 
-    def reserve(self, uids: Iterable[str]) -> Block | None:
-        """A new block of ``uids`` (those in no other block), or None if fewer than two."""
+    def reserve(self, uids: Iterable[str], lane: int) -> Block | None:
+        """A new block of ``uids`` (those in no other block) in ``lane``, or None if fewer than
+        two."""
         members = {uid for uid in uids if uid not in self.of}
         if len(members) < 2:
             return None
-        block = Block(members)
+        block = Block(members, lane)
         for uid in members:
             self.of[uid] = block
         return block

@@ -177,18 +177,22 @@ class LaneScheduler:
 
     def _enqueue(self, uid: str, actor: Any, relevance: int, *, admitted: bool = False) -> None:
         """Queue ``uid`` in its lane; an object already queued keeps its place (with its new
-        actor, if the old one crashed). A best-effort object finding its lane full is dropped:
+        actor, if the old one crashed). A member of a token block is queued in the blocks' lane,
+        or, ready in another lane than its block's (another call than its binding), leaves its
+        block. A best-effort object finding its lane full is dropped:
         a grant that reserves nothing, told with the next grants; unless it was ``admitted``
         already (back from a backoff, or its turn deferred behind its own request under way:
         an Event that waits is never dropped)."""
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         blocks = self._blocks
-        if blocks.of and uid in blocks.of and relevance != BEST_EFFORT:
-            in_block = blocks.lane.get(uid)
-            since = self._clock() if in_block is None else in_block[1]
-            blocks.lane[uid] = (actor, since, relevance)  # not counted in _waiting: its block is
-            return
+        if blocks.of and relevance != BEST_EFFORT and uid in blocks.of:
+            if relevance == blocks.of[uid].lane:
+                in_block = blocks.lane.get(uid)
+                since = self._clock() if in_block is None else in_block[1]
+                blocks.lane[uid] = (actor, since, relevance)  # not in _waiting: its block is
+                return
+            self._leave_block_locked(uid)  # its next call is not its binding: on its own
         lane = self._lanes[relevance]
         queued = lane.get(uid)
         if queued is not None:
@@ -208,11 +212,12 @@ class LaneScheduler:
 
     def _reserve_block_locked(self, uids: Iterable[str], relevance: int) -> bool:
         """A token block for ``uids`` (:mod:`.blocks`), queued in lane ``relevance`` as one
-        entry; members queued already move to the blocks' lane, members backing off stay out
-        of it. False when no block was made."""
+        entry; members queued already move to the blocks' lane (parked if queued in another
+        lane: for another call), members backing off stay out of it. False when no block was
+        made."""
         delayed = {entry[2] for entry in self._delayed}
         blocks = self._blocks
-        block = blocks.reserve(uid for uid in uids if uid not in delayed)
+        block = blocks.reserve((uid for uid in uids if uid not in delayed), relevance)
         if block is None:
             return False
         for uid in block.members:
@@ -248,7 +253,8 @@ class LaneScheduler:
 
     def _grant_blocks(self, slots: float, grants: list[GrantTo]) -> float:
         """Take the unpaid blocks' tokens, then grant ready members whose block has one, while
-        ``slots`` last; the slots left."""
+        ``slots`` last (not a parked member: its block's token is for its binding); the slots
+        left."""
         blocks = self._blocks
         if blocks.unpaid and not self._followups:
             wait = blocks.pay(self._calls)
@@ -258,7 +264,8 @@ class LaneScheduler:
         for uid in list(blocks.lane):
             if slots <= 0:
                 break
-            if blocks.of[uid].paid == 0:
+            block = blocks.of[uid]
+            if block.paid == 0 or blocks.lane[uid][2] != block.lane:
                 continue
             actor, since, relevance = blocks.lane.pop(uid)
             if uid in self._sending:

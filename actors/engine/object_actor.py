@@ -183,13 +183,16 @@ class ObjectActor(Actor):
             message.reply.set_result(view)
 
     def _release(self, message: Release) -> list[Effect]:
-        """A prerequisite succeeded. If the next call to send still holds another token, the
-        object cannot be granted until that prerequisite resolves: it leaves the token block
-        of a gang it is in (the block would hold every lane while waiting for it, and that
-        prerequisite may need a token itself)."""
-        effects = self.machine.release(message.token)
-        queue = self.machine.queue
-        if queue and queue[0].holds:
+        """A prerequisite succeeded. Unless the call it freed is now the next to send, free of
+        other holds, the object leaves the token block of a gang it is in: a call that still
+        holds another token cannot be granted until that prerequisite resolves (the block
+        would hold every lane while waiting for it, and that prerequisite may need a token
+        itself), and another call queued ahead of it must not take the block's token."""
+        machine = self.machine
+        freed = next((e for e in machine.queue if message.token in e.holds), None)
+        effects = machine.release(message.token)
+        queue = machine.queue
+        if queue and (queue[0].holds or queue[0] is not freed):
             self.ctx.executor.leave_block(self.uid)
         return effects
 

@@ -690,6 +690,30 @@ def test_a_member_queued_before_its_block_moves_to_the_block(started: list[Execu
     assert [m.grants for m in members] == [1, 1] and ex.backlog() == 0
 
 
+def test_a_member_queued_for_another_call_takes_no_token_of_its_block(
+    started: list[Executor],
+) -> None:
+    """A member queued in another lane when its block is made (its pod's other call, ahead
+    of its binding) waits parked: the block's token is for its binding. Its actor's Ready in
+    the block's lane takes it; a Ready in another lane (that call is next) takes it out."""
+    clock = ManualClock()
+    ex = make(workers=8, qps=10, burst=1, clock=clock)
+    log: list[str] = []
+    FakeRef(ex, probe("first", log)).ready(1)  # the bucket is empty
+    members = [FakeRef(ex, probe(f"m{i}", log, 2)) for i in range(3)]
+    for m in members[:2]:
+        m.ready(1)  # queued for another call of the pod before the block exists
+    ex.reserve_block([m.uid for m in members], 2)
+    members[0].ready(2)  # the release: its binding is next
+    members[1].ready(1, not_before=0.0)  # requeued ahead of its binding (after a 409, say)
+    members[2].ready(2)
+    tick(ex, clock, 0.1)
+    tick(ex, clock, 0.1)
+    assert [m.grants for m in members] == [1, 0, 1] and ex.tokens_taken == 3
+    tick(ex, clock, 0.1)  # on its own, with a token of its own
+    assert members[1].grants == 1 and ex.backlog() == 0
+
+
 def test_a_member_backing_off_leaves_its_block_so_it_stalls_nothing(
     started: list[Executor],
 ) -> None:

@@ -3,8 +3,11 @@ apiserver: every test checks which bindings reached the server, and when."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
 
 import pytest
 
@@ -27,6 +30,7 @@ from kdispatch import (
     InvalidPrerequisiteError,
     InvalidRequestError,
     LeadershipLost,
+    ObjectRef,
     Outcome,
     PodBinding,
     PodGroupStatusPatch,
@@ -34,9 +38,14 @@ from kdispatch import (
     RateLimitConfig,
     RetryConfig,
     TooManyRequestsError,
+    default_call_types,
 )
+from kdispatch.actors.model.backend import ApiBackend
+from kdispatch.actors.model.objects import Obj
 from kdispatch.testing import FaultPlan, InMemoryApiServer, make_claim, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
+from tests.clocks import ManualClock
+from tests.factories import InertRules
 from tests.integration.test_groups import groups_cancelled
 
 pytestmark = pytest.mark.timeout(60)
@@ -433,6 +442,70 @@ def test_a_member_backing_off_at_the_release_goes_on_its_own(
     assert [r.name for r in partial.failed] == ["m1"]
     assert sorted(binds(server)) == [("later", "ok"), ("m0", "ok"), ("m2", "ok")]
     assert node_of(server, "m1") is None
+
+
+@dataclass(frozen=True, slots=True)
+class PodNote(InertRules):
+    """A user call type on Pods (an annotation patch) that a binding does not supersede."""
+
+    call_type: ClassVar[str] = "pod_note"
+    relevance: ClassVar[int] = 1
+
+    def send(self, backend: ApiBackend, obj: Obj | None) -> Obj | None:
+        ref = self.ref
+        note = {"status": {"message": "noted"}}
+        return backend.patch_status(
+            "Pod", ref.namespace, ref.name, note, uid=ref.uid, resource_version=None
+        )
+
+
+def _at_least(requests: Callable[[], list[tuple[str, str]]], n: int) -> bool:
+    return len(requests()) >= n
+
+
+def test_a_member_with_another_call_queued_ahead_of_its_binding_takes_no_block_token(
+    server: InMemoryApiServer,
+) -> None:
+    """A member whose pod has another call waiting for a token at the release (one its
+    binding does not supersede) goes on its own: that call never takes a token of the gang's
+    block, so the block's first tokens are bindings. Every request takes one token."""
+    group = server.create(make_podgroup("trainers", min_count=2))
+    m0, m1 = members(server, 2)
+    fillers = members(server, 2, prefix="f")
+    later = server.create(make_pod("later"))
+    clock = ManualClock(1000.0)
+    call_types = default_call_types()
+    call_types.register(PodNote)
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=0.1, burst=2),  # a token per 10 s of the fake clock
+        executor=ExecutorConfig(workers=1),
+    )
+    with Dispatcher(server, config, call_types=call_types, clock=clock) as d:
+        ex = d._executor
+        for pod in fillers:  # the burst: nothing more until the clock moves
+            d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n9")).result(timeout=30)
+        note = d.submit(PodNote(ObjectRef.of(m0)))
+        wait_for(lambda: ex.backlog() == 1, timeout=30, what="the note waits for a token")
+        with d.group(owner=group, gang=2) as gang:
+            steps = [gang.submit(PodBinding.for_pod(p, "n1")) for p in (m0, m1)]
+        wait_for(lambda: d.held_calls == 0, timeout=30, what="the release")
+        for pod in (m0, m1):
+            d.view(pod["metadata"]["uid"])  # each member's actor has handled the release
+        after = d.submit(PodBinding.for_pod(later, "n2"))
+        wait_for(lambda: ex.backlog() >= 3, timeout=30, what="everything queued")
+
+        def sent() -> list[tuple[str, str]]:
+            """The requests after the set-up's burst (the fillers' patches)."""
+            return [(r.op, r.name) for r in server.request_log if r.name[0] != "f"]
+
+        for step in (2, 4):  # two tokens a step: the first two, then the last two
+            clock.advance(20.0)
+            ex.wake()
+            wait_for(partial(_at_least, sent, step), timeout=30, what=f"{step} requests")
+        for future in [note, *steps, after]:
+            assert future.result(timeout=30) is Outcome.SUCCESS
+        assert ("patch_status", "m0") not in sent()[:2]  # the block's tokens went to bindings
+        assert ex.tokens_taken == len(server.request_log)
 
 
 def test_a_member_deleted_just_before_the_gang_is_complete_withdraws_every_member(

@@ -12,7 +12,7 @@ from tests.clocks import ManualClock
 
 def active(blocks: TokenBlocks, uids: list[str]) -> Block:
     """A block of ``uids`` whose turn in its lane came."""
-    block = blocks.reserve(uids)
+    block = blocks.reserve(uids, 2)
     assert block is not None
     blocks.activate(block)
     return block
@@ -85,9 +85,9 @@ def test_granting_and_leaving_keep_members_equal_to_tokens_owed() -> None:
 
 def test_fewer_than_two_members_or_members_of_another_block_make_no_block() -> None:
     blocks = TokenBlocks()
-    assert blocks.reserve(["a"]) is None
-    assert blocks.reserve(["a", "b"]) is not None
-    assert blocks.reserve(["b", "c"]) is None  # b is taken: one member left
+    assert blocks.reserve(["a"], 2) is None
+    assert blocks.reserve(["a", "b"], 2) is not None
+    assert blocks.reserve(["b", "c"], 2) is None  # b is taken: one member left
     assert set(blocks.of) == {"a", "b"}
 
 
@@ -114,14 +114,14 @@ def test_a_member_leaving_a_paid_block_gives_its_token_back() -> None:
 def test_a_block_takes_no_token_before_its_turn_and_an_active_one_counts_until_empty() -> None:
     bucket = TokenBucket(qps=10, burst=5, clock=ManualClock())
     blocks = TokenBlocks()
-    block = blocks.reserve(["a", "b"])
+    block = blocks.reserve(["a", "b"], 2)
     assert block is not None
     assert blocks.pay(bucket) == 0.0 and bucket.taken == 0 and blocks.active == 0
     blocks.activate(block)
     assert blocks.active == 1 and blocks.pay(bucket) == 0.0 and bucket.taken == 2
     assert blocks.granted("a") is False and blocks.active == 1
     assert blocks.leave("b") == (True, True) and blocks.active == 0
-    gone = blocks.reserve(["c", "d"])
+    gone = blocks.reserve(["c", "d"], 2)
     assert gone is not None
     blocks.leave("c")
     blocks.leave("d")
