@@ -176,10 +176,12 @@ class InMemoryApiServer:
     it says which kinds are cluster-scoped and fills ``apiVersion``. Objects of any kind may be
     stored, registered or not. ``cluster_scoped``: more kinds stored without a namespace.
     ``request_log_limit``: the request log keeps the newest this many records.
-    ``watch_queue_limit``: a watch whose consumer falls this many events behind is dropped
-    (None: unbounded queues). ``strict_claims``: validate ResourceClaim status updates as
-    kube-apiserver does (``reservedFor`` needs an allocation, an allocation cannot be replaced);
-    off by default because some tests and the chaos run reserve unallocated claims.
+    ``watch_queue_limit``: a watch whose consumer falls this many live events behind is dropped
+    (None: unbounded queues); a watch's initial events (its replay) are not counted, as
+    kube-apiserver sends them at the consumer's pace. ``strict_claims``: validate ResourceClaim
+    status updates as kube-apiserver does (``reservedFor`` needs an allocation, an allocation
+    cannot be replaced); off by default because some tests and the chaos run reserve
+    unallocated claims.
     """
 
     def __init__(
@@ -714,7 +716,7 @@ class InMemoryApiServer:
             if resource_version == "0":
                 for (k, ns, _), obj in sorted(self._objects.items()):
                     if k == kind and w.matches(ns):
-                        w.push("ADDED", obj)
+                        w.push("ADDED", obj, initial=True)
             elif resource_version:
                 since = int(resource_version)
                 if since < self._floor:
@@ -726,9 +728,8 @@ class InMemoryApiServer:
                     if event.kind == kind and w.matches(event.namespace):
                         replay.append(event)
                 for event in reversed(replay):
-                    w.push(event.type, event.obj, event.old)
-            if not w.ended:  # a replay longer than watch_queue_limit ends it at once
-                self._watches.setdefault(kind, set()).add(w)
+                    w.push(event.type, event.obj, event.old, initial=True)
+            self._watches.setdefault(kind, set()).add(w)
         return w
 
     def drop_watches(self) -> int:

@@ -9,6 +9,13 @@ When a watch ends — :meth:`Watch.stop` by the consumer, the server dropping it
 lost connection, or its queue overflowing the optional ``limit`` (as the apiserver closes watches
 that cannot keep up) — events still queued are discarded, as they would be on a broken connection:
 the consumer resumes by watching again from the last resourceVersion it processed.
+
+The ``limit`` counts live events only. A watch's initial events (the replay since its
+resourceVersion, or the current objects for ``"0"``) are queued as ``initial`` and never overflow
+it: kube-apiserver sends them with backpressure, the consumer's pace (the watch cache's
+``cacheWatcher.processInterval`` blocks on the result channel; only live events offered to a full
+input buffer close a watcher "due to unresponsiveness", ``cacheWatcher.add``), so a resumed
+watch always gets through its replay and a consumer that falls behind still makes progress.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class Watch:
         self._queue: deque[tuple[EventType, dict[str, Any]]] = deque()
         self._ended = False
         self._dropped = False
+        self._initial = 0  # initial events at the head of the queue: outside the limit
 
     # ----------------------------------------------------------------- server side
 
@@ -73,13 +81,20 @@ class Watch:
         return self.namespace is None or self.namespace == namespace
 
     def push(
-        self, event_type: EventType, obj: dict[str, Any], old: dict[str, Any] | None = None
+        self,
+        event_type: EventType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None = None,
+        *,
+        initial: bool = False,
     ) -> bool:
         """Queue one event; ``obj`` is an immutable snapshot (``old``: the state before a
         MODIFIED). With a selector, only matching objects pass: a MODIFIED that makes an object
-        match becomes ADDED, one that makes it stop matching DELETED. Returns False once the
-        watch has ended (a full queue ends it as dropped). Runs on a writer thread under the
-        server lock."""
+        match becomes ADDED, one that makes it stop matching DELETED. ``initial``: one of the
+        watch's initial events, queued before any live one and not counted against the limit.
+        Returns False once the watch has ended (a live event that finds the limit reached ends
+        it as dropped). Runs on a writer thread (``initial``: the one opening the watch) under
+        the server lock."""
         if self._predicate is not None:
             now = self._predicate(obj)
             before = old is not None and self._predicate(old)
@@ -95,12 +110,19 @@ class Watch:
         with self._cond:
             if self._ended:
                 return False
-            if self._limit is not None and len(self._queue) >= self._limit:
+            if (
+                not initial
+                and self._limit is not None
+                and len(self._queue) - self._initial >= self._limit
+            ):
                 self._ended = self._dropped = True
                 self._queue.clear()
+                self._initial = 0
                 self._cond.notify_all()
                 return False
             self._queue.append((event_type, obj))
+            if initial:
+                self._initial += 1
             self._cond.notify()
             return True
 
@@ -113,6 +135,7 @@ class Watch:
             self._ended = True
             self._dropped = dropped
             self._queue.clear()
+            self._initial = 0
             self._cond.notify_all()
             return True
 
@@ -134,6 +157,7 @@ class Watch:
             if self._ended or not self._queue:
                 return None
             event_type, obj = self._queue.popleft()
+            self._initial = max(self._initial - 1, 0)
         return WatchEvent(event_type, clone(obj))
 
     def __iter__(self) -> Iterator[WatchEvent]:
@@ -166,7 +190,7 @@ class Watch:
     @property
     def dropped(self) -> bool:
         """True if the server ended this watch (:meth:`InMemoryApiServer.drop_watches`, or
-        the consumer fell more than the server's ``watch_queue_limit`` events behind)."""
+        the consumer fell more than the server's ``watch_queue_limit`` live events behind)."""
         with self._cond:
             return self._dropped
 

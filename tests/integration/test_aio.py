@@ -459,6 +459,38 @@ async def test_aio_informer_relists_on_410_with_a_synthetic_delete_for_what_vani
 
 
 @async_test
+async def test_aio_informer_catches_up_through_a_replay_longer_than_the_queue_limit() -> None:
+    """The informer's watch resumes from a resourceVersion with more events since it than the
+    server's ``watch_queue_limit``: the replay is sent whole, so the informer catches up on the
+    same list instead of resuming from that resourceVersion forever."""
+    mem = InMemoryApiServer(watch_queue_limit=3)
+    mem.create(make_pod("p0"))
+    http = ApiServerHTTP(mem, watch_poll=0.02).start()
+    try:
+        async with aclient.ApiClient(aclient.Configuration(host=http.url)) as api:
+            informer = AioInformer(
+                aclient.CoreV1Api(api).list_pod_for_all_namespaces,
+                kind="Pod",
+                backoff_initial=0.01,
+                backoff_max=0.02,
+            )
+            informer.start()
+            try:
+                assert await informer.wait_for_sync(WAIT)
+                # the loop is ours until the next await: whether or not the informer's watch
+                # is open yet, it resumes from the list's resourceVersion, 10 events behind
+                mem.drop_watches()
+                for i in range(1, 11):
+                    mem.create(make_pod(f"p{i}"))
+                await until(lambda: len(informer.cache) == 11, WAIT, "the 10 replayed adds")
+                assert informer.relists == 1
+            finally:
+                await informer.stop()
+    finally:
+        http.stop()
+
+
+@async_test
 async def test_aio_informer_stop_lets_the_callers_own_cancellation_through() -> None:
     """A task cancelled while it waits in ``stop()`` is cancelled: ``stop()`` swallows only the
     informer's own cancellation."""

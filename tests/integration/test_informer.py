@@ -6,6 +6,7 @@ they expect with a timeout, never by sleeping.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
 import threading
@@ -206,6 +207,38 @@ def test_dropped_watches_resume_without_loss_or_duplicates(
     assert rec.names() == expected
     assert inf.relists == 1
     assert inf.watches >= 5
+
+
+@pytest.mark.parametrize("via", ["memory", "http"])
+def test_a_resumed_watch_whose_replay_exceeds_the_queue_limit_catches_up(via: str) -> None:
+    """The informer falls behind by more events than ``watch_queue_limit``: its resumed watch
+    gets the whole replay (kube-apiserver sends initial events at the consumer's pace) and it
+    catches up without a re-list, instead of resuming from the same resourceVersion forever."""
+    server = InMemoryApiServer(watch_queue_limit=3)
+    server.create(make_node("n0", 1000, 1024))  # list at a non-zero resourceVersion
+    with contextlib.ExitStack() as stack:
+        source: ListWatch = MemoryListWatch(server, "Pod")
+        if via == "http":
+            http = stack.enter_context(ApiServerHTTP(server, watch_poll=0.05))
+            cfg = prepare_configuration(k8s.Configuration(host=http.url), 4)
+            api = stack.enter_context(k8s.ApiClient(cfg))
+            source = ClientListWatch(api, "Pod", request_timeout=5.0)
+        gated = GatedListWatch(source, timeout=WAIT)
+        inf, rec = Informer(gated, name="replay"), Recorder()
+        inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+        inf.start()
+        try:
+            assert inf.wait_for_sync(WAIT)
+            assert gated.keep_away(server.drop_watches) == 1
+            for i in range(10):
+                server.create(make_pod(f"p{i}"))
+            gated.gate.set()
+            assert rec.wait_count(10), f"stuck at rv {inf.resource_version}, {inf.watches} watches"
+            assert rec.names() == [("add", f"p{i}") for i in range(10)]
+            assert inf.relists == 1
+        finally:
+            gated.gate.set()
+            assert inf.stop(timeout=5.0)
 
 
 def test_gone_relists_with_synthetic_deletes_updates_and_adds(

@@ -192,6 +192,35 @@ def test_watch_that_falls_behind_is_dropped() -> None:
         server.create(make_pod(f"q{i}"))
     with pytest.raises(InvalidInputError):
         InMemoryApiServer(watch_queue_limit=-1)
-    with server.watch("Pod", resource_version="0") as replay:  # 10 pods > limit
-        assert replay.dropped
     assert server.drop_watches() == 0
+
+
+@pytest.mark.timeout(10)
+def test_a_replay_longer_than_the_queue_limit_is_delivered_whole() -> None:
+    """Initial events (the replay since a resourceVersion, or the objects for "0") are not
+    counted against ``watch_queue_limit``, as kube-apiserver sends them at the consumer's pace;
+    live events queued behind the replay are, and overflow it as before."""
+    server = InMemoryApiServer(watch_queue_limit=3)
+    server.create(make_pod("p0"))
+    start = server.resource_version
+    for i in range(1, 10):
+        server.create(make_pod(f"p{i}"))
+    with (
+        server.watch("Pod", resource_version=start) as resumed,
+        server.watch("Pod", resource_version="0") as current,
+    ):
+        assert [e.object["metadata"]["name"] for e in drain(resumed)] == [
+            f"p{i}" for i in range(1, 10)
+        ]
+        assert len(drain(current)) == 10 and not current.dropped
+        for i in range(3):  # live events: up to the limit may queue
+            server.create(make_pod(f"q{i}"))
+        assert not resumed.dropped
+        server.create(make_pod("q3"))
+        assert resumed.dropped and current.dropped
+    with server.watch("Pod", resource_version=start) as behind:  # 13 replayed, then live ones
+        for i in range(3):
+            server.create(make_pod(f"r{i}"))
+        assert not behind.dropped and behind.pending() == 16
+        server.create(make_pod("r3"))
+        assert behind.dropped
