@@ -6,7 +6,7 @@ and never blocks; ``send`` runs on an executor worker.
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Self, TypedDict, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self, TypedDict
 
 from loguru import logger
 
@@ -15,6 +15,7 @@ from .calls import (
     UNSET,
     Call,
     StatusPatch,
+    Unset,
     UnsetType,
     check_merge,
     check_target,
@@ -185,8 +186,9 @@ class PodStatusPatch(StatusPatch):
         Raises :class:`InvalidObjectError` / :class:`InvalidCallError`."""
         pod = as_object(pod)  # official-client models and any Mapping
         ref = ObjectRef.of(pod, POD)
-        nnn = cast("str | UnsetType | None", nominated_node_name)  # __post_init__ checks it
-        return cls(ref, tuple(condition_sequence(conditions)), nnn, basis=pod)
+        if TYPE_CHECKING:  # __post_init__ checks it; no cast() call on the hot path
+            assert isinstance(nominated_node_name, str | Unset | None)
+        return cls(ref, tuple(condition_sequence(conditions)), nominated_node_name, basis=pod)
 
     def merge(self, older: object) -> Self:
         """Conditions merge by type as if both calls were sent in order (:func:`merge_conditions`);
@@ -283,7 +285,9 @@ class PodBinding(Call):
     def for_pod(cls, pod: object, node: object) -> Self:
         """A binding of ``pod`` (also its basis) to ``node`` (a node name)."""
         pod = as_object(pod)  # official-client models and any Mapping
-        return cls(ObjectRef.of(pod, POD), cast("str", node), basis=pod)  # __post_init__ checks it
+        if TYPE_CHECKING:  # __post_init__ checks it; no cast() call on the hot path
+            assert isinstance(node, str)
+        return cls(ObjectRef.of(pod, POD), node, basis=pod)
 
     def precheck(self, obj: Obj | None) -> str | None:
         """Fail fast for a terminating pod or a pod bound to another node."""
