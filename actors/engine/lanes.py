@@ -186,8 +186,9 @@ class LaneScheduler:
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         blocks = self._blocks
-        if blocks.of and relevance != BEST_EFFORT and uid in blocks.of:
-            if relevance == blocks.of[uid].lane:
+        block = blocks.of.get(uid) if blocks.of and relevance != BEST_EFFORT else None
+        if block is not None:
+            if relevance == block.lane:
                 in_block = blocks.lane.get(uid)
                 since = self._clock() if in_block is None else in_block[1]
                 blocks.lane[uid] = (actor, since, relevance)  # not in _waiting: its block is
