@@ -15,9 +15,11 @@ with the intents and their futures:
   of its strict fields does not hold the promised value and no later intent touched that field;
   or a preemption that said success while its pod is still alive; or
   a future that never resolved. Intents that the design lets a more relevant call supersede are
-  exempt: one answered ``OVERWRITTEN`` and followed by a more relevant intent (a binding
-  overwrites a pending status patch), and one answered ``SKIPPED`` while a more relevant intent
-  of the object was still open. One answered ``SUCCESS`` landed, and is never exempt.
+  exempt: one answered ``OVERWRITTEN`` whose intent a more relevant call carried on (a binding
+  overwrites a pending status patch; the future's ``successor`` names the call, and without
+  one, a more relevant intent after it is taken to have), and one answered ``SKIPPED`` while a
+  more relevant intent of the object was still open. One answered ``SUCCESS`` landed, and is
+  never exempt.
 * **converged** — for each live object with intents, every touched field holds a value some
   intent may legitimately have left there: the value of the last intent that certainly applied,
   or of any later intent that may or may not have (failed, superseded, unresolved).
@@ -210,16 +212,48 @@ class Score:
     unconverged_examples: list[str] = field(default_factory=list)
 
 
-def _exempt(i: Intent, later_max_relevance: int) -> bool:
-    """Whether the design lets ``i`` go unapplied although it said success (docs/behaviour.md):
-    ``OVERWRITTEN`` with a more relevant intent after it (a binding supersedes a pending status
-    patch), or ``SKIPPED`` while a more relevant one was open. A call that said ``SUCCESS``
-    landed: a later call changes only the fields it touches."""
-    fut = i.future
-    outcome = fut.result() if fut is not None else None
-    if outcome is Outcome.OVERWRITTEN:
-        return later_max_relevance > i.relevance
-    return i.under_higher and outcome is Outcome.SKIPPED
+def _exemptions(items: list[Intent], later_max: list[int]) -> list[bool]:
+    """Per intent (in submission order), whether the design lets it go unapplied although it
+    said success (docs/behaviour.md): ``OVERWRITTEN`` by a more relevant call (a binding
+    supersedes a pending status patch), or ``SKIPPED`` while a more relevant one was open. A
+    call that said ``SUCCESS`` landed: a later call changes only the fields it touches.
+
+    An ``OVERWRITTEN`` future that names its ``successor`` (the dispatcher's futures do) is followed
+    along the calls that carried its intent: it is exempt only if one of them is a more
+    relevant intent; merged into calls of its own type, it shares their fate instead. Where
+    the chain leaves the log, or the future names no successor, a more relevant intent
+    after it is taken to have superseded it."""
+    relevance = {id(i.future): i.relevance for i in items if i.future is not None}
+    out: list[bool] = []
+    for k, i in enumerate(items):
+        fut = i.future
+        settled = fut is not None and fut.done() and fut.exception() is None
+        outcome = fut.result() if settled else None  # type: ignore[union-attr]
+        if outcome is Outcome.OVERWRITTEN:
+            out.append(_superseded(fut, i.relevance, relevance, later_max[k]))
+        else:
+            out.append(i.under_higher and outcome is Outcome.SKIPPED)
+    return out
+
+
+def _superseded(fut: Any, own: int, relevance: Mapping[int, int], later_max_relevance: int) -> bool:
+    """Whether an ``OVERWRITTEN`` future's intent was carried on by a more relevant call (see
+    :func:`_exemptions`)."""
+    successor = getattr(fut, "successor", None)
+    seen = 0
+    while successor is not None and seen < len(relevance):
+        carrier = relevance.get(id(successor))
+        if carrier is None:
+            break  # not in the log: judge by what came after
+        if carrier > own:
+            return True
+        if not (successor.done() and successor.exception() is None):
+            return False
+        if successor.result() is not Outcome.OVERWRITTEN:
+            return False  # the call of its own type it was merged into decides its fate
+        successor = getattr(successor, "successor", None)
+        seen += 1
+    return later_max_relevance > own
 
 
 def score(
@@ -252,6 +286,7 @@ def score(
             for f in (*i.strict, *i.loose):
                 last_touch[f] = i.seq
         fates = _fates(items)
+        exempt = _exemptions(items, later_max)
         for k, i in enumerate(items):
             if i.future is not None and not i.future.done():
                 out.unresolved_futures += 1
@@ -264,7 +299,7 @@ def score(
                 out.lost_intents += 1
                 _note(out.lost_examples, examples, f"{uid}: preemption said success, pod alive")
                 continue
-            if _exempt(i, later_max[k]) or _ended_by_binding(i, obj):
+            if exempt[k] or _ended_by_binding(i, obj):
                 continue
             for f, v in i.strict.items():
                 if last_touch[f] == i.seq and actual(obj, f) != v:
@@ -278,7 +313,7 @@ def score(
                     break
         if live:
             checked += 1
-            bad, fields = _unconverged(items, fates, later_max, obj, initial.get(uid))
+            bad, fields = _unconverged(items, fates, exempt, obj, initial.get(uid))
             out.fields_checked += fields
             if bad is None:
                 converged += 1
@@ -340,7 +375,7 @@ def _fates(items: list[Intent]) -> list[bool]:
 def _unconverged(
     items: list[Intent],
     fates: list[bool],
-    later_max: list[int],
+    exempt: list[bool],
     obj: Mapping[str, Any] | None,
     initial: Mapping[str, Any] | None,
 ) -> tuple[str | None, int]:
@@ -354,7 +389,7 @@ def _unconverged(
     for k, i in enumerate(items):
         if _ended_by_binding(i, obj):
             continue  # its fields were the binding's to change
-        certain = fates[k] and not i.exclusive and not _exempt(i, later_max[k])
+        certain = fates[k] and not i.exclusive and not exempt[k]
         # an overwritten intent shares the fate of the call it was merged into: it decides a
         # field only when no later intent touched that field
         merged = certain and i.future is not None and i.future.result() is Outcome.OVERWRITTEN

@@ -62,6 +62,25 @@ def test_oracle_counts_a_landed_patch_lost_although_a_binding_came_later() -> No
     assert score(superseded, {"u1": bound}, {"u1": _pod()}).lost_intents == 0
 
 
+def test_oracle_follows_an_overwritten_intent_to_the_call_that_carried_it() -> None:
+    """Merged into a status patch that landed, an intent is not excused by a binding that came
+    after: only an intent a more relevant call carried on is."""
+    binding = Intent(2, "u1", "pod_binding", 2, {("node",): "n1"}, future=settled(Outcome.SUCCESS))
+    cond = ("cond", "X", "status")
+    carrier = Intent(1, "u1", "pod_status_patch", 1, {cond: "True"})
+    carrier.future = settled(Outcome.SUCCESS)
+    merged = _intent(0, "n2", None)
+    merged.future.successor = carrier.future  # type: ignore[union-attr]
+    merged.future.set_result(Outcome.OVERWRITTEN)  # type: ignore[union-attr]
+    bound = make_pod("p1", uid="u1", node="n1")  # neither the nomination nor the condition
+    found = score([merged, carrier, binding], {"u1": bound}, {"u1": _pod()})
+    assert found.lost_intents == 2
+    by_binding = _intent(0, "n2", None)  # the binding took its slot: excused
+    by_binding.future.successor = binding.future  # type: ignore[union-attr]
+    by_binding.future.set_result(Outcome.OVERWRITTEN)  # type: ignore[union-attr]
+    assert score([by_binding, binding], {"u1": bound}, {"u1": _pod()}).lost_intents == 0
+
+
 def test_oracle_counts_unresolved_futures_and_live_preempted_pods() -> None:
     result = score([_intent(0, "n1", None)], {"u1": _pod()}, {"u1": _pod()})
     assert (result.unresolved_futures, result.lost_intents) == (1, 1)
