@@ -177,7 +177,8 @@ class LaneScheduler:
 
     def _enqueue(self, uid: str, actor: Any, relevance: int, *, admitted: bool = False) -> None:
         """Queue ``uid`` in its lane; an object already queued keeps its place (with its new
-        actor, if the old one crashed). A member of a token block is queued in the blocks' lane,
+        actor, if the old one crashed), and one queued in a lower lane leaves it (a binding
+        replaced its queued status patch: that place would take a grant that sends nothing). A member of a token block is queued in the blocks' lane,
         or, ready in another lane than its block's (another call than its binding), leaves its
         block. A best-effort object finding its lane full is dropped:
         a grant that reserves nothing, told with the next grants; unless it was ``admitted``
@@ -200,6 +201,11 @@ class LaneScheduler:
             if queued[0] is not actor:
                 lane[uid] = (actor, queued[1])
             return
+        if relevance != BEST_EFFORT:  # its next call moved up a lane: one place, not two
+            for r, lower in self._lanes.items():
+                if BEST_EFFORT < r < relevance and lower.pop(uid, None) is not None:
+                    self._waiting -= 1
+                    break
         now = self._clock()
         if relevance == BEST_EFFORT:
             if not admitted and len(lane) >= self._config.events_max_pending:

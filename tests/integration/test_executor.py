@@ -210,6 +210,29 @@ def test_duplicate_ready_keeps_one_place(started: list[Executor]) -> None:
     assert (busy.grants, ref.grants) == (1, 0)
 
 
+def test_a_ready_in_a_higher_lane_takes_the_object_out_of_the_lower_one(
+    started: list[Executor],
+) -> None:
+    """A binding replaced a queued status patch: the object's place moves up a lane, and its
+    old place goes (granted, it would send nothing and give the token back)."""
+    ex = make(workers=1)  # not started: the first grant's job holds the only slot
+    log: list[str] = []
+    busy = FakeRef(ex, probe("busy", log))
+    busy.ready(1)
+    ref = FakeRef(ex, probe("a", log))
+    ref.ready(1)
+    other = FakeRef(ex, probe("b", log))
+    other.ready(1)
+    ref.call = probe("a", log, 2)
+    ref.ready(2)
+    assert ex.backlog() == 2
+    ex.start()
+    started.append(ex)
+    assert ref.finished.wait(10) and other.finished.wait(10)  # b goes last in its lane
+    assert log == ["busy", "a", "b"]
+    assert (ref.grants, other.grants) == (1, 1)
+
+
 def test_token_bucket_throttles_and_refills(started: list[Executor]) -> None:
     clock = ManualClock()
     ex = make(workers=8, qps=10, burst=2, clock=clock)
