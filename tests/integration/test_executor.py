@@ -198,11 +198,18 @@ def test_lower_lanes_get_their_minimum_share(started: list[Executor]) -> None:
     assert [n for n in order if n[0] == "b"] == [f"b{i}" for i in range(6)]
 
 
-def test_duplicate_ready_keeps_one_place(started: list[Executor]) -> None:
-    ex = make(workers=1)  # not started: the first grant's job holds the only slot
-    log: list[str] = []
+def held_up(log: list[str]) -> tuple[Executor, FakeRef]:
+    """A one-worker executor, not started, whose only slot a first grant holds ("busy"): what
+    is ready next waits in its lane."""
+    ex = make(workers=1)
     busy = FakeRef(ex, probe("busy", log))
     busy.ready(1)
+    return ex, busy
+
+
+def test_duplicate_ready_keeps_one_place(started: list[Executor]) -> None:
+    log: list[str] = []
+    ex, busy = held_up(log)
     ref = FakeRef(ex, probe("a", log))
     ref.ready(1)
     ref.ready(1)
@@ -215,10 +222,8 @@ def test_a_ready_in_a_higher_lane_takes_the_object_out_of_the_lower_one(
 ) -> None:
     """A binding replaced a queued status patch: the object's place moves up a lane, and its
     old place goes (granted, it would send nothing and give the token back)."""
-    ex = make(workers=1)  # not started: the first grant's job holds the only slot
     log: list[str] = []
-    busy = FakeRef(ex, probe("busy", log))
-    busy.ready(1)
+    ex, _ = held_up(log)
     ref = FakeRef(ex, probe("a", log))
     ref.ready(1)
     other = FakeRef(ex, probe("b", log))
