@@ -178,12 +178,12 @@ class LaneScheduler:
     def _enqueue(self, uid: str, actor: Any, relevance: int, *, admitted: bool = False) -> None:
         """Queue ``uid`` in its lane; an object already queued keeps its place (with its new
         actor, if the old one crashed), and one queued in a lower lane leaves it (a binding
-        replaced its queued status patch: that place would take a grant that sends nothing). A member of a token block is queued in the blocks' lane,
-        or, ready in another lane than its block's (another call than its binding), leaves its
-        block. A best-effort object finding its lane full is dropped:
-        a grant that reserves nothing, told with the next grants; unless it was ``admitted``
-        already (back from a backoff, or its turn deferred behind its own request under way:
-        an Event that waits is never dropped)."""
+        replaced its queued status patch: that place would take a grant that sends nothing).
+        A member of a token block is queued in the blocks' lane, or, ready in another lane
+        than its block's (another call than its binding), leaves its block. A best-effort
+        object finding its lane full is dropped: a grant that reserves nothing, told with the
+        next grants; unless it was ``admitted`` already (back from a backoff, or its turn
+        deferred behind its own request under way: an Event that waits is never dropped)."""
         if relevance not in self._lanes:  # a relevance registered after start
             self._add_lane(relevance)
         blocks = self._blocks
