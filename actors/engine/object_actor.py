@@ -82,6 +82,12 @@ class RegistryPort(Protocol):
 
     def leave(self, uid: str, actor: Actor, *, tombstone: bool = False) -> None: ...
 
+    remembers: bool
+
+    def remember(self, uid: str, legacy: Any) -> None: ...
+
+    def recall(self, uid: str) -> Any: ...
+
 
 @dataclass(slots=True)
 class ActorContext:
@@ -98,8 +104,13 @@ class ActorContext:
     closing: bool = False
 
     def spawn(self, uid: str) -> ObjectActor:
-        """A new actor for ``uid`` (the registry's spawn). Any thread."""
-        return ObjectActor(uid, self)
+        """A new actor for ``uid`` (the registry's spawn), knowing what the last one that
+        left idle knew. Any thread."""
+        actor = ObjectActor(uid, self)
+        registry = self.registry
+        if registry.remembers and (legacy := registry.recall(uid)) is not None:
+            actor.machine.inherit(legacy)
+        return actor
 
 
 _REROUTED: Final = (Observed, Cancel, Withdraw, Revoke, Release, FailDependency)
@@ -204,10 +215,15 @@ class ObjectActor(Actor):
             logger.opt(exception=True).error("a gang failed to take a confirmation")
 
     def _reap(self, message: Reap) -> None:
-        """Leave if idle, atomically with every tell (a message queued meanwhile keeps it)."""
+        """Leave if idle, atomically with every tell (a message queued meanwhile keeps it),
+        leaving what it knew to the object's next actor."""
         del message
-        if self.machine.idle and self.close_if_empty():
-            self.ctx.registry.leave(self.uid, self)
+        machine = self.machine
+        if machine.idle:
+            registry = self.ctx.registry
+            registry.remember(self.uid, machine.legacy())  # first: a successor may spawn
+            if self.close_if_empty():
+                registry.leave(self.uid, self)
 
     # ------------------------------------------------------------------ effects
 

@@ -7,6 +7,8 @@ and routed again to a fresh actor; racing spawns meet in one ``dict.setdefault``
 leave**: :meth:`Registry.reap_idle` tells ``Reap`` to actors idle for ``idle_timeout``, and one
 still idle when it arrives leaves. **Deleted objects stay dead**: a tombstoned UID (a TTL
 cache) gets no new actor until the tombstone expires; its messages are dropped and counted.
+**What a reaped actor knew outlives it**: what it leaves (:meth:`Registry.remember`) is kept in a
+TTL cache, bounded as the tombstones, for the next actor of its UID (:meth:`Registry.recall`).
 
 Every method runs on the calling thread. Routing to a live actor and dropping a message take no
 lock; spawning, leaving and tombstoning take one lock for O(1) work.
@@ -64,6 +66,11 @@ class Registry:
             maxsize=tombstone_max, ttl=tombstone_ttl, timer=clock
         )
         self._any_tombstone = False  # no lookup in the (Python-level) cache until one exists
+        self._legacies: TTLCache[str, Any] = TTLCache(
+            maxsize=tombstone_max, ttl=tombstone_ttl, timer=clock
+        )
+        self.remembers = False
+        """Whether :meth:`remember` kept anything yet (no lookup in the cache before)."""
         self._dropped: dict[int, int] = {}  # per thread: each writes only its own key
         self._reap_due = -math.inf  # reap_idle() finds nobody idle before then
         _REGISTRIES.add(self)
@@ -152,6 +159,22 @@ class Registry:
             return False
         with self._lock:
             return uid in self._tombstones
+
+    def remember(self, uid: str, legacy: Any) -> None:
+        """What an actor about to leave idle hands to the next actor of ``uid`` (opaque here;
+        None: nothing): kept until that actor spawns, or it expires. Any thread (the
+        actor)."""
+        if legacy is None:
+            return
+        with self._lock:
+            self._legacies[uid] = legacy
+            self.remembers = True
+
+    def recall(self, uid: str) -> Any:
+        """What :meth:`remember` kept for ``uid`` (handed over once), or None. Any thread (the
+        spawning one)."""
+        with self._lock:
+            return self._legacies.pop(uid, None)
 
     def _drop(self) -> None:
         dropped = self._dropped

@@ -224,9 +224,9 @@ class RuntimeConfig:
 
 @dataclass(frozen=True, slots=True)
 class RegistryConfig:
-    """The UID registry: how long idle actors live, how long and how many deleted UIDs are
-    remembered, the cap on live actors; docs/configuration.md, "RegistryConfig", tells each
-    field."""
+    """The UID registry: how long idle actors live, how long and how many deleted UIDs (and
+    what reaped actors knew) are remembered, the cap on live actors;
+    docs/configuration.md, "RegistryConfig", tells each field."""
 
     idle_timeout: float = 60.0
     tombstone_ttl: float = 300.0

@@ -9,7 +9,11 @@ from typing import Any
 from .calls import Call
 from .objects import Obj, resource_version, rv_is_newer, uid_and_version
 
-__all__ = ["Knowledge"]
+__all__ = ["Knowledge", "Legacy"]
+
+Legacy = tuple[str | None, Call | None, str | None]
+"""What an actor leaving idle hands to the next actor of its object: the resourceVersion it
+observed, the call it saw land without a reply object, the resourceVersion it distrusts."""
 
 
 class Knowledge:
@@ -50,8 +54,8 @@ class Knowledge:
         if uid != self.uid:
             return False
         current = self.observed_rv
-        if current is not None and not rv_is_newer(rv, current, strict=True):
-            return False
+        if current is not None and not rv_is_newer(rv, current, strict=self.observed is not None):
+            return False  # (an object at the version inherited, none observed, is adopted)
         landed = self.landed
         if landed is not None:
             if landed.is_noop(obj):
@@ -65,6 +69,23 @@ class Knowledge:
         if untrusted is not None and self._passed(untrusted):
             self.untrusted_rv = None
         return True
+
+    def legacy(self) -> Legacy | None:
+        """What the next actor of this object must know once this one left idle
+        (:meth:`inherit`); None when nothing was observed and nothing is distrusted."""
+        if self.observed_rv is None and self.untrusted_rv is None:
+            return None
+        return self.observed_rv, self.landed, self.untrusted_rv
+
+    def inherit(self, legacy: Legacy) -> None:
+        """Take over what the previous actor of this object knew (:meth:`legacy`), before
+        anything is observed: no object older than the one it observed is adopted (a caller's
+        ``basis`` that old is not relied on: no elision on it; a request that reads the object
+        reads it first), a call it saw land without a reply object is applied on top of what
+        is observed next, and its distrust stays."""
+        if self.observed is None:
+            self.observed_rv, self.landed, self.untrusted_rv = legacy
+            self.rv_stale = self.landed is not None
 
     def adopt_fresh(self, obj: Obj) -> None:
         """Adopt an object just read from the server (a re-read, or after a 409): it is

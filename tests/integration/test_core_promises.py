@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -23,7 +24,12 @@ from kubernetes import client as k8s
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.call_types import default_call_types
-from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    RateLimitConfig,
+    RegistryConfig,
+    RetryConfig,
+)
 from kdispatch.actors.model.errors import CallCancelled, CallStale, Outcome, TooManyRequestsError
 from kdispatch.actors.model.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
@@ -31,7 +37,9 @@ from kdispatch.adapters.informer import ClientListWatch, Informer
 from kdispatch.adapters.kubernetes import KubernetesBackend
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.waiting import wait_for
 from tests.backends import GatedBackend, T
+from tests.clocks import ManualClock
 from tests.configs import fast
 from tests.factories import InertCall
 
@@ -420,3 +428,34 @@ def test_a_preemption_that_replaces_a_call_backing_off_waits_out_its_retry_after
     assert (first.op, first.outcome) == ("patch_status", "TooManyRequests")
     assert rest and all(r.t - first.t >= 0.5 for r in rest), [(r.op, r.t - first.t) for r in rest]
     assert server.get_object("Pod", "default", "p1") is None
+
+
+def test_an_actor_reaped_idle_leaves_its_knowledge_to_the_next_one() -> None:
+    """A caller's informer cache may lag behind what the dispatcher's own calls wrote. The
+    actor that knew better is reaped; the next call of the object, made on that stale copy,
+    must not be skipped as a no-op: the server holds the newer value."""
+    server = InMemoryApiServer()
+    start = server.create(make_pod("p1"))
+    chaos = "example.com/Chaos"
+    clock = ManualClock()
+    config = dataclasses.replace(
+        CONFIG, registry=RegistryConfig(idle_timeout=1.0), reap_interval=0.01
+    )
+    with Dispatcher(server, config, clock=clock) as d:
+        beta = d.submit(PodStatusPatch.for_pod(start, conditions=[_cond(chaos, "Beta")]))
+        assert beta.result(10) is Outcome.SUCCESS
+        after_beta = server.get("Pod", "default", "p1")  # the caller's copy, from now on
+        alpha = d.submit(PodStatusPatch.for_pod(after_beta, conditions=[_cond(chaos, "Alpha")]))
+        assert alpha.result(10) is Outcome.SUCCESS
+        clock.advance(2.0)  # idle for longer than idle_timeout: the housekeeper reaps it
+        wait_for(lambda: d.live_actors == 0, 10, "the idle actor reaped")
+        again = d.submit(PodStatusPatch.for_pod(after_beta, conditions=[_cond(chaos, "Beta")]))
+        assert again.result(10) is Outcome.SUCCESS  # not SKIPPED on the stale copy
+    ops = [op for op, _ in requests(server)]
+    # the caller's own read, then one re-read before the third patch: its basis was too old
+    assert ops == ["patch_status", "get", "patch_status", "get", "patch_status"]
+    assert (condition(server.get("Pod", "default", "p1"), chaos) or {}).get("reason") == "Beta"
+
+
+def _cond(ctype: str, reason: str) -> dict[str, str]:
+    return {"type": ctype, "status": "False", "reason": reason}

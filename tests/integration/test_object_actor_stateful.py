@@ -179,6 +179,14 @@ class FakeRegistry:
         self.left = True
         self.tombstoned |= tombstone
 
+    remembers = False  # no actor is reaped here
+
+    def remember(self, uid: str, legacy: Any) -> None:
+        raise AssertionError("no actor is reaped here")
+
+    def recall(self, uid: str) -> Any:
+        return None
+
 
 class FakeExecutor:
     """The executor as the actor sees it: it notes the ``Ready`` and the job in the world,

@@ -769,3 +769,21 @@ def test_live_pooled_actors_counts_registered_actors_across_registries() -> None
 def test_config_validation(kwargs: dict[str, Any]) -> None:
     with pytest.raises(InvalidConfigError):
         Registry(**kwargs)
+
+
+def test_a_reaped_actors_version_is_handed_over_once_until_it_expires() -> None:
+    clock = ManualClock(0.0)
+    registry = Registry(tombstone_ttl=300.0, tombstone_max=2, clock=clock)
+    assert not registry.remembers
+    registry.remember("a", None)  # it saw no object: nothing to hand over
+    assert not registry.remembers and registry.recall("a") is None
+    registry.remember("a", "7")
+    assert registry.remembers
+    assert registry.recall("a") == "7"
+    assert registry.recall("a") is None  # the next actor took it
+    registry.remember("b", "8")
+    clock.advance(301.0)
+    assert registry.recall("b") is None  # expired
+    for uid in ("c", "d", "e"):
+        registry.remember(uid, "9")
+    assert [registry.recall(uid) for uid in ("c", "d", "e")].count("9") == 2  # at most 2 kept

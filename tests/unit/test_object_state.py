@@ -276,6 +276,33 @@ def test_noop_call_is_skipped_and_asks_for_nothing(d: Driver) -> None:
     assert d.state() is State.IDLE
 
 
+def test_a_basis_older_than_the_version_recalled_is_not_relied_on(d: Driver) -> None:
+    """The object's previous actor left idle having seen resourceVersion 5: a call on an
+    older copy that shows it done already is re-read and sent, not skipped; one on a copy at
+    least that new is judged on it."""
+    d.m.inherit(("5", None, None))
+    stale = d.submit(unsched(pod("a", rv=4, conditions=(cond(),))))
+    assert d.outcome(stale) is None and d.readies() == [Ready(1, 0.0)]
+    fresh = pod("a", rv=6)  # the server moved on: the condition is not there any more
+    s = d.request(fresh)
+    assert s.obj == fresh and not s.read
+    d.done_succeeds(s, stale)
+    other = Driver()
+    other.m.inherit(("5", None, None))
+    at = other.submit(unsched(pod("a", rv=5, conditions=(cond(),))))
+    assert other.outcome(at) is Outcome.SKIPPED
+
+
+def test_a_binding_the_previous_actor_saw_land_is_applied_on_a_stale_basis(d: Driver) -> None:
+    """The previous actor left idle after a binding landed without a reply object, before
+    any object showed it: on the caller's copy from before the binding, a
+    ``PodScheduled=False`` is stale, not a no-op."""
+    before = pod("a", rv=5, conditions=(cond(),))
+    d.m.inherit(("5", PodBinding.for_pod(before, "n1"), None))
+    fut = d.submit(unsched(before))
+    assert d.outcome(fut) is CallStale
+
+
 def test_same_type_merges_and_older_is_overwritten(d: Driver) -> None:
     p = pod("a")
     f1 = d.submit(PodStatusPatch.for_pod(p, conditions=[cond(reason="A")]))
