@@ -11,9 +11,9 @@ from .objects import Obj, resource_version, rv_is_newer, uid_and_version
 
 __all__ = ["Knowledge", "Legacy"]
 
-Legacy = tuple[str | None, Call | None, str | None]
+Legacy = tuple[str | None, str | None]
 """What an actor leaving idle hands to the next actor of its object: the resourceVersion it
-observed, the call it saw land without a reply object, the resourceVersion it distrusts."""
+observed, and the one it distrusts (see :meth:`Knowledge.legacy`)."""
 
 
 class Knowledge:
@@ -72,20 +72,23 @@ class Knowledge:
 
     def legacy(self) -> Legacy | None:
         """What the next actor of this object must know once this one left idle
-        (:meth:`inherit`); None when nothing was observed and nothing is distrusted."""
-        if self.observed_rv is None and self.untrusted_rv is None:
+        (:meth:`inherit`): the resourceVersion observed, and the one distrusted, which is the
+        observed one when a call landed without a reply object that no object showed yet;
+        None when nothing was observed and nothing is distrusted."""
+        observed_rv, untrusted = self.observed_rv, self.untrusted_rv
+        if untrusted is None and self.landed is not None:
+            untrusted = observed_rv or ""
+        if observed_rv is None and untrusted is None:
             return None
-        return self.observed_rv, self.landed, self.untrusted_rv
+        return observed_rv, untrusted
 
     def inherit(self, legacy: Legacy) -> None:
         """Take over what the previous actor of this object knew (:meth:`legacy`), before
         anything is observed: no object older than the one it observed is adopted (a caller's
         ``basis`` that old is not relied on: no elision on it; a request that reads the object
-        reads it first), a call it saw land without a reply object is applied on top of what
-        is observed next, and its distrust stays."""
+        reads it first), and its distrust stays."""
         if self.observed is None:
-            self.observed_rv, self.landed, self.untrusted_rv = legacy
-            self.rv_stale = self.landed is not None
+            self.observed_rv, self.untrusted_rv = legacy
 
     def adopt_fresh(self, obj: Obj) -> None:
         """Adopt an object just read from the server (a re-read, or after a 409): it is

@@ -280,7 +280,7 @@ def test_a_basis_older_than_the_version_recalled_is_not_relied_on(d: Driver) -> 
     """The object's previous actor left idle having seen resourceVersion 5: a call on an
     older copy that shows it done already is re-read and sent, not skipped; one on a copy at
     least that new is judged on it."""
-    d.m.inherit(("5", None, None))
+    d.m.inherit(("5", None))
     stale = d.submit(unsched(pod("a", rv=4, conditions=(cond(),))))
     assert d.outcome(stale) is None and d.readies() == [Ready(1, 0.0)]
     fresh = pod("a", rv=6)  # the server moved on: the condition is not there any more
@@ -288,18 +288,28 @@ def test_a_basis_older_than_the_version_recalled_is_not_relied_on(d: Driver) -> 
     assert s.obj == fresh and not s.read
     d.done_succeeds(s, stale)
     other = Driver()
-    other.m.inherit(("5", None, None))
+    other.m.inherit(("5", None))
     at = other.submit(unsched(pod("a", rv=5, conditions=(cond(),))))
     assert other.outcome(at) is Outcome.SKIPPED
 
 
-def test_a_binding_the_previous_actor_saw_land_is_applied_on_a_stale_basis(d: Driver) -> None:
+def test_a_binding_the_previous_actor_saw_land_makes_a_stale_basis_read_first(d: Driver) -> None:
     """The previous actor left idle after a binding landed without a reply object, before
     any object showed it: on the caller's copy from before the binding, a
-    ``PodScheduled=False`` is stale, not a no-op."""
+    ``PodScheduled=False`` is not skipped as a no-op; the object is read first, and the
+    call is stale on the bound pod."""
     before = pod("a", rv=5, conditions=(cond(),))
-    d.m.inherit(("5", PodBinding.for_pod(before, "n1"), None))
+    prior = Driver()
+    prior.submit(PodBinding.for_pod(before, "n1"))
+    prior.done(prior.send())  # landed, no reply object
+    legacy = prior.m.legacy()
+    assert legacy == ("5", "5")
+    d.m.inherit(legacy)
     fut = d.submit(unsched(before))
+    assert d.outcome(fut) is None
+    read = d.send()
+    assert read.read
+    d.done(read, obj=bound(before, rv=6))
     assert d.outcome(fut) is CallStale
 
 
