@@ -93,11 +93,16 @@ def figures(
     events_dropped = api_stats.get("events_dropped", 0) + extra.get("events_spam_dropped", 0)
     duplicates = verification.get("duplicate_bindings", 0)
     lost = verification.get("lost_intents", 0)
-    ok = duplicates == 0 and lost == 0
+    safe = duplicates == 0 and lost == 0
+    # a run the deadline cut short with pods left unsettled did not do its work: not OK
+    cut_short = extra.get("stopped_by") == "deadline" and unsettled > 0
+    ok = safe and not cut_short
+    word = "OK" if ok else "INCOMPLETE" if safe else "FAILED"
     verdict = (
-        f"{'OK' if ok else 'FAILED'}: {bound:,} bound, {unschedulable:,} unschedulable, "
+        f"{word}: {bound:,} bound, {unschedulable:,} unschedulable, "
         f"{duplicates:,} duplicates, {lost:,} lost"
         + (f", {unsettled:,} unsettled" if unsettled else "")
+        + (" (stopped at the deadline)" if cut_short else "")
     )
     return {
         "mode": mode,

@@ -817,3 +817,23 @@ def test_the_active_window_ends_with_a_binding_found_applied_on_its_retry() -> N
     clock.advance(3.0)
     patch.set_result(Outcome.SKIPPED)
     assert tracker.active_window() == 2.0
+
+
+@pytest.mark.timeout(120)
+def test_a_run_the_deadline_cuts_short_is_incomplete_not_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--max-seconds`` stopping a run with pods left unsettled: no duplicate and nothing
+    lost, but the work was not done, so the verdict is not OK and the exit status says so."""
+    # 20 pods a second at most (one token each): 2,000 pods cannot settle within 1 s
+    args = ["--nodes", "20", "--pods", "2000", "--qps", "20", "--burst", "1"]
+    args += ["--max-seconds", "1", "--no-progress", "--json", str(tmp_path / "fig.json")]
+    assert main(args) == 1
+    fig = json.loads((tmp_path / "fig.json").read_text())
+    assert fig["stopped_by"] == "deadline"
+    assert fig["pods_unsettled"] > 0
+    assert (fig["duplicate_bindings"], fig["lost_intents"]) == (0, 0), fig["problems"]
+    assert not fig["verdict_ok"]
+    assert fig["verdict"].startswith("INCOMPLETE: ")
+    assert fig["verdict"].endswith(" unsettled (stopped at the deadline)")
+    assert f"verdict: {fig['verdict']}" in capsys.readouterr().out
