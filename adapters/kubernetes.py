@@ -41,9 +41,10 @@ class KubernetesBackend:
     """:class:`~kdispatch.ApiBackend` over the official ``kubernetes`` client. Thread-safe:
     any number of executor worker threads may call it at once, sharing one ``ApiClient`` and
     its pool. Each method blocks for at most one request (``list_all``: one per page).
-    ``request_timeout`` bounds the connection and each wait for data of the reply (urllib3's
-    ``Timeout(total=...)``), not the whole request: a server that keeps trickling its reply
-    can hold a request longer."""
+    ``request_timeout`` bounds each request as a whole: connecting, waiting for the reply and
+    reading its body, however slowly the server sends it. Within it, urllib3 reads the reply's
+    status line and headers, and there it bounds each wait for data instead. A watch's events
+    come as they come (:meth:`watch`)."""
 
     def __init__(
         self,

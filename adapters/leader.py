@@ -103,10 +103,12 @@ class ClientLeaseClient:
 
     @staticmethod
     def _call(what: str, method: Any, *args: object, timeout: float) -> Json:
-        """One request of the ``CoordinationV1Api``, its raw reply decoded. Calling thread."""
+        """One request of the ``CoordinationV1Api``, its raw reply read within ``timeout`` in
+        all and decoded. Calling thread."""
+        deadline = time.monotonic() + timeout
         with translate_errors(what):
             resp = method(*args, _preload_content=False, _request_timeout=timeout)
-            return read_json_object(resp, what)
+            return read_json_object(resp, what, deadline)
 
 
 # --------------------------------------------------------------------------- configuration

@@ -17,6 +17,7 @@ import http.client
 import json
 import math
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -216,9 +217,10 @@ def decode_object(data: object, what: str, noun: str = "reply") -> dict[str, Any
     return parsed
 
 
-def read_json_object(resp: Any, what: str) -> dict[str, Any]:
-    """Read a whole ``preload_content=False`` urllib3 reply and decode it as one JSON object."""
-    return decode_object(_read_all(resp), what)
+def read_json_object(resp: Any, what: str, deadline: float) -> dict[str, Any]:
+    """Read a whole ``preload_content=False`` urllib3 reply by ``deadline``
+    (``time.monotonic()``, :func:`_read_within`) and decode it as one JSON object."""
+    return decode_object(_read_within(resp, deadline), what)
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))  # json.dumps would build one per call
@@ -323,12 +325,16 @@ class Transport(ABC):
         body: object = None,
         content_type: str = _JSON,
     ) -> Reply:
-        """Calling thread. Send ``body`` (a JSON value, or None) and read the whole reply. A
-        non-2xx reply raises its :class:`ApiError`; so does a transport failure."""
+        """Calling thread. Send ``body`` (a JSON value, or None) and read the whole reply,
+        all within ``timeout`` (its parts added up, for a pair): connecting, waiting for the
+        reply and reading its body (:func:`_read_within`). A non-2xx reply raises its
+        :class:`ApiError`; so does a transport failure, and running out of time
+        (:class:`~kdispatch.RequestTimeoutError`)."""
         ctype = None if body is None else content_type
+        deadline = time.monotonic() + (sum(timeout) if isinstance(timeout, tuple) else timeout)
         with translate_errors(what):
-            resp = self._open(_Request(method, path, query, body, ctype, timeout), preload=True)
-            data = _read_all(resp)
+            resp = self._open(_Request(method, path, query, body, ctype, timeout), preload=False)
+            data = _read_within(resp, deadline)
         _raise_for_status(resp.status, resp.headers, data, what)
         return Reply(resp.status, data)
 
@@ -344,7 +350,8 @@ class Transport(ABC):
     @abstractmethod
     def _open(self, req: _Request, *, preload: bool) -> Any:
         """Send one request; the urllib3 response, its body already read when ``preload`` (a
-        hint: it may be read later). Calling thread."""
+        hint: it may be read later). Each wait (to connect, for the reply's head) is bounded
+        by ``req.timeout``. Calling thread."""
 
 
 class _Request(NamedTuple):
@@ -365,6 +372,37 @@ def _read_all(resp: Any) -> bytes:
     finally:
         resp.release_conn()
     return data or b""
+
+
+_CHUNK = 1 << 16
+"""Bytes a read of a reply's body asks for at most."""
+
+
+def _read_within(resp: Any, deadline: float) -> bytes:
+    """The whole body of an unread urllib3 response, read by ``deadline`` (``time.monotonic()``):
+    each wait for data is bounded by the time left, which is checked between reads, so a server
+    that trickles its reply cannot hold the request past the deadline (``TimeoutError``, or
+    urllib3's ``ReadTimeoutError``, then). The connection goes back to the pool, closed unless the body
+    was read to its end."""
+    conn = getattr(resp, "connection", None)
+    sock = getattr(conn, "sock", None)
+    parts: list[bytes] = []
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("reading the reply took longer than the request timeout")
+            if sock is not None:
+                sock.settimeout(left)
+            chunk = resp.read1(_CHUNK)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+    except BaseException:
+        resp.close()  # read in part: the connection is not reused
+        raise
+    finally:
+        resp.release_conn()
 
 
 _AUTHORIZATION = "authorization"

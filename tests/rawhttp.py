@@ -1,8 +1,11 @@
-"""Reading one HTTP/1.1 request off a socket, for the tests' canned-reply servers."""
+"""Raw HTTP/1.1 for the tests' own servers: reading one request off a socket, and a server
+that trickles its reply."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 
 
 def read_request(conn: socket.socket) -> bytes:
@@ -25,3 +28,58 @@ def read_request(conn: socket.socket) -> bytes:
             break
         body += chunk
     return head + b"\r\n\r\n" + body
+
+
+class TricklingServer:
+    """Answers its first connection's request with ``body`` (JSON), sent one byte every
+    ``pace`` seconds (each wait far shorter than a client's timeout) until the client hangs
+    up; ``hung_up`` is set then. Any later connection gets the same reply at once. Use as a
+    context manager: leaving it stops the server and joins its thread."""
+
+    def __init__(self, body: bytes, pace: float = 0.05) -> None:
+        self.body, self.pace = body, pace
+        self.hung_up = threading.Event()
+        self._stop = threading.Event()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, name="trickling-http")
+        self._thread.start()
+
+    def _serve(self) -> None:
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            f"Content-Length: {len(self.body)}\r\n\r\n"
+        ).encode()
+        first = True
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with conn:
+                read_request(conn)
+                conn.sendall(head)
+                if not first:
+                    conn.sendall(self.body)
+                    continue
+                first = False
+                try:
+                    for i in range(len(self.body)):
+                        if self._stop.wait(self.pace):  # a slow server's pace, not a sync
+                            return
+                        conn.sendall(self.body[i : i + 1])
+                except OSError:  # the client closed the connection mid-body
+                    self.hung_up.set()
+
+    def __enter__(self) -> TricklingServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        self._thread.join(5)

@@ -8,6 +8,7 @@ Every test runs on both transports: ``lean`` (the default) and ``client`` (``cal
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import socket
 import threading
@@ -44,7 +45,7 @@ from kdispatch.adapters.transport import TransportName
 from kdispatch.testing import ApiServerHTTP, InMemoryApiServer, make_claim, make_node, make_pod
 from tests.backends import nominate
 from tests.concurrency import patch_from_threads
-from tests.rawhttp import read_request
+from tests.rawhttp import TricklingServer, read_request
 
 TOKEN = "kd-t0ken-5ecret-value-9f8e7d"
 
@@ -327,6 +328,20 @@ def test_client_timeout_when_the_server_hangs(server: InMemoryApiServer) -> None
         stored = server.get_object("Pod", "default", "p1")
         assert stored is not None and stored["status"]["nominatedNodeName"] == "n9"
         assert b.get("Pod", "default", "p1")["metadata"]["name"] == "p1"  # the pool recovers
+
+
+def test_request_timeout_bounds_the_whole_reply_when_the_server_trickles_it() -> None:
+    """A server that keeps sending its reply a byte at a time never lets a single wait for
+    data run out; ``request_timeout`` still ends the request (the old per-wait bound read
+    the whole 20 s reply), the half-read connection is closed, and the next request works."""
+    pod = json.dumps(make_pod("p1", uid="u1")).encode()
+    body = pod + b" " * max(0, 400 - len(pod))  # 400 bytes: 20 s at the server's pace
+    with TricklingServer(body) as srv, _for_url(srv.url, request_timeout=0.5) as b:
+        with pytest.raises(RequestTimeoutError) as info:
+            b.get("Pod", "default", "p1")
+        assert info.value.retryable
+        assert srv.hung_up.wait(10), "the client kept the trickling connection open"
+        assert b.get("Pod", "default", "p1")["metadata"]["uid"] == "u1"
 
 
 def test_504_reply_is_a_timeout(server: InMemoryApiServer) -> None:

@@ -7,6 +7,7 @@ fence is tested end to end on a dispatcher whose backend holds a request in flig
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,7 @@ from kdispatch.actors.model.errors import (
     LeadershipLost,
     NotFoundError,
     Outcome,
+    RequestTimeoutError,
 )
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.leader import (
@@ -42,6 +44,7 @@ from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
 from tests.backends import GatedBackend
 from tests.clocks import ManualClock
+from tests.rawhttp import TricklingServer
 
 # the official election package is untyped
 electionconfig: Any = _electionconfig
@@ -163,6 +166,20 @@ def test_official_leaderelection_and_this_elector_exclude_each_other(http: ApiSe
         )
         assert not official2.try_acquire_or_renew()
         assert _holder(server) == "ours"
+
+
+def test_a_lease_request_ends_within_its_timeout_when_the_reply_trickles() -> None:
+    """The elector's ``timeout`` bounds a Lease request as a whole: a reply the server sends a
+    byte at a time (every wait short) ends in ``RequestTimeoutError``, not after the 20 s the
+    whole reply would take, and the connection is closed."""
+    lease = {"kind": "Lease", "metadata": {"name": "sched", "namespace": "kube-system"}}
+    body = json.dumps(lease).encode().ljust(400)  # 400 bytes: 20 s at the server's pace
+    with TricklingServer(body) as srv, _client(srv.url) as api:
+        with pytest.raises(RequestTimeoutError):
+            ClientLeaseClient(api).get("kube-system", "sched", timeout=0.5)
+        assert srv.hung_up.wait(10), "the client kept the trickling connection open"
+        read = ClientLeaseClient(api).get("kube-system", "sched", timeout=5)
+        assert read is not None and read["kind"] == "Lease"
 
 
 # --------------------------------------------------------------------------- the elector
