@@ -382,10 +382,13 @@ def _read_within(resp: Any, deadline: float) -> bytes:
     """The whole body of an unread urllib3 response, read by ``deadline`` (``time.monotonic()``):
     each wait for data is bounded by the time left, which is checked between reads, so a server
     that trickles its reply cannot hold the request past the deadline (``TimeoutError``, or
-    urllib3's ``ReadTimeoutError``, then). The connection goes back to the pool, closed unless the body
-    was read to its end."""
+    urllib3's ``ReadTimeoutError``, then). The connection goes back to the pool, closed unless
+    the body was read to its end."""
     conn = getattr(resp, "connection", None)
     sock = getattr(conn, "sock", None)
+    # a body sent as it is (no Content-Encoding, the usual reply) skips urllib3's decoder, and
+    # its end is known by its length: no read just to find it
+    plain = not resp.headers.get("content-encoding")
     parts: list[bytes] = []
     try:
         while True:
@@ -394,10 +397,11 @@ def _read_within(resp: Any, deadline: float) -> bytes:
                 raise TimeoutError("reading the reply took longer than the request timeout")
             if sock is not None:
                 sock.settimeout(left)
-            chunk = resp.read1(_CHUNK)
-            if not chunk:
+            chunk = resp.read1(_CHUNK, decode_content=False) if plain else resp.read1(_CHUNK)
+            if chunk:
+                parts.append(chunk)
+            if not chunk or (plain and resp.length_remaining == 0):
                 return b"".join(parts)
-            parts.append(chunk)
     except BaseException:
         resp.close()  # read in part: the connection is not reused
         raise

@@ -8,6 +8,7 @@ Every test runs on both transports: ``lean`` (the default) and ``client`` (``cal
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import logging
 import socket
@@ -466,6 +467,23 @@ def test_a_client_list_watch_asks_for_bookmarks_from_its_resource_version() -> N
     path, _, query = target.partition("?")
     assert (method, path) == ("GET", "/api/v1/namespaces/ns1/pods")
     assert {"allowWatchBookmarks=true", "resourceVersion=57"} <= set(query.split("&"))
+
+
+def test_replies_compressed_chunked_or_in_pieces_are_read_whole() -> None:
+    """The body of a reply is read to its end however it comes: gzip-compressed (decoded),
+    chunked without a length, or sent in pieces with a pause between them."""
+    pod = json.dumps(make_pod("p1", uid="u1")).encode()
+    packed = gzip.compress(pod)
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (pod[:100], pod[100:]))
+    head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    with canned(
+        _reply(200, packed, "Content-Encoding: gzip"),
+        (head + "Transfer-Encoding: chunked\r\n\r\n").encode() + chunked + b"0\r\n\r\n",
+    ) as b:
+        for _ in range(2):
+            assert b.get("Pod", "default", "p1") == json.loads(pod)
+    with TricklingServer(pod, pace=0.001) as srv, _for_url(srv.url, request_timeout=30) as b:
+        assert b.get("Pod", "default", "p1") == json.loads(pod)  # a byte at a time, in time
 
 
 def test_binding_reply_variants() -> None:
