@@ -333,7 +333,9 @@ class Informer(InformerShell):
 
     def stop(self, timeout: float | None = 5.0) -> bool:
         """Stop the loop: interrupts a backoff wait and cuts the open watch; no further event
-        reaches the handlers (not even the rest of a list being delivered). True once the
+        reaches the handlers (not even the rest of a list being delivered). A request waiting
+        for the server's reply (a list, a watch whose reply has not begun) is not cut: it ends
+        within the list-watch's request timeout, and the thread with it. True once the
         thread has ended within ``timeout``. Any thread; on the informer's own (a handler or
         an ``on_error`` hook) it cannot wait for itself: it returns False at once and the
         loop ends when the hook returns. ``timeout``: seconds >= 0, or None for no limit

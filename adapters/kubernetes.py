@@ -279,8 +279,9 @@ class KubernetesBackend:
         bookmarks: bool = True,
     ) -> Any:
         """Open a watch: the raw urllib3 response streaming JSON lines (see
-        :class:`~kdispatch.ClientListWatch`, which decodes it). The read
-        timeout is ``timeout_seconds`` plus the request timeout. Calling thread."""
+        :class:`~kdispatch.ClientListWatch`, which decodes it). The reply's head comes within
+        the request timeout (kube-apiserver sends it as the watch starts); then each wait for
+        an event is bounded by ``timeout_seconds`` plus the request timeout. Calling thread."""
         info = self._kinds.lookup(kind)
         path = rest.collection(info, namespace)
         query = rest.watch_query(
@@ -289,7 +290,8 @@ class KubernetesBackend:
         return self._transport.stream(
             path,
             what=f"watch {kind}",
-            timeout=(self._timeout, max(1, timeout_seconds) + self._timeout),
+            timeout=self._timeout,
+            idle=max(1, timeout_seconds) + self._timeout,
             query=query,
         )
 

@@ -338,13 +338,19 @@ class Transport(ABC):
         _raise_for_status(resp.status, resp.headers, data, what)
         return Reply(resp.status, data)
 
-    def stream(self, path: str, *, what: str, timeout: Timeout, query: Query = ()) -> Any:
+    def stream(
+        self, path: str, *, what: str, timeout: float, idle: float, query: Query = ()
+    ) -> Any:
         """Calling thread. GET ``path`` without reading the body (a watch): the open urllib3
-        response of a 2xx reply. Errors as :meth:`request`."""
+        response of a 2xx reply, whose head came within ``timeout``; after it, each wait for
+        the body's data is bounded by ``idle``. Errors as :meth:`request`."""
         with translate_errors(what):
             resp = self._open(_Request("GET", path, query, None, None, timeout), preload=False)
             if not 200 <= resp.status <= 299:
                 _raise_for_status(resp.status, resp.headers, _read_all(resp), what)
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            sock.settimeout(idle)
         return resp
 
     @abstractmethod

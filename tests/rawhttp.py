@@ -83,3 +83,62 @@ class TricklingServer:
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         self._thread.join(5)
+
+
+class SilentWatchServer:
+    """An apiserver that hangs watches: a list gets an empty ``PodList`` at once; a watch
+    request is read and never answered (no head) until the client hangs up or the server
+    closes; ``watching`` is set when one arrives. A context manager: leaving it stops the
+    server and joins its threads."""
+
+    def __init__(self) -> None:
+        self.watching = threading.Event()
+        self._stop = threading.Event()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._threads = [threading.Thread(target=self._serve, name="silent-watch-http")]
+        self._threads[0].start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            thread = threading.Thread(target=self._answer, args=(conn,), name="silent-conn")
+            self._threads.append(thread)
+            thread.start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        listed = (
+            b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
+        )
+        with conn:
+            while not self._stop.is_set():
+                head = read_request(conn)
+                if not head:
+                    return  # the client closed the connection
+                if b"watch=true" not in head.split(b"\r\n", 1)[0]:
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        + b"Content-Length: %d\r\n\r\n" % len(listed)
+                        + listed
+                    )
+                    continue
+                self.watching.set()
+                conn.settimeout(0.05)
+                while not self._stop.is_set():  # hold the watch until either side gives up
+                    with contextlib.suppress(TimeoutError):
+                        if not conn.recv(1):
+                            return
+
+    def __enter__(self) -> SilentWatchServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        for thread in list(self._threads):
+            thread.join(5)

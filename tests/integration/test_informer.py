@@ -39,6 +39,7 @@ from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, m
 from tests.backends import nominate
 from tests.factories import pod
 from tests.memory_server import drain
+from tests.rawhttp import SilentWatchServer
 from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, Recorder, running_informers
 
 pytestmark = pytest.mark.timeout(30)
@@ -733,3 +734,19 @@ def test_repeated_gone_keeps_relisting(run: Callable[..., Any]) -> None:
     assert lw.watch_rvs[:4] == ["5", "6", "7", "8"]
     assert rec.names() == [("add", "a"), ("update", "a"), ("update", "a"), ("update", "a")]
     assert inf.relists == 4
+
+
+@pytest.mark.timeout(60)
+def test_a_watch_whose_reply_never_begins_ends_within_the_request_timeout() -> None:
+    """A hung apiserver takes the watch and never answers. ``stop()`` cannot cut a request
+    that waits for its reply, but that wait is the request timeout (1 s here), not the watch
+    timeout on top of it (301 s): the informer's thread ends within it."""
+    with (
+        SilentWatchServer() as srv,
+        k8s.ApiClient(k8s.Configuration(host=srv.url)) as client,
+    ):
+        inf = Informer(ClientListWatch(client, "Pod", request_timeout=1.0), name="hung-watch")
+        inf.start()
+        assert inf.wait_for_sync(10)
+        assert srv.watching.wait(10)
+        assert inf.stop(timeout=20)
