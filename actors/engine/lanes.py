@@ -359,8 +359,8 @@ class LaneScheduler:
             grants.append(picked)
             self._take_slot(picked[0], False)
             slots -= 1
-        if self._events is not None or not self._followups:
-            self._grant_best_effort(now, slots, grants)
+        if (self._events is not None or not self._followups) and not self._blocks.active:
+            self._grant_best_effort(now, slots, grants)  # (an active block holds Events too)
         if self._overflow:
             grants.extend(self._overflow)
             self._overflow = []

@@ -679,6 +679,24 @@ def test_a_block_larger_than_the_burst_is_granted_at_the_buckets_rate_uninterrup
     assert other.grants == 1
 
 
+def test_nothing_is_granted_on_the_spot_while_a_block_waits_for_a_member(
+    started: list[Executor],
+) -> None:
+    """A block paid in full but with a member not ready yet holds every other grant, the
+    on-the-spot one too: an object ready meanwhile, with a token spare in the bucket and
+    nothing else queued, waits until the last member was granted."""
+    ex, _, log, members = reserved_block(3, burst=4)
+    members[0].ready(2)
+    members[1].ready(2)  # the block's turn: its three tokens at once, two members granted
+    assert [m.grants for m in members] == [1, 1, 0]
+    other = FakeRef(ex, probe("other", log, 1))
+    other.ready(1)  # the bucket holds a fourth token, and no one else waits
+    assert other.grants == 0
+    members[2].ready(2)
+    assert [m.grants for m in members] == [1, 1, 1] and other.grants == 1
+    assert ex.tokens_taken == 4
+
+
 def test_a_member_leaving_its_block_gives_its_token_to_the_others(
     started: list[Executor],
 ) -> None:

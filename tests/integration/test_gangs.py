@@ -20,6 +20,7 @@ from kdispatch import (
     Dispatcher,
     DispatcherClosed,
     DispatcherConfig,
+    EventRecorder,
     ExecutorConfig,
     ForbiddenError,
     Gang,
@@ -385,6 +386,36 @@ def test_a_gangs_bindings_go_out_as_one_block_amid_other_calls(
     at = sorted(order.index(f"m{i}") for i in range(6))
     assert at == list(range(at[0], at[0] + 6)), order
     assert len(order) == 46
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+def test_no_event_reaches_the_server_between_a_gangs_bindings(
+    server: InMemoryApiServer, workers: int
+) -> None:
+    """Events with a bucket of their own (the default) wait for the gang's block as every
+    call does: 200 Events queued before a gang larger than the burst is released, and none is
+    created between its first and last binding."""
+    group = server.create(make_podgroup("trainers", min_count=6))
+    noisy = [server.create(make_pod(f"noisy-{i}")) for i in range(200)]
+    gang_pods = members(server, 6)
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=100, burst=2, events_qps=100, events_burst=2),
+        executor=ExecutorConfig(workers=workers),
+    )
+    with Dispatcher(server, config) as dispatcher:
+        recorder = EventRecorder(dispatcher, controller="gangs")
+        events = [recorder.event(p, reason="Scheduled", action="Binding", note="n") for p in noisy]
+        with dispatcher.group(owner=group, gang=6) as gang:
+            for p in gang_pods:
+                gang.submit(PodBinding.for_pod(p, "n1"))
+        assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 6
+        assert all(f.result(timeout=30) is Outcome.SUCCESS for f in events)
+    log = server.request_log
+    at = [i for i, r in enumerate(log) if r.op == "bind"]
+    assert len(at) == 6
+    between = [(r.op, r.kind) for r in log[at[0] : at[-1] + 1] if r.op != "bind"]
+    assert between == []
+    assert sum(r.op == "create" and r.kind == "Event" for r in log) == 200
 
 
 def test_a_member_also_waiting_for_its_claim_stays_out_of_the_block(
