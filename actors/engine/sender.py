@@ -207,7 +207,13 @@ class Sender:
                 result=label,
                 pod=ref.name,
             )
-        return Done(call, result, obj, error, delay), backend.requests
+        # a 429 refuses a request before it is handled: an attempt of one such request
+        # applied nothing, and the object stays trusted (a later request's 429 may follow
+        # one that landed)
+        applied = (
+            error is None or backend.requests != 1 or not isinstance(error, TooManyRequestsError)
+        )
+        return Done(call, result, obj, error, delay, applied), backend.requests
 
     def _backoff(self, send: Send, exc: ApiError) -> float:
         """The delay before ``send``'s call goes again after the retryable ``exc``: doubled by

@@ -112,6 +112,9 @@ class Done:
     obj: Obj | None = None
     error: BaseException | None = None
     delay: float = 0.0
+    applied: bool = True
+    """Whether the server may have applied a request of the attempt; False when its only
+    request was refused before it was handled (a 429), so the object is still as observed."""
 
 
 def about(ref: ObjectRef, why: str) -> str:

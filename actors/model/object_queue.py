@@ -11,7 +11,14 @@ from typing import Any, Final
 from .calls import Call
 from .config import RetryConfig
 from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about
-from .errors import CallCancelled, CallConflict, CallOutcomeError, CallStale, Outcome
+from .errors import (
+    CallCancelled,
+    CallConflict,
+    CallOutcomeError,
+    CallStale,
+    DispatcherClosed,
+    Outcome,
+)
 from .knowledge import Knowledge
 from .lifecycle import LIFECYCLE, Input, Life, State
 from .objects import Obj
@@ -30,7 +37,7 @@ class ObjectQueue(Knowledge):
     actor feeds it one input at a time (:class:`~.object_state.ObjectState` is the whole
     machine)."""
 
-    __slots__ = ("inflight", "life", "queue", "ready_lane", "request", "retry")
+    __slots__ = ("inflight", "life", "queue", "ready_lane", "request", "retry", "revoked")
 
     def __init__(self, uid: str, retry: RetryConfig) -> None:
         super().__init__(uid)
@@ -45,6 +52,8 @@ class ObjectQueue(Knowledge):
         # The lane of the Ready the executor holds for this object, if any: a Ready is only
         # repeated for a more urgent head.
         self.ready_lane: int | None = None
+        # Leadership lost (revoke): what every call not on the wire resolves with from now on
+        self.revoked: DispatcherClosed | None = None
 
     @property
     def state(self) -> State:
@@ -196,7 +205,11 @@ class ObjectQueue(Knowledge):
         """The one place that decides readiness: ask for a grant when the head call holds
         nothing and nothing is in flight, or when the call in flight waits to read its object
         back (:meth:`_reading_back`; in the lane of the most urgent call behind it), and no
-        Ready is held in its lane or a higher one."""
+        Ready is held in its lane or a higher one. Once revoked, nothing is: what waits
+        resolves with the revocation's error instead."""
+        if self.revoked is not None:
+            self._withhold(out, self.revoked)
+            return out
         inflight = self.inflight
         queue = self.queue
         if inflight is None:
@@ -219,6 +232,17 @@ class ObjectQueue(Knowledge):
                 self.ready_lane = relevance
                 out.append(Ready(relevance, head.retry.not_before))
         return out
+
+    def _withhold(self, out: list[Effect], error: DispatcherClosed) -> None:
+        """Every call not on the wire (a read-back that waits for its grant too) resolves with
+        ``error``; the request in flight, if any, finishes and reports as usual."""
+        reading = self._reading_back()
+        if reading is not None:
+            self.inflight = None
+            out.append(Resolve(reading.future, reading.call.call_type, error))
+        if self.queue:
+            out.extend(Resolve(e.future, e.call.call_type, error) for e in self.queue)
+            self.queue = []
 
     def _reading_back(self) -> Entry | None:
         """The call in flight whose retries ran out with a request unanswered while its

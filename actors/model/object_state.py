@@ -49,6 +49,9 @@ class ObjectState(RequestEnds):
         if self.life is not _LIVE:
             self._fail(out, entry, CallCancelled, "object deleted")
             return out
+        if self.revoked is not None:  # told before the revocation, handled after it
+            out.append(Resolve(future, call.call_type, self.revoked))
+            return out
         basis = call.basis
         if basis is not None and basis is not self.observed:
             self.observe(basis)
@@ -187,14 +190,12 @@ class ObjectState(RequestEnds):
 
     def revoke(self, error: DispatcherClosed) -> list[Effect]:
         """Leadership lost: every call not on the wire resolves with ``error`` (a read-back
-        that waits for its grant too); the request in flight finishes and reports as usual."""
+        that waits for its grant too), now and from now on: one the request in flight puts
+        back (to retry it, or rebased after a 409) and one submitted later. The request in
+        flight finishes and reports as usual."""
+        self.revoked = error
         out: list[Effect] = []
-        reading = self._reading_back()
-        if reading is not None:
-            self.inflight = None
-            out.append(Resolve(reading.future, reading.call.call_type, error))
-        out.extend(Resolve(e.future, e.call.call_type, error) for e in self.queue)
-        self.queue = []
+        self._withhold(out, error)
         return out
 
     def release(self, token: Hashable) -> list[Effect]:

@@ -77,7 +77,8 @@ class RequestEnds(ObjectQueue):
         elif result is Result.CONFLICT:
             self._conflict(out, entry, done)
         elif result is Result.RETRY:
-            self.ambiguous(entry.sent_rv)  # the request may have been applied
+            if done.applied:  # the request may have been applied
+                self.ambiguous(entry.sent_rv)
             error = done.error
             unanswered = isinstance(error, ApiError) and error.ambiguous
             self._retry_or_fail(out, entry, done, now, unanswered=unanswered)

@@ -8,7 +8,9 @@
   ``lastTransitionTime``;
 * every request takes a rate-limiter token (409 re-reads, preemptions' second request);
 * a call of another type never replaces a pending binding: both are sent, in order;
-* one GET per 409.
+* one GET per 409;
+* a 429 leaves the object trusted: the retry is sent with no re-read;
+* after ``revoke()`` nothing is sent again, not even a call whose request was on the wire.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from kdispatch.actors.model.config import (
     RegistryConfig,
     RetryConfig,
 )
-from kdispatch.actors.model.errors import CallCancelled, CallStale, Outcome, TooManyRequestsError
+from kdispatch.actors.model.errors import (
+    CallCancelled,
+    CallStale,
+    LeadershipLost,
+    Outcome,
+    TooManyRequestsError,
+)
 from kdispatch.actors.model.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.adapters.informer import ClientListWatch, Informer
@@ -257,8 +265,9 @@ class _SnapshotOnDelete(GatedBackend):
 def test_retried_preemption_keeps_disruption_target_and_its_time(
     server: InMemoryApiServer, faults: tuple[str, ...]
 ) -> None:
-    """No informer: after a 429, a 5xx or a lost reply on the DELETE, each retry re-reads the
-    pod and sends only the deletion; the condition the first try wrote stays as it was."""
+    """No informer: after a 429, a 5xx or a lost reply on the DELETE, the retry re-reads the
+    pod and sends only the deletion (no re-read after a 429 on a retry's one request: that
+    applied nothing); the condition the first try wrote stays as it was."""
     pod = server.create(make_pod("victim"))
     server.script("delete", *faults, name="victim")
     backend = _SnapshotOnDelete(server)
@@ -266,8 +275,10 @@ def test_retried_preemption_keeps_disruption_target_and_its_time(
         assert d.preempt(pod, preemptor="default/vip").result(10) is Outcome.SUCCESS
     assert server.get_object("Pod", "default", "victim") is None
     expected = [("patch_status", "ok")]
-    for fault in faults:
-        expected += [("delete", fault), ("get", "ok")]
+    for i, fault in enumerate(faults):
+        expected.append(("delete", fault))
+        if i == 0 or fault != "429":
+            expected.append(("get", "ok"))
     assert requests(server) == [*expected, ("delete", "ok")]
     first = backend.seen[0]
     assert first is not None and first["status"] == "True"
@@ -459,3 +470,52 @@ def test_an_actor_reaped_idle_leaves_its_knowledge_to_the_next_one() -> None:
 
 def _cond(ctype: str, reason: str) -> dict[str, str]:
     return {"type": ctype, "status": "False", "reason": reason}
+
+
+# --------------------------------------------------------------------------- trust after a 429
+
+
+def test_a_429_is_retried_without_a_re_read(server: InMemoryApiServer) -> None:
+    """A 429 refuses a request before it is handled: the object is as the dispatcher saw it,
+    and the retry goes out with no GET (each one a token an overloaded server does not need)."""
+    pod = server.create(make_pod("p1"))
+    server.script("patch_status", "429", "429", name="p1")
+    with Dispatcher(server, CONFIG) as d:
+        call = PodStatusPatch.for_pod(pod, nominated_node_name="n1")
+        assert d.submit(call).result(10) is Outcome.SUCCESS
+    assert requests(server) == [
+        ("patch_status", "429"),
+        ("patch_status", "429"),
+        ("patch_status", "ok"),
+    ]
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
+
+
+# --------------------------------------------------------------------------- revoke
+
+
+def test_after_revoke_a_call_back_from_the_wire_is_not_sent_again(
+    server: InMemoryApiServer,
+) -> None:
+    """Leadership lost while a binding is on the wire, and no send gate: the binding meets a
+    500 and resolves with the revocation's error instead of going out again, and a call
+    pending then is never sent."""
+    gated = GatedBackend(server, hold="p1")
+    pod, other = server.create(make_pod("p1")), server.create(make_pod("p2"))
+    server.script("bind", "500", name="p1")
+    one_token = dataclasses.replace(  # the next token in 2 s: p2's call stays pending
+        CONFIG, rate_limit=RateLimitConfig(qps=0.5, burst=1)
+    )
+    with Dispatcher(gated, one_token) as d:
+        wire = d.submit(PodBinding.for_pod(pod, "n1"))
+        gated.wait_calls(1)
+        pending = d.submit(PodStatusPatch.for_pod(other, nominated_node_name="n1"))
+        lost = LeadershipLost("lost")
+        d.revoke(lost)
+        assert pending.exception(10) is lost
+        gated.gate.set()
+        assert wire.exception(10) is lost
+    assert [(r.op, r.name, r.outcome) for r in server.request_log] == [("bind", "p1", "500")]
+    stored = server.get_object("Pod", "default", "p1")
+    assert stored is not None and get_path(stored, "spec", "nodeName") is None

@@ -388,19 +388,18 @@ def test_a_gangs_bindings_go_out_as_one_block_amid_other_calls(
     assert len(order) == 46
 
 
-@pytest.mark.parametrize("workers", [1, 8])
-def test_no_event_reaches_the_server_between_a_gangs_bindings(
-    server: InMemoryApiServer, workers: int
-) -> None:
+def test_no_event_reaches_the_server_between_a_gangs_bindings(server: InMemoryApiServer) -> None:
     """Events with a bucket of their own (the default) wait for the gang's block as every
     call does: 200 Events queued before a gang larger than the burst is released, and none is
-    created between its first and last binding."""
+    created between its first and last binding. One worker: the server sees the requests in
+    the grants' order (with more, an Event granted before the gang's turn may still be under
+    way when its first binding lands, as docs/gangs.md says)."""
     group = server.create(make_podgroup("trainers", min_count=6))
     noisy = [server.create(make_pod(f"noisy-{i}")) for i in range(200)]
     gang_pods = members(server, 6)
     config = DispatcherConfig(
         rate_limit=RateLimitConfig(qps=100, burst=2, events_qps=100, events_burst=2),
-        executor=ExecutorConfig(workers=workers),
+        executor=ExecutorConfig(workers=1),
     )
     with Dispatcher(server, config) as dispatcher:
         recorder = EventRecorder(dispatcher, controller="gangs")
@@ -409,7 +408,7 @@ def test_no_event_reaches_the_server_between_a_gangs_bindings(
             for p in gang_pods:
                 gang.submit(PodBinding.for_pod(p, "n1"))
         assert gang.future.result(timeout=30) == [Outcome.SUCCESS] * 6
-        assert all(f.result(timeout=30) is Outcome.SUCCESS for f in events)
+        assert all(f is not None and f.result(timeout=30) is Outcome.SUCCESS for f in events)
     log = server.request_log
     at = [i for i, r in enumerate(log) if r.op == "bind"]
     assert len(at) == 6

@@ -115,8 +115,11 @@ class Driver:
         obj: Obj | None = None,
         error: BaseException | None = None,
         delay: float = 0.0,
+        *,
+        applied: bool = True,
     ) -> list[Effect]:
-        return self._take(self.m.done(Done(send.call, result, obj, error, delay), self.now))
+        done = Done(send.call, result, obj, error, delay, applied)
+        return self._take(self.m.done(done, self.now))
 
     def send_succeeds(self, fut: str, call_type: str | None = None) -> None:
         """The next grant sends a call (of ``call_type`` when given) that succeeds and
@@ -821,6 +824,35 @@ def test_retried_preemption_rereads_and_keeps_the_existing_disruption_target(d: 
         "2026-01-01T00:00:00Z"
     )
     d.done_succeeds(s2, f_pre)
+
+
+def test_a_request_refused_unhandled_keeps_the_object_trusted(d: Driver) -> None:
+    """A status patch's only request got a 429 (refused before it was handled: nothing
+    applied): the retry goes out on the object as observed, with no re-read first."""
+    p = pod("a")
+    fut = d.submit(PodStatusPatch.for_pod(p, nominated_node_name="n1"))
+    first = d.send()
+    d.done(first, Result.RETRY, error=TooManyRequestsError(), applied=False)
+    retry = d.send()
+    assert not retry.read and retry.obj is first.obj and retry.attempt == 2
+    d.done_succeeds(retry, fut)
+
+
+def test_after_revoke_a_call_its_request_put_back_and_a_late_submit_resolve_its_error(
+    d: Driver,
+) -> None:
+    """Leadership lost while a binding is on the wire: the binding meets a 500 and is not put
+    back to be sent again, and a call told before the revocation but handled after it is not
+    queued; both resolve with the revocation's error, and nothing asks for a grant."""
+    wire = d.submit(PodBinding.for_pod(pod("a"), "n1"))
+    sent = d.send()
+    lost = LeadershipLost("lost")
+    d._take(d.m.revoke(lost))
+    d.done(sent, Result.RETRY, error=ServerError(), delay=0.0)
+    assert d.error(wire) is lost and d.readies() == []
+    late = d.submit(PodStatusPatch.for_pod(pod("a"), nominated_node_name="n1"))
+    assert d.error(late) is lost and d.readies() == []
+    assert d.grant() is None  # a Ready it held before is refunded
 
 
 def test_retried_preemption_whose_reread_finds_the_pod_gone_succeeds(d: Driver) -> None:
