@@ -10,6 +10,7 @@
 * a call of another type never replaces a pending binding: both are sent, in order;
 * one GET per 409;
 * a 429 leaves the object trusted: the retry is sent with no re-read;
+* 401 and 403 are never retried; 409s are, within ``max_conflict_retries``;
 * after ``revoke()`` nothing is sent again, not even a call whose request was on the wire.
 """
 
@@ -34,10 +35,14 @@ from kdispatch.actors.model.config import (
 )
 from kdispatch.actors.model.errors import (
     CallCancelled,
+    CallConflict,
+    CallFailed,
     CallStale,
+    ForbiddenError,
     LeadershipLost,
     Outcome,
     TooManyRequestsError,
+    UnauthorizedError,
 )
 from kdispatch.actors.model.objects import Obj, ObjectRef, get_path, with_path
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
@@ -490,6 +495,35 @@ def test_a_429_is_retried_without_a_re_read(server: InMemoryApiServer) -> None:
     ]
     stored = server.get_object("Pod", "default", "p1")
     assert stored is not None and stored["status"]["nominatedNodeName"] == "n1"
+
+
+def test_refused_credentials_are_not_retried_and_are_the_cause(server: InMemoryApiServer) -> None:
+    a, b = server.create(make_pod("a")), server.create(make_pod("b"))
+    server.script("bind", ForbiddenError("no"), name="a")
+    server.script("bind", UnauthorizedError("who"), name="b")
+    with Dispatcher(server, CONFIG) as d:
+        refused = [d.submit(PodBinding.for_pod(p, "n1")).exception(10) for p in (a, b)]
+    causes = [type(e.cause) for e in refused if isinstance(e, CallFailed)]
+    assert causes == [ForbiddenError, UnauthorizedError]
+    assert [(r.op, r.name, r.outcome) for r in server.request_log] == [
+        ("bind", "a", "Forbidden"),
+        ("bind", "b", "Unauthorized"),
+    ]
+
+
+def test_conflicts_are_rebased_at_most_max_conflict_retries_times(
+    server: InMemoryApiServer,
+) -> None:
+    pod = server.create(make_pod("p1"))
+    server.script("patch_status", *["409"] * 10, name="p1")
+    config = dataclasses.replace(
+        CONFIG, retry=dataclasses.replace(CONFIG.retry, max_conflict_retries=2)
+    )
+    with Dispatcher(server, config) as d:
+        call = PodStatusPatch.for_pod(pod, nominated_node_name="n1")
+        assert isinstance(d.submit(call).exception(10), CallConflict)
+        assert d.tokens_taken == len(server.request_log)
+    assert requests(server) == [("patch_status", "409"), ("get", "ok")] * 3
 
 
 # --------------------------------------------------------------------------- revoke
