@@ -291,9 +291,9 @@ class Dispatcher(GroupHostMixin):
     def revoke(self, error: DispatcherClosed) -> None:
         """Any thread; never blocks. Stop intake at once (``submit`` raises ``error``) and resolve
         every call not yet sent with ``error`` (e.g. :class:`LeadershipLost`); a request on the
-        wire finishes, and its call resolves with ``error`` too unless it succeeded: nothing is
-        sent again. Pair it with a ``send_gate`` turned False (it refuses the requests of a
-        job started before the revocation)."""
+        wire finishes and reports as usual, but a call it would send again (to retry it, or
+        rebased after a 409) resolves with ``error`` instead. Pair it with a ``send_gate``
+        turned False (it refuses the later requests of a job started before the revocation)."""
         if not self._mark_revoked(error):
             return
         self._open = False
