@@ -109,7 +109,8 @@ class Metrics:
         )
         self.limiter_wait = HistogramFamily(
             "kdispatch_rate_limiter_wait_seconds",
-            "Time a ready object waited in the executor lanes before it was sent.",
+            "Time a ready object queued in the executor lanes waited for its grant (one "
+            "granted at once, nothing queued and a token and a worker free, is not counted).",
             ["lane"],
             shards,
             DURATION_BUCKETS,

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kdispatch.actors.engine.metrics import Metrics, MetricsRegistryInUse
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig
-from kdispatch.actors.model.errors import CallStale, DispatcherClosed, InvalidConfigError
+from kdispatch.actors.model.errors import CallStale, DispatcherClosed, InvalidConfigError, Outcome
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.actors.runtime import metric_families
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
@@ -239,6 +239,19 @@ def test_metric_updates_from_many_threads_are_all_counted() -> None:
     assert m.value("kdispatch_requests_total", call_type="pod_binding", verb="POST") == total
     name = "scheduler_async_api_call_execution_duration_seconds_count"
     assert m.value(name, call_type="pod_binding", result="success") == total
+
+
+def test_the_limiter_wait_counts_the_grants_that_queued_and_no_other() -> None:
+    """Three bindings at once with a burst of 1: the first is granted at once (not counted),
+    the two others queue for a token and are counted in the bindings' lane."""
+    server = InMemoryApiServer()
+    pods = [server.create(make_pod(f"p{i}")) for i in range(3)]
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=10.0, burst=1))  # 0.1 s a token
+    with Dispatcher(server, config) as d:
+        futures = [d.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+        assert [f.result(timeout=10) for f in futures] == [Outcome.SUCCESS] * 3
+        waits = d.metrics.value("kdispatch_rate_limiter_wait_seconds_count", lane="2")
+    assert (waits, len(server.request_log)) == (2, 3)
 
 
 def test_the_metrics_page_names_every_metric_a_dispatcher_registers() -> None:
