@@ -28,6 +28,7 @@ from kdispatch.actors.model.effects import (
     Retire,
     Send,
     about,
+    when_gone,
 )
 from kdispatch.actors.model.errors import (
     CallCancelled,
@@ -351,11 +352,11 @@ class ObjectActor(Actor):
                 )
                 self._resolve(message.future, call.call_type, failed)
                 return
-            if not routed:
+            if not routed:  # tombstoned: gone, and a deletion got its way
                 cancelled = CallCancelled(
                     about(call.ref, "object deleted"), uid=uid, call_type=call.call_type
                 )
-                self._resolve(message.future, call.call_type, cancelled)
+                self._resolve(message.future, call.call_type, when_gone(call, cancelled))
         elif isinstance(message, _REROUTED):
             ctx.registry.tell(self.uid, message)
         elif isinstance(message, Confirm):  # no actor left: the member has resolved

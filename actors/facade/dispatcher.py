@@ -46,6 +46,7 @@ from kdispatch.actors.model.backend import ApiBackend, missing_methods
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import DispatcherConfig, check_timeout
+from kdispatch.actors.model.effects import when_gone
 from kdispatch.actors.model.errors import (
     CallCancelled,
     CallFailed,
@@ -278,12 +279,9 @@ class Dispatcher(GroupHostMixin):
             settle(future, CallFailed(str(exc), ref=call.ref, call_type=call.call_type, cause=exc))
             self._on_resolved(future)
             raise
-        if not routed:  # tombstoned: the object was deleted
-            self._resolve_now(
-                future,
-                call,
-                CallCancelled("object deleted", ref=call.ref, call_type=call.call_type),
-            )
+        if not routed:  # tombstoned: the object was deleted, and a deletion got its way
+            gone = CallCancelled("object deleted", ref=call.ref, call_type=call.call_type)
+            self._resolve_now(future, call, when_gone(call, gone))
         if hold is not None:
             self._deps.arm(hold)
         return future

@@ -17,7 +17,7 @@ from kdispatch.actors.engine.messages import CallFuture, Confirm, Withdraw, sett
 from kdispatch.actors.engine.metrics import Metrics
 from kdispatch.actors.engine.registry import Registry
 from kdispatch.actors.model.calls import Call
-from kdispatch.actors.model.errors import CallCancelled
+from kdispatch.actors.model.errors import CallCancelled, Outcome
 from kdispatch.actors.model.objects import ObjectRef, check_uid
 
 from .dispatcher_like import DispatcherBase
@@ -52,10 +52,13 @@ class GroupHostMixin(DispatcherBase):
         self._owners = OwnerIndex()
         self._group_locks = tuple(threading.Lock() for _ in range(GROUP_LOCK_STRIPES))
 
-    def _resolve_now(self, future: CallFuture, call: Call, error: CallCancelled) -> None:
+    def _resolve_now(
+        self, future: CallFuture, call: Call, outcome: Outcome | CallCancelled
+    ) -> None:
         """Submitting thread: resolve a call that never reached its actor."""
-        self.metrics.outcome(call.call_type, "cancelled")
-        settle(future, error)
+        label = outcome.value if isinstance(outcome, Outcome) else "cancelled"
+        self.metrics.outcome(call.call_type, label)
+        settle(future, outcome)
         self._on_resolved(future)
 
     @overload

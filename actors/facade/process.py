@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from ctypes import c_double
+from functools import partial
 from typing import Any, Final, NoReturn, Protocol, Self, cast
 
 from loguru import logger
@@ -24,6 +25,7 @@ from kdispatch.actors.facade.dispatcher_like import fresh
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call, CallTypeRegistry, plain_basis
 from kdispatch.actors.model.config import MAX_WAIT, DispatcherConfig, check_positive, check_timeout
+from kdispatch.actors.model.effects import when_gone
 from kdispatch.actors.model.errors import (
     CallCancelled,
     DispatcherClosed,
@@ -31,6 +33,7 @@ from kdispatch.actors.model.errors import (
     InvalidCallError,
     InvalidConfigError,
     InvalidObjectError,
+    Outcome,
 )
 from kdispatch.actors.model.objects import Obj, ObjectRef, as_object, check_uid
 from kdispatch.actors.runtime.gctuning import GcTuner
@@ -354,12 +357,15 @@ class ProcessDispatcher(ChildLink):
         except Exception as err:
             raise InvalidObjectError(f"{uid}: the object does not pickle: {err}") from err
         if deleted:
-            self._resolve_waiting(
-                self._window.withdraw(uid),
-                lambda t: CallCancelled(f"object deleted: uid {uid}", uid=uid, call_type=t),
-            )
+            self._resolve_waiting(self._window.withdraw(uid), partial(self._deleted_outcome, uid))
         with contextlib.suppress(DispatcherClosed):
             self._send(data)
+
+    def _deleted_outcome(self, uid: str, call_type: str) -> Outcome | CallCancelled:
+        """How a call of ``call_type`` waiting in the window ends when its object ``uid`` was
+        deleted (:func:`~kdispatch.actors.model.effects.when_gone`). Any thread."""
+        cancelled = CallCancelled(f"object deleted: uid {uid}", uid=uid, call_type=call_type)
+        return when_gone(self.call_types.spec(call_type), cancelled)
 
     # ------------------------------------------------------------------ introspection
 

@@ -20,9 +20,9 @@ from typing import Any, cast
 
 from loguru import logger
 
-from kdispatch.actors.engine.messages import CallFuture
+from kdispatch.actors.engine.messages import CallFuture, settle
 from kdispatch.actors.facade.dispatcher_like import Backlog, DispatcherBase, fresh
-from kdispatch.actors.model.errors import CallFailed, DispatcherClosed
+from kdispatch.actors.model.errors import CallFailed, DispatcherClosed, Outcome
 
 from .process_child import QUERY, READY, STOPPED, Result, RevokedStandIn, encode, load_result
 from .process_window import SendWindow
@@ -181,14 +181,14 @@ class ChildLink(DispatcherBase):
         return DispatcherProcessDied(f"dispatcher process exited unexpectedly (exit code {code})")
 
     def _resolve_waiting(
-        self, fids: list[tuple[int, str]], error: Callable[[str], BaseException]
+        self, fids: list[tuple[int, str]], outcome: Callable[[str], Outcome | BaseException]
     ) -> None:
-        """Any thread: resolve calls taken out of the window with ``error(call_type)``
-        (whoever pops a future resolves it)."""
+        """Any thread: resolve calls taken out of the window with ``outcome(call_type)``, an
+        outcome or an error (whoever pops a future resolves it)."""
         for fid, call_type in fids:
             future = self._pop_call(fid)
             if future is not None:
-                future.set_exception(error(call_type))
+                settle(future, outcome(call_type))
         self._backlog_changed()
 
     def _fail_all(self, error: DispatcherClosed) -> None:

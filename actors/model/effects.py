@@ -9,8 +9,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .calls import Call
-from .errors import CallOutcomeError, DependencyFailed, DispatcherClosed, Outcome
+from .calls import Call, CallTypeSpec
+from .errors import CallCancelled, CallOutcomeError, DependencyFailed, DispatcherClosed, Outcome
 from .objects import Obj, ObjectRef
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Send",
     "about",
     "dependency_failed",
+    "when_gone",
 ]
 
 
@@ -132,3 +133,11 @@ def dependency_failed(call: Call, cause: BaseException) -> DependencyFailed:
         call_type=call.call_type,
         cause=cause,
     )
+
+
+def when_gone(call: Call | CallTypeSpec, cancelled: CallCancelled) -> Outcome | CallCancelled:
+    """How ``call`` (or a call of that type) ends unsent because its object is gone (deleted
+    before the call was sent, or before it was even admitted): a deletion got its way,
+    ``SUCCESS``, as after a 404; anything else is ``cancelled``. The one spelling of it,
+    whether the object's rules, its actor or the submitting thread resolves the call. Pure."""
+    return Outcome.SUCCESS if call.exclusive else cancelled

@@ -194,7 +194,16 @@ class Entry:
         """Absorb ``older``, a pending entry of the same type: the newer values win, the older
         call fills the gaps, the retry bookkeeping merges (:meth:`RetryState.merged`), and
         the entry holds what either held."""
-        self.call = self.call.merge(older.call)
+        call = self.call
+        merged = call.merge(older.call)
+        if not isinstance(merged, Call) or (merged.call_type, merged.ref) != (
+            call.call_type,
+            call.ref,
+        ):  # a custom merge's bug: it fails this object's calls, never writes another's
+            raise TypeError(
+                f"{type(call).__name__}.merge returned {merged!r}, not a call for {call.ref}"
+            )
+        self.call = merged
         self.retry = self.retry.merged(older.retry)
         self._hold_as(older)
         self.absorb(older)

@@ -8,6 +8,7 @@ submitted after it — go through untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -40,6 +41,10 @@ ARMED = threading.Event()
 """While set, a ``QuotaUsage`` with ``fail_in`` raises from that method (cleared per test)."""
 
 
+ELSEWHERE: list[ObjectRef] = []
+"""The object a ``QuotaUsage`` with ``fail_in="merge_elsewhere"`` merges into a call for."""
+
+
 class MergerBug(RuntimeError):
     """The exception a buggy call method raises."""
 
@@ -64,6 +69,8 @@ class QuotaUsage(Call):
 
     def merge(self, older: QuotaUsage) -> QuotaUsage:
         self._maybe_fail("merge")
+        if self.fail_in == "merge_elsewhere" and ARMED.is_set():
+            return dataclasses.replace(self, ref=ELSEWHERE[0])  # a bug: another object's call
         return self
 
     def is_noop(self, obj: Obj | None) -> bool:
@@ -180,6 +187,22 @@ def test_merger_crash_fails_that_objects_futures_and_leaves_the_others_untouched
     assert env.used("bad") == 3
     assert env.crashes() == 1
     assert env.d.stop(timeout=10) is True  # nothing left outstanding
+
+
+def test_a_merge_returning_another_objects_call_fails_this_objects_calls(env: Env) -> None:
+    """A custom merge that returns a call for another object is a bug of this object's calls:
+    they fail with ``CallFailed``, and nothing is written to either object."""
+    ELSEWHERE[:] = [ObjectRef.of(env.quotas["ok-0"])]
+    blocker = env.hold_the_worker()
+    pending = env.submit("bad", 1)
+    wrong = env.submit("bad", 2, fail_in="merge_elsewhere")
+    for future in (wrong, pending):
+        error = future.exception(timeout=10)
+        assert isinstance(error, CallFailed) and isinstance(error.cause, TypeError), error
+    env.gated.gate.set()
+    assert blocker.result(timeout=10) is Outcome.SUCCESS
+    assert (env.used("ok-0"), env.used("bad")) == (None, None)
+    assert [r.name for r in env.server.request_log] == ["blocker"]
 
 
 @pytest.mark.parametrize("where", ["is_noop", "precheck"])

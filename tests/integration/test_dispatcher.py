@@ -441,6 +441,19 @@ def test_a_call_for_a_deleted_object_names_it(
     assert caught.value.ref is not None and caught.value.ref.uid == caught.value.uid == uid
 
 
+def test_a_deletion_of_an_object_already_deleted_succeeds_unsent(
+    server: InMemoryApiServer, dispatcher: Dispatcher
+) -> None:
+    """The object's deletion was seen before its preemption was submitted: the preemption got
+    its way (``SUCCESS``, as after a 404) and sends nothing; another call is cancelled."""
+    pod = server.create(make_pod("gone"))
+    dispatcher.on_delete(pod)
+    assert dispatcher.preempt(pod).result(timeout=10) is Outcome.SUCCESS
+    with pytest.raises(CallCancelled):
+        dispatcher.submit(PodBinding.for_pod(pod, "n1")).result(timeout=10)
+    assert server.request_log == []
+
+
 def test_an_outcome_error_names_its_object_once_and_survives_pickling() -> None:
     import pickle
 

@@ -597,6 +597,23 @@ def test_cancel_and_delete_resolve_waiting_calls_in_the_parent(cluster: Cluster)
     assert once.each_once(futures)
 
 
+def test_a_deletion_waiting_in_the_parent_succeeds_when_its_object_is_deleted(
+    cluster: Cluster,
+) -> None:
+    """A preemption waiting in the parent's window when its pod's deletion is seen has got its
+    way: ``SUCCESS``, unsent, as in a dispatcher in the caller's process."""
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        patches = _held_window(cluster, d, ["d0", "d1"])
+        victim = cluster.pod("victim")
+        preemption = d.preempt(victim)
+        assert d.waiting == 1
+        d.on_delete(victim)
+        assert preemption.result(0) is Outcome.SUCCESS
+        cluster.held.gate.set()
+        assert {f.result(WAIT) for f in patches} == {Outcome.SUCCESS}
+    assert [r.op for r in cluster.server.request_log if r.name == "victim"] == []
+
+
 def test_view_does_not_show_a_call_still_waiting_in_the_parent(cluster: Cluster) -> None:
     with cluster.dispatcher(workers=2, max_in_flight=2) as d:
         bound = d.submit(PodBinding.for_pod(cluster.pod("late"), "node-1"))

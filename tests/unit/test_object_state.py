@@ -826,6 +826,20 @@ def test_retried_preemption_rereads_and_keeps_the_existing_disruption_target(d: 
     d.done_succeeds(s2, f_pre)
 
 
+def test_a_deletion_submitted_once_the_object_is_gone_succeeds_unsent(d: Driver) -> None:
+    """The object's deletion was seen while a request was in flight: a preemption submitted
+    then got its way (``SUCCESS``, nothing to send); another call is cancelled."""
+    d.submit(PodBinding.for_pod(pod("a"), "n1"))
+    d.send()
+    d.deleted()
+    assert d.state() is State.RETIRING
+    assert d.outcome(d.submit(PodPreemption.for_pod(pod("a")))) is Outcome.SUCCESS
+    assert d.outcome(d.submit(PodStatusPatch.for_pod(pod("a"), nominated_node_name="n"))) is (
+        CallCancelled
+    )
+    assert d.readies() == []
+
+
 def test_a_request_refused_unhandled_keeps_the_object_trusted(d: Driver) -> None:
     """A status patch's only request got a 429 (refused before it was handled: nothing
     applied): the retry goes out on the object as observed, with no re-read first."""
