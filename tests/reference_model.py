@@ -9,7 +9,8 @@ against the rules below. Between steps, the open futures must be exactly those o
 
 **Submit** call C, with P pending and I in flight:
 
-1. the object is gone → C ``cancelled``;
+1. the object is gone → C ``cancelled`` (``success`` for a preemption: its object is gone,
+   as intended);
 2. C is exclusive (preemption): P ``overwritten`` (merged into C) if it is a preemption, else
    ``cancelled``; C becomes pending (behind a preemption in flight too: sent if that one
    fails);
@@ -315,7 +316,7 @@ class Model:
         tracked = [e for e in (p, i) if e is not None]
         want: dict[Intent, str] = {}
         if self.gone:
-            want[c] = "cancelled"
+            want[c] = _gone_outcome(c, "cancelled")
         elif c.call.exclusive:
             if p is not None:
                 if p.call_type == c.call_type:
