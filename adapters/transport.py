@@ -304,10 +304,6 @@ class Reply(NamedTuple):
     data: bytes
 
 
-Timeout = float | tuple[float, float]
-"""Seconds in total, or (connect, read)."""
-
-
 class Transport(ABC):
     """Sends one request. Thread-safe; runs on the calling thread. A transport only says how
     a request is put on the wire (:meth:`_open`)."""
@@ -320,18 +316,17 @@ class Transport(ABC):
         path: str,
         *,
         what: str,
-        timeout: Timeout,
+        timeout: float,
         query: Query = (),
         body: object = None,
         content_type: str = _JSON,
     ) -> Reply:
         """Calling thread. Send ``body`` (a JSON value, or None) and read the whole reply,
-        all within ``timeout`` (its parts added up, for a pair): connecting, waiting for the
-        reply and reading its body (:func:`_read_within`). A non-2xx reply raises its
-        :class:`ApiError`; so does a transport failure, and running out of time
-        (:class:`~kdispatch.RequestTimeoutError`)."""
+        all within ``timeout`` seconds: connecting, waiting for the reply and reading its body
+        (:func:`_read_within`). A non-2xx reply raises its :class:`ApiError`; so does a
+        transport failure, and running out of time (:class:`~kdispatch.RequestTimeoutError`)."""
         ctype = None if body is None else content_type
-        deadline = time.monotonic() + (sum(timeout) if isinstance(timeout, tuple) else timeout)
+        deadline = time.monotonic() + timeout
         with translate_errors(what):
             resp = self._open(_Request(method, path, query, body, ctype, timeout), preload=False)
             data = _read_within(resp, deadline)
@@ -344,10 +339,12 @@ class Transport(ABC):
         """Calling thread. GET ``path`` without reading the body (a watch): the open urllib3
         response of a 2xx reply, whose head came within ``timeout``; after it, each wait for
         the body's data is bounded by ``idle``. Errors as :meth:`request`."""
+        deadline = time.monotonic() + timeout
         with translate_errors(what):
             resp = self._open(_Request("GET", path, query, None, None, timeout), preload=False)
             if not 200 <= resp.status <= 299:
-                _raise_for_status(resp.status, resp.headers, _read_all(resp), what)
+                data = _read_within(resp, deadline)
+                _raise_for_status(resp.status, resp.headers, data, what)
         sock = getattr(getattr(resp, "connection", None), "sock", None)
         if sock is not None:
             sock.settimeout(idle)
@@ -368,16 +365,7 @@ class _Request(NamedTuple):
     query: Query
     body: object
     content_type: str | None
-    timeout: Timeout
-
-
-def _read_all(resp: Any) -> bytes:
-    """The whole body of a urllib3 response, its connection back in the pool."""
-    try:
-        data = resp.data
-    finally:
-        resp.release_conn()
-    return data or b""
+    timeout: float
 
 
 _CHUNK = 1 << 16
@@ -442,7 +430,7 @@ class LeanTransport(Transport):
         self._client: Any = api_client
         self._cfg: Any = api_client.configuration
         self._retries = no_urllib3_retries()
-        self._timeouts: dict[Timeout, urllib3.Timeout] = {}
+        self._timeouts: dict[float, urllib3.Timeout] = {}
         self._pool: Any = None
         self._pool_lock = threading.Lock()
         # a host may carry a path prefix (an API proxy): requests to the pool keep it
@@ -461,14 +449,10 @@ class LeanTransport(Transport):
                 headers[auth["key"]] = _trimmed(auth["value"])
         return headers
 
-    def _timeout(self, timeout: Timeout) -> urllib3.Timeout:
+    def _timeout(self, timeout: float) -> urllib3.Timeout:
         cached = self._timeouts.get(timeout)
         if cached is None:
-            if isinstance(timeout, tuple):
-                cached = urllib3.Timeout(connect=timeout[0], read=timeout[1])
-            else:
-                cached = urllib3.Timeout(total=timeout)
-            self._timeouts[timeout] = cached
+            cached = self._timeouts[timeout] = urllib3.Timeout(total=timeout)
         return cached
 
     def _host_pool(self) -> Any:
