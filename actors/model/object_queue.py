@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from .calls import Call
 from .config import RetryConfig
-from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about
+from .effects import Effect, Merged, Ready, Resolve, Retire, Send, about, when_gone
 from .errors import (
     CallCancelled,
     CallConflict,
@@ -29,7 +29,6 @@ __all__ = ["ObjectQueue"]
 _LIVE, _RETIRING, _RETIRED = Life.LIVE, Life.RETIRING, Life.RETIRED
 _SKIPPED: Final = Outcome.SKIPPED
 _OVERWRITTEN: Final = Outcome.OVERWRITTEN
-_SUCCESS: Final = Outcome.SUCCESS
 
 
 class ObjectQueue(Knowledge):
@@ -272,13 +271,17 @@ class ObjectQueue(Knowledge):
             self.inflight = None
             waiting = [reading, *waiting]
         for entry in waiting:
-            if entry.call.exclusive:  # a pending deletion: the object is gone, as intended
-                out.append(Resolve(entry.future, entry.call.call_type, _SUCCESS))
-            else:
-                self._fail(out, entry, CallCancelled, why)
+            self._gone(out, entry, why)
         self.queue = []
         self._transition(event)
         out.append(Retire(tombstone=True, final=self.life is _RETIRED))
+
+    def _gone(self, out: list[Effect], entry: Entry, why: str) -> None:
+        """``entry`` ends unsent, its object gone (:func:`~.effects.when_gone`): a deletion got
+        its way, anything else is cancelled for ``why``."""
+        call = entry.call
+        cancelled = CallCancelled(about(call.ref, why), uid=self.uid, call_type=call.call_type)
+        out.append(Resolve(entry.future, call.call_type, when_gone(call, cancelled)))
 
     def _fail(
         self,

@@ -12,7 +12,7 @@ from collections.abc import Hashable
 from typing import Any, Final
 
 from .calls import Call
-from .effects import Effect, Ready, Refund, Resolve, Retire, about, dependency_failed, when_gone
+from .effects import Effect, Ready, Refund, Resolve, Retire, dependency_failed
 from .errors import CallCancelled, CallConflict, CallStale, DispatcherClosed, Outcome
 from .lifecycle import Input, Life
 from .objects import Obj
@@ -46,11 +46,8 @@ class ObjectState(RequestEnds):
         of a call carrying one of the futures in ``behind``."""
         out: list[Effect] = []
         entry = Entry(call, future, holds, behind)
-        if self.life is not _LIVE:  # gone: a deletion got its way
-            gone = CallCancelled(
-                about(call.ref, "object deleted"), uid=self.uid, call_type=call.call_type
-            )
-            out.append(Resolve(future, call.call_type, when_gone(call, gone)))
+        if self.life is not _LIVE:
+            self._gone(out, entry, "object deleted")
             return out
         if self.revoked is not None:  # told before the revocation, handled after it
             out.append(Resolve(future, call.call_type, self.revoked))
