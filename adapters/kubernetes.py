@@ -157,8 +157,7 @@ class KubernetesBackend:
 
     @property
     def request_timeout(self) -> float:
-        """The client-side timeout of every request, in seconds: of its connection and of each
-        wait for data from the server, not of the whole reply (see the class)."""
+        """The client-side timeout of each request as a whole, in seconds (see the class)."""
         return self._timeout
 
     @property
