@@ -24,6 +24,9 @@ order, interleaved with the elements only the original has, in their original or
 positions in the original; an element new to the list goes before any original-only one it
 meets. So a patch ``[C, A]`` on ``[A, B]`` gives ``[C, A, B]``, and ``[B]`` on ``[A, B]`` keeps
 ``[A, B]``.
+
+:func:`patch_object` applies a patch of any flavour (strategic, merge, or a JSON patch, RFC
+6902) to a whole object; :func:`keep_identity` puts back what no patch changes.
 """
 
 from __future__ import annotations
@@ -361,3 +364,47 @@ def _remove(doc: Any, tokens: list[str], path: object) -> Any:
     else:
         del parent[int(last)]
     return doc
+
+
+_IDENTITY = ("name", "namespace", "uid", "creationTimestamp", "resourceVersion")
+
+
+def patch_object(
+    cur: dict[str, Any], body: Any, flavour: str
+) -> tuple[Any, list[tuple[str, object]]]:
+    """(``cur`` with the patch ``body`` of ``flavour`` applied, the preconditions a merge
+    patch's metadata carries: ``("uid", …)``, ``("rv", …)``). Strategic merge merges the
+    lists under ``status`` by their merge keys (:func:`status_merge_keys`). Pure."""
+    preconditions: list[tuple[str, object]] = []
+    if flavour == "json":
+        if not isinstance(body, list):
+            raise InvalidRequestError("a JSON patch must be a list of operations")
+        return json_patch(cur, body), preconditions
+    if not isinstance(body, dict):
+        raise InvalidRequestError("a merge patch must be a JSON object")
+    meta = body.get("metadata")
+    if isinstance(meta, dict):
+        if "uid" in meta:
+            preconditions.append(("uid", meta["uid"]))
+        if "resourceVersion" in meta:
+            preconditions.append(("rv", meta["resourceVersion"]))
+    if flavour == "strategic":
+        keys = {("status", *p): k for p, k in status_merge_keys(cur["kind"]).items()}
+        return strategic_merge(cur, body, keys), preconditions
+    merged = json_merge(cur, body)
+    return (merged if isinstance(merged, dict) else {}), preconditions
+
+
+def keep_identity(cur: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` with ``cur``'s kind, apiVersion and identity metadata (never patched). Pure."""
+    meta = new.get("metadata")
+    meta = dict(meta) if isinstance(meta, dict) else {}
+    for field in _IDENTITY:
+        if field in cur["metadata"]:
+            meta[field] = cur["metadata"][field]
+        else:
+            meta.pop(field, None)
+    out = {**new, "metadata": meta, "kind": cur["kind"]}
+    if "apiVersion" in cur:
+        out["apiVersion"] = cur["apiVersion"]
+    return out

@@ -136,6 +136,15 @@ def both(*predicates: Predicate | None) -> Predicate | None:
     return lambda obj: all(p(obj) for p in active)
 
 
+def selector_predicate(label_selector: str | None, field_selector: str | None) -> Predicate | None:
+    """Both selectors of a list or a watch request (each None or a selector string) as one
+    predicate; None when there are none."""
+    for name, value in (("label_selector", label_selector), ("field_selector", field_selector)):
+        if value is not None and not isinstance(value, str):
+            raise InvalidRequestError(f"{name} must be a string, got {value!r}")
+    return both(parse_label_selector(label_selector), parse_field_selector(field_selector))
+
+
 def label_selector_matches(selector: object, labels: Mapping[str, Any]) -> bool:
     """Whether a ``LabelSelector`` object matches ``labels``. Raises for malformed ones."""
     if selector is None:
