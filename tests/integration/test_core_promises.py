@@ -1,12 +1,13 @@
 """The core's promises, checked on the server's state and the server's request log.
 
 * a stale ``PodScheduled=False`` never lands on a bound pod (kubernetes#139602), whichever
-  way the pod got bound;
+  way the pod got bound, even after the binding's actor was reaped idle;
 * a landed binding moves the actor's resourceVersion knowledge on: the next patch re-reads
   once instead of walking into a 409;
 * a retried preemption re-reads the pod and keeps its ``DisruptionTarget`` condition and its
   ``lastTransitionTime``;
-* every request takes a rate-limiter token (409 re-reads, preemptions' second request);
+* every request takes a rate-limiter token (409 re-reads, preemptions' second request, the
+  re-reads after lost replies and the read-back when retries ran out);
 * a call of another type never replaces a pending binding: both are sent, in order;
 * one GET per 409;
 * a 429 leaves the object trusted: the retry is sent with no re-read;
@@ -76,6 +77,10 @@ def condition(pod: Obj | None, ctype: str) -> dict[str, Any] | None:
 
 def requests(server: InMemoryApiServer) -> list[tuple[str, str]]:
     return [(r.op, r.outcome) for r in server.request_log]
+
+
+def requests_of(server: InMemoryApiServer, name: str) -> list[tuple[str, str]]:
+    return [(r.op, r.outcome) for r in server.request_log if r.name == name]
 
 
 def assert_bound_and_scheduled(server: InMemoryApiServer, name: str = "p1") -> None:
@@ -318,6 +323,31 @@ def test_tokens_taken_equal_requests_seen_with_conflicts_and_preemptions(
     assert stats["sent_total"] == seen
 
 
+def test_tokens_taken_equal_requests_seen_with_lost_replies_and_read_backs(
+    server: InMemoryApiServer,
+) -> None:
+    """A patch that applied but whose reply was lost (its re-read shows it: ``SKIPPED``); a
+    binding whose three tries time out (the read-back shows it did not land); a preemption's
+    DELETE reset, then throttled: each request the server saw took one token."""
+    a, b, c = (server.create(make_pod(name)) for name in ("a", "b", "c"))
+    server.script("patch_status", "apply_then_fail", name="a")
+    server.script("bind", "timeout", "timeout", "timeout", name="b")
+    server.script("delete", "conn_reset", "429", name="c")
+    with Dispatcher(server, fast(max_attempts=3)) as d:
+        patch = d.submit(PodStatusPatch.for_pod(a, nominated_node_name="n1"))
+        binding = d.submit(PodBinding.for_pod(b, "n1"))
+        preemption = d.preempt(c, add_condition=False)
+        assert patch.result(10) is Outcome.SKIPPED
+        assert isinstance(binding.exception(10), CallFailed)
+        assert preemption.result(10) is Outcome.SUCCESS
+        tokens, stats = d.tokens_taken, d.stats()
+    assert [op for op, _ in requests_of(server, "a")] == ["patch_status", "get"]
+    assert [op for op, _ in requests_of(server, "b")] == ["bind"] * 3 + ["get"]
+    assert [op for op, _ in requests_of(server, "c")] == ["delete", "get", "delete", "delete"]
+    assert tokens + stats["events"]["tokens_taken"] == stats["sent_total"]
+    assert stats["sent_total"] == len(server.request_log) == 10
+
+
 # --------------------------------------------------------------------------- supersession
 
 
@@ -463,6 +493,7 @@ def test_an_actor_reaped_idle_leaves_its_knowledge_to_the_next_one() -> None:
         after_beta = server.get("Pod", "default", "p1")  # the caller's copy, from now on
         alpha = d.submit(PodStatusPatch.for_pod(after_beta, conditions=[_cond(chaos, "Alpha")]))
         assert alpha.result(10) is Outcome.SUCCESS
+        d.view(start["metadata"]["uid"])  # answered once the actor noted it is idle
         clock.advance(2.0)  # idle for longer than idle_timeout: the housekeeper reaps it
         wait_for(lambda: d.live_actors == 0, 10, "the idle actor reaped")
         again = d.submit(PodStatusPatch.for_pod(after_beta, conditions=[_cond(chaos, "Beta")]))
@@ -471,6 +502,26 @@ def test_an_actor_reaped_idle_leaves_its_knowledge_to_the_next_one() -> None:
     # the caller's own read, then one re-read before the third patch: its basis was too old
     assert ops == ["patch_status", "get", "patch_status", "get", "patch_status"]
     assert (condition(server.get("Pod", "default", "p1"), chaos) or {}).get("reason") == "Beta"
+
+
+def test_stale_unschedulable_after_the_binding_actor_was_reaped_never_lands() -> None:
+    """behaviour.md, "Trust": the binding's actor is reaped idle; a ``PodScheduled=False`` made
+    on the caller's copy from before that binding reads the pod first and is found stale."""
+    server = InMemoryApiServer()
+    before = server.create(make_pod("p1"))
+    clock = ManualClock()
+    config = dataclasses.replace(
+        CONFIG, registry=RegistryConfig(idle_timeout=1.0), reap_interval=0.01
+    )
+    with Dispatcher(server, config, clock=clock) as d:
+        assert d.submit(PodBinding.for_pod(before, "n1")).result(10) is Outcome.SUCCESS
+        d.view(before["metadata"]["uid"])  # answered once the actor noted it is idle
+        clock.advance(2.0)  # idle for longer than idle_timeout: the housekeeper reaps it
+        wait_for(lambda: d.live_actors == 0, 10, "the idle actor reaped")
+        late = d.submit(PodStatusPatch.for_pod(before, conditions=[UNSCHEDULABLE]))
+        assert isinstance(late.exception(10), CallStale)
+    assert requests(server) == [("bind", "ok"), ("get", "ok")]
+    assert_bound_and_scheduled(server)
 
 
 def _cond(ctype: str, reason: str) -> dict[str, str]:
