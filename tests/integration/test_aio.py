@@ -72,6 +72,19 @@ async def test_asubmit_resolves_on_the_loop_and_the_pod_is_bound() -> None:
 
 
 @async_test
+async def test_the_call_is_submitted_when_asubmit_is_called_not_when_awaited() -> None:
+    """docs/asyncio.md: the binding lands while its future is not yet awaited (the loop is
+    blocked meanwhile: no task of it could have sent anything)."""
+    server = InMemoryApiServer()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, FAST) as d:
+        fut = d.asubmit(PodBinding.for_pod(pod, "n1"))
+        server.wait_for_request("bind", name="p1")
+        assert bound_node(server, "p1") == "n1"
+        assert await fut is Outcome.SUCCESS
+
+
+@async_test
 async def test_asubmit_never_blocks_the_loop_while_the_request_is_held() -> None:
     """The apiserver holds the binding; the loop keeps running other work meanwhile, and the
     awaited result arrives once the server answers."""

@@ -41,7 +41,7 @@ from kdispatch.testing.memory import InMemoryApiServer, Latency, make_node, make
 from kdispatch.testing.waiting import wait_for
 from tests.backends import GatedBackend
 from tests.clocks import ManualClock
-from tests.configs import FAST
+from tests.configs import FAST, fast
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -562,6 +562,41 @@ def test_an_event_found_gone_after_a_409_is_made_again(
     assert _failed(rec, pod, "n").result(10) is Outcome.SUCCESS
     [event] = _events(server)
     assert event["series"]["count"] == 3
+
+
+@pytest.mark.parametrize(
+    ("fault", "requests"),
+    [
+        ("500", [("create", "500"), ("create", "ok")]),
+        ("apply_then_fail", [("create", "apply_then_fail"), ("create", "AlreadyExists"),
+                             ("patch", "ok")]),
+    ],
+)  # fmt: skip
+def test_repeats_while_the_create_backs_off_become_one_event_counting_them_all(
+    fault: str, requests: list[tuple[str, str]]
+) -> None:
+    """The Event's create meets a 500, or lands with its reply lost; two repeats arrive while
+    it backs off. One Event, whose series counts the three; no occurrence fails."""
+    clock = ManualClock(1000.0)
+    server = InMemoryApiServer()
+    pod = _pod(server, "p1")
+    server.script("create", fault)
+    config = fast(base_backoff=1.0, max_backoff=1.0, jitter=0.0)
+    with Dispatcher(server, config, metrics_registry=CollectorRegistry(), clock=clock) as d:
+        rec = EventRecorder(d, controller="s", clock=ManualClock(1000.0))
+        first = _failed(rec, pod, "n")
+        server.wait_for_request("create")  # answered with the fault: the create backs off
+        futures = [first, _failed(rec, pod, "n"), _failed(rec, pod, "n")]
+        for _ in range(40):  # the backoff over, until every occurrence resolved
+            clock.advance(1.0)
+            d._executor.wake()
+            if not wait(futures, timeout=0.25).not_done:
+                break
+        outcomes = [f.result(10) for f in futures]
+    assert outcomes == [Outcome.OVERWRITTEN, Outcome.OVERWRITTEN, Outcome.SUCCESS]
+    [event] = _events(server)
+    assert event["series"]["count"] == 3
+    assert [(r.op, r.outcome) for r in server.request_log if r.kind == "Event"] == requests
 
 
 def test_an_event_back_from_a_backoff_is_not_dropped_for_a_full_lane() -> None:

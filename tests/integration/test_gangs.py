@@ -45,6 +45,7 @@ from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.objects import Obj
 from kdispatch.testing import FaultPlan, InMemoryApiServer, make_claim, make_pod, make_podgroup
 from kdispatch.testing.waiting import wait_for
+from tests.backends import GatedBackend
 from tests.clocks import ManualClock
 from tests.factories import InertRules
 from tests.integration.test_groups import groups_cancelled
@@ -186,6 +187,78 @@ def test_a_member_failing_after_the_release_leaves_the_gang_partially_bound(
     assert isinstance(partial.error, CallFailed)
     assert node_of(server, "m0") == node_of(server, "m2") == "n1"
     assert node_of(server, "m1") is None
+
+
+def test_a_member_deleted_after_its_block_paid_gives_its_token_back(
+    server: InMemoryApiServer,
+) -> None:
+    """docs/gangs.md: a member that resolves before its grant gives its token back. Four
+    tokens that never refill, two workers, every request held on the wire: a binding takes one
+    token and a worker, the gang of three the three others; one member takes the second worker,
+    another is deleted while it waits for one. Its token is the one a later call gets."""
+    gated = GatedBackend(server)
+    gated.gate.clear()
+    blocker = server.create(make_pod("blocker"))
+    group = server.create(make_podgroup("trainers", min_count=3))
+    pods = members(server, 3)
+    late = server.create(make_pod("late"))
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=1.0, burst=4), executor=ExecutorConfig(workers=2)
+    )
+    with Dispatcher(gated, config, clock=ManualClock(1000.0)) as d:
+        first = d.submit(PodBinding.for_pod(blocker, "n0"))
+        gated.wait_calls(1)
+        with d.group(owner=group, gang=3) as gang:
+            steps = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+        on_the_wire = gated.wait_calls(2)[1][1]
+        victim = next(i for i, p in enumerate(pods) if p["metadata"]["name"] != on_the_wire)
+        d.on_delete(server.remove("Pod", "default", f"m{victim}"))
+        assert isinstance(error(steps[victim]), CallCancelled)
+        gated.gate.set()
+        partial = error(gang.future)
+        assert isinstance(partial, GangPartiallyBound)
+        assert [r.name for r in partial.failed] == [f"m{victim}"]
+        assert first.result(timeout=30) is Outcome.SUCCESS
+        assert d.submit(PodBinding.for_pod(late, "n2")).result(timeout=30) is Outcome.SUCCESS
+        assert d.tokens_taken == 4
+    assert sorted(name for name, _ in binds(server)) == sorted(
+        ["blocker", "late", *(f"m{i}" for i in range(3) if i != victim)]
+    )
+
+
+def test_cancelling_a_released_gang_withdraws_the_members_still_waiting_for_tokens(
+    server: InMemoryApiServer,
+) -> None:
+    """A gang of four, a bucket of two on a clock that stands still: two members are bound,
+    two wait for their tokens. ``gang.cancel()`` withdraws those two (``CallCancelled``), the
+    gang is partially bound, and its block no longer holds the next token."""
+    clock = ManualClock(1000.0)
+    group = server.create(make_podgroup("trainers", min_count=4))
+    pods = members(server, 4)
+    late = server.create(make_pod("late"))
+    config = DispatcherConfig(
+        rate_limit=RateLimitConfig(qps=1.0, burst=2), executor=ExecutorConfig(workers=1)
+    )
+    with Dispatcher(server, config, clock=clock) as d:
+        with d.group(owner=group, gang=4) as gang:
+            steps = [gang.submit(PodBinding.for_pod(p, "n1")) for p in pods]
+        wait_for(lambda: sum(s.done() for s in steps) == 2, 10, "two members bound")
+        assert gang.released and gang.cancel()
+        partial = error(gang.future)
+        outcomes = {p["metadata"]["name"]: error(s) for p, s in zip(pods, steps, strict=True)}
+        landed = [name for name, failed in outcomes.items() if failed is None]
+        withdrawn = [name for name, failed in outcomes.items() if failed is not None]
+        assert len(landed) == 2
+        assert all(type(outcomes[name]) is CallCancelled for name in withdrawn)
+        assert isinstance(partial, GangPartiallyBound) and partial.cancelled == "caller"
+        assert [r.name for r in partial.bound] == landed
+        assert [r.name for r in partial.failed] == withdrawn
+        after = d.submit(PodBinding.for_pod(late, "n2"))
+        clock.advance(1.0)  # one more token
+        d._executor.wake()
+        assert after.result(timeout=10) is Outcome.SUCCESS
+    *gang_binds, last = [name for name, _ in binds(server)]
+    assert (sorted(gang_binds), last) == (landed, "late")
 
 
 def test_a_member_withdrawn_after_a_lost_reply_is_failed_whatever_the_server_applied(
@@ -388,19 +461,27 @@ def test_a_gangs_bindings_go_out_as_one_block_amid_other_calls(
     assert len(order) == 46
 
 
-def test_no_event_reaches_the_server_between_a_gangs_bindings(server: InMemoryApiServer) -> None:
-    """Events with a bucket of their own (the default) wait for the gang's block as every
-    call does: 200 Events queued before a gang larger than the burst is released, and none is
-    created between its first and last binding. One worker: the server sees the requests in
-    the grants' order (with more, an Event granted before the gang's turn may still be under
-    way when its first binding lands, as docs/gangs.md says)."""
+@pytest.mark.parametrize(
+    "rate_limit",
+    [
+        RateLimitConfig(qps=100, burst=2, events_qps=100, events_burst=2),
+        RateLimitConfig(qps=100, burst=2, events_shared=True),
+    ],
+    ids=["own-bucket", "shared-bucket"],
+)
+def test_no_event_reaches_the_server_between_a_gangs_bindings(
+    server: InMemoryApiServer, rate_limit: RateLimitConfig
+) -> None:
+    """Events, with a bucket of their own (the default) or taking the calls' spare tokens,
+    wait for the gang's block as every call does: 200 Events queued before a gang larger than
+    the burst is released, and none is created between its first and last binding. One
+    worker: the server sees the requests in the grants' order (with more, an Event granted
+    before the gang's turn may still be under way when its first binding lands, as
+    docs/gangs.md says)."""
     group = server.create(make_podgroup("trainers", min_count=6))
     noisy = [server.create(make_pod(f"noisy-{i}")) for i in range(200)]
     gang_pods = members(server, 6)
-    config = DispatcherConfig(
-        rate_limit=RateLimitConfig(qps=100, burst=2, events_qps=100, events_burst=2),
-        executor=ExecutorConfig(workers=1),
-    )
+    config = DispatcherConfig(rate_limit=rate_limit, executor=ExecutorConfig(workers=1))
     with Dispatcher(server, config) as dispatcher:
         recorder = EventRecorder(dispatcher, controller="gangs")
         events = [recorder.event(p, reason="Scheduled", action="Binding", note="n") for p in noisy]

@@ -4,6 +4,7 @@ the in-memory apiserver: every test checks what the server applied, in which ord
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -20,7 +21,12 @@ from kdispatch.actors.model.backend import ApiBackend
 from kdispatch.actors.model.call_types import default_call_types
 from kdispatch.actors.model.calls import Call
 from kdispatch.actors.model.claim_calls import ClaimStatusPatch
-from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig, RetryConfig
+from kdispatch.actors.model.config import (
+    DispatcherConfig,
+    ExecutorConfig,
+    RateLimitConfig,
+    RetryConfig,
+)
 from kdispatch.actors.model.errors import (
     CallCancelled,
     CallFailed,
@@ -43,6 +49,7 @@ from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.testing.audit import RequestRecord
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_pod
 from tests.backends import GatedBackend
+from tests.clocks import ManualClock
 from tests.configs import FAST
 from tests.factories import cond
 
@@ -242,6 +249,42 @@ def test_held_call_gauge_and_release(server: InMemoryApiServer, caller: Dispatch
     assert caller.metrics.value("kdispatch_held_calls", call_type="pod_binding") == 0
 
 
+def test_held_calls_take_no_token_and_no_worker_from_other_objects_calls(
+    server: InMemoryApiServer,
+) -> None:
+    """docs/groups.md: while it waits, a held call takes no token, no worker and no lane. One
+    worker and three tokens that never refill: the claim patch takes one, twenty bindings held
+    on it take none, two other pods' bindings take the other two; the claim patch cancelled,
+    every held binding fails with it as the cause, unsent."""
+    claim = server.create(make_claim("c1"))
+    held_pods = [server.create(make_pod(f"h{i}")) for i in range(20)]
+    free_pods = [server.create(make_pod(f"f{i}")) for i in range(2)]
+    server.script("patch_status", slow_429(), name="c1")
+    config = dataclasses.replace(
+        FAST,
+        rate_limit=RateLimitConfig(qps=1.0, burst=3),
+        executor=ExecutorConfig(workers=1),
+    )
+    d = Dispatcher(server, config, clock=ManualClock(1000.0)).start()
+    try:
+        reserved = d.submit(reserve(claim, held_pods[0]))
+        attempted(server, "patch_status", "c1")
+        held = [d.submit(PodBinding.for_pod(p, "n1"), after=[reserved]) for p in held_pods]
+        free = [d.submit(PodBinding.for_pod(p, "n1")) for p in free_pods]
+        assert [outcome(f) for f in free] == [Outcome.SUCCESS] * 2
+        assert d.held_calls == 20
+        d.cancel(claim["metadata"]["uid"])
+        cancelled = outcome(reserved)
+        assert isinstance(cancelled, CallCancelled)
+        assert all(
+            isinstance(outcome(f), DependencyFailed) and outcome(f).cause is cancelled for f in held
+        )
+        assert d.tokens_taken == 3
+    finally:
+        d.stop(drain=False, timeout=10)
+    assert [r.name for r in server.request_log if r.op == "bind"] == ["f0", "f1"]
+
+
 def test_bad_prerequisites_are_refused(server: InMemoryApiServer, dispatcher: Dispatcher) -> None:
     pod = server.create(make_pod("p1"))
     call = PodBinding.for_pod(pod, "n1")
@@ -314,6 +357,41 @@ def test_cycles_are_refused_at_submit(server: InMemoryApiServer) -> None:
     assert applied(log, "patch_status", "c2") > applied(log, "bind", "p1")
     assert requests(log, "bind", "p3") == []  # the refused steps never went anywhere
     assert len(requests(log, "patch_status", "c1")) == 1
+
+
+def test_cycles_closing_through_other_objects_are_refused_at_submit(
+    server: InMemoryApiServer,
+) -> None:
+    """docs/groups.md, "Cycles", two hops away: a claim patch whose prerequisites reach a
+    held patch of the same claim through a pod's held call; a preemption whose prerequisites
+    reach a held call on its own pod through another pod's; a claim patch after a binding that
+    superseded a held call and carries its hold. Nothing of them is sent; the rest goes."""
+    gated = GatedBackend(server, hold="gate")
+    gate = server.create(make_pod("gate"))
+    a, b, v = (server.create(make_pod(name)) for name in ("a", "b", "v"))
+    c = server.create(make_claim("c"))
+    with Dispatcher(gated, FAST) as d:
+        first = d.submit(PodStatusPatch.for_pod(gate, nominated_node_name="n1"))
+        gated.wait_calls(1)  # on the wire until the gate opens
+        y = d.submit(reserve(c, a), after=[first])
+        x = d.submit(PodStatusPatch.for_pod(a, nominated_node_name="n1"), after=[y])
+        with pytest.raises(DependencyCycleError):
+            d.submit(reserve(c, b), after=[x])
+        z = d.submit(PodStatusPatch.for_pod(b, nominated_node_name="n1"), after=[x])
+        with pytest.raises(DependencyCycleError):
+            d.preempt(a, after=[z])
+        w = d.submit(PodBinding.for_pod(a, "n1"))  # supersedes x, holding on y in its place
+        with pytest.raises(DependencyCycleError):
+            d.submit(reserve(c, v), after=[w])
+        gated.gate.set()
+        results = [outcome(f) for f in (first, y, x, z, w)]
+    assert results == [Outcome.SUCCESS] * 2 + [Outcome.OVERWRITTEN] + [Outcome.SUCCESS] * 2
+    assert [(r.op, r.name) for r in server.request_log] == [
+        ("patch_status", "gate"),
+        ("patch_status", "c"),
+        ("bind", "a"),
+        ("patch_status", "b"),
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kdispatch.actors.engine.metrics import Metrics, MetricsRegistryInUse
 from kdispatch.actors.facade.dispatcher import Dispatcher
 from kdispatch.actors.model.config import DispatcherConfig, RateLimitConfig
-from kdispatch.actors.model.errors import CallStale, DispatcherClosed, InvalidConfigError, Outcome
+from kdispatch.actors.model.errors import (
+    CallCancelled,
+    CallStale,
+    DispatcherClosed,
+    InvalidConfigError,
+    Outcome,
+)
 from kdispatch.actors.model.pod_calls import PodBinding, PodStatusPatch
 from kdispatch.actors.runtime import metric_families
 from kdispatch.testing.memory import InMemoryApiServer, make_pod
@@ -137,6 +143,49 @@ def test_stop_takes_the_calls_it_closes_out_of_the_pending_gauge() -> None:
     assert closed > 0
     assert d.stats()["outcomes"]["pod_binding:closed"] == closed
     assert registry.get_sample_value("scheduler_pending_async_api_calls", labels) == 0.0
+
+
+def test_a_call_merged_into_a_pending_one_is_counted_and_leaves_one_pending() -> None:
+    """``kdispatch_calls_merged_total`` counts a call merged into a pending one; the pending
+    gauge counts the one call left."""
+    server = InMemoryApiServer()
+    registry = CollectorRegistry()
+    a, b = server.create(make_pod("a")), server.create(make_pod("b"))
+    config = DispatcherConfig(rate_limit=RateLimitConfig(qps=1.0, burst=1))
+    clock = ManualClock(1000.0)  # stands still: b's calls wait for a token that never comes
+    d = Dispatcher(server, config, metrics_registry=registry, clock=clock).start()
+    try:
+        assert d.submit(PodBinding.for_pod(a, "n1")).result(timeout=10) is Outcome.SUCCESS
+        first = d.submit(PodStatusPatch.for_pod(b, conditions=[cond()]))
+        d.submit(PodStatusPatch.for_pod(b, nominated_node_name="n1"))
+        assert d.view(b["metadata"]["uid"]) is not None  # both submits handled
+        assert first.result(timeout=10) is Outcome.OVERWRITTEN
+        labels = {"call_type": "pod_status_patch"}
+        assert registry.get_sample_value("kdispatch_calls_merged_total", labels) == 1.0
+        assert registry.get_sample_value("scheduler_pending_async_api_calls", labels) == 1.0
+    finally:
+        d.stop(drain=False, timeout=10)
+    assert [r.name for r in server.request_log] == ["a"]
+
+
+def test_informer_events_for_untracked_and_deleted_objects_are_dropped_and_counted(
+    server: InMemoryApiServer,
+) -> None:
+    """``kdispatch_dropped_messages``: an event for an object with no call, and late events for
+    one deleted (tombstoned), which they do not bring back: a later call is cancelled."""
+    registry = CollectorRegistry()
+    pod = server.create(make_pod("p1"))
+    with Dispatcher(server, FAST, metrics_registry=registry) as d:
+        d.on_update(pod)  # untracked
+        d.on_delete(pod)  # untracked too; tombstoned from now on
+        assert registry.get_sample_value("kdispatch_dropped_messages") == 2.0
+        d.on_update(pod)
+        d.on_add(pod)
+        assert registry.get_sample_value("kdispatch_dropped_messages") == 4.0
+        assert d.live_actors == 0
+        late = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1"))
+        assert isinstance(late.exception(timeout=10), CallCancelled)
+    assert server.request_log == []
 
 
 def test_a_stale_call_is_counted_with_the_outcome_its_help_names() -> None:

@@ -205,8 +205,11 @@ class TestValidation:
         for grace in (-1, True, 1.5):
             with pytest.raises(InvalidCallError, match="grace_period_seconds"):
                 PodPreemption(REF, None, grace)  # type: ignore[arg-type]
-        with pytest.raises(InvalidCallError, match="reason"):
-            PodPreemption.for_pod(make_pod(), reason="")
+        for reason in ("", 3):
+            with pytest.raises(InvalidCallError, match="reason"):
+                PodPreemption.for_pod(make_pod(), reason=reason)
+        with pytest.raises(InvalidCallError, match="preemptor"):
+            PodPreemption.for_pod(make_pod(), preemptor=5)
 
     def test_errors_are_input_errors(self) -> None:
         assert issubclass(InvalidCallError, InvalidInputError)

@@ -111,10 +111,11 @@ def test_from_env_leaves_an_optional_field_unset(text: str) -> None:
         "KDISPATCH_REGISTRY_MAX_LIVE": text,
         "KDISPATCH_RETRY_MAX_ATTEMPTS": text,
         "KDISPATCH_RATE_LIMIT_EVENTS_QPS": text,
+        "KDISPATCH_RUNTIME_GC_YOUNG_THRESHOLD": text,  # leaves the thresholds alone
     }
     config = DispatcherConfig.from_env(env)
     assert config.registry.max_live is None and config.retry.max_attempts is None
-    assert config.rate_limit.events_qps is None
+    assert config.rate_limit.events_qps is None and config.runtime.gc_young_threshold is None
 
 
 @pytest.mark.parametrize(
