@@ -158,14 +158,10 @@ class Sender:
         obj = None
         error: BaseException | None = None
         delay = 0.0
+        refused = 0  # the request a 409 or a 429 refused before it was handled (1: the first)
         try:
             if send.read:
-                obj = backend.get(ref.kind, ref.namespace, ref.name)
-                uid = get_path(obj, "metadata", "uid")
-                if not isinstance(uid, str):  # garbage: the read is retried, never a deletion
-                    raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
-                if uid != ref.uid and not send.verify:  # verify: the call judges (landed)
-                    result, obj = Result.NOT_FOUND, None  # same name, another object
+                result, obj = self._read(backend, send)
             else:
                 obj = call.send(backend, send.obj)
         # An expected error travels on as a value, without the frames it passed through
@@ -174,6 +170,7 @@ class Sender:
             result, error = Result.NOT_FOUND, without_tracebacks(exc)
         except ConflictError as exc:
             result, error = Result.CONFLICT, without_tracebacks(exc)
+            refused = backend.requests
             try:
                 obj = self._reread(backend, call)
             except ApiError as read_error:  # throttled or down: judge the 409 after a backoff
@@ -186,6 +183,8 @@ class Sender:
             result, error = Result.FAILED, without_tracebacks(exc)
         except ApiError as exc:
             error = without_tracebacks(exc)
+            if isinstance(exc, TooManyRequestsError):
+                refused = backend.requests
             if exc.retryable or (send.read and isinstance(exc, BadResponseError)):
                 result = Result.RETRY
                 delay = self._backoff(send, exc)
@@ -207,13 +206,27 @@ class Sender:
                 result=label,
                 pod=ref.name,
             )
-        # a 429 refuses a request before it is handled: an attempt of one such request
-        # applied nothing, and the object stays trusted (a later request's 429 may follow
-        # one that landed)
-        applied = (
-            error is None or backend.requests != 1 or not isinstance(error, TooManyRequestsError)
-        )
+        # A 409 or a 429 refuses a request before it is handled: when it refused the first
+        # request, the attempt applied nothing (after a 409 only its re-read follows, and a
+        # read applies nothing, answered or not), and the object stays trusted. A later
+        # request's refusal may follow one that landed.
+        applied = error is None or refused != 1
         return Done(call, result, obj, error, delay, applied), backend.requests
+
+    @staticmethod
+    def _read(backend: ChargedBackend, send: Send) -> tuple[Result, Any]:
+        """A read of the call's object (the re-read before it, or its read-back): the object,
+        or ``NOT_FOUND`` when the name holds another object now (a read-back returns it: the
+        call judges whether it landed). An object without a UID raises ``BadResponseError``
+        (garbage: the read is retried, never taken for a deletion)."""
+        ref = send.call.ref
+        obj = backend.get(ref.kind, ref.namespace, ref.name)
+        uid = get_path(obj, "metadata", "uid")
+        if not isinstance(uid, str):
+            raise BadResponseError(f"re-read of {ref} answered without metadata.uid")
+        if uid != ref.uid and not send.verify:
+            return Result.NOT_FOUND, None
+        return Result.SUCCESS, obj
 
     def _backoff(self, send: Send, exc: ApiError) -> float:
         """The delay before ``send``'s call goes again after the retryable ``exc``: doubled by

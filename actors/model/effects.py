@@ -114,8 +114,9 @@ class Done:
     error: BaseException | None = None
     delay: float = 0.0
     applied: bool = True
-    """Whether the server may have applied a request of the attempt; False when its only
-    request was refused before it was handled (a 429), so the object is still as observed."""
+    """Whether the server may have applied a request of the attempt; False when its first
+    request was refused before it was handled (a 429, or a 409 whatever its re-read met), so the
+    object is still as observed and no request of it went unanswered."""
 
 
 def about(ref: ObjectRef, why: str) -> str:

@@ -77,10 +77,11 @@ class RequestEnds(ObjectQueue):
         elif result is Result.CONFLICT:
             self._conflict(out, entry, done)
         elif result is Result.RETRY:
+            error = done.error
+            unanswered = False
             if done.applied:  # the request may have been applied
                 self.ambiguous(entry.sent_rv)
-            error = done.error
-            unanswered = isinstance(error, ApiError) and error.ambiguous
+                unanswered = isinstance(error, ApiError) and error.ambiguous
             self._retry_or_fail(out, entry, done, now, unanswered=unanswered)
         else:
             self._failed(out, entry, done)
@@ -205,9 +206,7 @@ class RequestEnds(ObjectQueue):
                 f"({config.budget:g} s retry budget): {done.error}"
             )
             last = done.error
-            if retry.attempt > 0 and (
-                retry.unanswered or (isinstance(last, ApiError) and last.ambiguous)
-            ):
+            if retry.attempt > 0 and retry.unanswered:
                 # no answer says whether an attempt landed: the call stays in flight for one
                 # more request, a read of its object, and is never merged meanwhile (a call of
                 # its type waits behind it, to go on its own budget)

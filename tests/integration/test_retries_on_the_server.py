@@ -208,3 +208,19 @@ def test_a_merge_never_extends_the_retry_budget(server: InMemoryApiServer) -> No
         failed = second.exception(10)
     assert isinstance(failed, CallFailed), failed
     assert [op for op, _ in sent(server, "p1")].count("patch_status") == 5
+
+
+def test_a_conflict_whose_re_read_times_out_is_not_read_back(server: InMemoryApiServer) -> None:
+    """docs/concepts.md, "Every situation": the read-back is for a call one of whose writes
+    went unanswered. A 409 is an answer, and the GET after it writes nothing, so when that GET
+    times out and the retries run out, the call fails with no read of the pod."""
+    pod = server.create(make_pod("p1"))
+    server.script("patch_status", "409", name="p1")
+    server.script("get", "timeout", name="p1")
+    with Dispatcher(server, no_jitter(max_attempts=1)) as d:
+        error = d.submit(PodStatusPatch.for_pod(pod, nominated_node_name="n1")).exception(10)
+    assert isinstance(error, CallFailed) and isinstance(error.cause, RequestTimeoutError)
+    assert [(r.op, r.outcome) for r in server.request_log] == [
+        ("patch_status", "409"),
+        ("get", "timeout"),
+    ]

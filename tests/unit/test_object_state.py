@@ -1008,6 +1008,18 @@ def test_retries_that_were_all_answered_fail_without_a_read() -> None:
     assert d.grant() is None  # no read: nothing was left unanswered
 
 
+def test_a_conflict_whose_re_read_went_unanswered_fails_without_a_read_back() -> None:
+    """A 409 refused the attempt's write (an answer: nothing landed), and the one GET after it
+    timed out (``applied=False``): the retries run out with no request of the call left
+    unanswered, so ``CallFailed`` comes with no read of the object."""
+    d = Driver(RetryConfig(max_attempts=1))
+    fut = d.submit(PodBinding.for_pod(pod("a"), "n1"))
+    d.done(d.send(), Result.RETRY, error=RequestTimeoutError("the re-read"), applied=False)
+    err = d.error(fut)
+    assert isinstance(err, CallFailed) and isinstance(err.cause, RequestTimeoutError)
+    assert d.grant() is None  # no read-back
+
+
 def test_an_earlier_unanswered_attempt_is_read_back_though_the_last_was_answered() -> None:
     """The first attempt went unanswered (it may have landed, its reply lost), the next got
     500s until the retries ran out: the object is read back before ``CallFailed``."""
