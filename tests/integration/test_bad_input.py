@@ -347,6 +347,12 @@ CASES: list[tuple[str, Callable[[Env], object], type[KdispatchError]]] = [
     ("qps-beyond-a-float", lambda e: RateLimitConfig(qps=10**400), InvalidConfigError),
     ("burst-beyond-a-float", lambda e: RateLimitConfig(burst=10**400), InvalidConfigError),
     ("budget-beyond-a-float", lambda e: RetryConfig(budget=10**400), InvalidConfigError),
+    ("budget-infinite", lambda e: RetryConfig(budget=math.inf), InvalidConfigError),
+    (
+        "max-backoff-below-base",
+        lambda e: RetryConfig(base_backoff=1, max_backoff=0.5),
+        InvalidConfigError,
+    ),
     ("workers-zero", lambda e: ExecutorConfig(workers=0), InvalidConfigError),
     ("lane-share-one", lambda e: ExecutorConfig(lane_min_share=1.0), InvalidConfigError),
     ("lane-share-nan", lambda e: ExecutorConfig(lane_min_share=math.nan), InvalidConfigError),
