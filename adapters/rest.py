@@ -17,9 +17,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from kdispatch.actors.model.backend import check_grace_period, check_page_limit
-from kdispatch.actors.model.errors import BadResponseError, InvalidInputError, InvalidRequestError
+from kdispatch.actors.model.errors import (
+    BadResponseError,
+    InvalidInputError,
+    InvalidObjectError,
+    InvalidRequestError,
+)
 from kdispatch.actors.model.kinds import KindInfo, KindTable
-from kdispatch.actors.model.objects import get_path, is_dns_label, is_dns_subdomain
+from kdispatch.actors.model.objects import check_uid, get_path, is_dns_label, is_dns_subdomain
 
 from .listing import ObjectList
 from .transport import decode_object
@@ -41,10 +46,20 @@ def ref(namespace: str, name: str) -> str:
 
 
 def text(what: str, value: object) -> str:
-    """``value`` if it is a non-empty str (``text("uid", uid)``: a UID precondition)."""
+    """``value`` if it is a non-empty str (``uid_precondition(uid)``: a UID precondition)."""
     if not isinstance(value, str) or not value:
         raise InvalidRequestError(f"{what} must be a non-empty str, got {value!r}")
     return value
+
+
+def uid_precondition(uid: object) -> str:
+    """``uid`` if it is an object UID as :func:`~kdispatch.actors.model.objects.check_uid`
+    reads it, else :class:`~kdispatch.InvalidRequestError`, before anything is sent: a UID
+    precondition is checked here again, however its call was built."""
+    try:
+        return check_uid(uid)
+    except InvalidObjectError as exc:
+        raise InvalidRequestError(f"uid precondition: {exc}") from None
 
 
 def target(kinds: KindTable, kind: object, namespace: object, name: object) -> KindInfo:
@@ -169,7 +184,7 @@ def patch_body(
     if subresource == "status" and not info.status:
         raise InvalidRequestError(f"{info.kind} has no status subresource")
     if uid is not None:
-        text("uid", uid)
+        uid_precondition(uid)
     if resource_version is not None:
         text("resource_version", resource_version)
     flavour = info.patch if patch_type is None else patch_type
@@ -232,7 +247,7 @@ def delete_options(
     propagation_policy: object = None,
 ) -> dict[str, Any]:
     """``DeleteOptions`` with the UID (and resourceVersion) preconditions."""
-    text("uid", uid)
+    uid_precondition(uid)
     check_grace_period(grace_period_seconds)
     pre: dict[str, str] = {"uid": uid}
     if resource_version is not None:
@@ -249,7 +264,7 @@ def delete_options(
 
 def binding(namespace: str, name: str, uid: str, node: object) -> dict[str, Any]:
     """A ``Binding`` of the pod to ``node``, its UID precondition in its metadata."""
-    text("uid", uid)
+    uid_precondition(uid)
     if not is_dns_subdomain(node):
         raise InvalidRequestError(f"invalid node name {node!r}")
     return {

@@ -465,3 +465,28 @@ def test_hostile_preemption_message_is_sent_as_data(
         "ok",
         "ok",
     ]
+
+
+@pytest.mark.parametrize("uid", ['u-1","name":"other', "u/1"])
+@pytest.mark.parametrize("request_name", ["bind", "delete", "evict", "patch_status"])
+def test_the_backend_refuses_a_malformed_uid_before_sending(
+    server: InMemoryApiServer,
+    over_http: tuple[KubernetesBackend, Dispatcher],
+    request_name: str,
+    uid: str,
+) -> None:
+    """docs/security.md: UIDs are checked when a call is built and again by the backend, so
+    a backend called directly refuses a malformed UID precondition before anything is sent."""
+    backend, _d = over_http
+    server.create(make_pod("web-1"))
+    send = {
+        "bind": lambda: backend.bind("default", "web-1", uid=uid, node="n1"),
+        "delete": lambda: backend.delete("Pod", "default", "web-1", uid=uid),
+        "evict": lambda: backend.evict("default", "web-1", uid=uid),
+        "patch_status": lambda: backend.patch_status(
+            "Pod", "default", "web-1", {"status": {}}, uid=uid, resource_version=None
+        ),
+    }[request_name]
+    with pytest.raises(InvalidRequestError, match="uid precondition"):
+        send()
+    assert server.request_log == []
