@@ -415,10 +415,14 @@ class Informer(InformerShell):
                 if plan.gone(self._progress):
                     continue
             except ApiError as exc:
+                if self._stop.is_set():
+                    break  # stopped meanwhile: no hook hears of that request
                 core.log.warning("{} failed: {}", "list" if plan.need_list else "watch", exc)
                 plan.failed(exc, self._progress)
                 self._report(exc, exc.reason)
             except Exception as exc:
+                if self._stop.is_set():
+                    break
                 core.log.exception("informer loop error")
                 plan.failed(exc, self._progress)
                 self._report(exc, type(exc).__name__)
