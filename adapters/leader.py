@@ -353,14 +353,12 @@ class LeaseElector:
         timeout = check_timeout(timeout, allow_zero=True)
         with self._cond:
             self._stopped = True
+            if self._leading:  # the gate closes first, before a wait for a hung request
+                self._set_follower_locked()
             self._cond.notify_all()
         for t in self._threads:
             t.join(timeout)
-        released = self.release() if release else False
-        with self._cond:
-            if self._leading:  # stopped without releasing: stop leading anyway
-                self._set_follower_locked()
-        return released
+        return self.release() if release else False
 
     def release(self) -> bool:
         """Any thread. End the campaign (this elector never takes the lease again, so a
