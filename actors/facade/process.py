@@ -142,6 +142,7 @@ class ProcessDispatcher(ChildLink):
         self._state_lock = threading.Condition(threading.Lock())
         self._started = False
         self._closed = False
+        self._stopped: bool | None = None  # the first stop()'s answer, once it returned
         self._revoked: DispatcherClosed | None = None
         self._last_stats: dict[str, Any] | None = None
         self._pid: int | None = None
@@ -209,6 +210,8 @@ class ProcessDispatcher(ChildLink):
         with self._state_lock:
             if self._closed or not self._started:
                 self._closed = True
+                if self._stopped is not None:
+                    return self._stopped
                 return self._final[0] if self._final is not None else not self._calls
             self._closed = True
         if drain:
@@ -230,7 +233,8 @@ class ProcessDispatcher(ChildLink):
         self._fail_all(DispatcherClosed("dispatcher process stopped"))
         self._gc.stop()
         logger.debug("dispatcher process stopped")
-        return self._final[0] if self._final is not None else False
+        self._stopped = self._final[0] if self._final is not None else False
+        return self._stopped
 
     # ------------------------------------------------------------------ calls
 
