@@ -21,7 +21,7 @@ import ssl
 import subprocess
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -479,7 +479,7 @@ def test_the_backend_refuses_a_malformed_uid_before_sending(
     a backend called directly refuses a malformed UID precondition before anything is sent."""
     backend, _d = over_http
     server.create(make_pod("web-1"))
-    send = {
+    send: Callable[[], object] = {
         "bind": lambda: backend.bind("default", "web-1", uid=uid, node="n1"),
         "delete": lambda: backend.delete("Pod", "default", "web-1", uid=uid),
         "evict": lambda: backend.evict("default", "web-1", uid=uid),
