@@ -458,7 +458,11 @@ class Informer(InformerShell):
                 if self._stop.is_set():
                     break
                 self._core.event(event.type, event.object)
-                self._progress = True
+                if not self._progress:  # its first event: the watch works (again)
+                    self._progress = True
+                    if self._core.last_error is not None:
+                        with self._state:
+                            self._core.progressed()
         finally:
             stream.stop()
             close = getattr(events, "close", None)

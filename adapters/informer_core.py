@@ -423,7 +423,8 @@ class InformerShell:
 
     @property
     def last_error(self) -> BaseException | None:
-        """The newest list/watch failure, or None once a list (or a watch since) succeeded."""
+        """The newest list/watch failure, or None once a list succeeded or a watch since
+        delivered an event (or ran its course)."""
         return self._core.last_error
 
 
