@@ -1,11 +1,12 @@
-"""Raw HTTP/1.1 for the tests' own servers: reading one request off a socket, and a server
-that trickles its reply."""
+"""Raw HTTP/1.1 for the tests' own servers: reading one request off a socket, a server that
+trickles its reply, one that hangs watches and one that hangs lists."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 
 
 def read_request(conn: socket.socket) -> bytes:
@@ -88,10 +89,14 @@ class TricklingServer:
 class SilentWatchServer:
     """An apiserver that hangs watches: a list gets an empty ``PodList`` at once; a watch
     request is read and never answered (no head) until the client hangs up or the server
-    closes; ``watching`` is set when one arrives. A context manager: leaving it stops the
-    server and joins its threads."""
+    closes; ``watching`` is set when one arrives. With ``head=True`` a watch gets its reply's
+    head (a chunked 200) and then nothing, whatever its ``timeoutSeconds``; ``heads`` holds
+    the ``time.monotonic()`` just before each head was sent. A context manager: leaving it
+    stops the server and joins its threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, head: bool = False) -> None:
+        self.head = head
+        self.heads: list[float] = []
         self.watching = threading.Event()
         self._stop = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0))
@@ -126,6 +131,12 @@ class SilentWatchServer:
                     )
                     continue
                 self.watching.set()
+                if self.head:
+                    self.heads.append(time.monotonic())
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n"
+                    )
                 conn.settimeout(0.05)
                 while not self._stop.is_set():  # hold the watch until either side gives up
                     with contextlib.suppress(TimeoutError):
@@ -133,6 +144,71 @@ class SilentWatchServer:
                             return
 
     def __enter__(self) -> SilentWatchServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        for thread in list(self._threads):
+            thread.join(5)
+
+
+class HungListServer:
+    """An apiserver that hangs lists: a request is read and left unanswered until ``release``
+    is set, then answered with a ``PodList`` of one pod (``late``); ``listing`` is set when a
+    request arrives, ``answered`` once a reply went out. The connection is held until the
+    client hangs up or the server closes. A context manager: leaving it stops the server and
+    joins its threads."""
+
+    BODY = (
+        b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},'
+        b'"items":[{"metadata":{"name":"late","namespace":"default","uid":"u-late",'
+        b'"resourceVersion":"5"},"spec":{}}]}'
+    )
+
+    def __init__(self) -> None:
+        self.listing = threading.Event()
+        self.release = threading.Event()
+        self.answered = threading.Event()
+        self._stop = threading.Event()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._threads = [threading.Thread(target=self._serve, name="hung-list-http")]
+        self._threads[0].start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            thread = threading.Thread(target=self._answer, args=(conn,), name="hung-list-conn")
+            self._threads.append(thread)
+            thread.start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            if not read_request(conn):
+                return
+            self.listing.set()
+            while not (self.release.wait(0.05) or self._stop.is_set()):
+                pass  # a hung apiserver, until released or closed
+            with contextlib.suppress(OSError):
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + b"Content-Length: %d\r\n\r\n" % len(self.BODY)
+                    + self.BODY
+                )
+                self.answered.set()
+                conn.settimeout(0.05)
+                while not self._stop.is_set():  # hold the connection until either side goes
+                    with contextlib.suppress(TimeoutError):
+                        if not conn.recv(1):
+                            return
+
+    def __enter__(self) -> HungListServer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -222,6 +223,55 @@ def test_error_statuses(srv: ApiServerHTTP, server: InMemoryApiServer) -> None:
     with pytest.raises((http.client.HTTPException, OSError)):
         _call(conn, "GET", "/api/v1/namespaces/default/pods/a")
     conn.close()
+
+
+def test_the_request_log_records_each_request_with_its_writer_uid_and_outcome(
+    srv: ApiServerHTTP, server: InMemoryApiServer
+) -> None:
+    """``request_log`` (a copy, oldest first): one record per request with its op, kind,
+    namespace, name, UID precondition (``""`` for none), outcome (``"ok"``, the injected
+    fault's name, or the server's reason), ``t`` (``time.monotonic()`` when answered) and
+    ``writer`` (the HTTP ``User-Agent``); ``counts()`` counts the successful ones."""
+    uid = server.create(make_pod("a"))["metadata"]["uid"]
+    path = "/api/v1/namespaces/default/pods/a"
+
+    def binding(precondition: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "a", "uid": precondition},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+        }
+
+    server.script("bind", "429")
+    agent = {"User-Agent": "scheduler-7"}
+    before = time.monotonic()
+    conn = _conn(srv)
+    calls: list[tuple[str, str, Any]] = [
+        ("GET", path, None),
+        ("POST", f"{path}/binding", binding(uid)),  # the scripted 429
+        ("POST", f"{path}/binding", binding("other-uid")),  # the UID precondition fails
+        ("POST", f"{path}/binding", binding(uid)),
+        ("GET", "/api/v1/namespaces/default/pods/b", None),
+    ]
+    codes = [_call(conn, method, p, body, headers=agent)[0] for method, p, body in calls]
+    conn.close()
+    after = time.monotonic()
+    assert codes == [200, 429, 409, 201, 404]
+    log = server.request_log
+    assert [(r.op, r.name, r.uid, r.outcome) for r in log] == [
+        ("get", "a", "", "ok"),
+        ("bind", "a", uid, "429"),
+        ("bind", "a", "other-uid", "Conflict"),
+        ("bind", "a", uid, "ok"),
+        ("get", "b", "", "NotFound"),
+    ]
+    assert {(r.kind, r.namespace, r.writer) for r in log} == {("Pod", "default", "scheduler-7")}
+    times = [r.t for r in log]
+    assert before <= times[0] and times == sorted(times) and times[-1] <= after
+    assert (server.counts()["get"], server.counts()["bind"]) == (1, 1)
+    log.clear()  # a copy: the server's log is untouched
+    assert len(server.request_log) == 5
 
 
 def test_token_required_when_configured(server: InMemoryApiServer) -> None:

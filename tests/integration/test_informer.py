@@ -10,6 +10,7 @@ import contextlib
 import math
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -36,10 +37,11 @@ from kdispatch.adapters.kubernetes import prepare_configuration
 from kdispatch.testing import MemoryListWatch
 from kdispatch.testing.httpserver import ApiServerHTTP
 from kdispatch.testing.memory import InMemoryApiServer, make_claim, make_node, make_pod
+from kdispatch.testing.waiting import wait_for
 from tests.backends import nominate
 from tests.factories import pod
-from tests.memory_server import drain
-from tests.rawhttp import SilentWatchServer
+from tests.memory_server import SwitchableStore, drain
+from tests.rawhttp import HungListServer, SilentWatchServer
 from tests.recorders import RELISTED_WHILE_AWAY, GatedListWatch, Recorder, running_informers
 
 pytestmark = pytest.mark.timeout(30)
@@ -272,6 +274,44 @@ def test_gone_relists_with_synthetic_deletes_updates_and_adds(
     assert len(rec.events) == 10
 
 
+def test_an_internal_error_on_the_watch_relists_and_delivers_synthetic_deletes(
+    server: InMemoryApiServer,
+) -> None:
+    """A server's internal error on the watch (a 500 over HTTP) re-lists, as a 410 does, and
+    delivers a synthetic delete for what vanished meanwhile, carrying the last state the
+    informer knew; the error reaches ``on_error``, and the informer watches again."""
+    a = server.create(make_pod("a"))
+    server.create(make_pod("b"))
+    store = SwitchableStore(server)
+    errors: list[BaseException] = []
+    with (
+        ApiServerHTTP(server, stores={"Pod": store}, watch_poll=0.05) as http,
+        k8s.ApiClient(prepare_configuration(k8s.Configuration(host=http.url), 2)) as api,
+    ):
+        gated = GatedListWatch(ClientListWatch(api, "Pod", request_timeout=5.0), timeout=WAIT)
+        rec = Recorder()
+        inf = Informer(gated, name="internal-error", on_error=errors.append, backoff_initial=0.01)
+        inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+        inf.start()
+        try:
+            assert inf.wait_for_sync(WAIT)
+            assert gated.keep_away(server.drop_watches) == 1
+            server.remove("Pod", "default", "a")  # gone while the informer is away
+            store.failing_watches = 1  # the resumed watch meets a 500
+            gated.gate.set()
+            assert rec.wait(lambda ev: ("delete", "a") in [(e[0], e[1]) for e in ev])
+            wait_for(lambda: inf.relists == 2, WAIT, "a re-list after the 500")
+            delete = next(e for e in rec.events if e[0] == "delete")
+            assert delete[3] == a["metadata"]["resourceVersion"]  # the last known state
+            assert any(isinstance(e, ServerError) for e in errors)
+            server.create(make_pod("c"))  # watching again
+            assert rec.wait_name("c")
+            assert set(inf.cache) == {p["metadata"]["uid"] for p in server.list("Pod").items}
+        finally:
+            gated.gate.set()
+            assert inf.stop(timeout=5.0)
+
+
 # --------------------------------------------------------------------------- robustness
 
 
@@ -296,6 +336,43 @@ def test_handler_errors_are_contained(server: InMemoryApiServer, run: Callable[.
         assert seen == ["a", "b"]
     finally:
         assert inf.stop()
+
+
+def test_handlers_and_the_error_hook_run_on_the_informers_thread(
+    server: InMemoryApiServer,
+) -> None:
+    """Handlers run on the informer's thread, and so does ``on_error``."""
+    server.create(make_pod("a"))
+    failures = [ServerError("list failed once")]
+    inner = MemoryListWatch(server, "Pod")
+
+    class FlakyOnce:
+        kind = "Pod"
+
+        def list(self) -> Any:
+            if failures:
+                raise failures.pop()
+            return inner.list()
+
+        def watch(self, resource_version: str, timeout_seconds: float) -> WatchStream:
+            return inner.watch(resource_version, timeout_seconds)
+
+    threads: dict[str, str] = {}
+
+    def on_error(_exc: BaseException) -> None:
+        threads.setdefault("on_error", threading.current_thread().name)
+
+    def on_add(_obj: dict[str, Any]) -> None:
+        threads.setdefault("on_add", threading.current_thread().name)
+
+    inf = Informer(FlakyOnce(), name="where", backoff_initial=0.01, on_error=on_error)
+    inf.add_handler(on_add=on_add)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(WAIT)
+    finally:
+        assert inf.stop(timeout=5.0)
+    assert threads == {"on_error": "informer-where", "on_add": "informer-where"}
 
 
 def test_attach_feeds_a_dispatcher(server: InMemoryApiServer) -> None:
@@ -580,6 +657,69 @@ def test_stop_cuts_a_quiet_http_watch(
     assert http_server.wait_connections(0, timeout=WAIT)
 
 
+def test_stop_during_a_hung_list_returns_false_and_no_handler_hears_the_late_reply() -> None:
+    """A list waiting for its reply cannot be cut: ``stop(timeout)`` returns False meanwhile,
+    and the reply that comes after ``stop()`` reaches no handler and no cache."""
+    heard: list[Any] = []
+    with HungListServer() as srv, k8s.ApiClient(k8s.Configuration(host=srv.url)) as api:
+        inf = Informer(ClientListWatch(api, "Pod", request_timeout=20.0), name="hung-list")
+        inf.add_handler(heard.append, lambda _old, new: heard.append(new), heard.append)
+        inf.start()
+        assert srv.listing.wait(WAIT)
+        assert inf.stop(timeout=0.2) is False  # the list still waits for its reply
+        srv.release.set()  # the reply comes after stop()
+        assert srv.answered.wait(WAIT)
+        assert inf.stop(timeout=WAIT)
+    assert heard == []
+    assert not inf.has_synced() and len(inf.cache) == 0
+
+
+def test_a_hung_list_that_fails_after_stop_reaches_no_hook() -> None:
+    """A hung list ends within the list-watch's ``request_timeout``, and the thread with it;
+    ``stop(timeout)`` returns False meanwhile, and nothing hears of that request: its timeout,
+    which comes after ``stop()``, reaches neither ``on_error`` nor ``last_error``."""
+    heard: list[tuple[bool, BaseException]] = []  # (after stop() was called, the error)
+    stopping = threading.Event()
+    with HungListServer() as srv, k8s.ApiClient(k8s.Configuration(host=srv.url)) as api:
+        inf = Informer(
+            ClientListWatch(api, "Pod", request_timeout=2.0),
+            name="hung-list",
+            on_error=lambda exc: heard.append((stopping.is_set(), exc)),
+        )
+        inf.start()
+        assert srv.listing.wait(WAIT)
+        stopping.set()
+        assert inf.stop(timeout=0) is False  # the list still waits for its reply
+        assert inf.stop(timeout=20)  # it timed out (2 s), and the thread ended with it
+        last_error = inf.last_error
+    assert [exc for after_stop, exc in heard if after_stop] == []
+    assert heard or last_error is None  # nothing before stop() either: nothing at all
+    assert not inf.has_synced()
+
+
+def test_watch_timeout_renews_the_watch_without_a_relist_or_an_error(
+    server: InMemoryApiServer, api_client: k8s.ApiClient
+) -> None:
+    """``watch_timeout``: the longest single watch request before it is renewed; a watch that
+    ran its course is renewed from where it was, with no re-list and no error."""
+    server.create(make_pod("a"))
+    errors: list[BaseException] = []
+    rec = Recorder()
+    inf = Informer(ClientListWatch(api_client, "Pod", request_timeout=5.0), name="renew",
+                   watch_timeout=1.0, on_error=errors.append)  # fmt: skip
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(WAIT)
+        wait_for(lambda: inf.watches >= 3, WAIT, "two renewals")
+        server.create(make_pod("b"))
+        assert rec.wait_name("b")
+        assert rec.names() == [("add", "a"), ("add", "b")]
+        assert inf.relists == 1 and errors == [] and inf.last_error is None
+    finally:
+        assert inf.stop(timeout=5.0)
+
+
 def test_bad_arguments(server: InMemoryApiServer) -> None:
     lw = MemoryListWatch(server, "Pod")
     with pytest.raises(InvalidInputError):
@@ -600,6 +740,28 @@ def test_bad_arguments(server: InMemoryApiServer) -> None:
             inf.start()
     finally:
         assert inf.stop()
+
+
+def test_stop_and_wait_for_sync_refuse_a_bad_timeout_before_anything_stops(
+    server: InMemoryApiServer,
+) -> None:
+    """``stop``/``wait_for_sync``: a timeout that is not a number >= 0 (or None) raises
+    ``InvalidInputError`` before anything stops: the informer goes on delivering."""
+    rec = Recorder()
+    inf = Informer(MemoryListWatch(server, "Pod"), name="bad-timeouts")
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(WAIT)
+        for bad in (-1, math.nan, "1"):
+            with pytest.raises(InvalidInputError):
+                inf.stop(timeout=bad)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError):
+                inf.wait_for_sync(timeout=bad)  # type: ignore[arg-type]
+        server.create(make_pod("after"))
+        assert rec.wait_name("after")
+    finally:
+        assert inf.stop(timeout=5.0)
 
 
 @pytest.mark.parametrize(
@@ -750,3 +912,30 @@ def test_a_watch_whose_reply_never_begins_ends_within_the_request_timeout() -> N
         assert inf.wait_for_sync(10)
         assert srv.watching.wait(10)
         assert inf.stop(timeout=20)
+
+
+@pytest.mark.timeout(60)
+def test_a_watch_silent_after_its_head_fails_after_its_timeout_plus_the_request_timeout() -> None:
+    """After a watch reply's head, each wait for an event is bounded by ``timeout_seconds``
+    plus the request timeout: an informer whose watch goes silent past its ``timeoutSeconds``
+    (1 s here) hears of it, from ``on_error``, no sooner than 1 s + 1 s after the head."""
+    failed: Future[tuple[float, BaseException]] = Future()
+
+    def on_error(exc: BaseException) -> None:
+        if not failed.done():
+            failed.set_result((time.monotonic(), exc))
+
+    with (
+        SilentWatchServer(head=True) as srv,
+        k8s.ApiClient(k8s.Configuration(host=srv.url)) as client,
+    ):
+        inf = Informer(ClientListWatch(client, "Pod", request_timeout=1.0), name="silent",
+                       watch_timeout=1.0, on_error=on_error)  # fmt: skip
+        inf.start()
+        try:
+            assert inf.wait_for_sync(WAIT)
+            when, error = failed.result(timeout=30)
+        finally:
+            assert inf.stop(timeout=WAIT)
+    assert when - srv.heads[0] >= 1.5, when - srv.heads[0]  # not the request timeout alone
+    assert "watch Pod" in str(error)

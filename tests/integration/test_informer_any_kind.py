@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,15 +15,19 @@ from prometheus_client import CollectorRegistry
 from kdispatch.actors.model.errors import (
     ApiError,
     ForbiddenError,
+    InformerSyncTimeout,
     InvalidInputError,
     UnauthorizedError,
 )
 from kdispatch.actors.model.kinds import KindTable
 from kdispatch.adapters.informer import ClientListWatch, Informer
-from kdispatch.adapters.kubernetes import KubernetesBackend
+from kdispatch.adapters.kubernetes import KubernetesBackend, prepare_configuration
 from kdispatch.testing import MemoryListWatch
 from kdispatch.testing.httpserver import ApiServerHTTP
-from kdispatch.testing.memory import InMemoryApiServer
+from kdispatch.testing.memory import InMemoryApiServer, make_pod
+from kdispatch.testing.waiting import wait_for
+from tests.memory_server import SwitchableStore
+from tests.recorders import Recorder
 
 pytestmark = pytest.mark.timeout(60)
 WAIT = 10.0
@@ -124,6 +129,32 @@ def test_crd_informer(
         backend.close()
 
 
+def test_a_field_selector_informer_over_http_follows_pods_in_and_out_of_it(
+    srv: ApiServerHTTP, mem: InMemoryApiServer
+) -> None:
+    """``field_selector``: the informer lists and watches only the matching objects, here
+    the pending pods (``spec.nodeName=``); a pod bound leaves the selection: a delete."""
+    a = mem.create(make_pod("a"))
+    mem.create(make_pod("bound", node="n0"))
+    client = k8s.ApiClient(k8s.Configuration(host=srv.url))
+    rec = Recorder()
+    lw = ClientListWatch(client, "Pod", field_selector="spec.nodeName=", request_timeout=5.0)
+    inf = Informer(lw, name="pending")
+    inf.add_handler(rec.on_add, rec.on_update, rec.on_delete)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(WAIT)
+        assert rec.names() == [("add", "a")]
+        mem.create(make_pod("b"))
+        mem.bind("default", "a", uid=a["metadata"]["uid"], node="n1")
+        assert rec.wait_count(3)
+        assert rec.names() == [("add", "a"), ("add", "b"), ("delete", "a")]
+        assert [p["metadata"]["name"] for p in inf.cache.values()] == ["b"]
+    finally:
+        assert inf.stop()
+        client.close()  # type: ignore[no-untyped-call]
+
+
 def test_unknown_kinds_and_bad_selectors_are_refused(srv: ApiServerHTTP) -> None:
     client = k8s.ApiClient(k8s.Configuration(host=srv.url))
     try:
@@ -215,3 +246,114 @@ def test_last_error_clears_after_a_good_list(mem: InMemoryApiServer) -> None:
         assert _errors(registry, "Unknown") == 1.0
     finally:
         assert inf.stop()
+
+
+def _client(url: str, token: str | None = None) -> k8s.ApiClient:
+    """An ApiClient for ``url``, with a bearer token when given."""
+    cfg = prepare_configuration(k8s.Configuration(host=url), 2)
+    if token is not None:
+        cfg.api_key = {"authorization": token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+    return k8s.ApiClient(cfg)
+
+
+def test_a_refreshed_token_heals_a_refused_informer(mem: InMemoryApiServer) -> None:
+    """The informer keeps retrying a 401 with backoff, so a token refreshed in its client's
+    ``Configuration`` heals it: it syncs, and ``last_error`` clears."""
+    mem.create(make_pod("a"))
+    with (
+        ApiServerHTTP(mem, token="right", watch_poll=0.05) as http,
+        _client(http.url, "wrong") as api,
+    ):
+        inf = Informer(ClientListWatch(api, "Pod", request_timeout=5.0), name="token",
+                       backoff_initial=0.01, backoff_max=0.05)  # fmt: skip
+        inf.start()
+        try:
+            with pytest.raises(UnauthorizedError):
+                inf.wait_for_sync(WAIT)
+            api.configuration.api_key["authorization"] = "right"
+            assert inf.wait_for_sync(WAIT)
+            assert len(inf.cache) == 1 and inf.last_error is None
+        finally:
+            assert inf.stop(timeout=5.0)
+
+
+def test_a_new_role_binding_heals_a_forbidden_informer(mem: InMemoryApiServer) -> None:
+    """Refused with 403 (RBAC) while ``wait_for_sync`` waits, it raises ``ForbiddenError``; the
+    informer keeps retrying, so a new RoleBinding heals it."""
+    mem.create(make_pod("a"))
+    store = SwitchableStore(mem)
+    store.forbidden = True
+    with (
+        ApiServerHTTP(mem, stores={"Pod": store}, watch_poll=0.05) as http,
+        _client(http.url) as api,
+    ):
+        inf = Informer(ClientListWatch(api, "Pod", request_timeout=5.0), name="rbac",
+                       backoff_initial=0.01, backoff_max=0.05)  # fmt: skip
+        inf.start()
+        try:
+            with pytest.raises(ForbiddenError):
+                inf.wait_for_sync(WAIT)
+            store.forbidden = False  # the RoleBinding is created
+            assert inf.wait_for_sync(WAIT)
+            assert len(inf.cache) == 1 and inf.last_error is None
+        finally:
+            assert inf.stop(timeout=5.0)
+
+
+def test_an_rbac_rule_removed_at_run_time_is_reported_until_a_role_binding_heals_it(
+    mem: InMemoryApiServer,
+) -> None:
+    """docs/security.md: an RBAC rule removed at run time shows up as ``ForbiddenError``; a
+    synced informer keeps retrying and reports it (``last_error``, ``on_error``, its errors
+    metric), while ``wait_for_sync``, which raises it only while waiting for the first sync,
+    answers True. A new RoleBinding heals it: the cache follows the server again, and
+    ``last_error`` clears with the watch's first event."""
+    registry = CollectorRegistry()
+    hooked: list[BaseException] = []
+    mem.create(make_pod("a"))
+    store = SwitchableStore(mem)
+    with (
+        ApiServerHTTP(mem, stores={"Pod": store}, watch_poll=0.05) as http,
+        _client(http.url) as api,
+    ):
+        inf = Informer(ClientListWatch(api, "Pod", request_timeout=5.0), name="pods",
+                       backoff_initial=0.01, backoff_max=0.05, on_error=hooked.append,
+                       metrics_registry=registry)  # fmt: skip
+        inf.start()
+        try:
+            assert inf.wait_for_sync(WAIT)
+            store.forbidden = True  # the ClusterRoleBinding is deleted
+            mem.drop_watches()  # the informer's next watch is refused
+            wait_for(lambda: isinstance(inf.last_error, ForbiddenError), WAIT, "a 403")
+            assert inf.wait_for_sync(timeout=1.0) is True  # synced before: no raise
+            assert any(isinstance(e, ForbiddenError) for e in hooked)
+            assert _errors(registry, ForbiddenError.reason) >= 1
+            mem.create(make_pod("b"))  # unseen while refused
+            store.forbidden = False  # a RoleBinding gives the rule back
+            wait_for(lambda: len(inf.cache) == 2, WAIT, "the cache to follow the server")
+            # healed: the error clears as the watch delivers, not when it ends minutes later
+            wait_for(lambda: inf.last_error is None, WAIT, "last_error cleared")
+        finally:
+            assert inf.stop(timeout=5.0)
+
+
+def test_a_refusal_before_the_wait_is_named_when_the_wait_times_out(
+    mem: InMemoryApiServer,
+) -> None:
+    """``wait_for_sync`` raises a 401/403 at once only when the list is refused while it
+    waits. Refused before, and now in a long backoff, the informer makes it wait out its
+    timeout and raise ``InformerSyncTimeout`` naming the refusal."""
+    with ApiServerHTTP(mem, token="right") as http, _client(http.url, "wrong") as api:
+        inf = Informer(ClientListWatch(api, "Pod", request_timeout=5.0), name="late-wait",
+                       backoff_initial=30.0, backoff_max=30.0)  # fmt: skip
+        inf.start()
+        try:
+            wait_for(lambda: isinstance(inf.last_error, UnauthorizedError), WAIT, "a 401")
+            started = time.monotonic()
+            with pytest.raises(InformerSyncTimeout, match="UnauthorizedError") as caught:
+                inf.wait_for_sync(timeout=1.0)
+            assert time.monotonic() - started >= 1.0
+            assert isinstance(caught.value.last_error, UnauthorizedError)
+        finally:
+            assert inf.stop(timeout=5.0)

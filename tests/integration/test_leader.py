@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -241,6 +242,10 @@ def test_config_is_checked() -> None:
         ElectionConfig("s", identity="a", renew_deadline=2, retry_period=2)
     with pytest.raises(InvalidConfigError):
         ElectionConfig("s", identity="")
+    with pytest.raises(InvalidConfigError):
+        ElectionConfig("Not_A_Name", identity="a")  # the Lease's name: an RFC 1123 subdomain
+    with pytest.raises(InvalidConfigError):
+        ElectionConfig("s", identity="a", namespace="a.b")  # a namespace: an RFC 1123 label
     d = ElectionConfig("s", identity="a")
     assert (d.lease_duration, d.renew_deadline, d.retry_period) == (15, 10, 2)
 
@@ -253,6 +258,8 @@ def test_bad_elector_arguments_are_refused_when_given() -> None:
     lease_client = MemoryLeaseClient(server)
     bad: list[dict[str, Any]] = [
         {"client": None},
+        {"config": "sched"},
+        {"on_lost": 5},
         {"clock": 5},
         {"wall_clock": "now"},
         {"metrics_registry": 5},
@@ -317,6 +324,32 @@ def test_gate_closes_at_renew_deadline_from_the_last_successful_renew() -> None:
     )
 
 
+def test_metrics_and_became_leader_at_follow_each_transition() -> None:
+    """``kdispatch_leader_is_leader{lease}`` and ``kdispatch_leader_transitions_total{lease,to}``
+    in the elector's ``metrics_registry``; ``became_leader_at`` is ``clock()`` when this
+    replica last became leader. A renewal is no transition; a release is one, to follower."""
+    registry = CollectorRegistry()
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
+    a, _ = _elector(server, "a", clock, registry=registry)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, {"lease": "sched", **labels})
+
+    assert sample("kdispatch_leader_is_leader") == 0 and a.became_leader_at is None
+    clock.now = 1003.0
+    a.step()
+    assert sample("kdispatch_leader_is_leader") == 1
+    assert sample("kdispatch_leader_transitions_total", to="leader") == 1
+    assert a.became_leader_at == 1003.0
+    clock.now = 1005.0
+    a.step()  # renewed
+    assert sample("kdispatch_leader_transitions_total", to="leader") == 1
+    assert a.became_leader_at == 1003.0
+    assert a.release()
+    assert sample("kdispatch_leader_is_leader") == 0
+    assert sample("kdispatch_leader_transitions_total", to="follower") == 1
+
+
 def test_failed_renewals_lose_leadership_at_the_deadline() -> None:
     _server, clock, a, lost = _a_leads()
 
@@ -361,6 +394,35 @@ def test_a_renewal_restarts_the_followers_timer() -> None:
     clock.now = 1023
     b.step()
     assert b.is_leader
+
+
+def test_a_fractional_lease_duration_counts_rounded_up_on_the_lease() -> None:
+    """The Lease holds the duration in whole seconds (``leaseDurationSeconds``): 1.5 s counts
+    as 2 s there, never shorter. Leader ``a`` renews at t=1000 and dies (it never steps
+    again); follower ``b`` saw that record at t=1000 and retries every 0.1 s: it takes over
+    within ``ceil(lease_duration) + retry_period``, not before ``ceil(lease_duration)``, and
+    ``a``'s gate closed at least ``lease_duration - renew_deadline`` before."""
+    server, clock_a, clock_b = InMemoryApiServer(), ManualClock(1000.0), ManualClock(1000.0)
+
+    def elector(identity: str, clock: ManualClock) -> LeaseElector:
+        cfg = ElectionConfig(
+            "sched", identity=identity, lease_duration=1.5, renew_deadline=1.0, retry_period=0.1
+        )
+        return LeaseElector(MemoryLeaseClient(server, writer=identity), cfg, clock=clock)
+
+    a, b = elector("a", clock_a), elector("b", clock_b)
+    a.step()
+    assert a.may_send()
+    assert server.leases.get("kube-system", "sched")["spec"]["leaseDurationSeconds"] == 2
+    b.step()  # observes a's record at t=1000
+    retries = 0
+    while not b.may_send() and retries < 30:  # up to t=1003
+        retries += 1
+        clock_b.now = 1000.0 + retries / 10
+        b.step()
+    assert b.may_send() and _holder(server) == "b"
+    assert 1000.0 + 2 <= clock_b.now <= 1000.0 + 2 + 0.1 + 1e-9
+    assert a.send_deadline <= clock_b.now - (1.5 - 1.0)
 
 
 def test_leader_that_sees_another_holder_loses_at_once() -> None:
@@ -458,6 +520,36 @@ def test_release_never_frees_a_lease_another_replica_wrote_since() -> None:
     assert not a.may_send()
 
 
+def test_on_lost_may_release_from_the_attempt_that_noticed_the_loss() -> None:
+    """``on_lost`` runs on the thread that noticed the loss, here the election step itself
+    (it holds the attempt lock), and ``release()`` works from any thread: from the hook too,
+    without a deadlock, freeing the lease that still names this replica."""
+    server, clock = InMemoryApiServer(), ManualClock(1000.0)
+    released: list[bool] = []
+    electors: list[LeaseElector] = []
+    a = LeaseElector(
+        MemoryLeaseClient(server, writer="a"),
+        ElectionConfig("sched", identity="a"),
+        on_lost=lambda _err: released.append(electors[0].release()),
+        clock=clock,
+    )
+    electors.append(a)
+    a.step()
+    clock.now = 1010.0  # the renew deadline passed without a renewal
+    stepped = threading.Event()
+
+    def step() -> None:
+        a.step()
+        stepped.set()
+
+    worker = threading.Thread(target=step, name="step")
+    worker.start()
+    assert stepped.wait(10), "step deadlocked in on_lost -> release"
+    worker.join(10)
+    assert released == [True]
+    assert _holder(server) == "" and a.lost is not None and not a.may_send()
+
+
 def test_two_candidates_racing_for_a_free_lease_one_wins() -> None:
     """Both saw no lease; the second create gets 409 and the loser stays a follower; a stale
     update (an old resourceVersion) gets 409 as well."""
@@ -489,7 +581,123 @@ def test_threads_start_and_stop_cleanly() -> None:
     )
     elector = LeaseElector(MemoryLeaseClient(server), cfg).start()
     assert elector.wait_for_leadership(5.0)
+    with pytest.raises(InvalidInputError, match="already started"):
+        elector.start()
     assert elector.stop(release=True)
+    assert _holder(server) == ""
+
+
+class HangingLeaseClient(MemoryLeaseClient):
+    """A :class:`MemoryLeaseClient` whose ``get`` hangs, as a renewal on a dead connection,
+    once ``hang`` is set and until ``unhang`` is set; ``hanging`` is set when one hangs."""
+
+    def __init__(self, server: InMemoryApiServer, writer: str) -> None:
+        super().__init__(server, writer=writer)
+        self.hang = threading.Event()
+        self.unhang = threading.Event()
+        self.hanging = threading.Event()
+
+    def get(self, namespace: str, name: str, *, timeout: float) -> Any:
+        if self.hang.is_set():
+            self.hanging.set()
+            assert self.unhang.wait(30), "never let go"
+        return super().get(namespace, name, timeout=timeout)
+
+
+def test_the_watchdog_loses_leadership_at_the_deadline_while_a_renewal_hangs() -> None:
+    """The watchdog loses leadership at the renew deadline even while a renewal hangs on the
+    election thread: ``on_lost`` runs once, on the watchdog's thread (nobody else checks),
+    and the gate is closed. ``stop(release=True)`` then still frees the lease."""
+    server = InMemoryApiServer()
+    client = HangingLeaseClient(server, "a")
+    cfg = ElectionConfig(
+        "sched", identity="a", lease_duration=3.0, renew_deadline=2.0, retry_period=0.1
+    )
+    lost: Future[tuple[LeadershipLost, str]] = Future()
+    calls: list[LeadershipLost] = []
+
+    def on_lost(err: LeadershipLost) -> None:
+        calls.append(err)
+        if not lost.done():
+            lost.set_result((err, threading.current_thread().name))
+
+    elector = LeaseElector(client, cfg, on_lost=on_lost).start()
+    try:
+        assert elector.wait_for_leadership(10)
+        client.hang.set()
+        assert client.hanging.wait(10)  # a renewal hangs on the election thread
+        err, thread = lost.result(10)
+        assert "renew deadline" in str(err)
+        assert thread == "kdispatch-leader-watchdog-sched"
+        assert not elector.may_send() and elector.send_deadline == 0.0
+        assert elector.lost is err
+    finally:
+        client.unhang.set()
+        elector.stop(release=True)
+    assert len(calls) == 1
+    assert _holder(server) == ""  # freed past the deadline: nobody wrote the lease since
+
+
+def test_wait_for_leadership_returns_false_when_stopped_while_it_waits() -> None:
+    """Another replica holds the lease: a waiter with no timeout is woken by ``stop()``
+    (False), and the stop releases nothing."""
+    server = InMemoryApiServer()
+    b, _ = _elector(server, "b", ManualClock(1000.0))
+    b.step()  # b holds the lease: a can only follow
+    cfg = ElectionConfig(
+        "sched", identity="a", lease_duration=15, renew_deadline=10, retry_period=0.1
+    )
+    a = LeaseElector(MemoryLeaseClient(server, writer="a"), cfg).start()
+    answer: Future[bool] = Future()
+    waiter = threading.Thread(target=lambda: answer.set_result(a.wait_for_leadership(None)))
+    waiter.start()
+    try:
+        assert a.stop(release=True) is False  # nothing held, nothing released
+        assert answer.result(10) is False
+    finally:
+        a.stop(release=True)
+        waiter.join(10)
+    assert _holder(server) == "b"
+
+
+def test_stop_closes_the_gate_before_it_joins_a_hung_election_thread() -> None:
+    """``stop()``: the send gate closes first. While it joins an election thread whose
+    renewal hangs, ``may_send()`` is already False and 0.0 was told; once the renewal
+    returns, the lease is written free."""
+    server = InMemoryApiServer()
+    client = HangingLeaseClient(server, "a")
+    cfg = ElectionConfig(
+        "sched", identity="a", lease_duration=30, renew_deadline=20, retry_period=0.1
+    )
+    elector = LeaseElector(client, cfg).start()
+    told: list[float] = []
+    stopped: Future[bool] = Future()
+    stopper: threading.Thread | None = None
+    try:
+        assert elector.wait_for_leadership(10)
+        elector.watch_send_deadline(told.append)
+        client.hang.set()
+        assert client.hanging.wait(10)
+        watchdogs = [
+            t for t in threading.enumerate() if t.name == "kdispatch-leader-watchdog-sched"
+        ]
+        assert len(watchdogs) == 1
+        stopper = threading.Thread(
+            target=lambda: stopped.set_result(elector.stop(release=True, timeout=30)),
+            name="stopper",
+        )
+        stopper.start()
+        watchdogs[0].join(10)  # it ends once stop() began; the election thread still hangs
+        assert not watchdogs[0].is_alive()
+        assert not stopped.done()
+        assert not elector.may_send()
+        assert told[-1] == 0.0
+    finally:
+        client.unhang.set()
+        if stopper is not None:
+            stopper.join(30)
+        elector.stop(release=True)
+    assert stopped.result(0) is True
     assert _holder(server) == ""
 
 

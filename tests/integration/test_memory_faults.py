@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -20,9 +21,11 @@ from kdispatch import (
     ServerError,
     TooManyRequestsError,
 )
-from kdispatch.testing import FaultPlan, InMemoryApiServer, Latency, make_pod
+from kdispatch.testing import OPS, FaultPlan, InMemoryApiServer, Latency, make_pod
 from kdispatch.testing.memory import Watch
 from tests.memory_server import drain, patch, rv, uid
+
+pytestmark = pytest.mark.timeout(30)
 
 
 class SleepRecorder:
@@ -151,6 +154,29 @@ def test_script_rejects_bad_input(server: InMemoryApiServer) -> None:
     assert server.pending_faults() == 0
 
 
+def test_the_admin_surface_has_neither_faults_nor_latency_nor_a_log() -> None:
+    """The admin surface tests set things up with (``create(obj)``, ``update``,
+    ``get_object``, ``list``, ``watch``) has neither faults nor latency, and leaves no
+    request record: a fault scripted for every op, ``create`` too, stays pending."""
+    sleep = SleepRecorder()
+    server = InMemoryApiServer(latency=Latency(fixed=1.0), sleep=sleep)
+    for op in sorted(OPS):
+        server.script(op, "500")
+    pod = server.create(make_pod("web-1"))
+    pod["metadata"]["labels"] = {"app": "web"}
+    server.update(pod)
+    assert server.get_object("Pod", "default", "web-1") is not None
+    assert len(server.list("Pod").items) == 1
+    w = server.watch("Pod", resource_version="0")
+    try:
+        assert w.next(timeout=5.0) is not None
+    finally:
+        w.stop()
+    assert sleep.calls == []
+    assert server.pending_faults() == len(OPS)
+    assert server.request_log == [] and server.fault_counts() == {}
+
+
 # ----------------------------------------------------------------------------- random faults
 
 
@@ -226,6 +252,32 @@ def test_latency_uses_injected_sleep() -> None:
     server.get("Pod", "default", "p1")  # per_op 0 overrides fixed: no sleep
     server.delete("Pod", "default", "p1", uid=uid(pod))
     assert sleep.calls == [0.02, 0.5, 0.02]
+
+
+def test_latency_is_waited_on_the_calling_thread_outside_the_servers_lock() -> None:
+    """The wait happens on the calling thread, outside the server's lock: while it waits,
+    another thread reads the server (which takes the lock) and gets its answer."""
+    seen: dict[str, Any] = {}
+    servers: list[InMemoryApiServer] = []
+
+    def sleep(_seconds: float) -> None:
+        seen["thread"] = threading.current_thread()
+        read: Future[str] = Future()
+        reader = threading.Thread(
+            target=lambda: read.set_result(servers[0].resource_version), name="reader"
+        )
+        reader.start()
+        try:
+            seen["rv"] = read.result(timeout=10)
+        finally:
+            reader.join(10)
+
+    server = InMemoryApiServer(latency=Latency(fixed=0.5), sleep=sleep)
+    servers.append(server)
+    server.create(make_pod("p1"))
+    server.get("Pod", "default", "p1")
+    assert seen["thread"] is threading.current_thread()
+    assert seen["rv"] == server.resource_version
 
 
 def test_latency_jitter_is_seeded_and_bounded() -> None:

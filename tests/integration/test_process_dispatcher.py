@@ -21,7 +21,7 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -302,6 +302,20 @@ def test_child_killed_fails_pending_futures_typed(cluster: Cluster) -> None:
     cluster.held.gate.set()
 
 
+def test_a_second_stop_after_the_child_died_returns_the_first_ones_answer(
+    cluster: Cluster,
+) -> None:
+    """``stop()`` is idempotent: a later call returns the first one's answer. The child was
+    killed with calls pending, so not every call finished: False, both times."""
+    pods = [cluster.pod(f"k{i}") for i in range(3)]
+    d, futures = cluster.held_bindings(pods, 1, workers=1)
+    _kill_child_and_expect_died(d, futures)
+    d.cancel(str(pods[0]["metadata"]["uid"]))  # the child is gone: nothing to withdraw
+    assert d.stop(timeout=5.0) is False
+    assert d.stop(timeout=5.0) is False
+    cluster.held.gate.set()
+
+
 def test_stop_drains_pending_calls(cluster: Cluster) -> None:
     pods = [cluster.pod(f"d{i}") for i in range(12)]
     d, futures = cluster.held_bindings(pods, 2, workers=2)
@@ -450,6 +464,20 @@ def test_gc_settings_apply_in_the_callers_process_too(cluster: Cluster) -> None:
     assert cluster.stored("frozen")["spec"]["nodeName"] == "node-1"
 
 
+def test_freeze_gc_freezes_the_callers_process_too_and_stop_unfreezes(cluster: Cluster) -> None:
+    """``ProcessDispatcher.freeze_gc()``: ``Dispatcher.freeze_gc`` in both processes, with
+    ``gc_freeze`` off; ``stop`` gives the objects back to the collector."""
+    before = gc.get_freeze_count()  # 0, or what the interpreter froze at start (3.12)
+    with cluster.dispatcher(workers=2) as d:
+        assert gc.get_freeze_count() == before
+        d.freeze_gc()
+        assert gc.get_freeze_count() > before
+        pod = cluster.pod("f0")
+        assert d.submit(PodBinding.for_pod(pod, "node-1")).result(WAIT) is Outcome.SUCCESS
+    assert gc.get_freeze_count() == 0
+    assert cluster.stored("f0")["spec"]["nodeName"] == "node-1"
+
+
 _ORPHAN_SCRIPT = """
 import functools, sys
 from kdispatch.adapters.kubernetes import KubernetesBackend
@@ -502,6 +530,45 @@ def test_stats_have_the_keys_of_the_threaded_dispatcher(cluster: Cluster) -> Non
     assert set(d.stats()) == STATS_KEYS  # the child's last figures
     with pytest.raises(InvalidInputError, match="stopped: create a new ProcessDispatcher"):
         d.start()
+
+
+def test_stats_while_stopping_give_the_previous_answer(cluster: Cluster) -> None:
+    """``stats()``: while stopping, the previous answer; after ``stop``, the child's last
+    figures."""
+    pods = [cluster.pod(f"s{i}") for i in range(2)]
+    d = cluster.dispatcher(workers=2).start()
+    seen = d.stats()
+    cluster.held.gate.clear()
+    futures = [d.submit(PodBinding.for_pod(p, "node-1")) for p in pods]
+    cluster.held.wait_arrived(2)
+    answer: list[bool] = []
+    stopper = threading.Thread(target=lambda: answer.append(d.stop(timeout=WAIT)))
+    stopper.start()
+    try:
+        wait_for(lambda: d._closed, WAIT, "stop() to begin")  # the child drains the two
+        assert d.stats() == seen
+    finally:
+        cluster.held.gate.set()
+        stopper.join(WAIT + 15)
+    assert answer == [True]
+    assert {f.result(0) for f in futures} == {Outcome.SUCCESS}
+    assert d.stats()["sent"] == {"pod_binding": 2}
+
+
+def test_stats_raise_died_when_the_child_died_before_any_figures(cluster: Cluster) -> None:
+    """After the child died, ``stats()`` gives the last figures it brought across, or raises
+    ``DispatcherProcessDied`` if there were none; so does ``view()``, and so after ``stop``."""
+    pod = cluster.pod("x0")
+    d, futures = cluster.held_bindings([pod], 1, workers=1)
+    _kill_child_and_expect_died(d, futures)
+    with pytest.raises(DispatcherProcessDied):
+        d.stats()
+    with pytest.raises(DispatcherProcessDied):
+        d.view(str(pod["metadata"]["uid"]), timeout=WAIT)
+    assert d.stop(timeout=5.0) is False
+    with pytest.raises(DispatcherProcessDied):
+        d.stats()
+    cluster.held.gate.set()
 
 
 # --------------------------------------------------------------------------- back-pressure
@@ -564,6 +631,33 @@ def test_window_bounds_calls_in_the_child_and_bindings_overtake(cluster: Cluster
     assert len(ops) == 9
     assert ops.index(("bind", "b")) in (2, 3)  # behind the two held patches, ahead of the rest
     assert once.each_once([*patches, *bind])
+
+
+def test_backlog_counts_the_calls_waiting_in_the_caller(cluster: Cluster) -> None:
+    """``backlog_at(call_type)`` counts the calls not yet resolved in the child or waiting in
+    the caller, in that lane and the lanes above; a thread paced on the binding lane goes on
+    once the binding waiting behind the full window resolved."""
+    with cluster.dispatcher(workers=2, max_in_flight=2) as d:
+        patches = _held_window(cluster, d, ["w0", "w1", "w2", "w3"])  # 2 in the child, 2 here
+        bind = d.submit(PodBinding.for_pod(cluster.pod("b"), "node-1"))
+        assert (d.in_flight, d.waiting) == (2, 3)
+        assert d.backlog == d.backlog_at("pod_status_patch") == 5
+        assert d.backlog_at("pod_binding") == 1  # the binding, waiting in the caller
+        answer: Future[bool] = Future()
+        waiter = threading.Thread(
+            target=lambda: answer.set_result(d.wait_backlog(1, WAIT, call_type="pod_binding"))
+        )
+        waiter.start()
+        try:
+            assert not answer.done()
+        finally:
+            cluster.held.gate.set()
+        assert answer.result(WAIT) is True
+        waiter.join(WAIT)
+        assert bind.result(WAIT) is Outcome.SUCCESS
+        assert {f.result(WAIT) for f in patches} == {Outcome.SUCCESS}
+        wait_for(lambda: d.backlog == 0, WAIT, "nothing unresolved")
+    assert cluster.stored("b")["spec"]["nodeName"] == "node-1"
 
 
 def test_window_keeps_one_objects_order(cluster: Cluster) -> None:
@@ -743,6 +837,8 @@ def test_stop_kills_a_hung_child_after_its_deadline(cluster: Cluster) -> None:
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     with pytest.raises(DispatcherClosed):
         future.result(0)
+    assert d.stop(timeout=0.5) is False  # idempotent: the first one's answer
+    assert [r for r in cluster.server.request_log if r.op == "bind"] == []
 
 
 def test_max_in_flight_is_checked() -> None:

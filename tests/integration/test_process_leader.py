@@ -195,6 +195,25 @@ def test_on_lost_revokes_the_process_dispatcher_at_once(cluster: Cluster) -> Non
     assert cluster.bind_requests() == ["r0"]
 
 
+def test_release_closes_the_childs_gate_at_once_and_frees_the_lease(cluster: Cluster) -> None:
+    """``release()`` closes the send gate and frees the lease: the deadline in shared memory
+    is 0.0 the moment it stops leading, so a call submitted after the release is never sent
+    and resolves ``LeadershipLost`` (a release is no loss: ``lost`` stays None), and the
+    Lease names no holder."""
+    elector = cluster.elector()
+    with cluster.dispatcher(elector) as d:
+        elector.step()
+        before = d.submit(PodBinding.for_pod(cluster.pod("before"), "node-1"))
+        assert before.result(WAIT) is Outcome.SUCCESS
+        assert elector.release() is True
+        assert d.send_deadline == 0.0 and elector.lost is None
+        late = d.submit(PodBinding.for_pod(cluster.pod("after"), "node-1"))
+        assert isinstance(late.exception(WAIT), LeadershipLost)
+    assert cluster.bind_requests() == ["before"]
+    assert cluster.bound() == ["before"]
+    assert cluster.server.leases.get("kube-system", "sched")["spec"]["holderIdentity"] == ""
+
+
 def test_leader_must_tell_deadlines_on_the_monotonic_clock(cluster: Cluster) -> None:
     cfg = ElectionConfig("sched", identity="a")
     fake = LeaseElector(MemoryLeaseClient(cluster.server), cfg, clock=lambda: 5.0)
