@@ -7,6 +7,7 @@ import contextlib
 import socket
 import threading
 import time
+from typing import Self
 
 
 def read_request(conn: socket.socket) -> bytes:
@@ -86,22 +87,25 @@ class TricklingServer:
         self._thread.join(5)
 
 
-class SilentWatchServer:
-    """An apiserver that hangs watches: a list gets an empty ``PodList`` at once; a watch
-    request is read and never answered (no head) until the client hangs up or the server
-    closes; ``watching`` is set when one arrives. With ``head=True`` a watch gets its reply's
-    head (a chunked 200) and then nothing, whatever its ``timeoutSeconds``; ``heads`` holds
-    the ``time.monotonic()`` just before each head was sent. A context manager: leaving it
-    stops the server and joins its threads."""
+def json_reply(body: bytes) -> bytes:
+    """A whole ``200`` reply carrying the JSON ``body``."""
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
 
-    def __init__(self, head: bool = False) -> None:
-        self.head = head
-        self.heads: list[float] = []
-        self.watching = threading.Event()
+
+class ConnectionServer:
+    """A test server answering each connection on a thread of its own (:meth:`_answer`). A
+    context manager: leaving it stops the server and joins its threads."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
         self._stop = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._threads = [threading.Thread(target=self._serve, name="silent-watch-http")]
+        self._threads = [threading.Thread(target=self._serve, name=f"{name}-http")]
         self._threads[0].start()
 
     def _serve(self) -> None:
@@ -110,40 +114,22 @@ class SilentWatchServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            thread = threading.Thread(target=self._answer, args=(conn,), name="silent-conn")
+            thread = threading.Thread(target=self._answer, args=(conn,), name=f"{self._name}-conn")
             self._threads.append(thread)
             thread.start()
 
     def _answer(self, conn: socket.socket) -> None:
-        listed = (
-            b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
-        )
-        with conn:
-            while not self._stop.is_set():
-                head = read_request(conn)
-                if not head:
-                    return  # the client closed the connection
-                if b"watch=true" not in head.split(b"\r\n", 1)[0]:
-                    conn.sendall(
-                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                        + b"Content-Length: %d\r\n\r\n" % len(listed)
-                        + listed
-                    )
-                    continue
-                self.watching.set()
-                if self.head:
-                    self.heads.append(time.monotonic())
-                    conn.sendall(
-                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                        b"Transfer-Encoding: chunked\r\n\r\n"
-                    )
-                conn.settimeout(0.05)
-                while not self._stop.is_set():  # hold the watch until either side gives up
-                    with contextlib.suppress(TimeoutError):
-                        if not conn.recv(1):
-                            return
+        raise NotImplementedError
 
-    def __enter__(self) -> SilentWatchServer:
+    def _hold(self, conn: socket.socket) -> None:
+        """Keep ``conn`` open, silent, until the client hangs up or the server closes."""
+        conn.settimeout(0.05)
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                if not conn.recv(1):
+                    return
+
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -155,12 +141,46 @@ class SilentWatchServer:
             thread.join(5)
 
 
-class HungListServer:
+class SilentWatchServer(ConnectionServer):
+    """An apiserver that hangs watches: a list gets an empty ``PodList`` at once; a watch
+    request is read and never answered (no head) until the client hangs up or the server
+    closes; ``watching`` is set when one arrives. With ``head=True`` a watch gets its reply's
+    head (a chunked 200) and then nothing, whatever its ``timeoutSeconds``; ``heads`` holds
+    the ``time.monotonic()`` just before each head was sent."""
+
+    LISTED = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}'
+
+    def __init__(self, head: bool = False) -> None:
+        self.head = head
+        self.heads: list[float] = []
+        self.watching = threading.Event()
+        super().__init__("silent-watch")
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            while not self._stop.is_set():
+                head = read_request(conn)
+                if not head:
+                    return  # the client closed the connection
+                if b"watch=true" not in head.split(b"\r\n", 1)[0]:
+                    conn.sendall(json_reply(self.LISTED))
+                    continue
+                self.watching.set()
+                if self.head:
+                    self.heads.append(time.monotonic())
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Transfer-Encoding: chunked\r\n\r\n"
+                    )
+                self._hold(conn)  # the watch, until either side gives up
+                return
+
+
+class HungListServer(ConnectionServer):
     """An apiserver that hangs lists: a request is read and left unanswered until ``release``
     is set, then answered with a ``PodList`` of one pod (``late``); ``listing`` is set when a
     request arrives, ``answered`` once a reply went out. The connection is held until the
-    client hangs up or the server closes. A context manager: leaving it stops the server and
-    joins its threads."""
+    client hangs up or the server closes."""
 
     BODY = (
         b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},'
@@ -172,21 +192,7 @@ class HungListServer:
         self.listing = threading.Event()
         self.release = threading.Event()
         self.answered = threading.Event()
-        self._stop = threading.Event()
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._threads = [threading.Thread(target=self._serve, name="hung-list-http")]
-        self._threads[0].start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            thread = threading.Thread(target=self._answer, args=(conn,), name="hung-list-conn")
-            self._threads.append(thread)
-            thread.start()
+        super().__init__("hung-list")
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
@@ -196,25 +202,6 @@ class HungListServer:
             while not (self.release.wait(0.05) or self._stop.is_set()):
                 pass  # a hung apiserver, until released or closed
             with contextlib.suppress(OSError):
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    + b"Content-Length: %d\r\n\r\n" % len(self.BODY)
-                    + self.BODY
-                )
+                conn.sendall(json_reply(self.BODY))
                 self.answered.set()
-                conn.settimeout(0.05)
-                while not self._stop.is_set():  # hold the connection until either side goes
-                    with contextlib.suppress(TimeoutError):
-                        if not conn.recv(1):
-                            return
-
-    def __enter__(self) -> HungListServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
-        for thread in list(self._threads):
-            thread.join(5)
+                self._hold(conn)
