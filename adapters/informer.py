@@ -104,7 +104,8 @@ class ClientListWatch:
         transport: TransportName = "lean",
         kinds: KindTable | None = None,
     ) -> None:
-        if isinstance(api, KubernetesBackend):
+        if isinstance(api, KubernetesBackend):  # its client, and its kinds unless given
+            kinds = api.kinds if kinds is None else kinds
             api = api.api_client
         if not isinstance(api, k8s.ApiClient):
             raise InvalidInputError(

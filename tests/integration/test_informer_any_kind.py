@@ -129,6 +129,17 @@ def test_crd_informer(
         backend.close()
 
 
+def test_a_list_watch_over_a_backend_takes_its_kind_table(
+    srv: ApiServerHTTP, mem: InMemoryApiServer, kinds: KindTable
+) -> None:
+    """docs/informers.md: given a ``KubernetesBackend``, ``ClientListWatch`` uses its client
+    and its kind table, so a custom resource the backend knows needs no ``kinds=`` again."""
+    mem.create({"kind": "QuotaClaim", "metadata": {"name": "q1", "namespace": "default"}})
+    with KubernetesBackend.for_url(srv.url, kinds=kinds) as backend:
+        items, _rv = ClientListWatch(backend, "QuotaClaim").list()
+    assert [o["metadata"]["name"] for o in items] == ["q1"]
+
+
 def test_a_field_selector_informer_over_http_follows_pods_in_and_out_of_it(
     srv: ApiServerHTTP, mem: InMemoryApiServer
 ) -> None:
