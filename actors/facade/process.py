@@ -392,8 +392,9 @@ class ProcessDispatcher(ChildLink):
         """Caller thread (one round trip; while stopping, the previous answer; after
         ``stop``, the child's last figures). The child's :meth:`Dispatcher.stats
         <kdispatch.Dispatcher.stats>`, plus ``pid``, the child's process id. Raises
-        :class:`DispatcherClosed` when there are no figures to give: before ``start``, or once
-        the child died before this process had any of its figures."""
+        :class:`DispatcherClosed` when there are no figures to give: before ``start``, while
+        stopping with no answer before, or once the child died before this process had any of
+        its figures."""
         if self._final is not None:
             out = dict(self._final[1])
         elif (self._closed or self._gone is not None) and self._last_stats is not None:
