@@ -46,7 +46,8 @@ def ref(namespace: str, name: str) -> str:
 
 
 def text(what: str, value: object) -> str:
-    """``value`` if it is a non-empty str (``uid_precondition(uid)``: a UID precondition)."""
+    """``value`` if it is a non-empty str (``text("resource_version", rv)``: a
+    resourceVersion precondition; a UID has :func:`uid_precondition`)."""
     if not isinstance(value, str) or not value:
         raise InvalidRequestError(f"{what} must be a non-empty str, got {value!r}")
     return value
