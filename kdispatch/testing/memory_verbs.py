@@ -134,11 +134,8 @@ class Verbs:
     ) -> Json:
         """Delete, or mark deleted while finalizers hold it (see
         ``InMemoryApiServer.delete``). Request thread, lock held."""
-        check_grace_period(grace_period_seconds)
-        store = self._store
-        cur = store.lookup(req.kind, req.namespace, req.name)
-        check_delete_preconditions(cur, uid, resource_version, store.kinds)
-        return store.delete(cur, grace_period_seconds)
+        cur = self._deletable(req.kind, req, uid, grace_period_seconds, resource_version)
+        return self._store.delete(cur, grace_period_seconds)
 
     def patch(
         self,
@@ -179,13 +176,28 @@ class Verbs:
         grace_period_seconds: int | None,
         resource_version: str | None,
     ) -> Json:
-        """``pods/eviction`` (see ``InMemoryApiServer.evict``). Request thread, lock held."""
-        check_grace_period(grace_period_seconds)
+        """``pods/eviction`` (see ``InMemoryApiServer.evict``): a deletion's checks, then the
+        disruption budgets'. Request thread, lock held."""
+        cur = self._deletable(POD, req, uid, grace_period_seconds, resource_version)
         store, namespace = self._store, req.namespace
-        cur = store.lookup(POD, namespace, req.name)
-        check_delete_preconditions(cur, uid, resource_version, store.kinds)
         check_eviction(cur, store.in_namespace(PDB, namespace), store.in_namespace(POD, namespace))
         return store.delete(cur, grace_period_seconds)
+
+    def _deletable(
+        self,
+        kind: str,
+        req: Req,
+        uid: str | None,
+        grace_period_seconds: int | None,
+        resource_version: str | None,
+    ) -> Json:
+        """The object a deletion (or an eviction) of ``req`` removes, once the checks they
+        share passed: the grace period, the object's existence, the UID and resourceVersion
+        preconditions. Request thread, lock held."""
+        check_grace_period(grace_period_seconds)
+        cur = self._store.lookup(kind, req.namespace, req.name)
+        check_delete_preconditions(cur, uid, resource_version, self._store.kinds)
+        return cur
 
     def create(self, req: Req, data: Json) -> Json:
         """Store ``data``, a create request's new object (the server's own; a PodGroup
